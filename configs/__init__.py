@@ -1,0 +1,1 @@
+"""Predefined search spaces and example configs (YAML), shipped as package data."""

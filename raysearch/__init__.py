@@ -1,0 +1,39 @@
+"""raysearch: scalable search for the best post-training quantization of ONNX models.
+
+Example:
+    >>> from raysearch import AutoSearch                       # doctest: +SKIP
+    >>> result = AutoSearch("configs/quickstart.yaml").run()   # doctest: +SKIP
+    >>> result.best_params, result.best_metric                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raysearch.config import SearchConfig, load_config
+from raysearch.errors import ConfigError, InputError
+from raysearch.space import SearchSpace
+
+__version__ = "0.1.0"
+__all__ = [
+    "AutoSearch",
+    "SearchResult",
+    "SearchConfig",
+    "SearchSpace",
+    "ConfigError",
+    "InputError",
+    "load_config",
+]
+
+if TYPE_CHECKING:
+    from raysearch.search import AutoSearch, SearchResult
+
+
+def __getattr__(name: str) -> Any:
+    # Ray is imported only when a search is actually built, keeping `import raysearch` and the
+    # config checks fast.
+    if name in ("AutoSearch", "SearchResult"):
+        from raysearch import search
+
+        return getattr(search, name)
+    raise AttributeError(f"module 'raysearch' has no attribute {name!r}")

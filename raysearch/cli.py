@@ -1,0 +1,263 @@
+"""The ``raysearch`` command line.
+
+Exit status: 0 when a search finished (whatever it found), 2 on bad input (a one-line message
+that names the problem; no traceback unless ``--debug``), 1 on an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from raysearch.errors import InputError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on usage errors already; keep its message to one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"raysearch: error: {message} (see raysearch --help)\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="raysearch",
+        description="Search post-training quantization settings of an ONNX model on Ray Tune.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a search from a YAML config")
+    run.add_argument("config", type=Path, help="the search config (YAML)")
+    run.add_argument("overrides", nargs="*", help="key.path=value overrides, values as YAML")
+    run.add_argument("--output-dir", type=Path, help="where outputs go (overrides output_dir)")
+    run.add_argument("--address", help="Ray cluster to join: auto or ray://host:port")
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a previous search in the output folder (only files raysearch created)",
+    )
+
+    resume = sub.add_parser("resume", help="continue an interrupted search")
+    resume.add_argument("output_dir", type=Path, help="the interrupted search's output folder")
+
+    validate = sub.add_parser("validate", help="check a config and print the space's size")
+    validate.add_argument("config", type=Path)
+    validate.add_argument("overrides", nargs="*", help="key.path=value overrides")
+
+    sub.add_parser("spaces", help="list the predefined search spaces and their sizes")
+
+    show = sub.add_parser("show", help="print the summary and top settings of a search")
+    show.add_argument("output_dir", type=Path)
+    show.add_argument("--top", type=int, default=5, help="how many settings to list")
+
+    demo = sub.add_parser("demo", help="run the embedded demo search (magika, local Ray)")
+    demo.add_argument("--output-dir", type=Path, help="where outputs go")
+    demo.add_argument("--overwrite", action="store_true", help="replace a previous demo run")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raysearch`` console script."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return _COMMANDS[args.command](args)
+    except InputError as exc:
+        if args.debug:
+            raise
+        print(f"raysearch: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("raysearch: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal error: say what, point at --debug
+        if args.debug:
+            raise
+        print(
+            f"raysearch: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _load(args: argparse.Namespace):
+    from raysearch.config import load_config
+
+    overrides = list(getattr(args, "overrides", []) or [])
+    if getattr(args, "output_dir", None) is not None:
+        overrides.append(f"output_dir={args.output_dir.resolve()}")
+    if getattr(args, "address", None):
+        overrides.append(f"address={args.address}")
+    return load_config(args.config, overrides)
+
+
+def _space_report(config) -> list[str]:
+    from raysearch.space import concatenate
+
+    lines = []
+    if config.search_algo == "Grid":
+        expansion = concatenate([s.expand() for s in config.search_spaces])
+        lines.append(f"grid: {len(expansion)} settings ({expansion.total} combinations)")
+        for rule, count in sorted(expansion.dropped.items()):
+            lines.append(f"  dropped by {rule}: {count}")
+    else:
+        for space in config.search_spaces:
+            kind = "ranges" if space.has_ranges else f"{space.grid_size()} combinations"
+            names = ", ".join(p.name for p in space.params if not p.domain.is_fixed)
+            lines.append(f"{space.name}: {config.search_algo} over {names or 'nothing'} ({kind})")
+    return lines
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    config = _load(args)
+    print(f"{args.config}: valid")
+    for line in _space_report(config):
+        print(line)
+    return EXIT_OK
+
+
+def _cmd_spaces(args: argparse.Namespace) -> int:
+    import yaml
+
+    from raysearch.config import predefined_spaces
+    from raysearch.space import SearchSpace
+
+    print(f"{'name':<26} {'settings':>8}  description")
+    for name, path in predefined_spaces().items():
+        data = yaml.safe_load(path.read_text())
+        expansion = SearchSpace.parse(data["search_space"], path=name).expand()
+        print(f"{name:<26} {len(expansion):>8}  {data.get('description', '')}")
+    return EXIT_OK
+
+
+def _run_search(config, overwrite: bool) -> int:
+    from raysearch.search import AutoSearch
+
+    result = AutoSearch(config).run(overwrite=overwrite, progress=sys.stderr)
+    _print_summary(result.summary, result.output_dir)
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    return _run_search(_load(args), args.overwrite)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from raysearch.search import AutoSearch
+
+    result = AutoSearch.resume(args.output_dir, progress=sys.stderr)
+    _print_summary(result.summary, result.output_dir)
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from raysearch.config import load_config
+
+    config_path = Path(str(resources.files("raysearch.configs") / "quickstart.yaml"))
+    overrides = []
+    if args.output_dir is not None:
+        overrides.append(f"output_dir={args.output_dir.resolve()}")
+    print("raysearch demo: int8 search for Google's magika content-type model (ships with")
+    print("raysearch); data built from this Python installation's files, cached after first use.")
+    return _run_search(load_config(config_path, overrides), args.overwrite)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
+    """A summary a new user understands: what was searched, what won, where it is."""
+    print()
+    print(
+        f"Search finished ({summary.get('stop_reason')}): {summary.get('n_trials')} trials, "
+        f"{summary.get('n_failed')} failed, {summary.get('n_candidates')} candidates, "
+        f"{_fmt(summary.get('wall_time_s'))} s."
+    )
+    metric = summary.get("metric", "metric")
+    if summary.get("float_metric") is not None:
+        print(f"Float model: {metric} = {_fmt(summary['float_metric'])}")
+    if summary.get("best_metric") is None:
+        print("No trial succeeded; see results.parquet and auto_search.log for the errors.")
+    else:
+        print(f"Best setting: {metric} = {_fmt(summary['best_metric'])}")
+        for key, value in (summary.get("best_params") or {}).items():
+            print(f"  {key}: {_fmt(value)}")
+        for key, label in (
+            ("best_model_size_bytes", "size"),
+            ("best_latency_ms", "latency per batch (ms)"),
+        ):
+            if summary.get(key) is not None:
+                ref = summary.get(key.replace("best_", "float_"))
+                extra = f" (float: {_fmt(ref)})" if ref is not None else ""
+                print(f"  {label}: {_fmt(summary[key])}{extra}")
+        if summary.get("best_model_path"):
+            print(f"Best model: {summary['best_model_path']}")
+    print(f"Outputs: {output_dir} (summary.json, results.parquet, best/, plots/, tensorboard/)")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    folder = args.output_dir
+    summary_path = folder / "summary.json"
+    results_path = folder / "results.parquet"
+    if not summary_path.exists() and not results_path.exists():
+        raise _NotASearch(folder)
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        _print_summary(summary, folder)
+    if results_path.exists():
+        rows = pq.read_table(results_path).to_pylist()
+        ok = [r for r in rows if r.get("status") == "ok" and r.get("metric") is not None]
+        higher = (
+            bool(json.loads(summary_path.read_text()).get("higher_is_better", False))
+            if (summary_path.exists())
+            else False
+        )
+        ok.sort(key=lambda r: r["metric"], reverse=higher)
+        print(f"\nTop {min(args.top, len(ok))} of {len(rows)} trials:")
+        for r in ok[: args.top]:
+            params = {k[len("params/") :]: v for k, v in r.items() if k.startswith("params/")}
+            params = {k: v for k, v in params.items() if v is not None}
+            mark = "*" if r.get("is_candidate") else " "
+            print(f" {mark} {r['trial_id']}  {_fmt(r['metric'])}  {json.dumps(params)}")
+    return EXIT_OK
+
+
+class _NotASearch(InputError):
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"{folder}: no raysearch outputs here (summary.json, results.parquet)")
+
+
+_COMMANDS = {
+    "run": _cmd_run,
+    "resume": _cmd_resume,
+    "validate": _cmd_validate,
+    "spaces": _cmd_spaces,
+    "show": _cmd_show,
+    "demo": _cmd_demo,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

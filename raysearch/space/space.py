@@ -1,0 +1,264 @@
+"""``SearchSpace``: one parsed space with grid expansion, define-by-run sampling and the
+conversion of a point into the nested settings a trial consumes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from raysearch.errors import ConfigError
+from raysearch.space.parse import CONTAINERS, parse_space
+from raysearch.space.rules import JOINT_PARAMETERS, RULES, Rule
+from raysearch.space.tree import Categorical, Condition, FloatRange, Group, IntRange, Param
+
+__all__ = ["SearchSpace", "Expansion", "Point"]
+
+_logger = logging.getLogger(__name__)
+
+Point = dict[str, Any]
+#: A check run on the nested settings of each grid point: the reason it cannot run, or None.
+Reject = Callable[[dict[str, Any]], "str | None"]
+
+
+@dataclass
+class Expansion:
+    """The result of :meth:`SearchSpace.expand`: the points to run, in order, and how many
+    settings each validity rule (and plain duplication) dropped."""
+
+    points: list[Point]
+    total: int
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+
+def _key(point: Point) -> str:
+    return json.dumps(point, sort_keys=True, default=str)
+
+
+class SearchSpace:
+    """A search space in either dialect, parsed and validated.
+
+    Example:
+        >>> space = SearchSpace.parse({
+        ...     "calibrate_method": ["MinMax", "Percentile"],
+        ...     "extra_options": {"CalibPercentile": [99.9, 99.99]},
+        ... })
+        >>> len(space.expand())   # MinMax once, Percentile twice
+        3
+        >>> space.to_settings({"calibrate_method": "MinMax"})
+        {'calibrate_method': 'MinMax'}
+    """
+
+    def __init__(self, root: Group, *, name: str = "search_space") -> None:
+        self.root = root
+        self.name = name
+        self._conditions: dict[str, tuple[Condition, ...]] = {}
+        self.params: tuple[Param, ...] = self._dependency_order()
+
+    @classmethod
+    def parse(
+        cls, raw: Mapping[str, Any], *, path: str = "search_space", schema: bool = True
+    ) -> SearchSpace:
+        """Parse and validate ``raw``; ``schema=False`` accepts any key names (no catalogue)."""
+        return cls(parse_space(raw, path=path, schema=schema), name=path)
+
+    # -- structure -------------------------------------------------------------------------
+    def _dependency_order(self) -> tuple[Param, ...]:
+        """Parameters in declaration order, moved after the parameters their conditions read."""
+        entries = list(self.root.walk())
+        for p, conds in entries:
+            self._conditions[p.name] = conds
+        names = [p.name for p, _ in entries]
+        deps = {p.name: {c.ref for c in conds} for p, conds in entries}
+        ordered: list[str] = []
+        done: set[str] = set()
+        while len(ordered) < len(names):
+            ready = [n for n in names if n not in done and deps[n] <= done]
+            if not ready:
+                cycle = sorted(n for n in names if n not in done)
+                raise ConfigError(
+                    self.name, f"only_if conditions form a cycle through {', '.join(cycle)}"
+                )
+            ordered.append(ready[0])
+            done.add(ready[0])
+        by_name = {p.name: p for p, _ in entries}
+        return tuple(by_name[n] for n in ordered)
+
+    def is_active(self, param: Param, point: Point) -> bool:
+        """Whether every ``only_if`` around ``param`` holds for the values chosen so far."""
+        return all(c.holds(point) for c in self._conditions[param.name])
+
+    @property
+    def has_ranges(self) -> bool:
+        return any(isinstance(p.domain, (IntRange, FloatRange)) for p in self.params)
+
+    def fixed(self) -> Point:
+        """The unconditional single-choice settings."""
+        return {
+            p.name: p.domain.choices[0]
+            for p in self.params
+            if p.domain.is_fixed and not self._conditions[p.name]
+        }
+
+    # -- canonical points and settings -----------------------------------------------------
+    def canonical(self, point: Point, rules: tuple[Rule, ...] = RULES) -> tuple[Point, list[str]]:
+        """Return ``point`` with the keys that validity rules call meaningless stripped, and the
+        names of the rules that stripped something."""
+        point = dict(point)
+        fired: list[str] = []
+        for rule in rules:
+            stripped = rule(point)
+            if stripped:
+                fired.append(rule.__name__)
+                for key in stripped:
+                    point.pop(key, None)
+        return point, fired
+
+    def to_settings(self, point: Point) -> dict[str, Any]:
+        """Nested quantization settings for one sampled point: group names removed (containers
+        such as ``extra_options`` kept), joint parameters split, meaningless keys stripped."""
+        point, _ = self.canonical(point)
+        settings: dict[str, Any] = {}
+        params = {p.name: p for p in self.params}
+        for name, value in point.items():
+            param = params.get(name)
+            path = param.path if param else tuple(name.split("."))
+            containers = [c for c in path[:-1] if c in CONTAINERS]
+            target = settings
+            for c in containers[:1]:
+                target = target.setdefault(c, {})
+            joint = param.joint if param else JOINT_PARAMETERS.get(path[-1], ())
+            if joint:
+                for part, v in zip(joint, value, strict=True):
+                    target[part] = v
+            else:
+                target[path[-1]] = value
+        return settings
+
+    # -- grid ------------------------------------------------------------------------------
+    def check_grid(self) -> None:
+        """Raise if the space cannot be enumerated (a range somewhere)."""
+        for p in self.params:
+            if not isinstance(p.domain, Categorical):
+                raise ConfigError(
+                    f"{self.name}.{p.name}",
+                    "Grid search needs a list of choices; this is a range "
+                    "(use a list, or a sampler such as TPE or Random)",
+                )
+
+    def expand(self, reject: Reject | None = None) -> Expansion:
+        """All settings of the space for grid search: the cartesian product over active groups
+        only, with validity rules applied and duplicates removed, in declaration order.
+
+        ``reject`` is an extra check on each point's nested settings (a backend's list of
+        combinations it refuses); it is counted like a rule under the name it returns.
+        """
+        self.check_grid()
+        dropped: dict[str, int] = {}
+        raw = list(self._enumerate(0, {}))
+        # Rules are applied one at a time, de-duplicating after each: a setting is credited to
+        # the rule whose stripping first made it a copy of one already kept.
+        points = self._dedupe(raw, "duplicate", dropped)
+        for rule in RULES:
+            points = self._dedupe(
+                [self.canonical(p, (rule,))[0] for p in points], rule.__name__, dropped
+            )
+        if reject is not None:
+            kept = []
+            for point in points:
+                reason = reject(self.to_settings(point))
+                if reason:
+                    dropped[reason] = dropped.get(reason, 0) + 1
+                else:
+                    kept.append(point)
+            points = kept
+        for name, count in dropped.items():
+            _logger.info("%s: %s dropped %d of %d settings", self.name, name, count, len(raw))
+        return Expansion(points, len(raw), dropped)
+
+    @staticmethod
+    def _dedupe(points: list[Point], reason: str, dropped: dict[str, int]) -> list[Point]:
+        seen: set[str] = set()
+        out = []
+        for point in points:
+            key = _key(point)
+            if key in seen:
+                dropped[reason] = dropped.get(reason, 0) + 1
+            else:
+                seen.add(key)
+                out.append(point)
+        return out
+
+    def _enumerate(self, i: int, point: Point):
+        if i == len(self.params):
+            yield dict(point)
+            return
+        param = self.params[i]
+        if not self.is_active(param, point):
+            yield from self._enumerate(i + 1, point)
+            return
+        for choice in param.domain.choices:
+            point[param.name] = choice
+            yield from self._enumerate(i + 1, point)
+        del point[param.name]
+
+    def grid_size(self) -> int:
+        """The number of raw combinations before rules and de-duplication."""
+        return sum(1 for _ in self._enumerate(0, {}))
+
+    # -- define-by-run ---------------------------------------------------------------------
+    def sample(self, trial: Any) -> Point:
+        """Optuna define-by-run function: suggest only active, searched parameters, in
+        dependency order, and return the full point (fixed settings included, and the real
+        values of choices Optuna only sees as labels), as Ray Tune's ``OptunaSearch`` expects.
+
+        Example:
+            >>> import optuna
+            >>> space = SearchSpace.parse({"per_channel": [True, False], "reduce_range": [False]})
+            >>> study = optuna.create_study()
+            >>> sorted(space.sample(study.ask()))
+            ['per_channel', 'reduce_range']
+        """
+        point: Point = {}
+        for param in self.params:
+            if not self.is_active(param, point):
+                continue
+            domain = param.domain
+            if isinstance(domain, Categorical):
+                if domain.is_fixed:
+                    point[param.name] = domain.choices[0]
+                else:
+                    label = trial.suggest_categorical(param.name, list(domain.labels))
+                    point[param.name] = domain.from_label(label)
+            elif isinstance(domain, IntRange):
+                point[param.name] = trial.suggest_int(
+                    param.name, domain.low, domain.high, step=domain.step, log=domain.log
+                )
+            else:
+                point[param.name] = trial.suggest_float(
+                    param.name, domain.low, domain.high, step=domain.step, log=domain.log
+                )
+        return point
+
+
+def concatenate(expansions: list[Expansion]) -> Expansion:
+    """Join the grids of several spaces in order, dropping settings an earlier space had."""
+    seen: set[str] = set()
+    out = Expansion([], 0, {})
+    for exp in expansions:
+        out.total += exp.total
+        for name, count in exp.dropped.items():
+            out.dropped[name] = out.dropped.get(name, 0) + count
+        for point in exp.points:
+            key = _key(point)
+            if key in seen:
+                out.dropped["duplicate"] = out.dropped.get("duplicate", 0) + 1
+                continue
+            seen.add(key)
+            out.points.append(point)
+    return out

@@ -1,0 +1,366 @@
+"""Config loading: the contract keys, Quark names, defaults, and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raysearch.cli import main
+from raysearch.config import SearchConfig, apply_overrides, load_config
+from raysearch.errors import ConfigError
+
+MAGIKA = Path(__file__).resolve().parents[2] / "shared" / "models" / "magika"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"not checked here")
+    calib = tmp_path / "calib.npz"
+    calib.write_bytes(b"")
+    return {"model": str(model), "calibration_data": str(calib)}
+
+
+def _base(files: dict[str, str], **extra) -> dict:
+    return {**files, "search_space": {"per_channel": [True, False]}, **extra}
+
+
+def test_defaults_and_eval_data_falls_back_to_calibration(files):
+    cfg = SearchConfig.from_dict(_base(files))
+    assert cfg.search_algo == "TPE"
+    assert cfg.metric == "L2" and not cfg.metric_higher_is_better
+    assert cfg.eval_data == cfg.calibration_data
+    assert cfg.stop.iteration_limit == -1 and cfg.stop.find_best_candidate is None
+    assert cfg.resources.cpu_per_trial == 1 and cfg.resources.max_concurrent_trials is None
+
+
+def test_quark_names_map_to_ours(files, caplog):
+    raw = {
+        **files,
+        "search_space": "XINT8_SEARCH",
+        "search_metric": "cosine",
+        "search_metric_tolerance": 0.99,
+        "search_stop_condition": {"find_n_candidates": 2},
+        "n_trials": 10,
+        "n_jobs": 2,
+        "search_algo": "grid_search",
+    }
+    with caplog.at_level("INFO", logger="raysearch.config"):
+        cfg = SearchConfig.from_dict(raw)
+    assert cfg.metric == "cos" and cfg.metric_higher_is_better
+    assert cfg.tolerance == 0.99
+    assert cfg.stop.find_n_candidates == 2 and cfg.stop.iteration_limit == 10
+    assert cfg.resources.max_concurrent_trials == 2
+    assert cfg.search_algo == "Grid"
+    assert "Quark key 'n_jobs' read as 'resources.max_concurrent_trials'" in caplog.text
+
+
+def test_predefined_space_by_name_and_several_spaces_in_order(files):
+    cfg = SearchConfig.from_dict(
+        {**files, "search_spaces": ["A8W8_SEARCH", {"per_channel": [True]}]}
+    )
+    assert [s.name for s in cfg.search_spaces] == ["search_spaces[0]", "search_spaces[1]"]
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path, files):
+    sub = tmp_path / "cfg"
+    sub.mkdir()
+    (sub / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model": "../model.onnx",
+                "calibration_data": "../calib.npz",
+                "search_space": {"per_channel": [True]},
+            }
+        )
+    )
+    cfg = load_config(sub / "config.yaml")
+    assert cfg.model == (sub / "../model.onnx")
+
+
+def test_overrides_set_nested_keys_parsed_as_yaml():
+    data = apply_overrides({"stop": {"time_limit": 5}}, ["stop.iteration_limit=20", "seed=3"])
+    assert data == {"stop": {"time_limit": 5, "iteration_limit": 20}, "seed": 3}
+
+
+def test_builtin_demo_model_resolves_to_the_packaged_file():
+    cfg = SearchConfig.from_dict(
+        {
+            "model": "builtin:magika",
+            "calibration_data": str(Path(__file__)),
+            "search_space": {"per_channel": [True]},
+        }
+    )
+    assert cfg.model.name == "model.onnx" and cfg.model.exists()
+
+
+# (description, config changes, expected message)
+BAD_CONFIGS = [
+    (
+        "typo in a top-level key",
+        {"serch_algo": "TPE"},
+        "serch_algo: unknown key (did you mean 'search_algo'?)",
+    ),
+    (
+        "typo in a space key",
+        {"search_space": {"calibrate_metod": ["MinMax"]}},
+        "search_space.calibrate_metod: unknown key (did you mean 'calibrate_method'?)",
+    ),
+    (
+        "typo in extra_options",
+        {"search_space": {"extra_options": {"ActivationSymetric": [True]}}},
+        "search_space.extra_options.ActivationSymetric: unknown key (did you mean "
+        "'ActivationSymmetric'?)",
+    ),
+    (
+        "extra option at the top level",
+        {"search_space": {"WeightSymmetric": [True]}},
+        "'WeightSymmetric' is an extra_options key: put it under extra_options",
+    ),
+    (
+        "empty list of choices",
+        {"search_space": {"per_channel": []}},
+        "search_space.per_channel: the list of choices is empty",
+    ),
+    ("empty space", {"search_space": {}}, "search_space: the search space is empty"),
+    (
+        "wrong value type",
+        {"search_space": {"per_channel": ["yes"]}},
+        "search_space.per_channel: expected true or false, got 'yes'",
+    ),
+    (
+        "unknown enum value",
+        {"search_space": {"activation_type": ["QInt8", "INT8"]}},
+        "search_space.activation_type[1]: expected one of QInt8, QUInt8",
+    ),
+    (
+        "op types as a flat list",
+        {"search_space": {"op_types_to_quantize": ["MatMul", "Conv"]}},
+        "each choice of op_types_to_quantize is a list of names or null, got 'MatMul'",
+    ),
+    (
+        "range under Grid",
+        {
+            "search_algo": "Grid",
+            "search_space": {
+                "extra_options": {"CalibPercentile": {"type": "float", "low": 99.0, "high": 99.99}}
+            },
+        },
+        "Grid search needs a list of choices; this is a range",
+    ),
+    (
+        "only_if on an unknown key",
+        {
+            "search_space": {
+                "calibrate_method": ["MinMax"],
+                "g": {"only_if": {"calibrate_methd": "MinMax"}, "per_channel": [True]},
+            }
+        },
+        "search_space.g.only_if: refers to unknown key 'calibrate_methd' "
+        "(did you mean 'calibrate_method'?)",
+    ),
+    (
+        "only_if on a value never taken",
+        {
+            "search_space": {
+                "calibrate_method": ["MinMax"],
+                "g": {"only_if": {"calibrate_method": "Entropi"}, "per_channel": [True]},
+            }
+        },
+        "'calibrate_method' never takes the value 'Entropi'",
+    ),
+    (
+        "range with low > high",
+        {
+            "search_algo": "TPE",
+            "search_space": {
+                "extra_options": {"CalibPercentile": {"type": "float", "low": 99.9, "high": 99.0}}
+            },
+        },
+        "low (99.9) is greater than high (99.0)",
+    ),
+    (
+        "range of an unknown type",
+        {"search_space": {"extra_options": {"num_bins": {"type": "integer", "low": 1, "high": 3}}}},
+        "search_space.extra_options.num_bins.type: expected int, float or categorical",
+    ),
+    (
+        "float range for an integer setting",
+        {"search_space": {"extra_options": {"num_bins": {"type": "float", "low": 1, "high": 3}}}},
+        "'num_bins' is an integer setting: use type: int",
+    ),
+    (
+        "percentile out of bounds",
+        {"search_space": {"extra_options": {"CalibPercentile": [101]}}},
+        "expected a value <= 100.0, got 101",
+    ),
+    (
+        "unknown search algorithm",
+        {"search_algo": "Bayes"},
+        "search_algo: expected one of Grid, Random, TPE, CmaEs, GPS, NSGAII, QMC, got 'Bayes'",
+    ),
+    ("unknown metric", {"metric": "L3"}, "metric: unknown metric 'L3'"),
+    (
+        "evaluator module missing",
+        {"metric": "no_such_pkg.mod:fn"},
+        "metric: cannot import module 'no_such_pkg.mod'",
+    ),
+    (
+        "evaluator function missing",
+        {"metric": "raysearch.demo.evaluators:top1_agreemnt"},
+        "module 'raysearch.demo.evaluators' has no function 'top1_agreemnt' (did you mean "
+        "'top1_agreement'?)",
+    ),
+    (
+        "evaluator with a wrong signature",
+        {"metric": "os.path:exists"},
+        "must accept (model_path, providers)",
+    ),
+    (
+        "tolerance_mode with a built-in metric",
+        {"metric": "cos", "tolerance_mode": "relative"},
+        "tolerance_mode: applies to custom metrics only",
+    ),
+    (
+        "higher_is_better against the metric",
+        {"metric": "L2", "higher_is_better": True},
+        "higher_is_better: L2 is lower-is-better by definition",
+    ),
+    (
+        "find_n_candidates without tolerance",
+        {"stop": {"find_n_candidates": 2}},
+        "stop.find_n_candidates: needs a tolerance",
+    ),
+    (
+        "typo in stop",
+        {"stop": {"iteration_limt": 3}},
+        "stop.iteration_limt: unknown key (did you mean 'iteration_limit'?)",
+    ),
+    (
+        "negative time limit",
+        {"stop": {"time_limit": -5}},
+        "stop.time_limit: expected seconds > 0 or -1, got -5",
+    ),
+    (
+        "zero CPUs per trial",
+        {"resources": {"cpu_per_trial": 0}},
+        "resources.cpu_per_trial: expected a number > 0, got 0",
+    ),
+    (
+        "GPU fraction above one",
+        {"resources": {"gpu_per_trial": 1.5}},
+        "resources.gpu_per_trial: a fraction must be at most 1",
+    ),
+    (
+        "string where a number belongs",
+        {"tolerance": "small"},
+        "tolerance: expected a number, got 'small'",
+    ),
+    (
+        "both search_space and search_spaces",
+        {"search_spaces": [{"per_channel": [True]}]},
+        "search_spaces: give either search_space or search_spaces, not both",
+    ),
+    (
+        "unknown predefined space",
+        {"search_space": "A8W8"},
+        "search_space: unknown predefined space 'A8W8' (did you mean 'A8W8_SEARCH'?)",
+    ),
+    (
+        "Quark and raysearch name together",
+        {"n_jobs": 2, "resources": {"max_concurrent_trials": 2}},
+        "n_jobs: given together with 'resources.max_concurrent_trials'",
+    ),
+    ("seed not an integer", {"seed": 1.5}, "seed: expected an integer, got 1.5"),
+    (
+        "cyclic conditions",
+        {
+            "search_space": {
+                "a": {"only_if": {"reduce_range": True}, "per_channel": [True, False]},
+                "b": {"only_if": {"per_channel": True}, "reduce_range": [True, False]},
+            }
+        },
+        "only_if conditions form a cycle",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "changes, message", [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS]
+)
+def test_bad_config_names_the_key_path(files, changes, message):
+    raw = _base(files)
+    raw.update(changes)
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(raw)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_model_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"model: file not found: .*nope\.onnx"):
+        SearchConfig.from_dict(
+            {
+                "model": str(tmp_path / "nope.onnx"),
+                "calibration_data": "x",
+                "search_space": {"per_channel": [True]},
+            }
+        )
+
+
+def test_cli_exits_2_with_one_line_and_suggestion(tmp_path, files, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**files, "search_space": {"calibrate_metod": ["MinMax"]}}))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "raysearch: error: search_space.calibrate_metod: unknown key "
+        "(did you mean 'calibrate_method'?)"
+    )
+    assert not (tmp_path / "raysearch_output").exists()
+
+
+def test_cli_bad_yaml_and_missing_file_exit_2(tmp_path, capsys):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n")
+    assert main(["validate", str(broken)]) == 2
+    assert "not valid YAML at line" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def test_cli_spaces_lists_the_presets_with_sizes(capsys):
+    assert main(["spaces"]) == 0
+    out = capsys.readouterr().out
+    for name in ("XINT8_SEARCH", "A8W8_SEARCH", "A16W8_SEARCH"):
+        assert name in out
+    assert "48" in out
+
+
+def test_cli_validate_prints_grid_size_and_rule_drops(tmp_path, files, capsys):
+    path = tmp_path / "ok.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **files,
+                "search_algo": "Grid",
+                "search_space": {
+                    "calibrate_method": ["MinMax", "Percentile"],
+                    "extra_options": {"CalibPercentile": [99.9, 99.99]},
+                },
+            }
+        )
+    )
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "grid: 3 settings (4 combinations)" in out
+    assert "dropped by percentile_without_percentile_method: 1" in out
+
+
+@pytest.mark.skipif(not MAGIKA.exists(), reason="shared magika model absent")
+def test_quickstart_config_validates():
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "configs" / "quickstart.yaml", check_paths=False)
+    assert cfg.search_algo == "Grid" and cfg.is_custom_metric
