@@ -1,0 +1,153 @@
+"""ONNX Runtime execution providers and sessions for one trial.
+
+CPU by default. CUDA when the trial was given a GPU *and* the CUDA provider really loads: the
+``onnxruntime-gpu`` wheel lists ``CUDAExecutionProvider`` even where the CUDA libraries are
+missing, and prints a red loader error for every session that asks for it. raysearch probes
+once per process with ONNX Runtime's logging silenced, remembers the answer, and otherwise
+runs on the CPU without printing anything.
+
+Example:
+    >>> from raysearch.providers import execution_providers, make_session
+    >>> providers, options, device = execution_providers(gpu_id=None)
+    >>> providers, device
+    (['CPUExecutionProvider'], 'cpu')
+    >>> session = make_session("model.onnx", threads=2)       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import onnxruntime as ort
+
+__all__ = [
+    "CPU",
+    "CUDA",
+    "cuda_available",
+    "local_device_index",
+    "execution_providers",
+    "session_options",
+    "make_session",
+]
+
+_logger = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+#: ONNX Runtime's default logger severity (warning), restored after the quiet probe.
+_ORT_DEFAULT_SEVERITY = 2
+
+_probe_lock = threading.Lock()
+_cuda_ok: bool | None = None
+
+
+def cuda_available() -> bool:
+    """Whether the CUDA execution provider actually loads in this process.
+
+    The first call creates a one-node session with ONNX Runtime's logging silenced (severity
+    4) and checks which provider it got; the answer is remembered for the process.
+    """
+    global _cuda_ok
+    with _probe_lock:
+        if _cuda_ok is None:
+            _cuda_ok = _probe_cuda()
+        return _cuda_ok
+
+
+def _probe_cuda() -> bool:
+    if CUDA not in ort.get_available_providers():
+        return False
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    ort.set_default_logger_severity(4)
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=[CUDA, CPU])
+        ok = CUDA in session.get_providers()
+    except Exception as exc:  # a broken CUDA install must not break CPU runs
+        _logger.debug("CUDA probe failed: %s", exc)
+        ok = False
+    finally:
+        ort.set_default_logger_severity(_ORT_DEFAULT_SEVERITY)
+    _logger.debug("CUDA execution provider %s", "loads" if ok else "does not load; using CPU")
+    return ok
+
+
+def local_device_index(gpu_id: int | str) -> int:
+    """The CUDA device index this process sees for the GPU ``gpu_id`` it was assigned.
+
+    Ray assigns GPUs by their physical id and sets ``CUDA_VISIBLE_DEVICES`` to them, so inside
+    the worker the device is the id's position in that list (``"3"`` in ``"3"`` is device 0).
+    Without ``CUDA_VISIBLE_DEVICES`` the id is the index.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
+    if str(gpu_id) in ids:
+        return ids.index(str(gpu_id))
+    return int(gpu_id)
+
+
+def execution_providers(
+    gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
+) -> tuple[list[str], list[dict[str, Any]], str]:
+    """``(providers, provider_options, device_label)`` for a trial.
+
+    ``gpu_id`` is the GPU the trial was given (``None``: none). The device label is ``"cpu"``
+    or ``"cuda:<index>"``. ``gpu_mem_limit`` (bytes) bounds CUDA's memory arena, so several
+    trials can share one GPU.
+    """
+    if gpu_id is None or not cuda_available():
+        if gpu_id is not None:
+            _logger.info("GPU %s was assigned but CUDA does not load here; running on CPU", gpu_id)
+        return [CPU], [{}], "cpu"
+    index = local_device_index(gpu_id)
+    cuda_options: dict[str, Any] = {"device_id": index}
+    if gpu_mem_limit:
+        cuda_options["gpu_mem_limit"] = int(gpu_mem_limit)
+    return [CUDA, CPU], [cuda_options, {}], f"cuda:{index}"
+
+
+def session_options(threads: int | None = 1) -> ort.SessionOptions:
+    """Session options with ``threads`` intra-op threads (the CPUs given to the trial) and one
+    inter-op thread; ONNX Runtime's own logging is kept to errors."""
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = max(1, int(threads))
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
+
+
+def make_session(
+    model: str | os.PathLike | bytes,
+    threads: int | None = 1,
+    gpu_id: int | str | None = None,
+    gpu_mem_limit: int | None = None,
+) -> ort.InferenceSession:
+    """An ``InferenceSession`` for ``model`` (a path or serialized bytes) on the trial's device.
+
+    Example:
+        >>> session = make_session("model.onnx", threads=2)    # doctest: +SKIP
+        >>> session.get_providers()                            # doctest: +SKIP
+        ['CPUExecutionProvider']
+    """
+    providers, provider_options, _ = execution_providers(gpu_id, gpu_mem_limit)
+    source = model if isinstance(model, bytes) else os.fspath(model)
+    return ort.InferenceSession(
+        source,
+        session_options(threads),
+        providers=providers,
+        provider_options=provider_options,
+    )

@@ -1,0 +1,58 @@
+"""Quantization: backends in a registry, the shared calibration cache, the settings catalogue.
+
+``raysearch.quantize.options`` (the catalogue) and the registry import nothing heavy, so the
+config and space stages stay fast; ONNX Runtime's quantizer is imported when a backend or the
+cache is first used.
+
+Example:
+    >>> from raysearch.quantize import get_backend, available_backends
+    >>> available_backends()
+    ['ort']
+    >>> get_backend("ort").reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
+    'activation_type QInt8 with weight_type QUInt8 is not supported by ONNX Runtime'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raysearch.quantize.registry import (
+    DEFAULT_BACKEND,
+    QuantizeInfo,
+    QuantizerBackend,
+    available_backends,
+    get_backend,
+    register_backend,
+)
+
+if TYPE_CHECKING:
+    from raysearch.quantize.calibration import CalibrationCache, CalibrationRequest
+    from raysearch.quantize.ort import OrtBackend, reject_reason
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "QuantizeInfo",
+    "QuantizerBackend",
+    "available_backends",
+    "get_backend",
+    "register_backend",
+    "CalibrationCache",
+    "CalibrationRequest",
+    "OrtBackend",
+    "reject_reason",
+]
+
+_LAZY = {
+    "CalibrationCache": "raysearch.quantize.calibration",
+    "CalibrationRequest": "raysearch.quantize.calibration",
+    "OrtBackend": "raysearch.quantize.ort",
+    "reject_reason": "raysearch.quantize.ort",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'raysearch.quantize' has no attribute {name!r}")

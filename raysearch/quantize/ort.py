@@ -1,0 +1,586 @@
+"""The ``"ort"`` backend: ONNX Runtime static quantization with shared calibration.
+
+It does what ``onnxruntime.quantization.quantize_static`` does, split in two: the calibrated
+ranges come from a :class:`~raysearch.quantize.calibration.CalibrationCache` (computed once per
+distinct calibration), and the quantizer (``QDQQuantizer``, or ``ONNXQuantizer`` for
+``quant_format: QOperator``) runs on copies of the shape-inferred model and of the ranges. The
+opset is raised for 16-bit, 4-bit block and float8 types exactly as ``quantize_static`` does
+(``update_opset_version``), once per process and target opset. The output is the same model
+``quantize_static`` writes for the same settings and data.
+
+Settings map to ONNX Runtime as follows: ``quant_format``, ``calibrate_method``,
+``activation_type``, ``weight_type``, ``per_channel``, ``reduce_range``,
+``op_types_to_quantize`` (``None``: every op type ONNX Runtime quantizes),
+``nodes_to_quantize`` and ``nodes_to_exclude`` are ``quantize_static``'s arguments.
+``extra_options`` keys that shape calibration (``CalibTensorRangeSymmetric``,
+``CalibMovingAverage``, ``CalibMovingAverageConstant``, ``CalibPercentile``,
+``CalibStridedMinMax``, ``CalibMaxIntermediateOutputs``, ``num_bins``, ``num_quantized_bins``,
+``scenario``) go to the calibrator (see :data:`CALIBRATION_OPTIONS`); every other key goes to
+the quantizer's ``extra_options``.
+
+Example:
+    >>> from raysearch.quantize.ort import OrtBackend, reject_reason
+    >>> reject_reason({"quant_format": "QOperator", "activation_type": "QUInt16"})
+    'QOperator format supports 8-bit types only; QUInt16 needs quant_format QDQ'
+    >>> with OrtBackend("model.onnx", calib_data, cache) as backend:          # doctest: +SKIP
+    ...     info = backend.quantize({"calibrate_method": "MinMax"}, "int8.onnx")
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import os
+import shutil
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import onnx
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+from onnxruntime.quantization.quant_utils import (
+    MODEL_SIZE_THRESHOLD,
+    QuantizationMode,
+    get_opset_version,
+    load_model_with_shape_infer,
+    update_opset_version,
+)
+from onnxruntime.quantization.quantize import check_static_quant_arguments
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+from raysearch.errors import ConfigError, suggest
+from raysearch.quantize.calibration import (
+    DEFAULT_OP_TYPES,
+    CalibrationCache,
+    CalibrationRequest,
+    file_hash,
+)
+from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+from raysearch.quantize.tempdirs import make_workdir
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+
+__all__ = [
+    "OrtBackend",
+    "CALIBRATION_OPTIONS",
+    "REJECT_RULES",
+    "reject_reason",
+    "reject_qoperator_16bit",
+    "reject_qoperator_4bit",
+    "reject_qoperator_float8",
+    "reject_int8_activation_uint8_weight",
+    "reject_float8_mixed",
+    "reject_float8_without_distribution",
+    "reject_entropy_quantized_bins_over_bins",
+    "reject_distribution_few_bins",
+    "split_extra_options",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: ``extra_options`` keys that configure calibration -> the calibrator's own (lower-case)
+#: option name. They reach ONNX Runtime's calibrators, never the quantizer.
+CALIBRATION_OPTIONS: dict[str, str] = {
+    "CalibTensorRangeSymmetric": "symmetric",
+    "CalibMovingAverage": "moving_average",
+    "CalibMovingAverageConstant": "averaging_constant",
+    "CalibMaxIntermediateOutputs": "max_intermediate_outputs",
+    "CalibStridedMinMax": "strided",
+    "CalibPercentile": "percentile",
+    "num_bins": "num_bins",
+    "num_quantized_bins": "num_quantized_bins",
+    "scenario": "scenario",
+}
+
+_DEFAULTS: dict[str, Any] = {
+    "quant_format": "QDQ",
+    "calibrate_method": "MinMax",
+    "activation_type": "QInt8",
+    "weight_type": "QInt8",
+}
+_SIXTEEN = ("QInt16", "QUInt16")
+_FOUR = ("QInt4", "QUInt4")
+_FLOAT8 = "QFLOAT8E4M3FN"
+_QUANTIZABLE_OPS = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
+
+
+def split_extra_options(
+    extra_options: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(calibrator options keyed by their lower-case names, quantizer extra_options)``.
+
+    Example:
+        >>> split_extra_options({"CalibPercentile": 99.9, "ActivationSymmetric": True})
+        ({'percentile': 99.9}, {'ActivationSymmetric': True})
+    """
+    calibration: dict[str, Any] = {}
+    quantizer: dict[str, Any] = {}
+    for key, value in (extra_options or {}).items():
+        if key in CALIBRATION_OPTIONS:
+            calibration[CALIBRATION_OPTIONS[key]] = value
+        else:
+            quantizer[key] = value
+    return calibration, quantizer
+
+
+# --------------------------------------------------------------------------------------------
+# Combinations ONNX Runtime refuses: named rules, ``(settings) -> reason | None``.
+# Each accepts nested settings or a flat point keyed by dotted key paths.
+# --------------------------------------------------------------------------------------------
+
+
+def _get(settings: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    if key in settings:
+        return settings[key]
+    extra = settings.get("extra_options")
+    if isinstance(extra, Mapping) and key in extra:
+        return extra[key]
+    for path, value in settings.items():
+        if isinstance(path, str) and path.rsplit(".", 1)[-1] == key:
+            return value
+    return _DEFAULTS.get(key, default)
+
+
+def _types(settings: Mapping[str, Any]) -> tuple[str, str]:
+    return str(_get(settings, "activation_type")), str(_get(settings, "weight_type"))
+
+
+def reject_qoperator_16bit(settings: Mapping[str, Any]) -> str | None:
+    """QOperator format with a 16-bit type (``quantize_static`` refuses: QDQ only)."""
+    if _get(settings, "quant_format") != "QOperator":
+        return None
+    for t in _types(settings):
+        if t in _SIXTEEN:
+            return f"QOperator format supports 8-bit types only; {t} needs quant_format QDQ"
+    return None
+
+
+def reject_qoperator_4bit(settings: Mapping[str, Any]) -> str | None:
+    """QOperator format with a 4-bit type (the QOperator quantizer cannot pack 4-bit values)."""
+    if _get(settings, "quant_format") != "QOperator":
+        return None
+    for t in _types(settings):
+        if t in _FOUR:
+            return f"QOperator format supports 8-bit types only; {t} needs quant_format QDQ"
+    return None
+
+
+def reject_qoperator_float8(settings: Mapping[str, Any]) -> str | None:
+    """QOperator format with float8 (the model it writes references an op that does not
+    exist)."""
+    if _get(settings, "quant_format") == "QOperator" and _FLOAT8 in _types(settings):
+        return f"QOperator format does not support {_FLOAT8}; use quant_format QDQ"
+    return None
+
+
+def reject_int8_activation_uint8_weight(settings: Mapping[str, Any]) -> str | None:
+    """QInt8 activations with QUInt8 weights (``quantize_static`` refuses)."""
+    if _types(settings) == ("QInt8", "QUInt8"):
+        return "activation_type QInt8 with weight_type QUInt8 is not supported by ONNX Runtime"
+    return None
+
+
+def reject_float8_mixed(settings: Mapping[str, Any]) -> str | None:
+    """Float8 on one side only (``quantize_static`` needs float8 for both or neither)."""
+    activation, weight = _types(settings)
+    if (activation == _FLOAT8) != (weight == _FLOAT8):
+        return (
+            f"{_FLOAT8} must be both activation_type and weight_type "
+            f"(got activation {activation}, weight {weight})"
+        )
+    return None
+
+
+def reject_float8_without_distribution(settings: Mapping[str, Any]) -> str | None:
+    """Float8 with a calibration method other than Distribution (``quantize_static``
+    refuses)."""
+    method = _get(settings, "calibrate_method")
+    if _FLOAT8 in _types(settings) and method != "Distribution":
+        return f"{_FLOAT8} needs calibrate_method Distribution, got {method}"
+    return None
+
+
+def reject_entropy_quantized_bins_over_bins(settings: Mapping[str, Any]) -> str | None:
+    """Entropy with ``num_quantized_bins`` above ``num_bins`` (no threshold to search)."""
+    if _get(settings, "calibrate_method") != "Entropy":
+        return None
+    bins = _get(settings, "num_bins", 128)
+    quantized = _get(settings, "num_quantized_bins", 128)
+    if quantized > bins:
+        return f"Entropy needs num_quantized_bins <= num_bins, got {quantized} > {bins}"
+    return None
+
+
+def reject_distribution_few_bins(settings: Mapping[str, Any]) -> str | None:
+    """Distribution with fewer than 512 bins (ONNX Runtime's calibrator refuses)."""
+    if _get(settings, "calibrate_method") != "Distribution":
+        return None
+    bins = _get(settings, "num_bins", 2048)
+    if bins < 512:
+        return f"Distribution needs num_bins >= 512, got {bins}"
+    return None
+
+
+#: Every refusal rule, in the order :func:`reject_reason` applies them.
+REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
+    reject_int8_activation_uint8_weight,
+    reject_float8_mixed,
+    reject_float8_without_distribution,
+    reject_qoperator_16bit,
+    reject_qoperator_4bit,
+    reject_qoperator_float8,
+    reject_entropy_quantized_bins_over_bins,
+    reject_distribution_few_bins,
+)
+
+
+def reject_reason(settings: Mapping[str, Any]) -> str | None:
+    """The first reason ONNX Runtime would refuse ``settings``, or None."""
+    for rule in REJECT_RULES:
+        reason = rule(settings)
+        if reason:
+            return reason
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The backend
+# --------------------------------------------------------------------------------------------
+
+
+@register_backend("ort")
+class OrtBackend(QuantizerBackend):
+    """ONNX Runtime static quantization (QDQ by default) with cached calibration.
+
+    The float model is copied once into a private temporary directory (ONNX Runtime writes
+    shape-inferred copies next to the model it reads); :meth:`close` removes it.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource,
+        cache: CalibrationCache | None = None,
+        *,
+        threads: int = 1,
+        gpu_id: int | None = None,
+    ) -> None:
+        super().__init__(model_path, calibration, cache, threads=threads, gpu_id=gpu_id)
+        if self.cache is None:
+            self.cache = CalibrationCache(threads=threads)
+        self._workdir = str(make_workdir("raysearch-ort"))
+        # Removed by close(), when the backend is garbage-collected, or at interpreter exit.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
+        self._model_hash = file_hash(self.model_path)
+        self._model_copy = _copy_model(self.model_path, Path(self._workdir))
+        self._base = load_model_with_shape_infer(self._model_copy)
+        self._base_opset = get_opset_version(self._base)
+        self._variants: dict[tuple[Any, ...], tuple[onnx.ModelProto, Path, int]] = {}
+        self._large = self._base.ByteSize() >= MODEL_SIZE_THRESHOLD
+
+    # -- checks ----------------------------------------------------------------------------
+    @classmethod
+    def validate(
+        cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
+    ) -> None:
+        """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that are
+        no ONNX op (ONNX Runtime would ignore them silently), node names not in the model, and
+        SmoothQuant without neural-compressor."""
+        for key, enum in _ENUMS.items():
+            _enum(settings, key, enum)
+        op_types, node_names = _model_names(model)
+        requested = settings.get("op_types_to_quantize")
+        if requested:
+            _check_op_types(list(requested), op_types)
+        for key in ("nodes_to_quantize", "nodes_to_exclude"):
+            names = settings.get(key)
+            if names:
+                _check_node_names(key, list(names), node_names)
+        extra = settings.get("extra_options") or {}
+        if extra.get("SmoothQuant"):
+            try:
+                import neural_compressor  # noqa: F401
+            except ImportError:
+                raise ConfigError(
+                    "extra_options.SmoothQuant",
+                    "needs the neural-compressor package (pip install neural-compressor)",
+                ) from None
+
+    @classmethod
+    def reject(cls, settings: Mapping[str, Any]) -> str | None:
+        return reject_reason(settings)
+
+    # -- quantization ----------------------------------------------------------------------
+    def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
+        """Quantize with ``settings`` into ``out_path``; raises what ONNX Runtime raises."""
+        reason = reject_reason(settings)
+        if reason:
+            raise ValueError(reason)
+        quant_format = _enum(settings, "quant_format", QuantFormat)
+        _enum(settings, "calibrate_method", CalibrationMethod)
+        activation = _enum(settings, "activation_type", QuantType)
+        weight = _enum(settings, "weight_type", QuantType)
+        extra = dict(settings.get("extra_options") or {})
+        op_types = list(settings.get("op_types_to_quantize") or DEFAULT_OP_TYPES)
+        if extra.get("SmoothQuant"):
+            return self._quantize_static(settings, out_path)
+        _, quantizer_options = split_extra_options(extra)
+
+        start = time.perf_counter()
+        model, calib_path, opset = self._variant(weight, activation, extra)
+        request = CalibrationRequest.from_settings(settings)
+        if request.method == "Entropy" and request.bins <= request.num_quantized_bins:
+            _hint_once(
+                "Entropy with num_bins <= num_quantized_bins (ONNX Runtime's defaults are 128 "
+                "and 128) has one candidate threshold and gives MinMax's ranges; set "
+                "extra_options.num_bins (e.g. 2048) for a real entropy search"
+            )
+        ranges, hit = self.cache.tensors_range(
+            calib_path,
+            self.calibration,
+            request,
+            model_hash=f"{self._model_hash}:opset{opset}",
+        )
+        calibration_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        check_static_quant_arguments(quant_format, activation, weight)
+        arguments = (
+            settings.get("per_channel", False),
+            settings.get("reduce_range", False),
+        )
+        nodes_to_quantize = list(settings.get("nodes_to_quantize") or [])
+        nodes_to_exclude = list(settings.get("nodes_to_exclude") or [])
+        if quant_format is QuantFormat.QOperator:
+            quantizer = ONNXQuantizer(
+                copy.deepcopy(model),
+                *arguments,
+                QuantizationMode.QLinearOps,
+                True,  # static
+                weight,
+                activation,
+                ranges,
+                nodes_to_quantize,
+                nodes_to_exclude,
+                op_types,
+                quantizer_options,
+            )
+        else:
+            quantizer = QDQQuantizer(
+                copy.deepcopy(model),
+                *arguments,
+                weight,
+                activation,
+                ranges,
+                nodes_to_quantize,
+                nodes_to_exclude,
+                op_types,
+                quantizer_options,
+            )
+        quantizer.quantize_model()
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        quantizer.model.save_model_to_file(os.fspath(out_path), self._large)
+        quantization_s = time.perf_counter() - start
+        return QuantizeInfo(calibration_s, quantization_s, hit)
+
+    def _variant(
+        self, weight: QuantType, activation: QuantType, extra: Mapping[str, Any]
+    ) -> tuple[onnx.ModelProto, Path, int]:
+        """The model ``quantize_static`` would quantize for these types: the shape-inferred
+        float model, or its opset-raised version (16-bit, float8, block-wise types)."""
+        overrides = extra.get("TensorQuantOverrides")
+        key = (
+            weight == QuantType.QFLOAT8E4M3FN,
+            weight in (QuantType.QInt16, QuantType.QUInt16)
+            or activation in (QuantType.QInt16, QuantType.QUInt16)
+            or _overrides_need_16bit(overrides),
+            (extra.get("BlockSize") or 0) > 0,
+        )
+        if key not in self._variants:
+            updated = update_opset_version(
+                self._base,
+                weight,
+                activation,
+                tensor_quant_overrides=overrides,
+                block_size=extra.get("BlockSize", 0),
+            )
+            if updated is self._base:
+                self._variants[key] = (self._base, self._model_copy, self._base_opset)
+            else:
+                opset = get_opset_version(updated)
+                path = Path(self._workdir) / f"model_opset{opset}.onnx"
+                if not path.exists():
+                    # quantize_static calibrates a copy saved with external data.
+                    onnx.save_model(copy.deepcopy(updated), str(path), save_as_external_data=True)
+                self._variants[key] = (updated, path, opset)
+        return self._variants[key]
+
+    def _quantize_static(
+        self, settings: Mapping[str, Any], out_path: str | os.PathLike
+    ) -> QuantizeInfo:
+        """Plain ``quantize_static`` (no shared calibration) for settings that transform the
+        model before calibrating (SmoothQuant)."""
+        from onnxruntime.quantization import quantize_static
+
+        start = time.perf_counter()
+        quantize_static(
+            self._model_copy,
+            os.fspath(out_path),
+            self.calibration.reader(),
+            quant_format=QuantFormat[settings.get("quant_format") or "QDQ"],
+            op_types_to_quantize=settings.get("op_types_to_quantize"),
+            per_channel=settings.get("per_channel", False),
+            reduce_range=settings.get("reduce_range", False),
+            activation_type=QuantType[settings.get("activation_type") or "QInt8"],
+            weight_type=QuantType[settings.get("weight_type") or "QInt8"],
+            nodes_to_quantize=settings.get("nodes_to_quantize"),
+            nodes_to_exclude=settings.get("nodes_to_exclude"),
+            calibrate_method=CalibrationMethod[settings.get("calibrate_method") or "MinMax"],
+            use_external_data_format=self._large,
+            extra_options=dict(settings.get("extra_options") or {}),
+        )
+        return QuantizeInfo(0.0, time.perf_counter() - start, False)
+
+    def close(self) -> None:
+        self._variants.clear()
+        self._cleanup()
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+_HINTS: set[str] = set()
+
+
+def _hint_once(message: str) -> None:
+    if message not in _HINTS:
+        _HINTS.add(message)
+        _logger.info(message)
+
+
+_ENUMS: dict[str, Any] = {
+    "quant_format": QuantFormat,
+    "calibrate_method": CalibrationMethod,
+    "activation_type": QuantType,
+    "weight_type": QuantType,
+}
+
+
+def _enum(settings: Mapping[str, Any], key: str, enum: Any) -> Any:
+    """The enum member named by ``settings[key]`` (default: quantize_static's), or a
+    :class:`ConfigError` naming the closest valid value."""
+    value = settings.get(key) or _DEFAULTS[key]
+    if value not in enum.__members__:
+        names = list(enum.__members__)
+        raise ConfigError(
+            key,
+            f"unknown value {value!r}"
+            + suggest(str(value), names)
+            + f"; expected one of {', '.join(names)}",
+        )
+    return enum[value]
+
+
+def _copy_model(source: str, folder: Path) -> Path:
+    """Copy the model file into ``folder``; a model with external data is re-saved there with
+    its weights in one external file (as ``quantize_static`` does for in-memory models)."""
+    target = folder / "model.onnx"
+    proto = onnx.load(source, load_external_data=False)
+    has_external = any(
+        init.data_location == onnx.TensorProto.EXTERNAL for init in proto.graph.initializer
+    )
+    if not has_external:
+        shutil.copyfile(source, target)
+        return target
+    full = onnx.load(source)
+    onnx.save_model(full, str(target), save_as_external_data=True)
+    return target
+
+
+def _overrides_need_16bit(overrides: Any) -> bool:
+    if not isinstance(overrides, Mapping):
+        return False
+    sixteen = {QuantType.QInt16, QuantType.QUInt16}
+    for entries in overrides.values():
+        for override in entries if isinstance(entries, list) else []:
+            if not isinstance(override, Mapping):
+                continue
+            if override.get("quant_type") in sixteen:
+                return True
+            convert = override.get("convert")
+            if isinstance(convert, Mapping) and convert.get("quant_type") in sixteen:
+                return True
+    return False
+
+
+def _walk_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                nodes += _walk_nodes(attribute.g)
+            for sub in attribute.graphs:
+                nodes += _walk_nodes(sub)
+    return nodes
+
+
+@functools.lru_cache(maxsize=8)
+def _names_of_file(path: str, mtime_ns: int, size: int) -> tuple[frozenset[str], frozenset[str]]:
+    return _names_of_proto(onnx.load(path, load_external_data=False))
+
+
+def _names_of_proto(model: onnx.ModelProto) -> tuple[frozenset[str], frozenset[str]]:
+    nodes = _walk_nodes(model.graph)
+    return frozenset(n.op_type for n in nodes), frozenset(n.name for n in nodes if n.name)
+
+
+def _model_names(
+    model: str | os.PathLike | onnx.ModelProto,
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(op types, node names) of ``model``, subgraphs included."""
+    if isinstance(model, onnx.ModelProto):
+        return _names_of_proto(model)
+    path = os.path.realpath(os.fspath(model))
+    st = os.stat(path)
+    return _names_of_file(path, st.st_mtime_ns, st.st_size)
+
+
+def _is_onnx_op(op_type: str) -> bool:
+    return any(onnx.defs.has(op_type, domain) for domain in ("", "ai.onnx.ml", "com.microsoft"))
+
+
+def _check_op_types(requested: list[str], in_model: frozenset[str]) -> None:
+    unknown = [op for op in requested if op not in in_model and not _is_onnx_op(op)]
+    if unknown:
+        pool = sorted(in_model) + sorted(_QUANTIZABLE_OPS - in_model)
+        described = ", ".join(f"'{op}'{suggest(op, pool)}" for op in unknown)
+        noun = "op type" if len(unknown) == 1 else "op types"
+        raise ConfigError("op_types_to_quantize", f"unknown {noun} {described}")
+    present = [op for op in requested if op in in_model]
+    if not present:
+        raise ConfigError(
+            "op_types_to_quantize",
+            f"none of {', '.join(requested)} occurs in the model, so nothing would be "
+            f"quantized; the model's op types are {', '.join(sorted(in_model))}",
+        )
+    absent = [op for op in requested if op not in in_model]
+    if absent:
+        _logger.debug("op types not in the model (ignored): %s", ", ".join(absent))
+
+
+def _check_node_names(key: str, requested: list[str], in_model: frozenset[str]) -> None:
+    unknown = [name for name in requested if name not in in_model]
+    if unknown:
+        pool = sorted(in_model)
+        described = ", ".join(f"'{name}'{suggest(name, pool)}" for name in unknown)
+        noun = "node" if len(unknown) == 1 else "nodes"
+        raise ConfigError(key, f"unknown {noun} {described}; the model has no node of that name")

@@ -1,0 +1,179 @@
+"""Quantizer backends and their registry.
+
+A backend turns a float model, calibration data and one *settings* dict (see DEVELOPERS.md)
+into a quantized model file. ONNX Runtime's static quantizer is ``"ort"`` (the default); a new
+backend (NNCF next) is one new module under ``raysearch/quantize/`` that decorates its class
+with :func:`register_backend`, plus one line in :data:`BUILTIN_BACKENDS` so that
+:func:`get_backend` can import it on first use.
+
+Example:
+    >>> from raysearch.quantize.registry import available_backends, get_backend
+    >>> available_backends()
+    ['ort']
+    >>> backend_cls = get_backend("ort")
+    >>> backend_cls.validate({"op_types_to_quantize": ["MatMul"]}, "model.onnx")  # doctest: +SKIP
+    >>> backend = backend_cls("model.onnx", calibration_data, cache=cache)         # doctest: +SKIP
+    >>> info = backend.quantize(settings, "out.onnx")                              # doctest: +SKIP
+    >>> info.calib_cache_hit                                                       # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from raysearch.errors import ConfigError, suggest
+
+if TYPE_CHECKING:
+    import onnx
+
+    from raysearch.data import DataSource
+    from raysearch.quantize.calibration import CalibrationCache
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "BUILTIN_BACKENDS",
+    "QuantizeInfo",
+    "QuantizerBackend",
+    "register_backend",
+    "get_backend",
+    "available_backends",
+]
+
+DEFAULT_BACKEND = "ort"
+
+#: Backends shipped with raysearch: registry key -> module that registers it when imported.
+BUILTIN_BACKENDS: dict[str, str] = {
+    "ort": "raysearch.quantize.ort",
+}
+
+_REGISTRY: dict[str, type[QuantizerBackend]] = {}
+
+
+@dataclass
+class QuantizeInfo:
+    """What one ``quantize`` call cost: seconds in calibration (0 on a cache hit), seconds in
+    the quantizer itself, and whether the calibration came from the cache."""
+
+    calibration_s: float = 0.0
+    quantization_s: float = 0.0
+    calib_cache_hit: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class QuantizerBackend(abc.ABC):
+    """One quantizer. Constructed once per process (a Ray actor) with the float model and the
+    calibration data, then called once per trial.
+
+    Subclasses implement :meth:`validate` (settings errors found before any trial, as
+    :class:`~raysearch.errors.ConfigError`), :meth:`quantize`, and optionally :meth:`reject`
+    (combinations the quantizer is known to refuse, as a reason string).
+    """
+
+    #: The registry key, set by :func:`register_backend`.
+    name: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource,
+        cache: CalibrationCache | None = None,
+        *,
+        threads: int = 1,
+        gpu_id: int | None = None,
+    ) -> None:
+        self.model_path = os.fspath(model_path)
+        self.calibration = calibration
+        self.cache = cache
+        self.threads = threads
+        self.gpu_id = gpu_id
+
+    @classmethod
+    @abc.abstractmethod
+    def validate(
+        cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
+    ) -> None:
+        """Raise :class:`~raysearch.errors.ConfigError` for settings that cannot apply to
+        ``model`` (unknown op types or node names, values the backend does not know)."""
+
+    @classmethod
+    def reject(cls, settings: Mapping[str, Any]) -> str | None:
+        """Why the backend would refuse ``settings`` (``None`` when it would not)."""
+        return None
+
+    @abc.abstractmethod
+    def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
+        """Write the model quantized with ``settings`` to ``out_path``."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release temporary files and sessions (called when the process is done)."""
+
+    def __enter__(self) -> QuantizerBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_B = TypeVar("_B", bound=type[QuantizerBackend])
+
+
+def register_backend(name: str) -> Callable[[_B], _B]:
+    """Class decorator registering a :class:`QuantizerBackend` under ``name``.
+
+    Example:
+        >>> @register_backend("nncf")                        # doctest: +SKIP
+        ... class NNCFBackend(QuantizerBackend): ...
+    """
+
+    def decorate(cls: _B) -> _B:
+        if not (isinstance(cls, type) and issubclass(cls, QuantizerBackend)):
+            raise TypeError(f"@register_backend({name!r}) needs a QuantizerBackend subclass")
+        existing = _REGISTRY.get(name)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(f"quantizer backend {name!r} is already registered by {existing}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def get_backend(name: str | None = None) -> type[QuantizerBackend]:
+    """The backend class registered as ``name`` (default ``"ort"``), importing a built-in
+    backend's module on first use.
+
+    Raises:
+        ConfigError: (key ``quantizer``) no such backend, with the closest name; or its
+            module cannot be imported (a missing optional dependency).
+    """
+    name = name or DEFAULT_BACKEND
+    if name not in _REGISTRY and name in BUILTIN_BACKENDS:
+        try:
+            importlib.import_module(BUILTIN_BACKENDS[name])
+        except ImportError as exc:
+            raise ConfigError(
+                "quantizer", f"backend '{name}' needs a package that is not installed: {exc}"
+            ) from None
+    if name not in _REGISTRY:
+        known = available_backends()
+        raise ConfigError(
+            "quantizer",
+            f"unknown quantizer backend '{name}'"
+            + suggest(name, known)
+            + "; known: "
+            + ", ".join(known),
+        )
+    return _REGISTRY[name]
+
+
+def available_backends() -> list[str]:
+    """Registry keys of every backend: the built-in ones and any registered since."""
+    return sorted(set(BUILTIN_BACKENDS) | set(_REGISTRY))

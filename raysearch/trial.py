@@ -1,0 +1,277 @@
+"""One trial, end to end, without Ray: quantize, evaluate, decide.
+
+A :class:`TrialRunner` is built once per process (a Ray actor reuses it for many trials) with
+the float model, the calibration and evaluation data, the evaluator and a cache directory. It
+keeps the quantizer backend, the calibration cache and the float reference between trials.
+:meth:`TrialRunner.run` never raises for a bad setting: whatever ONNX Runtime refuses, and any
+metric that cannot be computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
+
+Example:
+    >>> from raysearch.data import DataSource
+    >>> from raysearch.evaluate import Evaluator
+    >>> from raysearch.trial import TrialRunner
+    >>> calib = DataSource.load("calib.npz", "model.onnx")                 # doctest: +SKIP
+    >>> runner = TrialRunner("model.onnx", calib, calib, Evaluator("cos", 0.999),
+    ...                      cache_dir="/tmp/rs-cache", threads=2)         # doctest: +SKIP
+    >>> result = runner.run({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
+    >>> result.status, result.metric, result.is_candidate                  # doctest: +SKIP
+    ('ok', 0.99962, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.evaluate import (
+    Evaluator,
+    FloatReference,
+    MetricError,
+    measure_latency,
+    model_size_bytes,
+    run_model,
+)
+from raysearch.providers import execution_providers, make_session
+from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+    from raysearch.quantize.calibration import CalibrationCache
+    from raysearch.quantize.registry import QuantizerBackend
+
+__all__ = ["TrialResult", "TrialRunner", "one_line"]
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialResult:
+    """What one trial produced. ``status`` is ``"ok"`` or ``"failed"`` (then ``error`` says
+    why, in one line, and ``metric`` is None)."""
+
+    status: str
+    metric: float | None = None
+    is_candidate: bool = False
+    error: str | None = None
+    duration_s: float = 0.0
+    calibration_s: float = 0.0
+    quantization_s: float = 0.0
+    evaluation_s: float = 0.0
+    calib_cache_hit: bool = False
+    model_path: str | None = None
+    model_size_bytes: int | None = None
+    latency_ms: float | None = None
+    device: str = "cpu"
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (NaN and inf become None)."""
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None
+        return data
+
+
+def one_line(exc: BaseException) -> str:
+    """``"Type: first line of the message"``, shortened to 300 characters."""
+    text = str(exc).strip().splitlines()
+    message = text[0] if text else ""
+    if isinstance(exc, (MetricError, ValueError)) and message:
+        line = message
+    else:
+        line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+class TrialRunner:
+    """Runs trials for one model in one process.
+
+    ``threads`` is the number of CPUs given to the trial (intra-op threads of every session);
+    ``gpu_id`` the GPU it was given (None: CPU). The float reference (built-in metrics) or the
+    float model's score (custom evaluators) is computed on first need unless given.
+    ``measure_latency`` records the median latency per evaluation batch.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource,
+        evaluation: DataSource | None,
+        evaluator: Evaluator,
+        cache_dir: str | os.PathLike | None = None,
+        threads: int = 1,
+        gpu_id: int | None = None,
+        float_reference: FloatReference | None = None,
+        *,
+        float_score: float | None = None,
+        measure_latency: bool = True,
+        gpu_mem_limit: int | None = None,
+        cache: CalibrationCache | None = None,
+    ) -> None:
+        from raysearch.quantize.calibration import CalibrationCache
+
+        self.model_path = os.fspath(model_path)
+        self.calibration = calibration
+        self.evaluation = evaluation
+        self.evaluator = evaluator
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.threads = max(1, int(threads))
+        self.gpu_id = gpu_id
+        self.gpu_mem_limit = gpu_mem_limit
+        self.measure_latency = measure_latency
+        self.providers, _, self.device = execution_providers(gpu_id, gpu_mem_limit)
+        self.cache = cache or CalibrationCache(self.cache_dir, threads=self.threads)
+        self._reference = float_reference
+        self._float_score = float_score
+        self._backends: dict[str, QuantizerBackend] = {}
+        if evaluator.needs_reference and evaluation is None:
+            raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
+
+    # -- shared, computed once -----------------------------------------------------------
+    @property
+    def float_reference(self) -> FloatReference:
+        """The float model's outputs on the evaluation data (computed or loaded on first use)."""
+        if self._reference is None:
+            if self.evaluation is None:
+                raise ValueError("no evaluation data to compute the float reference on")
+            self._reference = FloatReference.cached(
+                self.cache_dir,
+                self.model_path,
+                self.evaluation,
+                threads=self.threads,
+                gpu_id=self.gpu_id,
+            )
+        return self._reference
+
+    @property
+    def float_score(self) -> float | None:
+        """The custom evaluator's score of the float model (None for built-in metrics)."""
+        if self.evaluator.is_custom and self._float_score is None:
+            self._float_score = self.evaluator.score_float(self.model_path, self.providers)
+        return self._float_score
+
+    def backend(self, name: str | None = None) -> QuantizerBackend:
+        """The quantizer backend ``name`` for this model and data, created on first use."""
+        name = name or DEFAULT_BACKEND
+        if name not in self._backends:
+            self._backends[name] = get_backend(name)(
+                self.model_path,
+                self.calibration,
+                self.cache,
+                threads=self.threads,
+                gpu_id=self.gpu_id,
+            )
+        return self._backends[name]
+
+    # -- one trial ---------------------------------------------------------------------------
+    def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialResult:
+        """Quantize with ``settings`` into ``out_path``, evaluate, and report. Never raises for
+        a bad setting: failures are results with ``status="failed"``."""
+        start = time.perf_counter()
+        out_path = Path(out_path)
+        result = TrialResult(status="failed", device=self.device)
+        try:
+            name = settings.get("quantizer") or DEFAULT_BACKEND
+            backend_cls = get_backend(name)
+            reason = backend_cls.reject(settings)
+            if reason:
+                result.error = f"rejected: {reason}"
+                return result
+            # The shared values may raise for reasons that are not this setting's fault; they
+            # are computed before quantizing so that such errors are not blamed on it.
+            if self.evaluator.needs_reference:
+                reference = self.float_reference
+            else:
+                reference = None
+                float_score = self.float_score
+            info = self.backend(name).quantize(settings, out_path)
+            result.calibration_s = info.calibration_s
+            result.quantization_s = info.quantization_s
+            result.calib_cache_hit = info.calib_cache_hit
+            result.model_path = str(out_path)
+            result.model_size_bytes = model_size_bytes(out_path)
+
+            evaluation_start = time.perf_counter()
+            try:
+                if reference is not None:
+                    score, latency = self._score_outputs(out_path, reference)
+                else:
+                    score = self.evaluator.score_model(out_path, self.providers)
+                    latency = self._latency(out_path) if self.measure_latency else None
+            finally:
+                result.evaluation_s = time.perf_counter() - evaluation_start
+            result.metric = score.metric
+            result.extra = score.extra
+            result.latency_ms = latency
+            result.is_candidate = self.evaluator.is_candidate(
+                score.metric, None if reference is not None else float_score
+            )
+            result.status = "ok"
+        except Exception as exc:  # a trial reports its failure; the search goes on
+            result.status = "failed"
+            result.metric = None
+            result.is_candidate = False
+            result.error = one_line(exc)
+            if result.model_path is not None:  # keep no half-useful model on disk
+                with contextlib.suppress(OSError):
+                    out_path.unlink()
+                result.model_path = None
+            _logger.info("trial failed: %s", result.error)
+            _logger.debug("trial failure", exc_info=True)
+        finally:
+            result.duration_s = time.perf_counter() - start
+            gc.collect()
+        return result
+
+    def _score_outputs(
+        self, model_path: Path, reference: FloatReference
+    ) -> tuple[Any, float | None]:
+        assert self.evaluation is not None
+        session = make_session(model_path, self.threads, self.gpu_id, self.gpu_mem_limit)
+        try:
+            outputs, latencies = run_model(session, self.evaluation)
+        finally:
+            del session
+        score = self.evaluator.score(outputs=outputs, reference=reference)
+        latency = None
+        if self.measure_latency and latencies:
+            full = latencies[1:] if len(latencies) > 2 else latencies  # skip the warm-up batch
+            latency = float(sorted(full)[len(full) // 2])
+        return score, latency
+
+    def _latency(self, model_path: Path) -> float | None:
+        data = self.evaluation or self.calibration
+        session = make_session(model_path, self.threads, self.gpu_id, self.gpu_mem_limit)
+        try:
+            return measure_latency(session, data.batch(0))
+        except Exception as exc:  # latency is secondary: never fail a trial for it
+            _logger.debug("latency measurement failed: %s", exc)
+            return None
+        finally:
+            del session
+
+    def close(self) -> None:
+        """Remove the backends' temporary files."""
+        for backend in self._backends.values():
+            with contextlib.suppress(Exception):
+                backend.close()
+        self._backends.clear()
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,257 @@
+"""Small, real ONNX models for tests, built with ``onnx.helper`` and numpy.
+
+Every builder writes a valid model (IR version 8, opset 17) to ``path`` and returns the path.
+The weights come from a seeded generator, so a model is the same bytes on every run. Data
+helpers return matching ``{input name: array}`` dicts.
+
+Example:
+    >>> from tests.models import make_mlp_model, mlp_data
+    >>> path = make_mlp_model(tmp_path / "mlp.onnx")        # doctest: +SKIP
+    >>> data = mlp_data(32)                                   # doctest: +SKIP
+    >>> data["x"].shape                                       # doctest: +SKIP
+    (32, 16)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = [
+    "OPSET",
+    "IR_VERSION",
+    "make_mlp_model",
+    "make_conv_model",
+    "make_encoder_model",
+    "make_nan_model",
+    "make_static_batch_model",
+    "mlp_data",
+    "conv_data",
+    "encoder_data",
+    "nan_model_data",
+]
+
+OPSET = 17
+IR_VERSION = 8
+
+
+def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.ascontiguousarray(array), name)
+
+
+def _save(graph: onnx.GraphProto, path: str | Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    model.producer_name = "raysearch-tests"
+    onnx.checker.check_model(model, full_check=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def make_mlp_model(
+    path: str | Path,
+    in_features: int = 16,
+    hidden: int = 32,
+    out_features: int = 8,
+    seed: int = 0,
+) -> Path:
+    """A two-layer MLP ``y = MatMul(Relu(MatMul(x, W1) + b1), W2) + b2``.
+
+    Input ``x`` float32 ``[N, in_features]`` (dynamic batch ``N``), output ``y`` float32
+    ``[N, out_features]``. Node names: ``fc1``, ``fc1_bias``, ``relu``, ``fc2``, ``fc2_bias``.
+    """
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0, 1 / np.sqrt(in_features), (in_features, hidden)).astype(np.float32)
+    b1 = rng.normal(0, 0.1, hidden).astype(np.float32)
+    w2 = rng.normal(0, 1 / np.sqrt(hidden), (hidden, out_features)).astype(np.float32)
+    b2 = rng.normal(0, 0.1, out_features).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h1"], name="fc1"),
+        helper.make_node("Add", ["h1", "b1"], ["h1b"], name="fc1_bias"),
+        helper.make_node("Relu", ["h1b"], ["a1"], name="relu"),
+        helper.make_node("MatMul", ["a1", "w2"], ["h2"], name="fc2"),
+        helper.make_node("Add", ["h2", "b2"], ["y"], name="fc2_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", in_features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", out_features])],
+        [_init("w1", w1), _init("b1", b1), _init("w2", w2), _init("b2", b2)],
+    )
+    return _save(graph, path)
+
+
+def mlp_data(n: int, in_features: int = 16, seed: int = 1) -> dict[str, np.ndarray]:
+    """``{"x": float32 [n, in_features]}`` drawn from a standard normal distribution."""
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(0, 1, (n, in_features)).astype(np.float32)}
+
+
+def make_conv_model(path: str | Path, channels: int = 8, size: int = 16, seed: int = 0) -> Path:
+    """A small CNN: Conv-Relu-Conv-Relu-GlobalAveragePool-Flatten-Gemm.
+
+    Input ``x`` float32 ``[N, 3, size, size]``, output ``y`` float32 ``[N, 10]``.
+    Node names: ``conv1``, ``relu1``, ``conv2``, ``relu2``, ``pool``, ``flatten``, ``fc``.
+    """
+    rng = np.random.default_rng(seed)
+    k1 = rng.normal(0, 0.3, (channels, 3, 3, 3)).astype(np.float32)
+    c1 = rng.normal(0, 0.1, channels).astype(np.float32)
+    k2 = rng.normal(0, 0.2, (channels, channels, 3, 3)).astype(np.float32)
+    c2 = rng.normal(0, 0.1, channels).astype(np.float32)
+    wf = rng.normal(0, 0.3, (10, channels)).astype(np.float32)
+    bf = rng.normal(0, 0.1, 10).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "k1", "c1"], ["h1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["h1"], ["a1"], name="relu1"),
+        helper.make_node("Conv", ["a1", "k2", "c2"], ["h2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["h2"], ["a2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["a2"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        [_init(n, a) for n, a in (("k1", k1), ("c1", c1), ("k2", k2), ("c2", c2))]
+        + [_init("wf", wf), _init("bf", bf)],
+    )
+    return _save(graph, path)
+
+
+def conv_data(n: int, size: int = 16, seed: int = 2) -> dict[str, np.ndarray]:
+    """``{"x": float32 [n, 3, size, size]}`` uniform in [0, 1)."""
+    rng = np.random.default_rng(seed)
+    return {"x": rng.random((n, 3, size, size), dtype=np.float32)}
+
+
+def make_encoder_model(
+    path: str | Path, seq: int = 8, dim: int = 16, ffn: int = 32, seed: int = 0
+) -> Path:
+    """A one-block transformer encoder with single-head attention and an attention mask.
+
+    Inputs ``x`` float32 ``[N, seq, dim]`` and ``mask`` int64 ``[N, seq]`` (1 = attend,
+    0 = padding); output ``y`` float32 ``[N, seq, dim]``. Ops: LayerNormalization, MatMul,
+    Transpose, Mul, Add, Sub, Cast, Unsqueeze, Softmax, Relu.
+    """
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return rng.normal(0, 1 / np.sqrt(shape[0]), shape).astype(np.float32)
+
+    inits = {
+        "ln1_g": np.ones(dim, np.float32),
+        "ln1_b": np.zeros(dim, np.float32),
+        "wq": weight(dim, dim),
+        "wk": weight(dim, dim),
+        "wv": weight(dim, dim),
+        "wo": weight(dim, dim),
+        "ln2_g": np.ones(dim, np.float32),
+        "ln2_b": np.zeros(dim, np.float32),
+        "w_up": weight(dim, ffn),
+        "b_up": rng.normal(0, 0.1, ffn).astype(np.float32),
+        "w_down": weight(ffn, dim),
+        "b_down": rng.normal(0, 0.1, dim).astype(np.float32),
+        "scale": np.array(1 / np.sqrt(dim), np.float32),
+        "one": np.array(1.0, np.float32),
+        "neg_big": np.array(-1e4, np.float32),
+        "axes_1": np.array([1], np.int64),
+    }
+    n = helper.make_node
+    nodes = [
+        n("LayerNormalization", ["x", "ln1_g", "ln1_b"], ["ln1"], name="ln1", axis=-1),
+        n("MatMul", ["ln1", "wq"], ["q"], name="q_proj"),
+        n("MatMul", ["ln1", "wk"], ["k"], name="k_proj"),
+        n("MatMul", ["ln1", "wv"], ["v"], name="v_proj"),
+        n("Transpose", ["k"], ["kt"], name="k_transpose", perm=[0, 2, 1]),
+        n("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        n("Mul", ["scores", "scale"], ["scaled"], name="scale_scores"),
+        n("Cast", ["mask"], ["mask_f"], name="mask_cast", to=TensorProto.FLOAT),
+        n("Sub", ["one", "mask_f"], ["inv_mask"], name="mask_invert"),
+        n("Mul", ["inv_mask", "neg_big"], ["mask_bias"], name="mask_scale"),
+        n("Unsqueeze", ["mask_bias", "axes_1"], ["mask_bias3"], name="mask_unsqueeze"),
+        n("Add", ["scaled", "mask_bias3"], ["masked"], name="apply_mask"),
+        n("Softmax", ["masked"], ["probs"], name="softmax", axis=-1),
+        n("MatMul", ["probs", "v"], ["ctx"], name="attend"),
+        n("MatMul", ["ctx", "wo"], ["attn_out"], name="o_proj"),
+        n("Add", ["x", "attn_out"], ["res1"], name="residual1"),
+        n("LayerNormalization", ["res1", "ln2_g", "ln2_b"], ["ln2"], name="ln2", axis=-1),
+        n("MatMul", ["ln2", "w_up"], ["up"], name="ffn_up"),
+        n("Add", ["up", "b_up"], ["up_b"], name="ffn_up_bias"),
+        n("Relu", ["up_b"], ["up_a"], name="ffn_relu"),
+        n("MatMul", ["up_a", "w_down"], ["down"], name="ffn_down"),
+        n("Add", ["down", "b_down"], ["down_b"], name="ffn_down_bias"),
+        n("Add", ["res1", "down_b"], ["y"], name="residual2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "encoder",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", seq, dim]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", seq]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", seq, dim])],
+        [_init(k, v) for k, v in inits.items()],
+    )
+    return _save(graph, path)
+
+
+def encoder_data(n: int, seq: int = 8, dim: int = 16, seed: int = 3) -> dict[str, np.ndarray]:
+    """``{"x": float32 [n, seq, dim], "mask": int64 [n, seq]}``; each row attends to a random
+    prefix of at least two positions."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, seq + 1, n)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
+    return {"x": rng.normal(0, 1, (n, seq, dim)).astype(np.float32), "mask": mask}
+
+
+def make_nan_model(path: str | Path, features: int = 4) -> Path:
+    """A model whose float outputs are finite but whose MatMul-quantized outputs hold NaN.
+
+    ``z = MatMul(x, W)`` has one column of tiny positive values (about 1e-5, far below one
+    quantization step), ``y = (Log(z) - Log(z)) + z``. In float, ``y == z``. Quantized with
+    ``op_types_to_quantize: [MatMul]``, that column rounds to 0, ``Log(0) = -inf`` and
+    ``-inf - -inf = NaN``. Input ``x`` float32 ``[N, features]`` (use :func:`nan_model_data`).
+    """
+    w = np.full((features, features), 0.5, np.float32)
+    w[:, 0] = 1e-5
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["z"], name="matmul"),
+        helper.make_node("Log", ["z"], ["log_z"], name="log"),
+        helper.make_node("Sub", ["log_z", "log_z"], ["zero"], name="sub"),
+        helper.make_node("Add", ["zero", "z"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nan_after_quantization",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", features])],
+        [_init("w", w)],
+    )
+    return _save(graph, path)
+
+
+def nan_model_data(n: int, features: int = 4, seed: int = 4) -> dict[str, np.ndarray]:
+    """Positive inputs for :func:`make_nan_model`: ``{"x": float32 [n, features]}`` in [0.5, 1)."""
+    rng = np.random.default_rng(seed)
+    return {"x": (0.5 + 0.5 * rng.random((n, features))).astype(np.float32)}
+
+
+def make_static_batch_model(path: str | Path, features: int = 4) -> Path:
+    """``y = x * 2`` with a static batch of 1: input ``x`` float32 ``[1, features]``."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["y"], name="double")]
+    graph = helper.make_graph(
+        nodes,
+        "static_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, features])],
+        [_init("two", np.array(2.0, np.float32))],
+    )
+    return _save(graph, path)
