@@ -50,6 +50,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     resume = sub.add_parser("resume", help="continue an interrupted search")
     resume.add_argument("output_dir", type=Path, help="the interrupted search's output folder")
+    resume.add_argument("--address", help="Ray cluster to join: auto or ray://host:port")
 
     validate = sub.add_parser("validate", help="check a config and print the space's size")
     validate.add_argument("config", type=Path)
@@ -60,6 +61,13 @@ def _build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the summary and top settings of a search")
     show.add_argument("output_dir", type=Path)
     show.add_argument("--top", type=int, default=5, help="how many settings to list")
+
+    batch = sub.add_parser("batch", help="search many models from a manifest on one cluster")
+    batch.add_argument("manifest", type=Path, help="the batch manifest (YAML)")
+    batch.add_argument("--output-dir", type=Path, help="where outputs go (overrides output_dir)")
+    batch.add_argument(
+        "--overwrite", action="store_true", help="rerun finished searches instead of keeping them"
+    )
 
     demo = sub.add_parser("demo", help="run the embedded demo search (magika, local Ray)")
     demo.add_argument("--output-dir", type=Path, help="where outputs go")
@@ -163,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from raysearch.search import AutoSearch
 
-    result = AutoSearch.resume(args.output_dir, progress=sys.stderr)
+    result = AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address)
     _print_summary(result.summary, result.output_dir)
     return EXIT_OK
 
@@ -245,6 +253,22 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from raysearch.batch import BatchManifest, run_batch
+
+    manifest = BatchManifest.load(args.manifest, args.output_dir)
+    table = run_batch(manifest, progress=sys.stderr, overwrite=args.overwrite)
+    rows = table.to_pylist()
+    ok = sum(r["status"] == "ok" for r in rows)
+    print(f"Batch finished: {ok} of {len(rows)} models searched successfully.")
+    print((manifest.output_dir / "batch_summary.md").read_text())
+    print(
+        f"Outputs: {manifest.output_dir} (batch_summary.parquet, batch_summary.md, "
+        "one folder per model)"
+    )
+    return EXIT_OK
+
+
 class _NotASearch(InputError):
     def __init__(self, folder: Path) -> None:
         super().__init__(f"{folder}: no raysearch outputs here (summary.json, results.parquet)")
@@ -257,6 +281,7 @@ _COMMANDS = {
     "spaces": _cmd_spaces,
     "show": _cmd_show,
     "demo": _cmd_demo,
+    "batch": _cmd_batch,
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""``TrialRecorder``: the Tune callback that records every finished trial the moment it ends.
+
+For each finished trial (a result, or an exception/crash/timeout reported by Tune) it
+
+1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate (with
+   ``keep_candidates``), ``kept/<trial_id>.onnx`` for the best trial so far when it is not a
+   candidate (the previous one is deleted), otherwise deleted at once; so the disk holds the
+   candidates, one best model and the models of running trials, never one per trial;
+2. appends one record to the journal (flush + fsync) — see :mod:`raysearch.search.journal`;
+3. logs the trial to ``auto_search.log``.
+
+A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, ``settings``,
+``status`` (ok|failed), ``metric``, ``is_candidate``, ``error``, the timings and other fields
+of the trial engine's ``TrialResult``, ``node``, ``model_file`` (relative to the output folder,
+or None) and ``elapsed_s`` (search wall time when it ended).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from raysearch.search.journal import Journal
+
+__all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
+
+_logger = logging.getLogger(__name__)
+
+CANDIDATES = "candidates"
+KEPT = "kept"
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _error_line(text: str) -> str:
+    """The most telling line of an error text (the last ``Name: message`` line)."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if ":" in line and (head.endswith("Error") or head.endswith("Exception")):
+            return line[:2000]
+    return (lines[-1] if lines else str(text))[:2000]
+
+
+class TrialRecorder(tune.Callback):
+    """Records finished trials durably; see the module docstring.
+
+    Args:
+        output_dir: the search's output folder.
+        journal: where records go.
+        higher_is_better: the metric's direction (which model to keep as the best).
+        keep_candidates: keep every candidate's model under ``candidates/``.
+        prior: records of earlier sessions (resume): their ids are not recorded twice and the
+            best of them stays the best so far.
+        clock: returns the search's elapsed wall time (for ``elapsed_s``).
+        on_record: called with each new record (the stopper counts errors through it).
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        journal: Journal,
+        *,
+        higher_is_better: bool,
+        keep_candidates: bool = True,
+        prior: Sequence[dict[str, Any]] = (),
+        clock: Callable[[], float] | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.journal = journal
+        self.higher_is_better = higher_is_better
+        self.keep_candidates = keep_candidates
+        self.clock = clock
+        self.on_record = on_record
+        self.records: list[dict[str, Any]] = list(prior)
+        self.recorded: set[str] = {str(r.get("trial_id")) for r in prior}
+        self.best: dict[str, Any] | None = None
+        for record in prior:
+            if self._better(record):
+                self.best = record
+
+    # -- Tune Callback interface -----------------------------------------------------------
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        if result.get("replayed") or trial.trial_id in self.recorded:
+            return
+        record = dict(result.get("trial") or {})
+        record.setdefault("status", "failed")
+        self.record(trial, record)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.trial_id in self.recorded:
+            return
+        text = _error_text(trial) or "the trial's actor failed"
+        _logger.debug("trial %s raised:\n%s", trial.trial_id, text)
+        record = {
+            "status": "failed",
+            "metric": None,
+            "is_candidate": False,
+            "error": _error_line(text),
+            "node": getattr(trial, "node_ip", None),
+        }
+        self.record(trial, record)
+
+    # -- recording -------------------------------------------------------------------------
+    def record(self, trial: Any, record: dict[str, Any]) -> dict[str, Any]:
+        """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
+        config = trial.config
+        trial_id = trial.trial_id
+        record["metric"] = _finite(record.get("metric")) if record["status"] == "ok" else None
+        record["is_candidate"] = bool(record.get("is_candidate")) and record["status"] == "ok"
+        full = {
+            "trial_id": trial_id,
+            "number": config.get("number"),
+            "phase": config.get("phase"),
+            "key": config.get("key"),
+            "point": config.get("point"),
+            "params": config.get("params"),
+            "settings": config.get("settings"),
+            **record,
+        }
+        full["model_file"] = self._place_model(trial_id, full)
+        full.pop("model_path", None)
+        if self.clock is not None:
+            full["elapsed_s"] = round(self.clock(), 3)
+        self.journal.append(full)
+        self.records.append(full)
+        self.recorded.add(trial_id)
+        self._log(full)
+        if self.on_record is not None:
+            self.on_record(full)
+        return full
+
+    def _better(self, record: dict[str, Any]) -> bool:
+        metric = _finite(record.get("metric"))
+        if record.get("status") != "ok" or metric is None:
+            return False
+        if self.best is None:
+            return True
+        best = self.best["metric"]
+        return metric > best if self.higher_is_better else metric < best
+
+    def _place_model(self, trial_id: str, record: dict[str, Any]) -> str | None:
+        source = record.get("model_path")
+        source = Path(source) if source else None
+        if source is not None and not source.is_absolute():
+            source = self.output_dir / source
+        have = source is not None and source.is_file() and record["status"] == "ok"
+        kept: str | None = None
+        if have and record["is_candidate"] and self.keep_candidates:
+            kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx")
+        if self._better(record):
+            previous = self.best
+            if have and kept is None:
+                kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx")
+            record["model_file"] = kept
+            self.best = record
+            if previous and str(previous.get("model_file") or "").startswith(KEPT + "/"):
+                _unlink(self.output_dir / previous["model_file"])
+        if kept is None and source is not None:
+            _unlink(source)
+        return kept
+
+    def _move(self, source: Path, relative: Path) -> str:
+        target = self.output_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(source, target)
+        except OSError:  # another file system
+            shutil.move(os.fspath(source), os.fspath(target))
+        return relative.as_posix()
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if record["status"] == "ok":
+            _logger.info(
+                "trial %s (#%s) ok: metric=%s candidate=%s %.2fs params=%s",
+                record["trial_id"],
+                record.get("number"),
+                record.get("metric"),
+                record.get("is_candidate"),
+                float(record.get("duration_s") or 0.0),
+                record.get("params"),
+            )
+        else:
+            _logger.warning(
+                "trial %s (#%s) failed: %s params=%s",
+                record["trial_id"],
+                record.get("number"),
+                record.get("error"),
+                record.get("params"),
+            )
+
+
+def _error_text(trial: Any) -> str | None:
+    """The error Tune recorded for ``trial``: its local error file (written at once), else
+    what storage has."""
+    path = getattr(trial, "error_file", None)
+    try:
+        if path and os.path.isfile(path):
+            return Path(path).read_text(errors="replace")
+        error = trial.get_error()
+    except OSError:
+        return None
+    return None if error is None else str(error)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass

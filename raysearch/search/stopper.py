@@ -1,0 +1,149 @@
+"""``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper``.
+
+After every result it counts candidates per trial id (each trial once) and decides whether the
+whole search ends (``stop_all``): enough candidates (``find_n_candidates``), a candidate that
+reaches the stricter target (``find_best_candidate``), every allowed trial finished
+(``iteration_limit``) or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a
+condition. The first condition that fires is kept as :attr:`CandidateStopper.reason`.
+
+``iteration_limit`` counts trials *started*; the searcher makes sure no more than that many
+start (see :mod:`raysearch.search.searchers`), so the stopper only has to notice that the last
+of them finished.
+
+Example:
+    >>> from raysearch.config import StopConfig
+    >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
+    >>> stopper("a", {"metric": 0.1, "is_candidate": True}), stopper.stop_all()
+    (False, False)
+    >>> stopper("b", {"metric": 0.2, "is_candidate": True}), stopper.stop_all(), stopper.reason
+    (False, True, 'candidates_found')
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ray.tune.stopper import Stopper
+
+from raysearch.config import StopConfig
+
+__all__ = ["CandidateStopper", "STOP_REASONS"]
+
+_logger = logging.getLogger(__name__)
+
+#: Every value ``summary.json``'s ``stop_reason`` can take.
+STOP_REASONS = (
+    "candidates_found",
+    "best_candidate_found",
+    "iteration_limit",
+    "time_limit",
+    "space_exhausted",
+    "interrupted",
+)
+
+
+def _enabled(value: float | int | None) -> bool:
+    return value is not None and value != -1
+
+
+class CandidateStopper(Stopper):
+    """Ends the whole search on the first stop condition of ``stop`` that holds.
+
+    Args:
+        stop: the validated stop conditions.
+        higher_is_better: the metric's direction (for ``find_best_candidate``).
+        elapsed_before_s: wall time already spent by earlier sessions of this search (resume),
+            counted against ``time_limit``.
+        prior: results of trials finished in earlier sessions (dicts with ``trial_id``,
+            ``metric``, ``is_candidate``), counted as if they had been reported now.
+        started_at: when this session began (``time.monotonic()``); default: now.
+    """
+
+    def __init__(
+        self,
+        stop: StopConfig,
+        *,
+        higher_is_better: bool,
+        elapsed_before_s: float = 0.0,
+        prior: Iterable[Mapping[str, Any]] = (),
+        started_at: float | None = None,
+    ) -> None:
+        self.stop = stop
+        self.higher_is_better = higher_is_better
+        self.elapsed_before_s = float(elapsed_before_s)
+        self.reason: str | None = None
+        self._start = time.monotonic() if started_at is None else started_at
+        self._finished: set[str] = set()
+        self._candidates: set[str] = set()
+        self._best_hit: str | None = None
+        for record in prior:
+            self.observe(str(record.get("trial_id")), record)
+
+    # -- counting --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Restart the clock for this session (the elapsed time of earlier ones is kept)."""
+        self._start = time.monotonic()
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the search so far: earlier sessions plus this one."""
+        return self.elapsed_before_s + (time.monotonic() - self._start)
+
+    @property
+    def n_finished(self) -> int:
+        return len(self._finished)
+
+    @property
+    def n_candidates(self) -> int:
+        return len(self._candidates)
+
+    def observe(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        """Count one finished trial's result (a trial id is counted once)."""
+        self._finished.add(trial_id)
+        if not result.get("is_candidate"):
+            return
+        self._candidates.add(trial_id)
+        target = self.stop.find_best_candidate
+        metric = result.get("metric")
+        if (
+            _enabled(target)
+            and self._best_hit is None
+            and isinstance(metric, (int, float))
+            and math.isfinite(metric)
+            and (metric >= target if self.higher_is_better else metric <= target)
+        ):
+            self._best_hit = trial_id
+
+    # -- Stopper interface -----------------------------------------------------------------
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Count the result; never stops a single trial (each trial reports once)."""
+        self.observe(trial_id, result)
+        return False
+
+    def stop_all(self) -> bool:
+        """Whether the whole search ends now; sets :attr:`reason` the first time it does."""
+        if self.reason is not None:
+            return True
+        stop = self.stop
+        if self._best_hit is not None:
+            self.reason = "best_candidate_found"
+        elif _enabled(stop.find_n_candidates) and self.n_candidates >= stop.find_n_candidates:
+            self.reason = "candidates_found"
+        elif _enabled(stop.iteration_limit) and self.n_finished >= stop.iteration_limit:
+            self.reason = "iteration_limit"
+        elif _enabled(stop.time_limit) and self.elapsed_s >= stop.time_limit:
+            self.reason = "time_limit"
+        else:
+            return False
+        _logger.info(
+            "stop condition met: %s (%d trials finished, %d candidates, %.1f s)",
+            self.reason,
+            self.n_finished,
+            self.n_candidates,
+            self.elapsed_s,
+        )
+        return True

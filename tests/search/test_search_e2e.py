@@ -1,0 +1,253 @@
+"""End to end on a real local Ray, real ONNX Runtime and a real small model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pyarrow.parquet as pq
+import pytest
+
+from raysearch.config import load_config
+from raysearch.errors import ConfigError
+from raysearch.evaluate import compute_metric
+from raysearch.search import AutoSearch
+from raysearch.search.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS
+from tests.search.conftest import CONDITIONAL_SPACE, REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
+
+SIX = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
+
+
+def rows(result) -> list[dict]:
+    return result.results.to_pylist()
+
+
+def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config, mlp_files):
+    result = AutoSearch(make_config(search_space=SIX)).run()
+    summary = result.summary
+    assert summary["stop_reason"] == "space_exhausted"
+    assert summary["n_trials"] == 6 and result.results.num_rows == 6
+    table = rows(result)
+    assert len({r["trial_id"] for r in table}) == 6
+    assert len({(r["params/calibrate_method"], r["params/per_channel"]) for r in table}) == 6
+    assert all(r["status"] == "ok" and r["node"] for r in table)
+    out = result.output_dir
+    for name in (
+        "summary.json",
+        "results.parquet",
+        "best/model.onnx",
+        "best/config.yaml",
+        "auto_search.log",
+        "plots/metric_per_trial.png",
+        "plots/param_importance.png",
+    ):
+        assert (out / name).is_file(), name
+    assert list((out / "tensorboard").iterdir())
+    assert not (out / "trials_tmp").exists()
+    # Candidates' models are kept; none of the others is.
+    kept = {p.stem for p in (out / "candidates").glob("*.onnx")}
+    assert kept == {r["trial_id"] for r in table if r["is_candidate"]}
+    assert "trial" in (out / "auto_search.log").read_text()
+
+    # best/model.onnx, evaluated here again, gives the reported best metric.
+    data = dict(np.load(mlp_files["data"]))
+    reference = ort.InferenceSession(str(mlp_files["model"])).run(None, data)
+    quantized = ort.InferenceSession(str(out / "best" / "model.onnx")).run(None, data)
+    metric = compute_metric("L2", {"y": quantized[0]}, {"y": reference[0]})
+    assert metric == pytest.approx(summary["best_metric"], rel=1e-6, abs=1e-9)
+    assert result.best_metric == summary["best_metric"]
+
+    # best/config.yaml reproduces exactly that setting.
+    best_config = load_config(out / "best" / "config.yaml")
+    assert best_config.search_algo == "Grid"
+    (space,) = best_config.search_spaces
+    (point,) = space.expand().points
+    best_row = next(r for r in table if r["trial_id"] == summary["best_trial_id"])
+    assert point == {
+        k[len("params/") :]: v
+        for k, v in best_row.items()
+        if k.startswith("params/") and v is not None
+    }
+
+
+def test_find_n_candidates_ends_the_search_early(make_config):
+    config = make_config(
+        search_space={**SIX, "activation_type": ["QUInt8", "QInt8"]},
+        stop={"find_n_candidates": 2},
+        resources={"max_concurrent_trials": 1},
+    )
+    result = AutoSearch(config).run()
+    assert result.summary["stop_reason"] == "candidates_found"
+    assert result.summary["n_candidates"] >= 2
+    assert result.summary["n_trials"] < 12
+    assert len(result.candidates) == result.summary["n_candidates"]
+    assert all(Path(c["model_path"]).is_file() for c in result.candidates)
+
+
+def test_iteration_limit_caps_the_trials_started(make_config):
+    config = make_config(
+        search_space=CONDITIONAL_SPACE, search_algo="TPE", stop={"iteration_limit": 3}
+    )
+    result = AutoSearch(config).run()
+    assert result.summary["stop_reason"] == "iteration_limit"
+    assert result.summary["n_trials"] == 3 and result.summary["trials_started"] == 3
+
+
+def test_time_limit_ends_the_search(make_config):
+    config = make_config(
+        search_space=CONDITIONAL_SPACE, search_algo="Random", stop={"time_limit": 3}
+    )
+    started = time.monotonic()
+    result = AutoSearch(config).run()
+    assert result.summary["stop_reason"] == "time_limit"
+    assert 3 <= result.summary["wall_time_s"] < 20
+    assert time.monotonic() - started < 40
+
+
+def test_a_setting_onnx_runtime_rejects_fails_alone(make_config):
+    config = make_config(
+        search_space=None,
+        search_spaces=[
+            {"activation_type": ["QUInt8", "QInt8"], "per_channel": [True, False]},
+            # float8 QDQ around MatMul: ONNX Runtime's CPU session refuses the model.
+            {
+                "calibrate_method": ["Distribution"],
+                "activation_type": ["QFLOAT8E4M3FN"],
+                "weight_type": ["QFLOAT8E4M3FN"],
+            },
+        ],
+    )
+    config.pop("search_space")
+    result = AutoSearch(config).run()
+    table = rows(result)
+    assert result.summary["n_trials"] == 5 and result.summary["n_failed"] == 1
+    (failed,) = [r for r in table if r["status"] == "failed"]
+    assert failed["params/activation_type"] == "QFLOAT8E4M3FN"
+    assert failed["metric"] is None and "ONNXRuntimeError" in failed["error"]
+    assert all(r["metric"] is not None for r in table if r["status"] == "ok")
+
+
+def test_a_trial_that_raises_is_recorded_and_the_search_goes_on(make_config):
+    # A timeout far below any trial's duration: every trial raises in its actor.
+    config = make_config(
+        search_space={"per_channel": [True, False]}, trial_timeout_s=1e-4, tolerance=None
+    )
+    result = AutoSearch(config).run()
+    table = rows(result)
+    assert result.summary["stop_reason"] == "space_exhausted"
+    assert len(table) == 2 and all(r["status"] == "failed" for r in table)
+    assert all("timed out" in r["error"] for r in table)
+    assert result.best_metric is None and not (result.output_dir / "best" / "model.onnx").exists()
+
+
+@pytest.mark.parametrize("algo", SAMPLER_ALGOS)
+def test_each_sampler_runs_a_conditional_space(make_config, algo):
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ALGO_REQUIREMENTS.get(algo, ())):
+        pytest.skip(f"{algo} needs {ALGO_REQUIREMENTS[algo]}")
+    config = make_config(
+        search_space=CONDITIONAL_SPACE, search_algo=algo, stop={"iteration_limit": 4}
+    )
+    result = AutoSearch(config).run()
+    table = rows(result)
+    assert len(table) == 4 and all(r["status"] == "ok" for r in table)
+    for r in table:
+        pct = r.get("params/extra_options.pct.CalibPercentile")
+        sym = r.get("params/extra_options.sym.ActivationSymmetric")
+        assert (pct is not None) == (r["params/calibrate_method"] == "Percentile")
+        assert (sym is not None) == (r["params/activation_type"] == "QInt8")
+
+
+def test_an_earlier_search_is_refused_and_overwrite_removes_only_ours(make_config):
+    config = make_config(search_space={"per_channel": [True, False]})
+    first = AutoSearch(config).run()
+    user_file = first.output_dir / "notes.txt"
+    user_file.write_text("mine")
+    with pytest.raises(ConfigError, match="raysearch resume"):
+        AutoSearch(config).run()
+    second = AutoSearch(config).run(overwrite=True)
+    assert user_file.read_text() == "mine"
+    assert second.summary["n_trials"] == 2
+    assert len((second.output_dir / "journal.jsonl").read_text().splitlines()) == 2
+    # Resuming a finished search runs nothing and returns its result.
+    again = AutoSearch.resume(second.output_dir)
+    assert again.summary == second.summary and again.results.num_rows == 2
+
+
+DRIVER = """
+import json, sys
+import ray
+from raysearch.search import AutoSearch
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+AutoSearch(json.loads(sys.argv[1])).run()
+"""
+
+
+def test_a_killed_search_resumes_without_losing_or_rerunning_trials(make_config, tmp_path):
+    space = {**SIX, "activation_type": ["QUInt8", "QInt8"], "reduce_range": [False, True]}
+    config = make_config(search_space=space, output_dir=str(tmp_path / "killed"))
+    journal = tmp_path / "killed" / "journal.jsonl"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, json.dumps(config)],
+        env=env,
+        start_new_session=True,  # its own process group: the driver and the Ray it started
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and driver.poll() is None:
+            if journal.exists() and len(journal.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the search ended before it could be interrupted"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    before = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    assert 2 <= len(before) < 24
+
+    result = AutoSearch.resume(tmp_path / "killed")
+    table = rows(result)
+    ids = [r["trial_id"] for r in table]
+    assert len(ids) == len(set(ids)) == 24  # what a straight run has
+    assert result.summary["stop_reason"] == "space_exhausted"
+    assert result.summary["sessions"] == 2
+    # Journaled trials were neither lost nor run again.
+    after = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    assert [r["trial_id"] for r in after[: len(before)]] == [r["trial_id"] for r in before]
+    assert len({r["key"] for r in after}) == len(after) == 24
+    assert {r["trial_id"] for r in before} <= set(ids)
+    assert pq.read_table(tmp_path / "killed" / "results.parquet").num_rows == 24
+    assert result.summary["wall_time_s"] >= after[len(before) - 1]["elapsed_s"]
+
+
+def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config):
+    config = make_config(
+        search_space={"per_channel": [True, False]},
+        metric="tests.evaluators_fixture:mean_output",
+        tolerance=0.5,
+        tolerance_mode="absolute",
+        higher_is_better=True,
+    )
+    result = AutoSearch(config).run()
+    summary = result.summary
+    assert isinstance(summary["float_metric"], float)
+    assert summary["direction"] == "maximize" and summary["n_trials"] == 2
+    for row in rows(result):
+        drop = summary["float_metric"] - row["metric"]
+        assert row["is_candidate"] == (drop <= 0.5)

@@ -1,0 +1,167 @@
+"""SettingSearcher without a cluster: grid order and caps, samplers on a conditional space,
+no repeated setting, journal records, save/restore, missing sampler packages."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from ray.tune.search import Searcher
+
+from raysearch.errors import ConfigError
+from raysearch.search import SettingSearcher, check_algo_available, make_sampler
+from raysearch.search.journal import settings_key
+from raysearch.search.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
+from raysearch.space import SearchSpace
+from tests.search.conftest import CONDITIONAL_SPACE
+
+SMALL = {"calibrate_method": ["MinMax", "Entropy"], "per_channel": [True, False]}
+
+
+def available(algo: str) -> bool:
+    return all(importlib.util.find_spec(m) for m in ALGO_REQUIREMENTS.get(algo, ()))
+
+
+def objective(params: dict) -> float:
+    """A deterministic stand-in score of a setting (the searcher only needs a number)."""
+    score = 0.1 if params["calibrate_method"] == "MinMax" else 0.05
+    score += 0.01 if params.get("per_channel") else 0.0
+    score += (100 - params.get("extra_options.pct.CalibPercentile", 100)) / 100
+    return score
+
+
+def drive(searcher: SettingSearcher, n: int) -> list[dict]:
+    """Suggest and complete one trial at a time until FINISHED or n trials."""
+    configs = []
+    for i in range(n):
+        config = searcher.suggest(f"t{i}")
+        if config == Searcher.FINISHED:
+            break
+        assert config is not None
+        configs.append(config)
+        searcher.on_trial_complete(f"t{i}", {"metric": objective(config["params"])})
+    return configs
+
+
+def test_grid_runs_every_setting_of_every_space_once_in_order():
+    a = SearchSpace.parse(SMALL, path="search_spaces[0]")
+    b = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile"], "per_channel": [True]})
+    searcher = SettingSearcher.grid([a, b], mode="min")
+    configs = drive(searcher, 100)
+    keys = [c["key"] for c in configs]
+    assert len(keys) == len(set(keys)) == 5  # 4 + (MinMax, True already ran) + Percentile
+    assert [c["phase"] for c in configs] == [0, 0, 0, 0, 1]
+    assert [c["number"] for c in configs] == [1, 2, 3, 4, 5]
+    assert configs[-1]["params"] == {"calibrate_method": "Percentile", "per_channel": True}
+    assert searcher.finish_reason == "space_exhausted"
+
+
+def test_grid_config_holds_canonical_params_and_settings():
+    space = SearchSpace.parse(
+        {"calibrate_method": ["MinMax"], "extra_options": {"CalibPercentile": [99.9]}}
+    )
+    config = SettingSearcher.grid([space], mode="min").suggest("t0")
+    assert config["params"] == {"calibrate_method": "MinMax"}  # percentile stripped by a rule
+    assert config["settings"] == space.to_settings(config["point"])
+    assert config["key"] == settings_key(config["settings"])
+
+
+def test_iteration_limit_caps_starts_and_outstanding_caps_queue():
+    space = SearchSpace.parse(SMALL)
+    searcher = SettingSearcher.grid([space], mode="min", max_trials=3, max_outstanding=2)
+    assert searcher.suggest("a") and searcher.suggest("b")
+    assert searcher.suggest("c") is None  # two suggested, none finished
+    searcher.on_trial_complete("a", {"metric": 1.0})
+    assert searcher.suggest("c")["number"] == 3
+    searcher.on_trial_complete("b", {"metric": 1.0})
+    assert searcher.suggest("d") == Searcher.FINISHED
+    assert searcher.finish_reason == "iteration_limit" and searcher.n_started == 3
+
+
+def test_journaled_trials_are_counted_and_never_suggested_again():
+    space = SearchSpace.parse(SMALL)
+    first = SettingSearcher.grid([space], mode="min")
+    done = drive(first, 2)
+    records = [
+        {"trial_id": f"old{i}", "key": c["key"], "phase": 0, "metric": 0.1}
+        for i, c in enumerate(done)
+    ]
+    searcher = SettingSearcher.grid([space], mode="min", max_trials=3)
+    assert searcher.add_finished(records) == 2
+    assert searcher.add_finished(records) == 0  # the same ids again: nothing new
+    rest = drive(searcher, 10)
+    assert len(rest) == 1  # the limit of 3 counts the two journaled trials
+    assert rest[0]["key"] not in {c["key"] for c in done}
+
+
+@pytest.mark.parametrize("algo", SAMPLER_ALGOS)
+def test_samplers_never_sample_an_inactive_group(algo):
+    if not available(algo):
+        pytest.skip(f"{algo} needs {ALGO_REQUIREMENTS[algo]}")
+    space = SearchSpace.parse(CONDITIONAL_SPACE)
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler(algo, [space], mode="min", seed=3, max_trials=12)
+        configs = drive(searcher, 50)
+    assert len(configs) == 12 and searcher.finish_reason == "iteration_limit"
+    assert len({c["key"] for c in configs}) == 12
+    for config in configs:
+        point = config["point"]
+        pct = "extra_options.pct.CalibPercentile"
+        sym = "extra_options.sym.ActivationSymmetric"
+        assert (pct in point) == (point["calibrate_method"] == "Percentile")
+        assert (sym in point) == (point["activation_type"] == "QInt8")
+        assert config["settings"] == space.to_settings(point)
+
+
+def test_seed_gives_the_same_sequence_twice():
+    space = SearchSpace.parse(CONDITIONAL_SPACE)
+    runs = []
+    for _ in range(2):
+        with quiet_optuna():
+            searcher = SettingSearcher.sampler("TPE", [space], mode="min", seed=7, max_trials=8)
+            runs.append([c["key"] for c in drive(searcher, 20)])
+    assert runs[0] == runs[1]
+
+
+def test_a_sampler_on_a_finite_space_ends_when_every_setting_was_seen():
+    space = SearchSpace.parse(SMALL)
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler("Random", [space], mode="min", seed=0)
+        configs = drive(searcher, 50)
+    assert len(configs) == 4 and len({c["key"] for c in configs}) == 4
+    assert searcher.finish_reason == "space_exhausted"
+
+
+def test_several_spaces_split_the_iteration_limit_in_order():
+    a = SearchSpace.parse(CONDITIONAL_SPACE, path="a")
+    b = SearchSpace.parse({"calibrate_method": ["Entropy"], "per_channel": [True, False]}, path="b")
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler("TPE", [a, b], mode="min", seed=0, max_trials=5)
+        configs = drive(searcher, 20)
+    assert [c["phase"] for c in configs] == [0, 0, 0, 1, 1]
+
+
+def test_save_and_restore_continue_the_same_search(tmp_path):
+    space = SearchSpace.parse(CONDITIONAL_SPACE)
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler("TPE", [space], mode="min", seed=1, max_trials=6)
+        first = drive(searcher, 3)
+        searcher.save(str(tmp_path / "state.pkl"))
+        restored = SettingSearcher.sampler("TPE", [space], mode="min", seed=99, max_trials=6)
+        restored.restore(str(tmp_path / "state.pkl"))
+        rest = [restored.suggest(f"r{i}") for i in range(3)]
+    assert restored.n_started == 6
+    assert not {c["key"] for c in first} & {c["key"] for c in rest}
+    assert restored.suggest("r9") == Searcher.FINISHED
+    assert restored.finish_reason == "iteration_limit"
+
+
+def test_sampler_factory_and_missing_packages(monkeypatch):
+    assert type(make_sampler("NSGAII", seed=0)).__name__ == "NSGAIISampler"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "cmaes" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"search_algo: CmaEs needs the package\(s\) cmaes"):
+        check_algo_available("CmaEs")
+    check_algo_available("TPE")

@@ -1,0 +1,173 @@
+"""raysearch.outputs on records: the Parquet table, the summary, best/, plots, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import onnxruntime as ort
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from raysearch.config import SearchConfig
+from raysearch.outputs import best_record, fixed_space, results_table, write_outputs
+from raysearch.space import SearchSpace
+from tests.models import make_mlp_model
+
+SPACE = {
+    "calibrate_method": ["MinMax", "Percentile"],
+    "op_types_to_quantize": [["MatMul"], None],
+    "extra_options": {
+        "pct": {"only_if": {"calibrate_method": "Percentile"}, "CalibPercentile": [99.9]}
+    },
+}
+
+
+def record(i: int, metric, status="ok", candidate=False, **params) -> dict:
+    return {
+        "trial_id": f"t{i}",
+        "number": i,
+        "phase": 0,
+        "status": status,
+        "metric": metric,
+        "is_candidate": candidate,
+        "duration_s": 0.1 * i,
+        "calibration_s": 0.01,
+        "quantization_s": 0.02,
+        "evaluation_s": 0.03,
+        "calib_cache_hit": i > 1,
+        "model_size_bytes": 1000 + i,
+        "node": "127.0.0.1",
+        "device": "cpu",
+        "error": None if status == "ok" else "InvalidGraph: bad",
+        "params": params,
+    }
+
+
+@pytest.fixture
+def config(tmp_path):
+    model = make_mlp_model(tmp_path / "mlp.onnx")
+    raw = {
+        "model": str(model),
+        "calibration_data": str(tmp_path / "calib.npz"),
+        "search_space": SPACE,
+        "search_algo": "Grid",
+        "metric": "L2",
+        "tolerance": 0.05,
+        "output_dir": str(tmp_path / "out"),
+        "stop": {"iteration_limit": 10},
+    }
+    return SearchConfig.from_dict(raw, check_paths=False)
+
+
+def test_results_table_types_and_json_for_mixed_columns():
+    records = [
+        record(2, 0.02, calibrate_method="MinMax", op_types_to_quantize=["MatMul"]),
+        record(
+            1,
+            0.01,
+            candidate=True,
+            calibrate_method="Percentile",
+            op_types_to_quantize=None,
+            **{"extra_options.pct.CalibPercentile": 99.9},
+        ),
+        record(3, None, status="failed", calibrate_method="MinMax", op_types_to_quantize=None),
+    ]
+    table = results_table(records)
+    assert table.column("trial_id").to_pylist() == ["t1", "t2", "t3"]  # start order
+    assert table.schema.field("metric").type == pa.float64()
+    assert table.schema.field("is_candidate").type == pa.bool_()
+    assert table.schema.field("params/calibrate_method").type == pa.string()
+    assert table.column("params/op_types_to_quantize").to_pylist() == [None, '["MatMul"]', None]
+    assert table.column("params/extra_options.pct.CalibPercentile").to_pylist() == [
+        99.9,
+        None,
+        None,
+    ]
+    assert table.column("status").to_pylist() == ["ok", "ok", "failed"]
+    assert table.column("error").to_pylist()[2] == "InvalidGraph: bad"
+
+
+def test_best_record_respects_direction_and_ignores_failures():
+    records = [record(1, 0.3), record(2, 0.1), record(3, None, status="failed"), record(4, 0.1)]
+    assert best_record(records, higher_is_better=False)["trial_id"] == "t2"  # earliest on a tie
+    assert best_record(records, higher_is_better=True)["trial_id"] == "t1"
+    assert best_record([record(1, None, status="failed")], False) is None
+
+
+def test_fixed_space_reproduces_the_setting_of_a_point():
+    space = SearchSpace.parse(SPACE)
+    for point in space.expand().points:
+        fixed = SearchSpace.parse(fixed_space(point))
+        (only,) = fixed.expand().points
+        assert fixed.to_settings(only) == space.to_settings(point)
+
+
+def test_write_outputs_writes_every_file_atomically(config, tmp_path):
+    out = tmp_path / "out"
+    (out / "candidates").mkdir(parents=True)
+    shutil.copy(config.model, out / "candidates" / "t2.onnx")
+    records = [
+        record(1, 0.04, candidate=True, calibrate_method="MinMax", op_types_to_quantize=None),
+        dict(
+            record(
+                2,
+                0.01,
+                candidate=True,
+                calibrate_method="Percentile",
+                op_types_to_quantize=["MatMul"],
+                **{"extra_options.pct.CalibPercentile": 99.9},
+            ),
+            model_file="candidates/t2.onnx",
+        ),
+        record(
+            3, None, status="failed", calibrate_method="MinMax", op_types_to_quantize=["MatMul"]
+        ),
+    ]
+    summary = write_outputs(
+        out, records, config=config, stop_reason="space_exhausted", wall_time_s=1.5
+    )
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    for key in (
+        "stop_reason",
+        "n_trials",
+        "n_failed",
+        "n_candidates",
+        "best_metric",
+        "best_params",
+        "best_model_path",
+        "float_metric",
+        "wall_time_s",
+    ):
+        assert key in on_disk
+    assert (on_disk["n_trials"], on_disk["n_failed"], on_disk["n_candidates"]) == (3, 1, 2)
+    assert on_disk["best_metric"] == 0.01 and on_disk["best_trial_id"] == "t2"
+    assert on_disk["direction"] == "minimize" and on_disk["search_algo"] == "Grid"
+    ort.InferenceSession(on_disk["best_model_path"])  # loadable
+    best = yaml.safe_load((out / "best" / "config.yaml").read_text())
+    assert best["search_algo"] == "Grid" and "stop" not in best and "output_dir" not in best
+    assert best["search_space"]["extra_options"]["pct"]["CalibPercentile"] == [99.9]
+    assert best["search_space"]["op_types_to_quantize"] == [["MatMul"]]
+    assert pq.read_table(out / "results.parquet").num_rows == 3
+    assert (out / "plots" / "metric_per_trial.png").stat().st_size > 1000
+    assert (out / "plots" / "param_importance.png").is_file()
+    assert any((out / "tensorboard").iterdir())
+    leftovers = [p.name for p in out.rglob("*") if ".tmp" in p.name or p.name.endswith(".old")]
+    assert leftovers == []
+
+
+def test_write_outputs_with_no_complete_trial(config, tmp_path):
+    out = tmp_path / "out"
+    summary = write_outputs(
+        out,
+        [record(1, None, status="failed")],
+        config=config,
+        stop_reason="space_exhausted",
+        wall_time_s=0.2,
+    )
+    assert summary["best_metric"] is None and summary["best_model_path"] is None
+    assert not (out / "best").exists()
+    assert not (out / "plots" / "param_importance.png").exists()
