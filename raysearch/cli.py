@@ -202,7 +202,8 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
         f"{summary.get('n_failed')} failed, {summary.get('n_candidates')} candidates, "
         f"{_fmt(summary.get('wall_time_s'))} s."
     )
-    metric = summary.get("metric", "metric")
+    # A custom evaluator is named by its function, not its whole import path.
+    metric = str(summary.get("metric", "metric")).rsplit(":", 1)[-1]
     if summary.get("float_metric") is not None:
         print(f"Float model: {metric} = {_fmt(summary['float_metric'])}")
     if summary.get("best_metric") is None:
@@ -221,6 +222,8 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
                 print(f"  {label}: {_fmt(summary[key])}{extra}")
         if summary.get("best_model_path"):
             print(f"Best model: {summary['best_model_path']}")
+    if summary.get("gpu_note"):
+        print(f"Note: {summary['gpu_note']}.")
     print(f"Outputs: {output_dir} (summary.json, results.parquet, best/, plots/, tensorboard/)")
 
 

@@ -75,6 +75,8 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "model_size_bytes": pa.int64(),
     "latency_ms": pa.float64(),
     "node": pa.string(),
+    "node_id": pa.string(),
+    "gpu_id": pa.string(),
     "device": pa.string(),
     "error": pa.string(),
     "model_file": pa.string(),
@@ -461,6 +463,14 @@ def write_outputs(
     }
     devices = sorted({str(r["device"]) for r in rows if r.get("device")})
     summary["device"] = ", ".join(devices) if devices else None
+    fallback = [r for r in rows if r.get("gpu_id") is not None and r.get("device") == "cpu"]
+    if fallback:
+        # Said once, here, rather than per trial: GPUs were assigned but could not be used.
+        summary["gpu_note"] = (
+            f"{len(fallback)} trials were assigned a GPU but ONNX Runtime's CUDA provider did "
+            "not load on their node; they ran on the CPU"
+        )
+        _logger.warning(summary["gpu_note"])
     summary.update(extra or {})
 
     table = results_table(rows)

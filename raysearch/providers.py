@@ -31,6 +31,7 @@ __all__ = [
     "execution_providers",
     "session_options",
     "make_session",
+    "gpu_memory_limit",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ def execution_providers(
     cuda_options: dict[str, Any] = {"device_id": index}
     if gpu_mem_limit:
         cuda_options["gpu_mem_limit"] = int(gpu_mem_limit)
+        # Grow the arena by what is asked, not by doubling, so a trial stays in its share.
+        cuda_options["arena_extend_strategy"] = "kSameAsRequested"
     return [CUDA, CPU], [cuda_options, {}], f"cuda:{index}"
 
 
@@ -151,3 +154,34 @@ def make_session(
         providers=providers,
         provider_options=provider_options,
     )
+
+
+def _gpu_total_bytes(index: int) -> int | None:
+    """Total memory of GPU ``index`` as nvidia-smi reports it (None without nvidia-smi)."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", str(index)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        return int(float(out.strip().splitlines()[0])) * 2**20
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def gpu_memory_limit(gpu_id: int | str | None, fraction: float) -> int | None:
+    """The CUDA arena limit (bytes) for a trial given ``fraction`` of a GPU: that share of the
+    GPU's memory, so co-located trials cannot starve each other; None for whole GPUs, for CPU
+    trials, or when the GPU's size cannot be read."""
+    if gpu_id is None or not 0 < fraction < 1 or not cuda_available():
+        return None
+    total = _gpu_total_bytes(local_device_index(gpu_id))
+    return None if total is None else int(total * fraction)

@@ -27,7 +27,9 @@ from typing import Any
 
 from ray import tune
 
+from raysearch.fileio import atomic_write_bytes
 from raysearch.search.journal import Journal
+from raysearch.search.transfer import current_node_id, take_file
 
 __all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
 
@@ -87,6 +89,7 @@ class TrialRecorder(tune.Callback):
         self.records: list[dict[str, Any]] = list(prior)
         self.recorded: set[str] = {str(r.get("trial_id")) for r in prior}
         self.best: dict[str, Any] | None = None
+        self._node_id: str | None = None
         for record in prior:
             if self._better(record):
                 self.best = record
@@ -158,25 +161,43 @@ class TrialRecorder(tune.Callback):
         source = Path(source) if source else None
         if source is not None and not source.is_absolute():
             source = self.output_dir / source
-        have = source is not None and source.is_file() and record["status"] == "ok"
+        # A trial on another node left its model in that node's temp folder.
+        node_id = record.get("node_id")
+        remote = source is not None and node_id is not None and node_id != self._driver_node()
+        ok = record["status"] == "ok"
+        have = source is not None and ok and (remote or source.is_file())
         kept: str | None = None
         if have and record["is_candidate"] and self.keep_candidates:
-            kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx")
+            kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
         if self._better(record):
             previous = self.best
             if have and kept is None:
-                kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx")
+                kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx", node_id, remote)
             record["model_file"] = kept
             self.best = record
             if previous and str(previous.get("model_file") or "").startswith(KEPT + "/"):
                 _unlink(self.output_dir / previous["model_file"])
         if kept is None and source is not None:
-            _unlink(source)
+            if remote:
+                take_file(node_id, os.fspath(source), keep=False)
+            else:
+                _unlink(source)
         return kept
 
-    def _move(self, source: Path, relative: Path) -> str:
+    def _driver_node(self) -> str:
+        if self._node_id is None:
+            self._node_id = current_node_id()
+        return self._node_id
+
+    def _move(self, source: Path, relative: Path, node_id: str | None, remote: bool) -> str | None:
         target = self.output_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
+        if remote:
+            data = take_file(node_id, os.fspath(source), keep=True)
+            if data is None:
+                return None
+            atomic_write_bytes(target, data)
+            return relative.as_posix()
         try:
             os.replace(source, target)
         except OSError:  # another file system

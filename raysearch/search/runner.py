@@ -31,6 +31,7 @@ the stop conditions; the elapsed time of earlier sessions counts against ``time_
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -65,6 +66,13 @@ from raysearch.search.session import (
 )
 from raysearch.search.stopper import CandidateStopper
 from raysearch.search.trainable import TRIALS_TMP, make_trainable
+from raysearch.search.transfer import (
+    ModelBlob,
+    current_node_id,
+    materialize_model,
+    model_blob,
+    node_local_dir,
+)
 
 __all__ = ["AutoSearch", "SearchResult", "run_search", "resume_search", "EngineSpec"]
 
@@ -126,7 +134,7 @@ class EngineSpec:
     """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor from read-only inputs
     computed once on the driver (shipped through the object store)."""
 
-    model_path: str
+    model: ModelBlob
     calibration: Any
     evaluation: Any
     evaluator: Any
@@ -134,21 +142,32 @@ class EngineSpec:
     reference: Any = None
     float_score: float | None = None
     measure_latency: bool = True
+    driver_node: str | None = None
+    gpu_fraction: float = 0.0
 
     def __call__(self, *, threads: int = 1, gpu_id: int | None = None) -> Any:
+        from raysearch.providers import gpu_memory_limit
         from raysearch.trial import TrialRunner
 
+        model_path, cache_dir = self.model.path, self.cache_dir
+        if self.driver_node is not None and current_node_id() != self.driver_node:
+            # Another node: the model comes from the object store, the calibration cache
+            # lives on this node (the driver's output folder need not exist here).
+            model_path = materialize_model(self.model)
+            tag = hashlib.sha256(self.cache_dir.encode()).hexdigest()[:12]
+            cache_dir = os.fspath(node_local_dir(f"raysearch-cache-{tag}"))
         return TrialRunner(
-            self.model_path,
+            model_path,
             self.calibration,
             self.evaluation,
             self.evaluator,
-            self.cache_dir,
+            cache_dir,
             threads,
             gpu_id,
             self.reference,
             float_score=self.float_score,
             measure_latency=self.measure_latency,
+            gpu_mem_limit=gpu_memory_limit(gpu_id, self.gpu_fraction),
         )
 
 
@@ -235,11 +254,16 @@ def _tune_environment(max_pending: int) -> None:
     os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 
-def _start_ray(address: str | None) -> None:
+def start_ray(address: str | None) -> bool:
+    """Join the Ray cluster at ``address``, or start a local one with this machine's CPUs;
+    nothing when Ray is already initialised. Returns whether this call started Ray."""
     import ray
 
     if ray.is_initialized():
-        return
+        return False
+    # Token authentication stays on (Ray's default); naming the mode only silences Ray's
+    # notice about the default on every start.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     kwargs: dict[str, Any] = {
         "include_dashboard": False,
         "logging_level": logging.WARNING,
@@ -252,6 +276,7 @@ def _start_ray(address: str | None) -> None:
     else:
         ray.init(num_cpus=os.cpu_count(), **kwargs)
     _logger.info("Ray resources: %s", ray.cluster_resources())
+    return True
 
 
 def _slots(config: SearchConfig) -> tuple[int, int]:
@@ -460,7 +485,7 @@ class AutoSearch:
             "outputs" if reference is not None else f"score {float_score}",
         )
         spec = EngineSpec(
-            model,
+            model_blob(model),
             calibration,
             evaluation,
             evaluator,
@@ -468,6 +493,7 @@ class AutoSearch:
             reference,
             float_score,
             config.measure_latency,
+            gpu_fraction=config.resources.gpu_per_trial,
         )
         return spec, info
 
@@ -528,7 +554,8 @@ class AutoSearch:
             records = journal.load() if resume else []
             clock = SessionClock(folder / STATE)
             spec, info = self._engine()
-            _start_ray(config.address)
+            start_ray(config.address)
+            spec.driver_node = current_node_id()
             slots, outstanding = _slots(config)
             _tune_environment(outstanding)
             with quiet_optuna():
@@ -578,6 +605,7 @@ class AutoSearch:
                 timeout_s=config.trial_timeout_s,
                 replay={r["trial_id"]: _replay_result(r) for r in records},
                 wave=wave,
+                driver_node=current_node_id(),
             )
             with _quiet_tune():
                 tuner, restored = self._tuner(tune, trainable, searcher, key, resume, records)

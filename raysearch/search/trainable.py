@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import os
 import threading
@@ -32,6 +33,8 @@ from typing import Any, Protocol
 
 import ray
 from ray import tune
+
+from raysearch.search.transfer import current_node_id, node_local_dir
 
 __all__ = [
     "QuantTrainable",
@@ -94,6 +97,7 @@ class QuantTrainable(tune.Trainable):
         replay: Mapping[str, Mapping[str, Any]] | None = None,
         barrier: Any = None,
         wave: int = 1,
+        driver_node: str | None = None,
     ) -> None:
         if factory is None:
             raise ValueError("QuantTrainable needs an engine factory (tune.with_parameters)")
@@ -101,6 +105,15 @@ class QuantTrainable(tune.Trainable):
         self._timeout_s = timeout_s
         self._replay = dict(replay or {})
         self._node = ray.util.get_node_ip_address()
+        self._node_id = current_node_id()
+        # Trials on the driver's node write straight into the output folder; elsewhere into
+        # this node's temp folder, from which the driver fetches the models it keeps.
+        self._local = driver_node is None or driver_node == self._node_id
+        if not self._local:
+            tag = hashlib.sha256(os.fspath(self._output_dir).encode()).hexdigest()[:12]
+            self._trials_dir = node_local_dir(f"raysearch-trials-{tag}")
+        else:
+            self._trials_dir = self._output_dir / TRIALS_TMP
         gpu_ids = ray.get_gpu_ids()
         self._gpu_id = gpu_ids[0] if gpu_ids else None
         started = time.perf_counter()
@@ -130,9 +143,8 @@ class QuantTrainable(tune.Trainable):
         home = os.environ.get("TUNE_ORIG_WORKING_DIR")
         if home and os.getcwd() != home:
             os.chdir(home)
-        out_dir = self._output_dir / TRIALS_TMP
-        out_dir.mkdir(parents=True, exist_ok=True)
-        out_path = out_dir / f"{trial_id}.onnx"
+        self._trials_dir.mkdir(parents=True, exist_ok=True)
+        out_path = self._trials_dir / f"{trial_id}.onnx"
         started_at = time.time()
         started = time.perf_counter()
         result = self._run(config["settings"], out_path)
@@ -142,6 +154,8 @@ class QuantTrainable(tune.Trainable):
         record["started_at"] = started_at
         record["ended_at"] = time.time()
         record["node"] = self._node
+        record["node_id"] = self._node_id
+        record["gpu_id"] = None if self._gpu_id is None else str(self._gpu_id)
         record["worker_pid"] = os.getpid()
         record["actor_trials"] = self._trials_run
         if self._trials_run == 1:
@@ -204,6 +218,7 @@ def make_trainable(
     timeout_s: float | None = None,
     replay: Mapping[str, Mapping[str, Any]] | None = None,
     wave: int = 1,
+    driver_node: str | None = None,
 ) -> Any:
     """``QuantTrainable`` with its read-only inputs in the object store and its resources.
 
@@ -220,6 +235,7 @@ def make_trainable(
         replay=dict(replay or {}),
         barrier=barrier,
         wave=wave,
+        driver_node=driver_node,
     )
     resources = {"cpu": cpu_per_trial}
     if gpu_per_trial:

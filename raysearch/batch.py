@@ -1,0 +1,309 @@
+"""Batch mode: many models searched concurrently on one Ray cluster.
+
+A manifest lists models, each with its data, space (or a preset name) and evaluator, plus
+defaults shared by all. Every model's search runs as its own ``raysearch run`` process joined to
+the same Ray cluster, so one model's crash cannot take the others down, and Ray's scheduler
+shares the cluster: each search may run at most ``max_concurrent_trials_per_model`` trials at
+once (default: the cluster's CPUs divided by the number of models). Each model gets its own
+output folder; the batch writes ``batch_summary.parquet`` and ``batch_summary.md``.
+
+Running the same manifest again resumes the batch: finished searches are kept, interrupted ones
+are resumed, models that failed before are tried again.
+
+Example manifest::
+
+    output_dir: batch_output
+    defaults: {search_algo: Grid, metric: cos, tolerance: 0.999}
+    models:
+      - name: magika
+        model: models/magika.onnx
+        calibration_data: data/magika_calib.npz
+        search_space: A8W8_SEARCH
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from raysearch.config import SearchConfig, read_yaml
+from raysearch.errors import ConfigError, InputError, suggest
+from raysearch.fileio import atomic_write_text, replacing
+
+__all__ = ["BatchManifest", "ModelEntry", "run_batch", "BATCH_COLUMNS"]
+
+_logger = logging.getLogger(__name__)
+
+_MANIFEST_KEYS = {"output_dir", "defaults", "models", "max_concurrent_trials_per_model", "address"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PATH_KEYS = ("model", "calibration_data", "eval_data")
+#: Columns of ``batch_summary.parquet``, one row per model.
+BATCH_COLUMNS = (
+    "name",
+    "status",
+    "error",
+    "float_metric",
+    "best_metric",
+    "best_params",
+    "n_candidates",
+    "n_trials",
+    "n_failed",
+    "wall_time_s",
+    "stop_reason",
+    "output_dir",
+)
+
+
+@dataclass
+class ModelEntry:
+    """One model of a batch: its merged raw config and, if it is valid, the validated one."""
+
+    name: str
+    raw: dict[str, Any]
+    config: SearchConfig | None = None
+    error: str | None = None
+
+
+@dataclass
+class BatchManifest:
+    """A validated batch manifest. Invalid model entries are kept with their error: they are
+    reported in the summary instead of stopping the batch."""
+
+    path: Path
+    output_dir: Path
+    models: list[ModelEntry]
+    per_model_concurrency: int | None = None
+    address: str | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, output_dir: Path | None = None) -> BatchManifest:
+        path = Path(path)
+        data = read_yaml(path)
+        for key in data:
+            if key not in _MANIFEST_KEYS:
+                raise ConfigError(str(key), "unknown key" + suggest(str(key), _MANIFEST_KEYS))
+        base = path.resolve().parent
+        defaults = data.get("defaults") or {}
+        if not isinstance(defaults, dict):
+            raise ConfigError("defaults", f"expected a mapping of config keys, got {defaults!r}")
+        items = data.get("models")
+        if not isinstance(items, list) or not items:
+            raise ConfigError("models", "expected a non-empty list of models")
+        concurrency = data.get("max_concurrent_trials_per_model")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ConfigError(
+                "max_concurrent_trials_per_model", f"expected an integer >= 1, got {concurrency!r}"
+            )
+        out = Path(output_dir or data.get("output_dir", "batch_output"))
+        out = out if out.is_absolute() else Path.cwd() / out
+        models: list[ModelEntry] = []
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            where = f"models[{i}]"
+            if not isinstance(item, dict):
+                raise ConfigError(where, f"expected a mapping, got {item!r}")
+            name = item.get("name") or Path(str(item.get("model", f"model{i}"))).stem
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise ConfigError(f"{where}.name", f"expected a folder-safe name, got {name!r}")
+            if name in seen:
+                raise ConfigError(f"{where}.name", f"'{name}' is used by two models")
+            seen.add(name)
+            raw = copy.deepcopy(defaults)
+            raw.update({k: v for k, v in item.items() if k != "name"})
+            for key in _PATH_KEYS:
+                value = raw.get(key)
+                if isinstance(value, str) and not value.startswith("builtin:"):
+                    p = Path(os.path.expanduser(value))
+                    raw[key] = str(p if p.is_absolute() else base / p)
+            raw["output_dir"] = str(out / name)
+            entry = ModelEntry(name, raw)
+            try:
+                entry.config = SearchConfig.from_dict(raw, base_dir=base)
+            except InputError as exc:
+                entry.error = f"{where}: {exc}"
+            models.append(entry)
+        return cls(path, out, models, concurrency, data.get("address"), defaults)
+
+
+def _search_state(folder: Path) -> str:
+    """``finished``, ``interrupted`` (resumable), or ``new``."""
+    summary = folder / "summary.json"
+    if summary.exists():
+        try:
+            reason = json.loads(summary.read_text()).get("stop_reason")
+        except (OSError, json.JSONDecodeError):
+            reason = None
+        return "interrupted" if reason == "interrupted" else "finished"
+    if folder.exists() and any(folder.iterdir()):
+        return "interrupted"
+    return "new"
+
+
+def _row(entry: ModelEntry, folder: Path, error: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {c: None for c in BATCH_COLUMNS}
+    row.update(name=entry.name, output_dir=str(folder))
+    summary_path = folder / "summary.json"
+    if error is None and summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        for key in (
+            "float_metric",
+            "best_metric",
+            "n_candidates",
+            "n_trials",
+            "n_failed",
+            "wall_time_s",
+            "stop_reason",
+        ):
+            row[key] = summary.get(key)
+        row["best_params"] = json.dumps(summary.get("best_params"), default=str)
+        if summary.get("n_trials") and summary.get("n_failed") == summary.get("n_trials"):
+            error = "every trial failed (see results.parquet)"
+    elif error is None:
+        error = "the search left no summary.json"
+    row["status"] = "failed" if error else "ok"
+    row["error"] = error
+    return row
+
+
+def _tail(path: Path) -> str:
+    """The last error line a search process wrote: its one-line message."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if line.startswith("raysearch: "):
+            return line[len("raysearch: ") :]
+    return lines[-1] if lines else "exited without output"
+
+
+def run_batch(
+    manifest: BatchManifest, *, progress: TextIO | None = None, overwrite: bool = False
+) -> pa.Table:
+    """Run (or resume) every model of the manifest on one Ray cluster; return the summary table."""
+    import ray
+
+    from raysearch.search.runner import start_ray
+
+    out = manifest.output_dir
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "configs").mkdir(exist_ok=True)
+    started_here = start_ray(manifest.address)
+    address = ray.get_runtime_context().gcs_address
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    runnable = [m for m in manifest.models if m.config is not None]
+    per_model = manifest.per_model_concurrency or max(1, cpus // max(1, len(runnable)))
+
+    procs: dict[str, tuple[subprocess.Popen, Path]] = {}
+    errors: dict[str, str] = {m.name: m.error for m in manifest.models if m.error}
+    try:
+        for entry in runnable:
+            folder = out / entry.name
+            state = _search_state(folder)
+            log = out / "logs" / f"{entry.name}.log"
+            if state == "finished" and not overwrite:
+                _say(progress, f"{entry.name}: finished before, kept")
+                continue
+            if state == "interrupted" and not overwrite:
+                cmd = ["resume", str(folder), "--address", address]
+                _say(progress, f"{entry.name}: resuming")
+            else:
+                raw = copy.deepcopy(entry.raw)
+                resources = dict(raw.get("resources") or {})
+                resources.setdefault("max_concurrent_trials", per_model)
+                raw["resources"] = resources
+                cfg_path = out / "configs" / f"{entry.name}.yaml"
+                cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+                cmd = ["run", str(cfg_path), "--address", address]
+                cmd += ["--overwrite"] if overwrite else []
+                _say(progress, f"{entry.name}: started")
+            with open(log, "w") as fh:
+                procs[entry.name] = (
+                    subprocess.Popen(
+                        [sys.executable, "-m", "raysearch.cli", *cmd],
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    ),
+                    log,
+                )
+        pending = dict(procs)
+        while pending:
+            for name, (proc, log) in list(pending.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                del pending[name]
+                if code != 0:
+                    errors[name] = f"exit status {code}: {_tail(log)}"
+                _say(progress, f"{name}: {'done' if code == 0 else errors[name]}")
+            time.sleep(0.5)
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        if started_here:
+            ray.shutdown()
+    rows = [_row(m, out / m.name, errors.get(m.name)) for m in manifest.models]
+    table = pa.Table.from_pylist(rows, schema=_schema())
+    _write_summary(table, out)
+    return table
+
+
+def _schema() -> pa.Schema:
+    types = {
+        "float_metric": pa.float64(),
+        "best_metric": pa.float64(),
+        "n_candidates": pa.int64(),
+        "n_trials": pa.int64(),
+        "n_failed": pa.int64(),
+        "wall_time_s": pa.float64(),
+    }
+    return pa.schema([(c, types.get(c, pa.string())) for c in BATCH_COLUMNS])
+
+
+def _write_summary(table: pa.Table, out: Path) -> None:
+    with replacing(out / "batch_summary.parquet") as tmp:
+        pq.write_table(table, tmp)
+    lines = [
+        "| model | status | float | best | candidates | trials | failed | wall s | stop | "
+        "best setting / error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def fmt(v: Any) -> str:
+        return "" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+    for r in table.to_pylist():
+        detail = r["error"] if r["status"] == "failed" else r["best_params"]
+        detail = (detail or "").replace("|", "\\|")
+        lines.append(
+            f"| {r['name']} | {r['status']} | {fmt(r['float_metric'])} | {fmt(r['best_metric'])} "
+            f"| {fmt(r['n_candidates'])} | {fmt(r['n_trials'])} | {fmt(r['n_failed'])} "
+            f"| {fmt(r['wall_time_s'])} | {fmt(r['stop_reason'])} | {detail} |"
+        )
+    atomic_write_text(
+        out / "batch_summary.md", "# raysearch batch summary\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _say(stream: TextIO | None, text: str) -> None:
+    _logger.info(text)
+    if stream is not None:
+        print(f"[batch] {text}", file=stream, flush=True)
