@@ -261,9 +261,12 @@ def start_ray(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    # Token authentication stays on (Ray's default); naming the mode only silences Ray's
-    # notice about the default on every start.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    # Token authentication stays on (Ray's default); its notice about that default on every
+    # start is noise for a local search. (Setting RAY_AUTH_MODE here would be too late: Ray
+    # reads it at import, and a mismatch locks the driver out of its own cluster.)
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.ERROR
+    )
     kwargs: dict[str, Any] = {
         "include_dashboard": False,
         "logging_level": logging.WARNING,
@@ -582,7 +585,7 @@ class AutoSearch:
             best_before = recorder.best["metric"] if recorder.best else None
             progress_cb = ProgressCallback(
                 progress,
-                metric=config.metric,
+                metric=config.metric.rsplit(":", 1)[-1],  # a custom evaluator by its name
                 higher_is_better=higher,
                 total=expected,
                 every=max(1, min(25, (expected or 100) // 10)),
