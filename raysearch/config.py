@@ -16,8 +16,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import importlib
-import inspect
 import logging
 import math
 import os
@@ -380,38 +378,10 @@ def _parse_metric(value: Any) -> str:
 
 def _import_evaluator(spec: str, path: str) -> Callable[..., Any]:
     """Import ``package.module:function`` exactly as written and check it can be called with
-    ``(model_path, providers)``."""
-    module_name, _, func_name = spec.partition(":")
-    if not module_name or not func_name:
-        raise ConfigError(path, f"expected 'package.module:function', got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ConfigError(path, f"cannot import module '{module_name}': {exc}") from None
-    except Exception as exc:  # the user's module failed while importing
-        raise ConfigError(
-            path, f"importing '{module_name}' failed: {type(exc).__name__}: {exc}"
-        ) from None
-    func = getattr(module, func_name, None)
-    if func is None:
-        names = [n for n in dir(module) if not n.startswith("_")]
-        raise ConfigError(
-            path,
-            f"module '{module_name}' has no function '{func_name}'" + suggest(func_name, names),
-        )
-    if not callable(func):
-        raise ConfigError(path, f"'{spec}' is not callable")
-    try:
-        inspect.signature(func).bind("model.onnx", ["CPUExecutionProvider"])
-    except TypeError:
-        raise ConfigError(
-            path,
-            f"'{spec}' must accept (model_path, providers); its signature is "
-            f"{inspect.signature(func)}",
-        ) from None
-    except ValueError:
-        pass  # builtins without a signature: let the call decide
-    return func
+    ``(model_path, providers)`` (the evaluate stage's loader, imported only when needed)."""
+    from raysearch.evaluate import load_custom_evaluator
+
+    return load_custom_evaluator(spec, key=path)
 
 
 def _number(data: Mapping[str, Any], key: str, default: float | None, *, prefix: str = "") -> Any:

@@ -151,24 +151,23 @@ def _types(settings: Mapping[str, Any]) -> tuple[str, str]:
     return str(_get(settings, "activation_type")), str(_get(settings, "weight_type"))
 
 
-def reject_qoperator_16bit(settings: Mapping[str, Any]) -> str | None:
-    """QOperator format with a 16-bit type (``quantize_static`` refuses: QDQ only)."""
+def _qoperator_with(settings: Mapping[str, Any], kinds: Any) -> str | None:
     if _get(settings, "quant_format") != "QOperator":
         return None
     for t in _types(settings):
-        if t in _SIXTEEN:
+        if t in kinds:
             return f"QOperator format supports 8-bit types only; {t} needs quant_format QDQ"
     return None
+
+
+def reject_qoperator_16bit(settings: Mapping[str, Any]) -> str | None:
+    """QOperator format with a 16-bit type (``quantize_static`` refuses: QDQ only)."""
+    return _qoperator_with(settings, _SIXTEEN)
 
 
 def reject_qoperator_4bit(settings: Mapping[str, Any]) -> str | None:
     """QOperator format with a 4-bit type (the QOperator quantizer cannot pack 4-bit values)."""
-    if _get(settings, "quant_format") != "QOperator":
-        return None
-    for t in _types(settings):
-        if t in _FOUR:
-            return f"QOperator format supports 8-bit types only; {t} needs quant_format QDQ"
-    return None
+    return _qoperator_with(settings, _FOUR)
 
 
 def reject_qoperator_float8(settings: Mapping[str, Any]) -> str | None:
