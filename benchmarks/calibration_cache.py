@@ -24,13 +24,8 @@ Run:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import itertools
 import json
 import logging
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -39,17 +34,23 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.quantization import CalibrationMethod, QuantType, quantize_static
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    MAGIKA,
+    ROOT,
+    calibration_id,
+    machine_info,
+    naive_loop,
+    product_settings,
+)
 
 from raysearch.data import DataSource  # noqa: E402
 from raysearch.evaluate import Evaluator, compute_metric, run_model  # noqa: E402
 from raysearch.providers import make_session  # noqa: E402
 from raysearch.trial import TrialRunner  # noqa: E402
 
-MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", "/work/shared/models/magika"))
 THREADS = 2
 CALIBRATIONS = [
     ("MinMax", {}),
@@ -59,63 +60,14 @@ CALIBRATIONS = [
 
 
 def grid() -> list[dict]:
-    settings = []
-    for (method, extra), activation, per_channel in itertools.product(
-        CALIBRATIONS, ("QUInt8", "QInt8"), (True, False)
-    ):
-        setting = {
-            "calibrate_method": method,
-            "activation_type": activation,
-            "weight_type": "QInt8",
-            "per_channel": per_channel,
-            "op_types_to_quantize": ["MatMul", "Conv"],
-        }
-        if extra:
-            setting["extra_options"] = dict(extra)
-        settings.append(setting)
-    return settings
-
-
-def calibration_id(setting: dict) -> str:
-    return json.dumps([setting["calibrate_method"], setting.get("extra_options", {})])
+    return product_settings(
+        CALIBRATIONS, (("QUInt8", None), ("QInt8", None)), (True, False), ("MatMul", "Conv")
+    )
 
 
 def naive(model: Path, calib: DataSource, evaluation: DataSource, work: Path) -> dict:
     """(a): quantize_static + float reference + evaluation, per setting."""
-    rows = []
-    start = time.perf_counter()
-    for i, setting in enumerate(grid()):
-        out = work / f"naive_{i}.onnx"
-        t0 = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            quantize_static(
-                model,
-                out,
-                calib.reader(),
-                op_types_to_quantize=setting["op_types_to_quantize"],
-                per_channel=setting["per_channel"],
-                activation_type=QuantType[setting["activation_type"]],
-                weight_type=QuantType[setting["weight_type"]],
-                calibrate_method=CalibrationMethod[setting["calibrate_method"]],
-                extra_options=setting.get("extra_options"),
-            )
-        t1 = time.perf_counter()
-        reference, _ = run_model(make_session(model, THREADS), evaluation)
-        t2 = time.perf_counter()
-        quantized, _ = run_model(make_session(out, THREADS), evaluation)
-        metrics = {m: compute_metric(m, quantized, reference) for m in ("cos", "L2")}
-        t3 = time.perf_counter()
-        rows.append(
-            {
-                "setting": setting,
-                "quantize_static_s": t1 - t0,
-                "float_reference_s": t2 - t1,
-                "evaluation_s": t3 - t2,
-                **metrics,
-            }
-        )
-        print(f"  naive {i:2d}  qs {t1 - t0:6.2f}s  eval {t3 - t1:5.2f}s  cos {metrics['cos']:.5f}")
-    return {"wall_s": time.perf_counter() - start, "trials": rows}
+    return naive_loop(model, grid(), calib, evaluation, work, threads=THREADS)
 
 
 def cached(model: Path, calib: DataSource, evaluation: DataSource, work: Path) -> dict:
@@ -217,12 +169,7 @@ def main() -> int:
         "float_reference_s": b["float_reference_s"],
     }
     summary = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "threads": THREADS,
-            "python": platform.python_version(),
-            "onnxruntime": ort.__version__,
-        },
+        "machine": {**machine_info(), "threads": THREADS, "onnxruntime": ort.__version__},
         "rows": {"calibration": len(calib_rows), "evaluation": len(eval_rows)},
         "n_settings": len(a["trials"]),
         "distinct_calibration_settings": len(first_of_each),
