@@ -25,9 +25,6 @@ from typing import Any
 
 import numpy as np
 
-# What raysearch's start_ray sets, set before anything imports Ray (Ray reads it at import).
-os.environ.setdefault("RAY_AUTH_MODE", "token")
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
