@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
-MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", "/work/shared/models/magika"))
+MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", ROOT.parent / "shared" / "models" / "magika"))
 CPUS = os.cpu_count() or 1
 
 # Benchmark encoder: tests.models.make_encoder_model (LayerNormalization, MatMul, Softmax, an

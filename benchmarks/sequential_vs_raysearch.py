@@ -6,7 +6,8 @@ ActivationSymmetric false and QInt8 with ActivationSymmetric true x per_channel 
 weight_type QInt8; op_types_to_quantize [MatMul, Conv] on magika, [MatMul, Gemm] on the encoder
 (the encoder has MatMul only). Metric ``cos`` for both.
 
-Models: magika (``/work/shared/models/magika``: 200 calibration rows, 500 evaluation rows;
+Models: magika (``../shared/models/magika`` beside the repository: 200 calibration rows,
+500 evaluation rows;
 ``--quick`` 200) and a one-block transformer encoder (``tests.models.make_encoder_model``:
 LayerNormalization, MatMul, Softmax, an int64 attention mask; seq 64, dim 256, ffn 1024;
 200 calibration rows, 1000 evaluation rows, ``--quick`` 500).

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", "/work/shared/models/magika"))
+MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", ROOT.parent / "shared" / "models" / "magika"))
 
 pytestmark = pytest.mark.slow
 

@@ -36,7 +36,7 @@ from tests.models import (
     mlp_data,
 )
 
-MAGIKA = Path("/work/shared/models/magika")
+MAGIKA = Path(__file__).resolve().parents[3] / "shared" / "models" / "magika"
 
 
 @pytest.fixture(autouse=True)
