@@ -1,7 +1,8 @@
 """The ``raysearch`` command line.
 
 Exit status: 0 when a search finished (whatever it found), 2 on bad input (a one-line message
-that names the problem; no traceback unless ``--debug``), 1 on an internal error.
+that names the problem; no traceback unless ``--debug``), 1 on an internal error, 130 when
+interrupted (Ctrl-C: the outputs hold what finished; ``raysearch resume`` continues).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from raysearch.errors import InputError
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("raysearch: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # an internal error: say what, point at --debug
         if args.debug:
             raise
@@ -161,7 +162,7 @@ def _run_search(config, overwrite: bool) -> int:
 
     result = AutoSearch(config).run(overwrite=overwrite, progress=sys.stderr)
     _print_summary(result.summary, result.output_dir)
-    return EXIT_OK
+    return _exit_status(result)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -173,7 +174,16 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     result = AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address)
     _print_summary(result.summary, result.output_dir)
-    return EXIT_OK
+    return _exit_status(result)
+
+
+def _exit_status(result: Any) -> int:
+    """0 for a search that ended; 130 (as for Ctrl-C) for one interrupted, whose outputs hold
+    what finished and which ``raysearch resume`` continues."""
+    if result.summary.get("stop_reason") != "interrupted":
+        return EXIT_OK
+    print(f"Interrupted: continue with `raysearch resume {result.output_dir}`.", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -215,12 +216,47 @@ def _copy_atomic(source: Path, target: Path) -> None:
 
 
 def _swap_dir(built: Path, final: Path) -> None:
-    old = final.with_name(f".{final.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(built, final)
-    shutil.rmtree(old, ignore_errors=True)
+    """Move every file of ``built`` into ``final`` (each with ``os.replace``), then remove the
+    files of ``final`` that ``built`` did not hold: ``final`` always exists and holds complete
+    files, and files a user put there stay unless ``built`` had one of the same name."""
+    final.mkdir(parents=True, exist_ok=True)
+    new = {item.name for item in built.iterdir()}
+    old = [item for item in final.glob("events.out.tfevents.*") if item.name not in new]
+    for item in built.iterdir():
+        os.replace(item, final / item.name)
+    for item in old:
+        with contextlib.suppress(FileNotFoundError):
+            item.unlink()
+    shutil.rmtree(built, ignore_errors=True)
+
+
+def _sweep_leftovers(out: Path) -> None:
+    """Remove the temporary files of a writer that was killed mid-write (one writer per
+    output folder: none of them is in use)."""
+    names = {
+        out: (
+            "summary.json",
+            "results.parquet",
+            "tensorboard",
+            "state.json",
+            ".raysearch.json",
+            "raysearch_config.yaml",
+        ),
+        out / "best": ("model.onnx", "config.yaml"),
+        out / "plots": ("metric_per_trial", "param_importance"),
+    }
+    for folder, stems in names.items():
+        if not folder.is_dir():
+            continue
+        for stem in stems:
+            for item in folder.glob(f".{stem}.*"):
+                if ".tmp" not in item.name and not item.name.endswith(".old"):
+                    continue
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        item.unlink()
 
 
 def _write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool) -> None:
@@ -412,6 +448,7 @@ def write_outputs(
     """Write every output of a search from its ``records``; return the summary dict."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _sweep_leftovers(out)
     higher = config.metric_higher_is_better
     rows = _order(records)
     best = best_record(rows, higher)

@@ -179,7 +179,8 @@ class TrialRunner:
     # -- one trial ---------------------------------------------------------------------------
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialResult:
         """Quantize with ``settings`` into ``out_path``, evaluate, and report. Never raises for
-        a bad setting: failures are results with ``status="failed"``."""
+        a bad setting: failures are results with ``status="failed"``; only ``MemoryError``
+        propagates (the process, not the setting, is in trouble)."""
         start = time.perf_counter()
         out_path = Path(out_path)
         result = TrialResult(status="failed", device=self.device)
@@ -220,6 +221,10 @@ class TrialRunner:
                 score.metric, None if reference is not None else float_score
             )
             result.status = "ok"
+        except MemoryError:
+            # Out of memory says more about this process than about the setting: the caller (a
+            # Ray actor) fails the trial and replaces the process (retried with max_failures).
+            raise
         except Exception as exc:  # a trial reports its failure; the search goes on
             result.status = "failed"
             result.metric = None

@@ -144,9 +144,13 @@ class SessionClock:
 
     ``elapsed_before_s`` is the time of every earlier session (an interrupted one included, up
     to its last refresh); :meth:`tick` records this session's time at most every ``period_s``.
+    ``started_at`` (``time.monotonic()``) is when this session began, if before now (the checks
+    that ran before the output folder existed count too).
     """
 
-    def __init__(self, path: str | os.PathLike, period_s: float = 2.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike, period_s: float = 2.0, *, started_at: float | None = None
+    ) -> None:
         self.path = Path(path)
         self.period_s = period_s
         self.sessions: list[dict[str, float]] = []
@@ -156,10 +160,19 @@ class SessionClock:
             except (OSError, ValueError):
                 _logger.warning("%s: unreadable, elapsed time of earlier sessions lost", self.path)
         self.elapsed_before_s = float(sum(s.get("elapsed_s", 0.0) for s in self.sessions))
-        self._start = time.monotonic()
+        self._start = time.monotonic() if started_at is None else started_at
         self._last = float("-inf")
-        self._current = {"started_at": time.time(), "elapsed_s": 0.0}
+        self._current = {"started_at": time.time() - self.session_s, "elapsed_s": 0.0}
         self.sessions.append(self._current)
+
+    def at_least(self, elapsed_before_s: float) -> None:
+        """Earlier sessions took at least ``elapsed_before_s`` (the journal's last record says
+        so): count the time an interrupted session spent after its last refresh."""
+        missing = float(elapsed_before_s) - self.elapsed_before_s
+        if missing > 0 and len(self.sessions) > 1:
+            previous = self.sessions[-2]
+            previous["elapsed_s"] = round(float(previous.get("elapsed_s", 0.0)) + missing, 3)
+            self.elapsed_before_s += missing
 
     @property
     def started_at(self) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,11 @@ def _finite(value: Any) -> float | None:
 
 
 def _error_line(text: str) -> str:
-    """The most telling line of an error text (the last ``Name: message`` line)."""
+    """The most telling line of an error text (the last ``Name: message`` line); for a trial
+    whose process died, what killed it."""
+    died = _process_death(str(text))
+    if died is not None:
+        return died
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     for line in reversed(lines):
         head = line.split(":", 1)[0]
@@ -236,6 +241,43 @@ def _error_text(trial: Any) -> str | None:
     except OSError:
         return None
     return None if error is None else str(error)
+
+
+def _process_death(text: str) -> str | None:
+    """One line for a trial whose actor process died (Ray's ``ActorDiedError``): the fatal
+    error the process wrote to its Ray log when there is one (a segfault), else that it was
+    killed or crashed without a word (SIGKILL, e.g. from the out-of-memory killer)."""
+    if "actor died unexpectedly" not in text and "worker process has died" not in text:
+        return None
+    match = re.search(r"\bpid: (\d+)", text)
+    pid = int(match.group(1)) if match else None
+    where = f" (pid {pid})" if pid else ""
+    cause = _fatal_error(pid) if pid else None
+    if cause:
+        return f"TrialCrashed: the trial's process{where} died: {cause}"
+    detail = re.search(r"Worker exit detail: (.*?)(?: Some common causes|$)", text, re.S)
+    said = f"; Ray: {detail.group(1).strip()}" if detail else ""
+    return (
+        f"TrialCrashed: the trial's process{where} died unexpectedly: killed (e.g. by the "
+        f"out-of-memory killer) or crashed in native code{said}"
+    )[:2000]
+
+
+def _fatal_error(pid: int) -> str | None:
+    """``Segmentation fault`` (and the like) when the Ray worker log of ``pid`` on this node
+    holds Python's fatal-error report."""
+    try:
+        import ray._private.worker as ray_worker
+
+        logs = Path(ray_worker._global_node.get_logs_dir_path())
+        for path in logs.glob(f"worker-*-{pid}.err"):
+            tail = path.read_bytes()[-65536:].decode(errors="replace")
+            found = re.findall(r"Fatal Python error: ([^\n]+)", tail)
+            if found:
+                return found[-1].strip()
+    except Exception:  # no local log (another node, a client connection): say less
+        return None
+    return None
 
 
 def _unlink(path: Path) -> None:

@@ -2,15 +2,18 @@
 
 How a search runs:
 
-1. The config is validated and the output folder claimed (a folder holding an earlier search
-   is refused unless ``overwrite``; then only what raysearch created there is removed). The
-   config (paths made absolute) goes to ``raysearch_config.yaml``, a marker to
-   ``.raysearch.json``, the log to ``auto_search.log``.
-2. The data are loaded and checked against the model, and the float reference (built-in
-   metrics) or the float model's score (custom evaluators) is computed once, on the driver.
-3. Ray starts (or is joined); Tune runs :class:`~raysearch.search.trainable.QuantTrainable`
-   actors, reused between trials, fed by :class:`~raysearch.search.searchers.SettingSearcher`
-   and stopped by :class:`~raysearch.search.stopper.CandidateStopper`.
+1. The config is validated; :func:`~raysearch.search.preflight.preflight` checks the model,
+   loads the data against it and computes the float reference (built-in metrics) or the float
+   model's score (custom evaluators) once, on the driver; Ray starts (or is joined) and must
+   have a node that can hold one trial. Nothing is written before all of that passed.
+2. The output folder is claimed: a folder holding an earlier search is refused unless
+   ``overwrite`` (then only what raysearch created there is removed), and files of the names
+   raysearch writes that it did not create are never overwritten. A marker goes to
+   ``.raysearch.json``, the config (paths made absolute) to ``raysearch_config.yaml``, the log
+   to ``auto_search.log``.
+3. Tune runs :class:`~raysearch.search.trainable.QuantTrainable` actors, reused between
+   trials, fed by :class:`~raysearch.search.searchers.SettingSearcher` and stopped by
+   :class:`~raysearch.search.stopper.CandidateStopper`.
 4. Every finished trial is journaled at once (:mod:`raysearch.search.recorder`); at the end the
    outputs are written from the journal (:mod:`raysearch.outputs`).
 
@@ -26,6 +29,7 @@ was saved, else a new Tune experiment starts; either way the journal decides wha
 A trial Tune runs again whose id is journaled returns its recorded result without running;
 a trial journaled after Tune's last save is counted by the searcher (never run again) and by
 the stop conditions; the elapsed time of earlier sessions counts against ``time_limit``.
+A saved Tune state that a kill cut short is not restored: the journal carries the search on.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import yaml
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import ConfigError, InputError
 from raysearch.search.journal import Journal, SessionClock, atomic_write_text
+from raysearch.search.preflight import Prepared
 from raysearch.search.progress import ProgressCallback
 from raysearch.search.recorder import CANDIDATES, KEPT, TrialRecorder
 from raysearch.search.searchers import (
@@ -172,20 +177,62 @@ class EngineSpec:
 
 
 # -- the output folder ---------------------------------------------------------------------------
+#: Result folders a user browses: only the files raysearch writes there are removed
+#: (``{trial}``: the id of a trial in the search's journal).
+_RESULT_FILES = {
+    "best": ("model.onnx", "model.onnx.data", "config.yaml"),
+    CANDIDATES: ("{trial}.onnx",),
+    KEPT: ("{trial}.onnx",),
+    "plots": ("metric_per_trial.png", "param_importance.png"),
+    "tensorboard": ("events.out.tfevents.*",),
+}
+
+
 def _holds_search(folder: Path) -> bool:
     return any((folder / name).exists() for name in (MARKER, JOURNAL, "summary.json"))
 
 
+def _foreign_names(folder: Path) -> list[str]:
+    """Names raysearch writes that exist in ``folder`` although no raysearch search is there
+    (no marker): files raysearch did not create and must not overwrite."""
+    if not folder.is_dir() or (folder / MARKER).is_file():
+        return []
+    return [name for name in OWNED if (folder / name).exists() or (folder / name).is_symlink()]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
 def _clean_output_dir(folder: Path, storage_owned: bool) -> None:
-    """Remove what raysearch created in ``folder`` (never anything else)."""
+    """Remove what raysearch created in ``folder`` (never anything else): its files, its
+    working folders, and in the result folders only the files it writes there (a folder left
+    empty goes too); a file a user put anywhere else stays."""
+    trials = [str(r["trial_id"]) for r in Journal(folder / JOURNAL).load()]
     for name in OWNED:
+        path = folder / name
         if name == RAY_RESULTS and not storage_owned:
             continue
-        path = folder / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
+        if name in _RESULT_FILES and path.is_dir() and not path.is_symlink():
+            for pattern in _RESULT_FILES[name]:
+                names = [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
+                for item in (i for n in names for i in path.glob(n)):
+                    _remove(item)
+                for n in names:  # a writer's leftovers after a kill: .<name>.<...>.tmp...
+                    for stem in {n, n.rsplit(".", 1)[0]}:
+                        for item in path.glob(f".{stem}.*"):
+                            if ".tmp" in item.name:
+                                _remove(item)
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when empty
+        elif name not in _RESULT_FILES:  # its files, and its working folders whole
+            _remove(path)
+    for item in folder.glob(".*.tmp*"):
+        if any(item.name.startswith(f".{name}.") for name in OWNED):
+            _remove(item)
     _logger.info("overwrite: removed the previous search's files from %s", folder)
 
 
@@ -282,20 +329,59 @@ def start_ray(address: str | None) -> bool:
     return True
 
 
+def check_resources(config: SearchConfig) -> None:
+    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial
+    (``resources.cpu_per_trial`` CPUs and ``resources.gpu_per_trial`` GPUs on one node): its
+    trials would wait for ever. A cluster joined with ``address`` may grow (the autoscaler of
+    ``cluster.yaml`` adds GPU workers when trials wait), so there it is only a warning."""
+    import ray
+
+    res = config.resources
+    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    if not nodes:
+        nodes = [ray.cluster_resources()]
+    if any(
+        n.get("CPU", 0) >= res.cpu_per_trial and n.get("GPU", 0) >= res.gpu_per_trial for n in nodes
+    ):
+        return
+    most_gpus = max(n.get("GPU", 0) for n in nodes)
+    most_cpus = max(n.get("CPU", 0) for n in nodes)
+    total_gpus = sum(n.get("GPU", 0) for n in nodes)
+    if res.gpu_per_trial and most_gpus < res.gpu_per_trial:
+        have = (
+            "the Ray cluster has no GPU"
+            if not total_gpus
+            else f"no node of the Ray cluster has more than {most_gpus:g} GPUs "
+            f"({total_gpus:g} in all)"
+        )
+        message = f"resources.gpu_per_trial is {res.gpu_per_trial:g} but {have}"
+    elif most_cpus < res.cpu_per_trial:
+        message = (
+            f"resources.cpu_per_trial is {res.cpu_per_trial:g} but no node of the Ray cluster "
+            f"has more than {most_cpus:g} CPUs"
+        )
+    else:
+        message = (
+            f"no node of the Ray cluster has {res.cpu_per_trial:g} CPUs and "
+            f"{res.gpu_per_trial:g} GPUs for one trial (resources.cpu_per_trial, "
+            "resources.gpu_per_trial)"
+        )
+    if config.address:
+        _logger.warning("%s yet; trials wait for the cluster's autoscaler to add a node", message)
+        return
+    raise InputError(message)
+
+
 def _slots(config: SearchConfig) -> tuple[int, int]:
     """(trials that run at once, trials kept suggested but unfinished)."""
     import ray
 
+    check_resources(config)
     resources = ray.cluster_resources()
     res = config.resources
     bound = int(resources.get("CPU", 1) // res.cpu_per_trial) if res.cpu_per_trial else 1
     if res.gpu_per_trial:
         gpus = resources.get("GPU", 0)
-        if gpus < res.gpu_per_trial:
-            raise InputError(
-                f"resources.gpu_per_trial is {res.gpu_per_trial} but the Ray cluster has "
-                f"{gpus:g} GPUs"
-            )
         bound = min(bound, int(math.floor(gpus / res.gpu_per_trial + 1e-9)))
     bound = max(1, bound)
     if res.max_concurrent_trials is None or res.max_concurrent_trials >= bound:
@@ -362,25 +448,47 @@ class AutoSearch:
             progress: a stream for the live progress line (the CLI passes ``sys.stderr``);
                 None logs progress instead.
 
+        Nothing is written before the model, the data and the evaluator passed
+        :func:`~raysearch.search.preflight.preflight` and the Ray cluster proved able to hold
+        a trial: a search with bad input leaves ``output_dir`` as it was (or absent).
+
         Raises:
-            ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False.
+            ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False, or
+                files of the names raysearch writes that raysearch did not create.
+            InputError: the model, the data, the evaluator or the resources are unusable.
         """
+        from raysearch.search.preflight import preflight
+
+        started = time.monotonic()
         folder = self.output_dir
         storage_owned = self.config.storage_path is None
-        if folder.exists() and _holds_search(folder):
-            if not overwrite:
-                raise ConfigError(
-                    "output_dir",
-                    f"{folder} holds a previous search; continue it with "
-                    f"`raysearch resume {folder}` or start over with --overwrite",
-                )
+        foreign = _foreign_names(folder)
+        if foreign:
+            names = ", ".join(f"'{n}'" for n in foreign)
+            raise ConfigError(
+                "output_dir",
+                f"{folder} already holds {names}, not created by raysearch (no {MARKER}); "
+                "choose another output_dir: raysearch never overwrites files it did not create",
+            )
+        previous = folder.exists() and _holds_search(folder)
+        if previous and not overwrite:
+            raise ConfigError(
+                "output_dir",
+                f"{folder} holds a previous search; continue it with "
+                f"`raysearch resume {folder}` or start over with --overwrite",
+            )
+        prepared = preflight(self.config)
+        start_ray(self.config.address)
+        check_resources(self.config)
+        if previous:
             _clean_output_dir(folder, storage_owned)
         folder.mkdir(parents=True, exist_ok=True)
         raw, unserializable = _raw_for_resume(self.config)
+        # The marker first: whatever follows in this folder is raysearch's.
+        self._write_marker("running", unserializable=unserializable)
         header = "# The config of this search (paths absolute); `raysearch resume` reads it.\n"
         atomic_write_text(folder / CONFIG_FILE, header + yaml.safe_dump(raw, sort_keys=False))
-        self._write_marker("running", unserializable=unserializable)
-        return self._execute(resume=False, progress=progress)
+        return self._execute(resume=False, progress=progress, prepared=prepared, started_at=started)
 
     @classmethod
     def resume(
@@ -410,6 +518,11 @@ class AutoSearch:
                 raise InputError(
                     f"{folder}: this search was started from Python objects ({keys}); resume "
                     "it from Python with AutoSearch.resume(dir, config=...)"
+                )
+            if not (folder / CONFIG_FILE).is_file():
+                raise InputError(
+                    f"{folder}: the search was stopped before it started ({CONFIG_FILE} "
+                    "missing); start it again with `raysearch run CONFIG --overwrite`"
                 )
             raw = yaml.safe_load((folder / CONFIG_FILE).read_text())
             raw["output_dir"] = str(folder)
@@ -452,39 +565,31 @@ class AutoSearch:
     def _storage_path(self) -> str:
         return self.config.storage_path or str(self.output_dir / RAY_RESULTS)
 
-    def _engine(self) -> tuple[EngineSpec, dict[str, Any]]:
-        """Load and check the data; compute the float reference once, here on the driver."""
-        from raysearch.data import DataSource, model_inputs
-        from raysearch.evaluate import Evaluator, FloatReference, model_size_bytes
+    def _engine(self, prepared: Prepared | None) -> tuple[EngineSpec, dict[str, Any]]:
+        """The trial engine's factory from what :func:`preflight` checked and computed once,
+        here on the driver (run again on resume, where the float reference comes from the
+        cache; a reference computed before the output folder existed is saved there now)."""
+        from raysearch.search.preflight import preflight
 
         config = self.config
         model = str(config.model)
-        inputs = model_inputs(model)
-        calibration = DataSource.load(
-            config.calibration_data, inputs, config.batch_size, label="calibration data"
-        )
-        if config.eval_data is config.calibration_data:
-            evaluation = calibration
-        else:
-            evaluation = DataSource.load(
-                config.eval_data, inputs, config.batch_size, label="evaluation data"
-            )
-        evaluator = Evaluator.from_config(config)
         cache_dir = str(self.output_dir / CACHE_DIR)
-        threads = max(1, min(os.cpu_count() or 1, 4))
-        info: dict[str, Any] = {"float_model_size_bytes": model_size_bytes(model)}
-        reference = None
-        float_score = None
-        started = time.perf_counter()
-        if evaluator.needs_reference:
-            reference = FloatReference.cached(cache_dir, model, evaluation, threads=threads)
-            info["float_latency_ms"] = reference.latency_ms
-        else:
-            float_score = evaluator.score_float(model)
-            info["float_metric"] = float_score
+        if prepared is None:
+            prepared = preflight(config, cache_dir=cache_dir)
+        elif prepared.reference is not None:
+            folder = Path(cache_dir) / "reference" / prepared.reference.key
+            if not (folder / "meta.json").is_file():
+                try:
+                    prepared.reference.save(folder)
+                except OSError as exc:
+                    _logger.warning("could not save the float reference: %s", exc)
+        calibration, evaluation = prepared.calibration, prepared.evaluation
+        evaluator, reference = prepared.evaluator, prepared.reference
+        float_score = prepared.float_score
+        info = dict(prepared.info)
         _logger.info(
             "float reference ready in %.2f s (%s)",
-            time.perf_counter() - started,
+            info.pop("float_s", 0.0),
             "outputs" if reference is not None else f"score {float_score}",
         )
         spec = EngineSpec(
@@ -535,7 +640,14 @@ class AutoSearch:
             total = limit if total is None else min(total, limit)
         return total
 
-    def _execute(self, *, resume: bool, progress: TextIO | None) -> SearchResult:
+    def _execute(
+        self,
+        *,
+        resume: bool,
+        progress: TextIO | None,
+        prepared: Prepared | None = None,
+        started_at: float | None = None,
+    ) -> SearchResult:
         from ray import tune
 
         config = self.config
@@ -555,8 +667,9 @@ class AutoSearch:
             )
             journal = Journal(folder / JOURNAL)
             records = journal.load() if resume else []
-            clock = SessionClock(folder / STATE)
-            spec, info = self._engine()
+            clock = SessionClock(folder / STATE, started_at=started_at)
+            clock.at_least(max((float(r.get("elapsed_s") or 0.0) for r in records), default=0))
+            spec, info = self._engine(prepared)
             start_ray(config.address)
             spec.driver_node = current_node_id()
             slots, outstanding = _slots(config)
@@ -674,7 +787,7 @@ class AutoSearch:
         """The Tuner, and whether it restored Tune's saved experiment."""
         storage = self._storage_path()
         path = os.path.join(storage, EXPERIMENT)
-        if resume and tune.Tuner.can_restore(path):
+        if resume and tune.Tuner.can_restore(path) and _tune_state_intact(path):
             _logger.info(
                 "restoring Ray Tune's experiment %s (%d trials journaled)", path, len(records)
             )
@@ -722,6 +835,28 @@ class AutoSearch:
         if finished is not None and len(recorder.records) >= searcher.n_started:
             return finished
         return "interrupted"
+
+
+def _tune_state_intact(path: str) -> bool:
+    """Whether Ray Tune's newest saved experiment state in ``path`` can be read. Tune rewrites
+    that file in place, so a kill while it wrote leaves it cut short; the journal then
+    carries the search on in a new Tune experiment. (Remote storage is not checked.)"""
+    folder = Path(path)
+    if "://" in path or not folder.is_dir():
+        return True
+    states = sorted(folder.glob("experiment_state-*.json"))
+    if not states:
+        return True
+    try:
+        json.loads(states[-1].read_text())
+    except (OSError, ValueError) as exc:
+        _logger.warning(
+            "Ray Tune's saved state %s is unreadable (%s): the journal carries the search on",
+            states[-1].name,
+            exc,
+        )
+        return False
+    return True
 
 
 def _replay_result(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import pyarrow.parquet as pq
 import pytest
 
 from raysearch.config import load_config
@@ -20,7 +14,7 @@ from raysearch.errors import ConfigError
 from raysearch.evaluate import compute_metric
 from raysearch.search import AutoSearch
 from raysearch.search.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS
-from tests.search.conftest import CONDITIONAL_SPACE, REPO
+from tests.search.conftest import CONDITIONAL_SPACE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -182,58 +176,6 @@ def test_an_earlier_search_is_refused_and_overwrite_removes_only_ours(make_confi
     # Resuming a finished search runs nothing and returns its result.
     again = AutoSearch.resume(second.output_dir)
     assert again.summary == second.summary and again.results.num_rows == 2
-
-
-DRIVER = """
-import json, sys
-import ray
-from raysearch.search import AutoSearch
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-AutoSearch(json.loads(sys.argv[1])).run()
-"""
-
-
-def test_a_killed_search_resumes_without_losing_or_rerunning_trials(make_config, tmp_path):
-    space = {**SIX, "activation_type": ["QUInt8", "QInt8"], "reduce_range": [False, True]}
-    config = make_config(search_space=space, output_dir=str(tmp_path / "killed"))
-    journal = tmp_path / "killed" / "journal.jsonl"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, json.dumps(config)],
-        env=env,
-        start_new_session=True,  # its own process group: the driver and the Ray it started
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and driver.poll() is None:
-            if journal.exists() and len(journal.read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.05)
-        assert driver.poll() is None, "the search ended before it could be interrupted"
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    before = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
-    assert 2 <= len(before) < 24
-
-    result = AutoSearch.resume(tmp_path / "killed")
-    table = rows(result)
-    ids = [r["trial_id"] for r in table]
-    assert len(ids) == len(set(ids)) == 24  # what a straight run has
-    assert result.summary["stop_reason"] == "space_exhausted"
-    assert result.summary["sessions"] == 2
-    # Journaled trials were neither lost nor run again.
-    after = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
-    assert [r["trial_id"] for r in after[: len(before)]] == [r["trial_id"] for r in before]
-    assert len({r["key"] for r in after}) == len(after) == 24
-    assert {r["trial_id"] for r in before} <= set(ids)
-    assert pq.read_table(tmp_path / "killed" / "results.parquet").num_rows == 24
-    assert result.summary["wall_time_s"] >= after[len(before) - 1]["elapsed_s"]
 
 
 def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config):

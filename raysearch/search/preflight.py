@@ -1,0 +1,230 @@
+"""Everything a search needs checked before Ray starts and before its output folder exists.
+
+:func:`preflight` reads the model, the data and the evaluator of a validated
+:class:`~raysearch.config.SearchConfig` and computes what every trial shares, writing nothing:
+
+1. the model: an ONNX file that parses, whose external-data files are all there and long
+   enough, and that holds an op the space's ``op_types_to_quantize`` choices would quantize
+   (the quantizer backend's own checks of op types and node names included);
+2. the calibration and evaluation data, loaded and checked against the model's inputs;
+3. the evaluator: the float model's outputs on the evaluation data (built-in metrics; this also
+   proves ONNX Runtime can run the model) or the custom evaluator's score of the float model.
+
+Any problem is an :class:`~raysearch.errors.InputError` with a one-line message naming it, so
+a search with bad input fails at once and leaves the output folder as it was.
+
+Example:
+    >>> prepared = preflight(config)                                # doctest: +SKIP
+    >>> prepared.float_score, len(prepared.calibration)             # doctest: +SKIP
+    (0.734, 64)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from raysearch.config import SearchConfig
+    from raysearch.data import DataSource
+    from raysearch.evaluate import Evaluator, FloatReference
+    from raysearch.space import SearchSpace
+
+__all__ = ["Prepared", "preflight", "check_model"]
+
+_logger = logging.getLogger(__name__)
+
+#: Settings whose values the quantizer backend checks against the model.
+_MODEL_SETTINGS = ("op_types_to_quantize", "nodes_to_exclude", "nodes_to_quantize")
+
+
+@dataclass
+class Prepared:
+    """What :func:`preflight` checked and computed, handed to the search."""
+
+    calibration: DataSource
+    evaluation: DataSource
+    evaluator: Evaluator
+    reference: FloatReference | None = None
+    float_score: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_model(path: str | os.PathLike, spaces: Iterable[SearchSpace] = ()) -> onnx.ModelProto:
+    """Load ``path`` as ONNX (external data checked, not loaded) and check that ``spaces``
+    would quantize something in it; returns the model without its external data.
+
+    Raises:
+        ConfigError: (key ``model``, or the setting's key) the file is not a usable ONNX model,
+            an external-data file is missing or short, or no setting would quantize any op.
+    """
+    import onnx
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ConfigError("model", f"cannot read {path}: {exc.strerror or exc}") from None
+    if size == 0:
+        raise ConfigError("model", f"{path} is empty")
+    try:
+        proto = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise ConfigError(
+            "model", f"{path} is not an ONNX model (cannot parse it: {_first_line(exc)})"
+        ) from None
+    if not proto.HasField("graph") or not proto.graph.node:
+        raise ConfigError("model", f"{path} is not an ONNX model with a graph (no nodes found)")
+    _check_external_data(proto, path)
+    _check_quantizable(proto, path, list(spaces))
+    return proto
+
+
+def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    import onnx
+
+    for tensor in _tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        target = (path.parent / location).resolve()
+        if not location or not target.is_file():
+            raise ConfigError(
+                "model",
+                f"external data file '{location}' of tensor '{tensor.name}' not found "
+                f"(looked for {target})",
+            )
+        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
+        if end > target.stat().st_size:
+            raise ConfigError(
+                "model",
+                f"external data file '{location}' is truncated: tensor '{tensor.name}' needs "
+                f"{end} bytes, the file has {target.stat().st_size}",
+            )
+
+
+def _tensors(graph: Any) -> Iterable[Any]:
+    """Initializers of ``graph`` and of its subgraphs, and tensors held in attributes."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _tensors(attribute.g)
+            for sub in attribute.graphs:
+                yield from _tensors(sub)
+
+
+def _op_types(graph: Any) -> set[str]:
+    found: set[str] = set()
+    for node in graph.node:
+        found.add(node.op_type)
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                found |= _op_types(attribute.g)
+            for sub in attribute.graphs:
+                found |= _op_types(sub)
+    return found
+
+
+def _choices(space: SearchSpace, leaf: str) -> list[Any]:
+    """Every value ``space`` may give the setting ``leaf`` ([None] when it never sets it)."""
+    from raysearch.space import Categorical
+
+    values: list[Any] = []
+    for param in space.params:
+        if param.leaf == leaf and isinstance(param.domain, Categorical):
+            values.extend(param.domain.choices)
+    return values or [None]
+
+
+def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSpace]) -> None:
+    from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
+
+    in_model = _op_types(proto.graph)
+    for space in spaces:
+        for backend_name in _choices(space, "quantizer"):
+            name = backend_name or DEFAULT_BACKEND
+            backend = get_backend(name)
+            if None in _choices(space, "op_types_to_quantize") and name == "ort":
+                from raysearch.quantize.calibration import DEFAULT_OP_TYPES
+
+                if not in_model & set(DEFAULT_OP_TYPES):
+                    raise ConfigError(
+                        "model",
+                        f"{path.name} has no op ONNX Runtime can quantize (its op types: "
+                        f"{', '.join(sorted(in_model))})",
+                    )
+            for key in _MODEL_SETTINGS:
+                for value in _choices(space, key):
+                    if value:
+                        backend.validate({key: value}, proto)
+
+
+def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = None) -> Prepared:
+    """Check the model, data and evaluator of ``config`` and compute the float reference or
+    the float model's score. Nothing is written unless ``cache_dir`` is given (the float
+    reference is then read from, or saved to, that cache).
+
+    Raises:
+        InputError: a one-line message naming what is wrong.
+    """
+    from raysearch.data import DataSource, model_inputs
+    from raysearch.evaluate import Evaluator, FloatReference, model_size_bytes
+
+    model = os.fspath(config.model)
+    proto = check_model(model, config.search_spaces)
+    inputs = model_inputs(proto)
+    calibration = DataSource.load(
+        config.calibration_data, inputs, config.batch_size, label="calibration data"
+    )
+    if config.eval_data is config.calibration_data:
+        evaluation = calibration
+    else:
+        evaluation = DataSource.load(
+            config.eval_data, inputs, config.batch_size, label="evaluation data"
+        )
+    evaluator = Evaluator.from_config(config)
+    prepared = Prepared(calibration, evaluation, evaluator)
+    prepared.info["float_model_size_bytes"] = model_size_bytes(model)
+    threads = max(1, min(os.cpu_count() or 1, 4))
+    started = time.perf_counter()
+    if evaluator.needs_reference:
+        try:
+            if cache_dir is None:
+                reference = FloatReference.compute(model, evaluation, threads=threads)
+            else:
+                reference = FloatReference.cached(cache_dir, model, evaluation, threads=threads)
+        except InputError:
+            raise
+        except Exception as exc:  # ONNX Runtime refuses the model or the data
+            raise ConfigError(
+                "model",
+                f"ONNX Runtime cannot run the float model on the evaluation data: "
+                f"{_first_line(exc, 300)}",
+            ) from None
+        prepared.reference = reference
+        prepared.info["float_latency_ms"] = reference.latency_ms
+    else:
+        prepared.float_score = evaluator.score_float(model)
+        prepared.info["float_metric"] = prepared.float_score
+    prepared.info["float_s"] = time.perf_counter() - started
+    return prepared

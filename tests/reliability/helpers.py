@@ -1,0 +1,140 @@
+"""Shared pieces of the reliability tests: models that carry a fault plan, configs, the
+evaluator's call log, and ``raysearch`` run as a real process (to be killed or interrupted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import yaml
+
+from tests.models import make_mlp_model, mlp_data
+from tests.reliability.evaluators import PLAN_KEY
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = "tests.reliability.evaluators:probe"
+
+#: A grid of 24 settings on the MLP (every one quantizes fine).
+GRID_24: dict[str, Any] = {
+    "calibrate_method": ["MinMax", "Percentile", "Entropy"],
+    "per_channel": [True, False],
+    "activation_type": ["QUInt8", "QInt8"],
+    "reduce_range": [False, True],
+}
+
+
+def plan_model(path: Path, log: Path, **plan: Any) -> Path:
+    """The test MLP with ``{"log": log, **plan}`` in its metadata (see ``evaluators``)."""
+    make_mlp_model(path)
+    model = onnx.load(str(path))
+    onnx.helper.set_model_props(model, {PLAN_KEY: json.dumps({"log": str(log), **plan})})
+    onnx.save(model, str(path))
+    return path
+
+
+def write_data(path: Path, n: int = 64) -> Path:
+    np.savez(path, **mlp_data(n))
+    return path
+
+
+def probe_config(folder: Path, **overrides: Any) -> dict[str, Any]:
+    """A Grid config over :data:`GRID_24` scored by the probe evaluator; the model (with an
+    empty fault plan unless ``faults``/``plan`` say otherwise) and data are made in ``folder``."""
+    plan = dict(overrides.pop("plan", {}))
+    if "faults" in overrides:
+        plan["faults"] = overrides.pop("faults")
+    model = plan_model(folder / "model.onnx", folder / "calls.jsonl", **plan)
+    data = write_data(folder / "calib.npz")
+    config: dict[str, Any] = {
+        "model": str(model),
+        "calibration_data": str(data),
+        "search_space": GRID_24,
+        "search_algo": "Grid",
+        "metric": PROBE,
+        "higher_is_better": True,
+        "tolerance": 0.05,
+        "seed": 0,
+        "output_dir": str(folder / "out"),
+        "measure_latency": False,
+    }
+    config.update(overrides)
+    return config
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def calls(log: Path) -> list[dict[str, Any]]:
+    """The probe evaluator's calls, in the order written."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def journal(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "journal.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a line being written
+    return out
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def start_raysearch(args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
+    """``raysearch ARGS`` as a real process in its own process group (with the Ray it starts),
+    as a terminal would run it; stdout and stderr go to files in ``cwd``."""
+    with open(cwd / "stdout.txt", "w") as out, open(cwd / "stderr.txt", "w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "raysearch.cli", *args],
+            cwd=cwd,
+            env=subprocess_env(**env),
+            start_new_session=True,
+            stdout=out,
+            stderr=err,
+        )
+
+
+def wait_until(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 120) -> None:
+    """Wait for ``ready()`` while ``proc`` runs; fail when it ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"raysearch ended (status {proc.returncode}) before the fault")
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for the search to progress")
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group of ``proc`` (the driver and the Ray it started)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_leftovers(proc: subprocess.Popen) -> None:
+    """Make sure nothing of ``proc``'s group outlives the test."""
+    kill_group(proc, signal.SIGKILL)
+    proc.wait(timeout=60)

@@ -1,0 +1,129 @@
+"""A search whose driver is killed (SIGKILL) or interrupted (Ctrl-C) mid-way resumes to exactly
+what an uninterrupted search reports: every trial once, no finished trial run again, the stop
+conditions' counts and time carried over. ``raysearch run`` runs as a real process here.
+(These replace and extend the kill-and-resume test that lived in tests/search.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from raysearch.cli import main
+from raysearch.search import AutoSearch
+from tests.reliability.helpers import (
+    calls,
+    journal,
+    kill_group,
+    probe_config,
+    start_raysearch,
+    stop_leftovers,
+    wait_until,
+    write_config,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
+
+LIMIT = 20  # of the grid's 24 settings: the stop condition, not the grid, ends the search
+COMPARED = ("stop_reason", "n_trials", "n_failed", "n_candidates", "best_metric", "best_params")
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    return probe_config(folder, stop={"iteration_limit": LIMIT}, plan={"sleep_s": 0.15})
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ray_cluster, tmp_path_factory) -> dict[str, Any]:
+    """The summary of the same search, run straight through."""
+    folder = tmp_path_factory.mktemp("straight")
+    return AutoSearch(_config(folder)).run().summary
+
+
+def _run_killed(folder: Path, at: int, sig: int, **env: str):
+    config = write_config(folder / "config.yaml", _config(folder))
+    proc = start_raysearch(["run", str(config)], folder, **env)
+    try:
+        wait_until(proc, lambda: len(journal(folder / "out")) >= at)
+        kill_group(proc, sig)
+        status = proc.wait(timeout=120)
+    finally:
+        stop_leftovers(proc)
+    return status
+
+
+def _check_resumed(folder: Path, before: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    out = folder / "out"
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    ids = [r["trial_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == LIMIT
+    after = journal(out)
+    assert len({r["key"] for r in after}) == len(after) == LIMIT  # no setting twice
+    # The journal of the first session is kept as it was, the second one's follows it.
+    assert [r["trial_id"] for r in after[: len(before)]] == [r["trial_id"] for r in before]
+    assert {r["trial_id"] for r in before} <= set(ids)
+    # No trial finished before the interruption ran again (one evaluation each).
+    evaluations = Counter(c["trial"] for c in calls(folder / "calls.jsonl"))
+    assert all(evaluations[r["trial_id"]] == 1 for r in before), evaluations
+    assert set(evaluations) - {"float"} >= set(ids)
+    # The stop condition counted the trials of both sessions, and the time of both.
+    log = (out / "auto_search.log").read_text()
+    assert re.search(rf"stop condition met: iteration_limit \({LIMIT} trials finished", log)
+    sessions = json.loads((out / "state.json").read_text())["sessions"]
+    assert len(sessions) == 2 and summary["sessions"] == 2
+    assert summary["wall_time_s"] >= sum(s["elapsed_s"] for s in sessions) - 0.5
+    assert summary["wall_time_s"] >= max(r["elapsed_s"] for r in before)
+
+
+@pytest.mark.parametrize("checkpoint", ["default", "every_step", "torn_state"])
+def test_a_killed_driver_resumes_to_the_uninterrupted_result(
+    tmp_path: Path, uninterrupted: dict[str, Any], checkpoint: str
+):
+    # "default": Tune saved its state once, near the start (the journal holds the rest);
+    # "every_step": Tune's saved state is nearly current (both resume with Tuner.restore);
+    # "torn_state": the kill cut Tune's state file short (the journal alone carries on).
+    env = {"TUNE_GLOBAL_CHECKPOINT_S": "0"} if checkpoint != "default" else {}
+    _run_killed(tmp_path, 6, signal.SIGKILL, **env)
+    before = journal(tmp_path / "out")
+    assert 6 <= len(before) < LIMIT
+    assert not (tmp_path / "out" / "summary.json").exists()
+    if checkpoint == "torn_state":
+        (state,) = (tmp_path / "out" / "ray_results" / "search").glob("experiment_state-*.json")
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+
+    result = AutoSearch.resume(tmp_path / "out")
+    summary = result.summary
+    log = (tmp_path / "out" / "auto_search.log").read_text()
+    assert ("restoring Ray Tune's experiment" in log) == (checkpoint != "torn_state")
+    assert {k: summary[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
+    _check_resumed(tmp_path, before, summary)
+
+
+def test_ctrl_c_stops_gracefully_writes_outputs_and_resumes(
+    tmp_path: Path, uninterrupted: dict[str, Any], capsys
+):
+    status = _run_killed(tmp_path, 4, signal.SIGINT)
+    out = tmp_path / "out"
+    assert status == 130, (tmp_path / "stderr.txt").read_text()
+    stdout = (tmp_path / "stdout.txt").read_text()
+    assert "Search finished (interrupted)" in stdout
+    assert "raysearch resume" in (tmp_path / "stderr.txt").read_text()
+    # Complete outputs for what finished.
+    before = journal(out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted"
+    assert summary["n_trials"] == len(before) < LIMIT
+    assert pq.read_table(out / "results.parquet").num_rows == len(before)
+    assert all(r["status"] == "ok" for r in before)  # nothing in flight was blamed
+    assert json.loads((out / ".raysearch.json").read_text())["status"] == "interrupted"
+
+    assert main(["resume", str(out)]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
+    _check_resumed(tmp_path, before, resumed)
+    capsys.readouterr()
