@@ -25,8 +25,10 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # ".<name>.<random>.tmp<suffix>": hidden, recognisable as this file's leftover, and with
+    # the real suffix for writers that pick a format from it (matplotlib).
     fd, name = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}"
+        dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}"
     )
     os.close(fd)
     tmp = Path(name)

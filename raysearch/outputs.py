@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from raysearch.fileio import replacing
 from raysearch.search.journal import atomic_write_text, json_default
 
 if TYPE_CHECKING:
@@ -203,16 +204,13 @@ def _best_config(raw: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str,
 
 # -- writers -------------------------------------------------------------------------------------
 def _write_parquet(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with replacing(target) as tmp:
+        shutil.copyfile(source, tmp)
 
 
 def _swap_dir(built: Path, final: Path) -> None:
@@ -288,10 +286,8 @@ def _write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool
 
 
 def _save_figure(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
 
 
 def _plot_metric(

@@ -77,6 +77,7 @@ from onnxruntime.quantization.calibrate import (
 from onnxruntime.quantization.quant_utils import add_infer_metadata
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+from raysearch.fileio import atomic_write_bytes
 from raysearch.quantize.tempdirs import make_workdir
 
 if TYPE_CHECKING:
@@ -740,7 +741,7 @@ class CalibrationCache:
         folder.mkdir(parents=True, exist_ok=True)
         key_file = folder / "key.json"
         if not key_file.exists():
-            _atomic_write(key_file, json.dumps([str(k) for k in key]).encode())
+            atomic_write_bytes(key_file, json.dumps([str(k) for k in key]).encode())
         names_hash = hashlib.sha256("\0".join(sorted(entry.names)).encode()).hexdigest()[:16]
         if entry.kind == "minmax":
             save_tensors_data(entry.payload, folder / f"minmax-{names_hash}.json")
@@ -761,7 +762,7 @@ class CalibrationCache:
                 arrays[f"s{i}"] = np.array(value[2:], dtype=np.asarray(value[2]).dtype)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        _atomic_write(folder / f"{entry.kind}-{names_hash}.npz", buffer.getvalue())
+        atomic_write_bytes(folder / f"{entry.kind}-{names_hash}.npz", buffer.getvalue())
 
     def _load(self, key: tuple[Any, ...], kind: str, names: frozenset[str]) -> _Entry | None:
         if self.cache_dir is None:
@@ -887,15 +888,3 @@ def _symmetrise(ranges: TensorsData) -> TensorsData:
         max_absolute_value = np.nanmax([np.abs(low), np.abs(high)], axis=0)
         pairs[name] = (-max_absolute_value, max_absolute_value)
     return TensorsData(ranges.calibration_method, pairs)
-
-
-def _atomic_write(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

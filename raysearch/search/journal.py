@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from raysearch.fileio import atomic_write_text
+
 __all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
 
 _logger = logging.getLogger(__name__)
@@ -49,18 +51,6 @@ def json_default(value: Any) -> Any:
 def settings_key(settings: dict[str, Any]) -> str:
     """The identity of a setting: its nested settings as canonical JSON (sorted keys)."""
     return json.dumps(settings, sort_keys=True, default=json_default)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and
-    ``os.replace``, so a reader sees the old or the new file, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _clean(value: Any) -> Any:
