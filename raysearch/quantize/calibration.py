@@ -94,6 +94,7 @@ __all__ = [
     "DEFAULT_OP_TYPES",
     "HISTOGRAM_METHODS",
     "file_hash",
+    "graph_tensors",
     "tensors_to_calibrate",
 ]
 
@@ -206,7 +207,7 @@ def file_hash(path: str | os.PathLike) -> str:
     locations = sorted(
         {
             entry.value
-            for tensor in _all_tensors(model.graph)
+            for tensor in graph_tensors(model.graph)
             for entry in tensor.external_data
             if entry.key == "location"
         }
@@ -219,7 +220,8 @@ def file_hash(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Initializers of ``graph`` and of its subgraphs, and tensors held in attributes."""
     yield from graph.initializer
     for node in graph.node:
         for attribute in node.attribute:
@@ -227,9 +229,9 @@ def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield attribute.t
             yield from attribute.tensors
             if attribute.HasField("g"):
-                yield from _all_tensors(attribute.g)
+                yield from graph_tensors(attribute.g)
             for sub in attribute.graphs:
-                yield from _all_tensors(sub)
+                yield from graph_tensors(sub)
 
 
 def tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:

@@ -98,7 +98,9 @@ def check_model(path: str | os.PathLike, spaces: Iterable[SearchSpace] = ()) -> 
 def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
     import onnx
 
-    for tensor in _tensors(proto.graph):
+    from raysearch.quantize.calibration import graph_tensors
+
+    for tensor in graph_tensors(proto.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
@@ -117,20 +119,6 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
                 f"external data file '{location}' is truncated: tensor '{tensor.name}' needs "
                 f"{end} bytes, the file has {target.stat().st_size}",
             )
-
-
-def _tensors(graph: Any) -> Iterable[Any]:
-    """Initializers of ``graph`` and of its subgraphs, and tensors held in attributes."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            if attribute.HasField("g"):
-                yield from _tensors(attribute.g)
-            for sub in attribute.graphs:
-                yield from _tensors(sub)
 
 
 def _op_types(graph: Any) -> set[str]:

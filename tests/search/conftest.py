@@ -3,7 +3,6 @@ models and data, and a config builder."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,24 +27,6 @@ CONDITIONAL_SPACE: dict[str, Any] = {
         "sym": {"only_if": {"activation_type": "QInt8"}, "ActivationSymmetric": [True, False]},
     },
 }
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A real local Ray instance shared by every test of the session."""
-    import ray
-
-    if not ray.is_initialized():
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="WARNING",
-            runtime_env={"env_vars": {"PYTHONPATH": path}},
-        )
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="session")
