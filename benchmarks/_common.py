@@ -225,6 +225,28 @@ def encoder_arrays(n: int, seed: int, **size: int) -> dict[str, np.ndarray]:
     return encoder_data(n, seq=dims["seq"], dim=dims["dim"], seed=seed)
 
 
+def one_calibration_space(op_types: list[list[str]] | None = None) -> dict[str, Any]:
+    """A grid of 64 settings (times the ``op_types`` choices) that share one MinMax
+    calibration per op-type choice: after the first trial, trials are cache hits, so their
+    time is quantization and evaluation."""
+    space: dict[str, Any] = {"calibrate_method": ["MinMax"]}
+    if op_types is not None:
+        space["op_types_to_quantize"] = op_types
+    space.update(
+        {
+            "activation_type": ["QUInt8", "QInt8"],
+            "per_channel": [True, False],
+            "reduce_range": [False, True],
+            "extra_options": {
+                "ActivationSymmetric": [False, True],
+                "WeightSymmetric": [True, False],
+                "CalibTensorRangeSymmetric": [False, True],
+            },
+        }
+    )
+    return space
+
+
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **arrays)

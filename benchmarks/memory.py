@@ -53,6 +53,7 @@ from _common import (  # noqa: E402
     du_bytes,
     magika_arrays,
     magika_model,
+    one_calibration_space,
     print_table,
     proc_io,
     proc_status,
@@ -64,18 +65,7 @@ from _common import (  # noqa: E402
 from raysearch import AutoSearch  # noqa: E402
 
 MIB = 2**20
-SPACE = {
-    "calibrate_method": ["MinMax"],
-    "op_types_to_quantize": [["MatMul", "Conv"], ["MatMul"], ["Conv"]],
-    "activation_type": ["QUInt8", "QInt8"],
-    "per_channel": [True, False],
-    "reduce_range": [False, True],
-    "extra_options": {
-        "ActivationSymmetric": [False, True],
-        "WeightSymmetric": [True, False],
-        "CalibTensorRangeSymmetric": [False, True],
-    },
-}
+SPACE = one_calibration_space([["MatMul", "Conv"], ["MatMul"], ["Conv"]])
 _TMP_DIR = re.compile(r"^raysearch-[a-z]+-(\d+)-")
 
 

@@ -42,23 +42,21 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import CPUS, Run, init_ray, print_table, quiet, shutdown_ray  # noqa: E402
+from _common import (  # noqa: E402
+    CPUS,
+    Run,
+    init_ray,
+    one_calibration_space,
+    print_table,
+    quiet,
+    shutdown_ray,
+)
 
 from raysearch.search import AutoSearch  # noqa: E402
 from tests.models import conv_data, make_conv_model  # noqa: E402
 
 #: A grid of settings that share one MinMax calibration (most trials are cache hits).
-SPACE = {
-    "calibrate_method": ["MinMax"],
-    "activation_type": ["QUInt8", "QInt8"],
-    "per_channel": [True, False],
-    "reduce_range": [False, True],
-    "extra_options": {
-        "ActivationSymmetric": [False, True],
-        "WeightSymmetric": [True, False],
-        "CalibTensorRangeSymmetric": [False, True],
-    },
-}
+SPACE = one_calibration_space()
 #: (name, CNN channels, evaluation samples) giving about 0.1 s, 1 s and 10 s per trial on one
 #: core of the 2-core benchmark machine.
 CASES = (("0.1s", 16, 1000), ("1s", 16, 16000), ("10s", 128, 20000))

@@ -41,6 +41,7 @@ from _common import (  # noqa: E402
     encoder_model,
     init_ray,
     load_average,
+    one_calibration_space,
     print_table,
     quiet,
     save_npz,
@@ -49,18 +50,7 @@ from _common import (  # noqa: E402
 
 from raysearch import AutoSearch  # noqa: E402
 
-SPACE = {
-    "calibrate_method": ["MinMax"],
-    "op_types_to_quantize": [["MatMul"]],
-    "activation_type": ["QUInt8", "QInt8"],
-    "per_channel": [True, False],
-    "reduce_range": [False, True],
-    "extra_options": {
-        "ActivationSymmetric": [False, True],
-        "WeightSymmetric": [True, False],
-        "CalibTensorRangeSymmetric": [False, True],
-    },
-}
+SPACE = one_calibration_space([["MatMul"]])
 
 
 def levels(cpus: int) -> list[int]:
