@@ -1,4 +1,5 @@
-"""The files a search leaves under ``output_dir`` (SPEC "Outputs"), written from its records.
+"""The files a search leaves under ``output_dir`` (README.md, "Outputs"), written from its
+records.
 
 :func:`write_outputs` takes the finished-trial records (the journal's lines, see
 :mod:`raysearch.search.recorder`) and writes
@@ -10,8 +11,10 @@
   ``is_candidate``, the timings, ``calib_cache_hit``, ``node``, ``device``, ``error``, ...)
   and one ``params/<key path>`` column per parameter (a column whose values mix types, or hold
   lists, is JSON text);
-- ``best/model.onnx`` (the best trial's model) and ``best/config.yaml`` (the user's config with
-  the search space reduced to that one setting, ``search_algo: Grid``);
+- ``best/model.onnx`` (the best trial's model, with its external data as
+  ``best/model.onnx.data`` when it has any: ``best/`` loads from wherever it is moved) and
+  ``best/config.yaml`` (the user's config with the search space reduced to that one setting,
+  ``search_algo: Grid``);
 - ``tensorboard/`` (metric, best-so-far, duration per trial), ``plots/metric_per_trial.png``
   and, from two complete trials on, ``plots/param_importance.png`` (Optuna's PED-ANOVA
   importance, which needs no extra package).
@@ -45,6 +48,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from raysearch.fileio import replacing
+from raysearch.modelfile import place_model
 from raysearch.search.journal import atomic_write_text, json_default
 
 if TYPE_CHECKING:
@@ -56,7 +60,6 @@ __all__ = [
     "fixed_space",
     "best_record",
     "RESULT_COLUMNS",
-    "OUTPUT_NAMES",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -83,8 +86,6 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "error": pa.string(),
     "model_file": pa.string(),
 }
-#: Files and folders :func:`write_outputs` creates.
-OUTPUT_NAMES = ("summary.json", "results.parquet", "best", "plots", "tensorboard")
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -206,11 +207,6 @@ def _best_config(raw: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str,
 def _write_parquet(table: pa.Table, path: Path) -> None:
     with replacing(path) as tmp:
         pq.write_table(table, tmp)
-
-
-def _copy_atomic(source: Path, target: Path) -> None:
-    with replacing(target) as tmp:
-        shutil.copyfile(source, tmp)
 
 
 def _swap_dir(built: Path, final: Path) -> None:
@@ -456,8 +452,9 @@ def write_outputs(
         best_dir.mkdir(exist_ok=True)
         model_file = best.get("model_file")
         if model_file and (out / model_file).is_file():
-            best_path = best_dir / "model.onnx"
-            _copy_atomic(out / model_file, best_path)
+            # With its external-data files, renamed model.onnx.data (and the location
+            # inside rewritten to match).
+            best_path = place_model(out / model_file, best_dir / "model.onnx", move=False)
         else:
             _logger.warning("the best trial's model file is missing; best/model.onnx not written")
         raw = config.raw or {}

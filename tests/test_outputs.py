@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import onnxruntime as ort
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +15,7 @@ import yaml
 from raysearch.config import SearchConfig
 from raysearch.outputs import best_record, fixed_space, results_table, write_outputs
 from raysearch.space import SearchSpace
+from tests.external_models import external_mlp_data, make_external_mlp
 from tests.models import make_mlp_model
 
 SPACE = {
@@ -171,3 +173,36 @@ def test_write_outputs_with_no_complete_trial(config, tmp_path):
     assert summary["best_metric"] is None and summary["best_model_path"] is None
     assert not (out / "best").exists()
     assert not (out / "plots" / "param_importance.png").exists()
+
+
+def test_best_model_keeps_its_external_data_and_loads_from_a_moved_copy(config, tmp_path):
+    out = tmp_path / "out"
+    # A trial's model with external data, as ONNX Runtime writes it (``<name>.data``).
+    model = make_external_mlp(out / "candidates" / "t2.onnx", location="t2.onnx.data")
+    data = external_mlp_data(8)
+    expected = ort.InferenceSession(str(model)).run(None, data)[0]
+    records = [
+        record(1, 0.04, calibrate_method="MinMax"),
+        dict(
+            record(2, 0.01, candidate=True, calibrate_method="Percentile"),
+            model_file="candidates/t2.onnx",
+        ),
+    ]
+    summary = write_outputs(
+        out, records, config=config, stop_reason="space_exhausted", wall_time_s=1.0
+    )
+    best = out / "best"
+    assert summary["best_model_path"] == str(best / "model.onnx")
+    assert {p.name for p in best.iterdir()} == {"model.onnx", "model.onnx.data", "config.yaml"}
+    # The candidate stays whole, and best/ loads from wherever it is moved.
+    assert {p.name for p in (out / "candidates").iterdir()} == {"t2.onnx", "t2.onnx.data"}
+    moved = shutil.move(str(best), str(tmp_path / "moved"))
+    shutil.rmtree(out / "candidates")
+    got = ort.InferenceSession(f"{moved}/model.onnx").run(None, data)[0]
+    np.testing.assert_array_equal(got, expected)
+
+    # A later best held in one file leaves no stale data file in best/.
+    shutil.copy(config.model, out / "t3.onnx")
+    records.append(dict(record(3, 0.001, calibrate_method="MinMax"), model_file="t3.onnx"))
+    write_outputs(out, records, config=config, stop_reason="space_exhausted", wall_time_s=1.0)
+    assert {p.name for p in best.iterdir()} == {"model.onnx", "config.yaml"}

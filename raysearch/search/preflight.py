@@ -98,7 +98,7 @@ def check_model(path: str | os.PathLike, spaces: Iterable[SearchSpace] = ()) -> 
 def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
     import onnx
 
-    from raysearch.quantize.calibration import graph_tensors
+    from raysearch.modelfile import graph_tensors
 
     for tensor in graph_tensors(proto.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
@@ -106,6 +106,14 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
         target = (path.parent / location).resolve()
+        # By name: a data file that is a link to elsewhere is fine.
+        lexical = Path(os.path.normpath(path.parent.absolute() / location))
+        if location and not lexical.is_relative_to(path.parent.absolute()):
+            raise ConfigError(
+                "model",
+                f"external data file '{location}' of tensor '{tensor.name}' is outside the "
+                f"model's folder {path.parent} (ONNX Runtime reads external data only there)",
+            )
         if not location or not target.is_file():
             raise ConfigError(
                 "model",
@@ -176,7 +184,8 @@ def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = Non
         InputError: a one-line message naming what is wrong.
     """
     from raysearch.data import DataSource, model_inputs
-    from raysearch.evaluate import Evaluator, FloatReference, model_size_bytes
+    from raysearch.evaluate import Evaluator, FloatReference
+    from raysearch.modelfile import model_size_bytes
 
     model = os.fspath(config.model)
     proto = check_model(model, config.search_spaces)

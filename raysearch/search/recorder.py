@@ -5,7 +5,10 @@ For each finished trial (a result, or an exception/crash/timeout reported by Tun
 1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate (with
    ``keep_candidates``), ``kept/<trial_id>.onnx`` for the best trial so far when it is not a
    candidate (the previous one is deleted), otherwise deleted at once; so the disk holds the
-   candidates, one best model and the models of running trials, never one per trial;
+   candidates, one best model and the models of running trials, never one per trial. A model
+   with external data (ONNX Runtime writes one for a float model over 2 GB, or one with
+   external data) moves, or is deleted, together with its ``<name>.data`` files: nothing a
+   kept model needs stays in the trial folder, which is deleted at the end;
 2. appends one record to the journal (flush + fsync) — see :mod:`raysearch.search.journal`;
 3. logs the trial to ``auto_search.log``.
 
@@ -21,16 +24,15 @@ import logging
 import math
 import os
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ray import tune
 
-from raysearch.fileio import atomic_write_bytes
+from raysearch.modelfile import place_model, remove_model
 from raysearch.search.journal import Journal
-from raysearch.search.transfer import current_node_id, take_file
+from raysearch.search.transfer import current_node_id, take_model
 
 __all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
 
@@ -181,12 +183,12 @@ class TrialRecorder(tune.Callback):
             record["model_file"] = kept
             self.best = record
             if previous and str(previous.get("model_file") or "").startswith(KEPT + "/"):
-                _unlink(self.output_dir / previous["model_file"])
+                remove_model(self.output_dir / previous["model_file"])
         if kept is None and source is not None:
             if remote:
-                take_file(node_id, os.fspath(source), keep=False)
+                take_model(node_id, os.fspath(source), None)
             else:
-                _unlink(source)
+                remove_model(source)
         return kept
 
     def _driver_node(self) -> str:
@@ -196,17 +198,17 @@ class TrialRecorder(tune.Callback):
 
     def _move(self, source: Path, relative: Path, node_id: str | None, remote: bool) -> str | None:
         target = self.output_dir / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
         if remote:
-            data = take_file(node_id, os.fspath(source), keep=True)
-            if data is None:
+            fetched = take_model(node_id, os.fspath(source), target.parent)
+            if fetched is None:
                 return None
-            atomic_write_bytes(target, data)
-            return relative.as_posix()
-        try:
-            os.replace(source, target)
-        except OSError:  # another file system
-            shutil.move(os.fspath(source), os.fspath(target))
+            source = fetched
+        try:  # the model file and its external-data files (named after the target)
+            place_model(source, target, move=True)
+        except Exception as exc:  # the record matters more than the model: never lose it
+            _logger.warning("could not keep the model %s: %s", source, exc)
+            remove_model(source)
+            return None
         return relative.as_posix()
 
     def _log(self, record: dict[str, Any]) -> None:
@@ -278,10 +280,3 @@ def _fatal_error(pid: int) -> str | None:
     except Exception:  # no local log (another node, a client connection): say less
         return None
     return None
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass

@@ -52,6 +52,7 @@ import yaml
 
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import ConfigError, InputError
+from raysearch.quantize.registry import backend_reject
 from raysearch.search.journal import Journal, SessionClock, atomic_write_text
 from raysearch.search.preflight import Prepared
 from raysearch.search.progress import ProgressCallback
@@ -111,6 +112,9 @@ OWNED = (
 )
 #: Seconds between two saves of Tune's experiment state (the journal covers the gap).
 EXPERIMENT_CHECKPOINT_S = 60
+#: The GCS address of the one-machine Ray that :func:`start_ray` started (None: none, or Ray
+#: was started or joined elsewhere): there every trial runs on the driver's node.
+_local_ray: str | None = None
 
 
 @dataclass
@@ -137,7 +141,8 @@ class SearchResult:
 @dataclass
 class EngineSpec:
     """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor from read-only inputs
-    computed once on the driver (shipped through the object store)."""
+    computed once on the driver (shipped through the object store; the float model as its
+    files, external data included, see :mod:`raysearch.search.transfer`)."""
 
     model: ModelBlob
     calibration: Any
@@ -180,9 +185,9 @@ class EngineSpec:
 #: Result folders a user browses: only the files raysearch writes there are removed
 #: (``{trial}``: the id of a trial in the search's journal).
 _RESULT_FILES = {
-    "best": ("model.onnx", "model.onnx.data", "config.yaml"),
-    CANDIDATES: ("{trial}.onnx",),
-    KEPT: ("{trial}.onnx",),
+    "best": ("model.onnx", "model.onnx.data*", "config.yaml"),
+    CANDIDATES: ("{trial}.onnx", "{trial}.onnx.data*"),
+    KEPT: ("{trial}.onnx", "{trial}.onnx.data*"),
     "plots": ("metric_per_trial.png", "param_importance.png"),
     "tensorboard": ("events.out.tfevents.*",),
 }
@@ -306,6 +311,7 @@ def start_ray(address: str | None) -> bool:
     nothing when Ray is already initialised. Returns whether this call started Ray."""
     import ray
 
+    global _local_ray
     if ray.is_initialized():
         return False
     # Token authentication stays on (Ray's default); its notice about that default on every
@@ -320,13 +326,26 @@ def start_ray(address: str | None) -> bool:
         "log_to_driver": False,
         "configure_logging": True,
     }
+    _local_ray = None
     if address:
         _logger.info("joining the Ray cluster at %s", address)
         ray.init(address=address, **kwargs)
     else:
         ray.init(num_cpus=os.cpu_count(), **kwargs)
+        _local_ray = ray.get_runtime_context().gcs_address
     _logger.info("Ray resources: %s", ray.cluster_resources())
     return True
+
+
+def _only_driver_node() -> bool:
+    """Whether every trial runs on the driver's node: Ray is the one-machine instance
+    :func:`start_ray` started (a cluster joined, or a Ray started elsewhere, may have or gain
+    other nodes)."""
+    import ray
+
+    if _local_ray is None or ray.get_runtime_context().gcs_address != _local_ray:
+        return False
+    return sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
 
 
 def check_resources(config: SearchConfig) -> None:
@@ -404,12 +423,6 @@ def _quiet_tune() -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
-
-
-def _reject(settings: dict[str, Any]) -> str | None:
-    from raysearch.quantize.registry import get_backend
-
-    return get_backend(settings.get("quantizer")).reject(settings)
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -593,7 +606,7 @@ class AutoSearch:
             "outputs" if reference is not None else f"score {float_score}",
         )
         spec = EngineSpec(
-            model_blob(model),
+            ModelBlob(model),  # shipped once Ray runs
             calibration,
             evaluation,
             evaluator,
@@ -613,7 +626,7 @@ class AutoSearch:
             searcher = SettingSearcher.grid(
                 config.search_spaces,
                 mode=mode,
-                reject=_reject,
+                reject=backend_reject,
                 max_trials=limit,
                 max_outstanding=max_outstanding,
             )
@@ -623,7 +636,7 @@ class AutoSearch:
                 config.search_spaces,
                 mode=mode,
                 seed=config.seed,
-                reject=_reject,
+                reject=backend_reject,
                 max_trials=limit,
                 max_outstanding=max_outstanding,
             )
@@ -672,6 +685,10 @@ class AutoSearch:
             spec, info = self._engine(prepared)
             start_ray(config.address)
             spec.driver_node = current_node_id()
+            if not _only_driver_node():
+                # Actors on other nodes build the float model from these files; on one
+                # machine they read it where it is (no copy of a large model in memory).
+                spec.model = model_blob(spec.model.path)
             slots, outstanding = _slots(config)
             _tune_environment(outstanding)
             with quiet_optuna():

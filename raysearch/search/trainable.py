@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import ray
 from ray import tune
 
+from raysearch.modelfile import remove_model
 from raysearch.search.transfer import current_node_id, node_local_dir
 
 __all__ = [
@@ -145,10 +146,16 @@ class QuantTrainable(tune.Trainable):
             os.chdir(home)
         self._trials_dir.mkdir(parents=True, exist_ok=True)
         out_path = self._trials_dir / f"{trial_id}.onnx"
+        # A trial run again after a kill finds what its first run left: ONNX Runtime would
+        # append the external data to the old data file.
+        remove_model(out_path)
         started_at = time.time()
         started = time.perf_counter()
         result = self._run(config["settings"], out_path)
         record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        if not record.get("model_path"):
+            # A failed trial deletes its model file; its external data goes too.
+            remove_model(out_path)
         self._trials_run += 1
         record.setdefault("duration_s", time.perf_counter() - started)
         record["started_at"] = started_at

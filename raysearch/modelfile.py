@@ -1,0 +1,228 @@
+"""An ONNX model as files on disk: its graph's tensors, the external-data files it references
+(every model over 2 GB has them), its hash and size, and moving, copying or deleting it whole.
+
+Every stage uses these: preflight checks external data, the calibration cache and the float
+reference key on :func:`file_hash`, the recorder and the outputs place models with
+:func:`place_model`, the node transfer ships :func:`model_files`.
+
+Example:
+    >>> data_file_names("model.onnx", 2)
+    ['model.onnx.data', 'model.onnx.data.1']
+    >>> place_model("trials/t1.onnx", "best/model.onnx", move=False)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+from onnx.external_data_helper import uses_external_data
+
+from raysearch.fileio import atomic_write_bytes, replacing
+
+__all__ = [
+    "graph_tensors",
+    "external_data_locations",
+    "data_file_names",
+    "model_files",
+    "file_hash",
+    "model_size_bytes",
+    "place_model",
+    "remove_model",
+]
+
+# A model over 2 GB keeps its weights in external-data files that its ``.onnx`` names by a
+# ``location`` relative to its own folder; such a model is only whole with those files beside
+# it. Models raysearch places name them ``<model file name>.data`` (ONNX Runtime's quantizer
+# does the same), so the data of ``candidates/t1.onnx`` is ``candidates/t1.onnx.data``.
+
+
+def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of ``graph`` that may hold data: initializers (sparse ones included),
+    tensors in node attributes, and the same in subgraphs."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from graph_tensors(attribute.g)
+            for sub in attribute.graphs:
+                yield from graph_tensors(sub)
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    return [t for t in graph_tensors(proto.graph) if uses_external_data(t)]
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+
+
+def _locations(proto: onnx.ModelProto) -> list[str]:
+    """The external-data files ``proto`` references, in order of first use."""
+    found: list[str] = []
+    for tensor in _external_tensors(proto):
+        location = _location(tensor)
+        if location and location not in found:
+            found.append(location)
+    return found
+
+
+def _load_header(path: Path) -> onnx.ModelProto:
+    return onnx.load(os.fspath(path), load_external_data=False)
+
+
+def external_data_locations(path: str | os.PathLike) -> list[str]:
+    """The external-data files the model at ``path`` references (``location`` entries,
+    relative to its folder), in order of first use; ``[]`` for a model held in one file."""
+    return _locations(_load_header(Path(path)))
+
+
+def data_file_names(model_name: str, count: int) -> list[str]:
+    """What the ``count`` external-data files of a model file named ``model_name`` are called
+    once raysearch placed it: ``<model_name>.data``, then ``<model_name>.data.1``, ...
+
+    Example:
+        >>> data_file_names("model.onnx", 2)
+        ['model.onnx.data', 'model.onnx.data.1']
+    """
+    return [f"{model_name}.data" + (f".{i}" if i else "") for i in range(count)]
+
+
+def model_files(path: str | os.PathLike) -> list[Path]:
+    """The model file ``path`` followed by the external-data files it references."""
+    path = Path(path)
+    return [path] + [path.parent / location for location in external_data_locations(path)]
+
+
+def _inside(folder: Path, location: str) -> bool:
+    target = (folder / location).resolve()
+    return target.is_relative_to(folder.resolve())
+
+
+def _data_siblings(path: Path) -> list[Path]:
+    """Files named as the external data of ``path`` would be (``<name>.data[.N]``)."""
+    pattern = re.compile(re.escape(path.name) + r"\.data(\.\d+)?")
+    if not path.parent.is_dir():
+        return []
+    return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """``target`` becomes a copy of ``source`` atomically: a hard link where the file system
+    allows one (no bytes copied: a model's data may be gigabytes), else a real copy."""
+    if _same_file(source, target):
+        return  # linked before; renaming a link onto its twin would do nothing at all
+    with replacing(target) as tmp:
+        tmp.unlink()
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+
+
+def _move_file(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if _same_file(source, target):
+        source.unlink()  # two links of one file: os.replace would leave both
+        return
+    try:
+        os.replace(source, target)
+    except OSError:  # another file system
+        _copy_file(source, target)
+        source.unlink()
+
+
+def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: bool) -> Path:
+    """Move (or copy) the model ``source`` with its external-data files to ``target``.
+
+    The data files land beside ``target`` as :func:`data_file_names` calls them; when that
+    changes a name, ``target``'s ``location`` entries are rewritten to match, so the model
+    loads from wherever its folder is moved. The data files are placed before the model
+    file, each atomically: a model file, once there, has its data. Files of ``target``'s data
+    names that the new model does not use (an earlier model's) are removed.
+
+    Returns ``target``.
+    """
+    source, target = Path(source), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    proto = _load_header(source)
+    locations = _locations(proto)
+    names = data_file_names(target.name, len(locations))
+    for location in locations:
+        if not _inside(source.parent, location):
+            raise ValueError(f"{source}: external data '{location}' is outside its folder")
+    for location, name in zip(locations, names):
+        data, dest = source.parent / location, target.parent / name
+        if data.resolve() != dest.resolve():
+            (_move_file if move else _copy_file)(data, dest)
+    if locations == names:
+        if source.resolve() != target.resolve():
+            (_move_file if move else _copy_file)(source, target)
+    else:
+        renamed = dict(zip(locations, names))
+        for tensor in _external_tensors(proto):
+            for entry in tensor.external_data:
+                if entry.key == "location" and entry.value in renamed:
+                    entry.value = renamed[entry.value]
+        atomic_write_bytes(target, proto.SerializeToString())
+        if move and source.resolve() != target.resolve():
+            source.unlink()
+    for stale in _data_siblings(target):
+        if stale.name not in names:
+            stale.unlink(missing_ok=True)
+    return target
+
+
+def remove_model(path: str | os.PathLike) -> None:
+    """Delete the model ``path`` and its external-data files (those it references inside its
+    folder, and files named as its data would be, left by a model file already deleted)."""
+    path = Path(path)
+    doomed = set(_data_siblings(path))
+    if path.is_file():
+        try:
+            locations = external_data_locations(path)
+        except Exception:  # a file cut short: what its name says is enough
+            locations = []
+        doomed |= {path.parent / loc for loc in locations if _inside(path.parent, loc)}
+    for item in [path, *doomed]:
+        with contextlib.suppress(FileNotFoundError):
+            item.unlink()
+
+
+def file_hash(path: str | os.PathLike) -> str:
+    """sha256 of a model file and the external-data files it references."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    for location in sorted(set(external_data_locations(path))):
+        digest.update(f"\0{location}\0".encode())
+        with (path.parent / location).open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def model_size_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the model file plus the external-data files it references."""
+    return sum(p.stat().st_size for p in model_files(path))
