@@ -119,19 +119,32 @@ def _load(args: argparse.Namespace):
 
 
 def _space_report(config) -> list[str]:
-    from raysearch.space import concatenate
+    """What the search will run: the same validity rules and backend refusals it applies."""
+    from raysearch.quantize.registry import backend_reject
+    from raysearch.space import expand_spaces
 
     lines = []
+    limit = config.stop.iteration_limit
     if config.search_algo == "Grid":
-        expansion = concatenate([s.expand() for s in config.search_spaces])
-        lines.append(f"grid: {len(expansion)} settings ({expansion.total} combinations)")
-        for rule, count in sorted(expansion.dropped.items()):
+        grid = expand_spaces(config.search_spaces, backend_reject)
+        lines.append(f"grid: {len(grid)} settings ({grid.total} combinations)")
+        for rule, count in sorted(grid.dropped.items()):
             lines.append(f"  dropped by {rule}: {count}")
-    else:
-        for space in config.search_spaces:
-            kind = "ranges" if space.has_ranges else f"{space.grid_size()} combinations"
-            names = ", ".join(p.name for p in space.params if not p.domain.is_fixed)
-            lines.append(f"{space.name}: {config.search_algo} over {names or 'nothing'} ({kind})")
+        if 0 < limit < len(grid):
+            lines.append(f"  stop.iteration_limit: only the first {limit} run")
+        return lines
+    for space in config.search_spaces:
+        names = ", ".join(p.name for p in space.params if not p.domain.is_fixed)
+        if space.has_ranges:
+            size = "ranges"
+        else:
+            size = (
+                f"{len(expand_spaces([space], backend_reject))} distinct valid settings of "
+                f"{space.grid_size()} combinations"
+            )
+        lines.append(f"{space.name}: {config.search_algo} over {names or 'nothing'} ({size})")
+    if limit > 0:
+        lines.append(f"stop.iteration_limit: at most {limit} trials")
     return lines
 
 
@@ -147,13 +160,15 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
     import yaml
 
     from raysearch.config import predefined_spaces
-    from raysearch.space import SearchSpace
+    from raysearch.quantize.registry import backend_reject
+    from raysearch.space import SearchSpace, expand_spaces
 
     print(f"{'name':<26} {'settings':>8}  description")
     for name, path in predefined_spaces().items():
         data = yaml.safe_load(path.read_text())
-        expansion = SearchSpace.parse(data["search_space"], path=name).expand()
-        print(f"{name:<26} {len(expansion):>8}  {data.get('description', '')}")
+        space = SearchSpace.parse(data["search_space"], path=name)
+        count = len(expand_spaces([space], backend_reject))
+        print(f"{name:<26} {count:>8}  {data.get('description', '')}")
     return EXIT_OK
 
 

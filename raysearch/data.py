@@ -287,15 +287,6 @@ class DataSource:
         """A fresh ONNX Runtime ``CalibrationDataReader`` over batches ``start..end``."""
         return ArrayDataReader(self, start, end)
 
-    def take(self, n: int) -> DataSource:
-        """A source holding the first ``n`` samples (for quick runs and tests)."""
-        return DataSource(
-            {k: a[:n] for k, a in self.arrays.items()},
-            self.inputs,
-            self.batch_size if not self.sample_is_feed else None,
-            label=self.label,
-        )
-
     def __repr__(self) -> str:
         return (
             f"DataSource({self.label}, samples={len(self)}, batch_size={self.batch_size}, "

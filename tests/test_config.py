@@ -11,8 +11,6 @@ from raysearch.cli import main
 from raysearch.config import SearchConfig, apply_overrides, load_config
 from raysearch.errors import ConfigError
 
-MAGIKA = Path(__file__).resolve().parents[2] / "shared" / "models" / "magika"
-
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, str]:
@@ -284,6 +282,79 @@ BAD_CONFIGS = [
         },
         "only_if conditions form a cycle",
     ),
+    # Techniques raysearch does not have yet are refused, never accepted and dropped.
+    (
+        "joint fine-tuning parameter in a group",
+        {"search_space": {"adaround_params": {"NumIterLR": [[1000, 0.1], [500, 0.01]]}}},
+        "search_space.adaround_params.NumIterLR: fine-tuning (AdaRound/AdaQuant) is not "
+        "available in raysearch yet",
+    ),
+    (
+        "Quark's FastFinetune group in extra_options",
+        {"search_space": {"extra_options": {"FastFinetune": {"NumIterations": [100, 1000]}}}},
+        "search_space.extra_options.FastFinetune: fine-tuning (AdaRound/AdaQuant) is not available",
+    ),
+    (
+        "Quark's include_fast_ft switch",
+        {"search_space": {"include_fast_ft": [True, False], "per_channel": [True]}},
+        "search_space.include_fast_ft: fine-tuning (AdaRound/AdaQuant) is not available",
+    ),
+    (
+        "fine-tuning algorithm switch with only_if groups",
+        {
+            "search_space": {
+                "algorithm": ["none", "adaquant"],
+                "p": {"only_if": {"algorithm": "adaquant"}, "learning_rate": [1e-5]},
+            }
+        },
+        "search_space.algorithm: fine-tuning (AdaRound/AdaQuant) is not available",
+    ),
+    (
+        "fine-tuning setting as a part of an explicit joint parameter",
+        {
+            "search_space": {
+                "ft": {"joint": ["NumIterations", "LearningRate"], "choices": [[100, 0.1]]}
+            }
+        },
+        "search_space.ft.joint.NumIterations: fine-tuning (AdaRound/AdaQuant) is not available",
+    ),
+    (
+        "SmoothQuant through ONNX Runtime's extra_options",
+        {"search_space": {"extra_options": {"SmoothQuant": [True], "SmoothQuantAlpha": [0.5]}}},
+        "search_space.extra_options.SmoothQuant: SmoothQuant is not available in raysearch yet "
+        "(ONNX Runtime's needs neural-compressor 2.x",
+    ),
+    (
+        "Quark's include_sq and SmoothAlpha",
+        {"search_space": {"include_sq": [True], "extra_options": {"SmoothAlpha": [0.5]}}},
+        "search_space.include_sq: SmoothQuant is not available",
+    ),
+    (
+        "Quark's include_cle",
+        {"search_space": {"include_cle": [True, False]}},
+        "search_space.include_cle: cross-layer equalization (CLE) is not available",
+    ),
+    (
+        "joint parameter over an unknown setting",
+        {
+            "search_space": {
+                "pair": {"joint": ["activation_type", "weigth_type"], "choices": [["QInt8", 1]]}
+            }
+        },
+        "search_space.pair.joint.weigth_type: unknown key (did you mean 'weight_type'?)",
+    ),
+    (
+        "joint parameter with a value its setting does not take",
+        {
+            "search_space": {
+                "pair": {
+                    "joint": ["activation_type", "weight_type"],
+                    "choices": [["QUInt8", "QInt8"], ["QUInt16", "Int8"]],
+                }
+            }
+        },
+        "search_space.pair.choices[1]: weight_type: expected one of",
+    ),
 ]
 
 
@@ -332,11 +403,24 @@ def test_cli_bad_yaml_and_missing_file_exit_2(tmp_path, capsys):
 
 
 def test_cli_spaces_lists_the_presets_with_sizes(capsys):
+    from raysearch.config import predefined_spaces
+    from raysearch.space import SearchSpace
+
     assert main(["spaces"]) == 0
-    out = capsys.readouterr().out
-    for name in ("XINT8_SEARCH", "A8W8_SEARCH", "A16W8_SEARCH"):
-        assert name in out
-    assert "48" in out
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split() == ["name", "settings", "description"]
+    # One row per preset: its name, then its number of settings as a whole column.
+    sizes = {}
+    for line in lines:
+        name, count = line.split(maxsplit=2)[:2]
+        sizes[name] = int(count)
+    presets = predefined_spaces()
+    assert set(sizes) == set(presets) and len(lines) == len(presets)
+    for name, path in presets.items():
+        raw = yaml.safe_load(path.read_text())["search_space"]
+        assert sizes[name] == len(SearchSpace.parse(raw, path=name).expand()), name
+    assert sizes["A8W8_SEARCH"] == 48 and sizes["A16W8_SEARCH"] == 48
+    assert sizes["XINT8_SEARCH"] == 8
 
 
 def test_cli_validate_prints_grid_size_and_rule_drops(tmp_path, files, capsys):
@@ -359,8 +443,25 @@ def test_cli_validate_prints_grid_size_and_rule_drops(tmp_path, files, capsys):
     assert "dropped by percentile_without_percentile_method: 1" in out
 
 
-@pytest.mark.skipif(not MAGIKA.exists(), reason="shared magika model absent")
 def test_quickstart_config_validates():
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "configs" / "quickstart.yaml", check_paths=False)
     assert cfg.search_algo == "Grid" and cfg.is_custom_metric
+
+
+def test_cli_refuses_fine_tuning_keys_before_anything_runs(tmp_path, files, capsys, monkeypatch):
+    """The issue's own example: a joint fine-tuning parameter used to validate as 1 setting
+    and reach no quantizer; now it exits 2 with one line saying fine-tuning is not available."""
+    monkeypatch.chdir(tmp_path)  # where run's default output_dir would be created
+    path = tmp_path / "ft.yaml"
+    space = {"adaround_params": {"NumIterLR": [[1000, 0.1], [500, 0.01]]}}
+    path.write_text(yaml.safe_dump({**files, "search_space": space}))
+    for command in ("validate", "run"):
+        assert main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert err.startswith(
+            "raysearch: error: search_space.adaround_params.NumIterLR: fine-tuning "
+            "(AdaRound/AdaQuant) is not available in raysearch yet"
+        )
+    assert not (tmp_path / "raysearch_output").exists()

@@ -26,8 +26,10 @@ __all__ = [
     "ALIASES",
     "QUANT_TYPES",
     "CALIBRATION_METHODS",
+    "UNAVAILABLE",
     "canonical_name",
     "check_value",
+    "unavailable_reason",
 ]
 
 QUANT_TYPES = ("QInt8", "QUInt8", "QInt16", "QUInt16", "QInt4", "QUInt4", "QFLOAT8E4M3FN")
@@ -96,9 +98,6 @@ EXTRA_OPTIONS: dict[str, OptionSpec] = {
     "UseQDQContribOps": _bool("use com.microsoft Q/DQ ops"),
     "MinimumRealRange": OptionSpec("float", "minimum rmax - rmin", low=0.0),
     "TensorQuantOverrides": OptionSpec("dict", "per-tensor overrides"),
-    "SmoothQuant": _bool("apply SmoothQuant before quantization (needs neural-compressor)"),
-    "SmoothQuantAlpha": OptionSpec("float", "SmoothQuant alpha", low=0.0, high=1.0),
-    "SmoothQuantFolding": _bool("fold SmoothQuant's Mul ops"),
     "CalibTensorRangeSymmetric": _bool("symmetric calibrated ranges", calib=True),
     "CalibMovingAverage": _bool("MinMax: moving average of min and max", calib=True),
     "CalibMovingAverageConstant": OptionSpec(
@@ -125,6 +124,60 @@ ALIASES: dict[str, dict[str, str]] = {
         "NumQuantizedBins": "num_quantized_bins",
     },
 }
+
+
+_FINETUNE = (
+    "fine-tuning (AdaRound/AdaQuant) is not available in raysearch yet; remove this key "
+    "(it would otherwise be accepted and do nothing)"
+)
+_SMOOTHQUANT = (
+    "SmoothQuant is not available in raysearch yet (ONNX Runtime's needs neural-compressor "
+    "2.x, which raysearch does not install); remove this key"
+)
+
+#: Names of techniques raysearch does not have yet (Quark's and ONNX Runtime's spellings),
+#: in any container, with why they are refused. Refusing them is the point: a setting is
+#: never accepted and then silently dropped.
+UNAVAILABLE: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "include_fast_ft",
+            "FastFinetune",
+            "NumIterLR",
+            "NumIterations",
+            "LearningRate",
+            "OptimAlgorithm",
+            "OptimDevice",
+            "InferDevice",
+            "DataSize",
+            "FixedSeed",
+            "algorithm",
+            "finetune",
+            "num_iterations",
+            "learning_rate",
+        ),
+        _FINETUNE,
+    ),
+    **dict.fromkeys(
+        ("include_sq", "SmoothQuant", "SmoothQuantAlpha", "SmoothQuantFolding", "SmoothAlpha"),
+        _SMOOTHQUANT,
+    ),
+    "include_cle": "cross-layer equalization (CLE) is not available in raysearch yet; remove "
+    "this key",
+    "include_auto_mp": "auto mixed precision is not available in raysearch yet; remove this key",
+}
+
+
+def unavailable_reason(key: str) -> str | None:
+    """Why ``key`` names a technique raysearch refuses for now, or None.
+
+    Example:
+        >>> unavailable_reason("NumIterLR").split(";")[0]
+        'fine-tuning (AdaRound/AdaQuant) is not available in raysearch yet'
+        >>> unavailable_reason("per_channel") is None
+        True
+    """
+    return UNAVAILABLE.get(key)
 
 
 def canonical_name(container: str, key: str) -> str:

@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +54,12 @@ from onnxruntime.quantization.quantize import check_static_quant_arguments
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from raysearch.errors import ConfigError, suggest
+from raysearch.modelfile import file_hash
+from raysearch.providers import session_providers
 from raysearch.quantize.calibration import (
     DEFAULT_OP_TYPES,
     CalibrationCache,
     CalibrationRequest,
-    file_hash,
 )
 from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
 from raysearch.quantize.tempdirs import make_workdir
@@ -257,8 +258,12 @@ def reject_reason(settings: Mapping[str, Any]) -> str | None:
 class OrtBackend(QuantizerBackend):
     """ONNX Runtime static quantization (QDQ by default) with cached calibration.
 
-    The float model is copied once into a private temporary directory (ONNX Runtime writes
-    shape-inferred copies next to the model it reads); :meth:`close` removes it.
+    Calibration inference runs on ``providers`` (ONNX Runtime's ``providers`` argument with
+    options, a trial's :func:`~raysearch.providers.session_providers`), by default those of
+    ``gpu_id`` (the CPU when it is None or CUDA does not load), whatever providers the shared
+    ``cache`` was created with. The float model is copied once into a private temporary
+    directory (ONNX Runtime writes shape-inferred copies next to the model it reads);
+    :meth:`close` removes it.
     """
 
     def __init__(
@@ -269,10 +274,14 @@ class OrtBackend(QuantizerBackend):
         *,
         threads: int = 1,
         gpu_id: int | None = None,
+        providers: Sequence[Any] | None = None,
     ) -> None:
-        super().__init__(model_path, calibration, cache, threads=threads, gpu_id=gpu_id)
+        super().__init__(
+            model_path, calibration, cache, threads=threads, gpu_id=gpu_id, providers=providers
+        )
+        self.providers = list(providers) if providers else session_providers(gpu_id)
         if self.cache is None:
-            self.cache = CalibrationCache(threads=threads)
+            self.cache = CalibrationCache(threads=threads, providers=self.providers)
         self._workdir = str(make_workdir("raysearch-ort"))
         # Removed by close(), when the backend is garbage-collected, or at interpreter exit.
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
@@ -281,7 +290,12 @@ class OrtBackend(QuantizerBackend):
         self._base = load_model_with_shape_infer(self._model_copy)
         self._base_opset = get_opset_version(self._base)
         self._variants: dict[tuple[Any, ...], tuple[onnx.ModelProto, Path, int]] = {}
-        self._large = self._base.ByteSize() >= MODEL_SIZE_THRESHOLD
+        # Quantized models get external data as ONNX Runtime's StaticQuantConfig decides: when
+        # the float model has external data (every model over 2 GB) or reaches the threshold.
+        # Only a model in one file is measured: ByteSize() raises over 2 GB.
+        self._large = _has_external_data(self._model_copy) or (
+            self._base.ByteSize() >= MODEL_SIZE_THRESHOLD
+        )
 
     # -- checks ----------------------------------------------------------------------------
     @classmethod
@@ -289,8 +303,8 @@ class OrtBackend(QuantizerBackend):
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
         """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that are
-        no ONNX op (ONNX Runtime would ignore them silently), node names not in the model, and
-        SmoothQuant without neural-compressor."""
+        no ONNX op (ONNX Runtime would ignore them silently) and node names not in the
+        model."""
         for key, enum in _ENUMS.items():
             _enum(settings, key, enum)
         op_types, node_names = _model_names(model)
@@ -301,15 +315,6 @@ class OrtBackend(QuantizerBackend):
             names = settings.get(key)
             if names:
                 _check_node_names(key, list(names), node_names)
-        extra = settings.get("extra_options") or {}
-        if extra.get("SmoothQuant"):
-            try:
-                import neural_compressor  # noqa: F401
-            except ImportError:
-                raise ConfigError(
-                    "extra_options.SmoothQuant",
-                    "needs the neural-compressor package (pip install neural-compressor)",
-                ) from None
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
@@ -327,8 +332,6 @@ class OrtBackend(QuantizerBackend):
         weight = _enum(settings, "weight_type", QuantType)
         extra = dict(settings.get("extra_options") or {})
         op_types = list(settings.get("op_types_to_quantize") or DEFAULT_OP_TYPES)
-        if extra.get("SmoothQuant"):
-            return self._quantize_static(settings, out_path)
         _, quantizer_options = split_extra_options(extra)
 
         start = time.perf_counter()
@@ -345,6 +348,7 @@ class OrtBackend(QuantizerBackend):
             self.calibration,
             request,
             model_hash=f"{self._model_hash}:opset{opset}",
+            providers=self.providers,
         )
         calibration_s = time.perf_counter() - start
 
@@ -420,32 +424,6 @@ class OrtBackend(QuantizerBackend):
                 self._variants[key] = (updated, path, opset)
         return self._variants[key]
 
-    def _quantize_static(
-        self, settings: Mapping[str, Any], out_path: str | os.PathLike
-    ) -> QuantizeInfo:
-        """Plain ``quantize_static`` (no shared calibration) for settings that transform the
-        model before calibrating (SmoothQuant)."""
-        from onnxruntime.quantization import quantize_static
-
-        start = time.perf_counter()
-        quantize_static(
-            self._model_copy,
-            os.fspath(out_path),
-            self.calibration.reader(),
-            quant_format=QuantFormat[settings.get("quant_format") or "QDQ"],
-            op_types_to_quantize=settings.get("op_types_to_quantize"),
-            per_channel=settings.get("per_channel", False),
-            reduce_range=settings.get("reduce_range", False),
-            activation_type=QuantType[settings.get("activation_type") or "QInt8"],
-            weight_type=QuantType[settings.get("weight_type") or "QInt8"],
-            nodes_to_quantize=settings.get("nodes_to_quantize"),
-            nodes_to_exclude=settings.get("nodes_to_exclude"),
-            calibrate_method=CalibrationMethod[settings.get("calibrate_method") or "MinMax"],
-            use_external_data_format=self._large,
-            extra_options=dict(settings.get("extra_options") or {}),
-        )
-        return QuantizeInfo(0.0, time.perf_counter() - start, False)
-
     def close(self) -> None:
         self._variants.clear()
         self._cleanup()
@@ -502,6 +480,11 @@ def _copy_model(source: str, folder: Path) -> Path:
     full = onnx.load(source)
     onnx.save_model(full, str(target), save_as_external_data=True)
     return target
+
+
+def _has_external_data(path: Path) -> bool:
+    proto = onnx.load(str(path), load_external_data=False)
+    return any(onnx.external_data_helper.uses_external_data(t) for t in proto.graph.initializer)
 
 
 def _overrides_need_16bit(overrides: Any) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -43,6 +43,7 @@ __all__ = [
     "register_backend",
     "get_backend",
     "available_backends",
+    "backend_reject",
 ]
 
 DEFAULT_BACKEND = "ort"
@@ -88,12 +89,16 @@ class QuantizerBackend(abc.ABC):
         *,
         threads: int = 1,
         gpu_id: int | None = None,
+        providers: Sequence[Any] | None = None,
     ) -> None:
         self.model_path = os.fspath(model_path)
         self.calibration = calibration
         self.cache = cache
         self.threads = threads
         self.gpu_id = gpu_id
+        # The trial's ONNX Runtime providers (options included) for any inference the
+        # backend runs, e.g. calibration; None: derive them from gpu_id.
+        self.providers = list(providers) if providers else None
 
     @classmethod
     @abc.abstractmethod
@@ -177,3 +182,14 @@ def get_backend(name: str | None = None) -> type[QuantizerBackend]:
 def available_backends() -> list[str]:
     """Registry keys of every backend: the built-in ones and any registered since."""
     return sorted(set(BUILTIN_BACKENDS) | set(_REGISTRY))
+
+
+def backend_reject(settings: dict[str, Any]) -> str | None:
+    """Why the backend that ``settings`` select (``quantizer``) would refuse them, or None: the
+    one check the search, ``raysearch validate`` and ``raysearch spaces`` all apply.
+
+    Example:
+        >>> backend_reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
+        'activation_type QInt8 with weight_type QUInt8 is not supported by ONNX Runtime'
+    """
+    return get_backend(settings.get("quantizer")).reject(settings)

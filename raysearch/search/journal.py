@@ -29,28 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from raysearch.fileio import atomic_write_text
+from raysearch.space.space import json_default, settings_key
 
 __all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
 
 _logger = logging.getLogger(__name__)
-
-
-def json_default(value: Any) -> Any:
-    """``json.dumps`` fallback: paths and numpy scalars as plain values, anything else as text."""
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            return item()
-        except (TypeError, ValueError):
-            pass
-    return str(value)
-
-
-def settings_key(settings: dict[str, Any]) -> str:
-    """The identity of a setting: its nested settings as canonical JSON (sorted keys)."""
-    return json.dumps(settings, sort_keys=True, default=json_default)
 
 
 def _clean(value: Any) -> Any:

@@ -41,15 +41,15 @@ import logging
 import math
 import pickle
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ray.tune.search import Searcher
 
 from raysearch.errors import ConfigError
-from raysearch.search.journal import settings_key
-from raysearch.space import SearchSpace
+from raysearch.space import SearchSpace, expand_spaces, settings_key
+from raysearch.space.space import Reject
 
 __all__ = [
     "SettingSearcher",
@@ -77,8 +77,6 @@ _PRELOAD: dict[str, tuple[str, ...]] = {
 }
 #: Proposals in a row that may repeat known settings before a phase counts as exhausted.
 _MAX_ASKS = 64
-
-Reject = Callable[[dict[str, Any]], "str | None"]
 
 
 @contextlib.contextmanager
@@ -182,19 +180,10 @@ class _GridPhase(_Phase):
     """Every valid setting of the spaces, in order, each once."""
 
     def __init__(self, spaces: Sequence[SearchSpace], reject: Reject | None) -> None:
-        self.items: list[tuple[int, dict[str, Any]]] = []
-        seen: set[str] = set()
-        duplicates = 0
-        for index, space in enumerate(spaces):
-            for point in space.expand(reject=reject).points:
-                key = settings_key(space.to_settings(point))
-                if key in seen:
-                    duplicates += 1
-                    continue
-                seen.add(key)
-                self.items.append((index, point))
-        if duplicates:
-            _logger.info("grid: %d settings repeated an earlier space and were dropped", duplicates)
+        grid = expand_spaces(spaces, reject)
+        self.items: list[tuple[int, dict[str, Any]]] = list(zip(grid.space_index, grid.points))
+        if grid.dropped.get("duplicate"):
+            _logger.info("grid: %d repeated settings dropped", grid.dropped["duplicate"])
         self.spaces = list(spaces)
         self.position = 0
 
@@ -295,7 +284,7 @@ def _distinct_settings(space: SearchSpace, reject: Reject | None, limit: int = 2
     """How many distinct settings a categorical space has (valid ones only)."""
     if space.grid_size() > limit:
         return limit
-    return len({settings_key(space.to_settings(p)) for p in space.expand(reject=reject).points})
+    return len(expand_spaces([space], reject))
 
 
 def _split(total: int, parts: int) -> list[int]:

@@ -84,10 +84,6 @@ class CandidateStopper(Stopper):
             self.observe(str(record.get("trial_id")), record)
 
     # -- counting --------------------------------------------------------------------------
-    def start(self) -> None:
-        """Restart the clock for this session (the elapsed time of earlier ones is kept)."""
-        self._start = time.monotonic()
-
     @property
     def elapsed_s(self) -> float:
         """Wall time of the search so far: earlier sessions plus this one."""

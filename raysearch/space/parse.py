@@ -5,11 +5,12 @@ whose keys vary independently; a single-choice list (or a bare scalar) is a fixe
 
 Conditional dialect: the same, plus groups holding ``only_if`` (active only when the condition
 holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
-``{type: categorical, choices: [...]}`` and joint parameters (``NumIterLR: [[1000, 0.1], ...]``
-or ``{joint: [a, b], choices: [[...], ...]}``).
+``{type: categorical, choices: [...]}`` and joint parameters
+(``{joint: [a, b], choices: [[...], ...]}``: one choice sets several settings).
 
-With ``schema=True`` every key and value is checked against the settings catalogue of
-:mod:`raysearch.quantize.options`; unknown keys get the closest known key as a suggestion.
+Every key and value (each part of a joint parameter included) is checked against the settings
+catalogue of :mod:`raysearch.quantize.options`; unknown keys get the closest known key as a
+suggestion, and keys that name a technique raysearch does not have yet are refused with why.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from raysearch.quantize.options import (
     OptionSpec,
     canonical_name,
     check_value,
+    unavailable_reason,
 )
-from raysearch.space.rules import JOINT_PARAMETERS
 from raysearch.space.tree import (
     Categorical,
     Condition,
@@ -44,7 +45,7 @@ _RANGE_KEYS = {"type", "low", "high", "step", "log"}
 _SPEC_KEYS = {"type", "choices", "joint"}
 
 
-def parse_space(raw: Any, *, path: str = "search_space", schema: bool = True) -> Group:
+def parse_space(raw: Any, *, path: str = "search_space") -> Group:
     """Parse one space (a dict in either dialect) into its tree, validating it completely."""
     if not isinstance(raw, Mapping):
         raise ConfigError(path, f"expected a mapping of settings, got {_kind(raw)}")
@@ -52,7 +53,7 @@ def parse_space(raw: Any, *, path: str = "search_space", schema: bool = True) ->
         raise ConfigError(path, "the search space is empty")
     if "only_if" in raw:
         raise ConfigError(f"{path}.only_if", "only_if belongs in a group, not at the top level")
-    root = _Parser(path, schema).group(raw, (), container="")
+    root = _Parser(path).group(raw, (), container="")
     return _resolve_conditions(root, path)
 
 
@@ -63,9 +64,8 @@ def _kind(value: Any) -> str:
 
 
 class _Parser:
-    def __init__(self, path: str, schema: bool) -> None:
+    def __init__(self, path: str) -> None:
         self.base = path
-        self.schema = schema
 
     def where(self, keys: tuple[str, ...]) -> str:
         return ".".join((self.base,) + keys)
@@ -80,6 +80,7 @@ class _Parser:
             if key == "only_if":
                 condition = self.condition(value, keys + (key,))
                 continue
+            self.check_available(key, self.where(keys + (key,)))
             if key in CONTAINERS and container == "":
                 if not isinstance(value, Mapping):
                     raise ConfigError(
@@ -107,12 +108,18 @@ class _Parser:
         raise ConfigError(
             self.where(keys),
             "expected a key name or a mapping of one key to its value(s), e.g. "
-            "{algorithm: adaquant}",
+            "{calibrate_method: Percentile}",
         )
+
+    @staticmethod
+    def check_available(key: str, where: str) -> None:
+        reason = unavailable_reason(key)
+        if reason:
+            raise ConfigError(where, reason)
 
     def check_group_name(self, key: str, keys: tuple[str, ...], container: str) -> None:
         catalogue = self.catalogue(container)
-        if self.schema and key in catalogue and catalogue[key].kind != "dict":
+        if key in catalogue and catalogue[key].kind != "dict":
             raise ConfigError(
                 self.where(keys + (key,)),
                 f"expected a list of choices or a range for '{key}', got a mapping",
@@ -122,12 +129,12 @@ class _Parser:
         return CONTAINERS.get(container, SETTINGS)
 
     def param(self, key: str, value: Any, keys: tuple[str, ...], container: str) -> Param:
-        name = canonical_name(container, key) if self.schema else key
+        name = canonical_name(container, key)
         where = self.where(keys + (key,))
-        joint = JOINT_PARAMETERS.get(name, ())
+        joint: tuple[str, ...] = ()
         if isinstance(value, Mapping):
-            domain, explicit_joint = self.spec(value, where)
-            joint = explicit_joint or joint
+            domain, joint = self.spec(value, where)
+            joint = tuple(canonical_name(container, part) for part in joint)
         elif isinstance(value, list):
             if not value:
                 raise ConfigError(where, "the list of choices is empty")
@@ -135,11 +142,11 @@ class _Parser:
         else:
             domain = Categorical((value,))
         if joint:
-            self.check_joint(domain, joint, where)
-        elif self.schema:
+            self.check_joint(domain, joint, keys, container, where)
+        else:
             self.check_known(name, key, keys, container, where)
             self.check_choices(self.catalogue(container)[name], name, domain, where)
-        return Param(keys + (name,), domain, tuple(joint))
+        return Param(keys + (name,), domain, joint)
 
     def spec(self, value: Mapping, where: str):
         kind = value.get("type", "categorical" if "choices" in value else None)
@@ -208,16 +215,29 @@ class _Parser:
             return IntRange(int(low), int(high), int(step or 1), log), ()
         return FloatRange(float(low), float(high), None if step is None else float(step), log), ()
 
-    def check_joint(self, domain, joint: tuple[str, ...], where: str) -> None:
+    def check_joint(
+        self, domain, joint: tuple[str, ...], keys: tuple[str, ...], container: str, where: str
+    ) -> None:
+        """Each part of a joint parameter is a known setting and each value fits its part."""
         if not isinstance(domain, Categorical):
             raise ConfigError(where, "a joint parameter needs a list of choices")
-        for choice in domain.choices:
+        if len(set(joint)) != len(joint):
+            raise ConfigError(f"{where}.joint", f"names a setting twice: {', '.join(joint)}")
+        catalogue = self.catalogue(container)
+        for part in joint:
+            self.check_available(part, f"{where}.joint.{part}")
+            self.check_known(part, part, keys, container, f"{where}.joint.{part}")
+        for i, choice in enumerate(domain.choices):
             if not isinstance(choice, list) or len(choice) != len(joint):
                 raise ConfigError(
                     where,
                     f"each choice of a joint parameter sets {', '.join(joint)}: expected a list "
                     f"of {len(joint)} values, got {choice!r}",
                 )
+            for part, value in zip(joint, choice):
+                problem = check_value(catalogue[part], value)
+                if problem:
+                    raise ConfigError(f"{where}.choices[{i}]", f"{part}: {problem}")
 
     def check_known(self, name: str, key: str, keys, container: str, where: str) -> None:
         catalogue = self.catalogue(container)

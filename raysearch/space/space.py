@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from raysearch.errors import ConfigError
 from raysearch.space.parse import CONTAINERS, parse_space
-from raysearch.space.rules import JOINT_PARAMETERS, RULES, Rule
+from raysearch.space.rules import RULES, Rule
 from raysearch.space.tree import Categorical, Condition, FloatRange, Group, IntRange, Param
 
-__all__ = ["SearchSpace", "Expansion", "Point"]
+__all__ = ["SearchSpace", "Expansion", "Point", "Reject", "expand_spaces", "settings_key"]
 
 _logger = logging.getLogger(__name__)
 
@@ -25,12 +26,14 @@ Reject = Callable[[dict[str, Any]], "str | None"]
 
 @dataclass
 class Expansion:
-    """The result of :meth:`SearchSpace.expand`: the points to run, in order, and how many
-    settings each validity rule (and plain duplication) dropped."""
+    """The result of :meth:`SearchSpace.expand` (or :func:`expand_spaces`): the points to run,
+    in order, the index of the space each came from, and how many settings each validity rule,
+    backend refusal and plain duplication dropped."""
 
     points: list[Point]
     total: int
     dropped: dict[str, int] = field(default_factory=dict)
+    space_index: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.points)
@@ -38,6 +41,24 @@ class Expansion:
 
 def _key(point: Point) -> str:
     return json.dumps(point, sort_keys=True, default=str)
+
+
+def settings_key(settings: Mapping[str, Any]) -> str:
+    """The identity of a setting: its nested settings as canonical JSON (sorted keys)."""
+    return json.dumps(settings, sort_keys=True, default=json_default)
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps`` fallback: paths and numpy scalars as plain values, anything else as text."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    return str(value)
 
 
 class SearchSpace:
@@ -61,11 +82,9 @@ class SearchSpace:
         self.params: tuple[Param, ...] = self._dependency_order()
 
     @classmethod
-    def parse(
-        cls, raw: Mapping[str, Any], *, path: str = "search_space", schema: bool = True
-    ) -> SearchSpace:
-        """Parse and validate ``raw``; ``schema=False`` accepts any key names (no catalogue)."""
-        return cls(parse_space(raw, path=path, schema=schema), name=path)
+    def parse(cls, raw: Mapping[str, Any], *, path: str = "search_space") -> SearchSpace:
+        """Parse ``raw`` and validate it against the settings catalogue."""
+        return cls(parse_space(raw, path=path), name=path)
 
     # -- structure -------------------------------------------------------------------------
     def _dependency_order(self) -> tuple[Param, ...]:
@@ -97,14 +116,6 @@ class SearchSpace:
     def has_ranges(self) -> bool:
         return any(isinstance(p.domain, (IntRange, FloatRange)) for p in self.params)
 
-    def fixed(self) -> Point:
-        """The unconditional single-choice settings."""
-        return {
-            p.name: p.domain.choices[0]
-            for p in self.params
-            if p.domain.is_fixed and not self._conditions[p.name]
-        }
-
     # -- canonical points and settings -----------------------------------------------------
     def canonical(self, point: Point, rules: tuple[Rule, ...] = RULES) -> tuple[Point, list[str]]:
         """Return ``point`` with the keys that validity rules call meaningless stripped, and the
@@ -132,7 +143,7 @@ class SearchSpace:
             target = settings
             for c in containers[:1]:
                 target = target.setdefault(c, {})
-            joint = param.joint if param else JOINT_PARAMETERS.get(path[-1], ())
+            joint = param.joint if param else ()
             if joint:
                 for part, v in zip(joint, value, strict=True):
                     target[part] = v
@@ -246,19 +257,32 @@ class SearchSpace:
         return point
 
 
-def concatenate(expansions: list[Expansion]) -> Expansion:
-    """Join the grids of several spaces in order, dropping settings an earlier space had."""
+def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -> Expansion:
+    """The grid of several spaces searched in order: each space expanded with the validity rules
+    and ``reject``, and a setting an earlier space already has dropped as ``duplicate``. This is
+    exactly what a Grid search runs, so ``raysearch validate`` and ``raysearch spaces`` count
+    with it too.
+
+    Example:
+        >>> a = SearchSpace.parse({"per_channel": [True, False]}, path="a")
+        >>> b = SearchSpace.parse({"per_channel": [False], "reduce_range": [True]}, path="b")
+        >>> grid = expand_spaces([a, b, a])
+        >>> len(grid), grid.space_index, grid.dropped
+        (3, [0, 0, 1], {'duplicate': 2})
+    """
     seen: set[str] = set()
     out = Expansion([], 0, {})
-    for exp in expansions:
-        out.total += exp.total
-        for name, count in exp.dropped.items():
+    for index, space in enumerate(spaces):
+        expansion = space.expand(reject=reject)
+        out.total += expansion.total
+        for name, count in expansion.dropped.items():
             out.dropped[name] = out.dropped.get(name, 0) + count
-        for point in exp.points:
-            key = _key(point)
+        for point in expansion.points:
+            key = settings_key(space.to_settings(point))
             if key in seen:
                 out.dropped["duplicate"] = out.dropped.get("duplicate", 0) + 1
                 continue
             seen.add(key)
             out.points.append(point)
+            out.space_index.append(index)
     return out

@@ -132,18 +132,13 @@ def test_unknown_node_names_name_the_closest(mlp):
         )
 
 
-def test_unknown_values_and_smoothquant_without_its_package(mlp):
+def test_unknown_values_are_refused_with_a_suggestion(mlp):
     with pytest.raises(
         ConfigError, match=r"activation_type: unknown value 'QUint8' \(did you mean"
     ):
         OrtBackend.validate({"activation_type": "QUint8"}, mlp)
     with pytest.raises(ConfigError, match=r"calibrate_method: unknown value 'minmax'"):
         OrtBackend.validate({"calibrate_method": "minmax"}, mlp)
-    try:
-        import neural_compressor  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match=r"extra_options.SmoothQuant: needs the neural-"):
-            OrtBackend.validate({"extra_options": {"SmoothQuant": True}}, mlp)
 
 
 # -- option mapping -------------------------------------------------------------------------

@@ -5,11 +5,8 @@ from __future__ import annotations
 from raysearch.space import SearchSpace
 from raysearch.space.rules import (
     RULES,
-    finetune_params_without_finetune,
-    joint_and_split_together,
     moving_average_constant_without_moving_average,
     percentile_without_percentile_method,
-    smoothquant_alpha_without_smoothquant,
 )
 
 
@@ -40,25 +37,6 @@ def test_moving_average_constant_needs_moving_average():
     )
 
 
-def test_smoothquant_alpha_needs_smoothquant():
-    point = {"extra_options.SmoothQuantAlpha": 0.5, "extra_options.SmoothQuantFolding": True}
-    assert smoothquant_alpha_without_smoothquant(point) == list(point)
-    assert smoothquant_alpha_without_smoothquant({**point, "extra_options.SmoothQuant": True}) == []
-
-
-def test_finetune_params_need_finetuning_switched_on():
-    point = {"algorithm": "none", "num_iterations": 100, "per_channel": True}
-    assert finetune_params_without_finetune(point) == ["num_iterations"]
-    assert finetune_params_without_finetune({**point, "algorithm": "adaquant"}) == []
-    assert finetune_params_without_finetune({"per_channel": True}) == []
-
-
-def test_joint_parameter_wins_over_its_split_parts():
-    point = {"g.NumIterLR": [1000, 0.1], "NumIterations": 5, "LearningRate": 0.3}
-    assert joint_and_split_together(point) == ["NumIterations", "LearningRate"]
-    assert joint_and_split_together({"NumIterations": 5}) == []
-
-
 def test_rules_are_counted_when_they_make_settings_duplicates():
     raw = {
         "calibrate_method": ["MinMax", "Percentile", "Entropy"],
@@ -80,9 +58,6 @@ def test_rules_are_counted_when_they_make_settings_duplicates():
 
 def test_every_rule_is_a_named_function():
     assert {r.__name__ for r in RULES} == {
-        "joint_and_split_together",
-        "finetune_params_without_finetune",
         "moving_average_constant_without_moving_average",
         "percentile_without_percentile_method",
-        "smoothquant_alpha_without_smoothquant",
     }

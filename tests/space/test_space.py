@@ -8,19 +8,22 @@ from raysearch.space import Categorical, IntRange, SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
+#: Every key is a real setting: the product's schema-checked path parses it.
 CONDITIONAL = {
-    "algorithm": ["none", "adaround", "adaquant"],
-    "adaquant_params": {
-        "only_if": {"algorithm": "adaquant"},
-        "num_iterations": [100, 200],
-        "learning_rate": [1e-5, 1e-4],
+    "calibrate_method": ["MinMax", "Percentile", "Entropy"],
+    "entropy_params": {
+        "only_if": {"calibrate_method": "Entropy"},
+        "extra_options": {"num_bins": [512, 1024], "num_quantized_bins": [128, 256]},
     },
-    "adaround_params": {
-        "only_if": {"algorithm": "adaround"},
-        "NumIterLR": [[1000, 0.1], [3000, 0.05]],
+    "percentile_params": {
+        "only_if": {"calibrate_method": "Percentile"},
+        "precision": {
+            "joint": ["activation_type", "weight_type"],
+            "choices": [["QUInt8", "QInt8"], ["QUInt16", "QInt8"]],
+        },
     },
     "per_channel": [True, False],
-    "weight_type": ["QInt8"],
+    "reduce_range": [False],
 }
 
 
@@ -44,67 +47,76 @@ def test_flat_and_explicit_dialects_parse_to_the_same_tree():
 
 
 def test_only_if_groups_expand_to_one_plus_two_plus_four_times_the_rest():
-    space = SearchSpace.parse(CONDITIONAL, schema=False)
+    space = SearchSpace.parse(CONDITIONAL)
     expansion = space.expand()
-    # algorithm: none (1) + adaround (2) + adaquant (2 x 2 = 4), times per_channel (2).
+    # MinMax (1) + Percentile (2 joint choices) + Entropy (2 x 2 = 4), times per_channel (2).
     assert len(expansion) == (1 + 2 + 4) * 2
     assert expansion.dropped == {}
     for point in expansion.points:
-        if point["algorithm"] != "adaquant":
-            assert not any(k.startswith("adaquant_params.") for k in point)
-        if point["algorithm"] != "adaround":
-            assert "adaround_params.NumIterLR" not in point
+        if point["calibrate_method"] != "Entropy":
+            assert not any(k.startswith("entropy_params.") for k in point)
+        if point["calibrate_method"] != "Percentile":
+            assert "percentile_params.precision" not in point
 
 
 def test_nested_only_if_groups_count_exactly():
     raw = {
-        "a": ["x", "y"],
+        "calibrate_method": ["MinMax", "Entropy"],
         "outer": {
-            "only_if": {"a": "y"},
-            "b": [1, 2, 3],
-            "inner": {"only_if": {"b": [2, 3]}, "c": [True, False]},
+            "only_if": {"calibrate_method": "Entropy"},
+            "extra_options": {"num_bins": [128, 512, 1024]},
+            "inner": {"only_if": {"num_bins": [512, 1024]}, "per_channel": [True, False]},
         },
     }
-    # a=x: 1; a=y: b=1 -> 1, b in {2,3} -> 2 each => 1 + 1 + 4 = 6.
-    assert len(SearchSpace.parse(raw, schema=False).expand()) == 6
+    # MinMax: 1; Entropy: 128 bins -> 1, 512 or 1024 -> 2 each => 1 + 1 + 4 = 6.
+    assert len(SearchSpace.parse(raw).expand()) == 6
 
 
 def test_only_if_with_a_key_name_is_active_when_that_key_is_truthy():
     raw = {
         "extra_options": {
-            "SmoothQuant": [True, False],
-            "sq": {"only_if": "SmoothQuant", "SmoothQuantAlpha": [0.5, 0.8]},
+            "CalibMovingAverage": [True, False],
+            "ma": {"only_if": "CalibMovingAverage", "CalibMovingAverageConstant": [0.01, 0.1]},
         }
     }
     points = SearchSpace.parse(raw).expand().points
     assert points == [
-        {"extra_options.SmoothQuant": True, "extra_options.sq.SmoothQuantAlpha": 0.5},
-        {"extra_options.SmoothQuant": True, "extra_options.sq.SmoothQuantAlpha": 0.8},
-        {"extra_options.SmoothQuant": False},
+        {
+            "extra_options.CalibMovingAverage": True,
+            "extra_options.ma.CalibMovingAverageConstant": 0.01,
+        },
+        {
+            "extra_options.CalibMovingAverage": True,
+            "extra_options.ma.CalibMovingAverageConstant": 0.1,
+        },
+        {"extra_options.CalibMovingAverage": False},
     ]
 
 
 def test_condition_order_does_not_depend_on_declaration_order():
-    raw = {"g": {"only_if": {"mode": "on"}, "k": [1, 2]}, "mode": ["on", "off"]}
-    space = SearchSpace.parse(raw, schema=False)
-    assert [p.name for p in space.params] == ["mode", "g.k"]
+    raw = {
+        "g": {"only_if": {"per_channel": True}, "reduce_range": [True, False]},
+        "per_channel": [True, False],
+    }
+    space = SearchSpace.parse(raw)
+    assert [p.name for p in space.params] == ["per_channel", "g.reduce_range"]
     assert len(space.expand()) == 3
 
 
 def test_joint_parameter_sets_both_values_and_drops_group_names():
-    space = SearchSpace.parse(CONDITIONAL, schema=False)
+    space = SearchSpace.parse(CONDITIONAL)
     point = {
-        "algorithm": "adaround",
-        "adaround_params.NumIterLR": [3000, 0.05],
+        "calibrate_method": "Percentile",
+        "percentile_params.precision": ["QUInt16", "QInt8"],
         "per_channel": True,
-        "weight_type": "QInt8",
+        "reduce_range": False,
     }
     assert space.to_settings(point) == {
-        "algorithm": "adaround",
-        "NumIterations": 3000,
-        "LearningRate": 0.05,
-        "per_channel": True,
+        "calibrate_method": "Percentile",
+        "activation_type": "QUInt16",
         "weight_type": "QInt8",
+        "per_channel": True,
+        "reduce_range": False,
     }
 
 
@@ -121,7 +133,6 @@ def test_settings_keep_extra_options_nested_and_resolve_aliases():
 
 def test_fixed_settings_are_passed_to_every_point_and_sample():
     space = SearchSpace.parse({"per_channel": [True, False], "weight_type": ["QInt8"]})
-    assert space.fixed() == {"weight_type": "QInt8"}
     assert all(p["weight_type"] == "QInt8" for p in space.expand().points)
     study = optuna.create_study()
     trial = study.ask()
@@ -131,21 +142,21 @@ def test_fixed_settings_are_passed_to_every_point_and_sample():
 
 
 def test_define_by_run_never_suggests_an_inactive_group_over_200_trials():
-    space = SearchSpace.parse(CONDITIONAL, schema=False)
+    space = SearchSpace.parse(CONDITIONAL)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=1))
     seen = set()
     for _ in range(200):
         trial = study.ask()
         point = space.sample(trial)
-        algo = point["algorithm"]
+        method = point["calibrate_method"]
         for name in trial.params:
-            if name.startswith("adaquant_params."):
-                assert algo == "adaquant"
-            if name.startswith("adaround_params."):
-                assert algo == "adaround"
-        seen.add(algo)
+            if name.startswith("entropy_params."):
+                assert method == "Entropy"
+            if name.startswith("percentile_params."):
+                assert method == "Percentile"
+        seen.add(method)
         study.tell(trial, float(len(point)))
-    assert seen == {"none", "adaround", "adaquant"}
+    assert seen == {"MinMax", "Percentile", "Entropy"}
 
 
 def test_sample_returns_real_values_for_list_choices():
@@ -158,21 +169,27 @@ def test_sample_returns_real_values_for_list_choices():
 def test_ranges_are_suggested_with_their_bounds():
     space = SearchSpace.parse(
         {
-            "algorithm": ["adaquant"],
+            "calibrate_method": ["Entropy"],
             "p": {
-                "only_if": {"algorithm": "adaquant"},
-                "num_iterations": {"type": "int", "low": 100, "high": 2000, "step": 100},
-                "learning_rate": {"type": "float", "low": 1e-6, "high": 1e-3, "log": True},
+                "only_if": {"calibrate_method": "Entropy"},
+                "extra_options": {
+                    "num_bins": {"type": "int", "low": 128, "high": 2048, "step": 128},
+                    "CalibMovingAverageConstant": {
+                        "type": "float",
+                        "low": 1e-6,
+                        "high": 1e-3,
+                        "log": True,
+                    },
+                },
             },
         },
-        schema=False,
     )
-    assert space.params[1].domain == IntRange(100, 2000, 100)
+    assert space.params[1].domain == IntRange(128, 2048, 128)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for _ in range(20):
         point = space.sample(study.ask())
-        assert point["p.num_iterations"] % 100 == 0
-        assert 1e-6 <= point["p.learning_rate"] <= 1e-3
+        assert point["p.extra_options.num_bins"] % 128 == 0
+        assert 1e-6 <= point["p.extra_options.CalibMovingAverageConstant"] <= 1e-3
 
 
 def test_duplicate_choices_are_removed_from_the_grid():

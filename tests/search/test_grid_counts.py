@@ -1,0 +1,72 @@
+"""``raysearch validate`` and ``raysearch spaces`` print the number of settings a Grid search
+really runs: the same validity rules and the same backend refusals, checked against real
+searches of every preset and of the quickstart's space on a real local Ray."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raysearch.cli import main
+from raysearch.config import load_config, predefined_spaces
+from raysearch.search import AutoSearch
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+
+
+#: ONNX Runtime refuses QInt8 activations with QUInt8 weights (one of four), and the second
+#: space repeats a setting of the first under a group name: 3 + 1 settings run, not 4 + 2.
+REFUSED_AND_REPEATED = [
+    {"activation_type": ["QInt8", "QUInt8"], "weight_type": ["QInt8", "QUInt8"]},
+    {"activation_type": ["QUInt8", "QUInt16"], "weights": {"weight_type": ["QInt8"]}},
+]
+
+
+def _spaces_rows(capsys) -> dict[str, int]:
+    assert main(["spaces"]) == 0
+    _, *lines = capsys.readouterr().out.splitlines()
+    return {name: int(count) for name, count, *_ in (line.split(maxsplit=2) for line in lines)}
+
+
+@pytest.mark.parametrize("name", [*predefined_spaces(), "quickstart", "refused_and_repeated"])
+def test_printed_count_equals_the_trials_a_grid_search_runs(name, mlp_files, tmp_path, capsys):
+    if name == "quickstart":
+        spaces = {"search_space": yaml.safe_load(QUICKSTART.read_text())["search_space"]}
+    elif name == "refused_and_repeated":
+        spaces = {"search_spaces": REFUSED_AND_REPEATED}
+    else:
+        spaces = {"search_space": name}
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(mlp_files["model"]),
+                "calibration_data": str(mlp_files["data"]),
+                **spaces,
+                "search_algo": "Grid",
+                "metric": "L2",
+                "measure_latency": False,
+                "output_dir": str(tmp_path / "out"),
+            }
+        )
+    )
+    assert main(["validate", str(config)]) == 0
+    printed = re.search(r"^grid: (\d+) settings", capsys.readouterr().out, re.M)
+    assert printed, "validate printed no grid size"
+    count = int(printed.group(1))
+    if name in predefined_spaces():
+        assert _spaces_rows(capsys)[name] == count
+    if name == "refused_and_repeated":
+        assert count == 4
+
+    result = AutoSearch(load_config(config)).run()
+    assert result.summary["stop_reason"] == "space_exhausted"
+    assert result.summary["n_trials"] == result.results.num_rows == count
+    statuses = set(result.results.column("status").to_pylist())
+    assert statuses == {"ok"}, "a setting the count included failed to run"
