@@ -82,7 +82,6 @@ __all__ = [
     "compute_metric",
     "load_custom_evaluator",
     "run_model",
-    "model_size_bytes",
     "measure_latency",
 ]
 
@@ -280,15 +279,6 @@ def measure_latency(
     return float(np.median(times))
 
 
-def model_size_bytes(path: str | os.PathLike) -> int:
-    """Bytes of the model file plus the external-data files next to it that it names."""
-    path = Path(path)
-    size = path.stat().st_size
-    for extra in path.parent.glob(path.name + ".data"):
-        size += extra.stat().st_size
-    return size
-
-
 # --------------------------------------------------------------------------------------------
 # The float reference
 # --------------------------------------------------------------------------------------------
@@ -339,17 +329,19 @@ class FloatReference:
         threads: int = 1,
         gpu_id: int | None = None,
         model_hash: str | None = None,
+        providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Run the float model once over ``data``.
+        """Run the float model once over ``data``, on ``providers`` (a trial's
+        ``session_providers``, options included) or else on ``gpu_id``'s device.
 
         Raises:
             EvaluatorError: the float model's own outputs hold NaN or inf.
         """
-        from raysearch.providers import execution_providers, make_session
-        from raysearch.quantize.calibration import file_hash
+        from raysearch.modelfile import file_hash
+        from raysearch.providers import make_session
 
-        _, _, device = execution_providers(gpu_id)
-        session = make_session(model_path, threads, gpu_id)
+        device = _device(gpu_id, providers)
+        session = make_session(model_path, threads, gpu_id, providers=providers)
         try:
             outputs, latencies = run_model(session, data)
         finally:
@@ -372,26 +364,24 @@ class FloatReference:
         *,
         threads: int = 1,
         gpu_id: int | None = None,
+        providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Load the reference from ``cache_dir/reference/<key>`` or compute and save it."""
-        from raysearch.providers import execution_providers
-        from raysearch.quantize.calibration import file_hash
+        """Load the reference from ``cache_dir/reference/<key>`` or compute and save it (on
+        ``providers``, else on ``gpu_id``'s device, as :meth:`compute`)."""
+        from raysearch.modelfile import file_hash
 
         model_hash = file_hash(model_path)
+        options = {"threads": threads, "gpu_id": gpu_id, "providers": providers}
         if cache_dir is None:
-            return cls.compute(
-                model_path, data, threads=threads, gpu_id=gpu_id, model_hash=model_hash
-            )
-        _, _, device = execution_providers(gpu_id)
+            return cls.compute(model_path, data, model_hash=model_hash, **options)
+        device = _device(gpu_id, providers)
         folder = Path(cache_dir) / "reference" / cls.cache_key(model_hash, data, device)
         if (folder / "meta.json").is_file():
             try:
                 return cls.load(folder)
             except (OSError, ValueError, KeyError) as exc:
                 _logger.warning("recomputing the float reference (%s unreadable: %s)", folder, exc)
-        reference = cls.compute(
-            model_path, data, threads=threads, gpu_id=gpu_id, model_hash=model_hash
-        )
+        reference = cls.compute(model_path, data, model_hash=model_hash, **options)
         try:
             reference.save(folder)
         except OSError as exc:
@@ -445,6 +435,13 @@ class FloatReference:
             device=meta.get("device", "cpu"),
             latency_ms=meta.get("latency_ms"),
         )
+
+
+def _device(gpu_id: int | None, providers: Sequence[Any] | None) -> str:
+    """The device label of sessions made with ``providers``, else with ``gpu_id``'s."""
+    from raysearch.providers import device_label, execution_providers
+
+    return device_label(providers) if providers else execution_providers(gpu_id)[2]
 
 
 # --------------------------------------------------------------------------------------------

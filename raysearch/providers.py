@@ -6,11 +6,16 @@ missing, and prints a red loader error for every session that asks for it. rayse
 once per process with ONNX Runtime's logging silenced, remembers the answer, and otherwise
 runs on the CPU without printing anything.
 
+Every session of a trial (calibration, the float reference, evaluation) is created with the
+same :func:`session_providers` list, CUDA provider options included.
+
 Example:
-    >>> from raysearch.providers import execution_providers, make_session
+    >>> from raysearch.providers import execution_providers, make_session, session_providers
     >>> providers, options, device = execution_providers(gpu_id=None)
     >>> providers, device
     (['CPUExecutionProvider'], 'cpu')
+    >>> session_providers(gpu_id=None)
+    ['CPUExecutionProvider']
     >>> session = make_session("model.onnx", threads=2)       # doctest: +SKIP
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import onnxruntime as ort
@@ -29,6 +35,9 @@ __all__ = [
     "cuda_available",
     "local_device_index",
     "execution_providers",
+    "session_providers",
+    "provider_names",
+    "device_label",
     "session_options",
     "make_session",
     "gpu_memory_limit",
@@ -122,6 +131,35 @@ def execution_providers(
     return [CUDA, CPU], [cuda_options, {}], f"cuda:{index}"
 
 
+def session_providers(
+    gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
+) -> list[Any]:
+    """ONNX Runtime's ``providers`` argument for a trial's sessions, with the provider options
+    of :func:`execution_providers` folded in: ``["CPUExecutionProvider"]`` or
+    ``[("CUDAExecutionProvider", {"device_id": ..., ...}), "CPUExecutionProvider"]``."""
+    providers, options, _ = execution_providers(gpu_id, gpu_mem_limit)
+    return [(name, opts) if opts else name for name, opts in zip(providers, options)]
+
+
+def provider_names(providers: Sequence[Any]) -> list[str]:
+    """The names in an ONNX Runtime ``providers`` list (entries are names or
+    ``(name, options)`` pairs)."""
+    return [p if isinstance(p, str) else str(p[0]) for p in providers]
+
+
+def device_label(providers: Sequence[Any]) -> str:
+    """``"cuda:<device_id>"`` when the first provider is CUDA, ``"cpu"`` for the CPU, else the
+    provider's short lower-case name (``"tensorrt"``)."""
+    if not providers:
+        return "cpu"
+    first = providers[0]
+    name = first if isinstance(first, str) else str(first[0])
+    if name == CUDA:
+        options = {} if isinstance(first, str) else dict(first[1])
+        return f"cuda:{int(options.get('device_id', 0))}"
+    return name.removesuffix("ExecutionProvider").lower()
+
+
 def session_options(threads: int | None = 1) -> ort.SessionOptions:
     """Session options with ``threads`` intra-op threads (the CPUs given to the trial) and one
     inter-op thread; ONNX Runtime's own logging is kept to errors."""
@@ -138,22 +176,21 @@ def make_session(
     threads: int | None = 1,
     gpu_id: int | str | None = None,
     gpu_mem_limit: int | None = None,
+    *,
+    providers: Sequence[Any] | None = None,
 ) -> ort.InferenceSession:
-    """An ``InferenceSession`` for ``model`` (a path or serialized bytes) on the trial's device.
+    """An ``InferenceSession`` for ``model`` (a path or serialized bytes) on the trial's device:
+    ``providers`` when given (a trial's :func:`session_providers`), else those of ``gpu_id``.
 
     Example:
         >>> session = make_session("model.onnx", threads=2)    # doctest: +SKIP
         >>> session.get_providers()                            # doctest: +SKIP
         ['CPUExecutionProvider']
     """
-    providers, provider_options, _ = execution_providers(gpu_id, gpu_mem_limit)
+    if providers is None:
+        providers = session_providers(gpu_id, gpu_mem_limit)
     source = model if isinstance(model, bytes) else os.fspath(model)
-    return ort.InferenceSession(
-        source,
-        session_options(threads),
-        providers=providers,
-        provider_options=provider_options,
-    )
+    return ort.InferenceSession(source, session_options(threads), providers=list(providers))
 
 
 def _gpu_total_bytes(index: int) -> int | None:

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,10 +36,16 @@ from raysearch.evaluate import (
     FloatReference,
     MetricError,
     measure_latency,
-    model_size_bytes,
     run_model,
 )
-from raysearch.providers import execution_providers, make_session
+from raysearch.modelfile import model_size_bytes
+from raysearch.providers import (
+    device_label,
+    execution_providers,
+    make_session,
+    provider_names,
+    session_providers,
+)
 from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
 
 if TYPE_CHECKING:
@@ -85,6 +91,11 @@ class TrialResult:
         return data
 
 
+def _same_kind(device: str, other: str) -> bool:
+    """Whether two device labels (``"cpu"``, ``"cuda:1"``) name the same kind of device."""
+    return device.split(":")[0] == other.split(":")[0]
+
+
 def one_line(exc: BaseException) -> str:
     """``"Type: first line of the message"``, shortened to 300 characters."""
     text = str(exc).strip().splitlines()
@@ -100,9 +111,17 @@ class TrialRunner:
     """Runs trials for one model in one process.
 
     ``threads`` is the number of CPUs given to the trial (intra-op threads of every session);
-    ``gpu_id`` the GPU it was given (None: CPU). The float reference (built-in metrics) or the
-    float model's score (custom evaluators) is computed on first need unless given.
-    ``measure_latency`` records the median latency per evaluation batch.
+    ``gpu_id`` the GPU it was given (None: CPU) and ``gpu_mem_limit`` its share of that GPU's
+    memory. Every session of the trial (calibration, the float reference, evaluation) runs on
+    the same :attr:`session_providers`: ``providers`` when given (ONNX Runtime's ``providers``
+    argument, options included), else those of ``gpu_id`` and ``gpu_mem_limit``.
+
+    The float reference (built-in metrics) or the float model's score (custom evaluators) is
+    computed on first need unless given. A given one computed on another kind of device
+    (``FloatReference.device``; ``float_score_device`` for a score, the driver's CPU by
+    default) is computed again on this trial's device, so that quantized and float models are
+    compared on the same kernels. ``measure_latency`` records the median latency per
+    evaluation batch.
     """
 
     def __init__(
@@ -120,6 +139,8 @@ class TrialRunner:
         measure_latency: bool = True,
         gpu_mem_limit: int | None = None,
         cache: CalibrationCache | None = None,
+        providers: Sequence[Any] | None = None,
+        float_score_device: str = "cpu",
     ) -> None:
         from raysearch.quantize.calibration import CalibrationCache
 
@@ -132,8 +153,28 @@ class TrialRunner:
         self.gpu_id = gpu_id
         self.gpu_mem_limit = gpu_mem_limit
         self.measure_latency = measure_latency
-        self.providers, _, self.device = execution_providers(gpu_id, gpu_mem_limit)
-        self.cache = cache or CalibrationCache(self.cache_dir, threads=self.threads)
+        if providers:
+            self.session_providers: list[Any] = list(providers)
+            self.device = device_label(self.session_providers)
+        else:
+            self.session_providers = session_providers(gpu_id, gpu_mem_limit)
+            self.device = execution_providers(gpu_id, gpu_mem_limit)[2]
+        #: The providers' names, as custom evaluators receive them.
+        self.providers = provider_names(self.session_providers)
+        # A cache given by the caller may have been made for another device: every call
+        # passes this trial's providers (the backend's), so calibration runs here anyway.
+        self.cache = cache or CalibrationCache(
+            self.cache_dir, threads=self.threads, providers=self.session_providers
+        )
+        if float_reference is not None and not _same_kind(float_reference.device, self.device):
+            _logger.info(
+                "float reference computed on %s; computing it on %s",
+                float_reference.device,
+                self.device,
+            )
+            float_reference = None
+        if float_score is not None and not _same_kind(float_score_device, self.device):
+            float_score = None
         self._reference = float_reference
         self._float_score = float_score
         self._backends: dict[str, QuantizerBackend] = {}
@@ -152,7 +193,7 @@ class TrialRunner:
                 self.model_path,
                 self.evaluation,
                 threads=self.threads,
-                gpu_id=self.gpu_id,
+                providers=self.session_providers,
             )
         return self._reference
 
@@ -173,6 +214,7 @@ class TrialRunner:
                 self.cache,
                 threads=self.threads,
                 gpu_id=self.gpu_id,
+                providers=self.session_providers,
             )
         return self._backends[name]
 
@@ -245,7 +287,7 @@ class TrialRunner:
         self, model_path: Path, reference: FloatReference
     ) -> tuple[Any, float | None]:
         assert self.evaluation is not None
-        session = make_session(model_path, self.threads, self.gpu_id, self.gpu_mem_limit)
+        session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
             outputs, latencies = run_model(session, self.evaluation)
         finally:
@@ -259,7 +301,7 @@ class TrialRunner:
 
     def _latency(self, model_path: Path) -> float | None:
         data = self.evaluation or self.calibration
-        session = make_session(model_path, self.threads, self.gpu_id, self.gpu_mem_limit)
+        session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
             return measure_latency(session, data.batch(0))
         except Exception as exc:  # latency is secondary: never fail a trial for it

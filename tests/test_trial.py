@@ -15,6 +15,7 @@ from raysearch.providers import (
     local_device_index,
     make_session,
     session_options,
+    session_providers,
 )
 from raysearch.trial import TrialResult, TrialRunner
 from tests.models import (
@@ -26,6 +27,7 @@ from tests.models import (
     mlp_data,
     nan_model_data,
 )
+from tests.quantize.recording import GPU_PROVIDERS, normalized, record_sessions
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +178,67 @@ def test_session_threads_and_device_index(monkeypatch):
     assert local_device_index(5) == 1 and local_device_index("2") == 0
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert local_device_index(3) == 3
+
+
+def test_every_session_of_a_trial_runs_on_the_trial_providers(mlp, tmp_path):
+    """Calibration (MinMax and histogram passes), the float reference and evaluation: every
+    session gets the trial's providers, CUDA options included. The driver's CPU float
+    reference is computed again on the trial's device."""
+    path, calib, evaluation = mlp
+    cpu_reference = FloatReference.compute(path, evaluation)
+    with record_sessions() as sessions:
+        runner = TrialRunner(
+            path,
+            calib,
+            evaluation,
+            Evaluator("cos", 0.9),
+            cache_dir=tmp_path / "cache",
+            float_reference=cpu_reference,
+            providers=GPU_PROVIDERS,
+        )
+        with runner:
+            results = [
+                runner.run({"calibrate_method": m}, tmp_path / f"{m}.onnx")
+                for m in ("MinMax", "Percentile")
+            ]
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    assert [r.device for r in results] == ["cuda:0", "cuda:0"]
+    assert runner.float_reference.device == "cuda:0"
+    # The float reference, then per trial: calibration and evaluation (latency included).
+    assert len(sessions) == 5
+    assert all(s == normalized(GPU_PROVIDERS) for s in sessions), sessions
+
+
+def test_a_trial_given_a_gpu_uses_its_providers_everywhere(mlp, tmp_path):
+    """What a Ray actor builds: the GPU it was given and its memory share decide every
+    session's providers (the CPU's where CUDA does not load)."""
+    path, calib, evaluation = mlp
+    expected = session_providers(0, 1 << 30)
+    with record_sessions() as sessions:
+        runner = TrialRunner(
+            path, calib, evaluation, Evaluator("cos", 0.9), gpu_id=0, gpu_mem_limit=1 << 30
+        )
+        result = runner.run({"calibrate_method": "Entropy"}, tmp_path / "e.onnx")
+    assert result.status == "ok", result.error
+    assert runner.session_providers == expected and runner.cache.providers == expected
+    assert sessions and all(s == normalized(expected) for s in sessions), sessions
+    if cuda_available():
+        assert expected[0][1]["gpu_mem_limit"] == 1 << 30 and result.device == "cuda:0"
+
+
+def test_a_custom_float_score_from_the_cpu_is_scored_again_on_the_trial_device(mlp):
+    from tests import evaluators_fixture
+
+    path, calib, _ = mlp
+    ev = Evaluator("tests.evaluators_fixture:mean_output", tolerance=0.5)
+    cpu_score = ev.score_float(path)  # what the driver computes
+    before = len(evaluators_fixture.CALLS)
+    on_cpu = TrialRunner(path, calib, None, ev, float_score=cpu_score)
+    assert on_cpu.float_score == cpu_score and len(evaluators_fixture.CALLS) == before
+    with record_sessions() as sessions:
+        on_gpu = TrialRunner(path, calib, None, ev, float_score=cpu_score, providers=GPU_PROVIDERS)
+        assert on_gpu.float_score == pytest.approx(cpu_score, rel=1e-5)
+    assert evaluators_fixture.CALLS[before:] == [str(path)]
+    # Custom evaluators get the providers' names.
+    assert on_gpu.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert sessions == [normalized(on_gpu.providers)]

@@ -21,13 +21,26 @@ What is shared:
   that covers a superset of the tensors a setting needs serves it (per-tensor statistics do not
   depend on which other tensors are collected).
 
-Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call, which keeps every
-intermediate output of every sample in memory (about 6 GB for 200 magika samples with every op
-type), with bounded memory: a first pass finds each tensor's range; if the calibrated tensors
-of the whole data set fit in ``memory_budget`` they are kept and binned at once, otherwise a
-second inference pass bins them batch by batch (``np.histogram`` counts add up when the bins
-are fixed). Memory then stays at one batch of intermediate outputs plus 64 MB. Pass-one ranges
-are cached too, so another histogram kind or bin count needs one pass.
+Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
+(which keeps every intermediate output of every sample in memory: about 6 GB for 200 magika
+samples with every op type), with bounded memory: a first pass finds each tensor's range; if
+the calibrated tensors of the whole data set fit in ``memory_budget`` they are kept and binned
+at once, otherwise a second inference pass bins them batch by batch (``np.histogram`` counts
+add up when the bins are fixed). Memory then stays at one batch of intermediate outputs plus
+64 MB. Pass-one ranges are cached too, so another histogram kind or bin count needs one pass.
+
+Non-finite activations: NaN, +-inf and +-the float type's largest value (what additive
+attention masks hold: ``-inf``, or ``torch.finfo(float32).min`` in Hugging Face models) are
+left out of ranges and histograms, and their count is logged. Without that, a masked tensor's
+range is infinite: MinMax gives infinite scales and every histogram method fails. MinMax keeps
+ONNX Runtime's in-graph ``ReduceMin``/``ReduceMax`` pass; only the tensors whose range comes out
+non-finite get a second pass that reads them whole and drops those values.
+
+Calibration inference runs on the execution providers it is given (a trial's providers, CUDA
+options included), as the trial's evaluation does. The cache key holds the providers' names
+but not their options, so trials on the same kind of device share entries whatever their GPU
+index or memory share; CPU and CUDA entries are kept apart because their kernels may round
+differently, as the float reference's key does.
 
 Entries live in memory (a bounded LRU per process) and, given a ``cache_dir``, on disk
 (MinMax as ONNX Runtime's ``save_tensors_data`` JSON, histograms as ``.npz``), written to a
@@ -56,6 +69,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -70,6 +84,7 @@ from onnxruntime.quantization.calibrate import (
     HistogramCollector,
     MinMaxCalibrater,
     PercentileCalibrater,
+    TensorData,
     TensorsData,
     load_tensors_data,
     save_tensors_data,
@@ -78,6 +93,8 @@ from onnxruntime.quantization.quant_utils import add_infer_metadata
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from raysearch.fileio import atomic_write_bytes
+from raysearch.modelfile import file_hash
+from raysearch.providers import provider_names
 from raysearch.quantize.tempdirs import make_workdir
 
 if TYPE_CHECKING:
@@ -93,8 +110,6 @@ __all__ = [
     "CalibrationRequest",
     "DEFAULT_OP_TYPES",
     "HISTOGRAM_METHODS",
-    "file_hash",
-    "graph_tensors",
     "tensors_to_calibrate",
 ]
 
@@ -107,7 +122,8 @@ HISTOGRAM_METHODS = ("Entropy", "Percentile", "Distribution")
 _DEFAULT_BINS = {"Entropy": 128, "Percentile": 2048, "Distribution": 2048}
 _DEFAULT_QUANTIZED_BINS = 128
 _DEFAULT_PERCENTILE = 99.999
-_FORMAT_VERSION = 1
+#: Part of every cache key. 2: non-finite values left out, providers keyed by name.
+_FORMAT_VERSION = 2
 #: Histogram binning: pieces this large are binned directly, smaller ones grouped up to
 #: _BUFFER_BYTES first.
 _DIRECT_BYTES = 4 << 20
@@ -196,44 +212,6 @@ class CalibrationRequest:
         return ("hist", self.histogram_kind, self.bins)
 
 
-def file_hash(path: str | os.PathLike) -> str:
-    """sha256 of a model file and the external-data files it references."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    model = onnx.load(str(path), load_external_data=False)
-    locations = sorted(
-        {
-            entry.value
-            for tensor in graph_tensors(model.graph)
-            for entry in tensor.external_data
-            if entry.key == "location"
-        }
-    )
-    for location in locations:
-        digest.update(f"\0{location}\0".encode())
-        with (path.parent / location).open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Initializers of ``graph`` and of its subgraphs, and tensors held in attributes."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            if attribute.HasField("g"):
-                yield from graph_tensors(attribute.g)
-            for sub in attribute.graphs:
-                yield from graph_tensors(sub)
-
-
 def tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
     """The tensors ONNX Runtime calibrates for ``op_types`` on a shape-inferred ``model``:
     float and float16 inputs and outputs of the nodes of those op types, initializers excluded
@@ -282,8 +260,10 @@ class CalibrationCache:
     """Calibration results shared by every setting that needs the same statistics.
 
     ``cache_dir`` (optional) keeps entries on disk for other processes and resumed searches;
-    ``max_entries`` bounds the entries kept in memory. ``threads`` and ``providers`` configure
-    the calibration inference session. ``memory_budget`` (bytes) bounds the intermediate
+    ``max_entries`` bounds the entries kept in memory. ``threads`` sets the calibration
+    sessions' intra-op threads; ``providers`` (ONNX Runtime's ``providers`` argument, names or
+    ``(name, options)`` pairs) is where they run unless a call says otherwise (a trial passes its
+    own, see :meth:`tensors_range`). ``memory_budget`` (bytes) bounds the intermediate
     outputs a histogram collection keeps: when the calibrated tensors of the whole data set fit,
     one inference pass is enough; otherwise a second pass bins them batch by batch.
 
@@ -307,7 +287,7 @@ class CalibrationCache:
         )
         self.max_entries = max(1, int(max_entries))
         self.threads = threads
-        self.providers = list(providers) if providers else ["CPUExecutionProvider"]
+        self.providers: list[Any] = list(providers) if providers else ["CPUExecutionProvider"]
         self.memory_budget = int(memory_budget)
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._computed: OrderedDict[tuple[Any, ...], TensorsData] = OrderedDict()
@@ -323,17 +303,6 @@ class CalibrationCache:
         ``disk_hits``, ``calibration_s``."""
         return asdict(self._stats)
 
-    @property
-    def calibration_runs(self) -> int:
-        """Calibrations that ran inference (cache misses) in this process."""
-        return self._stats.calibrations
-
-    def clear_memory(self) -> None:
-        """Forget the in-memory entries (the disk cache stays)."""
-        with self._lock:
-            self._entries.clear()
-            self._computed.clear()
-
     def tensors_range(
         self,
         model_path: str | os.PathLike,
@@ -341,13 +310,16 @@ class CalibrationCache:
         request: CalibrationRequest,
         *,
         model_hash: str | None = None,
+        providers: Sequence[Any] | None = None,
     ) -> tuple[TensorsData, bool]:
         """The calibrated ranges ``quantize_static`` would compute for ``request`` on the model
         at ``model_path`` with ``data``, and whether they came from the cache (no inference).
 
-        The returned ``TensorsData`` is a fresh copy: the quantizer may modify it.
+        Calibration inference runs on ``providers`` (default: the cache's). The returned
+        ``TensorsData`` is a fresh copy: the quantizer may modify it.
         """
         model_path = os.fspath(model_path)
+        providers = list(providers) if providers else self.providers
         with self._lock:
             model_hash = model_hash or self._model_hash(model_path)
             names = frozenset(
@@ -359,12 +331,14 @@ class CalibrationCache:
                 data.content_hash,
                 data.batch_size,
                 data.sample_is_feed,
-                tuple(sorted(str(p) for p in self.providers)),
+                # Names, not options: trials on one kind of device share entries whatever
+                # their GPU index or memory share; CPU and CUDA kernels may round differently.
+                tuple(provider_names(providers)),
             )
             if request.method == "MinMax":
-                result, hit = self._minmax(model_path, data, request, base, names)
+                result, hit = self._minmax(model_path, data, request, base, names, providers)
             else:
-                result, hit = self._histogram(model_path, data, request, base, names)
+                result, hit = self._histogram(model_path, data, request, base, names, providers)
             return copy.deepcopy(result), hit
 
     # -- MinMax ----------------------------------------------------------------------------
@@ -375,6 +349,7 @@ class CalibrationCache:
         request: CalibrationRequest,
         base: tuple[Any, ...],
         names: frozenset[str],
+        providers: list[Any],
     ) -> tuple[TensorsData, bool]:
         key = (*base, *request.collection_key())
         entry, hit = self._lookup(key, "minmax", names)
@@ -382,7 +357,7 @@ class CalibrationCache:
             with self._disk_lock(key):
                 entry, hit = self._lookup(key, "minmax", names)
                 if entry is None:
-                    ranges = self._collect_minmax(model_path, data, request)
+                    ranges = self._collect_minmax(model_path, data, request, providers)
                     entry = _Entry("minmax", frozenset(ranges.keys()), ranges)
                     self._store(key, entry)
         ranges = _subset_ranges(entry.payload, names)
@@ -391,7 +366,11 @@ class CalibrationCache:
         return ranges, hit
 
     def _collect_minmax(
-        self, model_path: str, data: DataSource, request: CalibrationRequest
+        self,
+        model_path: str,
+        data: DataSource,
+        request: CalibrationRequest,
+        providers: list[Any],
     ) -> TensorsData:
         start = time.perf_counter()
         options = {
@@ -399,9 +378,12 @@ class CalibrationCache:
             "moving_average": request.moving_average,
             "averaging_constant": request.averaging_constant,
         }
-        with self._calibrator(
-            model_path, request.op_types, CalibrationMethod.MinMax, options
-        ) as cal:
+        with (
+            self._calibrator(
+                model_path, request.op_types, CalibrationMethod.MinMax, options, providers
+            ) as cal,
+            np.errstate(invalid="ignore", over="ignore"),  # inf ranges are redone below
+        ):
             reader = _CountingReader(data.reader(), self._stats)
             if request.strided:
                 total = len(reader)
@@ -417,8 +399,75 @@ class CalibrationCache:
                 cal.collect_data(reader)
             ranges = cal.compute_data()
         self._stats.inference_passes += 1
+        unusable = [
+            name
+            for name, value in ranges.items()
+            if not all(_usable(np.asarray(v)).all() for v in value.range_value)
+        ]
+        if unusable:
+            self._finite_minmax(model_path, data, request, providers, ranges, sorted(unusable))
         self._count_calibration(start, "MinMax", len(ranges.keys()))
         return ranges
+
+    def _finite_minmax(
+        self,
+        model_path: str,
+        data: DataSource,
+        request: CalibrationRequest,
+        providers: list[Any],
+        ranges: TensorsData,
+        names: list[str],
+    ) -> None:
+        """Replace the ranges of ``names`` (non-finite after ONNX Runtime's in-graph
+        ``ReduceMin``/``ReduceMax``) by ranges over their usable values only, with ONNX
+        Runtime's merging: min/max or mean over the batches (``CalibMovingAverage``), per
+        stride and then across strides (``CalibStridedMinMax``)."""
+        lows: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        highs: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        dropped: dict[str, int] = {}
+        with self._calibrator(
+            model_path, request.op_types, CalibrationMethod.Percentile, {}, providers
+        ) as cal:
+            session = cal.infer_session
+            for feed in data.batches():
+                outputs = session.run(names, feed)  # only these tensors, whole
+                self._stats.inference_batches += 1
+                for name, value in zip(names, outputs):
+                    flat = np.asarray(value).ravel()
+                    keep = _usable(flat)
+                    dropped[name] = dropped.get(name, 0) + int(flat.size - np.count_nonzero(keep))
+                    flat = flat[keep]
+                    nan = np.array([np.nan], flat.dtype)
+                    # One (1,)-array per batch, like ONNX Runtime's reshaped ReduceMin output.
+                    lows[name].append(flat.min(keepdims=True) if flat.size else nan)
+                    highs[name].append(flat.max(keepdims=True) if flat.size else nan)
+        self._stats.inference_passes += 1
+        _log_dropped(dropped)
+        total = len(next(iter(lows.values())))
+        stride = request.strided or total
+        symmetric = bool(request.strided and request.is_symmetric)
+        for name in names:
+            merged: tuple[np.ndarray, np.ndarray] | None = None
+            for first in range(0, total, stride):
+                low, high = _reduce_batches(
+                    lows[name][first : first + stride],
+                    highs[name][first : first + stride],
+                    request.moving_average,
+                )
+                if symmetric:
+                    bound = np.nanmax([np.abs(low), np.abs(high)], axis=0)
+                    low, high = -bound, bound
+                if merged is None:
+                    merged = (low, high)
+                elif request.moving_average:
+                    c = request.averaging_constant
+                    merged = (_average(merged[0], low, c), _average(merged[1], high, c))
+                else:
+                    merged = (np.fmin(merged[0], low), np.fmax(merged[1], high))
+            assert merged is not None
+            # Nothing usable in any batch: the range ONNX Runtime gives an empty tensor.
+            low, high = (np.where(np.isnan(v), 0, v).astype(v.dtype) for v in merged)
+            ranges[name] = TensorData(lowest=low, highest=high)
 
     # -- histograms ------------------------------------------------------------------------
     def _histogram(
@@ -428,6 +477,7 @@ class CalibrationCache:
         request: CalibrationRequest,
         base: tuple[Any, ...],
         names: frozenset[str],
+        providers: list[Any],
     ) -> tuple[TensorsData, bool]:
         key = (*base, *request.collection_key())
         compute_key = (key, names, request.method, *_compute_params(request))
@@ -441,7 +491,9 @@ class CalibrationCache:
             with self._disk_lock(key):
                 entry, hit = self._lookup(key, "hist", names)
                 if entry is None:
-                    histograms = self._collect_histograms(model_path, data, request, base, names)
+                    histograms = self._collect_histograms(
+                        model_path, data, request, base, names, providers
+                    )
                     entry = _Entry("hist", frozenset(histograms), histograms)
                     self._store(key, entry)
         histograms = {n: entry.payload[n] for n in entry.payload if n in names}
@@ -458,11 +510,12 @@ class CalibrationCache:
         request: CalibrationRequest,
         base: tuple[Any, ...],
         names: frozenset[str],
+        providers: list[Any],
     ) -> dict[str, tuple[Any, ...]]:
         start = time.perf_counter()
         stats_key = (*base, "stats")
         method = CalibrationMethod[request.method]
-        with self._calibrator(model_path, request.op_types, method, {}) as cal:
+        with self._calibrator(model_path, request.op_types, method, {}, providers) as cal:
             session = cal.infer_session
             outputs = [o.name for o in session.get_outputs()]
             selected = [(i, n) for i, n in enumerate(outputs) if n in cal.tensors_to_calibrate]
@@ -493,12 +546,14 @@ class CalibrationCache:
     def _range_pass(
         self, session: ort.InferenceSession, data: DataSource, selected: list[tuple[int, str]]
     ) -> tuple[dict[str, tuple[Any, ...]], list[dict[str, np.ndarray]] | None]:
-        """Pass one: per tensor (min, max, min |x|, max |x|) over every calibration sample.
+        """Pass one: per tensor (min, max, min |x|, max |x|) over every calibration sample,
+        non-finite values left out (their count is logged).
 
         When the calibrated tensors of the whole data set fit in ``memory_budget`` (judged from
         the first batch), the flattened outputs are kept and returned so that binning needs no
         second inference pass; otherwise the second element is None."""
         ranges: dict[str, list[Any]] = {}
+        dropped: dict[str, int] = {}
         kept: list[dict[str, np.ndarray]] | None = []
         for outputs in self._run_all(session, data):
             batch = {name: outputs[index].ravel() for index, name in selected}
@@ -512,26 +567,33 @@ class CalibrationCache:
             for name, flat in batch.items():
                 if flat.size == 0:
                     continue
+                # NaN and +-inf show up in min or max: usable data costs no extra pass.
+                low, high = flat.min(), flat.max()
+                if not (_usable(low) and _usable(high)):
+                    keep = _usable(flat)
+                    dropped[name] = dropped.get(name, 0) + int(flat.size - np.count_nonzero(keep))
+                    flat = flat[keep]
+                    if flat.size == 0:
+                        continue
+                    low, high = flat.min(), flat.max()
                 absolute = np.abs(flat)
-                low, high = flat.min(), flat.max()  # NaN-propagating, much faster than nanmin
-                if np.isnan(low) or np.isnan(high):
-                    low, high = np.nanmin(flat), np.nanmax(flat)
                 found = [low, high, absolute.min(), absolute.max()]
                 old = ranges.get(name)
                 if old is None:
                     ranges[name] = found
-                else:  # nan-ignoring like np.nanmin for the values, nan-propagating for |x|
+                else:
                     ranges[name] = [
-                        np.fmin(old[0], found[0]),
-                        np.fmax(old[1], found[1]),
+                        np.minimum(old[0], found[0]),
+                        np.maximum(old[1], found[1]),
                         np.minimum(old[2], found[2]),
                         np.maximum(old[3], found[3]),
                     ]
+        _log_dropped(dropped)
         result: dict[str, tuple[Any, ...]] = {}
         for index, name in selected:
             if name in ranges:
                 result[name] = tuple(ranges[name])
-            else:  # empty in every sample: ONNX Runtime's collectors use 0
+            else:  # empty (or nothing usable) in every sample: ONNX Runtime's collectors use 0
                 dtype = session.get_outputs()[index].type
                 zero = np.array(0, dtype=np.float16 if "float16" in dtype else np.float32)
                 result[name] = (zero, zero, None, None)
@@ -546,7 +608,9 @@ class CalibrationCache:
     ) -> dict[str, tuple[Any, ...]]:
         """Bin every batch into each tensor's final bins. Counts add up over pieces because
         the bins are fixed; pieces under 4 MB are grouped (up to 64 MB, or
-        ``CalibMaxIntermediateOutputs`` batches) so that tiny tensors cost few numpy calls."""
+        ``CalibMaxIntermediateOutputs`` batches) so that tiny tensors cost few numpy calls.
+        Non-finite values fall outside the bins' finite range, so ``np.histogram`` leaves them
+        out; a tensor with no usable value at all (no |x| range) gets the empty histogram."""
         kind, bins = request.histogram_kind, request.bins
         counts: dict[str, np.ndarray] = {}
         edges: dict[str, np.ndarray] = {}
@@ -555,6 +619,8 @@ class CalibrationCache:
         limit = request.max_intermediate_outputs
 
         def add(name: str, values: np.ndarray) -> None:
+            if ranges[name][2] is None:  # nothing usable in any sample
+                return
             hist, hist_edges = _bin(values, kind, bins, ranges[name])
             if name in counts:
                 counts[name] += hist
@@ -607,14 +673,18 @@ class CalibrationCache:
         op_types: Sequence[str],
         method: CalibrationMethod,
         options: dict[str, Any],
+        providers: list[Any],
     ) -> Iterator[Any]:
         """An ONNX Runtime calibrator over ``model_path``, built as ``create_calibrator``
-        builds it but with this cache's threads and providers; its augmented model lives in a
-        temporary directory that is removed afterwards."""
+        builds it but with this cache's threads and the given providers; its augmented model
+        lives in a temporary directory that is removed afterwards."""
         workdir = str(make_workdir("raysearch-calib"))
         try:
             source = Path(model_path)
-            if not self._has_external_data(model_path):
+            # A model with external data (every model over 2 GB) makes an augmented model that
+            # protobuf cannot serialize inline: ONNX Runtime must write its weights aside too.
+            external = self._has_external_data(model_path)
+            if not external:
                 # ONNX Runtime writes a shape-inferred copy next to the model it reads (and
                 # deletes it): give it a private link or copy, safe from concurrent processes.
                 private = Path(workdir) / "model.onnx"
@@ -632,24 +702,26 @@ class CalibrationCache:
                     symmetric=options["symmetric"],
                     moving_average=options["moving_average"],
                     averaging_constant=options["averaging_constant"],
+                    use_external_data_format=external,
                 )
             else:  # only the augmented model and its session are used for histograms
-                calibrator = PercentileCalibrater(source, list(op_types), augmented)
+                calibrator = PercentileCalibrater(
+                    source, list(op_types), augmented, use_external_data_format=external
+                )
             calibrator.augment_graph()
             session_options = ort.SessionOptions()
             session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             if self.threads:
                 session_options.intra_op_num_threads = int(self.threads)
             session_options.log_severity_level = 3
-            calibrator.execution_providers = self.providers
+            calibrator.execution_providers = providers
             calibrator.infer_session = ort.InferenceSession(
-                augmented, sess_options=session_options, providers=self.providers
+                augmented, sess_options=session_options, providers=providers
             )
             try:
                 yield calibrator
             finally:
-                calibrator.infer_session = None
-                del calibrator
+                calibrator.infer_session = None  # release the session before the files go
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -830,6 +902,48 @@ class _CountingReader:
 
     def set_range(self, start_index: int, end_index: int) -> None:
         self._reader.set_range(start_index, end_index)
+
+
+def _usable(values: np.ndarray) -> np.ndarray:
+    """Which values calibration takes in: finite and below the float type's largest
+    magnitude (masks use that value, ``torch.finfo(dtype).min``, as a finite -inf)."""
+    return np.abs(values) < np.finfo(values.dtype).max  # False for NaN and +-inf too
+
+
+def _log_dropped(dropped: Mapping[str, int]) -> None:
+    counts = {name: n for name, n in dropped.items() if n}
+    if not counts:
+        return
+    listed = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{name} ({n})" for name, n in listed[:5])
+    more = f" and {len(listed) - 5} more" if len(listed) > 5 else ""
+    _logger.info(
+        "calibration left out %d non-finite values (NaN, inf or the float type's largest "
+        "magnitude, as attention masks hold) of %d tensors: %s%s",
+        sum(counts.values()),
+        len(counts),
+        shown,
+        more,
+    )
+
+
+def _reduce_batches(
+    lows: list[np.ndarray], highs: list[np.ndarray], moving_average: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``MinMaxCalibrater.compute_data``'s reduction of per-batch ranges: the mean with a
+    moving average, else min and max; batches without a usable value (NaN) are skipped."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: handled by the caller
+        if moving_average:
+            return np.nanmean(lows, axis=0), np.nanmean(highs, axis=0)
+        return np.nanmin(lows, axis=0), np.nanmax(highs, axis=0)
+
+
+def _average(old: np.ndarray, new: np.ndarray, constant: float) -> np.ndarray:
+    """``MinMaxCalibrater.merge_range``'s moving average, where NaN (no usable value) is
+    skipped on either side."""
+    moved = old + constant * (new - old)
+    return np.where(np.isnan(old), new, np.where(np.isnan(new), old, moved)).astype(old.dtype)
 
 
 def _bin(

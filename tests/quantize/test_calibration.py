@@ -20,6 +20,7 @@ from onnxruntime.quantization import (
 )
 
 from raysearch.data import DataSource
+from raysearch.demo import MAGIKA_DIR, build_demo_data
 from raysearch.quantize.calibration import (
     DEFAULT_OP_TYPES,
     CalibrationCache,
@@ -35,8 +36,6 @@ from tests.models import (
     make_mlp_model,
     mlp_data,
 )
-
-MAGIKA = Path(__file__).resolve().parents[3] / "shared" / "models" / "magika"
 
 
 @pytest.fixture(autouse=True)
@@ -325,13 +324,14 @@ def test_request_from_settings():
 
 @pytest.fixture(scope="module")
 def magika(tmp_path_factory):
-    if not (MAGIKA / "model.onnx").is_file():
-        pytest.skip("magika model not available")
+    # The model that ships in the package, data from the package's own builder: nothing
+    # outside the repository is needed.
     folder = tmp_path_factory.mktemp("magika")
     model = folder / "model.onnx"
-    shutil.copyfile(MAGIKA / "model.onnx", model)
-    with np.load(MAGIKA / "calib.npz", allow_pickle=False) as archive:
-        rows = archive["bytes"][:40]
+    shutil.copyfile(MAGIKA_DIR / "model.onnx", model)
+    calib, _ = build_demo_data(folder / "data", n_calib=40, n_eval=40)
+    with np.load(calib, allow_pickle=False) as archive:
+        rows = archive["bytes"]
     return model, DataSource.load({"bytes": rows}, model, batch_size=20)
 
 
