@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", ROOT.parent / "shared" / "models" / "magika"))
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +37,13 @@ def run_benchmark(script: str, tmp_path: Path, *extra: str, timeout: int = 120) 
     assert {"onnxruntime", "ray", "optuna", "raysearch"} <= set(report["machine"]["versions"])
     assert report["args"]["smoke"] is True
     return report
+
+
+def _setting_key(setting: dict) -> str:
+    """A setting with the defaults the two runs may leave out made explicit."""
+    extra = {"ActivationSymmetric": False, **(setting.get("extra_options") or {})}
+    full = {"per_channel": False, "weight_type": "QInt8", **setting, "extra_options": extra}
+    return json.dumps(full, sort_keys=True)
 
 
 def test_sequential_vs_raysearch(tmp_path: Path) -> None:
@@ -63,6 +70,21 @@ def test_sequential_vs_raysearch(tmp_path: Path) -> None:
         assert key in case, key
     assert {"same_setting", "sequential_metric", "raysearch_metric"} <= set(case["best"])
     assert len(report["trials"]["encoder"]["sequential"]) == 24
+    # The claims, not only their keys: every setting scores exactly as quantize_static's, and
+    # the best setting (and its metric) is the same.
+    assert case["max_abs_metric_diff_per_setting"] == 0
+    best = case["best"]
+    assert best["same_setting"] is True
+    assert best["sequential_metric"] == best["raysearch_metric"]
+    assert best["raysearch_summary_metric"] == best["raysearch_metric"]
+    # Checked again from the per-trial rows, without the benchmark's own comparison.
+    trials = report["trials"]["encoder"]
+    sequential = {_setting_key(r["setting"]): r["cos"] for r in trials["sequential"]}
+    raysearch = {_setting_key(r["setting"]): r["cos"] for r in trials["raysearch"]}
+    assert len(sequential) == len(raysearch) == 24
+    assert raysearch == sequential
+    top = max(sequential.values())
+    assert sequential[_setting_key(best["raysearch_setting"])] == top
 
 
 def test_overhead(tmp_path: Path) -> None:
@@ -102,7 +124,6 @@ def test_search_efficiency(tmp_path: Path) -> None:
         assert len(row["per_seed"]) == row["seeds"]
 
 
-@pytest.mark.skipif(not (MAGIKA / "model.onnx").is_file(), reason="magika model not available")
 def test_memory(tmp_path: Path) -> None:
     report = run_benchmark("memory", tmp_path)
     processes = report["processes"]
@@ -114,3 +135,58 @@ def test_memory(tmp_path: Path) -> None:
     assert {"write_mib_per_trial", "output_dir_bytes", "peak_tmp_bytes_all_actors"} <= set(
         report["disk"]
     )
+
+
+def test_calibration_cache(tmp_path: Path) -> None:
+    report = run_benchmark("calibration_cache", tmp_path)
+    assert report["magika"]["source"] in ("shared", "package")
+    assert report["n_settings"] == len(report["naive"]) == len(report["cached"]) == 6
+    # The cache's claims: both Percentile values share one histogram, and the metrics and the
+    # best setting are those of quantize_static.
+    assert report["distinct_calibration_settings"] == 3 and report["calibrations_run"] == 2
+    assert report["max_abs_metric_diff_per_setting"] == 0.0
+    assert report["best_cos"]["same_setting"] is True
+    # The ideal is a lower bound of the cached run's time.
+    assert report["ideal_is_bound"] is True
+    assert 0 < report["ideal_s"] <= report["cached_wall_s"]
+    assert report["fraction_of_ideal"] <= 1.0
+    assert report["ratio"] <= report["ideal_ratio"]
+
+
+def test_op_types_top1(tmp_path: Path) -> None:
+    report = run_benchmark("op_types_top1", tmp_path)
+    assert report["float_top1_agreement"] == 1.0
+    assert set(report["groups"]) == {"MatMul/Conv", "every op"}
+    for row in report["rows"]:
+        assert 0.0 <= row["top1_agreement"] <= 1.0
+
+
+def test_magika_falls_back_to_the_packaged_model(tmp_path: Path) -> None:
+    """Without ../shared/models/magika the benchmarks use the model that ships in the package
+    and data made by the package's own builder."""
+    from raysearch.demo import MAGIKA_DIR, build_demo_data
+
+    code = (
+        "import json, _common; "
+        f"s = _common.magika_source(shared={str(tmp_path / 'absent')!r}); "
+        "print(json.dumps({k: str(v) for k, v in s.items()}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAYSEARCH_MAGIKA_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=BENCHMARKS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert source["source"] == "package"
+    assert Path(source["model"]) == MAGIKA_DIR / "model.onnx"
+    assert Path(source["calib"]).is_relative_to(tmp_path / "cache")
+    calib, evaluation = build_demo_data(tmp_path / "expected", n_calib=200, n_eval=500)
+    for built, expected in ((source["calib"], calib), (source["eval"], evaluation)):
+        with np.load(built) as got, np.load(expected) as want:
+            np.testing.assert_array_equal(got["bytes"], want["bytes"])

@@ -6,8 +6,10 @@ quantized model; so each call knows, from the model alone, where to log and whic
 inject:
 
 - ``log``: a JSON-lines file; every call appends one line (``trial``: the model file's stem,
-  which is the trial id; ``sig``; ``pid``; open file descriptors; files next to the model; the
-  temp folder's raysearch entries; ``t``);
+  which is the trial id; ``sig``; ``pid``; ``node``: the Ray node id of the calling process,
+  None outside Ray; ``file`` and ``size``: the model file scored, as it is during the trial;
+  ``cuda``: ``CUDA_VISIBLE_DEVICES``; open file descriptors; files next to the model; the temp
+  folder's raysearch entries; ``t``);
 - ``faults``: signature -> fault, one of ``raise``, ``segv``, ``kill`` (SIGKILL, as the kernel's
   OOM killer sends), ``memory`` (allocate under an ``RLIMIT_AS`` until ``MemoryError``),
   ``hang`` (sleep ``hang_s``), ``segv_once`` (segfault on the setting's first call only);
@@ -24,6 +26,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -80,6 +83,14 @@ def _temp_entries() -> int:
     return sum(1 for name in os.listdir(folder) if name.startswith(TEMP_PREFIXES))
 
 
+def _node_id() -> str | None:
+    """The Ray node this process runs on (None when it is not connected to Ray)."""
+    ray = sys.modules.get("ray")  # never import Ray into a process that runs without it
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id()
+
+
 def _rss_mib() -> float:
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
@@ -113,6 +124,10 @@ def probe(model_path: str, providers: list) -> float:
         trial=path.stem if quantized else "float",
         sig=sig,
         pid=os.getpid(),
+        node=_node_id(),
+        file=os.path.abspath(model_path),
+        size=path.stat().st_size,
+        cuda=os.environ.get("CUDA_VISIBLE_DEVICES"),
         fds=len(os.listdir("/proc/self/fd")),
         siblings=len(list(path.parent.iterdir())) if quantized else None,
         temp=_temp_entries(),

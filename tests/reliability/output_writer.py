@@ -1,12 +1,21 @@
 """Writes a search's outputs over and over until killed (``python -m
 tests.reliability.output_writer OUT``): alternately from 3 and 5 records, whose best models
-differ, and appends a journal record after each round. The reliability tests kill it at
-random moments and check that every file is whole."""
+differ, and appends a journal record after each round. The reliability tests kill it and
+check that every file is whole.
+
+With ``RAYSEARCH_TEST_HOLD=<pattern>`` (a path relative to OUT, ``fnmatch`` style) the writer
+stops inside the real atomic writer from the second round on: right before the ``os.replace``
+that would move a finished temporary file onto a file matching the pattern, it prints
+``holding <temporary file>`` and sleeps until it is killed. A kill then provably lands
+between "temporary file written" and "renamed into place"."""
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +25,9 @@ from raysearch.search.journal import Journal
 from tests.models import make_mlp_model
 
 SIZES = (3, 5)
+#: The environment variable naming the output to hold before its rename (see above).
+HOLD = "RAYSEARCH_TEST_HOLD"
+_round = 0
 
 
 def records(n: int) -> list[dict[str, Any]]:
@@ -56,12 +68,33 @@ def prepare(out: Path) -> None:
         make_mlp_model(out / "models" / f"m{n}.onnx", hidden=8 * n)
 
 
+def hold_before_replace(out: Path, pattern: str) -> None:
+    """Wrap ``os.replace`` in this process (the library's writers call it by attribute, so
+    they run unchanged and reach this wrapper): hold before the rename onto ``pattern``."""
+    real_replace = os.replace
+    out = Path(os.path.abspath(out))
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        target = Path(os.path.abspath(dst))
+        if _round >= 1 and target.is_relative_to(out):
+            if fnmatch.fnmatch(target.relative_to(out).as_posix(), pattern):
+                print(f"holding {os.path.abspath(src)}", flush=True)
+                time.sleep(3600)  # the test kills this process here
+        real_replace(src, dst, *args, **kwargs)
+
+    os.replace = replace
+
+
 def main(out: Path) -> None:
+    global _round
     prepare(out)
+    if os.environ.get(HOLD):
+        hold_before_replace(out, os.environ[HOLD])
     cfg = config(out)
     journal = Journal(out / "journal.jsonl")
-    payload = "x" * 20000  # a long line: a kill mid-append tears it
+    payload = "x" * 20000  # a long line
     for round_ in range(1_000_000):
+        _round = round_
         n = SIZES[round_ % 2]
         write_outputs(out, records(n), config=cfg, stop_reason="space_exhausted", wall_time_s=1)
         journal.append({"trial_id": f"r{round_}", "payload": payload})

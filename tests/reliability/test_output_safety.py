@@ -1,14 +1,18 @@
 """Outputs are never left half-written, and a search never deletes or overwrites files it did
-not create: a kill at any moment leaves each output file whole (old or new), and user files
-in the output folder survive ``run`` and ``run --overwrite``."""
+not create: a kill between writing an output's temporary file and renaming it into place
+leaves each output file whole (the old version), and user files in the output folder survive
+``run`` and ``run --overwrite``."""
 
 from __future__ import annotations
 
 import json
+import queue
+import re
 import signal
+import struct
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import onnx
@@ -21,9 +25,53 @@ from raysearch.outputs import write_outputs
 from raysearch.search import AutoSearch
 from raysearch.search.journal import Journal
 from tests.reliability.helpers import probe_config, subprocess_env, write_config
-from tests.reliability.output_writer import SIZES, config, records
+from tests.reliability.output_writer import HOLD, SIZES, config, records
 
-KILL_AFTER_S = (0.05, 0.16, 0.3)
+#: The outputs a writer is stopped in, right before the rename of each (patterns under the
+#: output folder, as ``output_writer`` takes them).
+HELD = (
+    "summary.json",
+    "results.parquet",
+    "best/model.onnx",
+    "best/config.yaml",
+    "plots/metric_per_trial.png",
+    "tensorboard/events.out.tfevents.*",
+)
+
+
+def _events(path: Path) -> int:
+    """The records of a TensorBoard event file; fails unless its framing runs to its end."""
+    data = path.read_bytes()
+    pos = count = 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        pos += 12 + length + 4  # length, its CRC, the record, its CRC
+        count += 1
+    assert pos == len(data) and count, f"{path} is cut short"
+    return count
+
+
+def _version(out: Path, path: Path) -> int | None:
+    """How many records (3 or 5) the output file ``path`` was written from, or None where its
+    content does not say; fails unless the file is whole."""
+    name = path.name
+    if name.endswith(".json"):
+        return json.loads(path.read_text())["n_trials"]
+    if name.endswith(".parquet"):
+        return pq.read_table(path).num_rows
+    if name.endswith(".onnx"):
+        data = path.read_bytes()
+        onnx.checker.check_model(onnx.load_from_string(data))
+        return next(n for n in SIZES if data == (out / "models" / f"m{n}.onnx").read_bytes())
+    if name.endswith(".yaml"):
+        text = path.read_text()
+        assert yaml.safe_load(text)["search_algo"] == "Grid"
+        return int(re.search(r"\(trial t(\d+),", text).group(1))  # the best trial is the last
+    if name.endswith(".png"):
+        png = path.read_bytes()
+        assert png.startswith(b"\x89PNG") and b"IEND" in png[-12:]
+        return None
+    return (_events(path) - 1) // 4  # a header, then 4 scalars per trial
 
 
 def _check_whole(out: Path) -> None:
@@ -37,49 +85,97 @@ def _check_whole(out: Path) -> None:
     assert yaml.safe_load((out / "best" / "config.yaml").read_text())["search_algo"] == "Grid"
     png = (out / "plots" / "metric_per_trial.png").read_bytes()
     assert png.startswith(b"\x89PNG") and b"IEND" in png[-12:]
-    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and all(_events(p) for p in events)
     lines = Journal(out / "journal.jsonl").load()
     assert lines and all(len(r["payload"]) == 20000 for r in lines)
 
 
+def _reader(proc: subprocess.Popen) -> queue.Queue:
+    """The lines ``proc`` prints, as they come (a thread, so that waiting can time out)."""
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.put(line.strip())
+        lines.put(None)  # the process closed its output
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _next_line(lines: queue.Queue, what: str, timeout: float = 120) -> str:
+    try:
+        line = lines.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError(f"{what}: the writer printed nothing in {timeout:g} s") from None
+    assert line is not None, f"{what}: the writer ended"
+    return line
+
+
 @pytest.mark.slow
-def test_a_kill_at_any_moment_leaves_every_output_whole(tmp_path: Path):
-    procs = []
-    for i in range(len(KILL_AFTER_S)):
+def test_a_kill_between_writing_and_renaming_leaves_every_output_whole(tmp_path: Path):
+    writers = []
+    for i, pattern in enumerate(HELD):
         out = tmp_path / f"w{i}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.reliability.output_writer", str(out)],
-            env=subprocess_env(),
+            env=subprocess_env(**{HOLD: pattern}),
             stdout=subprocess.PIPE,
             text=True,
         )
-        procs.append((proc, out))
+        writers.append((pattern, out, proc, _reader(proc)))
+    held: dict[str, Path] = {}
     try:
-        for proc, _ in procs:
-            assert proc.stdout.readline().strip() == "ready"
-        # One round of rewriting takes 0.15-0.35 s: kill each writer at another moment of it.
-        start = time.monotonic()
-        for (proc, _), offset in zip(procs, KILL_AFTER_S):
-            time.sleep(max(0.0, start + offset - time.monotonic()))
+        for pattern, out, proc, lines in writers:
+            assert _next_line(lines, pattern) == "ready"  # round 0 (3 records) is in place
+            line = _next_line(lines, pattern)
+            assert line.startswith("holding "), line
+            tmp = held[pattern] = Path(line.removeprefix("holding "))
+            # The writer stands inside the atomic writer: the new version (5 records) is
+            # complete in its temporary file, the old one (3 records) still in place.
+            before = {p: p.read_bytes() for p in out.glob(pattern)}
+            assert before and tmp not in before, pattern
+            assert _version(out, tmp) in (5, None), pattern
+            assert all(_version(out, p) in (3, None) for p in before), pattern
             proc.send_signal(signal.SIGKILL)
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+            # The kill landed there: the temporary file is still there, never renamed, and
+            # the old version is untouched.
+            assert tmp.is_file(), pattern
+            assert {p: p.read_bytes() for p in out.glob(pattern)} == before, pattern
+            _check_whole(out)
     finally:
-        for proc, _ in procs:
+        for _, _, proc, _ in writers:
             proc.kill()
             proc.wait()
-    for _, out in procs:
+    # The next writer sweeps what each killed one left half-done and writes anew.
+    for pattern, out, _, _ in writers:
+        summary = write_outputs(
+            out, records(3), config=config(out), stop_reason="space_exhausted", wall_time_s=1
+        )
+        assert summary["n_trials"] == 3
+        assert not held[pattern].exists(), pattern
+        leftovers = [p.name for p in out.rglob(".*") if ".tmp" in p.name or p.name.endswith(".old")]
+        assert leftovers == [], pattern
         _check_whole(out)
-    # The next writer sweeps what the killed one left half-done, and appends after a torn line.
-    out = procs[0][1]
-    write_outputs(out, records(3), config=config(out), stop_reason="space_exhausted", wall_time_s=1)
-    leftovers = [p.name for p in out.rglob(".*") if ".tmp" in p.name or p.name.endswith(".old")]
-    assert leftovers == []
-    journal = Journal(out / "journal.jsonl")
-    before = len(journal.load())
-    journal.append({"trial_id": "after-the-kill", "payload": "x" * 20000})
+
+
+def test_the_journal_appends_after_a_torn_last_line(tmp_path: Path):
+    # What a crash inside an append leaves (a record without its end): the reader skips it
+    # and the next record starts on a line of its own.
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.append({"trial_id": "whole", "payload": "x" * 20000})
     journal.close()
-    assert [r["trial_id"] for r in Journal(out / "journal.jsonl").load()][-1] == "after-the-kill"
-    assert len(Journal(out / "journal.jsonl").load()) == before + 1
-    _check_whole(out)
+    line = path.read_text()
+    with open(path, "a") as fh:
+        fh.write(line[: len(line) // 2].replace("whole", "torn"))
+    assert [r["trial_id"] for r in Journal(path).load()] == ["whole"]
+    journal = Journal(path)
+    journal.append({"trial_id": "after-the-crash", "payload": "x" * 20000})
+    journal.close()
+    assert [r["trial_id"] for r in Journal(path).load()] == ["whole", "after-the-crash"]
 
 
 def _user_files(out: Path) -> dict[str, str]:

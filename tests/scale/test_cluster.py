@@ -11,13 +11,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.reliability.helpers import calls
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _drive(mode: str, work: Path) -> tuple[dict, subprocess.CompletedProcess]:
+def _drive(work: Path, mode: str, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.scale._cluster_driver", mode, str(work)],
+        [sys.executable, "-m", "tests.scale._cluster_driver", mode, str(work), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -29,7 +31,7 @@ def _drive(mode: str, work: Path) -> tuple[dict, subprocess.CompletedProcess]:
 
 
 def _overlap(rows: list[dict]) -> int:
-    """The most trials that ran at the same moment."""
+    """The most trials that ran at the same moment (one ending as another starts: not both)."""
     events = sorted([(r["started_at"], 1) for r in rows] + [(r["ended_at"], -1) for r in rows])
     running = peak = 0
     for _, step in events:
@@ -42,34 +44,70 @@ def _journal(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
 
 
+def _trial_calls(work: Path) -> dict[str, dict]:
+    """The probe evaluator's call for each trial, logged while the trial ran (trial id ->
+    call: ``node``, ``file`` and ``size`` of the model scored, ``cuda``)."""
+    made = [c for c in calls(work / "calls.jsonl") if c["sig"] != "float"]
+    by_trial = {c["trial"]: c for c in made}
+    assert len(by_trial) == len(made)  # each trial scored once
+    return by_trial
+
+
 def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(tmp_path):
-    result, _ = _drive("multinode", tmp_path)
+    result, _ = _drive(tmp_path, "multinode")
     out = tmp_path / "out"
     rows = pq.read_table(out / "results.parquet").to_pylist()
     assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
     assert len(result["nodes"]) == 2
+    driver = result["driver_node"]
     assert {r["node_id"] for r in rows} == set(result["nodes"])
     # Every candidate model, wherever its trial ran, was brought to the driver's folder.
     candidates = [r for r in rows if r["is_candidate"]]
-    assert candidates
+    assert len(candidates) == 8
     for row in candidates:
         assert (out / "candidates" / f"{row['trial_id']}.onnx").stat().st_size > 0
     assert (out / "best" / "model.onnx").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_trials"] == 8 and summary["stop_reason"] == "space_exhausted"
-    # Trials on the second node wrote nothing into the driver's output folder themselves.
-    assert not any((out / "trials_tmp").glob("*.onnx"))
+    # Where each trial wrote its model, seen while it ran: on the driver's node into the
+    # output folder; on the other node into that node's temp folder, never the output folder.
+    seen = _trial_calls(tmp_path)
+    assert set(seen) == {r["trial_id"] for r in rows}
+    for row in rows:
+        call = seen[row["trial_id"]]
+        assert call["node"] == row["node_id"] and call["size"] > 0
+        written = Path(call["file"])
+        if row["node_id"] == driver:
+            assert written == out / "trials_tmp" / f"{row['trial_id']}.onnx"
+        else:
+            assert out not in written.parents, written
+            assert written.parent.name.startswith("raysearch-trials-"), written
+            assert not written.exists()  # fetched by the driver, then removed on its node
+    assert driver in {c["node"] for c in seen.values()}
+    assert {c["node"] for c in seen.values()} - {driver}
 
 
-def test_fake_gpus_share_fractionally_record_ids_and_fall_back_to_cpu_quietly(tmp_path):
-    result, proc = _drive("fakegpu", tmp_path)
+@pytest.mark.parametrize(("gpus", "share"), [(1, 0.25), (2, 0.5)])
+def test_fake_gpus_share_fractionally_record_ids_and_fall_back_to_cpu_quietly(
+    tmp_path, gpus, share
+):
+    result, proc = _drive(tmp_path, "fakegpu", str(gpus), str(share))
     out = tmp_path / "out"
     rows = pq.read_table(out / "results.parquet").to_pylist()
     assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
-    assert {r["gpu_id"] for r in rows} <= {"0", "1"} and all(r["gpu_id"] for r in rows)
+    ids = {str(i) for i in range(gpus)}
+    assert {r["gpu_id"] for r in rows} == ids
     assert {r["device"] for r in rows} == {"cpu"}
-    # 2 GPUs / 0.5 per trial: never more than 4 trials at once.
-    assert _overlap(_journal(out)) <= 4
+    # Ray gave each trial's process its GPU: CUDA_VISIBLE_DEVICES as the trial recorded.
+    seen = _trial_calls(tmp_path)
+    assert {r["trial_id"]: r["gpu_id"] for r in rows} == {t: c["cuda"] for t, c in seen.items()}
+    # 8 CPUs would run all 8 trials at once: the GPU share alone holds them to gpus / share,
+    # and each GPU to 1 / share; and a GPU is shared: more than one trial on it at a time.
+    per_gpu = round(1 / share)
+    trials = _journal(out)
+    assert _overlap(trials) <= gpus * per_gpu
+    peaks = [_overlap([t for t in trials if t["gpu_id"] == gpu]) for gpu in ids]
+    assert max(peaks) >= 2 and all(peak <= per_gpu for peak in peaks), peaks
     assert "ran on the CPU" in result["summary"]["gpu_note"]
     # Quietly: no CUDA loader error from ONNX Runtime on the console.
     assert "CUDAExecutionProvider" not in proc.stderr

@@ -178,13 +178,21 @@ def test_an_earlier_search_is_refused_and_overwrite_removes_only_ours(make_confi
     assert again.summary == second.summary and again.results.num_rows == 2
 
 
-def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config):
+def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config, tmp_path):
+    from tests.reliability.helpers import PROBE, calls, plan_model
+
+    # The probe evaluator appends one line per call to a side file (named in the model's
+    # metadata), from whichever process calls it: the driver or any trial actor.
+    log = tmp_path / "calls.jsonl"
+    model = plan_model(tmp_path / "planned.onnx", log)
     config = make_config(
+        model=str(model),
         search_space={"per_channel": [True, False]},
-        metric="tests.evaluators_fixture:mean_output",
+        metric=PROBE,
         tolerance=0.5,
         tolerance_mode="absolute",
         higher_is_better=True,
+        resources={"max_concurrent_trials": 2},
     )
     result = AutoSearch(config).run()
     summary = result.summary
@@ -193,3 +201,9 @@ def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config):
     for row in rows(result):
         drop = summary["float_metric"] - row["metric"]
         assert row["is_candidate"] == (drop <= 0.5)
+    # Counted: the float model once in the whole search (not once per actor or trial), and
+    # each trial's quantized model once.
+    made = calls(log)
+    assert [c["sig"] for c in made].count("float") == 1
+    quantized = sorted(c["trial"] for c in made if c["sig"] != "float")
+    assert quantized == sorted(r["trial_id"] for r in rows(result))
