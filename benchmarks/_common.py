@@ -30,7 +30,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
-MAGIKA = Path(os.environ.get("RAYSEARCH_MAGIKA_DIR", ROOT.parent / "shared" / "models" / "magika"))
+#: magika's model and data beside the repository (``RAYSEARCH_MAGIKA_DIR`` overrides); when
+#: absent, :func:`magika_source` falls back to the model that ships in the package.
+SHARED_MAGIKA = ROOT.parent / "shared" / "models" / "magika"
+#: Rows of magika's calibration and evaluation sets (as in ``../shared/models/magika``).
+MAGIKA_ROWS = (200, 500)
 CPUS = os.cpu_count() or 1
 
 # Benchmark encoder: tests.models.make_encoder_model (LayerNormalization, MatMul, Softmax, an
@@ -111,6 +115,8 @@ class Run:
             "machine": machine,
             **payload,
         }
+        if _MAGIKA_USED:  # which magika files the figures come from
+            report["magika"] = dict(_MAGIKA_USED)
         if out is None:
             # The full run writes <name>.json; --quick and --smoke runs keep their own files.
             mode = (
@@ -191,13 +197,54 @@ def shutdown_ray() -> None:
 
 
 # -- models and data -----------------------------------------------------------------------------
+_MAGIKA_USED: dict[str, str] = {}
+
+
+def magika_source(shared: Path | None = None) -> dict[str, Path | str]:
+    """Where magika's model and data come from: ``RAYSEARCH_MAGIKA_DIR`` when set (it must
+    hold ``model.onnx``, ``calib.npz`` and ``eval.npz``), else ``shared`` (default
+    ``../shared/models/magika`` beside the repository) when it holds them, else the model that
+    ships in the package (``raysearch/demo/magika``, the same file) with 200 calibration and
+    500 evaluation rows made by the package's own data builder
+    (:func:`raysearch.demo.build_demo_data`, from the Python installation's files; cached).
+
+    Returns ``{"model", "calib", "eval", "source"}``; ``source`` is ``"shared"`` or
+    ``"package"``."""
+    env = os.environ.get("RAYSEARCH_MAGIKA_DIR")
+    folder = Path(env) if env else (SHARED_MAGIKA if shared is None else Path(shared))
+    names = ("model.onnx", "calib.npz", "eval.npz")
+    if all((folder / name).is_file() for name in names):
+        return {
+            "model": folder / "model.onnx",
+            "calib": folder / "calib.npz",
+            "eval": folder / "eval.npz",
+            "source": "shared",
+        }
+    if env:
+        raise SystemExit(f"RAYSEARCH_MAGIKA_DIR={env}: expected {', '.join(names)} there")
+    from raysearch.demo import MAGIKA_DIR, build_demo_data, demo_data_dir
+
+    calib, evaluation = build_demo_data(
+        demo_data_dir().parent / "magika-bench", n_calib=MAGIKA_ROWS[0], n_eval=MAGIKA_ROWS[1]
+    )
+    return {
+        "model": MAGIKA_DIR / "model.onnx",
+        "calib": calib,
+        "eval": evaluation,
+        "source": "package",
+    }
+
+
 def magika_arrays(calib_rows: int = 200, eval_rows: int = 500) -> tuple[dict, dict]:
-    """magika's calibration and evaluation arrays (``{"bytes": int32 [N, 2048]}``)."""
-    if not (MAGIKA / "model.onnx").is_file():
-        raise SystemExit(f"magika not found in {MAGIKA}; set RAYSEARCH_MAGIKA_DIR")
-    with np.load(MAGIKA / "calib.npz", allow_pickle=False) as f:
+    """magika's calibration and evaluation arrays (``{"bytes": int32 [N, 2048]}``), from
+    :func:`magika_source`; the source is recorded in the result file."""
+    if calib_rows > MAGIKA_ROWS[0] or eval_rows > MAGIKA_ROWS[1]:
+        raise SystemExit(f"magika has {MAGIKA_ROWS[0]} / {MAGIKA_ROWS[1]} rows at most")
+    source = magika_source()
+    _MAGIKA_USED.update({k: str(v) for k, v in source.items()})
+    with np.load(source["calib"], allow_pickle=False) as f:
         calib = {"bytes": f["bytes"][:calib_rows]}
-    with np.load(MAGIKA / "eval.npz", allow_pickle=False) as f:
+    with np.load(source["eval"], allow_pickle=False) as f:
         evaluation = {"bytes": f["bytes"][:eval_rows]}
     return calib, evaluation
 
@@ -206,7 +253,7 @@ def magika_model(folder: Path) -> Path:
     """A copy of magika's model in ``folder`` (quantize_static writes next to its input)."""
     folder.mkdir(parents=True, exist_ok=True)
     model = folder / "magika.onnx"
-    shutil.copyfile(MAGIKA / "model.onnx", model)
+    shutil.copyfile(magika_source()["model"], model)
     return model
 
 

@@ -6,11 +6,11 @@ ActivationSymmetric false and QInt8 with ActivationSymmetric true x per_channel 
 weight_type QInt8; op_types_to_quantize [MatMul, Conv] on magika, [MatMul, Gemm] on the encoder
 (the encoder has MatMul only). Metric ``cos`` for both.
 
-Models: magika (``../shared/models/magika`` beside the repository: 200 calibration rows,
-500 evaluation rows;
-``--quick`` 200) and a one-block transformer encoder (``tests.models.make_encoder_model``:
-LayerNormalization, MatMul, Softmax, an int64 attention mask; seq 64, dim 256, ffn 1024;
-200 calibration rows, 1000 evaluation rows, ``--quick`` 500).
+Models: magika (``../shared/models/magika`` beside the repository, else the model that ships
+in the package with data from the package's builder, see ``_common.magika_source``: 200
+calibration rows, 500 evaluation rows, ``--quick`` 200) and a one-block transformer encoder
+(``tests.models.make_encoder_model``: LayerNormalization, MatMul, Softmax, an int64 attention
+mask; seq 64, dim 256, ffn 1024; 200 calibration rows, 1000 evaluation rows, ``--quick`` 500).
 
 (a) sequential, the way existing tools do it: one setting after another, each a full
     ``onnxruntime.quantization.quantize_static`` call (calibration inference every time);
@@ -54,7 +54,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     CPUS,
-    MAGIKA,
     Run,
     best_row,
     calibration_id,
@@ -336,9 +335,6 @@ def main(argv: list[str] | None = None) -> int:
     args.magika_eval_rows = 200 if args.quick or args.smoke else 500
     args.encoder_eval_rows = 100 if args.smoke else (500 if args.quick else 1000)
     run = Run("sequential_vs_raysearch", args)
-    if "magika" in models and not (MAGIKA / "model.onnx").is_file():
-        print(f"magika not found in {MAGIKA}; skipped (set RAYSEARCH_MAGIKA_DIR)")
-        models.remove("magika")
 
     cases = []
     details = {}
