@@ -28,6 +28,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from raysearch.errors import ConfigError, suggest
+from raysearch.plugins import note_plugin
+from raysearch.space.catalogue import (
+    QUANTIZER,
+    Catalogue,
+    get_catalogue,
+    register_catalogue,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -80,6 +87,9 @@ class QuantizerBackend(abc.ABC):
 
     #: The registry key, set by :func:`register_backend`.
     name: ClassVar[str] = ""
+    #: Every setting this backend takes (names, types, choices, aliases, which change
+    #: calibration): search spaces are validated against it. Registered with the backend.
+    catalogue: ClassVar[Catalogue | None] = None
 
     def __init__(
         self,
@@ -144,8 +154,15 @@ def register_backend(name: str) -> Callable[[_B], _B]:
         existing = _REGISTRY.get(name)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
             raise ValueError(f"quantizer backend {name!r} is already registered by {existing}")
+        catalogue = cls.catalogue or get_catalogue(name, shared=False)
+        if catalogue is None:  # it declares no settings: a space may only select it
+            catalogue = Catalogue(name, {"quantizer": QUANTIZER})
+        if catalogue.backend != name:
+            catalogue = Catalogue(name, catalogue.settings, catalogue.containers, catalogue.aliases)
         cls.name = name
+        cls.catalogue = register_catalogue(catalogue)
         _REGISTRY[name] = cls
+        note_plugin(cls.__module__)  # actors import it too
         return cls
 
     return decorate

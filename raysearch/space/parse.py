@@ -9,8 +9,14 @@ holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
 (``{joint: [a, b], choices: [[...], ...]}``: one choice sets several settings).
 
 Every key and value (each part of a joint parameter included) is checked against the settings
-catalogue of :mod:`raysearch.quantize.options`; unknown keys get the closest known key as a
-suggestion, and keys that name a technique raysearch does not have yet are refused with why.
+catalogue of each backend it can be active with (:mod:`raysearch.space._schema`); unknown keys
+get the closest known key as a suggestion, and keys that name a technique raysearch does not
+have yet are refused with why.
+
+Example:
+    >>> group = parse_space({"per_channel": [True, False], "quantizer": "ort"})
+    >>> [p.name for p in group.params]
+    ['per_channel', 'quantizer']
 """
 
 from __future__ import annotations
@@ -20,41 +26,61 @@ from collections.abc import Mapping
 from typing import Any
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.quantize.options import (
-    EXTRA_OPTIONS,
-    SETTINGS,
-    OptionSpec,
-    canonical_name,
-    check_value,
-    unavailable_reason,
-)
+from raysearch.space._schema import QUANTIZER_KEY, Schema
+from raysearch.space.catalogue import Catalogue, registered_catalogues
 from raysearch.space.tree import (
     Categorical,
     Condition,
+    Domain,
     FloatRange,
     Group,
     IntRange,
     Param,
 )
 
-__all__ = ["parse_space", "CONTAINERS"]
+__all__ = ["parse_space", "Parsed"]
 
-#: Keys whose dict is a container of settings (kept in the nested settings), not a group.
-CONTAINERS: dict[str, dict[str, OptionSpec]] = {"extra_options": EXTRA_OPTIONS}
 _RANGE_KEYS = {"type", "low", "high", "step", "log"}
 _SPEC_KEYS = {"type", "choices", "joint"}
 
 
-def parse_space(raw: Any, *, path: str = "search_space") -> Group:
-    """Parse one space (a dict in either dialect) into its tree, validating it completely."""
+class Parsed:
+    """A parsed space: its tree, the keys that are containers of settings (kept nested in the
+    settings, such as ``extra_options``), and the switch each setting only acts with."""
+
+    def __init__(self, root: Group, containers: frozenset[str], switches: dict[str, str]) -> None:
+        self.root = root
+        self.containers = containers
+        self.switches = switches
+
+
+def parse_space(
+    raw: Any,
+    *,
+    path: str = "search_space",
+    catalogues: Mapping[str, Catalogue] | None = None,
+) -> Group:
+    """Parse one space (a dict in either dialect) into its tree, validating it completely
+    against ``catalogues`` (default: every registered backend's)."""
+    return parse(raw, path=path, catalogues=catalogues).root
+
+
+def parse(
+    raw: Any, *, path: str = "search_space", catalogues: Mapping[str, Catalogue] | None = None
+) -> Parsed:
+    """:func:`parse_space` with the facts the space needs besides the tree."""
     if not isinstance(raw, Mapping):
         raise ConfigError(path, f"expected a mapping of settings, got {_kind(raw)}")
     if not raw:
         raise ConfigError(path, "the search space is empty")
     if "only_if" in raw:
         raise ConfigError(f"{path}.only_if", "only_if belongs in a group, not at the top level")
-    root = _Parser(path).group(raw, (), container="")
-    return _resolve_conditions(root, path)
+    schema = Schema(registered_catalogues() if catalogues is None else catalogues)
+    parser = _Parser(path, schema)
+    backends = parser.quantizer_choices(raw, ())
+    root = parser.group(raw, (), "", backends or schema.default_backends())
+    containers = frozenset(schema.containers(backends or schema.default_backends()))
+    return Parsed(_resolve_conditions(root, path), containers, parser.switches)
 
 
 def _kind(value: Any) -> str:
@@ -64,37 +90,65 @@ def _kind(value: Any) -> str:
 
 
 class _Parser:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, schema: Schema) -> None:
         self.base = path
+        self.schema = schema
+        #: param name -> the switch key it only acts with
+        self.switches: dict[str, str] = {}
 
     def where(self, keys: tuple[str, ...]) -> str:
         return ".".join((self.base,) + keys)
 
-    def group(self, raw: Mapping, keys: tuple[str, ...], container: str) -> Group:
+    # -- the backends of the space ---------------------------------------------------------
+    def quantizer_choices(self, raw: Mapping, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """Every backend the space's ``quantizer`` keys may select (in groups too), checked."""
+        found: list[str] = []
+        for key, value in raw.items():
+            if key == QUANTIZER_KEY:
+                where = self.where(keys + (key,))
+                found += self.schema.backend_choices(_literal_choices(value, where), where)
+            elif isinstance(value, Mapping) and key != "only_if" and not _SPEC_KEYS & value.keys():
+                found += self.quantizer_choices(value, keys + (key,))
+        return tuple(dict.fromkeys(found))
+
+    @staticmethod
+    def narrowed(condition: Condition | None, backends: tuple[str, ...]) -> tuple[str, ...]:
+        """The backends a group is active with: ``only_if: {quantizer: ...}`` narrows them."""
+        if condition is None or condition.values is None:
+            return backends
+        if condition.ref.rsplit(".", 1)[-1] != QUANTIZER_KEY:
+            return backends
+        return tuple(b for b in backends if b in condition.values)
+
+    # -- groups and parameters -------------------------------------------------------------
+    def group(
+        self, raw: Mapping, keys: tuple[str, ...], container: str, backends: tuple[str, ...]
+    ) -> Group:
+        condition = None
+        if "only_if" in raw:
+            condition = self.condition(raw["only_if"], keys + ("only_if",))
+            backends = self.narrowed(condition, backends) or backends
         params: list[Param] = []
         groups: list[Group] = []
-        condition = None
         for key, value in raw.items():
             if not isinstance(key, str):
                 raise ConfigError(self.where(keys), f"keys must be strings, got {key!r}")
             if key == "only_if":
-                condition = self.condition(value, keys + (key,))
                 continue
-            self.check_available(key, self.where(keys + (key,)))
-            if key in CONTAINERS and container == "":
+            where = self.where(keys + (key,))
+            self.schema.check_available(key, backends, where)
+            if container == "" and key in self.schema.containers(backends):
                 if not isinstance(value, Mapping):
-                    raise ConfigError(
-                        self.where(keys + (key,)), f"expected a mapping, got {_kind(value)}"
-                    )
-                groups.append(self.group(value, keys + (key,), container=key))
+                    raise ConfigError(where, f"expected a mapping, got {_kind(value)}")
+                groups.append(self.group(value, keys + (key,), key, backends))
             elif isinstance(value, Mapping) and not (_SPEC_KEYS & value.keys()):
-                self.check_group_name(key, keys, container)
-                groups.append(self.group(value, keys + (key,), container=container))
+                self.schema.check_group_name(key, container, backends, where)
+                groups.append(self.group(value, keys + (key,), container, backends))
             else:
-                params.append(self.param(key, value, keys, container))
+                params.append(self.param(key, value, keys, container, backends))
         if not params and not groups:
             raise ConfigError(self.where(keys), "the group is empty")
-        return Group(keys, tuple(params), tuple(groups), None if condition is None else condition)
+        return Group(keys, tuple(params), tuple(groups), condition)
 
     def condition(self, value: Any, keys: tuple[str, ...]) -> Condition:
         if isinstance(value, str):
@@ -111,173 +165,122 @@ class _Parser:
             "{calibrate_method: Percentile}",
         )
 
-    @staticmethod
-    def check_available(key: str, where: str) -> None:
-        reason = unavailable_reason(key)
-        if reason:
-            raise ConfigError(where, reason)
-
-    def check_group_name(self, key: str, keys: tuple[str, ...], container: str) -> None:
-        catalogue = self.catalogue(container)
-        if key in catalogue and catalogue[key].kind != "dict":
-            raise ConfigError(
-                self.where(keys + (key,)),
-                f"expected a list of choices or a range for '{key}', got a mapping",
-            )
-
-    def catalogue(self, container: str) -> dict[str, OptionSpec]:
-        return CONTAINERS.get(container, SETTINGS)
-
-    def param(self, key: str, value: Any, keys: tuple[str, ...], container: str) -> Param:
-        name = canonical_name(container, key)
+    def param(
+        self,
+        key: str,
+        value: Any,
+        keys: tuple[str, ...],
+        container: str,
+        backends: tuple[str, ...],
+    ) -> Param:
         where = self.where(keys + (key,))
+        name = self.schema.canonical(container, key, backends, where)
         joint: tuple[str, ...] = ()
         if isinstance(value, Mapping):
-            domain, joint = self.spec(value, where)
-            joint = tuple(canonical_name(container, part) for part in joint)
+            domain, joint = _domain_block(value, where)
+            joint = tuple(self.schema.canonical(container, p, backends, where) for p in joint)
         elif isinstance(value, list):
             if not value:
                 raise ConfigError(where, "the list of choices is empty")
             domain = Categorical(tuple(value))
         else:
             domain = Categorical((value,))
+        param = Param(keys + (name,), domain, joint)
         if joint:
-            self.check_joint(domain, joint, keys, container, where)
+            self.schema.check_joint(domain, joint, container, backends, where)
+            parts = joint
         else:
-            self.check_known(name, key, keys, container, where)
-            self.check_choices(self.catalogue(container)[name], name, domain, where)
-        return Param(keys + (name,), domain, joint)
+            self.schema.check_param(name, key, domain, container, backends, where)
+            parts = (name,)
+        for part in parts:
+            switch = self.schema.switch_of(part, container, backends)
+            if switch:
+                self.switches[param.name] = switch
+        return param
 
-    def spec(self, value: Mapping, where: str):
-        kind = value.get("type", "categorical" if "choices" in value else None)
-        if "joint" in value:
-            joint = value["joint"]
-            if not (
-                isinstance(joint, list)
-                and len(joint) >= 2
-                and all(isinstance(j, str) for j in joint)
-            ):
-                raise ConfigError(f"{where}.joint", "expected a list of two or more key names")
-            kind = "categorical"
-        else:
-            joint = ()
-        if kind == "categorical":
-            unknown = set(value) - {"type", "choices", "joint"}
-            if unknown:
-                raise ConfigError(where, f"unknown key '{sorted(unknown)[0]}' in a choices block")
-            choices = value.get("choices")
-            if not isinstance(choices, list):
-                raise ConfigError(f"{where}.choices", "expected a list of choices")
-            if not choices:
-                raise ConfigError(f"{where}.choices", "the list of choices is empty")
-            return Categorical(tuple(choices)), tuple(joint)
-        if kind not in ("int", "float"):
-            raise ConfigError(
-                f"{where}.type",
-                f"expected int, float or categorical, got {kind!r}"
-                if kind is not None
-                else "a mapping here needs type: int|float|categorical (or is a group of keys)",
-            )
-        unknown = set(value) - _RANGE_KEYS
-        if unknown:
-            bad = sorted(unknown)[0]
-            raise ConfigError(
-                f"{where}.{bad}", "unknown key in a range" + suggest(bad, _RANGE_KEYS)
-            )
-        for bound in ("low", "high"):
-            if bound not in value:
-                raise ConfigError(where, f"a {kind} range needs '{bound}'")
-            v = value[bound]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ConfigError(f"{where}.{bound}", f"expected a number, got {v!r}")
-        low, high, step, log = (
-            value["low"],
-            value["high"],
-            value.get("step"),
-            value.get("log", False),
-        )
-        if low > high:
-            raise ConfigError(where, f"low ({low}) is greater than high ({high})")
-        if not isinstance(log, bool):
-            raise ConfigError(f"{where}.log", f"expected true or false, got {log!r}")
-        if log and low <= 0:
-            raise ConfigError(f"{where}.low", "a log range needs low > 0")
-        if step is not None and (
-            isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0
+
+def _literal_choices(value: Any, where: str) -> list[Any]:
+    """The values a key may take, read without a catalogue (for ``quantizer``)."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, Mapping):
+        if value.get("type", "categorical") == "categorical" and isinstance(
+            value.get("choices"), list
         ):
-            raise ConfigError(f"{where}.step", f"expected a positive number, got {step!r}")
-        if log and step is not None:
-            raise ConfigError(where, "a range cannot have both step and log")
-        if kind == "int":
-            for bound, v in (("low", low), ("high", high), ("step", step)):
-                if v is not None and not float(v).is_integer():
-                    raise ConfigError(f"{where}.{bound}", f"expected an integer, got {v!r}")
-            return IntRange(int(low), int(high), int(step or 1), log), ()
-        return FloatRange(float(low), float(high), None if step is None else float(step), log), ()
+            return value["choices"]
+        raise ConfigError(where, "expected a list of backend names")
+    return [value]
 
-    def check_joint(
-        self, domain, joint: tuple[str, ...], keys: tuple[str, ...], container: str, where: str
-    ) -> None:
-        """Each part of a joint parameter is a known setting and each value fits its part."""
-        if not isinstance(domain, Categorical):
-            raise ConfigError(where, "a joint parameter needs a list of choices")
-        if len(set(joint)) != len(joint):
-            raise ConfigError(f"{where}.joint", f"names a setting twice: {', '.join(joint)}")
-        catalogue = self.catalogue(container)
-        for part in joint:
-            self.check_available(part, f"{where}.joint.{part}")
-            self.check_known(part, part, keys, container, f"{where}.joint.{part}")
-        for i, choice in enumerate(domain.choices):
-            if not isinstance(choice, list) or len(choice) != len(joint):
-                raise ConfigError(
-                    where,
-                    f"each choice of a joint parameter sets {', '.join(joint)}: expected a list "
-                    f"of {len(joint)} values, got {choice!r}",
-                )
-            for part, value in zip(joint, choice):
-                problem = check_value(catalogue[part], value)
-                if problem:
-                    raise ConfigError(f"{where}.choices[{i}]", f"{part}: {problem}")
 
-    def check_known(self, name: str, key: str, keys, container: str, where: str) -> None:
-        catalogue = self.catalogue(container)
-        if name in catalogue and catalogue[name].kind != "dict":
-            return
-        if name in catalogue:  # extra_options given as a list or scalar
-            raise ConfigError(where, f"expected a mapping of {name} keys, got a list or value")
-        hint = suggest(key, catalogue)
-        if not hint:
-            for other, other_catalogue in (("extra_options", EXTRA_OPTIONS), ("", SETTINGS)):
-                if other != container and canonical_name(other, key) in other_catalogue:
-                    hint = (
-                        f" ('{key}' is an extra_options key: put it under extra_options)"
-                        if other
-                        else f" ('{key}' is a top-level setting, not an extra_options key)"
-                    )
-                    break
-        raise ConfigError(where, "unknown key" + hint)
+def _domain_block(value: Mapping, where: str) -> tuple[Domain, tuple[str, ...]]:
+    """A mapping that defines a domain: a choices block (maybe joint) or a range."""
+    kind = value.get("type", "categorical" if "choices" in value else None)
+    joint: tuple[str, ...] = ()
+    if "joint" in value:
+        names = value["joint"]
+        if not (
+            isinstance(names, list) and len(names) >= 2 and all(isinstance(j, str) for j in names)
+        ):
+            raise ConfigError(f"{where}.joint", "expected a list of two or more key names")
+        joint, kind = tuple(names), "categorical"
+    if kind == "categorical":
+        return _choices_block(value, where), joint
+    if kind not in ("int", "float"):
+        raise ConfigError(
+            f"{where}.type",
+            f"expected int, float or categorical, got {kind!r}"
+            if kind is not None
+            else "a mapping here needs type: int|float|categorical (or is a group of keys)",
+        )
+    return _range(value, kind, where), ()
 
-    def check_choices(self, spec: OptionSpec, name: str, domain, where: str) -> None:
-        if isinstance(domain, (IntRange, FloatRange)):
-            if spec.kind not in ("int", "float"):
-                raise ConfigError(where, f"a numeric range does not fit '{name}' ({spec.doc})")
-            if spec.kind == "int" and isinstance(domain, FloatRange):
-                raise ConfigError(where, f"'{name}' is an integer setting: use type: int")
-            for bound in (domain.low, domain.high):
-                problem = check_value(spec, bound)
-                if problem:
-                    raise ConfigError(where, problem)
-            return
-        for i, choice in enumerate(domain.choices):
-            if spec.kind == "str_list" and isinstance(choice, str):
-                raise ConfigError(
-                    f"{where}[{i}]",
-                    f"each choice of {name} is a list of names or null, got {choice!r} "
-                    f"(write [[{choice}, ...]] for a single choice)",
-                )
-            problem = check_value(spec, choice)
-            if problem:
-                raise ConfigError(f"{where}[{i}]" if len(domain.choices) > 1 else where, problem)
+
+def _choices_block(value: Mapping, where: str) -> Categorical:
+    unknown = set(value) - {"type", "choices", "joint"}
+    if unknown:
+        raise ConfigError(where, f"unknown key '{sorted(unknown)[0]}' in a choices block")
+    choices = value.get("choices")
+    if not isinstance(choices, list):
+        raise ConfigError(f"{where}.choices", "expected a list of choices")
+    if not choices:
+        raise ConfigError(f"{where}.choices", "the list of choices is empty")
+    return Categorical(tuple(choices))
+
+
+def _check_bounds(value: Mapping, kind: str, where: str) -> None:
+    for bound in ("low", "high"):
+        if bound not in value:
+            raise ConfigError(where, f"a {kind} range needs '{bound}'")
+        v = value[bound]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"{where}.{bound}", f"expected a number, got {v!r}")
+
+
+def _range(value: Mapping, kind: str, where: str) -> IntRange | FloatRange:
+    unknown = set(value) - _RANGE_KEYS
+    if unknown:
+        bad = sorted(unknown)[0]
+        raise ConfigError(f"{where}.{bad}", "unknown key in a range" + suggest(bad, _RANGE_KEYS))
+    _check_bounds(value, kind, where)
+    low, high, step, log = value["low"], value["high"], value.get("step"), value.get("log", False)
+    if low > high:
+        raise ConfigError(where, f"low ({low}) is greater than high ({high})")
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}.log", f"expected true or false, got {log!r}")
+    if log and low <= 0:
+        raise ConfigError(f"{where}.low", "a log range needs low > 0")
+    if step is not None and (
+        isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0
+    ):
+        raise ConfigError(f"{where}.step", f"expected a positive number, got {step!r}")
+    if log and step is not None:
+        raise ConfigError(where, "a range cannot have both step and log")
+    if kind == "int":
+        for bound, v in (("low", low), ("high", high), ("step", step)):
+            if v is not None and not float(v).is_integer():
+                raise ConfigError(f"{where}.{bound}", f"expected an integer, got {v!r}")
+        return IntRange(int(low), int(high), int(step or 1), log)
+    return FloatRange(float(low), float(high), None if step is None else float(step), log)
 
 
 def _resolve_conditions(root: Group, base: str) -> Group:

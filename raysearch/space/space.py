@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raysearch.errors import ConfigError
-from raysearch.space.parse import CONTAINERS, parse_space
+from raysearch.space.catalogue import Catalogue
+from raysearch.space.parse import parse
 from raysearch.space.rules import RULES, Rule
 from raysearch.space.tree import Categorical, Condition, FloatRange, Group, IntRange, Param
 
@@ -37,6 +38,21 @@ class Expansion:
 
     def __len__(self) -> int:
         return len(self.points)
+
+
+class SettingWithoutItsSwitch:
+    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is meaningless
+    (and stripped) while its switch is off or absent. A class, not a closure: a space travels
+    to Ray Tune's searcher by pickle."""
+
+    __name__ = "setting_without_its_switch"
+
+    def __init__(self, switches: Mapping[str, str]) -> None:
+        self.switches = dict(switches)
+
+    def __call__(self, point: Point) -> list[str]:
+        on = {k.rsplit(".", 1)[-1] for k, v in point.items() if v not in (None, False)}
+        return [k for k, switch in self.switches.items() if k in point and switch not in on]
 
 
 def _key(point: Point) -> str:
@@ -75,16 +91,40 @@ class SearchSpace:
         {'calibrate_method': 'MinMax'}
     """
 
-    def __init__(self, root: Group, *, name: str = "search_space") -> None:
+    def __init__(
+        self,
+        root: Group,
+        *,
+        name: str = "search_space",
+        containers: frozenset[str] = frozenset({"extra_options"}),
+        switches: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.name = name
+        #: Keys whose settings stay nested (``extra_options``): the settings' containers.
+        self.containers = containers
+        #: Parameter name -> the switch key (``include_cle``) it only acts with.
+        self.switches = dict(switches or {})
         self._conditions: dict[str, tuple[Condition, ...]] = {}
         self.params: tuple[Param, ...] = self._dependency_order()
+        self.rules: tuple[Rule, ...] = RULES + ((self._switch_rule(),) if self.switches else ())
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any], *, path: str = "search_space") -> SearchSpace:
-        """Parse ``raw`` and validate it against the settings catalogue."""
-        return cls(parse_space(raw, path=path), name=path)
+    def parse(
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        path: str = "search_space",
+        catalogues: Mapping[str, Catalogue] | None = None,
+    ) -> SearchSpace:
+        """Parse ``raw`` and validate it against the catalogues of its backends (default:
+        every registered backend's)."""
+        parsed = parse(raw, path=path, catalogues=catalogues)
+        return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
+
+    def _switch_rule(self) -> Rule:
+        """The validity rule for settings declared with ``OptionSpec.requires``."""
+        return SettingWithoutItsSwitch(self.switches)
 
     # -- structure -------------------------------------------------------------------------
     def _dependency_order(self) -> tuple[Param, ...]:
@@ -117,9 +157,12 @@ class SearchSpace:
         return any(isinstance(p.domain, (IntRange, FloatRange)) for p in self.params)
 
     # -- canonical points and settings -----------------------------------------------------
-    def canonical(self, point: Point, rules: tuple[Rule, ...] = RULES) -> tuple[Point, list[str]]:
+    def canonical(
+        self, point: Point, rules: tuple[Rule, ...] | None = None
+    ) -> tuple[Point, list[str]]:
         """Return ``point`` with the keys that validity rules call meaningless stripped, and the
         names of the rules that stripped something."""
+        rules = self.rules if rules is None else rules
         point = dict(point)
         fired: list[str] = []
         for rule in rules:
@@ -139,7 +182,7 @@ class SearchSpace:
         for name, value in point.items():
             param = params.get(name)
             path = param.path if param else tuple(name.split("."))
-            containers = [c for c in path[:-1] if c in CONTAINERS]
+            containers = [c for c in path[:-1] if c in self.containers]
             target = settings
             for c in containers[:1]:
                 target = target.setdefault(c, {})
@@ -175,7 +218,7 @@ class SearchSpace:
         # Rules are applied one at a time, de-duplicating after each: a setting is credited to
         # the rule whose stripping first made it a copy of one already kept.
         points = self._dedupe(raw, "duplicate", dropped)
-        for rule in RULES:
+        for rule in self.rules:
             points = self._dedupe(
                 [self.canonical(p, (rule,))[0] for p in points], rule.__name__, dropped
             )

@@ -1,0 +1,269 @@
+"""Settings catalogues: the keys each quantizer backend understands, and their registry.
+
+A :class:`Catalogue` describes every setting one backend takes: its type, allowed values,
+aliases, and whether it changes what calibration collects (the single source of the
+calibration cache key). A search space validates each key against the catalogue of the backend
+that the point's ``quantizer`` value selects, so one space may search several backends.
+
+The space package holds the data type and the registry but imports no backend: a backend
+registers its catalogue when its module is imported (:func:`register_catalogue`, called by
+``raysearch.quantize.register_backend``), and ``import raysearch`` imports the built-in ones.
+
+Example:
+    >>> toy = Catalogue("toy", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits", low=2)})
+    >>> toy.spec("", "bits").low
+    2
+    >>> toy.check("", "bits", 1)
+    'expected a value >= 2, got 1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "OptionSpec",
+    "Catalogue",
+    "QUANTIZER",
+    "DEFAULT_BACKEND",
+    "check_value",
+    "UNAVAILABLE",
+    "unavailable_reason",
+    "register_catalogue",
+    "register_shared_settings",
+    "get_catalogue",
+    "registered_catalogues",
+]
+
+#: The backend a point without a ``quantizer`` key uses.
+DEFAULT_BACKEND = "ort"
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One setting: its kind (``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``,
+    ``dict``), allowed ``choices`` for enums, numeric bounds, and whether it changes calibration."""
+
+    kind: str
+    doc: str
+    choices: tuple[Any, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    nullable: bool = False
+    affects_calibration: bool = False
+    #: A switch key (``include_cle``) this setting only acts with: with the switch off or
+    #: absent, the setting is meaningless and the validity rule ``setting_without_its_switch``
+    #: strips it.
+    requires: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The key that selects a backend; every catalogue has it.
+QUANTIZER = OptionSpec("str", "quantizer backend registry key (default: ort)")
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The settings of one backend: top-level ``settings``, ``containers`` (a key whose value is
+    a mapping of further settings, such as ONNX Runtime's ``extra_options``) and ``aliases``
+    (per container, ``""`` for the top level: accepted spelling -> canonical name)."""
+
+    backend: str
+    settings: Mapping[str, OptionSpec]
+    containers: Mapping[str, Mapping[str, OptionSpec]] = field(default_factory=dict)
+    aliases: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def table(self, container: str) -> Mapping[str, OptionSpec]:
+        """The settings directly inside ``container`` (``""``: the top level)."""
+        return self.containers.get(container, {}) if container else self.settings
+
+    def canonical(self, container: str, key: str) -> str:
+        """The canonical name of ``key`` inside ``container``."""
+        return self.aliases.get(container, {}).get(key, key)
+
+    def spec(self, container: str, name: str) -> OptionSpec | None:
+        """The spec of ``name`` (canonical) inside ``container``, or None when unknown."""
+        return self.table(container).get(name)
+
+    def is_container(self, key: str) -> bool:
+        return key in self.containers
+
+    def check(self, container: str, name: str, value: Any) -> str | None:
+        """Why ``value`` is not valid for ``name``, or None; an unknown name is a problem too."""
+        spec = self.spec(container, name)
+        if spec is None:
+            return f"not a setting of backend '{self.backend}'"
+        return check_value(spec, value)
+
+    def calibration_keys(self) -> Iterator[tuple[str, str]]:
+        """``(container, name)`` of every setting that changes what calibration collects: the
+        calibration cache keys on exactly these."""
+        for name, spec in self.settings.items():
+            if spec.affects_calibration:
+                yield "", name
+        for container, table in self.containers.items():
+            for name, spec in table.items():
+                if spec.affects_calibration:
+                    yield container, name
+
+    def extended(self, other: Catalogue) -> Catalogue:
+        """This catalogue with the settings of ``other`` added (a technique's settings)."""
+        containers = {k: dict(v) for k, v in self.containers.items()}
+        for name, table in other.containers.items():
+            containers.setdefault(name, {}).update(table)
+        aliases = {k: dict(v) for k, v in self.aliases.items()}
+        for name, table in other.aliases.items():
+            aliases.setdefault(name, {}).update(table)
+        return Catalogue(self.backend, {**self.settings, **other.settings}, containers, aliases)
+
+
+def check_value(spec: OptionSpec, value: Any) -> str | None:
+    """Return why ``value`` is not valid for ``spec``, or None when it is.
+
+    Example:
+        >>> check_value(OptionSpec("enum", "format", ("QDQ", "QOperator")), "QDQ") is None
+        True
+    """
+    if value is None:
+        return None if spec.nullable else "null is not allowed here"
+    kind = spec.kind
+    if kind == "enum":
+        if value not in spec.choices:
+            return f"expected one of {', '.join(map(str, spec.choices))}, got {value!r}"
+        return None
+    if kind in ("int", "float"):
+        return _check_number(spec, value)
+    checks = {
+        "bool": (lambda v: isinstance(v, bool), "true or false"),
+        "str": (lambda v: isinstance(v, str), "a string"),
+        "dict": (lambda v: isinstance(v, dict), "a mapping"),
+        "str_list": (
+            lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+            "a list of names",
+        ),
+    }
+    if kind not in checks:
+        raise AssertionError(f"unknown option kind {kind}")
+    ok, expected = checks[kind]
+    return None if ok(value) else f"expected {expected}, got {value!r}"
+
+
+def _check_number(spec: OptionSpec, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a number, got {value!r}"
+    if spec.kind == "int" and not float(value).is_integer():
+        return f"expected an integer, got {value!r}"
+    if spec.low is not None and value < spec.low:
+        return f"expected a value >= {spec.low}, got {value!r}"
+    if spec.high is not None and value > spec.high:
+        return f"expected a value <= {spec.high}, got {value!r}"
+    return None
+
+
+_CATALOGUES: dict[str, Catalogue] = {}
+#: Settings that are not a backend's own (a technique's), by owner: (backends or None for
+#: every backend, the settings).
+_SHARED: dict[str, tuple[frozenset[str] | None, Catalogue]] = {}
+
+
+def register_catalogue(catalogue: Catalogue) -> Catalogue:
+    """Make ``catalogue`` the one that validates settings of its backend (replacing an earlier
+    registration of the same backend, so a re-imported module does not fail)."""
+    _CATALOGUES[catalogue.backend] = catalogue
+    return catalogue
+
+
+def register_shared_settings(
+    owner: str,
+    settings: Mapping[str, OptionSpec],
+    *,
+    containers: Mapping[str, Mapping[str, OptionSpec]] | None = None,
+    backends: frozenset[str] | set[str] | None = None,
+) -> None:
+    """Add settings that ``owner`` (a technique) understands to the catalogue of every backend
+    (or of ``backends`` only); registering the same owner again replaces its settings."""
+    fragment = Catalogue(owner, dict(settings), dict(containers or {}))
+    _SHARED[owner] = (None if backends is None else frozenset(backends), fragment)
+
+
+def get_catalogue(backend: str | None, *, shared: bool = True) -> Catalogue | None:
+    """The catalogue of ``backend`` (default ``ort``) with the shared settings that apply to
+    it (``shared=False``: as the backend registered it), or None when no such backend
+    registered one."""
+    name = backend or DEFAULT_BACKEND
+    catalogue = _CATALOGUES.get(name)
+    if catalogue is None or not shared:
+        return catalogue
+    for backends, fragment in _SHARED.values():
+        if backends is None or name in backends:
+            catalogue = catalogue.extended(fragment)
+    return catalogue
+
+
+def registered_catalogues() -> dict[str, Catalogue]:
+    """Every registered backend's catalogue (shared settings included) by backend name."""
+    return {name: get_catalogue(name) for name in _CATALOGUES}  # type: ignore[misc]
+
+
+_FINETUNE = (
+    "fine-tuning (AdaRound/AdaQuant) is not available in raysearch yet; remove this key "
+    "(it would otherwise be accepted and do nothing)"
+)
+_SMOOTHQUANT = (
+    "SmoothQuant is not available in raysearch yet (ONNX Runtime's needs neural-compressor "
+    "2.x, which raysearch does not install); remove this key"
+)
+
+#: Names of techniques raysearch does not have yet (Quark's and ONNX Runtime's spellings),
+#: in any container, with why they are refused: a setting is never accepted and then
+#: silently dropped. A catalogue that knows one of these names (a technique registered since)
+#: takes precedence.
+UNAVAILABLE: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "include_fast_ft",
+            "FastFinetune",
+            "NumIterLR",
+            "NumIterations",
+            "LearningRate",
+            "OptimAlgorithm",
+            "OptimDevice",
+            "InferDevice",
+            "DataSize",
+            "FixedSeed",
+            "algorithm",
+            "finetune",
+            "num_iterations",
+            "learning_rate",
+        ),
+        _FINETUNE,
+    ),
+    **dict.fromkeys(
+        ("include_sq", "SmoothQuant", "SmoothQuantAlpha", "SmoothQuantFolding", "SmoothAlpha"),
+        _SMOOTHQUANT,
+    ),
+    "include_cle": "cross-layer equalization (CLE) is not available in raysearch yet; remove "
+    "this key",
+    "include_auto_mp": "auto mixed precision is not available in raysearch yet; remove this key",
+}
+
+
+def unavailable_reason(key: str, catalogues: Iterable[Catalogue] = ()) -> str | None:
+    """Why ``key`` names a technique raysearch refuses for now, or None (also when one of
+    ``catalogues`` knows the key, in any container).
+
+    Example:
+        >>> unavailable_reason("NumIterLR").split(";")[0]
+        'fine-tuning (AdaRound/AdaQuant) is not available in raysearch yet'
+        >>> unavailable_reason("per_channel") is None
+        True
+    """
+    reason = UNAVAILABLE.get(key)
+    if reason is None:
+        return None
+    for catalogue in catalogues:
+        if key in catalogue.settings or any(key in t for t in catalogue.containers.values()):
+            return None
+    return reason
