@@ -1,11 +1,13 @@
-"""Where the settings of a search come from: Grid, or an Optuna sampler inside Tune's
-``OptunaSearch``, wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
+"""Where the settings of a search come from: the phases of a strategy (Grid, or an Optuna
+sampler inside Tune's ``OptunaSearch``, or any strategy registered in :mod:`raysearch.strategy`),
+wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
 
-:class:`SettingSearcher` is the searcher Tune sees. It runs *phases* in order, one per search
-space (``search_spaces: [a, b]``):
+:class:`SettingSearcher` is the searcher Tune sees. It runs the strategy's *phases* in order;
+each phase's ``start`` sees the records finished before it. The built-in strategies, registered
+here:
 
 - ``Grid``: one phase over every valid setting of every space, in order
-  (:meth:`SearchSpace.expand` with the backend's ``reject``, duplicates across spaces dropped).
+  (:func:`~raysearch.space.expand_spaces` with the backend's ``reject``).
 - ``TPE``, ``Random``, ``CmaEs``, ``GPS``, ``NSGAII``, ``QMC``: one ``OptunaSearch`` per space
   with the matching Optuna sampler and ``space=SearchSpace.sample`` (define-by-run: a group
   whose ``only_if`` does not hold is never sampled). With ``stop.iteration_limit`` the trials
@@ -29,267 +31,55 @@ Example:
     >>> searcher = SettingSearcher.grid([space], mode="min")
     >>> [searcher.suggest(str(i))["params"] for i in range(2)]
     [{'per_channel': True}, {'per_channel': False}]
-    >>> searcher.suggest("2") is None   # both are running; nothing new until one finishes
-    True
+    >>> searcher.suggest("2")   # every setting was proposed: the grid is done
+    'FINISHED'
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import logging
 import math
 import pickle
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ray.tune.search import Searcher
 
-from raysearch.errors import ConfigError
-from raysearch.space import SearchSpace, expand_spaces, settings_key
+from raysearch.search._grid import GridPhase, grid_strategy
+from raysearch.search._samplers import (
+    ALGO_REQUIREMENTS,
+    SAMPLER_ALGOS,
+    OptunaPhase,
+    check_algo_available,
+    make_sampler,
+    quiet_optuna,
+    sampler_strategy,
+)
+from raysearch.space import SearchSpace
 from raysearch.space.space import Reject
+from raysearch.strategy import (
+    EXHAUSTED,
+    Phase,
+    Proposal,
+    StrategyContext,
+    get_strategy,
+)
 
 __all__ = [
     "SettingSearcher",
+    "GridPhase",
+    "OptunaPhase",
     "SAMPLER_ALGOS",
     "ALGO_REQUIREMENTS",
     "check_algo_available",
     "make_sampler",
     "quiet_optuna",
+    "grid_strategy",
+    "sampler_strategy",
 ]
 
 _logger = logging.getLogger(__name__)
-
-#: Search algorithms run as Optuna samplers.
-SAMPLER_ALGOS = ("TPE", "Random", "CmaEs", "GPS", "NSGAII", "QMC")
-#: Python packages each sampler needs beyond optuna itself (import names).
-ALGO_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "CmaEs": ("cmaes",),
-    "GPS": ("torch", "scipy"),
-    "QMC": ("scipy",),
-}
-_PRELOAD: dict[str, tuple[str, ...]] = {
-    "CmaEs": ("cmaes",),
-    "GPS": ("torch", "scipy.stats.qmc", "scipy.optimize"),
-    "QMC": ("scipy.stats.qmc",),
-}
-#: Proposals in a row that may repeat known settings before a phase counts as exhausted.
-_MAX_ASKS = 64
-
-
-@contextlib.contextmanager
-def quiet_optuna() -> Iterator[None]:
-    """Optuna logs every study and trial at INFO; raysearch reports trials itself."""
-    import optuna
-
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-
-
-def check_algo_available(algo: str) -> None:
-    """Raise :class:`ConfigError` (key ``search_algo``) when ``algo`` needs a package that is
-    not installed.
-
-    Example:
-        >>> check_algo_available("TPE")
-    """
-    missing = [m for m in ALGO_REQUIREMENTS.get(algo, ()) if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(
-            "search_algo",
-            f"{algo} needs the package(s) {', '.join(missing)}, which are not installed "
-            f"(pip install {' '.join(missing)}); or choose TPE, Random, NSGAII or Grid",
-        )
-
-
-def make_sampler(algo: str, seed: int | None = None) -> Any:
-    """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``.
-
-    Parameters a sampler cannot model jointly (a conditional group, or a categorical for
-    CMA-ES) are drawn by its independent sampler, a ``RandomSampler`` with the same seed.
-
-    Example:
-        >>> type(make_sampler("TPE", seed=0)).__name__
-        'TPESampler'
-    """
-    import optuna
-
-    check_algo_available(algo)
-    # Import what the sampler needs now, not inside its first suggestion (Tune warns when a
-    # define-by-run call takes seconds).
-    for module in _PRELOAD.get(algo, ()):
-        importlib.import_module(module)
-    samplers = optuna.samplers
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _sampler(samplers, algo, seed)
-
-
-def _sampler(samplers: Any, algo: str, seed: int | None) -> Any:
-    if algo == "TPE":
-        return samplers.TPESampler(seed=seed)
-    if algo == "Random":
-        return samplers.RandomSampler(seed=seed)
-    if algo == "CmaEs":
-        return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if algo == "GPS":
-        return samplers.GPSampler(
-            seed=seed, deterministic_objective=True, warn_independent_sampling=False
-        )
-    if algo == "NSGAII":
-        return samplers.NSGAIISampler(seed=seed)
-    if algo == "QMC":
-        return samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
-    raise ConfigError("search_algo", f"{algo!r} is not an Optuna sampler")
-
-
-# -- proposals and phases ------------------------------------------------------------------------
-@dataclass
-class _Proposal:
-    phase: int
-    point: dict[str, Any]
-    params: dict[str, Any]
-    settings: dict[str, Any]
-    key: str
-    inner_id: str | None = None
-
-
-_EXHAUSTED = "EXHAUSTED"
-
-
-class _Phase:
-    """Proposes settings from one source; ``budget`` caps how many trials it may start."""
-
-    budget: int | None = None
-
-    def propose(self, trial_id: str, searcher: SettingSearcher) -> _Proposal | str | None:
-        raise NotImplementedError
-
-    def completed(self, proposal: _Proposal, metric: float | None, error: bool) -> None:
-        """The trial of ``proposal`` finished: ``error`` when it raised or crashed, ``metric``
-        None when it failed (the sampler then counts it as pruned: a bad region)."""
-
-
-class _GridPhase(_Phase):
-    """Every valid setting of the spaces, in order, each once."""
-
-    def __init__(self, spaces: Sequence[SearchSpace], reject: Reject | None) -> None:
-        grid = expand_spaces(spaces, reject)
-        self.items: list[tuple[int, dict[str, Any]]] = list(zip(grid.space_index, grid.points))
-        if grid.dropped.get("duplicate"):
-            _logger.info("grid: %d repeated settings dropped", grid.dropped["duplicate"])
-        self.spaces = list(spaces)
-        self.position = 0
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def propose(self, trial_id: str, searcher: SettingSearcher) -> _Proposal | str | None:
-        while self.position < len(self.items):
-            index, point = self.items[self.position]
-            self.position += 1
-            proposal = _make_proposal(self.spaces[index], index, point)
-            if proposal.key in searcher.known_keys:
-                continue  # finished in an earlier session (resume) or queued already
-            return proposal
-        return _EXHAUSTED
-
-
-class _OptunaPhase(_Phase):
-    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``."""
-
-    def __init__(
-        self,
-        space: SearchSpace,
-        index: int,
-        algo: str,
-        seed: int | None,
-        mode: str,
-        reject: Reject | None,
-        budget: int | None,
-    ) -> None:
-        from ray.tune.search.optuna import OptunaSearch
-
-        self.space = space
-        self.index = index
-        self.reject = reject
-        self.budget = budget
-        self.optuna = OptunaSearch(
-            space=space.sample,
-            metric="metric",
-            mode=mode,
-            sampler=make_sampler(algo, seed),
-            study_name=f"raysearch-{index}",
-        )
-        self.size = _distinct_settings(space, reject) if not space.has_ranges else None
-        self.seen: set[str] = set()
-        self.asks = 0
-
-    def propose(self, trial_id: str, searcher: SettingSearcher) -> _Proposal | str | None:
-        for _ in range(_MAX_ASKS):
-            if self.size is not None and len(self.seen) >= self.size:
-                return _EXHAUSTED
-            inner_id = f"{trial_id}~{self.asks}"
-            self.asks += 1
-            point = self.optuna.suggest(inner_id)
-            proposal = _make_proposal(self.space, self.index, point, inner_id)
-            key = proposal.key
-            if key in searcher.done:
-                self.seen.add(key)
-                # Known result: teach the sampler, start nothing.
-                self.optuna.on_trial_complete(inner_id, {"metric": searcher.done[key]})
-                continue
-            if key in searcher.live_keys:
-                self.optuna.on_trial_complete(inner_id, None, error=True)
-                continue
-            reason = self.reject(proposal.settings) if self.reject else None
-            if reason:
-                self.seen.add(key)
-                _logger.debug(
-                    "%s: sampler proposed a rejected setting (%s)", self.space.name, reason
-                )
-                self.optuna.on_trial_complete(inner_id, None, error=True)
-                continue
-            self.seen.add(key)
-            return proposal
-        if searcher.live_keys:
-            return None  # wait for a running trial to finish, then ask again
-        _logger.info(
-            "%s: the sampler proposed only known settings %d times in a row; phase done",
-            self.space.name,
-            _MAX_ASKS,
-        )
-        return _EXHAUSTED
-
-    def completed(self, proposal: _Proposal, metric: float | None, error: bool) -> None:
-        result = None if error else {"metric": metric}
-        self.optuna.on_trial_complete(proposal.inner_id, result, error=error)
-
-
-def _make_proposal(
-    space: SearchSpace, index: int, point: dict[str, Any], inner_id: str | None = None
-) -> _Proposal:
-    params, _ = space.canonical(point)
-    settings = space.to_settings(point)
-    return _Proposal(index, dict(point), params, settings, settings_key(settings), inner_id)
-
-
-def _distinct_settings(space: SearchSpace, reject: Reject | None, limit: int = 200_000) -> int:
-    """How many distinct settings a categorical space has (valid ones only)."""
-    if space.grid_size() > limit:
-        return limit
-    return len(expand_spaces([space], reject))
-
-
-def _split(total: int, parts: int) -> list[int]:
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 # -- the Tune searcher ---------------------------------------------------------------------------
@@ -298,10 +88,14 @@ class _State:
     started: int = 0
     phase: int = 0
     phase_started: list[int] = field(default_factory=list)
-    live: dict[str, _Proposal] = field(default_factory=dict)
+    live: dict[str, Proposal] = field(default_factory=dict)
+    #: trial id -> position in ``phases`` of the phase that proposed it
+    live_phase: dict[str, int] = field(default_factory=dict)
     finished_ids: set[str] = field(default_factory=set)
     finish_reason: str | None = None
     waiting: bool = False
+    #: The last phase whose ``start`` ran (-1: none yet).
+    begun: int = -1
 
 
 class SettingSearcher(Searcher):
@@ -311,21 +105,25 @@ class SettingSearcher(Searcher):
     "key"}``: ``params`` is ``space.canonical(point)[0]`` (what is recorded), ``settings`` is
     ``space.to_settings(point)`` (what the trial runs), ``key`` their identity.
 
-    Use :meth:`grid` or :meth:`sampler` to build one. :meth:`add_finished` tells it about
-    trials finished outside Tune's knowledge (journal records on resume).
+    Build one with :meth:`from_strategy` (any registered strategy), or :meth:`grid` /
+    :meth:`sampler`. :meth:`add_finished` tells it about trials finished outside Tune's
+    knowledge (journal records on resume); every finished record also lands in
+    ``context.records``, which the phases see.
     """
 
     def __init__(
         self,
-        phases: list[_Phase],
+        phases: Sequence[Phase],
         *,
         mode: str,
         max_trials: int | None = None,
         max_outstanding: int = 0,
         session_key: str | None = None,
+        context: StrategyContext | None = None,
     ) -> None:
         super().__init__(metric="metric", mode=mode)
-        self.phases = phases
+        self.phases = list(phases)
+        self.context = context or StrategyContext([], mode=mode, max_trials=max_trials)
         #: The output folder of the search, to find its live session (and journal) after a
         #: restore; see :mod:`raysearch.search.session`.
         self.session_key = session_key
@@ -338,6 +136,20 @@ class SettingSearcher(Searcher):
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
+    def from_strategy(
+        cls, name: str, context: StrategyContext, *, max_outstanding: int = 0
+    ) -> SettingSearcher:
+        """The phases of the strategy registered as ``name``, built from ``context``."""
+        phases = list(get_strategy(name)(context))
+        return cls(
+            phases,
+            mode=context.mode,
+            max_trials=context.max_trials,
+            max_outstanding=max_outstanding,
+            context=context,
+        )
+
+    @classmethod
     def grid(
         cls,
         spaces: Sequence[SearchSpace],
@@ -348,12 +160,8 @@ class SettingSearcher(Searcher):
         max_outstanding: int = 0,
     ) -> SettingSearcher:
         """Grid search over every valid setting of ``spaces``, in order, each once."""
-        return cls(
-            [_GridPhase(spaces, reject)],
-            mode=mode,
-            max_trials=max_trials,
-            max_outstanding=max_outstanding,
-        )
+        context = StrategyContext(spaces, mode=mode, reject=reject, max_trials=max_trials)
+        return cls.from_strategy("Grid", context, max_outstanding=max_outstanding)
 
     @classmethod
     def sampler(
@@ -369,22 +177,10 @@ class SettingSearcher(Searcher):
     ) -> SettingSearcher:
         """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is
         seeded with ``seed + i``."""
-        budgets: list[int | None] = [None] * len(spaces)
-        if max_trials and max_trials > 0:
-            budgets = list(_split(max_trials, len(spaces)))
-        phases: list[_Phase] = [
-            _OptunaPhase(
-                space,
-                i,
-                algo,
-                None if seed is None else seed + i,
-                mode,
-                reject,
-                budgets[i],
-            )
-            for i, space in enumerate(spaces)
-        ]
-        return cls(phases, mode=mode, max_trials=max_trials, max_outstanding=max_outstanding)
+        context = StrategyContext(
+            spaces, mode=mode, seed=seed, reject=reject, max_trials=max_trials
+        )
+        return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
 
     # -- what is known ---------------------------------------------------------------------
     @property
@@ -420,6 +216,7 @@ class SettingSearcher(Searcher):
             key = record.get("key")
             if key is not None:
                 self.done[key] = _metric(record.get("metric"))
+            self.context.records.append(dict(record))
             new += 1
         return new
 
@@ -455,6 +252,9 @@ class SettingSearcher(Searcher):
             return self._finish("iteration_limit")
         while state.phase < len(self.phases):
             phase = self.phases[state.phase]
+            if state.begun < state.phase:
+                state.begun = state.phase
+                phase.start(self.context)  # sees every record finished so far
             if phase.budget is not None and state.phase_started[state.phase] >= phase.budget:
                 self._next_phase("its share of the iteration limit is used")
                 continue
@@ -462,11 +262,12 @@ class SettingSearcher(Searcher):
             if proposal is None:
                 state.waiting = True
                 return None
-            if proposal == _EXHAUSTED:
+            if proposal == EXHAUSTED:
                 self._next_phase("every setting was proposed")
                 continue
-            assert isinstance(proposal, _Proposal)
+            assert isinstance(proposal, Proposal)
             state.live[trial_id] = proposal
+            state.live_phase[trial_id] = state.phase
             state.started += 1
             state.phase_started[state.phase] += 1
             return {
@@ -495,21 +296,26 @@ class SettingSearcher(Searcher):
         self._attach()
         state = self.state
         proposal = state.live.pop(trial_id, None)
+        position = state.live_phase.pop(trial_id, None)
         state.waiting = False
         if proposal is None:
             return
         state.finished_ids.add(trial_id)
         metric = None if (error or not result) else _metric(result.get("metric"))
         self.done[proposal.key] = metric
-        phase = self._phase_of(proposal)
-        if phase is not None:
-            phase.completed(proposal, metric, error)
-
-    def _phase_of(self, proposal: _Proposal) -> _Phase | None:
-        for phase in self.phases:
-            if isinstance(phase, _OptunaPhase) and phase.index == proposal.phase:
-                return phase
-        return None
+        self.context.records.append(
+            {
+                "trial_id": trial_id,
+                "key": proposal.key,
+                "phase": proposal.phase,
+                "params": proposal.params,
+                "settings": proposal.settings,
+                "metric": metric,
+                "status": "failed" if error or metric is None else "ok",
+            }
+        )
+        if position is not None:
+            self.phases[position].completed(proposal, metric, error)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as fh:

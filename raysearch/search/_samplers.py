@@ -1,0 +1,222 @@
+"""The Optuna strategies (``TPE``, ``Random``, ``CmaEs``, ``GPS``, ``NSGAII``, ``QMC``): one
+``OptunaSearch`` phase per search space with the matching sampler, define-by-run over
+:meth:`SearchSpace.sample`.
+
+Example:
+    >>> type(make_sampler("TPE", seed=0)).__name__
+    'TPESampler'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from raysearch.errors import ConfigError
+from raysearch.space import SearchSpace, expand_spaces
+from raysearch.space.space import Reject
+from raysearch.strategy import (
+    BUILTIN_STRATEGIES,
+    EXHAUSTED,
+    Phase,
+    Proposal,
+    SearchView,
+    StrategyContext,
+    check_strategy_available,
+    register_strategy,
+    requirements,
+)
+
+__all__ = [
+    "SAMPLER_ALGOS",
+    "ALGO_REQUIREMENTS",
+    "OptunaPhase",
+    "check_algo_available",
+    "make_sampler",
+    "quiet_optuna",
+    "sampler_strategy",
+]
+
+_logger = logging.getLogger("raysearch.search.searchers")
+
+#: Search algorithms run as Optuna samplers (every built-in strategy but Grid).
+SAMPLER_ALGOS = tuple(name for name in BUILTIN_STRATEGIES if name != "Grid")
+#: Python packages each sampler needs beyond optuna itself (import names).
+ALGO_REQUIREMENTS: dict[str, tuple[str, ...]] = dict(requirements())
+_PRELOAD: dict[str, tuple[str, ...]] = {
+    "CmaEs": ("cmaes",),
+    "GPS": ("torch", "scipy.stats.qmc", "scipy.optimize"),
+    "QMC": ("scipy.stats.qmc",),
+}
+#: Proposals in a row that may repeat known settings before a phase counts as exhausted.
+_MAX_ASKS = 64
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna logs every study and trial at INFO; raysearch reports trials itself."""
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+#: ConfigError (``search_algo``) when an algorithm needs a package that is not installed.
+check_algo_available = check_strategy_available
+
+
+def make_sampler(algo: str, seed: int | None = None) -> Any:
+    """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``.
+
+    Parameters a sampler cannot model jointly (a conditional group, or a categorical for
+    CMA-ES) are drawn by its independent sampler, a ``RandomSampler`` with the same seed.
+
+    Example:
+        >>> type(make_sampler("TPE", seed=0)).__name__
+        'TPESampler'
+    """
+    import optuna
+
+    check_strategy_available(algo)
+    # Import what the sampler needs now, not inside its first suggestion (Tune warns when a
+    # define-by-run call takes seconds).
+    for module in _PRELOAD.get(algo, ()):
+        importlib.import_module(module)
+    samplers = optuna.samplers
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _sampler(samplers, algo, seed)
+
+
+def _sampler(samplers: Any, algo: str, seed: int | None) -> Any:
+    if algo == "TPE":
+        return samplers.TPESampler(seed=seed)
+    if algo == "Random":
+        return samplers.RandomSampler(seed=seed)
+    if algo == "CmaEs":
+        return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if algo == "GPS":
+        return samplers.GPSampler(
+            seed=seed, deterministic_objective=True, warn_independent_sampling=False
+        )
+    if algo == "NSGAII":
+        return samplers.NSGAIISampler(seed=seed)
+    if algo == "QMC":
+        return samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+    raise ConfigError("search_algo", f"{algo!r} is not an Optuna sampler")
+
+
+class OptunaPhase(Phase):
+    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        index: int,
+        algo: str,
+        seed: int | None,
+        mode: str,
+        reject: Reject | None,
+        budget: int | None,
+    ) -> None:
+        from ray.tune.search.optuna import OptunaSearch
+
+        self.space = space
+        self.index = index
+        self.reject = reject
+        self.budget = budget
+        self.optuna = OptunaSearch(
+            space=space.sample,
+            metric="metric",
+            mode=mode,
+            sampler=make_sampler(algo, seed),
+            study_name=f"raysearch-{index}",
+        )
+        self.size = _distinct_settings(space, reject) if not space.has_ranges else None
+        self.seen: set[str] = set()
+        self.asks = 0
+
+    def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
+        for _ in range(_MAX_ASKS):
+            if self.size is not None and len(self.seen) >= self.size:
+                return EXHAUSTED
+            inner_id = f"{trial_id}~{self.asks}"
+            self.asks += 1
+            point = self.optuna.suggest(inner_id)
+            proposal = Proposal.of(self.space, self.index, point, inner_id)
+            if self._answered(proposal, search):
+                continue
+            self.seen.add(proposal.key)
+            return proposal
+        if search.live_keys:
+            return None  # wait for a running trial to finish, then ask again
+        _logger.info(
+            "%s: the sampler proposed only known settings %d times in a row; phase done",
+            self.space.name,
+            _MAX_ASKS,
+        )
+        return EXHAUSTED
+
+    def _answered(self, proposal: Proposal, search: SearchView) -> bool:
+        """Whether ``proposal`` needs no trial (told to the sampler instead): a setting that
+        finished (its known result), is running (a failed proposal) or the backend refuses."""
+        key, inner_id = proposal.key, proposal.inner_id
+        if key in search.done:
+            self.seen.add(key)
+            self.optuna.on_trial_complete(inner_id, {"metric": search.done[key]})
+            return True
+        if key in search.live_keys:
+            self.optuna.on_trial_complete(inner_id, None, error=True)
+            return True
+        reason = self.reject(proposal.settings) if self.reject else None
+        if reason:
+            self.seen.add(key)
+            _logger.debug("%s: sampler proposed a rejected setting (%s)", self.space.name, reason)
+            self.optuna.on_trial_complete(inner_id, None, error=True)
+            return True
+        return False
+
+    def completed(self, proposal: Proposal, metric: float | None, error: bool) -> None:
+        result = None if error else {"metric": metric}
+        self.optuna.on_trial_complete(proposal.inner_id, result, error=error)
+
+
+def _distinct_settings(space: SearchSpace, reject: Reject | None, limit: int = 200_000) -> int:
+    """How many distinct settings a categorical space has (valid ones only)."""
+    if space.grid_size() > limit:
+        return limit
+    return len(expand_spaces([space], reject))
+
+
+def _split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
+    """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is seeded
+    with ``seed + i``, and ``max_trials`` is split evenly between the spaces."""
+    spaces = context.spaces
+    budgets: list[int | None] = [None] * len(spaces)
+    if context.max_trials and context.max_trials > 0:
+        budgets = list(_split(context.max_trials, len(spaces)))
+    seed = context.seed
+    return [
+        OptunaPhase(
+            space, i, algo, None if seed is None else seed + i, context.mode, context.reject, b
+        )
+        for i, (space, b) in enumerate(zip(spaces, budgets))
+    ]
+
+
+for _algo in SAMPLER_ALGOS:
+    register_strategy(_algo)(functools.partial(sampler_strategy, _algo))
