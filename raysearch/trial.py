@@ -46,12 +46,13 @@ from raysearch.providers import (
     provider_names,
     session_providers,
 )
+from raysearch.quantize._pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
     from raysearch.quantize.calibration import CalibrationCache
-    from raysearch.quantize.registry import QuantizerBackend
+    from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
 __all__ = ["TrialResult", "TrialRunner", "one_line"]
 
@@ -177,7 +178,11 @@ class TrialRunner:
             float_score = None
         self._reference = float_reference
         self._float_score = float_score
-        self._backends: dict[str, QuantizerBackend] = {}
+        self._backends: dict[tuple[str, str], QuantizerBackend] = {}
+        #: The techniques the settings switch on (``raysearch.quantize.technique``).
+        self.techniques = TechniquePipeline(
+            self.model_path, calibration, providers=self.session_providers, threads=self.threads
+        )
         if evaluator.needs_reference and evaluation is None:
             raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
 
@@ -204,19 +209,27 @@ class TrialRunner:
             self._float_score = self.evaluator.score_float(self.model_path, self.providers)
         return self._float_score
 
-    def backend(self, name: str | None = None) -> QuantizerBackend:
-        """The quantizer backend ``name`` for this model and data, created on first use."""
+    def backend(self, name: str | None = None, model_path: str | None = None) -> QuantizerBackend:
+        """The quantizer backend ``name`` for ``model_path`` (default: this runner's float
+        model; a technique's transformed model otherwise) and this data, created on first
+        use."""
         name = name or DEFAULT_BACKEND
-        if name not in self._backends:
-            self._backends[name] = get_backend(name)(
-                self.model_path,
+        model_path = model_path or self.model_path
+        key = (name, model_path)
+        if key not in self._backends:
+            live = self.techniques.live_models()
+            for old in [k for k in self._backends if k[1] not in live]:
+                with contextlib.suppress(Exception):
+                    self._backends.pop(old).close()
+            self._backends[key] = get_backend(name)(
+                model_path,
                 self.calibration,
                 self.cache,
                 threads=self.threads,
                 gpu_id=self.gpu_id,
                 providers=self.session_providers,
             )
-        return self._backends[name]
+        return self._backends[key]
 
     # -- one trial ---------------------------------------------------------------------------
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialResult:
@@ -227,42 +240,7 @@ class TrialRunner:
         out_path = Path(out_path)
         result = TrialResult(status="failed", device=self.device)
         try:
-            name = settings.get("quantizer") or DEFAULT_BACKEND
-            backend_cls = get_backend(name)
-            reason = backend_cls.reject(settings)
-            if reason:
-                result.error = f"rejected: {reason}"
-                return result
-            # The shared values may raise for reasons that are not this setting's fault; they
-            # are computed before quantizing so that such errors are not blamed on it.
-            if self.evaluator.needs_reference:
-                reference = self.float_reference
-            else:
-                reference = None
-                float_score = self.float_score
-            info = self.backend(name).quantize(settings, out_path)
-            result.calibration_s = info.calibration_s
-            result.quantization_s = info.quantization_s
-            result.calib_cache_hit = info.calib_cache_hit
-            result.model_path = str(out_path)
-            result.model_size_bytes = model_size_bytes(out_path)
-
-            evaluation_start = time.perf_counter()
-            try:
-                if reference is not None:
-                    score, latency = self._score_outputs(out_path, reference)
-                else:
-                    score = self.evaluator.score_model(out_path, self.providers)
-                    latency = self._latency(out_path) if self.measure_latency else None
-            finally:
-                result.evaluation_s = time.perf_counter() - evaluation_start
-            result.metric = score.metric
-            result.extra = score.extra
-            result.latency_ms = latency
-            result.is_candidate = self.evaluator.is_candidate(
-                score.metric, None if reference is not None else float_score
-            )
-            result.status = "ok"
+            self._run(settings, out_path, result)
         except MemoryError:
             # Out of memory says more about this process than about the setting: the caller (a
             # Ray actor) fails the trial and replaces the process (retried with max_failures).
@@ -282,6 +260,62 @@ class TrialRunner:
             result.duration_s = time.perf_counter() - start
             gc.collect()
         return result
+
+    def _run(self, settings: Mapping[str, Any], out_path: Path, result: TrialResult) -> None:
+        name = settings.get("quantizer") or DEFAULT_BACKEND
+        backend_cls = get_backend(name)
+        plan = self.techniques.plan(settings)
+        unknown = unknown_settings(plan.backend_settings, backend_cls.catalogue)
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: not a setting of backend '{name}' nor of a technique "
+                "registered in this process (was the module that registers it imported?)"
+            )
+        reason = backend_cls.reject(plan.backend_settings)
+        if reason:
+            result.error = f"rejected: {reason}"
+            return
+        # The shared values may raise for reasons that are not this setting's fault; they
+        # are computed before quantizing so that such errors are not blamed on it.
+        if self.evaluator.needs_reference:
+            reference = self.float_reference
+            float_score = None
+        else:
+            reference = None
+            float_score = self.float_score
+        info = self._quantize(name, plan, out_path)
+        result.calibration_s = info.calibration_s
+        result.quantization_s = info.quantization_s
+        result.calib_cache_hit = info.calib_cache_hit
+        result.model_path = str(out_path)
+        result.model_size_bytes = model_size_bytes(out_path)
+
+        evaluation_start = time.perf_counter()
+        try:
+            if reference is not None:
+                score, latency = self._score_outputs(out_path, reference)
+            else:
+                score = self.evaluator.score_model(out_path, self.providers)
+                latency = self._latency(out_path) if self.measure_latency else None
+        finally:
+            result.evaluation_s = time.perf_counter() - evaluation_start
+        result.metric = score.metric
+        result.extra = score.extra
+        result.latency_ms = latency
+        result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
+        result.status = "ok"
+
+    def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:
+        """The backend's quantization with the plan's techniques around it: the float model
+        transformed before (its time counted as calibration), overrides merged into the
+        settings, the quantized model transformed after (counted as quantization)."""
+        float_path, transform_s = self.techniques.float_model(plan)
+        settings = self.techniques.backend_settings(plan, float_path)
+        info = self.backend(name, float_path).quantize(settings, out_path)
+        info.calibration_s += transform_s
+        if plan.quantized_steps:
+            info.quantization_s += self.techniques.finish(plan, out_path, float_path)
+        return info
 
     def _score_outputs(
         self, model_path: Path, reference: FloatReference
@@ -311,11 +345,12 @@ class TrialRunner:
             del session
 
     def close(self) -> None:
-        """Remove the backends' temporary files."""
+        """Remove the backends' and the techniques' temporary files."""
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
                 backend.close()
         self._backends.clear()
+        self.techniques.close()
 
     def __enter__(self) -> TrialRunner:
         return self

@@ -1,4 +1,5 @@
-"""Quantization: backends in a registry, the shared calibration cache, the settings catalogue.
+"""Quantization: backends and techniques in registries, the shared calibration cache, the
+settings catalogue.
 
 ``raysearch.quantize.options`` (the catalogue) and the registry import nothing heavy, so the
 config and space stages stay fast; ONNX Runtime's quantizer is imported when a backend or the
@@ -28,6 +29,14 @@ from raysearch.quantize.registry import (
 if TYPE_CHECKING:
     from raysearch.quantize.calibration import CalibrationCache, CalibrationRequest
     from raysearch.quantize.ort import OrtBackend, reject_reason
+    from raysearch.quantize.technique import (
+        FloatModelTransform,
+        QuantizedModelTransform,
+        Technique,
+        TensorOverrideProducer,
+        TensorOverrides,
+        register_technique,
+    )
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -40,6 +49,12 @@ __all__ = [
     "CalibrationRequest",
     "OrtBackend",
     "reject_reason",
+    "Technique",
+    "FloatModelTransform",
+    "TensorOverrideProducer",
+    "QuantizedModelTransform",
+    "TensorOverrides",
+    "register_technique",
 ]
 
 _LAZY = {
@@ -47,6 +62,8 @@ _LAZY = {
     "CalibrationRequest": "raysearch.quantize.calibration",
     "OrtBackend": "raysearch.quantize.ort",
     "reject_reason": "raysearch.quantize.ort",
+    # The rest of __all__ (after reject_reason) is the technique module's.
+    **dict.fromkeys(__all__[__all__.index("reject_reason") + 1 :], "raysearch.quantize.technique"),
 }
 
 

@@ -18,6 +18,9 @@ Settings map to ONNX Runtime as follows: ``quant_format``, ``calibrate_method``,
 ``scenario``) go to the calibrator (see :data:`CALIBRATION_OPTIONS`); every other key goes to
 the quantizer's ``extra_options``.
 
+The refusal rules live in ``_ort_rules`` and the settings checks against a model in
+``_ort_checks`` (both re-exported here); this module is the backend itself.
+
 Example:
     >>> from raysearch.quantize.ort import OrtBackend, reject_reason
     >>> reject_reason({"quant_format": "QOperator", "activation_type": "QUInt16"})
@@ -29,15 +32,14 @@ Example:
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import os
 import shutil
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import onnx
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
@@ -51,25 +53,41 @@ from onnxruntime.quantization.quant_utils import (
     update_opset_version,
 )
 from onnxruntime.quantization.quantize import check_static_quant_arguments
-from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import file_hash
+from raysearch.modelfile import file_hash, has_external_data
 from raysearch.providers import session_providers
+from raysearch.quantize._ort_checks import check_settings, enum_value
+from raysearch.quantize._ort_rules import (  # re-exported: imported from here
+    REJECT_RULES,
+    reject_distribution_few_bins,
+    reject_entropy_quantized_bins_over_bins,
+    reject_float8_mixed,
+    reject_float8_without_distribution,
+    reject_int8_activation_uint8_weight,
+    reject_qoperator_4bit,
+    reject_qoperator_16bit,
+    reject_qoperator_float8,
+    reject_reason,
+)
+from raysearch.quantize._request import calibration_catalogue
 from raysearch.quantize.calibration import (
     DEFAULT_OP_TYPES,
     CalibrationCache,
     CalibrationRequest,
 )
+from raysearch.quantize.options import ORT_CATALOGUE
 from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
 from raysearch.quantize.tempdirs import make_workdir
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
+    from raysearch.space.catalogue import Catalogue
 
 __all__ = [
     "OrtBackend",
     "CALIBRATION_OPTIONS",
+    "split_extra_options",
+    # Re-exported from _ort_rules (tests and callers import them from here).
     "REJECT_RULES",
     "reject_reason",
     "reject_qoperator_16bit",
@@ -80,7 +98,6 @@ __all__ = [
     "reject_float8_without_distribution",
     "reject_entropy_quantized_bins_over_bins",
     "reject_distribution_few_bins",
-    "split_extra_options",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -98,17 +115,6 @@ CALIBRATION_OPTIONS: dict[str, str] = {
     "num_quantized_bins": "num_quantized_bins",
     "scenario": "scenario",
 }
-
-_DEFAULTS: dict[str, Any] = {
-    "quant_format": "QDQ",
-    "calibrate_method": "MinMax",
-    "activation_type": "QInt8",
-    "weight_type": "QInt8",
-}
-_SIXTEEN = ("QInt16", "QUInt16")
-_FOUR = ("QInt4", "QUInt4")
-_FLOAT8 = "QFLOAT8E4M3FN"
-_QUANTIZABLE_OPS = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
 
 
 def split_extra_options(
@@ -130,130 +136,6 @@ def split_extra_options(
     return calibration, quantizer
 
 
-# --------------------------------------------------------------------------------------------
-# Combinations ONNX Runtime refuses: named rules, ``(settings) -> reason | None``.
-# Each accepts nested settings or a flat point keyed by dotted key paths.
-# --------------------------------------------------------------------------------------------
-
-
-def _get(settings: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    if key in settings:
-        return settings[key]
-    extra = settings.get("extra_options")
-    if isinstance(extra, Mapping) and key in extra:
-        return extra[key]
-    for path, value in settings.items():
-        if isinstance(path, str) and path.rsplit(".", 1)[-1] == key:
-            return value
-    return _DEFAULTS.get(key, default)
-
-
-def _types(settings: Mapping[str, Any]) -> tuple[str, str]:
-    return str(_get(settings, "activation_type")), str(_get(settings, "weight_type"))
-
-
-def _qoperator_with(settings: Mapping[str, Any], kinds: Any) -> str | None:
-    if _get(settings, "quant_format") != "QOperator":
-        return None
-    for t in _types(settings):
-        if t in kinds:
-            return f"QOperator format supports 8-bit types only; {t} needs quant_format QDQ"
-    return None
-
-
-def reject_qoperator_16bit(settings: Mapping[str, Any]) -> str | None:
-    """QOperator format with a 16-bit type (``quantize_static`` refuses: QDQ only)."""
-    return _qoperator_with(settings, _SIXTEEN)
-
-
-def reject_qoperator_4bit(settings: Mapping[str, Any]) -> str | None:
-    """QOperator format with a 4-bit type (the QOperator quantizer cannot pack 4-bit values)."""
-    return _qoperator_with(settings, _FOUR)
-
-
-def reject_qoperator_float8(settings: Mapping[str, Any]) -> str | None:
-    """QOperator format with float8 (the model it writes references an op that does not
-    exist)."""
-    if _get(settings, "quant_format") == "QOperator" and _FLOAT8 in _types(settings):
-        return f"QOperator format does not support {_FLOAT8}; use quant_format QDQ"
-    return None
-
-
-def reject_int8_activation_uint8_weight(settings: Mapping[str, Any]) -> str | None:
-    """QInt8 activations with QUInt8 weights (``quantize_static`` refuses)."""
-    if _types(settings) == ("QInt8", "QUInt8"):
-        return "activation_type QInt8 with weight_type QUInt8 is not supported by ONNX Runtime"
-    return None
-
-
-def reject_float8_mixed(settings: Mapping[str, Any]) -> str | None:
-    """Float8 on one side only (``quantize_static`` needs float8 for both or neither)."""
-    activation, weight = _types(settings)
-    if (activation == _FLOAT8) != (weight == _FLOAT8):
-        return (
-            f"{_FLOAT8} must be both activation_type and weight_type "
-            f"(got activation {activation}, weight {weight})"
-        )
-    return None
-
-
-def reject_float8_without_distribution(settings: Mapping[str, Any]) -> str | None:
-    """Float8 with a calibration method other than Distribution (``quantize_static``
-    refuses)."""
-    method = _get(settings, "calibrate_method")
-    if _FLOAT8 in _types(settings) and method != "Distribution":
-        return f"{_FLOAT8} needs calibrate_method Distribution, got {method}"
-    return None
-
-
-def reject_entropy_quantized_bins_over_bins(settings: Mapping[str, Any]) -> str | None:
-    """Entropy with ``num_quantized_bins`` above ``num_bins`` (no threshold to search)."""
-    if _get(settings, "calibrate_method") != "Entropy":
-        return None
-    bins = _get(settings, "num_bins", 128)
-    quantized = _get(settings, "num_quantized_bins", 128)
-    if quantized > bins:
-        return f"Entropy needs num_quantized_bins <= num_bins, got {quantized} > {bins}"
-    return None
-
-
-def reject_distribution_few_bins(settings: Mapping[str, Any]) -> str | None:
-    """Distribution with fewer than 512 bins (ONNX Runtime's calibrator refuses)."""
-    if _get(settings, "calibrate_method") != "Distribution":
-        return None
-    bins = _get(settings, "num_bins", 2048)
-    if bins < 512:
-        return f"Distribution needs num_bins >= 512, got {bins}"
-    return None
-
-
-#: Every refusal rule, in the order :func:`reject_reason` applies them.
-REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
-    reject_int8_activation_uint8_weight,
-    reject_float8_mixed,
-    reject_float8_without_distribution,
-    reject_qoperator_16bit,
-    reject_qoperator_4bit,
-    reject_qoperator_float8,
-    reject_entropy_quantized_bins_over_bins,
-    reject_distribution_few_bins,
-)
-
-
-def reject_reason(settings: Mapping[str, Any]) -> str | None:
-    """The first reason ONNX Runtime would refuse ``settings``, or None."""
-    for rule in REJECT_RULES:
-        reason = rule(settings)
-        if reason:
-            return reason
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# The backend
-# --------------------------------------------------------------------------------------------
-
-
 @register_backend("ort")
 class OrtBackend(QuantizerBackend):
     """ONNX Runtime static quantization (QDQ by default) with cached calibration.
@@ -265,6 +147,9 @@ class OrtBackend(QuantizerBackend):
     directory (ONNX Runtime writes shape-inferred copies next to the model it reads);
     :meth:`close` removes it.
     """
+
+    #: The settings this backend takes (``raysearch.quantize.options``).
+    catalogue: ClassVar[Catalogue | None] = ORT_CATALOGUE
 
     def __init__(
         self,
@@ -293,7 +178,7 @@ class OrtBackend(QuantizerBackend):
         # Quantized models get external data as ONNX Runtime's StaticQuantConfig decides: when
         # the float model has external data (every model over 2 GB) or reaches the threshold.
         # Only a model in one file is measured: ByteSize() raises over 2 GB.
-        self._large = _has_external_data(self._model_copy) or (
+        self._large = has_external_data(self._model_copy) or (
             self._base.ByteSize() >= MODEL_SIZE_THRESHOLD
         )
 
@@ -305,16 +190,7 @@ class OrtBackend(QuantizerBackend):
         """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that are
         no ONNX op (ONNX Runtime would ignore them silently) and node names not in the
         model."""
-        for key, enum in _ENUMS.items():
-            _enum(settings, key, enum)
-        op_types, node_names = _model_names(model)
-        requested = settings.get("op_types_to_quantize")
-        if requested:
-            _check_op_types(list(requested), op_types)
-        for key in ("nodes_to_quantize", "nodes_to_exclude"):
-            names = settings.get(key)
-            if names:
-                _check_node_names(key, list(names), node_names)
+        check_settings(settings, model)
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
@@ -326,17 +202,17 @@ class OrtBackend(QuantizerBackend):
         reason = reject_reason(settings)
         if reason:
             raise ValueError(reason)
-        quant_format = _enum(settings, "quant_format", QuantFormat)
-        _enum(settings, "calibrate_method", CalibrationMethod)
-        activation = _enum(settings, "activation_type", QuantType)
-        weight = _enum(settings, "weight_type", QuantType)
+        quant_format = enum_value(settings, "quant_format", QuantFormat)
+        enum_value(settings, "calibrate_method", CalibrationMethod)
+        activation = enum_value(settings, "activation_type", QuantType)
+        weight = enum_value(settings, "weight_type", QuantType)
         extra = dict(settings.get("extra_options") or {})
         op_types = list(settings.get("op_types_to_quantize") or DEFAULT_OP_TYPES)
         _, quantizer_options = split_extra_options(extra)
 
         start = time.perf_counter()
         model, calib_path, opset = self._variant(weight, activation, extra)
-        request = CalibrationRequest.from_settings(settings)
+        request = CalibrationRequest.from_settings(settings, calibration_catalogue(self.name))
         if request.method == "Entropy" and request.bins <= request.num_quantized_bins:
             _hint_once(
                 "Entropy with num_bins <= num_quantized_bins (ONNX Runtime's defaults are 128 "
@@ -443,48 +319,16 @@ def _hint_once(message: str) -> None:
         _logger.info(message)
 
 
-_ENUMS: dict[str, Any] = {
-    "quant_format": QuantFormat,
-    "calibrate_method": CalibrationMethod,
-    "activation_type": QuantType,
-    "weight_type": QuantType,
-}
-
-
-def _enum(settings: Mapping[str, Any], key: str, enum: Any) -> Any:
-    """The enum member named by ``settings[key]`` (default: quantize_static's), or a
-    :class:`ConfigError` naming the closest valid value."""
-    value = settings.get(key) or _DEFAULTS[key]
-    if value not in enum.__members__:
-        names = list(enum.__members__)
-        raise ConfigError(
-            key,
-            f"unknown value {value!r}"
-            + suggest(str(value), names)
-            + f"; expected one of {', '.join(names)}",
-        )
-    return enum[value]
-
-
 def _copy_model(source: str, folder: Path) -> Path:
     """Copy the model file into ``folder``; a model with external data is re-saved there with
     its weights in one external file (as ``quantize_static`` does for in-memory models)."""
     target = folder / "model.onnx"
-    proto = onnx.load(source, load_external_data=False)
-    has_external = any(
-        init.data_location == onnx.TensorProto.EXTERNAL for init in proto.graph.initializer
-    )
-    if not has_external:
+    if not has_external_data(source):
         shutil.copyfile(source, target)
         return target
     full = onnx.load(source)
     onnx.save_model(full, str(target), save_as_external_data=True)
     return target
-
-
-def _has_external_data(path: Path) -> bool:
-    proto = onnx.load(str(path), load_external_data=False)
-    return any(onnx.external_data_helper.uses_external_data(t) for t in proto.graph.initializer)
 
 
 def _overrides_need_16bit(overrides: Any) -> bool:
@@ -501,68 +345,3 @@ def _overrides_need_16bit(overrides: Any) -> bool:
             if isinstance(convert, Mapping) and convert.get("quant_type") in sixteen:
                 return True
     return False
-
-
-def _walk_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    nodes = []
-    for node in graph.node:
-        nodes.append(node)
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                nodes += _walk_nodes(attribute.g)
-            for sub in attribute.graphs:
-                nodes += _walk_nodes(sub)
-    return nodes
-
-
-@functools.lru_cache(maxsize=8)
-def _names_of_file(path: str, mtime_ns: int, size: int) -> tuple[frozenset[str], frozenset[str]]:
-    return _names_of_proto(onnx.load(path, load_external_data=False))
-
-
-def _names_of_proto(model: onnx.ModelProto) -> tuple[frozenset[str], frozenset[str]]:
-    nodes = _walk_nodes(model.graph)
-    return frozenset(n.op_type for n in nodes), frozenset(n.name for n in nodes if n.name)
-
-
-def _model_names(
-    model: str | os.PathLike | onnx.ModelProto,
-) -> tuple[frozenset[str], frozenset[str]]:
-    """(op types, node names) of ``model``, subgraphs included."""
-    if isinstance(model, onnx.ModelProto):
-        return _names_of_proto(model)
-    path = os.path.realpath(os.fspath(model))
-    st = os.stat(path)
-    return _names_of_file(path, st.st_mtime_ns, st.st_size)
-
-
-def _is_onnx_op(op_type: str) -> bool:
-    return any(onnx.defs.has(op_type, domain) for domain in ("", "ai.onnx.ml", "com.microsoft"))
-
-
-def _check_op_types(requested: list[str], in_model: frozenset[str]) -> None:
-    unknown = [op for op in requested if op not in in_model and not _is_onnx_op(op)]
-    if unknown:
-        pool = sorted(in_model) + sorted(_QUANTIZABLE_OPS - in_model)
-        described = ", ".join(f"'{op}'{suggest(op, pool)}" for op in unknown)
-        noun = "op type" if len(unknown) == 1 else "op types"
-        raise ConfigError("op_types_to_quantize", f"unknown {noun} {described}")
-    present = [op for op in requested if op in in_model]
-    if not present:
-        raise ConfigError(
-            "op_types_to_quantize",
-            f"none of {', '.join(requested)} occurs in the model, so nothing would be "
-            f"quantized; the model's op types are {', '.join(sorted(in_model))}",
-        )
-    absent = [op for op in requested if op not in in_model]
-    if absent:
-        _logger.debug("op types not in the model (ignored): %s", ", ".join(absent))
-
-
-def _check_node_names(key: str, requested: list[str], in_model: frozenset[str]) -> None:
-    unknown = [name for name in requested if name not in in_model]
-    if unknown:
-        pool = sorted(in_model)
-        described = ", ".join(f"'{name}'{suggest(name, pool)}" for name in unknown)
-        noun = "node" if len(unknown) == 1 else "nodes"
-        raise ConfigError(key, f"unknown {noun} {described}; the model has no node of that name")

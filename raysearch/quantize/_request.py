@@ -1,0 +1,198 @@
+"""What calibration collects: :class:`CalibrationRequest`, read from a settings dict.
+
+The settings that change what calibration *collects* (and so the cache key) are the ones the
+backend's catalogue flags ``affects_calibration`` (:func:`calibration_values`); the request
+reads its collection fields from those only, so a setting the catalogue does not flag can
+never split or merge cache entries. The other fields (percentile, quantized bins, scenario,
+the memory bound) are applied to collected statistics and never cause calibration inference.
+
+Example:
+    >>> request = CalibrationRequest.from_settings({"calibrate_method": "Entropy"})
+    >>> request.collection_key()
+    ('hist', 'value', 128)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+from raysearch.space.catalogue import DEFAULT_BACKEND, Catalogue, get_catalogue
+
+__all__ = [
+    "CalibrationRequest",
+    "DEFAULT_OP_TYPES",
+    "HISTOGRAM_METHODS",
+    "calibration_catalogue",
+    "calibration_values",
+    "tensors_to_calibrate",
+]
+
+#: The op types ``quantize_static`` quantizes (and calibrates) when none are given.
+DEFAULT_OP_TYPES: tuple[str, ...] = tuple(sorted(set(QLinearOpsRegistry) | set(QDQRegistry)))
+HISTOGRAM_METHODS = ("Entropy", "Percentile", "Distribution")
+#: ``create_calibrator``'s defaults, per method.
+_DEFAULT_BINS = {"Entropy": 128, "Percentile": 2048, "Distribution": 2048}
+_DEFAULT_QUANTIZED_BINS = 128
+_DEFAULT_PERCENTILE = 99.999
+
+
+def calibration_catalogue(backend: str | None = None) -> Catalogue:
+    """The catalogue (shared settings included) whose ``affects_calibration`` flags decide the
+    calibration cache key of ``backend`` (default ``ort``).
+
+    Example:
+        >>> ("", "calibrate_method") in set(calibration_catalogue().calibration_keys())
+        True
+    """
+    catalogue = get_catalogue(backend)
+    if catalogue is None and (backend or DEFAULT_BACKEND) == DEFAULT_BACKEND:
+        # The ORT catalogue registers itself when its module is first imported.
+        importlib.import_module("raysearch.quantize.options")
+        catalogue = get_catalogue(backend)
+    if catalogue is None:
+        raise ValueError(f"no settings catalogue is registered for backend {backend!r}")
+    return catalogue
+
+
+def calibration_values(
+    settings: Mapping[str, Any], catalogue: Catalogue | None = None
+) -> dict[str, Any]:
+    """The values of ``settings`` that change what calibration collects, by setting name
+    (top level and ``extra_options`` alike): exactly the catalogue's calibration keys.
+
+    Example:
+        >>> calibration_values({"per_channel": True, "calibrate_method": "MinMax"})
+        {'calibrate_method': 'MinMax'}
+    """
+    catalogue = catalogue or calibration_catalogue()
+    values: dict[str, Any] = {}
+    for container, name in catalogue.calibration_keys():
+        table = settings.get(container) if container else settings
+        if isinstance(table, Mapping) and table.get(name) is not None:
+            values[name] = table[name]
+    return values
+
+
+@dataclass(frozen=True)
+class CalibrationRequest:
+    """The settings that decide calibration, read from a settings dict.
+
+    ``op_types`` is what ``quantize_static`` calibrates: the setting's ``op_types_to_quantize``
+    or, when that is empty, every op type ONNX Runtime quantizes. ``symmetric`` is
+    ``CalibTensorRangeSymmetric`` (``None``: the method's default, true for Percentile).
+    ``max_intermediate_outputs`` (``CalibMaxIntermediateOutputs``) only bounds memory: it is the
+    number of batches buffered before histogram counts are merged. (ONNX Runtime 1.31's
+    ``MinMaxCalibrater`` discards the buffered outputs when that count is reached instead of
+    merging them; raysearch keeps MinMax ranges over every batch.)
+    """
+
+    method: str = "MinMax"
+    op_types: tuple[str, ...] = DEFAULT_OP_TYPES
+    symmetric: bool | None = None
+    moving_average: bool = False
+    averaging_constant: float = 0.01
+    percentile: float = _DEFAULT_PERCENTILE
+    num_bins: int | None = None
+    num_quantized_bins: int = _DEFAULT_QUANTIZED_BINS
+    scenario: str = "same"
+    strided: int | None = None
+    max_intermediate_outputs: int | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Mapping[str, Any], catalogue: Catalogue | None = None
+    ) -> CalibrationRequest:
+        """Read the collection fields from the catalogue's calibration keys
+        (:func:`calibration_values`: ``calibrate_method``, ``op_types_to_quantize``,
+        ``CalibTensorRangeSymmetric``, ``CalibMovingAverage``, ``CalibMovingAverageConstant``,
+        ``CalibStridedMinMax``, ``num_bins``) and the computation fields from ``extra_options``
+        (``CalibPercentile``, ``CalibMaxIntermediateOutputs``, ``num_quantized_bins``,
+        ``scenario``)."""
+        collected = calibration_values(settings, catalogue)
+        extra = dict(settings.get("extra_options") or {})
+        method = collected.get("calibrate_method") or "MinMax"
+        if method not in ("MinMax", *HISTOGRAM_METHODS):
+            raise ValueError(f"unknown calibrate_method {method!r}")
+        op_types = collected.get("op_types_to_quantize") or DEFAULT_OP_TYPES
+        symmetric = collected.get("CalibTensorRangeSymmetric")
+        strided = collected.get("CalibStridedMinMax")
+        bins = collected.get("num_bins")
+        most = extra.get("CalibMaxIntermediateOutputs")
+        return cls(
+            method=method,
+            op_types=tuple(sorted(set(op_types))),
+            symmetric=None if symmetric is None else bool(symmetric),
+            moving_average=bool(collected.get("CalibMovingAverage", False)),
+            averaging_constant=float(collected.get("CalibMovingAverageConstant", 0.01)),
+            percentile=float(extra.get("CalibPercentile", _DEFAULT_PERCENTILE)),
+            num_bins=None if bins is None else int(bins),
+            num_quantized_bins=int(extra.get("num_quantized_bins", _DEFAULT_QUANTIZED_BINS)),
+            scenario=str(extra.get("scenario", "same")),
+            strided=int(strided) if strided else None,
+            max_intermediate_outputs=int(most) if most else None,
+        )
+
+    @property
+    def bins(self) -> int:
+        """The histogram's bin count (``num_bins`` or the method's default)."""
+        return self.num_bins if self.num_bins is not None else _DEFAULT_BINS.get(self.method, 0)
+
+    @property
+    def is_symmetric(self) -> bool:
+        default = self.method == "Percentile"
+        return default if self.symmetric is None else self.symmetric
+
+    @property
+    def histogram_kind(self) -> str | None:
+        """``"abs"`` (symmetric Percentile), ``"value"`` (other histogram methods) or None."""
+        if self.method not in HISTOGRAM_METHODS:
+            return None
+        return "abs" if self.method == "Percentile" and self.is_symmetric else "value"
+
+    def collection_key(self) -> tuple[Any, ...]:
+        """What the collected statistics depend on, beyond model, data and tensors."""
+        if self.method == "MinMax":
+            average = self.averaging_constant if self.moving_average else None
+            # ONNX Runtime symmetrises per stride before merging strides.
+            symmetric = self.is_symmetric if self.strided else None
+            return ("minmax", self.moving_average, average, self.strided, symmetric)
+        return ("hist", self.histogram_kind, self.bins)
+
+    def compute_params(self) -> tuple[Any, ...]:
+        """The parameters that turn a collected histogram into ranges for this method."""
+        if self.method == "Percentile":
+            return (self.percentile,)
+        if self.method == "Entropy":
+            return (self.num_quantized_bins,)
+        return (self.scenario,)
+
+
+def tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
+    """The tensors ONNX Runtime calibrates for ``op_types`` on a shape-inferred ``model``:
+    float and float16 inputs and outputs of the nodes of those op types, initializers excluded
+    (the rule of ``CalibraterBase.select_tensors_to_calibrate``), sorted."""
+    value_infos = {vi.name: vi for vi in model.graph.value_info}
+    value_infos.update({o.name: o for o in model.graph.output})
+    value_infos.update({i.name: i for i in model.graph.input})
+    initializers = {init.name for init in model.graph.initializer}
+    wanted = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+    found: set[str] = set()
+    for node in model.graph.node:
+        if op_types and node.op_type not in op_types:
+            continue
+        for name in (*node.input, *node.output):
+            vi = value_infos.get(name)
+            if (
+                vi is not None
+                and vi.type.HasField("tensor_type")
+                and vi.type.tensor_type.elem_type in wanted
+                and name not in initializers
+            ):
+                found.add(name)
+    return sorted(found)

@@ -1,0 +1,231 @@
+"""Quantization techniques: transforms with a key of their effect, and their registry.
+
+A technique is one of three kinds, each a subclass of :class:`Technique`:
+
+- :class:`FloatModelTransform` rewrites the float model before calibration (CLE,
+  SmoothQuant, bias-correction preparation). The trial computes the transformed model once per
+  process and effect key and builds the quantizer backend on that file, so the calibration
+  cache keys on the transformed model (its file hash differs) and every trial sharing the key
+  reuses it.
+- :class:`TensorOverrideProducer` says which tensors get which quantization type or stay in
+  float (mixed precision); the trial merges what it produces into the settings the backend
+  gets (ONNX Runtime's ``extra_options.TensorQuantOverrides`` and ``nodes_to_exclude``).
+- :class:`QuantizedModelTransform` rewrites the quantized model after the quantizer
+  (AdaRound/AdaQuant weight rounding, power-of-two scales).
+
+Each technique declares its ``settings`` (catalogue entries, registered with
+:func:`~raysearch.space.catalogue.register_shared_settings` so every backend's catalogue
+accepts them; a setting that only acts with a switch such as ``include_cle`` sets
+``OptionSpec(requires="include_cle")``), the ``devices`` it can use (``"cpu"``, ``"gpu"``:
+it is given the trial's providers when they are of a device it can use, else the CPU) and
+:meth:`Technique.effect_key` (None: inactive for these settings). Its settings never reach the
+backend. A new technique is one module under ``raysearch/quantize/`` that decorates its class
+with :func:`register_technique`, plus one line in :data:`BUILTIN_TECHNIQUES`.
+
+Example:
+    >>> from raysearch.space.catalogue import OptionSpec
+    >>> @register_technique("keep_last_float")                             # doctest: +SKIP
+    ... class KeepLastFloat(TensorOverrideProducer):
+    ...     settings = {"include_keep_last_float": OptionSpec("bool", "keep the last node float")}
+    ...     def effect_key(self, settings):
+    ...         return "on" if settings.get("include_keep_last_float") else None
+    ...     def overrides(self, model_path, settings):
+    ...         return TensorOverrides(nodes_to_exclude=["fc2"])
+    >>> sorted(BUILTIN_TECHNIQUES)
+    []
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from raysearch.errors import ConfigError, suggest
+from raysearch.plugins import note_plugin
+from raysearch.providers import provider_names
+from raysearch.space.catalogue import OptionSpec, register_shared_settings
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+
+__all__ = [
+    "BUILTIN_TECHNIQUES",
+    "FLOAT",
+    "OVERRIDES",
+    "QUANTIZED",
+    "Technique",
+    "FloatModelTransform",
+    "TensorOverrideProducer",
+    "QuantizedModelTransform",
+    "TensorOverrides",
+    "register_technique",
+    "get_technique",
+    "available_techniques",
+    "registered_techniques",
+]
+
+#: The kinds, in the order the trial applies them.
+FLOAT = "float_transform"
+OVERRIDES = "tensor_overrides"
+QUANTIZED = "quantized_transform"
+
+#: Techniques shipped with raysearch: registry key -> module that registers it when imported.
+BUILTIN_TECHNIQUES: dict[str, str] = {}
+
+_REGISTRY: dict[str, type[Technique]] = {}
+
+
+class Technique(abc.ABC):
+    """One technique. Constructed once per process (a trial runner) with the trial's
+    providers and threads, then asked for each trial's :meth:`effect_key`.
+
+    ``providers`` are the trial's ONNX Runtime providers when ``devices`` includes their
+    device (``"gpu"`` for CUDA), else the CPU's: a CPU-only technique never lands on a GPU.
+    """
+
+    #: The registry key, set by :func:`register_technique`.
+    name: ClassVar[str] = ""
+    #: One of :data:`FLOAT`, :data:`OVERRIDES`, :data:`QUANTIZED` (set by the kind's class).
+    kind: ClassVar[str] = ""
+    #: Top-level settings this technique takes (switches and their parameters).
+    settings: ClassVar[Mapping[str, OptionSpec]] = {}
+    #: Settings inside a container (``{"extra_options": {...}}``).
+    containers: ClassVar[Mapping[str, Mapping[str, OptionSpec]]] = {}
+    #: Devices the technique can run inference or optimisation on.
+    devices: ClassVar[frozenset[str]] = frozenset({"cpu"})
+
+    def __init__(self, *, providers: Sequence[Any] | None = None, threads: int = 1) -> None:
+        given = list(providers) if providers else ["CPUExecutionProvider"]
+        on_gpu = any(name != "CPUExecutionProvider" for name in provider_names(given))
+        self.providers = given if not on_gpu or "gpu" in self.devices else ["CPUExecutionProvider"]
+        self.threads = threads
+
+    @abc.abstractmethod
+    def effect_key(self, settings: Mapping[str, Any]) -> str | None:
+        """A string that differs exactly when the effect differs (None: inactive)."""
+
+    @classmethod
+    def owns(cls, container: str, key: str) -> bool:
+        """Whether ``key`` inside ``container`` (``""``: top level) is this technique's."""
+        table = cls.containers.get(container, {}) if container else cls.settings
+        return key in table
+
+
+class FloatModelTransform(Technique):
+    """Rewrites the float model before calibration."""
+
+    kind: ClassVar[str] = FLOAT
+
+    @abc.abstractmethod
+    def transform(
+        self,
+        model_path: str,
+        out_path: str,
+        settings: Mapping[str, Any],
+        calibration: DataSource,
+    ) -> None:
+        """Write the transformed model at ``model_path`` to ``out_path``."""
+
+
+@dataclass
+class TensorOverrides:
+    """What a :class:`TensorOverrideProducer` asks of the quantizer: ONNX Runtime's
+    ``TensorQuantOverrides`` (tensor name -> list of override dicts) and node names kept in
+    float."""
+
+    tensor_quant_overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    nodes_to_exclude: list[str] = field(default_factory=list)
+
+
+class TensorOverrideProducer(Technique):
+    """Decides per-tensor quantization types, or which nodes stay in float."""
+
+    kind: ClassVar[str] = OVERRIDES
+
+    @abc.abstractmethod
+    def overrides(self, model_path: str, settings: Mapping[str, Any]) -> TensorOverrides:
+        """The overrides for the (possibly transformed) float model at ``model_path``."""
+
+
+class QuantizedModelTransform(Technique):
+    """Rewrites the quantized model after the quantizer, in place."""
+
+    kind: ClassVar[str] = QUANTIZED
+
+    @abc.abstractmethod
+    def transform(
+        self,
+        quantized_path: str,
+        float_path: str,
+        settings: Mapping[str, Any],
+        calibration: DataSource,
+    ) -> None:
+        """Rewrite the quantized model at ``quantized_path`` (of the float model at
+        ``float_path``)."""
+
+
+_T = TypeVar("_T", bound=type[Technique])
+
+
+def register_technique(name: str) -> Callable[[_T], _T]:
+    """Class decorator registering a :class:`Technique` under ``name`` and its settings in
+    every backend's catalogue.
+
+    Example:
+        >>> @register_technique("cle")                              # doctest: +SKIP
+        ... class CrossLayerEqualization(FloatModelTransform): ...
+    """
+
+    def decorate(cls: _T) -> _T:
+        if not (isinstance(cls, type) and issubclass(cls, Technique) and cls.kind):
+            raise TypeError(f"@register_technique({name!r}) needs a subclass of a technique kind")
+        existing = _REGISTRY.get(name)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(f"technique {name!r} is already registered by {existing}")
+        cls.name = name
+        register_shared_settings(name, dict(cls.settings), containers=dict(cls.containers))
+        _REGISTRY[name] = cls
+        note_plugin(cls.__module__)  # actors import it too
+        return cls
+
+    return decorate
+
+
+def get_technique(name: str) -> type[Technique]:
+    """The technique class registered as ``name``, importing a built-in one on first use.
+
+    Raises:
+        ConfigError: no such technique (with the closest name), or its module cannot be
+            imported (a missing optional dependency).
+    """
+    if name not in _REGISTRY and name in BUILTIN_TECHNIQUES:
+        try:
+            importlib.import_module(BUILTIN_TECHNIQUES[name])
+        except ImportError as exc:
+            raise ConfigError(
+                name, f"technique '{name}' needs a package that is not installed: {exc}"
+            ) from None
+    if name not in _REGISTRY:
+        known = available_techniques()
+        raise ConfigError(name, f"unknown technique '{name}'" + suggest(name, known))
+    return _REGISTRY[name]
+
+
+def available_techniques() -> list[str]:
+    """Registry keys of every technique: the built-in ones and any registered since."""
+    return sorted(set(BUILTIN_TECHNIQUES) | set(_REGISTRY))
+
+
+def registered_techniques() -> list[type[Technique]]:
+    """Every technique class, built-in ones imported (a built-in one whose optional
+    dependency is missing is left out: its settings are then unknown keys)."""
+    for name in BUILTIN_TECHNIQUES:
+        if name not in _REGISTRY:
+            try:
+                get_technique(name)
+            except ConfigError:
+                continue
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
