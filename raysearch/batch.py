@@ -115,30 +115,39 @@ class BatchManifest:
         models: list[ModelEntry] = []
         seen: set[str] = set()
         for i, item in enumerate(items):
-            where = f"models[{i}]"
-            if not isinstance(item, dict):
-                raise ConfigError(where, f"expected a mapping, got {item!r}")
-            name = item.get("name") or Path(str(item.get("model", f"model{i}"))).stem
-            if not isinstance(name, str) or not _NAME.match(name):
-                raise ConfigError(f"{where}.name", f"expected a folder-safe name, got {name!r}")
-            if name in seen:
-                raise ConfigError(f"{where}.name", f"'{name}' is used by two models")
-            seen.add(name)
-            raw = copy.deepcopy(defaults)
-            raw.update({k: v for k, v in item.items() if k != "name"})
-            for key in _PATH_KEYS:
-                value = raw.get(key)
-                if isinstance(value, str) and not value.startswith("builtin:"):
-                    p = Path(os.path.expanduser(value))
-                    raw[key] = str(p if p.is_absolute() else base / p)
-            raw["output_dir"] = str(out / name)
-            entry = ModelEntry(name, raw)
-            try:
-                entry.config = SearchConfig.from_dict(raw, base_dir=base)
-            except InputError as exc:
-                entry.error = f"{where}: {exc}"
-            models.append(entry)
+            models.append(_model_entry(i, item, defaults, base, out, seen))
         return cls(path, out, models, concurrency, data.get("address"), defaults)
+
+
+def _model_entry(
+    i: int, item: Any, defaults: dict[str, Any], base: Path, out: Path, seen: set[str]
+) -> ModelEntry:
+    """Entry ``i`` of the manifest's models: its name checked (and added to ``seen``), the
+    defaults merged under it, its paths made absolute, its config validated (an invalid one
+    keeps its error)."""
+    where = f"models[{i}]"
+    if not isinstance(item, dict):
+        raise ConfigError(where, f"expected a mapping, got {item!r}")
+    name = item.get("name") or Path(str(item.get("model", f"model{i}"))).stem
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{where}.name", f"expected a folder-safe name, got {name!r}")
+    if name in seen:
+        raise ConfigError(f"{where}.name", f"'{name}' is used by two models")
+    seen.add(name)
+    raw = copy.deepcopy(defaults)
+    raw.update({k: v for k, v in item.items() if k != "name"})
+    for key in _PATH_KEYS:
+        value = raw.get(key)
+        if isinstance(value, str) and not value.startswith("builtin:"):
+            p = Path(os.path.expanduser(value))
+            raw[key] = str(p if p.is_absolute() else base / p)
+    raw["output_dir"] = str(out / name)
+    entry = ModelEntry(name, raw)
+    try:
+        entry.config = SearchConfig.from_dict(raw, base_dir=base)
+    except InputError as exc:
+        entry.error = f"{where}: {exc}"
+    return entry
 
 
 def _search_state(folder: Path) -> str:
@@ -214,25 +223,10 @@ def run_batch(
     errors: dict[str, str] = {m.name: m.error for m in manifest.models if m.error}
     try:
         for entry in runnable:
-            folder = out / entry.name
-            state = _search_state(folder)
-            log = out / "logs" / f"{entry.name}.log"
-            if state == "finished" and not overwrite:
-                _say(progress, f"{entry.name}: finished before, kept")
+            cmd = _command(entry, out, address, per_model, overwrite, progress)
+            if cmd is None:
                 continue
-            if state == "interrupted" and not overwrite:
-                cmd = ["resume", str(folder), "--address", address]
-                _say(progress, f"{entry.name}: resuming")
-            else:
-                raw = copy.deepcopy(entry.raw)
-                resources = dict(raw.get("resources") or {})
-                resources.setdefault("max_concurrent_trials", per_model)
-                raw["resources"] = resources
-                cfg_path = out / "configs" / f"{entry.name}.yaml"
-                cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-                cmd = ["run", str(cfg_path), "--address", address]
-                cmd += ["--overwrite"] if overwrite else []
-                _say(progress, f"{entry.name}: started")
+            log = out / "logs" / f"{entry.name}.log"
             with open(log, "w") as fh:
                 procs[entry.name] = (
                     subprocess.Popen(
@@ -243,17 +237,7 @@ def run_batch(
                     ),
                     log,
                 )
-        pending = dict(procs)
-        while pending:
-            for name, (proc, log) in list(pending.items()):
-                code = proc.poll()
-                if code is None:
-                    continue
-                del pending[name]
-                if code != 0:
-                    errors[name] = f"exit status {code}: {_tail(log)}"
-                _say(progress, f"{name}: {'done' if code == 0 else errors[name]}")
-            time.sleep(0.5)
+        _wait(procs, errors, progress)
     finally:
         for proc, _ in procs.values():
             if proc.poll() is None:
@@ -264,6 +248,55 @@ def run_batch(
     table = pa.Table.from_pylist(rows, schema=_schema())
     _write_summary(table, out)
     return table
+
+
+def _command(
+    entry: ModelEntry,
+    out: Path,
+    address: str,
+    per_model: int,
+    overwrite: bool,
+    progress: TextIO | None,
+) -> list[str] | None:
+    """The ``raysearch`` command line that runs or resumes ``entry``'s search; None when it
+    finished before and is kept."""
+    folder = out / entry.name
+    state = _search_state(folder)
+    if state == "finished" and not overwrite:
+        _say(progress, f"{entry.name}: finished before, kept")
+        return None
+    if state == "interrupted" and not overwrite:
+        _say(progress, f"{entry.name}: resuming")
+        return ["resume", str(folder), "--address", address]
+    raw = copy.deepcopy(entry.raw)
+    resources = dict(raw.get("resources") or {})
+    resources.setdefault("max_concurrent_trials", per_model)
+    raw["resources"] = resources
+    cfg_path = out / "configs" / f"{entry.name}.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cmd = ["run", str(cfg_path), "--address", address]
+    cmd += ["--overwrite"] if overwrite else []
+    _say(progress, f"{entry.name}: started")
+    return cmd
+
+
+def _wait(
+    procs: dict[str, tuple[subprocess.Popen, Path]],
+    errors: dict[str, str],
+    progress: TextIO | None,
+) -> None:
+    """Wait for every search process; a failed one's last error line goes to ``errors``."""
+    pending = dict(procs)
+    while pending:
+        for name, (proc, log) in list(pending.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del pending[name]
+            if code != 0:
+                errors[name] = f"exit status {code}: {_tail(log)}"
+            _say(progress, f"{name}: {'done' if code == 0 else errors[name]}")
+        time.sleep(0.5)
 
 
 def _schema() -> pa.Schema:

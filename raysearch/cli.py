@@ -249,7 +249,9 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
             print(f"Best model: {summary['best_model_path']}")
     if summary.get("gpu_note"):
         print(f"Note: {summary['gpu_note']}.")
-    print(f"Outputs: {output_dir} (summary.json, results.parquet, best/, plots/, tensorboard/)")
+    from raysearch.search.layout import USER_OUTPUTS
+
+    print(f"Outputs: {output_dir} ({USER_OUTPUTS})")
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -11,9 +11,10 @@ trial finished after Tune's last save is known to the searcher and to the stop c
 every few seconds, so ``time_limit`` counts the time of an interrupted session too.
 
 Example:
-    >>> journal = Journal(tmp_path / "journal.jsonl")             # doctest: +SKIP
+    >>> import pathlib, tempfile
+    >>> journal = Journal(pathlib.Path(tempfile.mkdtemp()) / "journal.jsonl")
     >>> journal.append({"trial_id": "a1", "key": "{...}", "status": "ok", "metric": 0.1})
-    >>> [r["trial_id"] for r in Journal(journal.path).load()]     # doctest: +SKIP
+    >>> [r["trial_id"] for r in Journal(journal.path).load()]
     ['a1']
 """
 

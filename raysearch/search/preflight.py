@@ -73,7 +73,7 @@ def check_model(path: str | os.PathLike, spaces: Iterable[SearchSpace] = ()) -> 
         ConfigError: (key ``model``, or the setting's key) the file is not a usable ONNX model,
             an external-data file is missing or short, or no setting would quantize any op.
     """
-    import onnx
+    from raysearch.modelfile import load_header
 
     path = Path(path)
     try:
@@ -83,7 +83,7 @@ def check_model(path: str | os.PathLike, spaces: Iterable[SearchSpace] = ()) -> 
     if size == 0:
         raise ConfigError("model", f"{path} is empty")
     try:
-        proto = onnx.load(os.fspath(path), load_external_data=False)
+        proto = load_header(path)
     except Exception as exc:  # protobuf's DecodeError and friends
         raise ConfigError(
             "model", f"{path} is not an ONNX model (cannot parse it: {_first_line(exc)})"
@@ -129,18 +129,6 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
             )
 
 
-def _op_types(graph: Any) -> set[str]:
-    found: set[str] = set()
-    for node in graph.node:
-        found.add(node.op_type)
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                found |= _op_types(attribute.g)
-            for sub in attribute.graphs:
-                found |= _op_types(sub)
-    return found
-
-
 def _choices(space: SearchSpace, leaf: str) -> list[Any]:
     """Every value ``space`` may give the setting ``leaf`` ([None] when it never sets it)."""
     from raysearch.space import Categorical
@@ -153,26 +141,19 @@ def _choices(space: SearchSpace, leaf: str) -> list[Any]:
 
 
 def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSpace]) -> None:
+    """Each backend a space can select checks every model-dependent choice of the space
+    (op types, node names; ``op_types_to_quantize: null`` too) against the model."""
     from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
 
-    in_model = _op_types(proto.graph)
     for space in spaces:
         for backend_name in _choices(space, "quantizer"):
-            name = backend_name or DEFAULT_BACKEND
-            backend = get_backend(name)
-            if None in _choices(space, "op_types_to_quantize") and name == "ort":
-                from raysearch.quantize.calibration import DEFAULT_OP_TYPES
-
-                if not in_model & set(DEFAULT_OP_TYPES):
-                    raise ConfigError(
-                        "model",
-                        f"{path.name} has no op ONNX Runtime can quantize (its op types: "
-                        f"{', '.join(sorted(in_model))})",
-                    )
+            backend = get_backend(backend_name or DEFAULT_BACKEND)
+            known = backend.catalogue.settings if backend.catalogue else {}
             for key in _MODEL_SETTINGS:
-                for value in _choices(space, key):
-                    if value:
-                        backend.validate({key: value}, proto)
+                if key not in known:
+                    continue
+                for value in _choices(space, key):  # None: the backend's default
+                    backend.validate({key: value}, os.fspath(path))
 
 
 def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = None) -> Prepared:

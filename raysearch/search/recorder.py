@@ -32,14 +32,12 @@ from ray import tune
 
 from raysearch.modelfile import place_model, remove_model
 from raysearch.search.journal import Journal
+from raysearch.search.layout import CANDIDATES, KEPT
 from raysearch.search.transfer import current_node_id, take_model
 
 __all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
 
 _logger = logging.getLogger(__name__)
-
-CANDIDATES = "candidates"
-KEPT = "kept"
 
 
 def _finite(value: Any) -> float | None:
@@ -269,9 +267,12 @@ def _fatal_error(pid: int) -> str | None:
     """``Segmentation fault`` (and the like) when the Ray worker log of ``pid`` on this node
     holds Python's fatal-error report."""
     try:
-        import ray._private.worker as ray_worker
+        import ray
 
-        logs = Path(ray_worker._global_node.get_logs_dir_path())
+        # The session's log folder from Ray's public runtime context (Ray writes worker logs
+        # to <temp dir>/<session name>/logs).
+        context = ray.get_runtime_context()
+        logs = Path(context.get_temp_dir()) / context.get_session_name() / "logs"
         for path in logs.glob(f"worker-*-{pid}.err"):
             tail = path.read_bytes()[-65536:].decode(errors="replace")
             found = re.findall(r"Fatal Python error: ([^\n]+)", tail)

@@ -6,9 +6,16 @@ reaches the stricter target (``find_best_candidate``), every allowed trial finis
 (``iteration_limit``) or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a
 condition. The first condition that fires is kept as :attr:`CandidateStopper.reason`.
 
-``iteration_limit`` counts trials *started*; the searcher makes sure no more than that many
-start (see :mod:`raysearch.search.searchers`), so the stopper only has to notice that the last
-of them finished.
+``iteration_limit`` counts trials *started* and is enforced in one place: the searcher starts
+no more than :func:`trial_limit` trials (see :mod:`raysearch.search.searchers`); the stopper
+only notices that the last of them finished (finished ones never outnumber started ones), and
+the runner reads the searcher's cap for Tune's sample count and the progress total.
+
+Tune's ``TimeoutStopper`` and ``CombinedStopper`` are not used for ``time_limit``: a
+``TimeoutStopper``'s budget starts at its first check and counts nothing of earlier sessions,
+while ``time_limit`` counts from the start of the first session (preflight included, earlier
+sessions carried over on resume), and the search must know which condition ended it
+(``summary.json``'s ``stop_reason``), which a ``CombinedStopper`` does not say.
 
 Example:
     >>> from raysearch.config import StopConfig
@@ -31,7 +38,7 @@ from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
 
-__all__ = ["CandidateStopper", "STOP_REASONS"]
+__all__ = ["CandidateStopper", "STOP_REASONS", "trial_limit"]
 
 _logger = logging.getLogger(__name__)
 
@@ -48,6 +55,17 @@ STOP_REASONS = (
 
 def _enabled(value: float | int | None) -> bool:
     return value is not None and value != -1
+
+
+def trial_limit(stop: StopConfig) -> int | None:
+    """The most trials a search starts (``stop.iteration_limit``), None for no limit.
+
+    Example:
+        >>> trial_limit(StopConfig(iteration_limit=20)), trial_limit(StopConfig())
+        (20, None)
+    """
+    limit = stop.iteration_limit
+    return limit if limit is not None and limit > 0 else None
 
 
 class CandidateStopper(Stopper):
@@ -129,7 +147,7 @@ class CandidateStopper(Stopper):
             self.reason = "best_candidate_found"
         elif _enabled(stop.find_n_candidates) and self.n_candidates >= stop.find_n_candidates:
             self.reason = "candidates_found"
-        elif _enabled(stop.iteration_limit) and self.n_finished >= stop.iteration_limit:
+        elif (limit := trial_limit(stop)) is not None and self.n_finished >= limit:
             self.reason = "iteration_limit"
         elif _enabled(stop.time_limit) and self.elapsed_s >= stop.time_limit:
             self.reason = "time_limit"

@@ -35,6 +35,7 @@ import ray
 from ray import tune
 
 from raysearch.modelfile import remove_model
+from raysearch.search.layout import TRIALS_TMP
 from raysearch.search.transfer import current_node_id, node_local_dir
 
 __all__ = [
@@ -47,9 +48,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
-
-#: Folder (under output_dir) where trials write their quantized models.
-TRIALS_TMP = "trials_tmp"
 
 
 class TrialEngine(Protocol):

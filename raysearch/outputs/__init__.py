@@ -1,0 +1,47 @@
+"""The files a search leaves under ``output_dir`` (README.md, "Outputs"), written from its
+records.
+
+:func:`write_outputs` takes the finished-trial records (the journal's lines, see
+:mod:`raysearch.search.recorder`) and writes
+
+- ``summary.json``: ``stop_reason``, ``n_trials``, ``n_failed``, ``n_candidates``,
+  ``best_metric``, ``best_params``, ``best_model_path``, ``float_metric``, ``wall_time_s``,
+  plus the metric's name and direction, the tolerance, the algorithm and the device;
+- ``results.parquet``: one row per trial (``trial_id``, ``number``, ``status``, ``metric``,
+  ``is_candidate``, the timings, ``calib_cache_hit``, ``node``, ``device``, ``error``, ...)
+  and one ``params/<key path>`` column per parameter (a column whose values mix types, or hold
+  lists, is JSON text);
+- ``best/model.onnx`` (the best trial's model, with its external data as
+  ``best/model.onnx.data`` when it has any: ``best/`` loads from wherever it is moved) and
+  ``best/config.yaml`` (the user's config with the search space reduced to that one setting,
+  ``search_algo: Grid``);
+- ``tensorboard/`` (metric, best-so-far, duration per trial), ``plots/metric_per_trial.png``
+  and, from two complete trials on, ``plots/param_importance.png`` (Optuna's PED-ANOVA
+  importance, which needs no extra package).
+
+Every file is written to a temporary name in its folder and moved into place with
+``os.replace``; a folder (``tensorboard/``) is built beside its final name and swapped in.
+Which files these are is :mod:`raysearch.search.layout`.
+
+One module per output: ``_table`` (``results.parquet``), ``_best`` (``best/``),
+``_tensorboard``, ``_plots``, and ``_writer`` (the summary and :func:`write_outputs`).
+
+Example:
+    >>> summary = write_outputs(out, records, config=cfg, stop_reason="space_exhausted",
+    ...                         wall_time_s=12.5)                           # doctest: +SKIP
+    >>> summary["n_trials"], summary["best_metric"]                        # doctest: +SKIP
+    (6, 0.0031)
+"""
+
+from raysearch.outputs._best import fixed_space
+from raysearch.outputs._records import best_record
+from raysearch.outputs._table import RESULT_COLUMNS, results_table
+from raysearch.outputs._writer import write_outputs
+
+__all__ = [
+    "write_outputs",
+    "results_table",
+    "fixed_space",
+    "best_record",
+    "RESULT_COLUMNS",
+]

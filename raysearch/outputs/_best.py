@@ -1,0 +1,80 @@
+"""``best/``: the best trial's model (with its external data) and its config reduced to that
+one setting.
+
+Example:
+    >>> fixed_space({"per_channel": True})
+    {'per_channel': [True]}
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from raysearch.modelfile import place_model
+from raysearch.search.journal import atomic_write_text
+from raysearch.search.layout import BEST, BEST_CONFIG, BEST_MODEL
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+
+__all__ = ["fixed_space", "write_best"]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+
+def fixed_space(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat-dialect search space with one choice per key: ``params`` (dotted key paths)
+    nested back into groups, every value wrapped in a one-element list.
+
+    Example:
+        >>> fixed_space({"calibrate_method": "MinMax", "extra_options.WeightSymmetric": True})
+        {'calibrate_method': ['MinMax'], 'extra_options': {'WeightSymmetric': [True]}}
+    """
+    space: dict[str, Any] = {}
+    for name, value in params.items():
+        parts = name.split(".")
+        target = space
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = [copy.deepcopy(value)]
+    return space
+
+
+def _best_config(raw: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    config = copy.deepcopy(dict(raw))
+    for key in ("search_space", "search_spaces", "stop", "output_dir", "storage_path", "seed"):
+        config.pop(key, None)
+    config["search_algo"] = "Grid"
+    config["search_space"] = fixed_space(params)
+    return config
+
+
+def write_best(out: Path, best: Mapping[str, Any], config: SearchConfig) -> Path | None:
+    """Write ``best/model.onnx`` and ``best/config.yaml`` for the record ``best``; return the
+    model's path, None when the trial's model file is missing."""
+    best_path: Path | None = None
+    best_dir = out / BEST
+    best_dir.mkdir(exist_ok=True)
+    model_file = best.get("model_file")
+    if model_file and (out / model_file).is_file():
+        # With its external-data files, renamed model.onnx.data (and the location
+        # inside rewritten to match).
+        best_path = place_model(out / model_file, best_dir / BEST_MODEL, move=False)
+    else:
+        _logger.warning("the best trial's model file is missing; best/model.onnx not written")
+    raw = config.raw or {}
+    text = yaml.safe_dump(
+        _best_config(raw, best.get("params") or {}), sort_keys=False, allow_unicode=True
+    )
+    atomic_write_text(
+        best_dir / BEST_CONFIG,
+        f"# raysearch: the best setting of {out} (trial {best['trial_id']}, "
+        f"{config.metric} = {best['metric']:.6g})\n" + text,
+    )
+    return best_path

@@ -1,0 +1,105 @@
+"""``results.parquet``: one row per trial, in start order, with one column per parameter.
+
+Example:
+    >>> table = results_table([{"trial_id": "a", "number": 1, "status": "ok", "metric": 0.1,
+    ...                         "params": {"per_channel": True}}])
+    >>> table.num_rows, table.column("params/per_channel").to_pylist()
+    (1, [True])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raysearch.fileio import replacing
+from raysearch.outputs._records import finite, order
+from raysearch.search.journal import json_default
+
+__all__ = ["RESULT_COLUMNS", "results_table", "write_parquet"]
+
+#: Fixed columns of ``results.parquet`` and their Arrow types (``params/...`` follow).
+RESULT_COLUMNS: dict[str, pa.DataType] = {
+    "trial_id": pa.string(),
+    "number": pa.int64(),
+    "phase": pa.int64(),
+    "status": pa.string(),
+    "metric": pa.float64(),
+    "is_candidate": pa.bool_(),
+    "duration_s": pa.float64(),
+    "calibration_s": pa.float64(),
+    "quantization_s": pa.float64(),
+    "evaluation_s": pa.float64(),
+    "calib_cache_hit": pa.bool_(),
+    "model_size_bytes": pa.int64(),
+    "latency_ms": pa.float64(),
+    "node": pa.string(),
+    "node_id": pa.string(),
+    "gpu_id": pa.string(),
+    "device": pa.string(),
+    "error": pa.string(),
+    "model_file": pa.string(),
+}
+
+
+def _column(values: list[Any]) -> pa.Array:
+    """One Arrow column: bool, int64, float64 or string when the values agree, else JSON."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return pa.array(values, pa.bool_())
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return pa.array(values, pa.int64())
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return pa.array([None if v is None else float(v) for v in values], pa.float64())
+    if all(isinstance(v, str) for v in present):
+        return pa.array(values, pa.string())
+    return pa.array(
+        [
+            None if v is None else json.dumps(v, sort_keys=True, default=json_default)
+            for v in values
+        ],
+        pa.string(),
+    )
+
+
+def results_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """The ``results.parquet`` table of ``records`` (one row per trial, in start order)."""
+    rows = order(records)
+    columns: dict[str, pa.Array] = {}
+    for name, dtype in RESULT_COLUMNS.items():
+        values = [r.get(name) for r in rows]
+        if dtype == pa.float64():
+            values = [finite(v) for v in values]
+        elif dtype == pa.int64():
+            values = [v if isinstance(v, int) and not isinstance(v, bool) else None for v in values]
+        elif dtype == pa.bool_():
+            values = [None if v is None else bool(v) for v in values]
+        else:
+            values = [None if v is None else str(v) for v in values]
+        columns[name] = pa.array(values, dtype)
+    param_names: list[str] = []
+    extra_names: list[str] = []
+    for r in rows:
+        for name in r.get("params") or {}:
+            if name not in param_names:
+                param_names.append(name)
+        for name in r.get("extra") or {}:
+            if name not in extra_names:
+                extra_names.append(name)
+    for name in param_names:
+        columns[f"params/{name}"] = _column([(r.get("params") or {}).get(name) for r in rows])
+    for name in extra_names:
+        columns[f"extra/{name}"] = pa.array(
+            [finite((r.get("extra") or {}).get(name)) for r in rows], pa.float64()
+        )
+    return pa.table(columns)
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    with replacing(path) as tmp:
+        pq.write_table(table, tmp)

@@ -1,0 +1,72 @@
+"""``tensorboard/``: the metric, the best-so-far, the candidates found and the duration per
+trial, as TensorBoard scalars, rewritten whole from the records.
+
+Why not Ray Tune's ``TBXLoggerCallback``: it writes while Tune runs, one event file per trial
+in that trial's own folder under Tune's storage, with the scalars of that trial's results
+only. The outputs need one search-wide series (best-so-far and candidates count across
+trials, in start order) in ``output_dir/tensorboard/``, rewritten from the journal after a
+resume (trials journaled after Tune's last save, or replayed, are not re-reported to Tune)
+and by :func:`~raysearch.outputs.write_outputs` without Tune at all; and Tune's per-result
+loggers stay off for speed (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``). The same
+``tensorboardX.SummaryWriter`` that the callback uses writes them here.
+
+Example:
+    >>> write_tensorboard(rows, out / "tensorboard", higher=False)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raysearch.outputs._records import finite
+
+__all__ = ["write_tensorboard"]
+
+
+def _swap_dir(built: Path, final: Path) -> None:
+    """Move every file of ``built`` into ``final`` (each with ``os.replace``), then remove the
+    files of ``final`` that ``built`` did not hold: ``final`` always exists and holds complete
+    files, and files a user put there stay unless ``built`` had one of the same name."""
+    final.mkdir(parents=True, exist_ok=True)
+    new = {item.name for item in built.iterdir()}
+    old = [item for item in final.glob("events.out.tfevents.*") if item.name not in new]
+    for item in built.iterdir():
+        os.replace(item, final / item.name)
+    for item in old:
+        with contextlib.suppress(FileNotFoundError):
+            item.unlink()
+    shutil.rmtree(built, ignore_errors=True)
+
+
+def write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool) -> None:
+    """Write the scalars of ``rows`` (in start order) beside ``folder`` and swap them in."""
+    from tensorboardX import SummaryWriter
+
+    built = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(built, ignore_errors=True)
+    writer = SummaryWriter(logdir=str(built))
+    best = None
+    candidates = 0
+    try:
+        for step, record in enumerate(rows, 1):
+            metric = finite(record.get("metric"))
+            if record.get("is_candidate"):
+                candidates += 1
+            if metric is not None and record.get("status") == "ok":
+                writer.add_scalar("trial/metric", metric, step)
+                if best is None or (metric > best if higher else metric < best):
+                    best = metric
+            if best is not None:
+                writer.add_scalar("search/best_metric", best, step)
+            writer.add_scalar("search/candidates", candidates, step)
+            duration = finite(record.get("duration_s"))
+            if duration is not None:
+                writer.add_scalar("trial/duration_s", duration, step)
+    finally:
+        writer.close()
+    _swap_dir(built, folder)

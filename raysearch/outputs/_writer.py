@@ -1,0 +1,143 @@
+""":func:`write_outputs`: every output of a search from its records, each file moved into
+place whole; and the summary it returns.
+
+Example:
+    >>> summary = write_outputs(out, records, config=cfg, stop_reason="space_exhausted",
+    ...                         wall_time_s=12.5)                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.outputs._best import write_best
+from raysearch.outputs._plots import write_plots
+from raysearch.outputs._records import best_record, order
+from raysearch.outputs._table import results_table, write_parquet
+from raysearch.outputs._tensorboard import write_tensorboard
+from raysearch.search.journal import atomic_write_text, json_default
+from raysearch.search.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+
+__all__ = ["write_outputs"]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+
+def _sweep_leftovers(out: Path) -> None:
+    """Remove the temporary files of a writer that was killed mid-write (one writer per
+    output folder: none of them is in use)."""
+    for sub, stems in ATOMIC_FILES.items():
+        folder = out / sub if sub else out
+        if not folder.is_dir():
+            continue
+        for stem in stems:
+            for item in folder.glob(f".{stem}.*"):
+                if ".tmp" not in item.name and not item.name.endswith(".old"):
+                    continue
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        item.unlink()
+
+
+def _summary(
+    rows: list[Mapping[str, Any]],
+    best: Mapping[str, Any] | None,
+    best_path: Path | None,
+    config: SearchConfig,
+    **values: Any,
+) -> dict[str, Any]:
+    """``summary.json``'s content, in its order; ``values`` are the caller's figures
+    (``stop_reason``, ``wall_time_s``, the float model's metric, size and latency)."""
+    higher = config.metric_higher_is_better
+
+    def of_best(key: str) -> Any:
+        return None if best is None else best.get(key)
+
+    summary: dict[str, Any] = {
+        "stop_reason": values["stop_reason"],
+        "n_trials": len(rows),
+        "n_failed": sum(1 for r in rows if r.get("status") != "ok"),
+        "n_candidates": sum(1 for r in rows if r.get("is_candidate")),
+        "best_metric": None if best is None else best["metric"],
+        "best_params": of_best("params"),
+        "best_model_path": None if best_path is None else str(best_path),
+        "best_trial_id": None if best is None else best["trial_id"],
+        "float_metric": values["float_metric"],
+        "wall_time_s": round(float(values["wall_time_s"]), 3),
+        "metric": config.metric,
+        "higher_is_better": higher,
+        "direction": "maximize" if higher else "minimize",
+        "tolerance": config.tolerance,
+        "tolerance_mode": config.tolerance_mode if config.is_custom_metric else None,
+        "search_algo": config.search_algo,
+        "seed": config.seed,
+        "best_model_size_bytes": of_best("model_size_bytes"),
+        "float_model_size_bytes": values["float_model_size_bytes"],
+        "best_latency_ms": of_best("latency_ms"),
+        "float_latency_ms": values["float_latency_ms"],
+    }
+    devices = sorted({str(r["device"]) for r in rows if r.get("device")})
+    summary["device"] = ", ".join(devices) if devices else None
+    fallback = [r for r in rows if r.get("gpu_id") is not None and r.get("device") == "cpu"]
+    if fallback:
+        # Said once, here, rather than per trial: GPUs were assigned but could not be used.
+        summary["gpu_note"] = (
+            f"{len(fallback)} trials were assigned a GPU but ONNX Runtime's CUDA provider did "
+            "not load on their node; they ran on the CPU"
+        )
+        _logger.warning(summary["gpu_note"])
+    return summary
+
+
+def write_outputs(
+    output_dir: str | os.PathLike,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    config: SearchConfig,
+    stop_reason: str,
+    wall_time_s: float,
+    float_metric: float | None = None,
+    float_model_size_bytes: int | None = None,
+    float_latency_ms: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write every output of a search from its ``records``; return the summary dict."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _sweep_leftovers(out)
+    higher = config.metric_higher_is_better
+    rows = order(records)
+    best = best_record(rows, higher)
+    best_path = None if best is None else write_best(out, best, config)
+    summary = _summary(
+        rows,
+        best,
+        best_path,
+        config,
+        stop_reason=stop_reason,
+        wall_time_s=wall_time_s,
+        float_metric=float_metric,
+        float_model_size_bytes=float_model_size_bytes,
+        float_latency_ms=float_latency_ms,
+    )
+    summary.update(extra or {})
+    write_parquet(results_table(rows), out / RESULTS)
+    try:
+        write_tensorboard(rows, out / TENSORBOARD, higher)
+    except Exception:  # secondary output: never lose the summary for it
+        _logger.exception("writing tensorboard/ failed")
+    write_plots(rows, out, config, float_metric, summary)
+    atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2, default=json_default) + "\n")
+    return summary

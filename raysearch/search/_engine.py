@@ -1,0 +1,119 @@
+"""The trial engine's factory (:class:`EngineSpec`), built once on the driver from what
+:func:`~raysearch.search.preflight.preflight` checked and computed, and shipped to every
+actor.
+
+Example:
+    >>> spec, info = build_engine(config, cache_dir, prepared)    # doctest: +SKIP
+    >>> runner = spec(threads=2)                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.plugins import import_plugins, plugin_modules
+from raysearch.search.transfer import (
+    ModelBlob,
+    current_node_id,
+    materialize_model,
+    node_local_dir,
+)
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+    from raysearch.search.preflight import Prepared
+
+__all__ = ["EngineSpec", "build_engine"]
+
+_logger = logging.getLogger("raysearch.search")
+
+
+@dataclass
+class EngineSpec:
+    """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor from read-only inputs
+    computed once on the driver (shipped through the object store; the float model as its
+    files, external data included, see :mod:`raysearch.search.transfer`)."""
+
+    model: ModelBlob
+    calibration: Any
+    evaluation: Any
+    evaluator: Any
+    cache_dir: str
+    reference: Any = None
+    float_score: float | None = None
+    measure_latency: bool = True
+    driver_node: str | None = None
+    gpu_fraction: float = 0.0
+    #: Modules that registered a backend, technique or strategy in the driver: the actor
+    #: imports them before its first trial (see :mod:`raysearch.plugins`).
+    plugins: tuple[str, ...] = field(default_factory=plugin_modules)
+
+    def __call__(self, *, threads: int = 1, gpu_id: int | None = None) -> Any:
+        from raysearch.providers import gpu_memory_limit
+        from raysearch.trial import TrialRunner
+
+        import_plugins(self.plugins, strict=False)
+
+        model_path, cache_dir = self.model.path, self.cache_dir
+        if self.driver_node is not None and current_node_id() != self.driver_node:
+            # Another node: the model comes from the object store, the calibration cache
+            # lives on this node (the driver's output folder need not exist here).
+            model_path = materialize_model(self.model)
+            tag = hashlib.sha256(self.cache_dir.encode()).hexdigest()[:12]
+            cache_dir = os.fspath(node_local_dir(f"raysearch-cache-{tag}"))
+        return TrialRunner(
+            model_path,
+            self.calibration,
+            self.evaluation,
+            self.evaluator,
+            cache_dir,
+            threads,
+            gpu_id,
+            self.reference,
+            float_score=self.float_score,
+            measure_latency=self.measure_latency,
+            gpu_mem_limit=gpu_memory_limit(gpu_id, self.gpu_fraction),
+        )
+
+
+def build_engine(
+    config: SearchConfig, cache_dir: str, prepared: Prepared | None
+) -> tuple[EngineSpec, dict[str, Any]]:
+    """The trial engine's factory from what :func:`preflight` checked and computed once,
+    here on the driver (run again on resume, where the float reference comes from the
+    cache; a reference computed before the output folder existed is saved there now)."""
+    from raysearch.search.preflight import preflight
+
+    if prepared is None:
+        prepared = preflight(config, cache_dir=cache_dir)
+    elif prepared.reference is not None:
+        folder = Path(cache_dir) / "reference" / prepared.reference.key
+        if not (folder / "meta.json").is_file():
+            try:
+                prepared.reference.save(folder)
+            except OSError as exc:
+                _logger.warning("could not save the float reference: %s", exc)
+    reference, float_score = prepared.reference, prepared.float_score
+    info = dict(prepared.info)
+    _logger.info(
+        "float reference ready in %.2f s (%s)",
+        info.pop("float_s", 0.0),
+        "outputs" if reference is not None else f"score {float_score}",
+    )
+    spec = EngineSpec(
+        ModelBlob(str(config.model)),  # shipped once Ray runs
+        prepared.calibration,
+        prepared.evaluation,
+        prepared.evaluator,
+        cache_dir,
+        reference,
+        float_score,
+        config.measure_latency,
+        gpu_fraction=config.resources.gpu_per_trial,
+    )
+    return spec, info

@@ -1,0 +1,310 @@
+"""One session of a search on Ray Tune, from the journal read back to the outputs written:
+what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
+:meth:`~raysearch.search.runner.AutoSearch.resume` run once the output folder is theirs.
+
+The steps: :meth:`Execution.start` (the journal, the engine, Ray and its capacity, the
+searcher, the stop conditions, the recorder and the live session), :meth:`Execution.fit`
+(Tune runs the trials) and :meth:`Execution.finish` (the outputs from the journal, the stop
+reason, the marker).
+
+Example:
+    >>> Execution(config, folder).execute(resume=False, progress=None)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from raysearch.quantize.registry import backend_reject
+from raysearch.search._engine import EngineSpec, build_engine
+from raysearch.search._logs import LogSetup, quiet_tune
+from raysearch.search._output_dir import storage_path, write_marker
+from raysearch.search._ray import only_driver_node, slots, start_ray, tune_environment
+from raysearch.search._result import SearchResult, build_result
+from raysearch.search._tuner import make_tuner, replay_result
+from raysearch.search.journal import Journal, SessionClock
+from raysearch.search.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.search.progress import ProgressCallback
+from raysearch.search.recorder import TrialRecorder
+from raysearch.search.searchers import GridPhase, SettingSearcher, quiet_optuna
+from raysearch.search.session import SearchSession, register, release
+from raysearch.search.stopper import CandidateStopper, trial_limit
+from raysearch.search.trainable import make_trainable
+from raysearch.search.transfer import current_node_id, model_blob
+from raysearch.strategy import ModelFacts, StrategyContext
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+    from raysearch.search.preflight import Prepared
+
+__all__ = ["Execution"]
+
+_logger = logging.getLogger("raysearch.search")
+
+
+@dataclass
+class _Run:
+    """What one session of a search holds while Tune runs it."""
+
+    journal: Journal
+    records: list[dict[str, Any]]
+    clock: SessionClock
+    spec: EngineSpec
+    info: dict[str, Any]
+    slots: int
+    outstanding: int
+    searcher: SettingSearcher
+    expected: int | None
+    stopper: CandidateStopper
+    recorder: TrialRecorder
+    progress: ProgressCallback
+    session: SearchSession
+
+
+class Execution:
+    """One session of the search of ``config`` in ``output_dir`` (already claimed)."""
+
+    def __init__(self, config: SearchConfig, output_dir: Path) -> None:
+        self.config = config
+        self.output_dir = output_dir
+
+    def _searcher(self, max_outstanding: int) -> SettingSearcher:
+        """The searcher over the phases of the config's strategy (``search_algo``)."""
+        config = self.config
+        context = StrategyContext(
+            config.search_spaces,
+            mode="max" if config.metric_higher_is_better else "min",
+            seed=config.seed,
+            reject=backend_reject,
+            max_trials=trial_limit(config.stop),
+            model=ModelFacts.of(config.model),
+        )
+        searcher = SettingSearcher.from_strategy(
+            config.search_algo, context, max_outstanding=max_outstanding
+        )
+        searcher.session_key = str(self.output_dir)
+        return searcher
+
+    @staticmethod
+    def _expected_trials(searcher: SettingSearcher) -> int | None:
+        """How many trials the search runs when no other stop condition fires first: the
+        size of a strategy made of grids and the searcher's cap (``stop.iteration_limit``),
+        whichever is smaller; None when neither is known."""
+        total = None
+        if all(isinstance(phase, GridPhase) for phase in searcher.phases):
+            total = sum(len(phase) for phase in searcher.phases)  # type: ignore[arg-type]
+        limit = searcher.max_trials
+        if limit is not None:
+            total = limit if total is None else min(total, limit)
+        return total
+
+    def execute(
+        self,
+        *,
+        resume: bool,
+        progress: TextIO | None,
+        prepared: Prepared | None = None,
+        started_at: float | None = None,
+    ) -> SearchResult:
+        folder = self.output_dir
+        log = LogSetup(folder)
+        key = str(folder)
+        try:
+            config = self.config
+            _logger.info(
+                "%s search in %s: %s over %d space(s), metric %s, tolerance %s, stop %s",
+                "resuming" if resume else "starting",
+                folder,
+                config.search_algo,
+                len(config.search_spaces),
+                config.metric,
+                config.tolerance,
+                config.stop,
+            )
+            run = self.start(resume, progress, prepared, started_at)
+            self.fit(run, resume)
+            return self.finish(run)
+        finally:
+            release(key)
+            log.close()
+
+    def start(
+        self,
+        resume: bool,
+        progress: TextIO | None,
+        prepared: Prepared | None,
+        started_at: float | None,
+    ) -> _Run:
+        """Everything a session needs before Tune runs: the journal read back, the engine,
+        Ray, the searcher, the stop conditions, the recorder and the live session."""
+        config, folder = self.config, self.output_dir
+        journal = Journal(folder / JOURNAL)
+        records = journal.load() if resume else []
+        clock = SessionClock(folder / STATE, started_at=started_at)
+        clock.at_least(max((float(r.get("elapsed_s") or 0.0) for r in records), default=0))
+        spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
+        start_ray(config.address)
+        spec.driver_node = current_node_id()
+        if not only_driver_node():
+            # Actors on other nodes build the float model from these files; on one
+            # machine they read it where it is (no copy of a large model in memory).
+            spec.model = model_blob(spec.model.path)
+        n_slots, outstanding = slots(config)
+        tune_environment(outstanding)
+        with quiet_optuna():
+            searcher = self._searcher(outstanding)
+        stopper = CandidateStopper(
+            config.stop,
+            higher_is_better=config.metric_higher_is_better,
+            elapsed_before_s=clock.elapsed_before_s,
+            prior=records,
+            started_at=clock.started_at,
+        )
+        recorder = TrialRecorder(
+            folder,
+            journal,
+            higher_is_better=config.metric_higher_is_better,
+            keep_candidates=config.keep_candidates,
+            prior=records,
+            clock=lambda: clock.elapsed_s,
+            # Tune shows the stopper results only: count trials that raised, too.
+            on_record=lambda r: stopper.observe(r["trial_id"], r),
+        )
+        expected = self._expected_trials(searcher)
+        progress_cb = self._progress(progress, expected, clock, records, recorder)
+        session = SearchSession(
+            str(folder), journal, clock, stopper, recorder, progress_cb, records=list(records)
+        )
+        register(session)
+        return _Run(
+            journal,
+            records,
+            clock,
+            spec,
+            info,
+            n_slots,
+            outstanding,
+            searcher,
+            expected,
+            stopper,
+            recorder,
+            progress_cb,
+            session,
+        )
+
+    def _progress(
+        self,
+        stream: TextIO | None,
+        expected: int | None,
+        clock: SessionClock,
+        records: list[dict[str, Any]],
+        recorder: TrialRecorder,
+    ) -> ProgressCallback:
+        config = self.config
+        return ProgressCallback(
+            stream,
+            metric=config.metric.rsplit(":", 1)[-1],  # a custom evaluator by its name
+            higher_is_better=config.metric_higher_is_better,
+            total=expected,
+            every=max(1, min(25, (expected or 100) // 10)),
+            elapsed_before_s=clock.elapsed_before_s,
+            done_before=len(records),
+            failed_before=sum(1 for r in records if r.get("status") != "ok"),
+            candidates_before=sum(1 for r in records if r.get("is_candidate")),
+            best_before=recorder.best["metric"] if recorder.best else None,
+        )
+
+    def fit(self, run: _Run, resume: bool) -> None:
+        """Run Tune until the searcher is exhausted or a stop condition holds."""
+        config, folder = self.config, self.output_dir
+        expected, records = run.expected, run.records
+        wave = run.slots if expected is None else max(1, min(run.slots, expected - len(records)))
+        trainable = make_trainable(
+            run.spec,
+            folder,
+            cpu_per_trial=config.resources.cpu_per_trial,
+            gpu_per_trial=config.resources.gpu_per_trial,
+            timeout_s=config.trial_timeout_s,
+            replay={r["trial_id"]: replay_result(r) for r in records},
+            wave=wave,
+            driver_node=current_node_id(),
+        )
+        with quiet_tune():
+            tuner, restored = make_tuner(
+                trainable,
+                run.searcher,
+                config,
+                storage_path(self.config, self.output_dir),
+                key=str(folder),
+                resume=resume,
+                records=records,
+            )
+        if not restored:
+            run.session.searcher = run.searcher  # a restored one registers itself when it runs
+        _logger.info(
+            "running up to %d trials at once (%d kept queued); %s",
+            run.slots,
+            run.outstanding,
+            f"{expected} trials expected" if expected else "no fixed number of trials",
+        )
+        try:
+            with quiet_tune(), quiet_optuna():
+                tuner.fit()
+        finally:
+            run.progress.close()
+            run.clock.tick(force=True)
+
+    def finish(self, run: _Run) -> SearchResult:
+        """Write the outputs from the journal's records and mark the search's end."""
+        from raysearch.outputs import write_outputs
+
+        config, folder = self.config, self.output_dir
+        live = run.session.searcher or run.searcher
+        reason = _stop_reason(run.stopper, live, run.recorder)
+        shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
+        records = run.recorder.records
+        summary = write_outputs(
+            folder,
+            records,
+            config=config,
+            stop_reason=reason,
+            wall_time_s=run.clock.elapsed_s,
+            float_metric=run.info.get("float_metric"),
+            float_model_size_bytes=run.info.get("float_model_size_bytes"),
+            float_latency_ms=run.info.get("float_latency_ms"),
+            extra={
+                "sessions": len(run.clock.sessions),
+                "trials_started": max(live.n_started, len(records)),
+                "slots": run.slots,
+            },
+        )
+        status = "interrupted" if reason == "interrupted" else "finished"
+        write_marker(folder, status, storage_path(self.config, self.output_dir))
+        _logger.info(
+            "search ended (%s): %d trials, %d failed, %d candidates, best %s = %s, %.1f s",
+            reason,
+            summary["n_trials"],
+            summary["n_failed"],
+            summary["n_candidates"],
+            config.metric,
+            summary["best_metric"],
+            summary["wall_time_s"],
+        )
+        return build_result(folder, summary, records, config.metric_higher_is_better)
+
+
+def _stop_reason(
+    stopper: CandidateStopper, searcher: SettingSearcher, recorder: TrialRecorder
+) -> str:
+    """The stop condition that fired first, else why the searcher stopped suggesting (once
+    every trial it started has finished), else ``interrupted``."""
+    if stopper.reason is not None:
+        return stopper.reason
+    finished = searcher.finish_reason
+    if finished is not None and len(recorder.records) >= searcher.n_started:
+        return finished
+    return "interrupted"

@@ -1,0 +1,163 @@
+"""Ray for a search: start or join it, check it can hold a trial, and how many trials run at
+once.
+
+Example:
+    >>> start_ray(None)                                   # doctest: +SKIP
+    True
+    >>> slots(config)                                     # doctest: +SKIP
+    (8, 16)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from raysearch.errors import InputError
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+
+__all__ = [
+    "EXPERIMENT_CHECKPOINT_S",
+    "tune_environment",
+    "start_ray",
+    "only_driver_node",
+    "check_resources",
+    "slots",
+]
+
+_logger = logging.getLogger("raysearch.search")
+
+#: Seconds between two saves of Tune's experiment state (the journal covers the gap).
+EXPERIMENT_CHECKPOINT_S = 60
+#: The GCS address of the one-machine Ray that :func:`start_ray` started (None: none, or Ray
+#: was started or joined elsewhere): there every trial runs on the driver's node.
+_local_ray: str | None = None
+
+
+def tune_environment(max_pending: int) -> None:
+    """Environment Ray Tune reads when a run starts (none of these is read at import)."""
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    # The legacy output engine prints nothing at verbose=0 (the new one still draws a table).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(EXPERIMENT_CHECKPOINT_S))
+    os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, max_pending))
+    os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
+
+
+def start_ray(address: str | None) -> bool:
+    """Join the Ray cluster at ``address``, or start a local one with this machine's CPUs;
+    nothing when Ray is already initialised. Returns whether this call started Ray."""
+    import ray
+
+    global _local_ray
+    if ray.is_initialized():
+        return False
+    # Token authentication stays on (Ray's default); its notice about that default on every
+    # start is noise for a local search. (Setting RAY_AUTH_MODE here would be too late: Ray
+    # reads it at import, and a mismatch locks the driver out of its own cluster.) Ray has no
+    # public switch for that notice: its logger is named here, nothing of ray._private is read.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+        logging.ERROR
+    )
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": logging.WARNING,
+        "log_to_driver": False,
+        "configure_logging": True,
+    }
+    _local_ray = None
+    if address:
+        _logger.info("joining the Ray cluster at %s", address)
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=os.cpu_count(), **kwargs)
+        _local_ray = ray.get_runtime_context().gcs_address
+    _logger.info("Ray resources: %s", ray.cluster_resources())
+    return True
+
+
+def only_driver_node() -> bool:
+    """Whether every trial runs on the driver's node: Ray is the one-machine instance
+    :func:`start_ray` started (a cluster joined, or a Ray started elsewhere, may have or gain
+    other nodes)."""
+    import ray
+
+    if _local_ray is None or ray.get_runtime_context().gcs_address != _local_ray:
+        return False
+    return sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
+
+
+def _no_node_message(config: SearchConfig, nodes: list[dict[str, Any]]) -> str:
+    """Why no node in ``nodes`` (their resources) can hold one trial."""
+    res = config.resources
+    most_gpus = max(n.get("GPU", 0) for n in nodes)
+    most_cpus = max(n.get("CPU", 0) for n in nodes)
+    total_gpus = sum(n.get("GPU", 0) for n in nodes)
+    if res.gpu_per_trial and most_gpus < res.gpu_per_trial:
+        have = (
+            "the Ray cluster has no GPU"
+            if not total_gpus
+            else f"no node of the Ray cluster has more than {most_gpus:g} GPUs "
+            f"({total_gpus:g} in all)"
+        )
+        return f"resources.gpu_per_trial is {res.gpu_per_trial:g} but {have}"
+    if most_cpus < res.cpu_per_trial:
+        return (
+            f"resources.cpu_per_trial is {res.cpu_per_trial:g} but no node of the Ray cluster "
+            f"has more than {most_cpus:g} CPUs"
+        )
+    return (
+        f"no node of the Ray cluster has {res.cpu_per_trial:g} CPUs and "
+        f"{res.gpu_per_trial:g} GPUs for one trial (resources.cpu_per_trial, "
+        "resources.gpu_per_trial)"
+    )
+
+
+def check_resources(config: SearchConfig) -> None:
+    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial
+    (``resources.cpu_per_trial`` CPUs and ``resources.gpu_per_trial`` GPUs on one node): its
+    trials would wait for ever. A cluster joined with ``address`` may grow (the autoscaler of
+    ``cluster.yaml`` adds GPU workers when trials wait), so there it is only a warning."""
+    import ray
+
+    res = config.resources
+    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    if not nodes:
+        nodes = [ray.cluster_resources()]
+    if any(
+        n.get("CPU", 0) >= res.cpu_per_trial and n.get("GPU", 0) >= res.gpu_per_trial for n in nodes
+    ):
+        return
+    message = _no_node_message(config, nodes)
+    if config.address:
+        _logger.warning("%s yet; trials wait for the cluster's autoscaler to add a node", message)
+        return
+    raise InputError(message)
+
+
+def slots(config: SearchConfig) -> tuple[int, int]:
+    """(trials that run at once, trials kept suggested but unfinished).
+
+    Tune's ``ConcurrencyLimiter`` (``TuneConfig.max_concurrent_trials``) is not used: the
+    searcher itself keeps at most the second number suggested and unfinished
+    (``max_outstanding``), which also counts the trials of a restored experiment that it
+    replays, and Tune's pending-trial bound (``TUNE_MAX_PENDING_TRIALS_PG``) follows it.
+    """
+    import ray
+
+    check_resources(config)
+    resources = ray.cluster_resources()
+    res = config.resources
+    bound = int(resources.get("CPU", 1) // res.cpu_per_trial) if res.cpu_per_trial else 1
+    if res.gpu_per_trial:
+        gpus = resources.get("GPU", 0)
+        bound = min(bound, int(math.floor(gpus / res.gpu_per_trial + 1e-9)))
+    bound = max(1, bound)
+    if res.max_concurrent_trials is None or res.max_concurrent_trials >= bound:
+        return bound, 2 * bound
+    # A user limit below what the cluster could run: no queued trial may start early.
+    return res.max_concurrent_trials, res.max_concurrent_trials

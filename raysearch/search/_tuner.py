@@ -1,0 +1,118 @@
+"""Ray Tune's ``Tuner`` for a search: a new experiment, or the saved one restored on resume
+when it can be read.
+
+Example:
+    >>> tuner, restored = make_tuner(trainable, searcher, config, storage, key=str(folder),
+    ...                              resume=False, records=[])          # doctest: +SKIP
+    >>> tuner.fit()                                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.search.layout import EXPERIMENT
+from raysearch.search.session import SessionCallback, SessionStopper
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+    from raysearch.search.searchers import SettingSearcher
+
+__all__ = ["make_tuner", "replay_result"]
+
+_logger = logging.getLogger("raysearch.search")
+
+
+def tune_state_intact(path: str) -> bool:
+    """Whether Ray Tune's newest saved experiment state in ``path`` can be read. Tune rewrites
+    that file in place, so a kill while it wrote leaves it cut short; the journal then
+    carries the search on in a new Tune experiment. (Remote storage is not checked.)"""
+    folder = Path(path)
+    if "://" in path or not folder.is_dir():
+        return True
+    states = sorted(folder.glob("experiment_state-*.json"))
+    if not states:
+        return True
+    try:
+        json.loads(states[-1].read_text())
+    except (OSError, ValueError) as exc:
+        _logger.warning(
+            "Ray Tune's saved state %s is unreadable (%s): the journal carries the search on",
+            states[-1].name,
+            exc,
+        )
+        return False
+    return True
+
+
+def replay_result(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a journaled trial returns when Tune runs it again after a restore."""
+    trial = {k: v for k, v in record.items() if k not in ("point", "params", "settings")}
+    return {"metric": record.get("metric"), "trial": trial}
+
+
+def _trial_dirname(trial: Any) -> str:
+    return trial.trial_id
+
+
+def make_tuner(
+    trainable: Any,
+    searcher: SettingSearcher,
+    config: SearchConfig,
+    storage: str,
+    *,
+    key: str,
+    resume: bool,
+    records: list[dict[str, Any]],
+) -> tuple[Any, bool]:
+    """The Tuner, and whether it restored Tune's saved experiment.
+
+    Tune's ``TimeoutStopper`` does not replace ``time_limit``: its budget starts at its first
+    check and knows nothing of earlier sessions, while ``time_limit`` counts from the start
+    of the first session (see :class:`~raysearch.search.stopper.CandidateStopper`), so the
+    one ``SessionStopper`` asks the stopper of the live session.
+    """
+    from ray import tune
+
+    path = os.path.join(storage, EXPERIMENT)
+    if resume and tune.Tuner.can_restore(path) and tune_state_intact(path):
+        _logger.info("restoring Ray Tune's experiment %s (%d trials journaled)", path, len(records))
+        tuner = tune.Tuner.restore(
+            path,
+            trainable=trainable,
+            resume_unfinished=True,
+            resume_errored=False,
+            restart_errored=False,
+        )
+        return tuner, True
+    name = EXPERIMENT
+    if resume:
+        # Tune never saved this experiment: a new one, told what the journal holds.
+        name = f"{EXPERIMENT}-{int(time.time())}"
+        searcher.add_finished(records)
+        _logger.info("no saved Tune state; a new Tune experiment continues the journal")
+    run_config = tune.RunConfig(
+        name=name,
+        storage_path=storage,
+        stop=SessionStopper(key),
+        callbacks=[SessionCallback(key)],
+        verbose=0,
+        log_to_file=False,
+        failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
+        checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=searcher,
+        # stop.iteration_limit is the searcher's (it caps the trials started); Tune's sample
+        # count only mirrors it.
+        num_samples=searcher.max_trials or -1,
+        reuse_actors=True,
+        trial_dirname_creator=_trial_dirname,
+    )
+    return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config), False

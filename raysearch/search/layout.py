@@ -1,0 +1,116 @@
+"""The one list of the files and folders a search owns in its ``output_dir``.
+
+Everything that creates, cleans, sweeps or names these files imports them from here: the
+runner (``overwrite`` removes only :data:`OWNED`, and in the result folders only
+:data:`RESULT_FILES`), the output writer (its temporary files, :data:`ATOMIC_FILES`), the
+recorder (``candidates/``, ``kept/``), the trainable (``trials_tmp/``) and the CLI
+(:data:`USER_OUTPUTS`). A new output is one line here.
+
+Example:
+    >>> "summary.json" in OWNED and "best" in RESULT_FILES
+    True
+    >>> USER_OUTPUTS
+    'summary.json, results.parquet, best/, plots/, tensorboard/'
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MARKER",
+    "CONFIG_FILE",
+    "JOURNAL",
+    "STATE",
+    "LOG_FILE",
+    "CACHE_DIR",
+    "RAY_RESULTS",
+    "EXPERIMENT",
+    "TRIALS_TMP",
+    "CANDIDATES",
+    "KEPT",
+    "SUMMARY",
+    "RESULTS",
+    "BEST",
+    "BEST_MODEL",
+    "BEST_CONFIG",
+    "PLOTS",
+    "METRIC_PLOT",
+    "IMPORTANCE_PLOT",
+    "TENSORBOARD",
+    "OWNED",
+    "RESULT_FILES",
+    "ATOMIC_FILES",
+    "USER_OUTPUTS",
+]
+
+# -- the search's own files (raysearch's alone: removed whole by ``overwrite``) -------------------
+#: Marks a folder as a raysearch search (status, Tune's storage path).
+MARKER = ".raysearch.json"
+#: The config, paths made absolute: what ``raysearch resume`` reads.
+CONFIG_FILE = "raysearch_config.yaml"
+#: One line per finished trial.
+JOURNAL = "journal.jsonl"
+#: The session clock (elapsed time of earlier sessions).
+STATE = "state.json"
+LOG_FILE = "auto_search.log"
+#: The calibration cache and the float reference.
+CACHE_DIR = "cache"
+#: Ray Tune's experiment (when ``storage_path`` is not set).
+RAY_RESULTS = "ray_results"
+#: Ray Tune's experiment, a folder under ``ray_results/`` (or ``storage_path``).
+EXPERIMENT = "search"
+#: Where trials write their quantized models before the recorder keeps or drops them.
+TRIALS_TMP = "trials_tmp"
+
+# -- the outputs (README.md, "Outputs") -----------------------------------------------------------
+SUMMARY = "summary.json"
+RESULTS = "results.parquet"
+BEST = "best"
+BEST_MODEL = "model.onnx"
+BEST_CONFIG = "config.yaml"
+PLOTS = "plots"
+METRIC_PLOT = "metric_per_trial.png"
+IMPORTANCE_PLOT = "param_importance.png"
+TENSORBOARD = "tensorboard"
+#: The candidates' models (``keep_candidates``), and the best non-candidate's.
+CANDIDATES = "candidates"
+KEPT = "kept"
+
+#: Everything raysearch may create in an output folder (what ``overwrite`` removes).
+OWNED = (
+    MARKER,
+    CONFIG_FILE,
+    JOURNAL,
+    STATE,
+    LOG_FILE,
+    CACHE_DIR,
+    RAY_RESULTS,
+    TRIALS_TMP,
+    CANDIDATES,
+    KEPT,
+    SUMMARY,
+    RESULTS,
+    BEST,
+    PLOTS,
+    TENSORBOARD,
+)
+
+#: Result folders a user browses: only the files raysearch writes there are removed
+#: (``{trial}``: the id of a trial in the search's journal).
+RESULT_FILES: dict[str, tuple[str, ...]] = {
+    BEST: (BEST_MODEL, f"{BEST_MODEL}.data*", BEST_CONFIG),
+    CANDIDATES: ("{trial}.onnx", "{trial}.onnx.data*"),
+    KEPT: ("{trial}.onnx", "{trial}.onnx.data*"),
+    PLOTS: (METRIC_PLOT, IMPORTANCE_PLOT),
+    TENSORBOARD: ("events.out.tfevents.*",),
+}
+
+#: Files written to a temporary name beside them and moved into place, by folder ("" is
+#: ``output_dir``) and stem: a writer killed mid-write leaves ``.<stem>.*tmp*`` behind.
+ATOMIC_FILES: dict[str, tuple[str, ...]] = {
+    "": (SUMMARY, RESULTS, TENSORBOARD, STATE, MARKER, CONFIG_FILE),
+    BEST: (BEST_MODEL, BEST_CONFIG),
+    PLOTS: (METRIC_PLOT.rsplit(".", 1)[0], IMPORTANCE_PLOT.rsplit(".", 1)[0]),
+}
+
+#: The outputs as the CLI lists them after a search.
+USER_OUTPUTS = f"{SUMMARY}, {RESULTS}, {BEST}/, {PLOTS}/, {TENSORBOARD}/"
