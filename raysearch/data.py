@@ -18,6 +18,10 @@ Names, dtypes and shapes are checked against the model's inputs (graph inputs th
 initializers); anything that does not match raises :class:`DataError` with a one-line message.
 Pickles are never loaded.
 
+This module is the data stage's public face and holds :class:`DataSource` (batching,
+hashing, readers); the model's inputs, the checks and each file format are private parts
+under ``raysearch/_data/``.
+
 Example:
     >>> from raysearch.data import DataSource, model_inputs
     >>> inputs = model_inputs("model.onnx")                                  # doctest: +SKIP
@@ -31,10 +35,8 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,11 @@ import numpy as np
 import onnx
 from onnxruntime.quantization import CalibrationDataReader
 
-from raysearch.errors import InputError, suggest
+from raysearch._data._checks import DEFAULT_BATCH_SIZE, as_array, check_arrays, declared, feed_batch
+from raysearch._data._files import read_path
+from raysearch._data._inputs import ModelInput, model_inputs
+from raysearch._data._reader import drain_reader
+from raysearch.errors import DataError
 
 __all__ = [
     "DataError",
@@ -52,87 +58,6 @@ __all__ = [
     "model_inputs",
     "DEFAULT_BATCH_SIZE",
 ]
-
-_logger = logging.getLogger(__name__)
-
-#: Samples per batch when the model has a dynamic batch axis and no batch size was given.
-DEFAULT_BATCH_SIZE = 16
-
-_PICKLE_MESSAGE = "holds Python objects (pickled); raysearch never loads pickles"
-
-
-class DataError(InputError):
-    """Calibration or evaluation data that does not fit the model; the message is one line.
-
-    ``DataError`` is a ``ValueError`` (through :class:`raysearch.errors.InputError`).
-    """
-
-
-@dataclass(frozen=True)
-class ModelInput:
-    """One model input: its name, numpy dtype and shape (an ``int`` per static dimension, the
-    dimension's symbolic name or ``None`` per dynamic one; the whole shape is ``None`` when the
-    model does not declare it, and the data's shape is then taken as it is, batch axis first)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int | str | None, ...] | None
-
-    @property
-    def has_dynamic_batch(self) -> bool:
-        """True when the first dimension is dynamic (a batch axis of any size)."""
-        return bool(self.shape) and not isinstance(self.shape[0], int)
-
-    def shape_text(self) -> str:
-        """The shape as users read it: ``[N, 4]`` (a dynamic dimension shows its name, or ``?``)."""
-        if self.shape is None:
-            return "(undeclared)"
-        return "[" + ", ".join(_dim_text(d) for d in self.shape) + "]"
-
-
-def _dim_text(dim: int | str | None) -> str:
-    if isinstance(dim, int):
-        return str(dim)
-    return dim or "?"
-
-
-def model_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[ModelInput]:
-    """The inputs a caller must feed: graph inputs minus initializers, in graph order.
-
-    Example:
-        >>> [i.name for i in model_inputs("model.onnx")]     # doctest: +SKIP
-        ['bytes']
-    """
-    proto = (
-        model
-        if isinstance(model, onnx.ModelProto)
-        else onnx.load(os.fspath(model), load_external_data=False)
-    )
-    initializers = {init.name for init in proto.graph.initializer}
-    found = []
-    for value in proto.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        if not value.type.HasField("tensor_type"):
-            raise DataError(f"model input '{value.name}' is not a tensor; raysearch feeds tensors")
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-        if not tensor.HasField("shape"):
-            found.append(ModelInput(value.name, dtype, None))
-            continue
-        dims: list[int | str | None] = []
-        for dim in tensor.shape.dim:
-            if dim.HasField("dim_value"):
-                dims.append(int(dim.dim_value))
-            else:
-                dims.append(dim.dim_param or None)
-        found.append(ModelInput(value.name, dtype, tuple(dims)))
-    return found
-
-
-# --------------------------------------------------------------------------------------------
-# The data source
-# --------------------------------------------------------------------------------------------
 
 
 class DataSource:
@@ -162,13 +87,13 @@ class DataSource:
         label: str = "data",
     ) -> None:
         self.label = label
-        self.inputs = [_declared(spec, arrays.get(spec.name)) for spec in inputs]
-        self.arrays: dict[str, np.ndarray] = _check_arrays(arrays, self.inputs, label)
+        self.inputs = [declared(spec, arrays.get(spec.name)) for spec in inputs]
+        self.arrays: dict[str, np.ndarray] = check_arrays(arrays, self.inputs, label)
         first = self.inputs[0]
         array = self.arrays[first.name]
         #: True when each sample is one whole feed (array rank = model rank + 1).
         self.sample_is_feed = array.ndim == len(first.shape) + 1
-        self.batch_size = _feed_batch(self.inputs, self.sample_is_feed, batch_size, label)
+        self.batch_size = feed_batch(self.inputs, self.sample_is_feed, batch_size, label)
         n = len(self)
         if not self.sample_is_feed and first.shape and isinstance(first.shape[0], int):
             if n % self.batch_size:
@@ -204,14 +129,14 @@ class DataSource:
             return cls(spec.arrays, inputs, batch_size or spec.batch_size, label=label)
         if isinstance(spec, Mapping):
             where = label
-            arrays = {str(k): _as_array(v, str(k), where) for k, v in spec.items()}
+            arrays = {str(k): as_array(v, str(k), where) for k, v in spec.items()}
         elif isinstance(spec, (str, os.PathLike)):
             path = Path(os.path.expanduser(os.fspath(spec)))
             where = f"{label} '{path.name}'"
-            arrays = _read_path(path, inputs, where)
+            arrays = read_path(path, inputs, where)
         elif hasattr(spec, "get_next") and callable(spec.get_next):
             where = f"{label} ({type(spec).__name__})"
-            arrays = _drain_reader(spec, inputs, where)
+            arrays = drain_reader(spec, inputs, where)
         else:
             raise DataError(
                 f"{label}: expected a path (.npz, .npy, .parquet or a directory), a mapping of "
@@ -328,353 +253,3 @@ class ArrayDataReader(CalibrationDataReader):
         """Fresh readers over consecutive ranges of ``batches_per_chunk`` batches."""
         for first in range(self.start, self.end, max(1, batches_per_chunk)):
             yield ArrayDataReader(self.source, first, min(self.end, first + batches_per_chunk))
-
-
-# --------------------------------------------------------------------------------------------
-# Checks
-# --------------------------------------------------------------------------------------------
-
-
-def _declared(spec: ModelInput, array: Any) -> ModelInput:
-    """``spec``, with an undeclared shape taken from the data (every dimension dynamic)."""
-    if spec.shape is not None or array is None:
-        return spec
-    return ModelInput(spec.name, spec.dtype, (None,) * max(1, np.ndim(array)))
-
-
-def _feed_batch(
-    inputs: Sequence[ModelInput], sample_is_feed: bool, batch_size: int | None, label: str
-) -> int:
-    if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
-        raise DataError(f"{label}: batch size must be a positive integer, got {batch_size!r}")
-    if sample_is_feed:
-        return 1
-    first = inputs[0]
-    if not first.shape:
-        return 1
-    if isinstance(first.shape[0], int):
-        if batch_size is not None and batch_size != first.shape[0]:
-            _logger.info(
-                "%s: input '%s' has a static batch of %d; batch_size %d is not used",
-                label,
-                first.name,
-                first.shape[0],
-                batch_size,
-            )
-        return first.shape[0]
-    return int(batch_size) if batch_size is not None else DEFAULT_BATCH_SIZE
-
-
-def _check_arrays(
-    arrays: Mapping[str, np.ndarray], inputs: Sequence[ModelInput], label: str
-) -> dict[str, np.ndarray]:
-    names = [i.name for i in inputs]
-    extra = [k for k in arrays if k not in names]
-    missing = [n for n in names if n not in arrays]
-    if missing:
-        hint = ""
-        if len(extra) == 1 and len(missing) == 1:
-            hint = f" (found '{extra[0]}' instead)"
-        which = ", ".join(f"'{m}'" for m in missing)
-        raise DataError(
-            f"{label}: missing input {which}{hint}; the model's inputs are {', '.join(names)}"
-        )
-    if extra:
-        raise DataError(
-            f"{label}: array '{extra[0]}' is not a model input"
-            + suggest(extra[0], names)
-            + f"; the model's inputs are {', '.join(names)}"
-        )
-    checked: dict[str, np.ndarray] = {}
-    counts: dict[str, int] = {}
-    for spec in inputs:
-        array = arrays[spec.name]
-        if not isinstance(array, np.ndarray):
-            array = _as_array(array, spec.name, label)
-        if array.dtype.hasobject:
-            raise DataError(f"{label}: array '{spec.name}' {_PICKLE_MESSAGE}")
-        if array.dtype != spec.dtype:
-            raise DataError(
-                f"{label}: input '{spec.name}' has dtype {array.dtype}, model expects {spec.dtype}"
-            )
-        rank = len(spec.shape)
-        if array.ndim == rank and rank > 0:
-            got, want, what = array.shape[1:], spec.shape[1:], "per batch"
-            shown = tuple(array.shape)
-        elif array.ndim == rank + 1:
-            got, want, what = array.shape[1:], spec.shape, "per sample"
-            shown = tuple(array.shape[1:])
-        else:
-            raise DataError(
-                f"{label}: input '{spec.name}' has shape {tuple(array.shape)}, "
-                f"model expects {spec.shape_text()}"
-            )
-        if any(isinstance(w, int) and g != w for g, w in zip(got, want)):
-            raise DataError(
-                f"{label}: input '{spec.name}' has shape {shown} {what}, "
-                f"model expects {spec.shape_text()}"
-            )
-        counts[spec.name] = int(array.shape[0])
-        checked[spec.name] = array
-    if len(set(counts.values())) > 1:
-        detail = ", ".join(f"'{k}' {v}" for k, v in counts.items())
-        raise DataError(f"{label}: inputs hold different numbers of samples ({detail})")
-    if next(iter(counts.values())) == 0:
-        raise DataError(f"{label}: holds 0 samples")
-    ranks = {a.ndim - len(s.shape) for s, a in zip(inputs, checked.values())}
-    if len(ranks) > 1:
-        raise DataError(
-            f"{label}: some inputs have a sample axis in front of the model's shape and some "
-            "do not; give every input the same layout"
-        )
-    return checked
-
-
-def _as_array(value: Any, name: str, where: str) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        array = value
-    else:
-        try:
-            array = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise DataError(f"{where}: input '{name}' is not an array: {exc}") from None
-    if array.dtype.hasobject:
-        raise DataError(f"{where}: array '{name}' {_PICKLE_MESSAGE}")
-    return array
-
-
-# --------------------------------------------------------------------------------------------
-# Readers per format
-# --------------------------------------------------------------------------------------------
-
-
-def _read_path(path: Path, inputs: Sequence[ModelInput], where: str) -> dict[str, np.ndarray]:
-    if not path.exists():
-        raise DataError(f"{where}: file not found: {path}")
-    if path.is_dir():
-        return _read_directory(path, inputs, where)
-    if path.stat().st_size == 0:
-        raise DataError(f"{where}: file is empty")
-    suffix = path.suffix.lower()
-    if suffix == ".npz":
-        return _read_npz(path, where)
-    if suffix == ".npy":
-        if len(inputs) != 1:
-            names = ", ".join(i.name for i in inputs)
-            raise DataError(
-                f"{where}: a .npy file holds one array but the model has {len(inputs)} inputs "
-                f"({names}); use an .npz file or a directory of .npy files named after them"
-            )
-        return {inputs[0].name: _read_npy(path, inputs[0].name, where)}
-    if suffix in (".parquet", ".pq"):
-        return _read_parquet(path, inputs, where)
-    raise DataError(
-        f"{where}: unsupported file type '{path.suffix or path.name}'; expected .npz, .npy, "
-        ".parquet or a directory of .npy/.npz files"
-    )
-
-
-def _read_npz(path: Path, where: str) -> dict[str, np.ndarray]:
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise DataError(f"{where}: file is not a NumPy .npz archive") from None
-        raise DataError(f"{where}: cannot read the file: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{where}: cannot read the file: {exc}") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise DataError(f"{where}: file is not a NumPy .npz archive")
-    arrays: dict[str, np.ndarray] = {}
-    with archive:
-        if not archive.files:
-            raise DataError(f"{where}: holds no arrays")
-        for name in archive.files:
-            try:
-                arrays[name] = archive[name]
-            except ValueError as exc:
-                if "bject" in str(exc) or "pickle" in str(exc):
-                    raise DataError(f"{where}: array '{name}' {_PICKLE_MESSAGE}") from None
-                raise DataError(f"{where}: cannot read array '{name}': {exc}") from None
-    return arrays
-
-
-def _read_npy(path: Path, name: str, where: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
-    except ValueError as exc:
-        if "bject" in str(exc) or "pickle" in str(exc):
-            raise DataError(f"{where}: array '{name}' {_PICKLE_MESSAGE}") from None
-        raise DataError(f"{where}: cannot read '{path.name}': {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{where}: cannot read '{path.name}': {exc}") from None
-
-
-def _read_directory(path: Path, inputs: Sequence[ModelInput], where: str) -> dict[str, np.ndarray]:
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    npy = [p for p in files if p.suffix.lower() == ".npy"]
-    npz = [p for p in files if p.suffix.lower() == ".npz"]
-    if not npy and not npz:
-        raise DataError(f"{where}: directory holds no .npy or .npz files")
-    if npy and npz:
-        raise DataError(
-            f"{where}: directory mixes .npy and .npz files; use .npy files named after the "
-            "inputs or .npz files holding every input"
-        )
-    for p in npy + npz:
-        if p.stat().st_size == 0:
-            raise DataError(f"{where}: file '{p.name}' is empty")
-    if npy:
-        return {p.stem: _read_npy(p, p.stem, where) for p in npy}
-    parts = [_read_npz(p, f"{where} file '{p.name}'") for p in npz]
-    names = list(parts[0])
-    for p, part in zip(npz, parts):
-        if sorted(part) != sorted(names):
-            raise DataError(
-                f"{where}: '{p.name}' holds arrays {sorted(part)}, '{npz[0].name}' holds "
-                f"{sorted(names)}; every file must hold the same inputs"
-            )
-    arrays = {}
-    for name in names:
-        pieces = [part[name] for part in parts]
-        shapes = {piece.shape[1:] for piece in pieces}
-        dtypes = {piece.dtype for piece in pieces}
-        if len(shapes) > 1 or len(dtypes) > 1:
-            raise DataError(
-                f"{where}: array '{name}' differs between files "
-                f"(shapes {sorted(map(str, shapes))}, dtypes {sorted(map(str, dtypes))})"
-            )
-        arrays[name] = np.concatenate(pieces, axis=0)
-    return arrays
-
-
-def _read_parquet(path: Path, inputs: Sequence[ModelInput], where: str) -> dict[str, np.ndarray]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"{where}: cannot read the Parquet file: {first}") from None
-    columns = table.column_names
-    if table.num_rows == 0:
-        raise DataError(f"{where}: holds 0 rows")
-    names = [i.name for i in inputs]
-    arrays: dict[str, np.ndarray] = {}
-    for spec in inputs:
-        if spec.name not in columns:
-            extra = [c for c in columns if c not in names]
-            hint = f" (found '{extra[0]}' instead)" if len(extra) == 1 else ""
-            raise DataError(
-                f"{where}: missing input '{spec.name}'{hint}; the model's inputs are "
-                f"{', '.join(names)}"
-            )
-        arrays[spec.name] = _parquet_column(table.column(spec.name), spec, where)
-    for column in columns:
-        if column not in names:
-            raise DataError(
-                f"{where}: column '{column}' is not a model input"
-                + suggest(column, names)
-                + f"; the model's inputs are {', '.join(names)}"
-            )
-    return arrays
-
-
-def _parquet_column(column: Any, spec: ModelInput, where: str) -> np.ndarray:
-    import pyarrow as pa
-
-    chunked = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-    if chunked.null_count:
-        raise DataError(f"{where}: column '{spec.name}' holds {chunked.null_count} null values")
-    values = chunked
-    depth = 0
-    while (
-        pa.types.is_list(values.type)
-        or pa.types.is_large_list(values.type)
-        or (pa.types.is_fixed_size_list(values.type))
-    ):
-        values = values.flatten()
-        depth += 1
-    if not (
-        pa.types.is_integer(values.type)
-        or pa.types.is_floating(values.type)
-        or pa.types.is_boolean(values.type)
-    ):
-        raise DataError(
-            f"{where}: column '{spec.name}' holds {values.type} values; expected numbers or "
-            "lists of numbers"
-        )
-    if values.null_count:
-        raise DataError(f"{where}: column '{spec.name}' holds null values inside its lists")
-    flat = _parquet_cast(values.to_numpy(zero_copy_only=False), spec.dtype)
-    rows = len(chunked)
-    if spec.shape is None:
-        rest: tuple[Any, ...] = (None,) if depth else ()
-    else:
-        rest = spec.shape[1:]
-    if depth == 0 and not rest:
-        return flat.reshape(rows)
-    dynamic = [i for i, d in enumerate(rest) if not isinstance(d, int)]
-    static = int(np.prod([d for d in rest if isinstance(d, int)] or [1]))
-    per_row, leftover = divmod(flat.size, rows)
-    if leftover or (not dynamic and per_row != static) or (dynamic and per_row % max(static, 1)):
-        raise DataError(
-            f"{where}: column '{spec.name}' holds {flat.size} values over {rows} rows, which "
-            f"do not reshape to the model's shape {spec.shape_text()}"
-        )
-    if len(dynamic) > 1:
-        raise DataError(
-            f"{where}: column '{spec.name}' cannot be reshaped: input '{spec.name}' has "
-            f"{len(dynamic)} dynamic dimensions besides the batch ({spec.shape_text()}); use .npz"
-        )
-    shape = [d if isinstance(d, int) else -1 for d in rest]
-    return flat.reshape(rows, *shape)
-
-
-def _parquet_cast(flat: np.ndarray, target: np.dtype) -> np.ndarray:
-    """Parquet written from Python holds float64 and int64: cast floats to the model's float
-    type, and integers to its integer type when every value survives the cast."""
-    if flat.dtype == target:
-        return flat
-    if np.issubdtype(flat.dtype, np.floating) and np.issubdtype(target, np.floating):
-        return flat.astype(target)
-    if np.issubdtype(flat.dtype, np.integer) and np.issubdtype(target, np.integer):
-        cast = flat.astype(target)
-        if np.array_equal(cast, flat):
-            return cast
-    return flat
-
-
-def _drain_reader(reader: Any, inputs: Sequence[ModelInput], where: str) -> dict[str, np.ndarray]:
-    feeds: list[Mapping[str, Any]] = []
-    while True:
-        feed = reader.get_next()
-        if not feed:
-            break
-        if not isinstance(feed, Mapping):
-            raise DataError(f"{where}: get_next() returned {type(feed).__name__}, expected a dict")
-        feeds.append(feed)
-    if not feeds:
-        raise DataError(f"{where}: the reader yielded no data")
-    names = list(feeds[0])
-    arrays: dict[str, np.ndarray] = {}
-    ranks = {i.name: len(i.shape) if i.shape is not None else None for i in inputs}
-    for name in names:
-        if any(feed.get(name) is None for feed in feeds):
-            raise DataError(f"{where}: input '{name}' is missing from some feeds")
-        pieces = [_as_array(feed[name], name, where) for feed in feeds]
-        rank = ranks.get(name, 0)
-        if rank is None:  # undeclared shape: feeds are batches
-            rank = pieces[0].ndim
-        if pieces[0].ndim == rank and rank > 0:
-            shapes = {p.shape[1:] for p in pieces}
-            if len(shapes) > 1:
-                raise DataError(f"{where}: input '{name}' changes shape between feeds: {shapes}")
-            arrays[name] = np.concatenate(pieces, axis=0)
-        else:
-            try:
-                arrays[name] = np.stack(pieces)
-            except ValueError:
-                raise DataError(f"{where}: input '{name}' changes shape between feeds") from None
-    return arrays

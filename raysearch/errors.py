@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["InputError", "ConfigError", "suggest"]
+__all__ = ["InputError", "ConfigError", "DataError", "EvaluatorError", "suggest"]
 
 
 class InputError(ValueError):
@@ -24,6 +24,17 @@ class ConfigError(InputError):
         self.path = path
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class DataError(InputError):
+    """Calibration or evaluation data that does not fit the model; the message is one line.
+
+    ``DataError`` is a ``ValueError`` (through :class:`raysearch.errors.InputError`).
+    """
+
+
+class EvaluatorError(InputError):
+    """The evaluator itself is unusable (it fails on the float model)."""
 
 
 def suggest(word: str, candidates: Iterable[str]) -> str:

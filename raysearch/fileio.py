@@ -1,21 +1,24 @@
 """Atomic file writes: a reader (or a kill at any moment) sees the old file or the new one,
-never half of one.
+never half of one; and folders built beside their final name and renamed into place whole.
 
 Example:
     >>> atomic_write_text(tmp_path / "summary.json", "{}")            # doctest: +SKIP
     >>> with replacing(tmp_path / "results.parquet") as tmp:          # doctest: +SKIP
     ...     pq.write_table(table, tmp)
+    >>> with building_folder(cache / "ref", is_complete) as tmp:      # doctest: +SKIP
+    ...     (tmp / "meta.json").write_text("{}")
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["replacing", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["replacing", "atomic_write_bytes", "atomic_write_text", "building_folder"]
 
 
 @contextlib.contextmanager
@@ -52,3 +55,25 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def building_folder(
+    folder: str | os.PathLike, is_complete: Callable[[Path], bool]
+) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``folder``; when the block ends it is renamed to
+    ``folder`` whole, so readers see no folder or a complete one. When the rename fails
+    because another process renamed its own copy first (``is_complete(folder)``), that copy
+    stays. The temporary folder is removed in every case."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not is_complete(folder):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

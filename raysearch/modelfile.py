@@ -20,6 +20,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx.external_data_helper import uses_external_data
@@ -27,7 +28,10 @@ from onnx.external_data_helper import uses_external_data
 from raysearch.fileio import atomic_write_bytes, replacing
 
 __all__ = [
+    "load_header",
+    "graph_nodes",
     "graph_tensors",
+    "has_external_data",
     "external_data_locations",
     "data_file_names",
     "model_files",
@@ -41,6 +45,35 @@ __all__ = [
 # ``location`` relative to its own folder; such a model is only whole with those files beside
 # it. Models raysearch places name them ``<model file name>.data`` (ONNX Runtime's quantizer
 # does the same), so the data of ``candidates/t1.onnx`` is ``candidates/t1.onnx.data``.
+
+
+def load_header(path: str | os.PathLike) -> onnx.ModelProto:
+    """The model at ``path`` without its external data (its graph, names and small tensors;
+    the weights an external file holds stay on disk)."""
+    return onnx.load(os.fspath(path), load_external_data=False)
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The subgraphs of ``node``'s attributes (``If`` branches, ``Loop`` and ``Scan`` bodies)."""
+    for attribute in node.attribute:
+        if attribute.HasField("g"):
+            yield attribute.g
+        yield from attribute.graphs
+
+
+def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs, each node before its subgraphs' nodes.
+
+    Example:
+        >>> from onnx import helper
+        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [], [])
+        >>> [n.op_type for n in graph_nodes(g)]
+        ['Relu']
+    """
+    for node in graph.node:
+        yield node
+        for sub in _subgraphs(node):
+            yield from graph_nodes(sub)
 
 
 def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
@@ -79,14 +112,17 @@ def _locations(proto: onnx.ModelProto) -> list[str]:
     return found
 
 
-def _load_header(path: Path) -> onnx.ModelProto:
-    return onnx.load(os.fspath(path), load_external_data=False)
+def has_external_data(model: str | os.PathLike | onnx.ModelProto) -> bool:
+    """Whether the model (a path, or a proto loaded without its external data) keeps any tensor
+    in an external-data file."""
+    proto = model if isinstance(model, onnx.ModelProto) else load_header(model)
+    return bool(_external_tensors(proto))
 
 
 def external_data_locations(path: str | os.PathLike) -> list[str]:
     """The external-data files the model at ``path`` references (``location`` entries,
     relative to its folder), in order of first use; ``[]`` for a model held in one file."""
-    return _locations(_load_header(Path(path)))
+    return _locations(load_header(Path(path)))
 
 
 def data_file_names(model_name: str, count: int) -> list[str]:
@@ -151,6 +187,24 @@ def _move_file(source: Path, target: Path) -> None:
         source.unlink()
 
 
+def _place_model_file(
+    source: Path, target: Path, proto: onnx.ModelProto, renamed: dict[str, str], *, move: bool
+) -> None:
+    """Put the model file itself at ``target``: moved or linked when its data files keep their
+    names, else written anew with its ``location`` entries renamed."""
+    if all(old == new for old, new in renamed.items()):
+        if source.resolve() != target.resolve():
+            (_move_file if move else _copy_file)(source, target)
+        return
+    for tensor in _external_tensors(proto):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value in renamed:
+                entry.value = renamed[entry.value]
+    atomic_write_bytes(target, proto.SerializeToString())
+    if move and source.resolve() != target.resolve():
+        source.unlink()
+
+
 def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: bool) -> Path:
     """Move (or copy) the model ``source`` with its external-data files to ``target``.
 
@@ -164,7 +218,7 @@ def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: b
     """
     source, target = Path(source), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    proto = _load_header(source)
+    proto = load_header(source)
     locations = _locations(proto)
     names = data_file_names(target.name, len(locations))
     for location in locations:
@@ -174,18 +228,7 @@ def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: b
         data, dest = source.parent / location, target.parent / name
         if data.resolve() != dest.resolve():
             (_move_file if move else _copy_file)(data, dest)
-    if locations == names:
-        if source.resolve() != target.resolve():
-            (_move_file if move else _copy_file)(source, target)
-    else:
-        renamed = dict(zip(locations, names))
-        for tensor in _external_tensors(proto):
-            for entry in tensor.external_data:
-                if entry.key == "location" and entry.value in renamed:
-                    entry.value = renamed[entry.value]
-        atomic_write_bytes(target, proto.SerializeToString())
-        if move and source.resolve() != target.resolve():
-            source.unlink()
+    _place_model_file(source, target, proto, dict(zip(locations, names)), move=move)
     for stale in _data_siblings(target):
         if stale.name not in names:
             stale.unlink(missing_ok=True)
@@ -212,15 +255,17 @@ def file_hash(path: str | os.PathLike) -> str:
     """sha256 of a model file and the external-data files it references."""
     path = Path(path)
     digest = hashlib.sha256()
+    _hash_file(digest, path)
+    for location in sorted(set(external_data_locations(path))):
+        digest.update(f"\0{location}\0".encode())
+        _hash_file(digest, path.parent / location)
+    return digest.hexdigest()
+
+
+def _hash_file(digest: Any, path: Path) -> None:
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    for location in sorted(set(external_data_locations(path))):
-        digest.update(f"\0{location}\0".encode())
-        with (path.parent / location).open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def model_size_bytes(path: str | os.PathLike) -> int:

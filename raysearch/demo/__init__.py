@@ -26,6 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+# The ``builtin:`` table lives in a module the config stage may import; re-exported here.
+from raysearch.builtin_paths import BUILTIN_PREFIX, resolve_builtin
+from raysearch.fileio import replacing
+
 __all__ = [
     "MAGIKA_DIR",
     "magika_features",
@@ -38,7 +42,6 @@ __all__ = [
 _logger = logging.getLogger(__name__)
 
 MAGIKA_DIR = Path(str(resources.files("raysearch.demo") / "magika"))
-BUILTIN_PREFIX = "builtin:"
 _CONFIG = json.loads((MAGIKA_DIR / "config.min.json").read_text())
 _WHITESPACE = b" \t\n\r\x0b\x0c"
 #: Rows of each demo data set: enough for stable ranges and a meaningful agreement figure.
@@ -130,19 +133,7 @@ def build_demo_data(folder: Path | None = None, n_calib: int = N_CALIB, n_eval: 
     calib_idx = np.arange(len(every))[:: (n_calib + n_eval) // n_calib][:n_calib]
     eval_idx = np.setdiff1d(np.arange(len(every)), calib_idx)[:n_eval]
     for target, idx in ((calib, calib_idx), (evaluation, eval_idx)):
-        tmp = target.with_suffix(".tmp.npz")
-        np.savez(tmp, bytes=every[idx])
-        os.replace(tmp, target)
+        with replacing(target) as tmp:  # its temporary name ends in .npz: savez keeps it
+            np.savez(tmp, bytes=every[idx])
     _logger.info("demo data built from %d Python installation files in %s", len(rows), folder)
     return calib, evaluation
-
-
-def resolve_builtin(name: str) -> Path:
-    """The path behind a ``builtin:`` name (the ``builtin:`` prefix is optional)."""
-    name = name[len(BUILTIN_PREFIX) :] if name.startswith(BUILTIN_PREFIX) else name
-    if name == "magika":
-        return MAGIKA_DIR / "model.onnx"
-    if name in ("magika-calib", "magika-eval"):
-        calib, evaluation = build_demo_data()
-        return calib if name == "magika-calib" else evaluation
-    raise KeyError(name)

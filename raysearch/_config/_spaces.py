@@ -1,0 +1,71 @@
+"""Search spaces in a config: written out, or named (the predefined spaces under
+``raysearch/configs/``).
+
+Example:
+    >>> "A8W8_SEARCH" in predefined_spaces()
+    True
+    >>> [s.path for s in parse_spaces({"search_space": "A8W8_SEARCH"})]  # doctest: +SKIP
+    ['search_space']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raysearch.errors import ConfigError, suggest
+from raysearch.space import SearchSpace
+
+__all__ = ["predefined_spaces", "load_predefined_space", "parse_spaces"]
+
+
+def predefined_spaces() -> dict[str, Path]:
+    """Names of the predefined spaces shipped under ``configs/`` and their files."""
+    folder = resources.files("raysearch.configs")
+    out: dict[str, Path] = {}
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".yaml") and name[:-5].isupper():
+            out[name[:-5]] = Path(str(entry))
+    return dict(sorted(out.items()))
+
+
+def load_predefined_space(name: str, path: str = "search_space") -> dict[str, Any]:
+    """The raw dict of a predefined space (its file's ``search_space`` key)."""
+    spaces = predefined_spaces()
+    if name not in spaces:
+        raise ConfigError(
+            path,
+            f"unknown predefined space '{name}'"
+            + suggest(name, spaces)
+            + f"; known: {', '.join(spaces)}",
+        )
+    with spaces[name].open() as fh:
+        data = yaml.safe_load(fh)
+    return data["search_space"]
+
+
+def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
+    """The ``search_space`` (one) or ``search_spaces`` (a list) of a config, parsed; a string
+    names a predefined space."""
+    if "search_space" in data and "search_spaces" in data:
+        raise ConfigError("search_spaces", "give either search_space or search_spaces, not both")
+    if "search_spaces" in data:
+        items = data["search_spaces"]
+        if not isinstance(items, list) or not items:
+            raise ConfigError("search_spaces", "expected a non-empty list of spaces")
+        where = [f"search_spaces[{i}]" for i in range(len(items))]
+    elif "search_space" in data:
+        items, where = [data["search_space"]], ["search_space"]
+    else:
+        raise ConfigError("search_space", "is required (a mapping, or a predefined space name)")
+    spaces = []
+    for raw, path in zip(items, where, strict=True):
+        if isinstance(raw, str):
+            raw = load_predefined_space(raw, path)
+        spaces.append(SearchSpace.parse(raw, path=path))
+    return spaces

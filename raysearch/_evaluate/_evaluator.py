@@ -1,0 +1,253 @@
+"""Scores and the tolerance: :class:`Evaluator` scores a quantized model (a built-in metric or
+a custom evaluator) and decides whether it is a candidate.
+
+The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2 <= tol``,
+``cos >= tol``); for a custom metric it bounds the drop against the float score, ``absolute``
+(``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
+the worse direction (``quant - float`` when lower is better).
+
+Example:
+    >>> ev = Evaluator("cos", tolerance=0.999)
+    >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
+    (True, True, False)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from raysearch._evaluate._reference import FloatReference
+from raysearch.errors import ConfigError, EvaluatorError, suggest
+from raysearch.metrics import BUILTIN_METRICS, LISTED, MetricError, compute_metric
+
+__all__ = ["Score", "Evaluator"]
+
+
+@dataclass
+class Score:
+    """A model's main metric and any extra numbers the evaluator returned."""
+
+    metric: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Evaluator:
+    """Scores a quantized model and decides whether it is a candidate.
+
+    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``), a callable or
+    ``"package.module:function"``. ``higher_is_better`` is fixed for built-ins and defaults to
+    True for custom metrics.
+
+    Example:
+        >>> ev = Evaluator("L2", tolerance=0.01)
+        >>> ev.is_candidate(0.005), ev.better(0.004, 0.005)
+        (True, True)
+        >>> acc = Evaluator(lambda path, providers: 0.9, tolerance=0.02)
+        >>> acc.is_candidate(0.89, float_score=0.9)
+        True
+    """
+
+    def __init__(
+        self,
+        metric: str | Callable[..., Any] = "L2",
+        tolerance: float | None = None,
+        tolerance_mode: str = "absolute",
+        higher_is_better: bool | None = None,
+        metric_key: str | None = None,
+    ) -> None:
+        if tolerance_mode not in ("absolute", "relative"):
+            raise ConfigError(
+                "tolerance_mode", f"expected absolute or relative, got {tolerance_mode!r}"
+            )
+        self.tolerance = None if tolerance is None else float(tolerance)
+        self.tolerance_mode = tolerance_mode
+        self.metric_key = metric_key
+        if isinstance(metric, str) and metric in BUILTIN_METRICS:
+            if higher_is_better is not None and higher_is_better != BUILTIN_METRICS[metric]:
+                raise ConfigError(
+                    "higher_is_better",
+                    f"{metric} is {'higher' if BUILTIN_METRICS[metric] else 'lower'}-is-better by "
+                    "definition",
+                )
+            self.name = metric
+            self.function: Callable[..., Any] | None = None
+            self.higher_is_better = BUILTIN_METRICS[metric]
+        else:
+            if isinstance(metric, str) and ":" not in metric:
+                raise ConfigError(
+                    "metric",
+                    f"unknown metric {metric!r}; expected {LISTED} or "
+                    "'package.module:function'" + suggest(metric, BUILTIN_METRICS),
+                )
+            # The loader lives in the public module (the one place raysearch imports code by
+            # name); imported here because that module imports this one.
+            from raysearch.evaluate import load_custom_evaluator
+
+            self.function = load_custom_evaluator(metric)
+            self.name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+            self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
+
+    @classmethod
+    def from_config(cls, config: Any) -> Evaluator:
+        """Build from a :class:`raysearch.config.SearchConfig` (its ``metric``, ``tolerance``,
+        ``tolerance_mode``, ``higher_is_better`` and ``metric_key``)."""
+        return cls(
+            config.metric,
+            config.tolerance,
+            getattr(config, "tolerance_mode", "absolute"),
+            getattr(config, "higher_is_better", None),
+            getattr(config, "metric_key", None),
+        )
+
+    @property
+    def is_custom(self) -> bool:
+        return self.function is not None
+
+    @property
+    def needs_reference(self) -> bool:
+        """Built-in metrics compare against the float model's outputs."""
+        return not self.is_custom
+
+    # -- scoring ---------------------------------------------------------------------------
+    def score(
+        self,
+        model_path: str | os.PathLike | None = None,
+        *,
+        outputs: Mapping[str, np.ndarray] | None = None,
+        reference: FloatReference | Mapping[str, np.ndarray] | None = None,
+        providers: Sequence[Any] | None = None,
+    ) -> Score:
+        """Score one model: built-ins from ``outputs`` against ``reference``; a custom
+        evaluator by calling it with ``(model_path, providers)``.
+
+        Raises:
+            MetricError: the score cannot be computed (NaN outputs, a bad return value).
+        """
+        if self.function is None:
+            if outputs is None or reference is None:
+                raise ValueError(f"{self.name} needs the quantized outputs and the float reference")
+            ref = reference.outputs if isinstance(reference, FloatReference) else reference
+            return Score(compute_metric(self.name, outputs, ref))
+        if model_path is None:
+            raise ValueError("a custom evaluator needs the model path")
+        return self.score_model(model_path, providers)
+
+    def score_model(
+        self, model_path: str | os.PathLike, providers: Sequence[Any] | None = None
+    ) -> Score:
+        """Call the custom evaluator on ``model_path`` and read its result."""
+        if self.function is None:
+            raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
+        providers = list(providers) if providers else ["CPUExecutionProvider"]
+        value = self.function(os.fspath(model_path), providers)
+        return self._read(value)
+
+    def score_float(
+        self, model_path: str | os.PathLike, providers: Sequence[Any] | None = None
+    ) -> float:
+        """The custom evaluator's score of the float model (once per search).
+
+        Raises:
+            EvaluatorError: the evaluator fails or returns no usable number on the float model.
+        """
+        try:
+            return self.score_model(model_path, providers).metric
+        except MetricError as exc:
+            raise EvaluatorError(f"evaluator '{self.name}' on the float model: {exc}") from None
+        except Exception as exc:
+            raise EvaluatorError(
+                f"evaluator '{self.name}' failed on the float model: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _read(self, value: Any) -> Score:
+        where = f"evaluator '{self.name}'"
+        if isinstance(value, Mapping):
+            if not value:
+                raise MetricError(f"{where} returned an empty dict")
+            if self.metric_key is not None:
+                if self.metric_key not in value:
+                    raise MetricError(
+                        f"{where} returned keys {', '.join(map(str, value))} but not metric_key "
+                        f"'{self.metric_key}'" + suggest(self.metric_key, map(str, value))
+                    )
+                main_key = self.metric_key
+            elif "metric" in value:
+                main_key = "metric"
+            elif len(value) == 1:
+                main_key = next(iter(value))
+            else:
+                raise MetricError(
+                    f"{where} returned keys {', '.join(map(str, value))}; set metric_key to name "
+                    "the main metric (or return it under 'metric')"
+                )
+            main = _number(value[main_key], f"{where} key '{main_key}'")
+            extra = {}
+            for k, v in value.items():
+                if k == main_key:
+                    continue
+                if isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+                    extra[str(k)] = float(v)
+            return Score(main, extra)
+        return Score(_number(value, where))
+
+    # -- decisions -------------------------------------------------------------------------
+    def drop(self, score: float, float_score: float) -> float:
+        """How much worse ``score`` is than ``float_score`` (negative when better), absolute
+        or relative to ``|float_score|`` per ``tolerance_mode``."""
+        diff = (float_score - score) if self.higher_is_better else (score - float_score)
+        if self.tolerance_mode == "absolute":
+            return diff
+        if float_score == 0:
+            return 0.0 if diff <= 0 else math.inf
+        return diff / abs(float_score)
+
+    def is_candidate(self, score: float | None, float_score: float | None = None) -> bool:
+        """Whether ``score`` is within the tolerance (False without a tolerance or a score).
+
+        Raises:
+            ValueError: a custom metric without the float model's score.
+        """
+        if self.tolerance is None or score is None or not math.isfinite(score):
+            return False
+        if not self.is_custom:
+            return score >= self.tolerance if self.higher_is_better else score <= self.tolerance
+        if float_score is None:
+            raise ValueError(f"{self.name}: a custom metric needs the float model's score")
+        return self.drop(score, float_score) <= self.tolerance
+
+    def better(self, a: float | None, b: float | None) -> bool:
+        """Whether score ``a`` is strictly better than ``b`` (a missing score is worst)."""
+        if a is None or (isinstance(a, float) and math.isnan(a)):
+            return False
+        if b is None or (isinstance(b, float) and math.isnan(b)):
+            return True
+        return a > b if self.higher_is_better else a < b
+
+    def __repr__(self) -> str:
+        return (
+            f"Evaluator({self.name!r}, tolerance={self.tolerance}, mode={self.tolerance_mode}, "
+            f"higher_is_better={self.higher_is_better})"
+        )
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        if isinstance(value, np.ndarray) and value.size == 1:
+            value = value.item()
+        else:
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise MetricError(
+                f"{where} returned {type(value).__name__} {shown}, expected a number or a dict "
+                "of numbers"
+            )
+    result = float(value)
+    if math.isnan(result):
+        raise MetricError(f"{where} returned NaN")
+    return result

@@ -1,0 +1,62 @@
+"""Running a model over evaluation data, and timing it.
+
+Example:
+    >>> outputs, latencies = run_model(session, data)    # doctest: +SKIP
+    >>> measure_latency(session, data.batch(0), runs=5)   # doctest: +SKIP
+    1.7
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+    from raysearch.data import DataSource
+
+__all__ = ["run_model", "measure_latency"]
+
+
+def run_model(
+    session: ort.InferenceSession, data: DataSource
+) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Run ``session`` over every batch of ``data``: ``({output name: outputs concatenated over
+    samples}, per-batch latencies in ms)``. When each sample is one feed, outputs are stacked
+    on a new first axis."""
+    names = [o.name for o in session.get_outputs()]
+    pieces: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    latencies: list[float] = []
+    for feed in data.batches():
+        start = time.perf_counter()
+        results = session.run(None, feed)
+        latencies.append((time.perf_counter() - start) * 1000.0)
+        for name, value in zip(names, results):
+            pieces[name].append(np.asarray(value))
+    outputs = {}
+    for name in names:
+        parts = pieces[name]
+        batched = (
+            not data.sample_is_feed
+            and all(p.ndim > 0 for p in parts)
+            and sum(p.shape[0] for p in parts) == len(data)
+        )
+        outputs[name] = np.concatenate(parts, axis=0) if batched else np.stack(parts)
+    return outputs, latencies
+
+
+def measure_latency(
+    session: ort.InferenceSession, feed: Mapping[str, np.ndarray], runs: int = 5
+) -> float:
+    """Median milliseconds of ``runs`` runs of one feed, after one warm-up run."""
+    session.run(None, dict(feed))
+    times = []
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        session.run(None, dict(feed))
+        times.append((time.perf_counter() - start) * 1000.0)
+    return float(np.median(times))

@@ -1,0 +1,66 @@
+"""``builtin:`` paths: names a config may give instead of a file, for data raysearch ships.
+
+This module is the table of those names; what is behind each is built by its owner only when a
+path is resolved (the demo's magika model and its data, built on first use). The config stage
+imports this module, never the demo itself.
+
+Example:
+    >>> is_builtin("builtin:magika"), is_builtin("model.onnx")
+    (True, False)
+    >>> resolve_builtin("builtin:magika").name
+    'model.onnx'
+    >>> resolve_builtin("builtin:nope")
+    Traceback (most recent call last):
+    ...
+    KeyError: 'nope'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["BUILTIN_PREFIX", "BUILTIN_NAMES", "is_builtin", "resolve_builtin"]
+
+BUILTIN_PREFIX = "builtin:"
+
+
+def _magika_model() -> Path:
+    from raysearch.demo import MAGIKA_DIR
+
+    return MAGIKA_DIR / "model.onnx"
+
+
+def _magika_data(which: int) -> Callable[[], Path]:
+    def resolve() -> Path:
+        from raysearch.demo import build_demo_data
+
+        return build_demo_data()[which]
+
+    return resolve
+
+
+_RESOLVERS: dict[str, Callable[[], Path]] = {
+    "magika": _magika_model,
+    "magika-calib": _magika_data(0),
+    "magika-eval": _magika_data(1),
+}
+#: Every ``builtin:`` name, prefix included, in the order messages list them.
+BUILTIN_NAMES = tuple(BUILTIN_PREFIX + name for name in _RESOLVERS)
+
+
+def is_builtin(value: object) -> bool:
+    """Whether ``value`` is a ``builtin:`` path."""
+    return isinstance(value, str) and value.startswith(BUILTIN_PREFIX)
+
+
+def resolve_builtin(name: str) -> Path:
+    """The path behind a ``builtin:`` name (the ``builtin:`` prefix is optional).
+
+    Raises:
+        KeyError: no such built-in (the name without its prefix).
+    """
+    name = name[len(BUILTIN_PREFIX) :] if name.startswith(BUILTIN_PREFIX) else name
+    if name not in _RESOLVERS:
+        raise KeyError(name)
+    return _RESOLVERS[name]()
