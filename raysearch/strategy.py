@@ -133,8 +133,10 @@ class ModelFacts:
         """The facts of an ``onnx.ModelProto`` or a model path (external data not loaded)."""
         import onnx
 
+        from raysearch.modelfile import load_header
+
         if not isinstance(model, onnx.ModelProto):
-            model = onnx.load(str(model), load_external_data=False)
+            model = load_header(model)
         graph = model.graph
         tensors = [i.name for i in graph.input] + [o for n in graph.node for o in n.output]
         tensors += [o.name for o in graph.output]

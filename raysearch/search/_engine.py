@@ -82,16 +82,12 @@ class EngineSpec:
 
 
 def build_engine(
-    config: SearchConfig, cache_dir: str, prepared: Prepared | None
+    config: SearchConfig, cache_dir: str, prepared: Prepared
 ) -> tuple[EngineSpec, dict[str, Any]]:
-    """The trial engine's factory from what :func:`preflight` checked and computed once,
-    here on the driver (run again on resume, where the float reference comes from the
-    cache; a reference computed before the output folder existed is saved there now)."""
-    from raysearch.search.preflight import preflight
-
-    if prepared is None:
-        prepared = preflight(config, cache_dir=cache_dir)
-    elif prepared.reference is not None:
+    """The trial engine's factory from what :func:`preflight` checked and computed once on
+    the driver (a float reference computed before the output folder existed is saved in its
+    cache now)."""
+    if prepared.reference is not None:
         folder = Path(cache_dir) / "reference" / prepared.reference.key
         if not (folder / "meta.json").is_file():
             try:

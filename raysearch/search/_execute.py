@@ -28,6 +28,7 @@ from raysearch.search._result import SearchResult, build_result
 from raysearch.search._tuner import make_tuner, replay_result
 from raysearch.search.journal import Journal, SessionClock
 from raysearch.search.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.search.preflight import preflight
 from raysearch.search.progress import ProgressCallback
 from raysearch.search.recorder import TrialRecorder
 from raysearch.search.searchers import GridPhase, SettingSearcher, quiet_optuna
@@ -72,8 +73,9 @@ class Execution:
         self.config = config
         self.output_dir = output_dir
 
-    def _searcher(self, max_outstanding: int) -> SettingSearcher:
-        """The searcher over the phases of the config's strategy (``search_algo``)."""
+    def _searcher(self, max_outstanding: int, model: ModelFacts) -> SettingSearcher:
+        """The searcher over the phases of the config's strategy (``search_algo``), given the
+        model's facts that preflight read."""
         config = self.config
         context = StrategyContext(
             config.search_spaces,
@@ -81,7 +83,7 @@ class Execution:
             seed=config.seed,
             reject=backend_reject,
             max_trials=trial_limit(config.stop),
-            model=ModelFacts.of(config.model),
+            model=model,
         )
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding
@@ -146,6 +148,8 @@ class Execution:
         records = journal.load() if resume else []
         clock = SessionClock(folder / STATE, started_at=started_at)
         clock.at_least(max((float(r.get("elapsed_s") or 0.0) for r in records), default=0))
+        if prepared is None:  # resume: checked again, the float reference from the cache
+            prepared = preflight(config, cache_dir=str(folder / CACHE_DIR))
         spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
         start_ray(config.address)
         spec.driver_node = current_node_id()
@@ -156,7 +160,7 @@ class Execution:
         n_slots, outstanding = slots(config)
         tune_environment(outstanding)
         with quiet_optuna():
-            searcher = self._searcher(outstanding)
+            searcher = self._searcher(outstanding, prepared.model)
         stopper = CandidateStopper(
             config.stop,
             higher_is_better=config.metric_higher_is_better,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.errors import ConfigError, InputError
+from raysearch.strategy import ModelFacts
 
 if TYPE_CHECKING:
     import onnx
@@ -57,6 +58,8 @@ class Prepared:
     reference: FloatReference | None = None
     float_score: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: Node and tensor names and op types of the float model, for the search strategy.
+    model: ModelFacts = field(default_factory=ModelFacts)
 
 
 def _first_line(exc: BaseException, limit: int = 200) -> str:
@@ -181,7 +184,7 @@ def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = Non
             config.eval_data, inputs, config.batch_size, label="evaluation data"
         )
     evaluator = Evaluator.from_config(config)
-    prepared = Prepared(calibration, evaluation, evaluator)
+    prepared = Prepared(calibration, evaluation, evaluator, model=ModelFacts.of(proto))
     prepared.info["float_model_size_bytes"] = model_size_bytes(model)
     threads = max(1, min(os.cpu_count() or 1, 4))
     started = time.perf_counter()
