@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import onnx
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-from raysearch.space.catalogue import DEFAULT_BACKEND, Catalogue, get_catalogue
+from raysearch.space.catalogue import Catalogue, get_catalogue
 
 __all__ = [
     "CalibrationRequest",
@@ -50,11 +49,7 @@ def calibration_catalogue(backend: str | None = None) -> Catalogue:
         >>> ("", "calibrate_method") in set(calibration_catalogue().calibration_keys())
         True
     """
-    catalogue = get_catalogue(backend)
-    if catalogue is None and (backend or DEFAULT_BACKEND) == DEFAULT_BACKEND:
-        # The ORT catalogue registers itself when its module is first imported.
-        importlib.import_module("raysearch.quantize.options")
-        catalogue = get_catalogue(backend)
+    catalogue = get_catalogue(backend)  # ``import raysearch`` registered the built-in ones
     if catalogue is None:
         raise ValueError(f"no settings catalogue is registered for backend {backend!r}")
     return catalogue

@@ -33,7 +33,6 @@ __all__ = [
     "ALIASES",
     "QUANT_TYPES",
     "CALIBRATION_METHODS",
-    "canonical_name",
     "check_value",
 ]
 
@@ -123,8 +122,3 @@ ALIASES: dict[str, dict[str, str]] = {
 ORT_CATALOGUE = register_catalogue(
     Catalogue("ort", SETTINGS, {"extra_options": EXTRA_OPTIONS}, ALIASES)
 )
-
-
-def canonical_name(container: str, key: str) -> str:
-    """Return the canonical name of ``key`` inside ``container`` ("" or "extra_options")."""
-    return ORT_CATALOGUE.canonical(container, key)

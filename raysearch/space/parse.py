@@ -14,8 +14,8 @@ get the closest known key as a suggestion, and keys that name a technique raysea
 have yet are refused with why.
 
 Example:
-    >>> group = parse_space({"per_channel": [True, False], "quantizer": "ort"})
-    >>> [p.name for p in group.params]
+    >>> parsed = parse_space({"per_channel": [True, False], "quantizer": "ort"})
+    >>> [p.name for p in parsed.root.params]
     ['per_channel', 'quantizer']
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from raysearch.errors import ConfigError, suggest
@@ -44,31 +45,21 @@ _RANGE_KEYS = {"type", "low", "high", "step", "log"}
 _SPEC_KEYS = {"type", "choices", "joint"}
 
 
+@dataclass(frozen=True)
 class Parsed:
     """A parsed space: its tree, the keys that are containers of settings (kept nested in the
     settings, such as ``extra_options``), and the switch each setting only acts with."""
 
-    def __init__(self, root: Group, containers: frozenset[str], switches: dict[str, str]) -> None:
-        self.root = root
-        self.containers = containers
-        self.switches = switches
+    root: Group
+    containers: frozenset[str]
+    switches: dict[str, str]
 
 
 def parse_space(
-    raw: Any,
-    *,
-    path: str = "search_space",
-    catalogues: Mapping[str, Catalogue] | None = None,
-) -> Group:
-    """Parse one space (a dict in either dialect) into its tree, validating it completely
-    against ``catalogues`` (default: every registered backend's)."""
-    return parse(raw, path=path, catalogues=catalogues).root
-
-
-def parse(
     raw: Any, *, path: str = "search_space", catalogues: Mapping[str, Catalogue] | None = None
 ) -> Parsed:
-    """:func:`parse_space` with the facts the space needs besides the tree."""
+    """Parse one space (a dict in either dialect) into its tree, validating it completely
+    against ``catalogues`` (default: every registered backend's)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(path, f"expected a mapping of settings, got {_kind(raw)}")
     if not raw:

@@ -12,7 +12,7 @@ from typing import Any
 
 from raysearch.errors import ConfigError
 from raysearch.space.catalogue import Catalogue
-from raysearch.space.parse import parse
+from raysearch.space.parse import parse_space
 from raysearch.space.rules import RULES, Rule
 from raysearch.space.tree import Categorical, Condition, FloatRange, Group, IntRange, Param
 
@@ -119,7 +119,7 @@ class SearchSpace:
     ) -> SearchSpace:
         """Parse ``raw`` and validate it against the catalogues of its backends (default:
         every registered backend's)."""
-        parsed = parse(raw, path=path, catalogues=catalogues)
+        parsed = parse_space(raw, path=path, catalogues=catalogues)
         return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
 
     def _switch_rule(self) -> Rule:
