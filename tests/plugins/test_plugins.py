@@ -129,3 +129,13 @@ def test_a_config_names_its_plugins_and_a_missing_one_is_one_line(make_config):
     assert str(info.value).startswith(
         "plugins[0]: cannot import 'tests.plugins.no_such_plugin': No module named"
     )
+
+
+def test_plugins_must_be_a_list_of_module_names(make_config):
+    from raysearch.config import SearchConfig
+
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(make_config(plugins="tests.plugins.toy_backend"))
+    assert str(info.value) == (
+        "plugins: expected a list of module names, got 'tests.plugins.toy_backend'"
+    )

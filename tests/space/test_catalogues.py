@@ -41,3 +41,44 @@ def test_a_setting_is_stripped_while_its_switch_is_off():
 def test_only_the_given_catalogues_validate():
     with pytest.raises(ConfigError, match=r"search_space.per_channel: unknown key"):
         SearchSpace.parse({"quantizer": "lab", "per_channel": [True]}, catalogues={"lab": LAB})
+
+
+OTHER = Catalogue(
+    "other",
+    {"quantizer": QUANTIZER, "strength": OptionSpec("int", "how strong", low=1)},
+    aliases={"": {"level": "strength"}},
+)
+LAB_ALIASED = Catalogue("lab", dict(LAB.settings), aliases={"": {"level": "include_x"}})
+
+
+@pytest.mark.parametrize(
+    "raw, catalogues, message",
+    [
+        (
+            {"quantizer": {"type": "int", "low": 1, "high": 2}},
+            {"lab": LAB},
+            "search_space.quantizer: expected a list of backend names",
+        ),
+        (
+            {"pair": {"joint": ["include_x", "include_x"], "choices": [[True, True]]}},
+            {"lab": LAB},
+            "search_space.pair.joint: names a setting twice: include_x, include_x",
+        ),
+        (
+            {"quantizer": ["lab", "other"], "level": [1]},
+            {"lab": LAB_ALIASED, "other": OTHER},
+            "search_space.level: 'level' means include_x, strength to different backends",
+        ),
+        (
+            {"include_x": [True]},
+            {"lab": LAB, "other": OTHER},
+            "quantizer: is required: the default backend 'ort' has no catalogue here "
+            "(known: lab, other)",
+        ),
+    ],
+    ids=["quantizer range", "joint twice", "alias of two meanings", "no default backend"],
+)
+def test_bad_spaces_against_given_catalogues_name_the_problem(raw, catalogues, message):
+    with pytest.raises(ConfigError) as info:
+        SearchSpace.parse(raw, catalogues=catalogues)
+    assert str(info.value) == message
