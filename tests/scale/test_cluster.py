@@ -3,31 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.drivers import run_driver
 from tests.reliability.helpers import calls
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _drive(work: Path, mode: str, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.scale._cluster_driver", mode, str(work), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((work / "driver.json").read_text()), proc
+    return run_driver(work, "tests.scale._cluster_driver", mode, str(work), *args)
 
 
 def _overlap(rows: list[dict]) -> int:

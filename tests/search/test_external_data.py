@@ -12,10 +12,7 @@ code of raysearch runs — each test checks that the quantized models do have th
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,11 +29,11 @@ from raysearch.evaluate import compute_metric
 from raysearch.modelfile import file_hash, place_model
 from raysearch.search import AutoSearch
 from raysearch.search.transfer import materialize_model, model_blob, node_local_dir
+from tests.drivers import run_driver
 from tests.external_models import external_locations, external_mlp_data, make_external_mlp
 from tests.models import IR_VERSION, OPSET
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -215,16 +212,7 @@ def test_a_model_over_2_gb_travels_through_the_object_store(tmp_path):
 
 
 def test_trials_on_another_node_get_the_model_and_send_back_theirs_as_files(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.search._external_driver", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    driver = json.loads((tmp_path / "driver.json").read_text())
+    driver, _ = run_driver(tmp_path, "tests.search._external_driver", str(tmp_path))
     out = tmp_path / "out"
     journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     assert len(journal) == 8 and all(r["status"] == "ok" for r in journal)
