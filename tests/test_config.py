@@ -465,3 +465,22 @@ def test_cli_refuses_fine_tuning_keys_before_anything_runs(tmp_path, files, caps
             "(AdaRound/AdaQuant) is not available in raysearch yet"
         )
     assert not (tmp_path / "raysearch_output").exists()
+
+
+def test_cli_output_piped_into_a_reader_that_stops_early_is_no_error():
+    """``raysearch spaces | head -1``: the reader has closed the pipe by the time raysearch
+    writes; raysearch exits 0 and says nothing (it used to report an internal error)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "read, write = os.pipe()\n"
+        "os.close(read)\n"  # the reader is gone before anything is written
+        "os.dup2(write, 1)\n"
+        "sys.stdout.reconfigure(line_buffering=True)\n"  # each line written at once
+        "from raysearch.cli import main\n"
+        "sys.exit(main(['spaces']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (0, "")
