@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 import raysearch.quantize.options  # noqa: F401  (registers the ``ort`` catalogue)
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import ConfigError, InputError
+from raysearch.quantize.technique import registered_techniques as _techniques
 from raysearch.space import SearchSpace
+
+_techniques()  # the built-in techniques register their settings in every catalogue
 
 __version__ = "0.1.0"
 __all__ = [

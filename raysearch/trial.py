@@ -48,6 +48,7 @@ from raysearch.providers import (
 )
 from raysearch.quantize._pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
+from raysearch.quantize.technique import TechniqueContext
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -78,6 +79,9 @@ class TrialResult:
     latency_ms: float | None = None
     device: str = "cpu"
     extra: dict[str, float] = field(default_factory=dict)
+    #: Rows of the sensitivity rankings computed for this trial (the search writes them to
+    #: ``sensitivity.parquet``); None when none was.
+    sensitivity: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -183,6 +187,14 @@ class TrialRunner:
         self.techniques = TechniquePipeline(
             self.model_path, calibration, providers=self.session_providers, threads=self.threads
         )
+        self.techniques.context = TechniqueContext(
+            quantize=self._quantize_plain,
+            score=self._score_only,
+            calibration=calibration,
+            higher_is_better=evaluator.higher_is_better,
+            cache_dir=os.fspath(self.cache_dir) if self.cache_dir else None,
+        )
+        self._float_latency: float | None = None
         if evaluator.needs_reference and evaluation is None:
             raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
 
@@ -283,7 +295,10 @@ class TrialRunner:
         else:
             reference = None
             float_score = self.float_score
-        info = self._quantize(name, plan, out_path)
+        try:
+            info = self._quantize(name, plan, out_path)
+        finally:
+            result.sensitivity = plan.rankings or None
         result.calibration_s = info.calibration_s
         result.quantization_s = info.quantization_s
         result.calib_cache_hit = info.calib_cache_hit
@@ -300,8 +315,12 @@ class TrialRunner:
         finally:
             result.evaluation_s = time.perf_counter() - evaluation_start
         result.metric = score.metric
-        result.extra = score.extra
+        result.extra = {**score.extra, **plan.report}
         result.latency_ms = latency
+        if latency is not None and self.measure_latency:
+            ratio = self._latency_vs_float(out_path)
+            if ratio is not None:
+                result.extra["latency_vs_float"] = ratio
         result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
         result.status = "ok"
 
@@ -316,6 +335,34 @@ class TrialRunner:
         if plan.quantized_steps:
             info.quantization_s += self.techniques.finish(plan, out_path, float_path)
         return info
+
+    # -- what techniques borrow (TechniqueContext) -------------------------------------------
+    def _quantize_plain(self, float_path: str, settings: Mapping[str, Any], out_path: str) -> None:
+        """Quantize ``float_path`` with backend ``settings`` (no technique applied)."""
+        name = settings.get("quantizer") or DEFAULT_BACKEND
+        self.backend(name, float_path).quantize(settings, out_path)
+
+    def _score_only(self, model_path: str) -> float | None:
+        """The search's metric of the model at ``model_path`` (no latency)."""
+        path = Path(model_path)
+        if self.evaluator.needs_reference:
+            session = make_session(path, self.threads, providers=self.session_providers)
+            try:
+                outputs, _ = run_model(session, self.evaluation)  # type: ignore[arg-type]
+            finally:
+                del session
+            return self.evaluator.score(outputs=outputs, reference=self.float_reference).metric
+        return self.evaluator.score_model(path, self.providers).metric
+
+    def _latency_vs_float(self, model_path: Path) -> float | None:
+        """The quantized model's latency over the float model's, both timed on the first
+        evaluation batch the same way (the float model once per process)."""
+        if self._float_latency is None:
+            self._float_latency = self._latency(Path(self.model_path))
+        quantized = self._latency(model_path)
+        if not self._float_latency or quantized is None:
+            return None
+        return quantized / self._float_latency
 
     def _score_outputs(
         self, model_path: Path, reference: FloatReference

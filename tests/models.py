@@ -28,6 +28,8 @@ __all__ = [
     "make_encoder_model",
     "make_nan_model",
     "make_static_batch_model",
+    "make_outlier_model",
+    "outlier_data",
     "mlp_data",
     "conv_data",
     "encoder_data",
@@ -255,3 +257,43 @@ def make_static_batch_model(path: str | Path, features: int = 4) -> Path:
         [_init("two", np.array(2.0, np.float32))],
     )
     return _save(graph, path)
+
+
+def make_outlier_model(
+    path: str | Path, layers: int = 8, outlier: int = 4, width: int = 16, seed: int = 5
+) -> Path:
+    """A chain of ``layers`` MatMuls (``mm0`` ... with outputs ``h0`` ..., ``y`` the last)
+    whose ``mm{outlier}`` output has one outlier channel (column 0 of its weight x 300; row 0
+    of the next weight / 300, so the float function is a plain chain). Quantized per tensor,
+    that output's other channels are crushed: the one tensor that loses the accuracy.
+
+    Input ``x`` float32 ``[N, width]``, output ``y`` float32 ``[N, width]``.
+    """
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    previous = "x"
+    for i in range(layers):
+        weight = rng.normal(0, 1 / np.sqrt(width), (width, width)).astype(np.float32)
+        weight += np.eye(width, dtype=np.float32)  # keep the signal alive along the chain
+        if i == outlier:
+            weight[:, 0] *= 300.0
+        if i == outlier + 1:
+            weight[0, :] /= 300.0
+        output = "y" if i == layers - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [previous, f"w{i}"], [output], name=f"mm{i}"))
+        inits.append(_init(f"w{i}", weight))
+        previous = output
+    graph = helper.make_graph(
+        nodes,
+        "outlier_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+        inits,
+    )
+    return _save(graph, path)
+
+
+def outlier_data(n: int, width: int = 16, seed: int = 6) -> dict[str, np.ndarray]:
+    """``{"x": float32 [n, width]}`` drawn from a standard normal distribution."""
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(0, 1, (n, width)).astype(np.float32)}

@@ -34,7 +34,7 @@ Example:
 """
 
 from raysearch.outputs._best import fixed_space
-from raysearch.outputs._records import best_record
+from raysearch.outputs._records import best_record, better
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
 from raysearch.outputs._writer import write_outputs
 
@@ -43,5 +43,6 @@ __all__ = [
     "results_table",
     "fixed_space",
     "best_record",
+    "better",
     "RESULT_COLUMNS",
 ]

@@ -32,17 +32,43 @@ def order(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(records, key=key)
 
 
+def promoted(record: Mapping[str, Any]) -> float:
+    """How many tensors the record's setting kept at higher precision (mixed precision)."""
+    extra = record.get("extra")
+    value = extra.get("promoted") if isinstance(extra, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def better(
+    record: Mapping[str, Any], than: Mapping[str, Any] | None, higher_is_better: bool
+) -> bool:
+    """Whether ``record`` (a complete trial) beats ``than``: a better metric, or the same
+    metric with fewer tensors promoted (the faster model wins a tie).
+
+    Example:
+        >>> a = {"status": "ok", "metric": 0.9, "extra": {"promoted": 2}}
+        >>> b = {"status": "ok", "metric": 0.9, "extra": {"promoted": 0}}
+        >>> better(b, a, True), better(a, b, True)
+        (True, False)
+    """
+    metric = finite(record.get("metric"))
+    if record.get("status") != "ok" or metric is None:
+        return False
+    if than is None:
+        return True
+    best = finite(than.get("metric"))
+    if best is None or metric != best:
+        return best is None or (metric > best if higher_is_better else metric < best)
+    return promoted(record) < promoted(than)
+
+
 def best_record(
     records: Sequence[Mapping[str, Any]], higher_is_better: bool
 ) -> Mapping[str, Any] | None:
-    """The complete trial with the best metric (the earliest one on a tie), or None."""
+    """The complete trial with the best metric (fewest tensors promoted, then the earliest
+    one on a tie), or None."""
     best = None
     for record in order(records):
-        metric = finite(record.get("metric"))
-        if record.get("status") != "ok" or metric is None:
-            continue
-        if best is None or (
-            metric > best["metric"] if higher_is_better else metric < best["metric"]
-        ):
+        if better(record, best, higher_is_better):
             best = record
     return best

@@ -35,6 +35,7 @@ from raysearch.quantize.technique import (
     FloatModelTransform,
     QuantizedModelTransform,
     Technique,
+    TechniqueContext,
     TensorOverrideProducer,
     TensorOverrides,
     registered_techniques,
@@ -69,6 +70,11 @@ class Plan:
     override_steps: list[tuple[TensorOverrideProducer, str]] = field(default_factory=list)
     quantized_steps: list[tuple[QuantizedModelTransform, str]] = field(default_factory=list)
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: What the override producers reported (``promoted``, ...), merged; filled by
+    #: :meth:`TechniquePipeline.backend_settings`.
+    report: dict[str, float] = field(default_factory=dict)
+    #: Rows of the sensitivity rankings the producers used.
+    rankings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def active(self) -> list[str]:
@@ -168,6 +174,8 @@ class TechniquePipeline:
         self.calibration = calibration
         self.providers = list(providers) if providers else None
         self.threads = threads
+        #: Lent to every technique before it runs (the trial sets it).
+        self.context: TechniqueContext | None = None
         self._instances: dict[str, Technique] = {}
         self._models: OrderedDict[tuple[tuple[str, str], ...], str] = OrderedDict()
         self._workdir: str | None = None
@@ -216,7 +224,10 @@ class TechniquePipeline:
         """The settings the backend gets: technique keys removed, tensor overrides merged."""
         settings = plan.backend_settings
         for technique, _ in plan.override_steps:
-            settings = merge_overrides(settings, technique.overrides(float_path, plan.settings))
+            overrides = technique.overrides(float_path, plan.settings)
+            settings = merge_overrides(settings, overrides)
+            plan.report.update(overrides.report)
+            plan.rankings += overrides.rankings
         return settings
 
     def finish(self, plan: Plan, quantized_path: str | os.PathLike, float_path: str) -> float:
@@ -241,6 +252,7 @@ class TechniquePipeline:
     def _instance(self, cls: type[Technique]) -> Technique:
         if cls.name not in self._instances or type(self._instances[cls.name]) is not cls:
             self._instances[cls.name] = cls(providers=self.providers, threads=self.threads)
+        self._instances[cls.name].context = self.context
         return self._instances[cls.name]
 
     def _target(self, chain: tuple[tuple[str, str], ...]) -> str:

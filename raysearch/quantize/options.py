@@ -85,6 +85,7 @@ EXTRA_OPTIONS: dict[str, OptionSpec] = {
     "QDQKeepRemovableActivations": _bool("keep Relu/Clip in the QDQ graph"),
     "QDQDisableWeightAdjustForInt32Bias": _bool("do not adjust weight scales for int32 bias"),
     "UseQDQContribOps": _bool("use com.microsoft Q/DQ ops"),
+    "QuantizeBias": _bool("quantize biases to int32 (default true; false keeps them float)"),
     "MinimumRealRange": OptionSpec("float", "minimum rmax - rmin", low=0.0),
     "TensorQuantOverrides": OptionSpec("dict", "per-tensor overrides"),
     "CalibTensorRangeSymmetric": _bool("symmetric calibrated ranges", calib=True),

@@ -32,7 +32,7 @@ Example:
     ...     def overrides(self, model_path, settings):
     ...         return TensorOverrides(nodes_to_exclude=["fc2"])
     >>> sorted(BUILTIN_TECHNIQUES)
-    []
+    ['mixed_precision']
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ __all__ = [
     "TensorOverrideProducer",
     "QuantizedModelTransform",
     "TensorOverrides",
+    "TechniqueContext",
     "register_technique",
     "get_technique",
     "available_techniques",
@@ -73,9 +74,27 @@ OVERRIDES = "tensor_overrides"
 QUANTIZED = "quantized_transform"
 
 #: Techniques shipped with raysearch: registry key -> module that registers it when imported.
-BUILTIN_TECHNIQUES: dict[str, str] = {}
+BUILTIN_TECHNIQUES: dict[str, str] = {
+    "mixed_precision": "raysearch.quantize.mixed_precision",
+}
 
 _REGISTRY: dict[str, type[Technique]] = {}
+
+
+@dataclass
+class TechniqueContext:
+    """What a trial lends its techniques (set as :attr:`Technique.context` before a trial):
+    ``quantize(float_path, backend_settings, out_path)`` runs the trial's backend (with its
+    calibration cache), ``score(model_path)`` the search's metric on the evaluation data (None
+    when it cannot be computed), ``calibration`` the calibration data, ``higher_is_better``
+    the metric's direction, and ``cache_dir`` the
+    folder the processes of a node share (None: nothing is kept on disk)."""
+
+    quantize: Callable[[str, Mapping[str, Any], str], None]
+    score: Callable[[str], float | None]
+    calibration: DataSource
+    higher_is_better: bool = False
+    cache_dir: str | None = None
 
 
 class Technique(abc.ABC):
@@ -102,6 +121,9 @@ class Technique(abc.ABC):
         on_gpu = any(name != "CPUExecutionProvider" for name in provider_names(given))
         self.providers = given if not on_gpu or "gpu" in self.devices else ["CPUExecutionProvider"]
         self.threads = threads
+        #: Set by the trial before each use; None outside a trial (a technique that needs it
+        #: raises then).
+        self.context: TechniqueContext | None = None
 
     @abc.abstractmethod
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
@@ -138,6 +160,10 @@ class TensorOverrides:
 
     tensor_quant_overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     nodes_to_exclude: list[str] = field(default_factory=list)
+    #: Numbers the trial records in its result (``promoted``: tensors promoted, ...).
+    report: dict[str, float] = field(default_factory=dict)
+    #: Rows of the sensitivity rankings used (the search writes them to sensitivity.parquet).
+    rankings: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TensorOverrideProducer(Technique):

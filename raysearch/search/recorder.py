@@ -31,6 +31,12 @@ from typing import Any
 from ray import tune
 
 from raysearch.modelfile import place_model, remove_model
+from raysearch.outputs import better
+from raysearch.quantize.sensitivity import (
+    SENSITIVITY_FILE,
+    read_sensitivity_table,
+    write_sensitivity_table,
+)
 from raysearch.search.journal import Journal
 from raysearch.search.layout import CANDIDATES, KEPT
 from raysearch.search.transfer import current_node_id, take_model
@@ -95,6 +101,8 @@ class TrialRecorder(tune.Callback):
         self.recorded: set[str] = {str(r.get("trial_id")) for r in prior}
         self.best: dict[str, Any] | None = None
         self._node_id: str | None = None
+        # Rows of sensitivity.parquet: the rankings trials computed, once per (base, rank_by).
+        self._sensitivity = read_sensitivity_table(self.output_dir / SENSITIVITY_FILE)
         for record in prior:
             if self._better(record):
                 self.best = record
@@ -130,6 +138,7 @@ class TrialRecorder(tune.Callback):
         trial_id = trial.trial_id
         record["metric"] = _finite(record.get("metric")) if record["status"] == "ok" else None
         record["is_candidate"] = bool(record.get("is_candidate")) and record["status"] == "ok"
+        self._add_sensitivity(record.pop("sensitivity", None))
         full = {
             "trial_id": trial_id,
             "number": config.get("number"),
@@ -152,14 +161,15 @@ class TrialRecorder(tune.Callback):
             self.on_record(full)
         return full
 
+    def _add_sensitivity(self, rows: list[dict[str, Any]] | None) -> None:
+        known = {(r.get("base"), r.get("rank_by")) for r in self._sensitivity}
+        new = [r for r in rows or () if (r.get("base"), r.get("rank_by")) not in known]
+        if new:
+            self._sensitivity += new
+            write_sensitivity_table(self.output_dir / SENSITIVITY_FILE, self._sensitivity)
+
     def _better(self, record: dict[str, Any]) -> bool:
-        metric = _finite(record.get("metric"))
-        if record.get("status") != "ok" or metric is None:
-            return False
-        if self.best is None:
-            return True
-        best = self.best["metric"]
-        return metric > best if self.higher_is_better else metric < best
+        return better(record, self.best, self.higher_is_better)
 
     def _place_model(self, trial_id: str, record: dict[str, Any]) -> str | None:
         source = record.get("model_path")
