@@ -164,12 +164,12 @@ class StrategyContext:
     records: list[dict[str, Any]] = field(default_factory=list)
 
     def best(self) -> dict[str, Any] | None:
-        """The finished record with the best metric so far (None: none has one)."""
-        scored = [r for r in self.records if isinstance(r.get("metric"), (int, float))]
-        if not scored:
-            return None
-        pick = max if self.mode == "max" else min
-        return pick(scored, key=lambda r: r["metric"])
+        """The finished record with the best metric so far, fewer tensors promoted on a tie
+        (None: none has one)."""
+        from raysearch.outputs import best_record
+
+        best = best_record(self.records, self.mode == "max")
+        return dict(best) if best is not None else None
 
 
 #: A strategy: the phases of a search, built from its context.
@@ -195,6 +195,8 @@ BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
     "GPS": StrategyInfo("raysearch.search.searchers", ("gps", "gp"), ("torch", "scipy")),
     "NSGAII": StrategyInfo("raysearch.search.searchers", ("nsgaii", "nsga2", "nsga-ii")),
     "QMC": StrategyInfo("raysearch.search.searchers", ("qmc",), ("scipy",)),
+    "Fallback": StrategyInfo("raysearch.search._fallback", ("fallback", "mse_v2")),
+    "Conservative": StrategyInfo("raysearch.search._fallback", ("conservative",)),
 }
 
 _logger = logging.getLogger(__name__)

@@ -197,7 +197,8 @@ BAD_CONFIGS = [
     (
         "unknown search algorithm",
         {"search_algo": "Bayes"},
-        "search_algo: expected one of Grid, Random, TPE, CmaEs, GPS, NSGAII, QMC, got 'Bayes'",
+        "search_algo: expected one of Grid, Random, TPE, CmaEs, GPS, NSGAII, QMC, Fallback, "
+        "Conservative, got 'Bayes'",
     ),
     ("unknown metric", {"metric": "L3"}, "metric: unknown metric 'L3'"),
     (
@@ -419,7 +420,7 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
     for name, path in presets.items():
         raw = yaml.safe_load(path.read_text())["search_space"]
         assert sizes[name] == len(SearchSpace.parse(raw, path=name).expand()), name
-    assert sizes["A8W8_SEARCH"] == 48 and sizes["A16W8_SEARCH"] == 48
+    assert sizes["A8W8_SEARCH"] == 672 and sizes["A16W8_SEARCH"] == 48
     assert sizes["XINT8_SEARCH"] == 8
 
 

@@ -45,7 +45,11 @@ __all__ = [
 _logger = logging.getLogger("raysearch.search.searchers")
 
 #: Search algorithms run as Optuna samplers (every built-in strategy but Grid).
-SAMPLER_ALGOS = tuple(name for name in BUILTIN_STRATEGIES if name != "Grid")
+SAMPLER_ALGOS = tuple(
+    name
+    for name, info in BUILTIN_STRATEGIES.items()
+    if name != "Grid" and info.module == "raysearch.search.searchers"
+)
 #: Python packages each sampler needs beyond optuna itself (import names).
 ALGO_REQUIREMENTS: dict[str, tuple[str, ...]] = dict(requirements())
 _PRELOAD: dict[str, tuple[str, ...]] = {

@@ -303,6 +303,7 @@ class SettingSearcher(Searcher):
         state.finished_ids.add(trial_id)
         metric = None if (error or not result) else _metric(result.get("metric"))
         self.done[proposal.key] = metric
+        candidate, extra = _reported(None if error else result)
         self.context.records.append(
             {
                 "trial_id": trial_id,
@@ -312,6 +313,8 @@ class SettingSearcher(Searcher):
                 "settings": proposal.settings,
                 "metric": metric,
                 "status": "failed" if error or metric is None else "ok",
+                "is_candidate": candidate and metric is not None,
+                "extra": extra,
             }
         )
         if position is not None:
@@ -334,3 +337,25 @@ def _metric(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _reported(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
+    """What a trial reported beyond its metric: whether it is a candidate, and its ``extra``
+    (``promoted``, ``ranked`` of mixed precision, which a fallback strategy reads). Tune hands
+    a searcher the result flattened (``trial/extra/promoted``); a direct call may nest it.
+
+    Example:
+        >>> _reported({"trial/is_candidate": True, "trial/extra/ranked": 9.0})
+        (True, {'ranked': 9.0})
+        >>> _reported({"trial": {"is_candidate": False, "extra": {"promoted": 1.0}}})
+        (False, {'promoted': 1.0})
+    """
+    if not result:
+        return False, {}
+    trial = result.get("trial")
+    if isinstance(trial, dict):
+        extra = trial.get("extra")
+        return bool(trial.get("is_candidate")), dict(extra) if isinstance(extra, dict) else {}
+    prefix = "trial/extra/"
+    extra = {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
+    return bool(result.get("trial/is_candidate")), extra
