@@ -274,10 +274,11 @@ def sqnr_ranking(
 
     float_model = onnx.load(os.fspath(float_path), load_external_data=False)
     qdq_model = onnx.load(os.fspath(quantized_path), load_external_data=False)
-    batches = max(1, math.ceil(min(samples, len(data)) / max(1, data.samples_per_batch)))
+    shapes = _static_shapes(float_model)
+    noise = _NoiseSums(shapes)
     workdir = tempfile.mkdtemp(prefix="raysearch-sensitivity-")
     try:
-        activations = {}
+        sessions = {}
         for label, path in (("float", float_path), ("qdq", quantized_path)):
             # ONNX Runtime's augmenter writes a shape-inferred copy beside its input and
             # deletes it: given the user's file, it would write into their folder, and two
@@ -288,12 +289,16 @@ def sqnr_ranking(
             debug.modify_model_output_intermediate_tensors(
                 local, augmented, save_as_external_data=True
             )
-            activations[label] = debug.collect_activations(
-                augmented, data.reader(0, batches), execution_providers=_names(providers)
-            )
-        matching = debug.create_activation_matching(activations["qdq"], activations["float"])
+            sessions[label] = _debug_session(augmented, providers)
+        # ONNX Runtime's collect_activations keeps every tensor of every batch (gigabytes for
+        # a transformer): the same outputs are run here a few samples at a time and only
+        # per-channel sums of squares are kept.
+        for feed in _slices(data, samples):
+            outputs = {label: _saved(session, feed) for label, session in sessions.items()}
+            matching = debug.create_activation_matching(outputs["qdq"], outputs["float"])
+            for tensor, match in matching.items():
+                noise.add(tensor, match)
         with np.errstate(divide="ignore", invalid="ignore"):
-            errors = debug.compute_activation_error(matching)
             weights = debug.compute_weight_error(
                 debug.create_weight_matching(os.fspath(float_path), os.fspath(quantized_path)),
                 # ONNX Runtime 1.31's own error function fails on a scalar weight (len() of a
@@ -304,8 +309,8 @@ def sqnr_ranking(
             )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    errors = noise.errors()
 
-    shapes = _static_shapes(float_model)
     producers = {o: n for n in float_model.graph.node for o in n.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in float_model.graph.node:
@@ -319,7 +324,7 @@ def sqnr_ranking(
         if node is None:
             continue
         weight = [weights[i] for i in node.input if i in weights]
-        channel_sqnr = _channel_sqnr(matching[tensor], shapes.get(tensor))
+        channel_sqnr = error.get("channel_err")
         adjacent = [producers.get(tensor), *consumers.get(tensor, [])]
         float_nodes = [n.name for n in adjacent if n is not None and n.name in quantized]
         entries.append(
@@ -360,30 +365,101 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _channel_sqnr(
-    match: Mapping[str, Sequence[np.ndarray]], shape: tuple[int, ...] | None
-) -> float | None:
-    """Median over channels of the SQNR (dB) of ``pre_qdq`` against ``post_qdq``; None when
-    the flattened batches cannot be put back into ``shape``."""
-    if not shape:
-        return None
-    per_sample = int(np.prod(shape))
-    axis = 1 if len(shape) == 3 else len(shape)  # NCHW: channels first; else the last axis
-    try:
-        pre = np.concatenate([np.asarray(b).reshape(-1, *shape) for b in match["pre_qdq"]])
-        post = np.concatenate([np.asarray(b).reshape(-1, *shape) for b in match["post_qdq"]])
-    except ValueError:
-        return None
-    if pre.size == 0 or pre.size % per_sample:
-        return None
-    pre = np.moveaxis(pre.astype(np.float64), axis, -1).reshape(-1, pre.shape[axis])
-    post = np.moveaxis(post.astype(np.float64), axis, -1).reshape(-1, post.shape[axis])
-    eps = np.finfo(np.float32).eps
-    signal = np.maximum(np.linalg.norm(pre, axis=0), eps)
-    noise = np.maximum(np.linalg.norm(pre - post, axis=0), eps)
-    ratios = 20.0 * np.log10(signal / noise)
-    ratios = ratios[np.isfinite(ratios)]
-    return float(np.median(ratios)) if ratios.size else None
+#: Samples run through the augmented models at a time (every intermediate tensor is an output).
+_SLICE = 4
+_SAVED = "_ReshapedSavedOutput"  # qdq_loss_debug's suffix of a saved tensor's output
+
+
+def _debug_session(path: str, providers: Sequence[Any] | None) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(path, options, providers=_names(providers))
+
+
+def _slices(data: DataSource, samples: int) -> Iterable[dict[str, np.ndarray]]:
+    """Feeds of at most :data:`_SLICE` samples covering the first ``samples`` of ``data``."""
+    left = min(samples, len(data))
+    for feed in data.batches():
+        rows = len(next(iter(feed.values())))
+        for first in range(0, rows, _SLICE):
+            if left <= 0:
+                return
+            take = min(_SLICE, left, rows - first)
+            yield {name: array[first : first + take] for name, array in feed.items()}
+            left -= take
+
+
+def _saved(session: Any, feed: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(None, dict(feed))
+    return {
+        name[: -len(_SAVED)]: [value]
+        for name, value in zip(names, values, strict=True)
+        if name.endswith(_SAVED)
+    }
+
+
+class _NoiseSums:
+    """Sums of squares per tensor (and per channel where the shape is known) of the signal
+    and of its quantization noise (``pre_qdq - post_qdq``) and of the error against float."""
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.shapes = shapes
+        self.sums: dict[str, dict[str, Any]] = {}
+
+    def add(self, tensor: str, match: Mapping[str, Sequence[np.ndarray]]) -> None:
+        pre = np.asarray(match["pre_qdq"][0], dtype=np.float64)
+        post = np.asarray(match["post_qdq"][0], dtype=np.float64)
+        if pre.shape != post.shape or not pre.size:
+            return
+        sums = self.sums.setdefault(tensor, {"signal": 0.0, "noise": 0.0, "x": 0.0, "xn": 0.0})
+        finite = np.isfinite(pre) & np.isfinite(post)
+        pre, post = np.where(finite, pre, 0.0), np.where(finite, post, 0.0)
+        sums["signal"] += float(np.sum(pre**2))
+        sums["noise"] += float(np.sum((pre - post) ** 2))
+        floats = match.get("float")
+        if floats:
+            reference = np.asarray(floats[0], dtype=np.float64)
+            if reference.shape == post.shape:
+                reference = np.where(np.isfinite(reference), reference, 0.0)
+                sums["x"] += float(np.sum(reference**2))
+                sums["xn"] += float(np.sum((reference - post) ** 2))
+        shape = self.shapes.get(tensor)
+        if shape and pre.size % int(np.prod(shape)) == 0:
+            axis = 1 if len(shape) == 3 else len(shape)  # NCHW: channels first; else last
+            pre = np.moveaxis(pre.reshape(-1, *shape), axis, -1)
+            post = np.moveaxis(post.reshape(-1, *shape), axis, -1)
+            channels = pre.shape[-1]
+            signal = np.sum(pre.reshape(-1, channels) ** 2, axis=0)
+            noise = np.sum((pre - post).reshape(-1, channels) ** 2, axis=0)
+            sums["channel_signal"] = sums.get("channel_signal", 0.0) + signal
+            sums["channel_noise"] = sums.get("channel_noise", 0.0) + noise
+
+    def errors(self) -> dict[str, dict[str, float | None]]:
+        """Per tensor: ``qdq_err`` (dB, whole tensor), ``xmodel_err`` (dB, against float) and
+        ``channel_err`` (dB, median over channels; None without a known shape)."""
+        eps = float(np.finfo(np.float32).eps) ** 2
+        out: dict[str, dict[str, float | None]] = {}
+        for tensor, sums in self.sums.items():
+            channel = None
+            if "channel_signal" in sums:
+                ratios = 10.0 * np.log10(
+                    np.maximum(sums["channel_signal"], eps) / np.maximum(sums["channel_noise"], eps)
+                )
+                channel = float(np.median(ratios))
+            out[tensor] = {
+                "qdq_err": _db(sums["signal"], sums["noise"], eps),
+                "xmodel_err": _db(sums["x"], sums["xn"], eps) if sums["x"] else None,
+                "channel_err": channel,
+            }
+        return out
+
+
+def _db(signal: float, noise: float, eps: float) -> float:
+    return float(10.0 * np.log10(max(signal, eps) / max(noise, eps)))
 
 
 def metric_ranking(

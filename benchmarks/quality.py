@@ -1,0 +1,181 @@
+"""Benchmark: the quality a search reaches with the A8W8_SEARCH preset (mixed precision and
+output quantization included), TPE, at most 30 trials, 2 at a time, on real models.
+
+Models (``--models``):
+
+- ``magika`` (``../shared/models/magika``): top-1 agreement with the float model on its 500
+  evaluation rows (a custom evaluator, ``_quality_evaluators.magika_top1``).
+- ``ppocr_rec`` (``../shared/models/ppocr_rec``): char accuracy with the model's own evaluator
+  (``evaluator:char_accuracy``, float 0.991).
+- ``encoder``: the benchmark encoder (``_common.encoder_model``), cosine to float.
+
+For each: the best metric, the best among the same search's settings that promote nothing
+(plain ONNX Runtime settings, the baseline in the same run), tensors promoted, the share of
+MatMul/Gemm/Conv nodes left quantized in the best model, and its latency against float (the
+trial engine's ``latency_vs_float``: one batch, both models timed the same way).
+
+Run::
+
+    python benchmarks/quality.py                          # all three, 30 trials each
+    python benchmarks/quality.py --models magika --trials 10
+
+Writes ``benchmarks/results/quality.json`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import ROOT, Run, encoder_arrays, encoder_model, print_table, quiet  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "models"
+WEIGHTED = ("MatMul", "Gemm", "Conv")
+
+
+def _configs(work: Path, trials: int) -> dict[str, dict[str, Any]]:
+    common = {
+        "search_space": "A8W8_SEARCH",
+        "search_algo": "TPE",
+        "seed": 0,
+        "stop": {"iteration_limit": trials},
+        "resources": {"cpu_per_trial": 1, "max_concurrent_trials": 2},
+    }
+    magika = SHARED / "magika"
+    ppocr = SHARED / "ppocr_rec"
+    encoder = encoder_model(work / "encoder")
+    np.savez(work / "encoder_calib.npz", **encoder_arrays(64, seed=1))
+    np.savez(work / "encoder_eval.npz", **encoder_arrays(64, seed=2))
+    return {
+        "magika": {
+            **common,
+            "model": str(magika / "model.onnx"),
+            "calibration_data": str(magika / "calib.npz"),
+            "metric": "_quality_evaluators:magika_top1",
+            "higher_is_better": True,
+            "tolerance": 0.002,
+            "tolerance_mode": "absolute",
+        },
+        "ppocr_rec": {
+            **common,
+            "model": str(ppocr / "model.onnx"),
+            "calibration_data": str(ppocr / "calib.npz"),
+            "batch_size": 8,
+            "metric": "evaluator:char_accuracy",
+            "higher_is_better": True,
+            "tolerance": 0.01,
+            "tolerance_mode": "absolute",
+        },
+        "encoder": {
+            **common,
+            "model": str(encoder),
+            "calibration_data": str(work / "encoder_calib.npz"),
+            "evaluation_data": str(work / "encoder_eval.npz"),
+            "metric": "cos",
+            "tolerance": 0.999,
+        },
+    }
+
+
+def _quantized_share(model_path: Path, float_path: Path) -> float | None:
+    """Share of the float model's MatMul/Gemm/Conv nodes that read a dequantized input in
+    the quantized model (left int8 or int16, not float)."""
+    weighted = [
+        n.name
+        for n in onnx.load(str(float_path), load_external_data=False).graph.node
+        if n.op_type in WEIGHTED
+    ]
+    if not weighted:
+        return None
+    model = onnx.load(str(model_path), load_external_data=False)
+    dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    quantized = {
+        n.name for n in model.graph.node if n.op_type in WEIGHTED and any(i in dq for i in n.input)
+    }
+    return sum(name in quantized for name in weighted) / len(weighted)
+
+
+def _promoted(row: dict[str, Any]) -> float:
+    value = row.get("extra/promoted")
+    return float(value) if value is not None else 0.0
+
+
+def run_one(name: str, config: dict[str, Any], work: Path) -> dict[str, Any]:
+    from raysearch.search import AutoSearch
+
+    config = {**config, "output_dir": str(work / f"out-{name}")}
+    result = AutoSearch(config).run()
+    rows = [r for r in result.results.to_pylist() if r["status"] == "ok"]
+    best = max(rows, key=lambda r: (r["metric"], -_promoted(r)))
+    plain = [r["metric"] for r in rows if _promoted(r) == 0]
+    model_file = best.get("model_file")
+    share = (
+        _quantized_share(result.output_dir / model_file, Path(config["model"]))
+        if model_file
+        else None
+    )
+    return {
+        "model": name,
+        "trials": len(result.results),
+        "float": result.summary.get("float_metric"),
+        "best": best["metric"],
+        "best_plain_ort": max(plain) if plain else None,
+        "promoted": _promoted(best),
+        "weighted_nodes_quantized": share,
+        "latency_vs_float": best.get("extra/latency_vs_float"),
+        "best_params": {k[7:]: v for k, v in best.items() if k.startswith("params/")},
+        "wall_s": result.summary.get("wall_time_s"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="magika,ppocr_rec,encoder")
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    quiet()
+    import ray
+
+    run = Run("quality", args)
+    work = Path(tempfile.mkdtemp(prefix="raysearch-bench-quality-"))
+    magika = SHARED / "magika"
+    os.environ["RAYSEARCH_QUALITY_MAGIKA_EVAL"] = str(magika / "eval.npz")
+    os.environ["RAYSEARCH_QUALITY_MAGIKA_MODEL"] = str(magika / "model.onnx")
+    paths = [str(HERE), str(SHARED / "ppocr_rec"), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    sys.path[:0] = [str(HERE), str(SHARED / "ppocr_rec")]
+    ray.init(
+        num_cpus=os.cpu_count() or 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH",) + _ENV}},
+    )
+    rows = []
+    try:
+        configs = _configs(work, args.trials)
+        for name in args.models.split(","):
+            rows.append(run_one(name, configs[name], work))
+            print_table(rows[-1:], list(rows[-1])[:-2], title=name)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    run.write({"results": rows}, args.out)
+    return 0
+
+
+_ENV = ("RAYSEARCH_QUALITY_MAGIKA_EVAL", "RAYSEARCH_QUALITY_MAGIKA_MODEL")
+
+if __name__ == "__main__":
+    raise SystemExit(main())
