@@ -31,7 +31,7 @@ from typing import Any
 from ray import tune
 
 from raysearch.modelfile import place_model, remove_model
-from raysearch.outputs import better
+from raysearch.outputs._records import better
 from raysearch.quantize.sensitivity import (
     SENSITIVITY_FILE,
     read_sensitivity_table,
