@@ -421,7 +421,7 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
         raw = yaml.safe_load(path.read_text())["search_space"]
         assert sizes[name] == len(SearchSpace.parse(raw, path=name).expand()), name
     assert sizes["A8W8_SEARCH"] == 672 and sizes["A16W8_SEARCH"] == 48
-    assert sizes["XINT8_SEARCH"] == 8
+    assert sizes["XINT8_SEARCH"] == 48  # 8 calibration settings x output quantization x top_k
 
 
 def test_cli_validate_prints_grid_size_and_rule_drops(tmp_path, files, capsys):
