@@ -18,7 +18,18 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["replacing", "atomic_write_bytes", "atomic_write_text", "building_folder"]
+__all__ = [
+    "replacing",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "building_folder",
+    "file_lock",
+]
+
+try:  # POSIX file locks; elsewhere concurrent processes may compute the same thing twice
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
@@ -77,3 +88,26 @@ def building_folder(
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
+    """Hold an exclusive lock on the file at ``path`` (created, with its folder) for the
+    block, so that processes sharing a cache folder compute an entry once. A no-op when
+    ``path`` is None, the file cannot be created, or the platform has no file locks."""
+    if path is None or fcntl is None:
+        yield
+        return
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")  # noqa: SIM115 - closed below, after the unlock
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

@@ -36,6 +36,7 @@ __all__ = [
     "data_file_names",
     "model_files",
     "file_hash",
+    "FileHashes",
     "model_size_bytes",
     "place_model",
     "remove_model",
@@ -260,6 +261,21 @@ def file_hash(path: str | os.PathLike) -> str:
         digest.update(f"\0{location}\0".encode())
         _hash_file(digest, path.parent / location)
     return digest.hexdigest()
+
+
+class FileHashes:
+    """:func:`file_hash` remembered per file (its real path, modification time and size), so
+    a process that asks for the same model many times reads it once."""
+
+    def __init__(self) -> None:
+        self._hashes: dict[tuple[str, int, int], str] = {}
+
+    def __call__(self, path: str | os.PathLike) -> str:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_mtime_ns, st.st_size)
+        if key not in self._hashes:
+            self._hashes[key] = file_hash(path)
+        return self._hashes[key]
 
 
 def _hash_file(digest: Any, path: Path) -> None:

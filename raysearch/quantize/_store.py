@@ -21,7 +21,6 @@ import io
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,7 @@ from typing import Any
 import numpy as np
 from onnxruntime.quantization.calibrate import load_tensors_data, save_tensors_data
 
-from raysearch.fileio import atomic_write_bytes
-
-try:  # POSIX file locks; elsewhere concurrent processes may calibrate the same key twice
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from raysearch.fileio import atomic_write_bytes, file_lock
 
 __all__ = ["CacheStats", "Entry", "EntryStore"]
 
@@ -104,25 +98,9 @@ class EntryStore:
             except OSError as exc:
                 _logger.warning("could not write the calibration cache: %s", exc)
 
-    @contextlib.contextmanager
-    def lock(self, key: tuple[Any, ...]) -> Iterator[None]:
+    def lock(self, key: tuple[Any, ...]) -> contextlib.AbstractContextManager[None]:
         """Hold the file lock of ``key`` (a no-op without a ``cache_dir`` or file locks)."""
-        if self.cache_dir is None or fcntl is None:
-            yield
-            return
-        folder = self._key_dir(key)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            handle = open(folder / ".lock", "a")  # noqa: SIM115
-        except OSError:
-            yield
-            return
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
+        return file_lock(self._key_dir(key) / ".lock" if self.cache_dir is not None else None)
 
     def _remember(self, key: tuple[Any, ...], entry: Entry) -> None:
         for slot in [s for s, e in self._entries.items() if s[0] == key and e.kind == entry.kind]:

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxruntime.quantization.calibrate import CalibrationMethod, TensorsData
 
-from raysearch.modelfile import file_hash
+from raysearch.modelfile import FileHashes
 from raysearch.providers import provider_names
 from raysearch.quantize._calibrator import Calibrators
 from raysearch.quantize._histogram import bin_batches, compute_ranges, range_pass
@@ -146,7 +146,7 @@ class CalibrationCache:
         self._store = EntryStore(self.cache_dir, self.max_entries, self._stats)
         self._calibrators = Calibrators(threads, self._stats)
         self._computed: OrderedDict[tuple[Any, ...], TensorsData] = OrderedDict()
-        self._hashes: dict[tuple[str, int, int], str] = {}
+        self._model_hash = FileHashes()
         self._lock = threading.RLock()
 
     @property
@@ -300,10 +300,3 @@ class CalibrationCache:
         self._stats.calibrations += 1
         self._stats.calibration_s += elapsed
         _logger.info("calibrated %d tensors with %s in %.2f s", n_tensors, method, elapsed)
-
-    def _model_hash(self, model_path: str) -> str:
-        st = os.stat(model_path)
-        key = (os.path.realpath(model_path), st.st_mtime_ns, st.st_size)
-        if key not in self._hashes:
-            self._hashes[key] = file_hash(model_path)
-        return self._hashes[key]

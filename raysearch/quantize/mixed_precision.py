@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from raysearch.modelfile import FileHashes
 from raysearch.quantize.sensitivity import (
     Ranking,
     SensitivityEntry,
@@ -104,7 +105,7 @@ class MixedPrecision(TensorOverrideProducer):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._stores: dict[str | None, SensitivityStore] = {}
-        self._hashes: dict[tuple[str, int, int], str] = {}
+        self._model_hash = FileHashes()
         self._sent: set[str] = set()
 
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
@@ -235,15 +236,6 @@ class MixedPrecision(TensorOverrideProducer):
         if folder not in self._stores:
             self._stores[folder] = SensitivityStore(folder)
         return self._stores[folder]
-
-    def _model_hash(self, model_path: str) -> str:
-        from raysearch.modelfile import file_hash
-
-        st = os.stat(model_path)
-        key = (os.path.realpath(model_path), st.st_mtime_ns, st.st_size)
-        if key not in self._hashes:
-            self._hashes[key] = file_hash(model_path)
-        return self._hashes[key]
 
 
 def _top_k(options: Mapping[str, Any]) -> int:
