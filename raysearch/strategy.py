@@ -196,7 +196,7 @@ BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
     "NSGAII": StrategyInfo("raysearch.search.searchers", ("nsgaii", "nsga2", "nsga-ii")),
     "QMC": StrategyInfo("raysearch.search.searchers", ("qmc",), ("scipy",)),
     "Fallback": StrategyInfo("raysearch.search._fallback", ("fallback", "mse_v2")),
-    "Conservative": StrategyInfo("raysearch.search._fallback", ("conservative",)),
+    "Conservative": StrategyInfo("raysearch.search._conservative", ("conservative",)),
 }
 
 _logger = logging.getLogger(__name__)

@@ -5,12 +5,13 @@ much its quantization costs:
 
 - :func:`sqnr_ranking`, one pass: the signal-to-quantization-noise ratio of each tensor
   against its own quantize-dequantize in the base model (ONNX Runtime's
-  ``qdq_loss_debug``: ``modify_model_output_intermediate_tensors``, ``collect_activations``,
+  ``qdq_loss_debug``: ``modify_model_output_intermediate_tensors``,
   ``create_activation_matching``, ``compute_activation_error``, ``compute_weight_error``), on a
-  subset of the calibration data. Lowest SQNR first. Where the tensor's shape is known, the
-  SQNR is the median over its channels (axis 1 of a 4-D tensor, the last axis otherwise): a
-  whole-tensor SQNR is dominated by an outlier channel, which quantizes well, while the
-  channels it crushes are what the model loses.
+  subset of the calibration data, streamed a few samples at a time
+  (:mod:`raysearch.quantize._activation_noise`). Lowest SQNR first. Where the tensor's
+  shape is known, the SQNR is the median over its channels (axis 1 of a 4-D tensor, the
+  last axis otherwise): a whole-tensor SQNR is dominated by an outlier channel, which
+  quantizes well, while the channels it crushes are what the model loses.
 - :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time
   (16-bit or float), for the ``candidates`` lowest-SQNR entries; best metric first.
 
@@ -38,26 +39,18 @@ import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from raysearch.fileio import atomic_write_bytes
+from raysearch.fileio import atomic_write_bytes, file_lock
+from raysearch.quantize._activation_noise import activation_errors
 
 if TYPE_CHECKING:
     import onnx
 
     from raysearch.data import DataSource
-
-try:  # POSIX file locks; elsewhere concurrent processes may compute a ranking twice
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "SensitivityEntry",
@@ -159,7 +152,7 @@ class SensitivityStore:
         if key in self._memory:
             return self._memory[key]
         path = self.cache_dir / f"{key}.json" if self.cache_dir else None
-        with self._lock(key):
+        with file_lock(self.cache_dir / f"{key}.lock" if self.cache_dir else None):
             ranking = _read(path)
             if ranking is None:
                 ranking = compute()
@@ -169,24 +162,6 @@ class SensitivityStore:
                         atomic_write_bytes(path, ranking.to_json().encode())
         self._memory[key] = ranking
         return ranking
-
-    @contextlib.contextmanager
-    def _lock(self, key: str) -> Any:
-        if self.cache_dir is None or fcntl is None:
-            yield
-            return
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.cache_dir / f"{key}.lock", "a")  # noqa: SIM115
-        except OSError:
-            yield
-            return
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
 
 
 def _read(path: Path | None) -> Ranking | None:
@@ -270,46 +245,12 @@ def sqnr_ranking(
     ``float_path``) by their SQNR, lowest first, on the first ``samples`` samples of
     ``data``."""
     import onnx
-    from onnxruntime.quantization import qdq_loss_debug as debug
 
     float_model = onnx.load(os.fspath(float_path), load_external_data=False)
     qdq_model = onnx.load(os.fspath(quantized_path), load_external_data=False)
-    shapes = _static_shapes(float_model)
-    noise = _NoiseSums(shapes)
-    workdir = tempfile.mkdtemp(prefix="raysearch-sensitivity-")
-    try:
-        sessions = {}
-        for label, path in (("float", float_path), ("qdq", quantized_path)):
-            # ONNX Runtime's augmenter writes a shape-inferred copy beside its input and
-            # deletes it: given the user's file, it would write into their folder, and two
-            # processes would delete each other's copy. It gets a private copy instead.
-            local = os.path.join(workdir, f"{label}-input.onnx")
-            onnx.save(onnx.load(os.fspath(path)), local, save_as_external_data=True)
-            augmented = os.path.join(workdir, f"{label}.onnx")
-            debug.modify_model_output_intermediate_tensors(
-                local, augmented, save_as_external_data=True
-            )
-            sessions[label] = _debug_session(augmented, providers)
-        # ONNX Runtime's collect_activations keeps every tensor of every batch (gigabytes for
-        # a transformer): the same outputs are run here a few samples at a time and only
-        # per-channel sums of squares are kept.
-        for feed in _slices(data, samples):
-            outputs = {label: _saved(session, feed) for label, session in sessions.items()}
-            matching = debug.create_activation_matching(outputs["qdq"], outputs["float"])
-            for tensor, match in matching.items():
-                noise.add(tensor, match)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            weights = debug.compute_weight_error(
-                debug.create_weight_matching(os.fspath(float_path), os.fspath(quantized_path)),
-                # ONNX Runtime 1.31's own error function fails on a scalar weight (len() of a
-                # numpy scalar): the same SQNR on 1-D views.
-                lambda a, b: debug.compute_signal_to_quantization_noice_ratio(
-                    np.atleast_1d(a), np.atleast_1d(b)
-                ),
-            )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    errors = noise.errors()
+    errors, weights = activation_errors(
+        float_path, quantized_path, float_model, data, samples=samples, providers=providers
+    )
 
     producers = {o: n for n in float_model.graph.node for o in n.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -346,122 +287,6 @@ def sqnr_ranking(
     return Ranking(base_key, "sqnr", entries)
 
 
-def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape without its first (batch) dimension, for the tensors whose other
-    dimensions shape inference knows."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # shapes only refine the ranking; whole-tensor SQNR without them
-        return {}
-    graph = inferred.graph
-    shapes: dict[str, tuple[int, ...]] = {}
-    for info in [*graph.value_info, *graph.input, *graph.output]:
-        dims = info.type.tensor_type.shape.dim
-        rest = [d.dim_value if d.HasField("dim_value") else 0 for d in list(dims)[1:]]
-        if len(dims) >= 2 and all(v > 0 for v in rest):
-            shapes[info.name] = tuple(rest)
-    return shapes
-
-
-#: Samples run through the augmented models at a time (every intermediate tensor is an output).
-_SLICE = 4
-_SAVED = "_ReshapedSavedOutput"  # qdq_loss_debug's suffix of a saved tensor's output
-
-
-def _debug_session(path: str, providers: Sequence[Any] | None) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(path, options, providers=_names(providers))
-
-
-def _slices(data: DataSource, samples: int) -> Iterable[dict[str, np.ndarray]]:
-    """Feeds of at most :data:`_SLICE` samples covering the first ``samples`` of ``data``."""
-    left = min(samples, len(data))
-    for feed in data.batches():
-        rows = len(next(iter(feed.values())))
-        for first in range(0, rows, _SLICE):
-            if left <= 0:
-                return
-            take = min(_SLICE, left, rows - first)
-            yield {name: array[first : first + take] for name, array in feed.items()}
-            left -= take
-
-
-def _saved(session: Any, feed: Mapping[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
-    names = [o.name for o in session.get_outputs()]
-    values = session.run(None, dict(feed))
-    return {
-        name[: -len(_SAVED)]: [value]
-        for name, value in zip(names, values, strict=True)
-        if name.endswith(_SAVED)
-    }
-
-
-class _NoiseSums:
-    """Sums of squares per tensor (and per channel where the shape is known) of the signal
-    and of its quantization noise (``pre_qdq - post_qdq``) and of the error against float."""
-
-    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
-        self.shapes = shapes
-        self.sums: dict[str, dict[str, Any]] = {}
-
-    def add(self, tensor: str, match: Mapping[str, Sequence[np.ndarray]]) -> None:
-        pre = np.asarray(match["pre_qdq"][0], dtype=np.float64)
-        post = np.asarray(match["post_qdq"][0], dtype=np.float64)
-        if pre.shape != post.shape or not pre.size:
-            return
-        sums = self.sums.setdefault(tensor, {"signal": 0.0, "noise": 0.0, "x": 0.0, "xn": 0.0})
-        finite = np.isfinite(pre) & np.isfinite(post)
-        pre, post = np.where(finite, pre, 0.0), np.where(finite, post, 0.0)
-        sums["signal"] += float(np.sum(pre**2))
-        sums["noise"] += float(np.sum((pre - post) ** 2))
-        floats = match.get("float")
-        if floats:
-            reference = np.asarray(floats[0], dtype=np.float64)
-            if reference.shape == post.shape:
-                reference = np.where(np.isfinite(reference), reference, 0.0)
-                sums["x"] += float(np.sum(reference**2))
-                sums["xn"] += float(np.sum((reference - post) ** 2))
-        shape = self.shapes.get(tensor)
-        if shape and pre.size % int(np.prod(shape)) == 0:
-            axis = 1 if len(shape) == 3 else len(shape)  # NCHW: channels first; else last
-            pre = np.moveaxis(pre.reshape(-1, *shape), axis, -1)
-            post = np.moveaxis(post.reshape(-1, *shape), axis, -1)
-            channels = pre.shape[-1]
-            signal = np.sum(pre.reshape(-1, channels) ** 2, axis=0)
-            noise = np.sum((pre - post).reshape(-1, channels) ** 2, axis=0)
-            sums["channel_signal"] = sums.get("channel_signal", 0.0) + signal
-            sums["channel_noise"] = sums.get("channel_noise", 0.0) + noise
-
-    def errors(self) -> dict[str, dict[str, float | None]]:
-        """Per tensor: ``qdq_err`` (dB, whole tensor), ``xmodel_err`` (dB, against float) and
-        ``channel_err`` (dB, median over channels; None without a known shape)."""
-        eps = float(np.finfo(np.float32).eps) ** 2
-        out: dict[str, dict[str, float | None]] = {}
-        for tensor, sums in self.sums.items():
-            channel = None
-            if "channel_signal" in sums:
-                ratios = 10.0 * np.log10(
-                    np.maximum(sums["channel_signal"], eps) / np.maximum(sums["channel_noise"], eps)
-                )
-                channel = float(np.median(ratios))
-            out[tensor] = {
-                "qdq_err": _db(sums["signal"], sums["noise"], eps),
-                "xmodel_err": _db(sums["x"], sums["xn"], eps) if sums["x"] else None,
-                "channel_err": channel,
-            }
-        return out
-
-
-def _db(signal: float, noise: float, eps: float) -> float:
-    return float(10.0 * np.log10(max(signal, eps) / max(noise, eps)))
-
-
 def metric_ranking(
     ranking: Ranking,
     score: Callable[[SensitivityEntry], float | None],
@@ -494,12 +319,6 @@ def write_sensitivity_table(path: str | os.PathLike, rows: Iterable[Mapping[str,
     target = Path(path)
     atomic_write_bytes(target, sink.getvalue().to_pybytes())
     return target
-
-
-def _names(providers: Sequence[Any] | None) -> list[str]:
-    from raysearch.providers import provider_names
-
-    return provider_names(list(providers)) if providers else ["CPUExecutionProvider"]
 
 
 def _finite(value: Any, default: float | None = None) -> float | None:

@@ -1,4 +1,4 @@
-"""The ``Fallback`` and ``Conservative`` strategies: Intel Neural Compressor's accuracy-driven
+"""The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
 tuning, run in parallel on Ray.
 
 ``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
@@ -24,10 +24,8 @@ C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 1
    tolerance. When the combination fails, the best single demotion stands (it already ran).
    k = 1 has nothing to combine, k > 16 has no ``rank_i`` keys: skipped.
 
-``Conservative`` (alias ``conservative``, INC's ``quant_level`` 0) starts from the first
-setting of the spaces (grid order) and quantizes op type by op type: MatMul, Gemm and Conv
-first, then the other op types ONNX Runtime quantizes in model order; an op type is kept when
-its trial (``op_types_to_quantize`` = kept so far + it) is a candidate. One trial at a time.
+``Conservative`` lives in :mod:`raysearch.search._conservative`. The three phases stay in
+one module (a little over 400 lines): B and C share the base setting and its matching.
 
 Every phase derives its state from the finished records (``context.records``), matching them by
 setting, so a resumed search (fresh phases, records replayed) goes on where it stopped and never
@@ -56,7 +54,12 @@ from typing import Any
 
 from raysearch.quantize.mixed_precision import KEY, PER_RANK
 from raysearch.search._samplers import sampler_strategy
-from raysearch.space import SearchSpace, expand_spaces
+from raysearch.search._setting_phase import (
+    RecordReader,
+    extra_count,
+    is_candidate,
+    setting_proposal,
+)
 from raysearch.strategy import (
     EXHAUSTED,
     Phase,
@@ -72,11 +75,7 @@ __all__ = [
     "Bisection",
     "FallbackPhase",
     "RevertPhase",
-    "ConservativePhase",
-    "setting_space",
-    "setting_proposal",
     "fallback_strategy",
-    "conservative_strategy",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -87,69 +86,6 @@ ALL = 1_000_000
 DONE = "done"
 #: Phase A's trials without an iteration limit.
 SEARCH_TRIALS = 8
-#: Op types Conservative quantizes first (the ones that carry the compute).
-FIRST_OPS = ("MatMul", "Gemm", "Conv")
-
-
-# -- settings outside the user's space -----------------------------------------------------------
-def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested settings as dotted parameter names (``mixed_precision.top_k``)."""
-    flat: dict[str, Any] = {}
-    for name, value in settings.items():
-        if isinstance(value, Mapping):
-            for sub, inner in value.items():
-                flat[f"{name}.{sub}"] = inner
-        else:
-            flat[name] = value
-    return flat
-
-
-def setting_space(settings: Mapping[str, Any]) -> SearchSpace:
-    """A search space with exactly one point: ``settings`` (validated against the catalogues
-    like any user space). ValueError when the space would not give back ``settings``.
-
-    Example:
-        >>> space = setting_space({"per_channel": False, "mixed_precision": {"top_k": 2}})
-        >>> space.to_settings(space.expand().points[0])
-        {'per_channel': False, 'mixed_precision': {'top_k': 2}}
-    """
-    from raysearch.outputs._best import fixed_space  # not at import: outputs imports search
-
-    space = SearchSpace.parse(fixed_space(_flat(settings)), path="fallback")
-    points = space.expand().points
-    if len(points) != 1 or space.to_settings(points[0]) != dict(settings):
-        raise ValueError(f"settings {dict(settings)!r} are not one point of a search space")
-    return space
-
-
-def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
-    """The :class:`Proposal` of ``settings``, recorded with ``phase`` = ``index``."""
-    space = setting_space(settings)
-    return Proposal.of(space, index, space.expand().points[0])
-
-
-def _candidate(record: Mapping[str, Any]) -> bool:
-    return bool(record.get("is_candidate")) and record.get("status") == "ok"
-
-
-def _extra(record: Mapping[str, Any], name: str) -> int | None:
-    extra = record.get("extra")
-    value = extra.get(name) if isinstance(extra, Mapping) else None
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-class _RecordReader:
-    """Reads the records of ``context`` once each, in the order they arrived."""
-
-    context: StrategyContext | None = None
-    _read = 0
-
-    def _new_records(self) -> list[dict[str, Any]]:
-        if self.context is None:
-            return []
-        records = self.context.records[self._read :]
-        self._read = len(self.context.records)
-        return records
 
 
 # -- phase B: bisection over k --------------------------------------------------------------------
@@ -266,7 +202,7 @@ class _Base:
         return k, frozenset(demoted)
 
 
-class FallbackPhase(_RecordReader, Phase):
+class FallbackPhase(RecordReader, Phase):
     """Phase B: bisection over ``top_k`` from the best record of the phases before it (see the
     module). ``index`` is its position in the strategy (``phase`` of its records)."""
 
@@ -296,7 +232,7 @@ class FallbackPhase(_RecordReader, Phase):
         if best is None:
             _logger.info("fallback: no finished trial to fall back from")
             return False
-        if _candidate(best) and not _extra(best, "promoted"):
+        if is_candidate(best) and not extra_count(best, "promoted"):
             _logger.info("fallback: the best setting is a candidate already; nothing to do")
             return False
         settings = dict(best.get("settings") or {})
@@ -321,7 +257,7 @@ class FallbackPhase(_RecordReader, Phase):
             if matched is None or matched[1]:
                 continue
             k = matched[0]
-            self.bisection.record(k, _candidate(record), _extra(record, "ranked"))
+            self.bisection.record(k, is_candidate(record), extra_count(record, "ranked"))
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         if self.finished:
@@ -360,7 +296,7 @@ class FallbackPhase(_RecordReader, Phase):
 
 
 # -- phase C: revert pass ------------------------------------------------------------------------
-class RevertPhase(_RecordReader, Phase):
+class RevertPhase(RecordReader, Phase):
     """Phase C: the ranks promoted by phase B's k returned to int8, one at a time in parallel,
     then those that held together (see the module)."""
 
@@ -382,7 +318,7 @@ class RevertPhase(_RecordReader, Phase):
         for record in self._new_records():
             matched = base.match(record.get("settings"))
             if matched is not None and matched[0] == self.k and matched[1]:
-                self.results[matched[1]] = (_candidate(record), record.get("metric"))
+                self.results[matched[1]] = (is_candidate(record), record.get("metric"))
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         if self.finished:
@@ -449,67 +385,6 @@ class RevertPhase(_RecordReader, Phase):
         return EXHAUSTED
 
 
-# -- Conservative --------------------------------------------------------------------------------
-def _quantizable_ops() -> frozenset[str]:
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
-
-    return frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
-
-
-def op_order(op_types: Sequence[str], quantizable: frozenset[str] | None = None) -> list[str]:
-    """The op types of a model Conservative tries, in order: MatMul, Gemm, Conv, then the
-    others ONNX Runtime quantizes, in model order.
-
-    Example:
-        >>> op_order(["Relu", "Add", "Conv", "MatMul"], frozenset({"Add", "Conv", "MatMul"}))
-        ['MatMul', 'Conv', 'Add']
-    """
-    quantizable = _quantizable_ops() if quantizable is None else quantizable
-    present = [op for op in dict.fromkeys(op_types) if op in quantizable]
-    return [op for op in FIRST_OPS if op in present] + [op for op in present if op not in FIRST_OPS]
-
-
-class ConservativePhase(_RecordReader, Phase):
-    """Op type by op type from the first setting of the spaces (see the module)."""
-
-    def __init__(self, context: StrategyContext) -> None:
-        grid = expand_spaces(context.spaces, context.reject)
-        self.index = grid.space_index[0] if grid.points else 0
-        self.base: dict[str, Any] | None = None
-        if grid.points:
-            space = context.spaces[self.index]
-            self.base = space.to_settings(grid.points[0])
-            self.base.pop("op_types_to_quantize", None)
-        self.ops: list[str] = []
-        self.accepted: list[str] = []
-        self.position = 0
-        self.candidates: dict[str, bool] = {}
-
-    def start(self, context: StrategyContext) -> None:
-        self.context = context
-        self.ops = op_order(context.model.op_types)
-        _logger.info("conservative: op types in order %s", ", ".join(self.ops) or "(none)")
-
-    def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
-        for record in self._new_records():
-            self.candidates[str(record.get("key"))] = _candidate(record)
-        while self.base is not None and self.position < len(self.ops):
-            op = self.ops[self.position]
-            settings = {**self.base, "op_types_to_quantize": [*self.accepted, op]}
-            proposal = setting_proposal(settings, self.index)
-            if proposal.key in search.live_keys:
-                return None
-            if proposal.key not in search.done:
-                return proposal
-            self.position += 1
-            if self.candidates.get(proposal.key, False):
-                self.accepted.append(op)
-                _logger.info("conservative: %s kept", op)
-            else:
-                _logger.info("conservative: %s stays float (out of tolerance)", op)
-        return EXHAUSTED
-
-
 # -- the strategies ------------------------------------------------------------------------------
 def search_budget(max_trials: int | None) -> int:
     """Phase A's trials: half the iteration limit (at least 1), :data:`SEARCH_TRIALS` without.
@@ -531,9 +406,3 @@ def fallback_strategy(context: StrategyContext) -> list[Phase]:
     )
     fallback = FallbackPhase(len(search))
     return [*search, fallback, RevertPhase(fallback, len(search) + 1)]
-
-
-@register_strategy("Conservative", aliases=("conservative",))
-def conservative_strategy(context: StrategyContext) -> list[Phase]:
-    """Conservative: quantize op type by op type, keeping those that hold the tolerance."""
-    return [ConservativePhase(context)]

@@ -12,15 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from raysearch.search._fallback import (
-    ALL,
-    DONE,
-    Bisection,
-    op_order,
-    search_budget,
-    setting_proposal,
-    setting_space,
-)
+from raysearch.search._conservative import op_order
+from raysearch.search._fallback import ALL, DONE, Bisection, search_budget
+from raysearch.search._setting_phase import setting_proposal, setting_space
 from raysearch.search.searchers import SettingSearcher
 from raysearch.space import SearchSpace
 from raysearch.strategy import ModelFacts, StrategyContext, canonical_strategy
