@@ -60,4 +60,5 @@ def test_every_rule_is_a_named_function():
     assert {r.__name__ for r in RULES} == {
         "moving_average_constant_without_moving_average",
         "percentile_without_percentile_method",
+        "mixed_precision_without_promotion",
     }
