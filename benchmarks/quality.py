@@ -12,7 +12,7 @@ Models (``--models``):
 For each: the best metric, the best among the same search's settings that promote nothing
 (plain ONNX Runtime settings, the baseline in the same run), tensors promoted, the share of
 MatMul/Gemm/Conv nodes left quantized in the best model, and its latency against float (the
-trial engine's ``latency_vs_float``: one batch, both models timed the same way).
+trial engine's ``latency_vs_float``: both models timed the same way).
 
 Run::
 

@@ -319,8 +319,8 @@ class TrialRunner:
         result.metric = score.metric
         result.extra = {**score.extra, **plan.report}
         result.latency_ms = latency
-        if latency is not None and self.measure_latency:
-            ratio = self._latency_vs_float(out_path)
+        if latency is not None:
+            ratio = self._latency_vs_float(latency)
             if ratio is not None:
                 result.extra["latency_vs_float"] = ratio
         result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
@@ -356,15 +356,17 @@ class TrialRunner:
             return self.evaluator.score(outputs=outputs, reference=self.float_reference).metric
         return self.evaluator.score_model(path, self.providers).metric
 
-    def _latency_vs_float(self, model_path: Path) -> float | None:
-        """The quantized model's latency over the float model's, both timed on the first
-        evaluation batch the same way (the float model once per process)."""
-        if self._float_latency is None:
-            self._float_latency = self._latency(Path(self.model_path))
-        quantized = self._latency(model_path)
-        if not self._float_latency or quantized is None:
-            return None
-        return quantized / self._float_latency
+    def _latency_vs_float(self, latency: float) -> float | None:
+        """``latency`` (the quantized model's, already measured) over the float model's,
+        timed the same way: the float reference's median batch latency for built-in metrics,
+        else one batch timed once per process."""
+        if self.evaluator.needs_reference:
+            base = self.float_reference.latency_ms
+        else:
+            if self._float_latency is None:
+                self._float_latency = self._latency(Path(self.model_path))
+            base = self._float_latency
+        return latency / base if base else None
 
     def _score_outputs(
         self, model_path: Path, reference: FloatReference
