@@ -164,8 +164,8 @@ class StrategyContext:
     records: list[dict[str, Any]] = field(default_factory=list)
 
     def best(self) -> dict[str, Any] | None:
-        """The finished record with the best metric so far, fewer tensors promoted on a tie
-        (None: none has one)."""
+        """The best finished record so far by :func:`raysearch.outputs.better` (the most
+        quantized candidate, else the best metric; None: none has one)."""
         from raysearch.outputs import best_record
 
         best = best_record(self.records, self.mode == "max")

@@ -40,7 +40,7 @@ from raysearch.evaluate import (
     measure_latency,
     run_model,
 )
-from raysearch.modelfile import model_size_bytes
+from raysearch.modelfile import model_size_bytes, quantized_share, weighted_nodes
 from raysearch.providers import (
     device_label,
     execution_providers,
@@ -152,6 +152,7 @@ class TrialRunner:
         from raysearch.quantize.calibration import CalibrationCache
 
         self.model_path = os.fspath(model_path)
+        self._weighted_nodes: int | None = None
         self.calibration = calibration
         self.evaluation = evaluation
         self.evaluator = evaluator
@@ -306,6 +307,9 @@ class TrialRunner:
         result.calib_cache_hit = info.calib_cache_hit
         result.model_path = str(out_path)
         result.model_size_bytes = model_size_bytes(out_path)
+        if self._weighted_nodes is None:
+            self._weighted_nodes = weighted_nodes(self.model_path)
+        share = quantized_share(out_path, self._weighted_nodes)
 
         evaluation_start = time.perf_counter()
         try:
@@ -318,6 +322,9 @@ class TrialRunner:
             result.evaluation_s = time.perf_counter() - evaluation_start
         result.metric = score.metric
         result.extra = {**score.extra, **plan.report}
+        if share is not None:
+            # What "the most quantized setting within the tolerance" (outputs.better) reads.
+            result.extra["quantized_share"] = share
         result.latency_ms = latency
         if latency is not None:
             ratio = self._latency_vs_float(latency)

@@ -203,6 +203,29 @@ def test_best_model_keeps_its_external_data_and_loads_from_a_moved_copy(config, 
 
     # A later best held in one file leaves no stale data file in best/.
     shutil.copy(config.model, out / "t3.onnx")
-    records.append(dict(record(3, 0.001, calibrate_method="MinMax"), model_file="t3.onnx"))
+    records.append(
+        dict(record(3, 0.001, candidate=True, calibrate_method="MinMax"), model_file="t3.onnx")
+    )
     write_outputs(out, records, config=config, stop_reason="space_exhausted", wall_time_s=1.0)
     assert {p.name for p in best.iterdir()} == {"model.onnx", "config.yaml"}
+
+
+def test_best_is_the_most_quantized_candidate_else_the_best_metric():
+    def trial(i, metric, candidate, share=None, promoted=None):
+        extra = {k: v for k, v in (("quantized_share", share), ("promoted", promoted)) if v}
+        return dict(record(i, metric, candidate=candidate), extra=extra)
+
+    float_like = trial(1, 1.0, True, share=0.0, promoted=3)
+    int16 = trial(2, 0.999, True, share=1.0, promoted=2)
+    plain = trial(3, 0.998, True, share=1.0)
+    far = trial(4, 0.95, False, share=1.0)
+    # Within the tolerance the model with every node quantized and nothing promoted wins,
+    # though float keeps the better metric.
+    assert best_record([float_like, int16, plain, far], higher_is_better=True) is plain
+    assert best_record([float_like, int16, far], higher_is_better=True) is int16
+    # No candidate: the better metric, then fewer promoted.
+    worse = trial(5, 0.95, False, share=1.0, promoted=4)
+    assert best_record([worse, far, trial(6, 0.9, False)], higher_is_better=True) is far
+    # A candidate beats any trial that is not one; lower-is-better metrics alike.
+    near = trial(7, 0.2, True)
+    assert best_record([trial(8, 0.1, False), near], higher_is_better=False) is near

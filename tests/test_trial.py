@@ -147,6 +147,19 @@ def test_encoder_with_two_inputs_and_conv_qoperator(tmp_path):
         tmp_path / "c.onnx",
     )
     assert result.status == "ok" and result.metric > 20.0, result.error
+    # QOperator replaced both Convs and the Gemm by integer ops: every weighted node quantized.
+    assert result.extra["quantized_share"] == 1.0
+
+
+def test_trial_records_the_share_of_weighted_nodes_left_quantized(mlp, tmp_path):
+    path, calib, evaluation = mlp
+    runner = TrialRunner(path, calib, evaluation, Evaluator("cos", 0.9))
+    whole = runner.run({"calibrate_method": "MinMax"}, tmp_path / "whole.onnx")
+    half = runner.run(
+        {"calibrate_method": "MinMax", "nodes_to_exclude": ["fc2"]}, tmp_path / "half.onnx"
+    )
+    assert whole.extra["quantized_share"] == 1.0
+    assert half.extra["quantized_share"] == 0.5
 
 
 def test_trial_result_to_dict_replaces_non_finite_numbers():

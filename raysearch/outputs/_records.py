@@ -32,23 +32,40 @@ def order(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(records, key=key)
 
 
+def _extra(record: Mapping[str, Any], name: str) -> float | None:
+    extra = record.get("extra")
+    return finite(extra.get(name)) if isinstance(extra, Mapping) else None
+
+
 def promoted(record: Mapping[str, Any]) -> float:
     """How many tensors the record's setting kept at higher precision (mixed precision)."""
-    extra = record.get("extra")
-    value = extra.get("promoted") if isinstance(extra, Mapping) else None
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    return _extra(record, "promoted") or 0.0
 
 
 def better(
     record: Mapping[str, Any], than: Mapping[str, Any] | None, higher_is_better: bool
 ) -> bool:
-    """Whether ``record`` (a complete trial) beats ``than``: a better metric, or the same
-    metric with fewer tensors promoted (the faster model wins a tie).
+    """Whether ``record`` (a complete trial) beats ``than``.
+
+    A candidate (within the tolerance) beats a trial that is not one. Among candidates the
+    tolerance says what is good enough, so the faster model wins: the larger share of
+    MatMul/Gemm/Conv nodes left quantized (``extra.quantized_share``), then fewer tensors
+    promoted to a higher precision (``extra.promoted``), then the better metric. Among
+    trials that are not candidates the better metric wins, fewer tensors promoted on a tie.
+    (Intel Neural Compressor's fallback returns the first, most quantized, model that meets
+    its accuracy goal for the same reason.) Without promotions and with every node quantized
+    alike this is the better metric, candidates first.
 
     Example:
-        >>> a = {"status": "ok", "metric": 0.9, "extra": {"promoted": 2}}
-        >>> b = {"status": "ok", "metric": 0.9, "extra": {"promoted": 0}}
+        >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
+        ...      "extra": {"promoted": 2, "quantized_share": 0.5}}
+        >>> b = {"status": "ok", "metric": 0.98, "is_candidate": True,
+        ...      "extra": {"promoted": 0, "quantized_share": 1.0}}
         >>> better(b, a, True), better(a, b, True)
+        (True, False)
+        >>> c = {"status": "ok", "metric": 0.9, "extra": {"promoted": 0}}
+        >>> d = {"status": "ok", "metric": 0.9, "extra": {"promoted": 3}}
+        >>> better(c, d, True), better(d, c, True)
         (True, False)
     """
     metric = finite(record.get("metric"))
@@ -57,16 +74,26 @@ def better(
     if than is None:
         return True
     best = finite(than.get("metric"))
-    if best is None or metric != best:
-        return best is None or (metric > best if higher_is_better else metric < best)
+    if best is None:
+        return True
+    candidate = bool(record.get("is_candidate"))
+    if candidate != bool(than.get("is_candidate")):
+        return candidate
+    if candidate:
+        share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")
+        if share is not None and best_share is not None and share != best_share:
+            return share > best_share
+        if promoted(record) != promoted(than):
+            return promoted(record) < promoted(than)
+    if metric != best:
+        return metric > best if higher_is_better else metric < best
     return promoted(record) < promoted(than)
 
 
 def best_record(
     records: Sequence[Mapping[str, Any]], higher_is_better: bool
 ) -> Mapping[str, Any] | None:
-    """The complete trial with the best metric (fewest tensors promoted, then the earliest
-    one on a tie), or None."""
+    """The best complete trial by :func:`better` (the earliest one on a tie), or None."""
     best = None
     for record in order(records):
         if better(record, best, higher_is_better):
