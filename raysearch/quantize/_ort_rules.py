@@ -24,6 +24,7 @@ __all__ = [
     "reject_qoperator_4bit",
     "reject_qoperator_float8",
     "reject_int8_activation_uint8_weight",
+    "reject_dynamic_weight_type",
     "reject_float8_mixed",
     "reject_float8_without_distribution",
     "reject_entropy_quantized_bins_over_bins",
@@ -92,6 +93,15 @@ def reject_int8_activation_uint8_weight(settings: Mapping[str, Any]) -> str | No
     return None
 
 
+def reject_dynamic_weight_type(settings: Mapping[str, Any]) -> str | None:
+    """Dynamic quantization with a weight type other than 8 bits (``quantize_dynamic``
+    builds MatMulInteger/ConvInteger, 8-bit only)."""
+    weight = _get(settings, "weight_type", DEFAULTS["weight_type"])
+    if _get(settings, "quant_mode") == "dynamic" and weight not in ("QInt8", "QUInt8"):
+        return f"quant_mode dynamic supports weight_type QInt8 or QUInt8 only, got {weight}"
+    return None
+
+
 def reject_float8_mixed(settings: Mapping[str, Any]) -> str | None:
     """Float8 on one side only (``quantize_static`` needs float8 for both or neither)."""
     activation, weight = _types(settings)
@@ -135,6 +145,7 @@ def reject_distribution_few_bins(settings: Mapping[str, Any]) -> str | None:
 
 #: Every refusal rule, in the order :func:`reject_reason` applies them.
 REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
+    reject_dynamic_weight_type,
     reject_int8_activation_uint8_weight,
     reject_float8_mixed,
     reject_float8_without_distribution,
@@ -148,6 +159,10 @@ REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
 
 def reject_reason(settings: Mapping[str, Any]) -> str | None:
     """The first reason ONNX Runtime would refuse ``settings``, or None."""
+    if _get(settings, "quant_mode") == "dynamic":
+        # The other rules are about static settings (format, activation type, calibration),
+        # which dynamic quantization does not read.
+        return reject_dynamic_weight_type(settings)
     for rule in REJECT_RULES:
         reason = rule(settings)
         if reason:

@@ -183,7 +183,7 @@ class TechniquePipeline:
 
     def plan(self, settings: Mapping[str, Any]) -> Plan:
         """The techniques ``settings`` switch on, and the settings the backend gets."""
-        classes = registered_techniques()
+        classes = sorted(registered_techniques(), key=lambda c: (c.order, c.name))
         plan = Plan(strip_technique_settings(settings, classes), settings=settings)
         for cls in classes:
             technique = self._instance(cls)
@@ -213,7 +213,9 @@ class TechniquePipeline:
             chain = (*chain, (technique.name, key))
             if chain not in self._models:
                 target = self._target(chain)
+                step_start = time.perf_counter()
                 technique.transform(source, target, plan.settings, self.calibration)
+                _timed(plan, technique, step_start)
                 self._remember(chain, target)
                 computed = True
             self._models.move_to_end(chain)
@@ -224,7 +226,9 @@ class TechniquePipeline:
         """The settings the backend gets: technique keys removed, tensor overrides merged."""
         settings = plan.backend_settings
         for technique, _ in plan.override_steps:
+            step_start = time.perf_counter()
             overrides = technique.overrides(float_path, plan.settings)
+            _timed(plan, technique, step_start)
             settings = merge_overrides(settings, overrides)
             plan.report.update(overrides.report)
             plan.rankings += overrides.rankings
@@ -234,9 +238,11 @@ class TechniquePipeline:
         """Apply the quantized-model transforms to the file at ``quantized_path``; seconds."""
         start = time.perf_counter()
         for technique, _ in plan.quantized_steps:
+            step_start = time.perf_counter()
             technique.transform(
                 os.fspath(quantized_path), float_path, plan.settings, self.calibration
             )
+            _timed(plan, technique, step_start)
         return time.perf_counter() - start
 
     def live_models(self) -> set[str]:
@@ -268,3 +274,10 @@ class TechniquePipeline:
             _, old = self._models.popitem(last=False)
             if old not in self._models.values():
                 Path(old).unlink(missing_ok=True)
+
+
+def _timed(plan: Plan, technique: Technique, start: float) -> None:
+    """Record in the trial's result the seconds ``technique`` took (``<name>_s``; a float
+    transform reused from an earlier trial of this process records none)."""
+    key = f"{technique.name}_s"
+    plan.report[key] = plan.report.get(key, 0.0) + time.perf_counter() - start

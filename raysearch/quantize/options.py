@@ -48,6 +48,12 @@ def _bool(doc: str, calib: bool = False) -> OptionSpec:
 SETTINGS: dict[str, OptionSpec] = {
     "quantizer": QUANTIZER,
     "quant_format": OptionSpec("enum", "QDQ or QOperator graph format", ("QDQ", "QOperator")),
+    "quant_mode": OptionSpec(
+        "enum",
+        "static (calibrated activation ranges, quantize_static) or dynamic (ranges computed "
+        "at run time, quantize_dynamic: no calibration)",
+        ("static", "dynamic"),
+    ),
     "calibrate_method": OptionSpec(
         "enum", "calibration method", CALIBRATION_METHODS, affects_calibration=True
     ),

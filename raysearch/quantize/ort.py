@@ -202,6 +202,8 @@ class OrtBackend(QuantizerBackend):
         reason = reject_reason(settings)
         if reason:
             raise ValueError(reason)
+        if settings.get("quant_mode") == "dynamic":
+            return self._quantize_dynamic(settings, out_path)
         quant_format = enum_value(settings, "quant_format", QuantFormat)
         enum_value(settings, "calibrate_method", CalibrationMethod)
         activation = enum_value(settings, "activation_type", QuantType)
@@ -267,6 +269,31 @@ class OrtBackend(QuantizerBackend):
         quantizer.model.save_model_to_file(os.fspath(out_path), self._large)
         quantization_s = time.perf_counter() - start
         return QuantizeInfo(calibration_s, quantization_s, hit)
+
+    def _quantize_dynamic(
+        self, settings: Mapping[str, Any], out_path: str | os.PathLike
+    ) -> QuantizeInfo:
+        """ONNX Runtime's ``quantize_dynamic``: 8-bit weights, activation ranges computed at
+        run time (MatMulInteger, ConvInteger, DynamicQuantizeLinear); nothing is calibrated."""
+        from onnxruntime.quantization import quantize_dynamic
+
+        start = time.perf_counter()
+        _, quantizer_options = split_extra_options(dict(settings.get("extra_options") or {}))
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        quantize_dynamic(
+            self._model_copy,
+            out_path,
+            # None: every op type ONNX Runtime quantizes dynamically (MatMul, Attention, ...).
+            op_types_to_quantize=settings.get("op_types_to_quantize") or None,
+            per_channel=bool(settings.get("per_channel", False)),
+            reduce_range=bool(settings.get("reduce_range", False)),
+            weight_type=enum_value(settings, "weight_type", QuantType) or QuantType.QInt8,
+            nodes_to_quantize=list(settings.get("nodes_to_quantize") or []),
+            nodes_to_exclude=list(settings.get("nodes_to_exclude") or []),
+            use_external_data_format=self._large,
+            extra_options=quantizer_options,
+        )
+        return QuantizeInfo(0.0, time.perf_counter() - start, False)
 
     def _variant(
         self, weight: QuantType, activation: QuantType, extra: Mapping[str, Any]

@@ -115,6 +115,10 @@ class Technique(abc.ABC):
     containers: ClassVar[Mapping[str, Mapping[str, OptionSpec]]] = {}
     #: Devices the technique can run inference or optimisation on.
     devices: ClassVar[frozenset[str]] = frozenset({"cpu"})
+    #: Where the technique runs among the active ones of its kind: lower first, then by name
+    #: (power-of-two scales 10 before fine-tuning 20 learns the rounding for the final scales,
+    #: before bias correction 30 corrects what is left).
+    order: ClassVar[int] = 50
 
     def __init__(self, *, providers: Sequence[Any] | None = None, threads: int = 1) -> None:
         given = list(providers) if providers else ["CPUExecutionProvider"]

@@ -44,7 +44,8 @@ DEFAULT_BACKEND = "ort"
 @dataclass(frozen=True)
 class OptionSpec:
     """One setting: its kind (``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``,
-    ``dict``), allowed ``choices`` for enums, numeric bounds, and whether it changes calibration."""
+    ``num_list``, ``dict``), allowed ``choices`` for enums, numeric bounds, and whether it
+    changes calibration."""
 
     kind: str
     doc: str
@@ -139,6 +140,13 @@ def check_value(spec: OptionSpec, value: Any) -> str | None:
         "bool": (lambda v: isinstance(v, bool), "true or false"),
         "str": (lambda v: isinstance(v, str), "a string"),
         "dict": (lambda v: isinstance(v, dict), "a mapping"),
+        "num_list": (
+            lambda v: (
+                isinstance(v, list)
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+            ),
+            "a list of numbers",
+        ),
         "str_list": (
             lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
             "a list of names",

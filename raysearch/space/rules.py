@@ -22,6 +22,7 @@ __all__ = [
     "mixed_precision_without_promotion",
     "moving_average_constant_without_moving_average",
     "percentile_without_percentile_method",
+    "static_settings_in_dynamic_mode",
 ]
 
 Point = dict[str, Any]
@@ -83,9 +84,67 @@ def mixed_precision_without_promotion(point: Point) -> list[str]:
     return sorted(set(strip), key=keys.index)
 
 
+# What ``quantize_dynamic`` does not read: the graph format, activation types and
+# ranges, output and bias handling of the QDQ quantizer, and the techniques that work on
+# calibrated QDQ graphs (tensor overrides, power-of-two scales, bias correction, fine-tuning).
+_STATIC_ONLY = frozenset(
+    {
+        "quant_format",
+        "calibrate_method",
+        "activation_type",
+        "ActivationSymmetric",
+        "ActivationRestrictedAsymmetric",
+        "AddQDQPairToWeight",
+        "OpTypesToExcludeOutputQuantization",
+        "DedicatedQDQPair",
+        "QDQOpTypePerChannelSupportToAxis",
+        "QDQKeepRemovableActivations",
+        "QDQDisableWeightAdjustForInt32Bias",
+        "UseQDQContribOps",
+        "QuantizeBias",
+        "MinimumRealRange",
+        "TensorQuantOverrides",
+        "CalibTensorRangeSymmetric",
+        "CalibMovingAverage",
+        "CalibMovingAverageConstant",
+        "CalibStridedMinMax",
+        "CalibMaxIntermediateOutputs",
+        "CalibPercentile",
+        "num_bins",
+        "num_quantized_bins",
+        "scenario",
+        "PowerOfTwoMethod",
+        "include_bias_correction",
+        "include_fast_ft",
+    }
+)
+
+
+def static_settings_in_dynamic_mode(point: Point) -> list[str]:
+    """``quant_mode: dynamic`` (ONNX Runtime's ``quantize_dynamic``) calibrates nothing and
+    writes no QDQ graph: calibration, activation and QDQ settings, mixed precision and the
+    techniques that rewrite a QDQ graph do nothing there.
+
+    Example:
+        >>> static_settings_in_dynamic_mode({"quant_mode": "dynamic", "per_channel": True,
+        ...     "calibrate_method": "Entropy", "extra_options.ActivationSymmetric": True})
+        ['calibrate_method', 'extra_options.ActivationSymmetric']
+    """
+    if _value(point, "quant_mode") != "dynamic":
+        return []
+    return [
+        k
+        for k in point
+        if k.rsplit(".", 1)[-1] in _STATIC_ONLY
+        or k.startswith("mixed_precision.")
+        or k.rsplit(".", 1)[-1].startswith("FastFinetune")
+    ]
+
+
 #: Every rule, in the order they are applied. A rule's name is its function name.
 RULES: tuple[Rule, ...] = (
     moving_average_constant_without_moving_average,
     percentile_without_percentile_method,
     mixed_precision_without_promotion,
+    static_settings_in_dynamic_mode,
 )

@@ -61,4 +61,5 @@ def test_every_rule_is_a_named_function():
         "moving_average_constant_without_moving_average",
         "percentile_without_percentile_method",
         "mixed_precision_without_promotion",
+        "static_settings_in_dynamic_mode",
     }
