@@ -10,6 +10,7 @@ import yaml
 from raysearch.cli import main
 from raysearch.config import SearchConfig, apply_overrides, load_config
 from raysearch.errors import ConfigError
+from raysearch.space import SearchSpace
 
 
 @pytest.fixture
@@ -283,57 +284,34 @@ BAD_CONFIGS = [
         },
         "only_if conditions form a cycle",
     ),
-    # Techniques raysearch does not have yet are refused, never accepted and dropped.
+    # Other tools' spellings of techniques are refused with what to write instead, never
+    # accepted and dropped.
     (
-        "joint fine-tuning parameter in a group",
+        "joint fine-tuning parameter outside extra_options",
         {"search_space": {"adaround_params": {"NumIterLR": [[1000, 0.1], [500, 0.01]]}}},
-        "search_space.adaround_params.NumIterLR: fine-tuning (AdaRound/AdaQuant) is not "
-        "available in raysearch yet",
+        "search_space.adaround_params.NumIterLR: unknown key ('NumIterLR' is an extra_options "
+        "key: put it under extra_options)",
     ),
     (
-        "Quark's FastFinetune group in extra_options",
-        {"search_space": {"extra_options": {"FastFinetune": {"NumIterations": [100, 1000]}}}},
-        "search_space.extra_options.FastFinetune: fine-tuning (AdaRound/AdaQuant) is not available",
-    ),
-    (
-        "Quark's include_fast_ft switch",
-        {"search_space": {"include_fast_ft": [True, False], "per_channel": [True]}},
-        "search_space.include_fast_ft: fine-tuning (AdaRound/AdaQuant) is not available",
-    ),
-    (
-        "fine-tuning algorithm switch with only_if groups",
+        "fine-tuning algorithm switch in another tool's spelling",
         {
             "search_space": {
                 "algorithm": ["none", "adaquant"],
                 "p": {"only_if": {"algorithm": "adaquant"}, "learning_rate": [1e-5]},
             }
         },
-        "search_space.algorithm: fine-tuning (AdaRound/AdaQuant) is not available",
-    ),
-    (
-        "fine-tuning setting as a part of an explicit joint parameter",
-        {
-            "search_space": {
-                "ft": {"joint": ["NumIterations", "LearningRate"], "choices": [[100, 0.1]]}
-            }
-        },
-        "search_space.ft.joint.NumIterations: fine-tuning (AdaRound/AdaQuant) is not available",
+        "search_space.algorithm: not a raysearch setting; fine-tuning is include_fast_ft: true",
     ),
     (
         "SmoothQuant through ONNX Runtime's extra_options",
         {"search_space": {"extra_options": {"SmoothQuant": [True], "SmoothQuantAlpha": [0.5]}}},
-        "search_space.extra_options.SmoothQuant: SmoothQuant is not available in raysearch yet "
-        "(ONNX Runtime's needs neural-compressor 2.x",
+        "search_space.extra_options.SmoothQuant: ONNX Runtime's SmoothQuant needs "
+        "neural-compressor 2.x, which raysearch does not install; raysearch's own is include_sq",
     ),
     (
-        "Quark's include_sq and SmoothAlpha",
-        {"search_space": {"include_sq": [True], "extra_options": {"SmoothAlpha": [0.5]}}},
-        "search_space.include_sq: SmoothQuant is not available",
-    ),
-    (
-        "Quark's include_cle",
-        {"search_space": {"include_cle": [True, False]}},
-        "search_space.include_cle: cross-layer equalization (CLE) is not available",
+        "Quark's auto mixed precision switch",
+        {"search_space": {"include_auto_mp": [True]}},
+        "search_space.include_auto_mp: not a raysearch setting; raysearch's mixed precision",
     ),
     (
         "joint parameter over an unknown setting",
@@ -451,8 +429,9 @@ def test_quickstart_config_validates():
 
 
 def test_cli_refuses_fine_tuning_keys_before_anything_runs(tmp_path, files, capsys, monkeypatch):
-    """The issue's own example: a joint fine-tuning parameter used to validate as 1 setting
-    and reach no quantizer; now it exits 2 with one line saying fine-tuning is not available."""
+    """The issue's own example: a joint fine-tuning parameter outside ``extra_options`` used to
+    validate as 1 setting and reach no quantizer; it exits 2 with one line saying where it
+    belongs."""
     monkeypatch.chdir(tmp_path)  # where run's default output_dir would be created
     path = tmp_path / "ft.yaml"
     space = {"adaround_params": {"NumIterLR": [[1000, 0.1], [500, 0.01]]}}
@@ -462,10 +441,41 @@ def test_cli_refuses_fine_tuning_keys_before_anything_runs(tmp_path, files, caps
         err = capsys.readouterr().err
         assert err.count("\n") == 1
         assert err.startswith(
-            "raysearch: error: search_space.adaround_params.NumIterLR: fine-tuning "
-            "(AdaRound/AdaQuant) is not available in raysearch yet"
+            "raysearch: error: search_space.adaround_params.NumIterLR: unknown key "
+            "('NumIterLR' is an extra_options key"
         )
     assert not (tmp_path / "raysearch_output").exists()
+
+
+def test_quark_technique_spaces_parse_into_technique_settings():
+    """Quark's AutoSearch spellings of CLE, SmoothQuant and fine-tuning (its nested
+    ``FastFinetune`` group and joint ``NumIterLR``) are raysearch settings."""
+    space = SearchSpace.parse(
+        {
+            "include_cle": [True, False],
+            "include_sq": [True],
+            "include_fast_ft": [True],
+            "extra_options": {
+                "SmoothAlpha": [0.5],
+                "FastFinetune": {
+                    "OptimAlgorithm": ["adaround", "adaquant"],
+                    "NumIterLR": [[100, 1e-4], [200, 1e-5]],
+                },
+            },
+        }
+    )
+    settings = [space.to_settings(p) for p in space.expand().points]
+    assert len(settings) == 8
+    assert settings[0] == {
+        "include_cle": True,
+        "include_sq": True,
+        "include_fast_ft": True,
+        "extra_options": {
+            "SmoothAlpha": 0.5,
+            "OptimAlgorithm": "adaround",
+            "NumIterLR": [100, 1e-4],
+        },
+    }
 
 
 def test_cli_output_piped_into_a_reader_that_stops_early_is_no_error():

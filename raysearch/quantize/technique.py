@@ -32,7 +32,7 @@ Example:
     ...     def overrides(self, model_path, settings):
     ...         return TensorOverrides(nodes_to_exclude=["fc2"])
     >>> sorted(BUILTIN_TECHNIQUES)
-    ['mixed_precision']
+    ['bias_correction', 'cle', 'fast_finetune', 'mixed_precision', 'power_of_two', 'smooth_quant']
 """
 
 from __future__ import annotations
@@ -75,7 +75,12 @@ QUANTIZED = "quantized_transform"
 
 #: Techniques shipped with raysearch: registry key -> module that registers it when imported.
 BUILTIN_TECHNIQUES: dict[str, str] = {
+    "bias_correction": "raysearch.quantize.bias_correction",
+    "cle": "raysearch.quantize.cle",
+    "fast_finetune": "raysearch.quantize.fast_finetune",
     "mixed_precision": "raysearch.quantize.mixed_precision",
+    "power_of_two": "raysearch.quantize.power_of_two",
+    "smooth_quant": "raysearch.quantize.smooth_quant",
 }
 
 _REGISTRY: dict[str, type[Technique]] = {}

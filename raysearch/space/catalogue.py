@@ -216,45 +216,25 @@ def registered_catalogues() -> dict[str, Catalogue]:
 
 
 _FINETUNE = (
-    "fine-tuning (AdaRound/AdaQuant) is not available in raysearch yet; remove this key "
-    "(it would otherwise be accepted and do nothing)"
-)
-_SMOOTHQUANT = (
-    "SmoothQuant is not available in raysearch yet (ONNX Runtime's needs neural-compressor "
-    "2.x, which raysearch does not install); remove this key"
+    "not a raysearch setting; fine-tuning is include_fast_ft: true with extra_options "
+    "OptimAlgorithm (adaround, adaquant), NumIterations, LearningRate or NumIterLR, BatchSize, "
+    "DataSize, OptimDevice, FixedSeed"
 )
 
-#: Names of techniques raysearch does not have yet (Quark's and ONNX Runtime's spellings),
-#: in any container, with why they are refused: a setting is never accepted and then
-#: silently dropped. A catalogue that knows one of these names (a technique registered since)
-#: takes precedence.
+#: Spellings of techniques that raysearch refuses (other tools' names, in any container),
+#: with why and what to write instead: a setting is never accepted and then silently dropped.
+#: A catalogue that knows one of these names (a technique registered since) takes precedence.
 UNAVAILABLE: dict[str, str] = {
+    **dict.fromkeys(("algorithm", "finetune", "num_iterations", "learning_rate"), _FINETUNE),
+    "InferDevice": "not a raysearch setting; fine-tuning infers on the trial's device "
+    "(extra_options.OptimDevice chooses where it optimises)",
     **dict.fromkeys(
-        (
-            "include_fast_ft",
-            "FastFinetune",
-            "NumIterLR",
-            "NumIterations",
-            "LearningRate",
-            "OptimAlgorithm",
-            "OptimDevice",
-            "InferDevice",
-            "DataSize",
-            "FixedSeed",
-            "algorithm",
-            "finetune",
-            "num_iterations",
-            "learning_rate",
-        ),
-        _FINETUNE,
+        ("SmoothQuant", "SmoothQuantAlpha"),
+        "ONNX Runtime's SmoothQuant needs neural-compressor 2.x, which raysearch does not "
+        "install; raysearch's own is include_sq: true with extra_options.SmoothAlpha",
     ),
-    **dict.fromkeys(
-        ("include_sq", "SmoothQuant", "SmoothQuantAlpha", "SmoothQuantFolding", "SmoothAlpha"),
-        _SMOOTHQUANT,
-    ),
-    "include_cle": "cross-layer equalization (CLE) is not available in raysearch yet; remove "
-    "this key",
-    "include_auto_mp": "auto mixed precision is not available in raysearch yet; remove this key",
+    "include_auto_mp": "not a raysearch setting; raysearch's mixed precision is the "
+    "mixed_precision group (top_k, promote_to, rank_by)",
 }
 
 
@@ -263,8 +243,8 @@ def unavailable_reason(key: str, catalogues: Iterable[Catalogue] = ()) -> str | 
     ``catalogues`` knows the key, in any container).
 
     Example:
-        >>> unavailable_reason("NumIterLR").split(";")[0]
-        'fine-tuning (AdaRound/AdaQuant) is not available in raysearch yet'
+        >>> unavailable_reason("SmoothQuant").split(";")[0]
+        "ONNX Runtime's SmoothQuant needs neural-compressor 2.x, which raysearch does not install"
         >>> unavailable_reason("per_channel") is None
         True
     """
