@@ -398,8 +398,12 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
     for name, path in presets.items():
         raw = yaml.safe_load(path.read_text())["search_space"]
         assert sizes[name] == len(SearchSpace.parse(raw, path=name).expand()), name
-    assert sizes["A8W8_SEARCH"] == 672 and sizes["A16W8_SEARCH"] == 48
-    assert sizes["XINT8_SEARCH"] == 48  # 8 calibration settings x output quantization x top_k
+    # A8W8: 672 static settings + dynamic (per_channel x op types).
+    assert sizes["A8W8_SEARCH"] == 676 and sizes["A16W8_SEARCH"] == 48
+    # XINT8: 8 calibration settings x output quantization x top_k x power-of-two x CLE.
+    assert sizes["XINT8_SEARCH"] == 192
+    # FINETUNE: 4 calibration settings x 2 algorithms x 2 (iterations, learning rate) each.
+    assert sizes["FINETUNE_SEARCH"] == 16
 
 
 def test_cli_validate_prints_grid_size_and_rule_drops(tmp_path, files, capsys):

@@ -68,4 +68,25 @@ def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
         if isinstance(raw, str):
             raw = load_predefined_space(raw, path)
         spaces.append(SearchSpace.parse(raw, path=path))
+        _check_technique_requirements(spaces[-1], path)
     return spaces
+
+
+def _check_technique_requirements(space: SearchSpace, path: str) -> None:
+    """ConfigError when the space can switch on a technique whose optional package is missing
+    (fine-tuning without PyTorch): said before any trial runs, naming the extra."""
+    from raysearch.quantize.technique import registered_techniques
+
+    switches = {
+        key: cls
+        for cls in registered_techniques()
+        for key in cls.settings
+        if key.startswith("include_")
+    }
+    for param in space.params:
+        cls = switches.get(param.leaf)
+        choices = getattr(param.domain, "choices", ())
+        if cls is not None and any(choices):
+            reason = cls.missing_requirement()
+            if reason:
+                raise ConfigError(f"{path}.{param.name}", reason)

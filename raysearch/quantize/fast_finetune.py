@@ -186,6 +186,12 @@ class FastFinetune(QuantizedModelTransform):
     devices = frozenset({"cpu", "gpu"})
     order = 20
 
+    @classmethod
+    def missing_requirement(cls) -> str | None:
+        import importlib.util
+
+        return None if importlib.util.find_spec("torch") else _TORCH_MISSING
+
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
         if not settings.get(SWITCH):
             return None

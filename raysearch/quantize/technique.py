@@ -134,6 +134,13 @@ class Technique(abc.ABC):
         #: raises then).
         self.context: TechniqueContext | None = None
 
+    @classmethod
+    def missing_requirement(cls) -> str | None:
+        """Why this technique cannot run in this environment (an optional package that is not
+        installed, with the extra that installs it), or None. Checked when a config that
+        switches it on is loaded, before anything runs."""
+        return None
+
     @abc.abstractmethod
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
         """A string that differs exactly when the effect differs (None: inactive)."""

@@ -264,3 +264,27 @@ def test_trial_with_fast_finetune(tmp_path):
     print(f"trial cos: nearest {plain.metric:.6f} fine-tuned {tuned.metric:.6f}")
     assert tuned.metric >= plain.metric
     assert (tmp_path / "plain.onnx").read_bytes() != (tmp_path / "ft.onnx").read_bytes()
+
+
+def test_a_config_switching_fine_tuning_on_without_pytorch_is_refused_before_running(
+    monkeypatch,
+):
+    """The check runs when the config's spaces are parsed, naming the extra."""
+    import importlib.util
+
+    from raysearch._config._spaces import parse_spaces
+    from raysearch.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    with pytest.raises(ConfigError) as error:
+        parse_spaces({"search_space": {"include_fast_ft": [False, True]}})
+    assert str(error.value) == (
+        "search_space.include_fast_ft: fine-tuning needs PyTorch: pip install 'raysearch[finetune]'"
+    )
+    # Switched off only: nothing to refuse.
+    assert parse_spaces({"search_space": {"include_fast_ft": [False]}})
+    monkeypatch.undo()
+    assert len(parse_spaces({"search_space": "FINETUNE_SEARCH"})[0].expand()) == 16
