@@ -218,6 +218,8 @@ class TechniquePipeline:
                 _timed(plan, technique, step_start)
                 self._remember(chain, target)
                 computed = True
+            else:  # computed by an earlier trial of this process: no time spent now
+                plan.report.setdefault(f"{technique.name}_s", 0.0)
             self._models.move_to_end(chain)
             source = self._models[chain]
         return source, (time.perf_counter() - start) if computed else 0.0
@@ -278,6 +280,6 @@ class TechniquePipeline:
 
 def _timed(plan: Plan, technique: Technique, start: float) -> None:
     """Record in the trial's result the seconds ``technique`` took (``<name>_s``; a float
-    transform reused from an earlier trial of this process records none)."""
+    transform reused from an earlier trial of this process records 0)."""
     key = f"{technique.name}_s"
     plan.report[key] = plan.report.get(key, 0.0) + time.perf_counter() - start
