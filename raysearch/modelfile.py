@@ -39,6 +39,7 @@ __all__ = [
     "FileHashes",
     "model_size_bytes",
     "quantized_share",
+    "constants_to_initializers",
     "weighted_nodes",
     "WEIGHTED_OP_TYPES",
     "place_model",
@@ -354,3 +355,36 @@ def quantized_share(
         for n in nodes
     )
     return min(1.0, quantized / total)
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Turn the main graph's ``Constant`` nodes that hold a tensor (``value``) into
+    initializers of the same name, in place; how many. Exporters (PaddlePaddle's, older
+    PyTorch) store weights that way, and a float transform that looks for constant weights
+    among the initializers would otherwise find none.
+
+    Example:
+        >>> from onnx import TensorProto, helper
+        >>> w = helper.make_tensor("w", TensorProto.FLOAT, [1], [2.0])
+        >>> const = helper.make_node("Constant", [], ["w"], value=w)
+        >>> mul = helper.make_node("Mul", ["x", "w"], ["y"])
+        >>> io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in "xy"]
+        >>> model = helper.make_model(helper.make_graph([const, mul], "g", io[:1], io[1:]))
+        >>> constants_to_initializers(model), [i.name for i in model.graph.initializer]
+        (1, ['w'])
+    """
+    kept, moved = [], 0
+    for node in model.graph.node:
+        value = next((a for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(value.t)
+            tensor.name = node.output[0]
+            model.graph.initializer.append(tensor)
+            moved += 1
+        else:
+            kept.append(node)
+    if moved:
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+    return moved

@@ -15,7 +15,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from raysearch.modelfile import external_data_locations, has_external_data
+from raysearch.modelfile import (
+    constants_to_initializers,
+    external_data_locations,
+    has_external_data,
+)
 from raysearch.providers import make_session
 
 if TYPE_CHECKING:
@@ -65,6 +69,7 @@ def finetune_model(
     quantized_path = os.fspath(quantized_path)
     model = onnx.load(quantized_path)
     float_model = onnx.load(os.fspath(float_path))
+    constants_to_initializers(float_model)  # the float weights are looked up by name
     layers, rows = _layers(model, float_model, ft, nodes)
     feeds = list(_feeds(calibration, options.data_size))
     float_session = make_session(

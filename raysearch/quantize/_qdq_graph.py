@@ -31,7 +31,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from raysearch.modelfile import external_data_locations, has_external_data
+from raysearch.modelfile import (
+    constants_to_initializers,
+    external_data_locations,
+    has_external_data,
+)
 from raysearch.providers import make_session
 from raysearch.quantize.tempdirs import make_workdir
 
@@ -51,8 +55,11 @@ _OUTPUT_SUFFIX = "_QuantizeLinear_Input"
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """The model at ``path`` with its external data loaded."""
-    return onnx.load(os.fspath(path))
+    """The model at ``path`` with its external data loaded, weights that ``Constant`` nodes
+    hold turned into initializers (where the layers' float weights are looked up)."""
+    model = onnx.load(os.fspath(path))
+    constants_to_initializers(model)
+    return model
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:

@@ -45,6 +45,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from raysearch.modelfile import constants_to_initializers
 from raysearch.quantize._cle_graph import Layer, channel_last, find_pairs, weights_of
 from raysearch.quantize.technique import FloatModelTransform, register_technique
 from raysearch.space.catalogue import OptionSpec
@@ -232,6 +233,7 @@ class CrossLayerEqualization(FloatModelTransform):
         calibration: DataSource,
     ) -> None:
         model = onnx.load(os.fspath(model_path))
+        constants_to_initializers(model)  # weights held by Constant nodes count too
         equalize_model(model, CLEOptions.from_settings(settings))
         large = sum(t.ByteSize() for t in model.graph.initializer) > _LARGE
         onnx.save_model(model, os.fspath(out_path), save_as_external_data=large)

@@ -50,11 +50,12 @@ from onnxruntime.quantization.quant_utils import (
     QuantizationMode,
     get_opset_version,
     load_model_with_shape_infer,
+    save_and_reload_model_with_shape_infer,
     update_opset_version,
 )
 from onnxruntime.quantization.quantize import check_static_quant_arguments
 
-from raysearch.modelfile import file_hash, has_external_data
+from raysearch.modelfile import constants_to_initializers, file_hash, has_external_data
 from raysearch.providers import session_providers
 from raysearch.quantize._ort_checks import check_settings, enum_value
 from raysearch.quantize._ort_rules import (  # re-exported: imported from here
@@ -213,7 +214,8 @@ class OrtBackend(QuantizerBackend):
         _, quantizer_options = split_extra_options(extra)
 
         start = time.perf_counter()
-        model, calib_path, opset = self._variant(weight, activation, extra)
+        per_channel_qdq = bool(settings.get("per_channel")) and quant_format is QuantFormat.QDQ
+        model, calib_path, opset = self._variant(weight, activation, extra, per_channel_qdq)
         request = CalibrationRequest.from_settings(settings, calibration_catalogue(self.name))
         if request.method == "Entropy" and request.bins <= request.num_quantized_bins:
             _hint_once(
@@ -296,10 +298,16 @@ class OrtBackend(QuantizerBackend):
         return QuantizeInfo(0.0, time.perf_counter() - start, False)
 
     def _variant(
-        self, weight: QuantType, activation: QuantType, extra: Mapping[str, Any]
+        self,
+        weight: QuantType,
+        activation: QuantType,
+        extra: Mapping[str, Any],
+        per_channel_qdq: bool = False,
     ) -> tuple[onnx.ModelProto, Path, int]:
         """The model ``quantize_static`` would quantize for these types: the shape-inferred
-        float model, or its opset-raised version (16-bit, float8, block-wise types)."""
+        float model, or its opset-raised version (16-bit, float8, block-wise types; and opset
+        13 for per-channel QDQ weights, which ``quantize_static`` leaves out: below 13 a
+        DequantizeLinear has no ``axis`` and ONNX Runtime refuses the model it wrote)."""
         overrides = extra.get("TensorQuantOverrides")
         key = (
             weight == QuantType.QFLOAT8E4M3FN,
@@ -307,6 +315,7 @@ class OrtBackend(QuantizerBackend):
             or activation in (QuantType.QInt16, QuantType.QUInt16)
             or _overrides_need_16bit(overrides),
             (extra.get("BlockSize") or 0) > 0,
+            per_channel_qdq and self._base_opset < _PER_CHANNEL_OPSET,
         )
         if key not in self._variants:
             updated = update_opset_version(
@@ -316,6 +325,10 @@ class OrtBackend(QuantizerBackend):
                 tensor_quant_overrides=overrides,
                 block_size=extra.get("BlockSize", 0),
             )
+            if key[-1] and get_opset_version(updated) < _PER_CHANNEL_OPSET:
+                updated = save_and_reload_model_with_shape_infer(
+                    onnx.version_converter.convert_version(updated, _PER_CHANNEL_OPSET)
+                )
             if updated is self._base:
                 self._variants[key] = (self._base, self._model_copy, self._base_opset)
             else:
@@ -340,6 +353,10 @@ class OrtBackend(QuantizerBackend):
 _HINTS: set[str] = set()
 
 
+#: The first opset whose DequantizeLinear takes an ``axis`` (per-channel weights in QDQ).
+_PER_CHANNEL_OPSET = 13
+
+
 def _hint_once(message: str) -> None:
     if message not in _HINTS:
         _HINTS.add(message)
@@ -348,13 +365,21 @@ def _hint_once(message: str) -> None:
 
 def _copy_model(source: str, folder: Path) -> Path:
     """Copy the model file into ``folder``; a model with external data is re-saved there with
-    its weights in one external file (as ``quantize_static`` does for in-memory models)."""
+    its weights in one external file (as ``quantize_static`` does for in-memory models), and
+    ``Constant`` nodes holding tensors become initializers."""
     target = folder / "model.onnx"
-    if not has_external_data(source):
-        shutil.copyfile(source, target)
-        return target
     full = onnx.load(source)
-    onnx.save_model(full, str(target), save_as_external_data=True)
+    # Weights held by Constant nodes (PaddlePaddle's and older exporters) are node outputs to
+    # ONNX Runtime's quantizer: calibrated and quantized per tensor like activations, their
+    # biases left float. ONNX Runtime's pre-processing (quant_pre_process) makes them
+    # initializers; this does that one step, so per-channel weights and int32 biases apply.
+    moved = constants_to_initializers(full)
+    if not has_external_data(source) and not moved:
+        shutil.copyfile(source, target)
+    elif has_external_data(source) or full.ByteSize() >= MODEL_SIZE_THRESHOLD:
+        onnx.save_model(full, str(target), save_as_external_data=True)
+    else:
+        onnx.save_model(full, str(target))
     return target
 
 

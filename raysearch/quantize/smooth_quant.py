@@ -51,6 +51,7 @@ import onnx
 from onnx import helper
 
 from raysearch.errors import ConfigError
+from raysearch.modelfile import constants_to_initializers
 from raysearch.providers import make_session
 from raysearch.quantize._smooth_quant_graph import Graph, shaped
 from raysearch.quantize.technique import FloatModelTransform, register_technique
@@ -380,6 +381,7 @@ class SmoothQuant(FloatModelTransform):
     ) -> None:
         options = smooth_options(settings)
         model = onnx.load(model_path)
+        constants_to_initializers(model)  # weights held by Constant nodes count too
         if options is not None:
             counts = smooth_model(
                 model, calibration, options, providers=self.providers, threads=self.threads

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from raysearch.data import DataSource
@@ -194,3 +196,43 @@ def test_qoperator_format_and_excluded_nodes(mlp, tmp_path):
     fc1 = next(n for n in model.graph.node if n.name == "fc1")
     assert any(producers.get(i) == "DequantizeLinear" for i in fc1.input)
     assert not os.path.exists(workdir)  # close() removed the temporary copy
+
+
+def test_constant_node_weights_are_quantized_per_channel_on_an_opset_12_model(tmp_path):
+    """Weights held by Constant nodes (as PaddlePaddle exports them) become initializers, so
+    they get per-channel int8 scales like any weight; an opset-12 model is raised to 13 for
+    per-channel QDQ (quantize_static would write a DequantizeLinear with an axis ONNX Runtime
+    refuses below 13)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((8, 4)) * np.array([1, 2, 4, 8])).astype(np.float32)
+    nodes = [
+        helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(weight, "w")),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 8
+    path = tmp_path / "const.onnx"
+    onnx.save(model, path)
+    data = DataSource.load({"x": rng.standard_normal((16, 8)).astype(np.float32)}, path)
+    backend = OrtBackend(path, data)
+    try:
+        settings = {"per_channel": True, "op_types_to_quantize": ["MatMul"]}
+        backend.quantize(settings, tmp_path / "q.onnx")
+    finally:
+        backend.close()
+    quantized = onnx.load(tmp_path / "q.onnx")
+    assert max(o.version for o in quantized.opset_import if o.domain in ("", "ai.onnx")) >= 13
+    inits = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
+    (scale,) = [v for k, v in inits.items() if k.startswith("w") and k.endswith("_scale")]
+    assert scale.shape == (4,)  # one scale per output channel of the weight
+    session = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weight, rtol=0.1, atol=0.5)
