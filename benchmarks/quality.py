@@ -82,7 +82,7 @@ def _configs(work: Path, trials: int) -> dict[str, dict[str, Any]]:
             **common,
             "model": str(encoder),
             "calibration_data": str(work / "encoder_calib.npz"),
-            "evaluation_data": str(work / "encoder_eval.npz"),
+            "eval_data": str(work / "encoder_eval.npz"),
             "metric": "cos",
             "tolerance": 0.999,
         },
@@ -155,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models.split(","):
             rows.append(run_one(name, configs[name], work))
             print_table(rows[-1:], list(rows[-1])[:-2], title=name)
+            run.write({"results": rows}, args.out)  # each model's figures kept as they come
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    run.write({"results": rows}, args.out)
     return 0
 
 
