@@ -40,6 +40,7 @@ __all__ = [
     "model_size_bytes",
     "quantized_share",
     "constants_to_initializers",
+    "write_model",
     "weighted_nodes",
     "WEIGHTED_OP_TYPES",
     "place_model",
@@ -388,3 +389,24 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
         del model.graph.node[:]
         model.graph.node.extend(kept)
     return moved
+
+
+#: Bytes of initializers past which a written model keeps them in an external file (a
+#: ModelProto cannot be serialized past 2 GB, and ``ByteSize()`` itself raises there).
+EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+def write_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Save ``model`` (a transformed float model) to ``path``: in one file, or with its
+    weights in ``<file name>.data`` beside it when they pass :data:`EXTERNAL_DATA_BYTES`."""
+    path = os.fspath(path)
+    if sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES:
+        onnx.save_model(
+            model,
+            path,
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=os.path.basename(path) + ".data",
+        )
+    else:
+        onnx.save_model(model, path)

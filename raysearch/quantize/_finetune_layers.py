@@ -15,12 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from raysearch.modelfile import (
-    constants_to_initializers,
-    external_data_locations,
-    has_external_data,
-)
 from raysearch.providers import make_session
+from raysearch.quantize._qdq_graph import load_model, save_model
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -67,9 +63,8 @@ def finetune_model(
     if options.device.startswith("cuda") and not ft.cuda_available():
         raise ValueError(f"OptimDevice {options.device}: PyTorch sees no CUDA device")
     quantized_path = os.fspath(quantized_path)
-    model = onnx.load(quantized_path)
-    float_model = onnx.load(os.fspath(float_path))
-    constants_to_initializers(float_model)  # the float weights are looked up by name
+    model = load_model(quantized_path)
+    float_model = load_model(float_path)  # Constant-node weights found by name too
     layers, rows = _layers(model, float_model, ft, nodes)
     feeds = list(_feeds(calibration, options.data_size))
     float_session = make_session(
@@ -109,7 +104,7 @@ def finetune_model(
                 {"node": name, "op_type": layer.node.op_type, "mse_before": fit.mse_before,
                  "mse_after": fit.mse_after, "changed": fit.changed}
             )  # fmt: skip
-    _save(model, quantized_path)
+    save_model(model, quantized_path)
     return rows
 
 
@@ -241,17 +236,6 @@ def _write(model: onnx.ModelProto, layer: _Layer, fit: Any) -> None:
     q = np.round(fit.bias.astype(np.float64) / layer.bias_scale) + layer.bias_zero_point
     q = np.clip(q, info.min, info.max).astype(np.int32)
     bias.CopyFrom(numpy_helper.from_array(q, layer.bias_init))
-
-
-def _save(model: onnx.ModelProto, path: str) -> None:
-    if not has_external_data(path):
-        onnx.save(model, path)
-        return
-    locations = external_data_locations(path)
-    onnx.save(
-        model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-        location=locations[0] if len(locations) == 1 else os.path.basename(path) + ".data",
-    )  # fmt: skip
 
 
 # -- running ONNX Runtime ------------------------------------------------------------------

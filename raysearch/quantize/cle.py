@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from raysearch.modelfile import constants_to_initializers
+from raysearch.modelfile import constants_to_initializers, write_model
 from raysearch.quantize._cle_graph import Layer, channel_last, find_pairs, weights_of
 from raysearch.quantize.technique import FloatModelTransform, register_technique
 from raysearch.space.catalogue import OptionSpec
@@ -59,7 +59,6 @@ _logger = logging.getLogger(__name__)
 
 SWITCH = "include_cle"
 _CONTAINER = "extra_options"
-_LARGE = 1_800_000_000  # bytes of initializers past which the model is saved as external data
 
 
 @dataclass(frozen=True)
@@ -235,5 +234,4 @@ class CrossLayerEqualization(FloatModelTransform):
         model = onnx.load(os.fspath(model_path))
         constants_to_initializers(model)  # weights held by Constant nodes count too
         equalize_model(model, CLEOptions.from_settings(settings))
-        large = sum(t.ByteSize() for t in model.graph.initializer) > _LARGE
-        onnx.save_model(model, os.fspath(out_path), save_as_external_data=large)
+        write_model(model, out_path)

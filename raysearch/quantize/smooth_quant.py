@@ -51,7 +51,7 @@ import onnx
 from onnx import helper
 
 from raysearch.errors import ConfigError
-from raysearch.modelfile import constants_to_initializers
+from raysearch.modelfile import constants_to_initializers, write_model
 from raysearch.providers import make_session
 from raysearch.quantize._smooth_quant_graph import Graph, shaped
 from raysearch.quantize.technique import FloatModelTransform, register_technique
@@ -387,6 +387,4 @@ class SmoothQuant(FloatModelTransform):
                 model, calibration, options, providers=self.providers, threads=self.threads
             )
             _logger.info("smooth_quant: %s", counts)
-        large = model.ByteSize() >= _LARGE
-        location = os.path.basename(out_path) + ".data" if large else None
-        onnx.save(model, out_path, save_as_external_data=large, location=location)
+        write_model(model, out_path)
