@@ -1,5 +1,6 @@
 """The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
-tuning, run in parallel on Ray.
+tuning, run in parallel on Ray (one concept, a little over 400 lines: the bisection and the
+revert pass read the same ranking and base, and splitting them would pass that state around).
 
 ``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
 
