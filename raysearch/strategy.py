@@ -84,10 +84,12 @@ class Proposal:
 
 
 class SearchView(Protocol):
-    """What a phase may read of the search: settings finished (with their metric) and
-    running, by key."""
+    """What a phase may read of the search: settings finished (with their metric and
+    sampler objective) and running, by key."""
 
     done: dict[str, float | None]
+    #: key -> what a sampler optimises for each finished setting (see Phase.completed).
+    objectives: dict[str, float | None]
 
     @property
     def live_keys(self) -> set[str]: ...
@@ -113,10 +115,17 @@ class Phase:
         raise NotImplementedError
 
     def completed(  # noqa: B027 - optional hook
-        self, proposal: Proposal, metric: float | None, error: bool
+        self,
+        proposal: Proposal,
+        metric: float | None,
+        error: bool,
+        *,
+        objective: float | None = None,
     ) -> None:
         """The trial of ``proposal`` finished: ``error`` when it raised or crashed, ``metric``
-        None when it failed."""
+        None when it failed. ``objective`` is what a sampler should optimise: the metric,
+        moved past every non-candidate by the quantized share for a candidate (see
+        :meth:`raysearch.evaluate.Evaluator.sampler_objective`)."""
 
 
 @dataclass(frozen=True)

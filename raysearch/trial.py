@@ -70,6 +70,9 @@ class TrialResult:
     status: str
     metric: float | None = None
     is_candidate: bool = False
+    #: What the search's sampler optimises (:meth:`Evaluator.sampler_objective`): the metric,
+    #: moved past every non-candidate by the quantized share for a candidate.
+    objective: float | None = None
     error: str | None = None
     duration_s: float = 0.0
     calibration_s: float = 0.0
@@ -264,6 +267,7 @@ class TrialRunner:
             result.status = "failed"
             result.metric = None
             result.is_candidate = False
+            result.objective = None
             result.error = one_line(exc)
             if result.model_path is not None:  # keep no half-useful model on disk
                 with contextlib.suppress(OSError):
@@ -331,6 +335,9 @@ class TrialRunner:
             if ratio is not None:
                 result.extra["latency_vs_float"] = ratio
         result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
+        result.objective = self.evaluator.sampler_objective(
+            score.metric, float_score, share, self._weighted_nodes
+        )
         result.status = "ok"
 
     def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:

@@ -234,3 +234,48 @@ def test_float_reference_compute_save_load_and_cache(mlp, tmp_path):
     again = FloatReference.cached(tmp_path / "cache", mlp, data)
     assert isinstance(again.outputs["y"], np.memmap) and again.key == cached.key
     assert Evaluator("L2").score(outputs=ref.outputs, reference=again).metric == 0.0
+
+
+@pytest.mark.parametrize(
+    ("metric", "tolerance", "higher", "float_score"),
+    [("cos", 0.99, True, None), ("L2", 0.05, False, None), (None, 0.02, True, 0.9)],
+)
+def test_sampler_objective_orders_trials_as_the_best_rule_does(
+    metric, tolerance, higher, float_score
+):
+    """Higher (lower) objective <=> ``outputs.better``: candidates first, then the larger
+    quantized share, then the metric; trials that are not candidates by their metric."""
+    import itertools
+
+    from raysearch.outputs import better
+
+    evaluator = Evaluator(
+        metric or (lambda path, providers: 0.0),
+        tolerance=tolerance,
+        tolerance_mode="absolute",
+        higher_is_better=higher,
+    )
+    base = float_score if float_score is not None else (1.0 if higher else 0.0)
+    step = 1 if higher else -1
+    scores = [base + step * d for d in (0.0, -0.004, -0.01, -0.03, -0.2, 0.003)]
+    records = []
+    for score, share in itertools.product(scores, (0.0, 1 / 3, 2 / 3, 1.0)):
+        candidate = evaluator.is_candidate(score, float_score)
+        objective = evaluator.sampler_objective(score, float_score, share, 3)
+        records.append(
+            {
+                "status": "ok",
+                "metric": score,
+                "is_candidate": candidate,
+                "objective": objective,
+                "extra": {"quantized_share": share},
+            }
+        )
+    assert any(r["is_candidate"] for r in records) and not all(r["is_candidate"] for r in records)
+    for a, b in itertools.permutations(records, 2):
+        if a["metric"] == b["metric"] and (not a["is_candidate"] or a["extra"] == b["extra"]):
+            continue  # equal for the best rule as for the objective
+        by_objective = (
+            a["objective"] > b["objective"] if higher else a["objective"] < b["objective"]
+        )
+        assert better(a, b, higher) == by_objective, (a, b)

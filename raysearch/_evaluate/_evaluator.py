@@ -221,6 +221,43 @@ class Evaluator:
             raise ValueError(f"{self.name}: a custom metric needs the float model's score")
         return self.drop(score, float_score) <= self.tolerance
 
+    def sampler_objective(
+        self,
+        score: float | None,
+        float_score: float | None,
+        quantized_share: float | None,
+        weighted_nodes: int,
+    ) -> float | None:
+        """The value a search's sampler optimises for this trial, in the metric's direction.
+
+        The best trial of a search is the most quantized candidate
+        (:func:`raysearch.outputs.better`), so a sampler told the metric alone spends its
+        trials on settings that keep nodes float (they score best and are never the answer).
+        This is the metric for a trial that is not a candidate, and for a candidate the metric
+        moved past every trial that is not one by ``scale * quantized_share``: a candidate's
+        metric is already on the good side of the tolerance's threshold, which every other
+        trial's metric is not, so adding anything keeps candidates first; ``scale`` is larger
+        than the spread of candidates' metrics times the node count, so one more quantized
+        node outweighs any metric difference among candidates (for a metric that does not
+        beat float by more than ``1 + |float| + |tolerance|``). Optuna's samplers take one
+        number; Ray Tune's ``OptunaSearch`` passes it on unchanged.
+
+        Example:
+            >>> ev = Evaluator("cos", tolerance=0.99)
+            >>> ev.sampler_objective(0.995, None, 0.5, 2) > ev.sampler_objective(1.0, None, 0.0, 2)
+            True
+            >>> ev.sampler_objective(0.98, None, 1.0, 2)   # not a candidate: its metric
+            0.98
+        """
+        if score is None or not math.isfinite(score):
+            return None
+        if not self.is_candidate(score, float_score):
+            return float(score)
+        reference = abs(float_score) if float_score is not None else 0.0
+        scale = (weighted_nodes + 1) * (1.0 + reference + abs(self.tolerance or 0.0))
+        bonus = scale * (1.0 if quantized_share is None else quantized_share)
+        return float(score + bonus if self.higher_is_better else score - bonus)
+
     def better(self, a: float | None, b: float | None) -> bool:
         """Whether score ``a`` is strictly better than ``b`` (a missing score is worst)."""
         if a is None or (isinstance(a, float) and math.isnan(a)):

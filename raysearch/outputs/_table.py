@@ -31,6 +31,7 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "status": pa.string(),
     "metric": pa.float64(),
     "is_candidate": pa.bool_(),
+    "objective": pa.float64(),
     "duration_s": pa.float64(),
     "calibration_s": pa.float64(),
     "quantization_s": pa.float64(),

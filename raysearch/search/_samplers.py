@@ -145,7 +145,11 @@ class OptunaPhase(Phase):
             sampler=make_sampler(algo, seed),
             study_name=f"raysearch-{index}",
         )
-        self.size = _distinct_settings(space, reject) if not space.has_ranges else None
+        #: How many distinct valid settings the space has: counted when the sampler first
+        #: repeats itself (counting a large preset takes seconds, and only a sampler that
+        #: repeats itself can be near the end of its space); None with ranges.
+        self.size: int | None = None
+        self._counted = space.has_ranges
         self.seen: set[str] = set()
         self.asks = 0
 
@@ -158,6 +162,9 @@ class OptunaPhase(Phase):
             point = self.optuna.suggest(inner_id)
             proposal = Proposal.of(self.space, self.index, point, inner_id)
             if self._answered(proposal, search):
+                if not getattr(self, "_counted", True):  # True: pickled before it existed
+                    self._counted = True
+                    self.size = _distinct_settings(self.space, self.reject)
                 continue
             self.seen.add(proposal.key)
             return proposal
@@ -176,7 +183,7 @@ class OptunaPhase(Phase):
         key, inner_id = proposal.key, proposal.inner_id
         if key in search.done:
             self.seen.add(key)
-            self.optuna.on_trial_complete(inner_id, {"metric": search.done[key]})
+            self.optuna.on_trial_complete(inner_id, {"metric": search.objectives.get(key)})
             return True
         if key in search.live_keys:
             self.optuna.on_trial_complete(inner_id, None, error=True)
@@ -189,8 +196,16 @@ class OptunaPhase(Phase):
             return True
         return False
 
-    def completed(self, proposal: Proposal, metric: float | None, error: bool) -> None:
-        result = None if error else {"metric": metric}
+    def completed(
+        self,
+        proposal: Proposal,
+        metric: float | None,
+        error: bool,
+        *,
+        objective: float | None = None,
+    ) -> None:
+        # The sampler optimises the objective (quantized candidates first), not the metric.
+        result = None if error else {"metric": metric if objective is None else objective}
         self.optuna.on_trial_complete(proposal.inner_id, result, error=error)
 
 

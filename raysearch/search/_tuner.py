@@ -54,7 +54,7 @@ def tune_state_intact(path: str) -> bool:
 def replay_result(record: Mapping[str, Any]) -> dict[str, Any]:
     """What a journaled trial returns when Tune runs it again after a restore."""
     trial = {k: v for k, v in record.items() if k not in ("point", "params", "settings")}
-    return {"metric": record.get("metric"), "trial": trial}
+    return {"metric": record.get("metric"), "objective": record.get("objective"), "trial": trial}
 
 
 def _trial_dirname(trial: Any) -> str:

@@ -136,7 +136,9 @@ class TrialRecorder(tune.Callback):
         """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
         config = trial.config
         trial_id = trial.trial_id
-        record["metric"] = _finite(record.get("metric")) if record["status"] == "ok" else None
+        ok = record["status"] == "ok"
+        record["metric"] = _finite(record.get("metric")) if ok else None
+        record["objective"] = _finite(record.get("objective")) if ok else None
         record["is_candidate"] = bool(record.get("is_candidate")) and record["status"] == "ok"
         self._add_sensitivity(record.pop("sensitivity", None))
         full = {

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,8 @@ class SettingSearcher(Searcher):
         self.state = _State(phase_started=[0] * len(phases))
         #: key -> metric (None when the trial failed) of every finished setting.
         self.done: dict[str, float | None] = {}
+        #: key -> what the samplers optimise (the trial's ``objective``, else its metric).
+        self.objectives: dict[str, float | None] = {}
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -216,6 +218,7 @@ class SettingSearcher(Searcher):
             key = record.get("key")
             if key is not None:
                 self.done[key] = _metric(record.get("metric"))
+                self.objectives[key] = _objective(record, self.done[key])
             self.context.records.append(dict(record))
             new += 1
         return new
@@ -302,7 +305,9 @@ class SettingSearcher(Searcher):
             return
         state.finished_ids.add(trial_id)
         metric = None if (error or not result) else _metric(result.get("metric"))
+        objective = None if (error or not result) else _objective(result, metric)
         self.done[proposal.key] = metric
+        self.objectives[proposal.key] = objective
         candidate, extra = _reported(None if error else result)
         self.context.records.append(
             {
@@ -312,13 +317,14 @@ class SettingSearcher(Searcher):
                 "params": proposal.params,
                 "settings": proposal.settings,
                 "metric": metric,
+                "objective": objective,
                 "status": "failed" if error or metric is None else "ok",
                 "is_candidate": candidate and metric is not None,
                 "extra": extra,
             }
         )
         if position is not None:
-            self.phases[position].completed(proposal, metric, error)
+            self.phases[position].completed(proposal, metric, error, objective=objective)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as fh:
@@ -327,6 +333,7 @@ class SettingSearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as fh:
             self.__dict__.update(pickle.load(fh))
+        self.__dict__.setdefault("objectives", dict(self.done))  # saved before it existed
         # A restored experiment runs its unfinished trials again: they are live again.
         self.state.waiting = False
         self._attached = False
@@ -337,6 +344,16 @@ def _metric(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _objective(result: Mapping[str, Any], metric: float | None) -> float | None:
+    """What a sampler is told of a finished trial: its ``objective`` (the metric moved for a
+    quantized candidate, see :meth:`Evaluator.sampler_objective`), else its metric (a record
+    journaled before the objective existed, or a searcher driven by hand)."""
+    if metric is None:
+        return None
+    objective = _metric(result.get("objective"))
+    return metric if objective is None else objective
 
 
 def _reported(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:

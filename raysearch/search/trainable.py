@@ -165,8 +165,10 @@ class QuantTrainable(tune.Trainable):
         record["actor_trials"] = self._trials_run
         if self._trials_run == 1:
             record["actor_setup_s"] = round(self._setup_s, 4)
-        metric = record.get("metric") if record.get("status") == "ok" else None
-        return {"metric": metric, "trial": record, "done": True}
+        ok = record.get("status") == "ok"
+        metric = record.get("metric") if ok else None
+        objective = record.get("objective") if ok else None
+        return {"metric": metric, "objective": objective, "trial": record, "done": True}
 
     def _run(self, settings: dict[str, Any], out_path: Path) -> Any:
         if not self._timeout_s:

@@ -165,3 +165,22 @@ def test_sampler_factory_and_missing_packages(monkeypatch):
     with pytest.raises(ConfigError, match=r"search_algo: CmaEs needs the package\(s\) cmaes"):
         check_algo_available("CmaEs")
     check_algo_available("TPE")
+
+
+def test_samplers_optimise_the_objective_and_journaled_trials_tell_it():
+    """A sampler is told a trial's ``objective`` (quantized candidates first), not its
+    metric; a journaled record without one tells its metric."""
+    space = SearchSpace.parse(SMALL)
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler("TPE", [space], mode="max", seed=0, max_trials=4)
+        searcher.add_finished(
+            [{"trial_id": "old", "key": "k-old", "phase": 0, "metric": 0.5, "objective": None}]
+        )
+        assert searcher.objectives["k-old"] == 0.5
+        config = searcher.suggest("t0")
+        searcher.on_trial_complete("t0", {"metric": 1.0, "objective": 7.5})
+    study = searcher.phases[0].optuna._ot_study
+    assert [t.value for t in study.trials if t.value is not None] == [7.5]
+    assert searcher.done[config["key"]] == 1.0
+    assert searcher.objectives[config["key"]] == 7.5
+    assert searcher.context.records[-1]["objective"] == 7.5
