@@ -50,7 +50,7 @@ from raysearch.providers import (
 )
 from raysearch.quantize._pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
-from raysearch.quantize.technique import TechniqueContext
+from raysearch.quantize.technique import TechniqueContext, technique_reject
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -290,7 +290,7 @@ class TrialRunner:
                 f"{', '.join(unknown)}: not a setting of backend '{name}' nor of a technique "
                 "registered in this process (was the module that registers it imported?)"
             )
-        reason = backend_cls.reject(plan.backend_settings)
+        reason = backend_cls.reject(plan.backend_settings) or technique_reject(settings)
         if reason:
             result.error = f"rejected: {reason}"
             return

@@ -274,6 +274,8 @@ def _write_bias(graph: QdqGraph, layer: Layer, delta: np.ndarray) -> bool:
 class BiasCorrection(QuantizedModelTransform):
     """Subtracts each layer's mean quantization error from its bias (module docstring)."""
 
+    needs_qdq: ClassVar[bool] = True
+
     order: ClassVar[int] = 30
     settings = {
         "include_bias_correction": OptionSpec(

@@ -161,6 +161,8 @@ def _require_torch() -> None:
 class FastFinetune(QuantizedModelTransform):
     """AdaRound/AdaQuant rounding of the quantized weights (see the module)."""
 
+    needs_qdq: ClassVar[bool] = True
+
     settings: ClassVar[Mapping[str, OptionSpec]] = {
         SWITCH: OptionSpec("bool", "fine-tune the quantized weights (AdaRound/AdaQuant)"),
     }

@@ -320,6 +320,8 @@ def _bias_sources(graph: QdqGraph, dq: onnx.NodeProto) -> tuple[np.ndarray, np.n
 class PowerOfTwoScales(QuantizedModelTransform):
     """Every scale a power of two, zero points symmetric (see the module docstring)."""
 
+    needs_qdq: ClassVar[bool] = True
+
     order: ClassVar[int] = 10
     containers = {
         "extra_options": {

@@ -209,4 +209,6 @@ def backend_reject(settings: dict[str, Any]) -> str | None:
         >>> backend_reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
         'activation_type QInt8 with weight_type QUInt8 is not supported by ONNX Runtime'
     """
-    return get_backend(settings.get("quantizer")).reject(settings)
+    from raysearch.quantize.technique import technique_reject
+
+    return get_backend(settings.get("quantizer")).reject(settings) or technique_reject(settings)

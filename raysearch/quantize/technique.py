@@ -63,6 +63,7 @@ __all__ = [
     "TensorOverrides",
     "TechniqueContext",
     "register_technique",
+    "technique_reject",
     "get_technique",
     "available_techniques",
     "registered_techniques",
@@ -124,6 +125,9 @@ class Technique(abc.ABC):
     #: (power-of-two scales 10 before fine-tuning 20 learns the rounding for the final scales,
     #: before bias correction 30 corrects what is left).
     order: ClassVar[int] = 50
+    #: Whether the technique reads or rewrites Q/DQ pairs: a setting that switches it on with
+    #: ``quant_format: QOperator`` is refused before it runs (:meth:`reject`).
+    needs_qdq: ClassVar[bool] = False
 
     def __init__(self, *, providers: Sequence[Any] | None = None, threads: int = 1) -> None:
         given = list(providers) if providers else ["CPUExecutionProvider"]
@@ -144,6 +148,29 @@ class Technique(abc.ABC):
     @abc.abstractmethod
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
         """A string that differs exactly when the effect differs (None: inactive)."""
+
+    @classmethod
+    def switched_on(cls, settings: Mapping[str, Any]) -> bool:
+        """Whether ``settings`` switch this technique on, read without constructing it: its
+        ``include_*`` switch where it has one, else any of its settings being given."""
+        switches = [key for key in cls.settings if key.startswith("include_")]
+        if switches:
+            return any(bool(settings.get(key)) for key in switches)
+        return any(
+            (settings.get(container) or {}).get(key) is not None
+            for container, table in cls.containers.items()
+            for key in table
+        )
+
+    @classmethod
+    def reject(cls, settings: Mapping[str, Any]) -> str | None:
+        """Why this technique cannot apply to ``settings`` (one line), or None. Checked with
+        the backend's refusals (:func:`raysearch.quantize.registry.backend_reject`), so a
+        search skips such a setting and ``validate`` does not count it."""
+        if cls.needs_qdq and settings.get("quant_format") == "QOperator":
+            if cls.switched_on(settings):
+                return f"{cls.name} needs quant_format QDQ (it rewrites Q/DQ pairs)"
+        return None
 
     @classmethod
     def owns(cls, container: str, key: str) -> bool:
@@ -259,6 +286,21 @@ def get_technique(name: str) -> type[Technique]:
 def available_techniques() -> list[str]:
     """Registry keys of every technique: the built-in ones and any registered since."""
     return sorted(set(BUILTIN_TECHNIQUES) | set(_REGISTRY))
+
+
+def technique_reject(settings: Mapping[str, Any]) -> str | None:
+    """The first refusal of a registered technique for ``settings`` (see
+    :meth:`Technique.reject`), or None.
+
+    Example:
+        >>> technique_reject({"quant_format": "QOperator", "include_bias_correction": True})
+        'bias_correction needs quant_format QDQ (it rewrites Q/DQ pairs)'
+    """
+    for cls in registered_techniques():
+        reason = cls.reject(settings)
+        if reason:
+            return reason
+    return None
 
 
 def registered_techniques() -> list[type[Technique]]:

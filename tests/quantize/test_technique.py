@@ -205,3 +205,30 @@ def test_a_technique_setting_whose_module_was_not_imported_fails_the_trial(mlp, 
         result = runner.run({"include_toy_identity": True}, tmp_path / "q.onnx")
     assert result.status == "failed" and not (tmp_path / "q.onnx").exists()
     assert result.error.startswith("include_toy_identity: not a setting of backend 'ort'")
+
+
+@pytest.mark.parametrize(
+    "switch",
+    [
+        {"include_bias_correction": True},
+        {"include_fast_ft": True},
+        {"extra_options": {"PowerOfTwoMethod": "MinMSE"}},
+    ],
+)
+def test_a_qdq_technique_on_a_qoperator_setting_is_refused_before_it_runs(switch):
+    """The search's refusal check (validate, spaces, every proposal) names the technique; the
+    same technique on QDQ, or switched off, is not refused."""
+    from raysearch.quantize.registry import backend_reject
+    from raysearch.space import SearchSpace
+    from raysearch.space.space import expand_spaces
+
+    reason = backend_reject({"quant_format": "QOperator", **switch})
+    assert reason is not None and reason.endswith("needs quant_format QDQ (it rewrites Q/DQ pairs)")
+    assert backend_reject({"quant_format": "QDQ", **switch}) is None
+    off = {k: False for k in switch if k.startswith("include_")} or {"extra_options": {}}
+    assert backend_reject({"quant_format": "QOperator", **off}) is None
+    listed = {k: [v] for k, v in switch.items() if k != "extra_options"}
+    if "extra_options" in switch:
+        listed["extra_options"] = {k: [v] for k, v in switch["extra_options"].items()}
+    space = SearchSpace.parse({"quant_format": ["QDQ", "QOperator"], **listed})
+    assert len(expand_spaces([space], backend_reject)) == 1
