@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -21,6 +22,8 @@ from raysearch.errors import ConfigError, suggest
 from raysearch.space import SearchSpace
 
 __all__ = ["predefined_spaces", "load_predefined_space", "parse_spaces"]
+
+_logger = logging.getLogger("raysearch.config")
 
 
 def predefined_spaces() -> dict[str, Path]:
@@ -66,23 +69,66 @@ def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
     spaces = []
     for raw, path in zip(items, where, strict=True):
         if isinstance(raw, str):
-            raw = load_predefined_space(raw, path)
+            raw = _without_missing_techniques(raw, load_predefined_space(raw, path))
         spaces.append(SearchSpace.parse(raw, path=path))
         _check_technique_requirements(spaces[-1], path)
     return spaces
 
 
-def _check_technique_requirements(space: SearchSpace, path: str) -> None:
-    """ConfigError when the space can switch on a technique whose optional package is missing
-    (fine-tuning without PyTorch): said before any trial runs, naming the extra."""
+def _technique_switches() -> dict[str, type]:
+    """``include_*`` key -> the technique class it switches on."""
     from raysearch.quantize.technique import registered_techniques
 
-    switches = {
+    return {
         key: cls
         for cls in registered_techniques()
         for key in cls.settings
         if key.startswith("include_")
     }
+
+
+def _without_missing_techniques(name: str, raw: Any) -> Any:
+    """A predefined space that searches a technique on and off (``include_fast_ft: [false,
+    true]``) searches it off only when its optional package is missing, with a warning naming
+    the extra: the preset stays usable on a lean install. A preset that needs the technique
+    (``[true]``) and a space the user writes are refused instead
+    (:func:`_check_technique_requirements`)."""
+    switches = _technique_switches()
+    off: set[str] = set()
+
+    def narrow(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            cls = switches.get(key)
+            reason = cls.missing_requirement() if cls is not None else None
+            if reason and isinstance(value, list) and any(value) and not all(value):
+                _logger.warning("%s: %s searched as false only: %s", name, key, reason)
+                value = [False]
+                off.add(key)
+            out[key] = narrow(value)
+        return out
+
+    def needs_off_switch(group: Any) -> bool:
+        condition = group.get("only_if") if isinstance(group, dict) else None
+        names = [condition] if isinstance(condition, str) else list(condition or ())
+        return any(n in off for n in names)
+
+    def drop_groups(node: Any) -> Any:
+        # A group active only with a switched-off technique would never be active.
+        if not isinstance(node, dict):
+            return node
+        return {k: drop_groups(v) for k, v in node.items() if not needs_off_switch(v)}
+
+    narrowed = narrow(raw)
+    return drop_groups(narrowed) if off else narrowed
+
+
+def _check_technique_requirements(space: SearchSpace, path: str) -> None:
+    """ConfigError when the space can switch on a technique whose optional package is missing
+    (fine-tuning without PyTorch): said before any trial runs, naming the extra."""
+    switches = _technique_switches()
     for param in space.params:
         cls = switches.get(param.leaf)
         choices = getattr(param.domain, "choices", ())

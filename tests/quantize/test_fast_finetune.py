@@ -288,3 +288,31 @@ def test_a_config_switching_fine_tuning_on_without_pytorch_is_refused_before_run
     assert parse_spaces({"search_space": {"include_fast_ft": [False]}})
     monkeypatch.undo()
     assert len(parse_spaces({"search_space": "FINETUNE_SEARCH"})[0].expand()) == 16
+
+
+def test_a_preset_searching_fine_tuning_as_an_option_searches_it_off_without_pytorch(
+    monkeypatch, caplog
+):
+    """A8W8_SEARCH searches include_fast_ft on and off: without PyTorch it searches it off
+    (a warning names the extra); FINETUNE_SEARCH needs it and is refused."""
+    import importlib.util
+
+    from raysearch._config._spaces import parse_spaces
+    from raysearch.errors import ConfigError
+
+    with_torch = parse_spaces({"search_space": "A8W8_SEARCH"})[0]
+    switch = next(p for p in with_torch.params if p.leaf == "include_fast_ft")
+    assert list(switch.domain.choices) == [False, True]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    with caplog.at_level("WARNING", logger="raysearch.config"):
+        lean = parse_spaces({"search_space": "A8W8_SEARCH"})[0]
+    switch = next(p for p in lean.params if p.leaf == "include_fast_ft")
+    assert list(switch.domain.choices) == [False]
+    assert "A8W8_SEARCH: include_fast_ft searched as false only" in caplog.text
+    assert "raysearch[finetune]" in caplog.text
+    assert lean.grid_size() < with_torch.grid_size()
+    with pytest.raises(ConfigError, match=r"raysearch\[finetune\]"):
+        parse_spaces({"search_space": "FINETUNE_SEARCH"})
