@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from raysearch.modelfile import FileHashes
 from raysearch.providers import make_session
 from raysearch.quantize._qdq_graph import load_model, save_model
 
@@ -67,17 +69,22 @@ def finetune_model(
     float_model = load_model(float_path)  # Constant-node weights found by name too
     layers, rows = _layers(model, float_model, ft, nodes)
     feeds = list(_feeds(calibration, options.data_size))
-    float_session = make_session(
-        _with_outputs(float_model, [n for la in layers for n in (la.float_input, la.float_output)]),
-        threads,
-        providers=providers,
-    )
+    float_names = [n for la in layers for n in (la.float_input, la.float_output)]
+    float_key = (FLOAT_ACTIVATIONS.model_hash(float_path), calibration.content_hash,
+                 options.data_size)  # fmt: skip
+    float_session = None
     with ft.torch_threads(threads):
         for layer in layers:
             name = layer.node.name
-            x_float, target = _capture(
-                float_session, [layer.float_input, layer.float_output], feeds
-            )
+            pair = [layer.float_input, layer.float_output]
+            cached = FLOAT_ACTIVATIONS.get(float_key, pair)
+            if cached is None:
+                if float_session is None:  # every layer cached: no float session at all
+                    graph = _with_outputs(float_model, float_names)
+                    float_session = make_session(graph, threads, providers=providers)
+                cached = _capture(float_session, pair, feeds)
+                FLOAT_ACTIVATIONS.put(float_key, pair, cached)
+            x_float, target = cached
             session = make_session(
                 _with_outputs(model, [layer.node.input[0]]), threads, providers=providers
             )
@@ -106,6 +113,55 @@ def finetune_model(
             )  # fmt: skip
     save_model(model, quantized_path)
     return rows
+
+
+class FloatActivations:
+    """The float model's layer inputs and outputs on the calibration data, kept in this
+    process for the next trial that fine-tunes the same float model (trials differ in their
+    quantization, not in the float layers' activations), least recently used first out past
+    ``max_bytes``. Keyed by the float model's content hash, the data's hash and ``DataSize``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.model_hash = FileHashes()
+        self._entries: OrderedDict[tuple[Any, ...], list[np.ndarray]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[Any, ...], names: list[str]) -> list[np.ndarray] | None:
+        entry = self._entries.get((*key, *names))
+        if entry is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end((*key, *names))
+        self.hits += 1
+        return entry
+
+    def put(self, key: tuple[Any, ...], names: list[str], arrays: list[np.ndarray]) -> None:
+        size = sum(a.nbytes for a in arrays)
+        if size > self.max_bytes:
+            return
+        self._entries[(*key, *names)] = arrays
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= sum(a.nbytes for a in evicted)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        return self._bytes
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+
+#: Per process (a trial actor). 1 GiB by default; RAYSEARCH_FINETUNE_CACHE_MB sets it (0: off).
+FLOAT_ACTIVATIONS = FloatActivations(
+    int(float(os.environ.get("RAYSEARCH_FINETUNE_CACHE_MB", "1024")) * 2**20)
+)
 
 
 # -- the graph -----------------------------------------------------------------------------

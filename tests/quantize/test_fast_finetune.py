@@ -122,6 +122,39 @@ def test_same_seed_same_bytes_other_seed_other_weights(magika, tmp_path):
     assert outputs[0] != outputs[2]
 
 
+def test_float_activations_are_reused_across_trials_within_bounds(magika, tmp_path):
+    """The second fine-tuning of the same float model on the same data reads the float
+    layers' activations from the process's cache, and writes the same bytes as with the cache
+    cleared; past its byte budget the cache keeps nothing."""
+    from raysearch.quantize._finetune_layers import FLOAT_ACTIVATIONS
+
+    path, data, quantized, _ = magika
+    options = FinetuneOptions("adaquant", iterations=4, batch_size=2, data_size=8, seed=0)
+    budget = FLOAT_ACTIVATIONS.max_bytes
+    outputs = []
+    try:
+        FLOAT_ACTIVATIONS.clear()
+        for i in range(2):
+            out = shutil.copy(quantized, tmp_path / f"m{i}.onnx")
+            misses, hits = FLOAT_ACTIVATIONS.misses, FLOAT_ACTIVATIONS.hits
+            finetune_model(out, path, data, options, threads=2, nodes=[CONV, DENSE])
+            outputs.append(out.read_bytes())
+            if i == 0:
+                assert FLOAT_ACTIVATIONS.misses - misses == 2
+            else:
+                assert (FLOAT_ACTIVATIONS.hits - hits, FLOAT_ACTIVATIONS.misses - misses) == (2, 0)
+        FLOAT_ACTIVATIONS.clear()
+        FLOAT_ACTIVATIONS.max_bytes = 1024  # smaller than one layer's activations
+        out = shutil.copy(quantized, tmp_path / "m2.onnx")
+        finetune_model(out, path, data, options, threads=2, nodes=[CONV, DENSE])
+        outputs.append(out.read_bytes())
+        assert FLOAT_ACTIVATIONS.nbytes == 0
+    finally:
+        FLOAT_ACTIVATIONS.max_bytes = budget
+        FLOAT_ACTIVATIONS.clear()
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ft_mlp")
