@@ -11,8 +11,9 @@ Models (``--models``):
 
 For each: the search's best (the most quantized setting within the tolerance, else the best
 metric; ``raysearch.outputs.better``), the highest metric of any trial, the best among the
-same search's settings that promote nothing and quantize every MatMul/Gemm/Conv (plain ONNX
-Runtime settings, the baseline in the same run), tensors promoted, the share of
+same search's settings that promote nothing, switch no technique on and quantize every
+MatMul/Gemm/Conv (plain ONNX Runtime settings, the baseline in the same run), the best of any
+setting that quantizes every MatMul/Gemm/Conv, tensors promoted, the share of
 MatMul/Gemm/Conv nodes left quantized in the best model, and its latency against float (the
 trial engine's ``latency_vs_float``: both models timed the same way). The tolerance is the
 target: magika 0.998 top-1 agreement, ppocr_rec 0.981 char accuracy, encoder cosine 0.999.
@@ -104,10 +105,13 @@ def run_one(name: str, config: dict[str, Any], work: Path) -> dict[str, Any]:
     # The search's own choice: the most quantized candidate, else the best metric.
     chosen = best_record(result.records, higher_is_better=True)
     best = next(r for r in rows if r["trial_id"] == chosen["trial_id"])
+    quantized = [r for r in rows if (r.get("extra/quantized_share") or 0.0) == 1.0]
+    # Plain ONNX Runtime: every weighted node quantized, nothing promoted, no technique.
     plain = [
         r["metric"]
-        for r in rows
-        if _promoted(r) == 0 and (r.get("extra/quantized_share") or 0.0) == 1.0
+        for r in quantized
+        if _promoted(r) == 0
+        and not any(v is True for k, v in r.items() if k.startswith("params/include_"))
     ]
     return {
         "model": name,
@@ -118,6 +122,8 @@ def run_one(name: str, config: dict[str, Any], work: Path) -> dict[str, Any]:
         "candidates": sum(bool(r["is_candidate"]) for r in rows),
         "highest_metric": max(r["metric"] for r in rows),
         "best_plain_ort": max(plain) if plain else None,
+        "best_fully_quantized": max((r["metric"] for r in quantized), default=None),
+        "fully_quantized_candidates": sum(bool(r["is_candidate"]) for r in quantized),
         "promoted": _promoted(best),
         "weighted_nodes_quantized": best.get("extra/quantized_share"),
         "latency_vs_float": best.get("extra/latency_vs_float"),
