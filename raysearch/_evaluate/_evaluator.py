@@ -242,20 +242,32 @@ class Evaluator:
         beat float by more than ``1 + |float| + |tolerance|``). Optuna's samplers take one
         number; Ray Tune's ``OptunaSearch`` passes it on unchanged.
 
+        One deliberate difference from the best rule: a trial that keeps every MatMul/Gemm/Conv
+        float (``quantized_share`` 0: the float model's speed, however it scores) is told
+        ``scale`` worse than its metric, below every trial that quantizes something. Ranked
+        by the best rule it would be a sampler's best trial whenever it meets the tolerance,
+        and the sampler would spend its trials on promoting everything to float (magika: 10 of
+        30 trials); the best rule still prefers it when nothing quantized meets the tolerance.
+
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)
-            >>> ev.sampler_objective(0.995, None, 0.5, 2) > ev.sampler_objective(1.0, None, 0.0, 2)
+            >>> ev.sampler_objective(0.995, None, 0.5, 2) > ev.sampler_objective(1.0, None, 0.25, 2)
+            True
+            >>> ev.sampler_objective(1.0, None, 0.0, 2) < ev.sampler_objective(0.5, None, 1.0, 2)
             True
             >>> ev.sampler_objective(0.98, None, 1.0, 2)   # not a candidate: its metric
             0.98
         """
         if score is None or not math.isfinite(score):
             return None
-        if not self.is_candidate(score, float_score):
-            return float(score)
         reference = abs(float_score) if float_score is not None else 0.0
         scale = (weighted_nodes + 1) * (1.0 + reference + abs(self.tolerance or 0.0))
-        bonus = scale * (1.0 if quantized_share is None else quantized_share)
+        if quantized_share == 0 and weighted_nodes:
+            bonus = -scale
+        elif self.is_candidate(score, float_score):
+            bonus = scale * (1.0 if quantized_share is None else quantized_share)
+        else:
+            return float(score)
         return float(score + bonus if self.higher_is_better else score - bonus)
 
     def better(self, a: float | None, b: float | None) -> bool:
