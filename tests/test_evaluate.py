@@ -285,3 +285,18 @@ def test_sampler_objective_orders_trials_as_the_best_rule_does(
         assert max(worst) < min(r["objective"] for r in records)
     else:
         assert min(worst) > max(r["objective"] for r in records)
+
+
+def test_a_tolerance_met_exactly_is_met_despite_floating_point_rounding():
+    """1 - 0.998 is 0.0020000000000000018: 499 of 500 rows kept meets a tolerance of 0.002."""
+    top1 = Evaluator(lambda path, providers: 0.0, tolerance=0.002, tolerance_mode="absolute",
+                     higher_is_better=True)  # fmt: skip
+    assert 1.0 - 0.998 > 0.002
+    assert top1.is_candidate(499 / 500, 1.0)
+    assert not top1.is_candidate(498 / 500, 1.0)
+    relative = Evaluator(lambda path, providers: 0.0, tolerance=0.01, tolerance_mode="relative",
+                         higher_is_better=False)  # fmt: skip
+    assert relative.is_candidate(0.3 * 1.01, 0.3) and not relative.is_candidate(0.3031, 0.3)
+    assert Evaluator("cos", tolerance=0.3).is_candidate(0.1 + 0.2)  # 0.30000000000000004
+    assert Evaluator("L2", tolerance=0.3).is_candidate(0.1 + 0.2)
+    assert not Evaluator("L2", tolerance=0.3).is_candidate(0.3000001)

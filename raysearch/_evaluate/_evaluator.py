@@ -215,11 +215,16 @@ class Evaluator:
         """
         if self.tolerance is None or score is None or not math.isfinite(score):
             return False
+        # A bound met exactly is met: 1 - 0.998 is 0.0020000000000000018 in binary floating
+        # point, and 499 of 500 rows kept must pass a tolerance of 0.002.
+        slack = _BOUND_SLACK * max(1.0, abs(self.tolerance))
         if not self.is_custom:
-            return score >= self.tolerance if self.higher_is_better else score <= self.tolerance
+            if self.higher_is_better:
+                return score >= self.tolerance - slack
+            return score <= self.tolerance + slack
         if float_score is None:
             raise ValueError(f"{self.name}: a custom metric needs the float model's score")
-        return self.drop(score, float_score) <= self.tolerance
+        return self.drop(score, float_score) <= self.tolerance + slack
 
     def sampler_objective(
         self,
@@ -283,6 +288,10 @@ class Evaluator:
             f"Evaluator({self.name!r}, tolerance={self.tolerance}, mode={self.tolerance_mode}, "
             f"higher_is_better={self.higher_is_better})"
         )
+
+
+#: How far past the tolerance a score may be from rounding alone (relative to the tolerance).
+_BOUND_SLACK = 1e-9
 
 
 def _number(value: Any, where: str) -> float:
