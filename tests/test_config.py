@@ -382,8 +382,10 @@ def test_cli_bad_yaml_and_missing_file_exit_2(tmp_path, capsys):
 
 
 def test_cli_spaces_lists_the_presets_with_sizes(capsys):
+    import importlib.util
+
+    from raysearch._config._spaces import parse_spaces
     from raysearch.config import predefined_spaces
-    from raysearch.space import SearchSpace
 
     assert main(["spaces"]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
@@ -395,11 +397,14 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
         sizes[name] = int(count)
     presets = predefined_spaces()
     assert set(sizes) == set(presets) and len(lines) == len(presets)
-    for name, path in presets.items():
-        raw = yaml.safe_load(path.read_text())["search_space"]
-        assert sizes[name] == len(SearchSpace.parse(raw, path=name).expand()), name
-    # A8W8: 672 static settings + dynamic (per_channel x op types).
-    assert sizes["A8W8_SEARCH"] == 676 and sizes["A16W8_SEARCH"] == 48
+    for name in presets:
+        (space,) = parse_spaces({"search_space": name})
+        assert sizes[name] == len(space.expand()), name
+    # A8W8: 672 static settings x CLE x SmoothQuant (off, 4 alphas) x bias correction x
+    # AdaQuant (off without PyTorch), and dynamic: 4 (per_channel x op types) x CLE x SmoothQuant.
+    fine_tuning = 2 if importlib.util.find_spec("torch") else 1
+    assert sizes["A8W8_SEARCH"] == 672 * 2 * 5 * 2 * fine_tuning + 4 * 2 * 5
+    assert sizes["A16W8_SEARCH"] == 48
     # XINT8: 8 calibration settings x output quantization x top_k x power-of-two x CLE.
     assert sizes["XINT8_SEARCH"] == 192
     # FINETUNE: 4 calibration settings x 2 algorithms x 2 (iterations, learning rate) each.
