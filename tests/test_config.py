@@ -405,8 +405,9 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
     fine_tuning = 2 if importlib.util.find_spec("torch") else 1
     assert sizes["A8W8_SEARCH"] == 672 * 2 * 5 * 2 * fine_tuning + 4 * 2 * 5
     assert sizes["A16W8_SEARCH"] == 48
-    # XINT8: 8 calibration settings x output quantization x top_k x power-of-two x CLE.
-    assert sizes["XINT8_SEARCH"] == 192
+    # XINT8: 8 calibration settings x output quantization x top_k x power-of-two x CLE x
+    # AdaRound (off without PyTorch).
+    assert sizes["XINT8_SEARCH"] == 192 * fine_tuning
     # FINETUNE: 4 calibration settings x 2 algorithms x 2 (iterations, learning rate) each.
     assert sizes["FINETUNE_SEARCH"] == 16
 
