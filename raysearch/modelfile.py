@@ -38,11 +38,7 @@ __all__ = [
     "file_hash",
     "FileHashes",
     "model_size_bytes",
-    "quantized_share",
-    "constants_to_initializers",
     "write_model",
-    "weighted_nodes",
-    "WEIGHTED_OP_TYPES",
     "place_model",
     "remove_model",
 ]
@@ -292,103 +288,6 @@ def _hash_file(digest: Any, path: Path) -> None:
 def model_size_bytes(path: str | os.PathLike) -> int:
     """Bytes of the model file plus the external-data files it references."""
     return sum(p.stat().st_size for p in model_files(path))
-
-
-#: Op types whose quantization decides a model's speed (the ones with weights or a product).
-WEIGHTED_OP_TYPES = ("MatMul", "Gemm", "Conv", "ConvTranspose")
-# What quantized forms of them ONNX Runtime's QOperator and dynamic quantizers leave behind.
-_INTEGER_OP_TYPES = frozenset(
-    {
-        "QLinearMatMul",
-        "QLinearConv",
-        "QGemm",
-        "MatMulInteger",
-        "ConvInteger",
-        "MatMulIntegerToFloat",
-        "DynamicQuantizeMatMul",
-        "QLinearConvTranspose",
-    }
-)
-
-
-def weighted_nodes(model: str | os.PathLike | onnx.ModelProto) -> int:
-    """How many MatMul/Gemm/Conv/ConvTranspose nodes ``model`` has (subgraphs included)."""
-    return sum(n.op_type in WEIGHTED_OP_TYPES for n in graph_nodes(_proto(model).graph))
-
-
-def _proto(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
-    return source if isinstance(source, onnx.ModelProto) else load_header(source)
-
-
-def quantized_share(
-    model: str | os.PathLike | onnx.ModelProto,
-    float_model: str | os.PathLike | onnx.ModelProto | int,
-) -> float | None:
-    """The share of ``float_model``'s MatMul/Gemm/Conv/ConvTranspose nodes (or of that many,
-    ``weighted_nodes(float_model)`` given as an int) that run quantized in ``model`` (a QDQ
-    node reads a dequantized input, or an integer op replaced it); None when there are none.
-
-    Example:
-        >>> from onnx import TensorProto, helper
-        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
-        >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
-        >>> def model(*nodes):
-        ...     return helper.make_model(helper.make_graph(list(nodes), "g", [x], [y]))
-        >>> fp = model(helper.make_node("MatMul", ["x", "x"], ["y"]))
-        >>> dq = helper.make_node("DequantizeLinear", ["q", "s"], ["xd"])
-        >>> quantized_share(model(dq, helper.make_node("MatMul", ["xd", "xd"], ["y"])), fp)
-        1.0
-        >>> quantized_share(model(dq, helper.make_node("MatMul", ["xd", "x"], ["y"])), fp)
-        0.0
-        >>> quantized_share(fp, fp)
-        0.0
-    """
-    total = float_model if isinstance(float_model, int) else weighted_nodes(float_model)
-    if not total:
-        return None
-    nodes = list(graph_nodes(_proto(model).graph))
-    dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
-    quantized = sum(
-        n.op_type in _INTEGER_OP_TYPES
-        # Both operands (data and weight; not the bias) dequantized: an excluded node may
-        # still read its producer's QDQ output, but its weight stays float.
-        or (n.op_type in WEIGHTED_OP_TYPES and all(i in dequantized for i in n.input[:2]))
-        for n in nodes
-    )
-    return min(1.0, quantized / total)
-
-
-def constants_to_initializers(model: onnx.ModelProto) -> int:
-    """Turn the main graph's ``Constant`` nodes that hold a tensor (``value``) into
-    initializers of the same name, in place; how many. Exporters (PaddlePaddle's, older
-    PyTorch) store weights that way, and a float transform that looks for constant weights
-    among the initializers would otherwise find none.
-
-    Example:
-        >>> from onnx import TensorProto, helper
-        >>> w = helper.make_tensor("w", TensorProto.FLOAT, [1], [2.0])
-        >>> const = helper.make_node("Constant", [], ["w"], value=w)
-        >>> mul = helper.make_node("Mul", ["x", "w"], ["y"])
-        >>> io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in "xy"]
-        >>> model = helper.make_model(helper.make_graph([const, mul], "g", io[:1], io[1:]))
-        >>> constants_to_initializers(model), [i.name for i in model.graph.initializer]
-        (1, ['w'])
-    """
-    kept, moved = [], 0
-    for node in model.graph.node:
-        value = next((a for a in node.attribute if a.name == "value"), None)
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None:
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(value.t)
-            tensor.name = node.output[0]
-            model.graph.initializer.append(tensor)
-            moved += 1
-        else:
-            kept.append(node)
-    if moved:
-        del model.graph.node[:]
-        model.graph.node.extend(kept)
-    return moved
 
 
 #: Bytes of initializers past which a written model keeps them in an external file (a

@@ -40,7 +40,8 @@ from raysearch.evaluate import (
     measure_latency,
     run_model,
 )
-from raysearch.modelfile import model_size_bytes, quantized_share, weighted_nodes
+from raysearch.modelfile import model_size_bytes
+from raysearch.modelgraph import quantized_share, weighted_nodes
 from raysearch.providers import (
     device_label,
     execution_providers,

@@ -31,11 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from raysearch.modelfile import (
-    constants_to_initializers,
-    external_data_locations,
-    has_external_data,
-)
+from raysearch.modelfile import external_data_locations, has_external_data
+from raysearch.modelgraph import constants_to_initializers
 from raysearch.providers import make_session
 from raysearch.quantize.tempdirs import make_workdir
 

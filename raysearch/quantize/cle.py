@@ -45,7 +45,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from raysearch.modelfile import constants_to_initializers, write_model
+from raysearch.modelfile import write_model
+from raysearch.modelgraph import constants_to_initializers
 from raysearch.quantize._cle_graph import Layer, channel_last, find_pairs, weights_of
 from raysearch.quantize.technique import FloatModelTransform, register_technique
 from raysearch.space.catalogue import OptionSpec

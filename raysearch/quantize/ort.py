@@ -55,7 +55,8 @@ from onnxruntime.quantization.quant_utils import (
 )
 from onnxruntime.quantization.quantize import check_static_quant_arguments
 
-from raysearch.modelfile import constants_to_initializers, file_hash, has_external_data
+from raysearch.modelfile import file_hash, has_external_data
+from raysearch.modelgraph import constants_to_initializers
 from raysearch.providers import session_providers
 from raysearch.quantize._ort_checks import check_settings, enum_value
 from raysearch.quantize._ort_rules import (  # re-exported: imported from here

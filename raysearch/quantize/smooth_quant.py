@@ -51,7 +51,8 @@ import onnx
 from onnx import helper
 
 from raysearch.errors import ConfigError
-from raysearch.modelfile import constants_to_initializers, write_model
+from raysearch.modelfile import write_model
+from raysearch.modelgraph import constants_to_initializers
 from raysearch.providers import make_session
 from raysearch.quantize._smooth_quant_graph import Graph, shaped
 from raysearch.quantize.technique import FloatModelTransform, register_technique
