@@ -37,6 +37,7 @@ __all__ = [
     "model_files",
     "file_hash",
     "FileHashes",
+    "cached_file_hash",
     "model_size_bytes",
     "write_model",
     "place_model",
@@ -277,6 +278,15 @@ class FileHashes:
         if key not in self._hashes:
             self._hashes[key] = file_hash(path)
         return self._hashes[key]
+
+
+_FILE_HASHES = FileHashes()
+
+
+def cached_file_hash(path: str | os.PathLike) -> str:
+    """:func:`file_hash` remembered for this process: the calibration cache, the sensitivity
+    rankings and fine-tuning all key on the same float model, which is then read once."""
+    return _FILE_HASHES(path)
 
 
 def _hash_file(digest: Any, path: Path) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from raysearch.modelfile import FileHashes
+from raysearch.modelfile import cached_file_hash
 from raysearch.providers import make_session
 from raysearch.quantize._qdq_graph import load_model, save_model
 
@@ -70,7 +70,7 @@ def finetune_model(
     layers, rows = _layers(model, float_model, ft, nodes)
     feeds = list(_feeds(calibration, options.data_size))
     float_names = [n for la in layers for n in (la.float_input, la.float_output)]
-    float_key = (FLOAT_ACTIVATIONS.model_hash(float_path), calibration.content_hash,
+    float_key = (cached_file_hash(float_path), calibration.content_hash,
                  options.data_size)  # fmt: skip
     float_session = None
     with ft.torch_threads(threads):
@@ -123,7 +123,6 @@ class FloatActivations:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.model_hash = FileHashes()
         self._entries: OrderedDict[tuple[Any, ...], list[np.ndarray]] = OrderedDict()
         self._bytes = 0
         self.hits = 0

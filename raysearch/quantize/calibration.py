@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxruntime.quantization.calibrate import CalibrationMethod, TensorsData
 
-from raysearch.modelfile import FileHashes
+from raysearch.modelfile import cached_file_hash
 from raysearch.providers import provider_names
 from raysearch.quantize._calibrator import Calibrators
 from raysearch.quantize._histogram import bin_batches, compute_ranges, range_pass
@@ -146,7 +146,6 @@ class CalibrationCache:
         self._store = EntryStore(self.cache_dir, self.max_entries, self._stats)
         self._calibrators = Calibrators(threads, self._stats)
         self._computed: OrderedDict[tuple[Any, ...], TensorsData] = OrderedDict()
-        self._model_hash = FileHashes()
         self._lock = threading.RLock()
 
     @property
@@ -178,7 +177,7 @@ class CalibrationCache:
         model_path = os.fspath(model_path)
         providers = list(providers) if providers else self.providers
         with self._lock:
-            model_hash = model_hash or self._model_hash(model_path)
+            model_hash = model_hash or cached_file_hash(model_path)
             inferred = self._calibrators.inferred_model(model_path)
             names = frozenset(tensors_to_calibrate(inferred, request.op_types))
             base = (

@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from raysearch.modelfile import FileHashes
+from raysearch.modelfile import cached_file_hash
 from raysearch.quantize.sensitivity import (
     Ranking,
     SensitivityEntry,
@@ -105,7 +105,6 @@ class MixedPrecision(TensorOverrideProducer):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._stores: dict[str | None, SensitivityStore] = {}
-        self._model_hash = FileHashes()
         self._sent: set[str] = set()
 
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
@@ -156,7 +155,7 @@ class MixedPrecision(TensorOverrideProducer):
         assert self.context is not None
         store = self._store()
         identity = {
-            "model": self._model_hash(model_path),
+            "model": cached_file_hash(model_path),
             "data": self.context.calibration.content_hash,
             "base": base,
             "samples": int(options["samples"]),

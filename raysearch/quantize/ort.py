@@ -55,7 +55,7 @@ from onnxruntime.quantization.quant_utils import (
 )
 from onnxruntime.quantization.quantize import check_static_quant_arguments
 
-from raysearch.modelfile import file_hash, has_external_data
+from raysearch.modelfile import cached_file_hash, has_external_data
 from raysearch.modelgraph import constants_to_initializers
 from raysearch.providers import session_providers
 from raysearch.quantize._ort_checks import check_settings, enum_value
@@ -172,7 +172,7 @@ class OrtBackend(QuantizerBackend):
         self._workdir = str(make_workdir("raysearch-ort"))
         # Removed by close(), when the backend is garbage-collected, or at interpreter exit.
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
-        self._model_hash = file_hash(self.model_path)
+        self._model_hash = cached_file_hash(self.model_path)
         self._model_copy = _copy_model(self.model_path, Path(self._workdir))
         self._base = load_model_with_shape_infer(self._model_copy)
         self._base_opset = get_opset_version(self._base)
