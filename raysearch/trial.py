@@ -28,7 +28,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +51,7 @@ from raysearch.providers import (
 )
 from raysearch.quantize._pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
-from raysearch.quantize.technique import TechniqueContext, technique_reject
+from raysearch.quantize.technique import TechniqueContext, quantize_and_score, technique_reject
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
 __all__ = ["TrialResult", "TrialRunner", "one_line"]
+
+#: ``pool(runner, float_path, settings_list) -> scores`` (:attr:`TrialRunner.score_pool`).
+ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
 
 _logger = logging.getLogger(__name__)
 
@@ -197,11 +200,17 @@ class TrialRunner:
         self.techniques.context = TechniqueContext(
             quantize=self._quantize_plain,
             score=self._score_only,
+            score_settings=self.score_settings,
             calibration=calibration,
             higher_is_better=evaluator.higher_is_better,
             cache_dir=os.fspath(self.cache_dir) if self.cache_dir else None,
         )
         self._float_latency: float | None = None
+        #: Set by the Ray trainable (``raysearch.search._score_pool``):
+        #: ``pool(runner, float_path, settings_list)`` scores many settings at once, this
+        #: process and helper tasks together. None: one after another, here.
+        self.score_pool: ScorePoolFn | None = None
+        self._helped = 0
         if evaluator.needs_reference and evaluation is None:
             raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
 
@@ -236,7 +245,9 @@ class TrialRunner:
         model_path = model_path or self.model_path
         key = (name, model_path)
         if key not in self._backends:
-            live = self.techniques.live_models()
+            # The model asked for stays too: a helper process scores a trial's transformed
+            # model, which its own pipeline does not hold.
+            live = self.techniques.live_models() | {model_path}
             for old in [k for k in self._backends if k[1] not in live]:
                 with contextlib.suppress(Exception):
                     self._backends.pop(old).close()
@@ -258,6 +269,7 @@ class TrialRunner:
         start = time.perf_counter()
         out_path = Path(out_path)
         result = TrialResult(status="failed", device=self.device)
+        self._helped = 0
         try:
             self._run(settings, out_path, result)
         except MemoryError:
@@ -326,20 +338,27 @@ class TrialRunner:
         finally:
             result.evaluation_s = time.perf_counter() - evaluation_start
         result.metric = score.metric
-        result.extra = {**score.extra, **plan.report}
-        if share is not None:
-            # What "the most quantized setting within the tolerance" (outputs.better) reads.
-            result.extra["quantized_share"] = share
+        result.extra = self._extra({**score.extra, **plan.report}, share, latency)
         result.latency_ms = latency
-        if latency is not None:
-            ratio = self._latency_vs_float(latency)
-            if ratio is not None:
-                result.extra["latency_vs_float"] = ratio
         result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
         result.objective = self.evaluator.sampler_objective(
             score.metric, float_score, share, self._weighted_nodes
         )
         result.status = "ok"
+
+    def _extra(
+        self, extra: dict[str, float], share: float | None, latency: float | None
+    ) -> dict[str, float]:
+        """The result's ``extra`` beside the metric's and the techniques' own figures."""
+        if share is not None:
+            # What "the most quantized setting within the tolerance" (outputs.better) reads.
+            extra["quantized_share"] = share
+        if self._helped:  # settings a technique had scored by the pool's helper tasks
+            extra["scored_by_helpers"] = float(self._helped)
+        ratio = self._latency_vs_float(latency) if latency is not None else None
+        if ratio is not None:
+            extra["latency_vs_float"] = ratio
+        return extra
 
     def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:
         """The backend's quantization with the plan's techniques around it: the float model
@@ -358,6 +377,26 @@ class TrialRunner:
         """Quantize ``float_path`` with backend ``settings`` (no technique applied)."""
         name = settings.get("quantizer") or DEFAULT_BACKEND
         self.backend(name, float_path).quantize(settings, out_path)
+
+    def score_settings(
+        self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
+    ) -> list[float | None]:
+        """The metric of ``float_path`` quantized with each backend setting of
+        ``settings_list`` (None where it fails), in order: through :attr:`score_pool` when the
+        trial runs on Ray and there is more than one, else here, one after another."""
+        if self.score_pool is not None and len(settings_list) > 1:
+            scores = self.score_pool(self, float_path, settings_list)
+            self._helped += getattr(self.score_pool, "last_helped", 0)
+            return scores
+        return self.score_here(float_path, settings_list)
+
+    def score_here(
+        self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
+    ) -> list[float | None]:
+        """:meth:`score_settings` in this process, one after another."""
+        context = self.techniques.context
+        assert context is not None
+        return [quantize_and_score(context, float_path, s) for s in settings_list]
 
     def _score_only(self, model_path: str) -> float | None:
         """The search's metric of the model at ``model_path`` (no latency)."""

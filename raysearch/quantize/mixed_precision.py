@@ -198,10 +198,12 @@ class MixedPrecision(TensorOverrideProducer):
         candidates: int,
         key: str,
     ) -> Ranking:
+        from raysearch.quantize._pipeline import merge_overrides
+
         context = self.context
         assert context is not None
 
-        def score(entry: SensitivityEntry) -> float | None:
+        def promoted(entry: SensitivityEntry) -> dict[str, Any]:
             if promote == "float":
                 overrides = TensorOverrides(
                     nodes_to_exclude=list(entry.float_nodes or (entry.node,))
@@ -209,19 +211,13 @@ class MixedPrecision(TensorOverrideProducer):
             else:
                 fixed = _fixed_overrides(model_path, base, [entry.tensor], promote)
                 overrides = TensorOverrides(tensor_quant_overrides=fixed)
-            from raysearch.quantize._pipeline import merge_overrides
-
-            with tempfile.TemporaryDirectory(prefix="raysearch-mp-") as folder:
-                out = os.path.join(folder, "promoted.onnx")
-                try:
-                    context.quantize(model_path, merge_overrides(base, overrides), out)
-                    return context.score(out)
-                except Exception as exc:  # one entry that cannot be promoted is not fatal
-                    _logger.info("sensitivity: promoting %s failed: %s", entry.tensor, exc)
-                    return None
+            return merge_overrides(base, overrides)
 
         ranked = metric_ranking(
-            ranking, score, higher_is_better=context.higher_is_better, candidates=candidates
+            ranking,
+            lambda head: context.score_each(model_path, [promoted(e) for e in head]),
+            higher_is_better=context.higher_is_better,
+            candidates=candidates,
         )
         ranked.base_key = key
         _logger.info(

@@ -13,7 +13,9 @@ much its quantization costs:
   last axis otherwise): a whole-tensor SQNR is dominated by an outlier channel, which
   quantizes well, while the channels it crushes are what the model loses.
 - :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time
-  (16-bit or float), for the ``candidates`` lowest-SQNR entries; best metric first.
+  (16-bit or float), for the ``candidates`` lowest-SQNR entries; best metric first. The
+  entries are independent: on Ray a trial scores them in parallel (its actor and helper
+  tasks, :mod:`raysearch.search._score_pool`).
 
 A ranking is computed once per (model, data, base setting, method) and kept on disk by
 :class:`SensitivityStore` (a file lock per key, so the actors of a node compute it once), and
@@ -289,16 +291,22 @@ def sqnr_ranking(
 
 def metric_ranking(
     ranking: Ranking,
-    score: Callable[[SensitivityEntry], float | None],
+    score_all: Callable[[list[SensitivityEntry]], Sequence[float | None]],
     *,
     higher_is_better: bool,
     candidates: int = 16,
 ) -> Ranking:
-    """``ranking`` with its first ``candidates`` entries measured by ``score`` (the search's
-    metric with that entry alone promoted) and reordered best metric first; an entry whose
-    score fails goes after those measured, the rest keep their order behind them."""
+    """``ranking`` with its first ``candidates`` entries measured by ``score_all`` (given
+    those entries, the search's metric with each alone promoted, in their order: the caller
+    may measure them in parallel) and reordered best metric first; an entry whose score fails
+    goes after those measured, the rest keep their order behind them."""
     head = ranking.entries[: max(0, candidates)]
-    measured = [replace(entry, metric=_finite(score(entry))) for entry in head]
+    scores = list(score_all(list(head))) if head else []
+    if len(scores) != len(head):
+        raise ValueError(f"score_all returned {len(scores)} scores for {len(head)} entries")
+    measured = [
+        replace(entry, metric=_finite(score)) for entry, score in zip(head, scores, strict=True)
+    ]
     sign = -1.0 if higher_is_better else 1.0
     measured.sort(key=lambda e: (e.metric is None, sign * (e.metric or 0.0)))
     entries = measured + ranking.entries[len(head) :]

@@ -39,6 +39,9 @@ from __future__ import annotations
 
 import abc
 import importlib
+import logging
+import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -62,12 +65,15 @@ __all__ = [
     "QuantizedModelTransform",
     "TensorOverrides",
     "TechniqueContext",
+    "quantize_and_score",
     "register_technique",
     "technique_reject",
     "get_technique",
     "available_techniques",
     "registered_techniques",
 ]
+
+_logger = logging.getLogger(__name__)
 
 #: The kinds, in the order the trial applies them.
 FLOAT = "float_transform"
@@ -101,6 +107,36 @@ class TechniqueContext:
     calibration: DataSource
     higher_is_better: bool = False
     cache_dir: str | None = None
+    #: ``score_settings(float_path, settings_list)``: the metric of ``float_path`` quantized
+    #: with each backend setting of the list (None where it fails), in the list's order; on
+    #: Ray several at once (the trial's actor and helper tasks), else one after another.
+    #: None: quantize and score each in turn.
+    score_settings: Callable[[str, Sequence[Mapping[str, Any]]], list[float | None]] | None = None
+
+    def score_each(
+        self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
+    ) -> list[float | None]:
+        """The metric of ``float_path`` quantized with each of ``settings_list`` (None where
+        quantizing or scoring fails), through :attr:`score_settings` when set."""
+        if self.score_settings is not None:
+            return self.score_settings(float_path, settings_list)
+        return [quantize_and_score(self, float_path, s) for s in settings_list]
+
+
+def quantize_and_score(
+    context: TechniqueContext, float_path: str, settings: Mapping[str, Any]
+) -> float | None:
+    """``float_path`` quantized with ``settings`` into a temporary file and scored; None (and
+    a log line) when either step fails: one setting that cannot be scored is not fatal to
+    the technique that asked."""
+    with tempfile.TemporaryDirectory(prefix="raysearch-score-") as folder:
+        out = os.path.join(folder, "scored.onnx")
+        try:
+            context.quantize(float_path, settings, out)
+            return context.score(out)
+        except Exception as exc:
+            _logger.info("scoring a setting failed: %s", exc)
+            return None
 
 
 class Technique(abc.ABC):

@@ -97,7 +97,11 @@ class QuantTrainable(tune.Trainable):
         barrier: Any = None,
         wave: int = 1,
         driver_node: str | None = None,
+        factory_box: list[Any] | None = None,
+        helper_resources: Mapping[str, float] | None = None,
     ) -> None:
+        if factory is None and factory_box:
+            factory = ray.get(factory_box[0])
         if factory is None:
             raise ValueError("QuantTrainable needs an engine factory (tune.with_parameters)")
         self._output_dir = Path(output_dir)
@@ -117,6 +121,8 @@ class QuantTrainable(tune.Trainable):
         self._gpu_id = gpu_ids[0] if gpu_ids else None
         started = time.perf_counter()
         self._engine = factory(threads=threads, gpu_id=self._gpu_id)
+        if factory_box and hasattr(self._engine, "score_pool"):
+            self._engine.score_pool = _score_pool(factory_box[0], threads, helper_resources)
         self._setup_s = time.perf_counter() - started
         self._trials_run = 0
         self._poisoned = False
@@ -208,6 +214,21 @@ class TrialTimeoutError(TimeoutError):
     """A trial ran longer than ``trial_timeout_s``."""
 
 
+def _score_pool(factory_ref: Any, threads: int, resources: Mapping[str, float] | None) -> Any:
+    """The trial engine's :class:`~raysearch.search._score_pool.ScorePool`: helpers with the
+    trial's resources, at most as many as this node has room for trials besides this one."""
+    from raysearch.search._score_pool import ScorePool
+
+    resources = dict(resources or {"num_cpus": float(threads)})
+    node = current_node_id()
+    cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node), 1)
+    per_helper = max(resources.get("num_cpus", 1.0), 1e-3)
+    helpers = max(0, int(cpus // per_helper) - 1)
+    if not helpers:  # no room for one: the trial scores alone, as without Ray
+        return None
+    return ScorePool(factory_ref, threads=threads, helpers=helpers, **resources)
+
+
 def _wait_for_wave(barrier: Any, wave: int, timeout_s: float = 30.0) -> None:
     arrived = ray.get(barrier.arrive.remote())
     deadline = time.monotonic() + timeout_s
@@ -235,7 +256,10 @@ def make_trainable(
     barrier = StartBarrier.remote() if wave > 1 else None
     trainable = tune.with_parameters(
         QuantTrainable,
-        factory=factory,
+        # Put once, boxed so that the actor gets the reference too: its helper tasks
+        # (``_score_pool``) build their engines from it.
+        factory_box=[ray.put(factory)],
+        helper_resources={"num_cpus": cpu_per_trial, "num_gpus": gpu_per_trial},
         output_dir=os.fspath(output_dir),
         threads=max(1, int(cpu_per_trial)),
         timeout_s=timeout_s,

@@ -1,0 +1,187 @@
+"""Score many settings of one trial at once: the trial's actor and helper Ray tasks.
+
+A technique that measures many settings before its trial can go on (the precise sensitivity
+ranking: the metric with each of 16 entries promoted in turn) asks its trial for all of them
+at once (``TrialRunner.score_settings``). On Ray the :class:`ScorePool` puts them on a
+:class:`WorkBoard` (a small actor) and starts helper tasks on the trial's node, each with the
+trial's resources; the trial's actor and the helpers take settings from the board until none
+is left.
+
+Why the actor works too, rather than wait: Ray Tune places a trial's actor in a placement
+group whose CPUs are the trial's alone, and helpers outside that group only start on CPUs
+nobody holds. The actor scoring in its own thread never depends on a free CPU (no deadlock
+when every CPU is held by trials) and each helper that finds one speeds the ranking up. A
+helper that starts after the board is empty ends at once without building anything; one
+that dies leaves its setting to the actor, which scores what no one finished.
+
+Helpers run on the trial's node (``NodeAffinitySchedulingStrategy``, hard): the setting's
+float model may be a technique's transform in that node's temporary folder. Each helper
+process builds the trial engine once from the search's engine factory (in the object store)
+and keeps it for later helpers of the same search.
+
+Ray has no primitive for "these tasks and the caller share a list of work": ``ray.util.queue``
+would do the taking but not who took what, which a helper's death needs; so the board is
+written here, ten lines of state.
+
+Example:
+    >>> pool = ScorePool(factory_ref, threads=1, num_cpus=1.0)          # doctest: +SKIP
+    >>> runner.score_pool = pool                                        # doctest: +SKIP
+    >>> runner.score_settings("model.onnx", [settings_a, settings_b])    # doctest: +SKIP
+    [0.9981, 0.9712]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+__all__ = ["ScorePool", "WorkBoard"]
+
+_logger = logging.getLogger(__name__)
+
+#: Helper processes keep the engine of the search they last helped (one: bounded memory).
+_ENGINES: dict[str, Any] = {}
+
+
+@ray.remote(num_cpus=0)
+class WorkBoard:
+    """The settings to score, who took which and what came back."""
+
+    def __init__(self, count: int) -> None:
+        self._free = list(range(count))
+        self._taken: dict[int, str] = {}
+        self.scores: dict[int, float | None] = {}
+
+    def take(self, worker: str) -> int | None:
+        """The next setting's index for ``worker``; None when none is left."""
+        if not self._free:
+            return None
+        index = self._free.pop(0)
+        self._taken[index] = worker
+        return index
+
+    def give(self, index: int, score: float | None) -> None:
+        self.scores[index] = score
+        self._taken.pop(index, None)
+
+    def state(self) -> tuple[dict[int, float | None], dict[int, str]]:
+        """What came back, and what is taken and not yet back (index -> worker)."""
+        return self.scores, self._taken
+
+
+def _engine(factory_ref: ray.ObjectRef, threads: int) -> Any:
+    key = factory_ref.hex()
+    if key not in _ENGINES:
+        _ENGINES.clear()
+        factory = ray.get(factory_ref)
+        gpu_ids = ray.get_gpu_ids()
+        _ENGINES[key] = factory(threads=threads, gpu_id=gpu_ids[0] if gpu_ids else None)
+    return _ENGINES[key]
+
+
+@ray.remote(max_retries=0)
+def _help(
+    boxed_factory: list[ray.ObjectRef],
+    threads: int,
+    float_path: str,
+    settings_list: Sequence[Mapping[str, Any]],
+    board: Any,
+    worker: str,
+) -> int:
+    """Score settings from ``board`` until none is left; how many this helper scored."""
+    done = 0
+    while (index := ray.get(board.take.remote(worker))) is not None:
+        engine = _engine(boxed_factory[0], threads)
+        score = engine.score_here(float_path, [settings_list[index]])[0]
+        ray.get(board.give.remote(index, score))
+        done += 1
+    return done
+
+
+class ScorePool:
+    """``pool(runner, float_path, settings_list)``: the scores of ``settings_list`` in order,
+    measured by ``runner`` (the trial's engine, in the calling process) and up to
+    ``helpers`` helper tasks with ``num_cpus``/``num_gpus`` each (the trial's resources), each
+    building its engine from ``factory_ref`` with ``threads`` threads.
+
+    ``last_helped`` is how many settings helpers scored in the latest call."""
+
+    def __init__(
+        self,
+        factory_ref: ray.ObjectRef,
+        *,
+        threads: int = 1,
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        helpers: int = 15,
+    ) -> None:
+        self._factory = [factory_ref]  # boxed: a task argument Ray must not resolve
+        self._threads = threads
+        self._resources = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+        self._helpers = helpers
+        self.last_helped = 0
+
+    def __call__(
+        self, runner: Any, float_path: str, settings_list: Sequence[Mapping[str, Any]]
+    ) -> list[float | None]:
+        work = _Work(runner, float_path, [dict(s) for s in settings_list])
+        node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        work.board = WorkBoard.options(scheduling_strategy=node).remote(len(work.settings))
+        settings_ref = ray.put(work.settings)
+        helpers = {
+            _help.options(scheduling_strategy=node, **self._resources).remote(
+                self._factory, self._threads, float_path, settings_ref, work.board, name
+            ): name
+            for name in (f"helper-{i}" for i in range(min(self._helpers, len(work.settings) - 1)))
+        }
+        try:
+            scores = work.run(helpers)
+        finally:
+            for ref in helpers:  # those not started yet: nothing is left for them
+                ray.cancel(ref)
+            ray.kill(work.board)
+        self.last_helped = len(scores) - work.scored_here
+        return [scores[i] for i in range(len(work.settings))]
+
+
+class _Work:
+    """One call of a :class:`ScorePool`, seen from the calling process."""
+
+    def __init__(self, runner: Any, float_path: str, settings: list[dict[str, Any]]) -> None:
+        self.runner = runner
+        self.float_path = float_path
+        self.settings = settings
+        self.board: Any = None
+        self.scored_here = 0
+
+    def run(self, helpers: Mapping[ray.ObjectRef, str]) -> dict[int, float | None]:
+        while (index := ray.get(self.board.take.remote("trial"))) is not None:
+            self._score(index)
+        pending = list(helpers)
+        dead: set[str] = set()
+        while True:
+            scores, taken = ray.get(self.board.state.remote())
+            if len(scores) == len(self.settings):
+                return scores
+            # Held by a helper that died, or by anyone once every helper has ended.
+            orphans = [i for i, worker in taken.items() if worker in dead or not pending]
+            for index in orphans:
+                self._score(index)
+            if orphans or not pending:
+                continue
+            finished, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+            for ref in finished:
+                try:
+                    ray.get(ref)
+                except Exception as exc:
+                    _logger.info("a sensitivity helper failed: %s", exc)
+                    dead.add(helpers[ref])
+
+    def _score(self, index: int) -> None:
+        score = self.runner.score_here(self.float_path, [self.settings[index]])[0]
+        ray.get(self.board.give.remote(index, score))
+        self.scored_here += 1
