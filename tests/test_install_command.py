@@ -32,7 +32,7 @@ def test_ci_runs_exactly_the_readme_command():
 def test_test_command_installs_a_cpu_torch_before_the_gp_extra():
     command = _readme_test_command()
     cpu = command.find("pip install 'torch==2.13.0+cpu'")
-    extra = command.find("pip install -e '.[test,gp]'")
+    extra = command.find("pip install -e '.[test,gp,nncf]'")
     assert cpu != -1 and extra != -1, command
     # torch first: the extra then finds it satisfied and pulls no CUDA build.
     assert cpu < extra
