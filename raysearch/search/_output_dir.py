@@ -18,17 +18,19 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from raysearch.errors import ConfigError
+from raysearch.errors import ConfigError, InputError
 from raysearch.search.journal import Journal, atomic_write_text
 from raysearch.search.layout import (
     CONFIG_FILE,
     EXPERIMENT,
     JOURNAL,
+    LOCK,
     MARKER,
     OWNED,
     RAY_RESULTS,
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
 __all__ = [
+    "FolderInUse",
+    "check_not_in_use",
+    "hold_output_dir",
+    "refuse_links",
     "holds_search",
     "foreign_names",
     "check_output_dir",
@@ -68,8 +74,10 @@ def check_output_dir(folder: Path, *, overwrite: bool) -> bool:
     """Whether ``folder`` holds an earlier search (that ``overwrite`` allows to replace).
 
     Raises:
-        ConfigError: files of raysearch's names that raysearch did not create are there, or
-            an earlier search and ``overwrite`` is False.
+        ConfigError: files of raysearch's names that raysearch did not create are there (a
+            symbolic link at one of them too), or an earlier search and ``overwrite`` is
+            False.
+        FolderInUse: a search is running in ``folder``.
     """
     foreign = foreign_names(folder)
     if foreign:
@@ -79,6 +87,8 @@ def check_output_dir(folder: Path, *, overwrite: bool) -> bool:
             f"{folder} already holds {names}, not created by raysearch (no {MARKER}); "
             "choose another output_dir: raysearch never overwrites files it did not create",
         )
+    check_not_in_use(folder)
+    refuse_links(folder)
     previous = folder.exists() and holds_search(folder)
     if previous and not overwrite:
         raise ConfigError(
@@ -87,6 +97,80 @@ def check_output_dir(folder: Path, *, overwrite: bool) -> bool:
             f"`raysearch resume {folder}` or start over with --overwrite",
         )
     return previous
+
+
+class FolderInUse(InputError):
+    """Another search is running in the output folder (it holds :data:`LOCK`)."""
+
+
+def _try_lock(handle: Any, folder: Path) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FolderInUse(
+            f"{folder} is in use by a running search: wait for it to end, or stop it first "
+            "(a search that died releases the folder)"
+        ) from None
+
+
+def check_not_in_use(folder: Path) -> None:
+    """Refuse ``folder`` now if a running search holds it, creating nothing (the folder is
+    the user's until the checks of the input passed)."""
+    try:
+        handle = open(folder / LOCK)  # noqa: SIM115 - closed below
+    except OSError:
+        return
+    with handle:
+        _try_lock(handle, folder)
+
+
+@contextlib.contextmanager
+def hold_output_dir(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s :data:`LOCK` for the block: a second search there (``run``,
+    ``run --overwrite`` or ``resume``) is refused with :class:`FolderInUse` while this one
+    runs. ``flock`` locks go with the process: a search that is killed leaves none behind.
+    (Ray Tune locks nothing in the output folder, so this is ours.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a") as handle:
+        _try_lock(handle, folder)
+        yield
+
+
+def _links(folder: Path) -> list[Path]:
+    """Symbolic links where raysearch writes or removes: its names in ``folder``, and the
+    files of its names in the result folders (models of the journal's trials included)."""
+    links = [folder / name for name in OWNED if (folder / name).is_symlink()]
+    journal = folder / JOURNAL
+    trials = [] if journal.is_symlink() else [str(r["trial_id"]) for r in Journal(journal).load()]
+    for name, patterns in RESULT_FILES.items():
+        path = folder / name
+        if not path.is_dir() or path.is_symlink():
+            continue
+        for pattern in patterns:
+            names = [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
+            links += [item for n in names for item in path.glob(n) if item.is_symlink()]
+    return links
+
+
+def refuse_links(folder: Path) -> None:
+    """Refuse a search folder where a symbolic link stands at a name raysearch writes or
+    removes: raysearch creates no links, so such a link is the user's, and writing through it
+    (or removing it) would touch what raysearch did not create.
+
+    Raises:
+        ConfigError: naming the first link, where it points, and how many there are.
+    """
+    links = _links(folder) if folder.is_dir() else []
+    if links:
+        more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+        raise ConfigError(
+            "output_dir",
+            f"{links[0]} is a symbolic link to {os.readlink(links[0])}{more}, which raysearch "
+            "did not create: it never writes through or removes a link; move it away or "
+            "choose another output_dir",
+        )
 
 
 def _remove(path: Path) -> None:

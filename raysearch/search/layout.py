@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __all__ = [
     "MARKER",
+    "LOCK",
     "CONFIG_FILE",
     "JOURNAL",
     "STATE",
@@ -45,6 +46,9 @@ __all__ = [
 # -- the search's own files (raysearch's alone: removed whole by ``overwrite``) -------------------
 #: Marks a folder as a raysearch search (status, Tune's storage path).
 MARKER = ".raysearch.json"
+#: Locked (``flock``) by the search running in the folder, released when it ends or dies: a
+#: second ``run`` or ``resume`` there is refused. Not in :data:`OWNED`: ``overwrite`` keeps it.
+LOCK = ".raysearch.lock"
 #: The config, paths made absolute: what ``raysearch resume`` reads.
 CONFIG_FILE = "raysearch_config.yaml"
 #: One line per finished trial.

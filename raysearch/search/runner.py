@@ -55,8 +55,11 @@ from raysearch.errors import InputError
 from raysearch.search._engine import EngineSpec
 from raysearch.search._execute import Execution
 from raysearch.search._output_dir import (
+    check_not_in_use,
     check_output_dir,
     clean_output_dir,
+    hold_output_dir,
+    refuse_links,
     storage_path,
     write_config,
 )
@@ -132,13 +135,13 @@ class AutoSearch:
         prepared = preflight(self.config)
         start_ray(self.config.address)
         check_resources(self.config)
-        if previous:
-            clean_output_dir(folder, storage_owned=self.config.storage_path is None)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_config(folder, self.config, storage_path(self.config, folder))
-        return Execution(self.config, folder).execute(
-            resume=False, progress=progress, prepared=prepared, started_at=started
-        )
+        with hold_output_dir(folder):
+            if previous:
+                clean_output_dir(folder, storage_owned=self.config.storage_path is None)
+            write_config(folder, self.config, storage_path(self.config, folder))
+            return Execution(self.config, folder).execute(
+                resume=False, progress=progress, prepared=prepared, started_at=started
+            )
 
     @classmethod
     def resume(
@@ -161,6 +164,8 @@ class AutoSearch:
         marker = folder / MARKER
         if not marker.is_file():
             raise InputError(f"{folder}: no raysearch search to resume here ({MARKER} missing)")
+        check_not_in_use(folder)
+        refuse_links(folder)
         state = json.loads(marker.read_text())
         search = cls._resumed(folder, state, config)
         if address:
@@ -170,7 +175,10 @@ class AutoSearch:
             summary = json.loads((folder / SUMMARY).read_text())
             records = Journal(folder / JOURNAL).load()
             return build_result(folder, summary, records, search.config.metric_higher_is_better)
-        return Execution(search.config, search.output_dir).execute(resume=True, progress=progress)
+        with hold_output_dir(folder):
+            return Execution(search.config, search.output_dir).execute(
+                resume=True, progress=progress
+            )
 
     # -- internals -------------------------------------------------------------------------
     @classmethod

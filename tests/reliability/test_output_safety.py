@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import queue
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -217,3 +218,73 @@ def test_run_and_overwrite_never_remove_files_raysearch_did_not_create(
     assert json.loads((out / "summary.json").read_text())["best_trial_id"] in {
         r["trial_id"] for r in journal
     }
+
+
+#: Links planted in a finished search's folder, each to a file or folder outside it: names
+#: raysearch writes (files and folders), a model of the first search, and a user's own link.
+LINKS = {
+    "summary.json": "file",
+    "results.parquet": "file",
+    "journal.jsonl": "file",
+    "best/model.onnx": "file",
+    "best/config.yaml": "file",
+    "plots/metric_per_trial.png": "file",
+    "candidates/{trial}.onnx": "file",
+    "candidates/my-link.onnx": "file",
+    "tensorboard": "dir",
+    "cache": "dir",
+    "trials_tmp": "dir",
+}
+
+
+@pytest.mark.slow
+def test_a_link_at_a_name_raysearch_writes_is_refused_and_never_followed(
+    ray_cluster, tmp_path: Path, capsys
+):
+    config = probe_config(tmp_path, search_space={"per_channel": [True, False]})
+    config["keep_candidates"] = True
+    out = Path(config["output_dir"])
+    first = AutoSearch(config).run()
+    trial = first.records[0]["trial_id"]
+    outside = tmp_path / "outside"
+    targets = {}
+    for pattern, kind in LINKS.items():
+        link = out / pattern.format(trial=trial)
+        target = outside / pattern.replace("/", "_").format(trial=trial)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "dir":
+            target.mkdir()
+            (target / "precious.txt").write_text(f"mine: {pattern}")
+        else:
+            target.write_text(f"mine: {pattern}")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        elif link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=kind == "dir")
+        targets[pattern] = target
+
+    path = write_config(tmp_path / "config.yaml", config)
+    for command in (["run", str(path), "--overwrite"], ["resume", str(out)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert "symbolic link" in err and "did not create" in err and "\n" not in err, err
+    for pattern, target in targets.items():
+        link = out / pattern.format(trial=trial)
+        assert link.is_symlink() and link.resolve() == target.resolve(), pattern
+        if LINKS[pattern] == "dir":
+            assert sorted(p.name for p in target.iterdir()) == ["precious.txt"], pattern
+            assert (target / "precious.txt").read_text() == f"mine: {pattern}"
+        else:
+            assert target.read_text() == f"mine: {pattern}", pattern
+    # With the links at raysearch's names moved away, the folder is replaced; a link at a
+    # name of the user's own stays, and its target too.
+    for pattern in LINKS:
+        if pattern != "candidates/my-link.onnx":
+            (out / pattern.format(trial=trial)).unlink()
+    assert main(["run", str(path), "--overwrite"]) == 0
+    assert (out / "candidates" / "my-link.onnx").is_symlink()
+    assert targets["candidates/my-link.onnx"].read_text() == "mine: candidates/my-link.onnx"
+    for name in ("summary.json", "results.parquet", "journal.jsonl", "best/model.onnx"):
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
