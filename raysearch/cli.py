@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from raysearch.errors import InputError
+from raysearch.errors import DiskFullError, InputError
 
 __all__ = ["main"]
 
@@ -95,6 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"raysearch: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except DiskFullError as exc:  # not a bug: the message says what to free and how to go on
+        if args.debug:
+            raise
+        print(f"raysearch: error: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
     except KeyboardInterrupt:
         print("raysearch: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -5,7 +5,19 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["InputError", "ConfigError", "DataError", "EvaluatorError", "suggest"]
+__all__ = [
+    "InputError",
+    "ConfigError",
+    "DataError",
+    "EvaluatorError",
+    "DiskFullError",
+    "is_disk_full",
+    "suggest",
+]
+
+#: ``errno`` values of a full disk: no space left, quota exceeded.
+_DISK_FULL_ERRNOS = (28, 122)
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
 
 
 class InputError(ValueError):
@@ -35,6 +47,36 @@ class DataError(InputError):
 
 class EvaluatorError(InputError):
     """The evaluator itself is unusable (it fails on the float model)."""
+
+
+class DiskFullError(RuntimeError):
+    """The search's output folder ran out of space: the search stopped with its journal
+    intact (resume it once space is freed). The command line prints the one-line message and
+    exits with status 1."""
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from or during, is a full disk (an
+    ``OSError`` with ``ENOSPC``/``EDQUOT``, or a library's error quoting its message: ONNX
+    Runtime and pyarrow re-raise the operating system's text in their own types).
+
+    Example:
+        >>> is_disk_full(OSError(28, "No space left on device"))
+        True
+        >>> is_disk_full(RuntimeError("[ONNXRuntimeError] : 1 : FAIL : No space left on device"))
+        True
+        >>> is_disk_full(ValueError("bad setting"))
+        False
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(exc) for text in _DISK_FULL_TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def suggest(word: str, candidates: Iterable[str]) -> str:

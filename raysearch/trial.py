@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysearch.errors import is_disk_full
 from raysearch.evaluate import (
     Evaluator,
     FloatReference,
@@ -277,6 +278,8 @@ class TrialRunner:
             # Ray actor) fails the trial and replaces the process (retried with max_failures).
             raise
         except Exception as exc:  # a trial reports its failure; the search goes on
+            if is_disk_full(exc):  # the disk's fault, not the setting's: the search stops
+                raise
             result.status = "failed"
             result.metric = None
             result.is_candidate = False

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from raysearch.errors import is_disk_full
 from raysearch.quantize.registry import backend_reject
+from raysearch.search._disk import disk_full_error
 from raysearch.search._engine import EngineSpec, build_engine
-from raysearch.search._logs import LogSetup, quiet_tune
+from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._output_dir import storage_path, write_marker
 from raysearch.search._ray import only_driver_node, slots, start_ray, tune_environment
 from raysearch.search._result import SearchResult, build_result
@@ -115,6 +117,7 @@ class Execution:
         folder = self.output_dir
         log = LogSetup(folder)
         key = str(folder)
+        run: _Run | None = None
         try:
             config = self.config
             _logger.info(
@@ -130,6 +133,13 @@ class Execution:
             run = self.start(resume, progress, prepared, started_at)
             self.fit(run, resume)
             return self.finish(run)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            # The journal holds every trial recorded before the disk filled up; resume goes on.
+            finished = len(run.recorder.records) if run is not None else 0
+            expected = run.expected if run is not None else None
+            raise disk_full_error(folder, self.config, finished, expected) from exc
         finally:
             release(key)
             log.close()
@@ -258,6 +268,7 @@ class Execution:
         try:
             with quiet_tune(), quiet_optuna():
                 tuner.fit()
+                check_tune_disk()
         finally:
             run.progress.close()
             run.clock.tick(force=True)

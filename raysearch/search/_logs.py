@@ -12,12 +12,60 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from raysearch.errors import DiskFullError, is_disk_full
 from raysearch.search.layout import LOG_FILE
 
-__all__ = ["LogSetup", "quiet_tune"]
+__all__ = ["LogSetup", "quiet_tune", "check_tune_disk"]
+
+#: Ray Tune's logger for saving its experiment state (to the output folder by default).
+_TUNE_STATE_LOGGER = "ray.tune.execution.experiment_state"
+
+
+class _LogFile(logging.FileHandler):
+    """``auto_search.log``. On a full disk a record that cannot be written is dropped
+    silently: the log is a convenience, the journal is the record, and the search reports
+    the full disk in one line of its own rather than logging's tracebacks."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        if not is_disk_full(sys.exc_info()[1]):
+            super().handleError(record)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+
+
+class _TuneDiskFull(logging.Filter):
+    """Keeps Ray Tune's traceback for an experiment-state save that failed on a full disk
+    off the console and notes it, so the search stops with its own one-line message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if is_disk_full(exc) or "No space left on device" in record.getMessage():
+            self.error = "Ray Tune could not save its experiment state: no space left on device"
+            return False
+        return True
+
+
+_TUNE_DISK = _TuneDiskFull()
+
+
+def check_tune_disk() -> None:
+    """Raise :class:`DiskFullError` when Ray Tune's last state save (within
+    :func:`quiet_tune`) failed on a full disk."""
+    if _TUNE_DISK.error:
+        raise DiskFullError(_TUNE_DISK.error)
 
 
 class LogSetup:
@@ -26,7 +74,7 @@ class LogSetup:
     a root handler without a level of its own gets the root logger's level for the search."""
 
     def __init__(self, folder: Path) -> None:
-        self.handler = logging.FileHandler(folder / LOG_FILE, encoding="utf-8")
+        self.handler = _LogFile(folder / LOG_FILE, encoding="utf-8")
         self.handler.setLevel(logging.DEBUG)
         self.handler.setFormatter(
             logging.Formatter(
@@ -58,14 +106,19 @@ class LogSetup:
 @contextlib.contextmanager
 def quiet_tune() -> Iterator[None]:
     """Silence what Tune logs that raysearch makes moot: the per-trial result files it no
-    longer writes (raysearch keeps its own), and its end-of-run notes."""
+    longer writes (raysearch keeps its own), its end-of-run notes, and its traceback when
+    its state cannot be saved on a full disk (:func:`check_tune_disk` then raises)."""
     names = ("ray.tune.analysis.experiment_analysis", "ray.tune.tune", "ray.tune.result_grid")
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    _TUNE_DISK.error = None
+    state = logging.getLogger(_TUNE_STATE_LOGGER)
+    state.addFilter(_TUNE_DISK)
     try:
         yield
     finally:
+        state.removeFilter(_TUNE_DISK)
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)

@@ -30,6 +30,7 @@ from typing import Any
 
 from ray import tune
 
+from raysearch.errors import DiskFullError
 from raysearch.modelfile import place_model, remove_model
 from raysearch.outputs._records import better
 from raysearch.quantize.sensitivity import (
@@ -37,6 +38,7 @@ from raysearch.quantize.sensitivity import (
     read_sensitivity_table,
     write_sensitivity_table,
 )
+from raysearch.search._logs import check_tune_disk
 from raysearch.search.journal import Journal
 from raysearch.search.layout import CANDIDATES, KEPT
 from raysearch.search.transfer import current_node_id, take_model
@@ -113,7 +115,12 @@ class TrialRecorder(tune.Callback):
     ) -> None:
         if result.get("replayed") or trial.trial_id in self.recorded:
             return
+        check_tune_disk()
         record = dict(result.get("trial") or {})
+        if record.get("disk_full"):
+            # The trial's disk filled up: the search stops here and leaves the trial out of
+            # the journal, so that resume runs it again.
+            raise DiskFullError(str(record.get("error") or "no space left on device"))
         record.setdefault("status", "failed")
         self.record(trial, record)
 

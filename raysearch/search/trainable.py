@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import ray
 from ray import tune
 
+from raysearch.errors import is_disk_full
 from raysearch.modelfile import remove_model
 from raysearch.search.layout import TRIALS_TMP
 from raysearch.search.transfer import current_node_id, node_local_dir
@@ -155,7 +156,17 @@ class QuantTrainable(tune.Trainable):
         remove_model(out_path)
         started_at = time.time()
         started = time.perf_counter()
-        result = self._run(config["settings"], out_path)
+        try:
+            result = self._run(config["settings"], out_path)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            # Not the setting's failure: the driver stops the search without recording it,
+            # so that resume runs it again.
+            remove_model(out_path)
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            trial = {"status": "failed", "error": message, "disk_full": True}
+            return {"metric": None, "objective": None, "trial": trial, "done": True}
         record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         if not record.get("model_path"):
             # A failed trial deletes its model file; its external data goes too.

@@ -1,0 +1,65 @@
+"""What a search says when its output folder's disk is full: where, how much is free, about
+how much more the search needs there, and how to go on.
+
+The estimate counts what the search still writes in the folder: a model per trial still to
+run (written before it is kept or dropped; kept for every candidate with
+``keep_candidates``), the best model, a journal line per trial and the outputs.
+
+Example:
+    >>> _size(3 * 1024 * 1024)
+    '3.0 MiB'
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from raysearch.errors import DiskFullError
+from raysearch.modelfile import model_size_bytes
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+
+__all__ = ["disk_full_error"]
+
+#: The outputs (summary, results table, plots, TensorBoard) and Ray Tune's experiment state.
+_OUTPUTS = 2 * 1024 * 1024
+_JOURNAL_LINE = 4 * 1024
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+def disk_full_error(
+    folder: Path, config: SearchConfig, finished: int, expected: int | None
+) -> DiskFullError:
+    """The one-line error for a search in ``folder`` stopped by a full disk after
+    ``finished`` trials of ``expected`` (None: no fixed number)."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = 0
+    try:
+        model = model_size_bytes(os.fspath(config.model)) or 0
+    except (OSError, TypeError, ValueError):
+        model = 0
+    left = max(0, expected - finished) if expected else None
+    kept = (left or 1) if config.keep_candidates else 1
+    need = model * (1 + kept) + _JOURNAL_LINE * (left or 1) + _OUTPUTS
+    if left == 0:
+        trials = "the outputs"
+    else:
+        trials = f"{left} trials to run" if left else "the trials to run"
+    return DiskFullError(
+        f"{folder}: no space left on its disk ({_size(free)} free); the search stopped with "
+        f"{finished} trials recorded, and needs about {_size(need)} more there ({trials}, "
+        f"models of {_size(model)}): free space, then `raysearch resume {folder}`"
+    )
