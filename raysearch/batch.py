@@ -23,11 +23,13 @@ Example manifest::
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -47,7 +49,15 @@ __all__ = ["BatchManifest", "ModelEntry", "run_batch", "BATCH_COLUMNS"]
 
 _logger = logging.getLogger(__name__)
 
-_MANIFEST_KEYS = {"output_dir", "defaults", "models", "max_concurrent_trials_per_model", "address"}
+_MANIFEST_KEYS = {
+    "output_dir",
+    "defaults",
+    "models",
+    "max_concurrent_trials_per_model",
+    "max_concurrent_models",
+    "model_timeout_s",
+    "address",
+}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PATH_KEYS = ("model", "calibration_data", "eval_data")
 #: Columns of ``batch_summary.parquet``, one row per model.
@@ -88,6 +98,11 @@ class BatchManifest:
     per_model_concurrency: int | None = None
     address: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: Model searches running at once (default: the cluster's CPUs); the rest wait their turn.
+    max_concurrent_models: int | None = None
+    #: A model's search still running after this long is stopped and reported as timed out
+    #: (its folder resumes on the next run); None: no limit.
+    model_timeout_s: float | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike, output_dir: Path | None = None) -> BatchManifest:
@@ -103,20 +118,37 @@ class BatchManifest:
         items = data.get("models")
         if not isinstance(items, list) or not items:
             raise ConfigError("models", "expected a non-empty list of models")
-        concurrency = data.get("max_concurrent_trials_per_model")
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-        ):
-            raise ConfigError(
-                "max_concurrent_trials_per_model", f"expected an integer >= 1, got {concurrency!r}"
-            )
+        concurrency = _positive(data, "max_concurrent_trials_per_model", int)
+        models_at_once = _positive(data, "max_concurrent_models", int)
+        timeout_s = _positive(data, "model_timeout_s", float)
         out = Path(output_dir or data.get("output_dir", "batch_output"))
         out = out if out.is_absolute() else Path.cwd() / out
         models: list[ModelEntry] = []
         seen: set[str] = set()
         for i, item in enumerate(items):
             models.append(_model_entry(i, item, defaults, base, out, seen))
-        return cls(path, out, models, concurrency, data.get("address"), defaults)
+        return cls(
+            path,
+            out,
+            models,
+            concurrency,
+            data.get("address"),
+            defaults,
+            max_concurrent_models=models_at_once,
+            model_timeout_s=timeout_s,
+        )
+
+
+def _positive(data: dict[str, Any], key: str, kind: type) -> Any:
+    """``data[key]``: None when absent, else a number > 0 (an integer when ``kind`` is int)."""
+    value = data.get(key)
+    if value is None:
+        return None
+    number = isinstance(value, int) or (kind is float and isinstance(value, float))
+    if isinstance(value, bool) or not number or value <= 0:
+        what = "an integer >= 1" if kind is int else "a number of seconds > 0"
+        raise ConfigError(key, f"expected {what}, got {value!r}")
+    return kind(value)
 
 
 def _model_entry(
@@ -217,37 +249,100 @@ def run_batch(
     address = ray.get_runtime_context().gcs_address
     cpus = int(ray.cluster_resources().get("CPU", 1))
     runnable = [m for m in manifest.models if m.config is not None]
-    per_model = manifest.per_model_concurrency or max(1, cpus // max(1, len(runnable)))
+    at_once = manifest.max_concurrent_models or max(1, cpus)
+    running_models = max(1, min(at_once, len(runnable)))
+    per_model = manifest.per_model_concurrency or max(1, cpus // running_models)
 
-    procs: dict[str, tuple[subprocess.Popen, Path]] = {}
     errors: dict[str, str] = {m.name: m.error for m in manifest.models if m.error}
+    queue = []
+    for entry in runnable:
+        cmd = _command(entry, out, address, per_model, overwrite, progress)
+        if cmd is not None:
+            queue.append((entry.name, cmd))
+    searches = _Searches(out, at_once, manifest.model_timeout_s, errors, progress)
     try:
-        for entry in runnable:
-            cmd = _command(entry, out, address, per_model, overwrite, progress)
-            if cmd is None:
-                continue
-            log = out / "logs" / f"{entry.name}.log"
-            with open(log, "w") as fh:
-                procs[entry.name] = (
-                    subprocess.Popen(
-                        [sys.executable, "-m", "raysearch.cli", *cmd],
-                        stdout=fh,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                    ),
-                    log,
-                )
-        _wait(procs, errors, progress)
+        searches.run(queue)
     finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
+        searches.stop_all()
         if started_here:
             ray.shutdown()
     rows = [_row(m, out / m.name, errors.get(m.name)) for m in manifest.models]
     table = pa.Table.from_pylist(rows, schema=_schema())
     _write_summary(table, out)
     return table
+
+
+class _Searches:
+    """The model searches of a batch as processes: at most ``at_once`` running, each stopped
+    after ``timeout_s``; a failed one's last error line goes to ``errors``."""
+
+    def __init__(
+        self,
+        out: Path,
+        at_once: int,
+        timeout_s: float | None,
+        errors: dict[str, str],
+        progress: TextIO | None,
+    ) -> None:
+        self.out = out
+        self.at_once = at_once
+        self.timeout_s = timeout_s
+        self.errors = errors
+        self.progress = progress
+        self.running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+
+    def run(self, queue: list[tuple[str, list[str]]]) -> None:
+        waiting = list(queue)
+        while waiting or self.running:
+            while waiting and len(self.running) < self.at_once:
+                self._start(*waiting.pop(0))
+            for name, (proc, log, started) in list(self.running.items()):
+                code = proc.poll()
+                if code is None and self.timeout_s and time.monotonic() - started > self.timeout_s:
+                    _stop(proc)
+                    del self.running[name]
+                    self.errors[name] = (
+                        f"timed out after {self.timeout_s:g} s (model_timeout_s); "
+                        "the next run resumes it"
+                    )
+                    _say(self.progress, f"{name}: {self.errors[name]}")
+                elif code is not None:
+                    del self.running[name]
+                    if code != 0:
+                        self.errors[name] = f"exit status {code}: {_tail(log)}"
+                    _say(self.progress, f"{name}: {'done' if code == 0 else self.errors[name]}")
+            time.sleep(0.2)
+
+    def _start(self, name: str, cmd: list[str]) -> None:
+        log = self.out / "logs" / f"{name}.log"
+        with open(log, "w") as fh:
+            # A session of its own: stopping the search stops what it started too.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "raysearch.cli", *cmd],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.running[name] = (proc, log, time.monotonic())
+        _say(self.progress, f"{name}: {'resumed' if cmd[0] == 'resume' else 'started'}")
+
+    def stop_all(self) -> None:
+        for proc, _, _ in self.running.values():
+            _stop(proc)
+        self.running.clear()
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Interrupt a search (Ctrl-C: it records what finished and exits), then kill it."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 30.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _command(
@@ -266,7 +361,6 @@ def _command(
         _say(progress, f"{entry.name}: finished before, kept")
         return None
     if state == "interrupted" and not overwrite:
-        _say(progress, f"{entry.name}: resuming")
         return ["resume", str(folder), "--address", address]
     raw = copy.deepcopy(entry.raw)
     resources = dict(raw.get("resources") or {})
@@ -276,27 +370,7 @@ def _command(
     cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     cmd = ["run", str(cfg_path), "--address", address]
     cmd += ["--overwrite"] if overwrite else []
-    _say(progress, f"{entry.name}: started")
     return cmd
-
-
-def _wait(
-    procs: dict[str, tuple[subprocess.Popen, Path]],
-    errors: dict[str, str],
-    progress: TextIO | None,
-) -> None:
-    """Wait for every search process; a failed one's last error line goes to ``errors``."""
-    pending = dict(procs)
-    while pending:
-        for name, (proc, log) in list(pending.items()):
-            code = proc.poll()
-            if code is None:
-                continue
-            del pending[name]
-            if code != 0:
-                errors[name] = f"exit status {code}: {_tail(log)}"
-            _say(progress, f"{name}: {'done' if code == 0 else errors[name]}")
-        time.sleep(0.5)
 
 
 def _schema() -> pa.Schema:

@@ -1,0 +1,166 @@
+"""A batch of 20 models with faults planted (a missing model, a corrupt one, data of the wrong
+shape, an evaluator that raises, one that hangs, one whose every trial fails): the batch
+completes, ``batch_summary`` gives each model its outcome and one readable reason, and after
+the batch is killed mid-way, rerunning the same command resumes only the unfinished models."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
+from tests.reliability.helpers import (
+    PROBE,
+    journal,
+    kill_group,
+    plan_model,
+    start_raysearch,
+    stop_leftovers,
+    wait_until,
+    write_data,
+)
+
+pytestmark = [pytest.mark.slow]
+
+GOOD = 14
+SPACE = {"per_channel": [True, False], "activation_type": ["QUInt8"]}
+
+
+def _entry(name: str, model: str, **more: Any) -> dict[str, Any]:
+    return {"name": name, "model": model, "calibration_data": "mlp.npz", **more}
+
+
+def _manifest(folder: Path) -> tuple[Path, dict[str, str]]:
+    """The manifest, and for each faulty model the words its reason must contain."""
+    make_mlp_model(folder / "mlp.onnx")
+    make_conv_model(folder / "cnn.onnx")
+    np.savez(folder / "mlp.npz", **mlp_data(16))
+    np.savez(folder / "cnn.npz", **conv_data(8))
+    (folder / "corrupt.onnx").write_bytes(b"this is not an ONNX model" * 10)
+    wrong = mlp_data(16)
+    np.savez(folder / "wrong.npz", **{k: v[:, :3] for k, v in wrong.items()})
+    write_data(folder / "probe.npz")
+    probe = plan_model(
+        folder / "probe.onnx",
+        folder / "calls.jsonl",
+        faults={"-/uint8": "raise", "-/int8": "raise"},
+    )
+    models: list[dict[str, Any]] = []
+    for i in range(GOOD):
+        kind = "mlp" if i % 2 == 0 else "cnn"
+        models.append(
+            {"name": f"good{i:02d}", "model": f"{kind}.onnx", "calibration_data": f"{kind}.npz"}
+        )
+    faulty = [
+        (
+            {"name": "missing", "model": "nowhere.onnx", "calibration_data": "mlp.npz"},
+            "file not found",
+        ),
+        (
+            {"name": "corrupt", "model": "corrupt.onnx", "calibration_data": "mlp.npz"},
+            "corrupt.onnx",
+        ),
+        ({"name": "wrong_shape", "model": "mlp.onnx", "calibration_data": "wrong.npz"}, "shape"),
+        (
+            {
+                "name": "raising",
+                "model": "mlp.onnx",
+                "calibration_data": "mlp.npz",
+                "metric": "tests.reliability.batch_evaluators:raises",
+                "higher_is_better": True,
+            },
+            "the evaluator broke on purpose",
+        ),
+        (
+            {
+                "name": "hanging",
+                "model": "mlp.onnx",
+                "calibration_data": "mlp.npz",
+                "metric": "tests.reliability.batch_evaluators:hangs",
+                "higher_is_better": True,
+            },
+            "timed out after",
+        ),
+        (
+            {
+                "name": "all_fail",
+                "model": str(probe),
+                "calibration_data": "probe.npz",
+                "metric": PROBE,
+                "higher_is_better": True,
+                "search_space": {"activation_type": ["QUInt8", "QInt8"]},
+            },
+            "every trial failed",
+        ),
+    ]
+    # The faults among the good models: a run killed mid-way has not reached most of them.
+    for index, (entry, _) in zip((3, 6, 9, 11, 13, 16), faulty):
+        models.insert(index, entry)
+    manifest = {
+        "output_dir": str(folder / "out"),
+        "max_concurrent_models": 2,
+        "model_timeout_s": 40,
+        "defaults": {
+            "search_algo": "Grid",
+            "metric": "cos",
+            "tolerance": 0.9,
+            "search_space": SPACE,
+            "measure_latency": False,
+        },
+        "models": models,
+    }
+    path = folder / "batch.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path, {entry["name"]: words for entry, words in faulty}
+
+
+def _finished(out: Path) -> dict[str, int]:
+    return {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/summary.json")}
+
+
+def test_a_batch_of_twenty_with_faults_completes_and_resumes_only_the_unfinished(tmp_path: Path):
+    path, faulty = _manifest(tmp_path)
+    out = tmp_path / "out"
+    first = start_raysearch(["batch", str(path)], tmp_path)
+    try:
+        wait_until(first, lambda: len(_finished(out)) >= 5, timeout=300)
+        kill_group(first, signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        stop_leftovers(first)
+    done_before = _finished(out)
+    journals = {name: [r["trial_id"] for r in journal(out / name)] for name in done_before}
+    assert 5 <= len(done_before) < 20
+
+    second = start_raysearch(["batch", str(path)], tmp_path)
+    started = time.monotonic()
+    try:
+        assert second.wait(timeout=600) == 0, (tmp_path / "stderr.txt").read_text()
+    finally:
+        stop_leftovers(second)
+    assert time.monotonic() - started < 600
+    rows = {r["name"]: r for r in pq.read_table(out / "batch_summary.parquet").to_pylist()}
+    assert len(rows) == 20
+    for name, row in rows.items():
+        if name in faulty:
+            assert row["status"] == "failed", (name, row)
+            assert faulty[name] in row["error"] and "\n" not in row["error"], (name, row["error"])
+        else:
+            assert row["status"] == "ok" and row["n_trials"] == 2, (name, row)
+    # What finished before the kill was kept as it was, not searched again.
+    for name, mtime in done_before.items():
+        assert (out / name / "summary.json").stat().st_mtime_ns == mtime, name
+        assert [r["trial_id"] for r in journal(out / name)] == journals[name], name
+    # Each model's trials ran once.
+    for name in rows:
+        trials = [r["trial_id"] for r in journal(out / name)]
+        assert len(trials) == len(set(trials)), name
+    md = (out / "batch_summary.md").read_text()
+    assert all(f"| {name} |" in md for name in rows)
