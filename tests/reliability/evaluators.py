@@ -13,11 +13,17 @@ inject:
 - ``faults``: signature -> fault, one of ``raise``, ``segv``, ``kill`` (SIGKILL, as the kernel's
   OOM killer sends), ``memory`` (allocate under an ``RLIMIT_AS`` until ``MemoryError``),
   ``hang`` (sleep ``hang_s``), ``segv_once`` (segfault on the setting's first call only);
-- ``sleep_s``: seconds every quantized-model call sleeps (to stretch a search).
+- ``sleep_s``: seconds every quantized-model call sleeps (to stretch a search);
+- ``node_faults``: test node name -> faults of the first, second, ... quantized call made on
+  that node (the node whose processes have :data:`NODE_ENV` set to the name; counted across
+  its processes), each a fault above or ``freeze_node``: stop the node's raylet (``SIGSTOP``:
+  the node hangs until the test kills it) and score 1000 above the model's own score, so that
+  the trial whose model the driver can no longer fetch is the best one.
 
 The signature of a quantized model is ``"<excluded MatMul nodes>/<activation dtype>"``:
 ``"-/int8"``, ``"fc1/uint8"``, ``"fc1+fc2/int8"`` (``nodes_to_exclude`` and ``activation_type``
-of the setting); the float model's is ``"float"``.
+of the setting); the float model's is ``"float"``. The log line says which fault the call
+injects (``fault``).
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ import onnxruntime as ort
 from tests.models import mlp_data
 
 PLAN_KEY = "raysearch_test_plan"
+#: The environment variable that names the test node a Ray worker runs on (set on the
+#: ``ray start`` of that node; its workers inherit it).
+NODE_ENV = "RAYSEARCH_TEST_NODE"
 #: Temp-folder prefixes of what quantizing, calibrating and ONNX Runtime create.
 TEMP_PREFIXES = ("raysearch-", "ort.quant.", "pre.quant.")
 
@@ -91,6 +100,29 @@ def _node_id() -> str | None:
     return ray.get_runtime_context().get_node_id()
 
 
+def _node_fault(plan: dict[str, Any]) -> str | None:
+    """This call's fault by its rank among the quantized calls on this process's test node:
+    the rank is claimed with a marker file created exclusively, so concurrent processes of
+    the node never take the same one."""
+    node = os.environ.get(NODE_ENV)
+    for rank, fault in enumerate(plan.get("node_faults", {}).get(node or "", [])):
+        try:
+            os.close(os.open(f"{plan['log']}.{node}-{rank}", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        return fault
+    return None
+
+
+def _freeze_node() -> None:
+    """Stop this Ray worker's raylet (its parent process): the node stops answering."""
+    raylet = os.getppid()
+    name = Path(f"/proc/{raylet}/comm").read_text().strip()
+    if name != "raylet":  # never stop anything else
+        raise RuntimeError(f"freeze_node: the parent process {raylet} is {name!r}, not a raylet")
+    os.kill(raylet, signal.SIGSTOP)
+
+
 def _rss_mib() -> float:
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
@@ -119,6 +151,9 @@ def probe(model_path: str, providers: list) -> float:
     sig = signature(model)
     path = Path(model_path)
     quantized = sig != "float"
+    fault = plan.get("faults", {}).get(sig) if quantized else None
+    if quantized and fault is None:
+        fault = _node_fault(plan)
     _log(
         plan["log"],
         trial=path.stem if quantized else "float",
@@ -132,8 +167,8 @@ def probe(model_path: str, providers: list) -> float:
         siblings=len(list(path.parent.iterdir())) if quantized else None,
         temp=_temp_entries(),
         rss_mib=_rss_mib(),
+        fault=fault,
     )
-    fault = plan.get("faults", {}).get(sig) if quantized else None
     if fault == "segv_once":
         marker = Path(f"{plan['log']}.crashed-{sig.replace('/', '_')}")
         fault = None if marker.exists() else "segv"
@@ -148,11 +183,15 @@ def probe(model_path: str, providers: list) -> float:
         _exhaust_memory()
     if fault == "hang":
         time.sleep(float(plan.get("hang_s", 600)))
+    bonus = 0.0
+    if fault == "freeze_node":
+        _freeze_node()
+        bonus = 1000.0
     if quantized and plan.get("sleep_s"):
         time.sleep(float(plan["sleep_s"]))
     session = ort.InferenceSession(model_path, providers=providers)
     try:
-        return float(session.run(None, mlp_data(32, seed=7))[0].mean())
+        return float(session.run(None, mlp_data(32, seed=7))[0].mean()) + bonus
     finally:
         del session
 

@@ -138,3 +138,23 @@ def stop_leftovers(proc: subprocess.Popen) -> None:
     """Make sure nothing of ``proc``'s group outlives the test."""
     kill_group(proc, signal.SIGKILL)
     proc.wait(timeout=60)
+
+
+def run_with_fault(
+    args: list[str],
+    cwd: Path,
+    ready: Callable[[], bool],
+    fault: Callable[[], object],
+    *,
+    timeout: float = 300,
+    **env: str,
+) -> int:
+    """``raysearch ARGS`` as a real process (:func:`start_raysearch`): once ``ready()``, call
+    ``fault()``; the exit status. Nothing of its process group outlives the call."""
+    proc = start_raysearch(args, cwd, **env)
+    try:
+        wait_until(proc, ready, timeout=timeout)
+        fault()
+        return proc.wait(timeout=timeout)
+    finally:
+        stop_leftovers(proc)

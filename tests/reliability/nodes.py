@@ -1,0 +1,178 @@
+"""Real Ray nodes on this machine, for the tests that lose one: ``ray start --block`` per node.
+
+Each node is one ``ray start --block`` process in a process group of its own, with its own temp
+folder and free ports, so a test can kill exactly one node's processes: the ``ray start``
+process, its raylet and agents, and the worker processes the raylet started (Ray gives each
+worker a process group of its own, so they are found as the raylet's descendants). Nothing of
+another Ray instance on the machine is touched: not the test session's ``ray_cluster``, not
+another test run's. The cluster keeps Ray's token authentication on, with a token of its own
+that :attr:`NodeCluster.env` passes to the drivers that join it.
+
+Example:
+    >>> with NodeCluster() as cluster:                                      # doctest: +SKIP
+    ...     cluster.start("head", num_cpus=1)
+    ...     cluster.start("worker", num_cpus=2, env={NODE_ENV: "lost"})
+    ...     cluster.kill("worker")
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from tests.reliability.evaluators import NODE_ENV
+from tests.reliability.helpers import subprocess_env
+
+__all__ = ["NodeCluster", "NODE_ENV"]
+
+#: What ``ray start`` prints once its node is registered with the cluster.
+_STARTED = "Ray runtime started."
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> pids of its children, from /proc."""
+    table: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        table.setdefault(parent, []).append(int(entry))
+    return table
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    table = _children()
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(table.get(current, []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class NodeCluster:
+    """Ray nodes started with ``ray start --block``; the first one started is the head."""
+
+    def __init__(self) -> None:
+        # A short folder of its own: Ray's socket paths under it must stay below 108 bytes.
+        self.root = Path(tempfile.mkdtemp(prefix="rs-nodes-"))
+        self.env = subprocess_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+        self.env.pop("RAY_ADDRESS", None)  # the test session's Ray is not this cluster
+        self.address: str | None = None
+        self.nodes: dict[str, subprocess.Popen] = {}
+
+    def start(
+        self, name: str, *, num_cpus: int, env: dict[str, str] | None = None, timeout: float = 180
+    ) -> None:
+        """Start node ``name`` and wait until the cluster knows it."""
+        ray = Path(sys.executable).with_name("ray")
+        args = [
+            os.fspath(ray),
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={num_cpus}",
+            f"--temp-dir={self.root / name}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+            "--disable-usage-stats",
+        ]
+        if self.address is None:
+            port = _free_port()
+            args += ["--head", f"--port={port}", "--include-dashboard=false"]
+            args.append(f"--dashboard-port={_free_port()}")
+        else:
+            args.append(f"--address={self.address}")
+        log = self.root / f"{name}.out"
+        # The node's own temp folder too (another machine has its own /tmp): what its trials
+        # leave there goes with the cluster's folder.
+        tmp = self.root / f"{name}-tmp"
+        tmp.mkdir()
+        with open(log, "w") as out:
+            self.nodes[name] = subprocess.Popen(
+                args,
+                env={**self.env, "TMPDIR": os.fspath(tmp), **(env or {})},
+                start_new_session=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self._wait_started(name, log, timeout)
+        if self.address is None:
+            self.address = f"127.0.0.1:{port}"
+
+    def _wait_started(self, name: str, log: Path, timeout: float) -> None:
+        proc = self.nodes[name]
+        deadline = time.monotonic() + timeout
+        while _STARTED not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise AssertionError(f"Ray node {name!r} did not start:\n{tail}")
+            time.sleep(0.2)
+
+    def kill(self, name: str, timeout: float = 60) -> list[int]:
+        """SIGKILL every process of node ``name`` (what a machine that dies leaves behind:
+        nothing) and wait until they are gone; their pids."""
+        proc = self.nodes[name]
+        if proc.poll() is not None:  # gone already (its pid may be another process's now)
+            return []
+        pids = _descendants(proc.pid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return pids
+
+    def stop(self) -> None:
+        """Kill every node (the workers' first), then remove the cluster's folder."""
+        for name in reversed(list(self.nodes)):
+            self.kill(name)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> NodeCluster:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
