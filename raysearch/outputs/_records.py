@@ -54,7 +54,9 @@ def better(
     trials that are not candidates the better metric wins, fewer tensors promoted on a tie.
     (Intel Neural Compressor's fallback returns the first, most quantized, model that meets
     its accuracy goal for the same reason.) Without promotions and with every node quantized
-    alike this is the better metric, candidates first.
+    alike this is the better metric, candidates first. A trial whose model was lost
+    (``model_lost``: its node went before the driver fetched it) beats none: ``best/`` holds
+    the best model that exists.
 
     Example:
         >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
@@ -67,10 +69,12 @@ def better(
         >>> d = {"status": "ok", "metric": 0.9, "extra": {"promoted": 3}}
         >>> better(c, d, True), better(d, c, True)
         (True, False)
+        >>> better({**b, "model_lost": "its node was lost"}, None, True)
+        False
     """
     metric = finite(record.get("metric"))
-    if record.get("status") != "ok" or metric is None:
-        return False
+    if record.get("status") != "ok" or metric is None or record.get("model_lost"):
+        return False  # a trial whose model was lost never makes best/ point at nothing
     if than is None:
         return True
     best = finite(than.get("metric"))

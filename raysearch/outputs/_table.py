@@ -45,6 +45,8 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "device": pa.string(),
     "error": pa.string(),
     "model_file": pa.string(),
+    # Why a model to keep is missing (its node was lost before it was fetched); else None.
+    "model_lost": pa.string(),
 }
 
 

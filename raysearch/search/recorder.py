@@ -15,7 +15,9 @@ For each finished trial (a result, or an exception/crash/timeout reported by Tun
 A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, ``settings``,
 ``status`` (ok|failed), ``metric``, ``is_candidate``, ``error``, the timings and other fields
 of the trial engine's ``TrialResult``, ``node``, ``model_file`` (relative to the output folder,
-or None) and ``elapsed_s`` (search wall time when it ended).
+or None), ``model_lost`` (only when a model to keep could not be kept, e.g. its node was lost
+before the driver fetched it: why, in one line; such a trial is never the best) and
+``elapsed_s`` (search wall time when it ended).
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from raysearch.quantize.sensitivity import (
     write_sensitivity_table,
 )
 from raysearch.search._logs import check_tune_disk
+from raysearch.search._node_loss import ModelLostError, lost_trial_line
 from raysearch.search.journal import Journal
 from raysearch.search.layout import CANDIDATES, KEPT
-from raysearch.search.transfer import current_node_id, take_model
+from raysearch.search.transfer import current_node_id, drop_model, fetch_model
 
 __all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
 
@@ -56,8 +59,8 @@ def _finite(value: Any) -> float | None:
 
 def _error_line(text: str) -> str:
     """The most telling line of an error text (the last ``Name: message`` line); for a trial
-    whose process died, what killed it."""
-    died = _process_death(str(text))
+    whose process died, what killed it; for one whose node was lost, that."""
+    died = lost_trial_line(str(text)) or _process_death(str(text))
     if died is not None:
         return died
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
@@ -191,19 +194,23 @@ class TrialRecorder(tune.Callback):
         ok = record["status"] == "ok"
         have = source is not None and ok and (remote or source.is_file())
         kept: str | None = None
-        if have and record["is_candidate"] and self.keep_candidates:
-            kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
-        if self._better(record):
-            previous = self.best
-            if have and kept is None:
-                kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx", node_id, remote)
-            record["model_file"] = kept
-            self.best = record
-            if previous and str(previous.get("model_file") or "").startswith(KEPT + "/"):
-                remove_model(self.output_dir / previous["model_file"])
+        try:
+            if have and record["is_candidate"] and self.keep_candidates:
+                kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
+            if self._better(record):
+                if have and kept is None:
+                    kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx", node_id, remote)
+                previous, self.best = self.best, record
+                record["model_file"] = kept
+                if previous and str(previous.get("model_file") or "").startswith(KEPT + "/"):
+                    remove_model(self.output_dir / previous["model_file"])
+        except ModelLostError as exc:  # the record says so, and the best stays a model we have
+            _logger.warning("trial %s: model lost: %s", trial_id, exc)
+            record["model_lost"] = str(exc)
+            return None
         if kept is None and source is not None:
             if remote:
-                take_model(node_id, os.fspath(source), None)
+                drop_model(node_id, os.fspath(source))
             else:
                 remove_model(source)
         return kept
@@ -213,19 +220,16 @@ class TrialRecorder(tune.Callback):
             self._node_id = current_node_id()
         return self._node_id
 
-    def _move(self, source: Path, relative: Path, node_id: str | None, remote: bool) -> str | None:
+    def _move(self, source: Path, relative: Path, node_id: str | None, remote: bool) -> str:
         target = self.output_dir / relative
         if remote:
-            fetched = take_model(node_id, os.fspath(source), target.parent)
-            if fetched is None:
-                return None
-            source = fetched
+            source = fetch_model(node_id, os.fspath(source), target.parent)
         try:  # the model file and its external-data files (named after the target)
             place_model(source, target, move=True)
         except Exception as exc:  # the record matters more than the model: never lose it
             _logger.warning("could not keep the model %s: %s", source, exc)
             remove_model(source)
-            return None
+            raise ModelLostError(f"the model could not be kept: {exc}") from exc
         return relative.as_posix()
 
     def _log(self, record: dict[str, Any]) -> None:

@@ -8,9 +8,11 @@ loaded into one protobuf on the way (protobuf cannot serialize a model over 2 GB
 The driver puts the float model's files into the object store in chunks (:func:`model_blob`);
 an actor on another node writes them into that node's temp folder (:func:`materialize_model`).
 A trial that ran on another node leaves its quantized model (and its data files) in that
-node's temp folder; the driver fetches it in chunks — or has it deleted — with tasks pinned to
-that node (:func:`take_model`). On the one-machine Ray that raysearch starts itself nothing is
-shipped: every trial reads the float model where it is.
+node's temp folder; the driver fetches it in chunks (:func:`fetch_model`) — or has it deleted
+(:func:`drop_model`) — with tasks pinned to that node. A model whose node was lost before the
+driver fetched it raises :class:`~raysearch.search._node_loss.ModelLostError`. On the
+one-machine Ray that raysearch starts itself nothing is shipped: every trial reads the float
+model where it is.
 
 Example:
     >>> blob = model_blob("model.onnx")                     # doctest: +SKIP
@@ -36,6 +38,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysearch.fileio import replacing
 from raysearch.modelfile import external_data_locations, remove_model
+from raysearch.search._node_loss import ModelLostError, lost_model_line, node_alive
 
 __all__ = [
     "ModelBlob",
@@ -43,7 +46,8 @@ __all__ = [
     "model_blob",
     "materialize_model",
     "node_local_dir",
-    "take_model",
+    "fetch_model",
+    "drop_model",
     "current_node_id",
     "CHUNK_BYTES",
 ]
@@ -212,21 +216,31 @@ def _fetch(node_id: str, path: str, folder: Path) -> Path | None:
     return folder / listing[0][0]
 
 
-def take_model(node_id: str, path: str, folder: str | os.PathLike | None) -> Path | None:
-    """Remove the model ``path`` and its external-data files on node ``node_id``; with a
-    ``folder``, fetch them into it first (same names) and return the model file's local path
-    (None when the model or the node is gone)."""
-    local = None
-    if folder is not None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            local = _fetch(node_id, path, folder)
-        except Exception as exc:  # the node died: the model is lost, the record is not
-            _logger.warning("could not fetch %s from node %s: %s", path, node_id[:12], exc)
-            with contextlib.suppress(OSError):
-                remove_model(folder / Path(path).name)  # what came before the node went
-            local = None
-    # Deletion needs no answer (and a dead node has nothing left to delete).
-    _remove_model.options(scheduling_strategy=_pinned(node_id)).remote(path)
+def fetch_model(node_id: str, path: str, folder: str | os.PathLike) -> Path:
+    """Fetch the model ``path`` and its external-data files from node ``node_id`` into
+    ``folder`` (same names), remove them there, and return the model file's local path. A
+    model that cannot be fetched (its node was lost, or the model is gone) raises
+    :class:`~raysearch.search._node_loss.ModelLostError` saying why."""
+    _logger.debug("fetching %s from node %s", path, node_id[:12])
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        local = _fetch(node_id, path, folder)
+    except Exception as exc:  # the node died (or stopped answering)
+        _logger.warning("could not fetch %s from node %s: %s", path, node_id[:12], exc)
+        with contextlib.suppress(OSError):
+            remove_model(folder / Path(path).name)  # what came before the node went
+        alive = node_alive(node_id)
+        if alive:
+            drop_model(node_id, path)
+        raise ModelLostError(lost_model_line(node_id, exc, alive)) from exc
+    if local is None:
+        raise ModelLostError(lost_model_line(node_id, None, node_alive(node_id)))
+    drop_model(node_id, path)
     return local
+
+
+def drop_model(node_id: str, path: str) -> None:
+    """Remove the model ``path`` and its external-data files on node ``node_id``."""
+    # Deletion needs no answer.
+    _remove_model.options(scheduling_strategy=_pinned(node_id)).remote(path)
