@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import ray
 from ray import tune
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysearch.errors import is_disk_full
 from raysearch.modelfile import remove_model
@@ -264,7 +265,12 @@ def make_trainable(
     ``wave`` is how many actors start at once (the number of trials that run in parallel);
     with more than one, a :class:`StartBarrier` makes the first wave start together.
     """
-    barrier = StartBarrier.remote() if wave > 1 else None
+    barrier = None
+    if wave > 1:
+        # On the driver's node, which lives as long as the search: a barrier lost with
+        # another node would fail the setup of every actor started after it.
+        here = NodeAffinitySchedulingStrategy(current_node_id(), soft=False)
+        barrier = StartBarrier.options(scheduling_strategy=here).remote()
     trainable = tune.with_parameters(
         QuantTrainable,
         # Put once, boxed so that the actor gets the reference too: its helper tasks
