@@ -23,6 +23,8 @@ __all__ = [
     "moving_average_constant_without_moving_average",
     "percentile_without_percentile_method",
     "static_settings_in_dynamic_mode",
+    "smooth_quant_alphas_without_transformer",
+    "bias_correction_settings_without_bias_correction",
 ]
 
 Point = dict[str, Any]
@@ -141,10 +143,34 @@ def static_settings_in_dynamic_mode(point: Point) -> list[str]:
     ]
 
 
+def smooth_quant_alphas_without_transformer(point: Point) -> list[str]:
+    """NNCF runs SmoothQuant only with ``model_type: transformer``: elsewhere its
+    ``smooth_quant_alphas`` do nothing.
+
+    Example:
+        >>> smooth_quant_alphas_without_transformer({"quantizer": "nncf",
+        ...     "model_type": "none", "smooth_quant_alphas.matmul": 0.5})
+        ['smooth_quant_alphas.matmul']
+    """
+    if _value(point, "model_type") == "transformer":
+        return []
+    return [k for k in point if "smooth_quant_alphas" in k.split(".")[:-1]]
+
+
+def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
+    """NNCF's ``fast_bias_correction`` and ``bias_correction_threshold`` choose and bound a
+    bias correction that ``disable_bias_correction: true`` skips."""
+    if _value(point, "disable_bias_correction") is not True:
+        return []
+    return _keys(point, "fast_bias_correction") + _keys(point, "bias_correction_threshold")
+
+
 #: Every rule, in the order they are applied. A rule's name is its function name.
 RULES: tuple[Rule, ...] = (
     moving_average_constant_without_moving_average,
     percentile_without_percentile_method,
     mixed_precision_without_promotion,
     static_settings_in_dynamic_mode,
+    smooth_quant_alphas_without_transformer,
+    bias_correction_settings_without_bias_correction,
 )

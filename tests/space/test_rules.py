@@ -62,4 +62,6 @@ def test_every_rule_is_a_named_function():
         "percentile_without_percentile_method",
         "mixed_precision_without_promotion",
         "static_settings_in_dynamic_mode",
+        "smooth_quant_alphas_without_transformer",
+        "bias_correction_settings_without_bias_correction",
     }
