@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 import onnx
 
@@ -83,11 +84,13 @@ def quantized_share(
     return min(1.0, quantized / total)
 
 
-def constants_to_initializers(model: onnx.ModelProto) -> int:
+def constants_to_initializers(model: onnx.ModelProto, keep_inputs_of: Collection[str] = ()) -> int:
     """Turn the main graph's ``Constant`` nodes that hold a tensor (``value``) into
     initializers of the same name, in place; how many. Exporters (PaddlePaddle's, older
     PyTorch) store weights that way, and a float transform that looks for constant weights
-    among the initializers would otherwise find none.
+    among the initializers would otherwise find none. A Constant read by a node of an op type
+    in ``keep_inputs_of`` stays a node (NNCF 3.4 reads the type of a ``Cast``'s input from the
+    graph's value infos, which an initializer lacks).
 
     Example:
         >>> from onnx import TensorProto, helper
@@ -100,9 +103,11 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
         (1, ['w'])
     """
     kept, moved = [], 0
+    read = {name for n in model.graph.node if n.op_type in keep_inputs_of for name in n.input}
     for node in model.graph.node:
         value = next((a for a in node.attribute if a.name == "value"), None)
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None:
+        constant = node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+        if constant and value is not None and node.output[0] not in read:
             tensor = onnx.TensorProto()
             tensor.CopyFrom(value.t)
             tensor.name = node.output[0]

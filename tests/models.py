@@ -29,6 +29,8 @@ __all__ = [
     "make_nan_model",
     "make_static_batch_model",
     "make_outlier_model",
+    "make_attention_model",
+    "attention_data",
     "outlier_data",
     "mlp_data",
     "conv_data",
@@ -297,3 +299,79 @@ def outlier_data(n: int, width: int = 16, seed: int = 6) -> dict[str, np.ndarray
     """``{"x": float32 [n, width]}`` drawn from a standard normal distribution."""
     rng = np.random.default_rng(seed)
     return {"x": rng.normal(0, 1, (n, width)).astype(np.float32)}
+
+
+def make_attention_model(
+    path: str | Path, vocab: int = 50, seq: int = 8, dim: int = 16, ffn: int = 32, seed: int = 0
+) -> Path:
+    """A BERT-like block: token embeddings (Gather) plus positions, LayerNormalization, biased
+    Q, K and V projections of the one normalised tensor, single-head attention, a biased
+    output projection and a biased feed-forward block, with residuals.
+
+    Input ``ids`` int64 ``[N, seq]`` (< ``vocab``); output ``y`` float32 ``[N, seq, dim]``.
+    NNCF 3.4's BiasCorrection (``fast_bias_correction=False``) fails on it: the layer norm's
+    output feeds three biased MatMuls, and the subgraph it extracts defines that tensor twice.
+    """
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return rng.normal(0, 1 / np.sqrt(shape[0]), shape).astype(np.float32)
+
+    def bias(n: int) -> np.ndarray:
+        return rng.normal(0, 0.1, n).astype(np.float32)
+
+    inits = {
+        "embedding": rng.normal(0, 1, (vocab, dim)).astype(np.float32),
+        "positions": rng.normal(0, 0.1, (seq, dim)).astype(np.float32),
+        "ln1_g": np.ones(dim, np.float32),
+        "ln1_b": np.zeros(dim, np.float32),
+        "ln2_g": np.ones(dim, np.float32),
+        "ln2_b": np.zeros(dim, np.float32),
+        "scale": np.array(1 / np.sqrt(dim), np.float32),
+    }
+    for name, rows, cols in (("q", dim, dim), ("k", dim, dim), ("v", dim, dim), ("o", dim, dim)):
+        inits[f"w{name}"], inits[f"b{name}"] = weight(rows, cols), bias(cols)
+    inits["w_up"], inits["b_up"] = weight(dim, ffn), bias(ffn)
+    inits["w_down"], inits["b_down"] = weight(ffn, dim), bias(dim)
+    n = helper.make_node
+
+    def linear(source: str, name: str, out: str) -> list[onnx.NodeProto]:
+        return [
+            n("MatMul", [source, f"w{name}"], [f"{out}_mm"], name=f"{name}_proj"),
+            n("Add", [f"{out}_mm", f"b{name}"], [out], name=f"{name}_bias"),
+        ]
+
+    nodes = [
+        n("Gather", ["embedding", "ids"], ["tokens"], name="embed"),
+        n("Add", ["tokens", "positions"], ["x"], name="add_positions"),
+        n("LayerNormalization", ["x", "ln1_g", "ln1_b"], ["ln1"], name="ln1", axis=-1),
+        *linear("ln1", "q", "q"),
+        *linear("ln1", "k", "k"),
+        *linear("ln1", "v", "v"),
+        n("Transpose", ["k"], ["kt"], name="k_transpose", perm=[0, 2, 1]),
+        n("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        n("Mul", ["scores", "scale"], ["scaled"], name="scale_scores"),
+        n("Softmax", ["scaled"], ["probs"], name="softmax", axis=-1),
+        n("MatMul", ["probs", "v"], ["ctx"], name="attend"),
+        *linear("ctx", "o", "attn"),
+        n("Add", ["x", "attn"], ["res1"], name="residual1"),
+        n("LayerNormalization", ["res1", "ln2_g", "ln2_b"], ["ln2"], name="ln2", axis=-1),
+        *linear("ln2", "_up", "up"),
+        n("Relu", ["up"], ["up_a"], name="ffn_relu"),
+        *linear("up_a", "_down", "down"),
+        n("Add", ["res1", "down"], ["y"], name="residual2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", seq])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", seq, dim])],
+        [_init(k, v) for k, v in inits.items()],
+    )
+    return _save(graph, path)
+
+
+def attention_data(n: int, vocab: int = 50, seq: int = 8, seed: int = 7) -> dict[str, np.ndarray]:
+    """``{"ids": int64 [n, seq]}`` token ids below ``vocab``."""
+    rng = np.random.default_rng(seed)
+    return {"ids": rng.integers(0, vocab, (n, seq)).astype(np.int64)}

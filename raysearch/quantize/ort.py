@@ -152,6 +152,12 @@ class OrtBackend(QuantizerBackend):
 
     #: The settings this backend takes (``raysearch.quantize.options``).
     catalogue: ClassVar[Catalogue | None] = ORT_CATALOGUE
+    #: Checked against the model before a search: op types and node names it must have.
+    model_settings: ClassVar[tuple[str, ...]] = (
+        "op_types_to_quantize",
+        "nodes_to_exclude",
+        "nodes_to_quantize",
+    )
 
     def __init__(
         self,

@@ -1,15 +1,15 @@
 """Quantizer backends and their registry.
 
 A backend turns a float model, calibration data and one *settings* dict (see DEVELOPERS.md)
-into a quantized model file. ONNX Runtime's static quantizer is ``"ort"`` (the default); a new
-backend (NNCF next) is one new module under ``raysearch/quantize/`` that decorates its class
-with :func:`register_backend`, plus one line in :data:`BUILTIN_BACKENDS` so that
-:func:`get_backend` can import it on first use.
+into a quantized model file. ONNX Runtime's static quantizer is ``"ort"`` (the default),
+OpenVINO NNCF's ``nncf.quantize`` is ``"nncf"``; a new backend is one new module under
+``raysearch/quantize/`` that decorates its class with :func:`register_backend`, plus one line
+in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first use.
 
 Example:
     >>> from raysearch.quantize.registry import available_backends, get_backend
     >>> available_backends()
-    ['ort']
+    ['nncf', 'ort']
     >>> backend_cls = get_backend("ort")
     >>> backend_cls.validate({"op_types_to_quantize": ["MatMul"]}, "model.onnx")  # doctest: +SKIP
     >>> backend = backend_cls("model.onnx", calibration_data, cache=cache)         # doctest: +SKIP
@@ -24,7 +24,7 @@ import abc
 import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from raysearch.errors import ConfigError, suggest
@@ -51,6 +51,7 @@ __all__ = [
     "get_backend",
     "available_backends",
     "backend_reject",
+    "backend_missing_requirement",
 ]
 
 DEFAULT_BACKEND = "ort"
@@ -58,6 +59,7 @@ DEFAULT_BACKEND = "ort"
 #: Backends shipped with raysearch: registry key -> module that registers it when imported.
 BUILTIN_BACKENDS: dict[str, str] = {
     "ort": "raysearch.quantize.ort",
+    "nncf": "raysearch.quantize.nncf_backend",
 }
 
 _REGISTRY: dict[str, type[QuantizerBackend]] = {}
@@ -66,11 +68,13 @@ _REGISTRY: dict[str, type[QuantizerBackend]] = {}
 @dataclass
 class QuantizeInfo:
     """What one ``quantize`` call cost: seconds in calibration (0 on a cache hit), seconds in
-    the quantizer itself, and whether the calibration came from the cache."""
+    the quantizer itself, whether the calibration came from the cache, and the backend's own
+    breakdown (``extra``: NNCF's sessions and inference seconds, ...)."""
 
     calibration_s: float = 0.0
     quantization_s: float = 0.0
     calib_cache_hit: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,7 +86,8 @@ class QuantizerBackend(abc.ABC):
 
     Subclasses implement :meth:`validate` (settings errors found before any trial, as
     :class:`~raysearch.errors.ConfigError`), :meth:`quantize`, and optionally :meth:`reject`
-    (combinations the quantizer is known to refuse, as a reason string).
+    (combinations the quantizer is known to refuse, as a reason string) and
+    :meth:`missing_requirement` (an optional package it needs).
     """
 
     #: The registry key, set by :func:`register_backend`.
@@ -90,6 +95,9 @@ class QuantizerBackend(abc.ABC):
     #: Every setting this backend takes (names, types, choices, aliases, which change
     #: calibration): search spaces are validated against it. Registered with the backend.
     catalogue: ClassVar[Catalogue | None] = None
+    #: The settings :meth:`validate` checks against the model, as dotted key paths
+    #: (``"ignored_scope.names"``): the search checks every choice of them before it starts.
+    model_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -121,6 +129,13 @@ class QuantizerBackend(abc.ABC):
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
         """Why the backend would refuse ``settings`` (``None`` when it would not)."""
+        return None
+
+    @classmethod
+    def missing_requirement(cls) -> str | None:
+        """Why this backend cannot run in this environment (an optional package that is not
+        installed, with the extra that installs it), or None. A config that selects it is
+        refused when it is parsed, before anything runs."""
         return None
 
     @abc.abstractmethod
@@ -212,3 +227,18 @@ def backend_reject(settings: dict[str, Any]) -> str | None:
     from raysearch.quantize.technique import technique_reject
 
     return get_backend(settings.get("quantizer")).reject(settings) or technique_reject(settings)
+
+
+def backend_missing_requirement(name: str | None) -> str | None:
+    """Why backend ``name`` cannot run here (a missing optional package, naming the extra),
+    or None; an unknown name is the space's to report.
+
+    Example:
+        >>> backend_missing_requirement("ort") is None
+        True
+    """
+    try:
+        cls = get_backend(name)
+    except ConfigError as exc:
+        return None if name not in BUILTIN_BACKENDS else exc.message
+    return cls.missing_requirement()

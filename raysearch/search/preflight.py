@@ -44,9 +44,6 @@ __all__ = ["Prepared", "preflight", "check_model"]
 
 _logger = logging.getLogger(__name__)
 
-#: Settings whose values the quantizer backend checks against the model.
-_MODEL_SETTINGS = ("op_types_to_quantize", "nodes_to_exclude", "nodes_to_quantize")
-
 
 @dataclass
 class Prepared:
@@ -144,19 +141,21 @@ def _choices(space: SearchSpace, leaf: str) -> list[Any]:
 
 
 def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSpace]) -> None:
-    """Each backend a space can select checks every model-dependent choice of the space
-    (op types, node names; ``op_types_to_quantize: null`` too) against the model."""
+    """Each backend a space can select checks every model-dependent choice of the space (its
+    ``model_settings``: op types, node names; ``op_types_to_quantize: null`` too) against the
+    model."""
     from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
 
     for space in spaces:
         for backend_name in _choices(space, "quantizer"):
             backend = get_backend(backend_name or DEFAULT_BACKEND)
-            known = backend.catalogue.settings if backend.catalogue else {}
-            for key in _MODEL_SETTINGS:
-                if key not in known:
-                    continue
-                for value in _choices(space, key):  # None: the backend's default
-                    backend.validate({key: value}, os.fspath(path))
+            for key in backend.model_settings:
+                *containers, leaf = key.split(".")
+                for value in _choices(space, leaf):  # None: the backend's default
+                    setting: dict[str, Any] = {leaf: value}
+                    for container in reversed(containers):
+                        setting = {container: setting}
+                    backend.validate(setting, os.fspath(path))
 
 
 def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = None) -> Prepared:

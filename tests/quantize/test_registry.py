@@ -27,7 +27,7 @@ def test_unknown_backend_suggests_the_closest():
         get_backend("orrt")
     assert (
         str(err.value)
-        == "quantizer: unknown quantizer backend 'orrt' (did you mean 'ort'?); known: ort"
+        == "quantizer: unknown quantizer backend 'orrt' (did you mean 'ort'?); known: nncf, ort"
     )
 
 
@@ -56,6 +56,7 @@ def test_a_new_backend_is_one_class_and_a_registration(tmp_path, monkeypatch):
         "calibration_s": 0.0,
         "quantization_s": 0.0,
         "calib_cache_hit": False,
+        "extra": {},
     }
     assert CopyBackend.reject({}) is None
     with pytest.raises(TypeError):
