@@ -190,7 +190,8 @@ class OptunaPhase(Phase):
             return True
         reason = self.reject(proposal.settings) if self.reject else None
         if reason:
-            self.seen.add(key)
+            # Not in ``seen``: ``size`` counts the valid settings only, and a refused one seen
+            # would end the phase before the last valid one ran.
             _logger.debug("%s: sampler proposed a rejected setting (%s)", self.space.name, reason)
             self.optuna.on_trial_complete(inner_id, None, error=True)
             return True
