@@ -386,6 +386,7 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
 
     from raysearch._config._spaces import parse_spaces
     from raysearch.config import predefined_spaces
+    from raysearch.quantize.registry import backend_reject
 
     assert main(["spaces"]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
@@ -399,7 +400,8 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
     assert set(sizes) == set(presets) and len(lines) == len(presets)
     for name in presets:
         (space,) = parse_spaces({"search_space": name})
-        assert sizes[name] == len(space.expand()), name
+        # The settings a Grid search runs: the backends' refusals are not among them.
+        assert sizes[name] == len(space.expand(backend_reject)), name
     # A8W8: 672 static settings x CLE x SmoothQuant (off, 4 alphas) x bias correction x
     # AdaQuant (off without PyTorch), and dynamic: 4 (per_channel x op types) x CLE x SmoothQuant.
     fine_tuning = 2 if importlib.util.find_spec("torch") else 1
@@ -410,6 +412,12 @@ def test_cli_spaces_lists_the_presets_with_sizes(capsys):
     assert sizes["XINT8_SEARCH"] == 192 * fine_tuning
     # FINETUNE: 4 calibration settings x 2 algorithms x 2 (iterations, learning rate) each.
     assert sizes["FINETUNE_SEARCH"] == 16
+    # AUTO_INT8: ONNX Runtime 2 activation types x 3 calibrations x 2 op types x 2 symmetries x
+    # 2 output choices; NNCF (without NNCF installed: none of it) transformer: 2 presets x 3
+    # estimators x 2 overflow fixes x 3 alphas (fast_bias_correction: false refused), none:
+    # 2 presets x 2 bias corrections x 3 estimators x 2 overflow fixes.
+    nncf = 36 + 24 if importlib.util.find_spec("nncf") else 0
+    assert sizes["AUTO_INT8_SEARCH"] == 48 + nncf
 
 
 def test_cli_validate_prints_grid_size_and_rule_drops(tmp_path, files, capsys):

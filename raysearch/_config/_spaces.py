@@ -69,10 +69,62 @@ def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
     spaces = []
     for raw, path in zip(items, where, strict=True):
         if isinstance(raw, str):
-            raw = _without_missing_techniques(raw, load_predefined_space(raw, path))
+            preset = load_predefined_space(raw, path)
+            raw = _without_missing_techniques(raw, _without_missing_backends(raw, preset))
         spaces.append(SearchSpace.parse(raw, path=path))
         _check_technique_requirements(spaces[-1], path)
+        _check_backend_requirements(spaces[-1], path)
     return spaces
+
+
+def _missing_backends(values: Any) -> dict[str, str]:
+    """The backends among ``values`` (a ``quantizer`` choice or list) that cannot run here,
+    with why (the extra that installs them)."""
+    from raysearch.quantize.registry import backend_missing_requirement
+
+    names = values if isinstance(values, list) else [values]
+    reasons = {n: backend_missing_requirement(n) for n in names if isinstance(n, str)}
+    return {n: r for n, r in reasons.items() if r}
+
+
+def _without_missing_backends(name: str, raw: Any) -> Any:
+    """A predefined space that searches several backends (``quantizer: [ort, nncf]``) searches
+    those that can run here, with a warning naming the extra, and without the groups only a
+    missing backend activates (``only_if: {quantizer: nncf}``): the preset stays usable on a
+    lean install. A space the user writes is refused instead
+    (:func:`_check_backend_requirements`)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("quantizer"), list):
+        return raw
+    missing = _missing_backends(raw["quantizer"])
+    kept = [b for b in raw["quantizer"] if b not in missing]
+    if not missing or not kept:
+        return raw
+    for reason in missing.values():
+        _logger.warning("%s: quantizer searched as %s only: %s", name, ", ".join(kept), reason)
+
+    def only_missing(group: Any) -> bool:
+        condition = group.get("only_if") if isinstance(group, dict) else None
+        if not isinstance(condition, dict) or set(condition) != {"quantizer"}:
+            return False
+        wanted = condition["quantizer"]
+        return all(b in missing for b in (wanted if isinstance(wanted, list) else [wanted]))
+
+    def drop_groups(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        return {k: drop_groups(v) for k, v in node.items() if not only_missing(v)}
+
+    return {**drop_groups(raw), "quantizer": kept}
+
+
+def _check_backend_requirements(space: SearchSpace, path: str) -> None:
+    """ConfigError when the space can select a backend whose optional package is missing
+    (``quantizer: nncf`` without NNCF): said before anything runs, naming the extra."""
+    for param in space.params:
+        if param.leaf == "quantizer":
+            missing = _missing_backends(list(getattr(param.domain, "choices", ())))
+            if missing:
+                raise ConfigError(f"{path}.{param.name}", next(iter(missing.values())))
 
 
 def _technique_switches() -> dict[str, type]:

@@ -5,6 +5,8 @@ Example:
     ...                         "params": {"per_channel": True}}])
     >>> table.num_rows, table.column("params/per_channel").to_pylist()
     (1, [True])
+    >>> table.column("quantizer").to_pylist()
+    ['ort']
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 from raysearch.fileio import replacing
 from raysearch.outputs._records import finite, order
 from raysearch.search.journal import json_default
+from raysearch.space.catalogue import DEFAULT_BACKEND
 
 __all__ = ["RESULT_COLUMNS", "results_table", "write_parquet"]
 
@@ -29,6 +32,8 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "number": pa.int64(),
     "phase": pa.int64(),
     "status": pa.string(),
+    # The backend that quantized the trial (its settings' ``quantizer``, default ``ort``).
+    "quantizer": pa.string(),
     "metric": pa.float64(),
     "is_candidate": pa.bool_(),
     "objective": pa.float64(),
@@ -70,12 +75,18 @@ def _column(values: list[Any]) -> pa.Array:
     )
 
 
+def _quantizer(record: Mapping[str, Any]) -> str:
+    settings = record.get("settings")
+    chosen = settings.get("quantizer") if isinstance(settings, Mapping) else None
+    return str(record.get("quantizer") or chosen or DEFAULT_BACKEND)
+
+
 def results_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
     """The ``results.parquet`` table of ``records`` (one row per trial, in start order)."""
     rows = order(records)
     columns: dict[str, pa.Array] = {}
     for name, dtype in RESULT_COLUMNS.items():
-        values = [r.get(name) for r in rows]
+        values = [_quantizer(r) if name == "quantizer" else r.get(name) for r in rows]
         if dtype == pa.float64():
             values = [finite(v) for v in values]
         elif dtype == pa.int64():
