@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -36,12 +37,11 @@ from raysearch.providers import session_options
 __all__ = ["EngineTime", "import_nncf", "nncf_session"]
 
 _logger = logging.getLogger(__name__)
-_IMPORT_LOCK = threading.Lock()
 # One NNCF call at a time per process: the engine swap is process-wide.
 _SESSION_LOCK = threading.Lock()
-_NNCF: ModuleType | None = None
 
 
+@functools.cache
 def import_nncf() -> ModuleType:
     """The ``nncf`` module, imported on first call with its telemetry off and its logging
     routed through ``logging``.
@@ -49,14 +49,6 @@ def import_nncf() -> ModuleType:
     Raises:
         ImportError: NNCF is not installed (the message names ``raysearch[nncf]``).
     """
-    global _NNCF
-    with _IMPORT_LOCK:
-        if _NNCF is None:
-            _NNCF = _import_quietly()
-        return _NNCF
-
-
-def _import_quietly() -> ModuleType:
     from raysearch.quantize.nncf_options import missing_nncf
 
     reason = missing_nncf()

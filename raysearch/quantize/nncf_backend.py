@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import has_external_data, load_header
+from raysearch.modelfile import graph_nodes, has_external_data, load_header
 from raysearch.providers import session_providers
 from raysearch.quantize._nncf_runtime import import_nncf, nncf_session  # re-exported
 from raysearch.quantize.nncf_options import NNCF_CATALOGUE, missing_nncf, reject_reason
@@ -67,7 +67,8 @@ _PER_CHANNEL_OPSET = 13
 
 @register_backend("nncf")
 class NncfBackend(QuantizerBackend):
-    """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module)."""
+    """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module);
+    ``options`` are the base class's (``threads``, ``gpu_id``, ``providers``)."""
 
     #: The settings this backend takes (``raysearch.quantize.nncf_options``).
     catalogue: ClassVar[Catalogue | None] = NNCF_CATALOGUE
@@ -83,16 +84,12 @@ class NncfBackend(QuantizerBackend):
         model_path: str | os.PathLike,
         calibration: DataSource,
         cache: CalibrationCache | None = None,
-        *,
-        threads: int = 1,
-        gpu_id: int | None = None,
-        providers: Sequence[Any] | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            model_path, calibration, cache, threads=threads, gpu_id=gpu_id, providers=providers
-        )
+        # ``cache`` is ONNX Runtime's calibration cache: NNCF collects its own statistics.
+        super().__init__(model_path, calibration, cache, **options)
         self._nncf = import_nncf()
-        self.providers = list(providers) if providers else session_providers(gpu_id)
+        self.providers = self.providers or session_providers(self.gpu_id)
         start = time.perf_counter()
         self._external = has_external_data(self.model_path)
         self._model = prepare_model(self.model_path)
@@ -116,8 +113,6 @@ class NncfBackend(QuantizerBackend):
         if not any(scope.get(k) for k in ("types", "names", "patterns")):
             return
         proto = model if not isinstance(model, (str, os.PathLike)) else load_header(model)
-        from raysearch.modelfile import graph_nodes
-
         nodes = list(graph_nodes(proto.graph))
         _check_present("ignored_scope.types", scope.get("types"), {n.op_type for n in nodes})
         _check_present("ignored_scope.names", scope.get("names"), {n.name for n in nodes})
