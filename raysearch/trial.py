@@ -51,8 +51,8 @@ from raysearch.providers import (
     session_providers,
 )
 from raysearch.quantize._pipeline import Plan, TechniquePipeline, unknown_settings
-from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
-from raysearch.quantize.technique import TechniqueContext, quantize_and_score, technique_reject
+from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_backend
+from raysearch.quantize.technique import TechniqueContext, quantize_and_score
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -306,7 +306,9 @@ class TrialRunner:
                 f"{', '.join(unknown)}: not a setting of backend '{name}' nor of a technique "
                 "registered in this process (was the module that registers it imported?)"
             )
-        reason = backend_cls.reject(plan.backend_settings) or technique_reject(settings)
+        # The whole settings: a backend may refuse a technique it cannot honour (NNCF and
+        # mixed precision), the same check the search applies before a setting runs.
+        reason = backend_reject(dict(settings))
         if reason:
             result.error = f"rejected: {reason}"
             return
@@ -341,7 +343,7 @@ class TrialRunner:
         finally:
             result.evaluation_s = time.perf_counter() - evaluation_start
         result.metric = score.metric
-        result.extra = self._extra({**score.extra, **plan.report}, share, latency)
+        result.extra = self._extra({**info.extra, **score.extra, **plan.report}, share, latency)
         result.latency_ms = latency
         result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
         result.objective = self.evaluator.sampler_objective(

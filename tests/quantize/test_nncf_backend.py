@@ -252,9 +252,14 @@ def test_the_bias_correction_failure_is_a_failed_trial_with_one_line(attention, 
     known = {"model_type": "transformer", "fast_bias_correction": False}
     rejected = runner.run({"quantizer": "nncf", **known}, tmp_path / "b.onnx")
     assert rejected.error == f"rejected: {reject_reason(known)}"
-    # The process goes on quantizing.
+    # A technique the backend cannot honour is refused by the trial itself too.
+    mixed = runner.run({"quantizer": "nncf", "mixed_precision": {"top_k": 1}}, tmp_path / "m.onnx")
+    assert mixed.status == "failed" and mixed.error.startswith("rejected: ")
+    assert "mixed_precision" in mixed.error and not (tmp_path / "m.onnx").exists()
+    # The process goes on quantizing; NNCF's own figures reach the result.
     ok = runner.run({"quantizer": "nncf", "model_type": "transformer"}, tmp_path / "c.onnx")
     assert ok.status == "ok" and ok.metric > 0.99
+    assert ok.extra["nncf_inferences"] > 0 and ok.extra["nncf_sessions"] >= 1
 
 
 def test_settings_reach_nncf_and_change_the_model(attention, tmp_path):
