@@ -22,6 +22,12 @@ Run::
 
     python benchmarks/quality.py                          # all three, 30 trials each
     python benchmarks/quality.py --models magika --trials 10
+    python benchmarks/quality.py --spaces A8W8_SEARCH,NNCF,AUTO_INT8_SEARCH --anchors
+
+``--spaces``: the searches per model, ONNX Runtime only (``A8W8_SEARCH``, the default), NNCF
+only (``NNCF``: the ``nncf`` group of ``AUTO_INT8_SEARCH``) and both (``AUTO_INT8_SEARCH``);
+``--anchors``: NNCF's one shot and ``quantize_with_accuracy_control`` in the same run
+(``_quality_anchors.py``), scored by the same evaluator.
 
 Writes ``benchmarks/results/quality.json`` (or ``--out``).
 """
@@ -95,11 +101,32 @@ def _promoted(row: dict[str, Any]) -> float:
     return float(value) if value is not None else 0.0
 
 
-def run_one(name: str, config: dict[str, Any], work: Path) -> dict[str, Any]:
+def _nncf_only() -> dict[str, Any]:
+    """NNCF's settings of ``AUTO_INT8_SEARCH`` (its ``nncf`` group), NNCF alone."""
+    import yaml
+
+    space = yaml.safe_load((ROOT / "configs" / "AUTO_INT8_SEARCH.yaml").read_text())
+    group = dict(space["search_space"]["nncf"])
+    group.pop("only_if")
+    return {"quantizer": "nncf", **group}
+
+
+#: What ``--spaces`` names: ONNX Runtime only, NNCF only, both (issue 15's three searches).
+SPACES = {
+    "A8W8_SEARCH": lambda: "A8W8_SEARCH",
+    "NNCF": _nncf_only,
+    "AUTO_INT8_SEARCH": lambda: "AUTO_INT8_SEARCH",
+}
+
+
+def run_one(
+    name: str, config: dict[str, Any], work: Path, space: str = "A8W8_SEARCH"
+) -> dict[str, Any]:
     from raysearch.outputs import best_record
     from raysearch.search import AutoSearch
 
-    config = {**config, "output_dir": str(work / f"out-{name}")}
+    folder = work / f"out-{name}-{space}"
+    config = {**config, "search_space": SPACES[space](), "output_dir": str(folder)}
     result = AutoSearch(config).run()
     rows = [r for r in result.results.to_pylist() if r["status"] == "ok"]
     # The search's own choice: the most quantized candidate, else the best metric.
@@ -111,10 +138,13 @@ def run_one(name: str, config: dict[str, Any], work: Path) -> dict[str, Any]:
         r["metric"]
         for r in quantized
         if _promoted(r) == 0
+        and (r.get("quantizer") or "ort") == "ort"
         and not any(v is True for k, v in r.items() if k.startswith("params/include_"))
     ]
     return {
         "model": name,
+        "space": space,
+        "best_quantizer": best.get("quantizer") or "ort",
         "trials": len(result.results),
         "float": result.summary.get("float_metric"),
         "best": best["metric"],
@@ -137,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="magika,ppocr_rec,encoder")
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--spaces", default="A8W8_SEARCH", help=f"comma-separated, of {', '.join(SPACES)}"
+    )
+    parser.add_argument(
+        "--anchors", action="store_true", help="NNCF's one shot and accuracy control too"
+    )
     args = parser.parse_args(argv)
     quiet()
     import ray
@@ -155,13 +191,21 @@ def main(argv: list[str] | None = None) -> int:
         log_to_driver=False,
         runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH",) + _ENV}},
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
+    anchored: list[dict[str, Any]] = []
     try:
         configs = _configs(work, args.trials)
         for name in args.models.split(","):
-            rows.append(run_one(name, configs[name], work))
-            print_table(rows[-1:], list(rows[-1])[:-2], title=name)
-            run.write({"results": rows}, args.out)  # each model's figures kept as they come
+            if args.anchors:
+                from _quality_anchors import anchors
+
+                anchored += anchors(name, configs[name], work, SHARED)
+                print_table(anchored[-2:], list(anchored[-1]), title=f"{name}: NNCF anchors")
+            for space in args.spaces.split(","):
+                rows.append(run_one(name, configs[name], work, space))
+                print_table(rows[-1:], list(rows[-1])[:-2], title=f"{name}: {space}")
+                # Each search's figures kept as they come.
+                run.write({"results": rows, "anchors": anchored}, args.out)
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
