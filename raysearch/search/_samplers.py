@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib
 import logging
+import random
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from raysearch.errors import ConfigError
 from raysearch.space import SearchSpace, expand_spaces
 from raysearch.space.space import Reject
+from raysearch.space.tree import Categorical
 from raysearch.strategy import (
     BUILTIN_STRATEGIES,
     EXHAUSTED,
@@ -59,6 +61,11 @@ _PRELOAD: dict[str, tuple[str, ...]] = {
 }
 #: Proposals in a row that may repeat known settings before a phase counts as exhausted.
 _MAX_ASKS = 64
+#: Known settings proposed in a row before the phase queues the sampler an unseen one.
+_STUCK_ASKS = 8
+#: Spaces up to this many settings are listed to find an unseen one (larger ones rarely
+#: leave a sampler stuck, and listing them costs seconds).
+_LISTED_LIMIT = 50_000
 
 
 @contextlib.contextmanager
@@ -152,20 +159,29 @@ class OptunaPhase(Phase):
         self._counted = space.has_ranges
         self.seen: set[str] = set()
         self.asks = 0
+        #: Known settings the sampler proposed in a row, and the space's valid settings as
+        #: (key, point), listed the first time it gets stuck.
+        self.repeats = 0
+        self._listed: list[tuple[str, dict[str, Any]]] | None = None
+        self._rng = random.Random(seed)
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         for _ in range(_MAX_ASKS):
             if self.size is not None and len(self.seen) >= self.size:
                 return EXHAUSTED
+            if getattr(self, "repeats", 0) >= _STUCK_ASKS:
+                self._queue_unseen()
             inner_id = f"{trial_id}~{self.asks}"
             self.asks += 1
             point = self.optuna.suggest(inner_id)
             proposal = Proposal.of(self.space, self.index, point, inner_id)
             if self._answered(proposal, search):
+                self.repeats = getattr(self, "repeats", 0) + 1
                 if not getattr(self, "_counted", True):  # True: pickled before it existed
                     self._counted = True
                     self.size = _distinct_settings(self.space, self.reject)
                 continue
+            self.repeats = 0
             self.seen.add(proposal.key)
             return proposal
         if search.live_keys:
@@ -176,6 +192,35 @@ class OptunaPhase(Phase):
             _MAX_ASKS,
         )
         return EXHAUSTED
+
+    def _queue_unseen(self) -> None:
+        """The sampler keeps proposing settings that already ran (TPE settles on a few
+        settings of a small categorical space, and a refused proposal teaches it little):
+        queue it a valid setting not yet seen, at random, with Optuna's
+        ``study.enqueue_trial``, so that the trial budget goes to the space rather than to
+        repeats; the sampler learns from that trial's result as from its own."""
+        self.repeats = 0
+        if self.space.has_ranges or self.space.grid_size() > _LISTED_LIMIT:
+            return
+        if getattr(self, "_listed", None) is None:
+            points = expand_spaces([self.space], self.reject).points
+            self._listed = [(Proposal.of(self.space, self.index, p, "").key, p) for p in points]
+        unseen = [point for key, point in self._listed or () if key not in self.seen]
+        if unseen:
+            rng = getattr(self, "_rng", None) or random.Random(0)
+            # Ray Tune's OptunaSearch has no enqueue of its own: its study is Optuna's.
+            self.optuna._ot_study.enqueue_trial(self._labels(rng.choice(unseen)))
+
+    def _labels(self, point: dict[str, Any]) -> dict[str, Any]:
+        """``point`` as Optuna's parameters: a searched choice by its label."""
+        params = {}
+        for param in self.space.params:
+            domain = param.domain
+            if param.name not in point or not isinstance(domain, Categorical):
+                continue
+            if not domain.is_fixed:
+                params[param.name] = domain.labels[domain.choices.index(point[param.name])]
+        return params
 
     def _answered(self, proposal: Proposal, search: SearchView) -> bool:
         """Whether ``proposal`` needs no trial (told to the sampler instead): a setting that

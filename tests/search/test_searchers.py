@@ -184,3 +184,30 @@ def test_samplers_optimise_the_objective_and_journaled_trials_tell_it():
     assert searcher.done[config["key"]] == 1.0
     assert searcher.objectives[config["key"]] == 7.5
     assert searcher.context.records[-1]["objective"] == 7.5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tpe_stuck_on_known_settings_is_handed_unseen_ones_and_uses_its_budget(seed):
+    # AUTO_INT8_SEARCH: many of TPE's proposals are one setting after the validity rules, or
+    # refused, so TPE soon proposes only settings that ran; it used to end the phase after
+    # 12-18 of its 30 trials, with 90 valid settings never tried.
+    import zlib
+
+    from raysearch._config._spaces import parse_spaces
+    from raysearch.quantize.registry import backend_reject
+
+    spaces = parse_spaces({"search_space": "AUTO_INT8_SEARCH"})
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler(
+            "TPE", spaces, mode="max", seed=seed, max_trials=30, reject=backend_reject
+        )
+        keys = []
+        for i in range(100):
+            config = searcher.suggest(f"t{i}")
+            if config == Searcher.FINISHED:
+                break
+            keys.append(config["key"])
+            score = (zlib.crc32(config["key"].encode()) % 1000) / 1000
+            searcher.on_trial_complete(f"t{i}", {"metric": score})
+    assert len(keys) == len(set(keys)) == 30
+    assert searcher.finish_reason == "iteration_limit"
