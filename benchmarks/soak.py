@@ -13,7 +13,8 @@ journaled, and ``raysearch resume`` runs 20 more (``tests/reliability/soak.py``)
 Usage::
 
     python benchmarks/soak.py              # 500 trials
-    python benchmarks/soak.py --smoke      # 12 trials (tests)
+    python benchmarks/soak.py --smoke      # 12 trials
+    python benchmarks/soak.py --trials 40 --extra 4 --warmup 5   # tests/reliability/test_soak.py
 
 Writes ``benchmarks/results/soak.json``.
 """
@@ -38,13 +39,16 @@ from tests.reliability.soak import run_soak  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=500)
-    parser.add_argument("--smoke", action="store_true", help="12 trials (tests)")
+    parser.add_argument("--extra", type=int, default=20, help="trials the resume runs")
+    parser.add_argument("--warmup", type=int, default=10, help="trials before the slopes")
+    parser.add_argument("--smoke", action="store_true", help="12 trials")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     trials = 12 if args.smoke else args.trials
     run = Run("soak", args)
     with tempfile.TemporaryDirectory(prefix="raysearch-soak-") as folder:
-        report = run_soak(Path(folder), trials, extra=3 if args.smoke else 20)
+        extra = 3 if args.smoke else args.extra
+        report = run_soak(Path(folder), trials, extra=extra, warmup=args.warmup)
     report["trials"] = trials
     print(json.dumps({k: v for k, v in report.items() if k != "processes"}, indent=1))
     for process in report["processes"]:
