@@ -166,7 +166,11 @@ class OptunaPhase(Phase):
         self._rng = random.Random(seed)
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
-        for _ in range(_MAX_ASKS):
+        stale = 0
+        # Bounded: each ask either counts as stale or catches up one finished setting.
+        for _ in range(_MAX_ASKS + len(search.done) + 1):
+            if stale >= _MAX_ASKS:
+                break
             if self.size is not None and len(self.seen) >= self.size:
                 return EXHAUSTED
             if getattr(self, "repeats", 0) >= _STUCK_ASKS:
@@ -175,7 +179,14 @@ class OptunaPhase(Phase):
             self.asks += 1
             point = self.optuna.suggest(inner_id)
             proposal = Proposal.of(self.space, self.index, point, inner_id)
+            known = proposal.key in self.seen
             if self._answered(proposal, search):
+                if not known and proposal.key in search.done:
+                    # Catching up: a resumed sampler (restored from a state older than the
+                    # journal) proposes again what it proposed before the kill; each one is
+                    # told its result, and none counts as being stuck.
+                    continue
+                stale += 1
                 self.repeats = getattr(self, "repeats", 0) + 1
                 if not getattr(self, "_counted", True):  # True: pickled before it existed
                     self._counted = True
