@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import threading
@@ -80,6 +82,7 @@ def _probe_cuda() -> bool:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
+    _preload_cuda_libraries()
     options = ort.SessionOptions()
     options.log_severity_level = 4
     ort.set_default_logger_severity(4)
@@ -93,6 +96,26 @@ def _probe_cuda() -> bool:
         ort.set_default_logger_severity(_ORT_DEFAULT_SEVERITY)
     _logger.debug("CUDA execution provider %s", "loads" if ok else "does not load; using CPU")
     return ok
+
+
+def _preload_cuda_libraries() -> None:
+    """Load CUDA and cuDNN from the ``nvidia-*`` pip packages (PyTorch's), where installed.
+
+    ``onnxruntime-gpu`` does not find them on its own unless they are on the loader's path;
+    its ``preload_dlls`` does, but prints what it could not load, so its output goes to the
+    debug log instead of the console.
+    """
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:  # onnxruntime older than 1.21
+        return
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            preload()
+    except Exception as exc:  # a missing library is the probe's answer, not an error
+        _logger.debug("onnxruntime.preload_dlls failed: %s", exc)
+    if printed.getvalue().strip():
+        _logger.debug("onnxruntime.preload_dlls: %s", printed.getvalue().strip())
 
 
 def local_device_index(gpu_id: int | str) -> int:

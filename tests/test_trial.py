@@ -250,7 +250,9 @@ def test_a_custom_float_score_from_the_cpu_is_scored_again_on_the_trial_device(m
     assert on_cpu.float_score == cpu_score and len(evaluators_fixture.CALLS) == before
     with record_sessions() as sessions:
         on_gpu = TrialRunner(path, calib, None, ev, float_score=cpu_score, providers=GPU_PROVIDERS)
-        assert on_gpu.float_score == pytest.approx(cpu_score, rel=1e-5)
+        # CUDA's float MatMul runs in TF32 on Ampere and later: the H200 gave -0.166296 where
+        # the CPU gave -0.166314, so the two agree to about 1e-4, not to float32 rounding.
+        assert on_gpu.float_score == pytest.approx(cpu_score, rel=1e-3)
     assert evaluators_fixture.CALLS[before:] == [str(path)]
     # Custom evaluators get the providers' names.
     assert on_gpu.providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
