@@ -52,13 +52,18 @@ from _common import ROOT, Run, encoder_arrays, encoder_model, print_table, quiet
 SHARED = ROOT.parent / "shared" / "models"
 
 
-def _configs(work: Path, trials: int) -> dict[str, dict[str, Any]]:
+def _configs(
+    work: Path, trials: int, concurrent: int = 2, gpu_per_trial: float = 0.0
+) -> dict[str, dict[str, Any]]:
+    resources = {"cpu_per_trial": 1, "max_concurrent_trials": concurrent}
+    if gpu_per_trial:
+        resources["gpu_per_trial"] = gpu_per_trial
     common = {
         "search_space": "A8W8_SEARCH",
         "search_algo": "TPE",
         "seed": 0,
         "stop": {"iteration_limit": trials},
-        "resources": {"cpu_per_trial": 1, "max_concurrent_trials": 2},
+        "resources": resources,
     }
     magika = SHARED / "magika"
     ppocr = SHARED / "ppocr_rec"
@@ -102,20 +107,23 @@ def _promoted(row: dict[str, Any]) -> float:
 
 
 def _nncf_only() -> dict[str, Any]:
-    """NNCF's settings of ``AUTO_INT8_SEARCH`` (its ``nncf`` group), NNCF alone."""
+    """NNCF's settings of ``AUTO_INT8_SEARCH`` (its ``nncf`` group), NNCF alone, starting from
+    the same NNCF start point."""
     import yaml
 
-    space = yaml.safe_load((ROOT / "configs" / "AUTO_INT8_SEARCH.yaml").read_text())
-    group = dict(space["search_space"]["nncf"])
+    preset = yaml.safe_load((ROOT / "configs" / "AUTO_INT8_SEARCH.yaml").read_text())
+    group = dict(preset["search_space"]["nncf"])
     group.pop("only_if")
-    return {"quantizer": "nncf", **group}
+    starts = [p for p in preset.get("points_to_evaluate", []) if p.get("quantizer") == "nncf"]
+    return {"search_space": {"quantizer": "nncf", **group}, "points_to_evaluate": starts}
 
 
-#: What ``--spaces`` names: ONNX Runtime only, NNCF only, both (issue 15's three searches).
+#: What ``--spaces`` names: ONNX Runtime only, NNCF only, both (issue 15's three searches),
+#: as the config keys each sets.
 SPACES = {
-    "A8W8_SEARCH": lambda: "A8W8_SEARCH",
+    "A8W8_SEARCH": lambda: {"search_space": "A8W8_SEARCH"},
     "NNCF": _nncf_only,
-    "AUTO_INT8_SEARCH": lambda: "AUTO_INT8_SEARCH",
+    "AUTO_INT8_SEARCH": lambda: {"search_space": "AUTO_INT8_SEARCH"},
 }
 
 
@@ -126,7 +134,7 @@ def run_one(
     from raysearch.search import AutoSearch
 
     folder = work / f"out-{name}-{space}"
-    config = {**config, "search_space": SPACES[space](), "output_dir": str(folder)}
+    config = {**config, **SPACES[space](), "output_dir": str(folder)}
     result = AutoSearch(config).run()
     rows = [r for r in result.results.to_pylist() if r["status"] == "ok"]
     # The search's own choice: the most quantized candidate, else the best metric.
@@ -173,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--anchors", action="store_true", help="NNCF's one shot and accuracy control too"
     )
+    parser.add_argument("--concurrent", type=int, default=2, help="trials at a time")
+    parser.add_argument(
+        "--gpu-per-trial", type=float, default=0.0, help="GPU share of each trial (0: CPU)"
+    )
     args = parser.parse_args(argv)
     quiet()
     import ray
@@ -194,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     anchored: list[dict[str, Any]] = []
     try:
-        configs = _configs(work, args.trials)
+        configs = _configs(work, args.trials, args.concurrent, args.gpu_per_trial)
         for name in args.models.split(","):
             if args.anchors:
                 from _quality_anchors import anchors

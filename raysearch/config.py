@@ -36,6 +36,7 @@ from raysearch._config._values import check_keys, integer, map_quark_names, numb
 from raysearch.errors import ConfigError
 from raysearch.metrics import BUILTIN_METRICS
 from raysearch.space import SearchSpace
+from raysearch.strategy import BUILTIN_STRATEGIES
 
 __all__ = [
     "ConfigError",
@@ -156,6 +157,7 @@ _TOP_LEVEL_KEYS = {
     "search_space",
     "search_spaces",
     "search_algo",
+    "points_to_evaluate",
     "seed",
     "metric",
     "metric_key",
@@ -201,6 +203,13 @@ def _parse_search(data: Mapping[str, Any]) -> tuple[list[SearchSpace], str, int 
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
+    info = BUILTIN_STRATEGIES.get(algo)
+    if "points_to_evaluate" in data and info and info.module != "raysearch.search.searchers":
+        raise ConfigError(
+            "points_to_evaluate",
+            f"{algo} chooses its own first settings; Grid and the Optuna samplers take "
+            "points_to_evaluate",
+        )
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError("seed", f"expected an integer, got {seed!r}")

@@ -20,6 +20,7 @@ import yaml
 
 from raysearch.errors import ConfigError, suggest
 from raysearch.space import SearchSpace
+from raysearch.space.points import resolve_point, resolve_points
 
 __all__ = ["predefined_spaces", "load_predefined_space", "parse_spaces"]
 
@@ -39,6 +40,11 @@ def predefined_spaces() -> dict[str, Path]:
 
 def load_predefined_space(name: str, path: str = "search_space") -> dict[str, Any]:
     """The raw dict of a predefined space (its file's ``search_space`` key)."""
+    return _load_predefined(name, path).get("search_space")
+
+
+def _load_predefined(name: str, path: str) -> dict[str, Any]:
+    """A predefined space's file: ``search_space`` and maybe ``points_to_evaluate``."""
     spaces = predefined_spaces()
     if name not in spaces:
         raise ConfigError(
@@ -48,8 +54,7 @@ def load_predefined_space(name: str, path: str = "search_space") -> dict[str, An
             + f"; known: {', '.join(spaces)}",
         )
     with spaces[name].open() as fh:
-        data = yaml.safe_load(fh)
-    return data["search_space"]
+        return yaml.safe_load(fh)
 
 
 def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
@@ -68,13 +73,54 @@ def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
         raise ConfigError("search_space", "is required (a mapping, or a predefined space name)")
     spaces = []
     for raw, path in zip(items, where, strict=True):
+        starts: Any = []
         if isinstance(raw, str):
-            preset = load_predefined_space(raw, path)
-            raw = _without_missing_techniques(raw, _without_missing_backends(raw, preset))
-        spaces.append(SearchSpace.parse(raw, path=path))
-        _check_technique_requirements(spaces[-1], path)
-        _check_backend_requirements(spaces[-1], path)
+            name, preset = raw, _load_predefined(raw, path)
+            raw = _without_missing_backends(name, preset["search_space"])
+            raw = _without_missing_techniques(name, raw)
+            starts = _runnable_starts(preset.get("points_to_evaluate") or [], raw)
+        space = SearchSpace.parse(raw, path=path)
+        space.points_to_evaluate = resolve_points(space, starts, f"{path}.points_to_evaluate")
+        spaces.append(space)
+        _check_technique_requirements(space, path)
+        _check_backend_requirements(space, path)
+    _add_config_starts(spaces, data.get("points_to_evaluate"))
     return spaces
+
+
+def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
+    """A predefined space's start points without those of a backend this install lacks (its
+    choice was narrowed away by :func:`_without_missing_backends`)."""
+    backends = raw.get("quantizer") if isinstance(raw, dict) else None
+    if not isinstance(backends, list):
+        return starts
+    return [
+        p for p in starts if not isinstance(p, dict) or p.get("quantizer", backends[0]) in backends
+    ]
+
+
+def _add_config_starts(spaces: list[SearchSpace], raws: Any) -> None:
+    """The config's own ``points_to_evaluate``: each point goes to the first space it is a
+    point of, and runs before that space's predefined start points."""
+    if raws is None:
+        return
+    if not isinstance(raws, list) or not raws:
+        raise ConfigError("points_to_evaluate", "expected a non-empty list of settings")
+    added: list[list[Any]] = [[] for _ in spaces]
+    for i, raw in enumerate(raws):
+        where = f"points_to_evaluate[{i}]"
+        first_error: ConfigError | None = None
+        for j, space in enumerate(spaces):
+            try:
+                added[j].append(resolve_point(space, raw, where))
+                break
+            except ConfigError as exc:
+                first_error = first_error or exc
+        else:
+            assert first_error is not None
+            raise first_error
+    for space, points in zip(spaces, added, strict=True):
+        space.points_to_evaluate = points + space.points_to_evaluate
 
 
 def _missing_backends(values: Any) -> dict[str, str]:

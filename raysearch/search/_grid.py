@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raysearch.space import SearchSpace, expand_spaces
+from raysearch.space.points import first_agreeing
 from raysearch.space.space import Reject
 from raysearch.strategy import (
     EXHAUSTED,
@@ -41,7 +42,14 @@ class GridPhase(Phase):
 
     def __init__(self, spaces: Sequence[SearchSpace], reject: Reject | None) -> None:
         grid = expand_spaces(spaces, reject)
-        self.items: list[tuple[int, dict[str, Any]]] = list(zip(grid.space_index, grid.points))
+        items = list(zip(grid.space_index, grid.points))
+        # Each space's points_to_evaluate first (its first agreeing setting), then the grid.
+        starts = [(i, p) for i, s in enumerate(spaces) for p in s.points_to_evaluate]
+        # (" space" is no parameter name: names are dotted keys without spaces.)
+        order = first_agreeing(
+            [{" space": i, **p} for i, p in items], [{" space": i, **p} for i, p in starts]
+        )
+        self.items: list[tuple[int, dict[str, Any]]] = [items[i] for i in order]
         if grid.dropped.get("duplicate"):
             _logger.info("grid: %d repeated settings dropped", grid.dropped["duplicate"])
         self.spaces = list(spaces)

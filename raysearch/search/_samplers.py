@@ -145,12 +145,16 @@ class OptunaPhase(Phase):
         self.index = index
         self.reject = reject
         self.budget = budget
+        # Start points go to Ray Tune's own ``points_to_evaluate`` (Optuna's enqueue_trial):
+        # the sampler learns from their results like from its own proposals.
+        starts = [self._labels(p) for p in getattr(space, "points_to_evaluate", ())]
         self.optuna = OptunaSearch(
             space=space.sample,
             metric="metric",
             mode=mode,
             sampler=make_sampler(algo, seed),
             study_name=f"raysearch-{index}",
+            points_to_evaluate=starts or None,
         )
         #: How many distinct valid settings the space has: counted when the sampler first
         #: repeats itself (counting a large preset takes seconds, and only a sampler that
@@ -223,14 +227,17 @@ class OptunaPhase(Phase):
             self.optuna._ot_study.enqueue_trial(self._labels(rng.choice(unseen)))
 
     def _labels(self, point: dict[str, Any]) -> dict[str, Any]:
-        """``point`` as Optuna's parameters: a searched choice by its label."""
+        """``point`` as Optuna's parameters: a searched choice by its label, a range's value as
+        it is (fixed settings are no parameters of Optuna's)."""
         params = {}
         for param in self.space.params:
             domain = param.domain
-            if param.name not in point or not isinstance(domain, Categorical):
+            if param.name not in point or domain.is_fixed:
                 continue
-            if not domain.is_fixed:
-                params[param.name] = domain.labels[domain.choices.index(point[param.name])]
+            value = point[param.name]
+            if isinstance(domain, Categorical):
+                value = domain.labels[domain.choices.index(value)]
+            params[param.name] = value
         return params
 
     def _answered(self, proposal: Proposal, search: SearchView) -> bool:

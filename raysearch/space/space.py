@@ -108,6 +108,8 @@ class SearchSpace:
         self._conditions: dict[str, tuple[Condition, ...]] = {}
         self.params: tuple[Param, ...] = self._dependency_order()
         self.rules: tuple[Rule, ...] = RULES + ((self._switch_rule(),) if self.switches else ())
+        #: Points the searcher runs first (``raysearch.space.points``), maybe partial.
+        self.points_to_evaluate: list[Point] = []
 
     @classmethod
     def parse(
