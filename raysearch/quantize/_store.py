@@ -54,6 +54,7 @@ class CacheStats:
     inference_batches: int = 0  # session.run calls during calibration
     memory_hits: int = 0
     disk_hits: int = 0
+    lock_waits: int = 0  # entries another trial calibrated while this one waited for it
     calibration_s: float = 0.0
 
 
@@ -73,20 +74,26 @@ class EntryStore:
         return self._entries
 
     def lookup(
-        self, key: tuple[Any, ...], kind: str, names: frozenset[str]
+        self, key: tuple[Any, ...], kind: str, names: frozenset[str], *, waited: bool = False
     ) -> tuple[Entry | None, bool]:
-        """An entry covering ``names``: from memory, else from disk (then kept in memory)."""
+        """An entry covering ``names``: from memory, else from disk (then kept in memory), and
+        whether that was a cache hit. ``waited``: looked up again after waiting on the key's
+        lock, so an entry found is another trial's fresh calibration (``lock_waits``), no hit.
+        """
         for slot, entry in self._entries.items():
             if slot[0] == key and entry.kind == kind and names <= entry.names:
                 self._entries.move_to_end(slot)
-                self._stats.memory_hits += 1
-                return entry, True
+                return entry, self._count_hit("memory_hits", waited)
         entry = self._load(key, kind, names)
         if entry is not None:
             self._remember(key, entry)
-            self._stats.disk_hits += 1
-            return entry, True
+            return entry, self._count_hit("disk_hits", waited)
         return None, False
+
+    def _count_hit(self, counter: str, waited: bool) -> bool:
+        name = "lock_waits" if waited else counter
+        setattr(self._stats, name, getattr(self._stats, name) + 1)
+        return not waited
 
     def store(self, key: tuple[Any, ...], entry: Entry) -> None:
         """Keep ``entry`` in memory and, with a ``cache_dir``, on disk (a failed write is

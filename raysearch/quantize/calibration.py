@@ -151,7 +151,7 @@ class CalibrationCache:
     @property
     def stats(self) -> dict[str, Any]:
         """``calibrations``, ``inference_passes``, ``inference_batches``, ``memory_hits``,
-        ``disk_hits``, ``calibration_s``."""
+        ``disk_hits``, ``lock_waits``, ``calibration_s``."""
         return asdict(self._stats)
 
     @property
@@ -209,7 +209,9 @@ class CalibrationCache:
         entry, hit = self._store.lookup(key, "minmax", names)
         if entry is None:
             with self._store.lock(key):
-                entry, hit = self._store.lookup(key, "minmax", names)
+                # Found after waiting on the lock: another trial calibrated while this one
+                # waited, which is no cache hit (the wait is in this trial's calibration time).
+                entry, hit = self._store.lookup(key, "minmax", names, waited=True)
                 if entry is None:
                     start = time.perf_counter()
                     ranges = collect_minmax(self._calibrators, model_path, data, request, providers)
@@ -237,7 +239,7 @@ class CalibrationCache:
         entry, hit = self._store.lookup(key, "hist", names)
         if entry is None:
             with self._store.lock(key):
-                entry, hit = self._store.lookup(key, "hist", names)
+                entry, hit = self._store.lookup(key, "hist", names, waited=True)
                 if entry is None:
                     histograms = self._collect_histograms(
                         model_path, data, request, base, names, providers

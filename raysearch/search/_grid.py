@@ -1,4 +1,5 @@
-"""The ``Grid`` strategy: every valid setting of the spaces, in order, each once.
+"""The ``Grid`` strategy: every valid setting of the spaces, each once: start points first, then
+the grid in declaration order, interleaved by calibration key.
 
 Example:
     >>> from raysearch.space import SearchSpace
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from raysearch.space import SearchSpace, expand_spaces
+from raysearch.space import SearchSpace, expand_spaces, get_catalogue
 from raysearch.space.points import first_agreeing
 from raysearch.space.space import Reject
 from raysearch.strategy import (
@@ -49,7 +50,9 @@ class GridPhase(Phase):
         order = first_agreeing(
             [{" space": i, **p} for i, p in items], [{" space": i, **p} for i, p in starts]
         )
-        self.items: list[tuple[int, dict[str, Any]]] = [items[i] for i in order]
+        first = [items[i] for i in order[: len(starts)]]
+        rest = _interleaved_by_calibration([items[i] for i in order[len(starts) :]], spaces)
+        self.items: list[tuple[int, dict[str, Any]]] = first + rest
         if grid.dropped.get("duplicate"):
             _logger.info("grid: %d repeated settings dropped", grid.dropped["duplicate"])
         self.spaces = list(spaces)
@@ -67,6 +70,45 @@ class GridPhase(Phase):
                 continue  # finished in an earlier session (resume) or queued already
             return proposal
         return EXHAUSTED
+
+
+def _calibration_key(space: SearchSpace, point: dict[str, Any]) -> str:
+    """What calibration a grid setting needs: its backend and the settings its catalogue says
+    change what calibration collects."""
+    from raysearch.quantize.calibration import calibration_values
+
+    settings = space.to_settings(point)
+    backend = settings.get("quantizer") or "ort"
+    catalogue = get_catalogue(backend)
+    # A backend without a catalogue: one calibration per backend, as far as the order knows.
+    values = calibration_values(settings, catalogue) if catalogue is not None else {}
+    return f"{backend}:{sorted(values.items(), key=str)}"
+
+
+def _interleaved_by_calibration(
+    items: list[tuple[int, dict[str, Any]]], spaces: Sequence[SearchSpace]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Each space's grid round-robin over calibration keys, each key's settings in order: the
+    first concurrent trials calibrate different keys at once instead of waiting on one
+    trial's calibration (the cache serves each key's later settings).
+
+    Example:
+        >>> space = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile"],
+        ...                            "per_channel": [True, False]})
+        >>> phase = GridPhase([space], reject=None)
+        >>> [(p["calibrate_method"], p["per_channel"]) for _, p in phase.items]
+        [('MinMax', True), ('Percentile', True), ('MinMax', False), ('Percentile', False)]
+    """
+    out: list[tuple[int, dict[str, Any]]] = []
+    for space_index in dict.fromkeys(i for i, _ in items):  # spaces stay in their order
+        groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for index, point in items:
+            if index == space_index:
+                key = _calibration_key(spaces[index], point)
+                groups.setdefault(key, []).append((index, point))
+        for turn in range(max(len(g) for g in groups.values())):
+            out.extend(g[turn] for g in groups.values() if turn < len(g))
+    return out
 
 
 @register_strategy("Grid")

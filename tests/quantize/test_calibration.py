@@ -372,6 +372,12 @@ def test_concurrent_caches_on_one_directory_calibrate_once(mlp, tmp_path):
     for t in threads:
         t.join()
     assert sum(c.stats["calibrations"] for c in caches) == 1
-    assert sorted(hit for _, hit in results.values()) == [False, True]
+    # The second either found the first's entry on disk (a hit) or waited on the lock while
+    # the first calibrated: a wait, not a hit (its calibration time holds the wait).
+    waits = sum(c.stats["lock_waits"] for c in caches)
+    assert waits in (0, 1)
+    assert sorted(hit for _, hit in results.values()) == (
+        [False, False] if waits else [False, True]
+    )
     a, b = (results[i][0] for i in range(2))
     assert all(a[n].range_value == b[n].range_value for n in a.keys())
