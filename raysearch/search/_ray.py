@@ -80,6 +80,16 @@ def start_ray(address: str | None) -> bool:
     return True
 
 
+def stop_ray() -> None:
+    """Shut down the local Ray that :func:`start_ray` started (a joined cluster stays up)."""
+    import ray
+
+    global _local_ray
+    if _local_ray is not None and ray.is_initialized():
+        ray.shutdown()
+    _local_ray = None
+
+
 def only_driver_node() -> bool:
     """Whether every trial runs on the driver's node: Ray is the one-machine instance
     :func:`start_ray` started (a cluster joined, or a Ray started elsewhere, may have or gain

@@ -46,7 +46,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -63,11 +63,14 @@ from raysearch.search._output_dir import (
     storage_path,
     write_config,
 )
-from raysearch.search._ray import check_resources, start_ray
+from raysearch.search._ray import check_resources, start_ray, stop_ray
 from raysearch.search._result import SearchResult, build_result
 from raysearch.search.journal import Journal
-from raysearch.search.layout import CONFIG_FILE, JOURNAL, MARKER, SUMMARY
+from raysearch.search.layout import CACHE_DIR, CONFIG_FILE, JOURNAL, MARKER, SUMMARY
 from raysearch.strategy import check_strategy_available
+
+if TYPE_CHECKING:
+    from raysearch.search.preflight import Prepared
 
 __all__ = [
     "AutoSearch",
@@ -127,13 +130,10 @@ class AutoSearch:
                 files of the names raysearch writes that raysearch did not create.
             InputError: the model, the data, the evaluator or the resources are unusable.
         """
-        from raysearch.search.preflight import preflight
-
         started = time.monotonic()
         folder = self.output_dir
         previous = check_output_dir(folder, overwrite=overwrite)
-        prepared = preflight(self.config)
-        start_ray(self.config.address)
+        prepared = _preflight_beside_ray(self.config)
         check_resources(self.config)
         with hold_output_dir(folder):
             if previous:
@@ -176,8 +176,10 @@ class AutoSearch:
             records = Journal(folder / JOURNAL).load()
             return build_result(folder, summary, records, search.config.metric_higher_is_better)
         with hold_output_dir(folder):
+            # Checked again (the files may have changed), the float reference from the cache.
+            prepared = _preflight_beside_ray(search.config, cache_dir=str(folder / CACHE_DIR))
             return Execution(search.config, search.output_dir).execute(
-                resume=True, progress=progress
+                resume=True, progress=progress, prepared=prepared
             )
 
     # -- internals -------------------------------------------------------------------------
@@ -208,6 +210,31 @@ class AutoSearch:
         raw = yaml.safe_load((folder / CONFIG_FILE).read_text())
         raw["output_dir"] = str(folder)
         return cls(SearchConfig.from_dict(raw, base_dir=folder))
+
+
+def _preflight_beside_ray(config: SearchConfig, cache_dir: str | None = None) -> Prepared:
+    """:func:`~raysearch.search.preflight.preflight` in a thread while this thread starts (or
+    joins) Ray: each takes seconds (magika: 2-7 s each on two cores), and neither needs the
+    other. Ray starts in the main thread, where ``ray.init`` installs its signal handlers.
+    A bad input is the error reported (before a Ray failure); a Ray this call started for a
+    bad input is shut down again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from raysearch.search.preflight import preflight
+
+    with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
+        checked = pool.submit(preflight, config, cache_dir=cache_dir)
+        try:
+            started = start_ray(config.address)
+        except BaseException:
+            checked.result()  # raises the input's error, if any, instead of Ray's
+            raise
+        try:
+            return checked.result()
+        except BaseException:
+            if started:
+                stop_ray()
+            raise
 
 
 def run_search(
