@@ -84,6 +84,9 @@ def run_case(name: str, channels: int, eval_samples: int, trials: int, folder: P
         "resources": {"cpu_per_trial": 1},
         "stop": {"iteration_limit": trials},
         "output_dir": str(folder / f"out_{name}"),
+        # One report per trial, on every row: the overhead of a trial as it was measured
+        # (evaluation on growing subsets is partial_eval.py's).
+        "early_stopping": False,
     }
     started = time.perf_counter()
     result = AutoSearch(config).run(overwrite=True)

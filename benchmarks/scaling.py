@@ -77,6 +77,8 @@ def run_level(concurrency: int, data: dict, trials: int, folder: Path) -> dict:
         "resources": {"cpu_per_trial": 1, "max_concurrent_trials": concurrency},
         "stop": {"iteration_limit": trials},
         "output_dir": str(folder / f"out_{concurrency}"),
+        # Alike trials on every row (evaluation on growing subsets is partial_eval.py's).
+        "early_stopping": False,
     }
     load_before = load_average()
     started = time.perf_counter()

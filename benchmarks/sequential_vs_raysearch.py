@@ -176,6 +176,9 @@ def run_raysearch(case: dict[str, Any], folder: Path) -> dict[str, Any]:
         "tolerance": case["tolerance"],
         "resources": {"cpu_per_trial": 1, "max_concurrent_trials": CPUS},
         "output_dir": str(folder / "raysearch_out"),
+        # Every setting on every row, as the sequential loop does: the per-setting metrics
+        # are compared (evaluation on growing subsets is partial_eval.py's).
+        "early_stopping": False,
     }
     shutdown_ray()
     assert not ray.is_initialized()

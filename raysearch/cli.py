@@ -238,6 +238,11 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
         f"{summary.get('n_failed')} failed, {summary.get('n_candidates')} candidates, "
         f"{_fmt(summary.get('wall_time_s'))} s."
     )
+    stopping = summary.get("early_stopping") or {}
+    if stopping.get("n_stopped"):
+        rows = stopping.get("rows_if_whole")
+        rows = f" ({stopping['rows_evaluated']} of {rows} evaluation rows run)" if rows else ""
+        print(f"Early stopping: {stopping['n_stopped']} trials stopped at a rung{rows}.")
     # A custom evaluator is named by its function, not its whole import path.
     metric = str(summary.get("metric", "metric")).rsplit(":", 1)[-1]
     if summary.get("float_metric") is not None:
@@ -279,6 +284,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if results_path.exists():
         rows = pq.read_table(results_path).to_pylist()
         ok = [r for r in rows if r.get("status") == "ok" and r.get("metric") is not None]
+        # A trial stopped at a rung has a metric over some of the rows only.
+        ok = [r for r in ok if r.get("stopped_at_rung") is None]
         higher = (
             bool(json.loads(summary_path.read_text()).get("higher_is_better", False))
             if (summary_path.exists())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from raysearch._config._algo import SEARCH_ALGOS, choose_algo
+from raysearch._config._early_stopping import EarlyStoppingConfig, parse_early_stopping
 from raysearch._config._files import apply_overrides, read_yaml
 from raysearch._config._metric import check_evaluator, parse_metric_settings
 from raysearch._config._paths import input_path, model_path, output_dir
@@ -43,6 +44,7 @@ __all__ = [
     "SearchConfig",
     "StopConfig",
     "ResourcesConfig",
+    "EarlyStoppingConfig",
     "SEARCH_ALGOS",
     "BUILTIN_METRICS",
     "load_config",
@@ -70,6 +72,8 @@ class SearchConfig:
     higher_is_better: bool | None = None
     stop: StopConfig = field(default_factory=StopConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    #: Evaluation on growing subsets of the evaluation rows (``early_stopping``).
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     address: str | None = None
     output_dir: Path = Path("raysearch_output")
     storage_path: str | None = None
@@ -131,6 +135,7 @@ class SearchConfig:
         if stop.find_best_candidate is not None and metric.tolerance is None:
             raise ConfigError("stop.find_best_candidate", "needs a tolerance as well")
         resources_cfg = parse_resources(data.get("resources"))
+        early_stopping = parse_early_stopping(data.get("early_stopping"))
         return cls(
             model=model,
             calibration_data=calibration,
@@ -145,6 +150,7 @@ class SearchConfig:
             higher_is_better=metric.higher_is_better,
             stop=stop,
             resources=resources_cfg,
+            early_stopping=early_stopping,
             **_parse_run_options(data, check_paths),
             raw=data,
         )
@@ -166,6 +172,7 @@ _TOP_LEVEL_KEYS = {
     "higher_is_better",
     "stop",
     "resources",
+    "early_stopping",
     "address",
     "output_dir",
     "storage_path",

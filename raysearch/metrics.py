@@ -54,6 +54,8 @@ __all__ = [
     "metric_psnr",
     "metric_ssim",
     "compute_metric",
+    "metric_per_sample",
+    "mean_metric",
 ]
 
 #: PSNR of a sample whose quantized output equals the float one.
@@ -123,23 +125,25 @@ def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class BuiltinMetric:
-    """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays and its
-    direction."""
+    """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
+    direction and ``best``, the best value one sample can score (an identical output): what
+    bounds the mean over rows not yet evaluated (``raysearch._evaluate._subsets``)."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]
     higher_is_better: bool
+    best: float
 
 
 #: The built-in metrics by name, in the order the messages list them.
 METRICS: dict[str, BuiltinMetric] = {
     m.name: m
     for m in (
-        BuiltinMetric("L1", metric_l1, higher_is_better=False),
-        BuiltinMetric("L2", metric_l2, higher_is_better=False),
-        BuiltinMetric("cos", metric_cos, higher_is_better=True),
-        BuiltinMetric("PSNR", metric_psnr, higher_is_better=True),
-        BuiltinMetric("SSIM", metric_ssim, higher_is_better=True),
+        BuiltinMetric("L1", metric_l1, higher_is_better=False, best=0.0),
+        BuiltinMetric("L2", metric_l2, higher_is_better=False, best=0.0),
+        BuiltinMetric("cos", metric_cos, higher_is_better=True, best=1.0),
+        BuiltinMetric("PSNR", metric_psnr, higher_is_better=True, best=PSNR_CAP_DB),
+        BuiltinMetric("SSIM", metric_ssim, higher_is_better=True, best=1.0),
     )
 }
 #: Built-in metrics and whether higher is better (a view of :data:`METRICS`).
@@ -174,6 +178,39 @@ def compute_metric(
         >>> compute_metric("L1", {"y": np.array([[1.0, 1.0], [0.0, 2.0]])}, f)
         0.25
     """
+    return mean_metric(name, metric_per_sample(name, quantized, reference))
+
+
+def mean_metric(name: str, values: np.ndarray) -> float:
+    """The mean of the per-sample values of metric ``name`` (summed chunk by chunk, as
+    :func:`compute_metric` always has).
+
+    Raises:
+        MetricError: the mean is not finite.
+    """
+    total = 0.0
+    for start in range(0, len(values), _SAMPLES_PER_CHUNK):
+        total += float(np.sum(values[start : start + _SAMPLES_PER_CHUNK]))
+    value = total / len(values)
+    if not math.isfinite(value):
+        raise MetricError(f"{name} is {value}")
+    return value
+
+
+def metric_per_sample(
+    name: str, quantized: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]
+) -> np.ndarray:
+    """The built-in metric ``name`` of each sample (float64, one value per sample: one in
+    all when the outputs disagree on the number of samples).
+
+    Raises:
+        MetricError: missing outputs, shape mismatches, NaN or inf in the quantized outputs.
+
+    Example:
+        >>> f = {"y": np.array([[1.0, 0.0], [0.0, 2.0]])}
+        >>> metric_per_sample("L1", {"y": np.array([[1.0, 1.0], [0.0, 2.0]])}, f).tolist()
+        [0.5, 0.0]
+    """
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; built-in metrics are {', '.join(METRICS)}")
     names = list(reference)
@@ -198,16 +235,13 @@ def compute_metric(
     per_sample = len(counts) == 1
     samples = counts.pop() if per_sample else 1
     function = METRICS[name].function
-    total = 0.0
+    parts = []
     for start in range(0, samples, _SAMPLES_PER_CHUNK):
         stop = min(samples, start + _SAMPLES_PER_CHUNK)
         q = _rows(quantized, names, start, stop, per_sample)
         f = _rows(reference, names, start, stop, per_sample)
-        total += float(np.sum(function(q, f)))
-    value = total / samples
-    if not math.isfinite(value):
-        raise MetricError(f"{name} is {value}")
-    return value
+        parts.append(np.asarray(function(q, f), dtype=np.float64))
+    return np.concatenate(parts)
 
 
 def _rows(

@@ -4,9 +4,11 @@ A :class:`TrialRunner` is built once per process (a Ray actor reuses it for many
 the float model, the calibration and evaluation data, the evaluator and a cache directory. It
 keeps the quantizer backend, the calibration cache and the float reference between trials
 (one concept, a little over 400 lines: what techniques borrow from the trial is the trial's
-own quantize and score).
-:meth:`TrialRunner.run` never raises for a bad setting: whatever ONNX Runtime refuses, and any
-metric that cannot be computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
+own quantize and score). :meth:`TrialRunner.start` quantizes once and hands back a
+:class:`~raysearch._trial._staged.StagedTrial` evaluated rung by rung on growing subsets of the
+evaluation rows (``rungs``); :meth:`TrialRunner.run` evaluates every row at once.
+Neither raises for a bad setting: whatever ONNX Runtime refuses, and any metric that cannot be
+computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
 
 Example:
     >>> from raysearch.data import DataSource
@@ -23,24 +25,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raysearch.errors import is_disk_full
-from raysearch.evaluate import (
-    Evaluator,
-    FloatReference,
-    MetricError,
-    measure_latency,
-    run_model,
-)
+from raysearch._trial._staged import StagedTrial, guard, one_line
+from raysearch.evaluate import Evaluator, FloatReference, measure_latency, run_model
 from raysearch.modelfile import model_size_bytes
 from raysearch.modelgraph import quantized_share, weighted_nodes
 from raysearch.providers import (
@@ -55,11 +49,12 @@ from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_bac
 from raysearch.quantize.technique import TechniqueContext, quantize_and_score
 
 if TYPE_CHECKING:
+    from raysearch._evaluate._subsets import EvalRungs
     from raysearch.data import DataSource
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
-__all__ = ["TrialResult", "TrialRunner", "one_line"]
+__all__ = ["TrialResult", "TrialRunner", "StagedTrial", "one_line"]
 
 #: ``pool(runner, float_path, settings_list) -> scores`` (:attr:`TrialRunner.score_pool`).
 ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
@@ -92,6 +87,15 @@ class TrialResult:
     #: Rows of the sensitivity rankings computed for this trial (the search writes them to
     #: ``sensitivity.parquet``); None when none was.
     sensitivity: list[dict[str, Any]] | None = None
+    #: Evaluation on growing subsets (:class:`StagedTrial`): the rows the metric is over
+    #: (None when raysearch does not see them: a custom evaluator), their share of all rows,
+    #: the rung reached (0-based) of ``rungs``, and whether a partial result could still
+    #: become a candidate.
+    eval_rows: int | None = None
+    eval_fraction: float | None = None
+    rung: int = 0
+    rungs: int = 1
+    could_be_candidate: bool = False
 
     @property
     def ok(self) -> bool:
@@ -109,17 +113,6 @@ class TrialResult:
 def _same_kind(device: str, other: str) -> bool:
     """Whether two device labels (``"cpu"``, ``"cuda:1"``) name the same kind of device."""
     return device.split(":")[0] == other.split(":")[0]
-
-
-def one_line(exc: BaseException) -> str:
-    """``"Type: first line of the message"``, shortened to 300 characters."""
-    text = str(exc).strip().splitlines()
-    message = text[0] if text else ""
-    if isinstance(exc, (MetricError, ValueError)) and message:
-        line = message
-    else:
-        line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return line if len(line) <= 300 else line[:297] + "..."
 
 
 class TrialRunner:
@@ -156,6 +149,7 @@ class TrialRunner:
         cache: CalibrationCache | None = None,
         providers: Sequence[Any] | None = None,
         float_score_device: str = "cpu",
+        rungs: EvalRungs | None = None,
     ) -> None:
         from raysearch.quantize.calibration import CalibrationCache
 
@@ -212,6 +206,9 @@ class TrialRunner:
         #: process and helper tasks together. None: one after another, here.
         self.score_pool: ScorePoolFn | None = None
         self._helped = 0
+        #: The rungs :meth:`start` evaluates on (None: every row at once).
+        self.rungs = rungs
+        self._partial_float: dict[float, float] = {}
         if evaluator.needs_reference and evaluation is None:
             raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
 
@@ -237,6 +234,21 @@ class TrialRunner:
         if self.evaluator.is_custom and self._float_score is None:
             self._float_score = self.evaluator.score_float(self.model_path, self.providers)
         return self._float_score
+
+    def partial_float_score(self, fraction: float) -> float:
+        """The custom evaluator's score of the float model on the first ``fraction`` of its
+        rows (computed once per process and fraction)."""
+        if fraction not in self._partial_float:
+            score = self.evaluator.score_model(self.model_path, self.providers, fraction=fraction)
+            self._partial_float[fraction] = score.metric
+        return self._partial_float[fraction]
+
+    @property
+    def weighted_node_count(self) -> int:
+        """The float model's MatMul/Gemm/Conv nodes (what ``quantized_share`` divides by)."""
+        if self._weighted_nodes is None:
+            self._weighted_nodes = weighted_nodes(self.model_path)
+        return self._weighted_nodes
 
     def backend(self, name: str | None = None, model_path: str | None = None) -> QuantizerBackend:
         """The quantizer backend ``name`` for ``model_path`` (default: this runner's float
@@ -264,39 +276,27 @@ class TrialRunner:
 
     # -- one trial ---------------------------------------------------------------------------
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialResult:
-        """Quantize with ``settings`` into ``out_path``, evaluate, and report. Never raises for
-        a bad setting: failures are results with ``status="failed"``; only ``MemoryError``
-        propagates (the process, not the setting, is in trouble)."""
-        start = time.perf_counter()
-        out_path = Path(out_path)
-        result = TrialResult(status="failed", device=self.device)
-        self._helped = 0
-        try:
-            self._run(settings, out_path, result)
-        except MemoryError:
-            # Out of memory says more about this process than about the setting: the caller (a
-            # Ray actor) fails the trial and replaces the process (retried with max_failures).
-            raise
-        except Exception as exc:  # a trial reports its failure; the search goes on
-            if is_disk_full(exc):  # the disk's fault, not the setting's: the search stops
-                raise
-            result.status = "failed"
-            result.metric = None
-            result.is_candidate = False
-            result.objective = None
-            result.error = one_line(exc)
-            if result.model_path is not None:  # keep no half-useful model on disk
-                with contextlib.suppress(OSError):
-                    out_path.unlink()
-                result.model_path = None
-            _logger.info("trial failed: %s", result.error)
-            _logger.debug("trial failure", exc_info=True)
-        finally:
-            result.duration_s = time.perf_counter() - start
-            gc.collect()
-        return result
+        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report.
+        Never raises for a bad setting: failures are results with ``status="failed"``; only
+        ``MemoryError`` propagates (the process, not the setting, is in trouble)."""
+        return self._start(settings, out_path, None).finish()
 
-    def _run(self, settings: Mapping[str, Any], out_path: Path, result: TrialResult) -> None:
+    def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
+        """Quantize with ``settings`` into ``out_path``; the trial, to be evaluated rung by
+        rung on :attr:`rungs` (every row at once without them) with ``step()``. Never raises
+        for a bad setting (as :meth:`run`)."""
+        return self._start(settings, out_path, self.rungs)
+
+    def _start(
+        self, settings: Mapping[str, Any], out_path: str | os.PathLike, rungs: EvalRungs | None
+    ) -> StagedTrial:
+        self._helped = 0
+        trial = StagedTrial(self, TrialResult("failed", device=self.device), Path(out_path), rungs)
+        guard(trial, lambda: self._quantize_trial(settings, trial))
+        return trial
+
+    def _quantize_trial(self, settings: Mapping[str, Any], trial: StagedTrial) -> None:
+        result, out_path = trial.result, trial.out_path
         name = settings.get("quantizer") or DEFAULT_BACKEND
         backend_cls = get_backend(name)
         plan = self.techniques.plan(settings)
@@ -315,11 +315,9 @@ class TrialRunner:
         # The shared values may raise for reasons that are not this setting's fault; they
         # are computed before quantizing so that such errors are not blamed on it.
         if self.evaluator.needs_reference:
-            reference = self.float_reference
-            float_score = None
+            trial.reference = self.float_reference
         else:
-            reference = None
-            float_score = self.float_score
+            trial.float_score = self.float_score
         try:
             info = self._quantize(name, plan, out_path)
         finally:
@@ -329,29 +327,11 @@ class TrialRunner:
         result.calib_cache_hit = info.calib_cache_hit
         result.model_path = str(out_path)
         result.model_size_bytes = model_size_bytes(out_path)
-        if self._weighted_nodes is None:
-            self._weighted_nodes = weighted_nodes(self.model_path)
-        share = quantized_share(out_path, self._weighted_nodes)
+        trial.share = quantized_share(out_path, self.weighted_node_count)
+        trial.extra = {**info.extra, **plan.report}
+        trial.quantized = True
 
-        evaluation_start = time.perf_counter()
-        try:
-            if reference is not None:
-                score, latency = self._score_outputs(out_path, reference)
-            else:
-                score = self.evaluator.score_model(out_path, self.providers)
-                latency = self._latency(out_path) if self.measure_latency else None
-        finally:
-            result.evaluation_s = time.perf_counter() - evaluation_start
-        result.metric = score.metric
-        result.extra = self._extra({**info.extra, **score.extra, **plan.report}, share, latency)
-        result.latency_ms = latency
-        result.is_candidate = self.evaluator.is_candidate(score.metric, float_score)
-        result.objective = self.evaluator.sampler_objective(
-            score.metric, float_score, share, self._weighted_nodes
-        )
-        result.status = "ok"
-
-    def _extra(
+    def trial_extra(
         self, extra: dict[str, float], share: float | None, latency: float | None
     ) -> dict[str, float]:
         """The result's ``extra`` beside the metric's and the techniques' own figures."""
@@ -423,27 +403,12 @@ class TrialRunner:
             base = self.float_reference.latency_ms
         else:
             if self._float_latency is None:
-                self._float_latency = self._latency(Path(self.model_path))
+                self._float_latency = self.latency(self.model_path)
             base = self._float_latency
         return latency / base if base else None
 
-    def _score_outputs(
-        self, model_path: Path, reference: FloatReference
-    ) -> tuple[Any, float | None]:
-        assert self.evaluation is not None
-        session = make_session(model_path, self.threads, providers=self.session_providers)
-        try:
-            outputs, latencies = run_model(session, self.evaluation)
-        finally:
-            del session
-        score = self.evaluator.score(outputs=outputs, reference=reference)
-        latency = None
-        if self.measure_latency and latencies:
-            full = latencies[1:] if len(latencies) > 2 else latencies  # skip the warm-up batch
-            latency = float(sorted(full)[len(full) // 2])
-        return score, latency
-
-    def _latency(self, model_path: Path) -> float | None:
+    def latency(self, model_path: str | os.PathLike) -> float | None:
+        """The median latency of one evaluation batch on the model at ``model_path``."""
         data = self.evaluation or self.calibration
         session = make_session(model_path, self.threads, providers=self.session_providers)
         try:

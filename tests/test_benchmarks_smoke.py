@@ -190,3 +190,28 @@ def test_magika_falls_back_to_the_packaged_model(tmp_path: Path) -> None:
     for built, expected in ((source["calib"], calib), (source["eval"], evaluation)):
         with np.load(built) as got, np.load(expected) as want:
             np.testing.assert_array_equal(got["bytes"], want["bytes"])
+
+
+def test_partial_eval(tmp_path: Path) -> None:
+    report = run_benchmark("partial_eval", tmp_path)
+    assert report["metric"] == "cos" and report["seed"] == 0
+    (case,) = report["cases"]
+    assert case["model"] == "encoder" and case["settings"] == 16 and case["eval_rows"] == 400
+    for key in ("rows_ratio", "wall_whole_s", "wall_partial_s", "wall_ratio", "best_abs_diff"):
+        assert key in case, key
+    assert set(case["targets"]) == {"rows_cut_3x", "wall_2x", "best_within_1e-4_or_same"}
+    # The claims, not only their keys: the same settings on both sides, every trial evaluated
+    # on every row scores exactly as in the whole evaluation, fewer rows, a close best.
+    assert case["unmatched_settings"] == 0 and case["metric_mismatches_when_whole"] == []
+    assert case["rows_whole"] == 16 * 400 and case["rows_partial"] < case["rows_whole"]
+    assert case["targets"]["best_within_1e-4_or_same"]
+    runs = report["runs"]["encoder"]
+    assert runs["whole"]["summary_early_stopping"]["enabled"] is False
+    partial = runs["partial"]
+    assert partial["summary_early_stopping"]["rung_rows"] == [40, 132, 400]
+    for trial in partial["per_trial"]:
+        if trial["stopped_at_rung"] is not None:
+            assert trial["eval_rows"] in (40, 132) and not trial["is_candidate"]
+        else:
+            assert trial["eval_rows"] == 400
+    assert partial["rows_evaluated"] == sum(t["eval_rows"] for t in partial["per_trial"])

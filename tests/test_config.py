@@ -513,3 +513,56 @@ def test_cli_output_piped_into_a_reader_that_stops_early_is_no_error():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+# -- early_stopping: on by default, false turns it off, a mapping sets the rungs -------------
+def _early(files: dict[str, str], **extra) -> SearchConfig:
+    return SearchConfig.from_dict(_base(files, **extra))
+
+
+def test_early_stopping_is_on_by_default_off_with_false_and_a_mapping_sets_the_rungs(files):
+    default = _early(files).early_stopping
+    assert default.enabled and default.rungs == (0.1, 0.33, 1.0)
+    assert default.reduction_factor == 3 and default.min_rows == 32
+    assert _early(files, early_stopping=True).early_stopping == default
+    assert not _early(files, early_stopping=False).early_stopping.enabled
+    custom = _early(
+        files, early_stopping={"rungs": [0.25, 1], "reduction_factor": 2, "min_rows": 8}
+    ).early_stopping
+    assert custom.enabled and custom.rungs == (0.25, 1.0)
+    assert custom.reduction_factor == 2.0 and custom.min_rows == 8
+    assert _early(files, early_stopping={}).early_stopping == default
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "message"),
+    [
+        ("yes", "early_stopping", "expected true, false or a mapping"),
+        ({"rungs": [0.5, 0.2, 1.0]}, "early_stopping.rungs", "increasing fractions"),
+        ({"rungs": [0.1, 0.5]}, "early_stopping.rungs", "ending with 1.0"),
+        ({"rungs": [1.0]}, "early_stopping.rungs", "expected increasing"),
+        ({"rungs": [0, 1]}, "early_stopping.rungs", "in (0, 1]"),
+        ({"rungs": "0.1,1"}, "early_stopping.rungs", "got '0.1,1'"),
+        ({"reduction_factor": 1}, "early_stopping.reduction_factor", "a number > 1, got 1"),
+        ({"reduction_factor": True}, "early_stopping.reduction_factor", "a number > 1"),
+        ({"min_rows": 0}, "early_stopping.min_rows", "an integer >= 1, got 0"),
+        ({"min_rows": -1}, "early_stopping.min_rows", "an integer >= 1, got -1"),
+        ({"rung": [0.1, 1.0]}, "early_stopping.rung", "did you mean 'rungs'"),
+    ],
+)
+def test_bad_early_stopping_values_are_one_line_naming_the_key(files, value, path, message):
+    with pytest.raises(ConfigError) as info:
+        _early(files, early_stopping=value)
+    assert info.value.path == path
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_command_line_exits_2_on_a_bad_early_stopping_value(tmp_path, files, capsys):
+    config = tmp_path / "config.yaml"
+    raw = {**files, "search_space": {"per_channel": [True]}, "early_stopping": {"rungs": [2]}}
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(
+        "early_stopping.rungs: expected increasing fractions in (0, 1] ending with 1.0, got [2]"
+    )

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -110,6 +111,23 @@ class Evaluator:
         return self.function is not None
 
     @property
+    def accepts_fraction(self) -> bool:
+        """Whether the custom evaluator takes a ``fraction`` argument: then a search that
+        evaluates on growing subsets calls it with ``fraction=f`` (0 < f < 1) to score the
+        first ``f`` of its rows in a fixed order, and without it for every row."""
+        if self.function is None:
+            return False
+        try:
+            parameter = inspect.signature(self.function).parameters.get("fraction")
+        except (TypeError, ValueError):
+            return False
+        return parameter is not None and parameter.kind not in (
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+            inspect.Parameter.POSITIONAL_ONLY,
+        )
+
+    @property
     def needs_reference(self) -> bool:
         """Built-in metrics compare against the float model's outputs."""
         return not self.is_custom
@@ -139,13 +157,21 @@ class Evaluator:
         return self.score_model(model_path, providers)
 
     def score_model(
-        self, model_path: str | os.PathLike, providers: Sequence[Any] | None = None
+        self,
+        model_path: str | os.PathLike,
+        providers: Sequence[Any] | None = None,
+        *,
+        fraction: float | None = None,
     ) -> Score:
-        """Call the custom evaluator on ``model_path`` and read its result."""
+        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its
+        rows when given: see :attr:`accepts_fraction`) and read its result."""
         if self.function is None:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]
-        value = self.function(os.fspath(model_path), providers)
+        if fraction is None:
+            value = self.function(os.fspath(model_path), providers)
+        else:
+            value = self.function(os.fspath(model_path), providers, fraction=fraction)
         return self._read(value)
 
     def score_float(

@@ -55,14 +55,19 @@ def _plot_metric(
             continue
         xs.append(step)
         ys.append(metric)
-        colors.append("tab:green" if record.get("is_candidate") else "tab:blue")
+        stopped = record.get("stopped_at_rung") is not None
+        colors.append(
+            "tab:gray" if stopped else "tab:green" if record.get("is_candidate") else "tab:blue"
+        )
+        if stopped:  # its metric is over some of the rows: never the best
+            continue
         if best is None or (metric > best if higher else metric < best):
             best = metric
         best_x.append(step)
         best_y.append(best)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
-        ax.scatter(xs, ys, c=colors, s=18, label="trial (green: candidate)")
+        ax.scatter(xs, ys, c=colors, s=18, label="trial (green: candidate, gray: stopped)")
         if best_x:
             ax.step(best_x, best_y, where="post", color="tab:orange", label="best so far")
         line = _threshold(tolerance, tolerance_mode, float_metric, higher)

@@ -56,7 +56,8 @@ def better(
     its accuracy goal for the same reason.) Without promotions and with every node quantized
     alike this is the better metric, candidates first. A trial whose model was lost
     (``model_lost``: its node went before the driver fetched it) beats none: ``best/`` holds
-    the best model that exists.
+    the best model that exists; nor does one stopped at a rung of evaluation on growing
+    subsets (``stopped_at_rung``: its metric is over some of the rows only).
 
     Example:
         >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
@@ -71,10 +72,14 @@ def better(
         (True, False)
         >>> better({**b, "model_lost": "its node was lost"}, None, True)
         False
+        >>> better({**c, "stopped_at_rung": 0}, None, True)
+        False
     """
     metric = finite(record.get("metric"))
     if record.get("status") != "ok" or metric is None or record.get("model_lost"):
         return False  # a trial whose model was lost never makes best/ point at nothing
+    if record.get("stopped_at_rung") is not None:
+        return False
     if than is None:
         return True
     best = finite(than.get("metric"))

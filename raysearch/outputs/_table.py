@@ -37,6 +37,12 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "metric": pa.float64(),
     "is_candidate": pa.bool_(),
     "objective": pa.float64(),
+    # Evaluation on growing subsets: the rows the metric is over (None: a custom evaluator's
+    # own), their share of all rows, and the rung (0-based) ASHA stopped the trial at (None:
+    # it was evaluated on every row).
+    "eval_rows": pa.int64(),
+    "eval_fraction": pa.float64(),
+    "stopped_at_rung": pa.int64(),
     "duration_s": pa.float64(),
     "calibration_s": pa.float64(),
     "quantization_s": pa.float64(),

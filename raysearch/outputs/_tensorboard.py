@@ -59,7 +59,8 @@ def write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool)
                 candidates += 1
             if metric is not None and record.get("status") == "ok":
                 writer.add_scalar("trial/metric", metric, step)
-                if best is None or (metric > best if higher else metric < best):
+                partial = record.get("stopped_at_rung") is not None  # some rows only
+                if not partial and (best is None or (metric > best if higher else metric < best)):
                     best = metric
             if best is not None:
                 writer.add_scalar("search/best_metric", best, step)

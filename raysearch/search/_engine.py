@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.plugins import import_plugins, plugin_modules
+from raysearch.search._rungs import plan_search_rungs
 from raysearch.search.transfer import (
     ModelBlob,
     current_node_id,
@@ -25,6 +26,7 @@ from raysearch.search.transfer import (
 )
 
 if TYPE_CHECKING:
+    from raysearch._evaluate._subsets import EvalRungs
     from raysearch.config import SearchConfig
     from raysearch.search.preflight import Prepared
 
@@ -49,6 +51,8 @@ class EngineSpec:
     measure_latency: bool = True
     driver_node: str | None = None
     gpu_fraction: float = 0.0
+    #: The rungs a trial's evaluation runs through (None: every row at once).
+    rungs: EvalRungs | None = None
     #: Modules that registered a backend, technique or strategy in the driver: the actor
     #: imports them before its first trial (see :mod:`raysearch.plugins`).
     plugins: tuple[str, ...] = field(default_factory=plugin_modules)
@@ -78,6 +82,7 @@ class EngineSpec:
             float_score=self.float_score,
             measure_latency=self.measure_latency,
             gpu_mem_limit=gpu_memory_limit(gpu_id, self.gpu_fraction),
+            rungs=self.rungs,
         )
 
 
@@ -86,7 +91,8 @@ def build_engine(
 ) -> tuple[EngineSpec, dict[str, Any]]:
     """The trial engine's factory from what :func:`preflight` checked and computed once on
     the driver (a float reference computed before the output folder existed is saved in its
-    cache now)."""
+    cache now), with the rungs of its evaluation; ``info["early_stopping"]`` says what they
+    are, or why every trial is evaluated whole."""
     if prepared.reference is not None:
         folder = Path(cache_dir) / "reference" / prepared.reference.key
         if not (folder / "meta.json").is_file():
@@ -112,4 +118,5 @@ def build_engine(
         config.measure_latency,
         gpu_fraction=config.resources.gpu_per_trial,
     )
+    spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
     return spec, info

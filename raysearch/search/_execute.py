@@ -27,6 +27,7 @@ from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._output_dir import storage_path, write_marker
 from raysearch.search._ray import only_driver_node, slots, start_ray, tune_environment
 from raysearch.search._result import SearchResult, build_result
+from raysearch.search._rungs import RungScheduler, early_stopping_summary
 from raysearch.search._tuner import make_tuner, replay_result
 from raysearch.search.journal import Journal, SessionClock
 from raysearch.search.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
@@ -247,6 +248,9 @@ class Execution:
             wave=wave,
             driver_node=current_node_id(),
         )
+        # ASHA over the rungs of evaluation on growing subsets; Tune's FIFO without them.
+        rungs = run.spec.rungs
+        scheduler = None if rungs is None else RungScheduler(rungs, session_key=str(folder))
         with quiet_tune():
             tuner, restored = make_tuner(
                 trainable,
@@ -256,6 +260,7 @@ class Execution:
                 key=str(folder),
                 resume=resume,
                 records=records,
+                scheduler=scheduler,
             )
         if not restored:
             run.session.searcher = run.searcher  # a restored one registers itself when it runs
@@ -295,6 +300,7 @@ class Execution:
                 "sessions": len(run.clock.sessions),
                 "trials_started": max(live.n_started, len(records)),
                 "slots": run.slots,
+                "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
             },
         )
         status = "interrupted" if reason == "interrupted" else "finished"

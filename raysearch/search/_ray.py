@@ -45,6 +45,9 @@ def tune_environment(max_pending: int) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(EXPERIMENT_CHECKPOINT_S))
     os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, max_pending))
+    # One report at a time: a trial's next rung must wait for ASHA's verdict on this one
+    # (buffered, an actor would run the rungs ASHA then stops, for nothing).
+    os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 

@@ -70,8 +70,11 @@ def make_tuner(
     key: str,
     resume: bool,
     records: list[dict[str, Any]],
+    scheduler: Any = None,
 ) -> tuple[Any, bool]:
-    """The Tuner, and whether it restored Tune's saved experiment.
+    """The Tuner, and whether it restored Tune's saved experiment. ``scheduler`` (Tune's
+    trial scheduler: ASHA over the rungs of evaluation on growing subsets) is Tune's FIFO
+    when None; a restored experiment keeps the one it was created with.
 
     Tune's ``TimeoutStopper`` does not replace ``time_limit``: its budget starts at its first
     check and knows nothing of earlier sessions, while ``time_limit`` counts from the start
@@ -114,5 +117,6 @@ def make_tuner(
         num_samples=searcher.max_trials or -1,
         reuse_actors=True,
         trial_dirname_creator=_trial_dirname,
+        scheduler=scheduler,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config), False

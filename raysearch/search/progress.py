@@ -22,6 +22,8 @@ from typing import Any, TextIO
 
 from ray import tune
 
+from raysearch.search._rungs import stopped_at_rung
+
 __all__ = ["ProgressCallback"]
 
 _logger = logging.getLogger("raysearch.progress")
@@ -143,12 +145,18 @@ class ProgressCallback(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
+        if result.get("done", True) is False:
+            return  # a rung before the last: the trial goes on
         self.running.discard(trial.trial_id)
         record = result.get("trial") or {}
         if result.get("replayed"):
             return  # counted in an earlier session
+        # A trial stopped at a rung has a metric over some rows only: never the best.
+        complete = stopped_at_rung(record) is None
         self.trial_finished(
-            record.get("status", "failed"), result.get("metric"), bool(record.get("is_candidate"))
+            record.get("status", "failed"),
+            result.get("metric") if complete else None,
+            bool(record.get("is_candidate")),
         )
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

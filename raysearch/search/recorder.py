@@ -1,6 +1,8 @@
 """``TrialRecorder``: the Tune callback that records every finished trial the moment it ends.
 
-For each finished trial (a result, or an exception/crash/timeout reported by Tune) it
+For each finished trial (its last result, or an exception/crash/timeout reported by Tune; a
+trial evaluated on growing subsets reports once per rung and is recorded at its last report:
+the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
 
 1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate (with
    ``keep_candidates``), ``kept/<trial_id>.onnx`` for the best trial so far when it is not a
@@ -14,9 +16,13 @@ For each finished trial (a result, or an exception/crash/timeout reported by Tun
 
 A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, ``settings``,
 ``status`` (ok|failed), ``metric``, ``is_candidate``, ``error``, the timings and other fields
-of the trial engine's ``TrialResult``, ``node``, ``model_file`` (relative to the output folder,
-or None), ``model_lost`` (only when a model to keep could not be kept, e.g. its node was lost
-before the driver fetched it: why, in one line; such a trial is never the best) and
+of the trial engine's ``TrialResult`` (``eval_rows`` and ``eval_fraction``: the rows the
+metric is over), ``stopped_at_rung`` (the rung ASHA stopped the trial at; None when it was
+evaluated on every row), ``rung_scores`` and ``rung_ended_at`` (what ASHA ranked it by at each
+rung, and when: a resumed search refills ASHA's rungs from them), ``node``, ``model_file``
+(relative to the output folder, or None), ``model_lost`` (only when a model to keep could not
+be kept, e.g. its node was lost before the driver fetched it: why, in one line; such a trial
+is never the best) and
 ``elapsed_s`` (search wall time when it ended).
 """
 
@@ -42,6 +48,7 @@ from raysearch.quantize.sensitivity import (
 )
 from raysearch.search._logs import check_tune_disk
 from raysearch.search._node_loss import ModelLostError, lost_trial_line
+from raysearch.search._rungs import stopped_at_rung
 from raysearch.search.journal import Journal
 from raysearch.search.layout import CANDIDATES, KEPT
 from raysearch.search.transfer import current_node_id, drop_model, fetch_model
@@ -118,8 +125,11 @@ class TrialRecorder(tune.Callback):
     ) -> None:
         if result.get("replayed") or trial.trial_id in self.recorded:
             return
+        if result.get("done", True) is False:
+            return  # a rung before the last, and ASHA lets the trial go on
         check_tune_disk()
         record = dict(result.get("trial") or {})
+        record["stopped_at_rung"] = stopped_at_rung(record)
         if record.get("disk_full"):
             # The trial's disk filled up: the search stops here and leaves the trial out of
             # the journal, so that resume runs it again.

@@ -47,6 +47,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from raysearch.search._grid import GridPhase, grid_strategy
+from raysearch.search._rungs import stopped_at_rung
 from raysearch.search._samplers import (
     ALGO_REQUIREMENTS,
     SAMPLER_ALGOS,
@@ -321,6 +322,7 @@ class SettingSearcher(Searcher):
                 "status": "failed" if error or metric is None else "ok",
                 "is_candidate": candidate and metric is not None,
                 "extra": extra,
+                "stopped_at_rung": None if error else stopped_at_rung(result or {}),
             }
         )
         if position is not None:

@@ -24,7 +24,15 @@ from raysearch.search.progress import ProgressCallback
 from raysearch.search.recorder import TrialRecorder
 from raysearch.search.stopper import CandidateStopper
 
-__all__ = ["SearchSession", "SessionStopper", "SessionCallback", "register", "lookup", "release"]
+__all__ = [
+    "SearchSession",
+    "SessionStopper",
+    "SessionCallback",
+    "register",
+    "lookup",
+    "attach",
+    "release",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -60,6 +68,16 @@ def lookup(key: str) -> SearchSession | None:
         if session is None and len(_SESSIONS) == 1:
             session = next(iter(_SESSIONS.values()))
         return session
+
+
+def attach(holder: Any) -> SearchSession | None:
+    """The live session of ``holder`` (a Tune object holding ``session_key`` and
+    ``_attached``, both restored from Tune's pickles) the first time it asks in this process;
+    None after that, or when there is none."""
+    if holder._attached:
+        return None
+    holder._attached = True
+    return None if holder.session_key is None else lookup(holder.session_key)
 
 
 def release(key: str) -> None:

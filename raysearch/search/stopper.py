@@ -1,10 +1,11 @@
 """``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper``.
 
-After every result it counts candidates per trial id (each trial once) and decides whether the
-whole search ends (``stop_all``): enough candidates (``find_n_candidates``), a candidate that
-reaches the stricter target (``find_best_candidate``), every allowed trial finished
-(``iteration_limit``) or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a
-condition. The first condition that fires is kept as :attr:`CandidateStopper.reason`.
+After every trial's last result it counts candidates per trial id (each trial once; a trial
+evaluated on some of the rows never is one) and decides whether the whole search ends
+(``stop_all``): enough candidates (``find_n_candidates``), a candidate that reaches the
+stricter target (``find_best_candidate``), every allowed trial finished (``iteration_limit``)
+or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a condition. The
+first condition that fires is kept as :attr:`CandidateStopper.reason`.
 
 ``iteration_limit`` counts trials *started* and is enforced in one place: the searcher starts
 no more than :func:`trial_limit` trials (see :mod:`raysearch.search.searchers`); the stopper
@@ -118,7 +119,7 @@ class CandidateStopper(Stopper):
     def observe(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """Count one finished trial's result (a trial id is counted once)."""
         self._finished.add(trial_id)
-        if not result.get("is_candidate"):
+        if not result.get("is_candidate") or result.get("stopped_at_rung") is not None:
             return
         self._candidates.add(trial_id)
         target = self.stop.find_best_candidate
@@ -134,7 +135,12 @@ class CandidateStopper(Stopper):
 
     # -- Stopper interface -----------------------------------------------------------------
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        """Count the result; never stops a single trial (each trial reports once)."""
+        """Count the result; never stops a single trial. A trial evaluated on growing subsets
+        reports once per rung: only its last report (``done``) counts here, and a trial that
+        ASHA stops at a rung, which Tune marks done after this call, is counted when it is
+        recorded (``observe``, called by the recorder), never as a candidate."""
+        if result.get("done", True) is False:
+            return False
         self.observe(trial_id, result)
         return False
 

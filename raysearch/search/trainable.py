@@ -3,7 +3,12 @@
 :class:`QuantTrainable` is a class ``Trainable`` whose ``reset_config`` returns True, so with
 ``reuse_actors=True`` Tune hands a finished actor the next trial and the engine it built in
 ``setup`` (calibration cache, float reference, ONNX Runtime state) serves every trial the actor
-runs. Each trial is one ``step`` that runs the setting and returns ``done=True``.
+runs. A trial quantizes once and reports once per rung of its evaluation (growing subsets of
+the evaluation rows, :mod:`raysearch.search._rungs`): one ``step`` per rung, the quantized
+model's session kept in the actor between them; the last rung's step returns ``done=True``.
+Without rungs a trial is one step. Tune's ``ASHAScheduler`` may stop a trial after any rung
+but the last; the actor then drops what it kept when Tune hands it the next trial
+(``reset_config``). ``trial_timeout_s`` bounds the trial's steps together.
 
 Read-only data reaches the actors through ``tune.with_parameters`` (the Ray object store, put
 once), never through trial configs: the engine factory (model path, calibration and evaluation
@@ -37,6 +42,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysearch.errors import is_disk_full
 from raysearch.modelfile import remove_model
+from raysearch.search._rungs import RUNG_CLOCK, RUNG_SCORE, UNRANKED, rung_clock, rung_score
 from raysearch.search.layout import TRIALS_TMP
 from raysearch.search.transfer import current_node_id, node_local_dir
 
@@ -53,11 +59,28 @@ _logger = logging.getLogger(__name__)
 
 
 class TrialEngine(Protocol):
-    """What a trainable needs from the trial engine (``raysearch.trial.TrialRunner``)."""
+    """What a trainable needs from the trial engine (``raysearch.trial.TrialRunner``). An
+    engine with ``start(settings, out_path)`` (a trial whose ``step()`` evaluates the next
+    rung, ``done`` after the last) is evaluated rung by rung; one without, whole."""
 
     def run(self, settings: dict[str, Any], out_path: str | os.PathLike) -> Any:
         """Quantize and evaluate one setting; a result with ``to_dict()``; never raises for a
         bad setting."""
+
+
+class _Whole:
+    """A trial of an engine without rungs: its one result, done at the first step."""
+
+    done = True
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def step(self) -> Any:
+        return self.result
+
+    def close(self) -> None:
+        pass
 
 
 #: Builds the engine inside an actor: ``factory(threads=..., gpu_id=...)``.
@@ -128,6 +151,12 @@ class QuantTrainable(tune.Trainable):
         self._setup_s = time.perf_counter() - started
         self._trials_run = 0
         self._poisoned = False
+        rungs = getattr(self._engine, "rungs", None)
+        self._factor = rungs.reduction_factor if rungs is not None else 1.0
+        self._higher = getattr(getattr(self._engine, "evaluator", None), "higher_is_better", True)
+        #: The trial being evaluated rung by rung: its id, the engine's trial, when it
+        #: started (wall clock and perf counter) and the ASHA scores and times of its rungs.
+        self._live: _Live | None = None
         # Everything alive now (Ray, ONNX Runtime, the engine, the shared arrays) lives as
         # long as the actor: keep it out of the garbage collector's full passes, which the
         # trial engine runs after every trial and which would otherwise walk it each time.
@@ -137,13 +166,44 @@ class QuantTrainable(tune.Trainable):
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         # Keep the engine (and its caches) for the next trial; nothing depends on the config.
+        # A trial the scheduler stopped at a rung left its session here: let it go.
+        self._drop_live()
         return not self._poisoned
+
+    def _drop_live(self) -> None:
+        if self._live is not None:
+            self._live.trial.close()
+            self._live = None
 
     def step(self) -> dict[str, Any]:
         trial_id = self.trial_id
         recorded = self._replay.get(trial_id)
         if recorded is not None:
-            return {**recorded, "replayed": True, "done": True}
+            return {**recorded, "replayed": True, "done": True, **UNRANKED}
+        live = self._live
+        if live is None or live.trial_id != trial_id:
+            self._drop_live()
+            live = self._begin(trial_id)
+            if isinstance(live, dict):
+                return live  # the disk filled up while quantizing
+        try:
+            result = self._call(live.trial.step, live)
+        except Exception as exc:
+            self._drop_live()
+            if not is_disk_full(exc):
+                raise
+            return self._disk_full(exc, live.out_path)
+        record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        done = bool(live.trial.done)
+        if done:
+            self._live = None
+        if done and not record.get("model_path"):
+            # A failed trial deletes its model file; its external data goes too.
+            remove_model(live.out_path)
+        return self._report(record, live, done)
+
+    def _begin(self, trial_id: str) -> _Live | dict[str, Any]:
+        """Start a trial: quantize it (its first rung follows in the same step)."""
         config = self.config
         # Tune moves the actor into the trial's folder; a custom evaluator's relative paths
         # mean the driver's working directory.
@@ -155,26 +215,36 @@ class QuantTrainable(tune.Trainable):
         # A trial run again after a kill finds what its first run left: ONNX Runtime would
         # append the external data to the old data file.
         remove_model(out_path)
-        started_at = time.time()
-        started = time.perf_counter()
+        live = _Live(trial_id, out_path)
+        self._trials_run += 1
+        start = getattr(self._engine, "start", None)
         try:
-            result = self._run(config["settings"], out_path)
+            if start is None:
+                live.trial = _Whole(
+                    self._call(lambda: self._engine.run(config["settings"], out_path), live)
+                )
+            else:
+                live.trial = self._call(lambda: start(config["settings"], out_path), live)
         except Exception as exc:
             if not is_disk_full(exc):
                 raise
-            # Not the setting's failure: the driver stops the search without recording it,
-            # so that resume runs it again.
-            remove_model(out_path)
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            trial = {"status": "failed", "error": message, "disk_full": True}
-            return {"metric": None, "objective": None, "trial": trial, "done": True}
-        record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
-        if not record.get("model_path"):
-            # A failed trial deletes its model file; its external data goes too.
-            remove_model(out_path)
-        self._trials_run += 1
-        record.setdefault("duration_s", time.perf_counter() - started)
-        record["started_at"] = started_at
+            return self._disk_full(exc, out_path)
+        self._live = live
+        return live
+
+    def _disk_full(self, exc: BaseException, out_path: Path) -> dict[str, Any]:
+        # Not the setting's failure: the driver stops the search without recording it, so
+        # that resume runs it again.
+        remove_model(out_path)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        trial = {"status": "failed", "error": message, "disk_full": True}
+        return {"metric": None, "objective": None, "trial": trial, "done": True, **UNRANKED}
+
+    def _report(self, record: dict[str, Any], live: _Live, done: bool) -> dict[str, Any]:
+        """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
+        so far, and ASHA's rung and score (see :mod:`raysearch.search._rungs`)."""
+        record.setdefault("duration_s", time.perf_counter() - live.started)
+        record["started_at"] = live.started_at
         record["ended_at"] = time.time()
         record["node"] = self._node
         record["node_id"] = self._node_id
@@ -184,18 +254,36 @@ class QuantTrainable(tune.Trainable):
         if self._trials_run == 1:
             record["actor_setup_s"] = round(self._setup_s, 4)
         ok = record.get("status") == "ok"
+        score = rung_score(record, self._higher) if ok else None
+        clock = None
+        if score is not None and int(record.get("rungs") or 1) > 1:
+            clock = rung_clock(int(record.get("rung") or 0), self._factor)
+            # Kept with the record: a resumed search puts them back into ASHA's rungs.
+            live.scores.append(score)
+            live.ended_at.append(record["ended_at"])
+            record["rung_scores"] = list(live.scores)
+            record["rung_ended_at"] = list(live.ended_at)
         metric = record.get("metric") if ok else None
         objective = record.get("objective") if ok else None
-        return {"metric": metric, "objective": objective, "trial": record, "done": True}
+        return {
+            "metric": metric,
+            "objective": objective,
+            "trial": record,
+            "done": done,
+            RUNG_CLOCK: clock,
+            RUNG_SCORE: score if clock is not None else None,
+        }
 
-    def _run(self, settings: dict[str, Any], out_path: Path) -> Any:
+    def _call(self, work: Callable[[], Any], live: _Live) -> Any:
+        """``work()`` within what is left of the trial's ``trial_timeout_s``."""
         if not self._timeout_s:
-            return self._engine.run(settings, out_path)
+            return work()
+        left = self._timeout_s - (time.perf_counter() - live.started)
         box: dict[str, Any] = {}
 
         def target() -> None:
             try:
-                box["result"] = self._engine.run(settings, out_path)
+                box["result"] = work()
             except BaseException as exc:  # reported to Tune from the main thread
                 box["error"] = exc
                 box["traceback"] = traceback.format_exc()
@@ -203,7 +291,7 @@ class QuantTrainable(tune.Trainable):
         # A daemon thread: a setting that hangs ONNX Runtime dies with the actor process.
         worker = threading.Thread(target=target, name="raysearch-trial", daemon=True)
         worker.start()
-        worker.join(self._timeout_s)
+        worker.join(max(left, 0.0))
         if worker.is_alive():
             self._poisoned = True  # the hung call still holds this process: never reuse it
             raise TrialTimeoutError(
@@ -214,12 +302,26 @@ class QuantTrainable(tune.Trainable):
         return box["result"]
 
     def cleanup(self) -> None:
+        self._drop_live()
         close = getattr(self._engine, "close", None)
         if callable(close):
             try:
                 close()
             except Exception:  # best effort: the actor is going away
                 _logger.debug("closing the trial engine failed", exc_info=True)
+
+
+class _Live:
+    """The trial an actor is evaluating rung by rung."""
+
+    def __init__(self, trial_id: str, out_path: Path) -> None:
+        self.trial_id = trial_id
+        self.out_path = out_path
+        self.trial: Any = None
+        self.started = time.perf_counter()
+        self.started_at = time.time()
+        self.scores: list[float] = []
+        self.ended_at: list[float] = []
 
 
 class TrialTimeoutError(TimeoutError):
