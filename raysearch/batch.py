@@ -290,12 +290,14 @@ class _Searches:
         self.errors = errors
         self.progress = progress
         self.running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+        #: Models whose folder a leftover search held: since when, and which were reported.
+        self.held_since: dict[str, float] = {}
+        self.said_held: set[str] = set()
 
     def run(self, queue: list[tuple[str, list[str]]]) -> None:
         waiting = list(queue)
         while waiting or self.running:
-            while waiting and len(self.running) < self.at_once:
-                self._start(*waiting.pop(0))
+            self._start_waiting(waiting)
             for name, (proc, log, started) in list(self.running.items()):
                 code = proc.poll()
                 if code is None and self.timeout_s and time.monotonic() - started > self.timeout_s:
@@ -312,6 +314,34 @@ class _Searches:
                         self.errors[name] = f"exit status {code}: {_tail(log)}"
                     _say(self.progress, f"{name}: {'done' if code == 0 else self.errors[name]}")
             time.sleep(0.2)
+
+    def _start_waiting(self, waiting: list[tuple[str, list[str]]]) -> None:
+        """Start waiting searches while slots are free. A model whose folder a running search
+        still holds (one that a killed batch left running: each search is a session of its
+        own, so it outlives the batch; without the batch's Ray it ends when Ray's driver gives
+        up on the lost cluster, after 60 s) starts once that search ends; waited for longer
+        than :data:`_HELD_WAIT_S`, it is recorded as failed."""
+        from raysearch.search.runner import search_running_in
+
+        limit = _HELD_WAIT_S
+        for name, cmd in list(waiting):
+            if len(self.running) >= self.at_once:
+                return
+            if search_running_in(self.out / name):
+                first = self.held_since.setdefault(name, time.monotonic())
+                if name not in self.said_held:
+                    self.said_held.add(name)
+                    _say(self.progress, f"{name}: waiting for the search still running there")
+                if time.monotonic() - first > limit:
+                    waiting.remove((name, cmd))
+                    self.errors[name] = (
+                        f"its folder stayed in use by another search for {limit:g} s; "
+                        "the next run resumes it"
+                    )
+                    _say(self.progress, f"{name}: {self.errors[name]}")
+                continue
+            waiting.remove((name, cmd))
+            self._start(name, cmd)
 
     def _start(self, name: str, cmd: list[str]) -> None:
         log = self.out / "logs" / f"{name}.log"
@@ -331,6 +361,11 @@ class _Searches:
         for proc, _, _ in self.running.values():
             _stop(proc)
         self.running.clear()
+
+
+#: How long a model waits for a leftover search that holds its folder (Ray's driver gives up
+#: on a lost cluster after ``gcs_rpc_server_reconnect_timeout_s``, 60 s by default).
+_HELD_WAIT_S = 180.0
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

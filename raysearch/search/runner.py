@@ -55,6 +55,7 @@ from raysearch.errors import InputError
 from raysearch.search._engine import EngineSpec
 from raysearch.search._execute import Execution
 from raysearch.search._output_dir import (
+    FolderInUse,
     check_not_in_use,
     check_output_dir,
     clean_output_dir,
@@ -77,6 +78,7 @@ __all__ = [
     "SearchResult",
     "run_search",
     "resume_search",
+    "search_running_in",
     "EngineSpec",
     "start_ray",
     "check_resources",
@@ -210,6 +212,16 @@ class AutoSearch:
         raw = yaml.safe_load((folder / CONFIG_FILE).read_text())
         raw["output_dir"] = str(folder)
         return cls(SearchConfig.from_dict(raw, base_dir=folder))
+
+
+def search_running_in(folder: str | os.PathLike) -> bool:
+    """Whether a running search holds ``folder`` (its lock), say one that a killed batch
+    left running."""
+    try:
+        check_not_in_use(Path(folder))
+    except FolderInUse:
+        return True
+    return False
 
 
 def _preflight_beside_ray(config: SearchConfig, cache_dir: str | None = None) -> Prepared:
