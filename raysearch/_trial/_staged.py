@@ -77,6 +77,7 @@ class StagedTrial:
         self.rung = 0
         self._session: Any = None
         self._outputs = GrowingOutputs()
+        self._closed = False
         self._latencies: list[float] = []
         #: A built-in metric's value on each row seen, at the last partial rung.
         self._values: np.ndarray | None = None
@@ -105,9 +106,15 @@ class StagedTrial:
         return self.result
 
     def close(self) -> None:
-        """Let go of the evaluation session and the outputs kept between rungs."""
+        """Let go of the evaluation session and the outputs kept between rungs, once: the
+        trial's end (its last rung, its failure, or ASHA stopping it), where the garbage of
+        its ONNX Runtime sessions is collected, once per trial."""
+        if self._closed:
+            return
+        self._closed = True
         self._session = None
         self._outputs = GrowingOutputs()
+        gc.collect()
 
     # -- one rung ------------------------------------------------------------------------------
     def _evaluate(self) -> None:
@@ -224,8 +231,8 @@ def one_line(exc: BaseException) -> str:
 
 def guard(trial: StagedTrial, work: Callable[[], None]) -> None:
     """Run one part of ``trial`` (its quantization, a rung); whatever it raises but
-    ``MemoryError`` or a full disk fails the trial with a one-line error. The trial's
-    duration is brought up to date either way."""
+    ``MemoryError`` or a full disk fails the trial with a one-line error (and closes it). The
+    trial's duration is brought up to date either way."""
     try:
         work()
     except MemoryError:
@@ -250,4 +257,3 @@ def guard(trial: StagedTrial, work: Callable[[], None]) -> None:
         _logger.debug("trial failure", exc_info=True)
     finally:
         trial.result.duration_s = time.perf_counter() - trial.started
-        gc.collect()

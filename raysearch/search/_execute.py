@@ -2,13 +2,14 @@
 what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
 :meth:`~raysearch.search.runner.AutoSearch.resume` run once the output folder is theirs.
 
-The steps: :meth:`Execution.start` (the journal, the engine, Ray and its capacity, the
-searcher, the stop conditions, the recorder and the live session), :meth:`Execution.fit`
-(Tune runs the trials) and :meth:`Execution.finish` (the outputs from the journal, the stop
-reason, the marker).
+The steps: :meth:`Execution.start` (the journal, the engine, Ray's capacity, the searcher,
+the stop conditions, the recorder and the live session), :meth:`Execution.fit` (Tune runs the
+trials) and :meth:`Execution.finish` (the outputs from the journal, the stop reason, the
+marker). The runner checked the input (``prepared``) and started Ray before.
 
 Example:
-    >>> Execution(config, folder).execute(resume=False, progress=None)   # doctest: +SKIP
+    >>> Execution(config, folder).execute(resume=False, progress=None,
+    ...                                   prepared=prepared)                # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ from raysearch.search._disk import disk_full_error
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._output_dir import storage_path, write_marker
-from raysearch.search._ray import only_driver_node, slots, start_ray, tune_environment
+from raysearch.search._ray import only_driver_node, slots, tune_environment
 from raysearch.search._result import SearchResult, build_result
 from raysearch.search._rungs import RungScheduler, early_stopping_summary
 from raysearch.search._tuner import make_tuner, replay_result
 from raysearch.search.journal import Journal, SessionClock
 from raysearch.search.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
-from raysearch.search.preflight import preflight
 from raysearch.search.progress import ProgressCallback
 from raysearch.search.recorder import TrialRecorder
 from raysearch.search.searchers import GridPhase, SettingSearcher, quiet_optuna
@@ -112,7 +112,7 @@ class Execution:
         *,
         resume: bool,
         progress: TextIO | None,
-        prepared: Prepared | None = None,
+        prepared: Prepared,
         started_at: float | None = None,
     ) -> SearchResult:
         folder = self.output_dir
@@ -149,20 +149,18 @@ class Execution:
         self,
         resume: bool,
         progress: TextIO | None,
-        prepared: Prepared | None,
+        prepared: Prepared,
         started_at: float | None,
     ) -> _Run:
         """Everything a session needs before Tune runs: the journal read back, the engine,
-        Ray, the searcher, the stop conditions, the recorder and the live session."""
+        Ray's capacity, the searcher, the stop conditions, the recorder and the live session."""
         config, folder = self.config, self.output_dir
         journal = Journal(folder / JOURNAL)
         records = journal.load() if resume else []
         clock = SessionClock(folder / STATE, started_at=started_at)
         clock.at_least(max((float(r.get("elapsed_s") or 0.0) for r in records), default=0))
-        if prepared is None:  # resume: checked again, the float reference from the cache
-            prepared = preflight(config, cache_dir=str(folder / CACHE_DIR))
+        # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
         spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
-        start_ray(config.address)
         spec.driver_node = current_node_id()
         if not only_driver_node():
             # Actors on other nodes build the float model from these files; on one

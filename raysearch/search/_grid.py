@@ -76,9 +76,10 @@ def _calibration_key(space: SearchSpace, point: dict[str, Any]) -> str:
     """What calibration a grid setting needs: its backend and the settings its catalogue says
     change what calibration collects."""
     from raysearch.quantize.calibration import calibration_values
+    from raysearch.quantize.registry import DEFAULT_BACKEND
 
     settings = space.to_settings(point)
-    backend = settings.get("quantizer") or "ort"
+    backend = settings.get("quantizer") or DEFAULT_BACKEND
     catalogue = get_catalogue(backend)
     # A backend without a catalogue: one calibration per backend, as far as the order knows.
     values = calibration_values(settings, catalogue) if catalogue is not None else {}
