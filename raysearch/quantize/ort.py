@@ -19,7 +19,9 @@ Settings map to ONNX Runtime as follows: ``quant_format``, ``calibrate_method``,
 the quantizer's ``extra_options``.
 
 The refusal rules live in ``_ort_rules`` and the settings checks against a model in
-``_ort_checks`` (both re-exported here); this module is the backend itself.
+``_ort_checks`` (both re-exported here); this module is the backend itself (one concept, a
+little over 400 lines: static and dynamic quantization share its variant cache and model
+copies).
 
 Example:
     >>> from raysearch.quantize.ort import OrtBackend, reject_reason
