@@ -20,8 +20,8 @@ the quantizer's ``extra_options``.
 
 The refusal rules live in ``_ort_rules`` and the settings checks against a model in
 ``_ort_checks`` (both re-exported here); this module is the backend itself (one concept, a
-little over 400 lines: static and dynamic quantization share its variant cache and model
-copies).
+little over 400 lines: static and dynamic quantization share its copy of the model and its
+working folder).
 
 Example:
     >>> from raysearch.quantize.ort import OrtBackend, reject_reason
