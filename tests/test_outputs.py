@@ -229,3 +229,23 @@ def test_best_is_the_most_quantized_candidate_else_the_best_metric():
     # A candidate beats any trial that is not one; lower-is-better metrics alike.
     near = trial(7, 0.2, True)
     assert best_record([trial(8, 0.1, False), near], higher_is_better=False) is near
+
+
+def test_preload_output_modules_imports_what_writing_the_outputs_needs() -> None:
+    """A search imports the writers' modules while its trials run (not after the last one):
+    in a fresh interpreter, none is imported before, every one after the thread ends."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from raysearch.outputs import preload_output_modules\n"
+        "from raysearch.outputs._writer import _OUTPUT_MODULES\n"
+        "before = [m for m in _OUTPUT_MODULES if m in sys.modules]\n"
+        "thread = preload_output_modules()\n"
+        "thread.join(timeout=120)\n"
+        "after = [m for m in _OUTPUT_MODULES if m in sys.modules]\n"
+        "print(thread.daemon, thread.is_alive(), before, len(after) == len(_OUTPUT_MODULES))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[-2] == "True False [] True"

@@ -36,10 +36,11 @@ Example:
 from raysearch.outputs._best import fixed_space
 from raysearch.outputs._records import best_record, better
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
-from raysearch.outputs._writer import write_outputs
+from raysearch.outputs._writer import preload_output_modules, write_outputs
 
 __all__ = [
     "write_outputs",
+    "preload_output_modules",
     "results_table",
     "fixed_space",
     "best_record",

@@ -9,10 +9,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,9 +30,36 @@ from raysearch.search.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
-__all__ = ["write_outputs"]
+__all__ = ["write_outputs", "preload_output_modules"]
 
 _logger = logging.getLogger("raysearch.outputs")
+
+#: What writing the outputs imports: seconds of imports on a small machine (tensorboardX
+#: imports PyTorch when it is installed; PED-ANOVA imports SciPy), paid after the last trial
+#: unless a search imports them while its trials run.
+_OUTPUT_MODULES = ("tensorboardX", "matplotlib.pyplot", "optuna.importance", "scipy.stats")
+
+
+def preload_output_modules() -> threading.Thread:
+    """Import, in a daemon thread, the modules :func:`write_outputs` needs, so that a search
+    that calls this when its trials start does not import them after its last trial (the
+    driver mostly waits while trials run). Returns the thread; nothing needs to join it
+    (an import still in progress when the outputs are written is waited for by Python's
+    import lock)."""
+
+    def _import_all() -> None:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        for name in _OUTPUT_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # the writer reports a missing module where it is used
+                _logger.debug("preloading %s: %s", name, exc)
+
+    thread = threading.Thread(target=_import_all, name="raysearch-preload-outputs", daemon=True)
+    thread.start()
+    return thread
 
 
 def _sweep_leftovers(out: Path) -> None:

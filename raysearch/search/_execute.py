@@ -184,8 +184,7 @@ class Execution:
             keep_candidates=config.keep_candidates,
             prior=records,
             clock=lambda: clock.elapsed_s,
-            # Tune shows the stopper results only: count trials that raised, too.
-            on_record=lambda r: stopper.observe(r["trial_id"], r),
+            on_record=_OnRecord(stopper),
         )
         expected = self._expected_trials(searcher)
         progress_cb = self._progress(progress, expected, clock, records, recorder)
@@ -314,6 +313,26 @@ class Execution:
             summary["wall_time_s"],
         )
         return build_result(folder, summary, records, config.metric_higher_is_better)
+
+
+class _OnRecord:
+    """What the driver does with each trial it records: the stopper observes it (Tune shows
+    the stopper results only: trials that raised count too); from the first one on, the
+    modules that writing the outputs needs are imported in a thread, while the next trials
+    run, instead of after the last one. Not before the first record: those imports hold the
+    driver's interpreter for seconds, and Tune's start of the first trials runs there."""
+
+    def __init__(self, stopper: CandidateStopper) -> None:
+        self.stopper = stopper
+        self.preloading = False
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.stopper.observe(record["trial_id"], record)
+        if not self.preloading:
+            from raysearch.outputs import preload_output_modules
+
+            self.preloading = True
+            preload_output_modules()
 
 
 def _stop_reason(
