@@ -97,6 +97,11 @@ class SearchView(Protocol):
     @property
     def known_keys(self) -> set[str]: ...
 
+    def knows(self, key: str) -> bool:
+        """Whether ``key`` finished or runs (``key in known_keys`` without building the set:
+        a grid asks once per setting)."""
+        ...
+
 
 class Phase:
     """One step of a strategy. Subclasses implement :meth:`propose`; :meth:`start` and

@@ -66,7 +66,7 @@ class GridPhase(Phase):
             index, point = self.items[self.position]
             self.position += 1
             proposal = Proposal.of(self.spaces[index], index, point)
-            if proposal.key in search.known_keys:
+            if search.knows(proposal.key):
                 continue  # finished in an earlier session (resume) or queued already
             return proposal
         return EXHAUSTED
