@@ -41,11 +41,11 @@ _OUTPUT_MODULES = ("tensorboardX", "matplotlib.pyplot", "optuna.importance", "sc
 
 
 def preload_output_modules() -> threading.Thread:
-    """Import, in a daemon thread, the modules :func:`write_outputs` needs, so that a search
-    that calls this when its trials start does not import them after its last trial (the
-    driver mostly waits while trials run). Returns the thread; nothing needs to join it
-    (an import still in progress when the outputs are written is waited for by Python's
-    import lock)."""
+    """Import, in a daemon thread, the modules :func:`write_outputs` needs: a search calls
+    this once its first trial is recorded, so that it does not import them after its last
+    trial (the driver mostly waits while trials run). Returns the thread; nothing needs to
+    join it (an import still in progress when the outputs are written is waited for by
+    Python's import lock)."""
 
     def _import_all() -> None:
         import matplotlib
