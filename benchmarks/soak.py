@@ -14,7 +14,7 @@ Usage::
 
     python benchmarks/soak.py              # 500 trials
     python benchmarks/soak.py --smoke      # 12 trials
-    python benchmarks/soak.py --trials 100 --extra 4 --warmup 5  # tests/reliability/test_soak.py
+    python benchmarks/soak.py --trials 100 --extra 20 --warmup 5  # tests/reliability/test_soak.py
 
 Writes ``benchmarks/results/soak.json``.
 """
