@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import multiprocessing
 import os
 import queue
@@ -371,11 +370,9 @@ def compare(rows: list[dict[str, Any]], plain: dict[int, dict[str, Any]]) -> Non
         r["warm_fraction_of_ceiling"] = _ratio(r["warm_speedup"], r["warm_ceiling_speedup"])
 
 
-def _key(setting: Mapping[str, Any]) -> str:
-    return json.dumps(setting, sort_keys=True, default=str)
-
-
 def main(argv: list[str] | None = None) -> int:
+    from raysearch.space import settings_key
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16 trials per search")
     parser.add_argument("--smoke", action="store_true", help="4 tiny trials per search (tests)")
@@ -469,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval_rows": eval_rows,
             "measure_latency": MEASURE_LATENCY,
             "same_settings_every_level": all(
-                sorted(map(_key, s)) == sorted(map(_key, ran[0])) for s in ran
+                sorted(map(settings_key, s)) == sorted(map(settings_key, ran[0])) for s in ran
             ),
             "rows": rows,
             "plain_processes": [plain[p] for p in sorted(plain)],

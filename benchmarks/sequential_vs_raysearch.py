@@ -165,7 +165,6 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
     """``raysearch run config.yaml`` in a new process, timed from its start to its exit."""
     import json
 
-    import pyarrow.parquet as pq
     import yaml
 
     calib_file = folder / "calib.npz"
@@ -202,10 +201,8 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
         raise RuntimeError(f"raysearch run failed ({done.returncode}): {done.stderr[-2000:]}")
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
-    table = {r["trial_id"]: r for r in pq.read_table(out / "results.parquet").to_pylist()}
     rows = []
     for record in records:
-        row = table.get(record["trial_id"], {})
         rows.append(
             {
                 "trial_id": record["trial_id"],
@@ -218,8 +215,8 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
                 "quantization_s": record.get("quantization_s"),
                 "evaluation_s": record.get("evaluation_s"),
                 "calib_cache_hit": record.get("calib_cache_hit"),
-                "eval_rows": row.get("eval_rows"),
-                "stopped_at_rung": row.get("stopped_at_rung"),
+                "eval_rows": record.get("eval_rows"),
+                "stopped_at_rung": record.get("stopped_at_rung"),
                 "worker_pid": record.get("worker_pid"),
                 "started_at": record.get("started_at"),
                 "ended_at": record.get("ended_at"),
