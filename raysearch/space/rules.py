@@ -5,6 +5,10 @@ produced) returning the key paths that are meaningless in it; raysearch strips t
 ``MinMax`` with ``CalibPercentile: 99.99`` becomes plain ``MinMax``, and a grid then drops the
 duplicates this creates. The number of settings each rule dropped is reported.
 
+A rule declares with :func:`reads` which keys' values it looks at (it may look at every key's
+name): a grid memoises it on the key names and those values only, instead of calling it for
+each of tens of thousands of settings.
+
 Example:
     >>> percentile_without_percentile_method(
     ...     {"calibrate_method": "MinMax", "extra_options.CalibPercentile": 99.9})
@@ -19,6 +23,7 @@ from typing import Any
 __all__ = [
     "Rule",
     "RULES",
+    "reads",
     "mixed_precision_without_promotion",
     "moving_average_constant_without_moving_average",
     "percentile_without_percentile_method",
@@ -31,6 +36,31 @@ Point = dict[str, Any]
 Rule = Callable[[Point], list[str]]
 
 
+def reads(test: Callable[[str], bool]) -> Callable[[Rule], Rule]:
+    """Declare the keys whose values a rule reads (``test(key)`` is true for each of them; more
+    is allowed, fewer is a bug): its result is a function of the point's key names, in order,
+    and of those values. A rule without the declaration is called for every point.
+
+    Example:
+        >>> percentile_without_percentile_method.reads("calibrate_method")
+        True
+        >>> percentile_without_percentile_method.reads("extra_options.CalibPercentile")
+        False
+    """
+
+    def declare(rule: Rule) -> Rule:
+        rule.reads = test  # type: ignore[attr-defined]
+        return rule
+
+    return declare
+
+
+def _leaf_in(*leaves: str) -> Callable[[str], bool]:
+    """A :func:`reads` test: the keys whose last dotted part is one of ``leaves``."""
+    names = frozenset(leaves)
+    return lambda key: key.rsplit(".", 1)[-1] in names
+
+
 def _keys(point: Point, leaf: str) -> list[str]:
     return [k for k in point if k.rsplit(".", 1)[-1] == leaf]
 
@@ -40,6 +70,7 @@ def _value(point: Point, leaf: str, default: Any = None) -> Any:
     return point[keys[0]] if keys else default
 
 
+@reads(_leaf_in("CalibMovingAverage"))
 def moving_average_constant_without_moving_average(point: Point) -> list[str]:
     """``CalibMovingAverageConstant`` only acts when ``CalibMovingAverage`` is true."""
     if _value(point, "CalibMovingAverage") is True:
@@ -47,6 +78,7 @@ def moving_average_constant_without_moving_average(point: Point) -> list[str]:
     return _keys(point, "CalibMovingAverageConstant")
 
 
+@reads(_leaf_in("calibrate_method"))
 def percentile_without_percentile_method(point: Point) -> list[str]:
     """``CalibPercentile`` only acts with ``calibrate_method: Percentile``."""
     if _value(point, "calibrate_method") == "Percentile":
@@ -54,6 +86,7 @@ def percentile_without_percentile_method(point: Point) -> list[str]:
     return _keys(point, "CalibPercentile")
 
 
+@reads(lambda key: key.startswith("mixed_precision."))
 def mixed_precision_without_promotion(point: Point) -> list[str]:
     """``mixed_precision``: ``rank_<i>: int8`` beyond ``top_k`` is the default, and with
     nothing promoted (``top_k: 0``, no ``rank_<i>`` promoting) the other keys do nothing.
@@ -122,6 +155,7 @@ _STATIC_ONLY = frozenset(
 )
 
 
+@reads(_leaf_in("quant_mode"))
 def static_settings_in_dynamic_mode(point: Point) -> list[str]:
     """``quant_mode: dynamic`` (ONNX Runtime's ``quantize_dynamic``) calibrates nothing and
     writes no QDQ graph: calibration, activation and QDQ settings, mixed precision and the
@@ -143,6 +177,7 @@ def static_settings_in_dynamic_mode(point: Point) -> list[str]:
     ]
 
 
+@reads(_leaf_in("model_type"))
 def smooth_quant_alphas_without_transformer(point: Point) -> list[str]:
     """NNCF runs SmoothQuant only with ``model_type: transformer``: elsewhere its
     ``smooth_quant_alphas`` do nothing.
@@ -157,6 +192,7 @@ def smooth_quant_alphas_without_transformer(point: Point) -> list[str]:
     return [k for k in point if "smooth_quant_alphas" in k.split(".")[:-1]]
 
 
+@reads(_leaf_in("disable_bias_correction"))
 def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
     """NNCF's ``fast_bias_correction`` and ``bias_correction_threshold`` choose and bound a
     bias correction that ``disable_bias_correction: true`` skips."""

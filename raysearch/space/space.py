@@ -54,9 +54,125 @@ class SettingWithoutItsSwitch:
         on = {k.rsplit(".", 1)[-1] for k, v in point.items() if v not in (None, False)}
         return [k for k, switch in self.switches.items() if k in point and switch not in on]
 
+    def reads(self, key: str) -> bool:
+        """The keys whose values the rule reads (``rules.reads``): the switches'."""
+        return key.rsplit(".", 1)[-1] in self.switches.values()
 
-def _key(point: Point) -> str:
-    return json.dumps(point, sort_keys=True, default=str)
+
+#: The value types a memoised rule may be keyed on: for these, two values of the same type that
+#: are equal (``==``) behave the same in every comparison a rule makes (``==``, ``is True``,
+#: ``in``, ``<``, truth). Other values (lists, mappings, numpy scalars) call the rules.
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, str})
+
+
+class _Stripping:
+    """The keys that ``rules``, applied in order as :meth:`SearchSpace.canonical` applies
+    them, strip from a point; remembered for one expansion only (so no memo outlives a change
+    to ``SearchSpace.rules``).
+
+    The memo is keyed on everything the rules read, as their ``reads`` declare it
+    (:func:`raysearch.space.rules.reads`): the point's key names, in order, and the values of
+    the keys some rule reads, each with its type (``True == 1``, but a rule may test
+    ``is True``). A later rule sees the point less what earlier ones stripped, which those
+    same names and values decide. So the rules run once per distinct relevant sub-setting,
+    not once per setting. Rules of which one has no ``reads``, or a read value of another
+    type, are run as they are.
+    """
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        tests = [getattr(rule, "reads", None) for rule in self.rules]
+        self._tests: list[Callable[[str], bool]] | None = (
+            None if any(test is None for test in tests) else tests
+        )
+        #: key names -> (the names among them whose values a rule reads, the memo by values)
+        self._by_keys: dict[tuple[str, ...], tuple[tuple[str, ...], dict[tuple, frozenset]]] = {}
+
+    def __call__(self, point: Point) -> frozenset[str]:
+        if self._tests is None:
+            return self._run(point)
+        keys = tuple(point)
+        entry = self._by_keys.get(keys)
+        if entry is None:
+            names = tuple(k for k in keys if any(test(k) for test in self._tests))
+            entry = self._by_keys[keys] = (names, {})
+        names, memo = entry
+        values = tuple(map(point.__getitem__, names))
+        types = tuple(map(type, values))
+        if not _PLAIN_TYPES.issuperset(types):
+            return self._run(point)
+        gone = memo.get(values + types)
+        if gone is None:
+            gone = memo[values + types] = self._run(point)
+        return gone
+
+    def _run(self, point: Point) -> frozenset[str]:
+        """The keys of ``point`` that :meth:`SearchSpace.canonical` with ``rules`` removes."""
+        point = dict(point)
+        gone = set()
+        for rule in self.rules:
+            for key in rule(point) or ():
+                if key in point:
+                    del point[key]
+                    gone.add(key)
+        return frozenset(gone)
+
+
+class _PointIdentity:
+    """The identity a grid de-duplicates points on: the sorted numbers of the point's
+    ``(key, JSON of value)`` pairs, the same number for the same pair.
+
+    It decides exactly as the points' canonical JSON (``json.dumps(point, sort_keys=True,
+    default=str)``) would: that text is the items in key order, each value written as
+    ``json.dumps`` writes it alone, and keys are distinct strings; so two points have the same
+    text exactly when they have the same set of pairs, and so the same sorted numbers (a
+    point's pairs have distinct keys, hence distinct numbers). Each value is encoded once, not
+    once per point and rule; and a tuple of numbers is an object the garbage collector stops
+    tracking, where a million tuples or sets kept alive made it half the cost of a large grid.
+
+    Example:
+        >>> identity = _PointIdentity()
+        >>> identity({"a": 1, "b": [2]}) == identity({"b": [2], "a": 1})
+        True
+        >>> identity({"a": 1}) == identity({"a": True}) or identity({"a": 1}) == identity({})
+        False
+    """
+
+    def __init__(self) -> None:
+        #: (key, JSON of value) -> its number
+        self._numbers: dict[tuple[str, str], int] = {}
+        #: (key, id(value)) -> the number of (key, JSON of value), for the values in ``_held``:
+        #: kept alive, such an id names no other object while this lives (and an expansion
+        #: mutates no value).
+        self._known: dict[tuple[str, int], int] = {}
+        self._held: list[Any] = []
+
+    def __call__(self, point: Point) -> tuple[int, ...]:
+        try:
+            return tuple(sorted(map(self._known.__getitem__, zip(point, map(id, point.values())))))
+        except KeyError:  # a value met for the first time
+            for key, value in point.items():
+                if (key, id(value)) not in self._known:
+                    text = json.dumps(value, sort_keys=True, default=str)
+                    number = self._numbers.setdefault((key, text), len(self._numbers))
+                    self._known[key, id(value)] = number
+                    self._held.append(value)
+            return self(point)
+
+
+#: Points and their identities (:class:`_PointIdentity`), as two lists of the same length (not
+#: a list of pairs: fewer objects for the garbage collector to walk).
+_Points = tuple[list[Point], list[tuple[int, ...]]]
+#: Where a parameter's value goes in the settings: its container (None: the top level), the
+#: setting names it sets and whether it is joint (one value per name).
+_Placement = tuple["str | None", tuple[str, ...], bool]
+
+
+def _placement(
+    path: tuple[str, ...], joint: tuple[str, ...], containers: frozenset[str]
+) -> _Placement:
+    container = next((c for c in path[:-1] if c in containers), None)
+    return container, joint or (path[-1],), bool(joint)
 
 
 def settings_key(settings: Mapping[str, Any]) -> str:
@@ -179,21 +295,28 @@ class SearchSpace:
         """Nested quantization settings for one sampled point: group names removed (containers
         such as ``extra_options`` kept), joint parameters split, meaningless keys stripped."""
         point, _ = self.canonical(point)
+        return self._nest(point, self._placements())
+
+    def _placements(self) -> dict[str, _Placement]:
+        """Where each parameter's value goes in the settings (worked out once per expansion,
+        not once per setting)."""
+        return {p.name: _placement(p.path, p.joint, self.containers) for p in self.params}
+
+    def _nest(self, point: Point, placements: Mapping[str, _Placement]) -> dict[str, Any]:
+        """The nested settings of a canonical ``point``; a key that is no parameter goes by its
+        dotted path."""
         settings: dict[str, Any] = {}
-        params = {p.name: p for p in self.params}
         for name, value in point.items():
-            param = params.get(name)
-            path = param.path if param else tuple(name.split("."))
-            containers = [c for c in path[:-1] if c in self.containers]
-            target = settings
-            for c in containers[:1]:
-                target = target.setdefault(c, {})
-            joint = param.joint if param else ()
+            place = placements.get(name)
+            if place is None:
+                place = _placement(tuple(name.split(".")), (), self.containers)
+            container, names, joint = place
+            target = settings if container is None else settings.setdefault(container, {})
             if joint:
-                for part, v in zip(joint, value, strict=True):
+                for part, v in zip(names, value, strict=True):
                     target[part] = v
             else:
-                target[path[-1]] = value
+                target[names[0]] = value
         return settings
 
     # -- grid ------------------------------------------------------------------------------
@@ -214,58 +337,123 @@ class SearchSpace:
         ``reject`` is an extra check on each point's nested settings (a backend's list of
         combinations it refuses); it is counted like a rule under the name it returns.
         """
+        return self._expand(reject)[0]
+
+    def _expand(self, reject: Reject | None, keyed: bool = False) -> tuple[Expansion, list[str]]:
+        """:meth:`expand`, and with ``keyed`` the :func:`settings_key` of each point kept (for
+        :func:`expand_spaces`, which would otherwise build every point's settings again)."""
         self.check_grid()
         dropped: dict[str, int] = {}
-        raw = list(self._enumerate(0, {}))
+        raw = self._enumerate()
+        identity = _PointIdentity()
         # Rules are applied one at a time, de-duplicating after each: a setting is credited to
         # the rule whose stripping first made it a copy of one already kept.
-        points = self._dedupe(raw, "duplicate", dropped)
+        grid = self._dedupe((raw, [identity(p) for p in raw]), "duplicate", dropped)
         for rule in self.rules:
-            points = self._dedupe(
-                [self.canonical(p, (rule,))[0] for p in points], rule.__name__, dropped
-            )
-        if reject is not None:
-            kept = []
-            for point in points:
-                reason = reject(self.to_settings(point))
-                if reason:
-                    dropped[reason] = dropped.get(reason, 0) + 1
-                else:
-                    kept.append(point)
-            points = kept
+            stripping = _Stripping((rule,))
+            grid = self._dedupe(self._strip(grid, stripping, identity), rule.__name__, dropped)
+        points = grid[0]
+        keys: list[str] = []
+        if reject is not None or keyed:
+            points, keys = self._check(points, reject, keyed, dropped)
         for name, count in dropped.items():
             _logger.info("%s: %s dropped %d of %d settings", self.name, name, count, len(raw))
-        return Expansion(points, len(raw), dropped)
+        return Expansion(points, len(raw), dropped), keys
 
     @staticmethod
-    def _dedupe(points: list[Point], reason: str, dropped: dict[str, int]) -> list[Point]:
-        seen: set[str] = set()
-        out = []
-        for point in points:
-            key = _key(point)
-            if key in seen:
+    def _strip(grid: _Points, stripping: _Stripping, identity: _PointIdentity) -> _Points:
+        """Each point as ``canonical`` with the rules of ``stripping`` makes it, with its
+        identity (a point they leave alone keeps both: no copy, no new identity)."""
+        points, idents = [], []
+        for point, ident in zip(*grid):
+            gone = stripping(point)
+            if gone:
+                point = {k: v for k, v in point.items() if k not in gone}
+                ident = identity(point)
+            points.append(point)
+            idents.append(ident)
+        return points, idents
+
+    @staticmethod
+    def _dedupe(grid: _Points, reason: str, dropped: dict[str, int]) -> _Points:
+        """The first point of each identity; the others counted under ``reason``."""
+        seen: set[tuple[int, ...]] = set()
+        points, idents = [], []
+        for point, ident in zip(*grid):
+            if ident in seen:
                 dropped[reason] = dropped.get(reason, 0) + 1
             else:
-                seen.add(key)
-                out.append(point)
-        return out
+                seen.add(ident)
+                points.append(point)
+                idents.append(ident)
+        return points, idents
 
-    def _enumerate(self, i: int, point: Point):
-        if i == len(self.params):
-            yield dict(point)
-            return
-        param = self.params[i]
-        if not self.is_active(param, point):
-            yield from self._enumerate(i + 1, point)
-            return
-        for choice in param.domain.choices:
-            point[param.name] = choice
-            yield from self._enumerate(i + 1, point)
-        del point[param.name]
+    def _check(
+        self,
+        points: list[Point],
+        reject: Reject | None,
+        keyed: bool,
+        dropped: dict[str, int],
+    ) -> tuple[list[Point], list[str]]:
+        """The points ``reject`` does not refuse (each refusal counted under its reason), with
+        their :func:`settings_key` when ``keyed``. Each point's settings are built once, as
+        :meth:`to_settings` builds them, and keyed before ``reject`` sees them."""
+        placements = self._placements()
+        stripping = _Stripping(self.rules)
+        kept: list[Point] = []
+        keys: list[str] = []
+        for point in points:
+            gone = stripping(point)  # canonical(point)[0], built only where it differs
+            canonical_point = {k: v for k, v in point.items() if k not in gone} if gone else point
+            settings = self._nest(canonical_point, placements)
+            key = settings_key(settings) if keyed else ""
+            reason = reject(settings) if reject is not None else None
+            if reason:
+                dropped[reason] = dropped.get(reason, 0) + 1
+                continue
+            kept.append(point)
+            if keyed:
+                keys.append(key)
+        return kept, keys
+
+    def _enumerate(self) -> list[Point]:
+        """Every combination of the active parameters' choices, the first parameter varying
+        slowest. Built a parameter at a time, not by recursive generators (every point passed
+        up through one generator per parameter)."""
+        points: list[Point] = [{}]
+        for param in self.params:
+            name, choices = param.name, param.domain.choices
+            conditions = self._conditions[name]  # is_active's, looked up once per parameter
+            grown: list[Point] = []
+            for point in points:
+                if conditions and not all(c.holds(point) for c in conditions):
+                    grown.append(point)
+                elif len(choices) == 1:  # each partial point is one entry's: set in place
+                    point[name] = choices[0]
+                    grown.append(point)
+                else:
+                    grown.extend([{**point, name: choice} for choice in choices])
+            points = grown
+        return points
 
     def grid_size(self) -> int:
         """The number of raw combinations before rules and de-duplication."""
-        return sum(1 for _ in self._enumerate(0, {}))
+        # Counted without listing them: which parameters are active depends only on the values
+        # of the parameters an only_if reads, so a partial point keeps those values alone,
+        # with the number of combinations it stands for.
+        refs = {c.ref for conds in self._conditions.values() for c in conds}
+        partial: list[tuple[Point, int]] = [({}, 1)]
+        for param in self.params:
+            grown: list[tuple[Point, int]] = []
+            for point, count in partial:
+                if not self.is_active(param, point):
+                    grown.append((point, count))
+                elif param.name in refs:
+                    grown.extend(({**point, param.name: c}, count) for c in param.domain.choices)
+                else:
+                    grown.append((point, count * len(param.domain.choices)))
+            partial = grown
+        return sum(count for _, count in partial)
 
     # -- define-by-run ---------------------------------------------------------------------
     def sample(self, trial: Any) -> Point:
@@ -318,12 +506,11 @@ def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -
     seen: set[str] = set()
     out = Expansion([], 0, {})
     for index, space in enumerate(spaces):
-        expansion = space.expand(reject=reject)
+        expansion, keys = space._expand(reject, keyed=True)
         out.total += expansion.total
         for name, count in expansion.dropped.items():
             out.dropped[name] = out.dropped.get(name, 0) + count
-        for point in expansion.points:
-            key = settings_key(space.to_settings(point))
+        for point, key in zip(expansion.points, keys, strict=True):
             if key in seen:
                 out.dropped["duplicate"] = out.dropped.get("duplicate", 0) + 1
                 continue
