@@ -1,6 +1,6 @@
 """``python -m raysearch``: the command line, as the ``raysearch`` script."""
 
-from raysearch.cli import main
+from raysearch.cli import console_main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console_main()

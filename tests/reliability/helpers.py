@@ -134,6 +134,22 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def group_processes(pgid: int) -> list[str]:
+    """The command lines of the live processes in process group ``pgid`` (Linux ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # Fields after the command's closing parenthesis: state, ppid, pgrp, ...
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                found.append((entry / "cmdline").read_text().replace("\0", " ").strip())
+        except (OSError, IndexError, ValueError):  # ended while we looked
+            continue
+    return found
+
+
 def stop_leftovers(proc: subprocess.Popen) -> None:
     """Make sure nothing of ``proc``'s group outlives the test."""
     kill_group(proc, signal.SIGKILL)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tests.reliability.evaluators import TEMP_PREFIXES
 from tests.reliability.helpers import (
     GRID_24,
     calls,
+    group_processes,
     journal,
     probe_config,
     start_raysearch,
@@ -47,6 +49,11 @@ def long_search(tmp_path_factory) -> dict[str, Any]:
     )
     try:
         status = proc.wait(timeout=300)
+        # What of its process group (the Ray it started) outlives the command, after a grace
+        # period for processes that were told to end.
+        deadline = time.monotonic() + 10
+        while (left_processes := group_processes(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
     finally:
         stop_leftovers(proc)
     left = sorted(p.name for p in temp.iterdir() if p.name.startswith(TEMP_PREFIXES))
@@ -57,6 +64,7 @@ def long_search(tmp_path_factory) -> dict[str, Any]:
         "out": folder / "out",
         "calls": [c for c in calls(folder / "calls.jsonl") if c["trial"] != "float"],
         "left": left,
+        "left_processes": left_processes,
         "stderr": (folder / "stderr.txt").read_text(),
     }
 
@@ -66,6 +74,11 @@ def test_thirty_trials_ran(long_search):
     records = journal(long_search["out"])
     assert len(records) == N_TRIALS and all(r["status"] == "ok" for r in records)
     assert len(long_search["calls"]) == N_TRIALS
+
+
+def test_the_command_leaves_no_process_behind(long_search):
+    # The command shuts its Ray down itself before its fast exit (``cli.console_main``).
+    assert long_search["left_processes"] == [], long_search["left_processes"]
 
 
 def test_the_temp_folder_does_not_grow_with_the_trials(long_search):
