@@ -8,6 +8,7 @@ interrupted (Ctrl-C: the outputs hold what finished; ``raysearch resume`` contin
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -358,9 +359,18 @@ def console_main() -> NoReturn:
 
 
 def _shut_down_ray() -> None:
-    """Shut down (or, for a joined cluster, disconnect from) the Ray this process uses."""
+    """Shut down (or, for a joined cluster, disconnect from) the Ray this process uses.
+
+    Garbage is collected first and the collector is off afterwards: a search that ended on
+    an error leaves reference cycles (tracebacks, Tune's objects) holding Ray object
+    references, and one freed after the shutdown makes Ray's core worker end the process
+    ("The core worker has already been shutdown"), the exit status and the last line of
+    stderr then Ray's instead of ours. This process ends right after, so nothing needs the
+    collector any more."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
+        gc.collect()
+        gc.disable()
         ray.shutdown()
 
 
