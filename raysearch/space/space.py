@@ -1,5 +1,9 @@
 """``SearchSpace``: one parsed space with grid expansion, define-by-run sampling and the
-conversion of a point into the nested settings a trial consumes."""
+conversion of a point into the nested settings a trial consumes.
+
+Over 400 lines, kept whole: the grid, the sampler and the settings conversion all walk the same
+parameters, conditions and rules of one ``SearchSpace``; what the grid memoises lives in
+``_grid_memo``."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raysearch.errors import ConfigError
+from raysearch.space._grid_memo import _PointIdentity, _Stripping
 from raysearch.space.catalogue import Catalogue
 from raysearch.space.parse import parse_space
 from raysearch.space.rules import RULES, Rule
@@ -57,107 +62,6 @@ class SettingWithoutItsSwitch:
     def reads(self, key: str) -> bool:
         """The keys whose values the rule reads (``rules.reads``): the switches'."""
         return key.rsplit(".", 1)[-1] in self.switches.values()
-
-
-#: The value types a memoised rule may be keyed on: for these, two values of the same type that
-#: are equal (``==``) behave the same in every comparison a rule makes (``==``, ``is True``,
-#: ``in``, ``<``, truth). Other values (lists, mappings, numpy scalars) call the rules.
-_PLAIN_TYPES = frozenset({type(None), bool, int, float, str})
-
-
-class _Stripping:
-    """The keys that ``rules``, applied in order as :meth:`SearchSpace.canonical` applies
-    them, strip from a point; remembered for one expansion only (so no memo outlives a change
-    to ``SearchSpace.rules``).
-
-    The memo is keyed on everything the rules read, as their ``reads`` declare it
-    (:func:`raysearch.space.rules.reads`): the point's key names, in order, and the values of
-    the keys some rule reads, each with its type (``True == 1``, but a rule may test
-    ``is True``). A later rule sees the point less what earlier ones stripped, which those
-    same names and values decide. So the rules run once per distinct relevant sub-setting,
-    not once per setting. Rules of which one has no ``reads``, or a read value of another
-    type, are run as they are.
-    """
-
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        self.rules = tuple(rules)
-        tests = [getattr(rule, "reads", None) for rule in self.rules]
-        self._tests: list[Callable[[str], bool]] | None = (
-            None if any(test is None for test in tests) else tests
-        )
-        #: key names -> (the names among them whose values a rule reads, the memo by values)
-        self._by_keys: dict[tuple[str, ...], tuple[tuple[str, ...], dict[tuple, frozenset]]] = {}
-
-    def __call__(self, point: Point) -> frozenset[str]:
-        if self._tests is None:
-            return self._run(point)
-        keys = tuple(point)
-        entry = self._by_keys.get(keys)
-        if entry is None:
-            names = tuple(k for k in keys if any(test(k) for test in self._tests))
-            entry = self._by_keys[keys] = (names, {})
-        names, memo = entry
-        values = tuple(map(point.__getitem__, names))
-        types = tuple(map(type, values))
-        if not _PLAIN_TYPES.issuperset(types):
-            return self._run(point)
-        gone = memo.get(values + types)
-        if gone is None:
-            gone = memo[values + types] = self._run(point)
-        return gone
-
-    def _run(self, point: Point) -> frozenset[str]:
-        """The keys of ``point`` that :meth:`SearchSpace.canonical` with ``rules`` removes."""
-        point = dict(point)
-        gone = set()
-        for rule in self.rules:
-            for key in rule(point) or ():
-                if key in point:
-                    del point[key]
-                    gone.add(key)
-        return frozenset(gone)
-
-
-class _PointIdentity:
-    """The identity a grid de-duplicates points on: the sorted numbers of the point's
-    ``(key, JSON of value)`` pairs, the same number for the same pair.
-
-    It decides exactly as the points' canonical JSON (``json.dumps(point, sort_keys=True,
-    default=str)``) would: that text is the items in key order, each value written as
-    ``json.dumps`` writes it alone, and keys are distinct strings; so two points have the same
-    text exactly when they have the same set of pairs, and so the same sorted numbers (a
-    point's pairs have distinct keys, hence distinct numbers). Each value is encoded once, not
-    once per point and rule; and a tuple of numbers is an object the garbage collector stops
-    tracking, where a million tuples or sets kept alive made it half the cost of a large grid.
-
-    Example:
-        >>> identity = _PointIdentity()
-        >>> identity({"a": 1, "b": [2]}) == identity({"b": [2], "a": 1})
-        True
-        >>> identity({"a": 1}) == identity({"a": True}) or identity({"a": 1}) == identity({})
-        False
-    """
-
-    def __init__(self) -> None:
-        #: (key, JSON of value) -> its number
-        self._numbers: dict[tuple[str, str], int] = {}
-        #: (key, id(value)) -> the number of (key, JSON of value), for the values in ``_held``:
-        #: kept alive, such an id names no other object while this lives (and an expansion
-        #: mutates no value).
-        self._known: dict[tuple[str, int], int] = {}
-        self._held: list[Any] = []
-
-    def __call__(self, point: Point) -> tuple[int, ...]:
-        try:
-            return tuple(sorted(map(self._known.__getitem__, zip(point, map(id, point.values())))))
-        except KeyError:  # a value met for the first time
-            for key, value in point.items():
-                if (key, id(value)) not in self._known:
-                    text = json.dumps(value, sort_keys=True, default=str)
-                    number = self._numbers.setdefault((key, text), len(self._numbers))
-                    self._known[key, id(value)] = number
-                    self._held.append(value)
-            return self(point)
 
 
 #: Points and their identities (:class:`_PointIdentity`), as two lists of the same length (not
