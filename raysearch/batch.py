@@ -224,7 +224,7 @@ def run_batch(
     """Run (or resume) every model of the manifest on one Ray cluster; return the summary table."""
     import ray
 
-    from raysearch.search.runner import start_ray
+    from raysearch.search._ray import shutdown_ray, start_ray
 
     out = manifest.output_dir
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -249,7 +249,7 @@ def run_batch(
     finally:
         searches.stop_all()
         if started_here:
-            ray.shutdown()
+            shutdown_ray()
     rows = [_row(m, out / m.name, errors.get(m.name)) for m in manifest.models]
     table = pa.Table.from_pylist(rows, schema=_schema())
     _write_summary(table, out)

@@ -338,15 +338,21 @@ def console_main() -> NoReturn:
     """The ``raysearch`` console script (and ``python -m raysearch``): :func:`main`, then an
     exit that skips the interpreter's teardown once everything is written out.
 
-    Why: after a search the process holds Ray, ONNX Runtime, PyTorch (through tensorboardX),
-    SciPy and matplotlib, and clearing their modules at exit takes 1.4 s on two cores, longer
-    than writing the outputs; Ray's own exit hook also sleeps 0.5 s before shutting down "so
-    that log messages finish printing". So Ray is shut down here (it waits for its processes
-    to end: nothing of it is left behind), the logs and both streams are flushed, and the
-    process ends with ``os._exit``. Every file raysearch writes is closed by then (the outputs
-    are written and renamed before :func:`main` returns). :func:`main` itself returns normally,
-    for callers in Python.
+    Why: after a search the process holds Ray, ONNX Runtime, matplotlib and more, and
+    clearing their modules at exit took 1.4 s on two cores, longer than writing the outputs;
+    Ray's own exit hook also sleeps 0.5 s before shutting down "so that log messages finish
+    printing". So Ray is shut down here (it waits for its processes to end: nothing of it is
+    left behind), the logs and both streams are flushed, and the process ends with
+    ``os._exit``. Every file raysearch writes is closed by then (the outputs are written and
+    renamed before :func:`main` returns). :func:`main` itself returns normally, for callers in
+    Python.
+
+    This process ends with its search, so the output writers' libraries are imported without
+    the optional packages they would pull in for nothing (:mod:`raysearch._optional_imports`).
     """
+    from raysearch._optional_imports import skip_unused_optional_imports
+
+    skip_unused_optional_imports()
     status = main()
     _shut_down_ray()
     logging.shutdown()
@@ -369,9 +375,11 @@ def _shut_down_ray() -> None:
     collector any more."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
+        from raysearch.search._ray import shutdown_ray
+
         gc.collect()
         gc.disable()
-        ray.shutdown()
+        shutdown_ray()
 
 
 if __name__ == "__main__":

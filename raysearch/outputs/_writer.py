@@ -35,9 +35,10 @@ __all__ = ["write_outputs", "preload_output_modules"]
 _logger = logging.getLogger("raysearch.outputs")
 
 #: What writing the outputs imports: seconds of imports on a small machine (tensorboardX
-#: imports PyTorch when it is installed; PED-ANOVA imports SciPy), paid after the last trial
-#: unless a search imports them while its trials run.
-_OUTPUT_MODULES = ("tensorboardX", "matplotlib.pyplot", "optuna.importance", "scipy.stats")
+#: imports PyTorch and ``optuna.importance`` scikit-learn when they are installed, unless the
+#: ``raysearch`` command skips them: :mod:`raysearch._optional_imports`), paid after the last
+#: trial unless a search imports them while its trials run.
+_OUTPUT_MODULES = ("tensorboardX", "matplotlib.pyplot", "optuna.importance")
 
 
 def preload_output_modules() -> threading.Thread:

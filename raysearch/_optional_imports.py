@@ -1,0 +1,72 @@
+"""Importing the output writers' libraries without the optional packages they try for
+features raysearch does not use.
+
+``tensorboardX`` imports PyTorch when it is installed, only to accept PyTorch tensors, and
+``optuna.importance`` imports scikit-learn for its fANOVA and MDI evaluators; raysearch writes
+float scalars and uses PED-ANOVA, which need neither. Where the ``gp``, ``finetune`` or
+``nncf`` extras are installed those two imports take about 2.6 s of CPU (1.5 s PyTorch, 1.1 s
+scikit-learn with the SciPy it pulls in) on a two-core machine, paid by the ``raysearch``
+command's driver while its trials run. Python has no switch for an optional import: a
+meta-path finder that refuses these two imports, to these two importers only, is the means.
+
+The refusal is for the whole process (the modules are then imported without them), so only
+the ``raysearch`` command, whose process ends with the search, installs it; a program that
+calls :class:`~raysearch.search.AutoSearch` keeps its libraries whole.
+
+Example:
+    >>> skip_unused_optional_imports()
+    >>> skip_unused_optional_imports()  # once is enough; a second call changes nothing
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+__all__ = ["skip_unused_optional_imports"]
+
+#: The package refused, and the package whose modules it is refused to.
+_REFUSED: dict[str, str] = {"torch": "tensorboardX", "sklearn": "optuna.importance"}
+
+
+class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):
+    """Raises ``ModuleNotFoundError`` when a module of :data:`_REFUSED` imports the package
+    refused to it; every other import goes on to the next finder. Both importers catch the
+    error (``try: import torch`` / Optuna's ``try_import``) and go on without the package."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> Any:
+        importer_package = _REFUSED.get(fullname.partition(".")[0])
+        if importer_package is None:
+            return None
+        importer = _importing_module()
+        if importer == importer_package or importer.startswith(importer_package + "."):
+            raise ModuleNotFoundError(
+                f"raysearch skips {fullname} for {importer} (not used)", name=fullname
+            )
+        return None
+
+
+def _importing_module() -> str:
+    """``__name__`` of the module whose code runs the import being resolved: the innermost
+    frame of this thread outside this module and the import machinery."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name != __name__ and not name.startswith("importlib"):
+            return name
+        frame = frame.f_back
+    return ""
+
+
+def skip_unused_optional_imports() -> None:
+    """Install the finder (first on ``sys.meta_path``), once per process."""
+    if not any(isinstance(f, _RefuseUnusedOptional) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RefuseUnusedOptional())

@@ -1,0 +1,62 @@
+"""``shutdown_ray``: a local Ray's autoscaler monitor is killed before Ray's own shutdown
+(which would otherwise stop the GCS first and then wait on the monitor's SIGTERM handler),
+and nothing of that Ray is left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, os
+
+    import psutil
+    import ray
+
+    from raysearch.search._ray import _MONITOR_SCRIPT, shutdown_ray, start_ray
+
+    assert start_ray(None)
+    children = psutil.Process().children(recursive=True)
+    monitors = [p for p in children if any(a.endswith(_MONITOR_SCRIPT) for a in p.cmdline())]
+    seen = {}
+    original = ray.shutdown
+
+    def watched_shutdown(*args, **kwargs):
+        seen["monitor_alive_when_ray_shuts_down"] = any(p.is_running() and
+            p.status() != psutil.STATUS_ZOMBIE for p in monitors)
+        return original(*args, **kwargs)
+
+    ray.shutdown = watched_shutdown
+    shutdown_ray()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    print(json.dumps({
+        "monitors": len(monitors),
+        "ray_initialized": ray.is_initialized(),
+        "left": [p.pid for p in alive],
+        **seen,
+    }))
+    """
+)
+
+
+def test_a_local_ray_loses_its_monitor_first_and_leaves_nothing_behind(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["monitors"] == 1, state
+    assert state["monitor_alive_when_ray_shuts_down"] is False, state
+    assert state["ray_initialized"] is False, state
+    assert state["left"] == [], state
