@@ -33,6 +33,7 @@ from onnxruntime.quantization.calibrate import (
 )
 from onnxruntime.quantization.quant_utils import add_infer_metadata
 
+from raysearch.providers import set_threads
 from raysearch.quantize._store import CacheStats
 from raysearch.quantize.tempdirs import make_workdir
 
@@ -145,8 +146,7 @@ class Calibrators:
     def _session_options(self) -> ort.SessionOptions:
         session_options = ort.SessionOptions()
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        if self.threads:
-            session_options.intra_op_num_threads = int(self.threads)
+        set_threads(session_options, self.threads)
         session_options.log_severity_level = 3
         return session_options
 
