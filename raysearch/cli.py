@@ -185,9 +185,16 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
 
 
 def _run_search(config, overwrite: bool) -> int:
+    from raysearch.search._output_dir import check_output_dir
+    from raysearch.search.preflight import start_preflight
+
+    # The input is checked and the float reference computed while Ray Tune is imported; not
+    # for a folder that the search would refuse anyway (``run`` checks it again).
+    check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
+    pending = start_preflight(config)
     from raysearch.search import AutoSearch
 
-    result = AutoSearch(config).run(overwrite=overwrite, progress=sys.stderr)
+    result = AutoSearch(config).run(overwrite=overwrite, progress=sys.stderr, preflight=pending)
     _print_summary(result.summary, result.output_dir)
     return _exit_status(result)
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from raysearch.evaluate import Evaluator, FloatReference
     from raysearch.space import SearchSpace
 
-__all__ = ["Prepared", "preflight", "check_model"]
+__all__ = ["Prepared", "preflight", "start_preflight", "check_model"]
 
 _logger = logging.getLogger(__name__)
 
@@ -208,3 +210,55 @@ def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = Non
         prepared.info["float_metric"] = prepared.float_score
     prepared.info["float_s"] = time.perf_counter() - started
     return prepared
+
+
+def start_preflight(config: SearchConfig) -> Future[Prepared] | None:
+    """:func:`preflight` of ``config`` in a daemon thread, started now; None (nothing started)
+    for a custom evaluator, whose code the caller's thread runs later instead.
+
+    The ``raysearch`` command calls this before it imports Ray Tune (1.2 s of imports on one
+    core): the float model then runs on the other core, and mostly outside the interpreter's
+    lock, while the imports hold it. What :func:`preflight` imports (the data, evaluation and
+    model modules, the backends the spaces select) is imported first, in the calling thread,
+    so that the two threads never import the same module at once (the thread's own imports
+    are then ONNX's and ONNX Runtime's, which Ray Tune's imports do not touch). A custom
+    evaluator's code may import anything, so it is not run beside other imports.
+
+    Example:
+        >>> pending = start_preflight(config)                           # doctest: +SKIP
+        >>> prepared = pending.result() if pending else preflight(config)  # doctest: +SKIP
+    """
+    from raysearch.evaluate import Evaluator
+
+    if not Evaluator.from_config(config).needs_reference:
+        return None
+    _import_what_preflight_uses(config)
+    pending: Future[Prepared] = Future()
+
+    def _run() -> None:
+        if not pending.set_running_or_notify_cancel():
+            return
+        try:
+            pending.set_result(preflight(config))
+        except BaseException as exc:  # handed to whoever waits for the result
+            pending.set_exception(exc)
+
+    threading.Thread(target=_run, name="raysearch-preflight", daemon=True).start()
+    return pending
+
+
+def _import_what_preflight_uses(config: SearchConfig) -> None:
+    """Import, in this thread, the modules :func:`preflight` imports on its way. A backend
+    that cannot be imported is left to :func:`preflight`, which reports it in its turn."""
+    import raysearch._evaluate._run  # noqa: F401  (the float model's run)
+    import raysearch.data  # noqa: F401
+    import raysearch.modelfile  # noqa: F401
+    import raysearch.providers  # noqa: F401
+    from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
+
+    for space in config.search_spaces:
+        for backend_name in _choices(space, "quantizer"):
+            try:
+                get_backend(backend_name or DEFAULT_BACKEND)
+            except Exception:  # noqa: BLE001 - preflight reports it, in its order
+                continue

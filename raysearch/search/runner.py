@@ -45,6 +45,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -114,7 +115,13 @@ class AutoSearch:
         self.output_dir = Path(self.config.output_dir).resolve()
 
     # -- public ----------------------------------------------------------------------------
-    def run(self, *, overwrite: bool = False, progress: TextIO | None = None) -> SearchResult:
+    def run(
+        self,
+        *,
+        overwrite: bool = False,
+        progress: TextIO | None = None,
+        preflight: Future[Prepared] | None = None,
+    ) -> SearchResult:
         """Run the search to its end and write its outputs.
 
         Args:
@@ -122,6 +129,9 @@ class AutoSearch:
                 created there are removed).
             progress: a stream for the live progress line (the CLI passes ``sys.stderr``);
                 None logs progress instead.
+            preflight: the :func:`~raysearch.search.preflight.start_preflight` of this
+                search's config, already under way (the CLI starts it before it imports Ray
+                Tune); None runs the preflight here, beside Ray's start.
 
         Nothing is written before the model, the data and the evaluator passed
         :func:`~raysearch.search.preflight.preflight` and the Ray cluster proved able to hold
@@ -135,7 +145,7 @@ class AutoSearch:
         started = time.monotonic()
         folder = self.output_dir
         previous = check_output_dir(folder, overwrite=overwrite)
-        prepared = _preflight_beside_ray(self.config)
+        prepared = _preflight_beside_ray(self.config, pending=preflight)
         check_resources(self.config)
         with hold_output_dir(folder):
             if previous:
@@ -224,18 +234,20 @@ def search_running_in(folder: str | os.PathLike) -> bool:
     return False
 
 
-def _preflight_beside_ray(config: SearchConfig, cache_dir: str | None = None) -> Prepared:
-    """:func:`~raysearch.search.preflight.preflight` in a thread while this thread starts (or
-    joins) Ray: each takes seconds (magika: 2-7 s each on two cores), and neither needs the
-    other. Ray starts in the main thread, where ``ray.init`` installs its signal handlers.
-    A bad input is the error reported (before a Ray failure); a Ray this call started for a
-    bad input is shut down again."""
+def _preflight_beside_ray(
+    config: SearchConfig, cache_dir: str | None = None, pending: Future[Prepared] | None = None
+) -> Prepared:
+    """:func:`~raysearch.search.preflight.preflight` in a thread (``pending``, when one was
+    started already) while this thread starts (or joins) Ray: each takes seconds (magika:
+    2-7 s each on two cores), and neither needs the other. Ray starts in the main thread,
+    where ``ray.init`` installs its signal handlers. A bad input is the error reported (before
+    a Ray failure); a Ray this call started for a bad input is shut down again."""
     from concurrent.futures import ThreadPoolExecutor
 
     from raysearch.search.preflight import preflight
 
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
-        checked = pool.submit(preflight, config, cache_dir=cache_dir)
+        checked = pending or pool.submit(preflight, config, cache_dir=cache_dir)
         try:
             started = start_ray(config.address)
         except BaseException:
