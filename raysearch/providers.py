@@ -191,8 +191,9 @@ def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
     busy process took 6.6 s of CPU with spinning and 5.9 s without, and no longer."""
     if not threads:
         return
-    options.intra_op_num_threads = max(1, int(threads))
-    if threads > 1:
+    count = max(1, int(threads))
+    options.intra_op_num_threads = count
+    if count > 1:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
 
 

@@ -142,15 +142,22 @@ def _choices(space: SearchSpace, leaf: str) -> list[Any]:
     return values or [None]
 
 
+def _backend_names(space: SearchSpace) -> list[str]:
+    """The quantizer backends ``space`` can select (the default one when it names none)."""
+    from raysearch.quantize.registry import DEFAULT_BACKEND
+
+    return [name or DEFAULT_BACKEND for name in _choices(space, "quantizer")]
+
+
 def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSpace]) -> None:
     """Each backend a space can select checks every model-dependent choice of the space (its
     ``model_settings``: op types, node names; ``op_types_to_quantize: null`` too) against the
     model."""
-    from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
+    from raysearch.quantize.registry import get_backend
 
     for space in spaces:
-        for backend_name in _choices(space, "quantizer"):
-            backend = get_backend(backend_name or DEFAULT_BACKEND)
+        for backend_name in _backend_names(space):
+            backend = get_backend(backend_name)
             for key in backend.model_settings:
                 *containers, leaf = key.split(".")
                 for value in _choices(space, leaf):  # None: the backend's default
@@ -254,11 +261,11 @@ def _import_what_preflight_uses(config: SearchConfig) -> None:
     import raysearch.data  # noqa: F401
     import raysearch.modelfile  # noqa: F401
     import raysearch.providers  # noqa: F401
-    from raysearch.quantize.registry import DEFAULT_BACKEND, get_backend
+    from raysearch.quantize.registry import get_backend
 
     for space in config.search_spaces:
-        for backend_name in _choices(space, "quantizer"):
+        for backend_name in _backend_names(space):
             try:
-                get_backend(backend_name or DEFAULT_BACKEND)
+                get_backend(backend_name)
             except Exception:  # noqa: BLE001 - preflight reports it, in its order
                 continue
