@@ -344,6 +344,10 @@ class SettingSearcher(Searcher):
         # A restored experiment runs its unfinished trials again: they are live again.
         self.state.waiting = False
         self._attached = False
+        # Registered now, not at the first suggestion: Tune asks a searcher that had finished
+        # for nothing more, and a session whose every trial ended before its driver died
+        # (journaled, no summary yet) would otherwise end as "interrupted" on every resume.
+        self._attach()
 
 
 def _metric(value: Any) -> float | None:
