@@ -44,7 +44,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", type=Path, help="the search config (YAML)")
     run.add_argument("overrides", nargs="*", help="key.path=value overrides, values as YAML")
     run.add_argument("--output-dir", type=Path, help="where outputs go (overrides output_dir)")
-    run.add_argument("--address", help="Ray cluster to join: auto or ray://host:port")
+    run.add_argument("--address", help="Ray cluster to join: auto, host:port or ray://host:port")
     run.add_argument(
         "--overwrite",
         action="store_true",
@@ -53,7 +53,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     resume = sub.add_parser("resume", help="continue an interrupted search")
     resume.add_argument("output_dir", type=Path, help="the interrupted search's output folder")
-    resume.add_argument("--address", help="Ray cluster to join: auto or ray://host:port")
+    resume.add_argument("--address", help="Ray cluster to join: auto, host:port or ray://host:port")
 
     validate = sub.add_parser("validate", help="check a config and print the space's size")
     validate.add_argument("config", type=Path)

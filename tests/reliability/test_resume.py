@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from raysearch.cli import main
 from raysearch.search import AutoSearch
@@ -24,6 +28,7 @@ from tests.reliability.helpers import (
     probe_config,
     start_raysearch,
     stop_leftovers,
+    subprocess_env,
     wait_until,
     write_config,
 )
@@ -127,3 +132,56 @@ def test_ctrl_c_stops_gracefully_writes_outputs_and_resumes(
     assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
     _check_resumed(tmp_path, before, resumed)
     capsys.readouterr()
+
+
+def _killed_after_last_trial(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A search run to its end, then put back to what its folder held between Tune's end
+    and the outputs (the driver killed there): the journal and Tune's state, the marker
+    still "running", no summary or results table. Its summary and journal."""
+    config = probe_config(folder, search_space={"per_channel": [True, False]})
+    out = folder / "out"
+    finished = AutoSearch(config).run().summary
+    for name in ("summary.json", "results.parquet"):
+        (out / name).unlink()
+    marker = json.loads((out / ".raysearch.json").read_text())
+    (out / ".raysearch.json").write_text(json.dumps({**marker, "status": "running"}))
+    return finished, journal(out)
+
+
+def test_a_driver_killed_after_its_last_trial_resumes_to_finished(tmp_path: Path):
+    """The driver killed after its last trial was journaled, before the outputs (a batch's
+    Ray lost under a search that was finishing): the resume has no trial left to run, and
+    writes the finished search's outputs, not "interrupted"."""
+    out = tmp_path / "out"
+    finished, before = _killed_after_last_trial(tmp_path)
+    assert main(["resume", str(out)]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["stop_reason"] == finished["stop_reason"] == "space_exhausted"
+    assert {k: resumed[k] for k in COMPARED} == {k: finished[k] for k in COMPARED}
+    assert journal(out) == before  # nothing ran again
+    assert json.loads((out / ".raysearch.json").read_text())["status"] == "finished"
+
+
+def test_a_resume_on_a_cluster_that_is_gone_is_refused_in_seconds(tmp_path: Path):
+    """The search's saved address names a cluster that is gone: one line naming the address
+    and exit status 2, in seconds (Ray itself retries for about 14 minutes), the folder kept
+    as it was."""
+    out = tmp_path / "out"
+    _, before = _killed_after_last_trial(tmp_path)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    saved = yaml.safe_load((out / "raysearch_config.yaml").read_text())
+    (out / "raysearch_config.yaml").write_text(yaml.safe_dump({**saved, "address": dead}))
+    done = subprocess.run(
+        [sys.executable, "-m", "raysearch.cli", "resume", str(out)],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and f"no Ray cluster answers at {dead}" in lines[0], done.stderr
+    assert journal(out) == before and not (out / "summary.json").exists()
