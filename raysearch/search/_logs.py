@@ -78,7 +78,7 @@ class LogSetup:
         self.handler.setLevel(logging.DEBUG)
         self.handler.setFormatter(
             logging.Formatter(
-                "%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"
+                "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"
             )
         )
         self.logger = logging.getLogger("raysearch")
