@@ -19,14 +19,15 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["BatchSearches", "say"]
+__all__ = ["BatchSearches", "LOCAL_RAY_LOST_S", "local_ray_env", "say"]
 
 _logger = logging.getLogger("raysearch.batch")
 
 
 class BatchSearches:
     """The model searches of a batch as processes: at most ``at_once`` running, each stopped
-    after ``timeout_s``; a failed one's last error line goes to ``errors``."""
+    after ``timeout_s``; a failed one's last error line goes to ``errors``; ``env`` is their
+    environment (None: this process's)."""
 
     def __init__(
         self,
@@ -35,8 +36,11 @@ class BatchSearches:
         timeout_s: float | None,
         errors: dict[str, str],
         progress: TextIO | None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.out = out
+        #: The searches' environment (None: this process's).
+        self.env = env
         self.at_once = at_once
         self.timeout_s = timeout_s
         self.errors = errors
@@ -102,6 +106,7 @@ class BatchSearches:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=self.env,
             )
         self.running[name] = (proc, log, time.monotonic())
         say(self.progress, f"{name}: {'resumed' if cmd[0] == 'resume' else 'started'}")
@@ -113,8 +118,30 @@ class BatchSearches:
 
 
 #: How long a model waits for a leftover search that holds its folder (Ray's driver gives up
-#: on a lost cluster after ``gcs_rpc_server_reconnect_timeout_s``, 60 s by default).
+#: on a lost cluster after ``gcs_rpc_server_reconnect_timeout_s``: 60 s by default, and
+#: :data:`LOCAL_RAY_LOST_S` for the searches of a batch that started its own Ray).
 _HELD_WAIT_S = 180.0
+
+#: Seconds a search of a batch waits for the Ray the batch started once it stopped answering.
+#: That Ray ends only with the batch (killed, say), after which no search of it can go on:
+#: they end this soon instead of Ray's default 60 s, and a batch run again resumes their
+#: models that much sooner. (A joined cluster's searches keep Ray's default: a head that
+#: restarts may come back.)
+LOCAL_RAY_LOST_S = 10
+
+
+def local_ray_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the searches of a batch that started its own Ray: ``environ``
+    (default: this process's) with Ray's ``gcs_rpc_server_reconnect_timeout_s`` at
+    :data:`LOCAL_RAY_LOST_S`, unless it already sets it.
+
+    Example:
+        >>> local_ray_env({})["RAY_gcs_rpc_server_reconnect_timeout_s"]
+        '10'
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(LOCAL_RAY_LOST_S))
+    return env
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

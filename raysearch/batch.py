@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from raysearch._batch_searches import BatchSearches, say
+from raysearch._batch_searches import BatchSearches, local_ray_env, say
 from raysearch.config import SearchConfig, read_yaml
 from raysearch.errors import ConfigError, InputError, suggest
 from raysearch.fileio import atomic_write_text, replacing
@@ -243,7 +243,15 @@ def run_batch(
         cmd = _command(entry, out, address, per_model, overwrite, progress)
         if cmd is not None:
             queue.append((entry.name, cmd))
-    searches = BatchSearches(out, at_once, manifest.model_timeout_s, errors, progress)
+    searches = BatchSearches(
+        out,
+        at_once,
+        manifest.model_timeout_s,
+        errors,
+        progress,
+        # A Ray this batch started (not a cluster it joined) ends with the batch.
+        env=local_ray_env() if started_here and not manifest.address else None,
+    )
     try:
         searches.run(queue)
     finally:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from raysearch.search.runner import search_running_in
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 from tests.reliability.helpers import (
     PROBE,
@@ -135,6 +136,14 @@ def test_a_batch_of_twenty_with_faults_completes_and_resumes_only_the_unfinished
         first.wait(timeout=60)
     finally:
         stop_leftovers(first)
+    # The searches the killed batch left running (their own sessions) lost the Ray it started:
+    # they end within seconds (the batch gave them a short reconnect timeout), not Ray's 60 s.
+    held = [p for p in out.iterdir() if p.is_dir() and search_running_in(p)]
+    deadline = time.monotonic() + 30
+    while held and time.monotonic() < deadline:
+        time.sleep(0.5)
+        held = [p for p in held if search_running_in(p)]
+    assert not held, f"searches of the killed batch still running after 30 s: {held}"
     done_before = _finished(out)
     journals = {name: [r["trial_id"] for r in journal(out / name)] for name in done_before}
     assert 5 <= len(done_before) < 20
