@@ -39,7 +39,6 @@ class BatchSearches:
         env: dict[str, str] | None = None,
     ) -> None:
         self.out = out
-        #: The searches' environment (None: this process's).
         self.env = env
         self.at_once = at_once
         self.timeout_s = timeout_s

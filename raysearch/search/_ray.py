@@ -90,16 +90,15 @@ def start_ray(address: str | None) -> bool:
     return True
 
 
-def check_reachable(address: str, wait_s: float | None = None) -> None:
+def check_reachable(address: str, wait_s: float = CLUSTER_WAIT_S) -> None:
     """Fail fast when nothing listens at a ``host:port`` cluster address.
 
     ``ray.init`` tries a GCS that does not answer 20 times, about 41 s each: a search
     resumed on the address of a cluster that is gone (its saved address) would hang for
     14 minutes before Ray's own error. Ray has no shorter switch for a driver (its
     ``RAY_gcs_server_port_wait_time_s`` sets the number of tries, not their length), so a
-    plain TCP connection is tried here, for up to ``wait_s`` seconds (default
-    :data:`CLUSTER_WAIT_S`: a head that is starting). ``auto`` and ``ray://`` addresses are
-    Ray's to check.
+    plain TCP connection is tried here, for up to ``wait_s`` seconds (a head that is
+    starting). ``auto`` and ``ray://`` addresses are Ray's to check.
 
     Raises:
         ConfigError: no process accepts connections at ``address``.
@@ -107,7 +106,6 @@ def check_reachable(address: str, wait_s: float | None = None) -> None:
     host, sep, port = address.rpartition(":")
     if address == "auto" or "://" in address or not sep or not port.isdigit():
         return
-    wait_s = CLUSTER_WAIT_S if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     while True:
         try:

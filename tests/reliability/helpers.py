@@ -114,6 +114,18 @@ def start_raysearch(args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
         )
 
 
+def run_raysearch(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``raysearch ARGS`` as a real process, run to its end; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "raysearch.cli", *args],
+        cwd=cwd,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def wait_until(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 120) -> None:
     """Wait for ``ready()`` while ``proc`` runs; fail when it ends first or time runs out."""
     deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from raysearch.cli import main
 from tests.models import make_mlp_model, mlp_data
-from tests.reliability.helpers import REPO, subprocess_env, write_config
+from tests.reliability.helpers import REPO, run_raysearch, subprocess_env, write_config
 
 DELETE = object()
 
@@ -341,14 +341,7 @@ SUBPROCESS_CASES = [
 def test_the_real_process_exits_2_without_a_traceback(case_id: str, files: Path, tmp_path: Path):
     (case,) = [c for c in CASES if c.id == case_id]
     config = write_config(tmp_path / "config.yaml", _config(files, tmp_path, case.overrides))
-    done = subprocess.run(
-        [sys.executable, "-m", "raysearch.cli", "run", str(config)],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_raysearch(["run", str(config)], tmp_path)
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and re.search(case.message, lines[0]), done.stderr
@@ -361,14 +354,7 @@ def test_debug_shows_the_traceback(files: Path, tmp_path: Path):
     config = write_config(
         tmp_path / "config.yaml", _config(files, tmp_path, {"model": "{files}/random.onnx"})
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "raysearch.cli", "--debug", "run", str(config)],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_raysearch(["--debug", "run", str(config)], tmp_path)
     assert done.returncode != 0
     assert "Traceback" in done.stderr and "is not an ONNX model" in done.stderr
     assert not (tmp_path / "out").exists()

@@ -9,8 +9,6 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,9 +24,9 @@ from tests.reliability.helpers import (
     journal,
     kill_group,
     probe_config,
+    run_raysearch,
     start_raysearch,
     stop_leftovers,
-    subprocess_env,
     wait_until,
     write_config,
 )
@@ -173,14 +171,7 @@ def test_a_resume_on_a_cluster_that_is_gone_is_refused_in_seconds(tmp_path: Path
         dead = f"127.0.0.1:{sock.getsockname()[1]}"
     saved = yaml.safe_load((out / "raysearch_config.yaml").read_text())
     (out / "raysearch_config.yaml").write_text(yaml.safe_dump({**saved, "address": dead}))
-    done = subprocess.run(
-        [sys.executable, "-m", "raysearch.cli", "resume", str(out)],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_raysearch(["resume", str(out)], tmp_path)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and f"no Ray cluster answers at {dead}" in lines[0], done.stderr
