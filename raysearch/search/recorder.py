@@ -40,7 +40,7 @@ from ray import tune
 
 from raysearch.errors import DiskFullError
 from raysearch.modelfile import place_model, remove_model
-from raysearch.outputs._records import better
+from raysearch.outputs._records import best_record, better
 from raysearch.quantize.sensitivity import (
     SENSITIVITY_FILE,
     read_sensitivity_table,
@@ -191,7 +191,11 @@ class TrialRecorder(tune.Callback):
             write_sensitivity_table(self.output_dir / SENSITIVITY_FILE, self._sensitivity)
 
     def _better(self, record: dict[str, Any]) -> bool:
-        return better(record, self.best, self.higher_is_better)
+        # The outputs' rule (best_record), ties to the trial started first: concurrent trials
+        # end in another order than they started, and the model kept must be the best's.
+        if self.best is None:
+            return better(record, None, self.higher_is_better)
+        return best_record([self.best, record], self.higher_is_better) is record
 
     def _place_model(self, trial_id: str, record: dict[str, Any]) -> str | None:
         source = record.get("model_path")
