@@ -37,7 +37,7 @@ from raysearch.search.recorder import TrialRecorder
 from raysearch.search.searchers import GridPhase, SettingSearcher, quiet_optuna
 from raysearch.search.session import SearchSession, register, release
 from raysearch.search.stopper import CandidateStopper, trial_limit
-from raysearch.search.trainable import make_trainable
+from raysearch.search.trainable import make_trainable, start_barrier
 from raysearch.search.transfer import current_node_id, model_blob
 from raysearch.strategy import ModelFacts, StrategyContext
 
@@ -235,6 +235,8 @@ class Execution:
         config, folder = self.config, self.output_dir
         expected, records = run.expected, run.records
         wave = run.slots if expected is None else max(1, min(run.slots, expected - len(records)))
+        # The searcher opens it when it waits for results before a second trial.
+        run.session.start_barrier = barrier = start_barrier(wave)
         trainable = make_trainable(
             run.spec,
             folder,
@@ -242,7 +244,7 @@ class Execution:
             gpu_per_trial=config.resources.gpu_per_trial,
             timeout_s=config.trial_timeout_s,
             replay={r["trial_id"]: replay_result(r) for r in records},
-            wave=wave,
+            barrier=barrier,
             driver_node=current_node_id(),
         )
         # ASHA over the rungs of evaluation on growing subsets; Tune's FIFO without them.

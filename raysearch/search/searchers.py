@@ -270,6 +270,7 @@ class SettingSearcher(Searcher):
             proposal = phase.propose(trial_id, self)
             if proposal is None:
                 state.waiting = True
+                self._open_start_barrier()
                 return None
             if proposal == EXHAUSTED:
                 self._next_phase("every setting was proposed")
@@ -288,6 +289,16 @@ class SettingSearcher(Searcher):
                 "key": proposal.key,
             }
         return self._finish("space_exhausted")
+
+    def _open_start_barrier(self) -> None:
+        """The phase waits for results: no other actor starts before they come, so the
+        actors already started must not wait for one (see ``StartBarrier``)."""
+        from raysearch.search.session import lookup
+
+        session = lookup(self.session_key) if self.session_key is not None else None
+        if session is not None and session.start_barrier is not None:
+            session.start_barrier.open.remote()
+            session.start_barrier = None
 
     def _next_phase(self, why: str) -> None:
         _logger.info("search phase %d ends: %s", self.state.phase, why)

@@ -53,6 +53,9 @@ class SearchSession:
     records: list[dict[str, Any]] = field(default_factory=list)
     #: The searcher Tune is using (it registers itself on its first suggestion).
     searcher: Any = None
+    #: The first wave's :class:`~raysearch.search.trainable.StartBarrier` (None: one actor),
+    #: which the searcher opens when it waits for results before proposing more.
+    start_barrier: Any = None
 
 
 def register(session: SearchSession) -> None:

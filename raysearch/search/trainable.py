@@ -51,6 +51,7 @@ __all__ = [
     "TrialEngine",
     "EngineFactory",
     "StartBarrier",
+    "start_barrier",
     "make_trainable",
     "TRIALS_TMP",
 ]
@@ -89,23 +90,43 @@ EngineFactory = Callable[..., TrialEngine]
 
 @ray.remote(num_cpus=0)
 class StartBarrier:
-    """Lets the first trials wait until every actor of the first wave has started.
+    """Lets the first trials wait until every actor of the first wave (``wave`` actors) has
+    started, or until the search says no more are coming at first (:meth:`open`).
 
     Without it, the first trial (0.1 s) ends while the second actor is still starting (~2 s);
     Tune then hands the finished actor to the second trial and removes the starting one, and
     every later trial repeats this: one actor does all the work while new ones start and are
-    removed over and over. Waiting once, at start, for the whole wave avoids that.
+    removed over and over. Waiting once, at start, for the whole wave avoids that. A strategy
+    that proposes one trial and waits for its result (Conservative, Fallback's first trial)
+    starts one actor: the searcher opens the barrier then, or that actor would wait out the
+    barrier's timeout for a second one that Tune never starts.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wave: int) -> None:
+        self.wave = wave
         self.count = 0
 
-    def arrive(self) -> int:
+    def arrive(self) -> bool:
+        """An actor has started; whether the wave may go."""
         self.count += 1
-        return self.count
+        return self.ready()
 
-    def arrived(self) -> int:
-        return self.count
+    def ready(self) -> bool:
+        return self.count >= self.wave
+
+    def open(self) -> None:
+        """No more actors start before the first trials' results: let those there go."""
+        self.wave = 0
+
+
+def start_barrier(wave: int) -> Any:
+    """The :class:`StartBarrier` of a first wave of ``wave`` actors; None for one."""
+    if wave <= 1:
+        return None
+    # On the driver's node, which lives as long as the search: a barrier lost with another
+    # node would fail the setup of every actor started after it.
+    here = NodeAffinitySchedulingStrategy(current_node_id(), soft=False)
+    return StartBarrier.options(scheduling_strategy=here).remote(wave)
 
 
 class QuantTrainable(tune.Trainable):
@@ -120,7 +141,6 @@ class QuantTrainable(tune.Trainable):
         timeout_s: float | None = None,
         replay: Mapping[str, Mapping[str, Any]] | None = None,
         barrier: Any = None,
-        wave: int = 1,
         driver_node: str | None = None,
         factory_box: list[Any] | None = None,
         helper_resources: Mapping[str, float] | None = None,
@@ -161,8 +181,10 @@ class QuantTrainable(tune.Trainable):
         # long as the actor: keep it out of the garbage collector's full passes, which the
         # trial engine runs after every trial and which would otherwise walk it each time.
         gc.freeze()
+        started = time.perf_counter()
         if barrier is not None:
-            _wait_for_wave(barrier, wave)
+            _wait_for_wave(barrier)
+        self._wait_s = time.perf_counter() - started
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         # Keep the engine (and its caches) for the next trial; nothing depends on the config.
@@ -253,6 +275,7 @@ class QuantTrainable(tune.Trainable):
         record["actor_trials"] = self._trials_run
         if self._trials_run == 1:
             record["actor_setup_s"] = round(self._setup_s, 4)
+            record["actor_wait_s"] = round(self._wait_s, 4)  # at the StartBarrier
         ok = record.get("status") == "ok"
         score = rung_score(record, self._higher) if ok else None
         clock = None
@@ -343,12 +366,16 @@ def _score_pool(factory_ref: Any, threads: int, resources: Mapping[str, float] |
     return ScorePool(factory_ref, threads=threads, helpers=helpers, **resources)
 
 
-def _wait_for_wave(barrier: Any, wave: int, timeout_s: float = 30.0) -> None:
-    arrived = ray.get(barrier.arrive.remote())
+#: How long the first actors wait at most for the rest of their wave.
+START_BARRIER_TIMEOUT_S = 30.0
+
+
+def _wait_for_wave(barrier: Any, timeout_s: float = START_BARRIER_TIMEOUT_S) -> None:
+    ready = ray.get(barrier.arrive.remote())
     deadline = time.monotonic() + timeout_s
-    while arrived < wave and time.monotonic() < deadline:
+    while not ready and time.monotonic() < deadline:
         time.sleep(0.02)
-        arrived = ray.get(barrier.arrived.remote())
+        ready = ray.get(barrier.ready.remote())
 
 
 def make_trainable(
@@ -359,20 +386,14 @@ def make_trainable(
     gpu_per_trial: float = 0.0,
     timeout_s: float | None = None,
     replay: Mapping[str, Mapping[str, Any]] | None = None,
-    wave: int = 1,
+    barrier: Any = None,
     driver_node: str | None = None,
 ) -> Any:
     """``QuantTrainable`` with its read-only inputs in the object store and its resources.
 
-    ``wave`` is how many actors start at once (the number of trials that run in parallel);
-    with more than one, a :class:`StartBarrier` makes the first wave start together.
+    ``barrier`` (:func:`start_barrier`) makes the actors of the first wave (the trials that
+    run in parallel) start their first trials together.
     """
-    barrier = None
-    if wave > 1:
-        # On the driver's node, which lives as long as the search: a barrier lost with
-        # another node would fail the setup of every actor started after it.
-        here = NodeAffinitySchedulingStrategy(current_node_id(), soft=False)
-        barrier = StartBarrier.options(scheduling_strategy=here).remote()
     trainable = tune.with_parameters(
         QuantTrainable,
         # Put once, boxed so that the actor gets the reference too: its helper tasks
@@ -384,7 +405,6 @@ def make_trainable(
         timeout_s=timeout_s,
         replay=dict(replay or {}),
         barrier=barrier,
-        wave=wave,
         driver_node=driver_node,
     )
     resources = {"cpu": cpu_per_trial}

@@ -16,6 +16,7 @@ from raysearch.search._conservative import op_order
 from raysearch.search._fallback import ALL, DONE, Bisection, search_budget
 from raysearch.search._setting_phase import setting_proposal, setting_space
 from raysearch.search.searchers import SettingSearcher
+from raysearch.search.trainable import START_BARRIER_TIMEOUT_S
 from raysearch.space import SearchSpace
 from raysearch.strategy import ModelFacts, StrategyContext, canonical_strategy
 from tests.models import make_outlier_model, outlier_data
@@ -331,6 +332,7 @@ def test_fallback_finds_the_outlier_tensor_on_the_real_model(make_config, outlie
     assert len({r["key"] for r in records}) == len(records)
     (base,) = [r for r in records if r["phase"] == 0]
     assert not base["is_candidate"] and base["metric"] < 0.5
+    assert base["actor_wait_s"] < START_BARRIER_TIMEOUT_S / 2  # alone at first, not held
     fallback = [r for r in records if r["phase"] == 1]
     first = min(fallback, key=lambda r: r["number"])
     assert first["settings"]["mixed_precision"]["top_k"] == ALL
@@ -360,6 +362,9 @@ def test_conservative_leaves_the_outlier_matmuls_in_float(make_config, outlier_f
     records = _journal(result.output_dir)
     assert [r["settings"]["op_types_to_quantize"] for r in records] == [["MatMul"]]
     assert not records[0]["is_candidate"]
+    # One trial at a time: the searcher opened the start barrier, and the one actor did not
+    # wait out its timeout for a second one that Tune never starts.
+    assert records[0]["actor_wait_s"] < START_BARRIER_TIMEOUT_S / 2
 
 
 @pytest.mark.slow
