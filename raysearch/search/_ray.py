@@ -154,12 +154,17 @@ def shutdown_ray() -> None:
     except ImportError:  # pragma: no cover - Ray without its bundled psutil
         psutil = None
     if psutil is not None:
+        killed = []
         for child in psutil.Process().children():
             try:
                 if any(part.endswith(_MONITOR_SCRIPT) for part in child.cmdline()):
                     child.kill()
+                    killed.append(child)
             except psutil.Error:  # it ended meanwhile, or is not ours to read
                 continue
+        # SIGKILL is delivered asynchronously: reap the monitor (milliseconds) so that it is
+        # gone when the GCS stops, not merely signalled.
+        psutil.wait_procs(killed, timeout=1.0)
     ray.shutdown()
 
 
