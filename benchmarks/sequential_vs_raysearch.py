@@ -33,6 +33,11 @@ start, actor clock), ``trial_phase_s`` and ``after_last_trial_s`` (last trial's 
 process's exit); the issue's targets are at most 3 s and 1 s. ``ray_floor`` measures, in the
 same run, what Ray alone takes on this machine: a new Python process that imports Ray,
 ``ray.init``s a local Ray, runs one actor's first method, and shuts Ray down.
+``tune_floor``, what Ray Tune alone takes: a new process that imports Ray Tune, starts a local
+Ray and runs a ``Tuner`` of two trials of a class ``Trainable`` that does nothing, with the
+resources of (b) (one CPU per trial, actors reused), to the first trial's ``step``
+(``to_first_trial_s``), and shuts Ray down with ``ray.shutdown`` (``shutdown_s``). A search on
+Ray Tune cannot start its first trial sooner.
 
 The *ideal* time is ``(one calibration per distinct calibration + every trial's quantization
 and evaluation) / cores`` from (c)'s records. Target: (a) / (b) >= 3 with the same best setting.
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -252,6 +258,45 @@ print(initialised - started, first_call - started, time.time() - before_shutdown
 """
 
 
+_TUNE_FLOOR = """
+import sys, tempfile, time
+started = float(sys.argv[1])
+import ray
+from ray import tune
+ray.init(num_cpus=%d, include_dashboard=False, log_to_driver=False, logging_level=30)
+class Nothing(tune.Trainable):
+    def step(self):
+        return {"done": True, "at": time.time()}
+    def reset_config(self, new_config):
+        return True
+with tempfile.TemporaryDirectory() as tmp:
+    tuner = tune.Tuner(
+        tune.with_resources(Nothing, {"cpu": 1}),
+        tune_config=tune.TuneConfig(num_samples=2, reuse_actors=True),
+        run_config=tune.RunConfig(storage_path=tmp, verbose=0, log_to_file=False),
+    )
+    first = min(result.metrics["at"] for result in tuner.fit())
+before_shutdown = time.time()
+ray.shutdown()
+print(first - started, time.time() - before_shutdown)
+"""
+
+
+def tune_floor() -> dict[str, float]:
+    """What Ray Tune alone takes here (see the module docstring): to the first trial's step of
+    a Tuner of two no-op trials, from a new process's start, and ``ray.shutdown``."""
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", _TUNE_FLOOR % CPUS, repr(started)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"},
+    )
+    first_s, shutdown_s = (float(x) for x in done.stdout.split()[-2:])
+    return {"to_first_trial_s": round(first_s, 2), "shutdown_s": round(shutdown_s, 2)}
+
+
 def ray_floor() -> dict[str, float]:
     """What Ray alone takes here: a new process imports Ray, starts a local Ray, runs one
     actor's first method (``to_first_actor_call_s``, from the process's start) and shuts Ray
@@ -393,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = []
     details = {}
-    floors = []
+    floors, tune_floors = [], []
     tmp = Path(tempfile.mkdtemp(prefix="raysearch-bench-seq-"))
     try:
         for name in models:
@@ -411,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {c['wall_s']:.1f} s")
             floors.append(ray_floor())
             print(f"Ray alone: {floors[-1]}")
+            tune_floors.append(tune_floor())
+            print(f"Ray Tune alone: {tune_floors[-1]}")
             row = compare(name, case, a, b, c)
             cases.append(row)
             details[name] = {
@@ -464,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({r['ideal_parts_s']}); load {r['raysearch']['load_average']}"
         )
     print(f"Ray alone (start to first actor call, shutdown): {floors}")
-    run.write({"metric": METRIC, "cases": cases, "ray_floor": floors, "trials": details}, args.out)
+    print(f"Ray Tune alone (start to first trial, shutdown): {tune_floors}")
+    report = {"metric": METRIC, "cases": cases, "ray_floor": floors, "tune_floor": tune_floors}
+    run.write({**report, "trials": details}, args.out)
     return 0
 
 

@@ -56,6 +56,8 @@ def test_sequential_vs_raysearch(tmp_path: Path) -> None:
         assert key in case, key
     (floor,) = report["ray_floor"]
     assert 0 < floor["to_ray_initialised_s"] <= floor["to_first_actor_call_s"]
+    (tune_floor,) = report["tune_floor"]
+    assert tune_floor["to_first_trial_s"] > 0 and tune_floor["shutdown_s"] > 0
     for run in (case["raysearch"], case["raysearch_every_row"]):
         assert run["trials"] == 12 and run["failed"] == 0
         assert set(run["timeline"]) == {
