@@ -38,11 +38,16 @@ from typing import Any, Protocol
 
 import ray
 from ray import tune
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysearch.errors import is_disk_full
 from raysearch.modelfile import remove_model
 from raysearch.search._rungs import RUNG_CLOCK, RUNG_SCORE, UNRANKED, rung_clock, rung_score
+from raysearch.search._start_barrier import (
+    START_BARRIER_TIMEOUT_S,
+    StartBarrier,
+    start_barrier,
+    wait_for_wave,
+)
 from raysearch.search.layout import TRIALS_TMP
 from raysearch.search.transfer import current_node_id, node_local_dir
 
@@ -52,6 +57,7 @@ __all__ = [
     "EngineFactory",
     "StartBarrier",
     "start_barrier",
+    "START_BARRIER_TIMEOUT_S",
     "make_trainable",
     "TRIALS_TMP",
 ]
@@ -86,47 +92,6 @@ class _Whole:
 
 #: Builds the engine inside an actor: ``factory(threads=..., gpu_id=...)``.
 EngineFactory = Callable[..., TrialEngine]
-
-
-@ray.remote(num_cpus=0)
-class StartBarrier:
-    """Lets the first trials wait until every actor of the first wave (``wave`` actors) has
-    started, or until the search says no more are coming at first (:meth:`open`).
-
-    Without it, the first trial (0.1 s) ends while the second actor is still starting (~2 s);
-    Tune then hands the finished actor to the second trial and removes the starting one, and
-    every later trial repeats this: one actor does all the work while new ones start and are
-    removed over and over. Waiting once, at start, for the whole wave avoids that. A strategy
-    that proposes one trial and waits for its result (Conservative, Fallback's first trial)
-    starts one actor: the searcher opens the barrier then, or that actor would wait out the
-    barrier's timeout for a second one that Tune never starts.
-    """
-
-    def __init__(self, wave: int) -> None:
-        self.wave = wave
-        self.count = 0
-
-    def arrive(self) -> bool:
-        """An actor has started; whether the wave may go."""
-        self.count += 1
-        return self.ready()
-
-    def ready(self) -> bool:
-        return self.count >= self.wave
-
-    def open(self) -> None:
-        """No more actors start before the first trials' results: let those there go."""
-        self.wave = 0
-
-
-def start_barrier(wave: int) -> Any:
-    """The :class:`StartBarrier` of a first wave of ``wave`` actors; None for one."""
-    if wave <= 1:
-        return None
-    # On the driver's node, which lives as long as the search: a barrier lost with another
-    # node would fail the setup of every actor started after it.
-    here = NodeAffinitySchedulingStrategy(current_node_id(), soft=False)
-    return StartBarrier.options(scheduling_strategy=here).remote(wave)
 
 
 class QuantTrainable(tune.Trainable):
@@ -183,7 +148,7 @@ class QuantTrainable(tune.Trainable):
         gc.freeze()
         started = time.perf_counter()
         if barrier is not None:
-            _wait_for_wave(barrier)
+            wait_for_wave(barrier)
         self._wait_s = time.perf_counter() - started
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
@@ -364,18 +329,6 @@ def _score_pool(factory_ref: Any, threads: int, resources: Mapping[str, float] |
     if not helpers:  # no room for one: the trial scores alone, as without Ray
         return None
     return ScorePool(factory_ref, threads=threads, helpers=helpers, **resources)
-
-
-#: How long the first actors wait at most for the rest of their wave.
-START_BARRIER_TIMEOUT_S = 30.0
-
-
-def _wait_for_wave(barrier: Any, timeout_s: float = START_BARRIER_TIMEOUT_S) -> None:
-    ready = ray.get(barrier.arrive.remote())
-    deadline = time.monotonic() + timeout_s
-    while not ready and time.monotonic() < deadline:
-        time.sleep(0.02)
-        ready = ray.get(barrier.ready.remote())
 
 
 def make_trainable(
