@@ -282,38 +282,34 @@ print(first - started, time.time() - before_shutdown)
 """
 
 
-def tune_floor() -> dict[str, float]:
-    """What Ray Tune alone takes here (see the module docstring): to the first trial's step of
-    a Tuner of two no-op trials, from a new process's start, and ``ray.shutdown``."""
+def _timed_script(script: str, keys: tuple[str, ...], **env: str) -> dict[str, float]:
+    """Run ``script`` (``%d`` in it: this machine's CPUs) in a new Python process, given the
+    time it was started at; the numbers it prints last, rounded, under ``keys``."""
     started = time.time()
     done = subprocess.run(
-        [sys.executable, "-c", _TUNE_FLOOR % CPUS, repr(started)],
+        [sys.executable, "-c", script % CPUS, repr(started)],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"},
+        env={**os.environ, **env},
     )
-    first_s, shutdown_s = (float(x) for x in done.stdout.split()[-2:])
-    return {"to_first_trial_s": round(first_s, 2), "shutdown_s": round(shutdown_s, 2)}
+    values = done.stdout.split()[-len(keys) :]
+    return {key: round(float(value), 2) for key, value in zip(keys, values)}
+
+
+def tune_floor() -> dict[str, float]:
+    """What Ray Tune alone takes here (see the module docstring): to the first trial's step of
+    a Tuner of two no-op trials, from a new process's start, and ``ray.shutdown``."""
+    keys = ("to_first_trial_s", "shutdown_s")
+    return _timed_script(_TUNE_FLOOR, keys, TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1")
 
 
 def ray_floor() -> dict[str, float]:
     """What Ray alone takes here: a new process imports Ray, starts a local Ray, runs one
     actor's first method (``to_first_actor_call_s``, from the process's start) and shuts Ray
     down (``shutdown_s``). raysearch's fixed cost cannot go below it."""
-    started = time.time()
-    done = subprocess.run(
-        [sys.executable, "-c", _RAY_FLOOR % CPUS, repr(started)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    init_s, first_call_s, shutdown_s = (float(x) for x in done.stdout.split()[-3:])
-    return {
-        "to_ray_initialised_s": round(init_s, 2),
-        "to_first_actor_call_s": round(first_call_s, 2),
-        "shutdown_s": round(shutdown_s, 2),
-    }
+    keys = ("to_ray_initialised_s", "to_first_actor_call_s", "shutdown_s")
+    return _timed_script(_RAY_FLOOR, keys)
 
 
 def _timeline(run: dict[str, Any]) -> dict[str, float]:
