@@ -39,14 +39,22 @@ resources of (b) (one CPU per trial, actors reused), to the first trial's ``step
 (``to_first_trial_s``), and shuts Ray down with ``ray.shutdown`` (``shutdown_s``). A search on
 Ray Tune cannot start its first trial sooner.
 
+(a) and (b) run as ``--repeat`` alternating pairs (3 unless ``--smoke``): a single pair on a
+shared machine moves by 20 % from run to run, and alternating puts a quieter or busier stretch
+on both sides. ``ratio`` is the median pair's (a) / (b), whose figures are reported in full;
+``repeats`` holds every pair's, ``ratio_min`` and ``ratio_max`` their spread. (c), the
+floors and the ideal run once, (c) compared with the median pair's loop.
+
 The *ideal* time is ``(one calibration per distinct calibration + every trial's quantization
-and evaluation) / cores`` from (c)'s records. Target: (a) / (b) >= 3 with the same best setting.
+and evaluation) / cores`` from (c)'s records. Target: the median (a) / (b) >= 3, with the same
+best setting in every pair.
 
 Run::
 
     python benchmarks/sequential_vs_raysearch.py            # magika and the encoder
     python benchmarks/sequential_vs_raysearch.py --quick    # magika only
     python benchmarks/sequential_vs_raysearch.py --smoke    # tiny encoder only (tests)
+    python benchmarks/sequential_vs_raysearch.py --quick --repeat 5   # more pairs
 
 Writes ``benchmarks/results/sequential_vs_raysearch.json``.
 """
@@ -123,6 +131,7 @@ def prepare(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]
         model = magika_model(folder)
         calib, evaluation = magika_arrays(200, args.magika_eval_rows)
         return {
+            "name": name,
             "model": model,
             "calib": calib,
             "eval": evaluation,
@@ -133,6 +142,7 @@ def prepare(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]
     size = {"seq": 8, "dim": 16, "ffn": 32} if args.smoke else {}
     model = encoder_model(folder, **size)
     return {
+        "name": name,
         "model": model,
         "calib": encoder_arrays(200, seed=3, **size),
         "eval": encoder_arrays(args.encoder_eval_rows, seed=9, **size),
@@ -143,13 +153,13 @@ def prepare(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
-def run_sequential(case: dict[str, Any], folder: Path) -> dict[str, Any]:
+def run_sequential(case: dict[str, Any], folder: Path, repeat: int = 0) -> dict[str, Any]:
     from raysearch.data import DataSource
 
     model = case["model"]
     calib = DataSource.load(case["calib"], model, batch_size=case["batch_size"])
     evaluation = DataSource.load(case["eval"], model, batch_size=case["batch_size"])
-    work = folder / "sequential"
+    work = folder / f"sequential_{repeat}"
     work.mkdir()
     load_before = load_average()
     result = naive_loop(
@@ -241,6 +251,28 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
     }
 
 
+def run_pairs(
+    case: dict[str, Any], folder: Path, repeat: int
+) -> tuple[list[tuple[dict, dict]], dict[str, Any]]:
+    """``repeat`` alternating pairs of (a) and (b), so that a quieter or busier stretch of a
+    shared machine falls on both sides (the figures are the median pair's), then (c) once."""
+    print(f"== {case['name']}: {len(settings_list(case['op_types']))} settings")
+    pairs = []
+    for number in range(repeat):
+        pair = f"pair {number + 1} of {repeat}"
+        print(f"(a) sequential: quantize_static per setting, npy reference ({pair})")
+        a = run_sequential(case, folder, number)
+        print(f"    {a['wall_s']:.1f} s")
+        print(f"(b) raysearch run (defaults: early stopping on), everything included ({pair})")
+        b = run_raysearch(case, folder, early_stopping=True)
+        print(f"    {b['wall_s']:.1f} s: {a['wall_s'] / b['wall_s']:.2f}x")
+        pairs.append((a, b))
+    print("(c) raysearch run, early_stopping: false")
+    c = run_raysearch(case, folder, early_stopping=False)
+    print(f"    {c['wall_s']:.1f} s")
+    return pairs, c
+
+
 _RAY_FLOOR = """
 import time, sys
 started = float(sys.argv[1])
@@ -329,22 +361,37 @@ def _whole(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in run["trials"] if r["status"] == "ok" and r["stopped_at_rung"] is None]
 
 
-def compare(name: str, case: dict, a: dict, b: dict, c: dict) -> dict[str, Any]:
+def _tied_best(a: dict[str, Any]) -> set[str]:
+    """The loop's best settings: several settings can give the very same metric, and the best
+    setting counts as the same when raysearch's best is one of them."""
+    best = best_row(a["trials"], METRIC, higher=True)
+    return {setting_id(r["setting"]) for r in a["trials"] if abs(r[METRIC] - best[METRIC]) <= 1e-12}
+
+
+def _median_pair(pairs: list[tuple[dict, dict]]) -> int:
+    """Index of the pair whose loop ÷ raysearch ratio is the median (the lower of the two
+    middle ones for an even count)."""
+    order = sorted(range(len(pairs)), key=lambda i: pairs[i][0]["wall_s"] / pairs[i][1]["wall_s"])
+    return order[(len(order) - 1) // 2]
+
+
+def compare(name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict) -> dict[str, Any]:
+    """The median pair's figures in full, every pair's in ``repeats``, (c) against the median
+    pair's loop."""
+    median = _median_pair(pairs)
+    a, b = pairs[median]
     n = len(a["trials"])
     whole_c = _whole(c)
     calibration_s = sum(r["calibration_s"] or 0.0 for r in whole_c if not r["calib_cache_hit"])
     quantization_s = sum(r["quantization_s"] or 0.0 for r in whole_c)
     evaluation_s = sum(r["evaluation_s"] or 0.0 for r in whole_c)
     ideal_s = (calibration_s + quantization_s + evaluation_s) / CPUS
-    # Ties: several settings can give the very same metric; the best setting counts as the
-    # same when raysearch's best is one of the sequential loop's best (equal metric).
     best_a = best_row(a["trials"], METRIC, higher=True)
-    tied = {
-        setting_id(r["setting"]) for r in a["trials"] if abs(r[METRIC] - best_a[METRIC]) <= 1e-12
-    }
-    seq_by_id = {setting_id(r["setting"]): r for r in a["trials"]}
+    tied = _tied_best(a)
 
-    def against_loop(run: dict[str, Any]) -> dict[str, Any]:
+    def against_loop(run: dict[str, Any], a: dict[str, Any] = a) -> dict[str, Any]:
+        best_a = best_row(a["trials"], METRIC, higher=True)
+        seq_by_id = {setting_id(r["setting"]): r for r in a["trials"]}
         whole = _whole(run)
         best = best_row(whole, METRIC, higher=True)
         diffs = [
@@ -366,7 +413,7 @@ def compare(name: str, case: dict, a: dict, b: dict, c: dict) -> dict[str, Any]:
             ),
             "timeline": _timeline(run),
             "load_average": [run["load_average_before"], run["load_average_after"]],
-            "same_setting": setting_id(best["setting"]) in tied,
+            "same_setting": setting_id(best["setting"]) in _tied_best(a),
             "best_metric": best[METRIC],
             "summary_best_metric": run["best_metric"],
             "best_setting": best["setting"],
@@ -378,14 +425,35 @@ def compare(name: str, case: dict, a: dict, b: dict, c: dict) -> dict[str, Any]:
 
     partial = against_loop(b)
     every_row = against_loop(c)
+    repeats = []
+    for a_i, b_i in pairs:
+        run_i = against_loop(b_i, a_i)
+        repeats.append(
+            {
+                "sequential_wall_s": round(a_i["wall_s"], 2),
+                "raysearch_wall_s": run_i["wall_s"],
+                "ratio": run_i["ratio"],
+                "same_setting": run_i["same_setting"],
+                "eval_rows_run": run_i["eval_rows_run"],
+                "timeline": run_i["timeline"],
+                "load_average_sequential": [a_i["load_average_before"], a_i["load_average_after"]],
+                "load_average_raysearch": run_i["load_average"],
+            }
+        )
+    ratios = [r["ratio"] for r in repeats]
     return {
         "model": name,
         "settings": n,
         "sequential_wall_s": round(a["wall_s"], 2),
         "raysearch_wall_s": partial["wall_s"],
+        # The median of the alternating pairs' ratios (the only pair's with --repeat 1).
         "ratio": partial["ratio"],
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "median_pair": median,
+        "repeats": repeats,
         "target_ratio": 3.0,
-        "target_met": bool(partial["ratio"] >= 3.0 and partial["same_setting"]),
+        "target_met": bool(partial["ratio"] >= 3.0 and all(r["same_setting"] for r in repeats)),
         "raysearch": partial,
         "raysearch_every_row": every_row,
         "distinct_calibrations": len({calibration_id(r["setting"]) for r in a["trials"]}),
@@ -423,8 +491,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models", default=None, help="comma-separated: magika,encoder (default both)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="alternating pairs of (a) and (b) per model (default 3; 1 with --smoke)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 1 if args.smoke else 3
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     quiet()
     default = "encoder" if args.smoke else ("magika" if args.quick else "magika,encoder")
     models = (args.models or default).split(",")
@@ -440,22 +518,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in models:
             folder = tmp / name
             case = prepare(name, folder, args)
-            print(f"== {name}: {len(settings_list(case['op_types']))} settings")
-            print("(a) sequential: quantize_static per setting, float reference from .npy")
-            a = run_sequential(case, folder)
-            print(f"    {a['wall_s']:.1f} s")
-            print("(b) raysearch run (defaults: early stopping on), everything included")
-            b = run_raysearch(case, folder, early_stopping=True)
-            print(f"    {b['wall_s']:.1f} s")
-            print("(c) raysearch run, early_stopping: false")
-            c = run_raysearch(case, folder, early_stopping=False)
-            print(f"    {c['wall_s']:.1f} s")
+            pairs, c = run_pairs(case, folder, args.repeat)
             floors.append(ray_floor())
             print(f"Ray alone: {floors[-1]}")
             tune_floors.append(tune_floor())
             print(f"Ray Tune alone: {tune_floors[-1]}")
-            row = compare(name, case, a, b, c)
+            row = compare(name, case, pairs, c)
             cases.append(row)
+            a, b = pairs[row["median_pair"]]
             details[name] = {
                 "sequential": a["trials"],
                 "raysearch": b["trials"],
@@ -501,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in cases:
         print(
-            f"{r['model']}: best {METRIC} sequential {r['sequential_best']['metric']:.6f} "
+            f"{r['model']}: ratio {r['ratio']:.2f}x (median of {len(r['repeats'])} pairs: "
+            f"{', '.join(format(p['ratio'], '.2f') for p in r['repeats'])}); "
+            f"best {METRIC} sequential {r['sequential_best']['metric']:.6f} "
             f"raysearch {r['raysearch']['best_metric']:.6f}; target: "
             f"{'met' if r['target_met'] else 'NOT met'}; ideal (every row) {r['ideal_s']:.1f} s "
             f"({r['ideal_parts_s']}); load {r['raysearch']['load_average']}"

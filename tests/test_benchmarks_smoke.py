@@ -54,6 +54,10 @@ def test_sequential_vs_raysearch(tmp_path: Path) -> None:
     assert case["settings"] == 12
     for key in ("sequential_wall_s", "raysearch_wall_s", "ratio", "ideal_s", "target_met"):
         assert key in case, key
+    # --smoke runs one pair of (a) and (b): it is the median pair.
+    (pair,) = case["repeats"]
+    assert case["median_pair"] == 0 and pair["ratio"] == case["ratio"] == case["ratio_min"]
+    assert pair["same_setting"] is True
     (floor,) = report["ray_floor"]
     assert 0 < floor["to_ray_initialised_s"] <= floor["to_first_actor_call_s"]
     (tune_floor,) = report["tune_floor"]
