@@ -26,7 +26,7 @@ from raysearch.search._disk import disk_full_error
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._output_dir import storage_path, write_marker
-from raysearch.search._ray import only_driver_node, slots, tune_environment
+from raysearch.search._ray import only_driver_node, slots, trials_placeable_now, tune_environment
 from raysearch.search._result import SearchResult, build_result
 from raysearch.search._rungs import RungScheduler, early_stopping_summary
 from raysearch.search._tuner import make_tuner, replay_result
@@ -235,6 +235,9 @@ class Execution:
         config, folder = self.config, self.output_dir
         expected, records = run.expected, run.records
         wave = run.slots if expected is None else max(1, min(run.slots, expected - len(records)))
+        # Only actors that can be placed now: on a cluster shared with other jobs, the first
+        # would otherwise wait out the barrier's timeout for one that has no room yet.
+        wave = min(wave, trials_placeable_now(config))
         # The searcher opens it when it waits for results before a second trial.
         run.session.start_barrier = barrier = start_barrier(wave)
         trainable = make_trainable(

@@ -238,14 +238,28 @@ def slots(config: SearchConfig) -> tuple[int, int]:
     import ray
 
     check_resources(config)
-    resources = ray.cluster_resources()
+    bound = _trials_held(config, ray.cluster_resources(), cpu_default=1)
     res = config.resources
-    bound = int(resources.get("CPU", 1) // res.cpu_per_trial) if res.cpu_per_trial else 1
-    if res.gpu_per_trial:
-        gpus = resources.get("GPU", 0)
-        bound = min(bound, int(math.floor(gpus / res.gpu_per_trial + 1e-9)))
-    bound = max(1, bound)
     if res.max_concurrent_trials is None or res.max_concurrent_trials >= bound:
         return bound, 2 * bound
     # A user limit below what the cluster could run: no queued trial may start early.
     return res.max_concurrent_trials, res.max_concurrent_trials
+
+
+def trials_placeable_now(config: SearchConfig) -> int:
+    """How many trials the cluster's free resources hold right now (at least 1): fewer than
+    :func:`slots` says where other jobs hold part of a shared cluster, or nodes are still to
+    come from its autoscaler."""
+    import ray
+
+    return _trials_held(config, ray.available_resources(), cpu_default=0)
+
+
+def _trials_held(config: SearchConfig, resources: dict[str, float], cpu_default: float) -> int:
+    """Trials of ``config``'s resources that ``resources`` hold at once (at least 1)."""
+    res = config.resources
+    bound = int(resources.get("CPU", cpu_default) // res.cpu_per_trial) if res.cpu_per_trial else 1
+    if res.gpu_per_trial:
+        gpus = resources.get("GPU", 0)
+        bound = min(bound, int(math.floor(gpus / res.gpu_per_trial + 1e-9)))
+    return max(1, bound)

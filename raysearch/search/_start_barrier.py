@@ -7,7 +7,10 @@ over and over. The actors of the first wave therefore wait at the barrier
 (:func:`wait_for_wave`, in ``QuantTrainable.setup``) until all of them are there, or until the
 search says no more are coming at first (``StartBarrier.open``): a strategy that proposes
 one trial and waits for its result (Conservative, Fallback's first trial) starts one actor,
-which would otherwise wait out the timeout for a second one that Tune never starts.
+which would otherwise wait out the timeout for a second one that Tune never starts. The wave
+is only as large as the cluster's free resources hold when the search starts (another job on
+a shared cluster, or nodes its autoscaler has yet to add, would otherwise hold the first actor
+for the whole timeout).
 
 Example:
     >>> barrier = start_barrier(2)                                            # doctest: +SKIP

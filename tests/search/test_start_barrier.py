@@ -27,3 +27,33 @@ def test_the_wave_goes_when_all_have_arrived_or_the_barrier_is_opened():
     ray.get(alone.open.remote())
     assert ray.get(alone.ready.remote()) is True
     assert ray.get(alone.arrive.remote()) is True  # one starting later does not wait either
+
+
+@ray.remote(num_cpus=1)
+class _OtherJob:
+    """Holds one CPU, as another job on a shared cluster does."""
+
+    def ping(self) -> bool:
+        return True
+
+
+def test_the_first_wave_is_what_the_cluster_can_place_now(make_config):
+    """With one of the two CPUs held elsewhere, the search's first actor does not wait at the
+    barrier for a second one that has no room (it waited the whole timeout before)."""
+    from raysearch.search import AutoSearch
+    from raysearch.search.trainable import START_BARRIER_TIMEOUT_S
+
+    other = _OtherJob.remote()
+    try:
+        ray.get(other.ping.remote())
+        config = make_config(
+            search_space={"calibrate_method": ["MinMax"], "per_channel": [True, False]},
+            resources={"max_concurrent_trials": 2},
+            measure_latency=False,
+        )
+        result = AutoSearch(config).run()
+    finally:
+        ray.kill(other)
+    records = sorted(result.records, key=lambda r: r["number"])
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    assert records[0]["actor_wait_s"] < START_BARRIER_TIMEOUT_S / 2
