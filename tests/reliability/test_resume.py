@@ -102,7 +102,14 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     result = AutoSearch.resume(tmp_path / "out")
     summary = result.summary
     log = (tmp_path / "out" / "auto_search.log").read_text()
-    assert ("restoring Ray Tune's experiment" in log) == (checkpoint != "torn_state")
+    restored = "restoring Ray Tune's experiment" in log
+    if checkpoint == "every_step" and not restored:
+        # Tune rewrites its state file in place at every step here, so the kill can cut it
+        # short too (once in eight runs of the full suite here): then the journal alone
+        # carries on, and the log says so. The result below must be the same either way.
+        assert "is unreadable" in log or "no saved Tune state" in log, log
+    else:
+        assert restored == (checkpoint != "torn_state"), log
     assert {k: summary[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
     _check_resumed(tmp_path, before, summary)
 
