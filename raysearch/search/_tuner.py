@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,25 +30,38 @@ __all__ = ["make_tuner", "replay_result"]
 _logger = logging.getLogger("raysearch.search")
 
 
+#: The files of a saved experiment that ``Tuner.restore`` reads (the newest of each kind, by
+#: name, as Tune picks them), and how each is read: the experiment state is JSON, the search
+#: generator's and the searcher's states are pickles (Tune's ``search_gen_state-*.json`` too).
+_SAVED_STATES = (
+    ("experiment_state-*.json", json.loads),
+    ("search_gen_state-*.json", pickle.loads),
+    ("searcher-state-*.pkl", pickle.loads),
+)
+
+
 def tune_state_intact(path: str) -> bool:
-    """Whether Ray Tune's newest saved experiment state in ``path`` can be read. Tune rewrites
-    that file in place, so a kill while it wrote leaves it cut short; the journal then
-    carries the search on in a new Tune experiment. (Remote storage is not checked.)"""
+    """Whether Ray Tune's newest saved experiment state in ``path`` can be read: the
+    experiment's, the search generator's and the searcher's. Tune copies them to the storage
+    folder at every save, so a kill during the copy leaves one cut short (a restore then fails
+    inside Tune, which logs it and carries on without the searcher); the journal then carries
+    the search on in a new Tune experiment. (Remote storage is not checked.)"""
     folder = Path(path)
     if "://" in path or not folder.is_dir():
         return True
-    states = sorted(folder.glob("experiment_state-*.json"))
-    if not states:
-        return True
-    try:
-        json.loads(states[-1].read_text())
-    except (OSError, ValueError) as exc:
-        _logger.warning(
-            "Ray Tune's saved state %s is unreadable (%s): the journal carries the search on",
-            states[-1].name,
-            exc,
-        )
-        return False
+    for pattern, read in _SAVED_STATES:
+        saved = sorted(folder.glob(pattern))
+        if not saved:
+            continue
+        try:
+            read(saved[-1].read_bytes())
+        except Exception as exc:  # any way a cut-short file fails to load
+            _logger.warning(
+                "Ray Tune's saved state %s is unreadable (%s): the journal carries the search on",
+                saved[-1].name,
+                f"{type(exc).__name__}: {exc}",
+            )
+            return False
     return True
 
 
