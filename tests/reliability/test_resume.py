@@ -109,9 +109,9 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     log = (tmp_path / "out" / "auto_search.log").read_text()
     restored = "restoring Ray Tune's experiment" in log
     if checkpoint == "every_step" and not restored:
-        # Tune rewrites its state file in place at every step here, so the kill can cut it
-        # short too (once in eight runs of the full suite here): then the journal alone
-        # carries on, and the log says so. The result below must be the same either way.
+        # Tune copies its saved state to the output folder at every step here, so the kill
+        # can cut it short too (once in eight runs of the full suite here): then the journal
+        # alone carries on, and the log says so. The result must be the same either way.
         assert "is unreadable" in log or "no saved Tune state" in log, log
     else:
         assert restored == (checkpoint not in ("torn_state", "torn_searcher")), log
