@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -41,24 +42,34 @@ _SAVED_STATES = (
 
 
 def tune_state_intact(path: str) -> bool:
-    """Whether Ray Tune's newest saved experiment state in ``path`` can be read: the
-    experiment's, the search generator's and the searcher's. Tune copies them to the storage
-    folder at every save, so a kill during the copy leaves one cut short (a restore then fails
-    inside Tune, which logs it and carries on without the searcher); the journal then carries
-    the search on in a new Tune experiment. (Remote storage is not checked.)"""
-    folder = Path(path)
-    if "://" in path or not folder.is_dir():
+    """Whether Ray Tune's newest saved experiment state in ``path`` (a folder or a URI that
+    pyarrow's file systems open, as Tune's ``storage_path``) can be read: the experiment's,
+    the search generator's and the searcher's. Tune copies them to the storage folder at every
+    save, so a kill during the copy leaves one cut short (a restore then fails inside Tune,
+    which logs it and carries on without the searcher); the journal then carries the search on
+    in a new Tune experiment. A folder that cannot be listed is Tune's to report."""
+    from pyarrow import fs as pafs
+
+    try:
+        if "://" in path:
+            filesystem, folder = pafs.FileSystem.from_uri(path)
+        else:
+            filesystem, folder = pafs.LocalFileSystem(), os.path.abspath(path)
+        listed = filesystem.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    except (OSError, ValueError):
         return True
+    files = {Path(info.path).name: info.path for info in listed if info.type == pafs.FileType.File}
     for pattern, read in _SAVED_STATES:
-        saved = sorted(folder.glob(pattern))
-        if not saved:
+        matching = sorted(name for name in files if fnmatch.fnmatch(name, pattern))
+        if not matching:
             continue
         try:
-            read(saved[-1].read_bytes())
+            with filesystem.open_input_stream(files[matching[-1]]) as stream:
+                read(stream.read())
         except Exception as exc:  # any way a cut-short file fails to load
             _logger.warning(
                 "Ray Tune's saved state %s is unreadable (%s): the journal carries the search on",
-                saved[-1].name,
+                matching[-1],
                 f"{type(exc).__name__}: {exc}",
             )
             return False

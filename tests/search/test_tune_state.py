@@ -1,0 +1,49 @@
+"""``tune_state_intact``: the newest of each file Ray Tune's restore reads must load, in a
+folder and behind a URI (a real pyarrow file system, ``file://``)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from raysearch.search._tuner import tune_state_intact
+
+STAMPS = ("2026-11-24_00-41-48", "2026-11-24_00-41-50")
+
+
+def _saved(folder: Path) -> None:
+    """Two saves of an experiment, as Tune names them (the newest sorts last)."""
+    folder.mkdir()
+    for stamp in STAMPS:
+        (folder / f"experiment_state-{stamp}.json").write_text(json.dumps({"trial_data": []}))
+        (folder / f"search_gen_state-{stamp}.json").write_bytes(pickle.dumps({"counter": 3}))
+        (folder / f"searcher-state-{stamp}.pkl").write_bytes(pickle.dumps({"done": {}}))
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("as_uri", [False, True])
+@pytest.mark.parametrize(
+    "kind", ["experiment_state-{}.json", "search_gen_state-{}.json", "searcher-state-{}.pkl"]
+)
+def test_a_newest_file_cut_short_is_found(tmp_path: Path, as_uri: bool, kind: str):
+    folder = tmp_path / "search"
+    _saved(folder)
+    where = folder.as_uri() if as_uri else str(folder)
+    assert tune_state_intact(where)
+    _cut(folder / kind.format(STAMPS[0]))  # an older save: Tune reads only the newest
+    assert tune_state_intact(where)
+    _cut(folder / kind.format(STAMPS[1]))
+    assert not tune_state_intact(where)
+
+
+def test_nothing_saved_yet_is_not_a_torn_state(tmp_path: Path):
+    assert tune_state_intact(str(tmp_path / "absent"))
+    assert tune_state_intact((tmp_path / "absent").as_uri())
+    (tmp_path / "empty").mkdir()
+    assert tune_state_intact(str(tmp_path / "empty"))
