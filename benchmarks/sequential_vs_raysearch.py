@@ -368,18 +368,57 @@ def _tied_best(a: dict[str, Any]) -> set[str]:
     return {setting_id(r["setting"]) for r in a["trials"] if abs(r[METRIC] - best[METRIC]) <= 1e-12}
 
 
-def _median_pair(pairs: list[tuple[dict, dict]]) -> int:
-    """Index of the pair whose loop ÷ raysearch ratio is the median (the lower of the two
-    middle ones for an even count)."""
-    order = sorted(range(len(pairs)), key=lambda i: pairs[i][0]["wall_s"] / pairs[i][1]["wall_s"])
+def _median_index(values: list[float]) -> int:
+    """Index of the median of ``values`` (the lower of the two middle ones for an even
+    count)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
     return order[(len(order) - 1) // 2]
+
+
+def _against_loop(case: dict[str, Any], a: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A raysearch run's figures against the loop run ``a``."""
+    best_a = best_row(a["trials"], METRIC, higher=True)
+    seq_by_id = {setting_id(r["setting"]): r for r in a["trials"]}
+    whole = _whole(run)
+    best = best_row(whole, METRIC, higher=True)
+    diffs = [
+        abs(seq_by_id[setting_id(r["setting"])][METRIC] - r[METRIC])
+        for r in whole
+        if setting_id(r["setting"]) in seq_by_id
+    ]
+    rows = [r["eval_rows"] or 0 for r in run["trials"] if r["status"] == "ok"]
+    return {
+        "wall_s": round(run["wall_s"], 2),
+        "ratio": round(a["wall_s"] / run["wall_s"], 3),
+        "trials": len(run["trials"]),
+        "failed": sum(1 for r in run["trials"] if r["status"] != "ok"),
+        "stopped_early": sum(1 for r in run["trials"] if r["stopped_at_rung"] is not None),
+        "eval_rows_run": sum(rows),
+        "eval_rows_if_whole": len(run["trials"]) * len(next(iter(case["eval"].values()))),
+        "calibrations_run": sum(
+            1 for r in run["trials"] if r["status"] == "ok" and not r["calib_cache_hit"]
+        ),
+        "timeline": _timeline(run),
+        "load_average": [run["load_average_before"], run["load_average_after"]],
+        "same_setting": setting_id(best["setting"]) in _tied_best(a),
+        "best_metric": best[METRIC],
+        "summary_best_metric": run["best_metric"],
+        "best_setting": best["setting"],
+        "metric_abs_diff": abs(best_a[METRIC] - best[METRIC]),
+        "max_abs_metric_diff_per_setting": max(diffs) if diffs else None,
+        "settings_compared": len(diffs),
+        "engine_s": round(sum(r["duration_s"] or 0.0 for r in run["trials"]), 2),
+    }
 
 
 def compare(name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict) -> dict[str, Any]:
     """The median pair's figures in full, every pair's in ``repeats``, (c) against the median
     pair's loop."""
-    median = _median_pair(pairs)
-    a, b = pairs[median]
+    runs = [_against_loop(case, a_i, b_i) for a_i, b_i in pairs]
+    median = _median_index([run["ratio"] for run in runs])
+    a = pairs[median][0]
+    partial = runs[median]
+    every_row = _against_loop(case, a, c)
     n = len(a["trials"])
     whole_c = _whole(c)
     calibration_s = sum(r["calibration_s"] or 0.0 for r in whole_c if not r["calib_cache_hit"])
@@ -387,59 +426,19 @@ def compare(name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict) -> d
     evaluation_s = sum(r["evaluation_s"] or 0.0 for r in whole_c)
     ideal_s = (calibration_s + quantization_s + evaluation_s) / CPUS
     best_a = best_row(a["trials"], METRIC, higher=True)
-    tied = _tied_best(a)
-
-    def against_loop(run: dict[str, Any], a: dict[str, Any] = a) -> dict[str, Any]:
-        best_a = best_row(a["trials"], METRIC, higher=True)
-        seq_by_id = {setting_id(r["setting"]): r for r in a["trials"]}
-        whole = _whole(run)
-        best = best_row(whole, METRIC, higher=True)
-        diffs = [
-            abs(seq_by_id[setting_id(r["setting"])][METRIC] - r[METRIC])
-            for r in whole
-            if setting_id(r["setting"]) in seq_by_id
-        ]
-        rows = [r["eval_rows"] or 0 for r in run["trials"] if r["status"] == "ok"]
-        return {
-            "wall_s": round(run["wall_s"], 2),
-            "ratio": round(a["wall_s"] / run["wall_s"], 3),
-            "trials": len(run["trials"]),
-            "failed": sum(1 for r in run["trials"] if r["status"] != "ok"),
-            "stopped_early": sum(1 for r in run["trials"] if r["stopped_at_rung"] is not None),
-            "eval_rows_run": sum(rows),
-            "eval_rows_if_whole": len(run["trials"]) * len(next(iter(case["eval"].values()))),
-            "calibrations_run": sum(
-                1 for r in run["trials"] if r["status"] == "ok" and not r["calib_cache_hit"]
-            ),
-            "timeline": _timeline(run),
-            "load_average": [run["load_average_before"], run["load_average_after"]],
-            "same_setting": setting_id(best["setting"]) in _tied_best(a),
-            "best_metric": best[METRIC],
-            "summary_best_metric": run["best_metric"],
-            "best_setting": best["setting"],
-            "metric_abs_diff": abs(best_a[METRIC] - best[METRIC]),
-            "max_abs_metric_diff_per_setting": max(diffs) if diffs else None,
-            "settings_compared": len(diffs),
-            "engine_s": round(sum(r["duration_s"] or 0.0 for r in run["trials"]), 2),
+    repeats = [
+        {
+            "sequential_wall_s": round(a_i["wall_s"], 2),
+            "raysearch_wall_s": run_i["wall_s"],
+            "ratio": run_i["ratio"],
+            "same_setting": run_i["same_setting"],
+            "eval_rows_run": run_i["eval_rows_run"],
+            "timeline": run_i["timeline"],
+            "load_average_sequential": [a_i["load_average_before"], a_i["load_average_after"]],
+            "load_average_raysearch": run_i["load_average"],
         }
-
-    partial = against_loop(b)
-    every_row = against_loop(c)
-    repeats = []
-    for a_i, b_i in pairs:
-        run_i = against_loop(b_i, a_i)
-        repeats.append(
-            {
-                "sequential_wall_s": round(a_i["wall_s"], 2),
-                "raysearch_wall_s": run_i["wall_s"],
-                "ratio": run_i["ratio"],
-                "same_setting": run_i["same_setting"],
-                "eval_rows_run": run_i["eval_rows_run"],
-                "timeline": run_i["timeline"],
-                "load_average_sequential": [a_i["load_average_before"], a_i["load_average_after"]],
-                "load_average_raysearch": run_i["load_average"],
-            }
-        )
+        for (a_i, _), run_i in zip(pairs, runs)
+    ]
     ratios = [r["ratio"] for r in repeats]
     return {
         "model": name,
@@ -473,7 +472,7 @@ def compare(name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict) -> d
         },
         "sequential_best": {
             "metric": best_a[METRIC],
-            "tied_best": len(tied),
+            "tied_best": len(_tied_best(a)),
             "setting": best_a["setting"],
         },
         "load_average_sequential": [a["load_average_before"], a["load_average_after"]],
