@@ -97,11 +97,9 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     before = journal(tmp_path / "out")
     assert 6 <= len(before) < LIMIT
     assert not (tmp_path / "out" / "summary.json").exists()
-    if checkpoint == "torn_state":
-        (state,) = (tmp_path / "out" / "ray_results" / "search").glob("experiment_state-*.json")
-        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
-    if checkpoint == "torn_searcher":
-        (state,) = (tmp_path / "out" / "ray_results" / "search").glob("searcher-state-*.pkl")
+    torn = {"torn_state": "experiment_state-*.json", "torn_searcher": "searcher-state-*.pkl"}
+    if checkpoint in torn:
+        (state,) = (tmp_path / "out" / "ray_results" / "search").glob(torn[checkpoint])
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
 
     result = AutoSearch.resume(tmp_path / "out")
@@ -114,8 +112,8 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
         # alone carries on, and the log says so. The result must be the same either way.
         assert "is unreadable" in log or "no saved Tune state" in log, log
     else:
-        assert restored == (checkpoint not in ("torn_state", "torn_searcher")), log
-        assert ("is unreadable" in log) == (checkpoint in ("torn_state", "torn_searcher"))
+        assert restored == (checkpoint not in torn), log
+        assert ("is unreadable" in log) == (checkpoint in torn)
     assert {k: summary[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
     _check_resumed(tmp_path, before, summary)
 
