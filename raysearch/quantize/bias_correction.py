@@ -69,6 +69,13 @@ class Layer:
     output: str
     bias: str
     channel_axis: int
+    #: The tensor measured: a Conv's output past its QuantizeLinear/DequantizeLinear pair
+    #: (ONNX Runtime runs a Conv on integers only with its output quantized), else ``output``
+    #: (MatMul and Gemm have integer kernels with a float output).
+    measured: str = ""
+    #: The output's QuantizeLinear when ``measured`` is past it: the float reference goes
+    #: through the same rounding and clipping (a Relu ONNX Runtime folded into it included).
+    output_q: onnx.NodeProto | None = None
     #: What the output gains per unit of bias (Gemm's ``beta``).
     gain: float = 1.0
     nodes: list[onnx.NodeProto] = field(default_factory=list)
@@ -133,10 +140,34 @@ def find_layers(graph: QdqGraph) -> list[Layer]:
     return layers
 
 
+def _requantized(graph: QdqGraph, layer: Layer) -> None:
+    """Set ``layer.measured`` (and ``output_q``) past a Conv's output QuantizeLinear and
+    DequantizeLinear when that pair is its only consumer, else to the output itself."""
+    layer.measured, layer.output_q = layer.output, None
+    if graph.producer[layer.output].op_type != "Conv":
+        return
+    users = graph.consumers.get(layer.output, [])
+    if len(users) != 1 or users[0].op_type != "QuantizeLinear" or not graph.has_qparams(users[0]):
+        return
+    after = graph.consumers.get(users[0].output[0], [])
+    if after and after[0].op_type == "DequantizeLinear":
+        layer.measured, layer.output_q = after[0].output[0], users[0]
+
+
+def _through_output_q(graph: QdqGraph, layer: Layer, y_float: np.ndarray) -> np.ndarray:
+    """The float layer's output as the quantized model's output Q/DQ pair passes it on."""
+    if layer.output_q is None:
+        return y_float
+    scale, zero_point, axis, elem = graph.qparams(layer.output_q)
+    qmin, qmax, _ = QTYPES[elem]
+    q = quantize(y_float, scale, zero_point, qmin, qmax, axis)
+    return dequantize(q, scale, zero_point, axis)
+
+
 def _subgraph(graph: QdqGraph, layer: Layer) -> list[onnx.NodeProto] | None:
-    """The nodes computing ``layer.output`` from ``layer.source`` and initializers (None when
-    it needs another tensor)."""
-    needed, stack = set(), [layer.output]
+    """The nodes computing ``layer.measured`` from ``layer.source`` and initializers (None
+    when it needs another tensor)."""
+    needed, stack = set(), [layer.measured]
     while stack:
         name = stack.pop()
         if name == layer.source or name in graph.inits or not name:
@@ -176,15 +207,39 @@ def _match_float(layer: Layer, graph: QdqGraph, float_model: onnx.ModelProto) ->
     return True
 
 
-def _layer_model(graph: QdqGraph, layer: Layer, dtype: np.dtype) -> bytes:
-    """A model of just the quantized layer: ``layer.source`` in, ``layer.output`` out."""
-    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+def _kernel_bias_scale(graph: QdqGraph, layer: Layer) -> np.ndarray | None:
+    """The scale ONNX Runtime's fused integer kernels read an int32 bias with (input scale *
+    weight scale) when the model's bias has another (ONNX Runtime's quantizer writes one for
+    a Gemm with beta != 1: the fused kernels then add a wrong bias); None when they agree."""
+    dq = graph.constant_dq(layer.bias)
+    if dq is None or graph.elem_type(dq.input[0]) != TensorProto.INT32:
+        return None
+    node = graph.producer[layer.output]
+    scales = []
+    for name in node.input[:2]:
+        source = graph.producer.get(name)
+        if source is None or source.op_type != "DequantizeLinear" or not graph.has_qparams(source):
+            return None
+        scales.append(graph.qparams(source)[0].astype(np.float64).reshape(-1))
+    expected = scales[0] * scales[1]
+    scale = graph.qparams(dq)[0].astype(np.float64).reshape(-1)
+    if expected.size not in (1, scale.size) or np.allclose(scale, expected, rtol=1e-4):
+        return None
+    return np.broadcast_to(expected, scale.shape).astype(np.float32)
+
+
+def _layer_model(graph: QdqGraph, layer: Layer, example: np.ndarray) -> bytes:
+    """A model of just the quantized layer: ``layer.source`` in, ``layer.measured`` out."""
+    elem = onnx.helper.np_dtype_to_tensor_dtype(example.dtype)
+    # The input's shape (batch left free) as in the whole model: ONNX Runtime's fusions of
+    # the layer depend on it (MatMul with Add, for one).
+    shape = ["batch", *example.shape[1:]] if example.ndim else []
     used = {i for n in layer.nodes for i in n.input}
     sub = onnx.helper.make_graph(
         layer.nodes,
         f"{layer.name}_quantized",
-        [onnx.helper.make_tensor_value_info(layer.source, elem, None)],
-        [onnx.helper.make_tensor_value_info(layer.output, elem, None)],
+        [onnx.helper.make_tensor_value_info(layer.source, elem, shape)],
+        [onnx.helper.make_tensor_value_info(layer.measured, elem, None)],
         [graph.inits[n] for n in sorted(used) if n in graph.inits],
     )
     model = onnx.helper.make_model(sub, opset_imports=list(graph.model.opset_import))
@@ -196,7 +251,8 @@ def corrected_bias_values(
     graph: QdqGraph, bias: str, delta: np.ndarray
 ) -> tuple[np.ndarray, onnx.NodeProto | None] | None:
     """``(bias - delta, its DequantizeLinear or None for a float bias)``; None when the bias
-    is neither a constant nor a quantized constant, or has not one value per channel."""
+    is neither a constant nor a quantized constant, or ``delta`` has neither one value per
+    channel nor one value for all."""
     dq = graph.constant_dq(bias)
     if dq is not None:
         scale, zero_point, axis, _ = graph.qparams(dq)
@@ -205,9 +261,9 @@ def corrected_bias_values(
         current = graph.array(bias).astype(np.float64)
     else:
         return None
-    if current.size != delta.size:
+    if delta.size not in (1, current.size):
         return None
-    return current - delta.reshape(current.shape), dq
+    return current - np.broadcast_to(delta.reshape(-1), (current.size,)).reshape(current.shape), dq
 
 
 def _covering(
@@ -249,6 +305,12 @@ def _write_bias(graph: QdqGraph, layer: Layer, delta: np.ndarray) -> bool:
     scale, zero_point, axis, elem = graph.qparams(dq)
     qmin, qmax, symmetric = QTYPES[graph.elem_type(dq.input[0])]
     graph.clone_input(dq, 0, "bc")
+    kernel_scale = _kernel_bias_scale(graph, layer)
+    if kernel_scale is not None:
+        # Written at the scale the fused kernels read: the unfused and fused models agree.
+        graph.clone_input(dq, 1, "bc")
+        graph.set_array(dq.input[1], kernel_scale.reshape(scale.shape))
+        scale = kernel_scale.reshape(scale.shape)
     q = quantize(values, scale, zero_point, qmin, qmax, axis)
     unclamped = quantize(values, scale, zero_point, -(2**62), 2**62, axis)
     clamped = int(np.count_nonzero(q != unclamped))
@@ -309,9 +371,14 @@ class BiasCorrection(QuantizedModelTransform):
         float_model = load_model(float_path)
         layers = []
         for layer in find_layers(graph):
+            _requantized(graph, layer)
             layer.nodes = _subgraph(graph, layer) or []
             if layer.nodes and _match_float(layer, graph, float_model):
                 layers.append(layer)
+                if _kernel_bias_scale(graph, layer) is not None:
+                    # Its bias rewritten first at the scale the fused kernels read (the same
+                    # values), so that they compute what its Q/DQ nodes say.
+                    _write_bias(graph, layer, np.zeros(1))
             else:
                 _logger.debug("bias_correction: %s has no float counterpart; skipped", layer.name)
         del float_model
@@ -330,9 +397,10 @@ class BiasCorrection(QuantizedModelTransform):
             for layer in layers:
                 x = values[layer.float_input]
                 if layer.session is None:
-                    layer.session = self._layer_session(_layer_model(graph, layer, x.dtype))
-                (y,) = layer.session.run([layer.output], {layer.source: x})
-                layer.add(y, values[layer.float_output])
+                    layer_model = _layer_model(graph, layer, x)
+                    layer.session = self._layer_session(layer_model)
+                (y,) = layer.session.run([layer.measured], {layer.source: x})
+                layer.add(y, _through_output_q(graph, layer, values[layer.float_output]))
         corrected = 0
         for layer in layers:
             layer.session = None
@@ -344,9 +412,9 @@ class BiasCorrection(QuantizedModelTransform):
         save_model(model, quantized_path)
 
     def _layer_session(self, model: bytes) -> ort.InferenceSession:
-        # Unoptimized: the QDQ semantics as ONNX defines them. A layer alone (its output not
-        # quantized) gets fused kernels that assume bias scale = input scale * weight scale,
-        # which ONNX Runtime does not write for a Gemm with beta != 1.
+        # Optimized as the evaluator's sessions are: ONNX Runtime fuses the layer's Q/DQ into
+        # integer kernels whose results depend on the CPU (u8s8 products saturate on x86-64
+        # without VNNI, and the shift they add is what the model shows there), so the
+        # correction is measured with the kernels the model runs on this machine.
         options = session_options(self.threads)
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         return ort.InferenceSession(model, options, providers=list(self.providers))

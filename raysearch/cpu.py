@@ -1,0 +1,86 @@
+"""What the CPU offers ONNX Runtime's integer kernels, and where their results differ.
+
+ONNX Runtime's CPU kernels for int8 MatMul/Conv/Gemm (MLAS) are chosen at run time by the
+instruction set. Without VNNI, x86-64 multiplies uint8 activations by int8 weights with
+``vpmaddubsw``, which adds pairs of products into int16 and saturates: a quantized model's
+outputs, and so its accuracy, differ from those on a CPU with VNNI (ONNX Runtime's
+quantization documentation names the remedies: ``reduce_range`` or uint8 weights). The same
+quantized model scores differently by CPU, and so can the best setting of a search: the
+CPU's flags are recorded with every search and benchmark.
+
+The flags come from NumPy's run-time CPU detection (the CPUID instruction itself, so what a
+process sees even under an emulator), with ``/proc/cpuinfo`` for AVX-VNNI, which NumPy does
+not name.
+
+Example:
+    >>> info = cpu_info()
+    >>> sorted(info)
+    ['arch', 'flags', 'model', 'u8s8_saturates']
+    >>> isinstance(u8s8_saturates(), bool)
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from typing import Any
+
+__all__ = ["cpu_flags", "cpu_info", "u8s8_saturates"]
+
+#: The flags that decide ONNX Runtime's integer kernels, as NumPy names them.
+_RELEVANT = (
+    "SSE41", "AVX", "AVX2", "FMA3", "AVX512F", "AVX512BW", "AVX512VL", "AVX512VNNI",
+    "AVX512_CLX", "AVX512BF16", "ASIMD", "ASIMDDP",
+)  # fmt: skip
+_X86 = {"x86_64", "amd64", "i386", "i686", "x86"}
+
+
+def _proc_cpuinfo() -> tuple[str, set[str]]:
+    """The CPU's model name and flags as Linux lists them (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return "", set()
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
+@functools.cache
+def cpu_flags() -> tuple[str, ...]:
+    """The CPU features that decide ONNX Runtime's integer kernels, sorted (NumPy's names;
+    ``AVX_VNNI`` from ``/proc/cpuinfo``)."""
+    from numpy._core._multiarray_umath import __cpu_features__  # NumPy's CPUID reading
+
+    found = {name for name in _RELEVANT if __cpu_features__.get(name)}
+    if "avx_vnni" in _proc_cpuinfo()[1]:
+        found.add("AVX_VNNI")
+    return tuple(sorted(found))
+
+
+def u8s8_saturates() -> bool:
+    """Whether ONNX Runtime's CPU kernels add uint8 x int8 products through saturating int16
+    sums here: x86-64 without AVX512-VNNI or AVX-VNNI (int8 activations are shifted to uint8
+    by the same kernels, so they are concerned too)."""
+    if platform.machine().lower() not in _X86:
+        return False
+    flags = set(cpu_flags())
+    return not flags & {"AVX512VNNI", "AVX_VNNI"}
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU as recorded in ``summary.json`` and in benchmarks' machine block."""
+    return {
+        "model": _proc_cpuinfo()[0] or platform.processor(),
+        "arch": platform.machine(),
+        "flags": list(cpu_flags()),
+        "u8s8_saturates": u8s8_saturates(),
+    }
