@@ -92,6 +92,8 @@ class _State:
     live: dict[str, Proposal] = field(default_factory=dict)
     #: trial id -> position in ``phases`` of the phase that proposed it
     live_phase: dict[str, int] = field(default_factory=dict)
+    #: trial id -> the trial's number (its place in the start order)
+    live_number: dict[str, int] = field(default_factory=dict)
     finished_ids: set[str] = field(default_factory=set)
     finish_reason: str | None = None
     waiting: bool = False
@@ -279,6 +281,7 @@ class SettingSearcher(Searcher):
             state.live[trial_id] = proposal
             state.live_phase[trial_id] = state.phase
             state.started += 1
+            state.live_number[trial_id] = state.started
             state.phase_started[state.phase] += 1
             return {
                 "number": state.started,
@@ -317,6 +320,7 @@ class SettingSearcher(Searcher):
         state = self.state
         proposal = state.live.pop(trial_id, None)
         position = state.live_phase.pop(trial_id, None)
+        number = state.live_number.pop(trial_id, None)
         state.waiting = False
         if proposal is None:
             return
@@ -329,6 +333,9 @@ class SettingSearcher(Searcher):
         self.context.records.append(
             {
                 "trial_id": trial_id,
+                # Ties between records go to the trial started first, as in the outputs
+                # (best_record): a phase refines around the trial best/ will hold.
+                "number": number,
                 "key": proposal.key,
                 "phase": proposal.phase,
                 "params": proposal.params,

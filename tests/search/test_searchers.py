@@ -78,6 +78,20 @@ def test_iteration_limit_caps_starts_and_outstanding_caps_queue():
     assert searcher.finish_reason == "iteration_limit" and searcher.n_started == 3
 
 
+def test_a_tie_goes_to_the_trial_started_first_whatever_the_trial_ids():
+    """Tune's trial ids are random hex: the strategy's best record must break a tie by start
+    order, as the outputs' best_record does, or a phase refines around another trial than
+    the one best/ holds (the two-phase plugin test failed so under load)."""
+    searcher = SettingSearcher.grid([SearchSpace.parse(SMALL)], mode="min")
+    first = searcher.suggest("ffff0001")
+    second = searcher.suggest("00000002")
+    searcher.on_trial_complete("00000002", {"metric": 0.5})
+    searcher.on_trial_complete("ffff0001", {"metric": 0.5})
+    assert [r["number"] for r in searcher.context.records] == [2, 1]
+    best = searcher.context.best()
+    assert best["trial_id"] == "ffff0001" and best["key"] == first["key"] != second["key"]
+
+
 def test_journaled_trials_are_counted_and_never_suggested_again():
     space = SearchSpace.parse(SMALL)
     first = SettingSearcher.grid([space], mode="min")
