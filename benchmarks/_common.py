@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from raysearch.cpu import cpu_info  # noqa: E402  (after the repository is on the path)
+
 RESULTS = ROOT / "benchmarks" / "results"
 #: magika's model and data beside the repository (``RAYSEARCH_MAGIKA_DIR`` overrides); when
 #: absent, :func:`magika_source` falls back to the model that ships in the package.
@@ -86,6 +88,8 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpus": CPUS,
         "cpu_model": _cpu_model(),
+        # int8 results and the best setting can differ by instruction set (raysearch.cpu)
+        "cpu": cpu_info(),
         "memory_gib": _meminfo_gib(),
         "platform": platform.platform(),
         "load_average": load_average(),

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from raysearch.config import SearchConfig
+from raysearch.cpu import cpu_flags, cpu_info
 from raysearch.outputs import best_record, fixed_space, results_table, write_outputs
 from raysearch.space import SearchSpace
 from tests.external_models import external_mlp_data, make_external_mlp
@@ -171,6 +172,9 @@ def test_write_outputs_with_no_complete_trial(config, tmp_path):
         wall_time_s=0.2,
     )
     assert summary["best_metric"] is None and summary["best_model_path"] is None
+    # The CPU the summary was written on: int8 results depend on its instruction set.
+    assert summary["cpu"] == cpu_info()
+    assert json.loads((out / "summary.json").read_text())["cpu"]["flags"] == list(cpu_flags())
     assert not (out / "best").exists()
     assert not (out / "plots" / "param_importance.png").exists()
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysearch.cpu import cpu_info
 from raysearch.outputs._best import write_best
 from raysearch.outputs._plots import write_plots
 from raysearch.outputs._records import best_record, order
@@ -120,6 +121,8 @@ def _summary(
     }
     devices = sorted({str(r["device"]) for r in rows if r.get("device")})
     summary["device"] = ", ".join(devices) if devices else None
+    # The driver's CPU: int8 results depend on its instruction set (raysearch.cpu).
+    summary["cpu"] = cpu_info()
     fallback = [r for r in rows if r.get("gpu_id") is not None and r.get("device") == "cpu"]
     if fallback:
         # Said once, here, rather than per trial: GPUs were assigned but could not be used.

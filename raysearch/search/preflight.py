@@ -167,6 +167,42 @@ def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSp
                     backend.validate(setting, os.fspath(path))
 
 
+_EIGHT_BIT = {None, "QInt8", "QUInt8"}  # None: ONNX Runtime's default, QInt8
+
+
+def may_saturate(space: SearchSpace) -> bool:
+    """Whether ``space`` can select an ONNX Runtime setting with 8-bit activations, int8
+    weights and 8-bit weight range, which saturates on CPUs without VNNI (raysearch.cpu)."""
+    if "ort" not in _backend_names(space):
+        return False
+    activations = set(_choices(space, "activation_type"))
+    weights = set(_choices(space, "weight_type"))
+    reduce_range = set(_choices(space, "reduce_range"))
+    return (
+        bool(activations & _EIGHT_BIT)
+        and bool(weights & {None, "QInt8"})
+        and bool(reduce_range & {None, False})
+    )
+
+
+def warn_if_u8s8_saturates(spaces: Iterable[SearchSpace]) -> bool:
+    """Say in one log line when this CPU adds uint8 x int8 products in saturating int16 sums
+    and a space can select such a setting; the choice is the user's (``reduce_range`` and
+    ``weight_type`` are settings of the space), so nothing is changed. Returns whether it
+    warned."""
+    from raysearch.cpu import u8s8_saturates
+
+    if not u8s8_saturates() or not any(may_saturate(space) for space in spaces):
+        return False
+    _logger.warning(
+        "this CPU has no VNNI: ONNX Runtime's int8 kernels add uint8 x int8 products in int16 "
+        "and can saturate, so an int8 model may score lower here than on a CPU with VNNI; "
+        "searching reduce_range: [false, true] or weight_type: QUInt8 (ONNX Runtime's advice) "
+        "shows whether it costs accuracy"
+    )
+    return True
+
+
 def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = None) -> Prepared:
     """Check the model, data and evaluator of ``config`` and compute the float reference or
     the float model's score. Nothing is written unless ``cache_dir`` is given (the float
@@ -181,6 +217,7 @@ def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = Non
 
     model = os.fspath(config.model)
     proto = check_model(model, config.search_spaces)
+    warn_if_u8s8_saturates(config.search_spaces)
     inputs = model_inputs(proto)
     calibration = DataSource.load(
         config.calibration_data, inputs, config.batch_size, label="calibration data"
