@@ -53,7 +53,6 @@ def test_builtin_metric_trial(mlp, tmp_path):
     assert first.model_size_bytes == (tmp_path / "t0.onnx").stat().st_size
     assert first.latency_ms is not None and first.latency_ms > 0
     assert first.device == "cpu" and first.duration_s >= first.evaluation_s > 0
-    assert first.calibration_s > second.calibration_s
     record = first.to_dict()
     assert json.loads(json.dumps(record))["status"] == "ok"
     assert set(record) >= {"metric", "is_candidate", "duration_s", "calib_cache_hit", "extra"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -100,11 +99,14 @@ def test_time_limit_ends_the_search(make_config):
     config = make_config(
         search_space=CONDITIONAL_SPACE, search_algo="Random", stop={"time_limit": 3}
     )
-    started = time.monotonic()
     result = AutoSearch(config).run()
+    # The space is continuous (CalibPercentile), so only the limit ends it: not before 3 s,
+    # with the trials running then stopped (they are not recorded; pytest-timeout guards a
+    # search that does not end).
     assert result.summary["stop_reason"] == "time_limit"
-    assert 3 <= result.summary["wall_time_s"] < 20
-    assert time.monotonic() - started < 40
+    assert result.summary["wall_time_s"] >= 3
+    assert result.summary["n_trials"] <= result.summary["trials_started"]
+    assert len(result.results) == result.summary["n_trials"]
 
 
 def test_a_setting_onnx_runtime_rejects_fails_alone(make_config):
