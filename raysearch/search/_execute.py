@@ -25,7 +25,7 @@ from raysearch.quantize.registry import backend_reject
 from raysearch.search._disk import disk_full_error
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
-from raysearch.search._output_dir import storage_path, write_marker
+from raysearch.search._output_dir import search_id, storage_path, write_marker
 from raysearch.search._ray import only_driver_node, slots, trials_placeable_now, tune_environment
 from raysearch.search._result import SearchResult, build_result
 from raysearch.search._rungs import RungScheduler, early_stopping_summary
@@ -75,6 +75,8 @@ class Execution:
     def __init__(self, config: SearchConfig, output_dir: Path) -> None:
         self.config = config
         self.output_dir = output_dir
+        #: What Tune's proxies, the searcher and the scheduler find the live session by.
+        self.session_key = search_id(output_dir)
 
     def _searcher(self, max_outstanding: int, model: ModelFacts) -> SettingSearcher:
         """The searcher over the phases of the config's strategy (``search_algo``), given the
@@ -91,7 +93,7 @@ class Execution:
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding
         )
-        searcher.session_key = str(self.output_dir)
+        searcher.session_key = self.session_key
         return searcher
 
     @staticmethod
@@ -117,7 +119,7 @@ class Execution:
     ) -> SearchResult:
         folder = self.output_dir
         log = LogSetup(folder)
-        key = str(folder)
+        key = self.session_key
         run: _Run | None = None
         try:
             config = self.config
@@ -189,7 +191,7 @@ class Execution:
         expected = self._expected_trials(searcher)
         progress_cb = self._progress(progress, expected, clock, records, recorder)
         session = SearchSession(
-            str(folder), journal, clock, stopper, recorder, progress_cb, records=list(records)
+            self.session_key, journal, clock, stopper, recorder, progress_cb, records=list(records)
         )
         register(session)
         return _Run(
@@ -252,14 +254,14 @@ class Execution:
         )
         # ASHA over the rungs of evaluation on growing subsets; Tune's FIFO without them.
         rungs = run.spec.rungs
-        scheduler = None if rungs is None else RungScheduler(rungs, session_key=str(folder))
+        scheduler = None if rungs is None else RungScheduler(rungs, session_key=self.session_key)
         with quiet_tune():
             tuner, restored = make_tuner(
                 trainable,
                 run.searcher,
                 config,
                 storage_path(self.config, self.output_dir),
-                key=str(folder),
+                key=self.session_key,
                 resume=resume,
                 records=records,
                 scheduler=scheduler,

@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ __all__ = [
     "check_output_dir",
     "clean_output_dir",
     "write_marker",
+    "search_id",
     "write_config",
     "storage_path",
 ]
@@ -262,10 +264,29 @@ def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
     return raw, unserializable
 
 
+def search_id(folder: Path) -> str:
+    """The search's own key, from its marker: what Tune's pickled proxies, the searcher and
+    the scheduler find its live session by. It stays when the folder is moved (a search
+    marked before ids were written is keyed by its folder)."""
+    try:
+        state = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        state = {}
+    value = state.get("search_id") if isinstance(state, dict) else None
+    return str(value) if value else str(folder)
+
+
 def write_config(folder: Path, config: SearchConfig, storage_path: str) -> None:
     """Claim ``folder`` for a new search: the marker first (whatever follows in this folder
-    is raysearch's), then the config that ``raysearch resume`` reads."""
+    is raysearch's, with a new ``search_id``), then the config that ``raysearch resume``
+    reads."""
     raw, unserializable = _raw_for_resume(config)
-    write_marker(folder, "running", storage_path, unserializable=unserializable)
+    write_marker(
+        folder,
+        "running",
+        storage_path,
+        unserializable=unserializable,
+        search_id=uuid.uuid4().hex,
+    )
     header = "# The config of this search (paths absolute); `raysearch resume` reads it.\n"
     atomic_write_text(folder / CONFIG_FILE, header + yaml.safe_dump(raw, sort_keys=False))

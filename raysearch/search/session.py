@@ -3,7 +3,8 @@
 Ray Tune pickles the stopper and the callbacks into its experiment folder when a Tuner is
 built, and ``Tuner.restore`` brings back those pickled copies. raysearch therefore hands Tune
 small proxies (:class:`SessionStopper`, :class:`SessionCallback`) that hold only the search's
-key (its output folder); each call looks up the :class:`SearchSession` registered under that
+key (its ``search_id``, kept in the output folder's marker, so a moved folder keeps it); each
+call looks up the :class:`SearchSession` registered under that
 key in this process. A resumed search registers a fresh session, rebuilt from the journal,
 before Tune restores the proxies, so counts, elapsed time, the progress stream and the
 journal handle are always the live ones.
@@ -64,13 +65,9 @@ def register(session: SearchSession) -> None:
 
 
 def lookup(key: str) -> SearchSession | None:
-    """The session registered under ``key``; the only one registered when none is (a restored
-    experiment whose folder was moved keeps its old key)."""
+    """The session registered under ``key`` (the search's id: see ``search_id``), or None."""
     with _LOCK:
-        session = _SESSIONS.get(key)
-        if session is None and len(_SESSIONS) == 1:
-            session = next(iter(_SESSIONS.values()))
-        return session
+        return _SESSIONS.get(key)
 
 
 def attach(holder: Any) -> SearchSession | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import socket
 from collections import Counter
@@ -83,7 +84,9 @@ def _check_resumed(folder: Path, before: list[dict[str, Any]], summary: dict[str
     assert summary["wall_time_s"] >= max(r["elapsed_s"] for r in before)
 
 
-@pytest.mark.parametrize("checkpoint", ["default", "every_step", "torn_state", "torn_searcher"])
+@pytest.mark.parametrize(
+    "checkpoint", ["default", "every_step", "torn_state", "torn_searcher", "moved"]
+)
 def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     tmp_path: Path, uninterrupted: dict[str, Any], checkpoint: str
 ):
@@ -91,7 +94,9 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     # "every_step": Tune's saved state is nearly current (both resume with Tuner.restore);
     # "torn_state": the kill cut Tune's state file short (the journal alone carries on);
     # "torn_searcher": the same for the searcher's state, which Tune saves beside it (Tune
-    # failed to restore it, logged that and carried on without it: 7 trials, "interrupted").
+    # failed to restore it, logged that and carried on without it: 7 trials, "interrupted");
+    # "moved": the folder is moved before the resume (Tune's pickled proxies find the live
+    # session by the search's id, which moves with it, not by the folder they were made in).
     env = {"TUNE_GLOBAL_CHECKPOINT_S": "0"} if checkpoint != "default" else {}
     _run_killed(tmp_path, 6, signal.SIGKILL, **env)
     before = journal(tmp_path / "out")
@@ -102,7 +107,12 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
         (state,) = (tmp_path / "out" / "ray_results" / "search").glob(torn[checkpoint])
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
 
-    result = AutoSearch.resume(tmp_path / "out")
+    if checkpoint == "moved":
+        shutil.move(tmp_path / "out", tmp_path / "elsewhere")
+        result = AutoSearch.resume(tmp_path / "elsewhere")
+        shutil.move(tmp_path / "elsewhere", tmp_path / "out")
+    else:
+        result = AutoSearch.resume(tmp_path / "out")
     summary = result.summary
     log = (tmp_path / "out" / "auto_search.log").read_text()
     restored = "restoring Ray Tune's experiment" in log
