@@ -22,7 +22,7 @@ from _nncf_anchors import nncf_accuracy_control, nncf_one_shot, top1_agreement
 from raysearch.config import SearchConfig
 from raysearch.modelgraph import quantized_share, weighted_nodes
 from raysearch.search.preflight import preflight
-from raysearch.trial import TrialRunner
+from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 
 
 def _ppocr_char_accuracy(folder: Path):
@@ -72,13 +72,14 @@ def anchors(name: str, config: dict[str, Any], work: Path, shared: Path) -> list
     prepared = preflight(search)
     model = Path(config["model"])
     runner = TrialRunner(
-        model,
-        prepared.calibration,
-        prepared.evaluation,
-        prepared.evaluator,
-        float_reference=prepared.reference,
-        float_score=prepared.float_score,
-        measure_latency=False,
+        TrialSpec(
+            model,
+            prepared.calibration,
+            prepared.evaluation,
+            prepared.evaluator,
+            baseline=FloatBaseline(reference=prepared.reference, score=prepared.float_score),
+            measure_latency=False,
+        )
     )
     score = runner.techniques.context.score
     nodes = weighted_nodes(str(model))

@@ -57,7 +57,7 @@ from _common import (  # noqa: E402
 from raysearch.data import DataSource  # noqa: E402
 from raysearch.evaluate import Evaluator, compute_metric, run_model  # noqa: E402
 from raysearch.providers import make_session  # noqa: E402
-from raysearch.trial import TrialRunner  # noqa: E402
+from raysearch.trial import TrialDevice, TrialRunner, TrialSpec  # noqa: E402
 
 THREADS = 2
 TARGET = 0.9
@@ -80,13 +80,15 @@ def cached(
     """(b): TrialRunner with the calibration cache, one setting after another."""
     start = time.perf_counter()
     runner = TrialRunner(
-        model,
-        calib,
-        evaluation,
-        Evaluator("cos", tolerance=0.99),
-        cache_dir=work / "cache",
-        threads=THREADS,
-        measure_latency=False,
+        TrialSpec(
+            model,
+            calib,
+            evaluation,
+            Evaluator("cos", tolerance=0.99),
+            cache_dir=work / "cache",
+            device=TrialDevice(threads=THREADS),
+            measure_latency=False,
+        )
     )
     t0 = time.perf_counter()
     reference = runner.float_reference

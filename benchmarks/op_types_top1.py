@@ -40,7 +40,7 @@ from _common import Run, magika_arrays, magika_model, print_table, quiet  # noqa
 from raysearch.data import DataSource  # noqa: E402
 from raysearch.evaluate import Evaluator  # noqa: E402
 from raysearch.providers import make_session  # noqa: E402
-from raysearch.trial import TrialRunner  # noqa: E402
+from raysearch.trial import TrialDevice, TrialRunner, TrialSpec  # noqa: E402
 
 THREADS = 2
 OP_TYPES = {"MatMul/Conv": ["MatMul", "Conv"], "every op": None}
@@ -108,13 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         calib = DataSource.load(calib_arrays, model, batch_size=50)
         evaluator = Evaluator(top1_agreement, higher_is_better=True)
         with TrialRunner(
-            model,
-            calib,
-            None,
-            evaluator,
-            cache_dir=work / "cache",
-            threads=THREADS,
-            measure_latency=False,
+            TrialSpec(
+                model,
+                calib,
+                None,
+                evaluator,
+                cache_dir=work / "cache",
+                device=TrialDevice(threads=THREADS),
+                measure_latency=False,
+            )
         ) as runner:
             for i, (label, setting) in enumerate(grid(args.smoke)):
                 result = runner.run(setting, work / f"q{i}.onnx")

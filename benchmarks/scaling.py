@@ -202,7 +202,7 @@ def _plain_worker(
         from raysearch.config import SearchConfig
         from raysearch.data import DataSource, model_inputs
         from raysearch.evaluate import Evaluator, FloatReference
-        from raysearch.trial import TrialRunner
+        from raysearch.trial import FloatBaseline, TrialDevice, TrialRunner, TrialSpec
 
         quiet()
         parsed = SearchConfig.from_dict(config)
@@ -214,14 +214,16 @@ def _plain_worker(
         threads = max(1, min(os.cpu_count() or 1, 4))
         reference = FloatReference.compute(str(parsed.model), evaluation, threads=threads)
         runner = TrialRunner(
-            parsed.model,
-            calibration,
-            evaluation,
-            Evaluator.from_config(parsed),
-            cache_dir=Path(work) / "cache",
-            threads=1,
-            float_reference=reference,
-            measure_latency=parsed.measure_latency,
+            TrialSpec(
+                parsed.model,
+                calibration,
+                evaluation,
+                Evaluator.from_config(parsed),
+                cache_dir=Path(work) / "cache",
+                device=TrialDevice(threads=1),
+                baseline=FloatBaseline(reference=reference),
+                measure_latency=parsed.measure_latency,
+            )
         )
         out = Path(work) / "trials"
         out.mkdir(parents=True, exist_ok=True)

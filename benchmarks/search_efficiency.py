@@ -51,7 +51,7 @@ from raysearch.quantize.registry import get_backend  # noqa: E402
 from raysearch.search.journal import settings_key  # noqa: E402
 from raysearch.search.searchers import SettingSearcher, quiet_optuna  # noqa: E402
 from raysearch.space import SearchSpace  # noqa: E402
-from raysearch.trial import TrialRunner  # noqa: E402
+from raysearch.trial import TrialDevice, TrialRunner, TrialSpec  # noqa: E402
 
 METRIC = "L2"  # lower is better
 SIZE = {"seq": 8, "dim": 16, "ffn": 32}
@@ -94,13 +94,15 @@ def full_pass(space: SearchSpace, folder: Path, eval_rows: int) -> tuple[dict[st
     calib = DataSource.load(encoder_arrays(100, seed=3, **SIZE), model, batch_size=50)
     evaluation = DataSource.load(encoder_arrays(eval_rows, seed=9, **SIZE), model, batch_size=50)
     runner = TrialRunner(
-        model,
-        calib,
-        evaluation,
-        Evaluator(METRIC, tolerance=math.inf),
-        cache_dir=folder / "cache",
-        threads=CPUS,
-        measure_latency=False,
+        TrialSpec(
+            model,
+            calib,
+            evaluation,
+            Evaluator(METRIC, tolerance=math.inf),
+            cache_dir=folder / "cache",
+            device=TrialDevice(threads=CPUS),
+            measure_latency=False,
+        )
     )
     metrics: dict[str, float] = {}
     failed = []

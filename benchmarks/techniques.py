@@ -25,6 +25,7 @@ Run::
 
     python benchmarks/techniques.py
     python benchmarks/techniques.py --models encoder --finetune-iterations 50
+    python benchmarks/techniques.py --models magika,ppocr_rec --techniques bias_correction
 
 Writes ``benchmarks/results/techniques.json`` (or ``--out``).
 """
@@ -125,23 +126,32 @@ def _model(name: str, work: Path) -> tuple[Path, dict[str, np.ndarray], Any, Any
     return path, encoder_arrays(64, seed=1), encoder_arrays(64, seed=2), "cos", 16
 
 
-def run_model(name: str, work: Path, iterations: int) -> list[dict[str, Any]]:
+ALL_TECHNIQUES = (
+    "none", "cle", "smooth_quant", "bias_correction", "fast_finetune", "power_of_two", "dynamic",
+)  # fmt: skip
+
+
+def run_model(
+    name: str, work: Path, iterations: int, techniques: tuple[str, ...] = ALL_TECHNIQUES
+) -> list[dict[str, Any]]:
     from raysearch.data import DataSource
     from raysearch.evaluate import Evaluator
     from raysearch.quantize.technique import registered_techniques
-    from raysearch.trial import TrialRunner
+    from raysearch.trial import TrialDevice, TrialRunner, TrialSpec
 
     known = {cls.name for cls in registered_techniques()}
     path, calib, evaluation, metric, batch = _model(name, work)
     calibration = DataSource.load(calib, path, batch_size=batch, label="calibration data")
     evaluation = DataSource.load(evaluation, path, batch_size=16) if evaluation else None
     runner = TrialRunner(
-        path,
-        calibration,
-        evaluation,
-        Evaluator(metric),
-        cache_dir=work / f"cache-{name}",
-        threads=os.cpu_count() or 1,
+        TrialSpec(
+            path,
+            calibration,
+            evaluation,
+            Evaluator(metric),
+            cache_dir=work / f"cache-{name}",
+            device=TrialDevice(threads=os.cpu_count() or 1),
+        )
     )
     rows = []
     with runner:
@@ -151,12 +161,13 @@ def run_model(name: str, work: Path, iterations: int) -> list[dict[str, Any]]:
         plan = {
             t: [_merge(b, s) for b in BASES for s in settings]
             for t, settings in technique_settings(iterations).items()
-            if t == "none" or t in known
+            if (t == "none" or t in known) and t in techniques
         }
-        plan["dynamic"] = [
-            {"quant_mode": "dynamic", "per_channel": pc, "op_types_to_quantize": _WEIGHTED}
-            for pc in (True, False)
-        ]
+        if "dynamic" in techniques:
+            plan["dynamic"] = [
+                {"quant_mode": "dynamic", "per_channel": pc, "op_types_to_quantize": _WEIGHTED}
+                for pc in (True, False)
+            ]
         for technique, settings_list in plan.items():
             for i, settings in enumerate(settings_list):
                 start = time.perf_counter()
@@ -197,15 +208,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="magika,ppocr_rec,encoder")
     parser.add_argument("--finetune-iterations", type=int, default=200)
+    parser.add_argument(
+        "--techniques",
+        default=",".join(ALL_TECHNIQUES),
+        help="comma-separated, of "
+        + ", ".join(ALL_TECHNIQUES)
+        + " (none: the baseline, always run)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    techniques = tuple(dict.fromkeys(["none", *args.techniques.split(",")]))
+    unknown = sorted(set(techniques) - set(ALL_TECHNIQUES))
+    if unknown:
+        parser.error(
+            f"unknown technique(s) {', '.join(unknown)}: choose of {', '.join(ALL_TECHNIQUES)}"
+        )
     quiet()
     run = Run("techniques", args)
     work = Path(tempfile.mkdtemp(prefix="raysearch-bench-techniques-"))
     rows: list[dict[str, Any]] = []
     try:
         for name in args.models.split(","):
-            model_rows = run_model(name, work, args.finetune_iterations)
+            model_rows = run_model(name, work, args.finetune_iterations, techniques)
             rows += model_rows
             print_table(
                 model_rows, [c for c in model_rows[0] if c not in ("model", "error")], title=name

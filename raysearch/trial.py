@@ -13,10 +13,11 @@ computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
 Example:
     >>> from raysearch.data import DataSource
     >>> from raysearch.evaluate import Evaluator
-    >>> from raysearch.trial import TrialRunner
+    >>> from raysearch.trial import TrialDevice, TrialRunner, TrialSpec
     >>> calib = DataSource.load("calib.npz", "model.onnx")                 # doctest: +SKIP
-    >>> runner = TrialRunner("model.onnx", calib, calib, Evaluator("cos", 0.999),
-    ...                      cache_dir="/tmp/rs-cache", threads=2)         # doctest: +SKIP
+    >>> spec = TrialSpec("model.onnx", calib, calib, Evaluator("cos", 0.999),
+    ...                  cache_dir="/tmp/rs-cache", device=TrialDevice(threads=2))  # doctest: +SKIP
+    >>> runner = TrialRunner(spec)                                         # doctest: +SKIP
     >>> result = runner.run({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
     >>> result.status, result.metric, result.is_candidate                  # doctest: +SKIP
     ('ok', 0.99962, True)
@@ -54,7 +55,15 @@ if TYPE_CHECKING:
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
-__all__ = ["TrialResult", "TrialRunner", "StagedTrial", "one_line"]
+__all__ = [
+    "TrialResult",
+    "TrialSpec",
+    "TrialDevice",
+    "FloatBaseline",
+    "TrialRunner",
+    "StagedTrial",
+    "one_line",
+]
 
 #: ``pool(runner, float_path, settings_list) -> scores`` (:attr:`TrialRunner.score_pool`).
 ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
@@ -115,44 +124,80 @@ def _same_kind(device: str, other: str) -> bool:
     return device.split(":")[0] == other.split(":")[0]
 
 
-class TrialRunner:
-    """Runs trials for one model in one process.
+@dataclass(frozen=True)
+class TrialDevice:
+    """Where a trial runs: ``threads`` CPUs (intra-op threads of every session), the GPU it
+    was given (``gpu_id``, None: the CPU) and ``gpu_mem_limit``, its share of that GPU's
+    memory; ``providers`` (ONNX Runtime's ``providers`` argument, options included), when
+    given, replace those of ``gpu_id`` and ``gpu_mem_limit``."""
 
-    ``threads`` is the number of CPUs given to the trial (intra-op threads of every session);
-    ``gpu_id`` the GPU it was given (None: CPU) and ``gpu_mem_limit`` its share of that GPU's
-    memory. Every session of the trial (calibration, the float reference, evaluation) runs on
-    the same :attr:`session_providers`: ``providers`` when given (ONNX Runtime's ``providers``
-    argument, options included), else those of ``gpu_id`` and ``gpu_mem_limit``.
+    threads: int = 1
+    gpu_id: int | None = None
+    gpu_mem_limit: int | None = None
+    providers: Sequence[Any] | None = None
 
-    The float reference (built-in metrics) or the float model's score (custom evaluators) is
-    computed on first need unless given. A given one computed on another kind of device
-    (``FloatReference.device``; ``float_score_device`` for a score, the driver's CPU by
-    default) is computed again on this trial's device, so that quantized and float models are
-    compared on the same kernels. ``measure_latency`` records the median latency per
-    evaluation batch.
+
+@dataclass(frozen=True)
+class FloatBaseline:
+    """What the float model scored, when already known: the float reference (built-in
+    metrics) or the float model's score (custom evaluators) and the kind of device that score
+    was computed on. A baseline from another kind of device than the trial's is computed again
+    on the trial's, so that quantized and float models are compared on the same kernels."""
+
+    reference: FloatReference | None = None
+    score: float | None = None
+    score_device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a :class:`TrialRunner` needs: the float model, the calibration and
+    evaluation data, the evaluator, the device, the float baseline when known, where its
+    calibration cache lives (``cache_dir``, or a ``cache`` object shared with the caller),
+    whether to record the median latency per evaluation batch, and the rungs of evaluation on
+    growing subsets (None: every row at once).
+
+    Example:
+        >>> from raysearch.evaluate import Evaluator
+        >>> spec = TrialSpec("model.onnx", None, None, Evaluator("cos", 0.999),
+        ...                  device=TrialDevice(threads=2))
+        >>> spec.device.threads, spec.baseline.reference is None, spec.measure_latency
+        (2, True, True)
     """
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        calibration: DataSource,
-        evaluation: DataSource | None,
-        evaluator: Evaluator,
-        cache_dir: str | os.PathLike | None = None,
-        threads: int = 1,
-        gpu_id: int | None = None,
-        float_reference: FloatReference | None = None,
-        *,
-        float_score: float | None = None,
-        measure_latency: bool = True,
-        gpu_mem_limit: int | None = None,
-        cache: CalibrationCache | None = None,
-        providers: Sequence[Any] | None = None,
-        float_score_device: str = "cpu",
-        rungs: EvalRungs | None = None,
-    ) -> None:
+    model_path: str | os.PathLike
+    calibration: DataSource
+    evaluation: DataSource | None
+    evaluator: Evaluator
+    cache_dir: str | os.PathLike | None = None
+    device: TrialDevice = TrialDevice()
+    baseline: FloatBaseline = FloatBaseline()
+    measure_latency: bool = True
+    cache: CalibrationCache | None = None
+    rungs: EvalRungs | None = None
+
+
+class TrialRunner:
+    """Runs trials of one :class:`TrialSpec` in one process.
+
+    Every session of the trial (calibration, the float reference, evaluation) runs on the
+    same :attr:`session_providers` (see :class:`TrialDevice`). The float reference or the float
+    model's score is computed on first need unless the spec's :class:`FloatBaseline` gives one
+    computed on this kind of device.
+    """
+
+    def __init__(self, spec: TrialSpec) -> None:
         from raysearch.quantize.calibration import CalibrationCache
 
+        self.spec = spec
+        model_path, calibration, evaluation = spec.model_path, spec.calibration, spec.evaluation
+        evaluator, cache_dir, device = spec.evaluator, spec.cache_dir, spec.device
+        threads, gpu_id, gpu_mem_limit = device.threads, device.gpu_id, device.gpu_mem_limit
+        providers, cache = device.providers, spec.cache
+        float_reference, float_score = spec.baseline.reference, spec.baseline.score
+        float_score_device, measure_latency, rungs = (
+            spec.baseline.score_device, spec.measure_latency, spec.rungs,
+        )  # fmt: skip
         self.model_path = os.fspath(model_path)
         self._weighted_nodes: int | None = None
         self.calibration = calibration

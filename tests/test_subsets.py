@@ -9,7 +9,7 @@ import pytest
 from raysearch._evaluate._subsets import could_reach, plan_rungs
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator, FloatReference
-from raysearch.trial import TrialRunner
+from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 from tests.models import make_mlp_model, mlp_data
 
 FRACTIONS = (0.1, 0.33, 1.0)
@@ -106,7 +106,15 @@ def test_a_trial_quantizes_once_and_its_last_rung_is_the_whole_evaluation(mlp, t
     evaluator = Evaluator("L2", 0.05)
     rungs, _ = _plan(evaluator, evaluation, reference)
     runner = TrialRunner(
-        path, calib, evaluation, evaluator, tmp_path, float_reference=reference, rungs=rungs
+        TrialSpec(
+            path,
+            calib,
+            evaluation,
+            evaluator,
+            cache_dir=tmp_path,
+            baseline=FloatBaseline(reference=reference),
+            rungs=rungs,
+        )
     )
     settings = {"calibrate_method": "MinMax", "activation_type": "QUInt8"}
     with runner:
@@ -142,7 +150,16 @@ def test_a_setting_far_from_the_tolerance_is_not_protected(mlp, tmp_path):
     path, calib, evaluation, reference = mlp
     evaluator = Evaluator("cos", 0.99999999)
     rungs, _ = _plan(evaluator, evaluation, reference)
-    runner = TrialRunner(path, calib, evaluation, evaluator, float_reference=reference, rungs=rungs)
+    runner = TrialRunner(
+        TrialSpec(
+            path,
+            calib,
+            evaluation,
+            evaluator,
+            baseline=FloatBaseline(reference=reference),
+            rungs=rungs,
+        )
+    )
     settings = {"calibrate_method": "MinMax", "activation_type": "QUInt8", "reduce_range": True}
     with runner:
         results = _steps(runner.start(settings, tmp_path / "far.onnx"))
@@ -160,7 +177,7 @@ def test_a_custom_evaluator_with_a_fraction_is_called_per_rung(mlp, tmp_path):
 
     evaluator = Evaluator(agreement, tolerance=0.01)
     rungs, _ = _plan(evaluator, evaluation, None)
-    runner = TrialRunner(path, calib, evaluation, evaluator, rungs=rungs)
+    runner = TrialRunner(TrialSpec(path, calib, evaluation, evaluator, rungs=rungs))
     with runner:
         results = _steps(runner.start({"calibrate_method": "MinMax"}, tmp_path / "c.onnx"))
     quant = [f for who, f in calls if who == "quant"]
@@ -182,7 +199,7 @@ def test_a_failure_in_a_later_rung_fails_the_trial_with_one_line(mlp, tmp_path):
 
     evaluator = Evaluator(flaky, tolerance=0.01)
     rungs, _ = _plan(evaluator, evaluation, None)
-    runner = TrialRunner(path, calib, evaluation, evaluator, rungs=rungs)
+    runner = TrialRunner(TrialSpec(path, calib, evaluation, evaluator, rungs=rungs))
     with runner:
         trial = runner.start({"calibrate_method": "MinMax"}, tmp_path / "f.onnx")
         first = dict(trial.step().to_dict())

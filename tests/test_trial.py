@@ -17,7 +17,7 @@ from raysearch.providers import (
     session_options,
     session_providers,
 )
-from raysearch.trial import TrialResult, TrialRunner
+from raysearch.trial import FloatBaseline, TrialDevice, TrialResult, TrialRunner, TrialSpec
 from tests.models import (
     encoder_data,
     make_conv_model,
@@ -41,7 +41,9 @@ def mlp(tmp_path_factory):
 
 def test_builtin_metric_trial(mlp, tmp_path):
     path, calib, evaluation = mlp
-    runner = TrialRunner(path, calib, evaluation, Evaluator("cos", 0.99), cache_dir=tmp_path)
+    runner = TrialRunner(
+        TrialSpec(path, calib, evaluation, Evaluator("cos", 0.99), cache_dir=tmp_path)
+    )
     with runner:
         first = runner.run({"calibrate_method": "MinMax"}, tmp_path / "t0.onnx")
         second = runner.run(
@@ -63,8 +65,24 @@ def test_builtin_metric_trial(mlp, tmp_path):
 def test_strict_tolerance_is_not_a_candidate_and_l2_direction(mlp, tmp_path):
     path, calib, evaluation = mlp
     reference = FloatReference.compute(path, evaluation)
-    strict = TrialRunner(path, calib, evaluation, Evaluator("L2", 1e-9), float_reference=reference)
-    loose = TrialRunner(path, calib, evaluation, Evaluator("L2", 1.0), float_reference=reference)
+    strict = TrialRunner(
+        TrialSpec(
+            path,
+            calib,
+            evaluation,
+            Evaluator("L2", 1e-9),
+            baseline=FloatBaseline(reference=reference),
+        )
+    )
+    loose = TrialRunner(
+        TrialSpec(
+            path,
+            calib,
+            evaluation,
+            Evaluator("L2", 1.0),
+            baseline=FloatBaseline(reference=reference),
+        )
+    )
     settings = {"calibrate_method": "MinMax", "activation_type": "QUInt8"}
     a = strict.run(settings, tmp_path / "a.onnx")
     b = loose.run(settings, tmp_path / "b.onnx")
@@ -75,7 +93,7 @@ def test_strict_tolerance_is_not_a_candidate_and_l2_direction(mlp, tmp_path):
 def test_nan_outputs_give_a_failed_trial_not_a_crash(tmp_path):
     path = make_nan_model(tmp_path / "nan.onnx")
     data = DataSource.load(nan_model_data(32), path, batch_size=8)
-    runner = TrialRunner(path, data, data, Evaluator("L2", 0.1))
+    runner = TrialRunner(TrialSpec(path, data, data, Evaluator("L2", 0.1)))
     assert np.isfinite(runner.float_reference.outputs["y"]).all()
     result = runner.run({"op_types_to_quantize": ["MatMul"]}, tmp_path / "q.onnx")
     assert result.status == "failed" and result.metric is None and not result.is_candidate
@@ -86,7 +104,7 @@ def test_nan_outputs_give_a_failed_trial_not_a_crash(tmp_path):
 
 def test_refused_settings_and_quantizer_errors_fail_with_one_line(mlp, tmp_path):
     path, calib, evaluation = mlp
-    runner = TrialRunner(path, calib, evaluation, Evaluator("L2", 0.1))
+    runner = TrialRunner(TrialSpec(path, calib, evaluation, Evaluator("L2", 0.1)))
     rejected = runner.run(
         {"quant_format": "QOperator", "activation_type": "QInt16"}, tmp_path / "a.onnx"
     )
@@ -114,7 +132,7 @@ def test_custom_evaluator_trial_scores_the_float_model_once(mlp, tmp_path):
         tolerance_mode="relative",
         higher_is_better=False,
     )
-    runner = TrialRunner(path, calib, None, ev, threads=2)
+    runner = TrialRunner(TrialSpec(path, calib, None, ev, device=TrialDevice(threads=2)))
     before = len(evaluators_fixture.CALLS)
     results = [
         runner.run({"activation_type": a}, tmp_path / f"{a}.onnx") for a in ("QInt8", "QUInt8")
@@ -130,7 +148,7 @@ def test_custom_evaluator_trial_scores_the_float_model_once(mlp, tmp_path):
 def test_encoder_with_two_inputs_and_conv_qoperator(tmp_path):
     enc = make_encoder_model(tmp_path / "enc.onnx")
     data = DataSource.load(encoder_data(24), enc, batch_size=8)
-    runner = TrialRunner(enc, data, data, Evaluator("SSIM", 0.9))
+    runner = TrialRunner(TrialSpec(enc, data, data, Evaluator("SSIM", 0.9)))
     result = runner.run(
         {"op_types_to_quantize": ["MatMul"], "calibrate_method": "Percentile"},
         tmp_path / "e.onnx",
@@ -140,7 +158,7 @@ def test_encoder_with_two_inputs_and_conv_qoperator(tmp_path):
     rng = np.random.default_rng(0)
     images = {"x": rng.random((16, 3, 16, 16), dtype=np.float32)}
     data = DataSource.load(images, cnn, batch_size=8)
-    runner = TrialRunner(cnn, data, data, Evaluator("PSNR", 20.0))
+    runner = TrialRunner(TrialSpec(cnn, data, data, Evaluator("PSNR", 20.0)))
     result = runner.run(
         {"quant_format": "QOperator", "activation_type": "QUInt8", "per_channel": True},
         tmp_path / "c.onnx",
@@ -152,7 +170,7 @@ def test_encoder_with_two_inputs_and_conv_qoperator(tmp_path):
 
 def test_trial_records_the_share_of_weighted_nodes_left_quantized(mlp, tmp_path):
     path, calib, evaluation = mlp
-    runner = TrialRunner(path, calib, evaluation, Evaluator("cos", 0.9))
+    runner = TrialRunner(TrialSpec(path, calib, evaluation, Evaluator("cos", 0.9)))
     whole = runner.run({"calibrate_method": "MinMax"}, tmp_path / "whole.onnx")
     half = runner.run(
         {"calibrate_method": "MinMax", "nodes_to_exclude": ["fc2"]}, tmp_path / "half.onnx"
@@ -200,13 +218,15 @@ def test_every_session_of_a_trial_runs_on_the_trial_providers(mlp, tmp_path):
     cpu_reference = FloatReference.compute(path, evaluation)
     with record_sessions() as sessions:
         runner = TrialRunner(
-            path,
-            calib,
-            evaluation,
-            Evaluator("cos", 0.9),
-            cache_dir=tmp_path / "cache",
-            float_reference=cpu_reference,
-            providers=GPU_PROVIDERS,
+            TrialSpec(
+                path,
+                calib,
+                evaluation,
+                Evaluator("cos", 0.9),
+                cache_dir=tmp_path / "cache",
+                device=TrialDevice(providers=GPU_PROVIDERS),
+                baseline=FloatBaseline(reference=cpu_reference),
+            )
         )
         with runner:
             results = [
@@ -228,7 +248,13 @@ def test_a_trial_given_a_gpu_uses_its_providers_everywhere(mlp, tmp_path):
     expected = session_providers(0, 1 << 30)
     with record_sessions() as sessions:
         runner = TrialRunner(
-            path, calib, evaluation, Evaluator("cos", 0.9), gpu_id=0, gpu_mem_limit=1 << 30
+            TrialSpec(
+                path,
+                calib,
+                evaluation,
+                Evaluator("cos", 0.9),
+                device=TrialDevice(gpu_id=0, gpu_mem_limit=1 << 30),
+            )
         )
         result = runner.run({"calibrate_method": "Entropy"}, tmp_path / "e.onnx")
     assert result.status == "ok", result.error
@@ -245,10 +271,19 @@ def test_a_custom_float_score_from_the_cpu_is_scored_again_on_the_trial_device(m
     ev = Evaluator("tests.evaluators_fixture:mean_output", tolerance=0.5)
     cpu_score = ev.score_float(path)  # what the driver computes
     before = len(evaluators_fixture.CALLS)
-    on_cpu = TrialRunner(path, calib, None, ev, float_score=cpu_score)
+    on_cpu = TrialRunner(TrialSpec(path, calib, None, ev, baseline=FloatBaseline(score=cpu_score)))
     assert on_cpu.float_score == cpu_score and len(evaluators_fixture.CALLS) == before
     with record_sessions() as sessions:
-        on_gpu = TrialRunner(path, calib, None, ev, float_score=cpu_score, providers=GPU_PROVIDERS)
+        on_gpu = TrialRunner(
+            TrialSpec(
+                path,
+                calib,
+                None,
+                ev,
+                device=TrialDevice(providers=GPU_PROVIDERS),
+                baseline=FloatBaseline(score=cpu_score),
+            )
+        )
         # CUDA's float MatMul runs in TF32 on Ampere and later: the H200 gave -0.166296 where
         # the CPU gave -0.166314, so the two agree to about 1e-4, not to float32 rounding.
         assert on_gpu.float_score == pytest.approx(cpu_score, rel=1e-3)

@@ -59,7 +59,7 @@ class EngineSpec:
 
     def __call__(self, *, threads: int = 1, gpu_id: int | None = None) -> Any:
         from raysearch.providers import gpu_memory_limit
-        from raysearch.trial import TrialRunner
+        from raysearch.trial import FloatBaseline, TrialDevice, TrialRunner, TrialSpec
 
         import_plugins(self.plugins, strict=False)
 
@@ -71,18 +71,21 @@ class EngineSpec:
             tag = hashlib.sha256(self.cache_dir.encode()).hexdigest()[:12]
             cache_dir = os.fspath(node_local_dir(f"raysearch-cache-{tag}"))
         return TrialRunner(
-            model_path,
-            self.calibration,
-            self.evaluation,
-            self.evaluator,
-            cache_dir,
-            threads,
-            gpu_id,
-            self.reference,
-            float_score=self.float_score,
-            measure_latency=self.measure_latency,
-            gpu_mem_limit=gpu_memory_limit(gpu_id, self.gpu_fraction),
-            rungs=self.rungs,
+            TrialSpec(
+                model_path,
+                self.calibration,
+                self.evaluation,
+                self.evaluator,
+                cache_dir=cache_dir,
+                device=TrialDevice(
+                    threads=threads,
+                    gpu_id=gpu_id,
+                    gpu_mem_limit=gpu_memory_limit(gpu_id, self.gpu_fraction),
+                ),
+                baseline=FloatBaseline(reference=self.reference, score=self.float_score),
+                measure_latency=self.measure_latency,
+                rungs=self.rungs,
+            )
         )
 
 

@@ -20,7 +20,7 @@ from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
 from raysearch.quantize._qdq_graph import QTYPES, QdqGraph, dequantize, load_model, quantize
 from raysearch.quantize.bias_correction import BiasCorrection, Layer, _write_bias, find_layers
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import conv_data, make_conv_model
 
 STEP = 0.01  # the weight scale ONNX Runtime picks: max |w| = 127 * STEP
@@ -231,7 +231,9 @@ def test_trial_runner_on_conv_model(tmp_path):
     path = make_conv_model(tmp_path / "cnn.onnx")
     calib = DataSource.load(conv_data(64, seed=2), path, batch_size=16)
     evaluation = DataSource.load(conv_data(48, seed=5), path, batch_size=16)
-    runner = TrialRunner(path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path)
+    runner = TrialRunner(
+        TrialSpec(path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path)
+    )
     with runner:
         off = runner.run({"calibrate_method": "MinMax"}, tmp_path / "off.onnx")
         on = runner.run(
@@ -253,7 +255,9 @@ def test_after_power_of_two_scales_stay_powers_of_two(tmp_path):
     path = _make(tmp_path / "mm.onnx", "matmul")
     calib = DataSource.load(_data("matmul", 128, seed=1), path, batch_size=32)
     evaluation = DataSource.load(_data("matmul", 64, seed=3), path, batch_size=32)
-    runner = TrialRunner(path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path)
+    runner = TrialRunner(
+        TrialSpec(path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path)
+    )
     base = {"calibrate_method": "MinMax", "extra_options": {"PowerOfTwoMethod": "NonOverflow"}}
     with runner:
         off = runner.run(base, tmp_path / "off.onnx")

@@ -23,7 +23,7 @@ from raysearch.quantize.cle import (
     equalize_model,
 )
 from raysearch.quantize.technique import get_technique
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 
 # Channel spreads for planted models: 1000x between the smallest and the largest.
 SPREAD = np.logspace(-1.5, 1.5, 16)
@@ -306,12 +306,14 @@ def test_per_tensor_int8_error_drops(planted, tmp_path):
 def test_trial_with_cle_is_ok_and_better(planted, tmp_path):
     path, calib, evaluation = planted
     runner = TrialRunner(
-        path,
-        DataSource.load(calib, path, batch_size=16),
-        DataSource.load(evaluation, path, batch_size=16),
-        Evaluator("cos", 0.9),
-        cache_dir=tmp_path,
-        measure_latency=False,
+        TrialSpec(
+            path,
+            DataSource.load(calib, path, batch_size=16),
+            DataSource.load(evaluation, path, batch_size=16),
+            Evaluator("cos", 0.9),
+            cache_dir=tmp_path,
+            measure_latency=False,
+        )
     )
     base = {"calibrate_method": "MinMax", "per_channel": False}
     with runner:

@@ -10,14 +10,16 @@ from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
 from raysearch.quantize.ort import reject_reason
 from raysearch.space import SearchSpace
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import encoder_data, make_encoder_model
 
 
 def test_dynamic_trial_quantizes_matmuls_without_calibrating(tmp_path):
     model = make_encoder_model(tmp_path / "enc.onnx")
     data = DataSource.load(encoder_data(24), model, batch_size=8)
-    runner = TrialRunner(model, data, data, Evaluator("cos", 0.9), cache_dir=tmp_path / "c")
+    runner = TrialRunner(
+        TrialSpec(model, data, data, Evaluator("cos", 0.9), cache_dir=tmp_path / "c")
+    )
     with runner:
         result = runner.run(
             {"quant_mode": "dynamic", "per_channel": True, "weight_type": "QInt8"},

@@ -27,7 +27,7 @@ from raysearch.quantize.fast_finetune import (  # noqa: E402
     finetune_model,
     finetune_options,
 )
-from raysearch.trial import TrialRunner  # noqa: E402
+from raysearch.trial import TrialRunner, TrialSpec  # noqa: E402
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data  # noqa: E402
 
 CONV = "jax2tf_get_logits_/pjit_get_logits_/MagikaV2/Conv_0/Conv2D"
@@ -283,7 +283,14 @@ def test_trial_with_fast_finetune(tmp_path):
     calib = DataSource.load(conv_data(32, seed=1), path, batch_size=8, label="calibration data")
     evaluation = DataSource.load(conv_data(32, seed=2), path, batch_size=8)
     runner = TrialRunner(
-        path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path, measure_latency=False
+        TrialSpec(
+            path,
+            calib,
+            evaluation,
+            Evaluator("cos", 0.9),
+            cache_dir=tmp_path,
+            measure_latency=False,
+        )
     )
     base = {"calibrate_method": "MinMax", "per_channel": False}
     extra = {"OptimAlgorithm": "adaquant", "NumIterations": 100, "BatchSize": 4}

@@ -21,7 +21,7 @@ from raysearch.quantize.sensitivity import (
     write_sensitivity_table,
 )
 from raysearch.space import SearchSpace, expand_spaces
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import make_encoder_model, make_outlier_model, outlier_data
 
 BASE = {"op_types_to_quantize": ["MatMul"], "per_channel": False}
@@ -38,12 +38,14 @@ def outlier(tmp_path):
 def _runner(outlier, tmp_path, cache="cache"):
     model, calib, evaluation = outlier
     return TrialRunner(
-        model,
-        calib,
-        evaluation,
-        Evaluator("cos", 0.999),
-        cache_dir=tmp_path / cache,
-        measure_latency=False,
+        TrialSpec(
+            model,
+            calib,
+            evaluation,
+            Evaluator("cos", 0.999),
+            cache_dir=tmp_path / cache,
+            measure_latency=False,
+        )
     )
 
 

@@ -27,7 +27,7 @@ from raysearch.quantize.nncf_options import (
 )
 from raysearch.quantize.registry import backend_reject, get_backend
 from raysearch.space import SearchSpace
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialDevice, TrialRunner, TrialSpec
 from tests.models import attention_data, make_attention_model, make_mlp_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,7 +224,11 @@ def test_an_nncf_trial_quantizes_magika_to_a_valid_qdq_model_that_evaluates(magi
     model = MAGIKA_DIR / "model.onnx"
     calibration = DataSource.load({"bytes": magika_rows[:32]}, model)
     evaluation = DataSource.load({"bytes": magika_rows[32:]}, model)
-    runner = TrialRunner(model, calibration, evaluation, Evaluator("cos", 0.99), threads=1)
+    runner = TrialRunner(
+        TrialSpec(
+            model, calibration, evaluation, Evaluator("cos", 0.99), device=TrialDevice(threads=1)
+        )
+    )
     result = runner.run({"quantizer": "nncf", "model_type": "transformer"}, tmp_path / "q.onnx")
 
     assert result.status == "ok", result.error
@@ -240,7 +244,7 @@ def test_an_nncf_trial_quantizes_magika_to_a_valid_qdq_model_that_evaluates(magi
 
 def test_the_bias_correction_failure_is_a_failed_trial_with_one_line(attention, tmp_path):
     path, data = attention
-    runner = TrialRunner(path, data, data, Evaluator("cos", 0.99))
+    runner = TrialRunner(TrialSpec(path, data, data, Evaluator("cos", 0.99)))
     failed = runner.run({"quantizer": "nncf", "fast_bias_correction": False}, tmp_path / "a.onnx")
     assert failed.status == "failed"
     assert failed.error == (

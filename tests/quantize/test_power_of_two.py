@@ -19,7 +19,7 @@ from raysearch.errors import ConfigError
 from raysearch.evaluate import Evaluator
 from raysearch.quantize._qdq_graph import QTYPES, dequantize
 from raysearch.quantize.power_of_two import PowerOfTwoScales, nonoverflow_exponent
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 
 MODELS = {"mlp": (make_mlp_model, mlp_data), "conv": (make_conv_model, conv_data)}
@@ -208,7 +208,9 @@ def test_trial_runner_minmse(models, tmp_path, name):
     _, table = models
     path, calib, _ = table[name]
     evaluation = DataSource.load(MODELS[name][1](32, seed=9), path, batch_size=16)
-    runner = TrialRunner(path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path)
+    runner = TrialRunner(
+        TrialSpec(path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path)
+    )
     with runner:
         result = runner.run(
             {"calibrate_method": "MinMax", **_settings("MinMSE")}, tmp_path / "t.onnx"

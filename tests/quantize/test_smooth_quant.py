@@ -23,7 +23,7 @@ from raysearch.quantize.smooth_quant import (
     smooth_options,
     smoothing_scales,
 )
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import (
     conv_data,
     encoder_data,
@@ -379,7 +379,14 @@ def test_trial_with_smooth_quant_beats_the_trial_without(tmp_path):
     calib = DataSource.load(outlier_data(64, seed=6), path, batch_size=16)
     evaluation = DataSource.load(outlier_data(48, seed=7), path, batch_size=16)
     runner = TrialRunner(
-        path, calib, evaluation, Evaluator("cos", 0.9), cache_dir=tmp_path, measure_latency=False
+        TrialSpec(
+            path,
+            calib,
+            evaluation,
+            Evaluator("cos", 0.9),
+            cache_dir=tmp_path,
+            measure_latency=False,
+        )
     )
     with runner:
         plain = runner.run({"calibrate_method": "MinMax"}, tmp_path / "plain.onnx")

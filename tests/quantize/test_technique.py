@@ -23,7 +23,7 @@ from raysearch.quantize.technique import (
     register_technique,
 )
 from raysearch.space.catalogue import Catalogue, OptionSpec, get_catalogue
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import make_mlp_model, mlp_data
 from tests.plugins.technique_fixture import registered_toy_techniques
 
@@ -46,7 +46,9 @@ def mlp(tmp_path_factory):
 def _runner(mlp, tmp_path):
     path, data = mlp
     return TrialRunner(
-        path, data, data, Evaluator("L2", 10.0), cache_dir=tmp_path, measure_latency=False
+        TrialSpec(
+            path, data, data, Evaluator("L2", 10.0), cache_dir=tmp_path, measure_latency=False
+        )
     )
 
 

@@ -75,7 +75,7 @@ def _metric(files: dict[str, Path], quantized: Path, metric: str) -> float:
 
 
 def test_a_search_keeps_every_quantized_model_with_its_external_data(external, tmp_path, capsys):
-    result = AutoSearch(_config(external, tmp_path / "out")).run()
+    result = AutoSearch(_config(external, tmp_path / "out", keep_candidates=True)).run()
     out = result.output_dir
     table = result.results.to_pylist()
     assert len(table) == 4 and all(r["status"] == "ok" for r in table)
@@ -273,12 +273,14 @@ def _train_once(external: dict[str, Path], out: Path, evaluator) -> dict:
     from raysearch.data import DataSource
     from raysearch.evaluate import Evaluator
     from raysearch.search.trainable import make_trainable
-    from raysearch.trial import TrialRunner
+    from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 
     def factory(threads: int = 1, gpu_id: int | None = None) -> TrialRunner:
         data = DataSource.load(external["data"], external["model"])
         score = Evaluator(evaluator, tolerance=0.1)
-        return TrialRunner(external["model"], data, None, score, float_score=1.0)
+        return TrialRunner(
+            TrialSpec(external["model"], data, None, score, baseline=FloatBaseline(score=1.0))
+        )
 
     trainable = make_trainable(factory, out)(config={"settings": {"calibrate_method": "MinMax"}})
     try:
