@@ -8,20 +8,26 @@ Example:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # The built-in backends' settings catalogues (pure data) register themselves here, so every
 # search space is checked against them without the space package importing a backend.
 import raysearch.quantize.nncf_options  # noqa: F401  (the ``nncf`` catalogue; no NNCF import)
 import raysearch.quantize.options  # noqa: F401  (registers the ``ort`` catalogue)
+from raysearch._source_tree import use_source_tree_configs
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import ConfigError, InputError
 from raysearch.quantize.technique import registered_techniques as _techniques
 from raysearch.space import SearchSpace
 
 _techniques()  # the built-in techniques register their settings in every catalogue
+# From a source tree (not installed), the predefined spaces are its configs/ folder.
+use_source_tree_configs(Path(__file__).resolve().parent)
 
+#: The one place of raysearch's version: pyproject.toml reads it (``tool.setuptools.dynamic``).
 __version__ = "0.1.0"
+
 __all__ = [
     "AutoSearch",
     "SearchResult",
