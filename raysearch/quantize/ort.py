@@ -140,6 +140,36 @@ def split_extra_options(
     return calibration, quantizer
 
 
+def static_quantizer_arguments(
+    quant_format: QuantFormat,
+    model: onnx.ModelProto,
+    settings: Mapping[str, Any],
+    types: tuple[QuantType, QuantType],
+    ranges: Any,
+) -> dict[str, Any]:
+    """The keyword arguments of ONNX Runtime's static quantizer for ``quant_format``
+    (``QDQQuantizer``; ``ONNXQuantizer`` for QOperator) with ``settings``, ``(weight,
+    activation)`` types and the calibrated ``ranges``. By keyword, ONNX Runtime's names
+    (``tests/test_library_contracts.py`` binds them to both signatures): a reordered signature
+    cannot shift a value into another parameter."""
+    _, quantizer_options = split_extra_options(dict(settings.get("extra_options") or {}))
+    arguments: dict[str, Any] = {
+        "model": model,
+        "per_channel": settings.get("per_channel", False),
+        "reduce_range": settings.get("reduce_range", False),
+        "weight_qType": types[0],
+        "activation_qType": types[1],
+        "tensors_range": ranges,
+        "nodes_to_quantize": list(settings.get("nodes_to_quantize") or []),
+        "nodes_to_exclude": list(settings.get("nodes_to_exclude") or []),
+        "op_types_to_quantize": list(settings.get("op_types_to_quantize") or DEFAULT_OP_TYPES),
+        "extra_options": quantizer_options,
+    }
+    if quant_format is QuantFormat.QOperator:
+        arguments.update(mode=QuantizationMode.QLinearOps, static=True)
+    return arguments
+
+
 @register_backend("ort")
 class OrtBackend(QuantizerBackend):
     """ONNX Runtime static quantization (QDQ by default) with cached calibration.
@@ -219,8 +249,6 @@ class OrtBackend(QuantizerBackend):
         activation = enum_value(settings, "activation_type", QuantType)
         weight = enum_value(settings, "weight_type", QuantType)
         extra = dict(settings.get("extra_options") or {})
-        op_types = list(settings.get("op_types_to_quantize") or DEFAULT_OP_TYPES)
-        _, quantizer_options = split_extra_options(extra)
 
         start = time.perf_counter()
         per_channel_qdq = bool(settings.get("per_channel")) and quant_format is QuantFormat.QDQ
@@ -243,41 +271,17 @@ class OrtBackend(QuantizerBackend):
 
         start = time.perf_counter()
         check_static_quant_arguments(quant_format, activation, weight)
-        arguments = (
-            settings.get("per_channel", False),
-            settings.get("reduce_range", False),
+        quantizer_class = ONNXQuantizer if quant_format is QuantFormat.QOperator else QDQQuantizer
+        quantizer = quantizer_class(
+            **static_quantizer_arguments(
+                quant_format, copy.deepcopy(model), settings, (weight, activation), ranges
+            ),
         )
-        nodes_to_quantize = list(settings.get("nodes_to_quantize") or [])
-        nodes_to_exclude = list(settings.get("nodes_to_exclude") or [])
-        if quant_format is QuantFormat.QOperator:
-            quantizer = ONNXQuantizer(
-                copy.deepcopy(model),
-                *arguments,
-                QuantizationMode.QLinearOps,
-                True,  # static
-                weight,
-                activation,
-                ranges,
-                nodes_to_quantize,
-                nodes_to_exclude,
-                op_types,
-                quantizer_options,
-            )
-        else:
-            quantizer = QDQQuantizer(
-                copy.deepcopy(model),
-                *arguments,
-                weight,
-                activation,
-                ranges,
-                nodes_to_quantize,
-                nodes_to_exclude,
-                op_types,
-                quantizer_options,
-            )
         quantizer.quantize_model()
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        quantizer.model.save_model_to_file(os.fspath(out_path), self._large)
+        quantizer.model.save_model_to_file(
+            os.fspath(out_path), use_external_data_format=self._large
+        )
         quantization_s = time.perf_counter() - start
         return QuantizeInfo(calibration_s, quantization_s, hit)
 

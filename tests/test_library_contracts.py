@@ -1,0 +1,582 @@
+"""The internals of Ray Tune, Optuna, ONNX Runtime, NNCF and NumPy that raysearch relies on,
+checked on real objects, each failure naming the internal and the library's version.
+
+pyproject.toml bounds these libraries below their next minor release; before raising a bound,
+run this file on the new version: a failure says which internal changed and where raysearch
+uses it. What each test checks is exactly what that code relies on:
+
+- Ray Tune's ``AsyncHyperBandScheduler``: ``_trial_info`` (trial id -> bracket) and
+  ``_brackets`` (``raysearch/search/_rungs.py``: ``RungScheduler`` completes and removes trials
+  Tune's class never saw, and seeds its rungs through Tune's methods with a stand-in trial
+  that has only a ``trial_id`` and no controller);
+- Ray Tune's ``OptunaSearch._ot_study``, the Optuna study it asks (``raysearch/search/
+  _samplers.py``: a trial queued with ``enqueue_trial`` is the next one suggested);
+- private names: raysearch's subclasses of Tune's classes set no private name that Tune's
+  class uses itself (a later Tune adding one would be overwritten silently);
+- ONNX Runtime's quantization package: the keyword arguments raysearch gives its static
+  quantizers, and every call into it with its positional parameters in raysearch's order
+  (the calls are read from raysearch's source), the calibrators' ``infer_session`` and
+  ``execution_providers``, ``HistogramCollector.histogram_dict`` and its layout;
+- NNCF: its telemetry stub, and ``nncf.onnx.engine.ONNXEngine`` as the engine its factory
+  builds (``raysearch/quantize/_nncf_runtime.py`` swaps it for one on the trial's providers);
+- NumPy's ``numpy._core._multiarray_umath.__cpu_features__`` (``raysearch/cpu.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+from onnxruntime.quantization.calibrate import (
+    HistogramCollector,
+    MinMaxCalibrater,
+    PercentileCalibrater,
+    TensorsData,
+)
+from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+
+from raysearch.quantize.ort import static_quantizer_arguments
+from tests.models import make_mlp_model, mlp_data
+
+ROOT = Path(__file__).resolve().parents[1]
+ORT = f"ONNX Runtime {onnxruntime.__version__}"
+
+
+def _version(distribution: str) -> str:
+    return f"{distribution} {metadata.version(distribution)}"
+
+
+def _changed(library: str, internal: str, where: str, detail: str) -> str:
+    """The one message of a broken contract."""
+    return (
+        f"{library}: {internal} changed ({detail}); raysearch relies on it in {where}. Adapt "
+        "raysearch to it before raising the library's upper bound in pyproject.toml."
+    )
+
+
+# -- Ray Tune: ASHA's bookkeeping --------------------------------------------------------------
+
+
+@dataclass
+class _Trial:
+    """What ASHA reads of a trial (raysearch's stand-in in ``RungScheduler.seed`` is one)."""
+
+    trial_id: str
+
+
+def _scheduler() -> Any:
+    from raysearch._evaluate._subsets import EvalRungs
+    from raysearch.search._rungs import RungScheduler
+
+    rungs = EvalRungs((0.1, 0.33, 1.0), (40, 132, 400), np.arange(400), reduction_factor=3.0)
+    return RungScheduler(rungs)
+
+
+def test_asha_keeps_one_bracket_per_trial_in_trial_info():
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+
+    ray = _version("ray")
+    where = "raysearch/search/_rungs.py (RungScheduler.on_trial_complete, on_trial_remove)"
+    scheduler = _scheduler()
+    brackets = getattr(scheduler, "_brackets", None)
+    assert isinstance(brackets, list) and len(brackets) == 1, _changed(
+        ray, "AsyncHyperBandScheduler._brackets", where, f"a list of one bracket; got {brackets!r}"
+    )
+    on_result = getattr(brackets[0], "on_result", None)
+    params = list(inspect.signature(on_result).parameters) if callable(on_result) else None
+    assert params == ["trial", "cur_iter", "cur_rew"], _changed(
+        ray, "_Bracket.on_result", where, f"(trial, cur_iter, cur_rew); got {params}"
+    )
+    info = getattr(scheduler, "_trial_info", None)
+    assert isinstance(info, dict) and not info, _changed(
+        ray, "AsyncHyperBandScheduler._trial_info", where, f"an empty dict; got {info!r}"
+    )
+    # Added as raysearch's seed adds its stand-ins: Tune's method, no controller.
+    AsyncHyperBandScheduler.on_trial_add(scheduler, None, _Trial("added"))
+    assert scheduler._trial_info == {"added": brackets[0]}, _changed(
+        ray,
+        "AsyncHyperBandScheduler._trial_info",
+        where,
+        f"trial id -> its bracket after on_trial_add; got {scheduler._trial_info!r}",
+    )
+    AsyncHyperBandScheduler.on_trial_remove(scheduler, None, _Trial("added"))
+    assert scheduler._trial_info == {}, _changed(
+        ray, "AsyncHyperBandScheduler.on_trial_remove", where, "no longer drops _trial_info's entry"
+    )
+
+
+def test_asha_ranks_seeded_and_unseen_trials_through_those_internals():
+    from ray.tune.schedulers import TrialScheduler
+
+    from raysearch.search._rungs import RUNG_CLOCK, RUNG_SCORE, rung_clock
+
+    ray = _version("ray")
+    scheduler = _scheduler()
+    # Seeded from the journal: Tune's on_trial_add/on_trial_result/on_trial_remove on stand-ins.
+    records = [
+        {"trial_id": f"old{i}", "rung_scores": [0.9 + i / 100], "rung_ended_at": [float(i)]}
+        for i in range(3)
+    ]
+    assert scheduler.seed(records) == 3
+    assert scheduler._trial_info == {}, _changed(
+        ray, "AsyncHyperBandScheduler._trial_info", "RungScheduler.seed", "stand-ins left behind"
+    )
+    # A trial completing that Tune's class never added (restored, or added before a restart).
+    first = {RUNG_CLOCK: rung_clock(0, 3.0), RUNG_SCORE: 0.95}
+    scheduler.on_trial_complete(None, _Trial("never-added"), first)
+    scheduler.on_trial_remove(None, _Trial("never-added"))
+    assert scheduler._trial_info == {}
+    # The rung holds what was put in it: a poor trial is stopped there, a good one goes on.
+    for trial_id, score, action in (("poor", 0.1, TrialScheduler.STOP), ("good", 0.99, "")):
+        scheduler.on_trial_add(None, _Trial(trial_id))
+        result = {RUNG_CLOCK: rung_clock(0, 3.0), RUNG_SCORE: score}
+        got = scheduler.on_trial_result(None, _Trial(trial_id), result)
+        assert got == (action or TrialScheduler.CONTINUE), _changed(
+            ray,
+            "AsyncHyperBandScheduler's rungs",
+            "raysearch/search/_rungs.py (RungScheduler.seed)",
+            f"{trial_id} ({score}) at rung 0 after 4 scores of 0.90 to 0.95: expected "
+            f"{action or 'CONTINUE'}, got {got}",
+        )
+
+
+# -- Ray Tune: OptunaSearch's study ------------------------------------------------------------
+
+
+def test_optuna_search_asks_the_study_raysearch_queues_trials_in():
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    from raysearch.search._samplers import OptunaPhase, quiet_optuna
+    from raysearch.space import SearchSpace
+
+    where = "raysearch/search/_samplers.py (OptunaPhase._queue_unseen)"
+    library = f"{_version('ray')} with {_version('optuna')}"
+    space = SearchSpace.parse({"calibrate_method": ["MinMax", "Entropy"], "per_channel": [True]})
+    with quiet_optuna():
+        phase = OptunaPhase(space, 0, "TPE", 0, "max", None, None)
+        assert isinstance(phase.optuna, OptunaSearch)
+        study = getattr(phase.optuna, "_ot_study", None)
+        assert isinstance(study, optuna.Study), _changed(
+            library,
+            "OptunaSearch._ot_study",
+            where,
+            f"an optuna.Study made by __init__ for a define-by-run space; got {study!r}",
+        )
+        phase._queue_unseen()  # raysearch's own use: study.enqueue_trial
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        assert len(waiting) == 1, _changed(library, "Study.enqueue_trial", where, "no trial waits")
+        point = phase.optuna.suggest("t0")
+    assert phase._labels(point) == waiting[0].params, _changed(
+        library,
+        "OptunaSearch._ot_study",
+        where,
+        f"the queued trial {waiting[0].params} is not the one suggested next ({point})",
+    )
+
+
+# -- Ray Tune: private names of the classes raysearch subclasses --------------------------------
+
+
+def _self_attributes(tree: ast.AST) -> set[str]:
+    """Private names (``_x``, not dunders) a class body reads or sets on ``self``, and its
+    private methods; docstrings are not code."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "self":
+                names.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _library_private_names(base: type) -> set[str]:
+    names: set[str] = set()
+    for cls in base.__mro__:
+        if cls is object:
+            continue
+        names |= {n for n in vars(cls) if n.startswith("_") and not n.startswith("__")}
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):
+            continue
+        names |= _self_attributes(ast.parse(inspect.cleandoc("\n" + source)))
+    return names
+
+
+def _class_tree(path: Path, name: str) -> ast.ClassDef:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    raise AssertionError(f"no class {name} in {path}")
+
+
+def _tune_subclasses() -> Iterator[tuple[str, str, type, set[str]]]:
+    """(module, class, Tune's base, the base's internals raysearch uses on purpose)."""
+    from ray import tune
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+    from ray.tune.search import Searcher
+    from ray.tune.stopper import Stopper
+
+    yield "search/trainable.py", "QuantTrainable", tune.Trainable, set()
+    yield "search/_rungs.py", "RungScheduler", AsyncHyperBandScheduler, {"_brackets", "_trial_info"}
+    yield "search/searchers.py", "SettingSearcher", Searcher, set()
+    yield "search/progress.py", "ProgressCallback", tune.Callback, set()
+    yield "search/recorder.py", "TrialRecorder", tune.Callback, set()
+    yield "search/session.py", "SessionCallback", tune.Callback, set()
+    yield "search/session.py", "SessionStopper", Stopper, set()
+    yield "search/stopper.py", "CandidateStopper", Stopper, set()
+
+
+def test_raysearchs_tune_subclasses_set_no_private_name_tune_uses():
+    ray = _version("ray")
+    for module, name, base, on_purpose in _tune_subclasses():
+        ours = _self_attributes(_class_tree(ROOT / "raysearch" / module, name))
+        shared = (ours & _library_private_names(base)) - on_purpose
+        assert not shared, _changed(
+            ray,
+            f"{base.__name__}'s private names",
+            f"raysearch/{module} ({name})",
+            f"{sorted(shared)} now Tune's too: rename raysearch's",
+        )
+
+
+# -- ONNX Runtime: the static quantizers ---------------------------------------------------------
+
+
+def _minmax_ranges(model: onnx.ModelProto) -> TensorsData:
+    """A range for every float tensor of ``model`` (what calibration would hand over)."""
+    names = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+    low, high = np.float32(-4.0), np.float32(4.0)
+    return TensorsData(CalibrationMethod.MinMax, {name: (low, high) for name in names})
+
+
+@pytest.mark.parametrize(
+    "quant_format, quantizer_class",
+    [(QuantFormat.QDQ, QDQQuantizer), (QuantFormat.QOperator, ONNXQuantizer)],
+    ids=["QDQQuantizer", "ONNXQuantizer"],
+)
+def test_onnx_runtime_static_quantizers_take_raysearchs_arguments(
+    tmp_path: Path, quant_format: QuantFormat, quantizer_class: type
+):
+    """raysearch/quantize/ort.py passes these by keyword: each name must be one of the
+    quantizer's parameters, every parameter without a default must be given, and the values
+    must land where meant (int8 weights, uint8 activations in the model written)."""
+    model = load_model_with_shape_infer(make_mlp_model(tmp_path / "mlp.onnx"))
+    settings = {"per_channel": False, "op_types_to_quantize": ["MatMul"], "extra_options": {}}
+    types = (QuantType.QInt8, QuantType.QUInt8)
+    arguments = static_quantizer_arguments(
+        quant_format, model, settings, types, _minmax_ranges(model)
+    )
+    signature = inspect.signature(quantizer_class)
+    where = "raysearch/quantize/ort.py (static_quantizer_arguments)"
+    try:
+        signature.bind(**arguments)
+    except TypeError as exc:
+        pytest.fail(
+            _changed(ORT, f"{quantizer_class.__name__}{signature}", where, f"{exc}"),
+            pytrace=False,
+        )
+    quantizer = quantizer_class(**arguments)
+    quantizer.quantize_model()
+    save = quantizer.model.save_model_to_file
+    assert "use_external_data_format" in inspect.signature(save).parameters, _changed(
+        ORT, f"ONNXModel.save_model_to_file{inspect.signature(save)}", "OrtBackend.quantize", ""
+    )
+    out = tmp_path / "quantized.onnx"
+    save(str(out), use_external_data_format=False)
+    written = onnx.load(str(out))
+    initializers = {i.name: i.data_type for i in written.graph.initializer}
+    quantize = [n for n in written.graph.node if n.op_type == "QuantizeLinear"]
+    zero_points = {initializers[n.input[2]] for n in quantize if len(n.input) > 2}
+    assert zero_points == {onnx.TensorProto.UINT8}, _changed(
+        ORT, f"{quantizer_class.__name__}'s activation_qType", where, f"zero points {zero_points}"
+    )
+    assert onnx.TensorProto.INT8 in initializers.values(), _changed(
+        ORT, f"{quantizer_class.__name__}'s weight_qType", where, "no int8 weight"
+    )
+
+
+# -- ONNX Runtime: every call raysearch makes into onnxruntime.quantization ------------------
+
+#: ONNX Runtime's parameters raysearch passes by position, in order, per function it calls with
+#: two or more positional arguments. A call whose function is missing here fails the test: add
+#: it after checking the order.
+POSITIONAL_ORDER: dict[str, tuple[str, ...]] = {
+    "calibrate.MinMaxCalibrater": ("model_path", "op_types_to_calibrate", "augmented_model_path"),
+    "calibrate.PercentileCalibrater": (
+        "model_path",
+        "op_types_to_calibrate",
+        "augmented_model_path",
+    ),
+    "calibrate.TensorsData": ("calibration_method", "data"),
+    "calibrate.save_tensors_data": ("tensors_data", "path"),
+    "quantize.check_static_quant_arguments": ("quant_format", "activation_type", "weight_type"),
+    "quantize.quantize_dynamic": ("model_input", "model_output"),
+    "quant_utils.update_opset_version": ("model", "weight_type", "activation_type"),
+    "qdq_loss_debug.modify_model_output_intermediate_tensors": (
+        "input_model_path",
+        "output_model_path",
+    ),
+    "qdq_loss_debug.create_activation_matching": ("qdq_activations", "float_activations"),
+    "qdq_loss_debug.create_weight_matching": ("float_model_path", "qdq_model_path"),
+    "qdq_loss_debug.compute_weight_error": ("weights_match", "err_func"),
+    "qdq_loss_debug.compute_signal_to_quantization_noice_ratio": ("x", "y"),
+    "mixed_precision_overrides_utils.MixedPrecisionTensorQuantOverridesFixer.create_from_model": (
+        "overrides",
+        "model",
+        "default_activation_qtype",
+    ),
+}
+_PACKAGE = "onnxruntime.quantization"
+
+
+@dataclass(frozen=True)
+class _Call:
+    where: str
+    key: str  # module tail and qualified name: "calibrate.MinMaxCalibrater"
+    target: Callable[..., Any]
+    positional: int
+    keywords: tuple[str, ...]
+    open_ended: bool  # *args or **kwargs: only the named part can be checked
+
+
+def _imported(tree: ast.AST) -> dict[str, Any]:
+    """Local name -> the object it names, for every ``from onnxruntime.quantization... import``
+    of a module (function-level imports included)."""
+    bound: dict[str, Any] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_PACKAGE):
+            module = importlib.import_module(node.module or "")
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                if value is None:  # a submodule: ``from onnxruntime.quantization import x``
+                    value = importlib.import_module(f"{node.module}.{alias.name}")
+                bound[alias.asname or alias.name] = value
+    return bound
+
+
+def _resolve(func: ast.expr, bound: dict[str, Any]) -> Any:
+    chain: list[str] = []
+    while isinstance(func, ast.Attribute):
+        chain.insert(0, func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or func.id not in bound:
+        return None
+    value = bound[func.id]
+    for attr in chain:
+        value = getattr(value, attr, None)
+    return value
+
+
+def _key(target: Any) -> str:
+    module = getattr(target, "__module__", "") or ""
+    return f"{module.rsplit('.', 1)[-1]}.{target.__qualname__}"
+
+
+def _library_calls() -> list[_Call]:
+    calls = []
+    for path in sorted((ROOT / "raysearch").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        bound = _imported(tree)
+        if not bound:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            target = _resolve(node.func, bound)
+            if not callable(target) or isinstance(target, ModuleType):
+                continue
+            if inspect.isclass(target) and issubclass(target, enum.Enum):
+                continue  # an enum's value lookup
+            calls.append(
+                _Call(
+                    where=f"{path.relative_to(ROOT)}:{node.lineno}",
+                    key=_key(target),
+                    target=target,
+                    positional=sum(not isinstance(a, ast.Starred) for a in node.args),
+                    keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
+                    open_ended=any(isinstance(a, ast.Starred) for a in node.args)
+                    or any(k.arg is None for k in node.keywords),
+                )
+            )
+    return calls
+
+
+def test_every_call_into_onnx_runtime_quantization_matches_its_signature():
+    calls = _library_calls()
+    found = {call.key for call in calls}
+    # The scan sees raysearch's calls (a refactor must not leave this test checking nothing).
+    assert {"calibrate.MinMaxCalibrater", "quantize.check_static_quant_arguments"} <= found
+    failures = []
+    for call in calls:
+        signature = inspect.signature(call.target)
+        names = list(signature.parameters)
+        dummies = [object()] * call.positional
+        try:
+            if call.open_ended:
+                signature.bind_partial(*dummies, **dict.fromkeys(call.keywords))
+            else:
+                signature.bind(*dummies, **dict.fromkeys(call.keywords))
+        except TypeError as exc:
+            failures.append(f"{call.where}: {call.key}{signature}: {exc}")
+            continue
+        if call.positional >= 2:
+            expected = POSITIONAL_ORDER.get(call.key)
+            if expected is None:
+                failures.append(f"{call.where}: {call.key}: add its positional order to the test")
+            elif tuple(names[: call.positional]) != expected[: call.positional]:
+                failures.append(
+                    f"{call.where}: {call.key}{signature}: raysearch passes "
+                    f"{expected[: call.positional]} by position"
+                )
+    assert not failures, _changed(
+        ORT, "the signatures raysearch calls", "the places listed", "\n  " + "\n  ".join(failures)
+    )
+
+
+def test_the_mixed_precision_fixer_applies_with_raysearchs_positional_order():
+    """``fixer.apply(default, symmetric)`` (raysearch/quantize/mixed_precision.py) is a call on
+    an instance, which the scan above cannot resolve."""
+    from onnxruntime.quantization.execution_providers.qnn.mixed_precision_overrides_utils import (
+        MixedPrecisionTensorQuantOverridesFixer as Fixer,
+    )
+
+    names = list(inspect.signature(Fixer.apply).parameters)
+    assert names == ["self", "default_activation_qtype", "default_activation_symmetric"], _changed(
+        ORT,
+        f"MixedPrecisionTensorQuantOverridesFixer.apply{inspect.signature(Fixer.apply)}",
+        "raysearch/quantize/mixed_precision.py (_fixed_overrides)",
+        "raysearch passes (default activation type, symmetric) by position",
+    )
+
+
+# -- ONNX Runtime: calibrators and the histogram collector --------------------------------------
+
+
+@pytest.mark.parametrize("calibrator_class", [MinMaxCalibrater, PercentileCalibrater])
+def test_calibrators_read_the_session_raysearch_gives_them(tmp_path: Path, calibrator_class: type):
+    """raysearch/quantize/_calibrator.py builds the session itself and sets ``infer_session``
+    and ``execution_providers`` on the calibrator: both must be the calibrator's own."""
+    model = make_mlp_model(tmp_path / "mlp.onnx")
+    calibrator = calibrator_class(
+        model, ["MatMul"], str(tmp_path / "augmented.onnx"), use_external_data_format=False
+    )
+    missing = {"infer_session", "execution_providers"} - set(vars(calibrator))
+    assert not missing, _changed(
+        ORT,
+        f"{calibrator_class.__name__}'s {sorted(missing)}",
+        "raysearch/quantize/_calibrator.py (Calibrators.open)",
+        f"attributes now {sorted(vars(calibrator))}",
+    )
+    assert callable(getattr(calibrator, "augment_graph", None))
+
+
+@pytest.mark.parametrize(
+    "method, symmetric, layout",
+    [("percentile", True, 4), ("percentile", False, 5), ("entropy", False, 5)],
+)
+def test_histogram_collector_reads_the_histograms_raysearch_sets(
+    method: str, symmetric: bool, layout: int
+):
+    """raysearch/quantize/_histogram.py bins values itself, in ``HistogramCollector``'s layout
+    (hist, edges, min, max[, threshold]), sets ``histogram_dict`` and asks for the ranges."""
+    where = "raysearch/quantize/_histogram.py (compute_ranges, _finish)"
+    options = {
+        "method": method,
+        "symmetric": symmetric,
+        "num_bins": 128,
+        "num_quantized_bins": 128,
+        "percentile": 99.9,
+        "scenario": "same",
+    }
+    collected = HistogramCollector(**options)
+    collected.collect({"x": mlp_data(64)["x"]})
+    histograms = getattr(collected, "histogram_dict", None)
+    shapes = {k: len(v) for k, v in (histograms or {}).items()}
+    assert shapes == {"x": layout}, _changed(
+        ORT, "HistogramCollector.histogram_dict", where, f"{{'x': {layout}}}; got {shapes}"
+    )
+    given = HistogramCollector(**options)
+    given.histogram_dict = histograms
+    # As raysearch hands the result on: ONNX Runtime's TensorsData of the method.
+    kind = CalibrationMethod[method.capitalize()]
+    got = TensorsData(kind, given.compute_collection_result())
+    expected = TensorsData(kind, collected.compute_collection_result())
+    assert np.allclose(got["x"].range_value, expected["x"].range_value), _changed(
+        ORT, "HistogramCollector.histogram_dict", where, "not what compute_collection_result reads"
+    )
+
+
+# -- NNCF -----------------------------------------------------------------------------------------
+
+
+def test_nncf_telemetry_stub_and_onnx_engine(tmp_path: Path):
+    pytest.importorskip("nncf")
+    from raysearch.quantize._nncf_runtime import import_nncf, nncf_session
+
+    nncf = f"NNCF {import_nncf().__version__}"
+    from nncf.common.factory import EngineFactory
+    from nncf.onnx import engine as engine_module
+    from nncf.telemetry import decorator, wrapper
+
+    where = "raysearch/quantize/_nncf_runtime.py"
+    stub = getattr(wrapper, "NNCFTelemetryStub", None)
+    assert stub is not None and isinstance(wrapper.telemetry, stub), _changed(
+        nncf, "nncf.telemetry.wrapper.NNCFTelemetryStub", where, "telemetry is not the stub"
+    )
+    assert hasattr(decorator, "telemetry"), _changed(
+        nncf, "nncf.telemetry.decorator.telemetry", where, "gone"
+    )
+    model = onnx.load(str(make_mlp_model(tmp_path / "mlp.onnx")))
+    base = engine_module.ONNXEngine(model)
+    assert set(vars(base)) == {"sess", "input_names"}, _changed(
+        nncf,
+        "ONNXEngine's attributes",
+        f"{where} (TrialEngine sets sess and input_names)",
+        f"now {sorted(vars(base))}",
+    )
+    feed = mlp_data(4)
+    with nncf_session(["CPUExecutionProvider"], threads=1) as timing:
+        engine = EngineFactory.create(model)
+        outputs = engine.infer(feed)
+    assert type(engine) is not engine_module.ONNXEngine and timing.sessions == 1, _changed(
+        nncf,
+        "EngineFactory.create",
+        f"{where} (nncf_session)",
+        "no longer builds nncf.onnx.engine.ONNXEngine as looked up at each call",
+    )
+    assert set(outputs) == {"y"} and timing.inferences == 1
+
+
+# -- NumPy ----------------------------------------------------------------------------------------
+
+
+def test_numpy_cpu_features():
+    where = "raysearch/cpu.py (cpu_flags)"
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError as exc:
+        pytest.fail(
+            _changed(f"NumPy {np.__version__}", "numpy._core._multiarray_umath", where, f"{exc}")
+        )
+    assert isinstance(__cpu_features__, dict) and __cpu_features__, _changed(
+        f"NumPy {np.__version__}", "__cpu_features__", where, "not a dict of CPU features"
+    )
+    assert all(isinstance(v, bool) for v in __cpu_features__.values())
