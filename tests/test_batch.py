@@ -1,20 +1,39 @@
-"""Batch mode: several models searched concurrently on one Ray cluster, one of them broken."""
+"""Batch mode: several models searched concurrently on one Ray cluster, two of them broken."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from raysearch.batch import BatchManifest, run_batch
 from raysearch.cli import main
+from tests.conftest import REPO
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 
 pytestmark = pytest.mark.slow
 
+GOOD = [
+    {"name": "mlp", "model": "mlp.onnx", "calibration_data": "mlp.npz", "keep_candidates": 1},
+    {"name": "cnn", "model": "cnn.onnx", "calibration_data": "cnn.npz"},
+]
+BROKEN = [
+    # Refused when the manifest is read: its search never starts.
+    {"name": "broken", "model": "missing.onnx", "calibration_data": "mlp.npz"},
+    # Its search starts and fails: the evaluator raises on the float model.
+    {
+        "name": "raising",
+        "model": "mlp.onnx",
+        "calibration_data": "mlp.npz",
+        "metric": "tests.reliability.batch_evaluators:raises",
+        "higher_is_better": True,
+    },
+]
 
-def _manifest(tmp_path):
+
+def _manifest(tmp_path, models: list[dict], name: str = "batch.yaml"):
     make_mlp_model(tmp_path / "mlp.onnx")
     make_conv_model(tmp_path / "cnn.onnx")
     np.savez(tmp_path / "mlp.npz", **mlp_data(16))
@@ -27,33 +46,56 @@ def _manifest(tmp_path):
             "tolerance": 0.9,
             "search_space": {"per_channel": [True, False], "activation_type": ["QUInt8"]},
         },
-        "models": [
-            {"name": "mlp", "model": "mlp.onnx", "calibration_data": "mlp.npz"},
-            {"name": "cnn", "model": "cnn.onnx", "calibration_data": "cnn.npz"},
-            {"name": "broken", "model": "missing.onnx", "calibration_data": "mlp.npz"},
-        ],
+        "models": models,
     }
-    path = tmp_path / "batch.yaml"
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(manifest))
     return path
 
 
-def test_batch_of_three_models_reports_two_successes_and_one_failure(tmp_path, capsys):
-    path = _manifest(tmp_path)
-    assert main(["batch", str(path)]) == 0
+def _rows(out) -> dict[str, dict]:
+    return {r["name"]: r for r in pq.read_table(out / "batch_summary.parquet").to_pylist()}
+
+
+def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, capsys, monkeypatch):
+    # The searches are processes of their own: they import the test's evaluator from here.
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", pythonpath)
+    path = _manifest(tmp_path, GOOD + BROKEN)
+    assert main(["batch", str(path)]) == 1
     out = tmp_path / "out"
-    rows = {r["name"]: r for r in pq.read_table(out / "batch_summary.parquet").to_pylist()}
-    assert [rows[n]["status"] for n in ("mlp", "cnn", "broken")] == ["ok", "ok", "failed"]
+    rows = _rows(out)
+    assert [rows[n]["status"] for n in ("mlp", "cnn", "broken", "raising")] == [
+        "ok",
+        "ok",
+        "failed",
+        "failed",
+    ]
     assert "model: file not found" in rows["broken"]["error"]
+    assert "the evaluator broke on purpose" in rows["raising"]["error"]
+    # Every model's outputs were written: the good ones' searches whole, the failed search's log.
     for name in ("mlp", "cnn"):
         assert rows[name]["n_trials"] == 2 and rows[name]["stop_reason"] == "space_exhausted"
         assert rows[name]["best_metric"] > 0.9
-        assert (out / name / "results.parquet").exists()
+        for output in ("summary.json", "results.parquet", "best/model.onnx"):
+            assert (out / name / output).is_file(), (name, output)
+    assert "the evaluator broke on purpose" in (out / "logs" / "raising.log").read_text()
+    # A model's own keys reach its search: mlp keeps one candidate's model (its best is one).
+    assert len(list((out / "mlp" / "candidates").glob("*.onnx"))) == 1
     md = (out / "batch_summary.md").read_text()
-    assert "| broken | failed |" in md and "| mlp | ok |" in md
+    assert "| broken | failed |" in md and "| raising | failed |" in md and "| mlp | ok |" in md
+    printed = capsys.readouterr().out
+    assert "Batch finished: 2 of 4 models searched successfully." in printed
 
-    # Running the same manifest again resumes: finished searches are kept, not rerun.
+    # A batch of good models only exits 0; running it where the first one ran resumes it:
+    # the finished searches are kept, not rerun, and the one not run before is searched.
     before = (out / "mlp" / "summary.json").stat().st_mtime_ns
-    table = run_batch(BatchManifest.load(path))
+    again = {"name": "mlp_again", "model": "mlp.onnx", "calibration_data": "mlp.npz"}
+    good = _manifest(tmp_path, [*GOOD, again], name="good.yaml")
+    assert main(["batch", str(good)]) == 0
     assert (out / "mlp" / "summary.json").stat().st_mtime_ns == before
-    assert table.num_rows == 3
+    rows = _rows(out)
+    assert sorted(rows) == ["cnn", "mlp", "mlp_again"]
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    assert rows["mlp_again"]["n_trials"] == 2
+    assert "| mlp_again | ok |" in (out / "batch_summary.md").read_text()

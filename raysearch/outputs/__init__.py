@@ -34,7 +34,7 @@ Example:
 """
 
 from raysearch.outputs._best import fixed_space
-from raysearch.outputs._records import best_record, better
+from raysearch.outputs._records import best_record, best_records, better
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
 from raysearch.outputs._writer import preload_output_modules, write_outputs
 
@@ -44,6 +44,7 @@ __all__ = [
     "results_table",
     "fixed_space",
     "best_record",
+    "best_records",
     "better",
     "RESULT_COLUMNS",
 ]

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["finite", "order", "best_record"]
+__all__ = ["finite", "order", "best_record", "best_records"]
 
 
 def finite(value: Any) -> float | None:
@@ -108,3 +108,25 @@ def best_record(
         if better(record, best, higher_is_better):
             best = record
     return best
+
+
+def best_records(
+    records: Sequence[Mapping[str, Any]], n: int, higher_is_better: bool
+) -> list[Mapping[str, Any]]:
+    """The ``n`` best complete trials, best first: :func:`best_record`, then the best of the
+    others, and so on (fewer when fewer are complete).
+
+    Example:
+        >>> rows = [{"trial_id": t, "number": i, "status": "ok", "metric": m}
+        ...         for i, (t, m) in enumerate([("a", 0.1), ("b", 0.3), ("c", 0.2)])]
+        >>> [r["trial_id"] for r in best_records(rows, 2, higher_is_better=True)]
+        ['b', 'c']
+    """
+    rest, top = list(records), []
+    while len(top) < n:
+        best = best_record(rest, higher_is_better)
+        if best is None:
+            break
+        top.append(best)
+        rest = [r for r in rest if r is not best]
+    return top

@@ -2,8 +2,8 @@
 how much more the search needs there, and how to go on.
 
 The estimate counts what the search still writes in the folder: a model per trial still to
-run (written before it is kept or dropped; kept for every candidate with
-``keep_candidates``), the best model, a journal line per trial and the outputs.
+run (written before it is kept or dropped; kept for up to ``keep_candidates`` candidates),
+the best model, a journal line per trial and the outputs.
 
 Example:
     >>> _size(3 * 1024 * 1024)
@@ -52,7 +52,8 @@ def disk_full_error(
     except (OSError, TypeError, ValueError):
         model = 0
     left = max(0, expected - finished) if expected else None
-    kept = (left or 1) if config.keep_candidates else 1
+    limit = config.keep_candidates  # None: every candidate
+    kept = (left or 1) if limit is None else max(1, min(limit, left or limit))
     need = model * (1 + kept) + _JOURNAL_LINE * (left or 1) + _OUTPUTS
     if left == 0:
         trials = "the outputs"

@@ -22,7 +22,8 @@ class SearchResult:
     """What a search found.
 
     ``candidates`` lists the candidate trials (``trial_id``, ``metric``, ``params``,
-    ``model_path``), best first; ``results`` is the ``results.parquet`` table.
+    ``model_path``: None where the model was not kept, ``keep_candidates``), best first;
+    ``results`` is the ``results.parquet`` table.
     """
 
     best_params: dict[str, Any] | None
@@ -54,7 +55,7 @@ def build_result(
                 "trial_id": r["trial_id"],
                 "metric": r["metric"],
                 "params": r.get("params"),
-                "model_path": str(folder / r["model_file"]) if r.get("model_file") else None,
+                "model_path": _model_path(folder, r.get("model_file")),
             }
             for r in candidates
         ],
@@ -63,3 +64,10 @@ def build_result(
         output_dir=folder,
         records=list(records),
     )
+
+
+def _model_path(folder: Path, model_file: str | None) -> str | None:
+    """Where a trial's model is, None when it was not kept (a finished search's journal still
+    names the model of a candidate that ``keep_candidates`` removed later)."""
+    path = folder / model_file if model_file else None
+    return str(path) if path is not None and path.is_file() else None

@@ -75,7 +75,8 @@ PLOTS = "plots"
 METRIC_PLOT = "metric_per_trial.png"
 IMPORTANCE_PLOT = "param_importance.png"
 TENSORBOARD = "tensorboard"
-#: The candidates' models (``keep_candidates``), and the best non-candidate's.
+#: The best candidates' models (``keep_candidates`` of them), and the best trial's when it is
+#: not one of them.
 CANDIDATES = "candidates"
 KEPT = "kept"
 

@@ -4,15 +4,21 @@ For each finished trial (its last result, or an exception/crash/timeout reported
 trial evaluated on growing subsets reports once per rung and is recorded at its last report:
 the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
 
-1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate (with
-   ``keep_candidates``), ``kept/<trial_id>.onnx`` for the best trial so far when it is not a
-   candidate (the previous one is deleted), otherwise deleted at once; so the disk holds the
+1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate
+   among the ``keep_candidates`` best candidates so far (ranked as the best trial is,
+   :func:`raysearch.outputs.best_record`), ``kept/<trial_id>.onnx`` for the best trial so far
+   when it is not kept there, otherwise deleted at once; so the disk holds the best
    candidates, one best model and the models of running trials, never one per trial. A model
    with external data (ONNX Runtime writes one for a float model over 2 GB, or one with
    external data) moves, or is deleted, together with its ``<name>.data`` files: nothing a
    kept model needs stays in the trial folder, which is deleted at the end;
 2. appends one record to the journal (flush + fsync) — see :mod:`raysearch.search.journal`;
-3. logs the trial to ``auto_search.log``.
+3. deletes the models no longer kept, never the best trial's: the previous best's in
+   ``kept/``, the candidate's this one pushed out of the ``keep_candidates`` best. Their
+   records' ``model_file`` becomes None (in the outputs; a journal line keeps where its model
+   was put, and a resumed search derives the same from the journal's records, which also
+   completes a deletion a killed search cut short);
+4. logs the trial to ``auto_search.log``.
 
 A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, ``settings``,
 ``status`` (ok|failed), ``metric``, ``is_candidate``, ``error``, the timings and other fields
@@ -40,7 +46,7 @@ from ray import tune
 
 from raysearch.errors import DiskFullError
 from raysearch.modelfile import place_model, remove_model
-from raysearch.outputs._records import best_record, better
+from raysearch.outputs._records import best_record, best_records, better
 from raysearch.quantize.sensitivity import (
     SENSITIVITY_FILE,
     read_sensitivity_table,
@@ -85,7 +91,8 @@ class TrialRecorder(tune.Callback):
         output_dir: the search's output folder.
         journal: where records go.
         higher_is_better: the metric's direction (which model to keep as the best).
-        keep_candidates: keep every candidate's model under ``candidates/``.
+        keep_candidates: how many candidates' models to keep under ``candidates/``, the best
+            ones; None: every candidate's.
         prior: records of earlier sessions (resume): their ids are not recorded twice and the
             best of them stays the best so far.
         clock: returns the search's elapsed wall time (for ``elapsed_s``).
@@ -98,7 +105,7 @@ class TrialRecorder(tune.Callback):
         journal: Journal,
         *,
         higher_is_better: bool,
-        keep_candidates: bool = True,
+        keep_candidates: int | None = None,
         prior: Sequence[dict[str, Any]] = (),
         clock: Callable[[], float] | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
@@ -118,6 +125,7 @@ class TrialRecorder(tune.Callback):
         for record in prior:
             if self._better(record):
                 self.best = record
+        self._drop_unkept_models()
 
     # -- Tune Callback interface -----------------------------------------------------------
     def on_trial_result(
@@ -178,6 +186,7 @@ class TrialRecorder(tune.Callback):
         self.journal.append(full)
         self.records.append(full)
         self.recorded.add(trial_id)
+        self._drop_unkept_models()
         self._log(full)
         if self.on_record is not None:
             self.on_record(full)
@@ -209,15 +218,14 @@ class TrialRecorder(tune.Callback):
         have = source is not None and ok and (remote or source.is_file())
         kept: str | None = None
         try:
-            if have and record["is_candidate"] and self.keep_candidates:
+            if have and record["is_candidate"] and self._among_kept(record):
                 kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
             if self._better(record):
                 if have and kept is None:
                     kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx", node_id, remote)
-                previous, self.best = self.best, record
+                # The previous best's model in kept/ goes once this record is in the journal.
+                self.best = record
                 record["model_file"] = kept
-                if previous and str(previous.get("model_file") or "").startswith(KEPT + "/"):
-                    remove_model(self.output_dir / previous["model_file"])
         except ModelLostError as exc:  # the record says so, and the best stays a model we have
             _logger.warning("trial %s: model lost: %s", trial_id, exc)
             record["model_lost"] = str(exc)
@@ -228,6 +236,39 @@ class TrialRecorder(tune.Callback):
             else:
                 remove_model(source)
         return kept
+
+    def _kept_candidates(self) -> list[dict[str, Any]]:
+        """The records whose model is under ``candidates/``."""
+        prefix = CANDIDATES + "/"
+        return [r for r in self.records if str(r.get("model_file") or "").startswith(prefix)]
+
+    def _among_kept(self, record: dict[str, Any]) -> bool:
+        """Whether the candidate ``record`` is among the ``keep_candidates`` best candidates
+        whose models are kept (itself included)."""
+        if self.keep_candidates is None:
+            return True
+        pool = [*self._kept_candidates(), record]
+        top = best_records(pool, self.keep_candidates, self.higher_is_better)
+        return any(r is record for r in top)
+
+    def _drop_unkept_models(self) -> None:
+        """Delete the models no longer kept: under ``kept/`` all but the best trial's, under
+        ``candidates/`` all but the ``keep_candidates`` best (and never the best trial's:
+        ``best/`` is written from it). Their records say ``model_file`` None."""
+        top = self._kept_candidates()
+        if self.keep_candidates is not None:
+            top = best_records(top, self.keep_candidates, self.higher_is_better)
+        keep = {id(r) for r in [*top, self.best]}
+        for record in self.records:
+            model_file = str(record.get("model_file") or "")
+            if id(record) in keep:
+                continue
+            if model_file.startswith((KEPT + "/", CANDIDATES + "/")):
+                remove_model(self.output_dir / model_file)
+                record["model_file"] = None
+                _logger.debug(
+                    "trial %s: its model %s is no longer kept", record["trial_id"], model_file
+                )
 
     def _driver_node(self) -> str:
         if self._node_id is None:

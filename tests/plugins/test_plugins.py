@@ -74,7 +74,9 @@ def _config(make_config, **overrides):
 def test_a_search_runs_the_toy_backend_beside_onnx_runtime(make_config, mlp_files):
     from tests.plugins.toy_backend import fake_quantize
 
-    result = AutoSearch(_config(make_config, search_space=BOTH, tolerance=10.0)).run()
+    # Every trial's model is read below: keep every candidate's.
+    config = _config(make_config, search_space=BOTH, tolerance=10.0, keep_candidates=True)
+    result = AutoSearch(config).run()
     rows = result.results.to_pylist()
     assert [r["status"] for r in rows] == ["ok"] * 4
     toy = [r for r in rows if r["params/quantizer"] == "toy"]

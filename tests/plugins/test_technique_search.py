@@ -30,7 +30,8 @@ def test_a_search_switches_toy_techniques_on_and_they_take_effect(toys, request)
         "toy_identity_count": [2],
         "include_toy_float_tail": [True, False],
     }
-    config = build(search_space=space, tolerance=10.0, measure_latency=False)
+    # Every trial's model is read below: keep every candidate's.
+    config = build(search_space=space, tolerance=10.0, measure_latency=False, keep_candidates=True)
     result = AutoSearch(config).run()
     rows = result.results.to_pylist()
     assert [r["status"] for r in rows] == ["ok"] * 4, [r.get("error") for r in rows]

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.reliability.evaluators import TEMP_PREFIXES
@@ -96,7 +97,11 @@ def test_the_working_folders_hold_only_what_is_kept(long_search):
     assert not (out / "trials_tmp").exists()
     records = journal(out)
     candidates = {r["trial_id"] for r in records if r["is_candidate"]}
-    assert {p.stem for p in (out / "candidates").glob("*.onnx")} == candidates
+    # The best candidates' models (keep_candidates: 3 by default), as results.parquet says.
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    kept = {r["trial_id"] for r in rows if (r["model_file"] or "").startswith("candidates/")}
+    assert {p.stem for p in (out / "candidates").glob("*.onnx")} == kept
+    assert kept <= candidates and len(kept) == min(3, len(candidates))
     assert len(list((out / "kept").glob("*"))) <= 1 if (out / "kept").exists() else True
     # A few calibration cache entries per distinct calibration method, not one per trial.
     methods = {r["settings"].get("calibrate_method") for r in records}

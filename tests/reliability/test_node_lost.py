@@ -56,6 +56,7 @@ def _search(work: Path, cluster: NodeCluster) -> dict[str, Any]:
         search_space=SPACE,
         tolerance=1000.0,
         tolerance_mode="absolute",
+        keep_candidates=True,  # every candidate's model, wherever it was made
         # 3, not 1: Ray Tune counts one lost node up to three times for the trial running
         # there, within milliseconds (an ActorUnavailableError, "socket closed", then the
         # ActorDiedError twice; seen here and in CI), which would use up a smaller

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from raysearch.cli import main
+from raysearch.outputs import best_records
 from raysearch.search import AutoSearch
 from tests.reliability.helpers import (
     calls,
@@ -75,6 +76,13 @@ def _check_resumed(folder: Path, before: list[dict[str, Any]], summary: dict[str
     evaluations = Counter(c["trial"] for c in calls(folder / "calls.jsonl"))
     assert all(evaluations[r["trial_id"]] == 1 for r in before), evaluations
     assert set(evaluations) - {"float"} >= set(ids)
+    # candidates/ holds the models of the best candidates of both sessions (keep_candidates,
+    # 3 by default): the resume neither brought back one the first session removed nor lost
+    # one of them.
+    top = best_records([r for r in after if r["is_candidate"]], 3, higher_is_better=True)
+    kept = {r["trial_id"] for r in rows if (r["model_file"] or "").startswith("candidates/")}
+    assert kept == {r["trial_id"] for r in top}
+    assert {p.stem for p in (out / "candidates").glob("*.onnx")} == kept
     # The stop condition counted the trials of both sessions, and the time of both.
     log = (out / "auto_search.log").read_text()
     assert re.search(rf"stop condition met: iteration_limit \({LIMIT} trials finished", log)

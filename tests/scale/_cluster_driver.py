@@ -36,6 +36,7 @@ def _config(work: Path, **extra) -> dict:
         # Every setting is a candidate: every model, wherever it was made, is kept.
         "tolerance": 1000.0,
         "tolerance_mode": "absolute",
+        "keep_candidates": True,
         "measure_latency": False,
         "search_space": {
             "activation_type": ["QUInt8", "QInt8"],

@@ -54,6 +54,7 @@ def main(work: Path) -> dict:
                 },
                 "resources": {"max_concurrent_trials": 2},
                 "output_dir": str(work / "out"),
+                "keep_candidates": True,  # the test reads every candidate's model
             }
         ).run()
         shipped = sorted(p.name for p in copy.iterdir()) if copy.is_dir() else []

@@ -46,9 +46,15 @@ def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config
         assert (out / name).is_file(), name
     assert list((out / "tensorboard").iterdir())
     assert not (out / "trials_tmp").exists()
-    # Candidates' models are kept; none of the others is.
+    # The best candidates' models are kept (keep_candidates: 3 by default), the best trial's
+    # among them; none of the others is.
     kept = {p.stem for p in (out / "candidates").glob("*.onnx")}
-    assert kept == {r["trial_id"] for r in table if r["is_candidate"]}
+    candidates = {r["trial_id"] for r in table if r["is_candidate"]}
+    assert kept <= candidates and len(kept) == min(3, len(candidates))
+    assert kept == {
+        r["trial_id"] for r in table if (r["model_file"] or "").startswith("candidates/")
+    }
+    assert not candidates or summary["best_trial_id"] in kept
     assert "trial" in (out / "auto_search.log").read_text()
 
     # best/model.onnx, evaluated here again, gives the reported best metric.
@@ -70,6 +76,27 @@ def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config
         for k, v in best_row.items()
         if k.startswith("params/") and v is not None
     }
+
+
+def test_keep_candidates_1_keeps_the_best_model_and_every_candidates_row(make_config):
+    # L2 within 10: every setting is a candidate; only the best one's model stays a file.
+    result = AutoSearch(make_config(search_space=SIX, tolerance=10.0, keep_candidates=1)).run()
+    out, table = result.output_dir, rows(result)
+    assert len(table) == 6 and all(r["status"] == "ok" and r["is_candidate"] for r in table)
+    assert result.summary["n_candidates"] == 6
+    best = result.summary["best_trial_id"]
+    assert [p.name for p in (out / "candidates").iterdir()] == [f"{best}.onnx"]
+    assert not (out / "kept").exists() or not any((out / "kept").iterdir())
+    # The table lists every candidate, its setting and metric; only the best has a model file.
+    assert {r["trial_id"]: r["model_file"] for r in table} == {
+        r["trial_id"]: f"candidates/{best}.onnx" if r["trial_id"] == best else None for r in table
+    }
+    assert len({(r["params/calibrate_method"], r["params/per_channel"]) for r in table}) == 6
+    assert all(r["metric"] is not None for r in table)
+    model = out / "candidates" / f"{best}.onnx"
+    assert (out / "best" / "model.onnx").read_bytes() == model.read_bytes()
+    assert [c["model_path"] for c in result.candidates if c["model_path"]] == [str(model)]
+    assert len(result.candidates) == 6
 
 
 def test_find_n_candidates_ends_the_search_early(make_config):
