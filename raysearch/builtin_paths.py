@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from raysearch.errors import canonical_name
+
 __all__ = ["BUILTIN_PREFIX", "BUILTIN_NAMES", "is_builtin", "resolve_builtin"]
 
 BUILTIN_PREFIX = "builtin:"
@@ -55,12 +57,14 @@ def is_builtin(value: object) -> bool:
 
 
 def resolve_builtin(name: str) -> Path:
-    """The path behind a ``builtin:`` name (the ``builtin:`` prefix is optional).
+    """The path behind a ``builtin:`` name (the ``builtin:`` prefix is optional; the name in
+    any case).
 
     Raises:
         KeyError: no such built-in (the name without its prefix).
     """
     name = name[len(BUILTIN_PREFIX) :] if name.startswith(BUILTIN_PREFIX) else name
-    if name not in _RESOLVERS:
+    known = canonical_name(name, _RESOLVERS)
+    if known is None:
         raise KeyError(name)
-    return _RESOLVERS[name]()
+    return _RESOLVERS[known]()

@@ -3,6 +3,8 @@
 Exit status: 0 when a search finished (whatever it found), 2 on bad input (a one-line message
 that names the problem; no traceback unless ``--debug``), 1 on an internal error, 130 when
 interrupted (Ctrl-C: the outputs hold what finished; ``raysearch resume`` continues).
+``batch`` exits 1 too when any model failed, once every model's outputs and the batch summary
+(which says why, per model) are written.
 """
 
 from __future__ import annotations
@@ -322,7 +324,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         f"Outputs: {manifest.output_dir} (batch_summary.parquet, batch_summary.md, "
         "one folder per model)"
     )
-    return EXIT_OK
+    # Scripts notice a model that failed: its outputs and the summary are written all the same.
+    return EXIT_OK if ok == len(rows) else EXIT_INTERNAL
 
 
 class _NotASearch(InputError):

@@ -1,7 +1,9 @@
 """``SearchConfig``: one typed, fully validated config, loaded from YAML or a dict.
 
 Everything is checked before Ray starts: unknown keys (with the closest known key suggested),
-types, ranges, the search spaces, the evaluator's import path. Every error is a
+types, ranges, the search spaces, the model file's header, the evaluator's import path. Names
+from a fixed vocabulary (metrics, algorithms, predefined spaces, a setting's choices) are read
+in any case and kept as their canonical spelling. Every error is a
 :class:`~raysearch.errors.ConfigError` whose message names the key path.
 
 Example:
@@ -16,7 +18,8 @@ Example:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,10 +83,19 @@ class SearchConfig:
     batch_size: int | None = None
     trial_timeout_s: float | None = None
     max_failures: int = 0
-    keep_candidates: bool = True
+    #: Candidate models kept under ``candidates/``, the best ones (None: every one). Three
+    #: leave a choice beside ``best/`` (on what the ranking does not see: latency on the
+    #: target, size) at a bounded cost: every candidate's model adds up on a large model
+    #: (four MiniLM candidates: 202 MB).
+    keep_candidates: int | None = 3
     measure_latency: bool = True
-    #: The config as the user wrote it (after key mapping), for ``best/config.yaml``.
+    #: The config as the user wrote it (after key mapping; names in their canonical
+    #: spelling), for ``best/config.yaml``.
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Where a module the config names (the evaluator, plugins) is looked up when Python does
+    #: not find it: the config file's folder, then the working directory
+    #: (:mod:`raysearch.usercode`); the search ships those modules to Ray's workers.
+    code_dirs: tuple[Path, ...] = ()
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -100,7 +112,13 @@ class SearchConfig:
         """The custom evaluator function, or None for a built-in metric."""
         if not self.is_custom_metric:
             return None
-        return check_evaluator(self.metric, "metric")
+        return check_evaluator(self.metric, "metric", self.code_dirs)
+
+    def code_modules(self) -> list[str]:
+        """The modules this config names: the custom evaluator's and the ``plugins``."""
+        plugins = self.raw.get("plugins") or []
+        evaluator = [self.metric.partition(":")[0]] if self.is_custom_metric else []
+        return [*evaluator, *(m for m in plugins if isinstance(m, str))]
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
@@ -110,9 +128,12 @@ class SearchConfig:
         *,
         base_dir: Path | None = None,
         check_paths: bool = True,
+        code_dirs: Sequence[str | os.PathLike] | None = None,
     ) -> SearchConfig:
         """Validate ``raw`` completely and return the config. Relative paths are resolved
-        against ``base_dir`` (the config file's folder; default: the working directory).
+        against ``base_dir`` (the config file's folder; default: the working directory); a
+        module the config names that Python does not find is looked up in ``code_dirs``
+        (default: ``base_dir``, then the working directory).
 
         The keys are checked in a fixed order (inputs, spaces and algorithm, metric, stop,
         resources, run options), so a config with several mistakes always reports the same
@@ -121,12 +142,16 @@ class SearchConfig:
             raise ConfigError("", f"a config must be a mapping of keys, got {type(raw).__name__}")
         data = map_quark_names(copy.deepcopy(dict(raw)))
         base = Path(base_dir) if base_dir else Path.cwd()
+        if code_dirs is None:
+            code_dirs = [base, Path.cwd()]
+        dirs = tuple(dict.fromkeys(Path(d).absolute() for d in code_dirs))
         check_keys(data, _TOP_LEVEL_KEYS, "")
         model = model_path(data, base, check_paths)
         calibration = input_path(data, "calibration_data", True, base, check_paths)
         evaluation = input_path(data, "eval_data", False, base, check_paths)
-        spaces, algo, seed = _parse_search(data)
-        metric = parse_metric_settings(data)
+        spaces, algo, seed = _parse_search(data, dirs)
+        metric = parse_metric_settings(data, dirs)
+        _keep_canonical_names(data, metric.metric, algo, metric.tolerance_mode)
         stop = parse_stop(data.get("stop"))
         if stop.find_n_candidates > 0 and metric.tolerance is None:
             raise ConfigError(
@@ -153,6 +178,7 @@ class SearchConfig:
             early_stopping=early_stopping,
             **_parse_run_options(data, check_paths),
             raw=data,
+            code_dirs=dirs,
         )
 
 
@@ -185,9 +211,10 @@ _TOP_LEVEL_KEYS = {
 }
 
 
-def _load_plugins(value: Any) -> tuple[str, ...]:
+def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
     """``plugins``: modules that register backends, techniques or strategies, imported before
-    the spaces and the algorithm are checked (and by every trial actor)."""
+    the spaces and the algorithm are checked (and by every trial actor); one Python does not
+    find is looked up in ``search_dirs`` (:mod:`raysearch.usercode`)."""
     from raysearch.plugins import import_plugins
 
     if value is None:
@@ -196,15 +223,25 @@ def _load_plugins(value: Any) -> tuple[str, ...]:
         raise ConfigError("plugins", f"expected a list of module names, got {value!r}")
     for i, module in enumerate(value):
         try:
-            import_plugins([module])
+            import_plugins([module], search_dirs=search_dirs)
         except ImportError as exc:
             raise ConfigError(f"plugins[{i}]", f"cannot import {module!r}: {exc}") from None
     return tuple(value)
 
 
-def _parse_search(data: Mapping[str, Any]) -> tuple[list[SearchSpace], str, int | None]:
+def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: str) -> None:
+    """Write the names ``data`` spells in another case or as an alias in their canonical
+    spelling (``COS`` as ``cos``), so that the outputs hold one name for each."""
+    for key, name in (("metric", metric), ("search_algo", algo), ("tolerance_mode", mode)):
+        if key in data and isinstance(data[key], str):
+            data[key] = name
+
+
+def _parse_search(
+    data: Mapping[str, Any], search_dirs: Sequence[Path] = ()
+) -> tuple[list[SearchSpace], str, int | None]:
     """The plugins, the spaces, the algorithm (a grid must be finite) and the seed."""
-    _load_plugins(data.get("plugins"))
+    _load_plugins(data.get("plugins"), search_dirs)
     spaces = parse_spaces(data)
     algo = choose_algo(data.get("search_algo", "TPE"))
     if algo == "Grid":
@@ -239,9 +276,10 @@ def _parse_run_options(data: Mapping[str, Any], check_paths: bool) -> dict[str, 
     if timeout is not None and timeout <= 0:
         raise ConfigError("trial_timeout_s", f"expected a positive number, got {timeout!r}")
     max_failures = integer(data, "max_failures", 0, low=0)
-    for flag in ("keep_candidates", "measure_latency"):
-        if flag in data and not isinstance(data[flag], bool):
-            raise ConfigError(flag, f"expected true or false, got {data[flag]!r}")
+    if "measure_latency" in data and not isinstance(data["measure_latency"], bool):
+        raise ConfigError(
+            "measure_latency", f"expected true or false, got {data['measure_latency']!r}"
+        )
     return {
         "address": address or None,
         "output_dir": out_path,
@@ -249,9 +287,22 @@ def _parse_run_options(data: Mapping[str, Any], check_paths: bool) -> dict[str, 
         "batch_size": batch_size,
         "trial_timeout_s": timeout,
         "max_failures": max_failures,
-        "keep_candidates": data.get("keep_candidates", True),
+        "keep_candidates": _keep_candidates(data.get("keep_candidates", 3)),
         "measure_latency": data.get("measure_latency", True),
     }
+
+
+def _keep_candidates(value: Any) -> int | None:
+    """``keep_candidates``: an integer >= 0; ``true`` (every candidate) and ``false`` (none)
+    as the key meant before it took a number."""
+    if isinstance(value, bool):
+        return None if value else 0
+    if not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            "keep_candidates",
+            f"expected an integer >= 0 (the candidate models kept), got {value!r}",
+        )
+    return value
 
 
 def load_config(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "InputError",
@@ -13,6 +13,7 @@ __all__ = [
     "DiskFullError",
     "is_disk_full",
     "suggest",
+    "canonical_name",
 ]
 
 #: ``errno`` values of a full disk: no space left, quota exceeded.
@@ -85,9 +86,15 @@ def suggest(word: str, candidates: Iterable[str]) -> str:
     Example:
         >>> suggest("calibrate_metod", ["calibrate_method", "per_channel"])
         " (did you mean 'calibrate_method'?)"
+        >>> suggest("COSS", ["L2", "cos"])
+        " (did you mean 'cos'?)"
     """
     pool = list(candidates)
     match = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
+    if not match:  # names are read in any case (canonical_name): so are typos of them
+        folded = {c.casefold(): c for c in pool}
+        close = difflib.get_close_matches(word.casefold(), list(folded), n=1, cutoff=0.6)
+        match = [folded[close[0]]] if close else []
     if not match:
         lowered = {c.lower(): c for c in pool}
         if word.lower() in lowered:
@@ -96,3 +103,37 @@ def suggest(word: str, candidates: Iterable[str]) -> str:
             prefixed = [c for c in pool if c.lower().startswith(word.lower())]
             match = prefixed[:1] if len(prefixed) == 1 else []
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def canonical_name(
+    value: object, names: Iterable[str], aliases: Mapping[str, str] | None = None
+) -> str | None:
+    """The name of ``names`` that ``value`` spells, or None: the one rule for every value a
+    user writes from a fixed vocabulary (metrics, search algorithms, predefined spaces,
+    backends, a setting's choices, ...).
+
+    ``value`` itself when it is a name; else an alias (``aliases``: spelling -> name) or a name
+    written in another case (``COS``, ``minmax``). Two names that differ only in case are told
+    apart by their exact spelling only; a value that matches neither is the caller's to refuse
+    (with :func:`suggest`).
+
+    Example:
+        >>> canonical_name("Cos", ["L2", "cos"]), canonical_name("minmax", ["MinMax", "Entropy"])
+        ('cos', 'MinMax')
+        >>> canonical_name("COSINE", ["cos"], {"cosine": "cos"})
+        'cos'
+        >>> canonical_name("L3", ["L2", "cos"]) is None
+        True
+    """
+    if not isinstance(value, str):
+        return None
+    pool = list(names)
+    aliases = aliases or {}
+    if value in pool:
+        return value
+    if value in aliases:
+        return aliases[value]
+    folded = value.casefold()
+    found = {name for name in pool if name.casefold() == folded}
+    found |= {name for alias, name in aliases.items() if alias.casefold() == folded}
+    return found.pop() if len(found) == 1 else None

@@ -11,9 +11,10 @@ The public face of the evaluate stage. Its parts, one concept each:
   here so that the one place raysearch imports code by name is easy to audit.
 
 A custom evaluator is ``fn(model_path: str, providers: list) -> float | dict``, given as a
-callable or as ``"package.module:function"``. A dict names its main metric by ``metric_key``,
-else by the key ``"metric"``, else by being its only key; other numeric keys are recorded as
-extra metrics. The float model is scored once with the same function.
+callable or as ``"package.module:function"`` (a module that is not installed is looked up in
+the config's folder, then the working directory: :mod:`raysearch.usercode`). A dict names its
+main metric by ``metric_key``, else by the key ``"metric"``, else by being its only key; other
+numeric keys are recorded as extra metrics. The float model is scored once with the same function.
 
 Example:
     >>> from raysearch.evaluate import Evaluator
@@ -26,9 +27,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import inspect
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raysearch._evaluate._evaluator import Evaluator, Score
@@ -46,6 +47,7 @@ from raysearch.metrics import (
     metric_psnr,
     metric_ssim,
 )
+from raysearch.usercode import import_named
 
 __all__ = [
     "BUILTIN_METRICS",
@@ -68,10 +70,13 @@ __all__ = [
 
 
 def load_custom_evaluator(
-    spec: str | Callable[..., Any], key: str = "metric"
+    spec: str | Callable[..., Any],
+    key: str = "metric",
+    search_dirs: Sequence[str | os.PathLike] = (),
 ) -> Callable[..., Any]:
     """The function named by ``"package.module:function"`` (or ``spec`` itself when callable),
-    checked to accept ``(model_path, providers)``.
+    checked to accept ``(model_path, providers)``. A module Python does not find is imported
+    from the first of ``search_dirs`` holding it (:func:`raysearch.usercode.import_named`).
 
     Raises:
         ConfigError: (at ``key``) the module cannot be imported, has no such function, or the
@@ -84,9 +89,12 @@ def load_custom_evaluator(
         if not module_name or not func_name:
             raise ConfigError(key, f"expected 'package.module:function', got {spec!r}")
         try:
-            module = importlib.import_module(module_name)
+            module = import_named(module_name, search_dirs)
         except ModuleNotFoundError as exc:
-            raise ConfigError(key, f"cannot import module '{module_name}': {exc}") from None
+            looked = ""
+            if search_dirs and exc.name == module_name.partition(".")[0]:
+                looked = f" (looked in {', '.join(map(str, search_dirs))} too)"
+            raise ConfigError(key, f"cannot import module '{module_name}': {exc}{looked}") from None
         except Exception as exc:
             raise ConfigError(
                 key, f"importing '{module_name}' failed: {type(exc).__name__}: {exc}"

@@ -21,14 +21,18 @@ vector (means, population variances and covariance), with ``C1 = (0.01 L)^2``,
 When the outputs disagree on the number of samples (their first axes differ), all outputs
 together are one sample.
 
+Ranges (what bounds a tolerance, :attr:`BuiltinMetric.best` and :attr:`BuiltinMetric.worst`):
+L1 and L2 lie in ``[0, inf)``, cos and SSIM in ``[-1, 1]``, PSNR is at most 100 dB (and
+unbounded below).
+
 :data:`METRICS` is the only list of built-in metrics: the config stage reads names, aliases and
 directions from it (this module imports no stage), the evaluate stage its functions.
 
 Example:
     >>> METRICS["cos"].higher_is_better, BUILTIN_METRICS["L2"]
     (True, False)
-    >>> canonical_metric("cosine"), canonical_metric("psnr"), canonical_metric("pkg.mod:fn")
-    ('cos', 'PSNR', None)
+    >>> canonical_metric("cosine"), canonical_metric("COS"), canonical_metric("pkg.mod:fn")
+    ('cos', 'cos', None)
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from raysearch.errors import canonical_name
 
 __all__ = [
     "BuiltinMetric",
@@ -127,41 +133,42 @@ def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 class BuiltinMetric:
     """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
     direction and ``best``, the best value one sample can score (an identical output): what
-    bounds the mean over rows not yet evaluated (``raysearch._evaluate._subsets``)."""
+    bounds the mean over rows not yet evaluated (``raysearch._evaluate._subsets``); ``worst``
+    is the other end of its range (infinite where it has none): ``best`` and ``worst`` bound
+    the tolerances that mean something (``raysearch._config._metric``)."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]
     higher_is_better: bool
     best: float
+    worst: float
 
 
 #: The built-in metrics by name, in the order the messages list them.
 METRICS: dict[str, BuiltinMetric] = {
     m.name: m
     for m in (
-        BuiltinMetric("L1", metric_l1, higher_is_better=False, best=0.0),
-        BuiltinMetric("L2", metric_l2, higher_is_better=False, best=0.0),
-        BuiltinMetric("cos", metric_cos, higher_is_better=True, best=1.0),
-        BuiltinMetric("PSNR", metric_psnr, higher_is_better=True, best=PSNR_CAP_DB),
-        BuiltinMetric("SSIM", metric_ssim, higher_is_better=True, best=1.0),
+        BuiltinMetric("L1", metric_l1, higher_is_better=False, best=0.0, worst=math.inf),
+        BuiltinMetric("L2", metric_l2, higher_is_better=False, best=0.0, worst=math.inf),
+        BuiltinMetric("cos", metric_cos, higher_is_better=True, best=1.0, worst=-1.0),
+        BuiltinMetric(
+            "PSNR", metric_psnr, higher_is_better=True, best=PSNR_CAP_DB, worst=-math.inf
+        ),
+        BuiltinMetric("SSIM", metric_ssim, higher_is_better=True, best=1.0, worst=-1.0),
     )
 }
 #: Built-in metrics and whether higher is better (a view of :data:`METRICS`).
 BUILTIN_METRICS: dict[str, bool] = {name: m.higher_is_better for name, m in METRICS.items()}
 #: The built-in names as messages list them: ``"L1, L2, cos, PSNR, SSIM"``.
 LISTED = ", ".join(METRICS)
-#: Other spellings a config may use for a built-in metric.
-METRIC_ALIASES = {"cosine": "cos", "cos_sim": "cos", "l1": "L1", "l2": "L2", "psnr": "PSNR"}
+#: Other spellings a config may use for a built-in metric (in any case, as the names).
+METRIC_ALIASES = {"cosine": "cos", "cos_sim": "cos"}
 
 
 def canonical_metric(name: str) -> str | None:
-    """The built-in metric ``name`` stands for (itself, an alias, or its upper-case spelling),
-    or None when it names no built-in metric."""
-    if name in METRICS:
-        return name
-    if name in METRIC_ALIASES or name.upper() in METRICS:
-        return METRIC_ALIASES.get(name, name.upper())
-    return None
+    """The built-in metric ``name`` stands for (itself or an alias, in any case:
+    :func:`raysearch.errors.canonical_name`), or None when it names no built-in metric."""
+    return canonical_name(name, METRICS, METRIC_ALIASES)
 
 
 def compute_metric(

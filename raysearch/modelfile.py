@@ -29,6 +29,7 @@ from raysearch.fileio import atomic_write_bytes, replacing
 
 __all__ = [
     "load_header",
+    "header_problem",
     "graph_nodes",
     "graph_tensors",
     "has_external_data",
@@ -54,6 +55,76 @@ def load_header(path: str | os.PathLike) -> onnx.ModelProto:
     """The model at ``path`` without its external data (its graph, names and small tensors;
     the weights an external file holds stay on disk)."""
     return onnx.load(os.fspath(path), load_external_data=False)
+
+
+#: Protocol-buffer wire types: a varint, 8 bytes, length-delimited, 4 bytes.
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+
+def header_problem(path: str | os.PathLike) -> str | None:
+    """Why the file at ``path`` is not an ONNX model, or None, judged from the tags and
+    lengths of its top-level fields alone: the graph and its weights are skipped, not read,
+    so a model of any size is checked in a few reads. A file that passes can still hold a
+    graph that does not parse (:func:`load_header` finds that).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile(suffix=".npz") as fh:
+        ...     _ = fh.write(b"PK\\x03\\x04 a zip archive")
+        ...     fh.flush()
+        ...     header_problem(fh.name)
+        'it is a zip archive, as NumPy .npz data is'
+    """
+    fields = onnx.ModelProto.DESCRIPTOR.fields_by_number
+    seen: set[int] = set()
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if fh.read(4) == b"PK\x03\x04":
+            return "it is a zip archive, as NumPy .npz data is"
+        fh.seek(0)
+        while fh.tell() < size:
+            start = fh.tell()
+            tag = _read_varint(fh)
+            number, wire = (tag >> 3, tag & 7) if tag is not None else (0, -1)
+            field = fields.get(number)
+            varint = field is not None and field.type == field.TYPE_INT64
+            expected = {_VARINT if varint else _LENGTH} if field else {0, 1, 2, 5}
+            if number == 0 or wire not in expected:
+                return f"no ONNX model field at byte {start}"
+            end = _field_end(fh, wire, size)
+            if end > size:
+                name = field.name if field else f"field {number}"
+                return f"the file ends inside its {name}: cut short?"
+            fh.seek(end)
+            seen.add(number)
+    by_name = onnx.ModelProto.DESCRIPTOR.fields_by_name
+    missing = [name for name in ("ir_version", "graph") if by_name[name].number not in seen]
+    return f"it has no {missing[0]}" if missing else None
+
+
+def _field_end(fh: Any, wire: int, size: int) -> int:
+    """Where the value of a field of wire type ``wire`` that starts at ``fh``'s position ends
+    (past ``size`` when the file ends first)."""
+    if wire in (_FIXED64, _FIXED32):
+        return fh.tell() + (8 if wire == _FIXED64 else 4)
+    value = _read_varint(fh)
+    if value is None:
+        return size + 1
+    return fh.tell() if wire == _VARINT else fh.tell() + value
+
+
+def _read_varint(fh: Any) -> int | None:
+    """A protocol-buffer varint read from ``fh`` (None: the file ends first, or it runs past
+    ten bytes)."""
+    value = 0
+    for shift in range(0, 70, 7):
+        byte = fh.read(1)
+        if not byte:
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return value
+    return None
 
 
 def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:

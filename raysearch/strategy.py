@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from raysearch.errors import ConfigError, suggest
+from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.plugins import note_plugin
 
 if TYPE_CHECKING:
@@ -241,16 +241,16 @@ def strategy_names() -> list[str]:
 
 
 def canonical_strategy(value: Any, key: str = "search_algo") -> str:
-    """The registered name ``value`` spells (an alias such as ``grid_search``), or ConfigError
-    naming ``key`` with the closest name."""
+    """The registered name ``value`` spells (itself or an alias such as ``grid_search``, in
+    any case: :func:`raysearch.errors.canonical_name`), or ConfigError naming ``key`` with the
+    closest name."""
     names = strategy_names()
-    if isinstance(value, str):
-        if value in names:
-            return value
-        mapped = _ALIASES.get(value, _ALIASES.get(value.lower()))
-        if mapped is not None:
-            _logger.info("config: %s '%s' read as '%s'", key, value, mapped)
-            return mapped
+    mapped = canonical_name(value, names, _ALIASES)
+    if mapped == value:
+        return mapped
+    if mapped is not None:
+        _logger.info("config: %s '%s' read as '%s'", key, value, mapped)
+        return mapped
     raise ConfigError(
         key,
         f"expected one of {', '.join(names)}, got {value!r}"

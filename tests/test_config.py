@@ -11,12 +11,12 @@ from raysearch.cli import main
 from raysearch.config import SearchConfig, apply_overrides, load_config
 from raysearch.errors import ConfigError
 from raysearch.space import SearchSpace
+from tests.models import make_mlp_model
 
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, str]:
-    model = tmp_path / "model.onnx"
-    model.write_bytes(b"not checked here")
+    model = make_mlp_model(tmp_path / "model.onnx")  # its header is checked; its data not
     calib = tmp_path / "calib.npz"
     calib.write_bytes(b"")
     return {"model": str(model), "calibration_data": str(calib)}
@@ -566,3 +566,34 @@ def test_the_command_line_exits_2_on_a_bad_early_stopping_value(tmp_path, files,
     assert len(err) == 1 and err[0].endswith(
         "early_stopping.rungs: expected increasing fractions in (0, 1] ending with 1.0, got [2]"
     )
+
+
+def test_keep_candidates_is_a_count_of_models_3_by_default(files):
+    def kept(**extra) -> int | None:
+        return SearchConfig.from_dict(_base(files, **extra)).keep_candidates
+
+    assert kept() == 3
+    assert kept(keep_candidates=0) == 0 and kept(keep_candidates=12) == 12
+    # What the key meant when it was a switch: every candidate's model, or none.
+    assert kept(keep_candidates=True) is None and kept(keep_candidates=False) == 0
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "3", None, [3]])
+def test_a_bad_keep_candidates_is_one_line_naming_the_key(files, value):
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(_base(files, keep_candidates=value))
+    assert info.value.path == "keep_candidates"
+    assert str(info.value) == (
+        f"keep_candidates: expected an integer >= 0 (the candidate models kept), got {value!r}"
+    )
+
+
+def test_the_command_line_exits_2_on_a_bad_keep_candidates(tmp_path, files, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(_base(files)))
+    assert main(["validate", str(config), "keep_candidates=-2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "raysearch: error: keep_candidates: expected an integer >= 0 (the candidate models "
+        "kept), got -2"
+    ]

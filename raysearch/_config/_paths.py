@@ -1,7 +1,8 @@
 """Paths in a config: the input files (``builtin:`` names included) and the output folder.
 
 Relative input paths are read against the config file's folder; ``output_dir`` against the
-working directory.
+working directory. The model file must be an ONNX model, judged from its header alone (the
+search's preflight parses its graph later).
 
 Example:
     >>> input_path({"model": "builtin:magika"}, "model", True, Path("."), True).name
@@ -19,6 +20,7 @@ from typing import Any
 
 from raysearch.builtin_paths import BUILTIN_NAMES, is_builtin, resolve_builtin
 from raysearch.errors import ConfigError
+from raysearch.modelfile import header_problem
 
 __all__ = ["input_path", "model_path", "output_dir"]
 
@@ -50,12 +52,22 @@ def input_path(
 
 
 def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
-    """The ``model`` key: a path to an ``.onnx`` file."""
+    """The ``model`` key: a path to an ONNX model file (checked from its header: a data file or
+    anything else named here is refused before anything runs)."""
     model = input_path(data, "model", True, base, check_paths)
     if not isinstance(model, Path):
         raise ConfigError("model", f"expected a path to an .onnx file, got {model!r}")
     if check_paths and model.is_dir():
         raise ConfigError("model", f"expected an .onnx file, got a directory: {model}")
+    if check_paths:
+        try:
+            problem = header_problem(model) if model.stat().st_size else "empty"
+        except OSError as exc:
+            raise ConfigError("model", f"cannot read {model}: {exc.strerror or exc}") from None
+        if problem == "empty":
+            raise ConfigError("model", f"{model} is empty")
+        if problem:
+            raise ConfigError("model", f"{model} is not an ONNX model (cannot parse it: {problem})")
     return model
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from raysearch.errors import ConfigError, suggest
+from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point, resolve_points
 
@@ -44,8 +44,10 @@ def load_predefined_space(name: str, path: str = "search_space") -> dict[str, An
 
 
 def _load_predefined(name: str, path: str) -> dict[str, Any]:
-    """A predefined space's file: ``search_space`` and maybe ``points_to_evaluate``."""
+    """A predefined space's file (``search_space`` and maybe ``points_to_evaluate``) by its
+    name in any case (``a8w8_search``)."""
     spaces = predefined_spaces()
+    name = canonical_name(name, spaces) or name
     if name not in spaces:
         raise ConfigError(
             path,

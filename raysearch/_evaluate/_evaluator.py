@@ -24,8 +24,14 @@ from typing import Any
 import numpy as np
 
 from raysearch._evaluate._reference import FloatReference
-from raysearch.errors import ConfigError, EvaluatorError, suggest
-from raysearch.metrics import BUILTIN_METRICS, LISTED, MetricError, compute_metric
+from raysearch.errors import ConfigError, EvaluatorError, canonical_name, suggest
+from raysearch.metrics import (
+    BUILTIN_METRICS,
+    LISTED,
+    MetricError,
+    canonical_metric,
+    compute_metric,
+)
 
 __all__ = ["Score", "Evaluator"]
 
@@ -41,9 +47,10 @@ class Score:
 class Evaluator:
     """Scores a quantized model and decides whether it is a candidate.
 
-    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``), a callable or
-    ``"package.module:function"``. ``higher_is_better`` is fixed for built-ins and defaults to
-    True for custom metrics.
+    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``, or an alias, in
+    any case), a callable or ``"package.module:function"`` (its module, when not installed,
+    from the first of ``search_dirs`` holding it). ``higher_is_better`` is fixed for built-ins
+    and defaults to True for custom metrics.
 
     Example:
         >>> ev = Evaluator("L2", tolerance=0.01)
@@ -61,14 +68,18 @@ class Evaluator:
         tolerance_mode: str = "absolute",
         higher_is_better: bool | None = None,
         metric_key: str | None = None,
+        search_dirs: Sequence[str | os.PathLike] = (),
     ) -> None:
-        if tolerance_mode not in ("absolute", "relative"):
+        mode = canonical_name(tolerance_mode, ("absolute", "relative"))
+        if mode is None:
             raise ConfigError(
                 "tolerance_mode", f"expected absolute or relative, got {tolerance_mode!r}"
             )
         self.tolerance = None if tolerance is None else float(tolerance)
-        self.tolerance_mode = tolerance_mode
+        self.tolerance_mode = mode
         self.metric_key = metric_key
+        if isinstance(metric, str):
+            metric = canonical_metric(metric) or metric
         if isinstance(metric, str) and metric in BUILTIN_METRICS:
             if higher_is_better is not None and higher_is_better != BUILTIN_METRICS[metric]:
                 raise ConfigError(
@@ -90,20 +101,21 @@ class Evaluator:
             # name); imported here because that module imports this one.
             from raysearch.evaluate import load_custom_evaluator
 
-            self.function = load_custom_evaluator(metric)
+            self.function = load_custom_evaluator(metric, search_dirs=search_dirs)
             self.name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
             self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
 
     @classmethod
     def from_config(cls, config: Any) -> Evaluator:
         """Build from a :class:`raysearch.config.SearchConfig` (its ``metric``, ``tolerance``,
-        ``tolerance_mode``, ``higher_is_better`` and ``metric_key``)."""
+        ``tolerance_mode``, ``higher_is_better``, ``metric_key`` and ``code_dirs``)."""
         return cls(
             config.metric,
             config.tolerance,
             getattr(config, "tolerance_mode", "absolute"),
             getattr(config, "higher_is_better", None),
             getattr(config, "metric_key", None),
+            getattr(config, "code_dirs", ()),
         )
 
     @property

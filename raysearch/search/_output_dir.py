@@ -287,6 +287,8 @@ def write_config(folder: Path, config: SearchConfig, storage_path: str) -> None:
         storage_path,
         unserializable=unserializable,
         search_id=uuid.uuid4().hex,
+        # Where the config's modules were found, for a resume from another folder.
+        code_dirs=[str(d) for d in config.code_dirs],
     )
     header = "# The config of this search (paths absolute); `raysearch resume` reads it.\n"
     atomic_write_text(folder / CONFIG_FILE, header + yaml.safe_dump(raw, sort_keys=False))

@@ -1,5 +1,5 @@
-"""Ray for a search: start or join it, check it can hold a trial, and how many trials run at
-once.
+"""Ray for a search: start or join it (with the modules beside the config shipped to every
+worker), check it can hold a trial, and how many trials run at once.
 
 Example:
     >>> start_ray(None)                                   # doctest: +SKIP
@@ -15,6 +15,8 @@ import math
 import os
 import socket
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.errors import ConfigError, InputError
@@ -57,13 +59,21 @@ def tune_environment(max_pending: int) -> None:
     os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 
-def start_ray(address: str | None) -> bool:
+def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ()) -> bool:
     """Join the Ray cluster at ``address``, or start a local one with this machine's CPUs;
-    nothing when Ray is already initialised. Returns whether this call started Ray."""
+    nothing when Ray is already initialised. Returns whether this call started Ray.
+
+    ``py_modules`` (:func:`raysearch.usercode.local_modules`: the evaluator's or a plugin's
+    module found beside the config or in the working directory) become the job's
+    ``runtime_env`` ``py_modules``: Ray uploads them once and every worker, on every node,
+    imports them by name, as it would a module on its path. Ray's own default reaches only
+    the driver's working directory, and only on machines whose folders are the driver's.
+    """
     import ray
 
     global _local_ray
     if ray.is_initialized():
+        _warn_unshipped(py_modules)
         return False
     # Token authentication stays on (Ray's default); its notice about that default on every
     # start is noise for a local search. (Setting RAY_AUTH_MODE here would be too late: Ray
@@ -78,6 +88,9 @@ def start_ray(address: str | None) -> bool:
         "log_to_driver": False,
         "configure_logging": True,
     }
+    if py_modules:
+        kwargs["runtime_env"] = {"py_modules": [os.fspath(m) for m in py_modules]}
+        _logger.info("shipping %s to every Ray worker", ", ".join(map(os.fspath, py_modules)))
     _local_ray = None
     if address:
         _logger.info("joining the Ray cluster at %s", address)
@@ -88,6 +101,21 @@ def start_ray(address: str | None) -> bool:
         _local_ray = ray.get_runtime_context().gcs_address
     _logger.info("Ray resources: %s", ray.cluster_resources())
     return True
+
+
+def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
+    """Say which of ``py_modules`` Ray's workers may not import: a Ray started before the
+    search has its job's ``runtime_env`` already. Ray puts the driver's working directory on
+    its workers' path itself, so only modules from elsewhere (the config's folder) are
+    named."""
+    here = os.path.realpath(os.getcwd())
+    elsewhere = [os.fspath(m) for m in py_modules if os.path.realpath(Path(m).parent) != here]
+    if elsewhere:
+        _logger.warning(
+            "Ray was started before this search: its workers import %s only if their path "
+            "holds it (ray.init(runtime_env={'py_modules': [...]}) ships it)",
+            ", ".join(elsewhere),
+        )
 
 
 def check_reachable(address: str, wait_s: float = CLUSTER_WAIT_S) -> None:

@@ -70,6 +70,7 @@ from raysearch.search._result import SearchResult, build_result
 from raysearch.search.journal import Journal
 from raysearch.search.layout import CACHE_DIR, CONFIG_FILE, JOURNAL, MARKER, SUMMARY
 from raysearch.strategy import check_strategy_available
+from raysearch.usercode import local_modules
 
 if TYPE_CHECKING:
     from raysearch.search.preflight import Prepared
@@ -221,7 +222,9 @@ class AutoSearch:
             )
         raw = yaml.safe_load((folder / CONFIG_FILE).read_text())
         raw["output_dir"] = str(folder)
-        return cls(SearchConfig.from_dict(raw, base_dir=folder))
+        # The evaluator beside the original config is found there again (not in this folder).
+        code_dirs = state.get("code_dirs")
+        return cls(SearchConfig.from_dict(raw, base_dir=folder, code_dirs=code_dirs))
 
 
 def search_running_in(folder: str | os.PathLike) -> bool:
@@ -249,7 +252,9 @@ def _preflight_beside_ray(
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
         checked = pending or pool.submit(preflight, config, cache_dir=cache_dir)
         try:
-            started = start_ray(config.address)
+            # The evaluator's or a plugin's module found beside the config: every worker's.
+            shipped = local_modules(config.code_modules(), config.code_dirs)
+            started = start_ray(config.address, shipped)
         except BaseException:
             checked.result()  # raises the input's error, if any, instead of Ray's
             raise

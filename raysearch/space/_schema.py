@@ -5,6 +5,10 @@ A key is checked against the catalogue of every backend it can be active with: a
 the groups around it. So ``quantizer: [ort, nncf]`` with a group ``only_if: {quantizer: nncf}``
 holding NNCF's keys validates each backend's keys against its own catalogue, and a key of one
 backend left where the other can be active is refused with both backends named.
+
+A value from a fixed vocabulary (an enum setting's choices, a backend's name) is read in any
+case and kept as the catalogue spells it (``minmax`` is ``MinMax``):
+:func:`raysearch.errors.canonical_name`, the rule of every name a config holds.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raysearch.errors import ConfigError, suggest
+from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.space.catalogue import (
     DEFAULT_BACKEND,
     Catalogue,
@@ -36,10 +40,13 @@ class Schema:
 
     # -- backends --------------------------------------------------------------------------
     def backend_choices(self, values: Sequence[Any], where: str) -> tuple[str, ...]:
-        """The backends ``quantizer`` may take, each checked to have a catalogue."""
+        """The backends ``quantizer`` may take (their names in any case), each checked to
+        have a catalogue."""
         known = sorted(self.catalogues)
+        names = []
         for value in values:
-            if not isinstance(value, str) or value not in self.catalogues:
+            name = canonical_name(value, known)
+            if name is None:
                 raise ConfigError(
                     where,
                     f"unknown quantizer backend {value!r}"
@@ -47,7 +54,12 @@ class Schema:
                     + "; known: "
                     + ", ".join(known),
                 )
-        return tuple(dict.fromkeys(values))
+            names.append(name)
+        return tuple(dict.fromkeys(names))
+
+    def backend_name(self, value: Any) -> Any:
+        """The backend ``value`` names, as registered (``ORT`` is ``ort``); else ``value``."""
+        return canonical_name(value, self.catalogues) or value
 
     def containers(self, backends: Sequence[str]) -> set[str]:
         """Keys whose mapping holds further settings (``extra_options``) for ``backends``."""
@@ -101,10 +113,29 @@ class Schema:
         container: str,
         backends: Sequence[str],
         where: str,
-    ) -> None:
-        """``name`` is a setting of every backend in ``backends`` and each choice fits it."""
-        for spec in self.specs(name, key, container, backends, where):
+    ) -> Domain:
+        """``name`` is a setting of every backend in ``backends`` and each choice fits it;
+        returns ``domain`` with its choices spelled as the catalogues spell them."""
+        specs = self.specs(name, key, container, backends, where)
+        if isinstance(domain, Categorical):
+            domain = Categorical(
+                tuple(self.canonical_value(name, specs, v) for v in domain.choices)
+            )
+        for spec in specs:
             self.check_choices(spec, name, domain, where)
+        return domain
+
+    def canonical_value(self, name: str, specs: Sequence[OptionSpec], value: Any) -> Any:
+        """``value`` of setting ``name`` as the catalogue spells it: one of an enum's choices,
+        or a backend's name, in any case (``minmax`` is ``MinMax``); else ``value`` itself,
+        left to the checks to refuse."""
+        if name == QUANTIZER_KEY:
+            return self.backend_name(value)
+        for spec in specs:
+            if spec.kind == "enum":
+                named = canonical_name(value, [c for c in spec.choices if isinstance(c, str)])
+                value = value if named is None else named
+        return value
 
     def specs(
         self, name: str, key: str, container: str, backends: Sequence[str], where: str
@@ -133,8 +164,9 @@ class Schema:
         container: str,
         backends: Sequence[str],
         where: str,
-    ) -> None:
-        """Each part of a joint parameter is a known setting and each value fits its part."""
+    ) -> Categorical:
+        """Each part of a joint parameter is a known setting and each value fits its part;
+        returns ``domain`` with its values spelled as the catalogues spell them."""
         if not isinstance(domain, Categorical):
             raise ConfigError(where, "a joint parameter needs a list of choices")
         if len(set(joint)) != len(joint):
@@ -143,6 +175,7 @@ class Schema:
         for part in joint:
             self.check_available(part, backends, f"{where}.joint.{part}")
             specs[part] = self.specs(part, part, container, backends, f"{where}.joint.{part}")
+        choices = []
         for i, choice in enumerate(domain.choices):
             if not isinstance(choice, list) or len(choice) != len(joint):
                 raise ConfigError(
@@ -150,11 +183,14 @@ class Schema:
                     f"each choice of a joint parameter sets {', '.join(joint)}: expected a list "
                     f"of {len(joint)} values, got {choice!r}",
                 )
+            choice = [self.canonical_value(p, specs[p], v) for p, v in zip(joint, choice)]
             for part, value in zip(joint, choice):
                 for spec in specs[part]:
                     problem = check_value(spec, value)
                     if problem:
                         raise ConfigError(f"{where}.choices[{i}]", f"{part}: {problem}")
+            choices.append(choice)
+        return Categorical(tuple(choices))
 
     @staticmethod
     def check_choices(spec: OptionSpec, name: str, domain: Domain, where: str) -> None:

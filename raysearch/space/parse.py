@@ -11,7 +11,9 @@ holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
 Every key and value (each part of a joint parameter included) is checked against the settings
 catalogue of each backend it can be active with (:mod:`raysearch.space._schema`); unknown keys
 get the closest known key as a suggestion, and keys that name a technique raysearch does not
-have yet are refused with why.
+have yet are refused with why. Values from a fixed vocabulary (an enum setting's choices, a
+backend's name), in choices and in ``only_if`` conditions, are read in any case and kept as
+the catalogue spells them (:func:`raysearch.errors.canonical_name`).
 
 Example:
     >>> parsed = parse_space({"per_channel": [True, False], "quantizer": "ort"})
@@ -26,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raysearch.errors import ConfigError, suggest
+from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.space._schema import QUANTIZER_KEY, Schema
 from raysearch.space.catalogue import Catalogue, registered_catalogues
 from raysearch.space.tree import (
@@ -109,7 +111,8 @@ class _Parser:
             return backends
         if condition.ref.rsplit(".", 1)[-1] != QUANTIZER_KEY:
             return backends
-        return tuple(b for b in backends if b in condition.values)
+        wanted = {canonical_name(v, backends) or v for v in condition.values}
+        return tuple(b for b in backends if b in wanted)
 
     # -- groups and parameters -------------------------------------------------------------
     def group(
@@ -176,13 +179,13 @@ class _Parser:
             domain = Categorical(tuple(value))
         else:
             domain = Categorical((value,))
-        param = Param(keys + (name,), domain, joint)
         if joint:
-            self.schema.check_joint(domain, joint, container, backends, where)
+            domain = self.schema.check_joint(domain, joint, container, backends, where)
             parts = joint
         else:
-            self.schema.check_param(name, key, domain, container, backends, where)
+            domain = self.schema.check_param(name, key, domain, container, backends, where)
             parts = (name,)
+        param = Param(keys + (name,), domain, joint)
         for part in parts:
             switch = self.schema.switch_of(part, container, backends)
             if switch:
@@ -274,6 +277,28 @@ def _range(value: Mapping, kind: str, where: str) -> IntRange | FloatRange:
     return FloatRange(float(low), float(high), None if step is None else float(step), log)
 
 
+def _condition_values(
+    values: tuple[Any, ...] | None, domain: Domain, ref: str, where: str
+) -> tuple[Any, ...] | None:
+    """The values an ``only_if`` asks of ``ref``, each as one of its choices (a name in any
+    case is its choice's spelling); ConfigError for a value it never takes."""
+    if values is None or not isinstance(domain, Categorical):
+        return values
+    names = [c for c in domain.choices if isinstance(c, str)]
+    out = []
+    for value in values:
+        if value not in domain.choices:
+            value = canonical_name(value, names) or value
+        if value not in domain.choices:
+            raise ConfigError(
+                where,
+                f"'{ref}' never takes the value {value!r} "
+                f"(its choices: {', '.join(map(str, domain.choices))})",
+            )
+        out.append(value)
+    return tuple(out)
+
+
 def _resolve_conditions(root: Group, base: str) -> Group:
     """Point each ``only_if`` at the full key path of the parameter it names; check that it
     exists, is unambiguous, can take the values asked for, and that conditions have no cycle."""
@@ -303,16 +328,7 @@ def _resolve_conditions(root: Group, base: str) -> Group:
                 ".".join(group.path) + "."
             ):
                 raise ConfigError(where, f"a group cannot depend on its own key '{ref}'")
-            domain = params[ref].domain
-            if cond.values is not None and isinstance(domain, Categorical):
-                missing = [v for v in cond.values if v not in domain.choices]
-                if missing:
-                    raise ConfigError(
-                        where,
-                        f"'{ref}' never takes the value {missing[0]!r} "
-                        f"(its choices: {', '.join(map(str, domain.choices))})",
-                    )
-            cond = Condition(ref, cond.values)
+            cond = Condition(ref, _condition_values(cond.values, params[ref].domain, ref, where))
         return Group(group.path, group.params, tuple(resolve(g) for g in group.groups), cond)
 
     return resolve(root)

@@ -3,7 +3,8 @@
 A start point names some or all of a space's parameters, by their full dotted name
 (``nncf.model_type``) or, where it is unambiguous in that point, by a shorter dotted suffix
 (``model_type``); nested mappings are read as dotted names. Each value must be one of the
-parameter's choices (or inside its range). Parameters the point leaves out are chosen by the
+parameter's choices (or inside its range; a name in any case is the choice it spells, as
+everywhere in a config). Parameters the point leaves out are chosen by the
 searcher: Optuna samples them (``study.enqueue_trial`` takes partial parameters), and a grid
 runs first its first setting that agrees with the point.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raysearch.errors import ConfigError, suggest
+from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.space.space import Point, SearchSpace
 from raysearch.space.tree import Categorical, Param
 
@@ -60,6 +61,9 @@ def _check_value(param: Param, value: Any, where: str) -> Any:
             # True == 1 in Python; a choice of true is not a choice of 1.
             if choice == value and isinstance(choice, bool) == isinstance(value, bool):
                 return choice
+        named = canonical_name(value, [c for c in domain.choices if isinstance(c, str)])
+        if named is not None:
+            return named
         shown = ", ".join(repr(c) for c in domain.choices)
         raise ConfigError(where, f"{value!r} is not one of the space's choices ({shown})")
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from raysearch.cli import main
 from tests.models import make_mlp_model, mlp_data
-from tests.reliability.helpers import REPO, run_raysearch, subprocess_env, write_config
+from tests.reliability.helpers import run_raysearch, write_config
 
 DELETE = object()
 
@@ -112,6 +112,8 @@ CASES = [
     Case("model empty", {"model": "{files}/empty.onnx"}, r"model: .*empty\.onnx is empty"),
     Case("model random bytes", {"model": "{files}/random.onnx"},
          r"model: .*random\.onnx is not an ONNX model \(cannot parse it"),
+    Case("model is npz data", {"model": "{files}/calib.npz"},
+         r"model: .*calib\.npz is not an ONNX model \(cannot parse it: it is a zip archive"),
     Case("model truncated", {"model": "{files}/truncated.onnx"},
          r"model: .*truncated\.onnx is not an ONNX model \(cannot parse it"),
     Case("model with nothing to quantize",
@@ -360,9 +362,24 @@ def test_debug_shows_the_traceback(files: Path, tmp_path: Path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_module_beside_the_config_is_not_imported_implicitly(files: Path, tmp_path: Path):
-    """A custom evaluator runs only from the import path the user wrote: a module next to the
-    config (or in the working folder) is not on that path unless the user puts it there."""
+def _validate_elsewhere(config: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """``raysearch validate CONFIG`` as a user runs it: the console script, from another
+    folder, with no ``PYTHONPATH``."""
+    cwd.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "raysearch"), "validate", str(config)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_module_beside_the_config_is_found_without_pythonpath(files: Path, tmp_path: Path):
+    """A custom evaluator beside the config is found as a script finds the modules beside it
+    (README, "Custom evaluators"), from any working directory."""
     (tmp_path / "rs_beside_config.py").write_text(
         "def score(model_path, providers):\n    return 1.0\n"
     )
@@ -370,15 +387,21 @@ def test_a_module_beside_the_config_is_not_imported_implicitly(files: Path, tmp_
         tmp_path / "config.yaml",
         _config(files, tmp_path, {"metric": "rs_beside_config:score", **CUSTOM}),
     )
-    env = subprocess_env()
-    done = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "raysearch"), "validate", str(config)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = _validate_elsewhere(config, tmp_path / "elsewhere")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{config}: valid")
+
+
+def test_an_installed_module_wins_over_a_file_of_its_name_beside_the_config(
+    files: Path, tmp_path: Path
+):
+    """Only a module Python does not find comes from the config's folder: a file there named
+    like an installed module (the standard library's ``colorsys``) does not replace it."""
+    (tmp_path / "colorsys.py").write_text("def score(model_path, providers):\n    return 1.0\n")
+    config = write_config(
+        tmp_path / "config.yaml",
+        _config(files, tmp_path, {"metric": "colorsys:score", **CUSTOM}),
     )
+    done = _validate_elsewhere(config, tmp_path / "elsewhere")
     assert done.returncode == 2
-    assert "metric: cannot import module 'rs_beside_config'" in done.stderr
-    assert str(REPO) in env["PYTHONPATH"]
+    assert "metric: module 'colorsys' has no function 'score'" in done.stderr

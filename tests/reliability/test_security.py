@@ -1,6 +1,7 @@
 """What raysearch reads from users is never executed or unpickled: YAML with ``safe_load``,
 ``.npy``/``.npz`` with ``allow_pickle=False``, no ``eval``/``exec``; code runs only from the
-import path a config names, and the README says so."""
+module names a config writes (installed, else beside the config or in the working directory,
+never by changing ``sys.path``), and the README says so."""
 
 from __future__ import annotations
 
@@ -62,24 +63,45 @@ def test_nothing_is_evaluated_and_only_raysearch_checkpoints_are_unpickled():
         or name.startswith(("pickle.load", "cloudpickle.load", "marshal.load", "shelve."))
         or name.endswith("spec_from_file_location")
     }
-    # The searcher's own state, written by its save() into Tune's experiment folder.
-    assert found <= {("raysearch/search/searchers.py", "pickle.load")}, found
+    # The searcher's own state, written by its save() into Tune's experiment folder; and
+    # raysearch's own configs/ package (the predefined spaces) in a source tree not installed,
+    # loaded from the file beside the package, never from a path a config names.
+    assert found <= {
+        ("raysearch/search/searchers.py", "pickle.load"),
+        ("raysearch/_source_tree.py", "importlib.util.spec_from_file_location"),
+    }, found
 
 
-def test_dynamic_imports_take_the_path_as_written():
-    """``importlib.import_module`` is the only way raysearch loads code by name; the custom
-    evaluator's module name goes to it unchanged (tested in test_bad_input: a module beside
-    the config is not found)."""
-    importers = {
+def test_code_a_config_names_is_imported_by_one_helper_that_never_changes_sys_path():
+    """The custom evaluator and the plugins are imported by ``usercode.import_named`` only: the
+    name goes to ``importlib.import_module`` unchanged, and a module Python does not find is
+    looked up by a finder given just the config's folder and the working directory (tested in
+    test_bad_input: a module beside the config is found, an installed one of the same name
+    wins). No source changes ``sys.path``, so nothing else in those folders shadows a module."""
+    users = {
         path.relative_to(REPO).as_posix()
         for path in SOURCES
         for name, _ in _calls(path)
-        if name.endswith("import_module")
+        if name == "import_named"
     }
-    assert "raysearch/evaluate.py" in importers
-    text = (REPO / "raysearch" / "evaluate.py").read_text()
-    assert "importlib.import_module(module_name)" in text
-    assert "sys.path" not in text and "sys.path" not in (REPO / "raysearch/config.py").read_text()
+    assert {"raysearch/evaluate.py", "raysearch/plugins.py"} <= users
+    text = (REPO / "raysearch" / "usercode.py").read_text()
+    assert "importlib.import_module(name)" in text
+    assert "PathFinder.find_spec(top, folders)" in text
+    changes = [
+        _where(path, node)
+        for path in SOURCES
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if (isinstance(node, ast.Call) and ast.unparse(node.func).startswith("sys.path."))
+        or (
+            isinstance(node, (ast.Assign, ast.AugAssign))
+            and any(
+                ast.unparse(t).startswith("sys.path")
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+        )
+    ]
+    assert changes == []
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".npz"])
@@ -116,6 +138,6 @@ def _inputs():
 def test_the_readme_says_a_config_names_code_to_run():
     text = " ".join((REPO / "README.md").read_text().split())
     assert "A config names code to run" in text
-    assert "imported from exactly the path written there" in text
+    assert "from the config's folder, then the working directory" in text
     assert "Only use configs you trust" in text
     assert "yaml.safe_load" in text and "data files are never unpickled" in text
