@@ -13,7 +13,7 @@ takes), import NNCF with its telemetry off, run NNCF's ONNX Runtime inference on
 return. ``prepared=False`` (the default) hands NNCF the model file as it is, as a user calling
 NNCF would; ``prepared=True`` hands it the model as raysearch's ``quantizer: nncf`` does
 (``Constant`` weights as initializers, opset raised to 13 for per-channel weights:
-``raysearch.quantize.nncf_backend.prepare_model``).
+``raysearch.quantize.backends.nncf.prepare_model``).
 
 Example (magika, as ``quality.py`` scores it: top-1 agreement with the float model)::
 
@@ -54,7 +54,7 @@ def nncf_one_shot(
     to ``out_path``; returns ``out_path``. ``subset_size`` beyond the calibration data's
     samples uses them all (as NNCF does)."""
     nncf, onnx_model, dataset, providers = _inputs(model, calibration, prepared, providers)
-    from raysearch.quantize.nncf_backend import nncf_session
+    from raysearch.quantize.backends.nncf import nncf_session
 
     with nncf_session(providers, threads):
         quantized = nncf.quantize(
@@ -93,7 +93,7 @@ def nncf_accuracy_control(
     ``drop_type``: ``absolute`` or ``relative``."""
     nncf, onnx_model, dataset, providers = _inputs(model, calibration, prepared, providers)
     from raysearch.providers import make_session
-    from raysearch.quantize.nncf_backend import nncf_session
+    from raysearch.quantize.backends.nncf import nncf_session
 
     feeds = _feeds(validation, model)
     # Each item carries its index, for the metric; NNCF infers on the feed alone.
@@ -140,7 +140,7 @@ def top1_agreement(
 
 def _feeds(spec: Any, model: str | os.PathLike) -> list[dict[str, np.ndarray]]:
     """One feed per sample of the data ``spec`` (as the backend calibrates NNCF)."""
-    from raysearch.quantize.nncf_backend import nncf_dataset
+    from raysearch.quantize.backends.nncf import nncf_dataset
 
     return list(nncf_dataset(_data(spec, model)).get_data())
 
@@ -158,7 +158,7 @@ def _inputs(
     providers (default: the CPU)."""
     import onnx
 
-    from raysearch.quantize.nncf_backend import import_nncf, nncf_dataset, prepare_model
+    from raysearch.quantize.backends.nncf import import_nncf, nncf_dataset, prepare_model
 
     nncf = import_nncf()
     onnx_model = prepare_model(model) if prepared else onnx.load(os.fspath(model))

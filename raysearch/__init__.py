@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 # The built-in backends' settings catalogues (pure data) register themselves here, so every
 # search space is checked against them without the space package importing a backend.
-import raysearch.quantize.nncf_options  # noqa: F401  (the ``nncf`` catalogue; no NNCF import)
-import raysearch.quantize.options  # noqa: F401  (registers the ``ort`` catalogue)
+import raysearch.quantize.backends.nncf.options  # noqa: F401  (the ``nncf`` catalogue; no NNCF import)
+import raysearch.quantize.backends.ort.options  # noqa: F401  (registers the ``ort`` catalogue)
 from raysearch._source_tree import use_source_tree_configs
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import ConfigError, InputError

@@ -187,8 +187,8 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
 
 
 def _run_search(config, overwrite: bool) -> int:
-    from raysearch.search._output_dir import check_output_dir
     from raysearch.search.preflight import start_preflight
+    from raysearch.search.record.output_dir import check_output_dir
 
     # The input is checked and the float reference computed while Ray Tune is imported; not
     # for a folder that the search would refuse anyway (``run`` checks it again).
@@ -275,7 +275,7 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
             print(f"Best model: {summary['best_model_path']}")
     if summary.get("gpu_note"):
         print(f"Note: {summary['gpu_note']}.")
-    from raysearch.search.layout import USER_OUTPUTS
+    from raysearch.layout import USER_OUTPUTS
 
     print(f"Outputs: {output_dir} ({USER_OUTPUTS})")
 
@@ -385,7 +385,7 @@ def _shut_down_ray() -> None:
     collector any more."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
-        from raysearch.search._ray import shutdown_ray
+        from raysearch.search.runtime.cluster import shutdown_ray
 
         gc.collect()
         gc.disable()

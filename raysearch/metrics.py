@@ -133,9 +133,9 @@ def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 class BuiltinMetric:
     """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
     direction and ``best``, the best value one sample can score (an identical output): what
-    bounds the mean over rows not yet evaluated (``raysearch._evaluate._subsets``); ``worst``
+    bounds the mean over rows not yet evaluated (``raysearch.evaluate.subsets``); ``worst``
     is the other end of its range (infinite where it has none): ``best`` and ``worst`` bound
-    the tolerances that mean something (``raysearch._config._metric``)."""
+    the tolerances that mean something (``raysearch.config._metric``)."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -9,8 +9,8 @@ Ray's workers, or beside the config (or in the working directory), whence the se
 to every worker (:mod:`raysearch.usercode`).
 
 Example:
-    >>> note_plugin("raysearch.quantize.ort")   # raysearch's own modules are not recorded
-    >>> "raysearch.quantize.ort" in plugin_modules()
+    >>> note_plugin("raysearch.quantize.backends.ort")  # raysearch's own modules: not recorded
+    >>> "raysearch.quantize.backends.ort" in plugin_modules()
     False
 """
 

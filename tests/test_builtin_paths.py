@@ -1,18 +1,16 @@
-"""raysearch.builtin_paths: the table of ``builtin:`` names the config stage resolves."""
+"""raysearch.config.builtin_paths: the table of ``builtin:`` names the config stage resolves."""
 
 from __future__ import annotations
 
 import pytest
 
-from raysearch.builtin_paths import BUILTIN_NAMES, is_builtin, resolve_builtin
 from raysearch.config import SearchConfig
+from raysearch.config.builtin_paths import BUILTIN_NAMES, is_builtin, resolve_builtin
 from raysearch.demo import MAGIKA_DIR
-from raysearch.demo import resolve_builtin as demo_resolve_builtin
 from raysearch.errors import ConfigError
 
 
-def test_the_demo_re_exports_the_one_resolver():
-    assert demo_resolve_builtin is resolve_builtin
+def test_the_magika_names_resolve_to_the_demos_files():
     assert (
         resolve_builtin("builtin:magika") == resolve_builtin("magika") == MAGIKA_DIR / "model.onnx"
     )

@@ -46,7 +46,7 @@ def test_quark_names_map_to_ours(files, caplog):
         "n_jobs": 2,
         "search_algo": "grid_search",
     }
-    with caplog.at_level("INFO", logger="raysearch.config"):
+    with caplog.at_level("INFO", logger="raysearch.config._config"):
         cfg = SearchConfig.from_dict(raw)
     assert cfg.metric == "cos" and cfg.metric_higher_is_better
     assert cfg.tolerance == 0.99
@@ -384,8 +384,8 @@ def test_cli_bad_yaml_and_missing_file_exit_2(tmp_path, capsys):
 def test_cli_spaces_lists_the_presets_with_sizes(capsys):
     import importlib.util
 
-    from raysearch._config._spaces import parse_spaces
     from raysearch.config import predefined_spaces
+    from raysearch.config._spaces import parse_spaces
     from raysearch.quantize.registry import backend_reject
 
     assert main(["spaces"]) == 0

@@ -14,15 +14,15 @@ import onnx
 import pytest
 import yaml
 
-from raysearch.builtin_paths import resolve_builtin
 from raysearch.cli import main
 from raysearch.config import SearchConfig
+from raysearch.config.builtin_paths import resolve_builtin
 from raysearch.errors import ConfigError, canonical_name
 from raysearch.evaluate import Evaluator
 from raysearch.modelfile import header_problem
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point
-from raysearch.strategy import canonical_strategy
+from raysearch.strategies import canonical_strategy
 from tests.external_models import make_external_mlp
 from tests.models import make_mlp_model, mlp_data
 
@@ -151,7 +151,7 @@ WARNED = [
 def test_an_odd_but_possible_tolerance_is_one_warning_line(
     files: dict[str, Path], metric: str, tolerance: float, words: str, caplog
 ):
-    with caplog.at_level(logging.WARNING, logger="raysearch.config"):
+    with caplog.at_level(logging.WARNING, logger="raysearch.config._config"):
         config = SearchConfig.from_dict(_config(files, metric=metric, tolerance=tolerance))
     assert config.tolerance == tolerance
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -166,7 +166,7 @@ def test_an_odd_but_possible_tolerance_is_one_warning_line(
 def test_a_usual_tolerance_is_accepted_in_silence(
     files: dict[str, Path], metric: str, tolerance: float, caplog
 ):
-    with caplog.at_level(logging.WARNING, logger="raysearch.config"):
+    with caplog.at_level(logging.WARNING, logger="raysearch.config._config"):
         SearchConfig.from_dict(_config(files, metric=metric, tolerance=tolerance))
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 

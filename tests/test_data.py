@@ -1,4 +1,4 @@
-"""raysearch.data: loading, checking, batching and hashing calibration/evaluation data."""
+"""raysearch.data._data: loading, checking, batching and hashing calibration/evaluation data."""
 
 from __future__ import annotations
 

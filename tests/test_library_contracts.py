@@ -6,7 +6,7 @@ run this file on the new version: a failure says which internal changed and wher
 uses it. What each test checks is exactly what that code relies on:
 
 - Ray Tune's ``AsyncHyperBandScheduler``: ``_trial_info`` (trial id -> bracket) and
-  ``_brackets`` (``raysearch/search/_rungs.py``: ``RungScheduler`` completes and removes trials
+  ``_brackets`` (``raysearch/search/tune/_rungs.py``: ``RungScheduler`` completes and removes trials
   Tune's class never saw, and seeds its rungs through Tune's methods with a stand-in trial
   that has only a ``trial_id`` and no controller);
 - Ray Tune's ``OptunaSearch._ot_study``, the Optuna study it asks (``raysearch/search/
@@ -18,7 +18,8 @@ uses it. What each test checks is exactly what that code relies on:
   (the calls are read from raysearch's source), the calibrators' ``infer_session`` and
   ``execution_providers``, ``HistogramCollector.histogram_dict`` and its layout;
 - NNCF: its telemetry stub, and ``nncf.onnx.engine.ONNXEngine`` as the engine its factory
-  builds (``raysearch/quantize/_nncf_runtime.py`` swaps it for one on the trial's providers);
+  builds (``raysearch/quantize/backends/nncf/_runtime.py`` swaps it for one on the trial's
+  providers);
 - NumPy's ``numpy._core._multiarray_umath.__cpu_features__`` (``raysearch/cpu.py``).
 """
 
@@ -50,7 +51,7 @@ from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
 from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
 from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
 
-from raysearch.quantize.ort import static_quantizer_arguments
+from raysearch.quantize.backends.ort._backend import static_quantizer_arguments
 from tests.models import make_mlp_model, mlp_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,8 +81,8 @@ class _Trial:
 
 
 def _scheduler() -> Any:
-    from raysearch._evaluate._subsets import EvalRungs
-    from raysearch.search._rungs import RungScheduler
+    from raysearch.evaluate.subsets import EvalRungs
+    from raysearch.search.tune._rungs import RungScheduler
 
     rungs = EvalRungs((0.1, 0.33, 1.0), (40, 132, 400), np.arange(400), reduction_factor=3.0)
     return RungScheduler(rungs)
@@ -91,7 +92,7 @@ def test_asha_keeps_one_bracket_per_trial_in_trial_info():
     from ray.tune.schedulers import AsyncHyperBandScheduler
 
     ray = _version("ray")
-    where = "raysearch/search/_rungs.py (RungScheduler.on_trial_complete, on_trial_remove)"
+    where = "raysearch/search/tune/_rungs.py (RungScheduler.on_trial_complete, on_trial_remove)"
     scheduler = _scheduler()
     brackets = getattr(scheduler, "_brackets", None)
     assert isinstance(brackets, list) and len(brackets) == 1, _changed(
@@ -123,7 +124,7 @@ def test_asha_keeps_one_bracket_per_trial_in_trial_info():
 def test_asha_ranks_seeded_and_unseen_trials_through_those_internals():
     from ray.tune.schedulers import TrialScheduler
 
-    from raysearch.search._rungs import RUNG_CLOCK, RUNG_SCORE, rung_clock
+    from raysearch.search.tune._rungs import RUNG_CLOCK, RUNG_SCORE, rung_clock
 
     ray = _version("ray")
     scheduler = _scheduler()
@@ -149,7 +150,7 @@ def test_asha_ranks_seeded_and_unseen_trials_through_those_internals():
         assert got == (action or TrialScheduler.CONTINUE), _changed(
             ray,
             "AsyncHyperBandScheduler's rungs",
-            "raysearch/search/_rungs.py (RungScheduler.seed)",
+            "raysearch/search/tune/_rungs.py (RungScheduler.seed)",
             f"{trial_id} ({score}) at rung 0 after 4 scores of 0.90 to 0.95: expected "
             f"{action or 'CONTINUE'}, got {got}",
         )
@@ -162,10 +163,10 @@ def test_optuna_search_asks_the_study_raysearch_queues_trials_in():
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    from raysearch.search._samplers import OptunaPhase, quiet_optuna
     from raysearch.space import SearchSpace
+    from raysearch.strategies.samplers import OptunaPhase, quiet_optuna
 
-    where = "raysearch/search/_samplers.py (OptunaPhase._queue_unseen)"
+    where = "raysearch/strategies/samplers.py (OptunaPhase._queue_unseen)"
     library = f"{_version('ray')} with {_version('optuna')}"
     space = SearchSpace.parse({"calibrate_method": ["MinMax", "Entropy"], "per_channel": [True]})
     with quiet_optuna():
@@ -234,14 +235,19 @@ def _tune_subclasses() -> Iterator[tuple[str, str, type, set[str]]]:
     from ray.tune.search import Searcher
     from ray.tune.stopper import Stopper
 
-    yield "search/trainable.py", "QuantTrainable", tune.Trainable, set()
-    yield "search/_rungs.py", "RungScheduler", AsyncHyperBandScheduler, {"_brackets", "_trial_info"}
-    yield "search/searchers.py", "SettingSearcher", Searcher, set()
-    yield "search/progress.py", "ProgressCallback", tune.Callback, set()
-    yield "search/recorder.py", "TrialRecorder", tune.Callback, set()
-    yield "search/session.py", "SessionCallback", tune.Callback, set()
-    yield "search/session.py", "SessionStopper", Stopper, set()
-    yield "search/stopper.py", "CandidateStopper", Stopper, set()
+    yield "search/tune/trainable.py", "QuantTrainable", tune.Trainable, set()
+    yield (
+        "search/tune/_rungs.py",
+        "RungScheduler",
+        AsyncHyperBandScheduler,
+        {"_brackets", "_trial_info"},
+    )
+    yield "search/tune/searchers.py", "SettingSearcher", Searcher, set()
+    yield "search/tune/progress.py", "ProgressCallback", tune.Callback, set()
+    yield "search/record/recorder.py", "TrialRecorder", tune.Callback, set()
+    yield "search/tune/session.py", "SessionCallback", tune.Callback, set()
+    yield "search/tune/session.py", "SessionStopper", Stopper, set()
+    yield "search/tune/stopper.py", "CandidateStopper", Stopper, set()
 
 
 def test_raysearchs_tune_subclasses_set_no_private_name_tune_uses():
@@ -275,7 +281,8 @@ def _minmax_ranges(model: onnx.ModelProto) -> TensorsData:
 def test_onnx_runtime_static_quantizers_take_raysearchs_arguments(
     tmp_path: Path, quant_format: QuantFormat, quantizer_class: type
 ):
-    """raysearch/quantize/ort.py passes these by keyword: each name must be one of the
+    """raysearch/quantize/backends/ort/_backend.py passes these by keyword: each name must be one
+    of the
     quantizer's parameters, every parameter without a default must be given, and the values
     must land where meant (int8 weights, uint8 activations in the model written)."""
     model = load_model_with_shape_infer(make_mlp_model(tmp_path / "mlp.onnx"))
@@ -285,7 +292,7 @@ def test_onnx_runtime_static_quantizers_take_raysearchs_arguments(
         quant_format, model, settings, types, _minmax_ranges(model)
     )
     signature = inspect.signature(quantizer_class)
-    where = "raysearch/quantize/ort.py (static_quantizer_arguments)"
+    where = "raysearch/quantize/backends/ort/_backend.py (static_quantizer_arguments)"
     try:
         signature.bind(**arguments)
     except TypeError as exc:
@@ -452,7 +459,8 @@ def test_every_call_into_onnx_runtime_quantization_matches_its_signature():
 
 
 def test_the_mixed_precision_fixer_applies_with_raysearchs_positional_order():
-    """``fixer.apply(default, symmetric)`` (raysearch/quantize/mixed_precision.py) is a call on
+    """``fixer.apply(default, symmetric)``
+    (raysearch/quantize/techniques/mixed_precision/_mixed_precision.py) is a call on
     an instance, which the scan above cannot resolve."""
     from onnxruntime.quantization.execution_providers.qnn.mixed_precision_overrides_utils import (
         MixedPrecisionTensorQuantOverridesFixer as Fixer,
@@ -462,7 +470,7 @@ def test_the_mixed_precision_fixer_applies_with_raysearchs_positional_order():
     assert names == ["self", "default_activation_qtype", "default_activation_symmetric"], _changed(
         ORT,
         f"MixedPrecisionTensorQuantOverridesFixer.apply{inspect.signature(Fixer.apply)}",
-        "raysearch/quantize/mixed_precision.py (_fixed_overrides)",
+        "raysearch/quantize/techniques/mixed_precision/_mixed_precision.py (_fixed_overrides)",
         "raysearch passes (default activation type, symmetric) by position",
     )
 
@@ -472,7 +480,8 @@ def test_the_mixed_precision_fixer_applies_with_raysearchs_positional_order():
 
 @pytest.mark.parametrize("calibrator_class", [MinMaxCalibrater, PercentileCalibrater])
 def test_calibrators_read_the_session_raysearch_gives_them(tmp_path: Path, calibrator_class: type):
-    """raysearch/quantize/_calibrator.py builds the session itself and sets ``infer_session``
+    """raysearch/quantize/calibration/_calibrator.py builds the session itself and sets
+    ``infer_session``
     and ``execution_providers`` on the calibrator: both must be the calibrator's own."""
     model = make_mlp_model(tmp_path / "mlp.onnx")
     calibrator = calibrator_class(
@@ -482,7 +491,7 @@ def test_calibrators_read_the_session_raysearch_gives_them(tmp_path: Path, calib
     assert not missing, _changed(
         ORT,
         f"{calibrator_class.__name__}'s {sorted(missing)}",
-        "raysearch/quantize/_calibrator.py (Calibrators.open)",
+        "raysearch/quantize/calibration/_calibrator.py (Calibrators.open)",
         f"attributes now {sorted(vars(calibrator))}",
     )
     assert callable(getattr(calibrator, "augment_graph", None))
@@ -495,9 +504,10 @@ def test_calibrators_read_the_session_raysearch_gives_them(tmp_path: Path, calib
 def test_histogram_collector_reads_the_histograms_raysearch_sets(
     method: str, symmetric: bool, layout: int
 ):
-    """raysearch/quantize/_histogram.py bins values itself, in ``HistogramCollector``'s layout
+    """raysearch/quantize/calibration/_histogram.py bins values itself, in
+    ``HistogramCollector``'s layout
     (hist, edges, min, max[, threshold]), sets ``histogram_dict`` and asks for the ranges."""
-    where = "raysearch/quantize/_histogram.py (compute_ranges, _finish)"
+    where = "raysearch/quantize/calibration/_histogram.py (compute_ranges, _finish)"
     options = {
         "method": method,
         "symmetric": symmetric,
@@ -529,14 +539,14 @@ def test_histogram_collector_reads_the_histograms_raysearch_sets(
 
 def test_nncf_telemetry_stub_and_onnx_engine(tmp_path: Path):
     pytest.importorskip("nncf")
-    from raysearch.quantize._nncf_runtime import import_nncf, nncf_session
+    from raysearch.quantize.backends.nncf._runtime import import_nncf, nncf_session
 
     nncf = f"NNCF {import_nncf().__version__}"
     from nncf.common.factory import EngineFactory
     from nncf.onnx import engine as engine_module
     from nncf.telemetry import decorator, wrapper
 
-    where = "raysearch/quantize/_nncf_runtime.py"
+    where = "raysearch/quantize/backends/nncf/_runtime.py"
     stub = getattr(wrapper, "NNCFTelemetryStub", None)
     assert stub is not None and isinstance(wrapper.telemetry, stub), _changed(
         nncf, "nncf.telemetry.wrapper.NNCFTelemetryStub", where, "telemetry is not the stub"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raysearch._evaluate._subsets import could_reach, plan_rungs
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator, FloatReference
+from raysearch.evaluate.subsets import could_reach, plan_rungs
 from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 from tests.models import make_mlp_model, mlp_data
 

@@ -5,13 +5,14 @@ Its calibration and evaluation data are built on first use from the files of the
 installation itself (every machine that runs raysearch has them), turned into magika's input
 features exactly as magika does, and cached; nothing is downloaded.
 
-Config files name these with ``builtin:`` paths, resolved by :func:`resolve_builtin`:
-``builtin:magika`` (the model), ``builtin:magika-calib`` and ``builtin:magika-eval`` (the data).
+Config files name these with ``builtin:`` paths (``builtin:magika``, the model;
+``builtin:magika-calib`` and ``builtin:magika-eval``, the data), whose table is the config
+stage's (:mod:`raysearch.config.builtin_paths`); it asks this module for what is behind them,
+and this module imports nothing of the config stage.
 
 Example:
-    >>> from raysearch.demo import resolve_builtin
-    >>> resolve_builtin("magika").name
-    'model.onnx'
+    >>> (MAGIKA_DIR / "model.onnx").is_file()
+    True
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-# The ``builtin:`` table lives in a module the config stage may import; re-exported here.
-from raysearch.builtin_paths import BUILTIN_PREFIX, resolve_builtin
 from raysearch.fileio import replacing
 
 __all__ = [
@@ -35,8 +34,6 @@ __all__ = [
     "magika_features",
     "build_demo_data",
     "demo_data_dir",
-    "resolve_builtin",
-    "BUILTIN_PREFIX",
 ]
 
 _logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 records.
 
 :func:`write_outputs` takes the finished-trial records (the journal's lines, see
-:mod:`raysearch.search.recorder`) and writes
+:mod:`raysearch.search.record.recorder`) and writes
 
 - ``summary.json``: ``stop_reason``, ``n_trials``, ``n_failed``, ``n_candidates``,
   ``best_metric``, ``best_params``, ``best_model_path``, ``float_metric``, ``wall_time_s``,
@@ -21,7 +21,7 @@ records.
 
 Every file is written to a temporary name in its folder and moved into place with
 ``os.replace``; a folder (``tensorboard/``) is built beside its final name and swapped in.
-Which files these are is :mod:`raysearch.search.layout`.
+Which files these are is :mod:`raysearch.layout`.
 
 One module per output: ``_table`` (``results.parquet``), ``_best`` (``best/``),
 ``_tensorboard``, ``_plots``, and ``_writer`` (the summary and :func:`write_outputs`).
@@ -33,10 +33,10 @@ Example:
     (6, 0.0031)
 """
 
-from raysearch.outputs._best import fixed_space
-from raysearch.outputs._records import best_record, best_records, better
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
 from raysearch.outputs._writer import preload_output_modules, write_outputs
+from raysearch.ranking import best_record, best_records, better
+from raysearch.space import fixed_space
 
 __all__ = [
     "write_outputs",

@@ -16,34 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from raysearch.fileio import atomic_write_text
+from raysearch.layout import BEST, BEST_CONFIG, BEST_MODEL
 from raysearch.modelfile import place_model
-from raysearch.search.journal import atomic_write_text
-from raysearch.search.layout import BEST, BEST_CONFIG, BEST_MODEL
+from raysearch.space import fixed_space
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
-__all__ = ["fixed_space", "write_best"]
+__all__ = ["write_best"]
 
 _logger = logging.getLogger("raysearch.outputs")
-
-
-def fixed_space(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A flat-dialect search space with one choice per key: ``params`` (dotted key paths)
-    nested back into groups, every value wrapped in a one-element list.
-
-    Example:
-        >>> fixed_space({"calibrate_method": "MinMax", "extra_options.WeightSymmetric": True})
-        {'calibrate_method': ['MinMax'], 'extra_options': {'WeightSymmetric': [True]}}
-    """
-    space: dict[str, Any] = {}
-    for name, value in params.items():
-        parts = name.split(".")
-        target = space
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-        target[parts[-1]] = [copy.deepcopy(value)]
-    return space
 
 
 def _best_config(raw: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

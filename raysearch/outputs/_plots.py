@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.fileio import replacing
-from raysearch.outputs._records import finite
-from raysearch.search.journal import json_default
-from raysearch.search.layout import IMPORTANCE_PLOT, METRIC_PLOT, PLOTS
+from raysearch.layout import IMPORTANCE_PLOT, METRIC_PLOT, PLOTS
+from raysearch.ranking import finite
+from raysearch.space.space import json_default
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig

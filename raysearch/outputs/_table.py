@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raysearch.fileio import replacing
-from raysearch.outputs._records import finite, order
-from raysearch.search.journal import json_default
+from raysearch.ranking import finite, order
 from raysearch.space.catalogue import DEFAULT_BACKEND
+from raysearch.space.space import json_default
 
 __all__ = ["RESULT_COLUMNS", "results_table", "write_parquet"]
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from raysearch.outputs._records import finite
+from raysearch.ranking import finite
 
 __all__ = ["write_tensorboard"]
 

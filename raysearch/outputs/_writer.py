@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.cpu import cpu_info
+from raysearch.fileio import atomic_write_text
+from raysearch.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
 from raysearch.outputs._best import write_best
 from raysearch.outputs._plots import write_plots
-from raysearch.outputs._records import best_record, order
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.outputs._tensorboard import write_tensorboard
-from raysearch.search.journal import atomic_write_text, json_default
-from raysearch.search.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
+from raysearch.ranking import best_record, order
+from raysearch.space.space import json_default
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig

@@ -1,7 +1,8 @@
 """Quantization: backends and techniques in registries, the shared calibration cache, the
 settings catalogue.
 
-``raysearch.quantize.options`` (the catalogue) and the registry import nothing heavy, so the
+``raysearch.quantize.backends.ort.options`` (the catalogue) and the registry import nothing
+heavy, so the
 config and space stages stay fast; ONNX Runtime's quantizer is imported when a backend or the
 cache is first used.
 
@@ -27,8 +28,8 @@ from raysearch.quantize.registry import (
 )
 
 if TYPE_CHECKING:
+    from raysearch.quantize.backends.ort import OrtBackend, reject_reason
     from raysearch.quantize.calibration import CalibrationCache, CalibrationRequest
-    from raysearch.quantize.ort import OrtBackend, reject_reason
     from raysearch.quantize.technique import (
         FloatModelTransform,
         QuantizedModelTransform,
@@ -58,10 +59,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "CalibrationCache": "raysearch.quantize.calibration",
-    "CalibrationRequest": "raysearch.quantize.calibration",
-    "OrtBackend": "raysearch.quantize.ort",
-    "reject_reason": "raysearch.quantize.ort",
+    "CalibrationCache": "raysearch.quantize.calibration._cache",
+    "CalibrationRequest": "raysearch.quantize.calibration._cache",
+    "OrtBackend": "raysearch.quantize.backends.ort._backend",
+    "reject_reason": "raysearch.quantize.backends.ort._backend",
     # The rest of __all__ (after reject_reason) is the technique module's.
     **dict.fromkeys(__all__[__all__.index("reject_reason") + 1 :], "raysearch.quantize.technique"),
 }

@@ -58,8 +58,8 @@ DEFAULT_BACKEND = "ort"
 
 #: Backends shipped with raysearch: registry key -> module that registers it when imported.
 BUILTIN_BACKENDS: dict[str, str] = {
-    "ort": "raysearch.quantize.ort",
-    "nncf": "raysearch.quantize.nncf_backend",
+    "ort": "raysearch.quantize.backends.ort._backend",
+    "nncf": "raysearch.quantize.backends.nncf._backend",
 }
 
 _REGISTRY: dict[str, type[QuantizerBackend]] = {}

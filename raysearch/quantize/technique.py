@@ -82,12 +82,12 @@ QUANTIZED = "quantized_transform"
 
 #: Techniques shipped with raysearch: registry key -> module that registers it when imported.
 BUILTIN_TECHNIQUES: dict[str, str] = {
-    "bias_correction": "raysearch.quantize.bias_correction",
-    "cle": "raysearch.quantize.cle",
-    "fast_finetune": "raysearch.quantize.fast_finetune",
-    "mixed_precision": "raysearch.quantize.mixed_precision",
-    "power_of_two": "raysearch.quantize.power_of_two",
-    "smooth_quant": "raysearch.quantize.smooth_quant",
+    "bias_correction": "raysearch.quantize.techniques.bias_correction",
+    "cle": "raysearch.quantize.techniques.cle._cle",
+    "fast_finetune": "raysearch.quantize.techniques.fast_finetune._fast_finetune",
+    "mixed_precision": "raysearch.quantize.techniques.mixed_precision._mixed_precision",
+    "power_of_two": "raysearch.quantize.techniques.power_of_two",
+    "smooth_quant": "raysearch.quantize.techniques.smooth_quant._smooth_quant",
 }
 
 _REGISTRY: dict[str, type[Technique]] = {}

@@ -17,10 +17,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raysearch.search.progress import ProgressCallback
     from raysearch.search.runner import AutoSearch, SearchResult, resume_search, run_search
-    from raysearch.search.searchers import SettingSearcher, check_algo_available, make_sampler
-    from raysearch.search.stopper import STOP_REASONS, CandidateStopper
+    from raysearch.search.tune.progress import ProgressCallback
+    from raysearch.search.tune.searchers import SettingSearcher, check_algo_available, make_sampler
+    from raysearch.search.tune.stopper import STOP_REASONS, CandidateStopper
 
 #: Each public name and the module that defines it.
 _HOMES = {
@@ -28,12 +28,12 @@ _HOMES = {
     "SearchResult": "runner",
     "run_search": "runner",
     "resume_search": "runner",
-    "CandidateStopper": "stopper",
-    "STOP_REASONS": "stopper",
-    "SettingSearcher": "searchers",
-    "ProgressCallback": "progress",
-    "make_sampler": "searchers",
-    "check_algo_available": "searchers",
+    "CandidateStopper": "tune.stopper",
+    "STOP_REASONS": "tune.stopper",
+    "SettingSearcher": "tune.searchers",
+    "ProgressCallback": "tune.progress",
+    "make_sampler": "tune.searchers",
+    "check_algo_available": "tune.searchers",
 }
 
 __all__ = [

@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.plugins import import_plugins, plugin_modules
-from raysearch.search._rungs import plan_search_rungs
-from raysearch.search.transfer import (
+from raysearch.search.runtime.transfer import (
     ModelBlob,
     current_node_id,
     materialize_model,
     node_local_dir,
 )
+from raysearch.search.tune._rungs import plan_search_rungs
 
 if TYPE_CHECKING:
-    from raysearch._evaluate._subsets import EvalRungs
     from raysearch.config import SearchConfig
+    from raysearch.evaluate.subsets import EvalRungs
     from raysearch.search.preflight import Prepared
 
 __all__ = ["EngineSpec", "build_engine"]
@@ -39,7 +39,7 @@ _logger = logging.getLogger("raysearch.search")
 class EngineSpec:
     """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor from read-only inputs
     computed once on the driver (shipped through the object store; the float model as its
-    files, external data included, see :mod:`raysearch.search.transfer`)."""
+    files, external data included, see :mod:`raysearch.search.runtime.transfer`)."""
 
     model: ModelBlob
     calibration: Any

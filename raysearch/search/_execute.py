@@ -21,25 +21,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raysearch.errors import is_disk_full
+from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
 from raysearch.quantize.registry import backend_reject
-from raysearch.search._disk import disk_full_error
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
-from raysearch.search._output_dir import search_id, storage_path, write_marker
-from raysearch.search._ray import only_driver_node, slots, trials_placeable_now, tune_environment
 from raysearch.search._result import SearchResult, build_result
-from raysearch.search._rungs import RungScheduler, early_stopping_summary
-from raysearch.search._tuner import make_tuner, replay_result
-from raysearch.search.journal import Journal, SessionClock
-from raysearch.search.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
-from raysearch.search.progress import ProgressCallback
-from raysearch.search.recorder import TrialRecorder
-from raysearch.search.searchers import GridPhase, SettingSearcher, quiet_optuna
-from raysearch.search.session import SearchSession, register, release
-from raysearch.search.stopper import CandidateStopper, trial_limit
-from raysearch.search.trainable import make_trainable, start_barrier
-from raysearch.search.transfer import current_node_id, model_blob
-from raysearch.strategy import ModelFacts, StrategyContext
+from raysearch.search.record._disk import disk_full_error
+from raysearch.search.record.journal import Journal, SessionClock
+from raysearch.search.record.output_dir import search_id, storage_path, write_marker
+from raysearch.search.record.recorder import TrialRecorder
+from raysearch.search.runtime.cluster import (
+    only_driver_node,
+    slots,
+    trials_placeable_now,
+    tune_environment,
+)
+from raysearch.search.runtime.transfer import current_node_id, model_blob
+from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
+from raysearch.search.tune._tuner import make_tuner, replay_result
+from raysearch.search.tune.progress import ProgressCallback
+from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
+from raysearch.search.tune.session import SearchSession, register, release
+from raysearch.search.tune.stopper import CandidateStopper, trial_limit
+from raysearch.search.tune.trainable import make_trainable, start_barrier
+from raysearch.strategies import ModelFacts, StrategyContext
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from raysearch.errors import DiskFullError, is_disk_full
-from raysearch.search.layout import LOG_FILE
+from raysearch.layout import LOG_FILE
 
 __all__ = ["LogSetup", "quiet_tune", "check_tune_disk"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raysearch.search.layout import RESULTS
+from raysearch.layout import RESULTS
 
 __all__ = ["SearchResult", "build_result"]
 

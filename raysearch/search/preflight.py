@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.errors import ConfigError, InputError
-from raysearch.strategy import ModelFacts
+from raysearch.strategies import ModelFacts
 
 if TYPE_CHECKING:
     import onnx
@@ -294,8 +294,8 @@ def start_preflight(config: SearchConfig) -> Future[Prepared] | None:
 def _import_what_preflight_uses(config: SearchConfig) -> None:
     """Import, in this thread, the modules :func:`preflight` imports on its way. A backend
     that cannot be imported is left to :func:`preflight`, which reports it in its turn."""
-    import raysearch._evaluate._run  # noqa: F401  (the float model's run)
     import raysearch.data  # noqa: F401
+    import raysearch.evaluate  # noqa: F401  (the float model's run)
     import raysearch.modelfile  # noqa: F401
     import raysearch.providers  # noqa: F401
     from raysearch.quantize.registry import get_backend

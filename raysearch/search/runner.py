@@ -11,10 +11,11 @@ How a search runs:
    raysearch writes that it did not create are never overwritten. A marker goes to
    ``.raysearch.json``, the config (paths made absolute) to ``raysearch_config.yaml``, the log
    to ``auto_search.log``.
-3. Tune runs :class:`~raysearch.search.trainable.QuantTrainable` actors, reused between
-   trials, fed by :class:`~raysearch.search.searchers.SettingSearcher` and stopped by
-   :class:`~raysearch.search.stopper.CandidateStopper`.
-4. Every finished trial is journaled at once (:mod:`raysearch.search.recorder`); at the end the
+3. Tune runs :class:`~raysearch.search.tune.trainable.QuantTrainable` actors, reused between
+   trials, fed by :class:`~raysearch.search.tune.searchers.SettingSearcher` and stopped by
+   :class:`~raysearch.search.tune.stopper.CandidateStopper`.
+4. Every finished trial is journaled at once (:mod:`raysearch.search.record.recorder`); at
+   the end the
    outputs are written from the journal (:mod:`raysearch.outputs`).
 
 Speed: Tune's own cost per trial is what decides whether a search of small trials is fast.
@@ -31,7 +32,7 @@ a trial journaled after Tune's last save is counted by the searcher (never run a
 the stop conditions; the elapsed time of earlier sessions counts against ``time_limit``.
 A saved Tune state that a kill cut short is not restored: the journal carries the search on.
 
-Where each part lives: the files a search owns, :mod:`raysearch.search.layout`; claiming and
+Where each part lives: the files a search owns, :mod:`raysearch.layout`; claiming and
 cleaning the output folder, ``_output_dir``; log routing, ``_logs``; Ray's start and capacity,
 ``_ray``; the trial engine's factory, ``_engine``; Tune's ``Tuner`` and its restore, ``_tuner``;
 one session's run, ``_execute``; the returned :class:`SearchResult`, ``_result``.
@@ -53,9 +54,12 @@ import yaml
 
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import InputError
+from raysearch.layout import CACHE_DIR, CONFIG_FILE, JOURNAL, MARKER, SUMMARY
 from raysearch.search._engine import EngineSpec
 from raysearch.search._execute import Execution
-from raysearch.search._output_dir import (
+from raysearch.search._result import SearchResult, build_result
+from raysearch.search.record.journal import Journal
+from raysearch.search.record.output_dir import (
     FolderInUse,
     check_not_in_use,
     check_output_dir,
@@ -65,11 +69,8 @@ from raysearch.search._output_dir import (
     storage_path,
     write_config,
 )
-from raysearch.search._ray import check_resources, start_ray, stop_ray
-from raysearch.search._result import SearchResult, build_result
-from raysearch.search.journal import Journal
-from raysearch.search.layout import CACHE_DIR, CONFIG_FILE, JOURNAL, MARKER, SUMMARY
-from raysearch.strategy import check_strategy_available
+from raysearch.search.runtime.cluster import check_resources, start_ray, stop_ray
+from raysearch.strategies import check_strategy_available
 from raysearch.usercode import local_modules
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from raysearch.space.catalogue import (
     register_shared_settings,
     registered_catalogues,
 )
+from raysearch.space.points import fixed_space
 from raysearch.space.rules import RULES
 from raysearch.space.space import Expansion, SearchSpace, expand_spaces, settings_key
 from raysearch.space.tree import Categorical, Condition, FloatRange, Group, IntRange, Param
@@ -19,6 +20,7 @@ __all__ = [
     "Expansion",
     "expand_spaces",
     "settings_key",
+    "fixed_space",
     "RULES",
     "Catalogue",
     "OptionSpec",

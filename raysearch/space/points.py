@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.space.space import Point, SearchSpace
 from raysearch.space.tree import Categorical, Param
 
-__all__ = ["resolve_point", "resolve_points", "agrees", "first_agreeing"]
+__all__ = ["resolve_point", "resolve_points", "agrees", "first_agreeing", "fixed_space"]
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -129,3 +130,21 @@ def first_agreeing(points: Sequence[Point], starts: Sequence[Point]) -> list[int
         if match is not None:
             order.append(match)
     return order + [i for i in range(len(points)) if i not in order]
+
+
+def fixed_space(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat-dialect search space with one choice per key: ``params`` (dotted key paths)
+    nested back into groups, every value wrapped in a one-element list.
+
+    Example:
+        >>> fixed_space({"calibrate_method": "MinMax", "extra_options.WeightSymmetric": True})
+        {'calibrate_method': ['MinMax'], 'extra_options': {'WeightSymmetric': [True]}}
+    """
+    space: dict[str, Any] = {}
+    for name, value in params.items():
+        parts = name.split(".")
+        target = space
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = [copy.deepcopy(value)]
+    return space

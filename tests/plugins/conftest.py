@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from raysearch import plugins, strategy
+from raysearch import plugins
 from raysearch.errors import ConfigError
 from raysearch.quantize import registry, technique
 from raysearch.space import catalogue
+from raysearch.strategies import _registry as strategy
 from tests.search.conftest import make_config, mlp_files  # noqa: F401  (the search fixtures)
 
 TOYS = ("tests.plugins.toy_backend", "tests.plugins.toy_strategy", "tests.plugins.toy_technique")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from raysearch.space import expand_spaces
-from raysearch.strategy import (
+from raysearch.strategies import (
     EXHAUSTED,
     Phase,
     Proposal,

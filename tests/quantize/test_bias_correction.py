@@ -14,12 +14,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-import raysearch.quantize.bias_correction  # noqa: F401  (registers the technique)
+import raysearch.quantize.techniques.bias_correction  # noqa: F401  (registers the technique)
 from raysearch.cpu import u8s8_saturates
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
 from raysearch.quantize._qdq_graph import QTYPES, QdqGraph, dequantize, load_model, quantize
-from raysearch.quantize.bias_correction import BiasCorrection, Layer, _write_bias, find_layers
+from raysearch.quantize.techniques.bias_correction import (
+    BiasCorrection,
+    Layer,
+    _write_bias,
+    find_layers,
+)
 from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import conv_data, make_conv_model
 
@@ -220,7 +225,7 @@ def test_int32_overflow_is_clamped_and_logged(tmp_path, caplog):
     assert isinstance(layer, Layer)
     delta = np.zeros(6)
     delta[2] = -1e9  # far past what int32 holds at this scale
-    with caplog.at_level(logging.WARNING, logger="raysearch.quantize.bias_correction"):
+    with caplog.at_level(logging.WARNING, logger="raysearch.quantize.techniques.bias_correction"):
         assert _write_bias(graph, layer, delta)
     assert "clamped" in caplog.text
     q = graph.array("b_quantized")
@@ -250,7 +255,7 @@ def test_trial_runner_on_conv_model(tmp_path):
 def test_after_power_of_two_scales_stay_powers_of_two(tmp_path):
     """The trial runs power_of_two (order 10) before bias_correction (30): the corrected
     biases keep power-of-two scales (the MatMul-Add constants are rescaled by a power)."""
-    import raysearch.quantize.power_of_two  # noqa: F401
+    import raysearch.quantize.techniques.power_of_two  # noqa: F401
 
     path = _make(tmp_path / "mm.onnx", "matmul")
     calib = DataSource.load(_data("matmul", 128, seed=1), path, batch_size=32)

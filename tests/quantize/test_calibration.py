@@ -21,13 +21,13 @@ from onnxruntime.quantization import (
 
 from raysearch.data import DataSource
 from raysearch.demo import MAGIKA_DIR, build_demo_data
+from raysearch.quantize.backends.ort import OrtBackend
 from raysearch.quantize.calibration import (
     DEFAULT_OP_TYPES,
     CalibrationCache,
     CalibrationRequest,
     tensors_to_calibrate,
 )
-from raysearch.quantize.ort import OrtBackend
 from tests.models import (
     conv_data,
     encoder_data,

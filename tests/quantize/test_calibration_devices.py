@@ -9,8 +9,8 @@ import pytest
 
 from raysearch.data import DataSource
 from raysearch.providers import cuda_available, session_providers
+from raysearch.quantize.backends.ort import OrtBackend
 from raysearch.quantize.calibration import CalibrationCache, CalibrationRequest
-from raysearch.quantize.ort import OrtBackend
 from tests.models import make_mlp_model, mlp_data
 from tests.quantize.recording import GPU_PROVIDERS, normalized, record_sessions
 

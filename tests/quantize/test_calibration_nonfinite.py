@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from raysearch.data import DataSource
+from raysearch.quantize.backends.ort import OrtBackend
 from raysearch.quantize.calibration import CalibrationCache, CalibrationRequest
-from raysearch.quantize.ort import OrtBackend
 from tests.quantize.recording import GPU_PROVIDERS, normalized, record_sessions
 
 SEQ, DIM = 4, 8
@@ -108,7 +108,7 @@ def test_every_method_calibrates_a_model_with_a_masked_tensor(
 ):
     path, data, expected_dropped = attention
     with (
-        caplog.at_level(logging.INFO, logger="raysearch.quantize.calibration"),
+        caplog.at_level(logging.INFO, logger="raysearch.quantize.calibration._cache"),
         OrtBackend(path, data, CalibrationCache()) as backend,
     ):
         backend.quantize(settings, tmp_path / "q.onnx")  # every op type (the default)
@@ -142,7 +142,7 @@ def test_a_tensor_with_no_finite_value_at_all_still_calibrates(tmp_path, caplog)
     data = DataSource.load(arrays, path, batch_size=8)
     for settings in (METHODS[0], METHODS[4], METHODS[6]):
         cache = CalibrationCache()
-        with caplog.at_level(logging.INFO, logger="raysearch.quantize.calibration"):
+        with caplog.at_level(logging.INFO, logger="raysearch.quantize.calibration._cache"):
             ranges, _ = cache.tensors_range(path, data, CalibrationRequest.from_settings(settings))
         low, high = (np.asarray(v, np.float64) for v in ranges["masked"].range_value)
         assert np.isfinite(low).all() and np.isfinite(high).all(), settings

@@ -14,15 +14,15 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 
 from raysearch.data import ArrayDataReader, DataSource
 from raysearch.evaluate import Evaluator
-from raysearch.quantize._cle_graph import find_pairs
-from raysearch.quantize.cle import (
+from raysearch.quantize.technique import get_technique
+from raysearch.quantize.techniques.cle._cle import (
     CLEOptions,
     CrossLayerEqualization,
     channel_ranges,
     equalization_scales,
     equalize_model,
 )
-from raysearch.quantize.technique import get_technique
+from raysearch.quantize.techniques.cle._graph import find_pairs
 from raysearch.trial import TrialRunner, TrialSpec
 
 # Channel spreads for planted models: 1000x between the smallest and the largest.

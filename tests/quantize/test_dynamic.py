@@ -8,7 +8,7 @@ import onnx
 
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
-from raysearch.quantize.ort import reject_reason
+from raysearch.quantize.backends.ort import reject_reason
 from raysearch.space import SearchSpace
 from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import encoder_data, make_encoder_model

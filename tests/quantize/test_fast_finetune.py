@@ -21,7 +21,7 @@ from raysearch.demo import MAGIKA_DIR, build_demo_data  # noqa: E402
 from raysearch.errors import ConfigError  # noqa: E402
 from raysearch.evaluate import Evaluator  # noqa: E402
 from raysearch.providers import make_session  # noqa: E402
-from raysearch.quantize.fast_finetune import (  # noqa: E402
+from raysearch.quantize.techniques.fast_finetune import (  # noqa: E402
     FastFinetune,
     FinetuneOptions,
     finetune_model,
@@ -125,7 +125,7 @@ def test_float_activations_are_reused_across_trials_within_bounds(magika, tmp_pa
     """The second fine-tuning of the same float model on the same data reads the float
     layers' activations from the process's cache, and writes the same bytes as with the cache
     cleared; past its byte budget the cache keeps nothing."""
-    from raysearch.quantize._finetune_layers import FLOAT_ACTIVATIONS
+    from raysearch.quantize.techniques.fast_finetune._layers import FLOAT_ACTIVATIONS
 
     path, data, quantized, _ = magika
     options = FinetuneOptions("adaquant", iterations=4, batch_size=2, data_size=8, seed=0)
@@ -311,7 +311,7 @@ def test_a_config_switching_fine_tuning_on_without_pytorch_is_refused_before_run
     """The check runs when the config's spaces are parsed, naming the extra."""
     import importlib.util
 
-    from raysearch._config._spaces import parse_spaces
+    from raysearch.config._spaces import parse_spaces
     from raysearch.errors import ConfigError
 
     real = importlib.util.find_spec
@@ -336,7 +336,7 @@ def test_a_preset_searching_fine_tuning_as_an_option_searches_it_off_without_pyt
     (a warning names the extra); FINETUNE_SEARCH needs it and is refused."""
     import importlib.util
 
-    from raysearch._config._spaces import parse_spaces
+    from raysearch.config._spaces import parse_spaces
     from raysearch.errors import ConfigError
 
     with_torch = parse_spaces({"search_space": "A8W8_SEARCH"})[0]
@@ -346,7 +346,7 @@ def test_a_preset_searching_fine_tuning_as_an_option_searches_it_off_without_pyt
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with caplog.at_level("WARNING", logger="raysearch.config"):
+    with caplog.at_level("WARNING", logger="raysearch.config._config"):
         lean = parse_spaces({"search_space": "A8W8_SEARCH"})[0]
     switch = next(p for p in lean.params if p.leaf == "include_fast_ft")
     assert list(switch.domain.choices) == [False]

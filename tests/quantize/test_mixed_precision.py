@@ -10,8 +10,8 @@ import pytest
 
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
-from raysearch.quantize.mixed_precision import precisions
-from raysearch.quantize.sensitivity import (
+from raysearch.quantize.techniques.mixed_precision import precisions
+from raysearch.quantize.techniques.mixed_precision.sensitivity import (
     SENSITIVITY_FILE,
     Ranking,
     SensitivityEntry,

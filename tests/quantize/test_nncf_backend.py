@@ -19,8 +19,8 @@ from raysearch.data import DataSource
 from raysearch.demo import MAGIKA_DIR, magika_features
 from raysearch.errors import ConfigError
 from raysearch.evaluate import Evaluator
-from raysearch.quantize.nncf_backend import NncfBackend, import_nncf, nncf_session
-from raysearch.quantize.nncf_options import (
+from raysearch.quantize.backends.nncf import NncfBackend, import_nncf, nncf_session
+from raysearch.quantize.backends.nncf.options import (
     reject_mixed_precision,
     reject_reason,
     reject_transformer_bias_correction,
@@ -190,7 +190,7 @@ def test_a_missing_nncf_is_one_line_before_anything_runs_and_presets_narrow_to_o
 import json, logging, sys
 sys.modules["nncf"] = None  # NNCF is not installed, as far as this process can tell
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
-from raysearch._config._spaces import parse_spaces
+from raysearch.config._spaces import parse_spaces
 from raysearch.errors import ConfigError
 (auto,) = parse_spaces({"search_space": "AUTO_INT8_SEARCH"})
 backends = sorted({auto.to_settings(p)["quantizer"] for p in auto.expand().points})
@@ -311,8 +311,8 @@ def test_nncf_is_silent_and_sends_nothing(tmp_path):
     nothing (no progress bars, no log lines on stdout). A child process: NNCF itself switches
     its telemetry off under pytest."""
     code = """
-from raysearch.data import DataSource
-from raysearch.quantize.nncf_backend import NncfBackend, import_nncf
+from raysearch.data._data import DataSource
+from raysearch.quantize.backends.nncf._backend import NncfBackend, import_nncf
 from tests.models import make_mlp_model, mlp_data
 import_nncf()
 from nncf.telemetry import decorator, wrapper

@@ -12,7 +12,7 @@ import pytest
 from raysearch.cpu import u8s8_saturates
 from raysearch.data import DataSource
 from raysearch.errors import ConfigError
-from raysearch.quantize.ort import (
+from raysearch.quantize.backends.ort import (
     REJECT_RULES,
     OrtBackend,
     reject_distribution_few_bins,

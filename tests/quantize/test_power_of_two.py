@@ -13,12 +13,12 @@ import pytest
 from onnx import numpy_helper
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-import raysearch.quantize.power_of_two  # noqa: F401  (registers the technique)
+import raysearch.quantize.techniques.power_of_two  # noqa: F401  (registers the technique)
 from raysearch.data import DataSource
 from raysearch.errors import ConfigError
 from raysearch.evaluate import Evaluator
 from raysearch.quantize._qdq_graph import QTYPES, dequantize
-from raysearch.quantize.power_of_two import PowerOfTwoScales, nonoverflow_exponent
+from raysearch.quantize.techniques.power_of_two import PowerOfTwoScales, nonoverflow_exponent
 from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 

@@ -13,11 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-import raysearch.quantize.smooth_quant  # noqa: F401  (registers the technique)
+import raysearch.quantize.techniques.smooth_quant._smooth_quant  # noqa: F401  (registers the technique)
 from raysearch.data import DataSource
 from raysearch.errors import ConfigError
 from raysearch.evaluate import Evaluator
-from raysearch.quantize.smooth_quant import (
+from raysearch.quantize.techniques.smooth_quant import (
     SmoothQuant,
     smooth_model,
     smooth_options,
@@ -247,7 +247,9 @@ def test_decomposed_layernorm_folds_into_its_mul_and_add(tmp_path):
 def test_fold_through_tensors_of_unknown_shape_probes_them(tmp_path, caplog):
     path = _unknown_shape_chain(tmp_path / "unknown.onnx")
     data = _data(32, 16, seed=7)
-    with caplog.at_level(logging.DEBUG, logger="raysearch.quantize.smooth_quant"):
+    with caplog.at_level(
+        logging.DEBUG, logger="raysearch.quantize.techniques.smooth_quant._smooth_quant"
+    ):
         model, counts = _smooth(path, data)
     assert "probing the shapes of ['scaled', 'ug']" in caplog.text
     assert counts["folded"] == 1 and counts["inserted"] == 0

@@ -11,8 +11,8 @@ import pytest
 
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
+from raysearch.quantize.backends.ort import OrtBackend
 from raysearch.quantize.calibration import CalibrationRequest, calibration_values
-from raysearch.quantize.ort import OrtBackend
 from raysearch.quantize.technique import (
     FLOAT,
     OVERRIDES,
@@ -186,7 +186,7 @@ def test_a_technique_gets_the_trials_gpu_only_when_it_can_use_one():
 
 
 def test_stripping_removes_a_techniques_keys_at_the_top_and_inside_containers():
-    from raysearch.quantize._pipeline import strip_technique_settings
+    from raysearch.quantize.pipeline import strip_technique_settings
 
     class InExtra(Technique):
         kind = OVERRIDES

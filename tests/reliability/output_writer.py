@@ -21,7 +21,7 @@ from typing import Any
 
 from raysearch.config import SearchConfig
 from raysearch.outputs import write_outputs
-from raysearch.search.journal import Journal
+from raysearch.search.record.journal import Journal
 from tests.models import make_mlp_model
 
 SIZES = (3, 5)

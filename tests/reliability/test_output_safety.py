@@ -24,7 +24,7 @@ import yaml
 from raysearch.cli import main
 from raysearch.outputs import write_outputs
 from raysearch.search import AutoSearch
-from raysearch.search.journal import Journal
+from raysearch.search.record.journal import Journal
 from tests.reliability.helpers import probe_config, subprocess_env, write_config
 from tests.reliability.output_writer import HOLD, SIZES, config, records
 

@@ -18,7 +18,7 @@ import numpy as np
 import ray
 
 from raysearch.search import AutoSearch
-from raysearch.search.transfer import model_blob, node_local_dir
+from raysearch.search.runtime.transfer import model_blob, node_local_dir
 from tests.external_models import external_mlp_data, make_external_mlp
 
 

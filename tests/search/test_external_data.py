@@ -28,7 +28,7 @@ from raysearch.config import load_config
 from raysearch.evaluate import compute_metric
 from raysearch.modelfile import file_hash, place_model
 from raysearch.search import AutoSearch
-from raysearch.search.transfer import materialize_model, model_blob, node_local_dir
+from raysearch.search.runtime.transfer import materialize_model, model_blob, node_local_dir
 from tests.drivers import run_driver
 from tests.external_models import external_locations, external_mlp_data, make_external_mlp
 from tests.models import IR_VERSION, OPSET
@@ -230,7 +230,7 @@ def test_trials_on_another_node_get_the_model_and_send_back_theirs_as_files(tmp_
 
 
 def test_overwrite_removes_the_data_files_it_wrote_and_nothing_else(external, tmp_path):
-    from raysearch.search.journal import Journal
+    from raysearch.search.record.journal import Journal
     from raysearch.search.runner import JOURNAL, MARKER, _clean_output_dir
 
     out = tmp_path / "out"
@@ -272,7 +272,7 @@ def _train_once(external: dict[str, Path], out: Path, evaluator) -> dict:
 
     from raysearch.data import DataSource
     from raysearch.evaluate import Evaluator
-    from raysearch.search.trainable import make_trainable
+    from raysearch.search.tune.trainable import make_trainable
     from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 
     def factory(threads: int = 1, gpu_id: int | None = None) -> TrialRunner:
@@ -299,7 +299,7 @@ def _refuse(path: str, providers: list) -> float:
 
 
 def test_a_trial_run_again_or_failing_leaves_no_stale_data_file(external, tmp_path):
-    from raysearch.search.trainable import TRIALS_TMP
+    from raysearch.search.tune.trainable import TRIALS_TMP
 
     out = tmp_path / "out"
     trials = out / TRIALS_TMP

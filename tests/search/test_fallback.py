@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from raysearch.search._conservative import op_order
-from raysearch.search._fallback import ALL, DONE, Bisection, search_budget
-from raysearch.search._setting_phase import setting_proposal, setting_space
-from raysearch.search.searchers import SettingSearcher
-from raysearch.search.trainable import START_BARRIER_TIMEOUT_S
+from raysearch.search.tune.searchers import SettingSearcher
+from raysearch.search.tune.trainable import START_BARRIER_TIMEOUT_S
 from raysearch.space import SearchSpace
-from raysearch.strategy import ModelFacts, StrategyContext, canonical_strategy
+from raysearch.strategies import ModelFacts, StrategyContext, canonical_strategy
+from raysearch.strategies._conservative import op_order
+from raysearch.strategies._fallback import ALL, DONE, Bisection, search_budget
+from raysearch.strategies._setting_phase import setting_proposal, setting_space
 from tests.models import make_outlier_model, outlier_data
 
 OUTLIER_SPACE = {"op_types_to_quantize": [["MatMul"]], "per_channel": [False]}

@@ -1,4 +1,4 @@
-"""One list of the files a search owns (raysearch.search.layout), and one home for
+"""One list of the files a search owns (raysearch.layout), and one home for
 ``stop.iteration_limit`` (the searcher's cap, which the stopper and Tune read)."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from raysearch.config import SearchConfig, StopConfig
+from raysearch.layout import ATOMIC_FILES, OWNED, RESULT_FILES, USER_OUTPUTS
 from raysearch.outputs import write_outputs
 from raysearch.outputs._writer import _sweep_leftovers
 from raysearch.search import CandidateStopper, SettingSearcher
-from raysearch.search.journal import Journal
-from raysearch.search.layout import ATOMIC_FILES, OWNED, RESULT_FILES, USER_OUTPUTS
+from raysearch.search.record.journal import Journal
 from raysearch.search.runner import _clean_output_dir
-from raysearch.search.stopper import trial_limit
+from raysearch.search.tune.stopper import trial_limit
 from raysearch.space import SearchSpace
 from tests.models import make_mlp_model
 

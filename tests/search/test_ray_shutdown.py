@@ -20,7 +20,7 @@ _SCRIPT = textwrap.dedent(
     import psutil
     import ray
 
-    from raysearch.search._ray import _MONITOR_SCRIPT, shutdown_ray, start_ray
+    from raysearch.search.runtime.cluster import _MONITOR_SCRIPT, shutdown_ray, start_ray
 
     assert start_ray(None)
     children = psutil.Process().children(recursive=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from raysearch.outputs import best_record, results_table
-from raysearch.search.journal import Journal
-from raysearch.search.recorder import TrialRecorder
+from raysearch.search.record.journal import Journal
+from raysearch.search.record.recorder import TrialRecorder
 from tests.models import make_mlp_model
 
 

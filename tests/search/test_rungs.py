@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from raysearch._evaluate._subsets import EvalRungs
 from raysearch.config import StopConfig
+from raysearch.evaluate.subsets import EvalRungs
 from raysearch.outputs import best_record
-from raysearch.search._rungs import (
+from raysearch.search.tune._rungs import (
     PROTECTED,
     RUNG_CLOCK,
     RUNG_SCORE,
@@ -21,8 +21,8 @@ from raysearch.search._rungs import (
     early_stopping_summary,
     rung_clock,
 )
-from raysearch.search.searchers import SettingSearcher
-from raysearch.search.stopper import CandidateStopper
+from raysearch.search.tune.searchers import SettingSearcher
+from raysearch.search.tune.stopper import CandidateStopper
 from raysearch.space import SearchSpace
 
 RUNGS = EvalRungs((0.1, 0.33, 1.0), (40, 132, 400), np.arange(400), reduction_factor=3.0)

@@ -18,7 +18,7 @@ def factory(tmp_path):
 
 
 def _pool(ray, factory, helpers=4):
-    from raysearch.search._score_pool import ScorePool
+    from raysearch.search.runtime._score_pool import ScorePool
 
     return ScorePool(ray.put(factory), threads=1, num_cpus=1.0, helpers=helpers)
 

@@ -10,8 +10,8 @@ from ray.tune.search import Searcher
 
 from raysearch.errors import ConfigError
 from raysearch.search import SettingSearcher, check_algo_available, make_sampler
-from raysearch.search.journal import settings_key
-from raysearch.search.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
+from raysearch.search.record.journal import settings_key
+from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
 from raysearch.space import SearchSpace
 from tests.search.conftest import CONDITIONAL_SPACE
 
@@ -207,7 +207,7 @@ def test_tpe_stuck_on_known_settings_is_handed_unseen_ones_and_uses_its_budget(s
     # 12-18 of its 30 trials, with 90 valid settings never tried.
     import zlib
 
-    from raysearch._config._spaces import parse_spaces
+    from raysearch.config._spaces import parse_spaces
     from raysearch.quantize.registry import backend_reject
 
     spaces = parse_spaces({"search_space": "AUTO_INT8_SEARCH"})

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 from raysearch.config import SearchConfig
-from raysearch.search._output_dir import search_id, write_config
-from raysearch.search.journal import Journal
-from raysearch.search.session import SearchSession, lookup, register, release
+from raysearch.search.record.journal import Journal
+from raysearch.search.record.output_dir import search_id, write_config
+from raysearch.search.tune.session import SearchSession, lookup, register, release
 
 
 def _config(tmp_path: Path) -> SearchConfig:

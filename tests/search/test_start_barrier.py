@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import ray
 
-from raysearch.search.trainable import start_barrier
+from raysearch.search.tune.trainable import start_barrier
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -41,7 +41,7 @@ def test_the_first_wave_is_what_the_cluster_can_place_now(make_config):
     """With one of the two CPUs held elsewhere, the search's first actor does not wait at the
     barrier for a second one that has no room (it waited the whole timeout before)."""
     from raysearch.search import AutoSearch
-    from raysearch.search.trainable import START_BARRIER_TIMEOUT_S
+    from raysearch.search.tune.trainable import START_BARRIER_TIMEOUT_S
 
     other = _OtherJob.remote()
     try:

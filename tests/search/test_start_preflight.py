@@ -18,7 +18,7 @@ _SCRIPT = textwrap.dedent(
     import json, sys
 
     import raysearch.cli  # what the command has imported when it starts the preflight
-    from raysearch.config import SearchConfig
+    from raysearch.config._config import SearchConfig
     from raysearch.errors import InputError
     from raysearch.search.preflight import preflight, start_preflight
 

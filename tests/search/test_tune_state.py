@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raysearch.search._tuner import tune_state_intact
+from raysearch.search.tune._tuner import tune_state_intact
 
 STAMPS = ("2026-11-24_00-41-48", "2026-11-24_00-41-50")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from ray.tune.search import Searcher
 
-from raysearch._config._spaces import parse_spaces
 from raysearch.config import SearchConfig
+from raysearch.config._spaces import parse_spaces
 from raysearch.errors import ConfigError
 from raysearch.search import SettingSearcher
-from raysearch.search.searchers import quiet_optuna
+from raysearch.search.tune.searchers import quiet_optuna
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point
 

@@ -1,0 +1,173 @@
+"""The model searches of a batch as child processes: at most so many at once, each stopped
+after its time limit, each failure's one-line reason, and a model whose folder a search of an
+earlier (killed) batch still holds started once that search ends.
+
+Example:
+    >>> searches = BatchSearches(Path("out"), 2, None, {}, None)      # doctest: +SKIP
+    >>> searches.run([("magika", ["run", "out/configs/magika.yaml"])])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["BatchSearches", "LOCAL_RAY_LOST_S", "local_ray_env", "say"]
+
+_logger = logging.getLogger("raysearch.batch._batch")
+
+
+class BatchSearches:
+    """The model searches of a batch as processes: at most ``at_once`` running, each stopped
+    after ``timeout_s``; a failed one's last error line goes to ``errors``; ``env`` is their
+    environment (None: this process's)."""
+
+    def __init__(
+        self,
+        out: Path,
+        at_once: int,
+        timeout_s: float | None,
+        errors: dict[str, str],
+        progress: TextIO | None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.out = out
+        self.env = env
+        self.at_once = at_once
+        self.timeout_s = timeout_s
+        self.errors = errors
+        self.progress = progress
+        self.running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
+        #: Models whose folder a leftover search held, since when.
+        self.held_since: dict[str, float] = {}
+
+    def run(self, queue: list[tuple[str, list[str]]]) -> None:
+        waiting = list(queue)
+        while waiting or self.running:
+            self._start_waiting(waiting)
+            for name, (proc, log, started) in list(self.running.items()):
+                code = proc.poll()
+                if code is None and self.timeout_s and time.monotonic() - started > self.timeout_s:
+                    _stop(proc)
+                    del self.running[name]
+                    self.errors[name] = (
+                        f"timed out after {self.timeout_s:g} s (model_timeout_s); "
+                        "the next run resumes it"
+                    )
+                    say(self.progress, f"{name}: {self.errors[name]}")
+                elif code is not None:
+                    del self.running[name]
+                    if code != 0:
+                        self.errors[name] = f"exit status {code}: {_tail(log)}"
+                    say(self.progress, f"{name}: {'done' if code == 0 else self.errors[name]}")
+            time.sleep(0.2)
+
+    def _start_waiting(self, waiting: list[tuple[str, list[str]]]) -> None:
+        """Start waiting searches while slots are free. A model whose folder a running search
+        still holds (one that a killed batch left running: each search is a session of its
+        own, so it outlives the batch; without the batch's Ray it ends when Ray's driver gives
+        up on the lost cluster, after 60 s) starts once that search ends; waited for longer
+        than :data:`_HELD_WAIT_S`, it is recorded as failed."""
+        from raysearch.search.runner import search_running_in
+
+        for name, cmd in list(waiting):
+            if len(self.running) >= self.at_once:
+                return
+            if search_running_in(self.out / name):
+                if name not in self.held_since:
+                    self.held_since[name] = time.monotonic()
+                    say(self.progress, f"{name}: waiting for the search still running there")
+                if time.monotonic() - self.held_since[name] > _HELD_WAIT_S:
+                    waiting.remove((name, cmd))
+                    self.errors[name] = (
+                        f"its folder stayed in use by another search for {_HELD_WAIT_S:g} s; "
+                        "the next run resumes it"
+                    )
+                    say(self.progress, f"{name}: {self.errors[name]}")
+                continue
+            waiting.remove((name, cmd))
+            self._start(name, cmd)
+
+    def _start(self, name: str, cmd: list[str]) -> None:
+        log = self.out / "logs" / f"{name}.log"
+        with open(log, "w") as fh:
+            # A session of its own: stopping the search stops what it started too.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "raysearch.cli", *cmd],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
+            )
+        self.running[name] = (proc, log, time.monotonic())
+        say(self.progress, f"{name}: {'resumed' if cmd[0] == 'resume' else 'started'}")
+
+    def stop_all(self) -> None:
+        for proc, _, _ in self.running.values():
+            _stop(proc)
+        self.running.clear()
+
+
+#: How long a model waits for a leftover search that holds its folder (Ray's driver gives up
+#: on a lost cluster after ``gcs_rpc_server_reconnect_timeout_s``: 60 s by default, and
+#: :data:`LOCAL_RAY_LOST_S` for the searches of a batch that started its own Ray).
+_HELD_WAIT_S = 180.0
+
+#: Seconds a search of a batch waits for the Ray the batch started once it stopped answering.
+#: That Ray ends only with the batch (killed, say), after which no search of it can go on:
+#: they end this soon instead of Ray's default 60 s, and a batch run again resumes their
+#: models that much sooner. (A joined cluster's searches keep Ray's default: a head that
+#: restarts may come back.)
+LOCAL_RAY_LOST_S = 10
+
+
+def local_ray_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the searches of a batch that started its own Ray: ``environ``
+    (default: this process's) with Ray's ``gcs_rpc_server_reconnect_timeout_s`` at
+    :data:`LOCAL_RAY_LOST_S`, unless it already sets it.
+
+    Example:
+        >>> local_ray_env({})["RAY_gcs_rpc_server_reconnect_timeout_s"]
+        '10'
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(LOCAL_RAY_LOST_S))
+    return env
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Interrupt a search (Ctrl-C: it records what finished and exits), then kill it."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 30.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path) -> str:
+    """The last error line a search process wrote: its one-line message."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if line.startswith("raysearch: "):
+            return line[len("raysearch: ") :]
+    return lines[-1] if lines else "exited without output"
+
+
+def say(stream: TextIO | None, text: str) -> None:
+    _logger.info(text)
+    if stream is not None:
+        print(f"[batch] {text}", file=stream, flush=True)

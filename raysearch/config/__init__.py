@@ -1,0 +1,35 @@
+"""The config stage: a search's config read, checked and resolved (``SearchConfig``).
+
+The names below are defined in ``raysearch.config._config``."""
+
+from __future__ import annotations
+
+from raysearch.config._config import (
+    BUILTIN_METRICS,
+    SEARCH_ALGOS,
+    ConfigError,
+    EarlyStoppingConfig,
+    ResourcesConfig,
+    SearchConfig,
+    StopConfig,
+    apply_overrides,
+    load_config,
+    load_predefined_space,
+    predefined_spaces,
+    read_yaml,
+)
+
+__all__ = [
+    "ConfigError",
+    "SearchConfig",
+    "StopConfig",
+    "ResourcesConfig",
+    "EarlyStoppingConfig",
+    "SEARCH_ALGOS",
+    "BUILTIN_METRICS",
+    "load_config",
+    "predefined_spaces",
+    "load_predefined_space",
+    "apply_overrides",
+    "read_yaml",
+]

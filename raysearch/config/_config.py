@@ -1,0 +1,321 @@
+"""``SearchConfig``: one typed, fully validated config, loaded from YAML or a dict.
+
+Everything is checked before Ray starts: unknown keys (with the closest known key suggested),
+types, ranges, the search spaces, the model file's header, the evaluator's import path. Names
+from a fixed vocabulary (metrics, algorithms, predefined spaces, a setting's choices) are read
+in any case and kept as their canonical spelling. Every error is a
+:class:`~raysearch.errors.ConfigError` whose message names the key path.
+
+Example:
+    >>> cfg = SearchConfig.from_dict({
+    ...     "model": "model.onnx", "calibration_data": "calib.npz",
+    ...     "search_space": "A8W8_SEARCH", "search_algo": "Grid",
+    ... }, check_paths=False)
+    >>> cfg.metric, cfg.eval_data == cfg.calibration_data
+    ('L2', True)
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raysearch.config._algo import SEARCH_ALGOS, choose_algo
+from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
+from raysearch.config._files import apply_overrides, read_yaml
+from raysearch.config._metric import check_evaluator, parse_metric_settings
+from raysearch.config._paths import input_path, model_path, output_dir
+from raysearch.config._sections import (
+    ResourcesConfig,
+    StopConfig,
+    parse_resources,
+    parse_stop,
+)
+from raysearch.config._spaces import load_predefined_space, parse_spaces, predefined_spaces
+from raysearch.config._values import check_keys, integer, map_quark_names, number
+from raysearch.errors import ConfigError
+from raysearch.metrics import BUILTIN_METRICS
+from raysearch.space import SearchSpace
+from raysearch.strategies import BUILTIN_STRATEGIES
+
+__all__ = [
+    "ConfigError",
+    "SearchConfig",
+    "StopConfig",
+    "ResourcesConfig",
+    "EarlyStoppingConfig",
+    "SEARCH_ALGOS",
+    "BUILTIN_METRICS",
+    "load_config",
+    "predefined_spaces",
+    "load_predefined_space",
+    "apply_overrides",
+    "read_yaml",
+]
+
+#: The modules of the strategies that take ``points_to_evaluate``: Grid and the Optuna samplers.
+_TAKE_START_POINTS = ("raysearch.strategies.grid", "raysearch.strategies.samplers")
+
+
+@dataclass
+class SearchConfig:
+    """A complete, validated search config. Build with :meth:`from_dict` or :func:`load_config`."""
+
+    model: Path
+    calibration_data: Any
+    search_spaces: list[SearchSpace]
+    eval_data: Any = None
+    search_algo: str = "TPE"
+    seed: int | None = None
+    metric: str = "L2"
+    metric_key: str | None = None
+    tolerance: float | None = None
+    tolerance_mode: str = "absolute"
+    higher_is_better: bool | None = None
+    stop: StopConfig = field(default_factory=StopConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    #: Evaluation on growing subsets of the evaluation rows (``early_stopping``).
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    address: str | None = None
+    output_dir: Path = Path("raysearch_output")
+    storage_path: str | None = None
+    batch_size: int | None = None
+    trial_timeout_s: float | None = None
+    max_failures: int = 0
+    #: Candidate models kept under ``candidates/``, the best ones (None: every one). Three
+    #: leave a choice beside ``best/`` (on what the ranking does not see: latency on the
+    #: target, size) at a bounded cost: every candidate's model adds up on a large model
+    #: (four MiniLM candidates: 202 MB).
+    keep_candidates: int | None = 3
+    measure_latency: bool = True
+    #: The config as the user wrote it (after key mapping; names in their canonical
+    #: spelling), for ``best/config.yaml``.
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: Where a module the config names (the evaluator, plugins) is looked up when Python does
+    #: not find it: the config file's folder, then the working directory
+    #: (:mod:`raysearch.usercode`); the search ships those modules to Ray's workers.
+    code_dirs: tuple[Path, ...] = ()
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def is_custom_metric(self) -> bool:
+        return self.metric not in BUILTIN_METRICS
+
+    @property
+    def metric_higher_is_better(self) -> bool:
+        if self.metric in BUILTIN_METRICS:
+            return BUILTIN_METRICS[self.metric]
+        return True if self.higher_is_better is None else self.higher_is_better
+
+    def load_evaluator(self) -> Callable[..., Any] | None:
+        """The custom evaluator function, or None for a built-in metric."""
+        if not self.is_custom_metric:
+            return None
+        return check_evaluator(self.metric, "metric", self.code_dirs)
+
+    def code_modules(self) -> list[str]:
+        """The modules this config names: the custom evaluator's and the ``plugins``."""
+        plugins = self.raw.get("plugins") or []
+        evaluator = [self.metric.partition(":")[0]] if self.is_custom_metric else []
+        return [*evaluator, *(m for m in plugins if isinstance(m, str))]
+
+    # -- loading ---------------------------------------------------------------------------
+    @classmethod
+    def from_dict(
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        base_dir: Path | None = None,
+        check_paths: bool = True,
+        code_dirs: Sequence[str | os.PathLike] | None = None,
+    ) -> SearchConfig:
+        """Validate ``raw`` completely and return the config. Relative paths are resolved
+        against ``base_dir`` (the config file's folder; default: the working directory); a
+        module the config names that Python does not find is looked up in ``code_dirs``
+        (default: ``base_dir``, then the working directory).
+
+        The keys are checked in a fixed order (inputs, spaces and algorithm, metric, stop,
+        resources, run options), so a config with several mistakes always reports the same
+        first one."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError("", f"a config must be a mapping of keys, got {type(raw).__name__}")
+        data = map_quark_names(copy.deepcopy(dict(raw)))
+        base = Path(base_dir) if base_dir else Path.cwd()
+        if code_dirs is None:
+            code_dirs = [base, Path.cwd()]
+        dirs = tuple(dict.fromkeys(Path(d).absolute() for d in code_dirs))
+        check_keys(data, _TOP_LEVEL_KEYS, "")
+        model = model_path(data, base, check_paths)
+        calibration = input_path(data, "calibration_data", True, base, check_paths)
+        evaluation = input_path(data, "eval_data", False, base, check_paths)
+        spaces, algo, seed = _parse_search(data, dirs)
+        metric = parse_metric_settings(data, dirs)
+        _keep_canonical_names(data, metric.metric, algo, metric.tolerance_mode)
+        stop = parse_stop(data.get("stop"))
+        if stop.find_n_candidates > 0 and metric.tolerance is None:
+            raise ConfigError(
+                "stop.find_n_candidates", "needs a tolerance: a candidate is a trial within it"
+            )
+        if stop.find_best_candidate is not None and metric.tolerance is None:
+            raise ConfigError("stop.find_best_candidate", "needs a tolerance as well")
+        resources_cfg = parse_resources(data.get("resources"))
+        early_stopping = parse_early_stopping(data.get("early_stopping"))
+        return cls(
+            model=model,
+            calibration_data=calibration,
+            eval_data=evaluation if evaluation is not None else calibration,
+            search_spaces=spaces,
+            search_algo=algo,
+            seed=seed,
+            metric=metric.metric,
+            metric_key=metric.metric_key,
+            tolerance=metric.tolerance,
+            tolerance_mode=metric.tolerance_mode,
+            higher_is_better=metric.higher_is_better,
+            stop=stop,
+            resources=resources_cfg,
+            early_stopping=early_stopping,
+            **_parse_run_options(data, check_paths),
+            raw=data,
+            code_dirs=dirs,
+        )
+
+
+_TOP_LEVEL_KEYS = {
+    "model",
+    "calibration_data",
+    "eval_data",
+    "search_space",
+    "search_spaces",
+    "search_algo",
+    "points_to_evaluate",
+    "seed",
+    "metric",
+    "metric_key",
+    "tolerance",
+    "tolerance_mode",
+    "higher_is_better",
+    "stop",
+    "resources",
+    "early_stopping",
+    "address",
+    "output_dir",
+    "storage_path",
+    "batch_size",
+    "trial_timeout_s",
+    "max_failures",
+    "keep_candidates",
+    "measure_latency",
+    "plugins",
+}
+
+
+def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
+    """``plugins``: modules that register backends, techniques or strategies, imported before
+    the spaces and the algorithm are checked (and by every trial actor); one Python does not
+    find is looked up in ``search_dirs`` (:mod:`raysearch.usercode`)."""
+    from raysearch.plugins import import_plugins
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
+        raise ConfigError("plugins", f"expected a list of module names, got {value!r}")
+    for i, module in enumerate(value):
+        try:
+            import_plugins([module], search_dirs=search_dirs)
+        except ImportError as exc:
+            raise ConfigError(f"plugins[{i}]", f"cannot import {module!r}: {exc}") from None
+    return tuple(value)
+
+
+def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: str) -> None:
+    """Write the names ``data`` spells in another case or as an alias in their canonical
+    spelling (``COS`` as ``cos``), so that the outputs hold one name for each."""
+    for key, name in (("metric", metric), ("search_algo", algo), ("tolerance_mode", mode)):
+        if key in data and isinstance(data[key], str):
+            data[key] = name
+
+
+def _parse_search(
+    data: Mapping[str, Any], search_dirs: Sequence[Path] = ()
+) -> tuple[list[SearchSpace], str, int | None]:
+    """The plugins, the spaces, the algorithm (a grid must be finite) and the seed."""
+    _load_plugins(data.get("plugins"), search_dirs)
+    spaces = parse_spaces(data)
+    algo = choose_algo(data.get("search_algo", "TPE"))
+    if algo == "Grid":
+        for space in spaces:
+            space.check_grid()
+    info = BUILTIN_STRATEGIES.get(algo)
+    if "points_to_evaluate" in data and info and info.module not in _TAKE_START_POINTS:
+        raise ConfigError(
+            "points_to_evaluate",
+            f"{algo} chooses its own first settings; Grid and the Optuna samplers take "
+            "points_to_evaluate",
+        )
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError("seed", f"expected an integer, got {seed!r}")
+    return spaces, algo, seed
+
+
+def _parse_run_options(data: Mapping[str, Any], check_paths: bool) -> dict[str, Any]:
+    """The keys of how a search runs: cluster, outputs, batching, timeouts, failures, flags."""
+    address = data.get("address")
+    if address is not None and not isinstance(address, str):
+        raise ConfigError(
+            "address", f"expected 'auto', 'ray://host:port' or empty, got {address!r}"
+        )
+    out_path = output_dir(data, check_paths)
+    storage = data.get("storage_path")
+    if storage is not None and not isinstance(storage, str):
+        raise ConfigError("storage_path", f"expected a path or URI, got {storage!r}")
+    batch_size = integer(data, "batch_size", None, low=1)
+    timeout = number(data, "trial_timeout_s", None)
+    if timeout is not None and timeout <= 0:
+        raise ConfigError("trial_timeout_s", f"expected a positive number, got {timeout!r}")
+    max_failures = integer(data, "max_failures", 0, low=0)
+    if "measure_latency" in data and not isinstance(data["measure_latency"], bool):
+        raise ConfigError(
+            "measure_latency", f"expected true or false, got {data['measure_latency']!r}"
+        )
+    return {
+        "address": address or None,
+        "output_dir": out_path,
+        "storage_path": storage,
+        "batch_size": batch_size,
+        "trial_timeout_s": timeout,
+        "max_failures": max_failures,
+        "keep_candidates": _keep_candidates(data.get("keep_candidates", 3)),
+        "measure_latency": data.get("measure_latency", True),
+    }
+
+
+def _keep_candidates(value: Any) -> int | None:
+    """``keep_candidates``: an integer >= 0; ``true`` (every candidate) and ``false`` (none)
+    as the key meant before it took a number."""
+    if isinstance(value, bool):
+        return None if value else 0
+    if not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            "keep_candidates",
+            f"expected an integer >= 0 (the candidate models kept), got {value!r}",
+        )
+    return value
+
+
+def load_config(
+    path: str | Path, overrides: list[str] | None = None, *, check_paths: bool = True
+) -> SearchConfig:
+    """Load a YAML config file, apply ``key=value`` overrides, validate everything.
+
+    Relative input paths in the file are read relative to the file's folder; ``output_dir``
+    relative to the working directory.
+    """
+    path = Path(path)
+    data = apply_overrides(read_yaml(path), overrides or [])
+    return SearchConfig.from_dict(data, base_dir=path.resolve().parent, check_paths=check_paths)

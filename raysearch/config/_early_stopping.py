@@ -1,0 +1,99 @@
+"""The ``early_stopping`` key: evaluation on growing subsets of the evaluation rows.
+
+``early_stopping`` is absent or ``true`` (on, with the defaults), ``false`` (off: every trial
+is evaluated on every row) or a mapping of ``rungs`` (growing fractions of the rows, the last
+one 1.0), ``reduction_factor`` (a rung keeps the best 1/reduction_factor of the trials that
+reach it) and ``min_rows`` (the rows the first rung must hold, else it is off).
+
+Example:
+    >>> parse_early_stopping(None).rungs
+    (0.1, 0.33, 1.0)
+    >>> parse_early_stopping(False).enabled
+    False
+    >>> parse_early_stopping({"rungs": [0.25, 1.0], "reduction_factor": 2}).reduction_factor
+    2.0
+    >>> try:
+    ...     parse_early_stopping({"rungs": [0.5, 0.2, 1.0]})
+    ... except ConfigError as exc:
+    ...     print(exc.path)
+    early_stopping.rungs
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raysearch.config._values import check_keys, integer
+from raysearch.errors import ConfigError
+
+__all__ = ["EarlyStoppingConfig", "parse_early_stopping"]
+
+_KEY = "early_stopping"
+
+
+@dataclass(frozen=True)
+class EarlyStoppingConfig:
+    """Evaluation on growing subsets (see the module docstring).
+
+    The defaults: rows grow about 3x per rung and a rung keeps the best third, ASHA's usual
+    pairing (the rows a full trial costs and the trials that get them shrink alike).
+    ``min_rows`` 32: the first rung's metric is a mean over its rows, and below about 30 rows
+    its standard error (18 % of the rows' spread at 32) makes the ranking mostly noise; it is
+    also two batches of the default batch size, so a rung is never a sliver of one batch.
+    With the default rungs this is off below 320 evaluation rows.
+    """
+
+    enabled: bool = True
+    rungs: tuple[float, ...] = (0.1, 0.33, 1.0)
+    reduction_factor: float = 3.0
+    min_rows: int = 32
+
+
+def _rungs(value: Any) -> tuple[float, ...]:
+    where = f"{_KEY}.rungs"
+    ok = isinstance(value, list) and len(value) >= 2
+    ok = ok and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value
+    )
+    ok = ok and all(0 < v <= 1 for v in value) and value[-1] == 1
+    ok = ok and all(a < b for a, b in zip(value, value[1:]))
+    if not ok:
+        raise ConfigError(
+            where, f"expected increasing fractions in (0, 1] ending with 1.0, got {value!r}"
+        )
+    return tuple(float(v) for v in value)
+
+
+def parse_early_stopping(raw: Any) -> EarlyStoppingConfig:
+    """The ``early_stopping`` key (``None``: on, with the defaults).
+
+    Raises:
+        ConfigError: (at ``early_stopping`` or one of its keys) a value it cannot be.
+    """
+    if raw is None or raw is True:
+        return EarlyStoppingConfig()
+    if raw is False:
+        return EarlyStoppingConfig(enabled=False)
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            _KEY,
+            f"expected true, false or a mapping (rungs, reduction_factor, min_rows), got {raw!r}",
+        )
+    default = EarlyStoppingConfig()
+    check_keys(raw, ("rungs", "reduction_factor", "min_rows"), _KEY)
+    rungs = _rungs(raw["rungs"]) if "rungs" in raw else default.rungs
+    factor = raw.get("reduction_factor", default.reduction_factor)
+    if (
+        isinstance(factor, bool)
+        or not isinstance(factor, (int, float))
+        or not math.isfinite(factor)
+        or factor <= 1
+    ):
+        raise ConfigError(f"{_KEY}.reduction_factor", f"expected a number > 1, got {factor!r}")
+    min_rows = integer(raw, "min_rows", default.min_rows, low=1, prefix=f"{_KEY}.")
+    if min_rows == -1:
+        raise ConfigError(f"{_KEY}.min_rows", "expected an integer >= 1, got -1")
+    return EarlyStoppingConfig(True, rungs, float(factor), int(min_rows))

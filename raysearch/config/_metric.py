@@ -1,0 +1,198 @@
+"""The metric keys of a config: ``metric``, ``tolerance``, ``tolerance_mode``,
+``higher_is_better`` and ``metric_key``, checked together.
+
+Built-in metric names, aliases, directions and ranges come from :mod:`raysearch.metrics` (the
+one table); names are matched in any case (``COS`` is ``cos``). A tolerance that no trial can
+meet, or that every trial meets, is refused; one that is merely odd is logged. A custom
+evaluator is checked by the evaluate stage's own loader, imported only when a config names
+one, so that loading a config with a built-in metric imports no later stage.
+
+Example:
+    >>> parse_metric_settings({"metric": "COSINE", "tolerance": 0.99})
+    MetricSettings(metric='cos', metric_key=None, tolerance=0.99, tolerance_mode='absolute', higher_is_better=None)
+    >>> parse_metric_settings({"metric": "cos", "tolerance": 1.5})
+    Traceback (most recent call last):
+    ...
+    raysearch.errors.ConfigError: tolerance: 1.5 can never be met: a trial is a candidate when cos >= tolerance, and cos lies in [-1, 1]
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raysearch.config._values import number
+from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.metrics import BUILTIN_METRICS, LISTED, METRICS, canonical_metric
+
+__all__ = [
+    "MetricSettings",
+    "TOLERANCE_MODES",
+    "parse_metric",
+    "parse_metric_settings",
+    "check_tolerance",
+    "check_evaluator",
+]
+
+# The logger of the public module: what users filter on did not move.
+_logger = logging.getLogger("raysearch.config._config")
+
+#: The values of ``tolerance_mode``.
+TOLERANCE_MODES = ("absolute", "relative")
+
+#: The lowest tolerance of these metrics that does not look like a drop. The tolerance of a
+#: built-in metric bounds the metric itself (``cos >= 0.999``), not its drop against the float
+#: model: ``tolerance: 0.01`` with cos reads "cos >= 0.01", which every quantized model that
+#: works at all meets. That is a valid bound, so it is not refused, but it is far more likely a
+#: drop (0.99 meant): one warning line says so. cos and SSIM of 0.5 are outputs far apart (60
+#: degrees for cos); 10 dB of PSNR is an error a third of the output's peak.
+_DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
+
+
+@dataclass(frozen=True)
+class MetricSettings:
+    """The checked metric keys of a config."""
+
+    metric: str
+    metric_key: str | None
+    tolerance: float | None
+    tolerance_mode: str
+    higher_is_better: bool | None
+
+
+def parse_metric(value: Any) -> str:
+    """The canonical built-in name of ``value``, or ``value`` itself for an import path."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            "metric",
+            f"expected {LISTED} or 'package.module:function', got {value!r}",
+        )
+    builtin = canonical_metric(value)
+    if builtin is not None:
+        return builtin
+    if ":" not in value:
+        raise ConfigError(
+            "metric",
+            f"unknown metric {value!r}; expected {LISTED} or "
+            "'package.module:function'" + suggest(value, BUILTIN_METRICS),
+        )
+    return value
+
+
+def parse_metric_settings(
+    data: Mapping[str, Any], search_dirs: Sequence[str | os.PathLike] = ()
+) -> MetricSettings:
+    """Check the metric keys of ``data`` (a whole config) and, for a custom metric, that its
+    evaluator imports (from ``search_dirs`` too: :mod:`raysearch.usercode`) and takes
+    ``(model_path, providers)``."""
+    metric = parse_metric(data.get("metric", "L2"))
+    custom = metric not in BUILTIN_METRICS
+    tolerance = number(data, "tolerance", None)
+    written = data.get("tolerance_mode", "absolute")
+    mode = canonical_name(written, TOLERANCE_MODES)
+    if mode is None:
+        raise ConfigError("tolerance_mode", f"expected absolute or relative, got {written!r}")
+    hib = data.get("higher_is_better")
+    if hib is not None and not isinstance(hib, bool):
+        raise ConfigError("higher_is_better", f"expected true or false, got {hib!r}")
+    if not custom:
+        _check_builtin(metric, data, hib)
+        if tolerance is not None:
+            check_tolerance(metric, tolerance)
+    metric_key = data.get("metric_key")
+    if metric_key is not None and not isinstance(metric_key, str):
+        raise ConfigError("metric_key", f"expected a string, got {metric_key!r}")
+    if custom:
+        check_evaluator(metric, "metric", search_dirs)
+    return MetricSettings(metric, metric_key, tolerance, mode, hib)
+
+
+def _range_text(name: str) -> str:
+    """The range of built-in metric ``name``: ``[-1, 1]``, ``[0, inf)``, ``(-inf, 100] dB``."""
+    m = METRICS[name]
+    low, high = sorted((m.best, m.worst))
+    left = "(-inf" if math.isinf(low) else f"[{low:g}"
+    right = "inf)" if math.isinf(high) else f"{high:g}]"
+    return f"{left}, {right}" + (" dB" if name == "PSNR" else "")
+
+
+def check_tolerance(metric: str, tolerance: float) -> None:
+    """Refuse a ``tolerance`` of built-in ``metric`` that makes "candidate" meaningless; log
+    one warning for one that is valid but odd.
+
+    A built-in metric's tolerance bounds the metric itself: a trial is a candidate when
+    ``metric >= tolerance`` (cos, PSNR, SSIM) or ``metric <= tolerance`` (L1, L2).
+
+    - Past the best value the metric can take (cos above 1, PSNR above its 100 dB cap, L2
+      below 0): no trial can ever be a candidate, so ``stop.find_n_candidates`` never stops
+      the search and the best rule's preference for candidates never applies: refused.
+    - At or past the worst value (cos or SSIM at most -1): every trial that scores is a
+      candidate, whatever its outputs: refused. (L1, L2 and PSNR have no worst value.)
+    - Exactly the best value: possible (a setting that reproduces the float model's outputs
+      exactly), but no usual quantized model does: a warning.
+    - A bound that looks like a drop (:data:`_DROP_LIKE_BELOW`): a warning.
+
+    Raises:
+        ConfigError: (``tolerance``) naming the metric and its range.
+    """
+    m = METRICS[metric]
+    relation = ">=" if m.higher_is_better else "<="
+    rule = f"a trial is a candidate when {metric} {relation} tolerance, and {metric} lies in "
+    rule += _range_text(metric)
+    beyond_best = tolerance > m.best if m.higher_is_better else tolerance < m.best
+    if beyond_best:
+        raise ConfigError("tolerance", f"{tolerance:g} can never be met: {rule}")
+    at_worst = tolerance <= m.worst if m.higher_is_better else tolerance >= m.worst
+    if at_worst:
+        raise ConfigError("tolerance", f"{tolerance:g} is met by every trial: {rule}")
+    if tolerance == m.best:
+        _logger.warning(
+            "tolerance: %g is %s's best value: only a trial whose outputs equal the float "
+            "model's can be a candidate",
+            tolerance,
+            metric,
+        )
+    elif tolerance < _DROP_LIKE_BELOW.get(metric, -math.inf):
+        _logger.warning(
+            "tolerance: %g with %s makes every trial with %s >= %g a candidate: the tolerance "
+            "bounds %s itself, not its drop against the float model",
+            tolerance,
+            metric,
+            metric,
+            tolerance,
+            metric,
+        )
+
+
+def _check_builtin(metric: str, data: Mapping[str, Any], hib: bool | None) -> None:
+    """Keys that mean nothing for a built-in metric are refused, not ignored."""
+    if "tolerance_mode" in data:
+        raise ConfigError(
+            "tolerance_mode",
+            f"applies to custom metrics only; for {metric} the tolerance bounds the metric itself",
+        )
+    if hib is not None and hib != BUILTIN_METRICS[metric]:
+        raise ConfigError(
+            "higher_is_better",
+            f"{metric} is {'higher' if BUILTIN_METRICS[metric] else 'lower'}-is-better "
+            "by definition; remove this key",
+        )
+
+
+def check_evaluator(spec: str, path: str, search_dirs: Sequence[str | os.PathLike] = ()) -> Any:
+    """Import ``package.module:function`` (a module that is not installed is looked up in
+    ``search_dirs``: the config's folder, the working directory) and check it can be called
+    with ``(model_path, providers)``; returns the function.
+
+    Raises:
+        ConfigError: (at ``path``) as :func:`raysearch.evaluate.load_custom_evaluator`.
+    """
+    # The evaluate stage's loader is the one place raysearch imports an evaluator by name;
+    # imported here, when a config names a custom evaluator, rather than with the config stage.
+    from raysearch.evaluate import load_custom_evaluator
+
+    return load_custom_evaluator(spec, key=path, search_dirs=search_dirs)

@@ -1,0 +1,238 @@
+"""Search spaces in a config: written out, or named (the predefined spaces under
+``raysearch/configs/``).
+
+Example:
+    >>> "A8W8_SEARCH" in predefined_spaces()
+    True
+    >>> [s.path for s in parse_spaces({"search_space": "A8W8_SEARCH"})]  # doctest: +SKIP
+    ['search_space']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.space import SearchSpace
+from raysearch.space.points import resolve_point, resolve_points
+
+__all__ = ["predefined_spaces", "load_predefined_space", "parse_spaces"]
+
+_logger = logging.getLogger("raysearch.config._config")
+
+
+def predefined_spaces() -> dict[str, Path]:
+    """Names of the predefined spaces shipped under ``configs/`` and their files."""
+    folder = resources.files("raysearch.configs")
+    out: dict[str, Path] = {}
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".yaml") and name[:-5].isupper():
+            out[name[:-5]] = Path(str(entry))
+    return dict(sorted(out.items()))
+
+
+def load_predefined_space(name: str, path: str = "search_space") -> dict[str, Any]:
+    """The raw dict of a predefined space (its file's ``search_space`` key)."""
+    return _load_predefined(name, path).get("search_space")
+
+
+def _load_predefined(name: str, path: str) -> dict[str, Any]:
+    """A predefined space's file (``search_space`` and maybe ``points_to_evaluate``) by its
+    name in any case (``a8w8_search``)."""
+    spaces = predefined_spaces()
+    name = canonical_name(name, spaces) or name
+    if name not in spaces:
+        raise ConfigError(
+            path,
+            f"unknown predefined space '{name}'"
+            + suggest(name, spaces)
+            + f"; known: {', '.join(spaces)}",
+        )
+    with spaces[name].open() as fh:
+        return yaml.safe_load(fh)
+
+
+def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
+    """The ``search_space`` (one) or ``search_spaces`` (a list) of a config, parsed; a string
+    names a predefined space."""
+    if "search_space" in data and "search_spaces" in data:
+        raise ConfigError("search_spaces", "give either search_space or search_spaces, not both")
+    if "search_spaces" in data:
+        items = data["search_spaces"]
+        if not isinstance(items, list) or not items:
+            raise ConfigError("search_spaces", "expected a non-empty list of spaces")
+        where = [f"search_spaces[{i}]" for i in range(len(items))]
+    elif "search_space" in data:
+        items, where = [data["search_space"]], ["search_space"]
+    else:
+        raise ConfigError("search_space", "is required (a mapping, or a predefined space name)")
+    spaces = []
+    for raw, path in zip(items, where, strict=True):
+        starts: Any = []
+        if isinstance(raw, str):
+            name, preset = raw, _load_predefined(raw, path)
+            raw = _without_missing_backends(name, preset["search_space"])
+            raw = _without_missing_techniques(name, raw)
+            starts = _runnable_starts(preset.get("points_to_evaluate") or [], raw)
+        space = SearchSpace.parse(raw, path=path)
+        space.points_to_evaluate = resolve_points(space, starts, f"{path}.points_to_evaluate")
+        spaces.append(space)
+        _check_technique_requirements(space, path)
+        _check_backend_requirements(space, path)
+    _add_config_starts(spaces, data.get("points_to_evaluate"))
+    return spaces
+
+
+def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
+    """A predefined space's start points without those of a backend this install lacks (its
+    choice was narrowed away by :func:`_without_missing_backends`)."""
+    backends = raw.get("quantizer") if isinstance(raw, dict) else None
+    if not isinstance(backends, list):
+        return starts
+    return [
+        p for p in starts if not isinstance(p, dict) or p.get("quantizer", backends[0]) in backends
+    ]
+
+
+def _add_config_starts(spaces: list[SearchSpace], raws: Any) -> None:
+    """The config's own ``points_to_evaluate``: each point goes to the first space it is a
+    point of, and runs before that space's predefined start points."""
+    if raws is None:
+        return
+    if not isinstance(raws, list) or not raws:
+        raise ConfigError("points_to_evaluate", "expected a non-empty list of settings")
+    added: list[list[Any]] = [[] for _ in spaces]
+    for i, raw in enumerate(raws):
+        where = f"points_to_evaluate[{i}]"
+        first_error: ConfigError | None = None
+        for j, space in enumerate(spaces):
+            try:
+                added[j].append(resolve_point(space, raw, where))
+                break
+            except ConfigError as exc:
+                first_error = first_error or exc
+        else:
+            assert first_error is not None
+            raise first_error
+    for space, points in zip(spaces, added, strict=True):
+        space.points_to_evaluate = points + space.points_to_evaluate
+
+
+def _missing_backends(values: Any) -> dict[str, str]:
+    """The backends among ``values`` (a ``quantizer`` choice or list) that cannot run here,
+    with why (the extra that installs them)."""
+    from raysearch.quantize.registry import backend_missing_requirement
+
+    names = values if isinstance(values, list) else [values]
+    reasons = {n: backend_missing_requirement(n) for n in names if isinstance(n, str)}
+    return {n: r for n, r in reasons.items() if r}
+
+
+def _without_missing_backends(name: str, raw: Any) -> Any:
+    """A predefined space that searches several backends (``quantizer: [ort, nncf]``) searches
+    those that can run here, with a warning naming the extra, and without the groups only a
+    missing backend activates (``only_if: {quantizer: nncf}``): the preset stays usable on a
+    lean install. A space the user writes is refused instead
+    (:func:`_check_backend_requirements`)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("quantizer"), list):
+        return raw
+    missing = _missing_backends(raw["quantizer"])
+    kept = [b for b in raw["quantizer"] if b not in missing]
+    if not missing or not kept:
+        return raw
+    for reason in missing.values():
+        _logger.warning("%s: quantizer searched as %s only: %s", name, ", ".join(kept), reason)
+
+    def only_missing(group: Any) -> bool:
+        condition = group.get("only_if") if isinstance(group, dict) else None
+        if not isinstance(condition, dict) or set(condition) != {"quantizer"}:
+            return False
+        wanted = condition["quantizer"]
+        return all(b in missing for b in (wanted if isinstance(wanted, list) else [wanted]))
+
+    def drop_groups(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        return {k: drop_groups(v) for k, v in node.items() if not only_missing(v)}
+
+    return {**drop_groups(raw), "quantizer": kept}
+
+
+def _check_backend_requirements(space: SearchSpace, path: str) -> None:
+    """ConfigError when the space can select a backend whose optional package is missing
+    (``quantizer: nncf`` without NNCF): said before anything runs, naming the extra."""
+    for param in space.params:
+        if param.leaf == "quantizer":
+            missing = _missing_backends(list(getattr(param.domain, "choices", ())))
+            if missing:
+                raise ConfigError(f"{path}.{param.name}", next(iter(missing.values())))
+
+
+def _technique_switches() -> dict[str, type]:
+    """``include_*`` key -> the technique class it switches on."""
+    from raysearch.quantize.technique import registered_techniques
+
+    return {
+        key: cls
+        for cls in registered_techniques()
+        for key in cls.settings
+        if key.startswith("include_")
+    }
+
+
+def _without_missing_techniques(name: str, raw: Any) -> Any:
+    """A predefined space that searches a technique on and off (``include_fast_ft: [false,
+    true]``) searches it off only when its optional package is missing, with a warning naming
+    the extra: the preset stays usable on a lean install. A preset that needs the technique
+    (``[true]``) and a space the user writes are refused instead
+    (:func:`_check_technique_requirements`)."""
+    switches = _technique_switches()
+    off: set[str] = set()
+
+    def narrow(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            cls = switches.get(key)
+            reason = cls.missing_requirement() if cls is not None else None
+            if reason and isinstance(value, list) and any(value) and not all(value):
+                _logger.warning("%s: %s searched as false only: %s", name, key, reason)
+                value = [False]
+                off.add(key)
+            out[key] = narrow(value)
+        return out
+
+    def needs_off_switch(group: Any) -> bool:
+        condition = group.get("only_if") if isinstance(group, dict) else None
+        names = [condition] if isinstance(condition, str) else list(condition or ())
+        return any(n in off for n in names)
+
+    def drop_groups(node: Any) -> Any:
+        # A group active only with a switched-off technique would never be active.
+        if not isinstance(node, dict):
+            return node
+        return {k: drop_groups(v) for k, v in node.items() if not needs_off_switch(v)}
+
+    narrowed = narrow(raw)
+    return drop_groups(narrowed) if off else narrowed
+
+
+def _check_technique_requirements(space: SearchSpace, path: str) -> None:
+    """ConfigError when the space can switch on a technique whose optional package is missing
+    (fine-tuning without PyTorch): said before any trial runs, naming the extra."""
+    switches = _technique_switches()
+    for param in space.params:
+        cls = switches.get(param.leaf)
+        choices = getattr(param.domain, "choices", ())
+        if cls is not None and any(choices):
+            reason = cls.missing_requirement()
+            if reason:
+                raise ConfigError(f"{path}.{param.name}", reason)

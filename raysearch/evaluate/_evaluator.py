@@ -1,0 +1,349 @@
+"""Scores and the tolerance: :class:`Evaluator` scores a quantized model (a built-in metric or
+a custom evaluator) and decides whether it is a candidate.
+
+The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2 <= tol``,
+``cos >= tol``); for a custom metric it bounds the drop against the float score, ``absolute``
+(``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
+the worse direction (``quant - float`` when lower is better).
+
+Example:
+    >>> ev = Evaluator("cos", tolerance=0.999)
+    >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
+    (True, True, False)
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from raysearch.errors import ConfigError, EvaluatorError, canonical_name, suggest
+from raysearch.evaluate._reference import FloatReference
+from raysearch.metrics import (
+    BUILTIN_METRICS,
+    LISTED,
+    MetricError,
+    canonical_metric,
+    compute_metric,
+)
+
+__all__ = ["Score", "Evaluator"]
+
+
+@dataclass
+class Score:
+    """A model's main metric and any extra numbers the evaluator returned."""
+
+    metric: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Evaluator:
+    """Scores a quantized model and decides whether it is a candidate.
+
+    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``, or an alias, in
+    any case), a callable or ``"package.module:function"`` (its module, when not installed,
+    from the first of ``search_dirs`` holding it). ``higher_is_better`` is fixed for built-ins
+    and defaults to True for custom metrics.
+
+    Example:
+        >>> ev = Evaluator("L2", tolerance=0.01)
+        >>> ev.is_candidate(0.005), ev.better(0.004, 0.005)
+        (True, True)
+        >>> acc = Evaluator(lambda path, providers: 0.9, tolerance=0.02)
+        >>> acc.is_candidate(0.89, float_score=0.9)
+        True
+    """
+
+    def __init__(
+        self,
+        metric: str | Callable[..., Any] = "L2",
+        tolerance: float | None = None,
+        tolerance_mode: str = "absolute",
+        higher_is_better: bool | None = None,
+        metric_key: str | None = None,
+        search_dirs: Sequence[str | os.PathLike] = (),
+    ) -> None:
+        mode = canonical_name(tolerance_mode, ("absolute", "relative"))
+        if mode is None:
+            raise ConfigError(
+                "tolerance_mode", f"expected absolute or relative, got {tolerance_mode!r}"
+            )
+        self.tolerance = None if tolerance is None else float(tolerance)
+        self.tolerance_mode = mode
+        self.metric_key = metric_key
+        if isinstance(metric, str):
+            metric = canonical_metric(metric) or metric
+        if isinstance(metric, str) and metric in BUILTIN_METRICS:
+            if higher_is_better is not None and higher_is_better != BUILTIN_METRICS[metric]:
+                raise ConfigError(
+                    "higher_is_better",
+                    f"{metric} is {'higher' if BUILTIN_METRICS[metric] else 'lower'}-is-better by "
+                    "definition",
+                )
+            self.name = metric
+            self.function: Callable[..., Any] | None = None
+            self.higher_is_better = BUILTIN_METRICS[metric]
+        else:
+            if isinstance(metric, str) and ":" not in metric:
+                raise ConfigError(
+                    "metric",
+                    f"unknown metric {metric!r}; expected {LISTED} or "
+                    "'package.module:function'" + suggest(metric, BUILTIN_METRICS),
+                )
+            # The loader lives in the public module (the one place raysearch imports code by
+            # name); imported here because that module imports this one.
+            from raysearch.evaluate._custom import load_custom_evaluator
+
+            self.function = load_custom_evaluator(metric, search_dirs=search_dirs)
+            self.name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+            self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
+
+    @classmethod
+    def from_config(cls, config: Any) -> Evaluator:
+        """Build from a :class:`raysearch.config.SearchConfig` (its ``metric``, ``tolerance``,
+        ``tolerance_mode``, ``higher_is_better``, ``metric_key`` and ``code_dirs``)."""
+        return cls(
+            config.metric,
+            config.tolerance,
+            getattr(config, "tolerance_mode", "absolute"),
+            getattr(config, "higher_is_better", None),
+            getattr(config, "metric_key", None),
+            getattr(config, "code_dirs", ()),
+        )
+
+    @property
+    def is_custom(self) -> bool:
+        return self.function is not None
+
+    @property
+    def accepts_fraction(self) -> bool:
+        """Whether the custom evaluator takes a ``fraction`` argument: then a search that
+        evaluates on growing subsets calls it with ``fraction=f`` (0 < f < 1) to score the
+        first ``f`` of its rows in a fixed order, and without it for every row."""
+        if self.function is None:
+            return False
+        try:
+            parameter = inspect.signature(self.function).parameters.get("fraction")
+        except (TypeError, ValueError):
+            return False
+        return parameter is not None and parameter.kind not in (
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+            inspect.Parameter.POSITIONAL_ONLY,
+        )
+
+    @property
+    def needs_reference(self) -> bool:
+        """Built-in metrics compare against the float model's outputs."""
+        return not self.is_custom
+
+    # -- scoring ---------------------------------------------------------------------------
+    def score(
+        self,
+        model_path: str | os.PathLike | None = None,
+        *,
+        outputs: Mapping[str, np.ndarray] | None = None,
+        reference: FloatReference | Mapping[str, np.ndarray] | None = None,
+        providers: Sequence[Any] | None = None,
+    ) -> Score:
+        """Score one model: built-ins from ``outputs`` against ``reference``; a custom
+        evaluator by calling it with ``(model_path, providers)``.
+
+        Raises:
+            MetricError: the score cannot be computed (NaN outputs, a bad return value).
+        """
+        if self.function is None:
+            if outputs is None or reference is None:
+                raise ValueError(f"{self.name} needs the quantized outputs and the float reference")
+            ref = reference.outputs if isinstance(reference, FloatReference) else reference
+            return Score(compute_metric(self.name, outputs, ref))
+        if model_path is None:
+            raise ValueError("a custom evaluator needs the model path")
+        return self.score_model(model_path, providers)
+
+    def score_model(
+        self,
+        model_path: str | os.PathLike,
+        providers: Sequence[Any] | None = None,
+        *,
+        fraction: float | None = None,
+    ) -> Score:
+        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its
+        rows when given: see :attr:`accepts_fraction`) and read its result."""
+        if self.function is None:
+            raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
+        providers = list(providers) if providers else ["CPUExecutionProvider"]
+        if fraction is None:
+            value = self.function(os.fspath(model_path), providers)
+        else:
+            value = self.function(os.fspath(model_path), providers, fraction=fraction)
+        return self._read(value)
+
+    def score_float(
+        self, model_path: str | os.PathLike, providers: Sequence[Any] | None = None
+    ) -> float:
+        """The custom evaluator's score of the float model (once per search).
+
+        Raises:
+            EvaluatorError: the evaluator fails or returns no usable number on the float model.
+        """
+        try:
+            return self.score_model(model_path, providers).metric
+        except MetricError as exc:
+            raise EvaluatorError(f"evaluator '{self.name}' on the float model: {exc}") from None
+        except Exception as exc:
+            raise EvaluatorError(
+                f"evaluator '{self.name}' failed on the float model: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _read(self, value: Any) -> Score:
+        where = f"evaluator '{self.name}'"
+        if isinstance(value, Mapping):
+            if not value:
+                raise MetricError(f"{where} returned an empty dict")
+            if self.metric_key is not None:
+                if self.metric_key not in value:
+                    raise MetricError(
+                        f"{where} returned keys {', '.join(map(str, value))} but not metric_key "
+                        f"'{self.metric_key}'" + suggest(self.metric_key, map(str, value))
+                    )
+                main_key = self.metric_key
+            elif "metric" in value:
+                main_key = "metric"
+            elif len(value) == 1:
+                main_key = next(iter(value))
+            else:
+                raise MetricError(
+                    f"{where} returned keys {', '.join(map(str, value))}; set metric_key to name "
+                    "the main metric (or return it under 'metric')"
+                )
+            main = _number(value[main_key], f"{where} key '{main_key}'")
+            extra = {}
+            for k, v in value.items():
+                if k == main_key:
+                    continue
+                if isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+                    extra[str(k)] = float(v)
+            return Score(main, extra)
+        return Score(_number(value, where))
+
+    # -- decisions -------------------------------------------------------------------------
+    def drop(self, score: float, float_score: float) -> float:
+        """How much worse ``score`` is than ``float_score`` (negative when better), absolute
+        or relative to ``|float_score|`` per ``tolerance_mode``."""
+        diff = (float_score - score) if self.higher_is_better else (score - float_score)
+        if self.tolerance_mode == "absolute":
+            return diff
+        if float_score == 0:
+            return 0.0 if diff <= 0 else math.inf
+        return diff / abs(float_score)
+
+    def is_candidate(self, score: float | None, float_score: float | None = None) -> bool:
+        """Whether ``score`` is within the tolerance (False without a tolerance or a score).
+
+        Raises:
+            ValueError: a custom metric without the float model's score.
+        """
+        if self.tolerance is None or score is None or not math.isfinite(score):
+            return False
+        # A bound met exactly is met: 1 - 0.998 is 0.0020000000000000018 in binary floating
+        # point, and 499 of 500 rows kept must pass a tolerance of 0.002.
+        slack = _BOUND_SLACK * max(1.0, abs(self.tolerance))
+        if not self.is_custom:
+            if self.higher_is_better:
+                return score >= self.tolerance - slack
+            return score <= self.tolerance + slack
+        if float_score is None:
+            raise ValueError(f"{self.name}: a custom metric needs the float model's score")
+        return self.drop(score, float_score) <= self.tolerance + slack
+
+    def sampler_objective(
+        self,
+        score: float | None,
+        float_score: float | None,
+        quantized_share: float | None,
+        weighted_nodes: int,
+    ) -> float | None:
+        """The value a search's sampler optimises for this trial, in the metric's direction.
+
+        The best trial of a search is the most quantized candidate
+        (:func:`raysearch.outputs.better`), so a sampler told the metric alone spends its
+        trials on settings that keep nodes float (they score best and are never the answer).
+        This is the metric for a trial that is not a candidate, and for a candidate the metric
+        moved past every trial that is not one by ``scale * quantized_share``: a candidate's
+        metric is already on the good side of the tolerance's threshold, which every other
+        trial's metric is not, so adding anything keeps candidates first; ``scale`` is larger
+        than the spread of candidates' metrics times the node count, so one more quantized
+        node outweighs any metric difference among candidates (for a metric that does not
+        beat float by more than ``1 + |float| + |tolerance|``). Optuna's samplers take one
+        number; Ray Tune's ``OptunaSearch`` passes it on unchanged.
+
+        One deliberate difference from the best rule: a trial that keeps every MatMul/Gemm/Conv
+        float (``quantized_share`` 0: the float model's speed, however it scores) is told
+        ``scale`` worse than its metric, below every trial that quantizes something. Ranked
+        by the best rule it would be a sampler's best trial whenever it meets the tolerance,
+        and the sampler would spend its trials on promoting everything to float (magika: 10 of
+        30 trials); the best rule still prefers it when nothing quantized meets the tolerance.
+
+        Example:
+            >>> ev = Evaluator("cos", tolerance=0.99)
+            >>> ev.sampler_objective(0.995, None, 0.5, 2) > ev.sampler_objective(1.0, None, 0.25, 2)
+            True
+            >>> ev.sampler_objective(1.0, None, 0.0, 2) < ev.sampler_objective(0.5, None, 1.0, 2)
+            True
+            >>> ev.sampler_objective(0.98, None, 1.0, 2)   # not a candidate: its metric
+            0.98
+        """
+        if score is None or not math.isfinite(score):
+            return None
+        reference = abs(float_score) if float_score is not None else 0.0
+        scale = (weighted_nodes + 1) * (1.0 + reference + abs(self.tolerance or 0.0))
+        if quantized_share == 0 and weighted_nodes:
+            bonus = -scale
+        elif self.is_candidate(score, float_score):
+            bonus = scale * (1.0 if quantized_share is None else quantized_share)
+        else:
+            return float(score)
+        return float(score + bonus if self.higher_is_better else score - bonus)
+
+    def better(self, a: float | None, b: float | None) -> bool:
+        """Whether score ``a`` is strictly better than ``b`` (a missing score is worst)."""
+        if a is None or (isinstance(a, float) and math.isnan(a)):
+            return False
+        if b is None or (isinstance(b, float) and math.isnan(b)):
+            return True
+        return a > b if self.higher_is_better else a < b
+
+    def __repr__(self) -> str:
+        return (
+            f"Evaluator({self.name!r}, tolerance={self.tolerance}, mode={self.tolerance_mode}, "
+            f"higher_is_better={self.higher_is_better})"
+        )
+
+
+#: How far past the tolerance a score may be from rounding alone (relative to the tolerance).
+_BOUND_SLACK = 1e-9
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        if isinstance(value, np.ndarray) and value.size == 1:
+            value = value.item()
+        else:
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise MetricError(
+                f"{where} returned {type(value).__name__} {shown}, expected a number or a dict "
+                "of numbers"
+            )
+    result = float(value)
+    if math.isnan(result):
+        raise MetricError(f"{where} returned NaN")
+    return result

@@ -1,0 +1,2 @@
+"""Quantizer backends, one subpackage each, found by name through
+``raysearch.quantize.registry``."""

@@ -1,0 +1,235 @@
+"""The ``"nncf"`` backend: OpenVINO NNCF's post-training quantization of the ONNX model.
+
+``nncf.quantize`` runs on the ONNX model itself (no OpenVINO runtime) and writes a QDQ model
+that ONNX Runtime evaluates like the ``ort`` backend's. Its settings are NNCF's own
+(``raysearch.quantize.backends.nncf.options``): ``preset``, ``model_type``, ``target_device``,
+``subset_size``, ``fast_bias_correction``, ``smooth_quant_alphas``, range estimators,
+``overflow_fix``, ``ignored_scope`` and the other advanced parameters that change the result.
+Install it with ``pip install 'raysearch[nncf]'``; this module imports NNCF only when a
+backend is built, so a config naming ``quantizer: nncf`` is checked (and refused, naming the
+extra, when NNCF is missing) without it.
+
+What is reused across the trials of a process: the float model, prepared once (``Constant``
+weights as initializers; opset raised to 13, where per-channel weights exist: below it NNCF
+quantizes weights per tensor, which costs PP-OCR's recognizer nearly all its accuracy), and
+the calibration data as one ``nncf.Dataset`` of per-sample feeds. NNCF 3.4 offers statistics
+caching for weight compression only, not for ``nncf.quantize`` on ONNX: every trial collects
+its statistics again (on the trial's providers and threads; see ``_nncf_runtime``), and its
+:class:`~raysearch.quantize.registry.QuantizeInfo` says where the time went
+(``calibration_s``: ONNX Runtime sessions and inference; ``quantization_s``: the rest).
+
+Techniques: float-model transforms (CLE, SmoothQuant) apply as with any backend, and
+quantized-model transforms (bias correction, power-of-two scales, fine-tuning) rewrite NNCF's
+QDQ output as they rewrite ONNX Runtime's. Mixed precision is refused
+(:func:`~raysearch.quantize.backends.nncf.options.reject_mixed_precision`: its ranking reads ONNX
+Runtime's Q/DQ names); node names a tensor-override technique keeps float join
+``ignored_scope.names``.
+
+Example:
+    >>> from raysearch.quantize.backends.nncf._backend import NncfBackend
+    >>> NncfBackend.reject({"model_type": "transformer", "fast_bias_correction": False})[:35]
+    "NNCF 3.4's BiasCorrection (fast_bia"
+    >>> with NncfBackend("model.onnx", calibration) as backend:               # doctest: +SKIP
+    ...     info = backend.quantize({"model_type": "transformer"}, "int8.onnx")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from raysearch.errors import ConfigError, suggest
+from raysearch.modelfile import graph_nodes, has_external_data, load_header
+from raysearch.providers import session_providers
+from raysearch.quantize.backends.nncf._runtime import import_nncf, nncf_session  # re-exported
+from raysearch.quantize.backends.nncf.options import NNCF_CATALOGUE, missing_nncf, reject_reason
+from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+
+if TYPE_CHECKING:
+    import onnx
+
+    from raysearch.data import DataSource
+    from raysearch.quantize.calibration import CalibrationCache
+    from raysearch.space.catalogue import Catalogue
+
+__all__ = ["NncfBackend", "prepare_model", "nncf_dataset", "import_nncf", "nncf_session"]
+
+_logger = logging.getLogger(__name__)
+
+#: The first opset whose DequantizeLinear takes an ``axis`` (per-channel weights).
+_PER_CHANNEL_OPSET = 13
+
+
+@register_backend("nncf")
+class NncfBackend(QuantizerBackend):
+    """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module);
+    ``options`` are the base class's (``threads``, ``gpu_id``, ``providers``)."""
+
+    #: The settings this backend takes (``raysearch.quantize.backends.nncf.options``).
+    catalogue: ClassVar[Catalogue | None] = NNCF_CATALOGUE
+    #: Settings checked against the model before a search (:meth:`validate`).
+    model_settings: ClassVar[tuple[str, ...]] = (
+        "ignored_scope.types",
+        "ignored_scope.names",
+        "ignored_scope.patterns",
+    )
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource,
+        cache: CalibrationCache | None = None,
+        **options: Any,
+    ) -> None:
+        # ``cache`` is ONNX Runtime's calibration cache: NNCF collects its own statistics.
+        super().__init__(model_path, calibration, cache, **options)
+        self._nncf = import_nncf()
+        self.providers = self.providers or session_providers(self.gpu_id)
+        start = time.perf_counter()
+        self._external = has_external_data(self.model_path)
+        self._model = prepare_model(self.model_path)
+        self._dataset = nncf_dataset(calibration)
+        #: Seconds this process spent preparing the model and the data (once).
+        self.setup_s = time.perf_counter() - start
+
+    @classmethod
+    def missing_requirement(cls) -> str | None:
+        return missing_nncf()
+
+    # -- checks ----------------------------------------------------------------------------
+    @classmethod
+    def validate(
+        cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
+    ) -> None:
+        """Raise :class:`ConfigError` for an ``ignored_scope`` that matches nothing in
+        ``model`` (NNCF refuses it on every trial): op types and node names it lacks, with
+        the closest, and patterns that are no regular expression or match no node."""
+        scope = settings.get("ignored_scope") or {}
+        if not any(scope.get(k) for k in ("types", "names", "patterns")):
+            return
+        proto = model if not isinstance(model, (str, os.PathLike)) else load_header(model)
+        nodes = list(graph_nodes(proto.graph))
+        _check_present("ignored_scope.types", scope.get("types"), {n.op_type for n in nodes})
+        _check_present("ignored_scope.names", scope.get("names"), {n.name for n in nodes})
+        for pattern in scope.get("patterns") or []:
+            try:
+                regex = re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(
+                    "ignored_scope.patterns", f"'{pattern}' is no regular expression: {exc}"
+                ) from None
+            if not any(regex.match(n.name) for n in nodes if n.name):
+                raise ConfigError(
+                    "ignored_scope.patterns", f"'{pattern}' matches no node name of the model"
+                )
+
+    @classmethod
+    def reject(cls, settings: Mapping[str, Any]) -> str | None:
+        return reject_reason(settings)
+
+    # -- quantization ----------------------------------------------------------------------
+    def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
+        """Quantize with ``settings`` into ``out_path``. What NNCF raises is raised again as
+        one readable line naming NNCF (the trial records it as a failed trial)."""
+        from raysearch.quantize.backends.nncf._params import quantize_arguments
+
+        reason = reject_reason(settings)
+        if reason:
+            raise ValueError(reason)
+        folder = str(Path(self.model_path).resolve().parent) if self._external else None
+        items = self._dataset.get_length()
+        arguments = quantize_arguments(self._nncf, settings, items, folder)
+        start = time.perf_counter()
+        with nncf_session(self.providers, self.threads) as engine:
+            try:
+                quantized = self._nncf.quantize(self._model, self._dataset, **arguments)
+            except Exception as exc:  # NNCF's own failures: one line, the search goes on
+                raise ValueError(_failure_line(exc)) from exc
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        _save(quantized, os.fspath(out_path), self._external)
+        total = time.perf_counter() - start
+        return QuantizeInfo(
+            calibration_s=engine.total_s,
+            quantization_s=total - engine.total_s,
+            calib_cache_hit=False,
+            extra={
+                "nncf_sessions": float(engine.sessions),
+                "nncf_session_s": engine.session_s,
+                "nncf_inferences": float(engine.inferences),
+                "nncf_inference_s": engine.inference_s,
+            },
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """The float model at ``path`` as the backend gives it to NNCF on every trial (NNCF
+    copies it before changing it): ``Constant`` weights as initializers, and opset 13 where
+    the model's is lower. A model with external data is loaded without it (NNCF reads the
+    weights from the model's folder, ``BackendParameters.EXTERNAL_DATA_DIR``)."""
+    import onnx
+
+    from raysearch.modelgraph import constants_to_initializers
+
+    model = onnx.load(os.fspath(path), load_external_data=not has_external_data(path))
+    # NNCF 3.4 reads the type of a Cast's input from the value infos, which an initializer
+    # lacks (AttributeError): Constants read by a Cast stay nodes.
+    constants_to_initializers(model, keep_inputs_of=("Cast",))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < _PER_CHANNEL_OPSET:
+        model = onnx.version_converter.convert_version(model, _PER_CHANNEL_OPSET)
+        _logger.info("opset %d raised to %d for per-channel weights", opset, _PER_CHANNEL_OPSET)
+    return model
+
+
+def nncf_dataset(data: DataSource) -> Any:
+    """``data`` as an ``nncf.Dataset`` of per-sample feeds (views of its arrays)."""
+    from raysearch.quantize.backends.nncf._params import calibration_items
+
+    return import_nncf().Dataset(calibration_items(data))
+
+
+def _save(model: onnx.ModelProto, path: str, external: bool) -> None:
+    import onnx
+
+    if external:  # NNCF loaded the weights back: over 2 GB a single file cannot hold them
+        onnx.save_model(model, path, save_as_external_data=True, location=Path(path).name + ".data")
+    else:
+        onnx.save_model(model, path)
+
+
+def _check_present(key: str, requested: Sequence[str] | None, in_model: set[str]) -> None:
+    missing = [v for v in requested or [] if v not in in_model]
+    if missing:
+        pool = sorted(v for v in in_model if v)
+        described = ", ".join(f"'{v}'{suggest(v, pool)}" for v in missing)
+        raise ConfigError(key, f"not in the model: {described}")
+
+
+def _failure_line(exc: BaseException) -> str:
+    """``NNCF <version> failed in <step> (<type>): <first line>``: the step is the NNCF
+    algorithm the error came from (``bias_correction``, ``smooth_quant``, ...), and ONNX
+    Runtime's ``[ONNXRuntimeError] : 1 : FAIL :`` prefix is dropped."""
+    from nncf import __version__
+
+    step = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        found = re.search(
+            r"nncf[/\\]quantization[/\\]algorithms[/\\](\w+)", tb.tb_frame.f_code.co_filename
+        )
+        step = found.group(1) if found else step
+        tb = tb.tb_next
+    text = str(exc).strip().splitlines()
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text[0] if text else "")
+    where = f" in {step}" if step else ""
+    return f"NNCF {__version__} failed{where} ({type(exc).__name__}): {message}".rstrip(": ")

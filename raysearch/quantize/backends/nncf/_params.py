@@ -1,0 +1,143 @@
+"""The ``nncf`` backend's settings as ``nncf.quantize`` arguments, and its calibration data as
+an ``nncf.Dataset``.
+
+Only the settings a point gives are passed: every other argument stays NNCF's default (the
+catalogue, ``raysearch.quantize.backends.nncf.options``, says which they are). ``nodes_to_exclude``
+(what a tensor-override technique keeps float, merged in by the trial) joins
+``ignored_scope.names``; ONNX Runtime's ``extra_options`` (``TensorQuantOverrides``) cannot be
+expressed and raise.
+
+Example:
+    >>> nncf = import_nncf()                                                  # doctest: +SKIP
+    >>> arguments = quantize_arguments(nncf, {"preset": "mixed", "subset_size": 500}, 200)
+    ...                                                                       # doctest: +SKIP
+    >>> arguments["preset"], arguments["subset_size"]                        # doctest: +SKIP
+    (<QuantizationPreset.MIXED: 'mixed'>, 200)
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+
+__all__ = ["NNCF_DEFAULT_SUBSET", "quantize_arguments", "calibration_items"]
+
+_logger = logging.getLogger("raysearch.quantize.backends.nncf._backend")
+
+#: ``nncf.quantize``'s default ``subset_size``.
+NNCF_DEFAULT_SUBSET = 300
+_capped: set[tuple[int, int]] = set()
+
+
+def calibration_items(data: DataSource) -> list[dict[str, Any]]:
+    """One feed per calibration sample, as NNCF's statistics expect: NNCF averages per-item
+    minima and maxima, so a batch of 32 as one item would average over 7 items, not 200
+    samples. A model with a static batch axis (or data of whole feeds) gets its feeds. The
+    feeds are views of the source's arrays: nothing is copied."""
+    first = data.inputs[0]
+    static = bool(first.shape) and isinstance(first.shape[0], int)
+    if data.sample_is_feed or static:
+        return list(data.batches())
+    return [
+        {name: array[i : i + 1] for name, array in data.arrays.items()} for i in range(len(data))
+    ]
+
+
+def quantize_arguments(
+    nncf: ModuleType, settings: Mapping[str, Any], items: int, external_data_dir: str | None = None
+) -> dict[str, Any]:
+    """Keyword arguments of ``nncf.quantize`` for ``settings`` (the backend's, techniques
+    removed), with calibration data of ``items`` feeds. ``subset_size`` beyond the data is
+    the data's size (NNCF would use no more, and warn on every trial)."""
+    extra = settings.get("extra_options") or {}
+    if extra:  # the techniques' keys are removed before; what is left would be dropped
+        raise ValueError(f"quantizer nncf cannot apply extra_options {', '.join(sorted(extra))}")
+    arguments: dict[str, Any] = {}
+    if settings.get("preset"):
+        arguments["preset"] = nncf.QuantizationPreset(settings["preset"])
+    if settings.get("model_type") == "transformer":
+        arguments["model_type"] = nncf.ModelType.TRANSFORMER
+    if settings.get("target_device"):
+        arguments["target_device"] = nncf.TargetDevice[settings["target_device"]]
+    if settings.get("fast_bias_correction") is not None:
+        arguments["fast_bias_correction"] = bool(settings["fast_bias_correction"])
+    arguments["subset_size"] = _subset_size(settings.get("subset_size"), items)
+    scope = _ignored_scope(nncf, settings)
+    if scope is not None:
+        arguments["ignored_scope"] = scope
+    arguments["advanced_parameters"] = _advanced(settings, external_data_dir)
+    return arguments
+
+
+def _subset_size(requested: int | None, items: int) -> int:
+    size = int(requested or NNCF_DEFAULT_SUBSET)
+    if size > items and requested and (size, items) not in _capped:
+        _capped.add((size, items))
+        _logger.info("subset_size %d: the calibration data has %d samples, all used", size, items)
+    return max(1, min(size, items))
+
+
+def _ignored_scope(nncf: ModuleType, settings: Mapping[str, Any]) -> Any:
+    scope = dict(settings.get("ignored_scope") or {})
+    names = list(scope.get("names") or [])
+    names += [n for n in settings.get("nodes_to_exclude") or [] if n not in names]
+    types, patterns = list(scope.get("types") or []), list(scope.get("patterns") or [])
+    if not (names or types or patterns):
+        return None
+    return nncf.IgnoredScope(names=names, patterns=patterns, types=types)
+
+
+def _advanced(settings: Mapping[str, Any], external_data_dir: str | None) -> Any:
+    from nncf.common.quantization.quantizer_propagation.structs import QuantizerPropagationRule
+    from nncf.onnx.quantization.backend_parameters import BackendParameters
+    from nncf.quantization.advanced_parameters import (
+        AdvancedBiasCorrectionParameters,
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+        OverflowFix,
+        QuantizationParameters,
+    )
+
+    advanced = AdvancedQuantizationParameters()
+    if settings.get("disable_bias_correction") is not None:
+        advanced.disable_bias_correction = bool(settings["disable_bias_correction"])
+    if settings.get("bias_correction_threshold") is not None:
+        threshold = float(settings["bias_correction_threshold"])
+        advanced.bias_correction_params = AdvancedBiasCorrectionParameters(threshold=threshold)
+    alphas = settings.get("smooth_quant_alphas") or {}
+    if alphas:
+        defaults = AdvancedSmoothQuantParameters()
+        advanced.smooth_quant_alphas = AdvancedSmoothQuantParameters(
+            convolution=float(alphas.get("convolution", defaults.convolution)),
+            matmul=float(alphas.get("matmul", defaults.matmul)),
+        )
+    for key, field in (
+        ("activations_range_estimator", "activations_range_estimator_params"),
+        ("weights_range_estimator", "weights_range_estimator_params"),
+    ):
+        if settings.get(key):
+            setattr(advanced, field, _estimator(settings[key]))
+    if settings.get("weights_per_channel") is not None:
+        per_channel = bool(settings["weights_per_channel"])
+        advanced.weights_quantization_params = QuantizationParameters(per_channel=per_channel)
+    if settings.get("overflow_fix"):
+        advanced.overflow_fix = OverflowFix(settings["overflow_fix"])
+    if settings.get("quantizer_propagation_rule"):
+        rule = str(settings["quantizer_propagation_rule"]).upper()
+        advanced.quantizer_propagation_rule = QuantizerPropagationRule[rule]
+    if external_data_dir:
+        advanced.backend_params[BackendParameters.EXTERNAL_DATA_DIR] = external_data_dir
+    return advanced
+
+
+def _estimator(name: str) -> Any:
+    from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+    # The set's members are shared class attributes: each trial gets its own copy.
+    return copy.deepcopy(getattr(RangeEstimatorParametersSet, str(name).upper()))

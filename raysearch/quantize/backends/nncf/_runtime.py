@@ -1,0 +1,166 @@
+"""NNCF in a trial's process: imported quietly, its inference on the trial's device.
+
+- :func:`import_nncf` imports NNCF once with its telemetry off: NNCF builds an OpenVINO
+  telemetry client when ``openvino_telemetry`` imports (a client id written under
+  ``~/intel`` on first use, events sent from ``nncf.quantize``); with that import refused
+  NNCF falls back to its no-op stub, so nothing is written or sent. NNCF's log records go
+  through Python's ``logging`` (logger ``nncf``, warnings and above) instead of its own
+  stdout handler.
+- :func:`nncf_session` runs one NNCF call: NNCF's ONNX engine hard-codes
+  ``CPUExecutionProvider`` with ONNX Runtime's default thread pool (every core), so its
+  calibration inference is moved to the trial's ``providers`` and ``threads``, timed
+  (:class:`EngineTime`), and its rich progress bars are silenced.
+
+Example:
+    >>> nncf = import_nncf()                                                  # doctest: +SKIP
+    >>> with nncf_session(["CPUExecutionProvider"], threads=2) as timing:     # doctest: +SKIP
+    ...     quantized = nncf.quantize(model, dataset)
+    >>> timing.sessions, round(timing.inference_s, 1)                         # doctest: +SKIP
+    (2, 4.3)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from raysearch.providers import session_options
+
+__all__ = ["EngineTime", "import_nncf", "nncf_session"]
+
+_logger = logging.getLogger(__name__)
+# One NNCF call at a time per process: the engine swap is process-wide.
+_SESSION_LOCK = threading.Lock()
+
+
+@functools.cache
+def import_nncf() -> ModuleType:
+    """The ``nncf`` module, imported on first call with its telemetry off and its logging
+    routed through ``logging``.
+
+    Raises:
+        ImportError: NNCF is not installed (the message names ``raysearch[nncf]``).
+    """
+    from raysearch.quantize.backends.nncf.options import missing_nncf
+
+    reason = missing_nncf()
+    if reason:
+        raise ImportError(reason)
+    # A None entry makes ``import openvino_telemetry`` raise ImportError: NNCF then uses its
+    # telemetry stub (nncf/telemetry/wrapper.py) and never builds the real client. OpenVINO
+    # may have imported the package already: its entry is put back afterwards.
+    previous = sys.modules.get("openvino_telemetry")
+    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
+    try:
+        import nncf
+        import nncf.telemetry
+        from nncf.telemetry import decorator, wrapper
+    finally:
+        if previous is None:
+            del sys.modules["openvino_telemetry"]
+        else:
+            sys.modules["openvino_telemetry"] = previous
+    if not isinstance(wrapper.telemetry, wrapper.NNCFTelemetryStub):
+        # NNCF was imported before raysearch, with its client: every name NNCF calls it by
+        # gets the stub before a call could send an event.
+        stub = wrapper.NNCFTelemetryStub()
+        wrapper.telemetry = decorator.telemetry = nncf.telemetry.telemetry = stub
+    nncf_log = logging.getLogger("nncf")
+    for handler in list(nncf_log.handlers):
+        nncf_log.removeHandler(handler)
+    nncf_log.propagate = True
+    # Its INFO notes (unknown edge shapes, per step) repeat on every trial of a search.
+    nncf_log.setLevel(logging.WARNING)
+    _logger.debug("imported NNCF %s with its telemetry off", nncf.__version__)
+    return nncf
+
+
+@dataclass
+class EngineTime:
+    """Where an NNCF call spent its ONNX Runtime time: ``sessions`` built (one per
+    statistics pass or bias-correction subgraph) and the seconds building them, and
+    ``inferences`` run and the seconds running them."""
+
+    sessions: int = 0
+    session_s: float = 0.0
+    inferences: int = 0
+    inference_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.session_s + self.inference_s
+
+
+@contextlib.contextmanager
+def nncf_session(providers: Sequence[Any], threads: int = 1) -> Iterator[EngineTime]:
+    """Inside the block, NNCF's ONNX engine runs on ``providers`` with ``threads`` intra-op
+    threads and is timed; NNCF's progress bars print nothing."""
+    import_nncf()
+    from nncf.onnx import engine as engine_module
+
+    timing = EngineTime()
+    original = engine_module.ONNXEngine
+    trial_engine = _engine_class(original, list(providers), threads, timing)
+    with _SESSION_LOCK, _quiet_progress():
+        # NNCF's EngineFactory imports ONNXEngine from this module on every call.
+        engine_module.ONNXEngine = trial_engine
+        try:
+            yield timing
+        finally:
+            engine_module.ONNXEngine = original
+
+
+def _engine_class(base: type, providers: list[Any], threads: int, timing: EngineTime) -> type:
+    """A subclass of NNCF's ``ONNXEngine`` whose sessions use ``providers`` and ``threads``
+    (and NNCF's external-data folder, as its own engine does)."""
+    import onnxruntime as ort
+    from nncf.onnx.graph.model_metadata import MetadataKey, get_metadata
+
+    class TrialEngine(base):  # type: ignore[misc, valid-type]
+        def __init__(self, model: Any, **_: Any) -> None:
+            start = time.perf_counter()
+            options = session_options(threads)
+            folder = get_metadata(model, MetadataKey.EXTERNAL_DATA_DIR)
+            if folder:
+                options.add_session_config_entry(
+                    "session.model_external_initializers_file_folder_path", folder
+                )
+            self.sess = ort.InferenceSession(
+                model.SerializeToString(), options, providers=providers
+            )
+            self.input_names = {i.name for i in self.sess.get_inputs()}
+            timing.sessions += 1
+            timing.session_s += time.perf_counter() - start
+
+        def infer(self, input_data: dict[str, Any]) -> dict[str, Any]:
+            start = time.perf_counter()
+            try:
+                return super().infer(input_data)
+            finally:
+                timing.inferences += 1
+                timing.inference_s += time.perf_counter() - start
+
+    return TrialEngine
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """NNCF's ``track`` draws rich progress bars on rich's global console (stdout, every
+    trial, into Ray's logs): mute that console for the call."""
+    from rich import get_console
+
+    console = get_console()
+    before = console.quiet
+    console.quiet = True
+    try:
+        yield
+    finally:
+        console.quiet = before

@@ -1,0 +1,38 @@
+"""The ONNX Runtime backend (``quantizer: ort``): ``quantize_static``/``quantize_dynamic`` with
+raysearch's shared calibration, its settings catalogue and its refusals.
+
+The names below are defined in ``raysearch.quantize.backends.ort._backend``."""
+
+from __future__ import annotations
+
+from raysearch.quantize.backends.ort._backend import (
+    CALIBRATION_OPTIONS,
+    REJECT_RULES,
+    OrtBackend,
+    reject_distribution_few_bins,
+    reject_entropy_quantized_bins_over_bins,
+    reject_float8_mixed,
+    reject_float8_without_distribution,
+    reject_int8_activation_uint8_weight,
+    reject_qoperator_4bit,
+    reject_qoperator_16bit,
+    reject_qoperator_float8,
+    reject_reason,
+    split_extra_options,
+)
+
+__all__ = [
+    "OrtBackend",
+    "CALIBRATION_OPTIONS",
+    "split_extra_options",
+    "REJECT_RULES",
+    "reject_reason",
+    "reject_qoperator_16bit",
+    "reject_qoperator_4bit",
+    "reject_qoperator_float8",
+    "reject_int8_activation_uint8_weight",
+    "reject_float8_mixed",
+    "reject_float8_without_distribution",
+    "reject_entropy_quantized_bins_over_bins",
+    "reject_distribution_few_bins",
+]

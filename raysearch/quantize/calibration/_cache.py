@@ -1,0 +1,303 @@
+"""``CalibrationCache``: calibrate once, quantize many times.
+
+ONNX Runtime's ``quantize_static`` runs calibration inference for every call. Most settings of
+a search differ only in what happens *after* calibration (quant types, symmetry, per-channel,
+excluded nodes, the percentile of a histogram...), so raysearch calibrates once per distinct
+*calibration* and hands the ranges (ONNX Runtime's ``TensorsData``) to the quantizer.
+
+What is shared:
+
+- **MinMax**: one collection per (moving average, its constant, ``CalibStridedMinMax``).
+  ``CalibTensorRangeSymmetric`` is applied afterwards with ONNX Runtime's own formula, so
+  symmetric and asymmetric settings share it (except with ``CalibStridedMinMax``, where ONNX
+  Runtime symmetrises each stride before merging).
+- **Histograms** (Entropy, Percentile, Distribution): one collection per histogram *kind* and
+  bin count. ONNX Runtime builds an absolute-value histogram for symmetric Percentile (its
+  default) and a signed one for everything else, so Entropy, Distribution and asymmetric
+  Percentile with the same ``num_bins`` share one histogram, and every percentile value is a
+  1-3 ms computation on it. ``num_quantized_bins``, ``CalibPercentile`` and ``scenario`` never
+  cause calibration inference.
+- **Tensor sets**: ``op_types_to_quantize`` decides which tensors are calibrated. An entry
+  that covers a superset of the tensors a setting needs serves it (per-tensor statistics do not
+  depend on which other tensors are collected).
+
+Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
+(which keeps every intermediate output of every sample in memory: about 6 GB for 200 magika
+samples with every op type), with bounded memory: a first pass finds each tensor's range; if
+the calibrated tensors of the whole data set fit in ``memory_budget`` they are kept and binned
+at once, otherwise a second inference pass bins them batch by batch (``np.histogram`` counts
+add up when the bins are fixed). Memory then stays at one batch of intermediate outputs plus
+64 MB. Pass-one ranges are cached too, so another histogram kind or bin count needs one pass.
+
+Non-finite activations: NaN, +-inf and +-the float type's largest value (what additive
+attention masks hold: ``-inf``, or ``torch.finfo(float32).min`` in Hugging Face models) are
+left out of ranges and histograms, and their count is logged. Without that, a masked tensor's
+range is infinite: MinMax gives infinite scales and every histogram method fails. MinMax keeps
+ONNX Runtime's in-graph ``ReduceMin``/``ReduceMax`` pass; only the tensors whose range comes out
+non-finite get a second pass that reads them whole and drops those values.
+
+Calibration inference runs on the execution providers it is given (a trial's providers, CUDA
+options included), as the trial's evaluation does. The cache key holds the providers' names
+but not their options, so trials on the same kind of device share entries whatever their GPU
+index or memory share; CPU and CUDA entries are kept apart because their kernels may round
+differently, as the float reference's key does.
+
+Entries live in memory (a bounded LRU per process) and, given a ``cache_dir``, on disk
+(MinMax as ONNX Runtime's ``save_tensors_data`` JSON, histograms as ``.npz``), written to a
+temporary file and renamed, under a per-key file lock so concurrent processes calibrate once.
+
+The parts live in private modules of one concept each: ``_request`` (what a setting asks
+calibration to collect, keyed by the catalogue's ``affects_calibration`` flags), ``_store``
+(memory and disk entries, the file lock), ``_calibrator`` (ONNX Runtime's calibrators and
+sessions), ``_minmax``, ``_histogram`` and ``_nonfinite``; this module ties them together.
+
+Example:
+    >>> from raysearch.quantize.calibration._cache import CalibrationCache, CalibrationRequest
+    >>> cache = CalibrationCache("~/.cache/raysearch")                         # doctest: +SKIP
+    >>> request = CalibrationRequest.from_settings({"calibrate_method": "Percentile",
+    ...                                             "extra_options": {"CalibPercentile": 99.99}})
+    >>> ranges, hit = cache.tensors_range("model.onnx", data, request)         # doctest: +SKIP
+    >>> cache.stats["calibrations"]                                            # doctest: +SKIP
+    1
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from onnxruntime.quantization.calibrate import CalibrationMethod, TensorsData
+
+from raysearch.modelfile import cached_file_hash
+from raysearch.providers import provider_names
+from raysearch.quantize.calibration._calibrator import Calibrators
+from raysearch.quantize.calibration._histogram import bin_batches, compute_ranges, range_pass
+from raysearch.quantize.calibration._minmax import collect_minmax, minmax_ranges
+from raysearch.quantize.calibration._request import (
+    DEFAULT_OP_TYPES,
+    HISTOGRAM_METHODS,
+    CalibrationRequest,
+    calibration_values,
+    tensors_to_calibrate,
+)
+from raysearch.quantize.calibration._store import CacheStats, Entry, EntryStore
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+
+__all__ = [
+    "CalibrationCache",
+    "CalibrationRequest",
+    "CacheStats",
+    "DEFAULT_OP_TYPES",
+    "HISTOGRAM_METHODS",
+    "calibration_values",
+    "tensors_to_calibrate",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: Part of every cache key. 2: non-finite values left out, providers keyed by name.
+_FORMAT_VERSION = 2
+
+
+class CalibrationCache:
+    """Calibration results shared by every setting that needs the same statistics.
+
+    ``cache_dir`` (optional) keeps entries on disk for other processes and resumed searches;
+    ``max_entries`` bounds the entries kept in memory. ``threads`` sets the calibration
+    sessions' intra-op threads; ``providers`` (ONNX Runtime's ``providers`` argument, names or
+    ``(name, options)`` pairs) is where they run unless a call says otherwise (a trial passes its
+    own, see :meth:`tensors_range`). ``memory_budget`` (bytes) bounds the intermediate
+    outputs a histogram collection keeps: when the calibrated tensors of the whole data set fit,
+    one inference pass is enough; otherwise a second pass bins them batch by batch.
+
+    Example:
+        >>> cache = CalibrationCache(cache_dir="/tmp/rs-cache", threads=2)     # doctest: +SKIP
+        >>> ranges, hit = cache.tensors_range("model.onnx", data,             # doctest: +SKIP
+        ...     CalibrationRequest(method="MinMax", op_types=("MatMul",)))
+    """
+
+    def __init__(
+        self,
+        cache_dir: str | os.PathLike | None = None,
+        max_entries: int = 16,
+        *,
+        threads: int | None = None,
+        providers: Sequence[Any] | None = None,
+        memory_budget: int = 1 << 30,
+    ) -> None:
+        self.cache_dir = (
+            Path(os.path.expanduser(os.fspath(cache_dir))) / "calibration" if cache_dir else None
+        )
+        self.max_entries = max(1, int(max_entries))
+        self.threads = threads
+        self.providers: list[Any] = list(providers) if providers else ["CPUExecutionProvider"]
+        self.memory_budget = int(memory_budget)
+        self._stats = CacheStats()
+        self._store = EntryStore(self.cache_dir, self.max_entries, self._stats)
+        self._calibrators = Calibrators(threads, self._stats)
+        self._computed: OrderedDict[tuple[Any, ...], TensorsData] = OrderedDict()
+        self._lock = threading.RLock()
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """``calibrations``, ``inference_passes``, ``inference_batches``, ``memory_hits``,
+        ``disk_hits``, ``lock_waits``, ``calibration_s``."""
+        return asdict(self._stats)
+
+    @property
+    def _entries(self) -> OrderedDict[tuple[Any, ...], Entry]:
+        # The entries kept in memory (tests check the bound on them).
+        return self._store.entries
+
+    def tensors_range(
+        self,
+        model_path: str | os.PathLike,
+        data: DataSource,
+        request: CalibrationRequest,
+        *,
+        model_hash: str | None = None,
+        providers: Sequence[Any] | None = None,
+    ) -> tuple[TensorsData, bool]:
+        """The calibrated ranges ``quantize_static`` would compute for ``request`` on the model
+        at ``model_path`` with ``data``, and whether they came from the cache (no inference).
+
+        Calibration inference runs on ``providers`` (default: the cache's). The returned
+        ``TensorsData`` is a fresh copy: the quantizer may modify it.
+        """
+        model_path = os.fspath(model_path)
+        providers = list(providers) if providers else self.providers
+        with self._lock:
+            model_hash = model_hash or cached_file_hash(model_path)
+            inferred = self._calibrators.inferred_model(model_path)
+            names = frozenset(tensors_to_calibrate(inferred, request.op_types))
+            base = (
+                _FORMAT_VERSION,
+                model_hash,
+                data.content_hash,
+                data.batch_size,
+                data.sample_is_feed,
+                # Names, not options: trials on one kind of device share entries whatever
+                # their GPU index or memory share; CPU and CUDA kernels may round differently.
+                tuple(provider_names(providers)),
+            )
+            if request.method == "MinMax":
+                result, hit = self._minmax(model_path, data, request, base, names, providers)
+            else:
+                result, hit = self._histogram(model_path, data, request, base, names, providers)
+            return copy.deepcopy(result), hit
+
+    def _minmax(
+        self,
+        model_path: str,
+        data: DataSource,
+        request: CalibrationRequest,
+        base: tuple[Any, ...],
+        names: frozenset[str],
+        providers: list[Any],
+    ) -> tuple[TensorsData, bool]:
+        key = (*base, *request.collection_key())
+        entry, hit = self._store.lookup(key, "minmax", names)
+        if entry is None:
+            with self._store.lock(key):
+                # Found after waiting on the lock: another trial calibrated while this one
+                # waited, which is no cache hit (the wait is in this trial's calibration time).
+                entry, hit = self._store.lookup(key, "minmax", names, waited=True)
+                if entry is None:
+                    start = time.perf_counter()
+                    ranges = collect_minmax(self._calibrators, model_path, data, request, providers)
+                    self._count_calibration(start, "MinMax", len(ranges.keys()))
+                    entry = Entry("minmax", frozenset(ranges.keys()), ranges)
+                    self._store.store(key, entry)
+        return minmax_ranges(entry.payload, names, request), hit
+
+    def _histogram(
+        self,
+        model_path: str,
+        data: DataSource,
+        request: CalibrationRequest,
+        base: tuple[Any, ...],
+        names: frozenset[str],
+        providers: list[Any],
+    ) -> tuple[TensorsData, bool]:
+        key = (*base, *request.collection_key())
+        compute_key = (key, names, request.method, *request.compute_params())
+        cached = self._computed.get(compute_key)
+        if cached is not None:
+            self._computed.move_to_end(compute_key)
+            self._stats.memory_hits += 1
+            return cached, True
+        entry, hit = self._store.lookup(key, "hist", names)
+        if entry is None:
+            with self._store.lock(key):
+                entry, hit = self._store.lookup(key, "hist", names, waited=True)
+                if entry is None:
+                    histograms = self._collect_histograms(
+                        model_path, data, request, base, names, providers
+                    )
+                    entry = Entry("hist", frozenset(histograms), histograms)
+                    self._store.store(key, entry)
+        histograms = {n: entry.payload[n] for n in entry.payload if n in names}
+        result = compute_ranges(histograms, request)
+        self._computed[compute_key] = result
+        while len(self._computed) > 4 * self.max_entries:
+            self._computed.popitem(last=False)
+        return result, hit
+
+    def _collect_histograms(
+        self,
+        model_path: str,
+        data: DataSource,
+        request: CalibrationRequest,
+        base: tuple[Any, ...],
+        names: frozenset[str],
+        providers: list[Any],
+    ) -> dict[str, tuple[Any, ...]]:
+        """Histograms of ``names``: pass one's ranges (cached under their own key, shared by
+        every histogram kind and bin count), then the binning, from the outputs pass one kept
+        when they fitted in ``memory_budget`` or from a second pass."""
+        start = time.perf_counter()
+        stats_key = (*base, "stats")
+        method = CalibrationMethod[request.method]
+        calibrators = self._calibrators
+        with calibrators.open(model_path, request.op_types, method, {}, providers) as cal:
+            session = cal.infer_session
+            outputs = [o.name for o in session.get_outputs()]
+            selected = [(i, n) for i, n in enumerate(outputs) if n in cal.tensors_to_calibrate]
+            if set(cal.tensors_to_calibrate) != names:
+                _logger.warning(
+                    "calibrator selected %d tensors, raysearch expected %d",
+                    len(cal.tensors_to_calibrate),
+                    len(names),
+                )
+            stats_entry, _ = self._store.lookup(stats_key, "stats", names)
+            kept = None
+            if stats_entry is None:
+                ranges, kept = range_pass(calibrators, session, data, selected, self.memory_budget)
+                stats_entry = Entry("stats", frozenset(ranges), ranges)
+                self._store.store(stats_key, stats_entry)
+            if kept is not None:  # everything fitted in memory: no second inference pass
+                batches = iter(kept)
+            else:
+                batches = (
+                    {name: out[index].ravel() for index, name in selected}
+                    for out in calibrators.run_all(session, data)
+                )
+            histograms = bin_batches(batches, selected, stats_entry.payload, request)
+        self._count_calibration(start, request.method, len(histograms))
+        return histograms
+
+    def _count_calibration(self, start: float, method: str, n_tensors: int) -> None:
+        elapsed = time.perf_counter() - start
+        self._stats.calibrations += 1
+        self._stats.calibration_s += elapsed
+        _logger.info("calibrated %d tensors with %s in %.2f s", n_tensors, method, elapsed)

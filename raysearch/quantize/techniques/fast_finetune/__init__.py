@@ -1,0 +1,21 @@
+"""Fast fine-tuning: AdaRound and AdaQuant layer by layer (``include_fast_ft``; PyTorch).
+
+The names below are defined in ``raysearch.quantize.techniques.fast_finetune._fast_finetune``."""
+
+from __future__ import annotations
+
+from raysearch.quantize.techniques.fast_finetune._fast_finetune import (
+    SWITCH,
+    FastFinetune,
+    FinetuneOptions,
+    finetune_model,
+    finetune_options,
+)
+
+__all__ = [
+    "FastFinetune",
+    "FinetuneOptions",
+    "finetune_options",
+    "finetune_model",
+    "SWITCH",
+]

@@ -1,0 +1,144 @@
+"""Fast fine-tuning: AdaRound or AdaQuant weight rounding of the quantized model.
+
+Switched on by ``include_fast_ft``; its parameters live in ``extra_options`` (Quark nests them
+in ``extra_options.FastFinetune``, which is accepted too; a flat key wins):
+
+- ``OptimAlgorithm``: ``adaround`` (learn to round each weight up or down) or ``adaquant``
+  (learn the weights and the bias with straight-through rounding). Default ``adaround``.
+- ``NumIterations`` (default 1000) and ``LearningRate`` (default 0.1 for AdaRound, 1e-5 for
+  AdaQuant, Quark's defaults), or both at once as ``NumIterLR: [iterations, rate]``.
+- ``BatchSize``: calibration samples per step (default 2, Quark's auto-search preset).
+- ``DataSize``: the first calibration samples used (default: all).
+- ``OptimDevice``: where PyTorch optimises: ``cpu``, ``cuda`` or ``cuda:<i>`` (default: the
+  trial's GPU when it runs on CUDA and PyTorch sees one, else ``cpu``).
+- ``FixedSeed``: seed of the batch sampling (default 0: the result is deterministic).
+
+Layer by layer, in graph order, over the Conv, Gemm and MatMul nodes whose weight is a
+quantized constant (``DequantizeLinear`` of an integer initializer, per tensor or per
+channel, as ONNX Runtime's QDQ quantizer writes it), it minimises the layer's reconstruction
+error ``|| f(W_q, X_q) - f(W, X) ||^2``: ``X_q`` is the layer's input in the quantized model
+(earlier layers already fine-tuned, as NNCF's and Quark's AdaRound do, so each layer corrects
+the error that reaches it) and ``f(W, X)`` the layer's output in the float model at
+``float_path``, both captured by ONNX Runtime on the calibration data, one layer at a time;
+``W`` is the float initializer of the same node. The new integer weights (and, for AdaQuant,
+the bias, requantized to int32 with its scale ``s_in * s_w``) replace the old ones; scales,
+zero points and the graph are unchanged. PyTorch does the optimisation (see
+:mod:`raysearch.quantize.techniques.fast_finetune._torch`).
+
+Example:
+    >>> options = finetune_options({"include_fast_ft": True,
+    ...                             "extra_options": {"FastFinetune": {"NumIterLR": [200, 0.01]}}})
+    >>> options.algorithm, options.iterations, options.learning_rate, options.batch_size
+    ('adaround', 200, 0.01, 2)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from raysearch.errors import ConfigError
+from raysearch.providers import device_label
+from raysearch.quantize.technique import QuantizedModelTransform, register_technique
+from raysearch.quantize.techniques.fast_finetune._layers import finetune_model
+from raysearch.quantize.techniques.fast_finetune._options import (
+    ALGORITHMS,
+    DEVICES,
+    GROUP,
+    SWITCH,
+    FinetuneOptions,
+    finetune_options,
+)
+from raysearch.space.catalogue import OptionSpec
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+
+__all__ = ["FastFinetune", "FinetuneOptions", "finetune_options", "finetune_model", "SWITCH"]
+
+_logger = logging.getLogger(__name__)
+
+
+_TORCH_MISSING = "fine-tuning needs PyTorch: pip install 'raysearch[finetune]'"
+
+
+def _spec(kind: str, doc: str, **kw: Any) -> OptionSpec:
+    return OptionSpec(kind, doc, requires=SWITCH, **kw)
+
+
+def _require_torch() -> None:
+    """Raise the one-line error when PyTorch cannot be imported."""
+    try:
+        import torch  # noqa: F401
+    except (ImportError, OSError):
+        raise ConfigError(SWITCH, _TORCH_MISSING) from None
+
+
+@register_technique("fast_finetune")
+class FastFinetune(QuantizedModelTransform):
+    """AdaRound/AdaQuant rounding of the quantized weights (see the module)."""
+
+    needs_qdq: ClassVar[bool] = True
+
+    settings: ClassVar[Mapping[str, OptionSpec]] = {
+        SWITCH: OptionSpec("bool", "fine-tune the quantized weights (AdaRound/AdaQuant)"),
+    }
+    containers: ClassVar[Mapping[str, Mapping[str, OptionSpec]]] = {
+        "extra_options": {
+            GROUP: _spec("dict", "Quark's group of the fine-tuning parameters below"),
+            "OptimAlgorithm": _spec("enum", "adaround or adaquant", choices=ALGORITHMS),
+            "NumIterations": _spec("int", "optimisation steps per layer", low=1),
+            "LearningRate": _spec("float", "Adam's learning rate", low=0.0),
+            "NumIterLR": _spec("num_list", "[NumIterations, LearningRate] set together"),
+            "BatchSize": _spec("int", "calibration samples per step", low=1),
+            "DataSize": _spec("int", "calibration samples used (default all)", low=1),
+            "OptimDevice": _spec("enum", "device PyTorch optimises on", choices=DEVICES),
+            "FixedSeed": _spec("int", "seed of the batch sampling", low=0),
+        }
+    }
+    devices = frozenset({"cpu", "gpu"})
+    order = 20
+
+    @classmethod
+    def missing_requirement(cls) -> str | None:
+        import importlib.util
+
+        return None if importlib.util.find_spec("torch") else _TORCH_MISSING
+
+    def effect_key(self, settings: Mapping[str, Any]) -> str | None:
+        if not settings.get(SWITCH):
+            return None
+        _require_torch()
+        return self.options(settings).key()
+
+    def options(self, settings: Mapping[str, Any]) -> FinetuneOptions:
+        """The resolved parameters for ``settings`` on this trial's device."""
+        samples = self.context.calibration.num_samples if self.context else None
+        return finetune_options(settings, self._default_device(), samples)
+
+    def _default_device(self) -> str:
+        label = device_label(self.providers)
+        if not label.startswith("cuda"):
+            return "cpu"
+        from raysearch.quantize.techniques.fast_finetune import _torch as _finetune_torch
+
+        return label if _finetune_torch.cuda_available() else "cpu"
+
+    def transform(
+        self,
+        quantized_path: str,
+        float_path: str,
+        settings: Mapping[str, Any],
+        calibration: DataSource,
+    ) -> None:
+        _require_torch()
+        options = finetune_options(settings, self._default_device(), calibration.num_samples)
+        finetune_model(
+            quantized_path,
+            float_path,
+            calibration,
+            options,
+            providers=self.providers,
+            threads=self.threads,
+        )

@@ -1,0 +1,20 @@
+"""Mixed precision: the few most sensitive tensors promoted to a higher precision.
+
+The names below are defined in
+``raysearch.quantize.techniques.mixed_precision._mixed_precision``."""
+
+from __future__ import annotations
+
+from raysearch.quantize.techniques.mixed_precision._mixed_precision import (
+    KEY,
+    PER_RANK,
+    MixedPrecision,
+    precisions,
+)
+
+__all__ = [
+    "MixedPrecision",
+    "precisions",
+    "PER_RANK",
+    "KEY",
+]

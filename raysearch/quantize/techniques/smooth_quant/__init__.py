@@ -1,0 +1,21 @@
+"""SmoothQuant (``include_sq``).
+
+The names below are defined in ``raysearch.quantize.techniques.smooth_quant._smooth_quant``."""
+
+from __future__ import annotations
+
+from raysearch.quantize.techniques.smooth_quant._smooth_quant import (
+    SmoothOptions,
+    SmoothQuant,
+    smooth_model,
+    smooth_options,
+    smoothing_scales,
+)
+
+__all__ = [
+    "SmoothQuant",
+    "SmoothOptions",
+    "smooth_options",
+    "smoothing_scales",
+    "smooth_model",
+]

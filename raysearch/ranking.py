@@ -1,0 +1,155 @@
+"""The finished-trial records an output is written from: their order, the best one.
+
+Example:
+    >>> rows = [{"trial_id": "b", "number": 2, "status": "ok", "metric": 0.1},
+    ...         {"trial_id": "a", "number": 1, "status": "ok", "metric": 0.3}]
+    >>> [r["trial_id"] for r in order(rows)], best_record(rows, higher_is_better=True)["trial_id"]
+    (['a', 'b'], 'a')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["finite", "order", "best_record", "best_records", "stopped_at_rung"]
+
+
+def finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def order(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Records in the order their trials started (``number``), ties by trial id."""
+
+    def key(record: Mapping[str, Any]) -> tuple[int, str]:
+        number = record.get("number")
+        return (number if isinstance(number, int) else 1 << 62, str(record.get("trial_id")))
+
+    return sorted(records, key=key)
+
+
+def _extra(record: Mapping[str, Any], name: str) -> float | None:
+    extra = record.get("extra")
+    return finite(extra.get(name)) if isinstance(extra, Mapping) else None
+
+
+def promoted(record: Mapping[str, Any]) -> float:
+    """How many tensors the record's setting kept at higher precision (mixed precision)."""
+    return _extra(record, "promoted") or 0.0
+
+
+def better(
+    record: Mapping[str, Any], than: Mapping[str, Any] | None, higher_is_better: bool
+) -> bool:
+    """Whether ``record`` (a complete trial) beats ``than``.
+
+    A candidate (within the tolerance) beats a trial that is not one. Among candidates the
+    tolerance says what is good enough, so the faster model wins: the larger share of
+    MatMul/Gemm/Conv nodes left quantized (``extra.quantized_share``), then fewer tensors
+    promoted to a higher precision (``extra.promoted``), then the better metric. Among
+    trials that are not candidates the better metric wins, fewer tensors promoted on a tie.
+    (Intel Neural Compressor's fallback returns the first, most quantized, model that meets
+    its accuracy goal for the same reason.) Without promotions and with every node quantized
+    alike this is the better metric, candidates first. A trial whose model was lost
+    (``model_lost``: its node went before the driver fetched it) beats none: ``best/`` holds
+    the best model that exists; nor does one stopped at a rung of evaluation on growing
+    subsets (``stopped_at_rung``: its metric is over some of the rows only).
+
+    Example:
+        >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
+        ...      "extra": {"promoted": 2, "quantized_share": 0.5}}
+        >>> b = {"status": "ok", "metric": 0.98, "is_candidate": True,
+        ...      "extra": {"promoted": 0, "quantized_share": 1.0}}
+        >>> better(b, a, True), better(a, b, True)
+        (True, False)
+        >>> c = {"status": "ok", "metric": 0.9, "extra": {"promoted": 0}}
+        >>> d = {"status": "ok", "metric": 0.9, "extra": {"promoted": 3}}
+        >>> better(c, d, True), better(d, c, True)
+        (True, False)
+        >>> better({**b, "model_lost": "its node was lost"}, None, True)
+        False
+        >>> better({**c, "stopped_at_rung": 0}, None, True)
+        False
+    """
+    metric = finite(record.get("metric"))
+    if record.get("status") != "ok" or metric is None or record.get("model_lost"):
+        return False  # a trial whose model was lost never makes best/ point at nothing
+    if record.get("stopped_at_rung") is not None:
+        return False
+    if than is None:
+        return True
+    best = finite(than.get("metric"))
+    if best is None:
+        return True
+    candidate = bool(record.get("is_candidate"))
+    if candidate != bool(than.get("is_candidate")):
+        return candidate
+    if candidate:
+        share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")
+        if share is not None and best_share is not None and share != best_share:
+            return share > best_share
+        if promoted(record) != promoted(than):
+            return promoted(record) < promoted(than)
+    if metric != best:
+        return metric > best if higher_is_better else metric < best
+    return promoted(record) < promoted(than)
+
+
+def best_record(
+    records: Sequence[Mapping[str, Any]], higher_is_better: bool
+) -> Mapping[str, Any] | None:
+    """The best complete trial by :func:`better` (the earliest one on a tie), or None."""
+    best = None
+    for record in order(records):
+        if better(record, best, higher_is_better):
+            best = record
+    return best
+
+
+def best_records(
+    records: Sequence[Mapping[str, Any]], n: int, higher_is_better: bool
+) -> list[Mapping[str, Any]]:
+    """The ``n`` best complete trials, best first: :func:`best_record`, then the best of the
+    others, and so on (fewer when fewer are complete).
+
+    Example:
+        >>> rows = [{"trial_id": t, "number": i, "status": "ok", "metric": m}
+        ...         for i, (t, m) in enumerate([("a", 0.1), ("b", 0.3), ("c", 0.2)])]
+        >>> [r["trial_id"] for r in best_records(rows, 2, higher_is_better=True)]
+        ['b', 'c']
+    """
+    rest, top = list(records), []
+    while len(top) < n:
+        best = best_record(rest, higher_is_better)
+        if best is None:
+            break
+        top.append(best)
+        rest = [r for r in rest if r is not best]
+    return top
+
+
+def stopped_at_rung(record: Mapping[str, Any]) -> int | None:
+    """The rung a trial's final record ended at when that is not the last one (ASHA stopped
+    it there); None for a trial evaluated on every row, or one that failed. Reads a record or
+    a flattened Tune result (``trial/rung``).
+
+    Example:
+        >>> stopped_at_rung({"trial/status": "ok", "trial/rung": 0, "trial/rungs": 3})
+        0
+    """
+
+    nested = record.get("trial")
+    if isinstance(nested, Mapping):  # a Tune result as the trainable returned it
+        record = nested
+
+    def get(key: str) -> Any:
+        return record.get(key, record.get(f"trial/{key}"))
+
+    rung, rungs = get("rung"), get("rungs")
+    if get("status") != "ok" or not isinstance(rung, int) or not isinstance(rungs, int):
+        return None
+    return rung if rung < rungs - 1 else None

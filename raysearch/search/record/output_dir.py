@@ -1,0 +1,294 @@
+"""The output folder's ownership: claiming it for a search, refusing what raysearch did not
+create, removing an earlier search on ``overwrite`` (only what raysearch created there), and
+the marker and config files that make it resumable.
+
+Which files are raysearch's is :mod:`raysearch.layout`.
+
+Example:
+    >>> previous = check_output_dir(folder, overwrite=True)          # doctest: +SKIP
+    >>> if previous:                                                 # doctest: +SKIP
+    ...     clean_output_dir(folder, storage_owned=True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from raysearch.errors import ConfigError, InputError
+from raysearch.layout import (
+    CONFIG_FILE,
+    EXPERIMENT,
+    JOURNAL,
+    LOCK,
+    MARKER,
+    OWNED,
+    RAY_RESULTS,
+    RESULT_FILES,
+    SUMMARY,
+)
+from raysearch.search.record.journal import Journal, atomic_write_text
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+
+__all__ = [
+    "FolderInUse",
+    "check_not_in_use",
+    "hold_output_dir",
+    "refuse_links",
+    "holds_search",
+    "foreign_names",
+    "check_output_dir",
+    "clean_output_dir",
+    "write_marker",
+    "search_id",
+    "write_config",
+    "storage_path",
+]
+
+_logger = logging.getLogger("raysearch.search")
+
+
+def holds_search(folder: Path) -> bool:
+    return any((folder / name).exists() for name in (MARKER, JOURNAL, SUMMARY))
+
+
+def foreign_names(folder: Path) -> list[str]:
+    """Names raysearch writes that exist in ``folder`` although no raysearch search is there
+    (no marker): files raysearch did not create and must not overwrite."""
+    if not folder.is_dir() or (folder / MARKER).is_file():
+        return []
+    return [name for name in OWNED if (folder / name).exists() or (folder / name).is_symlink()]
+
+
+def check_output_dir(folder: Path, *, overwrite: bool) -> bool:
+    """Whether ``folder`` holds an earlier search (that ``overwrite`` allows to replace).
+
+    Raises:
+        ConfigError: files of raysearch's names that raysearch did not create are there (a
+            symbolic link at one of them too), or an earlier search and ``overwrite`` is
+            False.
+        FolderInUse: a search is running in ``folder``.
+    """
+    foreign = foreign_names(folder)
+    if foreign:
+        names = ", ".join(f"'{n}'" for n in foreign)
+        raise ConfigError(
+            "output_dir",
+            f"{folder} already holds {names}, not created by raysearch (no {MARKER}); "
+            "choose another output_dir: raysearch never overwrites files it did not create",
+        )
+    check_not_in_use(folder)
+    refuse_links(folder)
+    previous = folder.exists() and holds_search(folder)
+    if previous and not overwrite:
+        raise ConfigError(
+            "output_dir",
+            f"{folder} holds a previous search; continue it with "
+            f"`raysearch resume {folder}` or start over with --overwrite",
+        )
+    return previous
+
+
+class FolderInUse(InputError):
+    """Another search is running in the output folder (it holds :data:`LOCK`)."""
+
+
+def _try_lock(handle: Any, folder: Path) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FolderInUse(
+            f"{folder} is in use by a running search: wait for it to end, or stop it first "
+            "(a search that died releases the folder)"
+        ) from None
+
+
+def check_not_in_use(folder: Path) -> None:
+    """Refuse ``folder`` now if a running search holds it, creating nothing (the folder is
+    the user's until the checks of the input passed)."""
+    try:
+        handle = open(folder / LOCK)  # noqa: SIM115 - closed below
+    except OSError:
+        return
+    with handle:
+        _try_lock(handle, folder)
+
+
+@contextlib.contextmanager
+def hold_output_dir(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s :data:`LOCK` for the block: a second search there (``run``,
+    ``run --overwrite`` or ``resume``) is refused with :class:`FolderInUse` while this one
+    runs. ``flock`` locks go with the process: a search that is killed leaves none behind.
+    (Ray Tune locks nothing in the output folder, so this is ours.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a") as handle:
+        _try_lock(handle, folder)
+        yield
+
+
+def _links(folder: Path) -> list[Path]:
+    """Symbolic links where raysearch writes or removes: its names in ``folder``, and the
+    files of its names in the result folders (models of the journal's trials included)."""
+    links = [folder / name for name in OWNED if (folder / name).is_symlink()]
+    journal = folder / JOURNAL
+    trials = [] if journal.is_symlink() else [str(r["trial_id"]) for r in Journal(journal).load()]
+    for name, patterns in RESULT_FILES.items():
+        path = folder / name
+        if not path.is_dir() or path.is_symlink():
+            continue
+        for pattern in patterns:
+            names = [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
+            links += [item for n in names for item in path.glob(n) if item.is_symlink()]
+    return links
+
+
+def refuse_links(folder: Path) -> None:
+    """Refuse a search folder where a symbolic link stands at a name raysearch writes or
+    removes: raysearch creates no links, so such a link is the user's, and writing through it
+    (or removing it) would touch what raysearch did not create.
+
+    Raises:
+        ConfigError: naming the first link, where it points, and how many there are.
+    """
+    links = _links(folder) if folder.is_dir() else []
+    if links:
+        more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+        raise ConfigError(
+            "output_dir",
+            f"{links[0]} is a symbolic link to {os.readlink(links[0])}{more}, which raysearch "
+            "did not create: it never writes through or removes a link; move it away or "
+            "choose another output_dir",
+        )
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _clean_result_folder(path: Path, patterns: tuple[str, ...], trials: list[str]) -> None:
+    """Remove from a result folder the files raysearch writes there, and the folder if that
+    left it empty."""
+    for pattern in patterns:
+        names = [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
+        for item in (i for n in names for i in path.glob(n)):
+            _remove(item)
+        for n in names:  # a writer's leftovers after a kill: .<name>.<...>.tmp...
+            for stem in {n, n.rsplit(".", 1)[0]}:
+                for item in path.glob(f".{stem}.*"):
+                    if ".tmp" in item.name:
+                        _remove(item)
+    with contextlib.suppress(OSError):
+        path.rmdir()  # only when empty
+
+
+def clean_output_dir(folder: Path, storage_owned: bool) -> None:
+    """Remove what raysearch created in ``folder`` (never anything else): its files, its
+    working folders, and in the result folders only the files it writes there (a folder left
+    empty goes too); a file a user put anywhere else stays."""
+    trials = [str(r["trial_id"]) for r in Journal(folder / JOURNAL).load()]
+    for name in OWNED:
+        path = folder / name
+        if name == RAY_RESULTS and not storage_owned:
+            continue
+        if name in RESULT_FILES and path.is_dir() and not path.is_symlink():
+            _clean_result_folder(path, RESULT_FILES[name], trials)
+        elif name not in RESULT_FILES:  # its files, and its working folders whole
+            _remove(path)
+    for item in folder.glob(".*.tmp*"):
+        if any(item.name.startswith(f".{name}.") for name in OWNED):
+            _remove(item)
+    _logger.info("overwrite: removed the previous search's files from %s", folder)
+
+
+def storage_path(config: SearchConfig, folder: Path) -> str:
+    """Where Ray Tune keeps the search's experiment: ``storage_path``, else ``ray_results/``."""
+    return config.storage_path or str(folder / RAY_RESULTS)
+
+
+def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> None:
+    """Update ``.raysearch.json``: the search's status and where Tune keeps its experiment."""
+    path = folder / MARKER
+    state: dict[str, Any] = {}
+    if path.exists():
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            state = {}
+    state.update(
+        {
+            "tool": "raysearch",
+            "version": 1,
+            "status": status,
+            "experiment": EXPERIMENT,
+            "storage_path": storage_path,
+            "updated_at": time.time(),
+        }
+    )
+    state.update(extra)
+    atomic_write_text(path, json.dumps(state, indent=1) + "\n")
+
+
+def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
+    """The config as written, paths made absolute; keys holding Python objects are listed."""
+    raw = dict(config.raw)
+    raw["model"] = str(config.model)
+    for key in ("calibration_data", "eval_data"):
+        value = getattr(config, key)
+        if key in raw and isinstance(value, (str, os.PathLike)):
+            raw[key] = str(value)
+    raw["output_dir"] = str(config.output_dir)
+    unserializable = []
+    for key, value in list(raw.items()):
+        try:
+            yaml.safe_dump(value)
+        except yaml.YAMLError:
+            unserializable.append(key)
+            raw[key] = f"<python object: {type(value).__name__}>"
+    return raw, unserializable
+
+
+def search_id(folder: Path) -> str:
+    """The search's own key, from its marker: what Tune's pickled proxies, the searcher and
+    the scheduler find its live session by. It stays when the folder is moved (a search
+    marked before ids were written is keyed by its folder)."""
+    try:
+        state = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        state = {}
+    value = state.get("search_id") if isinstance(state, dict) else None
+    return str(value) if value else str(folder)
+
+
+def write_config(folder: Path, config: SearchConfig, storage_path: str) -> None:
+    """Claim ``folder`` for a new search: the marker first (whatever follows in this folder
+    is raysearch's, with a new ``search_id``), then the config that ``raysearch resume``
+    reads."""
+    raw, unserializable = _raw_for_resume(config)
+    write_marker(
+        folder,
+        "running",
+        storage_path,
+        unserializable=unserializable,
+        search_id=uuid.uuid4().hex,
+        # Where the config's modules were found, for a resume from another folder.
+        code_dirs=[str(d) for d in config.code_dirs],
+    )
+    header = "# The config of this search (paths absolute); `raysearch resume` reads it.\n"
+    atomic_write_text(folder / CONFIG_FILE, header + yaml.safe_dump(raw, sort_keys=False))

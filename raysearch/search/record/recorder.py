@@ -1,0 +1,360 @@
+"""``TrialRecorder``: the Tune callback that records every finished trial the moment it ends.
+
+For each finished trial (its last result, or an exception/crash/timeout reported by Tune; a
+trial evaluated on growing subsets reports once per rung and is recorded at its last report:
+the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
+
+1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate
+   among the ``keep_candidates`` best candidates so far (ranked as the best trial is,
+   :func:`raysearch.outputs.best_record`), ``kept/<trial_id>.onnx`` for the best trial so far
+   when it is not kept there, otherwise deleted at once; so the disk holds the best
+   candidates, one best model and the models of running trials, never one per trial. A model
+   with external data (ONNX Runtime writes one for a float model over 2 GB, or one with
+   external data) moves, or is deleted, together with its ``<name>.data`` files: nothing a
+   kept model needs stays in the trial folder, which is deleted at the end;
+2. appends one record to the journal (flush + fsync) — see :mod:`raysearch.search.record.journal`;
+3. deletes the models no longer kept, never the best trial's: the previous best's in
+   ``kept/``, the candidate's this one pushed out of the ``keep_candidates`` best. Their
+   records' ``model_file`` becomes None (in the outputs; a journal line keeps where its model
+   was put, and a resumed search derives the same from the journal's records, which also
+   completes a deletion a killed search cut short);
+4. logs the trial to ``auto_search.log``.
+
+A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, ``settings``,
+``status`` (ok|failed), ``metric``, ``is_candidate``, ``error``, the timings and other fields
+of the trial engine's ``TrialResult`` (``eval_rows`` and ``eval_fraction``: the rows the
+metric is over), ``stopped_at_rung`` (the rung ASHA stopped the trial at; None when it was
+evaluated on every row), ``rung_scores`` and ``rung_ended_at`` (what ASHA ranked it by at each
+rung, and when: a resumed search refills ASHA's rungs from them), ``node``, ``model_file``
+(relative to the output folder, or None), ``model_lost`` (only when a model to keep could not
+be kept, e.g. its node was lost before the driver fetched it: why, in one line; such a trial
+is never the best) and
+``elapsed_s`` (search wall time when it ended).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from raysearch.errors import DiskFullError
+from raysearch.layout import CANDIDATES, KEPT
+from raysearch.modelfile import place_model, remove_model
+from raysearch.quantize.techniques.mixed_precision.sensitivity import (
+    SENSITIVITY_FILE,
+    read_sensitivity_table,
+    write_sensitivity_table,
+)
+from raysearch.ranking import best_record, best_records, better, stopped_at_rung
+from raysearch.search._logs import check_tune_disk
+from raysearch.search.record.journal import Journal
+from raysearch.search.runtime._node_loss import ModelLostError, lost_trial_line
+from raysearch.search.runtime.transfer import current_node_id, drop_model, fetch_model
+
+__all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
+
+_logger = logging.getLogger(__name__)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _error_line(text: str) -> str:
+    """The most telling line of an error text (the last ``Name: message`` line); for a trial
+    whose process died, what killed it; for one whose node was lost, that."""
+    died = lost_trial_line(str(text)) or _process_death(str(text))
+    if died is not None:
+        return died
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if ":" in line and (head.endswith("Error") or head.endswith("Exception")):
+            return line[:2000]
+    return (lines[-1] if lines else str(text))[:2000]
+
+
+class TrialRecorder(tune.Callback):
+    """Records finished trials durably; see the module docstring.
+
+    Args:
+        output_dir: the search's output folder.
+        journal: where records go.
+        higher_is_better: the metric's direction (which model to keep as the best).
+        keep_candidates: how many candidates' models to keep under ``candidates/``, the best
+            ones; None: every candidate's.
+        prior: records of earlier sessions (resume): their ids are not recorded twice and the
+            best of them stays the best so far.
+        clock: returns the search's elapsed wall time (for ``elapsed_s``).
+        on_record: called with each new record (the stopper counts errors through it).
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        journal: Journal,
+        *,
+        higher_is_better: bool,
+        keep_candidates: int | None = None,
+        prior: Sequence[dict[str, Any]] = (),
+        clock: Callable[[], float] | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.journal = journal
+        self.higher_is_better = higher_is_better
+        self.keep_candidates = keep_candidates
+        self.clock = clock
+        self.on_record = on_record
+        self.records: list[dict[str, Any]] = list(prior)
+        self.recorded: set[str] = {str(r.get("trial_id")) for r in prior}
+        self.best: dict[str, Any] | None = None
+        self._node_id: str | None = None
+        # Rows of sensitivity.parquet: the rankings trials computed, once per (base, rank_by).
+        self._sensitivity = read_sensitivity_table(self.output_dir / SENSITIVITY_FILE)
+        for record in prior:
+            if self._better(record):
+                self.best = record
+        self._drop_unkept_models()
+
+    # -- Tune Callback interface -----------------------------------------------------------
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        if result.get("replayed") or trial.trial_id in self.recorded:
+            return
+        if result.get("done", True) is False:
+            return  # a rung before the last, and ASHA lets the trial go on
+        check_tune_disk()
+        record = dict(result.get("trial") or {})
+        record["stopped_at_rung"] = stopped_at_rung(record)
+        if record.get("disk_full"):
+            # The trial's disk filled up: the search stops here and leaves the trial out of
+            # the journal, so that resume runs it again.
+            raise DiskFullError(str(record.get("error") or "no space left on device"))
+        record.setdefault("status", "failed")
+        self.record(trial, record)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.trial_id in self.recorded:
+            return
+        text = _error_text(trial) or "the trial's actor failed"
+        _logger.debug("trial %s raised:\n%s", trial.trial_id, text)
+        record = {
+            "status": "failed",
+            "metric": None,
+            "is_candidate": False,
+            "error": _error_line(text),
+            "node": getattr(trial, "node_ip", None),
+        }
+        self.record(trial, record)
+
+    # -- recording -------------------------------------------------------------------------
+    def record(self, trial: Any, record: dict[str, Any]) -> dict[str, Any]:
+        """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
+        config = trial.config
+        trial_id = trial.trial_id
+        ok = record["status"] == "ok"
+        record["metric"] = _finite(record.get("metric")) if ok else None
+        record["objective"] = _finite(record.get("objective")) if ok else None
+        record["is_candidate"] = bool(record.get("is_candidate")) and record["status"] == "ok"
+        self._add_sensitivity(record.pop("sensitivity", None))
+        full = {
+            "trial_id": trial_id,
+            "number": config.get("number"),
+            "phase": config.get("phase"),
+            "key": config.get("key"),
+            "point": config.get("point"),
+            "params": config.get("params"),
+            "settings": config.get("settings"),
+            **record,
+        }
+        full["model_file"] = self._place_model(trial_id, full)
+        full.pop("model_path", None)
+        if self.clock is not None:
+            full["elapsed_s"] = round(self.clock(), 3)
+        self.journal.append(full)
+        self.records.append(full)
+        self.recorded.add(trial_id)
+        self._drop_unkept_models()
+        self._log(full)
+        if self.on_record is not None:
+            self.on_record(full)
+        return full
+
+    def _add_sensitivity(self, rows: list[dict[str, Any]] | None) -> None:
+        known = {(r.get("base"), r.get("rank_by")) for r in self._sensitivity}
+        new = [r for r in rows or () if (r.get("base"), r.get("rank_by")) not in known]
+        if new:
+            self._sensitivity += new
+            write_sensitivity_table(self.output_dir / SENSITIVITY_FILE, self._sensitivity)
+
+    def _better(self, record: dict[str, Any]) -> bool:
+        # The outputs' rule (best_record), ties to the trial started first: concurrent trials
+        # end in another order than they started, and the model kept must be the best's.
+        if self.best is None:
+            return better(record, None, self.higher_is_better)
+        return best_record([self.best, record], self.higher_is_better) is record
+
+    def _place_model(self, trial_id: str, record: dict[str, Any]) -> str | None:
+        source = record.get("model_path")
+        source = Path(source) if source else None
+        if source is not None and not source.is_absolute():
+            source = self.output_dir / source
+        # A trial on another node left its model in that node's temp folder.
+        node_id = record.get("node_id")
+        remote = source is not None and node_id is not None and node_id != self._driver_node()
+        ok = record["status"] == "ok"
+        have = source is not None and ok and (remote or source.is_file())
+        kept: str | None = None
+        try:
+            if have and record["is_candidate"] and self._among_kept(record):
+                kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
+            if self._better(record):
+                if have and kept is None:
+                    kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx", node_id, remote)
+                # The previous best's model in kept/ goes once this record is in the journal.
+                self.best = record
+                record["model_file"] = kept
+        except ModelLostError as exc:  # the record says so, and the best stays a model we have
+            _logger.warning("trial %s: model lost: %s", trial_id, exc)
+            record["model_lost"] = str(exc)
+            return None
+        if kept is None and source is not None:
+            if remote:
+                drop_model(node_id, os.fspath(source))
+            else:
+                remove_model(source)
+        return kept
+
+    def _kept_candidates(self) -> list[dict[str, Any]]:
+        """The records whose model is under ``candidates/``."""
+        prefix = CANDIDATES + "/"
+        return [r for r in self.records if str(r.get("model_file") or "").startswith(prefix)]
+
+    def _among_kept(self, record: dict[str, Any]) -> bool:
+        """Whether the candidate ``record`` is among the ``keep_candidates`` best candidates
+        whose models are kept (itself included)."""
+        if self.keep_candidates is None:
+            return True
+        pool = [*self._kept_candidates(), record]
+        top = best_records(pool, self.keep_candidates, self.higher_is_better)
+        return any(r is record for r in top)
+
+    def _drop_unkept_models(self) -> None:
+        """Delete the models no longer kept: under ``kept/`` all but the best trial's, under
+        ``candidates/`` all but the ``keep_candidates`` best (and never the best trial's:
+        ``best/`` is written from it). Their records say ``model_file`` None."""
+        top = self._kept_candidates()
+        if self.keep_candidates is not None:
+            top = best_records(top, self.keep_candidates, self.higher_is_better)
+        keep = {id(r) for r in [*top, self.best]}
+        for record in self.records:
+            model_file = str(record.get("model_file") or "")
+            if id(record) in keep:
+                continue
+            if model_file.startswith((KEPT + "/", CANDIDATES + "/")):
+                remove_model(self.output_dir / model_file)
+                record["model_file"] = None
+                _logger.debug(
+                    "trial %s: its model %s is no longer kept", record["trial_id"], model_file
+                )
+
+    def _driver_node(self) -> str:
+        if self._node_id is None:
+            self._node_id = current_node_id()
+        return self._node_id
+
+    def _move(self, source: Path, relative: Path, node_id: str | None, remote: bool) -> str:
+        target = self.output_dir / relative
+        if remote:
+            source = fetch_model(node_id, os.fspath(source), target.parent)
+        try:  # the model file and its external-data files (named after the target)
+            place_model(source, target, move=True)
+        except Exception as exc:  # the record matters more than the model: never lose it
+            _logger.warning("could not keep the model %s: %s", source, exc)
+            remove_model(source)
+            raise ModelLostError(f"the model could not be kept: {exc}") from exc
+        return relative.as_posix()
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if record["status"] == "ok":
+            _logger.info(
+                "trial %s (#%s) ok: metric=%s candidate=%s %.2fs params=%s",
+                record["trial_id"],
+                record.get("number"),
+                record.get("metric"),
+                record.get("is_candidate"),
+                float(record.get("duration_s") or 0.0),
+                record.get("params"),
+            )
+        else:
+            _logger.warning(
+                "trial %s (#%s) failed: %s params=%s",
+                record["trial_id"],
+                record.get("number"),
+                record.get("error"),
+                record.get("params"),
+            )
+
+
+def _error_text(trial: Any) -> str | None:
+    """The error Tune recorded for ``trial``: its local error file (written at once), else
+    what storage has."""
+    path = getattr(trial, "error_file", None)
+    try:
+        if path and os.path.isfile(path):
+            return Path(path).read_text(errors="replace")
+        error = trial.get_error()
+    except OSError:
+        return None
+    return None if error is None else str(error)
+
+
+def _process_death(text: str) -> str | None:
+    """One line for a trial whose actor process died (Ray's ``ActorDiedError``): the fatal
+    error the process wrote to its Ray log when there is one (a segfault), else that it was
+    killed or crashed without a word (SIGKILL, e.g. from the out-of-memory killer)."""
+    if "actor died unexpectedly" not in text and "worker process has died" not in text:
+        return None
+    match = re.search(r"\bpid: (\d+)", text)
+    pid = int(match.group(1)) if match else None
+    where = f" (pid {pid})" if pid else ""
+    cause = _fatal_error(pid) if pid else None
+    if cause:
+        return f"TrialCrashed: the trial's process{where} died: {cause}"
+    detail = re.search(r"Worker exit detail: (.*?)(?: Some common causes|$)", text, re.S)
+    said = f"; Ray: {detail.group(1).strip()}" if detail else ""
+    return (
+        f"TrialCrashed: the trial's process{where} died unexpectedly: killed (e.g. by the "
+        f"out-of-memory killer) or crashed in native code{said}"
+    )[:2000]
+
+
+def _fatal_error(pid: int) -> str | None:
+    """``Segmentation fault`` (and the like) when the Ray worker log of ``pid`` on this node
+    holds Python's fatal-error report."""
+    try:
+        import ray
+
+        # The session's log folder from Ray's public runtime context (Ray writes worker logs
+        # to <temp dir>/<session name>/logs).
+        context = ray.get_runtime_context()
+        logs = Path(context.get_temp_dir()) / context.get_session_name() / "logs"
+        for path in logs.glob(f"worker-*-{pid}.err"):
+            tail = path.read_bytes()[-65536:].decode(errors="replace")
+            found = re.findall(r"Fatal Python error: ([^\n]+)", tail)
+            if found:
+                return found[-1].strip()
+    except Exception:  # no local log (another node, a client connection): say less
+        return None
+    return None

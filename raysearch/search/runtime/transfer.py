@@ -1,0 +1,246 @@
+"""Moving models between the nodes of a Ray cluster, so worker nodes need no shared disk.
+
+A model travels as the files it is on disk: the ``.onnx`` and the external-data files it
+references (every model over 2 GB has them), under the same names, so the ``location`` entries
+inside still point at its data and the model's hash is the same on every node. Nothing is
+loaded into one protobuf on the way (protobuf cannot serialize a model over 2 GB).
+
+The driver puts the float model's files into the object store in chunks (:func:`model_blob`);
+an actor on another node writes them into that node's temp folder (:func:`materialize_model`).
+A trial that ran on another node leaves its quantized model (and its data files) in that
+node's temp folder; the driver fetches it in chunks (:func:`fetch_model`) — or has it deleted
+(:func:`drop_model`) — with tasks pinned to that node. A model whose node was lost before the
+driver fetched it raises :class:`~raysearch.search.runtime._node_loss.ModelLostError`. On the
+one-machine Ray that raysearch starts itself nothing is shipped: every trial reads the float
+model where it is.
+
+Example:
+    >>> blob = model_blob("model.onnx")                     # doctest: +SKIP
+    >>> path = materialize_model(blob)                      # on a worker node  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raysearch.fileio import replacing
+from raysearch.modelfile import external_data_locations, remove_model
+from raysearch.search.runtime._node_loss import ModelLostError, lost_model_line, node_alive
+
+__all__ = [
+    "ModelBlob",
+    "ShippedFile",
+    "model_blob",
+    "materialize_model",
+    "node_local_dir",
+    "fetch_model",
+    "drop_model",
+    "current_node_id",
+    "CHUNK_BYTES",
+]
+
+_logger = logging.getLogger(__name__)
+#: Bytes per object-store object when a file travels: a few of them in memory at a time,
+#: whatever the file's size.
+CHUNK_BYTES = 64 << 20
+#: Chunk reads in flight while a model is fetched from another node.
+_WINDOW = 4
+#: Seconds to wait for one answer from another node before calling it lost.
+_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """One file of a model in the object store: its name relative to the model's folder (the
+    model file's own name, or an external-data ``location``), its size and its chunks."""
+
+    name: str
+    size: int
+    chunks: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ModelBlob:
+    """The float model for the actors: its path on the driver's node and, once shipped, its
+    files in the object store (``files[0]`` is the model file) with a hash of them all."""
+
+    path: str
+    sha256: str = ""
+    files: tuple[ShippedFile, ...] = ()
+
+    @property
+    def shipped(self) -> bool:
+        return bool(self.files)
+
+
+def _relative(location: str) -> str:
+    """``location`` as a path inside the model's folder; ValueError when it leaves it."""
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if not parts or parts[0] == "/" or ".." in parts:
+        raise ValueError(f"external data location '{location}' is outside the model's folder")
+    return "/".join(parts)
+
+
+def model_blob(path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES) -> ModelBlob:
+    """Put the model ``path`` and its external-data files, as they are, into the object store
+    (Ray must be initialised), ``chunk_bytes`` per object."""
+    path = Path(path)
+    names = [path.name] + [_relative(loc) for loc in external_data_locations(path)]
+    digest = hashlib.sha256()
+    shipped = []
+    for name in names:
+        chunks = []
+        size = 0
+        with open(path.parent / name, "rb") as fh:
+            while block := fh.read(chunk_bytes):
+                digest.update(block)
+                size += len(block)
+                chunks.append(ray.put(block))
+        digest.update(f"\0{name}\0{size}\0".encode())
+        shipped.append(ShippedFile(name, size, tuple(chunks)))
+    total = sum(f.size for f in shipped)
+    _logger.info(
+        "%s shipped to the object store as %d file(s), %.1f MB", path, len(shipped), total / 1e6
+    )
+    return ModelBlob(os.fspath(path), digest.hexdigest(), tuple(shipped))
+
+
+def node_local_dir(name: str) -> Path:
+    """A folder in this node's temp directory (created)."""
+    folder = Path(tempfile.gettempdir()) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def materialize_model(blob: ModelBlob) -> str:
+    """The model as files on this node: written once per node from the object store into
+    ``raysearch-models/<hash>/`` under their own names; the path of its model file."""
+    if not blob.shipped:
+        return blob.path
+    folder = node_local_dir("raysearch-models") / blob.sha256[:24]
+    model = folder / blob.files[0].name
+    if model.is_file():
+        return os.fspath(model)
+    # Built beside its final name and renamed into place whole: actors of one node starting
+    # together never see half a model, and the first rename wins.
+    build = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        for shipped in blob.files:
+            target = build / shipped.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as fh:
+                for chunk in shipped.chunks:
+                    fh.write(ray.get(chunk))
+                fh.flush()
+                os.fsync(fh.fileno())
+        try:
+            os.rename(build, folder)
+        except OSError:  # another actor of this node was first
+            if not model.is_file():
+                raise
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    _logger.info("float model materialised at %s", folder)
+    return os.fspath(model)
+
+
+def current_node_id() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+@ray.remote(num_cpus=0)
+def _list_model(path: str) -> list[tuple[str, int]] | None:
+    """The model's files (the model file first) as (name relative to its folder, size); None
+    when it is gone."""
+    try:
+        names = [Path(path).name] + [_relative(loc) for loc in external_data_locations(path)]
+        folder = Path(path).parent
+        return [(name, (folder / name).stat().st_size) for name in names]
+    except Exception:  # gone, or no readable model any more (protobuf's DecodeError, ...)
+        return None
+
+
+@ray.remote(num_cpus=0)
+def _read_chunk(path: str, offset: int, size: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(size)
+
+
+@ray.remote(num_cpus=0)
+def _remove_model(path: str) -> None:
+    remove_model(path)
+
+
+def _pinned(node_id: str) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+
+def _fetch(node_id: str, path: str, folder: Path) -> Path | None:
+    listing = ray.get(
+        _list_model.options(scheduling_strategy=_pinned(node_id)).remote(path),
+        timeout=_TIMEOUT_S,
+    )
+    if listing is None:
+        return None
+    source = Path(path).parent
+    # The data files first, the model file last: a model file in ``folder`` has its data.
+    for name, size in listing[1:] + listing[:1]:
+        with replacing(folder / name) as tmp, open(tmp, "wb") as fh:
+            pending: collections.deque[Any] = collections.deque()
+            for offset in range(0, size, CHUNK_BYTES):
+                pending.append(
+                    _read_chunk.options(scheduling_strategy=_pinned(node_id)).remote(
+                        os.fspath(source / name), offset, min(CHUNK_BYTES, size - offset)
+                    )
+                )
+                if len(pending) >= _WINDOW:
+                    fh.write(ray.get(pending.popleft(), timeout=_TIMEOUT_S))
+            while pending:
+                fh.write(ray.get(pending.popleft(), timeout=_TIMEOUT_S))
+            fh.flush()
+            os.fsync(fh.fileno())
+    return folder / listing[0][0]
+
+
+def fetch_model(node_id: str, path: str, folder: str | os.PathLike) -> Path:
+    """Fetch the model ``path`` and its external-data files from node ``node_id`` into
+    ``folder`` (same names), remove them there, and return the model file's local path. A
+    model that cannot be fetched (its node was lost, or the model is gone) raises
+    :class:`~raysearch.search.runtime._node_loss.ModelLostError` saying why."""
+    _logger.debug("fetching %s from node %s", path, node_id[:12])
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        local = _fetch(node_id, path, folder)
+    except Exception as exc:  # the node died (or stopped answering)
+        _logger.warning("could not fetch %s from node %s: %s", path, node_id[:12], exc)
+        with contextlib.suppress(OSError):
+            remove_model(folder / Path(path).name)  # what came before the node went
+        alive = node_alive(node_id)
+        if alive:
+            drop_model(node_id, path)
+        raise ModelLostError(lost_model_line(node_id, exc, alive)) from exc
+    if local is None:
+        raise ModelLostError(lost_model_line(node_id, None, node_alive(node_id)))
+    drop_model(node_id, path)
+    return local
+
+
+def drop_model(node_id: str, path: str) -> None:
+    """Remove the model ``path`` and its external-data files on node ``node_id``."""
+    # Deletion needs no answer.
+    _remove_model.options(scheduling_strategy=_pinned(node_id)).remote(path)

@@ -1,0 +1,234 @@
+"""Evaluation on growing subsets, on Ray Tune: the plan of rungs, what a trial reports per
+rung, and Tune's ``ASHAScheduler`` deciding which trials go on.
+
+A trial quantizes once and reports once per rung (a growing prefix of a fixed shuffled order
+of the evaluation rows, :mod:`raysearch.evaluate.subsets`); the trainable keeps its session
+between rungs. :class:`RungScheduler` is Tune's ``AsyncHyperBandScheduler`` (ASHA) with one
+bracket whose milestones are the rungs: rung ``k`` reports ``rung_clock = r**k`` (``r`` the
+reduction factor), so ASHA's milestones ``r**0, r**1, ...`` fall exactly on them whatever the
+rungs' fractions, and at each one ASHA stops a trial below the best ``1/r`` of those that
+reached it. It adds two things Tune's class does not do:
+
+- resume: Tune does not save a scheduler's state, so a resumed search would judge its next
+  trials against empty rungs; the scheduler fills its rungs from the journal's records (each
+  keeps the scores it reported, in the order they came) before its first decision;
+- a trial answered from the journal (``replayed``) is not recorded twice.
+
+What ASHA ranks (``rung_score``) is the metric in the "higher is better" direction, except for
+a trial that could still become a candidate (``could_be_candidate``: the rows not seen yet
+could bring it within the tolerance, see :func:`raysearch.evaluate.subsets.could_reach`): it
+reports :data:`PROTECTED`, above any cutoff, so such a setting always reaches the last rung
+and is decided on every row.
+
+Why Tune's ASHA and no rule of raysearch's own: its rule (stop below the best ``1/r`` at a
+rung) is the one wanted, the rungs map onto its milestones exactly, and protection is a score;
+only the resume and the replayed reports above need adding.
+
+Example:
+    >>> rung_clock(2, 3.0), stopped_at_rung({"status": "ok", "rung": 1, "rungs": 3})
+    (9.0, 1)
+    >>> stopped_at_rung({"status": "ok", "rung": 2, "rungs": 3}) is None
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
+
+from raysearch.evaluate.subsets import EvalRungs, plan_rungs
+from raysearch.ranking import stopped_at_rung
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+    from raysearch.search.preflight import Prepared
+
+__all__ = [
+    "RUNG_CLOCK",
+    "RUNG_SCORE",
+    "UNRANKED",
+    "PROTECTED",
+    "RungScheduler",
+    "rung_clock",
+    "rung_score",
+    "plan_search_rungs",
+    "early_stopping_summary",
+]
+
+_logger = logging.getLogger("raysearch.search")
+
+#: The result keys ASHA reads: its time attribute and its metric.
+RUNG_CLOCK = "rung_clock"
+RUNG_SCORE = "rung_score"
+#: What a result that ASHA does not rank holds (Tune wants both keys in every result).
+UNRANKED: dict[str, None] = {RUNG_CLOCK: None, RUNG_SCORE: None}
+#: The score of a trial that could still become a candidate: above every cutoff (finite, so
+#: that ASHA's percentile of many of them stays a number).
+PROTECTED = 1e300
+
+
+def rung_clock(rung: int, reduction_factor: float) -> float:
+    """ASHA's time of ``rung``: its milestones are ``grace_period * r**k``, grace period 1."""
+    return float(1 * reduction_factor**rung)
+
+
+def rung_score(record: Mapping[str, Any], higher_is_better: bool) -> float | None:
+    """What ASHA ranks a trial's rung by (None: a failed trial, which ASHA never sees)."""
+    metric = record.get("metric")
+    if record.get("status") != "ok" or not isinstance(metric, (int, float)):
+        return None
+    if record.get("could_be_candidate"):
+        return PROTECTED
+    return float(metric) if higher_is_better else -float(metric)
+
+
+@dataclass
+class _Stub:
+    """What ASHA reads of a trial: its id (a journaled trial replayed into the rungs)."""
+
+    trial_id: str
+
+
+class RungScheduler(AsyncHyperBandScheduler):
+    """Tune's ASHA over the rungs of ``rungs`` (see the module docstring); ``session_key``
+    finds the live search session (its journal's records) in this process."""
+
+    def __init__(self, rungs: EvalRungs, *, session_key: str | None = None) -> None:
+        factor = rungs.reduction_factor
+        super().__init__(
+            time_attr=RUNG_CLOCK,
+            metric=RUNG_SCORE,
+            mode="max",
+            grace_period=1,
+            max_t=rung_clock(len(rungs) - 1, factor),
+            reduction_factor=factor,
+            brackets=1,
+        )
+        self.n_rungs = len(rungs)
+        self.factor = factor
+        self.session_key = session_key
+        self._attached = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles the scheduler with the Tuner: a restored one attaches again.
+        return {**self.__dict__, "_attached": False}
+
+    def _attach(self) -> None:
+        """Once per process: the rungs of earlier sessions, from the live session's journal."""
+        from raysearch.search.tune.session import attach
+
+        session = attach(self)
+        seeded = self.seed(session.records) if session is not None else 0
+        if seeded:
+            _logger.info("early stopping: %d rung results of earlier sessions", seeded)
+
+    def seed(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Put the rung scores of finished trials into the rungs, in the order they were
+        reported (``rung_ended_at``); how many were put."""
+        events = []
+        for record in records:
+            scores = record.get("rung_scores") or []
+            times = record.get("rung_ended_at") or []
+            trial_id = str(record.get("trial_id"))
+            # The last rung decides nothing (a trial there is done): only those before.
+            for k, score in enumerate(scores[: self.n_rungs - 1]):
+                if isinstance(score, (int, float)) and math.isfinite(score):
+                    when = times[k] if k < len(times) else math.inf
+                    events.append((when, k, trial_id, float(score)))
+        events.sort(key=lambda e: (e[0], e[1]))
+        stubs = {trial_id: _Stub(trial_id) for _, _, trial_id, _ in events}
+        for stub in stubs.values():
+            super().on_trial_add(None, stub)  # type: ignore[arg-type]
+        for _, k, trial_id, score in events:
+            result = {RUNG_CLOCK: rung_clock(k, self.factor), RUNG_SCORE: score}
+            super().on_trial_result(None, stubs[trial_id], result)  # type: ignore[arg-type]
+        for stub in stubs.values():
+            super().on_trial_remove(None, stub)  # type: ignore[arg-type]
+        return len(events)
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self._attach()
+        super().on_trial_add(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        self._attach()
+        if result.get("replayed") or not _ranked(result):
+            # Replayed: in the rungs already (seeded from the journal). Unranked: a failure,
+            # which ends its trial anyway.
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        if _ranked(result) and not result.get("replayed"):
+            self._trial_info.setdefault(trial.trial_id, self._brackets[0])
+            super().on_trial_complete(tune_controller, trial, result)
+        self._trial_info.pop(trial.trial_id, None)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        self._trial_info.pop(trial.trial_id, None)
+
+
+def _ranked(result: Mapping[str, Any]) -> bool:
+    """Whether a result carries a rung and a score (every result has both keys, which Tune
+    requires of a scheduler's metric; a failed or replayed one holds None)."""
+    clock, score = result.get(RUNG_CLOCK), result.get(RUNG_SCORE)
+    return isinstance(clock, (int, float)) and isinstance(score, (int, float))
+
+
+def plan_search_rungs(
+    config: SearchConfig, prepared: Prepared
+) -> tuple[EvalRungs | None, dict[str, Any]]:
+    """The rungs of ``config``'s search (None: every trial evaluated whole) and what
+    ``summary.json`` says of them (``early_stopping``)."""
+    settings = config.early_stopping
+    if not settings.enabled:
+        return None, {"enabled": False, "why": "early_stopping: false"}
+    rungs, why = plan_rungs(
+        settings.rungs,
+        evaluator=prepared.evaluator,
+        evaluation=prepared.evaluation,
+        reference=prepared.reference,
+        seed=config.seed if config.seed is not None else 0,
+        min_rows=settings.min_rows,
+        reduction_factor=settings.reduction_factor,
+    )
+    if rungs is None:
+        _logger.info("early stopping is off: %s", why)
+        return None, {"enabled": False, "why": why}
+    described = rungs.describe()
+    _logger.info(
+        "early stopping: rungs %s%s, the best 1/%g of each rung go on",
+        described["rungs"],
+        f" ({described['rung_rows']} rows)" if "rung_rows" in described else "",
+        rungs.reduction_factor,
+    )
+    return rungs, {"enabled": True, **described}
+
+
+def early_stopping_summary(
+    plan: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``summary.json``'s ``early_stopping``: the plan, the trials stopped at a rung, and the
+    evaluation rows the trials processed against what evaluating each on every row takes.
+
+    Example:
+        >>> early_stopping_summary({"enabled": True, "rung_rows": [10, 100]}, [
+        ...     {"status": "ok", "eval_rows": 10, "rung": 0, "rungs": 2},
+        ...     {"status": "ok", "eval_rows": 100, "rung": 1, "rungs": 2}])["rows_evaluated"]
+        110
+    """
+    out = dict(plan)
+    if not out.get("enabled"):
+        return out
+    evaluated = [r for r in records if r.get("status") == "ok"]
+    out["n_stopped"] = sum(1 for r in evaluated if stopped_at_rung(r) is not None)
+    rows = out.get("rung_rows")
+    if rows:
+        out["rows_evaluated"] = sum(int(r.get("eval_rows") or 0) for r in evaluated)
+        out["rows_if_whole"] = len(evaluated) * rows[-1]
+    return out

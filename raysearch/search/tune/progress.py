@@ -1,0 +1,181 @@
+"""Live progress of a search as one compact line.
+
+On a terminal the line is redrawn in place (``\\r``) at most a few times a second; into a file
+or pipe a line is written every ``every`` finished trials (and at the end). Without a stream
+the same lines go to the ``raysearch`` logger at INFO.
+
+Example:
+    >>> import io
+    >>> out = io.StringIO()
+    >>> progress = ProgressCallback(out, metric="L2", higher_is_better=False, every=1)
+    >>> progress.trial_finished("ok", 0.02, True)
+    >>> out.getvalue().split(" | ")[0]
+    'trials 1 done, 0 running, 0 failed'
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, TextIO
+
+from ray import tune
+
+from raysearch.ranking import stopped_at_rung
+
+__all__ = ["ProgressCallback"]
+
+_logger = logging.getLogger("raysearch.progress")
+
+
+class ProgressCallback(tune.Callback):
+    """A Ray Tune ``Callback`` printing trials done/running/failed, candidates, the best
+    metric so far and the elapsed time.
+
+    Args:
+        stream: where to print (the CLI passes ``sys.stderr``); None logs instead.
+        metric: the metric's name, shown next to the best value.
+        higher_is_better: the metric's direction.
+        total: the number of trials expected, when known (grid size, iteration limit).
+        every: on a non-terminal stream, print a line every this many finished trials.
+        done_before, failed_before, candidates_before, best_before: counts of trials that
+            finished in an earlier session (resume).
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        metric: str = "metric",
+        higher_is_better: bool = False,
+        total: int | None = None,
+        every: int = 10,
+        elapsed_before_s: float = 0.0,
+        done_before: int = 0,
+        failed_before: int = 0,
+        candidates_before: int = 0,
+        best_before: float | None = None,
+    ) -> None:
+        self.stream = stream
+        self.metric = metric
+        self.higher_is_better = higher_is_better
+        self.total = total
+        self.every = max(1, every)
+        self.elapsed_before_s = elapsed_before_s
+        self.done = done_before
+        self.failed = failed_before
+        self.candidates = candidates_before
+        self.best = best_before
+        self.running: set[str] = set()
+        self._start = time.monotonic()
+        self._last_draw = float("-inf")
+        self._last_count = -1
+        self._tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+        self._drawn = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["stream"] = None  # streams do not pickle; a restored search passes its own
+        return state
+
+    # -- what happened ---------------------------------------------------------------------
+    def trial_finished(self, status: str, metric: float | None, is_candidate: bool) -> None:
+        """Count one finished trial and redraw."""
+        self.done += 1
+        if status != "ok":
+            self.failed += 1
+        if is_candidate:
+            self.candidates += 1
+        if (
+            status == "ok"
+            and isinstance(metric, (int, float))
+            and math.isfinite(metric)
+            and (
+                self.best is None
+                or (metric > self.best if self.higher_is_better else metric < self.best)
+            )
+        ):
+            self.best = float(metric)
+        self.draw()
+
+    def line(self) -> str:
+        elapsed = self.elapsed_before_s + time.monotonic() - self._start
+        total = f"/{self.total}" if self.total else ""
+        best = "-" if self.best is None else f"{self.best:.6g}"
+        return (
+            f"trials {self.done}{total} done, {len(self.running)} running, {self.failed} failed"
+            f" | candidates {self.candidates} | best {self.metric} {best}"
+            f" | {_clock(elapsed)}"
+        )
+
+    def draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._tty:
+            if not force and now - self._last_draw < 0.2:
+                return
+            self.stream.write("\r\033[K" + self.line())
+            self.stream.flush()
+            self._drawn = True
+        else:
+            if not force and (self.done == self._last_count or self.done % self.every):
+                return
+            self._last_count = self.done
+            if self.stream is not None:
+                self.stream.write(self.line() + "\n")
+                self.stream.flush()
+            else:
+                _logger.info("%s", self.line())
+        self._last_draw = now
+
+    def close(self) -> None:
+        """Print the final line (and end the terminal line)."""
+        if self._tty or self.done != self._last_count:
+            self.draw(force=True)
+        if self._tty and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
+
+    # -- Tune Callback interface -----------------------------------------------------------
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.running.add(trial.trial_id)
+        self.draw()
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        if result.get("done", True) is False:
+            return  # a rung before the last: the trial goes on
+        self.running.discard(trial.trial_id)
+        record = result.get("trial") or {}
+        if result.get("replayed"):
+            return  # counted in an earlier session
+        # A trial stopped at a rung has a metric over some rows only: never the best.
+        complete = stopped_at_rung(record) is None
+        self.trial_finished(
+            record.get("status", "failed"),
+            result.get("metric") if complete else None,
+            bool(record.get("is_candidate")),
+        )
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.running.discard(trial.trial_id)
+        self.trial_finished("failed", None, False)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.running.discard(trial.trial_id)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._tty:
+            self.draw()
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.close()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"

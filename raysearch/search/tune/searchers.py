@@ -1,0 +1,407 @@
+"""Where the settings of a search come from: the phases of a strategy (Grid, or an Optuna
+sampler inside Tune's ``OptunaSearch``, or any strategy registered in :mod:`raysearch.strategies`),
+wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
+
+:class:`SettingSearcher` is the searcher Tune sees. It runs the strategy's *phases* in order;
+each phase's ``start`` sees the records finished before it. The built-in strategies, registered
+here:
+
+- ``Grid``: one phase over every valid setting of every space, in order
+  (:func:`~raysearch.space.expand_spaces` with the backend's ``reject``).
+- ``TPE``, ``Random``, ``CmaEs``, ``GPS``, ``NSGAII``, ``QMC``: one ``OptunaSearch`` per space
+  with the matching Optuna sampler and ``space=SearchSpace.sample`` (define-by-run: a group
+  whose ``only_if`` does not hold is never sampled). With ``stop.iteration_limit`` the trials
+  are split evenly between the spaces (earlier spaces get the remainder); without it a space
+  runs until it is exhausted (every distinct setting of a finite space seen), so a later space
+  is reached only after a finite earlier one.
+
+Across all phases a setting (its nested settings as canonical JSON) runs at most once. When a
+sampler proposes a setting that already finished, the searcher tells the sampler the known
+result and asks again, without starting a trial; when it proposes one that is running, it tells
+the sampler that proposal failed and asks again. A finite space whose settings were all seen
+ends its phase (``space_exhausted`` when it was the last).
+
+The searcher also caps the number of trials *started* at ``stop.iteration_limit`` and keeps at
+most ``max_outstanding`` trials suggested but unfinished (running plus queued, so that Tune
+always has a queued trial to hand a finished actor to; see :mod:`raysearch.search.runner`).
+
+Example:
+    >>> from raysearch.space import SearchSpace
+    >>> space = SearchSpace.parse({"per_channel": [True, False]})
+    >>> searcher = SettingSearcher.grid([space], mode="min")
+    >>> [searcher.suggest(str(i))["params"] for i in range(2)]
+    [{'per_channel': True}, {'per_channel': False}]
+    >>> searcher.suggest("2")   # every setting was proposed: the grid is done
+    'FINISHED'
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray.tune.search import Searcher
+
+from raysearch.ranking import stopped_at_rung
+from raysearch.space import SearchSpace
+from raysearch.space.space import Reject
+from raysearch.strategies import (
+    EXHAUSTED,
+    Phase,
+    Proposal,
+    StrategyContext,
+    get_strategy,
+)
+from raysearch.strategies.grid import GridPhase, grid_strategy
+from raysearch.strategies.samplers import (
+    ALGO_REQUIREMENTS,
+    SAMPLER_ALGOS,
+    OptunaPhase,
+    check_algo_available,
+    make_sampler,
+    quiet_optuna,
+    sampler_strategy,
+)
+
+__all__ = [
+    "SettingSearcher",
+    "GridPhase",
+    "OptunaPhase",
+    "SAMPLER_ALGOS",
+    "ALGO_REQUIREMENTS",
+    "check_algo_available",
+    "make_sampler",
+    "quiet_optuna",
+    "grid_strategy",
+    "sampler_strategy",
+]
+
+_logger = logging.getLogger(__name__)
+
+
+# -- the Tune searcher ---------------------------------------------------------------------------
+@dataclass
+class _State:
+    started: int = 0
+    phase: int = 0
+    phase_started: list[int] = field(default_factory=list)
+    live: dict[str, Proposal] = field(default_factory=dict)
+    #: trial id -> position in ``phases`` of the phase that proposed it
+    live_phase: dict[str, int] = field(default_factory=dict)
+    #: trial id -> the trial's number (its place in the start order)
+    live_number: dict[str, int] = field(default_factory=dict)
+    finished_ids: set[str] = field(default_factory=set)
+    finish_reason: str | None = None
+    waiting: bool = False
+    #: The last phase whose ``start`` ran (-1: none yet).
+    begun: int = -1
+
+
+class SettingSearcher(Searcher):
+    """Ray Tune ``Searcher`` over the phases of a search (see the module docstring).
+
+    Each suggestion is a trial config ``{"number", "phase", "point", "params", "settings",
+    "key"}``: ``params`` is ``space.canonical(point)[0]`` (what is recorded), ``settings`` is
+    ``space.to_settings(point)`` (what the trial runs), ``key`` their identity.
+
+    Build one with :meth:`from_strategy` (any registered strategy), or :meth:`grid` /
+    :meth:`sampler`. :meth:`add_finished` tells it about trials finished outside Tune's
+    knowledge (journal records on resume); every finished record also lands in
+    ``context.records``, which the phases see.
+    """
+
+    def __init__(
+        self,
+        phases: Sequence[Phase],
+        *,
+        mode: str,
+        max_trials: int | None = None,
+        max_outstanding: int = 0,
+        session_key: str | None = None,
+        context: StrategyContext | None = None,
+    ) -> None:
+        super().__init__(metric="metric", mode=mode)
+        self.phases = list(phases)
+        self.context = context or StrategyContext([], mode=mode, max_trials=max_trials)
+        #: The output folder of the search, to find its live session (and journal) after a
+        #: restore; see :mod:`raysearch.search.tune.session`.
+        self.session_key = session_key
+        self._attached = False
+        self.max_trials = max_trials if max_trials and max_trials > 0 else None
+        self.max_outstanding = max_outstanding
+        self.state = _State(phase_started=[0] * len(phases))
+        #: key -> metric (None when the trial failed) of every finished setting.
+        self.done: dict[str, float | None] = {}
+        #: key -> what the samplers optimise (the trial's ``objective``, else its metric).
+        self.objectives: dict[str, float | None] = {}
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_strategy(
+        cls, name: str, context: StrategyContext, *, max_outstanding: int = 0
+    ) -> SettingSearcher:
+        """The phases of the strategy registered as ``name``, built from ``context``."""
+        phases = list(get_strategy(name)(context))
+        return cls(
+            phases,
+            mode=context.mode,
+            max_trials=context.max_trials,
+            max_outstanding=max_outstanding,
+            context=context,
+        )
+
+    @classmethod
+    def grid(
+        cls,
+        spaces: Sequence[SearchSpace],
+        *,
+        mode: str,
+        reject: Reject | None = None,
+        max_trials: int | None = None,
+        max_outstanding: int = 0,
+    ) -> SettingSearcher:
+        """Grid search over every valid setting of ``spaces``, in order, each once."""
+        context = StrategyContext(spaces, mode=mode, reject=reject, max_trials=max_trials)
+        return cls.from_strategy("Grid", context, max_outstanding=max_outstanding)
+
+    @classmethod
+    def sampler(
+        cls,
+        algo: str,
+        spaces: Sequence[SearchSpace],
+        *,
+        mode: str,
+        seed: int | None = None,
+        reject: Reject | None = None,
+        max_trials: int | None = None,
+        max_outstanding: int = 0,
+    ) -> SettingSearcher:
+        """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is
+        seeded with ``seed + i``."""
+        context = StrategyContext(
+            spaces, mode=mode, seed=seed, reject=reject, max_trials=max_trials
+        )
+        return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
+
+    # -- what is known ---------------------------------------------------------------------
+    @property
+    def live_keys(self) -> set[str]:
+        return {p.key for p in self.state.live.values()}
+
+    @property
+    def known_keys(self) -> set[str]:
+        return set(self.done) | self.live_keys
+
+    def knows(self, key: str) -> bool:
+        # known_keys copies every finished key: asked once per setting of a 26920-setting
+        # grid, that was 29 s of the driver's time (quadratic).
+        return key in self.done or any(p.key == key for p in self.state.live.values())
+
+    @property
+    def finish_reason(self) -> str | None:
+        """``iteration_limit`` or ``space_exhausted`` once no more trials will be suggested."""
+        return self.state.finish_reason
+
+    @property
+    def n_started(self) -> int:
+        return self.state.started
+
+    def add_finished(self, records: Sequence[dict[str, Any]]) -> int:
+        """Count trials finished outside Tune's knowledge (journal records of an interrupted
+        session: ``trial_id``, ``key``, ``phase``, ``metric``). Returns how many were new."""
+        new = 0
+        for record in records:
+            trial_id = str(record.get("trial_id"))
+            if trial_id in self.state.finished_ids or trial_id in self.state.live:
+                continue  # Tune knows it: it finished, or will run (and replay) it again
+            self.state.finished_ids.add(trial_id)
+            self.state.started += 1
+            phase = int(record.get("phase") or 0)
+            if 0 <= phase < len(self.state.phase_started):
+                self.state.phase_started[phase] += 1
+            key = record.get("key")
+            if key is not None:
+                self.done[key] = _metric(record.get("metric"))
+                self.objectives[key] = _objective(record, self.done[key])
+            self.context.records.append(dict(record))
+            new += 1
+        return new
+
+    # -- Searcher interface ----------------------------------------------------------------
+    def _attach(self) -> None:
+        """Once per process: register with the live session and count the trials of its
+        journal that this (possibly restored) searcher does not know about."""
+        if self._attached:
+            return
+        self._attached = True
+        if self.session_key is None:
+            return
+        from raysearch.search.tune.session import lookup
+
+        session = lookup(self.session_key)
+        if session is None:
+            return
+        session.searcher = self
+        new = self.add_finished(session.records)
+        if new:
+            _logger.info("searcher: %d trials finished after the last saved state", new)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        self._attach()
+        state = self.state
+        if state.finish_reason is not None:
+            return Searcher.FINISHED
+        if self.max_outstanding and len(state.live) >= self.max_outstanding:
+            return None
+        if state.waiting:
+            return None
+        if self.max_trials is not None and state.started >= self.max_trials:
+            return self._finish("iteration_limit")
+        while state.phase < len(self.phases):
+            phase = self.phases[state.phase]
+            if state.begun < state.phase:
+                state.begun = state.phase
+                phase.start(self.context)  # sees every record finished so far
+            if phase.budget is not None and state.phase_started[state.phase] >= phase.budget:
+                self._next_phase("its share of the iteration limit is used")
+                continue
+            proposal = phase.propose(trial_id, self)
+            if proposal is None:
+                state.waiting = True
+                self._open_start_barrier()
+                return None
+            if proposal == EXHAUSTED:
+                self._next_phase("every setting was proposed")
+                continue
+            assert isinstance(proposal, Proposal)
+            state.live[trial_id] = proposal
+            state.live_phase[trial_id] = state.phase
+            state.started += 1
+            state.live_number[trial_id] = state.started
+            state.phase_started[state.phase] += 1
+            return {
+                "number": state.started,
+                "phase": proposal.phase,
+                "point": proposal.point,
+                "params": proposal.params,
+                "settings": proposal.settings,
+                "key": proposal.key,
+            }
+        return self._finish("space_exhausted")
+
+    def _open_start_barrier(self) -> None:
+        """The phase waits for results: no other actor starts before they come, so the
+        actors already started must not wait for one (see ``StartBarrier``)."""
+        from raysearch.search.tune.session import lookup
+
+        session = lookup(self.session_key) if self.session_key is not None else None
+        if session is not None and session.start_barrier is not None:
+            session.start_barrier.open.remote()
+            session.start_barrier = None
+
+    def _next_phase(self, why: str) -> None:
+        _logger.info("search phase %d ends: %s", self.state.phase, why)
+        self.state.phase += 1
+
+    def _finish(self, reason: str) -> str:
+        if self.state.finish_reason is None:
+            _logger.info("no more trials: %s (%d started)", reason, self.state.started)
+        self.state.finish_reason = reason
+        return Searcher.FINISHED
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self._attach()
+        state = self.state
+        proposal = state.live.pop(trial_id, None)
+        position = state.live_phase.pop(trial_id, None)
+        number = state.live_number.pop(trial_id, None)
+        state.waiting = False
+        if proposal is None:
+            return
+        state.finished_ids.add(trial_id)
+        metric = None if (error or not result) else _metric(result.get("metric"))
+        objective = None if (error or not result) else _objective(result, metric)
+        self.done[proposal.key] = metric
+        self.objectives[proposal.key] = objective
+        candidate, extra = _reported(None if error else result)
+        self.context.records.append(
+            {
+                "trial_id": trial_id,
+                # Ties between records go to the trial started first, as in the outputs
+                # (best_record): a phase refines around the trial best/ will hold.
+                "number": number,
+                "key": proposal.key,
+                "phase": proposal.phase,
+                "params": proposal.params,
+                "settings": proposal.settings,
+                "metric": metric,
+                "objective": objective,
+                "status": "failed" if error or metric is None else "ok",
+                "is_candidate": candidate and metric is not None,
+                "extra": extra,
+                "stopped_at_rung": None if error else stopped_at_rung(result or {}),
+            }
+        )
+        if position is not None:
+            self.phases[position].completed(proposal, metric, error, objective=objective)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as fh:
+            pickle.dump({**self.__dict__, "_attached": False}, fh)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as fh:
+            self.__dict__.update(pickle.load(fh))
+        self.__dict__.setdefault("objectives", dict(self.done))  # saved before it existed
+        # A restored experiment runs its unfinished trials again: they are live again.
+        self.state.waiting = False
+        self._attached = False
+        # Registered now, not at the first suggestion: Tune asks a searcher that had finished
+        # for nothing more, and a session whose every trial ended before its driver died
+        # (journaled, no summary yet) would otherwise end as "interrupted" on every resume.
+        self._attach()
+
+
+def _metric(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _objective(result: Mapping[str, Any], metric: float | None) -> float | None:
+    """What a sampler is told of a finished trial: its ``objective`` (the metric moved for a
+    quantized candidate, see :meth:`Evaluator.sampler_objective`), else its metric (a record
+    journaled before the objective existed, or a searcher driven by hand)."""
+    if metric is None:
+        return None
+    objective = _metric(result.get("objective"))
+    return metric if objective is None else objective
+
+
+def _reported(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
+    """What a trial reported beyond its metric: whether it is a candidate, and its ``extra``
+    (``promoted``, ``ranked`` of mixed precision, which a fallback strategy reads). Tune hands
+    a searcher the result flattened (``trial/extra/promoted``); a direct call may nest it.
+
+    Example:
+        >>> _reported({"trial/is_candidate": True, "trial/extra/ranked": 9.0})
+        (True, {'ranked': 9.0})
+        >>> _reported({"trial": {"is_candidate": False, "extra": {"promoted": 1.0}}})
+        (False, {'promoted': 1.0})
+    """
+    if not result:
+        return False, {}
+    trial = result.get("trial")
+    if isinstance(trial, dict):
+        extra = trial.get("extra")
+        return bool(trial.get("is_candidate")), dict(extra) if isinstance(extra, dict) else {}
+    prefix = "trial/extra/"
+    extra = {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
+    return bool(result.get("trial/is_candidate")), extra

@@ -1,0 +1,142 @@
+"""The live state of one search on the driver, and the thin Tune objects that reach it.
+
+Ray Tune pickles the stopper and the callbacks into its experiment folder when a Tuner is
+built, and ``Tuner.restore`` brings back those pickled copies. raysearch therefore hands Tune
+small proxies (:class:`SessionStopper`, :class:`SessionCallback`) that hold only the search's
+key (its ``search_id``, kept in the output folder's marker, so a moved folder keeps it); each
+call looks up the :class:`SearchSession` registered under that
+key in this process. A resumed search registers a fresh session, rebuilt from the journal,
+before Tune restores the proxies, so counts, elapsed time, the progress stream and the
+journal handle are always the live ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray import tune
+from ray.tune.stopper import Stopper
+
+from raysearch.search.record.journal import Journal, SessionClock
+from raysearch.search.record.recorder import TrialRecorder
+from raysearch.search.tune.progress import ProgressCallback
+from raysearch.search.tune.stopper import CandidateStopper
+
+__all__ = [
+    "SearchSession",
+    "SessionStopper",
+    "SessionCallback",
+    "register",
+    "lookup",
+    "attach",
+    "release",
+]
+
+_logger = logging.getLogger(__name__)
+
+_SESSIONS: dict[str, SearchSession] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class SearchSession:
+    """Everything a running search keeps on the driver."""
+
+    key: str
+    journal: Journal
+    clock: SessionClock
+    stopper: CandidateStopper
+    recorder: TrialRecorder
+    progress: ProgressCallback
+    records: list[dict[str, Any]] = field(default_factory=list)
+    #: The searcher Tune is using (it registers itself on its first suggestion).
+    searcher: Any = None
+    #: The first wave's :class:`~raysearch.search.tune.trainable.StartBarrier` (None: one actor),
+    #: which the searcher opens when it waits for results before proposing more.
+    start_barrier: Any = None
+
+
+def register(session: SearchSession) -> None:
+    with _LOCK:
+        _SESSIONS[session.key] = session
+
+
+def lookup(key: str) -> SearchSession | None:
+    """The session registered under ``key`` (the search's id: see ``search_id``), or None."""
+    with _LOCK:
+        return _SESSIONS.get(key)
+
+
+def attach(holder: Any) -> SearchSession | None:
+    """The live session of ``holder`` (a Tune object holding ``session_key`` and
+    ``_attached``, both restored from Tune's pickles) the first time it asks in this process;
+    None after that, or when there is none."""
+    if holder._attached:
+        return None
+    holder._attached = True
+    return None if holder.session_key is None else lookup(holder.session_key)
+
+
+def release(key: str) -> None:
+    with _LOCK:
+        session = _SESSIONS.pop(key, None)
+    if session is not None:
+        session.journal.close()
+
+
+class SessionStopper(Stopper):
+    """Tune's stopper: the session's :class:`CandidateStopper`, looked up by key."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        session = lookup(self.key)
+        if session is None or result.get("replayed"):
+            return False
+        return session.stopper(trial_id, {**(result.get("trial") or {}), **result})
+
+    def stop_all(self) -> bool:
+        session = lookup(self.key)
+        return bool(session is not None and session.stopper.stop_all())
+
+
+class SessionCallback(tune.Callback):
+    """Tune's callback: the session's recorder (journal, models) then its progress line."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def _targets(self) -> tuple[tune.Callback, ...]:
+        session = lookup(self.key)
+        return () if session is None else (session.recorder, session.progress)
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        for target in self._targets():
+            target.on_trial_start(iteration=iteration, trials=trials, trial=trial, **info)
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        for target in self._targets():
+            target.on_trial_result(
+                iteration=iteration, trials=trials, trial=trial, result=result, **info
+            )
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        for target in self._targets():
+            target.on_trial_error(iteration=iteration, trials=trials, trial=trial, **info)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        for target in self._targets():
+            target.on_trial_complete(iteration=iteration, trials=trials, trial=trial, **info)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        session = lookup(self.key)
+        if session is None:
+            return
+        session.clock.tick()
+        session.progress.on_step_end(iteration=iteration, trials=trials, **info)

@@ -1,0 +1,169 @@
+"""``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper``.
+
+After every trial's last result it counts candidates per trial id (each trial once; a trial
+evaluated on some of the rows never is one) and decides whether the whole search ends
+(``stop_all``): enough candidates (``find_n_candidates``), a candidate that reaches the
+stricter target (``find_best_candidate``), every allowed trial finished (``iteration_limit``)
+or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a condition. The
+first condition that fires is kept as :attr:`CandidateStopper.reason`.
+
+``iteration_limit`` counts trials *started* and is enforced in one place: the searcher starts
+no more than :func:`trial_limit` trials (see :mod:`raysearch.search.tune.searchers`); the stopper
+only notices that the last of them finished (finished ones never outnumber started ones), and
+the runner reads the searcher's cap for Tune's sample count and the progress total.
+
+Tune's ``TimeoutStopper`` and ``CombinedStopper`` are not used for ``time_limit``: a
+``TimeoutStopper``'s budget starts at its first check and counts nothing of earlier sessions,
+while ``time_limit`` counts from the start of the first session (preflight included, earlier
+sessions carried over on resume), and the search must know which condition ended it
+(``summary.json``'s ``stop_reason``), which a ``CombinedStopper`` does not say.
+
+Example:
+    >>> from raysearch.config._config import StopConfig
+    >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
+    >>> stopper("a", {"metric": 0.1, "is_candidate": True}), stopper.stop_all()
+    (False, False)
+    >>> stopper("b", {"metric": 0.2, "is_candidate": True}), stopper.stop_all(), stopper.reason
+    (False, True, 'candidates_found')
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ray.tune.stopper import Stopper
+
+from raysearch.config import StopConfig
+
+__all__ = ["CandidateStopper", "STOP_REASONS", "trial_limit"]
+
+_logger = logging.getLogger(__name__)
+
+#: Every value ``summary.json``'s ``stop_reason`` can take.
+STOP_REASONS = (
+    "candidates_found",
+    "best_candidate_found",
+    "iteration_limit",
+    "time_limit",
+    "space_exhausted",
+    "interrupted",
+)
+
+
+def _enabled(value: float | int | None) -> bool:
+    return value is not None and value != -1
+
+
+def trial_limit(stop: StopConfig) -> int | None:
+    """The most trials a search starts (``stop.iteration_limit``), None for no limit.
+
+    Example:
+        >>> trial_limit(StopConfig(iteration_limit=20)), trial_limit(StopConfig())
+        (20, None)
+    """
+    limit = stop.iteration_limit
+    return limit if limit is not None and limit > 0 else None
+
+
+class CandidateStopper(Stopper):
+    """Ends the whole search on the first stop condition of ``stop`` that holds.
+
+    Args:
+        stop: the validated stop conditions.
+        higher_is_better: the metric's direction (for ``find_best_candidate``).
+        elapsed_before_s: wall time already spent by earlier sessions of this search (resume),
+            counted against ``time_limit``.
+        prior: results of trials finished in earlier sessions (dicts with ``trial_id``,
+            ``metric``, ``is_candidate``), counted as if they had been reported now.
+        started_at: when this session began (``time.monotonic()``); default: now.
+    """
+
+    def __init__(
+        self,
+        stop: StopConfig,
+        *,
+        higher_is_better: bool,
+        elapsed_before_s: float = 0.0,
+        prior: Iterable[Mapping[str, Any]] = (),
+        started_at: float | None = None,
+    ) -> None:
+        self.stop = stop
+        self.higher_is_better = higher_is_better
+        self.elapsed_before_s = float(elapsed_before_s)
+        self.reason: str | None = None
+        self._start = time.monotonic() if started_at is None else started_at
+        self._finished: set[str] = set()
+        self._candidates: set[str] = set()
+        self._best_hit: str | None = None
+        for record in prior:
+            self.observe(str(record.get("trial_id")), record)
+
+    # -- counting --------------------------------------------------------------------------
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the search so far: earlier sessions plus this one."""
+        return self.elapsed_before_s + (time.monotonic() - self._start)
+
+    @property
+    def n_finished(self) -> int:
+        return len(self._finished)
+
+    @property
+    def n_candidates(self) -> int:
+        return len(self._candidates)
+
+    def observe(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        """Count one finished trial's result (a trial id is counted once)."""
+        self._finished.add(trial_id)
+        if not result.get("is_candidate") or result.get("stopped_at_rung") is not None:
+            return
+        self._candidates.add(trial_id)
+        target = self.stop.find_best_candidate
+        metric = result.get("metric")
+        if (
+            _enabled(target)
+            and self._best_hit is None
+            and isinstance(metric, (int, float))
+            and math.isfinite(metric)
+            and (metric >= target if self.higher_is_better else metric <= target)
+        ):
+            self._best_hit = trial_id
+
+    # -- Stopper interface -----------------------------------------------------------------
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Count the result; never stops a single trial. A trial evaluated on growing subsets
+        reports once per rung: only its last report (``done``) counts here, and a trial that
+        ASHA stops at a rung, which Tune marks done after this call, is counted when it is
+        recorded (``observe``, called by the recorder), never as a candidate."""
+        if result.get("done", True) is False:
+            return False
+        self.observe(trial_id, result)
+        return False
+
+    def stop_all(self) -> bool:
+        """Whether the whole search ends now; sets :attr:`reason` the first time it does."""
+        if self.reason is not None:
+            return True
+        stop = self.stop
+        if self._best_hit is not None:
+            self.reason = "best_candidate_found"
+        elif _enabled(stop.find_n_candidates) and self.n_candidates >= stop.find_n_candidates:
+            self.reason = "candidates_found"
+        elif (limit := trial_limit(stop)) is not None and self.n_finished >= limit:
+            self.reason = "iteration_limit"
+        elif _enabled(stop.time_limit) and self.elapsed_s >= stop.time_limit:
+            self.reason = "time_limit"
+        else:
+            return False
+        _logger.info(
+            "stop condition met: %s (%d trials finished, %d candidates, %.1f s)",
+            self.reason,
+            self.n_finished,
+            self.n_candidates,
+            self.elapsed_s,
+        )
+        return True

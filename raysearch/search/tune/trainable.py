@@ -1,0 +1,366 @@
+"""The Ray Tune trainable: one actor keeps one trial engine across many trials.
+
+:class:`QuantTrainable` is a class ``Trainable`` whose ``reset_config`` returns True, so with
+``reuse_actors=True`` Tune hands a finished actor the next trial and the engine it built in
+``setup`` (calibration cache, float reference, ONNX Runtime state) serves every trial the actor
+runs. A trial quantizes once and reports once per rung of its evaluation (growing subsets of
+the evaluation rows, :mod:`raysearch.search.tune._rungs`): one ``step`` per rung, the quantized
+model's session kept in the actor between them; the last rung's step returns ``done=True``.
+Without rungs a trial is one step. Tune's ``ASHAScheduler`` may stop a trial after any rung
+but the last; the actor then drops what it kept when Tune hands it the next trial
+(``reset_config``). ``trial_timeout_s`` bounds the trial's steps together.
+
+Read-only data reaches the actors through ``tune.with_parameters`` (the Ray object store, put
+once), never through trial configs: the engine factory (model path, calibration and evaluation
+arrays, the float reference computed once on the driver), the replay table of a resumed search
+and the start barrier.
+
+A trial whose id is in the replay table (it finished in an interrupted session, but after Ray
+Tune last saved its experiment state) returns the recorded result at once instead of running.
+
+Example:
+    >>> trainable = make_trainable(factory, output_dir, cpu_per_trial=1)     # doctest: +SKIP
+    >>> tune.Tuner(trainable, ...)                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import ray
+from ray import tune
+
+from raysearch.errors import is_disk_full
+from raysearch.layout import TRIALS_TMP
+from raysearch.modelfile import remove_model
+from raysearch.search.runtime._start_barrier import (
+    START_BARRIER_TIMEOUT_S,
+    StartBarrier,
+    start_barrier,
+    wait_for_wave,
+)
+from raysearch.search.runtime.transfer import current_node_id, node_local_dir
+from raysearch.search.tune._rungs import RUNG_CLOCK, RUNG_SCORE, UNRANKED, rung_clock, rung_score
+
+__all__ = [
+    "QuantTrainable",
+    "TrialEngine",
+    "EngineFactory",
+    "StartBarrier",
+    "start_barrier",
+    "START_BARRIER_TIMEOUT_S",
+    "make_trainable",
+    "TRIALS_TMP",
+]
+
+_logger = logging.getLogger(__name__)
+
+
+class TrialEngine(Protocol):
+    """What a trainable needs from the trial engine (``raysearch.trial.TrialRunner``). An
+    engine with ``start(settings, out_path)`` (a trial whose ``step()`` evaluates the next
+    rung, ``done`` after the last) is evaluated rung by rung; one without, whole."""
+
+    def run(self, settings: dict[str, Any], out_path: str | os.PathLike) -> Any:
+        """Quantize and evaluate one setting; a result with ``to_dict()``; never raises for a
+        bad setting."""
+
+
+class _Whole:
+    """A trial of an engine without rungs: its one result, done at the first step."""
+
+    done = True
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def step(self) -> Any:
+        return self.result
+
+    def close(self) -> None:
+        pass
+
+
+#: Builds the engine inside an actor: ``factory(threads=..., gpu_id=...)``.
+EngineFactory = Callable[..., TrialEngine]
+
+
+class QuantTrainable(tune.Trainable):
+    """One trial per ``step``; the engine is built once per actor (see module docstring)."""
+
+    def setup(
+        self,
+        config: dict[str, Any],
+        factory: EngineFactory | None = None,
+        output_dir: str = "",
+        threads: int = 1,
+        timeout_s: float | None = None,
+        replay: Mapping[str, Mapping[str, Any]] | None = None,
+        barrier: Any = None,
+        driver_node: str | None = None,
+        factory_box: list[Any] | None = None,
+        helper_resources: Mapping[str, float] | None = None,
+    ) -> None:
+        if factory is None and factory_box:
+            factory = ray.get(factory_box[0])
+        if factory is None:
+            raise ValueError("QuantTrainable needs an engine factory (tune.with_parameters)")
+        self._output_dir = Path(output_dir)
+        self._timeout_s = timeout_s
+        self._replay = dict(replay or {})
+        self._node = ray.util.get_node_ip_address()
+        self._node_id = current_node_id()
+        # Trials on the driver's node write straight into the output folder; elsewhere into
+        # this node's temp folder, from which the driver fetches the models it keeps.
+        self._local = driver_node is None or driver_node == self._node_id
+        if not self._local:
+            tag = hashlib.sha256(os.fspath(self._output_dir).encode()).hexdigest()[:12]
+            self._trials_dir = node_local_dir(f"raysearch-trials-{tag}")
+        else:
+            self._trials_dir = self._output_dir / TRIALS_TMP
+        gpu_ids = ray.get_gpu_ids()
+        self._gpu_id = gpu_ids[0] if gpu_ids else None
+        started = time.perf_counter()
+        self._engine = factory(threads=threads, gpu_id=self._gpu_id)
+        if factory_box and hasattr(self._engine, "score_pool"):
+            self._engine.score_pool = _score_pool(factory_box[0], threads, helper_resources)
+        self._setup_s = time.perf_counter() - started
+        self._trials_run = 0
+        self._poisoned = False
+        rungs = getattr(self._engine, "rungs", None)
+        self._factor = rungs.reduction_factor if rungs is not None else 1.0
+        self._higher = getattr(getattr(self._engine, "evaluator", None), "higher_is_better", True)
+        #: The trial being evaluated rung by rung: its id, the engine's trial, when it
+        #: started (wall clock and perf counter) and the ASHA scores and times of its rungs.
+        self._live: _Live | None = None
+        # Everything alive now (Ray, ONNX Runtime, the engine, the shared arrays) lives as
+        # long as the actor: keep it out of the garbage collector's full passes, which the
+        # trial engine runs after every trial and which would otherwise walk it each time.
+        gc.freeze()
+        started = time.perf_counter()
+        if barrier is not None:
+            wait_for_wave(barrier)
+        self._wait_s = time.perf_counter() - started
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        # Keep the engine (and its caches) for the next trial; nothing depends on the config.
+        # A trial the scheduler stopped at a rung left its session here: let it go.
+        self._drop_live()
+        return not self._poisoned
+
+    def _drop_live(self) -> None:
+        if self._live is not None:
+            self._live.trial.close()
+            self._live = None
+
+    def step(self) -> dict[str, Any]:
+        trial_id = self.trial_id
+        recorded = self._replay.get(trial_id)
+        if recorded is not None:
+            return {**recorded, "replayed": True, "done": True, **UNRANKED}
+        live = self._live
+        if live is None or live.trial_id != trial_id:
+            self._drop_live()
+            live = self._begin(trial_id)
+            if isinstance(live, dict):
+                return live  # the disk filled up while quantizing
+        try:
+            result = self._call(live.trial.step, live)
+        except Exception as exc:
+            self._drop_live()
+            if not is_disk_full(exc):
+                raise
+            return self._disk_full(exc, live.out_path)
+        record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        done = bool(live.trial.done)
+        if done:
+            self._live = None
+        if done and not record.get("model_path"):
+            # A failed trial deletes its model file; its external data goes too.
+            remove_model(live.out_path)
+        return self._report(record, live, done)
+
+    def _begin(self, trial_id: str) -> _Live | dict[str, Any]:
+        """Start a trial: quantize it (its first rung follows in the same step)."""
+        config = self.config
+        # Tune moves the actor into the trial's folder; a custom evaluator's relative paths
+        # mean the driver's working directory.
+        home = os.environ.get("TUNE_ORIG_WORKING_DIR")
+        if home and os.getcwd() != home:
+            os.chdir(home)
+        self._trials_dir.mkdir(parents=True, exist_ok=True)
+        out_path = self._trials_dir / f"{trial_id}.onnx"
+        # A trial run again after a kill finds what its first run left: ONNX Runtime would
+        # append the external data to the old data file.
+        remove_model(out_path)
+        live = _Live(trial_id, out_path)
+        self._trials_run += 1
+        start = getattr(self._engine, "start", None)
+        try:
+            if start is None:
+                live.trial = _Whole(
+                    self._call(lambda: self._engine.run(config["settings"], out_path), live)
+                )
+            else:
+                live.trial = self._call(lambda: start(config["settings"], out_path), live)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            return self._disk_full(exc, out_path)
+        self._live = live
+        return live
+
+    def _disk_full(self, exc: BaseException, out_path: Path) -> dict[str, Any]:
+        # Not the setting's failure: the driver stops the search without recording it, so
+        # that resume runs it again.
+        remove_model(out_path)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        trial = {"status": "failed", "error": message, "disk_full": True}
+        return {"metric": None, "objective": None, "trial": trial, "done": True, **UNRANKED}
+
+    def _report(self, record: dict[str, Any], live: _Live, done: bool) -> dict[str, Any]:
+        """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
+        so far, and ASHA's rung and score (see :mod:`raysearch.search.tune._rungs`)."""
+        record.setdefault("duration_s", time.perf_counter() - live.started)
+        record["started_at"] = live.started_at
+        record["ended_at"] = time.time()
+        record["node"] = self._node
+        record["node_id"] = self._node_id
+        record["gpu_id"] = None if self._gpu_id is None else str(self._gpu_id)
+        record["worker_pid"] = os.getpid()
+        record["actor_trials"] = self._trials_run
+        if self._trials_run == 1:
+            record["actor_setup_s"] = round(self._setup_s, 4)
+            record["actor_wait_s"] = round(self._wait_s, 4)  # at the StartBarrier
+        ok = record.get("status") == "ok"
+        score = rung_score(record, self._higher) if ok else None
+        clock = None
+        if score is not None and int(record.get("rungs") or 1) > 1:
+            clock = rung_clock(int(record.get("rung") or 0), self._factor)
+            # Kept with the record: a resumed search puts them back into ASHA's rungs.
+            live.scores.append(score)
+            live.ended_at.append(record["ended_at"])
+            record["rung_scores"] = list(live.scores)
+            record["rung_ended_at"] = list(live.ended_at)
+        metric = record.get("metric") if ok else None
+        objective = record.get("objective") if ok else None
+        return {
+            "metric": metric,
+            "objective": objective,
+            "trial": record,
+            "done": done,
+            RUNG_CLOCK: clock,
+            RUNG_SCORE: score if clock is not None else None,
+        }
+
+    def _call(self, work: Callable[[], Any], live: _Live) -> Any:
+        """``work()`` within what is left of the trial's ``trial_timeout_s``."""
+        if not self._timeout_s:
+            return work()
+        left = self._timeout_s - (time.perf_counter() - live.started)
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["result"] = work()
+            except BaseException as exc:  # reported to Tune from the main thread
+                box["error"] = exc
+                box["traceback"] = traceback.format_exc()
+
+        # A daemon thread: a setting that hangs ONNX Runtime dies with the actor process.
+        worker = threading.Thread(target=target, name="raysearch-trial", daemon=True)
+        worker.start()
+        worker.join(max(left, 0.0))
+        if worker.is_alive():
+            self._poisoned = True  # the hung call still holds this process: never reuse it
+            raise TrialTimeoutError(
+                f"trial timed out after {self._timeout_s:g} s (trial_timeout_s)"
+            )
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    def cleanup(self) -> None:
+        self._drop_live()
+        close = getattr(self._engine, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # best effort: the actor is going away
+                _logger.debug("closing the trial engine failed", exc_info=True)
+
+
+class _Live:
+    """The trial an actor is evaluating rung by rung."""
+
+    def __init__(self, trial_id: str, out_path: Path) -> None:
+        self.trial_id = trial_id
+        self.out_path = out_path
+        self.trial: Any = None
+        self.started = time.perf_counter()
+        self.started_at = time.time()
+        self.scores: list[float] = []
+        self.ended_at: list[float] = []
+
+
+class TrialTimeoutError(TimeoutError):
+    """A trial ran longer than ``trial_timeout_s``."""
+
+
+def _score_pool(factory_ref: Any, threads: int, resources: Mapping[str, float] | None) -> Any:
+    """The trial engine's :class:`~raysearch.search.runtime._score_pool.ScorePool`: helpers with the
+    trial's resources, at most as many as this node has room for trials besides this one."""
+    from raysearch.search.runtime._score_pool import ScorePool
+
+    resources = dict(resources or {"num_cpus": float(threads)})
+    node = current_node_id()
+    cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node), 1)
+    per_helper = max(resources.get("num_cpus", 1.0), 1e-3)
+    helpers = max(0, int(cpus // per_helper) - 1)
+    if not helpers:  # no room for one: the trial scores alone, as without Ray
+        return None
+    return ScorePool(factory_ref, threads=threads, helpers=helpers, **resources)
+
+
+def make_trainable(
+    factory: EngineFactory,
+    output_dir: str | os.PathLike,
+    *,
+    cpu_per_trial: float = 1.0,
+    gpu_per_trial: float = 0.0,
+    timeout_s: float | None = None,
+    replay: Mapping[str, Mapping[str, Any]] | None = None,
+    barrier: Any = None,
+    driver_node: str | None = None,
+) -> Any:
+    """``QuantTrainable`` with its read-only inputs in the object store and its resources.
+
+    ``barrier`` (:func:`start_barrier`) makes the actors of the first wave (the trials that
+    run in parallel) start their first trials together.
+    """
+    trainable = tune.with_parameters(
+        QuantTrainable,
+        # Put once, boxed so that the actor gets the reference too: its helper tasks
+        # (``_score_pool``) build their engines from it.
+        factory_box=[ray.put(factory)],
+        helper_resources={"num_cpus": cpu_per_trial, "num_gpus": gpu_per_trial},
+        output_dir=os.fspath(output_dir),
+        threads=max(1, int(cpu_per_trial)),
+        timeout_s=timeout_s,
+        replay=dict(replay or {}),
+        barrier=barrier,
+        driver_node=driver_node,
+    )
+    resources = {"cpu": cpu_per_trial}
+    if gpu_per_trial:
+        resources["gpu"] = gpu_per_trial
+    return tune.with_resources(trainable, resources)

@@ -1,0 +1,409 @@
+"""The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
+tuning, run in parallel on Ray (one concept, a little over 400 lines: the bisection and the
+revert pass read the same ranking and base, and splitting them would pass that state around).
+
+``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
+
+A. **Search**: the spaces sampled by TPE (the ``TPE`` strategy's phases, one per space), with
+   half of ``stop.iteration_limit`` (at least 1) or 8 trials when there is no limit, split
+   between the spaces. A small finite space simply ends its phase once every setting was seen,
+   so no Grid special case is needed.
+B. **Fallback** (:class:`FallbackPhase`): from the best record of A (its ``mixed_precision``
+   removed: the *base*), the smallest ``top_k`` whose setting
+   ``base + {"mixed_precision": {"top_k": k, "promote_to": P, "rank_by": R}}`` is a candidate.
+   ``P`` and ``R`` are those of the best's own ``mixed_precision`` when it has one, else
+   ``float`` and ``sqnr`` (falling back to float is what reaches a tolerance surest, and the
+   SQNR ranking costs one pass). The first trial promotes every ranked tensor
+   (``top_k`` = :data:`ALL`); its ``extra.ranked`` gives n. If it is no candidate the fallback
+   cannot reach the tolerance and the strategy ends. Then :class:`Bisection` finds the
+   smallest k in ``(0, n]``; with several trials asked for at once each new k halves the
+   widest open gap between the bounds and the ks still running, which splits the interval
+   into s + 1 parts for s concurrent proposals.
+C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 16, the ranks
+   that take a per-entry choice) each promoted rank is returned to int8 on its own
+   (``rank_i: int8``), all in parallel; then one trial combines every demotion that held the
+   tolerance. When the combination fails, the best single demotion stands (it already ran).
+   k = 1 has nothing to combine, k > 16 has no ``rank_i`` keys: skipped.
+
+``Conservative`` lives in :mod:`raysearch.strategies._conservative`. The three phases stay in
+one module (a little over 400 lines): B and C share the base setting and its matching.
+
+Every phase derives its state from the finished records (``context.records``), matching them by
+setting, so a resumed search (fresh phases, records replayed) goes on where it stopped and never
+runs a setting twice. Records of phase B carry ``phase`` = number of spaces, phase C that + 1
+(the position of the phase in the strategy, as for A, whose positions are the space indices).
+
+Example:
+    >>> b = Bisection()
+    >>> b.next(set())            # first: promote everything
+    1000000
+    >>> b.record(ALL, True, ranked=9)
+    >>> b.next(set()), b.next({4}), b.next({4, 6})   # at most 2 at once by default
+    (4, 6, None)
+    >>> for k in (4, 2, 1):
+    ...     b.record(k, True)
+    >>> b.next(set()), b.found
+    ('done', 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from raysearch.quantize.techniques.mixed_precision import KEY, PER_RANK
+from raysearch.strategies._registry import (
+    EXHAUSTED,
+    Phase,
+    Proposal,
+    SearchView,
+    StrategyContext,
+    register_strategy,
+)
+from raysearch.strategies._setting_phase import (
+    RecordReader,
+    extra_count,
+    is_candidate,
+    setting_proposal,
+)
+from raysearch.strategies.samplers import sampler_strategy
+
+__all__ = [
+    "ALL",
+    "DONE",
+    "Bisection",
+    "FallbackPhase",
+    "RevertPhase",
+    "fallback_strategy",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: ``top_k`` of the first fallback trial: every ranked tensor promoted.
+ALL = 1_000_000
+#: What :meth:`Bisection.next` returns once the smallest k is known (or cannot be).
+DONE = "done"
+#: Phase A's trials without an iteration limit.
+SEARCH_TRIALS = 8
+
+
+# -- phase B: bisection over k --------------------------------------------------------------------
+class Bisection:
+    """The smallest k whose trial is a candidate, from results told in any order (pure Python,
+    deterministic).
+
+    ``next(pending)`` is the k to try next given the ks still running: :data:`ALL` first, then
+    the middle of the widest open gap between the bounds and ``pending``; None to wait for a
+    running trial (also while ``parallel`` ks inside the bounds run: each k tried before the
+    result of another is known costs trials, so more than 2 at once rarely pays; ks left
+    outside the bounds by a result do not count); :data:`DONE` when ``found`` is known (None:
+    not even :data:`ALL` was a candidate). ``record(k, candidate, ranked)`` tells a result
+    (``ranked`` with :data:`ALL`: n, the number of ranked tensors)."""
+
+    def __init__(self, parallel: int = 2) -> None:
+        self.parallel = max(1, parallel)
+        self.n: int | None = None
+        self.all_result: bool | None = None
+        self.results: dict[int, bool] = {}
+
+    def record(self, k: int, candidate: bool, ranked: int | None = None) -> None:
+        if k >= ALL:
+            self.all_result = candidate
+            if ranked is not None:
+                self.n = ranked
+            return
+        self.results[k] = candidate
+
+    def _outcomes(self) -> dict[int, bool]:
+        """Results by effective k (top_k above n promotes the n ranked tensors)."""
+        out: dict[int, bool] = {}
+        if self.n is not None:
+            for k, candidate in self.results.items():
+                out[min(k, self.n)] = out.get(min(k, self.n), False) or candidate
+            if self.all_result is not None:
+                out[self.n] = out.get(self.n, False) or self.all_result
+        return out
+
+    def bounds(self) -> tuple[int, int] | None:
+        """``(lo, hi)``: the largest k known to fail below the smallest known candidate, and
+        that candidate (None before the all-promoted result)."""
+        outcomes = self._outcomes()
+        good = [k for k, ok in outcomes.items() if ok]
+        if not good:
+            return None
+        hi = min(good)
+        lo = max([k for k, ok in outcomes.items() if not ok and k < hi], default=0)
+        return lo, hi
+
+    @property
+    def found(self) -> int | None:
+        """The smallest candidate k once the interval is closed (:data:`ALL` when n is not
+        known), else None."""
+        if self.all_result and self.n is None:
+            return ALL
+        bounds = self.bounds()
+        if bounds is None or bounds[1] - bounds[0] > 1:
+            return None
+        return bounds[1]
+
+    def next(self, pending: set[int]) -> int | str | None:
+        if self.all_result is None:
+            return None if ALL in pending else ALL
+        if not self.all_result or self.found is not None:
+            return DONE
+        bounds = self.bounds()
+        assert bounds is not None
+        lo, hi = bounds
+        inside = {k for k in pending if lo < k < hi}
+        if len(inside) >= self.parallel:
+            return None
+        points = sorted({lo, hi} | inside)
+        a, b = max(zip(points, points[1:]), key=lambda gap: gap[1] - gap[0])
+        if b - a <= 1:
+            return None  # every open k is running: wait for one
+        return (a + b) // 2
+
+
+@dataclasses.dataclass
+class _Base:
+    """The setting phase B and C build on: the best record of phase A without its mixed
+    precision, and the promotion ``P`` / ranking ``R`` to use."""
+
+    settings: dict[str, Any]
+    promote_to: str
+    rank_by: str
+
+    def with_k(self, k: int, demoted: Sequence[int] = ()) -> dict[str, Any]:
+        options: dict[str, Any] = {"top_k": k, "promote_to": self.promote_to}
+        options["rank_by"] = self.rank_by
+        for rank in sorted(demoted):
+            options[f"rank_{rank}"] = "int8"
+        return {**self.settings, KEY: options}
+
+    def match(self, settings: Any) -> tuple[int, frozenset[int]] | None:
+        """``(k, demoted ranks)`` when ``settings`` is ``with_k(k, demoted)``, else None."""
+        if not isinstance(settings, Mapping) or not isinstance(settings.get(KEY), Mapping):
+            return None
+        rest = {name: value for name, value in settings.items() if name != KEY}
+        options = dict(settings[KEY])
+        k = options.pop("top_k", None)
+        if rest != self.settings or not isinstance(k, int) or isinstance(k, bool):
+            return None
+        if options.pop("promote_to", None) != self.promote_to:
+            return None
+        if options.pop("rank_by", None) != self.rank_by:
+            return None
+        demoted: set[int] = set()
+        for name, value in options.items():
+            if not name.startswith("rank_") or value != "int8":
+                return None
+            demoted.add(int(name[len("rank_") :]))
+        return k, frozenset(demoted)
+
+
+class FallbackPhase(RecordReader, Phase):
+    """Phase B: bisection over ``top_k`` from the best record of the phases before it (see the
+    module). ``index`` is its position in the strategy (``phase`` of its records)."""
+
+    def __init__(
+        self, index: int, promote_to: str = "float", rank_by: str = "sqnr", parallel: int = 2
+    ) -> None:
+        self.index = index
+        self.defaults = (promote_to, rank_by)
+        self.base: _Base | None = None
+        self.bisection = Bisection(parallel)
+        #: The k found (None: none, or not yet); ``finished`` once the phase is done.
+        self.found: int | None = None
+        self.finished = False
+        self.keys: dict[int, str] = {}
+
+    def start(self, context: StrategyContext) -> None:
+        self.context = context
+
+    def _init(self) -> bool:
+        """Pick the base from the records of the phases before this one; False when there is
+        nothing to fall back from."""
+        assert self.context is not None
+        from raysearch.ranking import best_record
+
+        earlier = [r for r in self.context.records if int(r.get("phase") or 0) < self.index]
+        best = best_record(earlier, self.context.mode == "max")
+        if best is None:
+            _logger.info("fallback: no finished trial to fall back from")
+            return False
+        if is_candidate(best) and not extra_count(best, "promoted"):
+            _logger.info("fallback: the best setting is a candidate already; nothing to do")
+            return False
+        settings = dict(best.get("settings") or {})
+        own = settings.pop(KEY, None)
+        own = own if isinstance(own, Mapping) else {}
+        promote_to = str(own.get("promote_to") or self.defaults[0])
+        rank_by = str(own.get("rank_by") or self.defaults[1])
+        self.base = _Base(settings, promote_to, rank_by)
+        _logger.info(
+            "fallback: from trial %s (metric %s), promoting to %s ranked by %s",
+            best.get("trial_id"),
+            best.get("metric"),
+            promote_to,
+            rank_by,
+        )
+        return True
+
+    def _absorb(self) -> None:
+        assert self.base is not None
+        for record in self._new_records():
+            matched = self.base.match(record.get("settings"))
+            if matched is None or matched[1]:
+                continue
+            k = matched[0]
+            self.bisection.record(k, is_candidate(record), extra_count(record, "ranked"))
+
+    def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
+        if self.finished:
+            return EXHAUSTED
+        if self.base is None:
+            if search.live_keys:
+                return None  # the best of the phases before needs all their results
+            if not self._init():
+                return self._finish()
+        self._absorb()
+        assert self.base is not None
+        live = search.live_keys
+        pending = {k for k, key in self.keys.items() if key in live}
+        step = self.bisection.next(pending)
+        if step == DONE:
+            return self._finish()
+        if step is None:
+            return None
+        assert isinstance(step, int)
+        proposal = setting_proposal(self.base.with_k(step), self.index)
+        self.keys[step] = proposal.key
+        if proposal.key in search.done:  # a record this phase has not matched: a failure
+            self.bisection.record(step, False)
+            return self.propose(trial_id, search)
+        return proposal
+
+    def _finish(self) -> str:
+        self.finished = True
+        self.found = self.bisection.found
+        if self.base is not None:
+            if self.found is None:
+                _logger.info("fallback: promoting every ranked tensor misses the tolerance")
+            else:
+                _logger.info("fallback: top_k = %d is the smallest that holds", self.found)
+        return EXHAUSTED
+
+
+# -- phase C: revert pass ------------------------------------------------------------------------
+class RevertPhase(RecordReader, Phase):
+    """Phase C: the ranks promoted by phase B's k returned to int8, one at a time in parallel,
+    then those that held together (see the module)."""
+
+    def __init__(self, fallback: FallbackPhase, index: int) -> None:
+        self.fallback = fallback
+        self.index = index
+        self.k: int | None = None
+        self.results: dict[frozenset[int], tuple[bool, float | None]] = {}
+        #: The demoted ranks of the setting the pass settled on (None: none held).
+        self.chosen: frozenset[int] | None = None
+        self.finished = False
+
+    def start(self, context: StrategyContext) -> None:
+        self.context = context
+
+    def _absorb(self) -> None:
+        base = self.fallback.base
+        assert base is not None
+        for record in self._new_records():
+            matched = base.match(record.get("settings"))
+            if matched is not None and matched[0] == self.k and matched[1]:
+                self.results[matched[1]] = (is_candidate(record), record.get("metric"))
+
+    def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
+        if self.finished:
+            return EXHAUSTED
+        if self.k is None:
+            k = self.fallback.found
+            if k is None or k <= 1 or k > PER_RANK or self.fallback.base is None:
+                self.finished = True
+                return EXHAUSTED
+            self.k = k
+        self._absorb()
+        singles = [frozenset({rank}) for rank in range(1, self.k + 1)]
+        waiting = False
+        for demoted in singles:
+            proposal = self._proposal(demoted, search)
+            if proposal == "wait":
+                waiting = True
+            elif proposal is not None:
+                return proposal
+        if waiting:
+            return None
+        held = frozenset(rank for s in singles if self.results[s][0] for rank in s)
+        if len(held) >= 2:
+            proposal = self._proposal(held, search)
+            if proposal == "wait":
+                return None
+            if proposal is not None:
+                return proposal
+        return self._finish(singles, held)
+
+    def _proposal(self, demoted: frozenset[int], search: SearchView) -> Proposal | str | None:
+        """The proposal of ``demoted``; "wait" while it runs; None once its result is known."""
+        if demoted in self.results:
+            return None
+        base = self.fallback.base
+        assert base is not None and self.k is not None
+        proposal = setting_proposal(base.with_k(self.k, sorted(demoted)), self.index)
+        if proposal.key in search.live_keys:
+            return "wait"
+        if proposal.key in search.done:  # known, unmatched: it failed
+            self.results[demoted] = (False, None)
+            return None
+        return proposal
+
+    def _finish(self, singles: list[frozenset[int]], held: frozenset[int]) -> str:
+        self.finished = True
+        if len(held) >= 2 and self.results.get(held, (False, None))[0]:
+            self.chosen = held
+        else:
+            good = [s for s in singles if self.results[s][0]]
+            higher = self.context is not None and self.context.mode == "max"
+
+            def score(s: frozenset[int]) -> float:
+                metric = self.results[s][1]
+                value = float(metric) if isinstance(metric, (int, float)) else float("nan")
+                return value if higher else -value
+
+            self.chosen = max(good, key=score) if good else None
+        _logger.info(
+            "revert: %s of the top %d back to int8",
+            "none" if self.chosen is None else sorted(self.chosen),
+            self.k,
+        )
+        return EXHAUSTED
+
+
+# -- the strategies ------------------------------------------------------------------------------
+def search_budget(max_trials: int | None) -> int:
+    """Phase A's trials: half the iteration limit (at least 1), :data:`SEARCH_TRIALS` without.
+
+    Example:
+        >>> search_budget(20), search_budget(1), search_budget(None)
+        (10, 1, 8)
+    """
+    if max_trials and max_trials > 0:
+        return max(1, max_trials // 2)
+    return SEARCH_TRIALS
+
+
+@register_strategy("Fallback", aliases=("fallback", "mse_v2"))
+def fallback_strategy(context: StrategyContext) -> list[Phase]:
+    """Fallback: TPE over the spaces, bisection over mixed precision's top_k, revert pass."""
+    search = sampler_strategy(
+        "TPE", dataclasses.replace(context, max_trials=search_budget(context.max_trials))
+    )
+    fallback = FallbackPhase(len(search))
+    return [*search, fallback, RevertPhase(fallback, len(search) + 1)]

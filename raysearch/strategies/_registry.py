@@ -1,0 +1,290 @@
+"""Search strategies: phases that propose settings, in a registry by ``search_algo`` name.
+
+A search runs the *phases* of its strategy in order. A :class:`Phase` proposes one setting at a
+time (:meth:`Phase.propose`), learns each finished record (:meth:`Phase.completed`) and says when
+it is exhausted (``propose`` returns :data:`EXHAUSTED`). When a phase becomes current its
+:meth:`Phase.start` sees the :class:`StrategyContext`: the spaces, the finished records of the
+phases before it (a two-stage or sensitivity-fallback strategy builds its proposals from
+them), and the model's facts (node names, tensor names, op types).
+
+A strategy is a *builder*, ``(context) -> list[Phase]``, registered under its ``search_algo``
+name with :func:`register_strategy`. The built-in ones (``Grid`` and the Optuna samplers) live
+in :mod:`raysearch.search.tune.searchers` and are imported on first use, so checking a config's
+``search_algo`` imports neither Ray nor Optuna. A new strategy is one module with a registered
+builder, plus one line in :data:`BUILTIN_STRATEGIES` when it ships with raysearch.
+
+Example:
+    >>> canonical_strategy("grid_search"), canonical_strategy("tpe")
+    ('Grid', 'TPE')
+    >>> @register_strategy("EveryOther")                         # doctest: +SKIP
+    ... def every_other(context):
+    ...     return [MyPhase(context.spaces)]
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.plugins import note_plugin
+
+if TYPE_CHECKING:
+    from raysearch.space import SearchSpace
+    from raysearch.space.space import Reject
+
+__all__ = [
+    "EXHAUSTED",
+    "Proposal",
+    "Phase",
+    "SearchView",
+    "ModelFacts",
+    "StrategyContext",
+    "StrategyInfo",
+    "Builder",
+    "BUILTIN_STRATEGIES",
+    "register_strategy",
+    "get_strategy",
+    "strategy_names",
+    "canonical_strategy",
+    "check_strategy_available",
+]
+
+#: What :meth:`Phase.propose` returns when the phase has nothing more to propose.
+EXHAUSTED = "__exhausted__"
+
+
+@dataclass
+class Proposal:
+    """One setting a phase proposes: the space index (``phase`` in the records), the sampled
+    ``point``, its recorded ``params`` (validity rules applied), the nested ``settings`` the
+    trial runs, their identity ``key``, and the phase's own id for it (``inner_id``)."""
+
+    phase: int
+    point: dict[str, Any]
+    params: dict[str, Any]
+    settings: dict[str, Any]
+    key: str
+    inner_id: str | None = None
+
+    @classmethod
+    def of(
+        cls, space: SearchSpace, index: int, point: dict[str, Any], inner_id: str | None = None
+    ) -> Proposal:
+        """The proposal of ``point`` of ``space`` (the space's rules and settings applied)."""
+        from raysearch.space import settings_key
+
+        params, _ = space.canonical(point)
+        settings = space.to_settings(point)
+        return cls(index, dict(point), params, settings, settings_key(settings), inner_id)
+
+
+class SearchView(Protocol):
+    """What a phase may read of the search: settings finished (with their metric and
+    sampler objective) and running, by key."""
+
+    done: dict[str, float | None]
+    #: key -> what a sampler optimises for each finished setting (see Phase.completed).
+    objectives: dict[str, float | None]
+
+    @property
+    def live_keys(self) -> set[str]: ...
+
+    @property
+    def known_keys(self) -> set[str]: ...
+
+    def knows(self, key: str) -> bool:
+        """Whether ``key`` finished or runs (``key in known_keys`` without building the set:
+        a grid asks once per setting)."""
+        ...
+
+
+class Phase:
+    """One step of a strategy. Subclasses implement :meth:`propose`; :meth:`start` and
+    :meth:`completed` are optional. ``budget`` caps the trials this phase may start (None:
+    until it is exhausted)."""
+
+    budget: int | None = None
+
+    def start(self, context: StrategyContext) -> None:  # noqa: B027 - optional hook
+        """Called once, when the phase becomes current: ``context.records`` holds every trial
+        finished so far, so a phase can build its proposals from earlier results."""
+
+    def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
+        """The next setting to run as ``trial_id``; None to wait for a running trial;
+        :data:`EXHAUSTED` when the phase is done."""
+        raise NotImplementedError
+
+    def completed(  # noqa: B027 - optional hook
+        self,
+        proposal: Proposal,
+        metric: float | None,
+        error: bool,
+        *,
+        objective: float | None = None,
+    ) -> None:
+        """The trial of ``proposal`` finished: ``error`` when it raised or crashed, ``metric``
+        None when it failed. ``objective`` is what a sampler should optimise: the metric,
+        moved past every non-candidate by the quantized share for a candidate (see
+        :meth:`raysearch.evaluate.Evaluator.sampler_objective`)."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a strategy may need to know of the float model: its node names, tensor names
+    (graph inputs, outputs and every node output) and op types, in graph order."""
+
+    node_names: tuple[str, ...] = ()
+    tensor_names: tuple[str, ...] = ()
+    op_types: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, model: Any) -> ModelFacts:
+        """The facts of an ``onnx.ModelProto`` or a model path (external data not loaded)."""
+        import onnx
+
+        from raysearch.modelfile import load_header
+
+        if not isinstance(model, onnx.ModelProto):
+            model = load_header(model)
+        graph = model.graph
+        tensors = [i.name for i in graph.input] + [o for n in graph.node for o in n.output]
+        tensors += [o.name for o in graph.output]
+        return cls(
+            tuple(n.name for n in graph.node),
+            tuple(dict.fromkeys(t for t in tensors if t)),
+            tuple(dict.fromkeys(n.op_type for n in graph.node)),
+        )
+
+
+@dataclass
+class StrategyContext:
+    """Everything a builder and its phases get: the spaces, the optimisation ``mode`` (``min``
+    or ``max`` of ``metric``), ``seed``, the backend refusal check ``reject``, ``max_trials``
+    (``stop.iteration_limit``; None: no limit), the model's facts, and ``records``: every
+    finished trial so far (journal records: ``trial_id``, ``key``, ``params``, ``settings``,
+    ``metric``, ``status``, ``phase``), kept up to date by the searcher."""
+
+    spaces: Sequence[SearchSpace]
+    mode: str = "min"
+    seed: int | None = None
+    reject: Reject | None = None
+    max_trials: int | None = None
+    model: ModelFacts = field(default_factory=ModelFacts)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def best(self) -> dict[str, Any] | None:
+        """The best finished record so far by :func:`raysearch.outputs.better` (the most
+        quantized candidate, else the best metric; None: none has one)."""
+        from raysearch.ranking import best_record
+
+        best = best_record(self.records, self.mode == "max")
+        return dict(best) if best is not None else None
+
+
+#: A strategy: the phases of a search, built from its context.
+Builder = Callable[[StrategyContext], Sequence[Phase]]
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """A built-in strategy: the module that registers it, other spellings of its name, and the
+    packages it needs (import names) beyond raysearch's own."""
+
+    module: str
+    aliases: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+
+
+#: Strategies shipped with raysearch: ``search_algo`` name -> where it is registered.
+BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
+    "Grid": StrategyInfo("raysearch.strategies.grid", ("grid", "grid_search", "gridsearch")),
+    "Random": StrategyInfo("raysearch.strategies.samplers", ("random", "random_search")),
+    "TPE": StrategyInfo("raysearch.strategies.samplers", ("tpe",)),
+    "CmaEs": StrategyInfo(
+        "raysearch.strategies.samplers", ("cmaes", "cma-es", "cma_es"), ("cmaes",)
+    ),
+    "GPS": StrategyInfo("raysearch.strategies.samplers", ("gps", "gp"), ("torch", "scipy")),
+    "NSGAII": StrategyInfo("raysearch.strategies.samplers", ("nsgaii", "nsga2", "nsga-ii")),
+    "QMC": StrategyInfo("raysearch.strategies.samplers", ("qmc",), ("scipy",)),
+    "Fallback": StrategyInfo("raysearch.strategies._fallback", ("fallback", "mse_v2")),
+    "Conservative": StrategyInfo("raysearch.strategies._conservative", ("conservative",)),
+}
+
+_logger = logging.getLogger(__name__)
+_REGISTRY: dict[str, Builder] = {}
+_ALIASES: dict[str, str] = {
+    alias: name for name, info in BUILTIN_STRATEGIES.items() for alias in info.aliases
+}
+
+
+def register_strategy(name: str, *, aliases: Sequence[str] = ()) -> Callable[[Builder], Builder]:
+    """Decorator registering a strategy builder under the ``search_algo`` name ``name``."""
+
+    def decorate(builder: Builder) -> Builder:
+        if not callable(builder):
+            raise TypeError(f"@register_strategy({name!r}) needs a callable builder")
+        _REGISTRY[name] = builder
+        note_plugin(getattr(builder, "__module__", "") or "")
+        for alias in aliases:
+            _ALIASES[alias] = name
+        return builder
+
+    return decorate
+
+
+def strategy_names() -> list[str]:
+    """Every strategy name: the built-in ones and any registered since."""
+    return list(dict.fromkeys([*BUILTIN_STRATEGIES, *_REGISTRY]))
+
+
+def canonical_strategy(value: Any, key: str = "search_algo") -> str:
+    """The registered name ``value`` spells (itself or an alias such as ``grid_search``, in
+    any case: :func:`raysearch.errors.canonical_name`), or ConfigError naming ``key`` with the
+    closest name."""
+    names = strategy_names()
+    mapped = canonical_name(value, names, _ALIASES)
+    if mapped == value:
+        return mapped
+    if mapped is not None:
+        _logger.info("config: %s '%s' read as '%s'", key, value, mapped)
+        return mapped
+    raise ConfigError(
+        key,
+        f"expected one of {', '.join(names)}, got {value!r}"
+        + (suggest(value, [*names, *_ALIASES]) if isinstance(value, str) else ""),
+    )
+
+
+def check_strategy_available(name: str) -> None:
+    """ConfigError (``search_algo``) when a built-in strategy needs a package that is not
+    installed."""
+    info = BUILTIN_STRATEGIES.get(name)
+    missing = [m for m in (info.requires if info else ()) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            "search_algo",
+            f"{name} needs the package(s) {', '.join(missing)}, which are not installed "
+            f"(pip install {' '.join(missing)}); or choose TPE, Random, NSGAII or Grid",
+        )
+
+
+def get_strategy(name: str) -> Builder:
+    """The builder registered as ``name`` (importing a built-in strategy's module on first
+    use)."""
+    name = canonical_strategy(name)
+    if name not in _REGISTRY and name in BUILTIN_STRATEGIES:
+        check_strategy_available(name)
+        importlib.import_module(BUILTIN_STRATEGIES[name].module)
+    if name not in _REGISTRY:  # a built-in module that failed to register it: a bug
+        raise ConfigError("search_algo", f"strategy '{name}' did not register itself")
+    return _REGISTRY[name]
+
+
+def requirements() -> Mapping[str, tuple[str, ...]]:
+    """Packages each built-in strategy needs beyond raysearch's own."""
+    return {name: info.requires for name, info in BUILTIN_STRATEGIES.items() if info.requires}

@@ -1,0 +1,79 @@
+"""Phases that propose settings outside the user's space (a strategy's own): one-point spaces
+validated against the catalogues, and reading each finished record once.
+
+Example:
+    >>> space = setting_space({"per_channel": False, "mixed_precision": {"top_k": 2}})
+    >>> space.to_settings(space.expand().points[0])
+    {'per_channel': False, 'mixed_precision': {'top_k': 2}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from raysearch.space import SearchSpace, fixed_space
+from raysearch.strategies._registry import Proposal, StrategyContext
+
+__all__ = ["setting_space", "setting_proposal", "is_candidate", "extra_count", "RecordReader"]
+
+
+def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested settings as dotted parameter names (``mixed_precision.top_k``)."""
+    flat: dict[str, Any] = {}
+    for name, value in settings.items():
+        if isinstance(value, Mapping):
+            for sub, inner in value.items():
+                flat[f"{name}.{sub}"] = inner
+        else:
+            flat[name] = value
+    return flat
+
+
+def setting_space(settings: Mapping[str, Any]) -> SearchSpace:
+    """A search space with exactly one point: ``settings`` (validated against the catalogues
+    like any user space). ValueError when the space would not give back ``settings``.
+
+    Example:
+        >>> space = setting_space({"per_channel": False, "mixed_precision": {"top_k": 2}})
+        >>> space.to_settings(space.expand().points[0])
+        {'per_channel': False, 'mixed_precision': {'top_k': 2}}
+    """
+
+    space = SearchSpace.parse(fixed_space(_flat(settings)), path="fallback")
+    points = space.expand().points
+    if len(points) != 1 or space.to_settings(points[0]) != dict(settings):
+        raise ValueError(f"settings {dict(settings)!r} are not one point of a search space")
+    return space
+
+
+def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
+    """The :class:`Proposal` of ``settings``, recorded with ``phase`` = ``index``."""
+    space = setting_space(settings)
+    return Proposal.of(space, index, space.expand().points[0])
+
+
+def is_candidate(record: Mapping[str, Any]) -> bool:
+    """Whether a finished record is within the tolerance."""
+    return bool(record.get("is_candidate")) and record.get("status") == "ok"
+
+
+def extra_count(record: Mapping[str, Any], name: str) -> int | None:
+    """The whole number ``extra[name]`` of a record (``promoted``, ``ranked``), or None."""
+    extra = record.get("extra")
+    value = extra.get(name) if isinstance(extra, Mapping) else None
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class RecordReader:
+    """Reads the records of ``context`` once each, in the order they arrived."""
+
+    context: StrategyContext | None = None
+    _read = 0
+
+    def _new_records(self) -> list[dict[str, Any]]:
+        if self.context is None:
+            return []
+        records = self.context.records[self._read :]
+        self._read = len(self.context.records)
+        return records

@@ -1,0 +1,301 @@
+"""The Optuna strategies (``TPE``, ``Random``, ``CmaEs``, ``GPS``, ``NSGAII``, ``QMC``): one
+``OptunaSearch`` phase per search space with the matching sampler, define-by-run over
+:meth:`SearchSpace.sample`.
+
+Example:
+    >>> type(make_sampler("TPE", seed=0)).__name__
+    'TPESampler'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+import random
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from raysearch.errors import ConfigError
+from raysearch.space import SearchSpace, expand_spaces
+from raysearch.space.space import Reject
+from raysearch.space.tree import Categorical
+from raysearch.strategies._registry import (
+    BUILTIN_STRATEGIES,
+    EXHAUSTED,
+    Phase,
+    Proposal,
+    SearchView,
+    StrategyContext,
+    check_strategy_available,
+    register_strategy,
+    requirements,
+)
+
+__all__ = [
+    "SAMPLER_ALGOS",
+    "ALGO_REQUIREMENTS",
+    "OptunaPhase",
+    "check_algo_available",
+    "make_sampler",
+    "quiet_optuna",
+    "sampler_strategy",
+]
+
+_logger = logging.getLogger("raysearch.search.tune.searchers")
+
+#: Search algorithms run as Optuna samplers (every built-in strategy but Grid).
+SAMPLER_ALGOS = tuple(name for name, info in BUILTIN_STRATEGIES.items() if info.module == __name__)
+#: Python packages each sampler needs beyond optuna itself (import names).
+ALGO_REQUIREMENTS: dict[str, tuple[str, ...]] = dict(requirements())
+_PRELOAD: dict[str, tuple[str, ...]] = {
+    "CmaEs": ("cmaes",),
+    "GPS": ("torch", "scipy.stats.qmc", "scipy.optimize"),
+    "QMC": ("scipy.stats.qmc",),
+}
+#: Proposals in a row that may repeat known settings before a phase counts as exhausted.
+_MAX_ASKS = 64
+#: Known settings proposed in a row before the phase queues the sampler an unseen one.
+_STUCK_ASKS = 8
+#: Spaces up to this many settings are listed to find an unseen one (larger ones rarely
+#: leave a sampler stuck, and listing them costs seconds).
+_LISTED_LIMIT = 50_000
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna logs every study and trial at INFO; raysearch reports trials itself."""
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+#: ConfigError (``search_algo``) when an algorithm needs a package that is not installed.
+check_algo_available = check_strategy_available
+
+
+def make_sampler(algo: str, seed: int | None = None) -> Any:
+    """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``.
+
+    Parameters a sampler cannot model jointly (a conditional group, or a categorical for
+    CMA-ES) are drawn by its independent sampler, a ``RandomSampler`` with the same seed.
+
+    Example:
+        >>> type(make_sampler("TPE", seed=0)).__name__
+        'TPESampler'
+    """
+    import optuna
+
+    check_strategy_available(algo)
+    # Import what the sampler needs now, not inside its first suggestion (Tune warns when a
+    # define-by-run call takes seconds).
+    for module in _PRELOAD.get(algo, ()):
+        importlib.import_module(module)
+    samplers = optuna.samplers
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _sampler(samplers, algo, seed)
+
+
+def _sampler(samplers: Any, algo: str, seed: int | None) -> Any:
+    if algo == "TPE":
+        return samplers.TPESampler(seed=seed)
+    if algo == "Random":
+        return samplers.RandomSampler(seed=seed)
+    if algo == "CmaEs":
+        return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if algo == "GPS":
+        return samplers.GPSampler(
+            seed=seed, deterministic_objective=True, warn_independent_sampling=False
+        )
+    if algo == "NSGAII":
+        return samplers.NSGAIISampler(seed=seed)
+    if algo == "QMC":
+        return samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+    raise ConfigError("search_algo", f"{algo!r} is not an Optuna sampler")
+
+
+class OptunaPhase(Phase):
+    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        index: int,
+        algo: str,
+        seed: int | None,
+        mode: str,
+        reject: Reject | None,
+        budget: int | None,
+    ) -> None:
+        from ray.tune.search.optuna import OptunaSearch
+
+        self.space = space
+        self.index = index
+        self.reject = reject
+        self.budget = budget
+        # Start points go to Ray Tune's own ``points_to_evaluate`` (Optuna's enqueue_trial):
+        # the sampler learns from their results like from its own proposals.
+        starts = [self._labels(p) for p in getattr(space, "points_to_evaluate", ())]
+        self.optuna = OptunaSearch(
+            space=space.sample,
+            metric="metric",
+            mode=mode,
+            sampler=make_sampler(algo, seed),
+            study_name=f"raysearch-{index}",
+            points_to_evaluate=starts or None,
+        )
+        #: How many distinct valid settings the space has: counted when the sampler first
+        #: repeats itself (counting a large preset takes seconds, and only a sampler that
+        #: repeats itself can be near the end of its space); None with ranges.
+        self.size: int | None = None
+        self._counted = space.has_ranges
+        self.seen: set[str] = set()
+        self.asks = 0
+        #: Known settings the sampler proposed in a row, and the space's valid settings as
+        #: (key, point), listed the first time it gets stuck.
+        self.repeats = 0
+        self._listed: list[tuple[str, dict[str, Any]]] | None = None
+        self._rng = random.Random(seed)
+
+    def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
+        stale = 0
+        # Bounded: each ask either counts as stale or catches up one finished setting.
+        for _ in range(_MAX_ASKS + len(search.done) + 1):
+            if stale >= _MAX_ASKS:
+                break
+            if self.size is not None and len(self.seen) >= self.size:
+                return EXHAUSTED
+            if getattr(self, "repeats", 0) >= _STUCK_ASKS:
+                self._queue_unseen()
+            inner_id = f"{trial_id}~{self.asks}"
+            self.asks += 1
+            point = self.optuna.suggest(inner_id)
+            proposal = Proposal.of(self.space, self.index, point, inner_id)
+            known = proposal.key in self.seen
+            if self._answered(proposal, search):
+                if not known and proposal.key in search.done:
+                    # Catching up: a resumed sampler (restored from a state older than the
+                    # journal) proposes again what it proposed before the kill; each one is
+                    # told its result, and none counts as being stuck.
+                    continue
+                stale += 1
+                self.repeats = getattr(self, "repeats", 0) + 1
+                if not getattr(self, "_counted", True):  # True: pickled before it existed
+                    self._counted = True
+                    self.size = _distinct_settings(self.space, self.reject)
+                continue
+            self.repeats = 0
+            self.seen.add(proposal.key)
+            return proposal
+        if search.live_keys:
+            return None  # wait for a running trial to finish, then ask again
+        _logger.info(
+            "%s: the sampler proposed only known settings %d times in a row; phase done",
+            self.space.name,
+            _MAX_ASKS,
+        )
+        return EXHAUSTED
+
+    def _queue_unseen(self) -> None:
+        """The sampler keeps proposing settings that already ran (TPE settles on a few
+        settings of a small categorical space, and a refused proposal teaches it little):
+        queue it a valid setting not yet seen, at random, with Optuna's
+        ``study.enqueue_trial``, so that the trial budget goes to the space rather than to
+        repeats; the sampler learns from that trial's result as from its own."""
+        self.repeats = 0
+        if self.space.has_ranges or self.space.grid_size() > _LISTED_LIMIT:
+            return
+        if getattr(self, "_listed", None) is None:
+            points = expand_spaces([self.space], self.reject).points
+            self._listed = [(Proposal.of(self.space, self.index, p, "").key, p) for p in points]
+        unseen = [point for key, point in self._listed or () if key not in self.seen]
+        if unseen:
+            rng = getattr(self, "_rng", None) or random.Random(0)
+            # Ray Tune's OptunaSearch has no enqueue of its own: its study is Optuna's.
+            self.optuna._ot_study.enqueue_trial(self._labels(rng.choice(unseen)))
+
+    def _labels(self, point: dict[str, Any]) -> dict[str, Any]:
+        """``point`` as Optuna's parameters: a searched choice by its label, a range's value as
+        it is (fixed settings are no parameters of Optuna's)."""
+        params = {}
+        for param in self.space.params:
+            domain = param.domain
+            if param.name not in point or domain.is_fixed:
+                continue
+            value = point[param.name]
+            if isinstance(domain, Categorical):
+                value = domain.labels[domain.choices.index(value)]
+            params[param.name] = value
+        return params
+
+    def _answered(self, proposal: Proposal, search: SearchView) -> bool:
+        """Whether ``proposal`` needs no trial (told to the sampler instead): a setting that
+        finished (its known result), is running (a failed proposal) or the backend refuses."""
+        key, inner_id = proposal.key, proposal.inner_id
+        if key in search.done:
+            self.seen.add(key)
+            self.optuna.on_trial_complete(inner_id, {"metric": search.objectives.get(key)})
+            return True
+        if key in search.live_keys:
+            self.optuna.on_trial_complete(inner_id, None, error=True)
+            return True
+        reason = self.reject(proposal.settings) if self.reject else None
+        if reason:
+            # Not in ``seen``: ``size`` counts the valid settings only, and a refused one seen
+            # would end the phase before the last valid one ran.
+            _logger.debug("%s: sampler proposed a rejected setting (%s)", self.space.name, reason)
+            self.optuna.on_trial_complete(inner_id, None, error=True)
+            return True
+        return False
+
+    def completed(
+        self,
+        proposal: Proposal,
+        metric: float | None,
+        error: bool,
+        *,
+        objective: float | None = None,
+    ) -> None:
+        # The sampler optimises the objective (quantized candidates first), not the metric.
+        result = None if error else {"metric": metric if objective is None else objective}
+        self.optuna.on_trial_complete(proposal.inner_id, result, error=error)
+
+
+def _distinct_settings(space: SearchSpace, reject: Reject | None, limit: int = 200_000) -> int:
+    """How many distinct settings a categorical space has (valid ones only)."""
+    if space.grid_size() > limit:
+        return limit
+    return len(expand_spaces([space], reject))
+
+
+def _split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
+    """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is seeded
+    with ``seed + i``, and ``max_trials`` is split evenly between the spaces."""
+    spaces = context.spaces
+    budgets: list[int | None] = [None] * len(spaces)
+    if context.max_trials and context.max_trials > 0:
+        budgets = list(_split(context.max_trials, len(spaces)))
+    seed = context.seed
+    return [
+        OptunaPhase(
+            space, i, algo, None if seed is None else seed + i, context.mode, context.reject, b
+        )
+        for i, (space, b) in enumerate(zip(spaces, budgets))
+    ]
+
+
+for _algo in SAMPLER_ALGOS:
+    register_strategy(_algo)(functools.partial(sampler_strategy, _algo))

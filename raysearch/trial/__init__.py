@@ -1,0 +1,25 @@
+"""One trial without Ray: quantize, evaluate, decide (``TrialRunner``, ``TrialSpec``).
+
+The names below are defined in ``raysearch.trial._runner``."""
+
+from __future__ import annotations
+
+from raysearch.trial._result import TrialResult
+from raysearch.trial._runner import (
+    FloatBaseline,
+    StagedTrial,
+    TrialDevice,
+    TrialRunner,
+    TrialSpec,
+    one_line,
+)
+
+__all__ = [
+    "TrialResult",
+    "TrialSpec",
+    "TrialDevice",
+    "FloatBaseline",
+    "TrialRunner",
+    "StagedTrial",
+    "one_line",
+]

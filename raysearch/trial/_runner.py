@@ -1,0 +1,431 @@
+"""One trial, end to end, without Ray: quantize, evaluate, decide.
+
+A :class:`TrialRunner` is built once per process (a Ray actor reuses it for many trials) with
+the float model, the calibration and evaluation data, the evaluator and a cache directory. It
+keeps the quantizer backend, the calibration cache and the float reference between trials
+(one concept, a little over 400 lines: what techniques borrow from the trial is the trial's
+own quantize and score). :meth:`TrialRunner.start` quantizes once and hands back a
+:class:`~raysearch.trial._staged.StagedTrial` evaluated rung by rung on growing subsets of the
+evaluation rows (``rungs``); :meth:`TrialRunner.run` evaluates every row at once.
+Neither raises for a bad setting: whatever ONNX Runtime refuses, and any metric that cannot be
+computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
+
+Example:
+    >>> from raysearch.data._data import DataSource
+    >>> from raysearch.evaluate import Evaluator
+    >>> from raysearch.trial._runner import TrialDevice, TrialRunner, TrialSpec
+    >>> calib = DataSource.load("calib.npz", "model.onnx")                 # doctest: +SKIP
+    >>> spec = TrialSpec("model.onnx", calib, calib, Evaluator("cos", 0.999),
+    ...                  cache_dir="/tmp/rs-cache", device=TrialDevice(threads=2))  # doctest: +SKIP
+    >>> runner = TrialRunner(spec)                                         # doctest: +SKIP
+    >>> result = runner.run({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
+    >>> result.status, result.metric, result.is_candidate                  # doctest: +SKIP
+    ('ok', 0.99962, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.evaluate import Evaluator, FloatReference, measure_latency, run_model
+from raysearch.modelfile import model_size_bytes
+from raysearch.modelgraph import quantized_share, weighted_nodes
+from raysearch.providers import (
+    device_label,
+    execution_providers,
+    make_session,
+    provider_names,
+    session_providers,
+)
+from raysearch.quantize.pipeline import Plan, TechniquePipeline, unknown_settings
+from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_backend
+from raysearch.quantize.technique import TechniqueContext, quantize_and_score
+from raysearch.trial._result import TrialResult
+from raysearch.trial._staged import StagedTrial, guard, one_line
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+    from raysearch.evaluate.subsets import EvalRungs
+    from raysearch.quantize.calibration import CalibrationCache
+    from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
+
+__all__ = [
+    "TrialResult",
+    "TrialSpec",
+    "TrialDevice",
+    "FloatBaseline",
+    "TrialRunner",
+    "StagedTrial",
+    "one_line",
+]
+
+#: ``pool(runner, float_path, settings_list) -> scores`` (:attr:`TrialRunner.score_pool`).
+ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
+
+_logger = logging.getLogger(__name__)
+
+
+def _same_kind(device: str, other: str) -> bool:
+    """Whether two device labels (``"cpu"``, ``"cuda:1"``) name the same kind of device."""
+    return device.split(":")[0] == other.split(":")[0]
+
+
+@dataclass(frozen=True)
+class TrialDevice:
+    """Where a trial runs: ``threads`` CPUs (intra-op threads of every session), the GPU it
+    was given (``gpu_id``, None: the CPU) and ``gpu_mem_limit``, its share of that GPU's
+    memory; ``providers`` (ONNX Runtime's ``providers`` argument, options included), when
+    given, replace those of ``gpu_id`` and ``gpu_mem_limit``."""
+
+    threads: int = 1
+    gpu_id: int | None = None
+    gpu_mem_limit: int | None = None
+    providers: Sequence[Any] | None = None
+
+
+@dataclass(frozen=True)
+class FloatBaseline:
+    """What the float model scored, when already known: the float reference (built-in
+    metrics) or the float model's score (custom evaluators) and the kind of device that score
+    was computed on. A baseline from another kind of device than the trial's is computed again
+    on the trial's, so that quantized and float models are compared on the same kernels."""
+
+    reference: FloatReference | None = None
+    score: float | None = None
+    score_device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a :class:`TrialRunner` needs: the float model, the calibration and
+    evaluation data, the evaluator, the device, the float baseline when known, where its
+    calibration cache lives (``cache_dir``, or a ``cache`` object shared with the caller),
+    whether to record the median latency per evaluation batch, and the rungs of evaluation on
+    growing subsets (None: every row at once).
+
+    Example:
+        >>> from raysearch.evaluate import Evaluator
+        >>> spec = TrialSpec("model.onnx", None, None, Evaluator("cos", 0.999),
+        ...                  device=TrialDevice(threads=2))
+        >>> spec.device.threads, spec.baseline.reference is None, spec.measure_latency
+        (2, True, True)
+    """
+
+    model_path: str | os.PathLike
+    calibration: DataSource
+    evaluation: DataSource | None
+    evaluator: Evaluator
+    cache_dir: str | os.PathLike | None = None
+    device: TrialDevice = TrialDevice()
+    baseline: FloatBaseline = FloatBaseline()
+    measure_latency: bool = True
+    cache: CalibrationCache | None = None
+    rungs: EvalRungs | None = None
+
+
+class TrialRunner:
+    """Runs trials of one :class:`TrialSpec` in one process.
+
+    Every session of the trial (calibration, the float reference, evaluation) runs on the
+    same :attr:`session_providers` (see :class:`TrialDevice`). The float reference or the float
+    model's score is computed on first need unless the spec's :class:`FloatBaseline` gives one
+    computed on this kind of device.
+    """
+
+    def __init__(self, spec: TrialSpec) -> None:
+        from raysearch.quantize.calibration import CalibrationCache
+
+        self.spec = spec
+        model_path, calibration, evaluation = spec.model_path, spec.calibration, spec.evaluation
+        evaluator, cache_dir, device = spec.evaluator, spec.cache_dir, spec.device
+        threads, gpu_id, gpu_mem_limit = device.threads, device.gpu_id, device.gpu_mem_limit
+        providers, cache = device.providers, spec.cache
+        float_reference, float_score = spec.baseline.reference, spec.baseline.score
+        float_score_device, measure_latency, rungs = (
+            spec.baseline.score_device, spec.measure_latency, spec.rungs,
+        )  # fmt: skip
+        self.model_path = os.fspath(model_path)
+        self._weighted_nodes: int | None = None
+        self.calibration = calibration
+        self.evaluation = evaluation
+        self.evaluator = evaluator
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.threads = max(1, int(threads))
+        self.gpu_id = gpu_id
+        self.gpu_mem_limit = gpu_mem_limit
+        self.measure_latency = measure_latency
+        if providers:
+            self.session_providers: list[Any] = list(providers)
+            self.device = device_label(self.session_providers)
+        else:
+            self.session_providers = session_providers(gpu_id, gpu_mem_limit)
+            self.device = execution_providers(gpu_id, gpu_mem_limit)[2]
+        #: The providers' names, as custom evaluators receive them.
+        self.providers = provider_names(self.session_providers)
+        # A cache given by the caller may have been made for another device: every call
+        # passes this trial's providers (the backend's), so calibration runs here anyway.
+        self.cache = cache or CalibrationCache(
+            self.cache_dir, threads=self.threads, providers=self.session_providers
+        )
+        if float_reference is not None and not _same_kind(float_reference.device, self.device):
+            _logger.info(
+                "float reference computed on %s; computing it on %s",
+                float_reference.device,
+                self.device,
+            )
+            float_reference = None
+        if float_score is not None and not _same_kind(float_score_device, self.device):
+            float_score = None
+        self._reference = float_reference
+        self._float_score = float_score
+        self._backends: dict[tuple[str, str], QuantizerBackend] = {}
+        #: The techniques the settings switch on (``raysearch.quantize.technique``).
+        self.techniques = TechniquePipeline(
+            self.model_path, calibration, providers=self.session_providers, threads=self.threads
+        )
+        self.techniques.context = TechniqueContext(
+            quantize=self._quantize_plain,
+            score=self._score_only,
+            score_settings=self.score_settings,
+            calibration=calibration,
+            higher_is_better=evaluator.higher_is_better,
+            cache_dir=os.fspath(self.cache_dir) if self.cache_dir else None,
+        )
+        self._float_latency: float | None = None
+        #: Set by the Ray trainable (``raysearch.search.runtime._score_pool``):
+        #: ``pool(runner, float_path, settings_list)`` scores many settings at once, this
+        #: process and helper tasks together. None: one after another, here.
+        self.score_pool: ScorePoolFn | None = None
+        self._helped = 0
+        #: The rungs :meth:`start` evaluates on (None: every row at once).
+        self.rungs = rungs
+        self._partial_float: dict[float, float] = {}
+        if evaluator.needs_reference and evaluation is None:
+            raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
+
+    # -- shared, computed once -----------------------------------------------------------
+    @property
+    def float_reference(self) -> FloatReference:
+        """The float model's outputs on the evaluation data (computed or loaded on first use)."""
+        if self._reference is None:
+            if self.evaluation is None:
+                raise ValueError("no evaluation data to compute the float reference on")
+            self._reference = FloatReference.cached(
+                self.cache_dir,
+                self.model_path,
+                self.evaluation,
+                threads=self.threads,
+                providers=self.session_providers,
+            )
+        return self._reference
+
+    @property
+    def float_score(self) -> float | None:
+        """The custom evaluator's score of the float model (None for built-in metrics)."""
+        if self.evaluator.is_custom and self._float_score is None:
+            self._float_score = self.evaluator.score_float(self.model_path, self.providers)
+        return self._float_score
+
+    def partial_float_score(self, fraction: float) -> float:
+        """The custom evaluator's score of the float model on the first ``fraction`` of its
+        rows (computed once per process and fraction)."""
+        if fraction not in self._partial_float:
+            score = self.evaluator.score_model(self.model_path, self.providers, fraction=fraction)
+            self._partial_float[fraction] = score.metric
+        return self._partial_float[fraction]
+
+    @property
+    def weighted_node_count(self) -> int:
+        """The float model's MatMul/Gemm/Conv nodes (what ``quantized_share`` divides by)."""
+        if self._weighted_nodes is None:
+            self._weighted_nodes = weighted_nodes(self.model_path)
+        return self._weighted_nodes
+
+    def backend(self, name: str | None = None, model_path: str | None = None) -> QuantizerBackend:
+        """The quantizer backend ``name`` for ``model_path`` (default: this runner's float
+        model; a technique's transformed model otherwise) and this data, created on first
+        use."""
+        name = name or DEFAULT_BACKEND
+        model_path = model_path or self.model_path
+        key = (name, model_path)
+        if key not in self._backends:
+            # The model asked for stays too: a helper process scores a trial's transformed
+            # model, which its own pipeline does not hold.
+            live = self.techniques.live_models() | {model_path}
+            for old in [k for k in self._backends if k[1] not in live]:
+                with contextlib.suppress(Exception):
+                    self._backends.pop(old).close()
+            self._backends[key] = get_backend(name)(
+                model_path,
+                self.calibration,
+                self.cache,
+                threads=self.threads,
+                gpu_id=self.gpu_id,
+                providers=self.session_providers,
+            )
+        return self._backends[key]
+
+    # -- one trial ---------------------------------------------------------------------------
+    def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialResult:
+        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report.
+        Never raises for a bad setting: failures are results with ``status="failed"``; only
+        ``MemoryError`` propagates (the process, not the setting, is in trouble)."""
+        return self._start(settings, out_path, None).finish()
+
+    def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
+        """Quantize with ``settings`` into ``out_path``; the trial, to be evaluated rung by
+        rung on :attr:`rungs` (every row at once without them) with ``step()``. Never raises
+        for a bad setting (as :meth:`run`)."""
+        return self._start(settings, out_path, self.rungs)
+
+    def _start(
+        self, settings: Mapping[str, Any], out_path: str | os.PathLike, rungs: EvalRungs | None
+    ) -> StagedTrial:
+        self._helped = 0
+        trial = StagedTrial(self, TrialResult("failed", device=self.device), Path(out_path), rungs)
+        guard(trial, lambda: self._quantize_trial(settings, trial))
+        return trial
+
+    def _quantize_trial(self, settings: Mapping[str, Any], trial: StagedTrial) -> None:
+        result, out_path = trial.result, trial.out_path
+        name = settings.get("quantizer") or DEFAULT_BACKEND
+        backend_cls = get_backend(name)
+        plan = self.techniques.plan(settings)
+        unknown = unknown_settings(plan.backend_settings, backend_cls.catalogue)
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: not a setting of backend '{name}' nor of a technique "
+                "registered in this process (was the module that registers it imported?)"
+            )
+        # The whole settings: a backend may refuse a technique it cannot honour (NNCF and
+        # mixed precision), the same check the search applies before a setting runs.
+        reason = backend_reject(dict(settings))
+        if reason:
+            result.error = f"rejected: {reason}"
+            return
+        # The shared values may raise for reasons that are not this setting's fault; they
+        # are computed before quantizing so that such errors are not blamed on it.
+        if self.evaluator.needs_reference:
+            trial.reference = self.float_reference
+        else:
+            trial.float_score = self.float_score
+        try:
+            info = self._quantize(name, plan, out_path)
+        finally:
+            result.sensitivity = plan.rankings or None
+        result.calibration_s = info.calibration_s
+        result.quantization_s = info.quantization_s
+        result.calib_cache_hit = info.calib_cache_hit
+        result.model_path = str(out_path)
+        result.model_size_bytes = model_size_bytes(out_path)
+        trial.share = quantized_share(out_path, self.weighted_node_count)
+        trial.extra = {**info.extra, **plan.report}
+        trial.quantized = True
+
+    def trial_extra(
+        self, extra: dict[str, float], share: float | None, latency: float | None
+    ) -> dict[str, float]:
+        """The result's ``extra`` beside the metric's and the techniques' own figures."""
+        if share is not None:
+            # What "the most quantized setting within the tolerance" (outputs.better) reads.
+            extra["quantized_share"] = share
+        if self._helped:  # settings a technique had scored by the pool's helper tasks
+            extra["scored_by_helpers"] = float(self._helped)
+        ratio = self._latency_vs_float(latency) if latency is not None else None
+        if ratio is not None:
+            extra["latency_vs_float"] = ratio
+        return extra
+
+    def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:
+        """The backend's quantization with the plan's techniques around it: the float model
+        transformed before (its time counted as calibration), overrides merged into the
+        settings, the quantized model transformed after (counted as quantization)."""
+        float_path, transform_s = self.techniques.float_model(plan)
+        settings = self.techniques.backend_settings(plan, float_path)
+        info = self.backend(name, float_path).quantize(settings, out_path)
+        info.calibration_s += transform_s
+        if plan.quantized_steps:
+            info.quantization_s += self.techniques.finish(plan, out_path, float_path)
+        return info
+
+    # -- what techniques borrow (TechniqueContext) -------------------------------------------
+    def _quantize_plain(self, float_path: str, settings: Mapping[str, Any], out_path: str) -> None:
+        """Quantize ``float_path`` with backend ``settings`` (no technique applied)."""
+        name = settings.get("quantizer") or DEFAULT_BACKEND
+        self.backend(name, float_path).quantize(settings, out_path)
+
+    def score_settings(
+        self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
+    ) -> list[float | None]:
+        """The metric of ``float_path`` quantized with each backend setting of
+        ``settings_list`` (None where it fails), in order: through :attr:`score_pool` when the
+        trial runs on Ray and there is more than one, else here, one after another."""
+        if self.score_pool is not None and len(settings_list) > 1:
+            scores = self.score_pool(self, float_path, settings_list)
+            self._helped += getattr(self.score_pool, "last_helped", 0)
+            return scores
+        return self.score_here(float_path, settings_list)
+
+    def score_here(
+        self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
+    ) -> list[float | None]:
+        """:meth:`score_settings` in this process, one after another."""
+        context = self.techniques.context
+        assert context is not None
+        return [quantize_and_score(context, float_path, s) for s in settings_list]
+
+    def _score_only(self, model_path: str) -> float | None:
+        """The search's metric of the model at ``model_path`` (no latency)."""
+        path = Path(model_path)
+        if self.evaluator.needs_reference:
+            session = make_session(path, self.threads, providers=self.session_providers)
+            try:
+                outputs, _ = run_model(session, self.evaluation)  # type: ignore[arg-type]
+            finally:
+                del session
+            return self.evaluator.score(outputs=outputs, reference=self.float_reference).metric
+        return self.evaluator.score_model(path, self.providers).metric
+
+    def _latency_vs_float(self, latency: float) -> float | None:
+        """``latency`` (the quantized model's, already measured) over the float model's,
+        timed the same way: the float reference's median batch latency for built-in metrics,
+        else one batch timed once per process."""
+        if self.evaluator.needs_reference:
+            base = self.float_reference.latency_ms
+        else:
+            if self._float_latency is None:
+                self._float_latency = self.latency(self.model_path)
+            base = self._float_latency
+        return latency / base if base else None
+
+    def latency(self, model_path: str | os.PathLike) -> float | None:
+        """The median latency of one evaluation batch on the model at ``model_path``."""
+        data = self.evaluation or self.calibration
+        session = make_session(model_path, self.threads, providers=self.session_providers)
+        try:
+            return measure_latency(session, data.batch(0))
+        except Exception as exc:  # latency is secondary: never fail a trial for it
+            _logger.debug("latency measurement failed: %s", exc)
+            return None
+        finally:
+            del session
+
+    def close(self) -> None:
+        """Remove the backends' and the techniques' temporary files."""
+        for backend in self._backends.values():
+            with contextlib.suppress(Exception):
+                backend.close()
+        self._backends.clear()
+        self.techniques.close()
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,280 @@
+"""One trial's quantized model, evaluated rung by rung: :class:`StagedTrial`.
+
+:meth:`TrialRunner.start <raysearch.trial.TrialRunner.start>` quantizes once and returns the
+trial; each :meth:`StagedTrial.step` evaluates the next rung (a growing prefix of a fixed
+shuffled order of the evaluation rows, see :mod:`raysearch.evaluate.subsets`) with the
+session of the rungs before, and returns the result so far. Without rungs there is one step:
+every row in the data's order, exactly as a trial evaluated whole.
+
+A result before the last rung has the metric over the rows seen (``eval_rows``,
+``eval_fraction``), is never a candidate, and says whether it could still become one
+(``could_be_candidate``, :func:`~raysearch.evaluate.subsets.could_reach`: the rows not
+seen yet could bring it within the tolerance, at their best and within 4 standard errors of the
+mean so far; a custom evaluator's: within the tolerance of the float model's score on the same
+fraction); the last rung's result is the trial's complete one.
+
+Example:
+    >>> trial = runner.start({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
+    >>> while not trial.done:                                                 # doctest: +SKIP
+    ...     result = trial.step()
+    >>> result.eval_fraction, result.is_candidate                             # doctest: +SKIP
+    (1.0, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from raysearch.errors import is_disk_full
+from raysearch.evaluate import MetricError, Score, run_model
+from raysearch.evaluate.subsets import GrowingOutputs, could_reach, sliced, subset
+from raysearch.metrics import METRICS, mean_metric, metric_per_sample
+from raysearch.providers import make_session
+from raysearch.trial._result import TrialResult
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from raysearch.evaluate import FloatReference
+    from raysearch.evaluate.subsets import EvalRungs
+
+__all__ = ["StagedTrial", "guard", "one_line"]
+
+# The trial engine's logger: what users filter on did not move.
+_logger = logging.getLogger("raysearch.trial._runner")
+
+
+class TrialEngine(Protocol):
+    """What a staged trial reads from the runner that quantized it (``TrialRunner``)."""
+
+    evaluator: Any
+    evaluation: Any
+    providers: list[str]
+    session_providers: list[Any]
+    threads: int
+    measure_latency: bool
+
+    @property
+    def weighted_node_count(self) -> int: ...
+
+    def latency(self, model_path: Any) -> float | None: ...
+
+    def trial_extra(
+        self, extra: dict[str, float], share: float | None, latency: float | None
+    ) -> dict[str, float]: ...
+
+    def partial_float_score(self, fraction: float) -> float: ...
+
+
+class StagedTrial:
+    """A quantized model and its evaluation so far (see the module docstring).
+
+    The runner's quantization fills in ``reference`` (built-in metrics) or ``float_score``,
+    ``share`` (the quantized share of MatMul/Gemm/Conv nodes) and ``extra``, and sets
+    ``quantized``; a setting that failed to quantize is ``done`` at its first step.
+    """
+
+    def __init__(
+        self, runner: TrialEngine, result: TrialResult, out_path: Path, rungs: EvalRungs | None
+    ) -> None:
+        self.runner = runner
+        self.result = result
+        self.out_path = out_path
+        self.rungs = rungs
+        self.quantized = False
+        self.done = False
+        self.reference: FloatReference | None = None
+        self.float_score: float | None = None
+        self.share: float | None = None
+        self.extra: dict[str, float] = {}
+        self.started = time.perf_counter()
+        #: The next rung to evaluate.
+        self.rung = 0
+        self._session: Any = None
+        self._outputs = GrowingOutputs()
+        self._closed = False
+        self._latencies: list[float] = []
+        #: A built-in metric's value on each row seen, at the last partial rung.
+        self._values: np.ndarray | None = None
+
+    @property
+    def n_rungs(self) -> int:
+        return 1 if self.rungs is None else len(self.rungs)
+
+    def step(self) -> TrialResult:
+        """Evaluate the next rung; the result so far (the trial's complete result once
+        :attr:`done`). Never raises for a bad setting (as ``TrialRunner.run``)."""
+        if not self.quantized:
+            self.done = True
+        if not self.done:
+            guard(self, self._evaluate)
+            if self.result.status != "ok":
+                self.done = True
+        if self.done:
+            self.close()
+        return self.result
+
+    def finish(self) -> TrialResult:
+        """Every rung left; the trial's complete result."""
+        while not self.done:
+            self.step()
+        return self.result
+
+    def close(self) -> None:
+        """Let go of the evaluation session and the outputs kept between rungs, once: the
+        trial's end (its last rung, its failure, or ASHA stopping it), where the garbage of
+        its ONNX Runtime sessions is collected, once per trial."""
+        if self._closed:
+            return
+        self._closed = True
+        self._session = None
+        self._outputs = GrowingOutputs()
+        gc.collect()
+
+    # -- one rung ------------------------------------------------------------------------------
+    def _evaluate(self) -> None:
+        runner, result = self.runner, self.result
+        evaluator = runner.evaluator
+        k, last = self.rung, self.rung == self.n_rungs - 1
+        fraction = 1.0 if last or self.rungs is None else self.rungs.fraction(k)
+        started = time.perf_counter()
+        try:
+            if evaluator.needs_reference:
+                score, latency = self._builtin(k, last), self._batch_latency()
+            else:
+                fraction_arg = None if last else fraction
+                score = evaluator.score_model(
+                    self.out_path, runner.providers, fraction=fraction_arg
+                )
+                latency = runner.latency(self.out_path) if last and runner.measure_latency else None
+        finally:
+            result.evaluation_s += time.perf_counter() - started
+        float_score = self.float_score if last else self._partial_float_score(fraction)
+        result.metric = score.metric
+        result.extra = runner.trial_extra({**self.extra, **score.extra}, self.share, latency)
+        result.latency_ms = latency
+        result.rung, result.rungs = k, self.n_rungs
+        result.eval_fraction = fraction
+        result.eval_rows = self._rows(k, last)
+        result.objective = evaluator.sampler_objective(
+            score.metric, float_score, self.share, runner.weighted_node_count
+        )
+        if last:
+            result.is_candidate = evaluator.is_candidate(score.metric, float_score)
+            result.could_be_candidate = result.is_candidate
+        else:
+            result.is_candidate = False  # decided on every row, never on some
+            result.could_be_candidate = self._could_be_candidate(score.metric, float_score)
+        result.status = "ok"
+        self.rung += 1
+        self.done = last
+
+    def _builtin(self, k: int, last: bool) -> Score:
+        runner = self.runner
+        evaluator, data = runner.evaluator, runner.evaluation
+        assert data is not None and self.reference is not None
+        if self._session is None:
+            self._session = make_session(
+                self.out_path, runner.threads, providers=runner.session_providers
+            )
+        rungs = self.rungs
+        if rungs is None or rungs.order is None:  # every row at once, in the data's order
+            outputs, latencies = run_model(self._session, data)
+            self._latencies += latencies
+            return evaluator.score(outputs=outputs, reference=self.reference)
+        outputs, latencies = run_model(self._session, subset(data, rungs.rows(k)))
+        self._outputs.add(outputs)
+        self._latencies += latencies
+        if last:  # every row back in the data's order: the metric of a trial evaluated whole
+            full = self._outputs.in_order(rungs.order)
+            return evaluator.score(outputs=full, reference=self.reference)
+        assert rungs.sizes is not None
+        seen = sliced(self.reference, rungs.order[: rungs.sizes[k]])
+        self._values = metric_per_sample(evaluator.name, self._outputs.prefix(), seen)
+        return Score(mean_metric(evaluator.name, self._values))
+
+    def _batch_latency(self) -> float | None:
+        """The median batch latency so far (without the first, warm-up, batch)."""
+        if not self.runner.measure_latency or not self._latencies:
+            return None
+        timed = self._latencies[1:] if len(self._latencies) > 2 else self._latencies
+        return float(sorted(timed)[len(timed) // 2])
+
+    def _rows(self, k: int, last: bool) -> int | None:
+        if self.rungs is not None and self.rungs.sizes is not None:
+            return self.rungs.sizes[k]
+        data = self.runner.evaluation
+        if not last or data is None or not self.runner.evaluator.needs_reference:
+            return None  # a custom evaluator's rows are its own
+        return len(data)
+
+    def _partial_float_score(self, fraction: float) -> float | None:
+        """The float model's score on the same rows (custom evaluators; None for built-ins,
+        whose float reference is sliced instead)."""
+        if not self.runner.evaluator.is_custom:
+            return None
+        return self.runner.partial_float_score(fraction)
+
+    def _could_be_candidate(self, metric: float, float_score: float | None) -> bool:
+        evaluator = self.runner.evaluator
+        if evaluator.tolerance is None:
+            return False
+        if evaluator.is_custom:
+            # No bound on a custom metric: a setting within the tolerance on the rows seen.
+            return evaluator.is_candidate(metric, float_score)
+        rungs = self.rungs
+        assert rungs is not None and rungs.sizes is not None and self._values is not None
+        return could_reach(
+            self._values,
+            rungs.sizes[-1],
+            best=METRICS[evaluator.name].best,
+            higher_is_better=evaluator.higher_is_better,
+            meets=evaluator.is_candidate,
+        )
+
+
+def one_line(exc: BaseException) -> str:
+    """``"Type: first line of the message"``, shortened to 300 characters."""
+    text = str(exc).strip().splitlines()
+    message = text[0] if text else ""
+    if isinstance(exc, (MetricError, ValueError)) and message:
+        line = message
+    else:
+        line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def guard(trial: StagedTrial, work: Callable[[], None]) -> None:
+    """Run one part of ``trial`` (its quantization, a rung); whatever it raises but
+    ``MemoryError`` or a full disk fails the trial with a one-line error (and closes it). The
+    trial's duration is brought up to date either way."""
+    try:
+        work()
+    except MemoryError:
+        # Out of memory says more about this process than about the setting: the caller (a
+        # Ray actor) fails the trial and replaces the process (retried with max_failures).
+        raise
+    except Exception as exc:  # a trial reports its failure; the search goes on
+        if is_disk_full(exc):  # the disk's fault, not the setting's: the search stops
+            raise
+        trial.done = True
+        trial.close()
+        result = trial.result
+        result.status = "failed"
+        result.metric = result.objective = None
+        result.is_candidate = result.could_be_candidate = False
+        result.error = one_line(exc)
+        if result.model_path is not None:  # keep no half-useful model on disk
+            with contextlib.suppress(OSError):
+                trial.out_path.unlink()
+            result.model_path = None
+        _logger.info("trial failed: %s", result.error)
+        _logger.debug("trial failure", exc_info=True)
+    finally:
+        trial.result.duration_s = time.perf_counter() - trial.started
