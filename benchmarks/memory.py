@@ -5,7 +5,8 @@ The search: magika (``_common.magika_source``; 200 calibration rows; 200 evaluat
 ``--quick`` 100), Grid over 192 MinMax settings (activation type, per_channel, reduce_range,
 ActivationSymmetric, WeightSymmetric, CalibTensorRangeSymmetric, op_types_to_quantize
 [MatMul, Conv] / [MatMul] / [Conv]), ``stop.iteration_limit`` 100 (``--quick`` 30),
-``cpu_per_trial: 1``, as many trials at once as CPUs, default outputs (``keep_candidates`` on).
+``cpu_per_trial: 1``, as many trials at once as CPUs, default outputs
+(``keep_candidates``: its default, the 3 best candidates' models).
 
 A sampler thread in the driver reads, every 0.25 s, ``/proc/<pid>/status`` (``VmRSS``,
 ``VmHWM``) and ``/proc/<pid>/io`` (``write_bytes``: bytes sent to the storage layer) of the

@@ -38,8 +38,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
+from raysearch.cpu import u8s8_saturates
 from raysearch.errors import ConfigError
-from raysearch.providers import session_options
+from raysearch.providers import device_label, session_options
 from raysearch.quantize._qdq_graph import (
     QTYPES,
     QdqGraph,
@@ -69,9 +70,11 @@ class Layer:
     output: str
     bias: str
     channel_axis: int
-    #: The tensor measured: a Conv's output past its QuantizeLinear/DequantizeLinear pair
-    #: (ONNX Runtime runs a Conv on integers only with its output quantized), else ``output``
-    #: (MatMul and Gemm have integer kernels with a float output).
+    #: The tensor measured: on a CPU whose int8 kernels saturate, a Conv's output past its
+    #: QuantizeLinear/DequantizeLinear pair (ONNX Runtime runs a Conv on integers only with its
+    #: output quantized); else ``output`` (MatMul and Gemm have integer kernels with a float
+    #: output, and where nothing saturates the Conv's integer result is the Q/DQ math, whose
+    #: mean moves with the bias exactly, not in the output's rounding steps).
     measured: str = ""
     #: The output's QuantizeLinear when ``measured`` is past it: the float reference goes
     #: through the same rounding and clipping (a Relu ONNX Runtime folded into it included).
@@ -140,11 +143,12 @@ def find_layers(graph: QdqGraph) -> list[Layer]:
     return layers
 
 
-def _requantized(graph: QdqGraph, layer: Layer) -> None:
+def _requantized(graph: QdqGraph, layer: Layer, saturates: bool) -> None:
     """Set ``layer.measured`` (and ``output_q``) past a Conv's output QuantizeLinear and
-    DequantizeLinear when that pair is its only consumer, else to the output itself."""
+    DequantizeLinear when that pair is its only consumer and the CPU's int8 kernels saturate,
+    else to the output itself."""
     layer.measured, layer.output_q = layer.output, None
-    if graph.producer[layer.output].op_type != "Conv":
+    if not saturates or graph.producer[layer.output].op_type != "Conv":
         return
     users = graph.consumers.get(layer.output, [])
     if len(users) != 1 or users[0].op_type != "QuantizeLinear" or not graph.has_qparams(users[0]):
@@ -370,8 +374,9 @@ class BiasCorrection(QuantizedModelTransform):
         graph = QdqGraph(model)
         float_model = load_model(float_path)
         layers = []
+        saturates = device_label(self.providers) == "cpu" and u8s8_saturates()
         for layer in find_layers(graph):
-            _requantized(graph, layer)
+            _requantized(graph, layer, saturates)
             layer.nodes = _subgraph(graph, layer) or []
             if layer.nodes and _match_float(layer, graph, float_model):
                 layers.append(layer)
