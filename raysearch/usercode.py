@@ -9,9 +9,8 @@ shadow an installed module, in the driver or in the workers.
 Other machines of a Ray cluster have neither folder, so :func:`local_modules` names the file
 (``evaluators.py``) or package folder of each module that lies directly in a search folder,
 and the search ships them to every Ray worker as its job's ``runtime_env`` ``py_modules``
-(:func:`raysearch.search.runtime.cluster.start_ray`): there they import by the same name, on a
-local Ray
-as on a cluster.
+(:func:`raysearch.search.runtime.cluster.start_ray`): there they import by the same name, on
+a local Ray as on a cluster.
 
 Example:
     >>> import_named("json").__name__

@@ -282,8 +282,7 @@ def test_onnx_runtime_static_quantizers_take_raysearchs_arguments(
     tmp_path: Path, quant_format: QuantFormat, quantizer_class: type
 ):
     """raysearch/quantize/backends/ort/_backend.py passes these by keyword: each name must be one
-    of the
-    quantizer's parameters, every parameter without a default must be given, and the values
+    of the quantizer's parameters, every parameter without a default must be given, and the values
     must land where meant (int8 weights, uint8 activations in the model written)."""
     model = load_model_with_shape_infer(make_mlp_model(tmp_path / "mlp.onnx"))
     settings = {"per_channel": False, "op_types_to_quantize": ["MatMul"], "extra_options": {}}
@@ -481,8 +480,8 @@ def test_the_mixed_precision_fixer_applies_with_raysearchs_positional_order():
 @pytest.mark.parametrize("calibrator_class", [MinMaxCalibrater, PercentileCalibrater])
 def test_calibrators_read_the_session_raysearch_gives_them(tmp_path: Path, calibrator_class: type):
     """raysearch/quantize/calibration/_calibrator.py builds the session itself and sets
-    ``infer_session``
-    and ``execution_providers`` on the calibrator: both must be the calibrator's own."""
+    ``infer_session`` and ``execution_providers`` on the calibrator: both must be the
+    calibrator's own."""
     model = make_mlp_model(tmp_path / "mlp.onnx")
     calibrator = calibrator_class(
         model, ["MatMul"], str(tmp_path / "augmented.onnx"), use_external_data_format=False
@@ -505,8 +504,8 @@ def test_histogram_collector_reads_the_histograms_raysearch_sets(
     method: str, symmetric: bool, layout: int
 ):
     """raysearch/quantize/calibration/_histogram.py bins values itself, in
-    ``HistogramCollector``'s layout
-    (hist, edges, min, max[, threshold]), sets ``histogram_dict`` and asks for the ranges."""
+    ``HistogramCollector``'s layout (hist, edges, min, max[, threshold]), sets
+    ``histogram_dict`` and asks for the ranges."""
     where = "raysearch/quantize/calibration/_histogram.py (compute_ranges, _finish)"
     options = {
         "method": method,

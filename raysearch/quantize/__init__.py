@@ -2,9 +2,8 @@
 settings catalogue.
 
 ``raysearch.quantize.backends.ort.options`` (the catalogue) and the registry import nothing
-heavy, so the
-config and space stages stay fast; ONNX Runtime's quantizer is imported when a backend or the
-cache is first used.
+heavy, so the config and space stages stay fast; ONNX Runtime's quantizer is imported when a
+backend or the cache is first used.
 
 Example:
     >>> from raysearch.quantize import get_backend, available_backends

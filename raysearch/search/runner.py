@@ -15,8 +15,7 @@ How a search runs:
    trials, fed by :class:`~raysearch.search.tune.searchers.SettingSearcher` and stopped by
    :class:`~raysearch.search.tune.stopper.CandidateStopper`.
 4. Every finished trial is journaled at once (:mod:`raysearch.search.record.recorder`); at
-   the end the
-   outputs are written from the journal (:mod:`raysearch.outputs`).
+   the end the outputs are written from the journal (:mod:`raysearch.outputs`).
 
 Speed: Tune's own cost per trial is what decides whether a search of small trials is fast.
 raysearch reuses actors (``reuse_actors=True``), switches off Tune's per-result loggers

@@ -18,9 +18,8 @@ The ``mixed_precision`` settings (a mapping, searched like ``extra_options``):
 
 The ranking is computed for the trial's *base* setting (every technique's settings removed)
 on the float model the trial quantizes, once per node and key (see
-:class:`~raysearch.quantize.techniques.mixed_precision.sensitivity.SensitivityStore`). The
-trial records ``promoted``
-(entries promoted) and ``ranked`` (entries ranked).
+:class:`~raysearch.quantize.techniques.mixed_precision.sensitivity.SensitivityStore`).
+The trial records ``promoted`` (entries promoted) and ``ranked`` (entries ranked).
 
 Example:
     >>> precisions({"top_k": 2, "rank_2": "float", "rank_3": "int16"}, 4)

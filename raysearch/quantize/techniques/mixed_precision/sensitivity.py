@@ -9,10 +9,9 @@ much its quantization costs:
   ``create_activation_matching``, ``compute_activation_error``, ``compute_weight_error``), on a
   subset of the calibration data, streamed a few samples at a time
   (:mod:`raysearch.quantize.techniques.mixed_precision._activation_noise`). Lowest SQNR
-  first. Where the tensor's
-  shape is known, the SQNR is the median over its channels (axis 1 of a 4-D tensor, the
-  last axis otherwise): a whole-tensor SQNR is dominated by an outlier channel, which
-  quantizes well, while the channels it crushes are what the model loses.
+  first. Where the tensor's shape is known, the SQNR is the median over its channels (axis 1
+  of a 4-D tensor, the last axis otherwise): a whole-tensor SQNR is dominated by an outlier
+  channel, which quantizes well, while the channels it crushes are what the model loses.
 - :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time
   (16-bit or float), for the ``candidates`` lowest-SQNR entries; best metric first. The
   entries are independent: on Ray a trial scores them in parallel (its actor and helper
