@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
-from raysearch.trial import TrialRunner
+from raysearch.trial import TrialDevice, TrialRunner, TrialSpec
 from tests.models import outlier_data
 
 BASE = {"op_types_to_quantize": ["MatMul"], "per_channel": False}
@@ -49,13 +49,15 @@ class Factory:
         calib = DataSource.load(outlier_data(64), self.model, batch_size=16)
         evaluation = DataSource.load(outlier_data(64, seed=9), self.model, batch_size=16)
         runner = SlowRunner(
-            self.model,
-            calib,
-            evaluation,
-            Evaluator("cos", 0.999),
-            cache_dir=self.cache_dir,
-            threads=threads,
-            measure_latency=False,
+            TrialSpec(
+                self.model,
+                calib,
+                evaluation,
+                Evaluator("cos", 0.999),
+                cache_dir=self.cache_dir,
+                device=TrialDevice(threads=threads),
+                measure_latency=False,
+            )
         )
         runner.delay_s = self.delay_s
         return runner
