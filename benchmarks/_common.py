@@ -66,16 +66,6 @@ def _meminfo_gib() -> float | None:
     return None
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def load_average() -> list[float]:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -85,11 +75,11 @@ def load_average() -> list[float]:
 
 def machine_info() -> dict[str, Any]:
     """CPUs, CPU model, memory, platform, the current load average and library versions."""
+    cpu = cpu_info()  # int8 results and the best setting can differ by instruction set
     return {
         "cpus": CPUS,
-        "cpu_model": _cpu_model(),
-        # int8 results and the best setting can differ by instruction set (raysearch.cpu)
-        "cpu": cpu_info(),
+        "cpu_model": cpu["model"],
+        "cpu": cpu,
         "memory_gib": _meminfo_gib(),
         "platform": platform.platform(),
         "load_average": load_average(),

@@ -79,7 +79,7 @@ def u8s8_saturates() -> bool:
 def cpu_info() -> dict[str, Any]:
     """The CPU as recorded in ``summary.json`` and in benchmarks' machine block."""
     return {
-        "model": _proc_cpuinfo()[0] or platform.processor(),
+        "model": _proc_cpuinfo()[0] or platform.processor() or platform.machine(),
         "arch": platform.machine(),
         "flags": list(cpu_flags()),
         "u8s8_saturates": u8s8_saturates(),

@@ -222,15 +222,19 @@ def storage_path(config: SearchConfig, folder: Path) -> str:
     return config.storage_path or str(folder / RAY_RESULTS)
 
 
+def _read_marker(folder: Path) -> dict[str, Any]:
+    """``.raysearch.json`` as a dict; empty when it is missing or unreadable."""
+    try:
+        state = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
 def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> None:
     """Update ``.raysearch.json``: the search's status and where Tune keeps its experiment."""
     path = folder / MARKER
-    state: dict[str, Any] = {}
-    if path.exists():
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            state = {}
+    state = _read_marker(folder)
     state.update(
         {
             "tool": "raysearch",
@@ -268,11 +272,7 @@ def search_id(folder: Path) -> str:
     """The search's own key, from its marker: what Tune's pickled proxies, the searcher and
     the scheduler find its live session by. It stays when the folder is moved (a search
     marked before ids were written is keyed by its folder)."""
-    try:
-        state = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
-        state = {}
-    value = state.get("search_id") if isinstance(state, dict) else None
+    value = _read_marker(folder).get("search_id")
     return str(value) if value else str(folder)
 
 
