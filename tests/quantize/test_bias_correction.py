@@ -19,12 +19,8 @@ from raysearch.cpu import u8s8_saturates
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator
 from raysearch.quantize._qdq_graph import QTYPES, QdqGraph, dequantize, load_model, quantize
-from raysearch.quantize.techniques.bias_correction import (
-    BiasCorrection,
-    Layer,
-    _write_bias,
-    find_layers,
-)
+from raysearch.quantize.techniques.bias_correction import BiasCorrection, Layer, find_layers
+from raysearch.quantize.techniques.bias_correction._write import write_bias
 from raysearch.trial import TrialRunner, TrialSpec
 from tests.models import conv_data, make_conv_model
 
@@ -226,7 +222,7 @@ def test_int32_overflow_is_clamped_and_logged(tmp_path, caplog):
     delta = np.zeros(6)
     delta[2] = -1e9  # far past what int32 holds at this scale
     with caplog.at_level(logging.WARNING, logger="raysearch.quantize.techniques.bias_correction"):
-        assert _write_bias(graph, layer, delta)
+        assert write_bias(graph, layer, delta)
     assert "clamped" in caplog.text
     q = graph.array("b_quantized")
     assert q.dtype == np.int32 and q[2] == np.iinfo(np.int32).max
