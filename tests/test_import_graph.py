@@ -1,56 +1,21 @@
 """The package's import graph, walked from the source: no module imports a module that
 imports it back, directly or through others (imports inside functions and under
-``TYPE_CHECKING`` count: they are couplings too). The layers between packages are
-import-linter's contract (``.importlinter``, run by ``lint-imports`` in CI)."""
+``TYPE_CHECKING`` count: they are couplings too). The graph is grimp's, which import-linter
+also reads; the layers between packages are import-linter's contract (``[tool.importlinter]``
+in pyproject.toml, run by ``lint-imports`` in CI)."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import grimp
 
 import raysearch
 
-PACKAGE = Path(raysearch.__file__).resolve().parent
-
-
-def _modules() -> dict[str, Path]:
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
-
-
-def _target(name: str, modules: dict[str, Path]) -> str | None:
-    """The module ``name`` lives in (a name imported from a module is the module)."""
-    while name and name not in modules:
-        name = name.rpartition(".")[0]
-    return name or None
-
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the raysearch modules it imports."""
-    modules = _modules()
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for module, path in modules.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(parts + ([node.module] if node.module else []))
-                names = [f"{base}.{alias.name}" for alias in node.names] or [base]
-            for name in names:
-                target = _target(name, modules) if name.startswith("raysearch") else None
-                if target is not None and target != module:
-                    graph[module].add(target)
-    return graph
+    """Module -> the raysearch modules it imports, as grimp (import-linter's graph) reads them
+    from the source: every import statement, in functions and under ``TYPE_CHECKING`` too."""
+    graph = grimp.build_graph(raysearch.__name__)
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -91,6 +56,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read_from_the_source():
     graph = import_graph()
     assert "raysearch.cli" in graph and graph["raysearch.cli"]
+    # An import inside a function counts (the built-in paths ask the demo on first use).
+    assert "raysearch.demo" in graph["raysearch.config.builtin_paths"]
     assert all(t in graph for targets in graph.values() for t in targets)
 
 
