@@ -141,38 +141,31 @@ class TrialRunner:
     def __init__(self, spec: TrialSpec) -> None:
         from raysearch.quantize.calibration import CalibrationCache
 
-        self.spec = spec
-        model_path, calibration, evaluation = spec.model_path, spec.calibration, spec.evaluation
-        evaluator, cache_dir, device = spec.evaluator, spec.cache_dir, spec.device
-        threads, gpu_id, gpu_mem_limit = device.threads, device.gpu_id, device.gpu_mem_limit
-        providers, cache = device.providers, spec.cache
-        float_reference, float_score = spec.baseline.reference, spec.baseline.score
-        float_score_device, measure_latency, rungs = (
-            spec.baseline.score_device, spec.measure_latency, spec.rungs,
-        )  # fmt: skip
-        self.model_path = os.fspath(model_path)
+        device, baseline = spec.device, spec.baseline
+        self.model_path = os.fspath(spec.model_path)
         self._weighted_nodes: int | None = None
-        self.calibration = calibration
-        self.evaluation = evaluation
-        self.evaluator = evaluator
-        self.cache_dir = Path(cache_dir) if cache_dir else None
-        self.threads = max(1, int(threads))
-        self.gpu_id = gpu_id
-        self.gpu_mem_limit = gpu_mem_limit
-        self.measure_latency = measure_latency
-        if providers:
-            self.session_providers: list[Any] = list(providers)
+        self.calibration = spec.calibration
+        self.evaluation = spec.evaluation
+        self.evaluator = spec.evaluator
+        self.cache_dir = Path(spec.cache_dir) if spec.cache_dir else None
+        self.threads = max(1, int(device.threads))
+        self.gpu_id = device.gpu_id
+        self.gpu_mem_limit = device.gpu_mem_limit
+        self.measure_latency = spec.measure_latency
+        if device.providers:
+            self.session_providers: list[Any] = list(device.providers)
             self.device = device_label(self.session_providers)
         else:
-            self.session_providers = session_providers(gpu_id, gpu_mem_limit)
-            self.device = execution_providers(gpu_id, gpu_mem_limit)[2]
+            self.session_providers = session_providers(device.gpu_id, device.gpu_mem_limit)
+            self.device = execution_providers(device.gpu_id, device.gpu_mem_limit)[2]
         #: The providers' names, as custom evaluators receive them.
         self.providers = provider_names(self.session_providers)
         # A cache given by the caller may have been made for another device: every call
         # passes this trial's providers (the backend's), so calibration runs here anyway.
-        self.cache = cache or CalibrationCache(
+        self.cache = spec.cache or CalibrationCache(
             self.cache_dir, threads=self.threads, providers=self.session_providers
         )
+        float_reference, float_score = baseline.reference, baseline.score
         if float_reference is not None and not _same_kind(float_reference.device, self.device):
             _logger.info(
                 "float reference computed on %s; computing it on %s",
@@ -180,21 +173,24 @@ class TrialRunner:
                 self.device,
             )
             float_reference = None
-        if float_score is not None and not _same_kind(float_score_device, self.device):
+        if float_score is not None and not _same_kind(baseline.score_device, self.device):
             float_score = None
         self._reference = float_reference
         self._float_score = float_score
         self._backends: dict[tuple[str, str], QuantizerBackend] = {}
         #: The techniques the settings switch on (``raysearch.quantize.technique``).
         self.techniques = TechniquePipeline(
-            self.model_path, calibration, providers=self.session_providers, threads=self.threads
+            self.model_path,
+            self.calibration,
+            providers=self.session_providers,
+            threads=self.threads,
         )
         self.techniques.context = TechniqueContext(
             quantize=self._quantize_plain,
             score=self._score_only,
             score_settings=self.score_settings,
-            calibration=calibration,
-            higher_is_better=evaluator.higher_is_better,
+            calibration=self.calibration,
+            higher_is_better=self.evaluator.higher_is_better,
             cache_dir=os.fspath(self.cache_dir) if self.cache_dir else None,
         )
         self._float_latency: float | None = None
@@ -204,10 +200,10 @@ class TrialRunner:
         self.score_pool: ScorePoolFn | None = None
         self._helped = 0
         #: The rungs :meth:`start` evaluates on (None: every row at once).
-        self.rungs = rungs
+        self.rungs = spec.rungs
         self._partial_float: dict[float, float] = {}
-        if evaluator.needs_reference and evaluation is None:
-            raise ValueError(f"{evaluator.name} compares outputs: it needs evaluation data")
+        if self.evaluator.needs_reference and self.evaluation is None:
+            raise ValueError(f"{self.evaluator.name} compares outputs: it needs evaluation data")
 
     # -- shared, computed once -----------------------------------------------------------
     @property
