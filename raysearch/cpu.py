@@ -36,13 +36,14 @@ _RELEVANT = (
 _X86 = {"x86_64", "amd64", "i386", "i686", "x86"}
 
 
-def _proc_cpuinfo() -> tuple[str, set[str]]:
-    """The CPU's model name and flags as Linux lists them (empty elsewhere)."""
+@functools.cache
+def _proc_cpuinfo() -> tuple[str, frozenset[str]]:
+    """The CPU's model name and flags as Linux lists them (empty elsewhere), read once."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError:
-        return "", set()
+        return "", frozenset()
     model, flags = "", set()
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -51,7 +52,7 @@ def _proc_cpuinfo() -> tuple[str, set[str]]:
             model = value.strip()
         elif key in ("flags", "Features") and not flags:
             flags = set(value.split())
-    return model, flags
+    return model, frozenset(flags)
 
 
 @functools.cache
