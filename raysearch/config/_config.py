@@ -57,8 +57,19 @@ __all__ = [
     "read_yaml",
 ]
 
-#: The modules of the strategies that take ``points_to_evaluate``: Grid and the Optuna samplers.
-_TAKE_START_POINTS = ("raysearch.strategies.grid", "raysearch.strategies.samplers")
+#: The modules of the strategies that take ``points_to_evaluate``: Grid, the Optuna samplers
+#: and the staged strategies (Auto runs them as its first stage).
+_TAKE_START_POINTS = (
+    "raysearch.strategies.grid",
+    "raysearch.strategies.samplers",
+    "raysearch.strategies._auto",
+    "raysearch.strategies._two_stage",
+    "raysearch.strategies._finetune_search",
+)
+#: ``search_algo`` when a config names none: the ordered strategy for a predefined space
+#: (its stages read the preset's techniques), TPE for a space written out.
+DEFAULT_ALGO_PREDEFINED = "Auto"
+DEFAULT_ALGO = "TPE"
 
 
 @dataclass
@@ -240,13 +251,22 @@ def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: st
             data[key] = name
 
 
+def _default_algo(data: Mapping[str, Any]) -> str:
+    """:data:`DEFAULT_ALGO_PREDEFINED` when every space is a predefined one (named by a
+    string), else :data:`DEFAULT_ALGO`."""
+    raws = data.get("search_spaces", [data.get("search_space")])
+    if isinstance(raws, list) and raws and all(isinstance(r, str) for r in raws):
+        return DEFAULT_ALGO_PREDEFINED
+    return DEFAULT_ALGO
+
+
 def _parse_search(
     data: Mapping[str, Any], search_dirs: Sequence[Path] = ()
 ) -> tuple[list[SearchSpace], str, int | None]:
     """The plugins, the spaces, the algorithm (a grid must be finite) and the seed."""
     _load_plugins(data.get("plugins"), search_dirs)
     spaces = parse_spaces(data)
-    algo = choose_algo(data.get("search_algo", "TPE"))
+    algo = choose_algo(data.get("search_algo", _default_algo(data)))
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
@@ -254,8 +274,8 @@ def _parse_search(
     if "points_to_evaluate" in data and info and info.module not in _TAKE_START_POINTS:
         raise ConfigError(
             "points_to_evaluate",
-            f"{algo} chooses its own first settings; Grid and the Optuna samplers take "
-            "points_to_evaluate",
+            f"{algo} chooses its own first settings; Grid, the Optuna samplers, Auto, "
+            "TwoStage and FinetuneSearch take points_to_evaluate",
         )
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):

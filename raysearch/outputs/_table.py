@@ -31,6 +31,8 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "trial_id": pa.string(),
     "number": pa.int64(),
     "phase": pa.int64(),
+    # The stage of a staged strategy (Auto: defaults, calibration, techniques, ...); else None.
+    "stage": pa.string(),
     "status": pa.string(),
     # The backend that quantized the trial (its settings' ``quantizer``, default ``ort``).
     "quantizer": pa.string(),

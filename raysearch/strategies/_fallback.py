@@ -208,10 +208,22 @@ class FallbackPhase(RecordReader, Phase):
     module). ``index`` is its position in the strategy (``phase`` of its records)."""
 
     def __init__(
-        self, index: int, promote_to: str = "float", rank_by: str = "sqnr", parallel: int = 2
+        self,
+        index: int,
+        promote_to: str = "float",
+        rank_by: str = "sqnr",
+        parallel: int = 2,
+        *,
+        force: bool = False,
+        only_without_candidate: bool = False,
     ) -> None:
         self.index = index
         self.defaults = (promote_to, rank_by)
+        #: ``force``: promote to ``promote_to`` ranked by ``rank_by`` whatever the best
+        #: record's own mixed precision says (a staged strategy's int16 stage, then float).
+        self.force = force
+        #: Skip the phase when any earlier trial is a candidate (a last resort).
+        self.only_without_candidate = only_without_candidate
         self.base: _Base | None = None
         self.bisection = Bisection(parallel)
         #: The k found (None: none, or not yet); ``finished`` once the phase is done.
@@ -236,9 +248,12 @@ class FallbackPhase(RecordReader, Phase):
         if is_candidate(best) and not extra_count(best, "promoted"):
             _logger.info("fallback: the best setting is a candidate already; nothing to do")
             return False
+        if getattr(self, "only_without_candidate", False) and any(map(is_candidate, earlier)):
+            _logger.info("fallback to %s: a candidate exists already; skipped", self.defaults[0])
+            return False
         settings = dict(best.get("settings") or {})
         own = settings.pop(KEY, None)
-        own = own if isinstance(own, Mapping) else {}
+        own = own if isinstance(own, Mapping) and not getattr(self, "force", False) else {}
         promote_to = str(own.get("promote_to") or self.defaults[0])
         rank_by = str(own.get("rank_by") or self.defaults[1])
         self.base = _Base(settings, promote_to, rank_by)

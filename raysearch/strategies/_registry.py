@@ -47,6 +47,7 @@ __all__ = [
     "StrategyInfo",
     "Builder",
     "BUILTIN_STRATEGIES",
+    "REFUSED_STRATEGIES",
     "register_strategy",
     "get_strategy",
     "strategy_names",
@@ -201,18 +202,41 @@ class StrategyInfo:
 
 
 #: Strategies shipped with raysearch: ``search_algo`` name -> where it is registered.
+#: Intel Neural Compressor's strategy names are aliases: ``exhaustive`` (Grid), ``random``,
+#: ``tpe``, ``bayesian`` (GPS), ``basic`` and ``auto`` (Auto), ``mse`` and ``mse_v2``
+#: (Fallback, ranked by SQNR), ``conservative``; Quark's ``two_stage_search`` and
+#: ``advanced_fastft_search`` name TwoStage and FinetuneSearch.
 BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
-    "Grid": StrategyInfo("raysearch.strategies.grid", ("grid", "grid_search", "gridsearch")),
+    "Auto": StrategyInfo("raysearch.strategies._auto", ("auto", "basic")),
+    "Grid": StrategyInfo(
+        "raysearch.strategies.grid", ("grid", "grid_search", "gridsearch", "exhaustive")
+    ),
     "Random": StrategyInfo("raysearch.strategies.samplers", ("random", "random_search")),
     "TPE": StrategyInfo("raysearch.strategies.samplers", ("tpe",)),
     "CmaEs": StrategyInfo(
         "raysearch.strategies.samplers", ("cmaes", "cma-es", "cma_es"), ("cmaes",)
     ),
-    "GPS": StrategyInfo("raysearch.strategies.samplers", ("gps", "gp"), ("torch", "scipy")),
+    "GPS": StrategyInfo(
+        "raysearch.strategies.samplers", ("gps", "gp", "bayesian"), ("torch", "scipy")
+    ),
     "NSGAII": StrategyInfo("raysearch.strategies.samplers", ("nsgaii", "nsga2", "nsga-ii")),
     "QMC": StrategyInfo("raysearch.strategies.samplers", ("qmc",), ("scipy",)),
-    "Fallback": StrategyInfo("raysearch.strategies._fallback", ("fallback", "mse_v2")),
+    "Fallback": StrategyInfo("raysearch.strategies._fallback", ("fallback", "mse_v2", "mse")),
     "Conservative": StrategyInfo("raysearch.strategies._conservative", ("conservative",)),
+    "TwoStage": StrategyInfo(
+        "raysearch.strategies._two_stage", ("two_stage", "two_stage_search", "twostage")
+    ),
+    "FinetuneSearch": StrategyInfo(
+        "raysearch.strategies._finetune_search",
+        ("finetune_search", "advanced_fastft_search", "fastft_search"),
+    ),
+}
+
+#: Names of the systems raysearch replaces that have no raysearch meaning: name -> why.
+REFUSED_STRATEGIES: dict[str, str] = {
+    "hawq_v2": "Neural Compressor's hawq_v2 ranks layers by the Hessian of the model's "
+    "training loss, which a post-training search of an ONNX model does not have; use Auto "
+    "or Fallback (sensitivity-ranked mixed precision)",
 }
 
 _logger = logging.getLogger(__name__)
@@ -247,6 +271,8 @@ def canonical_strategy(value: Any, key: str = "search_algo") -> str:
     any case: :func:`raysearch.errors.canonical_name`), or ConfigError naming ``key`` with the
     closest name."""
     names = strategy_names()
+    if isinstance(value, str) and value.strip().lower() in REFUSED_STRATEGIES:
+        raise ConfigError(key, REFUSED_STRATEGIES[value.strip().lower()])
     mapped = canonical_name(value, names, _ALIASES)
     if mapped == value:
         return mapped

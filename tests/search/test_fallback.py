@@ -154,7 +154,8 @@ def _drive(
     Returns ``{"trial_id", "key", "settings", "phase", ...result}`` per finished trial."""
     running = [] if running is None else running
     finished: list[dict[str, Any]] = []
-    number = len(searcher.context.records) + len(running) + 100
+    # Trial ids never repeat, also across a save and restore (running trials keep theirs).
+    number = max([len(searcher.context.records) + 100, *(int(t[1:]) for t, _ in running)])
     while True:
         while len(running) < slots:
             number += 1

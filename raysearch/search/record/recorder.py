@@ -172,6 +172,7 @@ class TrialRecorder(tune.Callback):
             "trial_id": trial_id,
             "number": config.get("number"),
             "phase": config.get("phase"),
+            "stage": config.get("stage"),
             "key": config.get("key"),
             "point": config.get("point"),
             "params": config.get("params"),

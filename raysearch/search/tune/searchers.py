@@ -104,9 +104,10 @@ class _State:
 class SettingSearcher(Searcher):
     """Ray Tune ``Searcher`` over the phases of a search (see the module docstring).
 
-    Each suggestion is a trial config ``{"number", "phase", "point", "params", "settings",
-    "key"}``: ``params`` is ``space.canonical(point)[0]`` (what is recorded), ``settings`` is
-    ``space.to_settings(point)`` (what the trial runs), ``key`` their identity.
+    Each suggestion is a trial config ``{"number", "phase", "stage", "point", "params",
+    "settings", "key"}``: ``params`` is ``space.canonical(point)[0]`` (what is recorded),
+    ``settings`` is ``space.to_settings(point)`` (what the trial runs), ``key`` their identity,
+    ``stage`` a staged strategy's stage (None for the others).
 
     Build one with :meth:`from_strategy` (any registered strategy), or :meth:`grid` /
     :meth:`sampler`. :meth:`add_finished` tells it about trials finished outside Tune's
@@ -286,6 +287,8 @@ class SettingSearcher(Searcher):
             return {
                 "number": state.started,
                 "phase": proposal.phase,
+                # A staged strategy's stage (``Auto``: defaults, calibration, ...), recorded.
+                "stage": getattr(phase, "stage", None),
                 "point": proposal.point,
                 "params": proposal.params,
                 "settings": proposal.settings,
@@ -304,7 +307,9 @@ class SettingSearcher(Searcher):
             session.start_barrier = None
 
     def _next_phase(self, why: str) -> None:
-        _logger.info("search phase %d ends: %s", self.state.phase, why)
+        stage = getattr(self.phases[self.state.phase], "stage", None)
+        named = f" (stage {stage})" if stage else ""
+        _logger.info("search phase %d%s ends: %s", self.state.phase, named, why)
         self.state.phase += 1
 
     def _finish(self, reason: str) -> str:
@@ -338,6 +343,9 @@ class SettingSearcher(Searcher):
                 "number": number,
                 "key": proposal.key,
                 "phase": proposal.phase,
+                "stage": getattr(self.phases[position], "stage", None)
+                if position is not None
+                else None,
                 "params": proposal.params,
                 "settings": proposal.settings,
                 "metric": metric,

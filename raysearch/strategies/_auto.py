@@ -1,0 +1,414 @@
+"""The ``Auto`` strategy (aliases ``auto``, ``basic``; the default for the predefined spaces):
+the space searched stage by stage, cheapest first, each stage's trials concurrent, the stop
+conditions of ``stop:`` in force over the whole search (they are the search's ``Stopper``).
+
+Stages (``stage`` in ``results.parquet``), as AIMET's AutoQuant orders its techniques and
+Neural Compressor's ``basic`` strategy falls back op by op:
+
+1. ``defaults``: each space's ``points_to_evaluate`` (each backend's one shot), or its first
+   setting when it has none.
+2. ``calibration``: the calibration settings with every technique and fine-tuning off (only
+   where the space offers them off): the whole sub-grid when it fits the stage's budget, else
+   TPE over it. Shared calibration and early stopping on growing subsets make these cheap.
+3. ``techniques``: on the :data:`TOP_K` best settings so far, each cheap technique of the space
+   on its own (CLE, SmoothQuant with each alpha, bias correction); then ``combined``: the
+   techniques that each beat their base, together.
+4. ``mixed_precision``: Neural Compressor's fallback, to 16-bit first: the smallest ``top_k``
+   of activation tensors promoted to int16 (by bisection, see
+   :mod:`raysearch.strategies._fallback`) that meets the tolerance, from the best so far; only
+   when no fully quantized candidate exists. Its first trial promotes every ranked tensor:
+   when even that misses the tolerance, the 8-bit weights lose the rest, and the log says so
+   (the reachability check).
+5. ``fine_tuning``: the space's fine-tuning settings (AdaQuant/AdaRound, the costly ones) on
+   the :data:`TOP_K` best settings so far, only while no candidate quantizes every
+   MatMul/Gemm/Conv; then ``fine_tuned_mixed_precision``: when the best is a fine-tuned
+   candidate with tensors promoted, the fewest int16 promotions that hold with fine-tuning.
+6. ``float_fallback``: the last resort, only while there is no candidate at all: the smallest
+   ``top_k`` of tensors kept float.
+
+A stage the space does not offer (no mixed precision, no fine-tuning) is skipped. Every stage
+builds its settings from the finished records, and a setting never runs twice, so
+``raysearch resume`` goes on in the stage it was in with nothing rerun. The log says why each
+stage starts, what it runs, and why it ends.
+
+Example:
+    >>> calibration_budget(30), calibration_budget(None), calibration_budget(4)
+    (12, 24, 2)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from raysearch.quantize.techniques.mixed_precision import KEY
+from raysearch.ranking import best_records, better
+from raysearch.space import Categorical, SearchSpace
+from raysearch.strategies._fallback import ALL, FallbackPhase
+from raysearch.strategies._registry import (
+    Phase,
+    Proposal,
+    StrategyContext,
+    register_strategy,
+)
+from raysearch.strategies._setting_phase import extra_count, is_candidate
+from raysearch.strategies._stages import (
+    FINETUNE,
+    TECHNIQUE,
+    BuiltPhase,
+    complete_point,
+    merge_settings,
+    narrow,
+    off_values,
+    role_deltas,
+)
+from raysearch.strategies.grid import GridPhase
+from raysearch.strategies.samplers import OptunaPhase
+
+__all__ = [
+    "auto_strategy",
+    "calibration_budget",
+    "calibration_phases",
+    "sub_phase",
+    "TOP_K",
+    "fully_quantized_candidate",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: How many of the best settings so far the techniques and fine-tuning stages build on.
+TOP_K = 2
+#: The calibration stage's trials without an iteration limit.
+CALIBRATION_TRIALS = 24
+#: A quantized share at least this high quantizes every MatMul/Gemm/Conv (float rounding).
+_FULL_SHARE = 0.999
+
+
+def calibration_budget(max_trials: int | None) -> int:
+    """The calibration stage's trials: two fifths of the iteration limit (at least 2), or
+    :data:`CALIBRATION_TRIALS` without one."""
+    if max_trials and max_trials > 0:
+        return max(2, (2 * max_trials) // 5)
+    return CALIBRATION_TRIALS
+
+
+def fully_quantized_candidate(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The first candidate that quantizes every MatMul/Gemm/Conv (None: none does)."""
+    for record in records:
+        if not is_candidate(record):
+            continue
+        extra = record.get("extra")
+        share = extra.get("quantized_share") if isinstance(extra, Mapping) else None
+        if share is None or float(share) >= _FULL_SHARE:
+            return record
+    return None
+
+
+def _higher(context: StrategyContext) -> bool:
+    return context.mode == "max"
+
+
+def _ok(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("status") == "ok" and r.get("settings")]
+
+
+def _before(records: Sequence[Mapping[str, Any]], index: int) -> list[Mapping[str, Any]]:
+    """The records of the stages before the one at ``index`` (``phase`` below it): a stage
+    is built from those only, so a resumed stage (whose own records are replayed too)
+    builds the same settings as the first time."""
+    return [r for r in records if int(r.get("phase") or 0) < index]
+
+
+class DefaultsPhase(BuiltPhase):
+    """Stage 1: each space's start points (completed with the first value of what they leave
+    open), or its first setting."""
+
+    stage = "defaults"
+
+    def __init__(self, spaces: Sequence[SearchSpace], index: int) -> None:
+        super().__init__(index)
+        self.spaces = list(spaces)
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        raise NotImplementedError  # proposals are the spaces' own points: see _proposals
+
+    def propose(self, trial_id: str, search: Any) -> Proposal | str | None:
+        if self.items is None:
+            self.items = self._proposals()
+            _logger.info(
+                "stage defaults: %d start setting(s) (the spaces' points_to_evaluate, or their "
+                "first setting)",
+                len(self.items),
+            )
+        return super().propose(trial_id, search)
+
+    def _proposals(self) -> list[Proposal]:
+        out: list[Proposal] = []
+        reject = self.context.reject if self.context is not None else None
+        for i, space in enumerate(self.spaces):
+            for point in space.points_to_evaluate or [{}]:
+                full = complete_point(space, point)
+                proposal = Proposal.of(space, i, full)
+                if reject is not None and reject(proposal.settings):
+                    continue
+                if all(p.key != proposal.key for p in out):
+                    out.append(proposal)
+        return out
+
+
+class TechniquesPhase(BuiltPhase):
+    """Stage 3: each cheap technique of the spaces on its own, on the best settings so far."""
+
+    stage = "techniques"
+
+    def __init__(self, deltas: list[dict[str, Any]], index: int) -> None:
+        super().__init__(index)
+        self.deltas = deltas
+        #: base key -> its settings, chosen when the stage was built.
+        self.bases: list[dict[str, Any]] = []
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        if not self.deltas:
+            _logger.info("stage techniques skipped: the spaces switch no technique on")
+            return None
+        earlier = _ok(_before(context.records, self.index))
+        bases = best_records(earlier, TOP_K, _higher(context))
+        if not bases:
+            _logger.info("stage techniques skipped: no setting finished")
+            return None
+        self.bases = [dict(b["settings"]) for b in bases]
+        _logger.info(
+            "stage techniques starts: %d technique setting(s) on the %d best so far (%s)",
+            len(self.deltas),
+            len(bases),
+            ", ".join(f"trial {b.get('trial_id')} metric {b.get('metric')}" for b in bases),
+        )
+        return [merge_settings(base, d) for base in self.bases for d in self.deltas]
+
+
+class CombinedPhase(BuiltPhase):
+    """Stage 3b: on each base of :class:`TechniquesPhase`, the techniques that each beat the
+    base (the best of each technique's settings), all together."""
+
+    stage = "combined"
+
+    def __init__(self, techniques: TechniquesPhase, index: int) -> None:
+        super().__init__(index)
+        self.techniques = techniques
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        by_key = {r.get("key"): r for r in _ok(context.records)}
+        higher = _higher(context)
+        out: list[dict[str, Any]] = []
+        for base in self.techniques.bases:
+            base_record = by_key.get(_key(base))
+            helping: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+            for delta in self.techniques.deltas:
+                record = by_key.get(_key(merge_settings(base, delta)))
+                if record is None or base_record is None or not _beats(record, base_record, higher):
+                    continue
+                switch = next(iter(delta))
+                if switch not in helping or better(record, helping[switch][0], higher):
+                    helping[switch] = (record, delta)
+            if len(helping) >= 2:
+                out.append(merge_settings(base, *(d for _, d in helping.values())))
+        if not out:
+            _logger.info("stage combined skipped: no two techniques each beat their base")
+            return None
+        return out
+
+
+def _key(settings: Mapping[str, Any]) -> str:
+    from raysearch.space import settings_key
+
+    return settings_key(dict(settings))
+
+
+def _beats(record: Mapping[str, Any], base: Mapping[str, Any], higher: bool) -> bool:
+    """Whether a technique's trial improved on its base: a better metric (a candidate where
+    the base is none counts, as :func:`better` ranks it)."""
+    metric, base_metric = record.get("metric"), base.get("metric")
+    if not isinstance(metric, (int, float)) or not isinstance(base_metric, (int, float)):
+        return False
+    if is_candidate(record) != is_candidate(base):
+        return is_candidate(record)
+    return metric > base_metric if higher else metric < base_metric
+
+
+class FinetunePhase(BuiltPhase):
+    """Stage 5: the spaces' fine-tuning settings on the best settings so far, while no
+    candidate quantizes every MatMul/Gemm/Conv."""
+
+    stage = "fine_tuning"
+
+    def __init__(self, deltas: list[dict[str, Any]], index: int, mixed: FallbackPhase | None):
+        super().__init__(index)
+        self.deltas = deltas
+        self.mixed = mixed
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        self._say_reachability(context)
+        if not self.deltas:
+            _logger.info("stage fine_tuning skipped: the spaces do not fine-tune")
+            return None
+        earlier = _before(context.records, self.index)
+        found = fully_quantized_candidate(earlier)
+        if found is not None:
+            _logger.info(
+                "stage fine_tuning skipped: trial %s (metric %s) meets the tolerance with every "
+                "MatMul/Gemm/Conv quantized",
+                found.get("trial_id"),
+                found.get("metric"),
+            )
+            return None
+        records = [r for r in _ok(earlier) if not r["settings"].get("include_fast_ft")]
+        bases = best_records(records, TOP_K, _higher(context))
+        if not bases:
+            return None
+        _logger.info(
+            "stage fine_tuning starts: no candidate quantizes every MatMul/Gemm/Conv; "
+            "%d fine-tuning setting(s) on the %d best so far",
+            len(self.deltas),
+            len(bases),
+        )
+        return [merge_settings(dict(b["settings"]), d) for b in bases for d in self.deltas]
+
+    def _say_reachability(self, context: StrategyContext) -> None:
+        """The reachability check's verdict, in words: the mixed-precision stage's first
+        trial promoted every ranked activation tensor to 16 bits."""
+        mixed = self.mixed
+        if mixed is None or mixed.base is None:
+            return
+        for record in context.records:
+            matched = mixed.base.match(record.get("settings"))
+            if matched is None or matched[0] < ALL or matched[1]:
+                continue
+            if not is_candidate(record):
+                _logger.warning(
+                    "reachability: with every ranked activation tensor at int16 the metric is "
+                    "%s (%d tensors), which misses the tolerance: the 8-bit weights lose the "
+                    "rest; fine-tuning the weights or keeping tensors float is what is left",
+                    record.get("metric"),
+                    extra_count(record, "ranked") or 0,
+                )
+            return
+
+
+class TunedMixedPhase(FallbackPhase):
+    """Stage 5b: when the best so far is a fine-tuned candidate with tensors promoted, the
+    fewest int16 promotions that still hold with fine-tuning (the bisection again, each trial
+    fine-tuned): the promotions stage 4 found were chosen without it."""
+
+    def _init(self) -> bool:
+        assert self.context is not None
+        from raysearch.ranking import best_record
+
+        earlier = _before(self.context.records, self.index)
+        best = best_record(earlier, _higher(self.context))
+        settings = (best or {}).get("settings") or {}
+        if best is None or not settings.get("include_fast_ft") or not is_candidate(best):
+            _logger.info("stage fine_tuned_mixed_precision skipped: no fine-tuned candidate")
+            return False
+        return super()._init()
+
+
+def _promotions(spaces: Sequence[SearchSpace]) -> tuple[list[str], str]:
+    """The promotions the spaces' mixed precision offers (``int16`` before ``float``; none
+    when no space searches ``mixed_precision.top_k`` above 0) and its ranking."""
+    offered: set[str] = set()
+    rank_by = "sqnr"
+    for space in spaces:
+        params = {p.name: p.domain for p in space.params}
+        top_k = params.get(f"{KEY}.top_k")
+        if not isinstance(top_k, Categorical) or not any(k for k in top_k.choices):
+            continue
+        promote = params.get(f"{KEY}.promote_to")
+        offered |= set(promote.choices) if isinstance(promote, Categorical) else {"float"}
+        rank = params.get(f"{KEY}.rank_by")
+        if isinstance(rank, Categorical):
+            rank_by = str(rank.choices[0])
+    return [p for p in ("int16", "float") if p in offered], rank_by
+
+
+def calibration_phases(
+    context: StrategyContext,
+    budget: int,
+    stage: str = "calibration",
+    roles_off: Sequence[str] = (TECHNIQUE, FINETUNE),
+) -> list[Phase]:
+    """The calibration stage: each space with the switches of ``roles_off`` off (where the
+    space offers them off), ``budget`` split between the spaces (:func:`sub_phase`)."""
+    share = max(1, budget // max(1, len(context.spaces)))
+    return [
+        sub_phase(context, narrow(space, off_values(space, roles_off)), i, share, stage)
+        for i, space in enumerate(context.spaces)
+    ]
+
+
+def sub_phase(
+    context: StrategyContext, space: SearchSpace, index: int, budget: int | None, stage: str
+) -> Phase:
+    """One space (recorded as space ``index``) as a grid when it has no ranges and fits
+    ``budget`` (None: any size), else TPE with ``budget`` trials."""
+    phase: Phase
+    if not space.has_ranges and (budget is None or len(space.expand(context.reject)) <= budget):
+        phase = _IndexedGrid(space, index, context)
+    else:
+        seed = None if context.seed is None else context.seed + index
+        phase = OptunaPhase(space, index, "TPE", seed, context.mode, context.reject, budget)
+    phase.stage = stage  # type: ignore[attr-defined]
+    return phase
+
+
+class _IndexedGrid(GridPhase):
+    """A grid over one space recorded as space ``index`` (its place among the config's)."""
+
+    def __init__(self, space: SearchSpace, index: int, context: StrategyContext) -> None:
+        super().__init__([space], context.reject)
+        self.items = [(index, point) for _, point in self.items]
+        self.spaces = [space] * (index + 1)
+
+
+@register_strategy("Auto", aliases=("auto", "basic"))
+def auto_strategy(context: StrategyContext) -> list[Phase]:
+    """Auto: defaults, calibration, techniques, mixed precision, fine-tuning, float fallback."""
+    spaces = context.spaces
+    n = len(spaces)
+    technique_deltas: list[dict[str, Any]] = []
+    finetune_deltas: list[dict[str, Any]] = []
+    for space in spaces:
+        for delta in role_deltas(space, TECHNIQUE, context.reject):
+            if KEY not in delta and delta not in technique_deltas:
+                technique_deltas.append(delta)
+        for delta in role_deltas(space, FINETUNE, context.reject):
+            if delta not in finetune_deltas:
+                finetune_deltas.append(delta)
+    promotions, rank_by = _promotions(spaces)
+    phases: list[Phase] = [DefaultsPhase(spaces, 0)]
+    phases += calibration_phases(context, calibration_budget(context.max_trials))
+    techniques = TechniquesPhase(technique_deltas, n)
+    phases += [techniques, CombinedPhase(techniques, n + 1)]
+    mixed: FallbackPhase | None = None
+    if "int16" in promotions:
+        mixed = FallbackPhase(n + 2, "int16", rank_by, force=True)
+        mixed.stage = "mixed_precision"  # type: ignore[attr-defined]
+        phases.append(mixed)
+    phases.append(FinetunePhase(finetune_deltas, n + 3, mixed))
+    if "int16" in promotions and finetune_deltas:
+        tuned = TunedMixedPhase(n + 4, "int16", rank_by, force=True)
+        tuned.stage = "fine_tuned_mixed_precision"  # type: ignore[attr-defined]
+        phases.append(tuned)
+    if "float" in promotions:
+        fallback = FallbackPhase(n + 5, "float", rank_by, force=True, only_without_candidate=True)
+        fallback.stage = "float_fallback"  # type: ignore[attr-defined]
+        phases.append(fallback)
+    _logger.info(
+        "auto: stages defaults, calibration, techniques (%d), mixed precision (%s), "
+        "fine-tuning (%d), float fallback (%s)",
+        len(technique_deltas),
+        "int16" if mixed is not None else "not in the space",
+        len(finetune_deltas),
+        "yes" if "float" in promotions else "not in the space",
+    )
+    return phases

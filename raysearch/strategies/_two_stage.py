@@ -1,0 +1,130 @@
+"""The ``TwoStage`` strategy (aliases ``two_stage``, Quark's ``two_stage_search``): AMD Quark's
+semantics, the calibration space first and then the fine-tuning space on stage 1's best, but
+each stage's trials concurrent and the stop conditions of ``stop:`` in force (Quark runs one
+trial at a time and switches every stop condition off).
+
+1. ``calibration``: each space with fine-tuning off (where the space offers it off; the cheap
+   techniques stay as the space has them): the grid when it fits the stage's budget (half of
+   ``stop.iteration_limit``; without one the whole grid, as Quark's exhaustive stage 1),
+   else TPE.
+2. ``fine_tuning``: the space of stage 1's best setting with every setting but fine-tuning's
+   held at the best's values and fine-tuning switched on: its grid, or TPE over it when it has
+   ranges or is larger than the trials left. A space without fine-tuning settings ends the
+   search after stage 1 (logged), as Quark's does.
+
+Example:
+    >>> from raysearch.space import SearchSpace
+    >>> space = SearchSpace.parse({"per_channel": [True, False], "include_fast_ft": [False, True],
+    ...     "ft": {"only_if": {"include_fast_ft": True},
+    ...            "extra_options": {"NumIterations": [100, 200]}}})
+    >>> stage_two_space(space, {"per_channel": False}).expand().points[0]["per_channel"]
+    False
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from raysearch.ranking import best_record
+from raysearch.space import Categorical, SearchSpace
+from raysearch.strategies._registry import Phase, StrategyContext, register_strategy
+from raysearch.strategies._stages import (
+    FINETUNE,
+    DeferredPhase,
+    complete_point,
+    narrow,
+    off_values,
+    roles,
+)
+
+__all__ = ["two_stage_strategy", "FinetuneStage", "stage_two_space"]
+
+_logger = logging.getLogger(__name__)
+
+#: Stage 1's trials when there is no iteration limit and its space has ranges.
+STAGE_ONE_TRIALS = 24
+
+
+def stage_two_space(space: SearchSpace, best_params: Mapping[str, Any]) -> SearchSpace:
+    """``space`` with every setting but fine-tuning's held at ``best_params`` (those the best
+    does not set at their first value) and fine-tuning switched on."""
+    names = roles(space)
+    held = complete_point(space, {n: v for n, v in best_params.items() if names.get(n) != FINETUNE})
+    fixed = {n: v for n, v in held.items() if names.get(n) != FINETUNE}
+    for param in space.params:
+        if param.name.split(".")[-1] == "include_fast_ft" and isinstance(param.domain, Categorical):
+            if True in param.domain.choices:
+                fixed[param.name] = True
+    return narrow(space, fixed)
+
+
+def _offers_finetuning(space: SearchSpace) -> bool:
+    return any(
+        p.name.split(".")[-1] == "include_fast_ft"
+        and isinstance(p.domain, Categorical)
+        and True in p.domain.choices
+        for p in space.params
+    )
+
+
+class FinetuneStage(DeferredPhase):
+    """Stage 2: the fine-tuning space around stage 1's best (see the module)."""
+
+    stage = "fine_tuning"
+
+    def __init__(self, index: int, stage_one: int) -> None:
+        super().__init__(index)
+        self.stage_one = stage_one
+
+    def make(self, context: StrategyContext) -> Phase | None:
+        from raysearch.strategies._auto import sub_phase
+
+        earlier = [r for r in context.records if r.get("stage") == "calibration"]
+        best = best_record(earlier, context.mode == "max")
+        if best is None:
+            _logger.info("two_stage: stage 1 finished no trial; stage 2 skipped")
+            return None
+        index = int(best.get("phase") or 0)
+        space = context.spaces[min(index, len(context.spaces) - 1)]
+        if not _offers_finetuning(space):
+            _logger.info(
+                "two_stage: the space of stage 1's best (trial %s) has no fine-tuning "
+                "(include_fast_ft: [true]); the search ends after stage 1",
+                best.get("trial_id"),
+            )
+            return None
+        left = None
+        if context.max_trials:
+            left = max(0, context.max_trials - len(context.records))
+            if left == 0:
+                return None
+        sub = stage_two_space(space, best.get("params") or {})
+        _logger.info(
+            "two_stage: stage 2 fine-tunes around trial %s (metric %s)",
+            best.get("trial_id"),
+            best.get("metric"),
+        )
+        return sub_phase(context, sub, index, left, self.stage)
+
+
+@register_strategy("TwoStage", aliases=("two_stage", "two_stage_search", "twostage"))
+def two_stage_strategy(context: StrategyContext) -> list[Phase]:
+    """TwoStage: calibration settings, then fine-tuning on the best of them."""
+    from raysearch.strategies._auto import calibration_phases
+
+    if context.max_trials:
+        budget = max(1, context.max_trials // 2)
+    else:
+        spaces = [narrow(s, off_values(s, (FINETUNE,))) for s in context.spaces]
+        finite = not any(s.has_ranges for s in spaces)
+        budget = sum(len(s.expand(context.reject)) for s in spaces) if finite else 0
+        budget = budget or STAGE_ONE_TRIALS
+    stage_one = calibration_phases(context, budget, roles_off=(FINETUNE,))
+    _logger.info(
+        "two_stage: stage 1 over the calibration settings (%d trials at most), then "
+        "fine-tuning on its best",
+        budget,
+    )
+    return [*stage_one, FinetuneStage(len(context.spaces), len(stage_one))]
