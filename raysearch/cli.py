@@ -273,8 +273,9 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
                 print(f"  {label}: {_fmt(summary[key])}{extra}")
         if summary.get("best_model_path"):
             print(f"Best model: {summary['best_model_path']}")
-    if summary.get("gpu_note"):
-        print(f"Note: {summary['gpu_note']}.")
+    for note in ("tolerance_note", "gpu_note"):
+        if summary.get(note):
+            print(f"Note: {summary[note]}.")
     from raysearch.layout import USER_OUTPUTS
 
     print(f"Outputs: {output_dir} ({USER_OUTPUTS})")

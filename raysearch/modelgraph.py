@@ -1,7 +1,8 @@
 """What an ONNX model's graph holds, beyond its files (:mod:`raysearch.modelfile`): how many
 weighted nodes (MatMul/Gemm/Conv) it has, the share of them a quantized model runs quantized
-(what the best rule and the samplers read), and weights held by ``Constant`` nodes turned into
-initializers (where the quantizer and the techniques look for weights).
+(what the best rule and the samplers read) and whether that share means it quantizes nothing,
+and weights held by ``Constant`` nodes turned into initializers (where the quantizer and the
+techniques look for weights).
 
 Example:
     >>> WEIGHTED_OP_TYPES
@@ -17,7 +18,13 @@ import onnx
 
 from raysearch.modelfile import graph_nodes, load_header
 
-__all__ = ["WEIGHTED_OP_TYPES", "weighted_nodes", "quantized_share", "constants_to_initializers"]
+__all__ = [
+    "WEIGHTED_OP_TYPES",
+    "weighted_nodes",
+    "quantized_share",
+    "quantizes_nothing",
+    "constants_to_initializers",
+]
 
 
 #: Op types whose quantization decides a model's speed (the ones with weights or a product).
@@ -82,6 +89,21 @@ def quantized_share(
         for n in nodes
     )
     return min(1.0, quantized / total)
+
+
+def quantizes_nothing(share: float | None, weighted: int) -> bool:
+    """Whether a quantized model whose :func:`quantized_share` is ``share`` keeps every one of
+    the float model's ``weighted`` MatMul/Gemm/Conv nodes float: the float model with extra
+    nodes, at the float model's speed, however well it scores. Such a model is never a
+    candidate (:class:`raysearch.trial.StagedTrial`) and the samplers rank it below every model
+    that quantizes something. False for a model without such nodes (``weighted`` 0, ``share``
+    None): there is nothing it could have quantized.
+
+    Example:
+        >>> quantizes_nothing(0.0, 2), quantizes_nothing(0.5, 2), quantizes_nothing(None, 0)
+        (True, False, False)
+    """
+    return weighted > 0 and share is not None and share == 0
 
 
 def constants_to_initializers(model: onnx.ModelProto, keep_inputs_of: Collection[str] = ()) -> int:

@@ -13,7 +13,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["finite", "order", "best_record", "best_records", "stopped_at_rung"]
+__all__ = [
+    "finite",
+    "order",
+    "unquantized",
+    "is_candidate",
+    "better",
+    "best_record",
+    "best_records",
+    "stopped_at_rung",
+]
 
 
 def finite(value: Any) -> float | None:
@@ -42,6 +51,33 @@ def promoted(record: Mapping[str, Any]) -> float:
     return _extra(record, "promoted") or 0.0
 
 
+def unquantized(record: Mapping[str, Any]) -> bool:
+    """Whether the record's setting keeps float every MatMul/Gemm/Conv node of a float model
+    that has some (the trial's rule, :func:`raysearch.modelgraph.quantizes_nothing`): its
+    ``extra.quantizes_nothing`` says so, or its ``extra.quantized_share`` is 0 (a record
+    written before that flag; the share is only recorded for a model with such nodes).
+
+    Example:
+        >>> unquantized({"extra": {"quantized_share": 0.0}}), unquantized({"extra": {}})
+        (True, False)
+    """
+    return bool(_extra(record, "quantizes_nothing")) or _extra(record, "quantized_share") == 0
+
+
+def is_candidate(record: Mapping[str, Any]) -> bool:
+    """Whether the record is a candidate: a complete trial within the tolerance
+    (``is_candidate``) that quantizes something. A trial decides it when it ends; this reads
+    a record written before a setting that quantizes nothing stopped being one as one written
+    now (a journal read on resume).
+
+    Example:
+        >>> is_candidate({"status": "ok", "is_candidate": True, "extra": {"quantized_share": 0}})
+        False
+    """
+    ok = record.get("status") == "ok"
+    return ok and bool(record.get("is_candidate")) and not unquantized(record)
+
+
 def better(
     record: Mapping[str, Any], than: Mapping[str, Any] | None, higher_is_better: bool
 ) -> bool:
@@ -57,7 +93,10 @@ def better(
     alike this is the better metric, candidates first. A trial whose model was lost
     (``model_lost``: its node went before the driver fetched it) beats none: ``best/`` holds
     the best model that exists; nor does one stopped at a rung of evaluation on growing
-    subsets (``stopped_at_rung``: its metric is over some of the rows only).
+    subsets (``stopped_at_rung``: its metric is over some of the rows only). A trial that
+    quantizes nothing (:func:`unquantized`: the float model with extra nodes, never a
+    candidate) beats only another such trial: it is the best only when no trial that
+    quantizes something completed.
 
     Example:
         >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
@@ -74,6 +113,12 @@ def better(
         False
         >>> better({**c, "stopped_at_rung": 0}, None, True)
         False
+        >>> float_like = {"status": "ok", "metric": 1.0, "extra": {"quantized_share": 0.0}}
+        >>> far = {"status": "ok", "metric": 0.9, "extra": {"quantized_share": 1.0}}
+        >>> better(far, float_like, True), better(float_like, far, True)
+        (True, False)
+        >>> better(float_like, None, True)   # the only kind there is
+        True
     """
     metric = finite(record.get("metric"))
     if record.get("status") != "ok" or metric is None or record.get("model_lost"):
@@ -85,8 +130,11 @@ def better(
     best = finite(than.get("metric"))
     if best is None:
         return True
-    candidate = bool(record.get("is_candidate"))
-    if candidate != bool(than.get("is_candidate")):
+    nothing = unquantized(record)
+    if nothing != unquantized(than):
+        return not nothing
+    candidate = is_candidate(record)
+    if candidate != is_candidate(than):
         return candidate
     if candidate:
         share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")

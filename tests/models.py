@@ -28,6 +28,7 @@ __all__ = [
     "make_encoder_model",
     "make_nan_model",
     "make_static_batch_model",
+    "make_elementwise_model",
     "make_outlier_model",
     "make_attention_model",
     "attention_data",
@@ -238,6 +239,29 @@ def make_nan_model(path: str | Path, features: int = 4) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", features])],
         [_init("w", w)],
+    )
+    return _save(graph, path)
+
+
+def make_elementwise_model(path: str | Path, features: int = 4, seed: int = 0) -> Path:
+    """``y = Relu(x * w + b)``: no MatMul/Gemm/Conv at all (nothing whose quantization makes a
+    model faster, so no quantized share). Input ``x`` float32 ``[N, features]`` (use
+    :func:`nan_model_data`)."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["xw"], name="scale"),
+        helper.make_node("Add", ["xw", "b"], ["xwb"], name="shift"),
+        helper.make_node("Relu", ["xwb"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "elementwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", features])],
+        [
+            _init("w", rng.normal(1, 0.2, features).astype(np.float32)),
+            _init("b", rng.normal(0, 0.1, features).astype(np.float32)),
+        ],
     )
     return _save(graph, path)
 

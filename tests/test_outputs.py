@@ -12,8 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from raysearch.cli import main
 from raysearch.config import SearchConfig
 from raysearch.cpu import cpu_flags, cpu_info
+from raysearch.evaluate import Evaluator
 from raysearch.outputs import best_record, fixed_space, results_table, write_outputs
 from raysearch.space import SearchSpace
 from tests.external_models import external_mlp_data, make_external_mlp
@@ -233,6 +235,89 @@ def test_best_is_the_most_quantized_candidate_else_the_best_metric():
     # A candidate beats any trial that is not one; lower-is-better metrics alike.
     near = trial(7, 0.2, True)
     assert best_record([trial(8, 0.1, False), near], higher_is_better=False) is near
+
+
+def test_summary_says_when_only_settings_that_quantize_nothing_met_the_tolerance(
+    config, tmp_path, capsys
+):
+    """The float model with extra nodes met the tolerance (L2 <= 0.05); no quantized setting
+    did: best/ holds the best quantized one and the summary says by how much it missed."""
+    out = tmp_path / "out"
+    (out / "kept").mkdir(parents=True)
+    shutil.copy(config.model, out / "kept" / "t3.onnx")
+
+    def trial(i, metric, share, **extra):
+        return dict(record(i, metric), extra={"quantized_share": share, **extra})
+
+    records = [
+        trial(1, 0.0, 0.0, quantizes_nothing=1.0),
+        # Journaled as a candidate by a search from before the rule: the share says otherwise.
+        dict(trial(2, 0.01, 0.0), is_candidate=True),
+        dict(trial(3, 0.08, 1.0), model_file="kept/t3.onnx"),
+        trial(4, 0.2, 0.5),
+    ]
+    summary = write_outputs(
+        out,
+        records,
+        config=config,
+        stop_reason="space_exhausted",
+        wall_time_s=1.0,
+        evaluator=Evaluator.from_config(config),
+    )
+    assert summary["best_trial_id"] == "t3" and summary["n_candidates"] == 0
+    assert (out / "best" / "model.onnx").is_file()
+    assert summary["unquantized_met_tolerance"] == 2
+    assert summary["best_quantized_missed_by"] == pytest.approx(0.03)
+    note = summary["tolerance_note"]
+    assert note.startswith("2 trials that keep every MatMul/Gemm/Conv node float (never a ")
+    assert "(L2 <= 0.05)" in note and "trial t3 (L2 = 0.08, in best/), missed it by 0.03" in note
+    assert json.loads((out / "summary.json").read_text())["tolerance_note"] == note
+    assert main(["show", str(out)]) == 0
+    assert f"Note: {note}." in capsys.readouterr().out
+
+    # A quantized candidate: nothing to say.
+    records[3] = dict(records[3], metric=0.04, is_candidate=True)
+    quiet = write_outputs(out, records, config=config, stop_reason="space_exhausted", wall_time_s=1)
+    assert quiet["best_trial_id"] == "t4" and quiet["n_candidates"] == 1
+    assert "tolerance_note" not in quiet and "unquantized_met_tolerance" not in quiet
+
+    # Only settings that quantize nothing completed: best/ holds one, and the note says why.
+    only = write_outputs(
+        out, records[:2], config=config, stop_reason="space_exhausted", wall_time_s=1
+    )
+    assert only["best_trial_id"] == "t1" and only["best_quantized_missed_by"] is None
+    assert "no setting that quantizes something completed" in only["tolerance_note"]
+
+
+def test_summary_note_measures_a_custom_metric_against_the_float_score(tmp_path):
+    """A custom metric's tolerance bounds the drop from the float score (relative here)."""
+    model = make_mlp_model(tmp_path / "mlp.onnx")
+    raw = {
+        "model": str(model),
+        "calibration_data": str(tmp_path / "calib.npz"),
+        "search_space": SPACE,
+        "metric": "tests.evaluators_fixture:mean_output",
+        "tolerance": 0.01,
+        "tolerance_mode": "relative",
+        "output_dir": str(tmp_path / "out"),
+    }
+    config = SearchConfig.from_dict(raw, check_paths=False)
+    records = [
+        dict(record(1, 0.9, candidate=False), extra={"quantized_share": 0.0}),
+        dict(record(2, 0.85, candidate=False), extra={"quantized_share": 1.0}),
+    ]
+    summary = write_outputs(
+        tmp_path / "out",
+        records,
+        config=config,
+        stop_reason="space_exhausted",
+        wall_time_s=1.0,
+        float_metric=0.9,
+    )
+    # The threshold: 0.9 less 1 % of 0.9; the best quantized setting is 0.041 below it.
+    assert summary["best_trial_id"] == "t2"
+    assert summary["best_quantized_missed_by"] == pytest.approx(0.9 * 0.99 - 0.85)
+    assert "(mean_output >= 0.891)" in summary["tolerance_note"]
 
 
 def test_preload_output_modules_imports_what_writing_the_outputs_needs() -> None:

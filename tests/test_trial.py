@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from raysearch.data import DataSource
 from raysearch.evaluate import Evaluator, FloatReference
+from raysearch.evaluate.subsets import EvalRungs
 from raysearch.providers import (
     cuda_available,
     execution_providers,
@@ -21,6 +23,7 @@ from raysearch.trial import FloatBaseline, TrialDevice, TrialResult, TrialRunner
 from tests.models import (
     encoder_data,
     make_conv_model,
+    make_elementwise_model,
     make_encoder_model,
     make_mlp_model,
     make_nan_model,
@@ -177,6 +180,44 @@ def test_trial_records_the_share_of_weighted_nodes_left_quantized(mlp, tmp_path)
     )
     assert whole.extra["quantized_share"] == 1.0
     assert half.extra["quantized_share"] == 0.5
+
+
+def test_a_setting_that_quantizes_nothing_is_never_a_candidate(mlp, tmp_path):
+    """Every MatMul left float is the float model with extra nodes: within any tolerance and no
+    faster, so no candidate at any rung (ASHA reads ``could_be_candidate``) nor when whole."""
+    path, calib, evaluation = mlp
+    rungs = EvalRungs((1 / 3, 1.0), (16, 48), np.random.default_rng(0).permutation(48))
+    spec = TrialSpec(path, calib, evaluation, Evaluator("cos", 0.5), cache_dir=tmp_path)
+    with TrialRunner(replace(spec, rungs=rungs)) as runner:
+        only_add = runner.start({"op_types_to_quantize": ["Add"]}, tmp_path / "add.onnx")
+        first = only_add.step()
+        assert first.status == "ok" and first.rung == 0, first.error
+        assert not first.is_candidate and not first.could_be_candidate
+        assert first.extra["quantizes_nothing"] == 1.0 and "within_tolerance" not in first.extra
+        whole = only_add.finish()
+        excluded = runner.run({"nodes_to_exclude": ["fc1", "fc2"]}, tmp_path / "none.onnx")
+        quantized = runner.run({"calibrate_method": "MinMax"}, tmp_path / "int8.onnx")
+    for result in (whole, excluded):
+        assert result.status == "ok" and result.eval_fraction == 1.0, result.error
+        # Its metric meets the loose tolerance (the extra says so); the setting still is not
+        # an answer.
+        assert runner.evaluator.is_candidate(result.metric)
+        assert result.extra["within_tolerance"] == 1.0
+        assert not result.is_candidate and not result.could_be_candidate
+        assert result.extra["quantized_share"] == 0.0 and result.extra["quantizes_nothing"] == 1.0
+        assert result.objective < quantized.objective
+    assert quantized.is_candidate and quantized.extra["quantized_share"] == 1.0
+    assert "quantizes_nothing" not in quantized.extra and "within_tolerance" not in quantized.extra
+
+
+def test_a_model_without_weighted_nodes_keeps_the_tolerance_rule(tmp_path):
+    """No MatMul/Gemm/Conv to quantize: nothing to leave float, the tolerance alone decides."""
+    path = make_elementwise_model(tmp_path / "elementwise.onnx")
+    data = DataSource.load(nan_model_data(32), path, batch_size=8)
+    with TrialRunner(TrialSpec(path, data, data, Evaluator("L2", 1.0))) as runner:
+        result = runner.run({"calibrate_method": "MinMax"}, tmp_path / "q.onnx")
+    assert result.status == "ok" and result.is_candidate, result.error
+    assert "quantized_share" not in result.extra and "quantizes_nothing" not in result.extra
 
 
 def test_trial_result_to_dict_replaces_non_finite_numbers():

@@ -32,6 +32,7 @@ from raysearch.metrics import (
     canonical_metric,
     compute_metric,
 )
+from raysearch.modelgraph import quantizes_nothing
 
 __all__ = ["Score", "Evaluator"]
 
@@ -264,6 +265,49 @@ class Evaluator:
             raise ValueError(f"{self.name}: a custom metric needs the float model's score")
         return self.drop(score, float_score) <= self.tolerance + slack
 
+    def threshold(self, float_score: float | None = None) -> float | None:
+        """The metric value where candidates begin: the tolerance itself for a built-in
+        metric; for a custom one the float model's score less the drop the tolerance allows
+        (absolute, or relative to ``|float_score|``). None without a tolerance.
+
+        Raises:
+            ValueError: a custom metric without the float model's score.
+
+        Example:
+            >>> Evaluator("cos", tolerance=0.999).threshold()
+            0.999
+            >>> Evaluator(lambda p, providers: 0.0, 0.1, "relative").threshold(0.8)
+            0.72
+        """
+        if self.tolerance is None:
+            return None
+        if not self.is_custom:
+            return self.tolerance
+        if float_score is None:
+            raise ValueError(f"{self.name}: a custom metric needs the float model's score")
+        allowed = self.tolerance
+        if self.tolerance_mode == "relative":
+            allowed *= abs(float_score)
+        return float_score - allowed if self.higher_is_better else float_score + allowed
+
+    def missed_by(self, score: float | None, float_score: float | None = None) -> float | None:
+        """How far ``score`` falls short of the :meth:`threshold`, in the metric's own units
+        (for a custom metric, its :meth:`drop` past the tolerance, scaled back to the metric);
+        0 when it meets the tolerance; None without a tolerance or a finite score.
+
+        Example:
+            >>> round(Evaluator("cos", tolerance=0.999).missed_by(0.996), 6)
+            0.003
+            >>> Evaluator("L2", tolerance=0.01).missed_by(0.005)
+            0.0
+        """
+        threshold = self.threshold(float_score)
+        if threshold is None or score is None or not math.isfinite(score):
+            return None
+        if self.is_candidate(score, float_score):
+            return 0.0  # within the rounding slack is within the tolerance
+        return float(threshold - score if self.higher_is_better else score - threshold)
+
     def sampler_objective(
         self,
         score: float | None,
@@ -285,12 +329,12 @@ class Evaluator:
         beat float by more than ``1 + |float| + |tolerance|``). Optuna's samplers take one
         number; Ray Tune's ``OptunaSearch`` passes it on unchanged.
 
-        One deliberate difference from the best rule: a trial that keeps every MatMul/Gemm/Conv
-        float (``quantized_share`` 0: the float model's speed, however it scores) is told
-        ``scale`` worse than its metric, below every trial that quantizes something. Ranked
-        by the best rule it would be a sampler's best trial whenever it meets the tolerance,
-        and the sampler would spend its trials on promoting everything to float (magika: 10 of
-        30 trials); the best rule still prefers it when nothing quantized meets the tolerance.
+        A trial that keeps every MatMul/Gemm/Conv float
+        (:func:`~raysearch.modelgraph.quantizes_nothing`: the float model's speed, however it
+        scores) is told ``scale`` worse than its metric, below every trial that quantizes
+        something, as the best rule ranks it (it is never a candidate, nor the best while a
+        trial that quantizes something completed). Told its metric, a sampler would spend its
+        trials on promoting everything to float (magika: 10 of 30 trials).
 
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)
@@ -305,7 +349,7 @@ class Evaluator:
             return None
         reference = abs(float_score) if float_score is not None else 0.0
         scale = (weighted_nodes + 1) * (1.0 + reference + abs(self.tolerance or 0.0))
-        if quantized_share == 0 and weighted_nodes:
+        if quantizes_nothing(quantized_share, weighted_nodes):
             bonus = -scale
         elif self.is_candidate(score, float_score):
             bonus = scale * (1.0 if quantized_share is None else quantized_share)

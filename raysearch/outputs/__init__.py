@@ -6,7 +6,9 @@ records.
 
 - ``summary.json``: ``stop_reason``, ``n_trials``, ``n_failed``, ``n_candidates``,
   ``best_metric``, ``best_params``, ``best_model_path``, ``float_metric``, ``wall_time_s``,
-  plus the metric's name and direction, the tolerance, the algorithm and the device;
+  plus the metric's name and direction, the tolerance, the algorithm and the device; and,
+  when only settings that quantize nothing met the tolerance, ``tolerance_note`` (in words),
+  ``unquantized_met_tolerance`` and ``best_quantized_missed_by``;
 - ``results.parquet``: one row per trial (``trial_id``, ``number``, ``status``, ``metric``,
   ``is_candidate``, the timings, ``calib_cache_hit``, ``node``, ``device``, ``error``, ...)
   and one ``params/<key path>`` column per parameter (a column whose values mix types, or hold

@@ -26,11 +26,12 @@ from raysearch.outputs._best import write_best
 from raysearch.outputs._plots import write_plots
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.outputs._tensorboard import write_tensorboard
-from raysearch.ranking import best_record, order
+from raysearch.ranking import best_record, finite, is_candidate, order, unquantized
 from raysearch.space.space import json_default
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
+    from raysearch.evaluate import Evaluator
 
 __all__ = ["write_outputs", "preload_output_modules"]
 
@@ -101,7 +102,7 @@ def _summary(
         "stop_reason": values["stop_reason"],
         "n_trials": len(rows),
         "n_failed": sum(1 for r in rows if r.get("status") != "ok"),
-        "n_candidates": sum(1 for r in rows if r.get("is_candidate")),
+        "n_candidates": sum(1 for r in rows if is_candidate(r)),
         "best_metric": None if best is None else best["metric"],
         "best_params": of_best("params"),
         "best_model_path": None if best_path is None else str(best_path),
@@ -135,6 +136,64 @@ def _summary(
     return summary
 
 
+def _unquantized_note(
+    rows: list[Mapping[str, Any]],
+    best: Mapping[str, Any] | None,
+    config: SearchConfig,
+    float_metric: float | None,
+    evaluator: Evaluator | None,
+) -> dict[str, Any]:
+    """The summary's words when no setting that quantizes something is a candidate but some
+    that quantize nothing met the tolerance (never candidates: the float model with extra
+    nodes): how many (``unquantized_met_tolerance``), how far the best quantized setting,
+    which ``best/`` holds, missed the tolerance (``best_quantized_missed_by``, in the
+    metric's units, :meth:`Evaluator.missed_by`) and a sentence (``tolerance_note``); empty
+    otherwise. Without it a reader of the summary sees a best setting outside the tolerance
+    and no hint that the tolerance was met, by models no faster than float."""
+    if config.tolerance is None or any(is_candidate(r) for r in rows):
+        return {}
+    complete = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and finite(r.get("metric")) is not None
+        and r.get("stopped_at_rung") is None
+    ]
+    unquantized_rows = [r for r in complete if unquantized(r)]
+    if not unquantized_rows:
+        return {}
+    if evaluator is None:
+        from raysearch.evaluate import Evaluator
+
+        evaluator = Evaluator.from_config(config)
+    if evaluator.is_custom and float_metric is None:
+        return {}  # no float score to measure a custom metric's drop against
+    met = [r for r in unquantized_rows if evaluator.is_candidate(r["metric"], float_metric)]
+    if not met:
+        return {}
+    name = str(config.metric).rsplit(":", 1)[-1]  # a custom evaluator by its function
+    bound = f"{name} {'>=' if evaluator.higher_is_better else '<='} "
+    bound += f"{evaluator.threshold(float_metric):.6g}"
+    trials = "1 trial that keeps" if len(met) == 1 else f"{len(met)} trials that keep"
+    said = (
+        f"{trials} every MatMul/Gemm/Conv node float (never a candidate: the float model's "
+        f"speed) met the tolerance ({bound}), but no setting that quantizes something"
+    )
+    fields: dict[str, Any] = {"unquantized_met_tolerance": len(met)}
+    if best is None or unquantized(best):
+        fields["best_quantized_missed_by"] = None
+        fields["tolerance_note"] = f"{said} completed: best/ holds one that quantizes nothing"
+    else:
+        missed = evaluator.missed_by(best["metric"], float_metric)
+        fields["best_quantized_missed_by"] = missed
+        fields["tolerance_note"] = (
+            f"{said} did: the best quantized setting, trial {best['trial_id']} ({name} = "
+            f"{best['metric']:.6g}, in best/), missed it by {missed:.3g}"
+        )
+    _logger.warning(fields["tolerance_note"])
+    return fields
+
+
 def write_outputs(
     output_dir: str | os.PathLike,
     records: Sequence[Mapping[str, Any]],
@@ -146,8 +205,12 @@ def write_outputs(
     float_model_size_bytes: int | None = None,
     float_latency_ms: float | None = None,
     extra: Mapping[str, Any] | None = None,
+    evaluator: Evaluator | None = None,
 ) -> dict[str, Any]:
-    """Write every output of a search from its ``records``; return the summary dict."""
+    """Write every output of a search from its ``records``; return the summary dict.
+    ``evaluator`` is the search's (what decides whether a metric meets the tolerance, for the
+    summary's note on settings that quantize nothing); built from ``config`` when that note
+    needs one and none is given."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(out)
@@ -166,6 +229,7 @@ def write_outputs(
         float_model_size_bytes=float_model_size_bytes,
         float_latency_ms=float_latency_ms,
     )
+    summary.update(_unquantized_note(rows, best, config, float_metric, evaluator))
     summary.update(extra or {})
     write_parquet(results_table(rows), out / RESULTS)
     try:

@@ -311,6 +311,7 @@ class Execution:
                 "slots": run.slots,
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
             },
+            evaluator=run.spec.evaluator,
         )
         status = "interrupted" if reason == "interrupted" else "finished"
         write_marker(folder, status, storage_path(self.config, self.output_dir))

@@ -11,7 +11,11 @@ A result before the last rung has the metric over the rows seen (``eval_rows``,
 (``could_be_candidate``, :func:`~raysearch.evaluate.subsets.could_reach`: the rows not
 seen yet could bring it within the tolerance, at their best and within 4 standard errors of the
 mean so far; a custom evaluator's: within the tolerance of the float model's score on the same
-fraction); the last rung's result is the trial's complete one.
+fraction); the last rung's result is the trial's complete one. A setting that keeps every
+MatMul/Gemm/Conv float (:func:`~raysearch.modelgraph.quantizes_nothing`) is neither a candidate
+nor could become one at any rung, however it scores; its ``extra`` says so
+(``quantizes_nothing``), and at the last rung whether its metric alone met the tolerance
+(``within_tolerance``).
 
 Example:
     >>> trial = runner.start({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
@@ -35,6 +39,7 @@ from raysearch.errors import is_disk_full
 from raysearch.evaluate import MetricError, Score, run_model
 from raysearch.evaluate.subsets import GrowingOutputs, could_reach, sliced, subset
 from raysearch.metrics import METRICS, mean_metric, metric_per_sample
+from raysearch.modelgraph import quantizes_nothing
 from raysearch.providers import make_session
 from raysearch.trial._result import TrialResult
 
@@ -165,12 +170,7 @@ class StagedTrial:
         result.objective = evaluator.sampler_objective(
             score.metric, float_score, self.share, runner.weighted_node_count
         )
-        if last:
-            result.is_candidate = evaluator.is_candidate(score.metric, float_score)
-            result.could_be_candidate = result.is_candidate
-        else:
-            result.is_candidate = False  # decided on every row, never on some
-            result.could_be_candidate = self._could_be_candidate(score.metric, float_score)
+        self._decide(score.metric, float_score, last)
         result.status = "ok"
         self.rung += 1
         self.done = last
@@ -220,6 +220,28 @@ class StagedTrial:
         if not self.runner.evaluator.is_custom:
             return None
         return self.runner.partial_float_score(fraction)
+
+    def _decide(self, metric: float, float_score: float | None, last: bool) -> None:
+        """Whether the result so far is a candidate and could still become one: the one place
+        a trial's candidacy is decided (``TrialRunner.run`` and ``start``, every rung)."""
+        result, evaluator = self.result, self.runner.evaluator
+        if quantizes_nothing(self.share, self.runner.weighted_node_count):
+            # The float model with extra nodes: near float by construction, and no faster than
+            # float, so never the answer; the flag lets tables and readers see why.
+            result.extra["quantizes_nothing"] = 1.0
+            if last:
+                # What the tolerance says of its metric alone (what is_candidate would have
+                # been), for a strategy that promotes everything to learn whether the
+                # tolerance can be reached at all.
+                met = evaluator.is_candidate(metric, float_score)
+                result.extra["within_tolerance"] = float(met)
+            result.is_candidate = result.could_be_candidate = False
+        elif last:
+            result.is_candidate = evaluator.is_candidate(metric, float_score)
+            result.could_be_candidate = result.is_candidate
+        else:
+            result.is_candidate = False  # decided on every row, never on some
+            result.could_be_candidate = self._could_be_candidate(metric, float_score)
 
     def _could_be_candidate(self, metric: float, float_score: float | None) -> bool:
         evaluator = self.runner.evaluator

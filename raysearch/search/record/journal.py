@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from raysearch.fileio import atomic_write_text
+from raysearch.ranking import is_candidate
 from raysearch.space.space import json_default, settings_key
 
 __all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
@@ -57,7 +58,10 @@ class Journal:
 
     def load(self) -> list[dict[str, Any]]:
         """Every complete record, in the order written. A torn last line (the process died
-        while writing it) is ignored, and so is a repeated trial id (the first one wins)."""
+        while writing it) is ignored, and so is a repeated trial id (the first one wins). A
+        record a trial called a candidate though it quantizes nothing (written before such a
+        trial stopped being one: :func:`raysearch.ranking.is_candidate`) reads as no candidate,
+        so that a resumed search counts, replays and keeps its trials as it would now."""
         records: list[dict[str, Any]] = []
         seen: set[str] = set()
         for record in self._lines():
@@ -65,6 +69,8 @@ class Journal:
             if trial_id in seen:
                 continue
             seen.add(trial_id)
+            if record.get("is_candidate") and not is_candidate(record):
+                record["is_candidate"] = False
             records.append(record)
         return records
 
