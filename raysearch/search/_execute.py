@@ -83,7 +83,9 @@ class Execution:
         #: What Tune's proxies, the searcher and the scheduler find the live session by.
         self.session_key = search_id(output_dir)
 
-    def _searcher(self, max_outstanding: int, model: ModelFacts) -> SettingSearcher:
+    def _searcher(
+        self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
+    ) -> SettingSearcher:
         """The searcher over the phases of the config's strategy (``search_algo``), given the
         model's facts that preflight read."""
         config = self.config
@@ -94,6 +96,7 @@ class Execution:
             reject=backend_reject,
             max_trials=trial_limit(config.stop),
             model=model,
+            concurrent=concurrent,
         )
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding
@@ -176,7 +179,7 @@ class Execution:
         n_slots, outstanding = slots(config)
         tune_environment(outstanding)
         with quiet_optuna():
-            searcher = self._searcher(outstanding, prepared.model)
+            searcher = self._searcher(outstanding, prepared.model, n_slots)
         stopper = CandidateStopper(
             config.stop,
             higher_is_better=config.metric_higher_is_better,

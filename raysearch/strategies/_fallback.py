@@ -66,6 +66,7 @@ from raysearch.strategies._setting_phase import (
     RecordReader,
     extra_count,
     is_candidate,
+    meets_tolerance,
     setting_proposal,
 )
 from raysearch.strategies.samplers import sampler_strategy
@@ -273,7 +274,9 @@ class FallbackPhase(RecordReader, Phase):
             if matched is None or matched[1]:
                 continue
             k = matched[0]
-            self.bisection.record(k, is_candidate(record), extra_count(record, "ranked"))
+            # Promoting every tensor to float quantizes nothing (never a candidate): whether
+            # its metric met the tolerance is what the bisection needs to know.
+            self.bisection.record(k, meets_tolerance(record), extra_count(record, "ranked"))
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         if self.finished:

@@ -166,9 +166,10 @@ class ModelFacts:
 class StrategyContext:
     """Everything a builder and its phases get: the spaces, the optimisation ``mode`` (``min``
     or ``max`` of ``metric``), ``seed``, the backend refusal check ``reject``, ``max_trials``
-    (``stop.iteration_limit``; None: no limit), the model's facts, and ``records``: every
+    (``stop.iteration_limit``; None: no limit), the model's facts, ``records``: every
     finished trial so far (journal records: ``trial_id``, ``key``, ``params``, ``settings``,
-    ``metric``, ``status``, ``phase``), kept up to date by the searcher."""
+    ``metric``, ``status``, ``phase``, ``stage``), kept up to date by the searcher, and
+    ``concurrent``, the trials that run at once."""
 
     spaces: Sequence[SearchSpace]
     mode: str = "min"
@@ -177,6 +178,8 @@ class StrategyContext:
     max_trials: int | None = None
     model: ModelFacts = field(default_factory=ModelFacts)
     records: list[dict[str, Any]] = field(default_factory=list)
+    #: How many trials run at once (the search's slots): samplers fit their proposals to it.
+    concurrent: int = 1
 
     def best(self) -> dict[str, Any] | None:
         """The best finished record so far by :func:`raysearch.outputs.better` (the most

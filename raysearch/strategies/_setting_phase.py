@@ -15,7 +15,14 @@ from typing import Any
 from raysearch.space import SearchSpace, fixed_space
 from raysearch.strategies._registry import Proposal, StrategyContext
 
-__all__ = ["setting_space", "setting_proposal", "is_candidate", "extra_count", "RecordReader"]
+__all__ = [
+    "setting_space",
+    "setting_proposal",
+    "is_candidate",
+    "meets_tolerance",
+    "extra_count",
+    "RecordReader",
+]
 
 
 def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,6 +63,21 @@ def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
 def is_candidate(record: Mapping[str, Any]) -> bool:
     """Whether a finished record is within the tolerance."""
     return bool(record.get("is_candidate")) and record.get("status") == "ok"
+
+
+def meets_tolerance(record: Mapping[str, Any]) -> bool:
+    """Whether a finished record's metric is within the tolerance: a candidate, or a trial
+    that quantizes nothing (never a candidate, see ``raysearch.trial``) whose metric met it
+    (``extra.within_tolerance``). A bisection over promotions reads this: promoting
+    everything to float quantizes nothing, and still says whether the tolerance can be met."""
+    if is_candidate(record):
+        return True
+    extra = record.get("extra")
+    return (
+        record.get("status") == "ok"
+        and isinstance(extra, Mapping)
+        and bool(extra.get("within_tolerance"))
+    )
 
 
 def extra_count(record: Mapping[str, Any], name: str) -> int | None:
