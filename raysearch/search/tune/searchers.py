@@ -266,6 +266,14 @@ class SettingSearcher(Searcher):
             phase = self.phases[state.phase]
             if state.begun < state.phase:
                 state.begun = state.phase
+                stage = getattr(phase, "stage", None)
+                if stage:
+                    _logger.info(
+                        "search phase %d (stage %s) starts after %d finished trials",
+                        state.phase,
+                        stage,
+                        len(self.context.records),
+                    )
                 phase.start(self.context)  # sees every record finished so far
             if phase.budget is not None and state.phase_started[state.phase] >= phase.budget:
                 self._next_phase("its share of the iteration limit is used")
