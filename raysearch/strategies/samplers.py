@@ -2,6 +2,13 @@
 ``OptunaSearch`` phase per search space with the matching sampler, define-by-run over
 :meth:`SearchSpace.sample`.
 
+Each sampler is fitted to its phase (:func:`make_sampler`): its random start-up trials scale
+with the phase's share of ``stop.iteration_limit`` (Optuna's fixed 10 spent a third of a
+30-trial search at random), NSGA-II's population with it too, and TPE runs with
+``constant_liar`` when several trials run at once. The space's ``points_to_evaluate`` go
+first (Optuna's ``enqueue_trial``) and count among the start-up trials.
+``benchmarks/search_efficiency.py`` measures the choices (README, "Search efficiency").
+
 Example:
     >>> type(make_sampler("TPE", seed=0)).__name__
     'TPESampler'
@@ -62,6 +69,14 @@ _STUCK_ASKS = 8
 #: Spaces up to this many settings are listed to find an unseen one (larger ones rarely
 #: leave a sampler stuck, and listing them costs seconds).
 _LISTED_LIMIT = 50_000
+#: Start-up trials with a budget: a tenth of it, at least 3 (:func:`startup_trials`). Measured
+#: by ``benchmarks/search_efficiency.py`` (336-setting conditional space, 30 trials, median
+#: trials to the first candidate over seeds 0-99 / 100-199): 3 start-up trials 8 / 7, 2 8 / 7,
+#: 6 (a fifth) 8 / 9, Optuna's 10 10.5 / 11.
+_STARTUP_SHARE = 10
+_MIN_STARTUP = 3
+#: NSGA-II: the generations a budget should hold (:func:`population_size`).
+_GENERATIONS = 4
 
 
 @contextlib.contextmanager
@@ -81,15 +96,71 @@ def quiet_optuna() -> Iterator[None]:
 check_algo_available = check_strategy_available
 
 
-def make_sampler(algo: str, seed: int | None = None) -> Any:
-    """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``.
+def startup_trials(budget: int | None, default: int = 10) -> int:
+    """How many random start-up trials a sampler runs before its model, for a phase of
+    ``budget`` trials: Optuna's ``default`` without a budget; else a tenth of the budget, at
+    least 3 and never more than ``default`` (see :data:`_STARTUP_SHARE`).
 
-    Parameters a sampler cannot model jointly (a conditional group, or a categorical for
-    CMA-ES) are drawn by its independent sampler, a ``RandomSampler`` with the same seed.
+    Example:
+        >>> [startup_trials(b) for b in (None, 8, 30, 45, 100, 500)]
+        [10, 3, 3, 4, 10, 10]
+    """
+    if budget is None or budget <= 0:
+        return default
+    return min(default, max(_MIN_STARTUP, budget // _STARTUP_SHARE))
+
+
+def population_size(budget: int | None, default: int = 50) -> int:
+    """NSGA-II's population for ``budget`` trials: Optuna's ``default`` (50) leaves a 30-trial
+    phase inside its random first generation; a quarter of the budget gives it four
+    generations (at least 2, the crossover's parents; never more than ``default``).
+
+    Example:
+        >>> [population_size(b) for b in (None, 4, 30, 400)]
+        [50, 2, 7, 50]
+    """
+    if budget is None or budget <= 0:
+        return default
+    return min(default, max(2, budget // _GENERATIONS))
+
+
+def make_sampler(
+    algo: str, seed: int | None = None, *, budget: int | None = None, concurrent: int = 1
+) -> Any:
+    """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``,
+    fitted to a phase of ``budget`` trials (None: no limit) of which up to ``concurrent``
+    run at once.
+
+    - ``TPE``: :func:`startup_trials` random trials before the Parzen estimators (Optuna's
+      10 whatever the budget spent a third of a 30-trial search at random), the multivariate
+      TPE (one joint model of the parameters that every trial has; the installed Optuna's
+      default for one objective, set explicitly) and ``constant_liar`` when ``concurrent > 1``:
+      a running trial (RUNNING in the study: Tune's ``OptunaSearch`` asks a trial per
+      suggestion and tells it when the trial ends) counts as a bad result, so concurrent
+      proposals do not repeat a running setting (Optuna's advice for parallel
+      optimisation). ``group=True`` (a joint model per group of parameters that occur
+      together) is not set: on the conditional space of
+      ``benchmarks/search_efficiency.py`` it measured no better.
+    - ``GPS``: :func:`startup_trials` random trials before the Gaussian process. Optuna's
+      GPSampler has no constant liar: a concurrent proposal that repeats a running setting
+      is answered as failed by the phase and asked again.
+    - ``CmaEs``: Optuna's single start-up trial (its start-up trials do not seed the search
+      distribution, so more of them would only be random ones); ``restart_strategy`` is
+      deprecated in Optuna and not set.
+    - ``NSGAII``: a population of :func:`population_size` so that the budget holds several
+      generations.
+    - ``Random``, ``QMC``: nothing to fit.
+
+    Parameters a sampler cannot model jointly (a categorical for CMA-ES, GP and QMC, or a
+    parameter outside the space every finished trial shares) are drawn by its independent
+    sampler, a ``RandomSampler`` with the same seed. Optuna's ExperimentalWarning about these
+    arguments is silenced.
 
     Example:
         >>> type(make_sampler("TPE", seed=0)).__name__
         'TPESampler'
+        >>> make_sampler("TPE", seed=0, budget=30)._n_startup_trials
+        3
     """
     import optuna
 
@@ -101,29 +172,41 @@ def make_sampler(algo: str, seed: int | None = None) -> Any:
     samplers = optuna.samplers
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _sampler(samplers, algo, seed)
+        return _sampler(samplers, algo, seed, budget, concurrent)
 
 
-def _sampler(samplers: Any, algo: str, seed: int | None) -> Any:
+def _sampler(
+    samplers: Any, algo: str, seed: int | None, budget: int | None, concurrent: int
+) -> Any:
     if algo == "TPE":
-        return samplers.TPESampler(seed=seed)
+        return samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=startup_trials(budget),
+            multivariate=True,
+            constant_liar=concurrent > 1,
+        )
     if algo == "Random":
         return samplers.RandomSampler(seed=seed)
     if algo == "CmaEs":
         return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     if algo == "GPS":
         return samplers.GPSampler(
-            seed=seed, deterministic_objective=True, warn_independent_sampling=False
+            seed=seed,
+            n_startup_trials=startup_trials(budget),
+            deterministic_objective=True,
+            warn_independent_sampling=False,
         )
     if algo == "NSGAII":
-        return samplers.NSGAIISampler(seed=seed)
+        return samplers.NSGAIISampler(seed=seed, population_size=population_size(budget))
     if algo == "QMC":
         return samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
     raise ConfigError("search_algo", f"{algo!r} is not an Optuna sampler")
 
 
 class OptunaPhase(Phase):
-    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``."""
+    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``: the sampler of
+    ``algo`` fitted to the phase's ``budget`` and to ``concurrent`` trials at once
+    (:func:`make_sampler`), or the Optuna ``sampler`` given (benchmarks compare samplers)."""
 
     def __init__(
         self,
@@ -134,6 +217,9 @@ class OptunaPhase(Phase):
         mode: str,
         reject: Reject | None,
         budget: int | None,
+        *,
+        concurrent: int = 1,
+        sampler: Any = None,
     ) -> None:
         from ray.tune.search.optuna import OptunaSearch
 
@@ -148,7 +234,11 @@ class OptunaPhase(Phase):
             space=space.sample,
             metric="metric",
             mode=mode,
-            sampler=make_sampler(algo, seed),
+            sampler=(
+                sampler
+                if sampler is not None
+                else make_sampler(algo, seed, budget=budget, concurrent=concurrent)
+            ),
             study_name=f"raysearch-{index}",
             points_to_evaluate=starts or None,
         )
@@ -167,8 +257,9 @@ class OptunaPhase(Phase):
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         stale = 0
-        # Bounded: each ask either counts as stale or catches up one finished setting.
-        for _ in range(_MAX_ASKS + len(search.done) + 1):
+        # Bounded: at most _MAX_ASKS stale asks before each catch-up, and each catch-up is
+        # one finished setting the phase had not seen.
+        for _ in range((_MAX_ASKS + 1) * (len(search.done) + 1)):
             if stale >= _MAX_ASKS:
                 break
             if self.size is not None and len(self.seen) >= self.size:
@@ -184,7 +275,12 @@ class OptunaPhase(Phase):
                 if not known and proposal.key in search.done:
                     # Catching up: a resumed sampler (restored from a state older than the
                     # journal) proposes again what it proposed before the kill; each one is
-                    # told its result, and none counts as being stuck.
+                    # told its result, and none counts as being stuck. It was a new proposal
+                    # before the kill, which ended that call and its run of repeats: so does
+                    # it now (else a long catch-up counts every repeat of the first run in
+                    # one call, queues unseen settings at other moments, or ends the phase).
+                    self.repeats = 0
+                    stale = 0
                     continue
                 stale += 1
                 self.repeats = getattr(self, "repeats", 0) + 1
@@ -209,7 +305,9 @@ class OptunaPhase(Phase):
         settings of a small categorical space, and a refused proposal teaches it little):
         queue it a valid setting not yet seen, at random, with Optuna's
         ``study.enqueue_trial``, so that the trial budget goes to the space rather than to
-        repeats; the sampler learns from that trial's result as from its own."""
+        repeats; the sampler learns from that trial's result as from its own. "Not yet seen"
+        is the phase's own view: a resumed phase, still catching up, queues what the first
+        run queued at the same moment (it is then told that setting's result)."""
         self.repeats = 0
         if self.space.has_ranges or self.space.grid_size() > _LISTED_LIMIT:
             return
@@ -283,7 +381,9 @@ def _split(total: int, parts: int) -> list[int]:
 
 def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
     """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is seeded
-    with ``seed + i``, and ``max_trials`` is split evenly between the spaces."""
+    with ``seed + i``, and ``max_trials`` is split evenly between the spaces. Each sampler is
+    fitted to its phase's share of the budget and to the trials that run at once
+    (``context.concurrent``)."""
     spaces = context.spaces
     budgets: list[int | None] = [None] * len(spaces)
     if context.max_trials and context.max_trials > 0:
@@ -291,7 +391,14 @@ def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
     seed = context.seed
     return [
         OptunaPhase(
-            space, i, algo, None if seed is None else seed + i, context.mode, context.reject, b
+            space,
+            i,
+            algo,
+            None if seed is None else seed + i,
+            context.mode,
+            context.reject,
+            b,
+            concurrent=context.concurrent,
         )
         for i, (space, b) in enumerate(zip(spaces, budgets))
     ]

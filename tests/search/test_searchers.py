@@ -225,3 +225,114 @@ def test_tpe_stuck_on_known_settings_is_handed_unseen_ones_and_uses_its_budget(s
             searcher.on_trial_complete(f"t{i}", {"metric": score})
     assert len(keys) == len(set(keys)) == 30
     assert searcher.finish_reason == "iteration_limit"
+
+
+@pytest.mark.parametrize(
+    ("budget", "startup", "population"), [(None, 10, 50), (8, 3, 2), (30, 3, 7), (100, 10, 25)]
+)
+def test_make_sampler_fits_the_start_up_trials_and_population_to_the_budget(
+    budget, startup, population
+):
+    tpe = make_sampler("TPE", seed=0, budget=budget)
+    assert tpe._n_startup_trials == startup
+    assert tpe._multivariate is True and tpe._group is False
+    assert tpe._constant_liar is False  # one trial at a time: nothing runs while it is asked
+    assert make_sampler("NSGAII", seed=0, budget=budget)._population_size == population
+    assert make_sampler("CmaEs", seed=0, budget=budget)._n_startup_trials == 1  # Optuna's
+    if available("GPS"):
+        assert make_sampler("GPS", seed=0, budget=budget)._n_startup_trials == startup
+
+
+def test_make_sampler_turns_the_constant_liar_on_for_concurrent_trials():
+    assert make_sampler("TPE", seed=0, concurrent=1)._constant_liar is False
+    assert make_sampler("TPE", seed=0, budget=30, concurrent=4)._constant_liar is True
+
+
+def test_sampler_strategy_builds_each_phase_for_its_budget_and_the_concurrency():
+    import dataclasses
+
+    from raysearch.strategies._registry import StrategyContext
+    from raysearch.strategies.samplers import sampler_strategy
+
+    spaces = [SearchSpace.parse(SMALL, path="a"), SearchSpace.parse(CONDITIONAL_SPACE, path="b")]
+    context = StrategyContext(spaces, mode="min", seed=0, max_trials=60)
+    with quiet_optuna():
+        phases = sampler_strategy("TPE", context)
+        samplers = [phase.optuna._ot_study.sampler for phase in phases]
+        assert [p.budget for p in phases] == [30, 30]
+        assert [s._n_startup_trials for s in samplers] == [3, 3]
+        assert not any(s._constant_liar for s in samplers)  # one trial at a time
+        phases = sampler_strategy("TPE", dataclasses.replace(context, concurrent=4))
+    assert all(phase.optuna._ot_study.sampler._constant_liar for phase in phases)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_concurrent_tpe_proposals_after_the_start_up_do_not_repeat_running_settings(seed):
+    """Four trials suggested at once after the start-up trials: with the constant liar the
+    sampler sees the running ones (RUNNING in the study) and proposes four distinct settings
+    at the first ask each; without it, it keeps proposing running settings, which the phase
+    answers as failed trials."""
+    import optuna
+
+    from raysearch.strategies.samplers import OptunaPhase
+
+    space = SearchSpace.parse({**SMALL, "activation_type": ["QUInt8", "QInt8"]})
+
+    def score(params: dict) -> float:
+        return objective(params) + (0.02 if params["activation_type"] == "QInt8" else 0.0)
+
+    def four_at_once(concurrent: int) -> tuple[list[str], optuna.Study]:
+        with quiet_optuna():
+            phase = OptunaPhase(space, 0, "TPE", seed, "min", None, 30, concurrent=concurrent)
+            searcher = SettingSearcher([phase], mode="min", max_trials=30)
+            assert phase.optuna._ot_study.sampler._n_startup_trials == 3
+            for i in range(3):  # the start-up trials, one after another
+                config = searcher.suggest(f"a{i}")
+                searcher.on_trial_complete(f"a{i}", {"metric": score(config["params"])})
+            configs = [searcher.suggest(f"b{i}") for i in range(4)]
+        return [c["key"] for c in configs], phase.optuna._ot_study
+
+    keys, study = four_at_once(concurrent=4)
+    states = [t.state for t in study.trials]
+    assert len(set(keys)) == 4
+    assert states.count(optuna.trial.TrialState.RUNNING) == 4
+    assert optuna.trial.TrialState.FAIL not in states  # no proposal repeated a running one
+    keys, study = four_at_once(concurrent=1)
+    assert len(set(keys)) == 4  # the phase still runs each setting once ...
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed  # ... after answering the sampler's repeats of running settings
+
+
+@pytest.mark.parametrize("cut", [5, 12, 20])
+def test_a_tpe_search_resumed_from_its_journal_runs_the_same_remaining_settings(cut):
+    """A fresh searcher told the journal's first ``cut`` trials re-proposes them (catching
+    up) and then goes on exactly as the uninterrupted search: a re-proposed setting ends a run
+    of repeats as the new proposal did, so an unseen setting is queued at the same moment."""
+    import zlib
+
+    from raysearch.config._spaces import parse_spaces
+    from raysearch.quantize.registry import backend_reject
+
+    def fresh() -> SettingSearcher:
+        spaces = parse_spaces({"search_space": "AUTO_INT8_SEARCH"})
+        return SettingSearcher.sampler(
+            "TPE", spaces, mode="max", seed=1, max_trials=30, reject=backend_reject
+        )
+
+    def run(searcher: SettingSearcher, start: int = 0) -> list[dict]:
+        records = []
+        for i in range(start, 100):
+            config = searcher.suggest(f"t{i}")
+            if config == Searcher.FINISHED:
+                break
+            metric = (zlib.crc32(config["key"].encode()) % 1000) / 1000
+            searcher.on_trial_complete(f"t{i}", {"metric": metric})
+            records.append({"trial_id": f"t{i}", "metric": metric, **config})
+        return records
+
+    with quiet_optuna():
+        straight = run(fresh())
+        resumed = fresh()
+        resumed.add_finished(straight[:cut])
+        rest = run(resumed, start=cut)
+    assert [r["key"] for r in straight[:cut] + rest] == [r["key"] for r in straight]
