@@ -1,4 +1,5 @@
-"""Search efficiency: how many trials Random, TPE and Grid need before the first candidate.
+"""Search efficiency: how many trials Random, TPE (Optuna's defaults and raysearch's
+configuration, side by side) and Grid need before the first candidate.
 
 The space (conditional dialect, 336 valid settings): calibrate_method MinMax (with and without
 CalibMovingAverage), Entropy, Percentile (99.9, 99.99, 99.999, 99.9999) x activation/weight
@@ -11,23 +12,41 @@ QUInt8 weights) x per_channel x ActivationSymmetric x WeightSymmetric x op_types
    ``TrialRunner`` (calibration cache shared).
 2. The tolerance is chosen from that full pass: the L2 of the setting ranked at the best
    ``--top`` fraction (default 4 %), so only the best few percent of settings are candidates.
-3. The searchers are replayed offline: raysearch's own ``SettingSearcher`` (the Optuna
-   sampler inside Ray Tune's ``OptunaSearch`` for Random and TPE, with raysearch's rule that a
-   setting never runs twice; the expanded grid in order for Grid) is asked for one trial at a
-   time and told the precomputed metric, for seeds 0-9, until the first candidate.
+3. The searchers are replayed offline with a budget of ``--budget`` trials (default 30, the
+   quality benchmark's searches): raysearch's own ``SettingSearcher`` (an Optuna sampler in
+   an ``OptunaPhase``, inside Ray Tune's ``OptunaSearch``, with raysearch's rule that a
+   setting never runs twice; the expanded grid in order for Grid) is asked for trials and told
+   the precomputed metric, for seeds 0..N-1 (default 100; ``--first-seed`` moves them),
+   until the first candidate or the budget. A seed that finds none within the budget counts
+   as never found (an infinite count in the median).
 
-This measures the samplers' order, not Ray: no trial runs during the replay, and one trial is
-outstanding at a time (a live search on N slots keeps up to 2N suggestions outstanding, which
-gives TPE slightly less information per suggestion). Grid's order does not depend on the seed.
-Reported, not tuned to.
+The rows (``ROWS``): Random; TPE with ``TPESampler(seed=seed)`` as raysearch built it before
+(Optuna's defaults: 10 start-up trials whatever the budget; multivariate, and constant liar on,
+in the installed Optuna 5.0); TPE with ``multivariate=False`` (univariate, 10 start-up);
+raysearch's TPE (``make_sampler("TPE", seed, budget=...)``: a tenth of the budget as start-up
+trials, at least 3) and variations of it (start-up 2 and 6, ``group=True``); Grid. Most rows
+keep one trial outstanding: the searcher is told each result before the next suggestion, so
+the constant liar (which only acts on trials running while another is asked) cannot show
+there. The two ``4 outstanding`` rows keep four trials suggested and unfinished (the oldest
+finishes first: equal trial times), with ``constant_liar`` off and on, and also count the
+proposals that repeated a running setting (``running_repeats``; raysearch answers them as
+failed trials and asks again).
+
+This measures the samplers' order, not Ray: no trial runs during the replay. Grid's order does
+not depend on the seed. ``median_first_10`` is the median over the first 10 seeds only (the
+earlier version of this benchmark ran seeds 0-9; a 10-seed median moves by several trials
+between seed sets).
 
 Usage::
 
-    python benchmarks/search_efficiency.py            # 10 seeds
-    python benchmarks/search_efficiency.py --quick    # 10 seeds (the same; it is cheap)
+    python benchmarks/search_efficiency.py            # 100 seeds, budget 30
+    python benchmarks/search_efficiency.py --quick    # the same (it is cheap)
     python benchmarks/search_efficiency.py --smoke    # a 24-setting space, 2 seeds (tests)
+    python benchmarks/search_efficiency.py --budget 0 # no trial limit
+    python benchmarks/search_efficiency.py --first-seed 100 --out FILE  # seeds 100-199
 
-Writes ``benchmarks/results/search_efficiency.json``.
+Writes ``benchmarks/results/search_efficiency.json`` (the run with ``--first-seed 100``:
+``search_efficiency_seeds_100-199.json``).
 """
 
 from __future__ import annotations
@@ -38,6 +57,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +73,7 @@ from raysearch.quantize.registry import get_backend  # noqa: E402
 from raysearch.search.record.journal import settings_key  # noqa: E402
 from raysearch.search.tune.searchers import SettingSearcher, quiet_optuna  # noqa: E402
 from raysearch.space import SearchSpace  # noqa: E402
+from raysearch.strategies.samplers import OptunaPhase, startup_trials  # noqa: E402
 from raysearch.trial import TrialDevice, TrialRunner, TrialSpec  # noqa: E402
 
 METRIC = "L2"  # lower is better
@@ -81,7 +104,51 @@ SMOKE_SPACE: dict[str, Any] = {
     "per_channel": [True, False],
     "extra_options": {"ActivationSymmetric": [False, True]},
 }
-ALGOS = ("Random", "TPE", "Grid")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One replayed configuration: ``name`` (the table's row), ``algo`` (the strategy), the
+    Optuna sampler built from ``(seed, budget)`` (None: raysearch's own, ``make_sampler``),
+    the trials kept outstanding, and the concurrency raysearch's sampler is built for."""
+
+    name: str
+    algo: str
+    sampler: Callable[[int, int | None], Any] | None = None
+    outstanding: int = 1
+    concurrent: int = 1
+
+
+def _tpe(**kwargs: Any) -> Callable[[int, int | None], Any]:
+    def build(seed: int, budget: int | None) -> Any:
+        import warnings
+
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            args = {k: v(budget) if callable(v) else v for k, v in kwargs.items()}
+            return optuna.samplers.TPESampler(seed=seed, **args)
+
+    return build
+
+
+ROWS = (
+    Row("Random", "Random"),
+    Row("TPE (Optuna defaults)", "TPE", _tpe()),
+    Row("TPE multivariate=False", "TPE", _tpe(multivariate=False)),
+    Row("TPE start-up 2", "TPE", _tpe(n_startup_trials=2, multivariate=True)),
+    Row("TPE (raysearch)", "TPE"),
+    Row("TPE start-up 6", "TPE", _tpe(n_startup_trials=6, multivariate=True)),
+    Row(
+        "TPE (raysearch) group=True",
+        "TPE",
+        _tpe(n_startup_trials=startup_trials, multivariate=True, group=True),
+    ),
+    Row("TPE (raysearch) 4 outstanding, no liar", "TPE", outstanding=4, concurrent=1),
+    Row("TPE (raysearch) 4 outstanding", "TPE", outstanding=4, concurrent=4),
+    Row("Grid", "Grid"),
+)
 
 
 def reject(settings: dict[str, Any]) -> str | None:
@@ -121,46 +188,134 @@ def full_pass(space: SearchSpace, folder: Path, eval_rows: int) -> tuple[dict[st
     return metrics, info
 
 
+class _CountingPhase(OptunaPhase):
+    """An ``OptunaPhase`` that counts the proposals repeating a running setting."""
+
+    running_repeats = 0
+
+    def _answered(self, proposal: Any, search: Any) -> bool:
+        if proposal.key not in search.done and proposal.key in search.live_keys:
+            self.running_repeats += 1
+        return super()._answered(proposal, search)
+
+
+def _searcher(
+    row: Row, space: SearchSpace, seed: int, budget: int | None
+) -> tuple[SettingSearcher, _CountingPhase | None]:
+    if row.algo == "Grid":
+        grid = SettingSearcher.grid(
+            [space], mode="min", reject=reject, max_trials=budget, max_outstanding=1
+        )
+        return grid, None
+    sampler = row.sampler(seed, budget) if row.sampler is not None else None
+    phase = _CountingPhase(
+        space,
+        0,
+        row.algo,
+        seed,
+        "min",
+        reject,
+        budget,
+        concurrent=row.concurrent,
+        sampler=sampler,
+    )
+    searcher = SettingSearcher(
+        [phase], mode="min", max_trials=budget, max_outstanding=row.outstanding
+    )
+    return searcher, phase
+
+
 def replay(
-    algo: str, space: SearchSpace, metrics: dict[str, float], tolerance: float, seed: int
+    row: Row,
+    space: SearchSpace,
+    metrics: dict[str, float],
+    tolerance: float,
+    seed: int,
+    budget: int | None,
 ) -> dict[str, Any]:
-    """Trials until the first candidate (``metric <= tolerance``) when ``algo`` proposes."""
-    trials = 0
-    best = math.inf
+    """Trials started until the first candidate (``metric <= tolerance``) is, when ``row``
+    proposes with ``row.outstanding`` trials suggested and unfinished (the oldest finishes
+    first); ``trials`` None: none within the budget."""
+    started = 0
+    asked = 0
+    live: deque[tuple[str, float]] = deque()
     with quiet_optuna():
-        if algo == "Grid":
-            searcher = SettingSearcher.grid([space], mode="min", reject=reject, max_outstanding=1)
-        else:
-            searcher = SettingSearcher.sampler(
-                algo, [space], mode="min", seed=seed, reject=reject, max_outstanding=1
-            )
+        searcher, phase = _searcher(row, space, seed, budget)
+
+        def result(found: int | None) -> dict[str, Any]:
+            repeats = phase.running_repeats if phase is not None else 0
+            return {"seed": seed, "trials": found, "running_repeats": repeats}
+
         while True:
-            trial_id = f"t{trials}"
-            config = searcher.suggest(trial_id)
-            if not isinstance(config, dict):
-                return {"seed": seed, "trials": None, "exhausted_after": trials}
-            trials += 1
-            metric = metrics.get(config["key"])
-            if metric is None:
-                raise RuntimeError(f"{algo} proposed a setting outside the grid: {config}")
-            best = min(best, metric)
-            result = {"metric": metric if math.isfinite(metric) else None}
-            searcher.on_trial_complete(trial_id, result, error=not math.isfinite(metric))
-            if metric <= tolerance:
-                return {"seed": seed, "trials": trials, "metric": metric}
+            while len(live) < row.outstanding:
+                trial_id = f"t{asked}"
+                asked += 1
+                config = searcher.suggest(trial_id)
+                if not isinstance(config, dict):
+                    break  # waits for a result (None), or is done
+                started += 1
+                metric = metrics.get(config["key"])
+                if metric is None:
+                    raise RuntimeError(f"{row.name} proposed a setting outside the grid: {config}")
+                if metric <= tolerance:
+                    return result(started)
+                live.append((trial_id, metric))
+            if not live:
+                return result(None)
+            trial_id, metric = live.popleft()
+            finite = math.isfinite(metric)
+            searcher.on_trial_complete(
+                trial_id, {"metric": metric if finite else None}, error=not finite
+            )
+
+
+def summarize(row: Row, runs: list[dict[str, Any]], budget: int | None) -> dict[str, Any]:
+    """Median trials to the first candidate (never found counts as infinite; None when the
+    median is), over every seed and over the first 10."""
+
+    def median(values: list[int | None]) -> float | None:
+        if not values:
+            return None
+        middle = statistics.median([math.inf if v is None else v for v in values])
+        return None if math.isinf(middle) else middle
+
+    per_seed = [r["trials"] for r in runs]
+    found = [t for t in per_seed if t is not None]
+    return {
+        "algo": row.name,
+        "strategy": row.algo,
+        "outstanding": row.outstanding,
+        "concurrent": row.concurrent,
+        "budget": budget,
+        "seeds": len(runs),
+        "median_trials": median(per_seed),
+        "median_first_10": median(per_seed[:10]),
+        "mean_trials_found": round(statistics.fmean(found), 2) if found else None,
+        "min_trials": min(found) if found else None,
+        "max_trials": max(found) if found else None,
+        "never_found": len(per_seed) - len(found),
+        "running_repeats_per_seed": round(statistics.fmean(r["running_repeats"] for r in runs), 2),
+        "replay_s": None,
+        "per_seed": per_seed,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the same as the full run")
     parser.add_argument("--smoke", action="store_true", help="24-setting space, 2 seeds")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 10)")
+    parser.add_argument("--seeds", type=int, default=None, help="how many seeds (default 100)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument(
+        "--budget", type=int, default=30, help="trials per replay (0: no limit; default 30)"
+    )
     parser.add_argument("--top", type=float, default=0.04, help="fraction of candidates")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     quiet()
     run = Run("search_efficiency", args)
-    seeds = args.seeds or (2 if args.smoke else 10)
+    seeds = args.seeds or (2 if args.smoke else 100)
+    budget = args.budget if args.budget and args.budget > 0 else None
     space = SearchSpace.parse(SMOKE_SPACE if args.smoke else SPACE)
     with tempfile.TemporaryDirectory(prefix="raysearch-bench-eff-") as tmp:
         metrics, info = full_pass(space, Path(tmp), 100 if args.smoke else 500)
@@ -174,29 +329,33 @@ def main(argv: list[str] | None = None) -> int:
         f"{tolerance:.6g} (best {args.top:.0%}): {candidates} candidates; best {ranked[0]:.6g}"
     )
     rows = []
-    for algo in ALGOS:
-        runs = [replay(algo, space, metrics, tolerance, seed) for seed in range(seeds)]
-        counts = [r["trials"] for r in runs if r["trials"] is not None]
-        rows.append(
-            {
-                "algo": algo,
-                "seeds": seeds,
-                "median_trials": statistics.median(counts) if counts else None,
-                "mean_trials": round(statistics.fmean(counts), 2) if counts else None,
-                "min_trials": min(counts) if counts else None,
-                "max_trials": max(counts) if counts else None,
-                "never_found": sum(1 for r in runs if r["trials"] is None),
-                "per_seed": [r["trials"] for r in runs],
-            }
-        )
+    for row in ROWS:
+        began = time.perf_counter()
+        runs = [
+            replay(row, space, metrics, tolerance, seed, budget)
+            for seed in range(args.first_seed, args.first_seed + seeds)
+        ]
+        rows.append(summarize(row, runs, budget))
+        rows[-1]["replay_s"] = round(time.perf_counter() - began, 2)
     # What uniform random order would give on average: (n + 1) / (candidates + 1).
     expected_random = (n + 1) / (candidates + 1)
     print_table(
         rows,
-        ["algo", "seeds", "median_trials", "mean_trials", "min_trials", "max_trials"],
+        [
+            "algo",
+            "seeds",
+            "median_trials",
+            "median_first_10",
+            "mean_trials_found",
+            "min_trials",
+            "max_trials",
+            "never_found",
+            "running_repeats_per_seed",
+        ],
         title=(
-            f"trials until the first candidate ({n} settings, {candidates} candidates; "
-            f"uniform sampling without repeats expects {expected_random:.1f})"
+            f"trials until the first candidate ({n} settings, {candidates} candidates, budget "
+            f"{budget or 'none'}; uniform sampling without repeats expects "
+            f"{expected_random:.1f})"
         ),
     )
     run.write(
@@ -205,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             "space_size": n,
             "tolerance": tolerance,
             "top_fraction": args.top,
+            "budget": budget,
             "candidates": candidates,
             "best_metric": ranked[0],
             "expected_trials_uniform_without_repeats": round(expected_random, 2),
