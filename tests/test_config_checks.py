@@ -199,7 +199,11 @@ def test_other_metrics_in_any_case(files, written: str, canonical: str):
     ("key", "value", "message"),
     [
         ("metric", "COSS", r"metric: unknown metric 'COSS'.* \(did you mean 'cos'\?\)"),
-        ("search_algo", "tpee", r"search_algo: expected one of Grid, .*got 'tpee' \(did you mean"),
+        (
+            "search_algo",
+            "tpee",
+            r"search_algo: expected one of Auto, Grid, .*got 'tpee' \(did you mean",
+        ),
         ("search_space", "a8w8_serach", r"unknown predefined space 'a8w8_serach' \(did you mean"),
         ("tolerance_mode", "relativ", r"tolerance_mode: expected absolute or relative"),
     ],

@@ -179,7 +179,9 @@ class Execution:
         n_slots, outstanding = slots(config)
         tune_environment(outstanding)
         with quiet_optuna():
-            searcher = self._searcher(outstanding, prepared.model, n_slots)
+            # Trials suggested but unfinished (up to ``outstanding``) all run in the sampler's
+            # study at once: what its constant liar is for.
+            searcher = self._searcher(outstanding, prepared.model, max(n_slots, outstanding))
         stopper = CandidateStopper(
             config.stop,
             higher_is_better=config.metric_higher_is_better,

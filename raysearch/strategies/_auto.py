@@ -356,7 +356,16 @@ def sub_phase(
         phase = _IndexedGrid(space, index, context)
     else:
         seed = None if context.seed is None else context.seed + index
-        phase = OptunaPhase(space, index, "TPE", seed, context.mode, context.reject, budget)
+        phase = OptunaPhase(
+            space,
+            index,
+            "TPE",
+            seed,
+            context.mode,
+            context.reject,
+            budget,
+            concurrent=context.concurrent,
+        )
     phase.stage = stage  # type: ignore[attr-defined]
     return phase
 

@@ -74,7 +74,7 @@ CASES = [
                                                                  "high": 99.9}}}},
          r"search_space\.extra_options\.CalibPercentile: Grid search needs a list of choices"),
     Case("unknown algorithm", {"search_algo": "Bayes"},
-         rf"search_algo: {ONE_OF} Grid, Random, TPE, .*got 'Bayes'"),
+         rf"search_algo: {ONE_OF} Auto, Grid, Random, TPE, .*got 'Bayes'"),
     Case("unknown metric", {"metric": "L3", "tolerance": DELETE},
          r"metric: unknown metric 'L3'; expected L1, L2, cos, PSNR, SSIM"),
     Case("tolerance mode with a built-in metric", {"tolerance_mode": "relative"},
