@@ -234,3 +234,14 @@ def test_partial_eval(tmp_path: Path) -> None:
         else:
             assert trial["eval_rows"] == 400
     assert partial["rows_evaluated"] == sum(t["eval_rows"] for t in partial["per_trial"])
+
+
+def test_time_to_quality(tmp_path: Path) -> None:
+    report = run_benchmark("time_to_quality", tmp_path, timeout=400)
+    (row,) = report["results"]
+    assert (row["model"], row["algo"], row["seed"]) == ("encoder", "Auto", 0)
+    # The encoder's goal (cosine 0.999, every MatMul quantized) is within one stage's reach.
+    assert row["time_to_goal_s"] is not None and row["goal_stage"] is not None
+    assert row["time_to_goal_s"] <= row["wall_s"] + 1
+    (summary,) = report["summary"]
+    assert summary["reached"] == 1 and summary["seeds"] == 1

@@ -276,7 +276,7 @@ class SettingSearcher(Searcher):
                     )
                 phase.start(self.context)  # sees every record finished so far
             if phase.budget is not None and state.phase_started[state.phase] >= phase.budget:
-                self._next_phase("its share of the iteration limit is used")
+                self._next_phase("its trial budget is used")
                 continue
             proposal = phase.propose(trial_id, self)
             if proposal is None:
