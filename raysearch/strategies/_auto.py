@@ -52,25 +52,25 @@ from raysearch.strategies._registry import (
     StrategyContext,
     register_strategy,
 )
-from raysearch.strategies._setting_phase import extra_count, is_candidate
-from raysearch.strategies._stages import (
+from raysearch.strategies._roles import (
     FINETUNE,
     TECHNIQUE,
-    BuiltPhase,
     complete_point,
     merge_settings,
-    narrow,
-    off_values,
     role_deltas,
 )
-from raysearch.strategies.grid import GridPhase
-from raysearch.strategies.samplers import OptunaPhase
+from raysearch.strategies._setting_phase import extra_count, is_candidate, records_before
+from raysearch.strategies._stages import (
+    BuiltPhase,
+    DeferredPhase,
+    ListPhase,
+    calibration_phases,
+    distinct_accepted,
+)
 
 __all__ = [
     "auto_strategy",
     "calibration_budget",
-    "calibration_phases",
-    "sub_phase",
     "TOP_K",
     "fully_quantized_candidate",
 ]
@@ -113,14 +113,7 @@ def _ok(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if r.get("status") == "ok" and r.get("settings")]
 
 
-def _before(records: Sequence[Mapping[str, Any]], index: int) -> list[Mapping[str, Any]]:
-    """The records of the stages before the one at ``index`` (``phase`` below it): a stage
-    is built from those only, so a resumed stage (whose own records are replayed too)
-    builds the same settings as the first time."""
-    return [r for r in records if int(r.get("phase") or 0) < index]
-
-
-class DefaultsPhase(BuiltPhase):
+class DefaultsPhase(DeferredPhase):
     """Stage 1: each space's start points (completed with the first value of what they leave
     open), or its first setting."""
 
@@ -130,31 +123,20 @@ class DefaultsPhase(BuiltPhase):
         super().__init__(index)
         self.spaces = list(spaces)
 
-    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
-        raise NotImplementedError  # proposals are the spaces' own points: see _proposals
-
-    def propose(self, trial_id: str, search: Any) -> Proposal | str | None:
-        if self.items is None:
-            self.items = self._proposals()
-            _logger.info(
-                "stage defaults: %d start setting(s) (the spaces' points_to_evaluate, or their "
-                "first setting)",
-                len(self.items),
-            )
-        return super().propose(trial_id, search)
-
-    def _proposals(self) -> list[Proposal]:
-        out: list[Proposal] = []
-        reject = self.context.reject if self.context is not None else None
-        for i, space in enumerate(self.spaces):
-            for point in space.points_to_evaluate or [{}]:
-                full = complete_point(space, point)
-                proposal = Proposal.of(space, i, full)
-                if reject is not None and reject(proposal.settings):
-                    continue
-                if all(p.key != proposal.key for p in out):
-                    out.append(proposal)
-        return out
+    def make(self, context: StrategyContext) -> Phase | None:
+        # The spaces' own points, recorded as such (their parameters, their space's index).
+        proposals = [
+            Proposal.of(space, i, complete_point(space, point))
+            for i, space in enumerate(self.spaces)
+            for point in space.points_to_evaluate or [{}]
+        ]
+        proposals = distinct_accepted(proposals, context.reject, self.stage)
+        _logger.info(
+            "stage defaults: %d start setting(s) (the spaces' points_to_evaluate, or their "
+            "first setting)",
+            len(proposals),
+        )
+        return ListPhase(proposals, self.stage)
 
 
 class TechniquesPhase(BuiltPhase):
@@ -172,7 +154,7 @@ class TechniquesPhase(BuiltPhase):
         if not self.deltas:
             _logger.info("stage techniques skipped: the spaces switch no technique on")
             return None
-        earlier = _ok(_before(context.records, self.index))
+        earlier = _ok(records_before(context.records, self.index))
         bases = best_records(earlier, TOP_K, _higher(context))
         if not bases:
             _logger.info("stage techniques skipped: no setting finished")
@@ -252,7 +234,7 @@ class FinetunePhase(BuiltPhase):
         if not self.deltas:
             _logger.info("stage fine_tuning skipped: the spaces do not fine-tune")
             return None
-        earlier = _before(context.records, self.index)
+        earlier = records_before(context.records, self.index)
         found = fully_quantized_candidate(earlier)
         if found is not None:
             _logger.info(
@@ -304,7 +286,7 @@ class TunedMixedPhase(FallbackPhase):
         assert self.context is not None
         from raysearch.ranking import best_record
 
-        earlier = _before(self.context.records, self.index)
+        earlier = records_before(self.context.records, self.index)
         best = best_record(earlier, _higher(self.context))
         settings = (best or {}).get("settings") or {}
         if best is None or not settings.get("include_fast_ft") or not is_candidate(best):
@@ -329,54 +311,6 @@ def _promotions(spaces: Sequence[SearchSpace]) -> tuple[list[str], str]:
         if isinstance(rank, Categorical):
             rank_by = str(rank.choices[0])
     return [p for p in ("int16", "float") if p in offered], rank_by
-
-
-def calibration_phases(
-    context: StrategyContext,
-    budget: int,
-    stage: str = "calibration",
-    roles_off: Sequence[str] = (TECHNIQUE, FINETUNE),
-) -> list[Phase]:
-    """The calibration stage: each space with the switches of ``roles_off`` off (where the
-    space offers them off), ``budget`` split between the spaces (:func:`sub_phase`)."""
-    share = max(1, budget // max(1, len(context.spaces)))
-    return [
-        sub_phase(context, narrow(space, off_values(space, roles_off)), i, share, stage)
-        for i, space in enumerate(context.spaces)
-    ]
-
-
-def sub_phase(
-    context: StrategyContext, space: SearchSpace, index: int, budget: int | None, stage: str
-) -> Phase:
-    """One space (recorded as space ``index``) as a grid when it has no ranges and fits
-    ``budget`` (None: any size), else TPE with ``budget`` trials."""
-    phase: Phase
-    if not space.has_ranges and (budget is None or len(space.expand(context.reject)) <= budget):
-        phase = _IndexedGrid(space, index, context)
-    else:
-        seed = None if context.seed is None else context.seed + index
-        phase = OptunaPhase(
-            space,
-            index,
-            "TPE",
-            seed,
-            context.mode,
-            context.reject,
-            budget,
-            concurrent=context.concurrent,
-        )
-    phase.stage = stage  # type: ignore[attr-defined]
-    return phase
-
-
-class _IndexedGrid(GridPhase):
-    """A grid over one space recorded as space ``index`` (its place among the config's)."""
-
-    def __init__(self, space: SearchSpace, index: int, context: StrategyContext) -> None:
-        super().__init__([space], context.reject)
-        self.items = [(index, point) for _, point in self.items]
-        self.spaces = [space] * (index + 1)
 
 
 @register_strategy("Auto", aliases=("auto", "basic"))

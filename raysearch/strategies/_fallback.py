@@ -67,6 +67,7 @@ from raysearch.strategies._setting_phase import (
     extra_count,
     is_candidate,
     meets_tolerance,
+    records_before,
     setting_proposal,
 )
 from raysearch.strategies.samplers import sampler_strategy
@@ -241,7 +242,7 @@ class FallbackPhase(RecordReader, Phase):
         assert self.context is not None
         from raysearch.ranking import best_record
 
-        earlier = [r for r in self.context.records if int(r.get("phase") or 0) < self.index]
+        earlier = records_before(self.context.records, self.index)
         best = best_record(earlier, self.context.mode == "max")
         if best is None:
             _logger.info("fallback: no finished trial to fall back from")

@@ -28,7 +28,7 @@ from raysearch.errors import ConfigError
 from raysearch.space import Categorical, SearchSpace
 from raysearch.space.tree import FloatRange, IntRange
 from raysearch.strategies._registry import Phase, StrategyContext, register_strategy
-from raysearch.strategies._stages import redomain
+from raysearch.strategies._roles import redomain
 from raysearch.strategies.samplers import sampler_strategy
 
 __all__ = ["finetune_search_strategy", "ranged", "RANGED"]

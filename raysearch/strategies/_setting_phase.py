@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raysearch.space import SearchSpace, fixed_space
@@ -20,6 +20,7 @@ __all__ = [
     "setting_proposal",
     "is_candidate",
     "meets_tolerance",
+    "records_before",
     "extra_count",
     "RecordReader",
 ]
@@ -63,6 +64,13 @@ def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
 def is_candidate(record: Mapping[str, Any]) -> bool:
     """Whether a finished record is within the tolerance."""
     return bool(record.get("is_candidate")) and record.get("status") == "ok"
+
+
+def records_before(records: Sequence[Mapping[str, Any]], index: int) -> list[Mapping[str, Any]]:
+    """The records of the phases before the one at ``index`` (``phase`` below it). A phase
+    that builds its settings from these only builds the same ones when a resumed search
+    replays every record, its own included, into fresh phases."""
+    return [r for r in records if int(r.get("phase") or 0) < index]
 
 
 def meets_tolerance(record: Mapping[str, Any]) -> bool:

@@ -30,14 +30,8 @@ from typing import Any
 from raysearch.ranking import best_record
 from raysearch.space import Categorical, SearchSpace
 from raysearch.strategies._registry import Phase, StrategyContext, register_strategy
-from raysearch.strategies._stages import (
-    FINETUNE,
-    DeferredPhase,
-    complete_point,
-    narrow,
-    off_values,
-    roles,
-)
+from raysearch.strategies._roles import FINETUNE, complete_point, narrow, off_values, roles
+from raysearch.strategies._stages import DeferredPhase, calibration_phases, sub_phase
 
 __all__ = ["two_stage_strategy", "FinetuneStage", "stage_two_space"]
 
@@ -79,8 +73,6 @@ class FinetuneStage(DeferredPhase):
         self.stage_one = stage_one
 
     def make(self, context: StrategyContext) -> Phase | None:
-        from raysearch.strategies._auto import sub_phase
-
         earlier = [r for r in context.records if r.get("stage") == "calibration"]
         best = best_record(earlier, context.mode == "max")
         if best is None:
@@ -112,8 +104,6 @@ class FinetuneStage(DeferredPhase):
 @register_strategy("TwoStage", aliases=("two_stage", "two_stage_search", "twostage"))
 def two_stage_strategy(context: StrategyContext) -> list[Phase]:
     """TwoStage: calibration settings, then fine-tuning on the best of them."""
-    from raysearch.strategies._auto import calibration_phases
-
     if context.max_trials:
         budget = max(1, context.max_trials // 2)
     else:

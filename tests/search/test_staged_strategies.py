@@ -18,7 +18,7 @@ from raysearch.space.tree import FloatRange, IntRange
 from raysearch.strategies import ModelFacts, StrategyContext, canonical_strategy
 from raysearch.strategies._fallback import ALL
 from raysearch.strategies._finetune_search import ranged
-from raysearch.strategies._stages import TECHNIQUE, role_deltas
+from raysearch.strategies._roles import TECHNIQUE, role_deltas
 from raysearch.strategies._two_stage import stage_two_space
 from tests.search.test_fallback import _drive
 
