@@ -191,18 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run = Run("quality", args)
     work = Path(tempfile.mkdtemp(prefix="raysearch-bench-quality-"))
-    magika = SHARED / "magika"
-    os.environ["RAYSEARCH_QUALITY_MAGIKA_EVAL"] = str(magika / "eval.npz")
-    os.environ["RAYSEARCH_QUALITY_MAGIKA_MODEL"] = str(magika / "model.onnx")
-    paths = [str(HERE), str(SHARED / "ppocr_rec"), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    sys.path[:0] = [str(HERE), str(SHARED / "ppocr_rec")]
-    ray.init(
-        num_cpus=os.cpu_count() or 2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH",) + _ENV}},
-    )
+    start_ray()
     rows: list[dict[str, Any]] = []
     anchored: list[dict[str, Any]] = []
     try:
@@ -225,6 +214,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _ENV = ("RAYSEARCH_QUALITY_MAGIKA_EVAL", "RAYSEARCH_QUALITY_MAGIKA_MODEL")
+
+
+def start_ray() -> None:
+    """A local Ray whose workers find the models' evaluators: magika's paths in the
+    environment, this folder and ppocr_rec's on ``PYTHONPATH`` (here too)."""
+    import ray
+
+    magika = SHARED / "magika"
+    os.environ["RAYSEARCH_QUALITY_MAGIKA_EVAL"] = str(magika / "eval.npz")
+    os.environ["RAYSEARCH_QUALITY_MAGIKA_MODEL"] = str(magika / "model.onnx")
+    paths = [str(HERE), str(SHARED / "ppocr_rec"), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    sys.path[:0] = [str(HERE), str(SHARED / "ppocr_rec")]
+    ray.init(
+        num_cpus=os.cpu_count() or 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH",) + _ENV}},
+    )
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

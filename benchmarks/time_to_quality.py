@@ -25,7 +25,6 @@ Writes ``benchmarks/results/time_to_quality.json`` (or ``--out``).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -38,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _common import Run, print_table, quiet  # noqa: E402
-from quality import _ENV, SHARED, _configs  # noqa: E402
+from quality import SHARED, _configs, start_ray  # noqa: E402
 
 #: The previous default, kept here to compare against: TPE with Optuna's own defaults.
 PREVIOUS = "TPEOptunaDefaults"
@@ -179,18 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     _register_previous()
     run = Run("time_to_quality", args)
     work = Path(tempfile.mkdtemp(prefix="raysearch-bench-ttq-"))
-    magika = SHARED / "magika"
-    os.environ["RAYSEARCH_QUALITY_MAGIKA_EVAL"] = str(magika / "eval.npz")
-    os.environ["RAYSEARCH_QUALITY_MAGIKA_MODEL"] = str(magika / "model.onnx")
-    paths = [str(HERE), str(SHARED / "ppocr_rec"), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    sys.path[:0] = [str(HERE), str(SHARED / "ppocr_rec")]
-    ray.init(
-        num_cpus=os.cpu_count() or 2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH",) + _ENV}},
-    )
+    start_ray()
     rows: list[dict[str, Any]] = []
     anchored: list[dict[str, Any]] = []
     try:

@@ -329,28 +329,13 @@ STAGE_ORDER = [
 
 
 def _e2e_config(folder: Path, **overrides: Any) -> dict[str, Any]:
-    import numpy as np
+    from tests.search.test_techniques_e2e import _config
 
-    from tests.models import make_conv_model
-
-    folder.mkdir(parents=True, exist_ok=True)
-    model = make_conv_model(folder / "cnn.onnx")
-    rng = np.random.default_rng(0)
-    np.savez(folder / "images.npz", x=rng.random((16, 3, 16, 16), dtype=np.float32))
-    return {
-        "model": str(model),
-        "calibration_data": str(folder / "images.npz"),
-        "batch_size": 8,
-        "search_space": E2E_SPACE,
-        "search_algo": "Auto",
-        "metric": "cos",
-        # Out of reach of int8 with int16 promotions on this model: every stage runs.
-        "tolerance": 0.9999999,
-        "seed": 0,
-        "measure_latency": False,
-        "output_dir": str(folder / "out"),
-        **overrides,
-    }
+    # Out of reach of int8 with int16 promotions on this model: every stage runs.
+    return _config(
+        folder,
+        **{"search_space": E2E_SPACE, "search_algo": "Auto", "tolerance": 0.9999999, **overrides},
+    )
 
 
 def _stages_in_table(folder: Path) -> list[str]:
