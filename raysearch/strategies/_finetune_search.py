@@ -28,7 +28,7 @@ from raysearch.errors import ConfigError
 from raysearch.space import Categorical, SearchSpace
 from raysearch.space.tree import FloatRange, IntRange
 from raysearch.strategies._registry import Phase, StrategyContext, register_strategy
-from raysearch.strategies._roles import redomain
+from raysearch.strategies._roles import finetuning_on, redomain
 from raysearch.strategies.samplers import sampler_strategy
 
 __all__ = ["finetune_search_strategy", "ranged", "RANGED"]
@@ -46,13 +46,9 @@ def _is_number(value: object) -> bool:
 def ranged(space: SearchSpace) -> SearchSpace:
     """``space`` with each fine-tuning parameter of :data:`RANGED` given as two values read as
     the range between them, and ``include_fast_ft`` held on where the space offers it."""
-    domains: dict[str, object] = {}
+    domains: dict[str, object] = {n: Categorical((True,)) for n in finetuning_on(space)}
     for param in space.params:
         domain = param.domain
-        if param.leaf == "include_fast_ft" and isinstance(domain, Categorical):
-            if True in domain.choices:
-                domains[param.name] = Categorical((True,))
-            continue
         if param.leaf not in RANGED or not isinstance(domain, Categorical):
             continue
         values = domain.choices

@@ -36,6 +36,7 @@ __all__ = [
     "SWITCHES",
     "roles",
     "off_values",
+    "finetuning_on",
     "narrow",
     "redomain",
     "complete_point",
@@ -109,6 +110,23 @@ def off_values(space: SearchSpace, which: Iterable[str]) -> dict[str, Any]:
         if isinstance(param.domain, Categorical) and off in param.domain.choices:
             out[param.name] = off
     return out
+
+
+def finetuning_on(space: SearchSpace) -> dict[str, bool]:
+    """The space's fine-tuning switches (``include_fast_ft``) that it offers on, each as
+    ``True`` (empty: the space cannot fine-tune).
+
+    Example:
+        >>> finetuning_on(SearchSpace.parse({"include_fast_ft": [False, True]}))
+        {'include_fast_ft': True}
+    """
+    return {
+        p.name: True
+        for p in space.params
+        if _switch_of(p.name) == "include_fast_ft"
+        and isinstance(p.domain, Categorical)
+        and True in p.domain.choices
+    }
 
 
 def _redomain_group(group: Group, domains: Mapping[str, Any]) -> Group:

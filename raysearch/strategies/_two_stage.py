@@ -28,9 +28,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from raysearch.ranking import best_record
-from raysearch.space import Categorical, SearchSpace
+from raysearch.space import SearchSpace
 from raysearch.strategies._registry import Phase, StrategyContext, register_strategy
-from raysearch.strategies._roles import FINETUNE, complete_point, narrow, off_values, roles
+from raysearch.strategies._roles import (
+    FINETUNE,
+    complete_point,
+    finetuning_on,
+    narrow,
+    off_values,
+    roles,
+)
 from raysearch.strategies._stages import DeferredPhase, calibration_phases, sub_phase
 
 __all__ = ["two_stage_strategy", "FinetuneStage", "stage_two_space"]
@@ -47,30 +54,13 @@ def stage_two_space(space: SearchSpace, best_params: Mapping[str, Any]) -> Searc
     names = roles(space)
     held = complete_point(space, {n: v for n, v in best_params.items() if names.get(n) != FINETUNE})
     fixed = {n: v for n, v in held.items() if names.get(n) != FINETUNE}
-    for param in space.params:
-        if param.name.split(".")[-1] == "include_fast_ft" and isinstance(param.domain, Categorical):
-            if True in param.domain.choices:
-                fixed[param.name] = True
-    return narrow(space, fixed)
-
-
-def _offers_finetuning(space: SearchSpace) -> bool:
-    return any(
-        p.name.split(".")[-1] == "include_fast_ft"
-        and isinstance(p.domain, Categorical)
-        and True in p.domain.choices
-        for p in space.params
-    )
+    return narrow(space, {**fixed, **finetuning_on(space)})
 
 
 class FinetuneStage(DeferredPhase):
     """Stage 2: the fine-tuning space around stage 1's best (see the module)."""
 
     stage = "fine_tuning"
-
-    def __init__(self, index: int, stage_one: int) -> None:
-        super().__init__(index)
-        self.stage_one = stage_one
 
     def make(self, context: StrategyContext) -> Phase | None:
         earlier = [r for r in context.records if r.get("stage") == "calibration"]
@@ -80,7 +70,7 @@ class FinetuneStage(DeferredPhase):
             return None
         index = int(best.get("phase") or 0)
         space = context.spaces[min(index, len(context.spaces) - 1)]
-        if not _offers_finetuning(space):
+        if not finetuning_on(space):
             _logger.info(
                 "two_stage: the space of stage 1's best (trial %s) has no fine-tuning "
                 "(include_fast_ft: [true]); the search ends after stage 1",
@@ -117,4 +107,4 @@ def two_stage_strategy(context: StrategyContext) -> list[Phase]:
         "fine-tuning on its best",
         budget,
     )
-    return [*stage_one, FinetuneStage(len(context.spaces), len(stage_one))]
+    return [*stage_one, FinetuneStage(len(context.spaces))]
