@@ -40,7 +40,7 @@ from raysearch.config._values import check_keys, integer, map_quark_names, numbe
 from raysearch.errors import ConfigError
 from raysearch.metrics import BUILTIN_METRICS
 from raysearch.space import SearchSpace
-from raysearch.strategies import BUILTIN_STRATEGIES
+from raysearch.strategies import BUILTIN_STRATEGIES, check_strategy_spaces
 
 __all__ = [
     "ConfigError",
@@ -270,6 +270,7 @@ def _parse_search(
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
+    check_strategy_spaces(algo, spaces)
     info = BUILTIN_STRATEGIES.get(algo)
     if "points_to_evaluate" in data and info and info.module not in _TAKE_START_POINTS:
         raise ConfigError(

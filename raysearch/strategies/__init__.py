@@ -17,6 +17,7 @@ from raysearch.strategies._registry import (
     StrategyInfo,
     canonical_strategy,
     check_strategy_available,
+    check_strategy_spaces,
     get_strategy,
     register_strategy,
     strategy_names,
@@ -37,4 +38,5 @@ __all__ = [
     "strategy_names",
     "canonical_strategy",
     "check_strategy_available",
+    "check_strategy_spaces",
 ]

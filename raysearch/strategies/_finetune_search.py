@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 from raysearch.errors import ConfigError
 from raysearch.space import Categorical, SearchSpace
@@ -31,7 +32,7 @@ from raysearch.strategies._registry import Phase, StrategyContext, register_stra
 from raysearch.strategies._roles import finetuning_on, redomain
 from raysearch.strategies.samplers import sampler_strategy
 
-__all__ = ["finetune_search_strategy", "ranged", "RANGED"]
+__all__ = ["finetune_search_strategy", "ranged", "check_spaces", "RANGED"]
 
 _logger = logging.getLogger(__name__)
 
@@ -71,19 +72,26 @@ def _searched(space: SearchSpace) -> list[str]:
     ]
 
 
-@register_strategy(
-    "FinetuneSearch", aliases=("finetune_search", "advanced_fastft_search", "fastft_search")
-)
-def finetune_search_strategy(context: StrategyContext) -> list[Phase]:
-    """FinetuneSearch: TPE over fine-tuning's parameters as ranges (see the module)."""
-    spaces = [ranged(space) for space in context.spaces]
-    searched = sorted({name for space in spaces for name in _searched(space)})
+def check_spaces(spaces: Sequence[SearchSpace]) -> list[str]:
+    """The fine-tuning parameters the spaces give as ranges (:func:`ranged`); ConfigError
+    (``search_algo``) when none does."""
+    searched = sorted({name for space in spaces for name in _searched(ranged(space))})
     if not searched:
         raise ConfigError(
             "search_algo",
             "FinetuneSearch searches fine-tuning's NumIterations, LearningRate, BatchSize or "
             "DataSize as ranges: give at least one as two values ([100, 200]) or a range",
         )
+    return searched
+
+
+@register_strategy(
+    "FinetuneSearch", aliases=("finetune_search", "advanced_fastft_search", "fastft_search")
+)
+def finetune_search_strategy(context: StrategyContext) -> list[Phase]:
+    """FinetuneSearch: TPE over fine-tuning's parameters as ranges (see the module)."""
+    spaces = [ranged(space) for space in context.spaces]
+    searched = check_spaces(context.spaces)
     _logger.info("finetune_search: one TPE sampler over %s", ", ".join(searched))
     phases = sampler_strategy("TPE", dataclasses.replace(context, spaces=spaces))
     for phase in phases:

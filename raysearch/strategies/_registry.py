@@ -53,6 +53,7 @@ __all__ = [
     "strategy_names",
     "canonical_strategy",
     "check_strategy_available",
+    "check_strategy_spaces",
 ]
 
 #: What :meth:`Phase.propose` returns when the phase has nothing more to propose.
@@ -202,6 +203,9 @@ class StrategyInfo:
     module: str
     aliases: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    #: The module's ``check_spaces(spaces)`` refuses spaces the strategy cannot search
+    #: (ConfigError), read when the config is (:func:`check_strategy_spaces`).
+    checks_spaces: bool = False
 
 
 #: Strategies shipped with raysearch: ``search_algo`` name -> where it is registered.
@@ -232,6 +236,7 @@ BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
     "FinetuneSearch": StrategyInfo(
         "raysearch.strategies._finetune_search",
         ("finetune_search", "advanced_fastft_search", "fastft_search"),
+        checks_spaces=True,
     ),
 }
 
@@ -312,6 +317,14 @@ def get_strategy(name: str) -> Builder:
     if name not in _REGISTRY:  # a built-in module that failed to register it: a bug
         raise ConfigError("search_algo", f"strategy '{name}' did not register itself")
     return _REGISTRY[name]
+
+
+def check_strategy_spaces(name: str, spaces: Sequence[SearchSpace]) -> None:
+    """ConfigError when the built-in strategy ``name`` cannot search ``spaces`` (its module's
+    ``check_spaces``, imported only for the strategies that have one)."""
+    info = BUILTIN_STRATEGIES.get(name)
+    if info is not None and info.checks_spaces:
+        importlib.import_module(info.module).check_spaces(spaces)
 
 
 def requirements() -> Mapping[str, tuple[str, ...]]:

@@ -259,6 +259,24 @@ def test_finetune_search_without_a_range_is_refused_in_one_line():
         SettingSearcher.from_strategy("FinetuneSearch", _context({"per_channel": [True, False]}))
 
 
+def test_finetune_search_without_a_range_is_refused_when_the_config_is_read():
+    from raysearch.config import SearchConfig
+
+    raw = {
+        "model": "m.onnx",
+        "calibration_data": "c.npz",
+        "search_space": {"per_channel": [True, False]},
+        "search_algo": "advanced_fastft_search",
+    }
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(raw, check_paths=False)
+    assert str(info.value) == (
+        "search_algo: FinetuneSearch searches fine-tuning's NumIterations, LearningRate, "
+        "BatchSize or DataSize as ranges: give at least one as two values ([100, 200]) or a "
+        "range"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "strategy"),
     [
