@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
-from raysearch.errors import DiskFullError, InputError
+from raysearch.errors import ConfigErrors, DiskFullError, InputError
 
 __all__ = ["main"]
 
@@ -67,6 +67,11 @@ def _build_parser() -> argparse.ArgumentParser:
     show.add_argument("output_dir", type=Path)
     show.add_argument("--top", type=int, default=5, help="how many settings to list")
 
+    report = sub.add_parser(
+        "report", help="write report.html for a search (finished, interrupted or running)"
+    )
+    report.add_argument("output_dir", type=Path, help="the search's output folder")
+
     batch = sub.add_parser("batch", help="search many models from a manifest on one cluster")
     batch.add_argument("manifest", type=Path, help="the batch manifest (YAML)")
     batch.add_argument("--output-dir", type=Path, help="where outputs go (overrides output_dir)")
@@ -96,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         if args.debug:
             raise
-        print(f"raysearch: error: {exc}", file=sys.stderr)
+        # Every mistake of a config, one line each (ConfigErrors), else the one line.
+        for error in exc.errors if isinstance(exc, ConfigErrors) else (exc,):
+            print(f"raysearch: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except DiskFullError as exc:  # not a bug: the message says what to free and how to go on
         if args.debug:
@@ -312,6 +319,39 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    """``report.html`` again from the folder's journal: with its ``summary.json`` when the
+    search ended, else (running, or killed before its outputs) with what its records say."""
+    from raysearch.config import load_config
+    from raysearch.layout import CONFIG_FILE, JOURNAL, MARKER, SUMMARY
+    from raysearch.outputs import running_summary, write_report
+    from raysearch.search.record.journal import Journal
+
+    folder = args.output_dir
+    if not (folder / JOURNAL).is_file() or not (folder / CONFIG_FILE).is_file():
+        raise InputError(f"{folder}: no raysearch search here ({JOURNAL}, {CONFIG_FILE})")
+    records = Journal(folder / JOURNAL).load()
+    marker = folder / MARKER
+    status = json.loads(marker.read_text()).get("status") if marker.is_file() else None
+    ended = status != "running" and (folder / SUMMARY).is_file()
+    try:
+        config = load_config(folder / CONFIG_FILE, check_paths=False)
+    except InputError:
+        if not ended:
+            raise
+        config = None  # only the space's default setting needs it then
+    if ended:
+        summary = json.loads((folder / SUMMARY).read_text())
+    else:
+        summary = running_summary(records, config)
+    path = write_report(folder, records, summary, config=config)
+    if path is None:
+        print(f"raysearch: error: {folder}: the report could not be written", file=sys.stderr)
+        return EXIT_INTERNAL
+    print(f"Report: {path} ({len(records)} trials, {summary.get('stop_reason')})")
+    return EXIT_OK
+
+
 def _cmd_batch(args: argparse.Namespace) -> int:
     from raysearch.batch import BatchManifest, run_batch
 
@@ -340,6 +380,7 @@ _COMMANDS = {
     "validate": _cmd_validate,
     "spaces": _cmd_spaces,
     "show": _cmd_show,
+    "report": _cmd_report,
     "demo": _cmd_demo,
     "batch": _cmd_batch,
 }

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 __all__ = [
     "InputError",
     "ConfigError",
+    "ConfigErrors",
+    "ErrorCollector",
     "DataError",
     "EvaluatorError",
     "DiskFullError",
@@ -37,6 +40,73 @@ class ConfigError(InputError):
         self.path = path
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class ConfigErrors(ConfigError):
+    """Several :class:`ConfigError` found in one reading of a config, in the order found:
+    ``str(error)`` is one line per error, ``errors`` the single errors (nested ones
+    flattened). :class:`ErrorCollector` raises one only for two errors or more; a single error
+    is raised as itself.
+
+    Example:
+        >>> both = ConfigErrors([ConfigError("a", "bad"), ConfigError("b", "worse")])
+        >>> print(both)
+        a: bad
+        b: worse
+        >>> [e.path for e in both.errors], both.path
+        (['a', 'b'], 'a')
+    """
+
+    def __init__(self, errors: Iterable[ConfigError]) -> None:
+        flat: list[ConfigError] = []
+        for error in errors:
+            flat.extend(error.errors if isinstance(error, ConfigErrors) else [error])
+        if not flat:
+            raise ValueError("ConfigErrors needs at least one error")
+        self.errors = tuple(flat)
+        self.path = flat[0].path
+        self.message = flat[0].message
+        InputError.__init__(self, "\n".join(str(e) for e in flat))
+
+
+class ErrorCollector:
+    """Collects the :class:`ConfigError` of independent checks, so that a config reports every
+    mistake at once (one line each) instead of its first.
+
+    Example:
+        >>> errors = ErrorCollector()
+        >>> with errors.check():
+        ...     raise ConfigError("seed", "expected an integer")
+        >>> with errors.check():
+        ...     pass
+        >>> len(errors.errors)
+        1
+        >>> errors.raise_any()
+        Traceback (most recent call last):
+        ...
+        raysearch.errors.ConfigError: seed: expected an integer
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    @contextlib.contextmanager
+    def check(self) -> Iterator[None]:
+        """Run the block; a ConfigError it raises is kept and the block is left."""
+        try:
+            yield
+        except ConfigError as exc:
+            self.errors.append(exc)
+
+    def add(self, error: ConfigError) -> None:
+        self.errors.append(error)
+
+    def raise_any(self) -> None:
+        """Raise the one error collected as itself, several as :class:`ConfigErrors`."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ConfigErrors(self.errors)
 
 
 class DataError(InputError):

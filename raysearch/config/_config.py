@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from raysearch.config._algo import SEARCH_ALGOS, choose_algo
 from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
@@ -37,7 +37,7 @@ from raysearch.config._sections import (
 )
 from raysearch.config._spaces import load_predefined_space, parse_spaces, predefined_spaces
 from raysearch.config._values import check_keys, integer, map_quark_names, number
-from raysearch.errors import ConfigError
+from raysearch.errors import ConfigError, ErrorCollector
 from raysearch.metrics import BUILTIN_METRICS
 from raysearch.space import SearchSpace
 from raysearch.strategies import BUILTIN_STRATEGIES, check_strategy_spaces
@@ -56,6 +56,8 @@ __all__ = [
     "apply_overrides",
     "read_yaml",
 ]
+
+_T = TypeVar("_T")
 
 #: The modules of the strategies that take ``points_to_evaluate``: Grid, the Optuna samplers
 #: and the staged strategies (Auto runs them as its first stage).
@@ -150,8 +152,9 @@ class SearchConfig:
         (default: ``base_dir``, then the working directory).
 
         The keys are checked in a fixed order (inputs, spaces and algorithm, metric, stop,
-        resources, run options), so a config with several mistakes always reports the same
-        first one."""
+        resources, run options), and every mistake is reported, one line each
+        (:class:`~raysearch.errors.ConfigErrors` when there are several), always in the same
+        order."""
         if not isinstance(raw, Mapping):
             raise ConfigError("", f"a config must be a mapping of keys, got {type(raw).__name__}")
         data = map_quark_names(copy.deepcopy(dict(raw)))
@@ -159,22 +162,32 @@ class SearchConfig:
         if code_dirs is None:
             code_dirs = [base, Path.cwd()]
         dirs = tuple(dict.fromkeys(Path(d).absolute() for d in code_dirs))
-        check_keys(data, _TOP_LEVEL_KEYS, "")
-        model = model_path(data, base, check_paths)
-        calibration = input_path(data, "calibration_data", True, base, check_paths)
-        evaluation = input_path(data, "eval_data", False, base, check_paths)
-        spaces, algo, seed = _parse_search(data, dirs)
-        metric = parse_metric_settings(data, dirs)
+        errors = ErrorCollector()
+        _checked(errors, check_keys, data, _TOP_LEVEL_KEYS, "")
+        model = _checked(errors, model_path, data, base, check_paths)
+        calibration = _checked(
+            errors, input_path, data, "calibration_data", True, base, check_paths
+        )
+        evaluation = _checked(errors, input_path, data, "eval_data", False, base, check_paths)
+        spaces, algo, seed = _parse_search(data, dirs, errors)
+        metric = _checked(errors, parse_metric_settings, data, dirs)
+        stop = _checked(errors, parse_stop, data.get("stop"))
+        if stop is not None and metric is not None and metric.tolerance is None:
+            if stop.find_n_candidates > 0:
+                errors.add(
+                    ConfigError(
+                        "stop.find_n_candidates",
+                        "needs a tolerance: a candidate is a trial within it",
+                    )
+                )
+            if stop.find_best_candidate is not None:
+                errors.add(ConfigError("stop.find_best_candidate", "needs a tolerance as well"))
+        resources_cfg = _checked(errors, parse_resources, data.get("resources"))
+        early_stopping = _checked(errors, parse_early_stopping, data.get("early_stopping"))
+        run_options = _parse_run_options(data, check_paths, errors)
+        errors.raise_any()
+        assert metric is not None and algo is not None
         _keep_canonical_names(data, metric.metric, algo, metric.tolerance_mode)
-        stop = parse_stop(data.get("stop"))
-        if stop.find_n_candidates > 0 and metric.tolerance is None:
-            raise ConfigError(
-                "stop.find_n_candidates", "needs a tolerance: a candidate is a trial within it"
-            )
-        if stop.find_best_candidate is not None and metric.tolerance is None:
-            raise ConfigError("stop.find_best_candidate", "needs a tolerance as well")
-        resources_cfg = parse_resources(data.get("resources"))
-        early_stopping = parse_early_stopping(data.get("early_stopping"))
         return cls(
             model=model,
             calibration_data=calibration,
@@ -190,10 +203,19 @@ class SearchConfig:
             stop=stop,
             resources=resources_cfg,
             early_stopping=early_stopping,
-            **_parse_run_options(data, check_paths),
+            **run_options,
             raw=data,
             code_dirs=dirs,
         )
+
+
+def _checked(
+    errors: ErrorCollector, check: Callable[..., _T], *args: Any, **kwargs: Any
+) -> _T | None:
+    """``check(*args, **kwargs)``, or None when it raised a ConfigError (kept in ``errors``)."""
+    with errors.check():
+        return check(*args, **kwargs)
+    return None
 
 
 _TOP_LEVEL_KEYS = {
@@ -261,12 +283,29 @@ def _default_algo(data: Mapping[str, Any]) -> str:
 
 
 def _parse_search(
-    data: Mapping[str, Any], search_dirs: Sequence[Path] = ()
-) -> tuple[list[SearchSpace], str, int | None]:
-    """The plugins, the spaces, the algorithm (a grid must be finite) and the seed."""
-    _load_plugins(data.get("plugins"), search_dirs)
-    spaces = parse_spaces(data)
-    algo = choose_algo(data.get("search_algo", _default_algo(data)))
+    data: Mapping[str, Any], search_dirs: Sequence[Path], errors: ErrorCollector
+) -> tuple[list[SearchSpace], str | None, int | None]:
+    """The plugins, the spaces, the algorithm (a grid must be finite) and the seed; the
+    spaces and the algorithm are not checked when the plugins that may define them failed."""
+    plugins_ok = len(errors.errors)
+    _checked(errors, _load_plugins, data.get("plugins"), search_dirs)
+    spaces: list[SearchSpace] | None = None
+    algo: str | None = None
+    if len(errors.errors) == plugins_ok:
+        spaces = _checked(errors, parse_spaces, data)
+        algo = _checked(errors, choose_algo, data.get("search_algo", _default_algo(data)))
+    if spaces is not None and algo is not None:
+        with errors.check():
+            _check_algo_spaces(data, algo, spaces)
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        errors.add(ConfigError("seed", f"expected an integer, got {seed!r}"))
+    return spaces or [], algo, seed
+
+
+def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSpace]) -> None:
+    """What the algorithm needs of the spaces: a grid finite, a strategy's own checks, and
+    ``points_to_evaluate`` only for the strategies that take them."""
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
@@ -278,31 +317,32 @@ def _parse_search(
             f"{algo} chooses its own first settings; Grid, the Optuna samplers, Auto, "
             "TwoStage and FinetuneSearch take points_to_evaluate",
         )
-    seed = data.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ConfigError("seed", f"expected an integer, got {seed!r}")
-    return spaces, algo, seed
 
 
-def _parse_run_options(data: Mapping[str, Any], check_paths: bool) -> dict[str, Any]:
-    """The keys of how a search runs: cluster, outputs, batching, timeouts, failures, flags."""
+def _parse_run_options(
+    data: Mapping[str, Any], check_paths: bool, errors: ErrorCollector
+) -> dict[str, Any]:
+    """The keys of how a search runs: cluster, outputs, batching, timeouts, failures, flags
+    (each checked on its own; the mistakes go to ``errors``)."""
     address = data.get("address")
     if address is not None and not isinstance(address, str):
-        raise ConfigError(
-            "address", f"expected 'auto', 'ray://host:port' or empty, got {address!r}"
+        errors.add(
+            ConfigError("address", f"expected 'auto', 'ray://host:port' or empty, got {address!r}")
         )
-    out_path = output_dir(data, check_paths)
+    out_path = _checked(errors, output_dir, data, check_paths)
     storage = data.get("storage_path")
     if storage is not None and not isinstance(storage, str):
-        raise ConfigError("storage_path", f"expected a path or URI, got {storage!r}")
-    batch_size = integer(data, "batch_size", None, low=1)
-    timeout = number(data, "trial_timeout_s", None)
+        errors.add(ConfigError("storage_path", f"expected a path or URI, got {storage!r}"))
+    batch_size = _checked(errors, integer, data, "batch_size", None, low=1)
+    timeout = _checked(errors, number, data, "trial_timeout_s", None)
     if timeout is not None and timeout <= 0:
-        raise ConfigError("trial_timeout_s", f"expected a positive number, got {timeout!r}")
-    max_failures = integer(data, "max_failures", 0, low=0)
+        errors.add(ConfigError("trial_timeout_s", f"expected a positive number, got {timeout!r}"))
+    max_failures = _checked(errors, integer, data, "max_failures", 0, low=0)
     if "measure_latency" in data and not isinstance(data["measure_latency"], bool):
-        raise ConfigError(
-            "measure_latency", f"expected true or false, got {data['measure_latency']!r}"
+        errors.add(
+            ConfigError(
+                "measure_latency", f"expected true or false, got {data['measure_latency']!r}"
+            )
         )
     return {
         "address": address or None,
@@ -311,7 +351,7 @@ def _parse_run_options(data: Mapping[str, Any], check_paths: bool) -> dict[str, 
         "batch_size": batch_size,
         "trial_timeout_s": timeout,
         "max_failures": max_failures,
-        "keep_candidates": _keep_candidates(data.get("keep_candidates", 3)),
+        "keep_candidates": _checked(errors, _keep_candidates, data.get("keep_candidates", 3)),
         "measure_latency": data.get("measure_latency", True),
     }
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.errors import ConfigError, ErrorCollector, canonical_name, suggest
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point, resolve_points
 
@@ -74,20 +74,28 @@ def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
     else:
         raise ConfigError("search_space", "is required (a mapping, or a predefined space name)")
     spaces = []
+    errors = ErrorCollector()  # every space's mistakes, one line each
     for raw, path in zip(items, where, strict=True):
-        starts: Any = []
-        if isinstance(raw, str):
-            name, preset = raw, _load_predefined(raw, path)
-            raw = _without_missing_backends(name, preset["search_space"])
-            raw = _without_missing_techniques(name, raw)
-            starts = _runnable_starts(preset.get("points_to_evaluate") or [], raw)
-        space = SearchSpace.parse(raw, path=path)
-        space.points_to_evaluate = resolve_points(space, starts, f"{path}.points_to_evaluate")
-        spaces.append(space)
-        _check_technique_requirements(space, path)
-        _check_backend_requirements(space, path)
+        with errors.check():
+            spaces.append(_parse_one(raw, path))
+    errors.raise_any()
     _add_config_starts(spaces, data.get("points_to_evaluate"))
     return spaces
+
+
+def _parse_one(raw: Any, path: str) -> SearchSpace:
+    """One space (a predefined one by name), with its start points, checked."""
+    starts: Any = []
+    if isinstance(raw, str):
+        name, preset = raw, _load_predefined(raw, path)
+        raw = _without_missing_backends(name, preset["search_space"])
+        raw = _without_missing_techniques(name, raw)
+        starts = _runnable_starts(preset.get("points_to_evaluate") or [], raw)
+    space = SearchSpace.parse(raw, path=path)
+    space.points_to_evaluate = resolve_points(space, starts, f"{path}.points_to_evaluate")
+    _check_technique_requirements(space, path)
+    _check_backend_requirements(space, path)
+    return space
 
 
 def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raysearch.errors import ConfigError, suggest
+from raysearch.errors import ConfigError, ErrorCollector, suggest
 
 __all__ = ["check_keys", "number", "integer", "map_quark_names"]
 
@@ -34,12 +34,15 @@ _QUARK_KEYS = {
 
 
 def check_keys(data: Mapping[str, Any], known: Iterable[str], prefix: str) -> None:
-    """Refuse the first key of ``data`` not in ``known``, suggesting the closest one."""
+    """Refuse every key of ``data`` not in ``known`` (one line each), suggesting the closest
+    one."""
     known = set(known)
+    errors = ErrorCollector()
     for key in data:
         if key not in known:
             path = f"{prefix}.{key}" if prefix else str(key)
-            raise ConfigError(path, "unknown key" + suggest(str(key), known))
+            errors.add(ConfigError(path, "unknown key" + suggest(str(key), known)))
+    errors.raise_any()
 
 
 def map_quark_names(data: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.errors import ConfigError, ErrorCollector, canonical_name, suggest
 from raysearch.space._schema import QUANTIZER_KEY, Schema
 from raysearch.space.catalogue import Catalogue, registered_catalogues
 from raysearch.space.tree import (
@@ -124,25 +124,39 @@ class _Parser:
             backends = self.narrowed(condition, backends) or backends
         params: list[Param] = []
         groups: list[Group] = []
+        errors = ErrorCollector()  # every entry's mistake, one line each
         for key, value in raw.items():
-            if not isinstance(key, str):
-                raise ConfigError(self.where(keys), f"keys must be strings, got {key!r}")
             if key == "only_if":
                 continue
-            where = self.where(keys + (key,))
-            self.schema.check_available(key, backends, where)
-            if container == "" and key in self.schema.containers(backends):
-                if not isinstance(value, Mapping):
-                    raise ConfigError(where, f"expected a mapping, got {_kind(value)}")
-                groups.append(self.group(value, keys + (key,), key, backends))
-            elif isinstance(value, Mapping) and not (_SPEC_KEYS & value.keys()):
-                self.schema.check_group_name(key, container, backends, where)
-                groups.append(self.group(value, keys + (key,), container, backends))
-            else:
-                params.append(self.param(key, value, keys, container, backends))
+            with errors.check():
+                entry = self.entry(key, value, keys, container, backends)
+                (groups if isinstance(entry, Group) else params).append(entry)
+        errors.raise_any()
         if not params and not groups:
             raise ConfigError(self.where(keys), "the group is empty")
         return Group(keys, tuple(params), tuple(groups), condition)
+
+    def entry(
+        self,
+        key: Any,
+        value: Any,
+        keys: tuple[str, ...],
+        container: str,
+        backends: tuple[str, ...],
+    ) -> Param | Group:
+        """One key of a group: a container, a nested group or a parameter."""
+        if not isinstance(key, str):
+            raise ConfigError(self.where(keys), f"keys must be strings, got {key!r}")
+        where = self.where(keys + (key,))
+        self.schema.check_available(key, backends, where)
+        if container == "" and key in self.schema.containers(backends):
+            if not isinstance(value, Mapping):
+                raise ConfigError(where, f"expected a mapping, got {_kind(value)}")
+            return self.group(value, keys + (key,), key, backends)
+        if isinstance(value, Mapping) and not (_SPEC_KEYS & value.keys()):
+            self.schema.check_group_name(key, container, backends, where)
+            return self.group(value, keys + (key,), container, backends)
+        return self.param(key, value, keys, container, backends)
 
     def condition(self, value: Any, keys: tuple[str, ...]) -> Condition:
         if isinstance(value, str):
