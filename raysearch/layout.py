@@ -10,7 +10,7 @@ Example:
     >>> "summary.json" in OWNED and "best" in RESULT_FILES
     True
     >>> USER_OUTPUTS
-    'summary.json, results.parquet, best/, plots/, tensorboard/'
+    'summary.json, results.parquet, report.html, best/, plots/, tensorboard/'
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "KEPT",
     "SUMMARY",
     "RESULTS",
+    "REPORT",
     "BEST",
     "BEST_MODEL",
     "BEST_CONFIG",
@@ -68,6 +69,8 @@ TRIALS_TMP = "trials_tmp"
 # -- the outputs (README.md, "Outputs") -----------------------------------------------------------
 SUMMARY = "summary.json"
 RESULTS = "results.parquet"
+#: The search on one page (summary, charts, every trial), self-contained.
+REPORT = "report.html"
 BEST = "best"
 BEST_MODEL = "model.onnx"
 BEST_CONFIG = "config.yaml"
@@ -94,6 +97,7 @@ OWNED = (
     KEPT,
     SUMMARY,
     RESULTS,
+    REPORT,
     BEST,
     PLOTS,
     TENSORBOARD,
@@ -112,10 +116,10 @@ RESULT_FILES: dict[str, tuple[str, ...]] = {
 #: Files written to a temporary name beside them and moved into place, by folder ("" is
 #: ``output_dir``) and stem: a writer killed mid-write leaves ``.<stem>.*tmp*`` behind.
 ATOMIC_FILES: dict[str, tuple[str, ...]] = {
-    "": (SUMMARY, RESULTS, TENSORBOARD, STATE, MARKER, CONFIG_FILE),
+    "": (SUMMARY, RESULTS, REPORT, TENSORBOARD, STATE, MARKER, CONFIG_FILE),
     BEST: (BEST_MODEL, BEST_CONFIG),
     PLOTS: (METRIC_PLOT.rsplit(".", 1)[0], IMPORTANCE_PLOT.rsplit(".", 1)[0]),
 }
 
 #: The outputs as the CLI lists them after a search.
-USER_OUTPUTS = f"{SUMMARY}, {RESULTS}, {BEST}/, {PLOTS}/, {TENSORBOARD}/"
+USER_OUTPUTS = f"{SUMMARY}, {RESULTS}, {REPORT}, {BEST}/, {PLOTS}/, {TENSORBOARD}/"

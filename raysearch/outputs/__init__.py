@@ -8,7 +8,8 @@ records.
   ``best_metric``, ``best_params``, ``best_model_path``, ``float_metric``, ``wall_time_s``,
   plus the metric's name and direction, the tolerance, the algorithm and the device; and,
   when only settings that quantize nothing met the tolerance, ``tolerance_note`` (in words),
-  ``unquantized_met_tolerance`` and ``best_quantized_missed_by``;
+  ``unquantized_met_tolerance`` and ``best_quantized_missed_by``; otherwise, when no trial met
+  it, ``best_missed_by`` (how far the best missed, in the metric's units);
 - ``results.parquet``: one row per trial (``trial_id``, ``number``, ``status``, ``metric``,
   ``is_candidate``, the timings, ``calib_cache_hit``, ``node``, ``device``, ``error``, ...)
   and one ``params/<key path>`` column per parameter (a column whose values mix types, or hold
@@ -17,6 +18,10 @@ records.
   ``best/model.onnx.data`` when it has any: ``best/`` loads from wherever it is moved) and
   ``best/config.yaml`` (the user's config with the search space reduced to that one setting,
   ``search_algo: Grid``);
+- ``report.html``: the search on one page, offline (:mod:`raysearch.outputs._report`: the
+  summary in words, Optuna's figures of a study made from the records, every trial in a
+  sortable table, the failures by error); :func:`write_report` writes it again from a folder's
+  records (``raysearch report DIR``), and a report that fails is logged, never raised;
 - ``tensorboard/`` (metric, best-so-far, duration per trial), ``plots/metric_per_trial.png``
   and, from two complete trials on, ``plots/param_importance.png`` (Optuna's PED-ANOVA
   importance, which needs no extra package).
@@ -26,7 +31,9 @@ Every file is written to a temporary name in its folder and moved into place wit
 Which files these are is :mod:`raysearch.layout`.
 
 One module per output: ``_table`` (``results.parquet``), ``_best`` (``best/``),
-``_tensorboard``, ``_plots``, and ``_writer`` (the summary and :func:`write_outputs`).
+``_tensorboard``, ``_plots``, ``_report`` (``report.html``, with ``_study``: its Optuna
+figures, ``_words``: its summary in words, ``_report_page``: its style and script), and
+``_writer`` (the summary and :func:`write_outputs`).
 
 Example:
     >>> summary = write_outputs(out, records, config=cfg, stop_reason="space_exhausted",
@@ -35,13 +42,17 @@ Example:
     (6, 0.0031)
 """
 
+from raysearch.outputs._report import build_report, write_report
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
-from raysearch.outputs._writer import preload_output_modules, write_outputs
+from raysearch.outputs._writer import preload_output_modules, running_summary, write_outputs
 from raysearch.ranking import best_record, best_records, better
 from raysearch.space import fixed_space
 
 __all__ = [
     "write_outputs",
+    "write_report",
+    "build_report",
+    "running_summary",
     "preload_output_modules",
     "results_table",
     "fixed_space",

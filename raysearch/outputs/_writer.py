@@ -24,6 +24,7 @@ from raysearch.fileio import atomic_write_text
 from raysearch.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
 from raysearch.outputs._best import write_best
 from raysearch.outputs._plots import write_plots
+from raysearch.outputs._report import write_report
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.outputs._tensorboard import write_tensorboard
 from raysearch.ranking import best_record, finite, is_candidate, order, unquantized
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.evaluate import Evaluator
 
-__all__ = ["write_outputs", "preload_output_modules"]
+__all__ = ["write_outputs", "preload_output_modules", "running_summary"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
@@ -41,7 +42,13 @@ _logger = logging.getLogger("raysearch.outputs")
 #: imports PyTorch and ``optuna.importance`` scikit-learn when they are installed, unless the
 #: ``raysearch`` command skips them: :mod:`raysearch._optional_imports`), paid after the last
 #: trial unless a search imports them while its trials run.
-_OUTPUT_MODULES = ("tensorboardX", "matplotlib.pyplot", "optuna.importance")
+_OUTPUT_MODULES = (
+    "tensorboardX",
+    "matplotlib.pyplot",
+    "optuna.importance",
+    "optuna.visualization",
+    "plotly.graph_objects",
+)
 
 
 def preload_output_modules() -> threading.Thread:
@@ -194,6 +201,26 @@ def _unquantized_note(
     return fields
 
 
+def _missed_by(
+    best: Mapping[str, Any] | None,
+    config: SearchConfig,
+    float_metric: float | None,
+    evaluator: Evaluator | None,
+) -> float | None:
+    """How far the best trial missed the tolerance when no trial met it (the summary's
+    ``best_missed_by``, in the metric's units: :meth:`Evaluator.missed_by`); None without a
+    best trial, a tolerance, or the float model's score a custom metric needs."""
+    if best is None or config.tolerance is None:
+        return None
+    if evaluator is None:
+        from raysearch.evaluate import Evaluator
+
+        evaluator = Evaluator.from_config(config)
+    if evaluator.is_custom and float_metric is None:
+        return None
+    return evaluator.missed_by(best.get("metric"), float_metric)
+
+
 def write_outputs(
     output_dir: str | os.PathLike,
     records: Sequence[Mapping[str, Any]],
@@ -230,6 +257,8 @@ def write_outputs(
         float_latency_ms=float_latency_ms,
     )
     summary.update(_unquantized_note(rows, best, config, float_metric, evaluator))
+    if summary["n_candidates"] == 0 and "best_quantized_missed_by" not in summary:
+        summary["best_missed_by"] = _missed_by(best, config, float_metric, evaluator)
     summary.update(extra or {})
     write_parquet(results_table(rows), out / RESULTS)
     try:
@@ -238,4 +267,28 @@ def write_outputs(
         _logger.exception("writing tensorboard/ failed")
     write_plots(rows, out, config, float_metric, summary)
     atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2, default=json_default) + "\n")
+    # After the summary: a report that fails is logged and never costs the search its outputs.
+    write_report(out, rows, summary, config=config)
+    return summary
+
+
+def running_summary(records: Sequence[Mapping[str, Any]], config: SearchConfig) -> dict[str, Any]:
+    """``summary.json``'s fields for a search that has not finished (running, or killed before
+    its outputs): what its ``records`` say so far, ``stop_reason`` ``running``; the float
+    model's figures are not known here (the search writes them at its end)."""
+    rows = order(records)
+    best = best_record(rows, config.metric_higher_is_better)
+    elapsed = [float(r["elapsed_s"]) for r in rows if finite(r.get("elapsed_s")) is not None]
+    summary = _summary(
+        rows,
+        best,
+        None,
+        config,
+        stop_reason="running",
+        wall_time_s=max(elapsed, default=0.0),
+        float_metric=None,
+        float_model_size_bytes=None,
+        float_latency_ms=None,
+    )
+    summary.pop("cpu", None)  # this machine's, not the search's driver's
     return summary

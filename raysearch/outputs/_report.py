@@ -1,0 +1,286 @@
+"""``report.html``: one self-contained page on a search (it opens offline, from wherever the
+folder is copied: plotly.js is inlined once, nothing is fetched).
+
+It holds the summary in words (what was searched, what won, by how much it beats the space's
+default setting, against the float model's latency and size, why the search stopped and, when
+nothing met the tolerance, by how much the best missed), the best setting against the default
+one, Optuna's figures of a study made from the records (:mod:`raysearch.outputs._study`), the
+per-tensor sensitivity when the search computed it, a sortable, filterable table of every trial
+and the failures grouped by error. Every number in it is one the search wrote (the summary,
+the records, ``sensitivity.parquet``).
+
+Example:
+    >>> path = write_report(out, records, summary, config=cfg)             # doctest: +SKIP
+    >>> path.name                                                          # doctest: +SKIP
+    'report.html'
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysearch.fileio import atomic_write_text
+from raysearch.layout import REPORT
+from raysearch.outputs._report_page import page_head
+from raysearch.outputs._study import Figure, study_figures
+from raysearch.outputs._words import default_record, summary_words
+from raysearch.ranking import finite, order
+
+if TYPE_CHECKING:
+    from raysearch.config import SearchConfig
+
+__all__ = ["write_report", "build_report"]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+#: The trials table's fixed columns: (header, record key, numeric); the settings follow.
+_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("#", "number", True),
+    ("trial", "trial_id", False),
+    ("stage", "stage", False),
+    ("status", "status", False),
+    ("metric", "metric", True),
+    ("candidate", "is_candidate", False),
+    ("latency (ms)", "latency_ms", True),
+    ("size (bytes)", "model_size_bytes", True),
+    ("device", "device", False),
+    ("node", "node", False),
+    ("duration (s)", "duration_s", True),
+    ("rows evaluated", "eval_rows", True),
+    ("stopped at rung", "stopped_at_rung", True),
+    ("error", "error", False),
+)
+#: Sensitivity rows shown per ranking (most sensitive first).
+_SENSITIVITY_ROWS = 30
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or "[]"
+    return str(value)
+
+
+def _param_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for r in rows:
+        for name in r.get("params") or {}:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _cell(value: Any, numeric: bool) -> str:
+    if numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = finite(float(value))
+        raw = "" if number is None else repr(number)
+        return f'<td class="num" data-v="{raw}">{_esc(_show(value))}</td>'
+    return f"<td>{_esc(_show(value))}</td>"
+
+
+def _row_class(record: Mapping[str, Any]) -> str:
+    if record.get("status") != "ok":
+        return "failed"
+    if record.get("stopped_at_rung") is not None:
+        return "stopped"
+    return "candidate" if record.get("is_candidate") else "ok"
+
+
+def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    params = _param_names(rows)
+    head = "".join(
+        f'<th data-type="{"num" if numeric else "text"}">{_esc(title)}</th>'
+        for title, _, numeric in _COLUMNS
+    )
+    head += "".join(f'<th data-type="text">{_esc(name)}</th>' for name in params)
+    body = []
+    for r in rows:
+        cells = "".join(_cell(r.get(key), numeric) for _, key, numeric in _COLUMNS)
+        cells += "".join(_cell((r.get("params") or {}).get(name), False) for name in params)
+        body.append(f'<tr class="{_row_class(r)}">{cells}</tr>')
+    return (
+        '<p><input id="trials-filter" type="search" size="40" '
+        'placeholder="filter: words every shown row holds"> <span id="trials-count"></span> '
+        "(click a column's header to sort)</p>\n"
+        f'<div class="tablebox"><table id="trials"><thead><tr>{head}</tr></thead>\n'
+        f"<tbody>\n{chr(10).join(body)}\n</tbody></table></div>\n"
+    )
+
+
+def _failures(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The failed trials grouped by their error (numbers such as process ids and sizes set
+    aside), the largest group first."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r.get("status") != "ok":
+            error = str(r.get("error") or "(no error recorded)")
+            groups.setdefault(re.sub(r"\d+", "N", error), []).append(r)
+    if not groups:
+        return "<p>No trial failed.</p>\n"
+    items = []
+    for trials in sorted(groups.values(), key=len, reverse=True):
+        ids = ", ".join(_esc(t.get("trial_id")) for t in trials)
+        items.append(
+            f'<tr><td class="num">{len(trials)}</td><td class="error">'
+            f"{_esc(trials[0].get('error') or '(no error recorded)')}</td><td>{ids}</td></tr>"
+        )
+    return (
+        '<table id="failures"><thead><tr><th>trials</th><th>error (the first trial\'s)</th>'
+        f"<th>trial ids</th></tr></thead><tbody>{''.join(items)}</tbody></table>\n"
+    )
+
+
+def _best_vs_default(best: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -> str:
+    if best is None:
+        return "<p>No trial completed: there is no best setting.</p>\n"
+    best_params = best.get("params") or {}
+    default_params = (default or {}).get("params") or {}
+    names = list(best_params) + [n for n in default_params if n not in best_params]
+    rows = []
+    for name in names:
+        mine, theirs = best_params.get(name), default_params.get(name)
+        changed = ' class="changed"' if default is not None and mine != theirs else ""
+        rows.append(
+            f"<tr{changed}><td>{_esc(name)}</td><td>{_esc(_show(theirs))}</td>"
+            f"<td>{_esc(_show(mine))}</td></tr>"
+        )
+    head = "default setting" if default is not None else "default setting (not run)"
+    return (
+        f'<table id="best-vs-default"><thead><tr><th>parameter</th><th>{head}</th>'
+        f"<th>best setting (trial {_esc(best.get('trial_id'))})</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>\n"
+    )
+
+
+def _figure_html(figure: Figure) -> str:
+    div = figure.figure.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=f"fig-{figure.key}",
+        config={"displaylogo": False, "responsive": True},
+    )
+    return (
+        f'<div class="chart" data-chart="{_esc(figure.key)}"><h3>{_esc(figure.title)}</h3>\n'
+        f'<p class="caption">{_esc(figure.caption)}</p>\n{div}</div>\n'
+    )
+
+
+def _sensitivity(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per ranking (base setting, ranked by): a bar chart of its entries and their table."""
+    import plotly.graph_objects as go
+
+    rankings: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        rankings.setdefault((r.get("base"), r.get("rank_by")), []).append(r)
+    parts = []
+    for index, ((base, by), entries) in enumerate(rankings.items()):
+        entries = sorted(entries, key=lambda e: e.get("rank") or 0)[:_SENSITIVITY_ROWS]
+        value = "metric" if by == "metric" else "sqnr_db"
+        fig = go.Figure(
+            go.Bar(
+                x=[e.get("tensor") for e in entries],
+                y=[finite(e.get(value)) for e in entries],
+                hovertext=[f"{e.get('node')} ({e.get('op_type')})" for e in entries],
+            )
+        )
+        fig.update_layout(
+            xaxis_title="tensor (most sensitive first)",
+            yaxis_title="metric with it promoted" if by == "metric" else "SQNR (dB)",
+        )
+        title = f"Sensitivity ranked by {by} (base {str(base)[:12]})"
+        how = "the metric with each alone promoted" if by == "metric" else "lower: more sensitive"
+        caption = f"The {len(entries)} most sensitive tensors of this ranking ({how})."
+        parts.append(_figure_html(Figure(f"sensitivity-{index}", title, caption, fig)))
+    return parts
+
+
+def build_report(
+    records: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    *,
+    config: SearchConfig | None = None,
+    sensitivity: Sequence[Mapping[str, Any]] = (),
+    title: str = "raysearch report",
+) -> str:
+    """The report's HTML for ``records`` (the journal's, in any order) and ``summary``
+    (``summary.json``'s content); ``config`` finds the space's default setting where no trial
+    of Auto's ``defaults`` stage ran; ``sensitivity``: the rows of ``sensitivity.parquet``."""
+    import plotly.offline
+
+    rows = order(records)
+    best_id = summary.get("best_trial_id")
+    best = next((r for r in rows if r.get("trial_id") == best_id), None)
+    default = default_record(rows, config)
+    figures = study_figures(rows, summary) if rows else []
+    charts = [_figure_html(f) for f in figures]
+    sens = _sensitivity(sensitivity) if sensitivity else []
+    plotly_js = plotly.offline.get_plotlyjs() if charts or sens else ""
+    parts = [page_head(title, plotly_js), f"<h1>{_esc(title)}</h1>\n"]
+    parts.append('<h2 id="summary">Summary</h2>\n')
+    parts += [f"<p>{_esc(line)}</p>\n" for line in summary_words(rows, summary, best, default)]
+    parts.append('<h2 id="best">Best setting against the default setting</h2>\n')
+    parts.append(_best_vs_default(best, default))
+    parts.append('<h2 id="charts">Charts</h2>\n')
+    parts += charts or ["<p>No trial completed: nothing to chart.</p>\n"]
+    if sens:
+        parts.append('<h2 id="sensitivity">Per-tensor sensitivity</h2>\n')
+        parts += sens
+    parts.append(f'<h2 id="trials-section">Every trial ({len(rows)})</h2>\n')
+    parts.append(_trials_table(rows))
+    parts.append('<h2 id="failures-section">Failures by error</h2>\n')
+    parts.append(_failures(rows))
+    parts.append("</body>\n</html>\n")
+    return "".join(parts)
+
+
+def write_report(
+    output_dir: str | Path,
+    records: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    *,
+    config: SearchConfig | None = None,
+) -> Path | None:
+    """Write ``report.html`` in ``output_dir`` (moved into place whole) and return its path;
+    a report that cannot be built is logged as a warning and None is returned: it never fails
+    the search that writes it."""
+    out = Path(output_dir)
+    try:
+        sensitivity = _read_sensitivity(out)
+        text = build_report(
+            records, summary, config=config, sensitivity=sensitivity, title=_title(out, config)
+        )
+        atomic_write_text(out / REPORT, text)
+    except Exception as exc:  # a secondary output: never lose the search for it
+        _logger.warning("writing %s failed: %s: %s", REPORT, type(exc).__name__, exc)
+        _logger.debug("writing %s failed", REPORT, exc_info=True)
+        return None
+    return out / REPORT
+
+
+def _title(out: Path, config: SearchConfig | None) -> str:
+    model = getattr(config, "model", None)
+    name = Path(str(model)).name if model else out.resolve().name
+    return f"raysearch report: {name}"
+
+
+def _read_sensitivity(out: Path) -> list[dict[str, Any]]:
+    from raysearch.quantize.techniques.mixed_precision.sensitivity import (
+        SENSITIVITY_FILE,
+        read_sensitivity_table,
+    )
+
+    return read_sensitivity_table(out / SENSITIVITY_FILE)

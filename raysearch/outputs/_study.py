@@ -1,0 +1,344 @@
+"""The report's charts: an Optuna study made in memory from a search's records, and Optuna's own
+plotly figures of it (``optuna.visualization``), nothing drawn by hand.
+
+Each record is one Optuna trial, in start order: a complete trial (its metric the value, the
+trial's settings the params, ``is_candidate`` and the rest as user attributes), a pruned one for
+a trial stopped at a rung of the evaluation on growing subsets, a failed one for a trial that
+failed. A setting's value that Optuna's distributions cannot hold (a list of node names) is its
+JSON text. Intermediate values are the metrics the journal kept per rung (``rung_scores``; a
+trial that could still become a candidate was never ranked at a rung and has only its last).
+
+Example:
+    >>> figures = study_figures(records, summary)                          # doctest: +SKIP
+    >>> [f.key for f in figures]                                           # doctest: +SKIP
+    ['history', 'parallel', 'slice', 'timeline']
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raysearch.ranking import finite
+from raysearch.space.space import json_default
+
+__all__ = ["Figure", "study_figures", "build_study", "MIN_IMPORTANCE_TRIALS"]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+#: Parameter importances are shown from this many complete trials on, not below: PED-ANOVA
+#: compares the best tenth of the trials with all of them, and below ten trials that tenth is
+#: less than one trial.
+MIN_IMPORTANCE_TRIALS = 10
+#: A rung score at or above this is ASHA's "protected" mark, not a metric.
+_PROTECTED = 1e299
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One chart of the report: ``key`` (its element id), ``title``, ``caption`` (in words)
+    and the plotly figure."""
+
+    key: str
+    title: str
+    caption: str
+    figure: Any
+
+
+def _value(value: Any) -> Any:
+    """A setting's value as Optuna's distributions hold it: None, bool, int, float or str;
+    anything else (a list, a mapping) as its JSON text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True, default=json_default)
+
+
+def _distributions(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One distribution per parameter over every record: a float range for numbers (an int
+    range for integers) that take more than one value, else the categorical choices seen."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    seen: dict[str, list[Any]] = {}
+    for r in rows:
+        for name, value in (r.get("params") or {}).items():
+            seen.setdefault(name, []).append(_value(value))
+    out: dict[str, Any] = {}
+    for name, values in seen.items():
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numbers) == len(values) and len(set(numbers)) > 1:
+            if all(isinstance(v, int) for v in numbers):
+                out[name] = IntDistribution(min(numbers), max(numbers))
+            else:
+                out[name] = FloatDistribution(float(min(numbers)), float(max(numbers)))
+        else:
+            choices: list[Any] = []
+            for v in values:
+                if v not in choices:  # first seen first (the search's own order)
+                    choices.append(v)
+            out[name] = CategoricalDistribution(choices)
+    return out
+
+
+def _intermediate(record: Mapping[str, Any], higher: bool) -> dict[int, float]:
+    """The metric at each rung the journal kept: ``rung_scores`` ("higher is better" scores,
+    not the protected mark), and the trial's metric at its last rung."""
+    steps: dict[int, float] = {}
+    for rung, score in enumerate(record.get("rung_scores") or []):
+        if isinstance(score, (int, float)) and math.isfinite(score) and score < _PROTECTED:
+            steps[rung] = float(score) if higher else -float(score)
+    metric = finite(record.get("metric"))
+    if metric is not None and int(record.get("rungs") or 1) > 1:
+        steps[int(record.get("rung") or 0)] = metric
+    return steps
+
+
+def _when(seconds: Any) -> datetime.datetime | None:
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return None
+    return datetime.datetime.fromtimestamp(float(seconds))
+
+
+def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: bool) -> Any:
+    import optuna
+    from optuna.trial import TrialState
+
+    metric = finite(record.get("metric"))
+    ok = record.get("status") == "ok" and metric is not None
+    stopped = record.get("stopped_at_rung") is not None
+    state = TrialState.FAIL
+    if ok:
+        state = TrialState.PRUNED if stopped else TrialState.COMPLETE
+    params = {k: _value(v) for k, v in (record.get("params") or {}).items()}
+    trial = optuna.trial.create_trial(
+        state=state,
+        value=metric if state == TrialState.COMPLETE else None,
+        params=params,
+        distributions={k: distributions[k] for k in params},
+        user_attrs={
+            "trial_id": record.get("trial_id"),
+            "is_candidate": bool(record.get("is_candidate")),
+            "stage": record.get("stage"),
+            "model_size_bytes": record.get("model_size_bytes"),
+            "latency_ms": finite(record.get("latency_ms")),
+        },
+        intermediate_values=_intermediate(record, higher),
+    )
+    # The trial's own times (the timeline); create_trial stamps "now".
+    start, end = _when(record.get("started_at")), _when(record.get("ended_at"))
+    if start is not None and end is not None:
+        trial.datetime_start, trial.datetime_complete = start, end
+    return trial
+
+
+def build_study(rows: Sequence[Mapping[str, Any]], higher_is_better: bool) -> Any:
+    """An in-memory Optuna study holding one trial per record (in the order given)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize" if higher_is_better else "minimize")
+    distributions = _distributions(rows)
+    study.add_trials([_trial(r, distributions, higher_is_better) for r in rows])
+    return study
+
+
+def _pareto_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> tuple[Any, list[str]]:
+    """The complete trials as a study of several objectives, the metric against the model's
+    size and latency (where the trials' values differ); None when only the metric varies."""
+    import optuna
+
+    complete = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and r.get("stopped_at_rung") is None
+        and finite(r.get("metric")) is not None
+    ]
+    names = ["metric"]
+    for key in ("model_size_bytes", "latency_ms"):
+        values = [finite(r.get(key)) for r in complete]
+        if all(v is not None for v in values) and len(set(values)) > 1:
+            names.append(key)
+    if len(names) < 2 or len(complete) < 2:
+        return None, names
+    directions = ["maximize" if higher else "minimize"] + ["minimize"] * (len(names) - 1)
+    study = optuna.create_study(directions=directions)
+    for r in complete:
+        study.add_trial(
+            optuna.trial.create_trial(
+                values=[float(r[n]) for n in names],
+                user_attrs={"trial_id": r.get("trial_id")},
+            )
+        )
+    return study, names
+
+
+def _mark_history(fig: Any, study: Any, summary: Mapping[str, Any], bound: float | None) -> None:
+    """The candidates as a trace of their own and the tolerance's bound as a line, on Optuna's
+    history figure."""
+    import plotly.graph_objects as go
+
+    candidates = [t for t in study.trials if t.user_attrs.get("is_candidate")]
+    if candidates:
+        fig.add_trace(
+            go.Scatter(
+                x=[t.number for t in candidates],
+                y=[t.value for t in candidates],
+                mode="markers",
+                name="candidate",
+                marker={"symbol": "star", "size": 12, "color": "#2ca02c"},
+            )
+        )
+    if bound is not None:
+        fig.add_hline(
+            y=bound,
+            line_dash="dash",
+            line_color="#d62728",
+            annotation_text=f"tolerance bound {bound:.6g}",
+        )
+
+
+def tolerance_bound(summary: Mapping[str, Any]) -> float | None:
+    """Where the candidates begin, from the summary: the tolerance itself for a built-in
+    metric, the float model's score less the allowed drop for a custom one."""
+    tolerance = finite(summary.get("tolerance"))
+    if tolerance is None:
+        return None
+    mode = summary.get("tolerance_mode")
+    float_metric = finite(summary.get("float_metric"))
+    if mode is None or float_metric is None:
+        return tolerance
+    drop = tolerance if mode == "absolute" else tolerance * abs(float_metric)
+    return float_metric - drop if summary.get("higher_is_better") else float_metric + drop
+
+
+def _quiet(make: Callable[[], Any]) -> Any:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", UserWarning)  # "few trials" notes
+        return make()
+
+
+def _importances(study: Any, n_complete: int, metric: str) -> Figure | None:
+    import optuna
+    from optuna.visualization import plot_param_importances
+
+    if n_complete < MIN_IMPORTANCE_TRIALS:
+        return None
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    fig = _quiet(lambda: plot_param_importances(study, evaluator=evaluator))
+    fig.update_layout(title=f"Parameter importances ({n_complete} complete trials)")
+    return Figure(
+        "importances",
+        "Parameter importances",
+        f"Optuna's PED-ANOVA importance of each parameter for {metric}, over the "
+        f"{n_complete} complete trials (shown from {MIN_IMPORTANCE_TRIALS} complete trials "
+        "on; parameters that some trials lack are left out).",
+        fig,
+    )
+
+
+def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[Figure]:
+    """The report's Optuna figures for ``rows`` (records in start order): each one that the
+    records can fill. A figure that fails is logged and left out."""
+    from optuna import visualization as vis
+    from optuna.trial import TrialState
+
+    higher = bool(summary.get("higher_is_better"))
+    metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
+    study = build_study(rows, higher)
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    has_params = any(t.params for t in complete)
+    staged = any(len(t.intermediate_values) > 1 for t in study.trials)
+    specs: list[tuple[str, str, str, Callable[[], Any], bool]] = [
+        (
+            "history",
+            "Optimization history",
+            f"{metric} of each complete trial in start order, the best so far, the candidates "
+            "(stars) and the tolerance's bound (dashed).",
+            lambda: vis.plot_optimization_history(study, target_name=metric),
+            bool(complete),
+        ),
+        (
+            "parallel",
+            "Parallel coordinates",
+            "Each complete trial's settings and metric, one line per trial.",
+            lambda: vis.plot_parallel_coordinate(study, target_name=metric),
+            has_params,
+        ),
+        (
+            "slice",
+            "Slice",
+            f"{metric} against each parameter's values.",
+            lambda: vis.plot_slice(study, target_name=metric),
+            has_params,
+        ),
+        (
+            "timeline",
+            "Timeline",
+            "When each trial ran (complete, stopped at a rung, failed).",
+            lambda: vis.plot_timeline(study),
+            bool(study.trials),
+        ),
+        (
+            "intermediate",
+            "Intermediate values (early-stopping rungs)",
+            f"{metric} at each rung of the evaluation on growing subsets (step: the rung, "
+            "0-based); a trial that could still become a candidate was not ranked before its "
+            "last rung.",
+            lambda: vis.plot_intermediate_values(study),
+            staged,
+        ),
+    ]
+    figures: list[Figure] = []
+    for key, title, caption, make, wanted in specs:
+        if not wanted:
+            continue
+        try:
+            fig = _quiet(make)
+            if key == "history":
+                _mark_history(fig, study, summary, tolerance_bound(summary))
+            figures.append(Figure(key, title, caption, fig))
+        except Exception as exc:  # one figure never costs the others
+            _logger.warning("report: the %s figure failed: %s", key, exc)
+    for build in (
+        lambda: _importances(study, len(complete), metric),
+        lambda: _pareto(rows, higher, metric),
+    ):
+        try:
+            figure = build()
+        except Exception as exc:
+            _logger.warning("report: a figure failed: %s", exc)
+            continue
+        if figure is not None:
+            figures.insert(1 if figure.key == "importances" else len(figures), figure)
+    return figures
+
+
+def _pareto(rows: Sequence[Mapping[str, Any]], higher: bool, metric: str) -> Figure | None:
+    from optuna.visualization import plot_pareto_front
+
+    study, names = _pareto_study(rows, higher)
+    if study is None:
+        return None
+    labels = {"metric": metric, "model_size_bytes": "size (bytes)", "latency_ms": "latency (ms)"}
+    target_names = [labels[n] for n in names[:3]]
+    fig = _quiet(lambda: plot_pareto_front(study, target_names=target_names))
+    return Figure(
+        "pareto",
+        "Pareto front",
+        f"The complete trials' {', '.join(target_names)}: the trials no other beats on every "
+        "one of them form the front.",
+        fig,
+    )
