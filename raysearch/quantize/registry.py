@@ -69,12 +69,18 @@ _REGISTRY: dict[str, type[QuantizerBackend]] = {}
 class QuantizeInfo:
     """What one ``quantize`` call cost: seconds in calibration (0 on a cache hit), seconds in
     the quantizer itself, whether the calibration came from the cache, and the backend's own
-    breakdown (``extra``: NNCF's sessions and inference seconds, ...)."""
+    breakdown (``extra``: NNCF's sessions and inference seconds, ...).
+
+    ``quantized_share`` is for a backend whose model does not show what it quantized: a
+    weight-only fake quantizer keeps float values on integer levels, which the graph count
+    (:func:`raysearch.modelgraph.quantized_share`, used when it is None) reads as nothing
+    quantized, so such a trial would never be a candidate."""
 
     calibration_s: float = 0.0
     quantization_s: float = 0.0
     calib_cache_hit: bool = False
     extra: dict[str, float] = field(default_factory=dict)
+    quantized_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -320,7 +320,11 @@ class TrialRunner:
         result.calib_cache_hit = info.calib_cache_hit
         result.model_path = str(out_path)
         result.model_size_bytes = model_size_bytes(out_path)
-        trial.share = quantized_share(out_path, self.weighted_node_count)
+        trial.share = (
+            info.quantized_share
+            if info.quantized_share is not None
+            else quantized_share(out_path, self.weighted_node_count)
+        )
         trial.extra = {**info.extra, **plan.report}
         trial.quantized = True
 
