@@ -88,13 +88,17 @@ def percentile_without_percentile_method(point: Point) -> list[str]:
 
 @reads(lambda key: key.startswith("mixed_precision."))
 def mixed_precision_without_promotion(point: Point) -> list[str]:
-    """``mixed_precision``: ``rank_<i>: int8`` beyond ``top_k`` is the default, and with
-    nothing promoted (``top_k: 0``, no ``rank_<i>`` promoting) the other keys do nothing.
+    """``mixed_precision``: ``rank_<i>: int8`` beyond ``top_k`` is the default, with
+    nothing promoted (``top_k: 0``, no ``rank_<i>`` promoting) the other keys do nothing, and
+    with nothing promoted to 16 bits ``promote_weights`` does nothing.
 
     Example:
         >>> mixed_precision_without_promotion({"mixed_precision.top_k": 0,
         ...     "mixed_precision.promote_to": "float", "mixed_precision.rank_3": "int8"})
         ['mixed_precision.promote_to', 'mixed_precision.rank_3']
+        >>> mixed_precision_without_promotion({"mixed_precision.top_k": 2,
+        ...     "mixed_precision.promote_to": "float", "mixed_precision.promote_weights": True})
+        ['mixed_precision.promote_weights']
     """
     prefix = "mixed_precision."
     keys = [k for k in point if k.startswith(prefix)]
@@ -114,9 +118,22 @@ def mixed_precision_without_promotion(point: Point) -> list[str]:
         strip += [
             k
             for k in keys
-            if k[len(prefix) :] in ("promote_to", "rank_by", "samples", "candidates")
+            if k[len(prefix) :]
+            in ("promote_to", "promote_weights", "rank_by", "samples", "candidates")
         ]
+    elif not _sixteen_bit_promotion(point, prefix, top_k):
+        strip += [k for k in keys if k == prefix + "promote_weights"]
     return sorted(set(strip), key=keys.index)
+
+
+def _sixteen_bit_promotion(point: Point, prefix: str, top_k: int) -> bool:
+    """Whether a ``mixed_precision`` point promotes any entry to 16 bits (what
+    ``promote_weights`` acts on)."""
+    if top_k > 0 and point.get(prefix + "promote_to", "int16") != "float":
+        return True
+    return any(
+        k.startswith(prefix + "rank_") and v not in ("int8", "float") for k, v in point.items()
+    )
 
 
 # What ``quantize_dynamic`` does not read: the graph format, activation types and

@@ -18,7 +18,11 @@ Neural Compressor's ``basic`` strategy falls back op by op:
    :mod:`raysearch.strategies._fallback`) that meets the tolerance, from the best so far; only
    when no fully quantized candidate exists. Its first trial promotes every ranked tensor:
    when even that misses the tolerance, the 8-bit weights lose the rest, and the log says so
-   (the reachability check).
+   (the reachability check). Then ``mixed_precision_weights``, only while there is no
+   candidate: the same bisection with each promoted node's weight at 16 bits too (A16W16 on
+   those nodes, still quantized; ``mixed_precision.promote_weights``, unless the space holds
+   it at ``false``). Its first trial, everything ranked at 16 bits, is the reachability check
+   of the 16-bit path.
 5. ``fine_tuning``: the space's fine-tuning settings (AdaQuant/AdaRound, the costly ones) on
    the :data:`TOP_K` best settings so far, only while no candidate quantizes every
    MatMul/Gemm/Conv; then ``fine_tuned_mixed_precision``: when the best is a fine-tuned
@@ -224,10 +228,14 @@ class FinetunePhase(BuiltPhase):
 
     stage = "fine_tuning"
 
-    def __init__(self, deltas: list[dict[str, Any]], index: int, mixed: FallbackPhase | None):
+    def __init__(
+        self, deltas: list[dict[str, Any]], index: int, mixed: Sequence[FallbackPhase] = ()
+    ):
         super().__init__(index)
         self.deltas = deltas
-        self.mixed = mixed
+        #: The 16-bit stages (activations, then activations and weights), whose first trials
+        #: are the reachability checks.
+        self.mixed = list(mixed)
 
     def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
         self._say_reachability(context)
@@ -257,24 +265,30 @@ class FinetunePhase(BuiltPhase):
         return [merge_settings(dict(b["settings"]), d) for b in bases for d in self.deltas]
 
     def _say_reachability(self, context: StrategyContext) -> None:
-        """The reachability check's verdict, in words: the mixed-precision stage's first
-        trial promoted every ranked activation tensor to 16 bits."""
-        mixed = self.mixed
-        if mixed is None or mixed.base is None:
-            return
-        for record in context.records:
-            matched = mixed.base.match(record.get("settings"))
-            if matched is None or matched[0] < ALL or matched[1]:
+        """The reachability checks' verdicts, in words: each 16-bit stage's first trial
+        promoted every ranked tensor (with its node's weight, in the second stage)."""
+        for mixed in self.mixed:
+            base = mixed.base
+            if base is None:
                 continue
-            if not is_candidate(record):
+            for record in context.records:
+                matched = base.match(record.get("settings"))
+                if matched is None or matched[0] < ALL or matched[1] or is_candidate(record):
+                    continue
+                what = "and its node's weight " if base.promote_weights else ""
+                rest = (
+                    "fine-tuning the weights or keeping tensors float is what is left"
+                    if base.promote_weights
+                    else "the 8-bit weights lose the rest"
+                )
                 _logger.warning(
-                    "reachability: with every ranked activation tensor at int16 the metric is "
-                    "%s (%d tensors), which misses the tolerance: the 8-bit weights lose the "
-                    "rest; fine-tuning the weights or keeping tensors float is what is left",
+                    "reachability: with every ranked activation tensor %sat 16 bits the metric "
+                    "is %s (%d tensors), which misses the tolerance: %s",
+                    what,
                     record.get("metric"),
                     extra_count(record, "ranked") or 0,
+                    rest,
                 )
-            return
 
 
 class TunedMixedPhase(FallbackPhase):
@@ -296,10 +310,12 @@ class TunedMixedPhase(FallbackPhase):
 
 
 def _promotions(spaces: Sequence[SearchSpace]) -> tuple[list[str], str]:
-    """The promotions the spaces' mixed precision offers (``int16`` before ``float``; none
-    when no space searches ``mixed_precision.top_k`` above 0) and its ranking."""
+    """The promotions the spaces' mixed precision offers (``int16`` before ``float``, and
+    ``int16_weights`` unless every space that promotes holds ``promote_weights`` at false;
+    none when no space searches ``mixed_precision.top_k`` above 0) and its ranking."""
     offered: set[str] = set()
     rank_by = "sqnr"
+    weights = False
     for space in spaces:
         params = {p.name: p.domain for p in space.params}
         top_k = params.get(f"{KEY}.top_k")
@@ -310,7 +326,11 @@ def _promotions(spaces: Sequence[SearchSpace]) -> tuple[list[str], str]:
         rank = params.get(f"{KEY}.rank_by")
         if isinstance(rank, Categorical):
             rank_by = str(rank.choices[0])
-    return [p for p in ("int16", "float") if p in offered], rank_by
+        held = params.get(f"{KEY}.promote_weights")
+        weights |= not isinstance(held, Categorical) or any(held.choices)
+    if weights and "int16" in offered:
+        offered.add("int16_weights")
+    return [p for p in ("int16", "int16_weights", "float") if p in offered], rank_by
 
 
 @register_strategy("Auto", aliases=("auto", "basic"))
@@ -332,25 +352,37 @@ def auto_strategy(context: StrategyContext) -> list[Phase]:
     phases += calibration_phases(context, calibration_budget(context.max_trials))
     techniques = TechniquesPhase(technique_deltas, n)
     phases += [techniques, CombinedPhase(techniques, n + 1)]
-    mixed: FallbackPhase | None = None
+    mixed: list[FallbackPhase] = []
     if "int16" in promotions:
-        mixed = FallbackPhase(n + 2, "int16", rank_by, force=True)
-        mixed.stage = "mixed_precision"  # type: ignore[attr-defined]
-        phases.append(mixed)
-    phases.append(FinetunePhase(finetune_deltas, n + 3, mixed))
+        mixed.append(FallbackPhase(n + 2, "int16", rank_by, force=True))
+        mixed[-1].stage = "mixed_precision"  # type: ignore[attr-defined]
+    if "int16_weights" in promotions:
+        mixed.append(
+            FallbackPhase(
+                n + 3,
+                "int16",
+                rank_by,
+                force=True,
+                only_without_candidate=True,
+                promote_weights=True,
+            )
+        )
+        mixed[-1].stage = "mixed_precision_weights"  # type: ignore[attr-defined]
+    phases += mixed
+    phases.append(FinetunePhase(finetune_deltas, n + 4, mixed))
     if "int16" in promotions and finetune_deltas:
-        tuned = TunedMixedPhase(n + 4, "int16", rank_by, force=True)
+        tuned = TunedMixedPhase(n + 5, "int16", rank_by, force=True)
         tuned.stage = "fine_tuned_mixed_precision"  # type: ignore[attr-defined]
         phases.append(tuned)
     if "float" in promotions:
-        fallback = FallbackPhase(n + 5, "float", rank_by, force=True, only_without_candidate=True)
+        fallback = FallbackPhase(n + 6, "float", rank_by, force=True, only_without_candidate=True)
         fallback.stage = "float_fallback"  # type: ignore[attr-defined]
         phases.append(fallback)
     _logger.info(
         "auto: stages defaults, calibration, techniques (%d), mixed precision (%s), "
         "fine-tuning (%d), float fallback (%s)",
         len(technique_deltas),
-        "int16" if mixed is not None else "not in the space",
+        " then ".join(p for p in promotions if p != "float") or "not in the space",
         len(finetune_deltas),
         "yes" if "float" in promotions else "not in the space",
     )

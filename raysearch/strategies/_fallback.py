@@ -176,9 +176,13 @@ class _Base:
     settings: dict[str, Any]
     promote_to: str
     rank_by: str
+    #: 16-bit promotions give the node's weight 16 bits too (A16W16 on that node).
+    promote_weights: bool = False
 
     def with_k(self, k: int, demoted: Sequence[int] = ()) -> dict[str, Any]:
         options: dict[str, Any] = {"top_k": k, "promote_to": self.promote_to}
+        if self.promote_weights:
+            options["promote_weights"] = True
         options["rank_by"] = self.rank_by
         for rank in sorted(demoted):
             options[f"rank_{rank}"] = "int8"
@@ -194,6 +198,8 @@ class _Base:
         if rest != self.settings or not isinstance(k, int) or isinstance(k, bool):
             return None
         if options.pop("promote_to", None) != self.promote_to:
+            return None
+        if bool(options.pop("promote_weights", False)) != self.promote_weights:
             return None
         if options.pop("rank_by", None) != self.rank_by:
             return None
@@ -218,9 +224,12 @@ class FallbackPhase(RecordReader, Phase):
         *,
         force: bool = False,
         only_without_candidate: bool = False,
+        promote_weights: bool = False,
     ) -> None:
         self.index = index
         self.defaults = (promote_to, rank_by)
+        #: The weights of 16-bit promoted nodes at 16 bits too (with ``force``).
+        self.promote_weights = promote_weights
         #: ``force``: promote to ``promote_to`` ranked by ``rank_by`` whatever the best
         #: record's own mixed precision says (a staged strategy's int16 stage, then float).
         self.force = force
@@ -258,12 +267,15 @@ class FallbackPhase(RecordReader, Phase):
         own = own if isinstance(own, Mapping) and not getattr(self, "force", False) else {}
         promote_to = str(own.get("promote_to") or self.defaults[0])
         rank_by = str(own.get("rank_by") or self.defaults[1])
-        self.base = _Base(settings, promote_to, rank_by)
+        weights = bool(own.get("promote_weights", getattr(self, "promote_weights", False)))
+        weights = weights and promote_to != "float"
+        self.base = _Base(settings, promote_to, rank_by, weights)
         _logger.info(
-            "fallback: from trial %s (metric %s), promoting to %s ranked by %s",
+            "fallback: from trial %s (metric %s), promoting to %s%s ranked by %s",
             best.get("trial_id"),
             best.get("metric"),
             promote_to,
+            " with their nodes' weights" if weights else "",
             rank_by,
         )
         return True

@@ -92,6 +92,32 @@ def test_promotion_to_16_bits_and_to_float_change_the_quantized_graph(outlier, t
     assert floats.metric > 0.99
 
 
+def _weight_types(path) -> dict[str, int]:
+    """Each MatMul's weight type in a QDQ model: that of the DequantizeLinear feeding input 1."""
+    model = onnx.load(str(path))
+    inits = {i.name: i for i in model.graph.initializer}
+    dq = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    return {
+        n.name: inits[dq[n.input[1]]].data_type
+        for n in model.graph.node
+        if n.op_type == "MatMul" and dq.get(n.input[1]) in inits
+    }
+
+
+def test_promote_weights_gives_the_promoted_nodes_16_bit_weights(outlier, tmp_path):
+    with _runner(outlier, tmp_path) as runner:
+        sixteen = _run(runner, tmp_path, {"top_k": 1, "promote_to": "int16"})
+        assert set(_weight_types(tmp_path / "q.onnx").values()) == {onnx.TensorProto.INT8}
+        both = _run(runner, tmp_path, {"top_k": 1, "promote_weights": True})
+        types = _weight_types(tmp_path / "q.onnx")
+    # mm4 reads the outlier: it runs A16W16, every other MatMul keeps its 8-bit weight.
+    assert types.pop("mm4") == onnx.TensorProto.INT16
+    assert types and set(types.values()) == {onnx.TensorProto.INT8}
+    assert both.extra["promoted"] == 1 and both.extra["promoted_weights"] == 1
+    assert "promoted_weights" not in sixteen.extra
+    assert both.extra["quantized_share"] == sixteen.extra["quantized_share"] == 1.0
+
+
 def test_a_ranking_is_computed_once_per_base_and_shared_on_disk(outlier, tmp_path):
     with _runner(outlier, tmp_path) as first:
         _run(first, tmp_path, {"top_k": 1})

@@ -48,12 +48,14 @@ def _context(space: dict[str, Any] = SPACE, **overrides: Any) -> StrategyContext
 class Model:
     """A scripted model: per-channel and Percentile help, CLE helps, SmoothQuant 0.8 helps,
     bias correction hurts; 16-bit promotions of the top k ranked tensors add 0.004 k (the best
-    base, 0.945, reaches 0.969 at most); fine-tuning
-    adds ``finetune``; a candidate needs ``threshold``. Float promotions quantize less."""
+    base, 0.945, reaches 0.969 at most), ``weights`` k more with their nodes' weights at 16
+    bits; fine-tuning adds ``finetune``; a candidate needs ``threshold``. Float promotions
+    quantize less."""
 
-    def __init__(self, threshold: float, finetune: float = 0.0) -> None:
+    def __init__(self, threshold: float, finetune: float = 0.0, weights: float = 0.0) -> None:
         self.threshold = threshold
         self.finetune = finetune
+        self.weights = weights
 
     def __call__(self, settings: dict[str, Any]) -> dict[str, Any]:
         metric = 0.90
@@ -69,6 +71,8 @@ class Model:
         share = 1.0
         if k:
             metric += 0.004 * k
+            if options.get("promote_weights") and options.get("promote_to") != "float":
+                metric += self.weights * k
             if options.get("promote_to") == "float":
                 share = 1.0 - k / (RANKED + 2)
         metric = min(metric, 0.9999)
@@ -116,17 +120,45 @@ def test_auto_fine_tunes_only_when_int16_does_not_reach_and_says_why(caplog):
     searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
     trials = _drive(searcher, Model(threshold=0.99, finetune=0.03), slots=2)
     stages = _stages(trials)
-    assert stages[-3:] == ["mixed_precision", "fine_tuning", "fine_tuned_mixed_precision"]
+    assert stages[-4:] == [
+        "mixed_precision",
+        "mixed_precision_weights",
+        "fine_tuning",
+        "fine_tuned_mixed_precision",
+    ]
     tuned = [t for t in trials if t["stage"] == "fine_tuning"]
     assert tuned and all(t["settings"]["include_fast_ft"] for t in tuned)
     assert len(tuned) <= 2  # the top two, one fine-tuning setting each
     assert any(t["is_candidate"] for t in tuned)
     # The fewest int16 promotions that hold with fine-tuning: 0.945 + 0.03 + 0.004 k >= 0.99.
-    assert searcher.phases[6].found == 4
+    assert searcher.phases[7].found == 4
     again = [t for t in trials if t["stage"] == "fine_tuned_mixed_precision"]
     assert all(t["settings"]["include_fast_ft"] for t in again)
     assert "float_fallback" not in stages  # a candidate exists: no last resort
-    assert "reachability: with every ranked activation tensor at int16" in caplog.text
+    assert "with every ranked activation tensor at 16 bits the metric" in caplog.text
+    assert "the 8-bit weights lose the rest" in caplog.text
+    assert "tensor and its node's weight at 16 bits the metric is 0.969" in caplog.text
+
+
+def test_auto_gives_the_promoted_nodes_16_bit_weights_before_fine_tuning():
+    # 0.945 + 0.004 k misses 0.99 (k <= 6); with the weights 0.945 + 0.008 k reaches it at k 6.
+    searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
+    trials = _drive(searcher, Model(threshold=0.99, finetune=0.03, weights=0.004), slots=2)
+    assert _stages(trials)[-2:] == ["mixed_precision", "mixed_precision_weights"]
+    weights = [t["settings"]["mixed_precision"] for t in trials]
+    weights = [m for t, m in zip(trials, weights) if t["stage"] == "mixed_precision_weights"]
+    assert weights[0]["top_k"] == ALL
+    assert all(m["promote_weights"] is True and m["promote_to"] == "int16" for m in weights)
+    assert searcher.phases[5].found == 6
+    assert not any(t["settings"].get("include_fast_ft") for t in trials)
+
+
+def test_a_space_that_holds_promote_weights_false_has_no_weights_stage():
+    space = {**SPACE, "mixed_precision": {**SPACE["mixed_precision"], "promote_weights": [False]}}
+    searcher = SettingSearcher.from_strategy("Auto", _context(space, max_trials=80))
+    trials = _drive(searcher, Model(threshold=0.99, finetune=0.03, weights=0.004), slots=2)
+    assert "mixed_precision_weights" not in _stages(trials)
+    assert "fine_tuning" in _stages(trials)
 
 
 def test_auto_falls_back_to_float_only_when_nothing_else_is_a_candidate():
@@ -164,7 +196,15 @@ def _straight_and_resumed(algo: str, model: Any, cut: int, context: Any = None):
 
 
 @pytest.mark.parametrize(
-    "stage", ["calibration", "techniques", "combined", "mixed_precision", "fine_tuning"]
+    "stage",
+    [
+        "calibration",
+        "techniques",
+        "combined",
+        "mixed_precision",
+        "mixed_precision_weights",
+        "fine_tuning",
+    ],
 )
 def test_auto_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
     model = Model(threshold=0.99, finetune=0.03)
@@ -340,6 +380,7 @@ STAGE_ORDER = [
     "techniques",
     "combined",
     "mixed_precision",
+    "mixed_precision_weights",
     "fine_tuning",
     "fine_tuned_mixed_precision",
     "float_fallback",

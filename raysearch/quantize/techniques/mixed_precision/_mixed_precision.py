@@ -7,6 +7,10 @@ The ``mixed_precision`` settings (a mapping, searched like ``extra_options``):
   ONNX Runtime's ``TensorQuantOverrides`` with the type conversions its
   ``MixedPrecisionTensorQuantOverridesFixer`` inserts) or ``float`` (the entry's node in
   ``nodes_to_exclude``).
+- ``promote_weights``: ``true`` gives the node of each entry promoted to 16 bits a 16-bit
+  weight too (``QInt16`` or ``QUInt16``, the base weight type's signedness): that node runs
+  A16W16, still quantized. Where the 8-bit weights lose the accuracy, promoting activations
+  alone cannot reach the tolerance; default ``false``.
 - ``rank_by``: ``sqnr`` (one pass, see
   :func:`~raysearch.quantize.techniques.mixed_precision.sensitivity.sqnr_ranking`)
   or ``metric`` (the ``candidates`` lowest-SQNR entries measured with the search's metric,
@@ -63,7 +67,14 @@ PER_RANK = 16
 _PROMOTE = ("int16", "QUInt16", "QInt16", "float")
 _PRECISIONS = ("int8", "int16", "float")
 _SIXTEEN = {"QUInt8": "QUInt16", "QInt8": "QInt16", "QUInt16": "QUInt16", "QInt16": "QInt16"}
-_DEFAULTS = {"top_k": 0, "promote_to": "int16", "rank_by": "sqnr", "samples": 32, "candidates": 16}
+_DEFAULTS = {
+    "top_k": 0,
+    "promote_to": "int16",
+    "promote_weights": False,
+    "rank_by": "sqnr",
+    "samples": 32,
+    "candidates": 16,
+}
 
 
 def precisions(options: Mapping[str, Any], ranked: int) -> list[str]:
@@ -90,6 +101,9 @@ class MixedPrecision(TensorOverrideProducer):
         KEY: {
             "top_k": OptionSpec("int", "promote the k most sensitive tensors", low=0),
             "promote_to": OptionSpec("enum", "precision of the top k", _PROMOTE),
+            "promote_weights": OptionSpec(
+                "bool", "16-bit promotions give the node's weight 16 bits too"
+            ),
             "rank_by": OptionSpec("enum", "sensitivity ranking", ("sqnr", "metric")),
             "samples": OptionSpec("int", "calibration samples of the SQNR pass", low=1),
             "candidates": OptionSpec(
@@ -124,23 +138,27 @@ class MixedPrecision(TensorOverrideProducer):
         ranking = self.ranking(model_path, base, options)
         chosen = precisions(options, len(ranking.entries))
         sixteen = _sixteen_bit(base, options)
-        int16 = [
-            e.tensor
-            for e, p in zip(ranking.entries, chosen, strict=True)
-            if p != "int8" and p != "float"
+        promoted16 = [
+            e for e, p in zip(ranking.entries, chosen, strict=True) if p not in ("int8", "float")
         ]
+        int16 = [e.tensor for e in promoted16]
         floats = [
             node
             for e, p in zip(ranking.entries, chosen, strict=True)
             if p == "float"
             for node in (e.float_nodes or (e.node,))
         ]
+        fixed = _fixed_overrides(model_path, base, int16, sixteen)
+        weights = {}
+        if options["promote_weights"]:
+            weights = _weight_overrides(model_path, base, [e.node for e in promoted16])
         result = TensorOverrides(
-            tensor_quant_overrides=_fixed_overrides(model_path, base, int16, sixteen),
+            tensor_quant_overrides={**fixed, **weights},
             nodes_to_exclude=list(dict.fromkeys(floats)),
             report={
                 "promoted": float(sum(p != "int8" for p in chosen)),
                 "ranked": float(len(chosen)),
+                **({"promoted_weights": float(len(weights))} if options["promote_weights"] else {}),
             },
         )
         if ranking.base_key not in self._sent:  # the search writes each ranking once
@@ -166,11 +184,13 @@ class MixedPrecision(TensorOverrideProducer):
         if options["rank_by"] != "metric":
             return ranking
         promote = _sixteen_bit(base, options) if options["promote_to"] != "float" else "float"
-        metric_key = _digest({**identity, "promote": promote, "candidates": options["candidates"]})
+        weights = bool(options["promote_weights"]) and promote != "float"
+        identity = {**identity, "promote": promote, "candidates": options["candidates"]}
+        metric_key = _digest({**identity, **({"promote_weights": True} if weights else {})})
         return store.get(
             metric_key,
             lambda: self._metric(
-                model_path, base, ranking, promote, int(options["candidates"]), metric_key
+                model_path, base, ranking, promote, int(options["candidates"]), metric_key, weights
             ),
         )
 
@@ -198,6 +218,7 @@ class MixedPrecision(TensorOverrideProducer):
         promote: str,
         candidates: int,
         key: str,
+        weights: bool = False,
     ) -> Ranking:
         from raysearch.quantize.pipeline import merge_overrides
 
@@ -211,6 +232,8 @@ class MixedPrecision(TensorOverrideProducer):
                 )
             else:
                 fixed = _fixed_overrides(model_path, base, [entry.tensor], promote)
+                if weights:
+                    fixed.update(_weight_overrides(model_path, base, [entry.node]))
                 overrides = TensorOverrides(tensor_quant_overrides=fixed)
             return merge_overrides(base, overrides)
 
@@ -278,6 +301,33 @@ def _fixed_overrides(
     fixer = MixedPrecisionTensorQuantOverridesFixer.create_from_model(helper, model, default)
     fixer.apply(default, symmetric)
     return helper.get_dict()
+
+
+def _weight_overrides(
+    model_path: str, base: Mapping[str, Any], nodes: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs
+    other than a bias: input 1 of MatMul/Gemm/Conv, input 0 of a MatMul whose first operand
+    is the constant) the 16-bit type of the base weight type's signedness."""
+    if not nodes:
+        return {}
+    import onnx
+    from onnxruntime.quantization import QuantType
+
+    model = onnx.load(model_path, load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    wanted = set(nodes)
+    weight_type = str(base.get("weight_type") or "QInt8")
+    sixteen = QuantType[_SIXTEEN.get(weight_type, "QInt16")]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for node in model.graph.node:
+        if node.name not in wanted:
+            continue
+        # Bias inputs (index 2 of Conv/Gemm) are int32 from the scales, not a choice.
+        for name in node.input[:2]:
+            if name in initializers:
+                out[name] = [{"quant_type": sixteen}]
+    return out
 
 
 def _digest(identity: Mapping[str, Any]) -> str:
