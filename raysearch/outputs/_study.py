@@ -260,7 +260,7 @@ def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     study = build_study(rows, higher)
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     has_params = any(t.params for t in complete)
-    staged = any(len(t.intermediate_values) > 1 for t in study.trials)
+    staged = any(t.intermediate_values for t in study.trials)
     specs: list[tuple[str, str, str, Callable[[], Any], bool]] = [
         (
             "history",
