@@ -124,3 +124,22 @@ def test_raysearch_report_of_a_running_search_reports_its_records(
     assert "(3 trials, running)" in capsys.readouterr().out
     text = (out / "report.html").read_text()
     assert "this report holds the trials finished so far" in text
+
+
+def test_the_sensitivity_rankings_are_charted_when_the_search_computed_them():
+    rows = [
+        {
+            "rank": i + 1,
+            "base": "k" * 20,
+            "rank_by": "sqnr",
+            "tensor": f"t{i}",
+            "node": f"n{i}",
+            "op_type": "MatMul",
+            "group": "g",
+            "sqnr_db": 10.0 + i,
+        }
+        for i in range(3)
+    ]
+    text = build_report(_records(), SUMMARY, sensitivity=rows)
+    assert _charts(text)[-1] == "sensitivity-0"
+    assert "The 3 most sensitive tensors of this ranking (lower: more sensitive)." in text

@@ -152,6 +152,16 @@ def test_the_report_of_a_search_with_failures_renders_offline(browser, failing, 
     complete = summary["n_trials"] - len(FAULTS)
     assert f"over the {complete} complete trials" in page["charts"][1]["caption"]
     _sorts(browser, page["table"]["head"], "metric")
+    shown = browser.evaluate(
+        """(function () {
+             const box = document.getElementById('trials-filter');
+             box.value = 'failed';
+             box.dispatchEvent(new Event('input'));
+             return Array.from(document.getElementById('trials').tBodies[0].rows)
+               .filter(r => !r.hidden).length;
+           })()"""
+    )
+    assert shown == len(FAULTS)  # the filter keeps the rows that hold the words typed
     failures = browser.evaluate("document.getElementById('failures').tBodies[0].rows.length")
     assert failures == len(FAULTS)  # one group per error
     _not_blank(browser, tmp_path / "failures.png")
