@@ -46,14 +46,17 @@ def test_quark_names_map_to_ours(files, caplog):
         "n_jobs": 2,
         "search_algo": "grid_search",
     }
-    with caplog.at_level("INFO", logger="raysearch.config._config"):
+    with caplog.at_level("INFO", logger="raysearch.config.dialects"):
         cfg = SearchConfig.from_dict(raw)
     assert cfg.metric == "cos" and cfg.metric_higher_is_better
     assert cfg.tolerance == 0.99
     assert cfg.stop.find_n_candidates == 2 and cfg.stop.iteration_limit == 10
     assert cfg.resources.max_concurrent_trials == 2
     assert cfg.search_algo == "Grid"
-    assert "Quark key 'n_jobs' read as 'resources.max_concurrent_trials'" in caplog.text
+    # Every mapping in one line, logged once.
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "raysearch.config.dialects"]
+    assert "n_jobs -> resources.max_concurrent_trials" in line
+    assert "search_metric -> metric" in line and "n_trials -> stop.iteration_limit" in line
 
 
 def test_predefined_space_by_name_and_several_spaces_in_order(files):

@@ -25,10 +25,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from raysearch.config._algo import SEARCH_ALGOS, choose_algo
+from raysearch.config._dialects import Translation
 from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
 from raysearch.config._files import apply_overrides, read_yaml
+from raysearch.config._inc import translate_inc
 from raysearch.config._metric import check_evaluator, parse_metric_settings
 from raysearch.config._paths import input_path, model_path, output_dir
+from raysearch.config._quark import translate_quark
 from raysearch.config._sections import (
     ResourcesConfig,
     StopConfig,
@@ -36,7 +39,7 @@ from raysearch.config._sections import (
     parse_stop,
 )
 from raysearch.config._spaces import load_predefined_space, parse_spaces, predefined_spaces
-from raysearch.config._values import check_keys, integer, map_quark_names, number
+from raysearch.config._values import check_keys, integer, number
 from raysearch.errors import ConfigError, ErrorCollector
 from raysearch.metrics import BUILTIN_METRICS
 from raysearch.space import SearchSpace
@@ -105,6 +108,9 @@ class SearchConfig:
     #: (four MiniLM candidates: 202 MB).
     keep_candidates: int | None = 3
     measure_latency: bool = True
+    #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
+    #: the folder (Quark's ``load_study_if_exists``).
+    resume_if_exists: bool = False
     #: The config as the user wrote it (after key mapping; names in their canonical
     #: spelling), for ``best/config.yaml``.
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -157,12 +163,12 @@ class SearchConfig:
         order."""
         if not isinstance(raw, Mapping):
             raise ConfigError("", f"a config must be a mapping of keys, got {type(raw).__name__}")
-        data = map_quark_names(copy.deepcopy(dict(raw)))
+        errors = ErrorCollector()
+        data = _read_dialects(copy.deepcopy(dict(raw)), errors)
         base = Path(base_dir) if base_dir else Path.cwd()
         if code_dirs is None:
             code_dirs = [base, Path.cwd()]
         dirs = tuple(dict.fromkeys(Path(d).absolute() for d in code_dirs))
-        errors = ErrorCollector()
         _checked(errors, check_keys, data, _TOP_LEVEL_KEYS, "")
         model = _checked(errors, model_path, data, base, check_paths)
         calibration = _checked(
@@ -209,6 +215,16 @@ class SearchConfig:
         )
 
 
+def _read_dialects(data: dict[str, Any], errors: ErrorCollector) -> dict[str, Any]:
+    """``data`` with Quark's and Neural Compressor's names read as raysearch's (logged once);
+    their refusals go to ``errors``."""
+    translation = Translation(data, errors)
+    translate_quark(translation)
+    translate_inc(translation)
+    translation.log()
+    return translation.data
+
+
 def _checked(
     errors: ErrorCollector, check: Callable[..., _T], *args: Any, **kwargs: Any
 ) -> _T | None:
@@ -244,6 +260,7 @@ _TOP_LEVEL_KEYS = {
     "keep_candidates",
     "measure_latency",
     "plugins",
+    "resume_if_exists",
 }
 
 
@@ -338,12 +355,9 @@ def _parse_run_options(
     if timeout is not None and timeout <= 0:
         errors.add(ConfigError("trial_timeout_s", f"expected a positive number, got {timeout!r}"))
     max_failures = _checked(errors, integer, data, "max_failures", 0, low=0)
-    if "measure_latency" in data and not isinstance(data["measure_latency"], bool):
-        errors.add(
-            ConfigError(
-                "measure_latency", f"expected true or false, got {data['measure_latency']!r}"
-            )
-        )
+    for flag in ("measure_latency", "resume_if_exists"):
+        if flag in data and not isinstance(data[flag], bool):
+            errors.add(ConfigError(flag, f"expected true or false, got {data[flag]!r}"))
     return {
         "address": address or None,
         "output_dir": out_path,
@@ -353,6 +367,7 @@ def _parse_run_options(
         "max_failures": max_failures,
         "keep_candidates": _checked(errors, _keep_candidates, data.get("keep_candidates", 3)),
         "measure_latency": data.get("measure_latency", True),
+        "resume_if_exists": data.get("resume_if_exists", False),
     }
 
 

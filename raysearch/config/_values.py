@@ -1,4 +1,4 @@
-"""Reading one config value: known keys, numbers, integers, and AMD Quark's key names.
+"""Reading one config value: known keys, numbers, integers.
 
 Example:
     >>> number({"tolerance": 0.01}, "tolerance", None)
@@ -11,26 +11,13 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from raysearch.errors import ConfigError, ErrorCollector, suggest
 
-__all__ = ["check_keys", "number", "integer", "map_quark_names"]
-
-# The logger of the public module: what users filter on did not move.
-_logger = logging.getLogger("raysearch.config._config")
-
-#: Quark AutoSearch names -> raysearch key paths.
-_QUARK_KEYS = {
-    "search_metric": "metric",
-    "search_metric_tolerance": "tolerance",
-    "search_stop_condition": "stop",
-    "n_trials": "stop.iteration_limit",
-    "n_jobs": "resources.max_concurrent_trials",
-}
+__all__ = ["check_keys", "number", "integer"]
 
 
 def check_keys(data: Mapping[str, Any], known: Iterable[str], prefix: str) -> None:
@@ -43,24 +30,6 @@ def check_keys(data: Mapping[str, Any], known: Iterable[str], prefix: str) -> No
             path = f"{prefix}.{key}" if prefix else str(key)
             errors.add(ConfigError(path, "unknown key" + suggest(str(key), known)))
     errors.raise_any()
-
-
-def map_quark_names(data: dict[str, Any]) -> dict[str, Any]:
-    """Accept the names an AMD Quark AutoSearch config uses, logging each mapping."""
-    for quark, ours in _QUARK_KEYS.items():
-        if quark not in data:
-            continue
-        value = data.pop(quark)
-        head, _, tail = ours.partition(".")
-        target = data if not tail else data.setdefault(head, {})
-        key = tail or head
-        if not isinstance(target, dict):
-            raise ConfigError(head, f"expected a mapping, got {target!r}")
-        if key in target:
-            raise ConfigError(quark, f"given together with '{ours}': keep one of them")
-        target[key] = value
-        _logger.info("config: Quark key '%s' read as '%s'", quark, ours)
-    return data
 
 
 def number(data: Mapping[str, Any], key: str, default: float | None, *, prefix: str = "") -> Any:

@@ -1,0 +1,77 @@
+"""Configs written for the systems raysearch replaces, read as raysearch's: AMD Quark's
+AutoSearch (v1) and AutoSearchPro (:mod:`raysearch.config._quark`), Intel Neural Compressor's
+tuning settings (:mod:`raysearch.config._inc`).
+
+Each name of theirs is either mapped to raysearch's (every mapping of a config logged in one
+INFO line of the logger ``raysearch.config.dialects``, which the command line shows without
+``--debug``) or refused with one line naming the key and why; none is accepted and ignored.
+
+Example:
+    >>> t = Translation({"n_trials": 5}, ErrorCollector())
+    >>> t.move("n_trials", "stop.iteration_limit")
+    >>> t.data, t.notes
+    ({'stop': {'iteration_limit': 5}}, ['n_trials -> stop.iteration_limit'])
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from raysearch.errors import ConfigError, ErrorCollector
+
+__all__ = ["Translation", "LOGGER"]
+
+#: The logger of the mappings: the command line shows its INFO records.
+LOGGER = "raysearch.config.dialects"
+_logger = logging.getLogger(LOGGER)
+_UNSET: Any = object()
+
+
+@dataclass
+class Translation:
+    """A config being read as raysearch's: the data (changed in place), what was mapped
+    (``notes``, logged once) and the refusals (``errors``)."""
+
+    data: dict[str, Any]
+    errors: ErrorCollector
+    notes: list[str] = field(default_factory=list)
+
+    def move(
+        self, key: str, target: str, *, value: Any = _UNSET, source: str | None = None
+    ) -> None:
+        """Set the dotted ``target`` to ``data[key]`` (removed), or to ``value`` when given;
+        a ``target`` the config gives too is refused (keep one of them)."""
+        given = value is not _UNSET
+        if not given:
+            value = self.data.pop(key)
+        name = source or key
+        head, _, tail = target.partition(".")
+        holder = self.data if not tail else self.data.setdefault(head, {})
+        leaf = tail or head
+        if not isinstance(holder, dict):
+            self.errors.add(ConfigError(head, f"expected a mapping, got {holder!r}"))
+            return
+        if leaf in holder:
+            self.errors.add(ConfigError(name, f"given together with '{target}': keep one of them"))
+            return
+        holder[leaf] = value
+        self.notes.append(f"{name} -> {target}")
+
+    def drop(self, key: str, why: str, *, source: str | None = None) -> None:
+        """Remove ``key``, which asks for what raysearch does anyway (``why`` says what)."""
+        self.data.pop(key, None)
+        self.notes.append(f"{source or key}: {why}")
+
+    def refuse(self, key: str, why: str, *, source: str | None = None) -> None:
+        """Remove ``key`` and refuse it with ``why`` (one line, naming the key)."""
+        self.data.pop(key, None)
+        self.errors.add(ConfigError(source or key, why))
+
+    def log(self) -> None:
+        """Log the mappings, once, in one INFO line."""
+        if self.notes:
+            _logger.info(
+                "config: read as raysearch's names: %s", "; ".join(dict.fromkeys(self.notes))
+            )

@@ -1,0 +1,167 @@
+"""Intel Neural Compressor's tuning settings read as raysearch's (the machinery:
+:mod:`raysearch.config._dialects`): ``PostTrainingQuantConfig``'s ``quant_level``,
+``TuningCriterion`` (``strategy``, ``timeout``, ``max_trials``) and ``AccuracyCriterion``
+(``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys. A
+strategy name is raysearch's by the strategy registry's aliases (``hawq_v2`` refused there);
+``objective`` is refused (raysearch selects by the metric, not by several objectives), and so
+are Neural Compressor's other settings, by name.
+
+Example:
+    >>> from raysearch.errors import ErrorCollector
+    >>> t = Translation({"tuning_criterion": {"timeout": 0, "max_trials": 100}},
+    ...                 ErrorCollector())
+    >>> translate_inc(t)
+    >>> t.data
+    {'stop': {'find_n_candidates': 1, 'iteration_limit': 100}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from raysearch.config._dialects import Translation
+from raysearch.errors import ConfigError
+from raysearch.strategies import canonical_strategy
+
+__all__ = ["translate_inc", "REFUSED"]
+
+_OBJECTIVE = (
+    "multi-objective selection is not there yet: raysearch ranks candidates by how much they "
+    "quantize (quantized_share), then by the metric; latency is recorded "
+    "(extra/latency_vs_float), not optimised"
+)
+_SPACE = "write it in the search space (search_space)"
+#: Neural Compressor's other settings, refused by name with why.
+REFUSED: dict[str, str] = {
+    "objective": _OBJECTIVE,
+    "strategy_kwargs": "raysearch's strategies take no arguments (confidence_batches, "
+    "hawq_v2_loss)",
+    "approach": f"static or dynamic quantization is quant_mode: {_SPACE}",
+    "op_type_dict": f"per-op-type settings: {_SPACE}",
+    "op_name_dict": f"per-node settings: {_SPACE} (nodes_to_exclude, TensorQuantOverrides)",
+    "recipes": f"smooth_quant and the other recipes are raysearch's techniques: {_SPACE}",
+    "calibration_sampling_size": "the calibration samples are calibration_data's rows",
+    "excluded_precisions": f"data types: {_SPACE}",
+    "reduce_range": f"reduce_range: {_SPACE}",
+    "quant_format": f"quant_format: {_SPACE}",
+    "backend": "raysearch's backends are quantizer: ort or nncf in the search space",
+    "device": "trials get GPUs by resources.gpu_per_trial",
+    "domain": "raysearch does not choose settings by model domain",
+    "tuning": "Neural Compressor 1.x's tuning section: write 2.x's keys (quant_level, "
+    "tuning_criterion, accuracy_criterion) at the top level",
+}
+
+
+def translate_inc(t: Translation) -> None:
+    """Read the Neural Compressor names of ``t.data`` as raysearch's (see the module)."""
+    criterion = t.data.pop("tuning_criterion", None)
+    if criterion is not None:
+        _tuning_criterion(t, criterion)
+    if "strategy" in t.data:
+        _strategy(t, t.data.pop("strategy"), "strategy")
+    if "quant_level" in t.data:
+        _quant_level(t, t.data.pop("quant_level"))
+    accuracy = t.data.pop("accuracy_criterion", None)
+    if accuracy is not None:
+        _accuracy_criterion(t, accuracy)
+    for key, why in REFUSED.items():
+        if key in t.data:
+            t.refuse(key, why)
+
+
+def _strategy(t: Translation, value: Any, source: str) -> None:
+    try:
+        name = canonical_strategy(value, source)
+    except ConfigError as exc:
+        t.errors.add(exc)
+        return
+    t.move(source, "search_algo", value=name, source=source)
+
+
+def _quant_level(t: Translation, level: Any) -> None:
+    """0: Conservative; 1: the strategy given (default basic, raysearch's Auto); auto: Auto."""
+    chosen = "search_algo" in t.data
+    if level == 0:
+        if chosen:
+            t.errors.add(
+                ConfigError(
+                    "quant_level",
+                    "0 is the conservative strategy; a "
+                    "strategy (search_algo) is given too: keep one",
+                )
+            )
+            return
+        t.move("quant_level", "search_algo", value="Conservative", source="quant_level: 0")
+    elif level == 1:
+        if chosen:
+            t.notes.append("quant_level: 1: the strategy given")
+        else:
+            t.move("quant_level", "search_algo", value="Auto", source="quant_level: 1 (basic)")
+    elif level == "auto":
+        if chosen:
+            t.errors.add(
+                ConfigError(
+                    "quant_level",
+                    "auto chooses its own strategy; a strategy "
+                    "(search_algo) is given too: keep one, or quant_level: 1",
+                )
+            )
+            return
+        t.move("quant_level", "search_algo", value="Auto", source="quant_level: auto")
+    else:
+        t.errors.add(ConfigError("quant_level", f"expected 0, 1 or auto, got {level!r}"))
+
+
+def _tuning_criterion(t: Translation, criterion: Any) -> None:
+    where = "tuning_criterion"
+    if not isinstance(criterion, Mapping):
+        t.errors.add(ConfigError(where, f"expected a mapping, got {criterion!r}"))
+        return
+    for key, value in criterion.items():
+        at = f"{where}.{key}"
+        if key == "strategy":
+            t.data["strategy"] = value
+            _strategy(t, t.data.pop("strategy"), at)
+        elif key == "max_trials":
+            t.move(key, "stop.iteration_limit", value=value, source=at)
+        elif key == "timeout" and value == 0:
+            # Neural Compressor: 0 stops at the first configuration that meets the criterion.
+            t.move(key, "stop.find_n_candidates", value=1, source=f"{at}: 0")
+        elif key == "timeout":
+            t.move(key, "stop.time_limit", value=value, source=at)
+        elif key in REFUSED:
+            t.errors.add(ConfigError(at, REFUSED[key]))
+        else:
+            t.errors.add(ConfigError(at, "unknown key (strategy, timeout, max_trials)"))
+
+
+def _accuracy_criterion(t: Translation, accuracy: Any) -> None:
+    """``criterion`` relative/absolute and ``tolerable_loss`` (2.x), or 1.x's ``relative:`` /
+    ``absolute:`` loss; ``higher_is_better``."""
+    where = "accuracy_criterion"
+    if not isinstance(accuracy, Mapping):
+        t.errors.add(ConfigError(where, f"expected a mapping, got {accuracy!r}"))
+        return
+    accuracy = dict(accuracy)
+    mode = accuracy.pop("criterion", None)
+    for written in ("relative", "absolute"):
+        if written in accuracy:
+            if mode is not None or "tolerable_loss" in accuracy:
+                t.errors.add(ConfigError(f"{where}.{written}", "given with criterion: keep one"))
+                return
+            mode, accuracy["tolerable_loss"] = written, accuracy.pop(written)
+    if mode is not None:
+        t.move("criterion", "tolerance_mode", value=mode, source=f"{where}.criterion")
+    if "tolerable_loss" in accuracy:
+        loss = accuracy.pop("tolerable_loss")
+        t.move("tolerable_loss", "tolerance", value=loss, source=f"{where}.tolerable_loss")
+    if "higher_is_better" in accuracy:
+        hib = accuracy.pop("higher_is_better")
+        t.move("hib", "higher_is_better", value=hib, source=f"{where}.higher_is_better")
+    for key in accuracy:
+        t.errors.add(
+            ConfigError(
+                f"{where}.{key}", "unknown key (criterion, tolerable_loss, higher_is_better)"
+            )
+        )
