@@ -7,12 +7,25 @@ Example:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from raysearch.errors import ConfigError
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.safe_load`` reading ``1e-3`` as the number it is (YAML 1.2, and Python, as
+    Quark's configs write learning rates), not as the string YAML 1.1 makes of it."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 __all__ = ["apply_overrides", "read_yaml"]
 
@@ -26,7 +39,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 item, "an override is written key=value, e.g. stop.iteration_limit=20"
             )
         try:
-            value = yaml.safe_load(text)
+            value = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as exc:
             raise ConfigError(key, f"cannot read value {text!r}: {exc}") from None
         target = data
@@ -49,7 +62,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError("", f"expected a YAML file, got a directory: {path}")
     try:
         with path.open(encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = yaml.load(fh, Loader=_Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

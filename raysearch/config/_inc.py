@@ -8,11 +8,11 @@ are Neural Compressor's other settings, by name.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
-    >>> t = Translation({"tuning_criterion": {"timeout": 0, "max_trials": 100}},
+    >>> t = Translation({"tuning_criterion": {"timeout": 60, "max_trials": 100}},
     ...                 ErrorCollector())
     >>> translate_inc(t)
     >>> t.data
-    {'stop': {'find_n_candidates': 1, 'iteration_limit': 100}}
+    {'stop': {'time_limit': 60, 'iteration_limit': 100}}
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ _OBJECTIVE = (
     "multi-objective selection is not there yet: raysearch ranks candidates by how much they "
     "quantize (quantized_share), then by the metric; latency is recorded "
     "(extra/latency_vs_float), not optimised"
+)
+_NO_CRITERION = (
+    "0 stops at the first setting that meets the accuracy criterion, and none is given: give "
+    "accuracy_criterion.tolerable_loss (or tolerance), or a timeout in seconds"
 )
 _SPACE = "write it in the search space (search_space)"
 #: Neural Compressor's other settings, refused by name with why.
@@ -55,6 +59,9 @@ REFUSED: dict[str, str] = {
 
 def translate_inc(t: Translation) -> None:
     """Read the Neural Compressor names of ``t.data`` as raysearch's (see the module)."""
+    accuracy = t.data.pop("accuracy_criterion", None)
+    if accuracy is not None:
+        _accuracy_criterion(t, accuracy)
     criterion = t.data.pop("tuning_criterion", None)
     if criterion is not None:
         _tuning_criterion(t, criterion)
@@ -62,9 +69,6 @@ def translate_inc(t: Translation) -> None:
         _strategy(t, t.data.pop("strategy"), "strategy")
     if "quant_level" in t.data:
         _quant_level(t, t.data.pop("quant_level"))
-    accuracy = t.data.pop("accuracy_criterion", None)
-    if accuracy is not None:
-        _accuracy_criterion(t, accuracy)
     for key, why in REFUSED.items():
         if key in t.data:
             t.refuse(key, why)
@@ -125,11 +129,15 @@ def _tuning_criterion(t: Translation, criterion: Any) -> None:
             _strategy(t, t.data.pop("strategy"), at)
         elif key == "max_trials":
             t.move(key, "stop.iteration_limit", value=value, source=at)
+        elif key == "timeout" and value == 0 and "tolerance" not in t.data:
+            t.errors.add(ConfigError(at, _NO_CRITERION))
         elif key == "timeout" and value == 0:
             # Neural Compressor: 0 stops at the first configuration that meets the criterion.
             t.move(key, "stop.find_n_candidates", value=1, source=f"{at}: 0")
         elif key == "timeout":
             t.move(key, "stop.time_limit", value=value, source=at)
+        elif key == "strategy_kwargs" and value is None:
+            t.notes.append(f"{at}: None: nothing set")
         elif key in REFUSED:
             t.errors.add(ConfigError(at, REFUSED[key]))
         else:

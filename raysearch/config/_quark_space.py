@@ -60,6 +60,18 @@ _FINETUNE = {
     "fixed_seed": "FixedSeed",
     "NumIterLR": "NumIterLR",
 }
+_LAYERWISE = (
+    "LayerwisePercentile: Quark's percentile per layer; ONNX Runtime's Percentile takes one "
+    "percentile for every tensor (extra_options.CalibPercentile)"
+)
+#: Quark's switches of its own presets, refused with what raysearch writes instead.
+_PRESETS = {
+    "enable_npu_cnn": "Quark's NPU CNN preset: write its settings, power-of-two scales "
+    "(extra_options.PowerOfTwoMethod: [NonOverflow]) with ActivationSymmetric and "
+    "WeightSymmetric: [true]",
+    "enable_npu_transformer": "Quark's NPU transformer preset: write its settings "
+    "(activation_type, weight_type, extra_options) in the space",
+}
 #: AutoSearchPro space entries whose only honest value is "nothing set" (None, False).
 _NOTHING_SET = {
     "specific_layer_config": "per-layer types are raysearch's mixed_precision group or "
@@ -83,6 +95,9 @@ def quark_space(t: Translation, space: dict[str, Any], path: str) -> dict[str, A
         _power_of_two(t, space, path)
     if _PRO_KEYS & space.keys():
         space = _pro_space(t, space, path)
+    for key in _PRESETS.keys() & space.keys():
+        space.pop(key)
+        t.errors.add(ConfigError(f"{path}.{key}", _PRESETS[key]))
     auto_mp = space.get("include_auto_mp")
     if isinstance(auto_mp, list) and auto_mp and not any(auto_mp):
         space.pop("include_auto_mp")
@@ -243,6 +258,9 @@ def _tensor_params(
             extra[symmetric] = choices
             t.notes.append(f"{at} -> extra_options.{symmetric}")
         elif key == "calibration_method" and tensor == "activation":
+            if "LayerwisePercentile" in (choices if isinstance(choices, list) else [choices]):
+                t.errors.add(ConfigError(at, _LAYERWISE))
+                continue
             out["calibrate_method"] = choices
             t.notes.append(f"{at} -> calibrate_method")
         elif key == "calibration_method":
