@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -10,6 +12,7 @@ import pytest
 import yaml
 
 from raysearch.cli import main
+from tests.browser import Browser, chromium_required, find_chromium
 from tests.conftest import REPO
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 
@@ -86,6 +89,7 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
     assert "| broken | failed |" in md and "| raising | failed |" in md and "| mlp | ok |" in md
     printed = capsys.readouterr().out
     assert "Batch finished: 2 of 4 models searched successfully." in printed
+    _check_batch_report(out, ["mlp", "cnn", "broken", "raising"], linked=["mlp", "cnn"])
 
     # A batch of good models only exits 0; running it where the first one ran resumes it:
     # the finished searches are kept, not rerun, and the one not run before is searched.
@@ -99,3 +103,47 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
     assert all(r["status"] == "ok" for r in rows.values()), rows
     assert rows["mlp_again"]["n_trials"] == 2
     assert "| mlp_again | ok |" in (out / "batch_summary.md").read_text()
+    # The kept searches keep their row and link, and their span from their journals.
+    _check_batch_report(out, ["mlp", "cnn", "mlp_again"], linked=["mlp", "cnn", "mlp_again"])
+
+
+def _check_batch_report(out: Path, names: list[str], linked: list[str]) -> None:
+    """batch_report.html: one row per model, in the manifest's order; each link relative and
+    to a model's report.html that exists; the models' reports load the one plotly.min.js
+    beside it (not inlined: a batch of 20 models stays under 10 MB); in Chromium when
+    installed: no console error, no request but file:, the timeline drawn, the table sorts."""
+    text = (out / "batch_report.html").read_text()
+    body = text.split('<table id="trials"', 1)[1].split("</tbody>", 1)[0]
+    rows = re.findall(r"<tr class=\"[^\"]+\"><td>(?:<a href=\"([^\"]+)\">)?([^<]+)<", body)
+    assert [name for _, name in rows] == names
+    links = {name: href for href, name in rows if href}
+    assert sorted(links) == sorted(linked)
+    for name, href in links.items():
+        assert href == f"{name}/report.html" and (out / href).is_file()
+        report = (out / href).read_text()
+        assert '<script src="../plotly.min.js"></script>' in report
+        assert len(report) < 1_000_000  # plotly.js (4.9 MB) not inlined
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000
+    assert '<script src="plotly.min.js"></script>' in text and 'data-chart="timeline"' in text
+    if find_chromium() is None:
+        if chromium_required():
+            pytest.fail("CI: Debian's chromium package is missing (.ci/run installs it)")
+        return
+    with Browser() as browser:
+        for page in (out / "batch_report.html", out / links[linked[0]]):
+            browser.events.clear()
+            browser.open(page)
+            remote = [u for u in browser.requests() if not u.startswith(("file://", "data:"))]
+            assert remote == [] and browser.errors() == [], (page, remote, browser.errors())
+            drawn = browser.evaluate("document.querySelectorAll('.chart svg.main-svg').length")
+            assert drawn > 0, page
+        browser.events.clear()
+        browser.open(out / "batch_report.html")
+        shown = browser.evaluate("document.getElementById('trials-count').textContent")
+        assert shown == f"{len(names)} of {len(names)} models shown"
+        browser.evaluate("document.getElementById('trials').tHead.rows[0].cells[0].click()")
+        order = browser.evaluate(
+            "Array.from(document.getElementById('trials').tBodies[0].rows)"
+            ".map(r => r.cells[0].textContent)"
+        )
+        assert order == sorted(names)

@@ -5,7 +5,10 @@ defaults shared by all. Every model's search runs as its own ``raysearch run`` p
 the same Ray cluster, so one model's crash cannot take the others down, and Ray's scheduler
 shares the cluster: each search may run at most ``max_concurrent_trials_per_model`` trials at
 once (default: the cluster's CPUs divided by the number of models). Each model gets its own
-output folder; the batch writes ``batch_summary.parquet`` and ``batch_summary.md``.
+output folder; the batch writes ``batch_summary.parquet``, ``batch_summary.md`` and
+``batch_report.html`` (one row per model, linking to its ``report.html``, and the batch's
+timeline), with ``plotly.min.js`` once beside it: the models' reports load it from there
+instead of each inlining its 4.9 MB.
 
 Running the same manifest again resumes the batch: finished searches are kept, interrupted ones
 are resumed, models that failed before are tried again.
@@ -40,6 +43,8 @@ from raysearch.batch._searches import BatchSearches, local_ray_env, say
 from raysearch.config import SearchConfig, read_yaml
 from raysearch.errors import ConfigError, InputError, suggest
 from raysearch.fileio import atomic_write_text, replacing
+from raysearch.layout import JOURNAL
+from raysearch.outputs import PLOTLY_JS, PLOTLY_SRC_ENV, write_batch_report, write_plotly_js
 
 __all__ = ["BatchManifest", "ModelEntry", "run_batch", "BATCH_COLUMNS"]
 
@@ -243,15 +248,11 @@ def run_batch(
         cmd = _command(entry, out, address, per_model, overwrite, progress)
         if cmd is not None:
             queue.append((entry.name, cmd))
-    searches = BatchSearches(
-        out,
-        at_once,
-        manifest.model_timeout_s,
-        errors,
-        progress,
-        # A Ray this batch started (not a cluster it joined) ends with the batch.
-        env=local_ray_env() if started_here and not manifest.address else None,
-    )
+    # A Ray this batch started (not a cluster it joined) ends with the batch.
+    env = local_ray_env() if started_here and not manifest.address else dict(os.environ)
+    if _shared_plotly(out):  # the models' reports load it from the batch's folder
+        env[PLOTLY_SRC_ENV] = f"../{PLOTLY_JS}"
+    searches = BatchSearches(out, at_once, manifest.model_timeout_s, errors, progress, env=env)
     try:
         searches.run(queue)
     finally:
@@ -261,7 +262,43 @@ def run_batch(
     rows = [_row(m, out / m.name, errors.get(m.name)) for m in manifest.models]
     table = pa.Table.from_pylist(rows, schema=_schema())
     _write_summary(table, out)
+    spans = {m.name: _span(out / m.name, searches.spans.get(m.name)) for m in manifest.models}
+    write_batch_report(out, rows, {k: v for k, v in spans.items() if v is not None})
     return table
+
+
+def _shared_plotly(out: Path) -> bool:
+    """Write plotly.js once in the batch's folder; False (a warning) when that fails: each
+    model's report then inlines its own."""
+    try:
+        write_plotly_js(out)
+    except Exception as exc:  # the reports are secondary: never fail the batch for them
+        _logger.warning("writing %s failed: %s: %s", PLOTLY_JS, type(exc).__name__, exc)
+        return False
+    return True
+
+
+def _span(folder: Path, seen: tuple[float, float] | None) -> tuple[float, float] | None:
+    """A model's search start and end: as this batch saw them, else (kept from an earlier
+    run) its trials' first start and last end in its journal; None when neither is known."""
+    if seen is not None:
+        return seen
+    starts, ends = [], []
+    try:
+        with open(folder / JOURNAL) as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    starts.append(record.get("started_at"))
+                    ends.append(record.get("ended_at"))
+    except OSError:
+        return None
+    starts = [t for t in starts if isinstance(t, (int, float))]
+    ends = [t for t in ends if isinstance(t, (int, float))]
+    return (min(starts), max(ends)) if starts and ends else None
 
 
 def _command(

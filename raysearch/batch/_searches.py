@@ -47,6 +47,8 @@ class BatchSearches:
         self.running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
         #: Models whose folder a leftover search held, since when.
         self.held_since: dict[str, float] = {}
+        #: Each search's start and end (seconds since the epoch) as this batch saw them.
+        self.spans: dict[str, tuple[float, float]] = {}
 
     def run(self, queue: list[tuple[str, list[str]]]) -> None:
         waiting = list(queue)
@@ -56,14 +58,14 @@ class BatchSearches:
                 code = proc.poll()
                 if code is None and self.timeout_s and time.monotonic() - started > self.timeout_s:
                     _stop(proc)
-                    del self.running[name]
+                    self._ended(name)
                     self.errors[name] = (
                         f"timed out after {self.timeout_s:g} s (model_timeout_s); "
                         "the next run resumes it"
                     )
                     say(self.progress, f"{name}: {self.errors[name]}")
                 elif code is not None:
-                    del self.running[name]
+                    self._ended(name)
                     if code != 0:
                         self.errors[name] = f"exit status {code}: {_tail(log)}"
                     say(self.progress, f"{name}: {'done' if code == 0 else self.errors[name]}")
@@ -108,12 +110,17 @@ class BatchSearches:
                 env=self.env,
             )
         self.running[name] = (proc, log, time.monotonic())
+        self.spans[name] = (time.time(), time.time())
         say(self.progress, f"{name}: {'resumed' if cmd[0] == 'resume' else 'started'}")
 
+    def _ended(self, name: str) -> None:
+        del self.running[name]
+        self.spans[name] = (self.spans[name][0], time.time())
+
     def stop_all(self) -> None:
-        for proc, _, _ in self.running.values():
+        for name, (proc, _, _) in list(self.running.items()):
             _stop(proc)
-        self.running.clear()
+            self._ended(name)
 
 
 #: How long a model waits for a leftover search that holds its folder (Ray's driver gives up

@@ -34,7 +34,7 @@ from raysearch.ranking import finite, order
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
-__all__ = ["write_report", "build_report"]
+__all__ = ["write_report", "build_report", "write_plotly_js", "PLOTLY_JS", "PLOTLY_SRC_ENV"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
@@ -55,6 +55,11 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("stopped at rung", "stopped_at_rung", True),
     ("error", "error", False),
 )
+#: plotly.js as one file, which the reports of a batch load (written once in the batch's folder).
+PLOTLY_JS = "plotly.min.js"
+#: Set in a search's environment (by ``raysearch batch``), plotly.js's path relative to the
+#: search's folder: its report loads it from there (:func:`write_report`'s ``plotly_src``).
+PLOTLY_SRC_ENV = "RAYSEARCH_REPORT_PLOTLY_SRC"
 #: Sensitivity rows shown per ranking (most sensitive first).
 _SENSITIVITY_ROWS = 30
 
@@ -215,10 +220,13 @@ def build_report(
     config: SearchConfig | None = None,
     sensitivity: Sequence[Mapping[str, Any]] = (),
     title: str = "raysearch report",
+    plotly_src: str | None = None,
 ) -> str:
     """The report's HTML for ``records`` (the journal's, in any order) and ``summary``
     (``summary.json``'s content); ``config`` finds the space's default setting where no trial
-    of Auto's ``defaults`` stage ran; ``sensitivity``: the rows of ``sensitivity.parquet``."""
+    of Auto's ``defaults`` stage ran; ``sensitivity``: the rows of ``sensitivity.parquet``;
+    ``plotly_src``: a relative path the page loads plotly.js from instead of inlining it (the
+    reports of a batch share one :data:`PLOTLY_JS`)."""
     import plotly.offline
 
     rows = order(records)
@@ -228,8 +236,11 @@ def build_report(
     figures = study_figures(rows, summary) if rows else []
     charts = [_figure_html(f) for f in figures]
     sens = _sensitivity(sensitivity) if sensitivity else []
-    plotly_js = plotly.offline.get_plotlyjs() if charts or sens else ""
-    parts = [page_head(title, plotly_js), f"<h1>{_esc(title)}</h1>\n"]
+    plotly_js = plotly.offline.get_plotlyjs() if (charts or sens) and not plotly_src else ""
+    parts = [
+        page_head(title, plotly_js, plotly_src if charts or sens else None),
+        f"<h1>{_esc(title)}</h1>\n",
+    ]
     parts.append('<h2 id="summary">Summary</h2>\n')
     parts += [f"<p>{_esc(line)}</p>\n" for line in summary_words(rows, summary, best, default)]
     parts.append('<h2 id="best">Best setting against the default setting</h2>\n')
@@ -253,15 +264,29 @@ def write_report(
     summary: Mapping[str, Any],
     *,
     config: SearchConfig | None = None,
+    plotly_src: str | None = None,
 ) -> Path | None:
     """Write ``report.html`` in ``output_dir`` (moved into place whole) and return its path;
     a report that cannot be built is logged as a warning and None is returned: it never fails
-    the search that writes it."""
+    the search that writes it.
+
+    ``plotly_src``: plotly.js's path relative to ``output_dir`` (``../plotly.min.js`` for a
+    model of a batch, which writes that file once with :func:`write_plotly_js`), loaded from
+    there instead of inlined; where no file is there, plotly.js is inlined all the same (the
+    page never lacks it). None (a single search): the page is self-contained."""
     out = Path(output_dir)
+    if plotly_src and not (out / plotly_src).is_file():
+        _logger.debug("%s: no %s, plotly.js inlined", out, plotly_src)
+        plotly_src = None
     try:
         sensitivity = _read_sensitivity(out)
         text = build_report(
-            records, summary, config=config, sensitivity=sensitivity, title=_title(out, config)
+            records,
+            summary,
+            config=config,
+            sensitivity=sensitivity,
+            title=_title(out, config),
+            plotly_src=plotly_src,
         )
         atomic_write_text(out / REPORT, text)
     except Exception as exc:  # a secondary output: never lose the search for it
@@ -269,6 +294,16 @@ def write_report(
         _logger.debug("writing %s failed", REPORT, exc_info=True)
         return None
     return out / REPORT
+
+
+def write_plotly_js(folder: str | Path) -> Path:
+    """Write plotly.js (minified, the version that draws the reports) as :data:`PLOTLY_JS` in
+    ``folder`` (moved into place whole) and return its path."""
+    import plotly.offline
+
+    path = Path(folder) / PLOTLY_JS
+    atomic_write_text(path, plotly.offline.get_plotlyjs())
+    return path
 
 
 def _title(out: Path, config: SearchConfig | None) -> str:

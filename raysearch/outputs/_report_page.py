@@ -1,4 +1,6 @@
-"""The fixed parts of ``report.html``: its style and the trials table's sorting and filtering.
+"""The fixed parts of ``report.html`` (and ``batch_report.html``): their style and the table's
+sorting and filtering (the table ``#trials``; its ``data-noun`` names its rows, "trials" unless
+set).
 
 The script is small and written by hand (no library: the report opens offline): a click on a
 column's header sorts the table by it (again: the other way), numbers as numbers (a cell's
@@ -70,7 +72,8 @@ function filterTable(table, text, counter) {
     row.hidden = !keep;
     if (keep) shown += 1;
   }
-  counter.textContent = shown + " of " + table.tBodies[0].rows.length + " trials shown";
+  const noun = table.getAttribute("data-noun") || "trials";
+  counter.textContent = shown + " of " + table.tBodies[0].rows.length + " " + noun + " shown";
 }
 document.addEventListener("DOMContentLoaded", function () {
   const table = document.getElementById("trials");
@@ -86,10 +89,14 @@ document.addEventListener("DOMContentLoaded", function () {
 """
 
 
-def page_head(title: str, plotly_js: str) -> str:
+def page_head(title: str, plotly_js: str, plotly_src: str | None = None) -> str:
     """The document's start up to ``<body>``: its title, the style, plotly.js inlined once
-    (``plotly_js``: its text, empty for a report without charts) and the table's script."""
+    (``plotly_js``: its text, empty for a report without charts) or, with ``plotly_src``,
+    loaded from that relative path (a file beside the page: still offline), and the table's
+    script."""
     script = f'<script type="text/javascript">{plotly_js}</script>\n' if plotly_js else ""
+    if plotly_src:
+        script = f'<script src="{html.escape(plotly_src, quote=True)}"></script>\n'
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n{script}"

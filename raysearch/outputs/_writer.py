@@ -24,7 +24,7 @@ from raysearch.fileio import atomic_write_text
 from raysearch.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
 from raysearch.outputs._best import write_best
 from raysearch.outputs._plots import write_plots
-from raysearch.outputs._report import write_report
+from raysearch.outputs._report import PLOTLY_SRC_ENV, write_report
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.outputs._tensorboard import write_tensorboard
 from raysearch.ranking import best_record, finite, is_candidate, order, unquantized
@@ -268,7 +268,7 @@ def write_outputs(
     write_plots(rows, out, config, float_metric, summary)
     atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2, default=json_default) + "\n")
     # After the summary: a report that fails is logged and never costs the search its outputs.
-    write_report(out, rows, summary, config=config)
+    write_report(out, rows, summary, config=config, plotly_src=os.environ.get(PLOTLY_SRC_ENV))
     return summary
 
 

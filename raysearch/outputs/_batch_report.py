@@ -1,0 +1,215 @@
+"""``batch_report.html``: the models of a batch (``raysearch batch``) on one page, in the
+batch's folder.
+
+One row per model (its status, float and best metric, the drop between them, the best setting,
+the best model's latency and size against the float model's, its trials, failures and wall
+time), sortable and filterable with the trials table's own script
+(:mod:`raysearch.outputs._report_page`), each model's name a relative link to its own
+``report.html``; and the batch's timeline, a plotly bar per model from its search's start to its
+end. plotly.js is loaded from :data:`~raysearch.outputs._report.PLOTLY_JS` beside the page (the
+batch writes it once, and its models' reports load it from there too): the folder opens
+offline, wherever it is copied.
+
+Example:
+    >>> path = write_batch_report(out, rows, {"mlp": (t0, t1)})          # doctest: +SKIP
+    >>> path.name                                                         # doctest: +SKIP
+    'batch_report.html'
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from raysearch.fileio import atomic_write_text
+from raysearch.layout import REPORT, SUMMARY
+from raysearch.outputs._report import PLOTLY_JS
+from raysearch.outputs._report_page import page_head
+from raysearch.ranking import finite
+
+__all__ = ["write_batch_report", "build_batch_report", "BATCH_REPORT"]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+BATCH_REPORT = "batch_report.html"
+
+#: The models table's columns after the model's name: (header, key of the row, numeric).
+_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("status", "status", False),
+    ("float metric", "float_metric", True),
+    ("best metric", "best_metric", True),
+    ("drop", "drop", True),
+    ("latency (ms)", "latency", False),
+    ("latency vs float", "latency_ratio", True),
+    ("size (bytes)", "size", False),
+    ("size vs float", "size_ratio", True),
+    ("candidates", "n_candidates", True),
+    ("trials", "n_trials", True),
+    ("failures", "n_failed", True),
+    ("wall time (s)", "wall_time_s", True),
+    ("stop reason", "stop_reason", False),
+    ("best setting / error", "detail", False),
+)
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _ratio(mine: Any, theirs: Any) -> float | None:
+    mine, theirs = finite(mine), finite(theirs)
+    if mine is None or theirs is None or theirs <= 0:
+        return None
+    return mine / theirs
+
+
+def _model(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The table's values for one model: its batch row and its search's summary."""
+    model = dict(row)
+    float_metric, best = finite(row.get("float_metric")), finite(row.get("best_metric"))
+    drop = None
+    if float_metric is not None and best is not None:
+        drop = float_metric - best if summary.get("higher_is_better") else best - float_metric
+    model["drop"] = drop
+    for key, short in (("latency_ms", "latency"), ("model_size_bytes", "size")):
+        mine, theirs = summary.get(f"best_{key}"), summary.get(f"float_{key}")
+        model[short] = f"{_show(mine)} / {_show(theirs)}" if mine is not None else ""
+        model[f"{short}_ratio"] = _ratio(mine, theirs)
+    if row.get("status") == "failed":
+        model["detail"] = row.get("error") or ""
+    else:
+        params = summary.get("best_params")
+        model["detail"] = "" if params is None else json.dumps(params, default=str)
+    return model
+
+
+def _cell(value: Any, numeric: bool) -> str:
+    if numeric:
+        number = finite(value) if isinstance(value, (int, float)) else None
+        raw = "" if number is None else repr(float(number))
+        return f'<td class="num" data-v="{raw}">{_esc(_show(value))}</td>'
+    return f"<td>{_esc(_show(value))}</td>"
+
+
+def _name_cell(name: str, out: Path) -> str:
+    """The model's name, a relative link to its ``report.html`` when that file is there."""
+    if (out / name / REPORT).is_file():
+        return f'<td><a href="{_esc(name)}/{REPORT}">{_esc(name)}</a></td>'
+    return f"<td>{_esc(name)}</td>"
+
+
+def _models_table(models: Sequence[Mapping[str, Any]], out: Path) -> str:
+    head = '<th data-type="text">model</th>' + "".join(
+        f'<th data-type="{"num" if numeric else "text"}">{_esc(title)}</th>'
+        for title, _, numeric in _COLUMNS
+    )
+    body = []
+    for m in models:
+        cells = _name_cell(str(m.get("name")), out)
+        cells += "".join(_cell(m.get(key), numeric) for _, key, numeric in _COLUMNS)
+        kind = "failed" if m.get("status") == "failed" else "ok"
+        body.append(f'<tr class="{kind}">{cells}</tr>')
+    return (
+        '<p><input id="trials-filter" type="search" size="40" '
+        'placeholder="filter: words every shown row holds"> <span id="trials-count"></span> '
+        "(click a column's header to sort; a model's name opens its report)</p>\n"
+        '<div class="tablebox"><table id="trials" data-noun="models"><thead><tr>'
+        f"{head}</tr></thead>\n<tbody>\n{chr(10).join(body)}\n</tbody></table></div>\n"
+    )
+
+
+def _timeline(spans: Mapping[str, tuple[float, float]]) -> str:
+    """A plotly bar per model from its search's start to its end, in seconds from the batch's
+    first start; empty when no model ran."""
+    import plotly.graph_objects as go
+
+    if not spans:
+        return "<p>No model's search ran: nothing to chart.</p>\n"
+    origin = min(start for start, _ in spans.values())
+    names = sorted(spans, key=lambda n: spans[n][0])
+    fig = go.Figure(
+        go.Bar(
+            y=names,
+            x=[spans[n][1] - spans[n][0] for n in names],
+            base=[spans[n][0] - origin for n in names],
+            orientation="h",
+            hovertemplate="%{y}: %{base:.1f} s to %{x:.1f} s later<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis_title="seconds from the batch's first search start",
+        yaxis={"autorange": "reversed"},
+        height=max(250, 60 + 28 * len(names)),
+    )
+    div = fig.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id="fig-timeline",
+        config={"displaylogo": False, "responsive": True},
+    )
+    return (
+        '<div class="chart" data-chart="timeline"><h3>Timeline</h3>\n'
+        '<p class="caption">When each model\'s search ran (from its start to its end, as '
+        f"this batch saw it).</p>\n{div}</div>\n"
+    )
+
+
+def _summary(out: Path, name: str) -> dict[str, Any]:
+    try:
+        return json.loads((out / name / SUMMARY).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def build_batch_report(
+    out: Path, rows: Sequence[Mapping[str, Any]], spans: Mapping[str, tuple[float, float]]
+) -> str:
+    """The page's HTML for the batch in ``out``: ``rows`` (``batch_summary.parquet``'s, one
+    per model), ``spans`` (each model's search start and end, seconds since the epoch, for
+    the models that have them)."""
+    models = [_model(r, _summary(out, str(r.get("name")))) for r in rows]
+    ok = sum(m.get("status") == "ok" for m in models)
+    title = f"raysearch batch report: {out.resolve().name}"
+    parts = [page_head(title, "", PLOTLY_JS if spans else None), f"<h1>{_esc(title)}</h1>\n"]
+    parts.append(
+        f"<p>{ok} of {len(models)} models searched successfully. Drop: the best metric's loss "
+        "against the float model's (positive: worse). Latency and size: the best model's "
+        "against the float model's.</p>\n"
+    )
+    parts.append(f'<h2 id="models">Models ({len(models)})</h2>\n')
+    parts.append(_models_table(models, out))
+    parts.append('<h2 id="charts">Timeline</h2>\n')
+    parts.append(_timeline(spans))
+    parts.append("</body>\n</html>\n")
+    return "".join(parts)
+
+
+def write_batch_report(
+    out: str | Path,
+    rows: Sequence[Mapping[str, Any]],
+    spans: Mapping[str, tuple[float, float]],
+) -> Path | None:
+    """Write :data:`BATCH_REPORT` in the batch's folder ``out`` (moved into place whole) and
+    return its path; one that cannot be built is logged as a warning and None is returned:
+    it never fails the batch. The timeline loads :data:`PLOTLY_JS` beside it (the batch
+    writes that file)."""
+    out = Path(out)
+    try:
+        atomic_write_text(out / BATCH_REPORT, build_batch_report(out, rows, spans))
+    except Exception as exc:  # a secondary output: never fail the batch for it
+        _logger.warning("writing %s failed: %s: %s", BATCH_REPORT, type(exc).__name__, exc)
+        _logger.debug("writing %s failed", BATCH_REPORT, exc_info=True)
+        return None
+    return out / BATCH_REPORT
