@@ -72,6 +72,25 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("output_dir", type=Path, help="the search's output folder")
 
+    export = sub.add_parser(
+        "export", help="write a search as an Optuna study (for optuna-dashboard)"
+    )
+    export.add_argument("output_dir", type=Path, help="the search's output folder")
+    export.add_argument(
+        "--optuna",
+        required=True,
+        metavar="STORAGE_URL",
+        help="the Optuna storage to write to, e.g. sqlite:///study.db",
+    )
+    export.add_argument(
+        "--study-name", help="the study's name (default: the folder's name and the search's id)"
+    )
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a study of that name in the storage (no other study is touched)",
+    )
+
     batch = sub.add_parser("batch", help="search many models from a manifest on one cluster")
     batch.add_argument("manifest", type=Path, help="the batch manifest (YAML)")
     batch.add_argument("--output-dir", type=Path, help="where outputs go (overrides output_dir)")
@@ -364,15 +383,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    """``report.html`` again from the folder's journal: with its ``summary.json`` when the
-    search ended, else (running, or killed before its outputs) with what its records say."""
+def _read_search(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
+    """A search folder's records (its journal), its summary (``summary.json`` when the search
+    ended, else, running or killed before its outputs, what its records say) and its config
+    (None when it cannot be read any more and the search ended)."""
     from raysearch.config import load_config
     from raysearch.layout import CONFIG_FILE, JOURNAL, MARKER, SUMMARY
-    from raysearch.outputs import running_summary, write_report
+    from raysearch.outputs import running_summary
     from raysearch.search.record.journal import Journal
 
-    folder = args.output_dir
     if not (folder / JOURNAL).is_file() or not (folder / CONFIG_FILE).is_file():
         raise InputError(f"{folder}: no raysearch search here ({JOURNAL}, {CONFIG_FILE})")
     records = Journal(folder / JOURNAL).load()
@@ -389,11 +408,41 @@ def _cmd_report(args: argparse.Namespace) -> int:
         summary = json.loads((folder / SUMMARY).read_text())
     else:
         summary = running_summary(records, config)
+    return records, summary, config
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """``report.html`` again from the folder's journal: with its ``summary.json`` when the
+    search ended, else (running, or killed before its outputs) with what its records say."""
+    from raysearch.outputs import write_report
+
+    folder = args.output_dir
+    records, summary, config = _read_search(folder)
     path = write_report(folder, records, summary, config=config)
     if path is None:
         print(f"raysearch: error: {folder}: the report could not be written", file=sys.stderr)
         return EXIT_INTERNAL
     print(f"Report: {path} ({len(records)} trials, {summary.get('stop_reason')})")
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """The search in ``DIR`` as an Optuna study in the storage ``--optuna`` names."""
+    from raysearch.outputs import export_study
+    from raysearch.search.record.output_dir import search_id
+
+    folder = args.output_dir
+    records, summary, _ = _read_search(folder)
+    name = args.study_name
+    if name is None:
+        key = search_id(folder)
+        name = folder.resolve().name
+        name += f"-{key[:8]}" if key != str(folder) else ""
+    study = export_study(records, summary, args.optuna, name, overwrite=args.overwrite)
+    print(
+        f"Optuna study '{name}' in {args.optuna}: {len(study.trials)} trials "
+        f"(optuna-dashboard {args.optuna})"
+    )
     return EXIT_OK
 
 
@@ -408,7 +457,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     print((manifest.output_dir / "batch_summary.md").read_text())
     print(
         f"Outputs: {manifest.output_dir} (batch_summary.parquet, batch_summary.md, "
-        "one folder per model)"
+        "batch_report.html, one folder per model)"
     )
     # Scripts notice a model that failed: its outputs and the summary are written all the same.
     return EXIT_OK if ok == len(rows) else EXIT_INTERNAL
@@ -426,6 +475,7 @@ _COMMANDS = {
     "spaces": _cmd_spaces,
     "show": _cmd_show,
     "report": _cmd_report,
+    "export": _cmd_export,
     "demo": _cmd_demo,
     "batch": _cmd_batch,
 }

@@ -22,6 +22,10 @@ records.
   summary in words, Optuna's figures of a study made from the records, every trial in a
   sortable table, the failures by error); :func:`write_report` writes it again from a folder's
   records (``raysearch report DIR``), and a report that fails is logged, never raised;
+- ``batch_report.html`` (``raysearch batch``, in the batch's folder): one row per model linking
+  to its ``report.html``, and the batch's timeline (:mod:`raysearch.outputs._batch_report`);
+  the batch writes plotly.js once beside it (:func:`write_plotly_js`) and its models' reports
+  load it from there (``PLOTLY_SRC_ENV`` in their environment) instead of inlining it;
 - ``tensorboard/`` (metric, best-so-far, duration per trial), ``plots/metric_per_trial.png``
   and, from two complete trials on, ``plots/param_importance.png`` (Optuna's PED-ANOVA
   importance, which needs no extra package).
@@ -42,7 +46,15 @@ Example:
     (6, 0.0031)
 """
 
-from raysearch.outputs._report import build_report, write_report
+from raysearch.outputs._batch_report import BATCH_REPORT, build_batch_report, write_batch_report
+from raysearch.outputs._report import (
+    PLOTLY_JS,
+    PLOTLY_SRC_ENV,
+    build_report,
+    write_plotly_js,
+    write_report,
+)
+from raysearch.outputs._study import export_study
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
 from raysearch.outputs._writer import preload_output_modules, running_summary, write_outputs
 from raysearch.ranking import best_record, best_records, better
@@ -52,6 +64,13 @@ __all__ = [
     "write_outputs",
     "write_report",
     "build_report",
+    "write_plotly_js",
+    "export_study",
+    "write_batch_report",
+    "build_batch_report",
+    "BATCH_REPORT",
+    "PLOTLY_JS",
+    "PLOTLY_SRC_ENV",
     "running_summary",
     "preload_output_modules",
     "results_table",

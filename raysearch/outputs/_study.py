@@ -28,7 +28,7 @@ from typing import Any
 from raysearch.ranking import finite
 from raysearch.space.space import json_default
 
-__all__ = ["Figure", "study_figures", "build_study", "MIN_IMPORTANCE_TRIALS"]
+__all__ = ["Figure", "study_figures", "build_study", "export_study", "MIN_IMPORTANCE_TRIALS"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
@@ -130,6 +130,7 @@ def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: 
             "stage": record.get("stage"),
             "model_size_bytes": record.get("model_size_bytes"),
             "latency_ms": finite(record.get("latency_ms")),
+            "error": record.get("error"),
         },
         intermediate_values=_intermediate(record, higher),
     )
@@ -140,14 +141,73 @@ def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: 
     return trial
 
 
-def build_study(rows: Sequence[Mapping[str, Any]], higher_is_better: bool) -> Any:
-    """An in-memory Optuna study holding one trial per record (in the order given)."""
+def build_study(
+    rows: Sequence[Mapping[str, Any]],
+    higher_is_better: bool,
+    *,
+    storage: Any = None,
+    study_name: str | None = None,
+) -> Any:
+    """An Optuna study holding one trial per record (in the order given): in memory, or a new
+    study ``study_name`` in ``storage`` (:func:`export_study`)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize" if higher_is_better else "minimize")
+    study = optuna.create_study(
+        storage=storage,
+        study_name=study_name,
+        direction="maximize" if higher_is_better else "minimize",
+    )
     distributions = _distributions(rows)
     study.add_trials([_trial(r, distributions, higher_is_better) for r in rows])
+    return study
+
+
+def export_study(
+    records: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    storage_url: str,
+    study_name: str,
+    *,
+    overwrite: bool = False,
+) -> Any:
+    """Write the search (``records``, in any order, and its ``summary``) as the Optuna study
+    ``study_name`` in the storage at ``storage_url`` (any URL Optuna opens: ``sqlite:///x.db``,
+    ``postgresql://...``), the study the report charts (:func:`build_study`), for
+    ``optuna-dashboard``; return it. The search's name, metric and direction are the study's
+    user attributes.
+
+    Raises:
+        InputError: Optuna cannot open ``storage_url``; a study of that name is there already
+            (``overwrite``: that study is deleted first, never another).
+    """
+    import optuna
+
+    from raysearch.errors import InputError
+    from raysearch.ranking import order
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = optuna.storages.get_storage(storage_url)
+        names = set(optuna.study.get_all_study_names(storage))
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{storage_url}: Optuna cannot open this storage ({reason})") from exc
+    if study_name in names:
+        if not overwrite:
+            raise InputError(
+                f"{storage_url}: a study named '{study_name}' is there already "
+                "(--study-name gives another name, --overwrite replaces it)"
+            )
+        optuna.delete_study(study_name=study_name, storage=storage)
+    higher = bool(summary.get("higher_is_better"))
+    study = build_study(order(records), higher, storage=storage, study_name=study_name)
+    metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
+    _quiet(lambda: study.set_metric_names([metric]))
+    for key in ("metric", "higher_is_better", "tolerance", "tolerance_mode", "float_metric"):
+        if summary.get(key) is not None:
+            study.set_user_attr(key, summary[key])
+    study.set_user_attr("stop_reason", summary.get("stop_reason"))
     return study
 
 

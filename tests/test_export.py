@@ -1,0 +1,139 @@
+"""``raysearch export DIR --optuna URL``: a search written as an Optuna study that
+``optuna.load_study`` (and so optuna-dashboard) opens, every trial checked against
+``results.parquet``; and its refusals (one line, exit 2): a folder that is no search, a storage
+Optuna cannot open, a study of that name already there (``--overwrite`` replaces that one only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import optuna
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from raysearch.cli import main
+from tests.models import make_mlp_model, mlp_data
+from tests.test_outputs import config  # noqa: F401  (a fixture)
+from tests.test_report import _records
+
+
+def _storage(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def _folder(out, config) -> None:  # noqa: F811
+    """A search folder of the unit records (two complete trials, one failed), no Ray."""
+    out.mkdir()
+    (out / "raysearch_config.yaml").write_text(yaml.safe_dump(config.raw))
+    (out / ".raysearch.json").write_text(json.dumps({"status": "running"}))
+    (out / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records()))
+
+
+def test_export_refuses_with_one_line_and_exit_2(config, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "out"
+    _folder(out, config)
+    storage = _storage(tmp_path)
+
+    def refused(*argv: str) -> str:
+        assert main(["export", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        return err[0]
+
+    assert "no raysearch search here" in refused(str(tmp_path / "nothing"), "--optuna", storage)
+    assert "Optuna cannot open this storage" in refused(str(out), "--optuna", "nosuch://x")
+    missing_dir = f"sqlite:///{tmp_path / 'no' / 'such' / 'x.db'}"
+    assert "Optuna cannot open this storage" in refused(str(out), "--optuna", missing_dir)
+    # Another study of the user's in the same storage stays whatever happens.
+    optuna.create_study(storage=storage, study_name="theirs")
+    assert main(["export", str(out), "--optuna", storage, "--study-name", "mine"]) == 0
+    assert "Optuna study 'mine'" in capsys.readouterr().out
+    assert "'mine' is there already" in refused(
+        str(out), "--optuna", storage, "--study-name", "mine"
+    )
+    argv = ["export", str(out), "--optuna", storage, "--study-name", "mine", "--overwrite"]
+    assert main(argv) == 0
+    assert sorted(optuna.get_all_study_names(storage)) == ["mine", "theirs"]
+    study = optuna.load_study(study_name="mine", storage=storage)
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.FAIL]
+    assert "Segmentation fault" in study.trials[2].user_attrs["error"]
+    # The default name: the folder's.
+    assert main(["export", str(out), "--optuna", storage]) == 0
+    assert "out" in optuna.get_all_study_names(storage)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_real_search_exported_is_every_trial_of_its_results(tmp_path, capsys):
+    from raysearch.search import AutoSearch
+
+    np.savez(tmp_path / "calib.npz", **mlp_data(64))
+    np.savez(tmp_path / "eval.npz", **mlp_data(400, seed=5))
+    settings = {
+        "model": str(make_mlp_model(tmp_path / "mlp.onnx")),
+        "calibration_data": str(tmp_path / "calib.npz"),
+        "eval_data": str(tmp_path / "eval.npz"),
+        # Rungs of 40, 132 and 400 rows: stopped trials (PRUNED) and intermediate values.
+        "search_space": {
+            "calibrate_method": ["MinMax", "Percentile"],
+            "per_channel": [True, False],
+            "reduce_range": [False, True],
+        },
+        "search_algo": "Grid",
+        "metric": "L2",
+        "tolerance": 0.0165,
+        "seed": 0,
+        "measure_latency": False,
+        "resources": {"max_concurrent_trials": 1},
+        "output_dir": str(tmp_path / "search"),
+    }
+    out = AutoSearch(settings).run().output_dir
+    storage = _storage(tmp_path)
+    assert main(["export", str(out), "--optuna", storage, "--study-name", "s"]) == 0
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert study.direction == optuna.study.StudyDirection.MINIMIZE
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    journal = {
+        r["trial_id"]: r
+        for r in map(json.loads, (out / "journal.jsonl").read_text().splitlines())
+        if "trial_id" in r
+    }
+    assert len(study.trials) == len(rows) == 8
+    states = set()
+    for trial, row in zip(study.trials, rows):
+        assert trial.user_attrs["trial_id"] == row["trial_id"]
+        params = {k[len("params/") :]: v for k, v in row.items() if k.startswith("params/")}
+        assert trial.params == {k: v for k, v in params.items() if v is not None}
+        stopped = row["stopped_at_rung"] is not None
+        if row["status"] != "ok":
+            state, value = TrialState.FAIL, None
+        elif stopped:
+            state, value = TrialState.PRUNED, None
+        else:
+            state, value = TrialState.COMPLETE, row["metric"]
+        states.add(state)
+        assert trial.state == state and trial.value == value, (trial, row)
+        assert trial.user_attrs["is_candidate"] == bool(row["is_candidate"])
+        assert trial.user_attrs["stage"] == row.get("stage")
+        assert trial.user_attrs["model_size_bytes"] == row["model_size_bytes"]
+        assert trial.user_attrs["latency_ms"] == row["latency_ms"]
+        assert trial.user_attrs["error"] == row["error"]
+        # The rung scores the journal kept (L2: lower is better, kept negated), then the
+        # trial's metric at its last rung.
+        record = journal[row["trial_id"]]
+        expected = {
+            i: -s
+            for i, s in enumerate(record.get("rung_scores") or [])
+            if math.isfinite(s) and s < 1e299
+        }
+        if row["metric"] is not None and (record.get("rungs") or 1) > 1:
+            expected[record.get("rung") or 0] = row["metric"]
+        assert trial.intermediate_values == pytest.approx(expected)
+    assert TrialState.PRUNED in states and TrialState.COMPLETE in states
+    assert any(t.intermediate_values for t in study.trials)
