@@ -14,6 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "OBJECTIVES",
+    "SELECTS",
+    "objective_values",
+    "dominates",
+    "pareto_front",
     "finite",
     "order",
     "unquantized",
@@ -23,6 +28,15 @@ __all__ = [
     "best_records",
     "stopped_at_rung",
 ]
+
+
+#: The objectives a search's Pareto front can be over (config ``objectives``): the metric in
+#: its own direction, the latency and the model size minimised.
+OBJECTIVES = ("metric", "latency_ms", "model_size_mb")
+#: What picks ``best/`` among the candidates (config ``select``), and the record's key each
+#: of the others minimises.
+SELECTS = ("metric", "latency", "size")
+_SELECT_KEY = {"latency": "latency_ms", "size": "model_size_bytes"}
 
 
 def finite(value: Any) -> float | None:
@@ -79,7 +93,10 @@ def is_candidate(record: Mapping[str, Any]) -> bool:
 
 
 def better(
-    record: Mapping[str, Any], than: Mapping[str, Any] | None, higher_is_better: bool
+    record: Mapping[str, Any],
+    than: Mapping[str, Any] | None,
+    higher_is_better: bool,
+    select: str = "metric",
 ) -> bool:
     """Whether ``record`` (a complete trial) beats ``than``.
 
@@ -96,7 +113,9 @@ def better(
     subsets (``stopped_at_rung``: its metric is over some of the rows only). A trial that
     quantizes nothing (:func:`unquantized`: the float model with extra nodes, never a
     candidate) beats only another such trial: it is the best only when no trial that
-    quantizes something completed.
+    quantizes something completed. With ``select`` ``latency`` or ``size`` (config
+    ``select``) a candidate beats another by the lower ``latency_ms`` or
+    ``model_size_bytes`` (one with the figure beats one without), ties by the rule above.
 
     Example:
         >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
@@ -119,6 +138,8 @@ def better(
         (True, False)
         >>> better(float_like, None, True)   # the only kind there is
         True
+        >>> better({**a, "model_size_bytes": 10}, {**b, "model_size_bytes": 20}, True, "size")
+        True
     """
     metric = finite(record.get("metric"))
     if record.get("status") != "ok" or metric is None or record.get("model_lost"):
@@ -137,29 +158,45 @@ def better(
     if candidate != is_candidate(than):
         return candidate
     if candidate:
-        share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")
-        if share is not None and best_share is not None and share != best_share:
-            return share > best_share
-        if promoted(record) != promoted(than):
-            return promoted(record) < promoted(than)
+        decided = _better_candidate(record, than, select)
+        if decided is not None:
+            return decided
     if metric != best:
         return metric > best if higher_is_better else metric < best
     return promoted(record) < promoted(than)
 
 
+def _better_candidate(
+    record: Mapping[str, Any], than: Mapping[str, Any], select: str
+) -> bool | None:
+    """:func:`better` between two candidates before their metrics: by ``select``'s figure,
+    then the quantized share, then the promotions; None on a tie of all three."""
+    if select != "metric":
+        key = _SELECT_KEY[select]
+        mine, theirs = finite(record.get(key)), finite(than.get(key))
+        if mine != theirs:
+            return theirs is None or (mine is not None and mine < theirs)
+    share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")
+    if share is not None and best_share is not None and share != best_share:
+        return share > best_share
+    if promoted(record) != promoted(than):
+        return promoted(record) < promoted(than)
+    return None
+
+
 def best_record(
-    records: Sequence[Mapping[str, Any]], higher_is_better: bool
+    records: Sequence[Mapping[str, Any]], higher_is_better: bool, select: str = "metric"
 ) -> Mapping[str, Any] | None:
     """The best complete trial by :func:`better` (the earliest one on a tie), or None."""
     best = None
     for record in order(records):
-        if better(record, best, higher_is_better):
+        if better(record, best, higher_is_better, select):
             best = record
     return best
 
 
 def best_records(
-    records: Sequence[Mapping[str, Any]], n: int, higher_is_better: bool
+    records: Sequence[Mapping[str, Any]], n: int, higher_is_better: bool, select: str = "metric"
 ) -> list[Mapping[str, Any]]:
     """The ``n`` best complete trials, best first: :func:`best_record`, then the best of the
     others, and so on (fewer when fewer are complete).
@@ -172,12 +209,74 @@ def best_records(
     """
     rest, top = list(records), []
     while len(top) < n:
-        best = best_record(rest, higher_is_better)
+        best = best_record(rest, higher_is_better, select)
         if best is None:
             break
         top.append(best)
         rest = [r for r in rest if r is not best]
     return top
+
+
+def objective_values(
+    record: Mapping[str, Any], objectives: Sequence[str], higher_is_better: bool
+) -> tuple[float, ...]:
+    """The record's value of each of ``objectives`` (:data:`OBJECTIVES`), each to minimise:
+    the metric negated when higher is better, ``model_size_mb`` from ``model_size_bytes``;
+    a missing value is ``inf`` (worse than any).
+
+    Example:
+        >>> objective_values({"metric": 0.9, "model_size_bytes": 2_000_000},
+        ...                  ["metric", "latency_ms", "model_size_mb"], True)
+        (-0.9, inf, 2.0)
+    """
+    values = []
+    for name in objectives:
+        if name == "metric":
+            value = finite(record.get("metric"))
+            value = None if value is None else (-value if higher_is_better else value)
+        elif name == "model_size_mb":
+            size = finite(record.get("model_size_bytes"))
+            value = None if size is None else size / 1e6
+        else:
+            value = finite(record.get(name))
+        values.append(math.inf if value is None else value)
+    return tuple(values)
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether values ``a`` dominate ``b`` (each to minimise): no worse on every one and
+    better on one. The one rule of the Pareto front (:func:`pareto_front`).
+
+    Example:
+        >>> dominates((1, 2), (1, 3)), dominates((1, 3), (1, 2)), dominates((1, 2), (1, 2))
+        (True, False, False)
+        >>> dominates((0, 5), (1, 2)), dominates((1, 2), (0, 5))
+        (False, False)
+    """
+    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+
+def pareto_front(
+    records: Sequence[Mapping[str, Any]], objectives: Sequence[str], higher_is_better: bool
+) -> list[Mapping[str, Any]]:
+    """The candidates (:func:`is_candidate`) no other candidate dominates on ``objectives``
+    (:func:`dominates` of :func:`objective_values`), in start order; a failed trial or one
+    that quantizes nothing is never on it, and two with equal values both are.
+
+    Example:
+        >>> rows = [{"trial_id": t, "number": i, "status": "ok", "is_candidate": True,
+        ...          "metric": m, "model_size_bytes": s}
+        ...         for i, (t, m, s) in enumerate([("a", .9, 4), ("b", .8, 2), ("c", .7, 3)])]
+        >>> [r["trial_id"] for r in pareto_front(rows, ["metric", "model_size_mb"], True)]
+        ['a', 'b']
+    """
+    candidates = [r for r in order(records) if is_candidate(r)]
+    values = [objective_values(r, objectives, higher_is_better) for r in candidates]
+    return [
+        record
+        for record, mine in zip(candidates, values)
+        if not any(dominates(other, mine) for other in values)
+    ]
 
 
 def stopped_at_rung(record: Mapping[str, Any]) -> int | None:

@@ -603,3 +603,48 @@ def test_the_command_line_exits_2_on_a_bad_keep_candidates(tmp_path, files, caps
         "raysearch: error: keep_candidates: expected an integer >= 0 (the candidate models "
         "kept), got -2"
     ]
+
+
+def test_objectives_and_select_parse_with_their_defaults(files):
+    cfg = SearchConfig.from_dict(_base(files))
+    assert cfg.objectives == ("metric",) and cfg.select == "metric"
+    raw = _base(files, objectives=["Metric", "latency_ms", "model_size_mb"], select="Size")
+    cfg = SearchConfig.from_dict(raw)
+    assert cfg.objectives == ("metric", "latency_ms", "model_size_mb") and cfg.select == "size"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"objectives": ["metric", "latnecy_ms"]},
+            "objectives[1]: unknown objective 'latnecy_ms' (did you mean 'latency_ms'?) "
+            "(metric, latency_ms, model_size_mb)",
+        ),
+        (
+            {"objectives": ["metric", "model_size_mb", "model_size_mb"]},
+            "objectives[2]: model_size_mb is given twice",
+        ),
+        (
+            {"objectives": ["latency_ms", "model_size_mb"]},
+            "objectives: must hold metric (the tolerance decides the candidates by it)",
+        ),
+        (
+            {"objectives": "metric"},
+            "objectives: expected a list of metric, latency_ms, model_size_mb, got 'metric'",
+        ),
+        (
+            {"objectives": ["metric", "latency_ms"], "measure_latency": False},
+            "objectives: latency_ms needs measure_latency: true",
+        ),
+        ({"select": "fastest"}, "select: expected metric, latency, size, got 'fastest'"),
+        (
+            {"select": "latency", "measure_latency": False},
+            "select: latency needs measure_latency: true",
+        ),
+    ],
+)
+def test_objectives_and_select_refusals_are_one_line(files, changes, message):
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(_base(files, **changes))
+    assert str(info.value) == message

@@ -138,12 +138,27 @@ def test_neural_compressors_strategies(folder, strategy):
     assert SearchConfig.from_dict(raw).search_algo == expected
 
 
-def test_neural_compressors_objective_is_refused_not_ignored(folder):
+def test_neural_compressors_objective_is_select(folder, caplog):
+    """performance -> select: latency, modelsize -> select: size, accuracy -> the metric;
+    footprint (not measured) refused in one line."""
     raw = {"model": "mlp.onnx", "calibration_data": "calib.npz", "search_space": "A8W8_SEARCH"}
-    for objective in ("performance", "modelsize"):
-        with pytest.raises(ConfigError) as info:
-            SearchConfig.from_dict({**raw, "objective": objective})
-        assert str(info.value).startswith("objective: multi-objective selection is not there yet")
+    expected = {"performance": "latency", "modelsize": "size", "accuracy": "metric"}
+    for objective, select in expected.items():
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=LOGGER):
+            assert SearchConfig.from_dict({**raw, "objective": objective}).select == select
+        (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert f"objective: {objective} -> select" in line
+    nested = {**raw, "tuning_criterion": {"objective": "modelsize"}}
+    assert SearchConfig.from_dict(nested).select == "size"
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict({**raw, "objective": "footprint"})
+    assert str(info.value) == (
+        "objective: expected performance (select: latency), modelsize (select: size) or "
+        "accuracy (select: metric); footprint (memory) is not measured, got 'footprint'"
+    )
+    with pytest.raises(ConfigError, match="objective: modelsize: given together with 'select'"):
+        SearchConfig.from_dict({**raw, "objective": "modelsize", "select": "size"})
 
 
 def test_quark_python_dict_with_onnxruntime_enums(folder, caplog):

@@ -30,6 +30,7 @@ from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_st
 from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._inc import translate_inc
 from raysearch.config._metric import check_evaluator, parse_metric_settings
+from raysearch.config._objectives import parse_objectives
 from raysearch.config._paths import input_path, model_path, output_dir
 from raysearch.config._quark import translate_quark
 from raysearch.config._sections import (
@@ -108,6 +109,10 @@ class SearchConfig:
     #: (four MiniLM candidates: 202 MB).
     keep_candidates: int | None = 3
     measure_latency: bool = True
+    #: The Pareto front's objectives (``pareto.parquet`` when several) and what picks
+    #: ``best/`` among the candidates (:mod:`raysearch.config._objectives`).
+    objectives: tuple[str, ...] = ("metric",)
+    select: str = "metric"
     #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
     #: the folder (Quark's ``load_study_if_exists``).
     resume_if_exists: bool = False
@@ -261,6 +266,8 @@ _TOP_LEVEL_KEYS = {
     "measure_latency",
     "plugins",
     "resume_if_exists",
+    "objectives",
+    "select",
 }
 
 
@@ -358,6 +365,7 @@ def _parse_run_options(
     for flag in ("measure_latency", "resume_if_exists"):
         if flag in data and not isinstance(data[flag], bool):
             errors.add(ConfigError(flag, f"expected true or false, got {data[flag]!r}"))
+    objectives, select = _checked(errors, parse_objectives, data) or (("metric",), "metric")
     return {
         "address": address or None,
         "output_dir": out_path,
@@ -368,6 +376,8 @@ def _parse_run_options(
         "keep_candidates": _checked(errors, _keep_candidates, data.get("keep_candidates", 3)),
         "measure_latency": data.get("measure_latency", True),
         "resume_if_exists": data.get("resume_if_exists", False),
+        "objectives": objectives,
+        "select": select,
     }
 
 

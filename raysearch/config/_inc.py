@@ -3,8 +3,9 @@
 ``TuningCriterion`` (``strategy``, ``timeout``, ``max_trials``) and ``AccuracyCriterion``
 (``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys. A
 strategy name is raysearch's by the strategy registry's aliases (``hawq_v2`` refused there);
-``objective`` is refused (raysearch selects by the metric, not by several objectives), and so
-are Neural Compressor's other settings, by name.
+``objective`` (top level or in ``tuning_criterion``) is ``select`` (``performance``: the
+fastest candidate, ``modelsize``: the smallest, ``accuracy``: the metric's ranking;
+``footprint`` refused); Neural Compressor's other settings are refused by name.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -24,12 +25,13 @@ from raysearch.config._dialects import Translation
 from raysearch.errors import ConfigError
 from raysearch.strategies import canonical_strategy
 
-__all__ = ["translate_inc", "REFUSED"]
+__all__ = ["translate_inc", "REFUSED", "OBJECTIVE_SELECT"]
 
+#: Neural Compressor's ``objective`` as raysearch's ``select``.
+OBJECTIVE_SELECT = {"performance": "latency", "modelsize": "size", "accuracy": "metric"}
 _OBJECTIVE = (
-    "multi-objective selection is not there yet: raysearch ranks candidates by how much they "
-    "quantize (quantized_share), then by the metric; latency is recorded "
-    "(extra/latency_vs_float), not optimised"
+    "expected performance (select: latency), modelsize (select: size) or accuracy "
+    "(select: metric); footprint (memory) is not measured"
 )
 _NO_CRITERION = (
     "0 stops at the first setting that meets the accuracy criterion, and none is given: give "
@@ -38,7 +40,6 @@ _NO_CRITERION = (
 _SPACE = "write it in the search space (search_space)"
 #: Neural Compressor's other settings, refused by name with why.
 REFUSED: dict[str, str] = {
-    "objective": _OBJECTIVE,
     "strategy_kwargs": "raysearch's strategies take no arguments (confidence_batches, "
     "hawq_v2_loss)",
     "approach": f"static or dynamic quantization is quant_mode: {_SPACE}",
@@ -69,6 +70,8 @@ def translate_inc(t: Translation) -> None:
         _strategy(t, t.data.pop("strategy"), "strategy")
     if "quant_level" in t.data:
         _quant_level(t, t.data.pop("quant_level"))
+    if "objective" in t.data:
+        _objective(t, t.data.pop("objective"), "objective")
     for key, why in REFUSED.items():
         if key in t.data:
             t.refuse(key, why)
@@ -81,6 +84,15 @@ def _strategy(t: Translation, value: Any, source: str) -> None:
         t.errors.add(exc)
         return
     t.move(source, "search_algo", value=name, source=source)
+
+
+def _objective(t: Translation, value: Any, source: str) -> None:
+    """``objective``: which candidate ``best/`` holds, raysearch's ``select``."""
+    select = OBJECTIVE_SELECT.get(value) if isinstance(value, str) else None
+    if select is None:
+        t.errors.add(ConfigError(source, f"{_OBJECTIVE}, got {value!r}"))
+        return
+    t.move(source, "select", value=select, source=f"{source}: {value}")
 
 
 def _quant_level(t: Translation, level: Any) -> None:
@@ -136,6 +148,8 @@ def _tuning_criterion(t: Translation, criterion: Any) -> None:
             t.move(key, "stop.find_n_candidates", value=1, source=f"{at}: 0")
         elif key == "timeout":
             t.move(key, "stop.time_limit", value=value, source=at)
+        elif key == "objective":
+            _objective(t, value, at)
         elif key == "strategy_kwargs" and value is None:
             t.notes.append(f"{at}: None: nothing set")
         elif key in REFUSED:

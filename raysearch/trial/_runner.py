@@ -340,6 +340,10 @@ class TrialRunner:
         ratio = self._latency_vs_float(latency) if latency is not None else None
         if ratio is not None:
             extra["latency_vs_float"] = ratio
+        data = self.evaluation or self.calibration
+        if latency is not None and data is not None:
+            # The samples in the batch(es) latency_ms times (the first feed's).
+            extra["latency_batch_size"] = float(min(len(data), data.samples_per_batch))
         return extra
 
     def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:
@@ -405,7 +409,8 @@ class TrialRunner:
         return latency / base if base else None
 
     def latency(self, model_path: str | os.PathLike) -> float | None:
-        """The median latency of one evaluation batch on the model at ``model_path``."""
+        """The median latency of one evaluation batch on the model at ``model_path``: one
+        warm-up run, then the median of five, on the trial's device and threads."""
         data = self.evaluation or self.calibration
         session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
