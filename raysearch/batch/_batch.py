@@ -179,7 +179,9 @@ def _model_entry(
     try:
         entry.config = SearchConfig.from_dict(raw, base_dir=base)
     except InputError as exc:
-        entry.error = f"{where}: {exc}"
+        # A config with several mistakes reports each on its own line: the batch summary
+        # keeps one line per model.
+        entry.error = f"{where}: " + "; ".join(str(exc).splitlines())
     return entry
 
 
