@@ -30,6 +30,7 @@ __all__ = [
     "KEPT",
     "SUMMARY",
     "RESULTS",
+    "PARETO",
     "REPORT",
     "BEST",
     "BEST_MODEL",
@@ -69,6 +70,8 @@ TRIALS_TMP = "trials_tmp"
 # -- the outputs (README.md, "Outputs") -----------------------------------------------------------
 SUMMARY = "summary.json"
 RESULTS = "results.parquet"
+#: The candidates on the Pareto front of the config's ``objectives`` (when several).
+PARETO = "pareto.parquet"
 #: The search on one page (summary, charts, every trial), self-contained.
 REPORT = "report.html"
 BEST = "best"
@@ -78,8 +81,8 @@ PLOTS = "plots"
 METRIC_PLOT = "metric_per_trial.png"
 IMPORTANCE_PLOT = "param_importance.png"
 TENSORBOARD = "tensorboard"
-#: The best candidates' models (``keep_candidates`` of them), and the best trial's when it is
-#: not one of them.
+#: The best candidates' models (``keep_candidates`` of them, and those on the Pareto front
+#: with several ``objectives``), and the best trial's when it is not one of them.
 CANDIDATES = "candidates"
 KEPT = "kept"
 
@@ -97,6 +100,7 @@ OWNED = (
     KEPT,
     SUMMARY,
     RESULTS,
+    PARETO,
     REPORT,
     BEST,
     PLOTS,
@@ -116,7 +120,7 @@ RESULT_FILES: dict[str, tuple[str, ...]] = {
 #: Files written to a temporary name beside them and moved into place, by folder ("" is
 #: ``output_dir``) and stem: a writer killed mid-write leaves ``.<stem>.*tmp*`` behind.
 ATOMIC_FILES: dict[str, tuple[str, ...]] = {
-    "": (SUMMARY, RESULTS, REPORT, TENSORBOARD, STATE, MARKER, CONFIG_FILE),
+    "": (SUMMARY, RESULTS, PARETO, REPORT, TENSORBOARD, STATE, MARKER, CONFIG_FILE),
     BEST: (BEST_MODEL, BEST_CONFIG),
     PLOTS: (METRIC_PLOT.rsplit(".", 1)[0], IMPORTANCE_PLOT.rsplit(".", 1)[0]),
 }

@@ -23,6 +23,7 @@ from raysearch.cpu import cpu_info
 from raysearch.fileio import atomic_write_text
 from raysearch.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
 from raysearch.outputs._best import write_best
+from raysearch.outputs._pareto import write_pareto
 from raysearch.outputs._plots import write_plots
 from raysearch.outputs._report import PLOTLY_SRC_ENV, write_report
 from raysearch.outputs._table import results_table, write_parquet
@@ -243,7 +244,7 @@ def write_outputs(
     _sweep_leftovers(out)
     higher = config.metric_higher_is_better
     rows = order(records)
-    best = best_record(rows, higher)
+    best = best_record(rows, higher, config.select)
     best_path = None if best is None else write_best(out, best, config)
     summary = _summary(
         rows,
@@ -259,6 +260,7 @@ def write_outputs(
     summary.update(_unquantized_note(rows, best, config, float_metric, evaluator))
     if summary["n_candidates"] == 0 and "best_quantized_missed_by" not in summary:
         summary["best_missed_by"] = _missed_by(best, config, float_metric, evaluator)
+    summary.update(write_pareto(out, rows, config))
     summary.update(extra or {})
     write_parquet(results_table(rows), out / RESULTS)
     try:
@@ -277,7 +279,7 @@ def running_summary(records: Sequence[Mapping[str, Any]], config: SearchConfig) 
     its outputs): what its ``records`` say so far, ``stop_reason`` ``running``; the float
     model's figures are not known here (the search writes them at its end)."""
     rows = order(records)
-    best = best_record(rows, config.metric_higher_is_better)
+    best = best_record(rows, config.metric_higher_is_better, config.select)
     elapsed = [float(r["elapsed_s"]) for r in rows if finite(r.get("elapsed_s")) is not None]
     summary = _summary(
         rows,

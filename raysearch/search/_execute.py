@@ -194,6 +194,8 @@ class Execution:
             journal,
             higher_is_better=config.metric_higher_is_better,
             keep_candidates=config.keep_candidates,
+            select=config.select,
+            objectives=config.objectives,
             prior=records,
             clock=lambda: clock.elapsed_s,
             on_record=_OnRecord(stopper),

@@ -6,7 +6,9 @@ the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
 
 1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate
    among the ``keep_candidates`` best candidates so far (ranked as the best trial is,
-   :func:`raysearch.outputs.best_record`), ``kept/<trial_id>.onnx`` for the best trial so far
+   :func:`raysearch.outputs.best_record` with the config's ``select``) or, with several
+   ``objectives``, on their Pareto front so far (:func:`raysearch.ranking.pareto_front`),
+   ``kept/<trial_id>.onnx`` for the best trial so far
    when it is not kept there, otherwise deleted at once; so the disk holds the best
    candidates, one best model and the models of running trials, never one per trial. A model
    with external data (ONNX Runtime writes one for a float model over 2 GB, or one with
@@ -14,7 +16,8 @@ the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
    kept model needs stays in the trial folder, which is deleted at the end;
 2. appends one record to the journal (flush + fsync) — see :mod:`raysearch.search.record.journal`;
 3. deletes the models no longer kept, never the best trial's: the previous best's in
-   ``kept/``, the candidate's this one pushed out of the ``keep_candidates`` best. Their
+   ``kept/``, the candidate's this one pushed out of the ``keep_candidates`` best (and off
+   the front: a candidate off it never comes back, one that dominates it stays). Their
    records' ``model_file`` becomes None (in the outputs; a journal line keeps where its model
    was put, and a resumed search derives the same from the journal's records, which also
    completes a deletion a killed search cut short);
@@ -52,7 +55,7 @@ from raysearch.quantize.techniques.mixed_precision.sensitivity import (
     read_sensitivity_table,
     write_sensitivity_table,
 )
-from raysearch.ranking import best_record, best_records, better, stopped_at_rung
+from raysearch.ranking import best_record, best_records, better, pareto_front, stopped_at_rung
 from raysearch.search._logs import check_tune_disk
 from raysearch.search.record.journal import Journal
 from raysearch.search.runtime._node_loss import ModelLostError, lost_trial_line
@@ -92,6 +95,9 @@ class TrialRecorder(tune.Callback):
         higher_is_better: the metric's direction (which model to keep as the best).
         keep_candidates: how many candidates' models to keep under ``candidates/``, the best
             ones; None: every candidate's.
+        select: what ranks the candidates for ``best/`` (config ``select``).
+        objectives: the Pareto front's objectives (config ``objectives``): with several,
+            the models of the candidates on the front are kept under ``candidates/`` too.
         prior: records of earlier sessions (resume): their ids are not recorded twice and the
             best of them stays the best so far.
         clock: returns the search's elapsed wall time (for ``elapsed_s``).
@@ -105,6 +111,8 @@ class TrialRecorder(tune.Callback):
         *,
         higher_is_better: bool,
         keep_candidates: int | None = None,
+        select: str = "metric",
+        objectives: Sequence[str] = ("metric",),
         prior: Sequence[dict[str, Any]] = (),
         clock: Callable[[], float] | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
@@ -113,6 +121,8 @@ class TrialRecorder(tune.Callback):
         self.journal = journal
         self.higher_is_better = higher_is_better
         self.keep_candidates = keep_candidates
+        self.select = select
+        self.objectives = tuple(objectives)
         self.clock = clock
         self.on_record = on_record
         self.records: list[dict[str, Any]] = list(prior)
@@ -203,8 +213,8 @@ class TrialRecorder(tune.Callback):
         # The outputs' rule (best_record), ties to the trial started first: concurrent trials
         # end in another order than they started, and the model kept must be the best's.
         if self.best is None:
-            return better(record, None, self.higher_is_better)
-        return best_record([self.best, record], self.higher_is_better) is record
+            return better(record, None, self.higher_is_better, self.select)
+        return best_record([self.best, record], self.higher_is_better, self.select) is record
 
     def _place_model(self, trial_id: str, record: dict[str, Any]) -> str | None:
         source = record.get("model_path")
@@ -247,18 +257,27 @@ class TrialRecorder(tune.Callback):
         whose models are kept (itself included)."""
         if self.keep_candidates is None:
             return True
+        if any(r is record for r in self._front([*self.records, record])):
+            return True
         pool = [*self._kept_candidates(), record]
-        top = best_records(pool, self.keep_candidates, self.higher_is_better)
+        top = best_records(pool, self.keep_candidates, self.higher_is_better, self.select)
         return any(r is record for r in top)
+
+    def _front(self, records: Sequence[dict[str, Any]]) -> list[Any]:
+        """The candidates of ``records`` on the Pareto front (none with one objective)."""
+        if len(self.objectives) < 2:
+            return []
+        return pareto_front(records, self.objectives, self.higher_is_better)
 
     def _drop_unkept_models(self) -> None:
         """Delete the models no longer kept: under ``kept/`` all but the best trial's, under
-        ``candidates/`` all but the ``keep_candidates`` best (and never the best trial's:
-        ``best/`` is written from it). Their records say ``model_file`` None."""
+        ``candidates/`` all but the ``keep_candidates`` best and those on the Pareto front
+        (and never the best trial's: ``best/`` is written from it). Their records say
+        ``model_file`` None."""
         top = self._kept_candidates()
         if self.keep_candidates is not None:
-            top = best_records(top, self.keep_candidates, self.higher_is_better)
-        keep = {id(r) for r in [*top, self.best]}
+            top = best_records(top, self.keep_candidates, self.higher_is_better, self.select)
+        keep = {id(r) for r in [*top, *self._front(self.records), self.best]}
         for record in self.records:
             model_file = str(record.get("model_file") or "")
             if id(record) in keep:

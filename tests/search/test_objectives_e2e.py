@@ -1,0 +1,93 @@
+"""Several objectives in a real search: pareto.parquet is the brute-force non-dominated
+filter of results.parquet's candidates, select: size puts the smallest candidate in best/,
+candidates/ holds the front's models, and the journal (what resume reads) gives that front."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow.parquet as pq
+import pytest
+
+from raysearch.ranking import pareto_front
+from raysearch.search import AutoSearch
+from raysearch.search.record.journal import Journal
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
+
+SPACE = {
+    "calibrate_method": ["MinMax", "Percentile"],
+    "per_channel": [True, False],
+    "op_types_to_quantize": [["MatMul", "Gemm"], ["MatMul"]],
+}
+
+
+def _brute_front(rows: list[dict]) -> set[str]:
+    """Candidates no other candidate beats on every objective (L2, latency, size: all
+    lower is better) and strictly on one, written out here independently of raysearch."""
+
+    def values(r: dict) -> list[float]:
+        return [
+            r["metric"],
+            math.inf if r["latency_ms"] is None else r["latency_ms"],
+            r["model_size_bytes"] / 1e6,
+        ]
+
+    candidates = [r for r in rows if r["status"] == "ok" and r["is_candidate"]]
+    front = set()
+    for c in candidates:
+        mine = values(c)
+        if not any(
+            all(o <= m for o, m in zip(values(d), mine))
+            and any(o < m for o, m in zip(values(d), mine))
+            for d in candidates
+        ):
+            front.add(c["trial_id"])
+    return front
+
+
+def test_pareto_front_and_select_size(make_config):
+    config = make_config(
+        search_space=SPACE,
+        tolerance=10.0,  # L2 within 10: every setting is a candidate
+        objectives=["metric", "latency_ms", "model_size_mb"],
+        select="size",
+        keep_candidates=1,
+    )
+    result = AutoSearch(config).run()
+    out, summary = result.output_dir, result.summary
+    results = pq.read_table(out / "results.parquet")
+    pareto = pq.read_table(out / "pareto.parquet")
+    rows = results.to_pylist()
+    assert len(rows) == 8 and all(r["is_candidate"] for r in rows)
+    assert len({r["model_size_bytes"] for r in rows}) > 1  # size tells settings apart
+    assert all(r["latency_ms"] and r["extra/latency_batch_size"] >= 1 for r in rows)
+
+    # pareto.parquet: the rows of results.parquet (its columns) of the brute-force front.
+    front = _brute_front(rows)
+    assert front and pareto.column_names == results.column_names
+    assert pareto.to_pylist() == [r for r in rows if r["trial_id"] in front]
+    assert summary["objectives"] == ["metric", "latency_ms", "model_size_mb"]
+    assert summary["select"] == "size" and set(summary["pareto_trial_ids"]) == front
+    stored = json.loads((out / "summary.json").read_text())
+    assert stored["pareto_trial_ids"] == summary["pareto_trial_ids"]
+
+    # best/: the smallest candidate (ties by the metric), its model the candidate's file.
+    smallest = min(r["model_size_bytes"] for r in rows)
+    expected = min(
+        (r for r in rows if r["model_size_bytes"] == smallest), key=lambda r: r["metric"]
+    )
+    assert summary["best_trial_id"] == expected["trial_id"]
+    assert summary["best_model_size_bytes"] == smallest
+    kept = out / "candidates" / f"{expected['trial_id']}.onnx"
+    assert (out / "best" / "model.onnx").read_bytes() == kept.read_bytes()
+
+    # candidates/: the front's models beside keep_candidates' one (the best by select).
+    stems = {p.stem for p in (out / "candidates").glob("*.onnx")}
+    assert stems == front | {expected["trial_id"]}
+
+    # Resume reads the journal: the same records give the same front.
+    records = Journal(out / "journal.jsonl").load()
+    again = pareto_front(records, ["metric", "latency_ms", "model_size_mb"], False)
+    assert [r["trial_id"] for r in again] == summary["pareto_trial_ids"]
