@@ -648,3 +648,16 @@ def test_objectives_and_select_refusals_are_one_line(files, changes, message):
     with pytest.raises(ConfigError) as info:
         SearchConfig.from_dict(_base(files, **changes))
     assert str(info.value) == message
+
+
+def test_several_objectives_say_in_one_line_that_sampling_uses_the_metric(files, caplog):
+    import logging
+
+    raw = _base(files, objectives=["metric", "model_size_mb"], search_algo="NSGAII")
+    with caplog.at_level(logging.INFO, logger="raysearch.config.dialects"):
+        SearchConfig.from_dict(raw)
+    lines = [r.getMessage() for r in caplog.records if r.name == "raysearch.config.dialects"]
+    assert lines == [
+        "objectives: sampling (search_algo) uses the metric; the Pareto front "
+        "(pareto.parquet) and select use every objective (metric, model_size_mb)"
+    ]

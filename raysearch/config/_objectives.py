@@ -7,6 +7,10 @@ candidates by it). ``select`` picks ``best/`` among the candidates: ``metric`` (
 of :func:`raysearch.ranking.better`, the default), ``latency`` (the fastest) or ``size`` (the
 smallest).
 
+The sampler (``search_algo``) optimises the metric alone: with several objectives one INFO
+line of the config's reading notes (``raysearch.config.dialects``, shown by the command line)
+says that selection and the front use every objective while sampling uses the metric.
+
 Example:
     >>> parse_objectives({"objectives": ["metric", "model_size_mb"], "select": "size"})
     (('metric', 'model_size_mb'), 'size')
@@ -16,13 +20,17 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from raysearch.config._dialects import LOGGER
 from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.ranking import OBJECTIVES, SELECTS
 
 __all__ = ["parse_objectives"]
+
+_logger = logging.getLogger(LOGGER)
 
 
 def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
@@ -31,6 +39,12 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     measured = data.get("measure_latency", True) is not False
     objectives = _objectives(data.get("objectives", ["metric"]), measured)
     select = _select(data.get("select", "metric"), measured)
+    if len(objectives) > 1:
+        _logger.info(
+            "objectives: sampling (search_algo) uses the metric; the Pareto front "
+            "(pareto.parquet) and select use every objective (%s)",
+            ", ".join(objectives),
+        )
     return objectives, select
 
 
