@@ -18,6 +18,7 @@ from raysearch.config._config import (
     predefined_spaces,
     read_yaml,
 )
+from raysearch.config._objects import written_config
 
 __all__ = [
     "ConfigError",
@@ -32,4 +33,5 @@ __all__ = [
     "load_predefined_space",
     "apply_overrides",
     "read_yaml",
+    "written_config",
 ]

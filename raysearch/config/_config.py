@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._inc import translate_inc
 from raysearch.config._metric import check_evaluator, parse_metric_settings
 from raysearch.config._objectives import parse_objectives
+from raysearch.config._objects import is_reader, plain_copy, read_reader
 from raysearch.config._paths import input_path, model_path, output_dir
 from raysearch.config._quark import translate_quark
 from raysearch.config._sections import (
@@ -169,7 +169,7 @@ class SearchConfig:
         if not isinstance(raw, Mapping):
             raise ConfigError("", f"a config must be a mapping of keys, got {type(raw).__name__}")
         errors = ErrorCollector()
-        data = _read_dialects(copy.deepcopy(dict(raw)), errors)
+        data = _read_dialects(plain_copy(dict(raw)), errors)
         base = Path(base_dir) if base_dir else Path.cwd()
         if code_dirs is None:
             code_dirs = [base, Path.cwd()]
@@ -180,6 +180,12 @@ class SearchConfig:
             errors, input_path, data, "calibration_data", True, base, check_paths
         )
         evaluation = _checked(errors, input_path, data, "eval_data", False, base, check_paths)
+        if model is not None:
+            # Readers are read once, here: one reader may serve as both.
+            if is_reader(calibration):
+                calibration = _checked(errors, read_reader, calibration, model, "calibration_data")
+            if is_reader(evaluation):
+                evaluation = _checked(errors, read_reader, evaluation, model, "eval_data")
         spaces, algo, seed = _parse_search(data, dirs, errors)
         metric = _checked(errors, parse_metric_settings, data, dirs)
         stop = _checked(errors, parse_stop, data.get("stop"))

@@ -53,10 +53,18 @@ def input_path(
 
 def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
     """The ``model`` key: a path to an ONNX model file (checked from its header: a data file or
-    anything else named here is refused before anything runs)."""
+    anything else named here is refused before anything runs), or an ``onnx.ModelProto``
+    given from Python, saved once to a file named by its content."""
+    from raysearch.config._objects import is_model_object, model_object_path
+
+    if is_model_object(data.get("model")):
+        return model_object_path(data["model"])
     model = input_path(data, "model", True, base, check_paths)
     if not isinstance(model, Path):
-        raise ConfigError("model", f"expected a path to an .onnx file, got {model!r}")
+        raise ConfigError(
+            "model",
+            f"expected a path to an .onnx file or an onnx.ModelProto, got {type(model).__name__}",
+        )
     if check_paths and model.is_dir():
         raise ConfigError("model", f"expected an .onnx file, got a directory: {model}")
     if check_paths:

@@ -8,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from raysearch.config import written_config
 from raysearch.fileio import atomic_write_text
 from raysearch.layout import BEST, BEST_CONFIG, BEST_MODEL
 from raysearch.modelfile import place_model
@@ -30,7 +30,8 @@ _logger = logging.getLogger("raysearch.outputs")
 
 
 def _best_config(raw: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    config = copy.deepcopy(dict(raw))
+    # A reader or a model object given from Python is named, not written.
+    config, _ = written_config(raw)
     for key in ("search_space", "search_spaces", "stop", "output_dir", "storage_path", "seed"):
         config.pop(key, None)
     config["search_algo"] = "Grid"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from raysearch.config import written_config
 from raysearch.errors import ConfigError, InputError
 from raysearch.layout import (
     CONFIG_FILE,
@@ -258,14 +259,7 @@ def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
         if key in raw and isinstance(value, (str, os.PathLike)):
             raw[key] = str(value)
     raw["output_dir"] = str(config.output_dir)
-    unserializable = []
-    for key, value in list(raw.items()):
-        try:
-            yaml.safe_dump(value)
-        except yaml.YAMLError:
-            unserializable.append(key)
-            raw[key] = f"<python object: {type(value).__name__}>"
-    return raw, unserializable
+    return written_config(raw)
 
 
 def search_id(folder: Path) -> str:

@@ -1,0 +1,139 @@
+"""Python objects a config given from Python may hold where a file would be named, as Quark's
+Python API takes them: an ``onnx.ModelProto`` as ``model`` (Quark's ``model_input``) and
+ONNX Runtime ``CalibrationDataReader`` objects as ``calibration_data``/``eval_data`` (Quark's
+``calib_data_reader``/``eval_data_reader``).
+
+The search reads files and ships arrays to its trials, so a model object is saved once to a
+file named by its content (the same model, the same file: nothing is overwritten), and a
+reader is read once, when the config is read, into one array per model input: a reader can
+be read only once, and the same one often serves as calibration and evaluation data.
+
+Example:
+    >>> plain_copy({"a": [1, {"b": 2}], "reader": object})["a"]
+    [1, {'b': 2}]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raysearch.errors import ConfigError, InputError
+
+__all__ = [
+    "is_model_object",
+    "is_reader",
+    "model_object_path",
+    "plain_copy",
+    "read_reader",
+    "written_config",
+]
+
+#: Where model objects are saved (``$TMPDIR/raysearch-models/<sha256>.onnx``).
+MODEL_FOLDER = "raysearch-models"
+
+
+def plain_copy(value: Any) -> Any:
+    """``value`` with its dicts and lists copied (the config is rewritten in place while it is
+    read), other objects as they are: a reader or a model object is used, never copied (a
+    reader over a generator cannot be)."""
+    if isinstance(value, Mapping):
+        return {k: plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_copy(v) for v in value]
+    return value
+
+
+def is_model_object(value: Any) -> bool:
+    """Whether ``value`` is an ``onnx.ModelProto``."""
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a dependency
+        return False
+    return isinstance(value, onnx.ModelProto)
+
+
+def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Path:
+    """The file holding ``model`` (an ``onnx.ModelProto``): saved once under ``folder``
+    (default ``$TMPDIR/raysearch-models``) with its content's SHA-256 as its name, so the same
+    model reuses its file and another never overwrites it. A model too large for one protobuf
+    (2 GB) cannot be given as an object: save it with external data and name the file."""
+    try:
+        data = model.SerializeToString()
+    except ValueError as exc:  # protobuf refuses messages over 2 GB
+        raise ConfigError(
+            "model",
+            f"the ModelProto cannot be serialized ({exc}); save it with external data "
+            "(onnx.save_model(..., save_as_external_data=True)) and give its path",
+        ) from None
+    digest = hashlib.sha256(data).hexdigest()[:32]
+    target_folder = Path(folder) if folder else Path(tempfile.gettempdir()) / MODEL_FOLDER
+    target = target_folder / f"{digest}.onnx"
+    if target.is_file() and target.stat().st_size == len(data):
+        return target
+    try:
+        target_folder.mkdir(parents=True, exist_ok=True)
+        # Written beside, then renamed: a concurrent search saving the same model never
+        # reads half a file.
+        fd, partial = tempfile.mkstemp(dir=target_folder, suffix=".partial")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(partial, target)
+    except OSError as exc:
+        raise ConfigError(
+            "model", f"cannot save the ModelProto to {target}: {exc.strerror or exc}"
+        ) from None
+    return target
+
+
+def is_reader(value: Any) -> bool:
+    """Whether ``value`` reads like ONNX Runtime's ``CalibrationDataReader`` (``get_next``)."""
+    return callable(getattr(value, "get_next", None))
+
+
+def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
+    """Every feed of ``reader`` as one array per input of ``model``, read once.
+
+    Raises:
+        ConfigError: (at ``key``) the reader raised, yielded nothing (one already read to its
+            end yields nothing again: give a fresh one, or arrays), or its feeds do not fit
+            the model.
+    """
+    from raysearch.data import DataSource
+
+    try:
+        return dict(DataSource.load(reader, model, label=key).arrays)
+    except InputError as exc:
+        # The data error names its source first ("calibration_data (Reader): ..."); the
+        # ConfigError names the key itself.
+        message = str(exc).partition(": ")[2] or str(exc)
+        raise ConfigError(key, f"{type(reader).__name__}: {message}") from None
+    except Exception as exc:  # the user's reader raised
+        raise ConfigError(
+            key, f"{type(reader).__name__}.get_next() raised {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``raw`` as a config file can hold it: each top-level value YAML cannot write (a reader,
+    a model object, a function) replaced by ``"<python object: Type>"``, and those keys.
+
+    Example:
+        >>> written_config({"metric": "cos", "calibration_data": object()})
+        ({'metric': 'cos', 'calibration_data': '<python object: object>'}, ['calibration_data'])
+    """
+    import yaml
+
+    out = plain_copy(dict(raw))
+    objects = []
+    for key, value in list(out.items()):
+        try:
+            yaml.safe_dump(value)
+        except yaml.YAMLError:
+            objects.append(key)
+            out[key] = f"<python object: {type(value).__name__}>"
+    return out, objects
