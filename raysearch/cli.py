@@ -306,9 +306,71 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _fmt(value: Any) -> str:
+    """A value as a person reads it: numbers to 6 digits, lists as ``[a, b]``, mappings as
+    ``{key: value}``, true and false and null as YAML writes them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
     return str(value)
+
+
+def _size(n_bytes: Any) -> str:
+    return f"{n_bytes / 1e6:.3g} MB" if isinstance(n_bytes, (int, float)) else "size unknown"
+
+
+def _float_line(summary: dict[str, Any], metric: str) -> str:
+    """The float model's metric, size and latency, whatever the metric."""
+    from raysearch.metrics import METRICS
+
+    if summary.get("float_metric") is not None:
+        score = f"{metric} = {_fmt(summary['float_metric'])}"
+    elif metric in METRICS:  # a built-in metric compares with the float model's own outputs
+        score = f"{metric} = {_fmt(METRICS[metric].best)} (the reference: its own outputs)"
+    else:
+        score = f"{metric} not known"
+    latency = summary.get("float_latency_ms")
+    timed = f"{_fmt(latency)} ms per batch" if latency is not None else "latency not measured"
+    return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
+
+
+def _against_float(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, label, unit in (
+        ("model_size_bytes", "size", None),
+        ("latency_ms", "latency", "ms per batch"),
+    ):
+        mine, ref = summary.get(f"best_{key}"), summary.get(f"float_{key}")
+        if mine is None:
+            continue
+        said = _size(mine) if unit is None else f"{_fmt(mine)} {unit}"
+        if ref:
+            said += f" ({mine / ref:.1%} of the float model's)"
+        lines.append(f"  {label}: {said}")
+    return lines
+
+
+def _tolerance_words(summary: dict[str, Any], metric: str) -> str | None:
+    """When nothing met the tolerance: which bound, and by how much the best missed it
+    (``best_missed_by``, in the metric's units)."""
+    tolerance = summary.get("tolerance")
+    if summary.get("n_candidates") or tolerance is None or summary.get("tolerance_note"):
+        return None  # a tolerance_note is printed as a note, with its own figures
+    if summary.get("tolerance_mode"):  # a custom metric: the drop against the float score
+        relative = " relative" if summary["tolerance_mode"] == "relative" else ""
+        bound = f"a{relative} drop in {metric} of at most {_fmt(tolerance)}"
+    else:
+        bound = f"{metric} {'>=' if summary.get('higher_is_better') else '<='} {_fmt(tolerance)}"
+    missed = summary.get("best_missed_by")
+    if summary.get("best_metric") is None or missed is None:
+        return f"No setting met the tolerance ({bound})."
+    return f"No setting met the tolerance ({bound}): the best missed it by {missed:.3g}."
 
 
 def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
@@ -326,30 +388,37 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
         print(f"Early stopping: {stopping['n_stopped']} trials stopped at a rung{rows}.")
     # A custom evaluator is named by its function, not its whole import path.
     metric = str(summary.get("metric", "metric")).rsplit(":", 1)[-1]
-    if summary.get("float_metric") is not None:
-        print(f"Float model: {metric} = {_fmt(summary['float_metric'])}")
+    print(_float_line(summary, metric))
     if summary.get("best_metric") is None:
         print("No trial succeeded; see results.parquet and auto_search.log for the errors.")
     else:
         print(f"Best setting: {metric} = {_fmt(summary['best_metric'])}")
         for key, value in (summary.get("best_params") or {}).items():
             print(f"  {key}: {_fmt(value)}")
-        for key, label in (
-            ("best_model_size_bytes", "size"),
-            ("best_latency_ms", "latency per batch (ms)"),
-        ):
-            if summary.get(key) is not None:
-                ref = summary.get(key.replace("best_", "float_"))
-                extra = f" (float: {_fmt(ref)})" if ref is not None else ""
-                print(f"  {label}: {_fmt(summary[key])}{extra}")
+        for line in _against_float(summary):
+            print(line)
         if summary.get("best_model_path"):
             print(f"Best model: {summary['best_model_path']}")
+    missed = _tolerance_words(summary, metric)
+    if missed:
+        print(missed)
     for note in ("tolerance_note", "gpu_note"):
         if summary.get(note):
             print(f"Note: {summary[note]}.")
     from raysearch.layout import USER_OUTPUTS
 
     print(f"Outputs: {output_dir} ({USER_OUTPUTS})")
+
+
+def _param_value(value: Any) -> Any:
+    """A ``params/`` cell of ``results.parquet``: a list or mapping is stored there as JSON
+    text (a column whose values are not all of one scalar type); read back as itself."""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -376,10 +445,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
         ok.sort(key=lambda r: r["metric"], reverse=higher)
         print(f"\nTop {min(args.top, len(ok))} of {len(rows)} trials:")
         for r in ok[: args.top]:
-            params = {k[len("params/") :]: v for k, v in r.items() if k.startswith("params/")}
-            params = {k: v for k, v in params.items() if v is not None}
+            params = {
+                k[len("params/") :]: _param_value(v)
+                for k, v in r.items()
+                if k.startswith("params/") and v is not None
+            }
             mark = "*" if r.get("is_candidate") else " "
-            print(f" {mark} {r['trial_id']}  {_fmt(r['metric'])}  {json.dumps(params)}")
+            print(f" {mark} {r['trial_id']}  {_fmt(r['metric'])}  {_fmt(params)}")
     return EXIT_OK
 
 

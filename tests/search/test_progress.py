@@ -8,6 +8,7 @@ import pickle
 from types import SimpleNamespace
 
 from raysearch.search import ProgressCallback
+from raysearch.search.tune import progress as progress_module
 
 
 class Terminal(io.StringIO):
@@ -52,3 +53,57 @@ def test_without_a_stream_it_logs_and_it_pickles_without_its_stream(caplog):
     assert "trials 1 done" in caplog.text
     copy = pickle.loads(pickle.dumps(ProgressCallback(io.StringIO())))
     assert copy.stream is None
+
+
+def _start(progress: ProgressCallback, trial_id: str) -> None:
+    progress.on_trial_start(iteration=0, trials=[], trial=SimpleNamespace(trial_id=trial_id))
+
+
+def _finish(progress: ProgressCallback, trial_id: str, metric: float) -> None:
+    progress.on_trial_result(
+        iteration=0,
+        trials=[],
+        trial=SimpleNamespace(trial_id=trial_id),
+        result={"metric": metric, "done": True, "trial": {"status": "ok"}},
+    )
+
+
+def test_a_pipe_counts_the_trials_running_in_every_slot(monkeypatch):
+    """Two slots, a line every two trials: each finish frees a slot a moment before Tune
+    fills it again, and the line waits for that (it read "1 running" while two ran)."""
+    out = io.StringIO()
+    progress = ProgressCallback(out, metric="top1", higher_is_better=True, every=2)
+    _start(progress, "a")
+    _start(progress, "b")
+    monkeypatch.setattr(progress_module, "SETTLE_S", 0.0)
+    progress.on_step_end(iteration=0, trials=[])  # the wave started: the first line
+    monkeypatch.setattr(progress_module, "SETTLE_S", 60.0)
+    _finish(progress, "a", 0.9)
+    _start(progress, "c")
+    _finish(progress, "b", 0.95)
+    assert out.getvalue().count("\n") == 1  # due, but slot b is not taken again yet
+    _start(progress, "d")
+    _finish(progress, "c", 0.97)
+    _start(progress, "e")
+    _finish(progress, "d", 0.91)
+    progress.on_step_end(iteration=0, trials=[])
+    _start(progress, "f")
+    lines = out.getvalue().splitlines()
+    assert [line.split(" | ")[0] for line in lines] == [
+        "trials 0 done, 2 running, 0 failed",
+        "trials 2 done, 2 running, 0 failed",
+        "trials 4 done, 2 running, 0 failed",
+    ]
+
+
+def test_a_line_that_no_trial_refills_is_written_once_the_count_settles(monkeypatch):
+    out = io.StringIO()
+    progress = ProgressCallback(out, metric="top1", higher_is_better=True, every=1)
+    _start(progress, "a")
+    _start(progress, "b")
+    monkeypatch.setattr(progress_module, "SETTLE_S", 60.0)
+    _finish(progress, "a", 0.9)  # the strategy waits for b's result: nothing starts
+    assert out.getvalue() == ""
+    monkeypatch.setattr(progress_module, "SETTLE_S", 0.0)
+    progress.on_step_end(iteration=0, trials=[])
+    assert out.getvalue().startswith("trials 1 done, 1 running, 0 failed")

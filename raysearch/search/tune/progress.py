@@ -4,6 +4,11 @@ On a terminal the line is redrawn in place (``\\r``) at most a few times a secon
 or pipe a line is written every ``every`` finished trials (and at the end). Without a stream
 the same lines go to the ``raysearch`` logger at INFO.
 
+The running count is the trials Tune has started and not yet finished. A trial's end frees its
+slot a moment before Tune starts the next trial there, so a line that a finished trial makes
+due waits until the slot is taken again (or :data:`SETTLE_S` passed, when no trial follows):
+written at the finish itself, it would always read one trial short of what runs.
+
 Example:
     >>> import io
     >>> out = io.StringIO()
@@ -27,6 +32,9 @@ from raysearch.ranking import stopped_at_rung
 __all__ = ["ProgressCallback"]
 
 _logger = logging.getLogger("raysearch.progress")
+
+#: Seconds a due line on a file or pipe waits for Tune to start trials in the slots just freed.
+SETTLE_S = 0.5
 
 
 class ProgressCallback(tune.Callback):
@@ -73,6 +81,11 @@ class ProgressCallback(tune.Callback):
         self._last_count = -1
         self._tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
         self._drawn = False
+        self._done_before = done_before
+        #: When the running trials last changed, and the running count that refills the slots
+        #: the trials finished since the last line freed (a line on a file or pipe waits).
+        self._changed_at = self._start
+        self._refill = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -80,8 +93,13 @@ class ProgressCallback(tune.Callback):
         return state
 
     # -- what happened ---------------------------------------------------------------------
-    def trial_finished(self, status: str, metric: float | None, is_candidate: bool) -> None:
-        """Count one finished trial and redraw."""
+    def trial_finished(
+        self, status: str, metric: float | None, is_candidate: bool, *, freed_slot: bool = False
+    ) -> None:
+        """Count one finished trial and redraw; ``freed_slot``: it was running (a line it
+        makes due on a file or pipe waits for Tune to start the next trial in its slot)."""
+        if freed_slot:
+            self._refill = max(self._refill, len(self.running) + 1)
         self.done += 1
         if status != "ok":
             self.failed += 1
@@ -118,15 +136,28 @@ class ProgressCallback(tune.Callback):
             self.stream.flush()
             self._drawn = True
         else:
-            if not force and (self.done == self._last_count or self.done % self.every):
+            if not force and not self._line_ready(now):
                 return
             self._last_count = self.done
+            self._refill = 0
             if self.stream is not None:
                 self.stream.write(self.line() + "\n")
                 self.stream.flush()
             else:
                 _logger.info("%s", self.line())
         self._last_draw = now
+
+    def _line_ready(self, now: float) -> bool:
+        """Whether a line on a file or pipe is due now: the first one once trials run, then
+        one every ``every`` finished trials; either once the slots that finished trials freed
+        run again, or once the running count held for :data:`SETTLE_S` (Tune starts nothing
+        there: the search is ending, or its strategy waits for these results)."""
+        if self._last_count < 0 and self.done == self._done_before:
+            return bool(self.running) and now - self._changed_at >= SETTLE_S
+        last = max(self._last_count, self._done_before)
+        if self.done // self.every <= last // self.every:
+            return False
+        return len(self.running) >= self._refill or now - self._changed_at >= SETTLE_S
 
     def close(self) -> None:
         """Print the final line (and end the terminal line)."""
@@ -140,6 +171,7 @@ class ProgressCallback(tune.Callback):
     # -- Tune Callback interface -----------------------------------------------------------
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.add(trial.trial_id)
+        self._changed_at = time.monotonic()
         self.draw()
 
     def on_trial_result(
@@ -147,7 +179,7 @@ class ProgressCallback(tune.Callback):
     ) -> None:
         if result.get("done", True) is False:
             return  # a rung before the last: the trial goes on
-        self.running.discard(trial.trial_id)
+        freed = self._stopped(trial)
         record = result.get("trial") or {}
         if result.get("replayed"):
             return  # counted in an earlier session
@@ -157,18 +189,26 @@ class ProgressCallback(tune.Callback):
             record.get("status", "failed"),
             result.get("metric") if complete else None,
             bool(record.get("is_candidate")),
+            freed_slot=freed,
         )
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.running.discard(trial.trial_id)
-        self.trial_finished("failed", None, False)
+        freed = self._stopped(trial)
+        self.trial_finished("failed", None, False, freed_slot=freed)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.running.discard(trial.trial_id)
+        self._stopped(trial)
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        if self._tty:
-            self.draw()
+        self.draw()  # a terminal's clock, or a line that waited for the slots to refill
+
+    def _stopped(self, trial: Any) -> bool:
+        """Take ``trial`` off the running ones; whether it was running."""
+        running = trial.trial_id in self.running
+        if running:
+            self.running.discard(trial.trial_id)
+            self._changed_at = time.monotonic()
+        return running
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.close()
