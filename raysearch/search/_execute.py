@@ -26,6 +26,7 @@ from raysearch.quantize.registry import backend_reject
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._result import SearchResult, build_result
+from raysearch.search.preflight import STDERR_LOGGER
 from raysearch.search.record._disk import disk_full_error
 from raysearch.search.record.journal import Journal, SessionClock
 from raysearch.search.record.output_dir import search_id, storage_path, write_marker
@@ -82,6 +83,9 @@ class Execution:
         self.output_dir = output_dir
         #: What Tune's proxies, the searcher and the scheduler find the live session by.
         self.session_key = search_id(output_dir)
+        #: On resume, restore Ray Tune's saved experiment (False: a new one continues the
+        #: journal, for a search going on with other stop conditions).
+        self.restore_tune = True
 
     def _searcher(
         self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
@@ -170,6 +174,8 @@ class Execution:
         clock = SessionClock(folder / STATE, started_at=started_at)
         clock.at_least(max((float(r.get("elapsed_s") or 0.0) for r in records), default=0))
         # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
+        for line in prepared.stderr_lines:  # ONNX Runtime's warnings: the log, not the terminal
+            logging.getLogger(STDERR_LOGGER).info("%s", line)
         spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
         spec.driver_node = current_node_id()
         if not only_driver_node():
@@ -277,6 +283,7 @@ class Execution:
                 resume=resume,
                 records=records,
                 scheduler=scheduler,
+                restore=self.restore_tune,
             )
         if not restored:
             run.session.searcher = run.searcher  # a restored one registers itself when it runs

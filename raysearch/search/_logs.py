@@ -60,6 +60,29 @@ class _TuneDiskFull(logging.Filter):
 
 _TUNE_DISK = _TuneDiskFull()
 
+#: Ray Tune's loggers of its notes that a step of its own loop took long ("The
+#: `process_trial_result` operation took 0.750 s, which may be a performance bottleneck";
+#: its experiment state's save), each note with this word: for whoever tunes Tune, so
+#: ``auto_search.log`` keeps them and the terminal does not show them.
+_TUNE_SLOW = ("ray.tune.utils.util", "ray.tune.execution.tune_controller", _TUNE_STATE_LOGGER)
+_SLOW_WORD = "bottleneck"
+
+
+class _ToLogOnly(logging.Filter):
+    """Hands a record whose message holds ``words`` to ``auto_search.log``'s handler alone:
+    the logger's other handlers, and Ray's on the ``ray`` logger, never see it."""
+
+    def __init__(self, handler: logging.Handler, words: str) -> None:
+        super().__init__()
+        self.handler, self.words = handler, words
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.words not in record.getMessage():
+            return True
+        if record.levelno >= self.handler.level:
+            self.handler.handle(record)
+        return False
+
 
 def check_tune_disk() -> None:
     """Raise :class:`DiskFullError` when Ray Tune's last state save (within
@@ -71,7 +94,9 @@ def check_tune_disk() -> None:
 class LogSetup:
     """``auto_search.log`` gets every ``raysearch`` record from INFO on (DEBUG when the
     ``raysearch`` logger is set to it), while the console keeps the verbosity its owner chose:
-    a root handler without a level of its own gets the root logger's level for the search."""
+    a root handler without a level of its own gets the root logger's level for the search.
+    Ray Tune's records go there too, and its notes on slow steps of its own loop go there
+    only."""
 
     def __init__(self, folder: Path) -> None:
         self.handler = _LogFile(folder / LOG_FILE, encoding="utf-8")
@@ -93,8 +118,13 @@ class LogSetup:
             self.logger.setLevel(logging.INFO)
         self.logger.addHandler(self.handler)
         logging.getLogger("ray.tune").addHandler(self.handler)
+        self.slow = {name: _ToLogOnly(self.handler, _SLOW_WORD) for name in _TUNE_SLOW}
+        for name, routed in self.slow.items():
+            logging.getLogger(name).addFilter(routed)
 
     def close(self) -> None:
+        for name, routed in self.slow.items():
+            logging.getLogger(name).removeFilter(routed)
         self.logger.removeHandler(self.handler)
         logging.getLogger("ray.tune").removeHandler(self.handler)
         self.logger.setLevel(self.level)

@@ -21,11 +21,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +45,21 @@ if TYPE_CHECKING:
     from raysearch.evaluate import Evaluator, FloatReference
     from raysearch.space import SearchSpace
 
-__all__ = ["Prepared", "preflight", "start_preflight", "check_model", "float_batch_latency"]
+__all__ = [
+    "Prepared",
+    "preflight",
+    "start_preflight",
+    "check_model",
+    "float_batch_latency",
+    "stderr_lines",
+    "STDERR_LOGGER",
+]
 
 _logger = logging.getLogger(__name__)
+
+#: The logger (at INFO: ``auto_search.log``, not the terminal) of what code run on the driver
+#: for the search wrote to standard error (:attr:`Prepared.stderr_lines`).
+STDERR_LOGGER = "raysearch.stderr"
 
 
 @dataclass
@@ -59,6 +74,10 @@ class Prepared:
     info: dict[str, Any] = field(default_factory=dict)
     #: Node and tensor names and op types of the float model, for the search strategy.
     model: ModelFacts = field(default_factory=ModelFacts)
+    #: What the float model's run by a custom evaluator wrote to the process's standard
+    #: error (ONNX Runtime's warnings, one line per unused initializer and session): logged
+    #: to ``auto_search.log`` by the search (:data:`STDERR_LOGGER`), kept off the terminal.
+    stderr_lines: list[str] = field(default_factory=list)
 
 
 def _first_line(exc: BaseException, limit: int = 200) -> str:
@@ -250,7 +269,9 @@ def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = Non
         prepared.reference = reference
         prepared.info["float_latency_ms"] = reference.latency_ms
     else:
-        prepared.float_score = evaluator.score_float(model)
+        with stderr_lines() as lines:
+            prepared.float_score = evaluator.score_float(model)
+        prepared.stderr_lines = lines
         prepared.info["float_metric"] = prepared.float_score
         # The evaluator's run is not timed (its own code): one batch, as a trial times one.
         trial_threads = max(1, int(config.resources.cpu_per_trial))
@@ -279,6 +300,39 @@ def float_batch_latency(
     except Exception as exc:  # noqa: BLE001 - never fail a search for the float latency
         _logger.debug("the float model's latency could not be measured: %s", exc)
         return None
+
+
+@contextlib.contextmanager
+def stderr_lines() -> Iterator[list[str]]:
+    """Collect what is written to this process's standard error (file descriptor 2: ONNX
+    Runtime's C++ logger writes there, below Python) within the block, as the lines of the
+    list it yields, instead of the terminal. When the block raises, the lines are written to
+    standard error after all: they may say why.
+
+    Example:
+        >>> with stderr_lines() as lines:
+        ...     _ = os.write(2, b"W onnxruntime: Removing initializer 'x'\\n")
+        >>> lines
+        ["W onnxruntime: Removing initializer 'x'"]
+    """
+    lines: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        failed = True
+        try:
+            yield lines
+            failed = False
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            lines.extend(line for line in text.splitlines() if line.strip())
+            if failed and text:
+                sys.stderr.write(text)
 
 
 def start_preflight(config: SearchConfig) -> Future[Prepared] | None:

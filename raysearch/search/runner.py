@@ -7,8 +7,11 @@ How a search runs:
    model's score (custom evaluators) once, on the driver; Ray starts (or is joined) and must
    have a node that can hold one trial. Nothing is written before all of that passed.
 2. The output folder is claimed: a folder holding an earlier search is refused unless
-   ``overwrite`` (then only what raysearch created there is removed), and files of the names
-   raysearch writes that it did not create are never overwritten. A marker goes to
+   ``overwrite`` (then only what raysearch created there is removed) or the config says
+   ``resume_if_exists`` (Quark's ``load_study_if_exists``) and the folder holds an earlier
+   run of the same search (then ``run`` continues it, as :meth:`AutoSearch.resume` with the
+   config given), and files of the names raysearch writes that it did not create are never
+   overwritten. A marker goes to
    ``.raysearch.json``, the config (paths made absolute) to ``raysearch_config.yaml``, the log
    to ``auto_search.log``.
 3. Tune runs :class:`~raysearch.search.tune.trainable.QuantTrainable` actors, reused between
@@ -30,6 +33,9 @@ A trial Tune runs again whose id is journaled returns its recorded result withou
 a trial journaled after Tune's last save is counted by the searcher (never run again) and by
 the stop conditions; the elapsed time of earlier sessions counts against ``time_limit``.
 A saved Tune state that a kill cut short is not restored: the journal carries the search on.
+Resumed with a config whose stop conditions differ (a raised ``iteration_limit``), a search
+goes on with them, a finished one too: the config is saved as the search's, and a new Tune
+experiment continues the journal (the saved searcher holds the old limits).
 
 Where each part lives: the files a search owns, :mod:`raysearch.layout`; claiming and
 cleaning the output folder, ``_output_dir``; log routing, ``_logs``; Ray's start and capacity,
@@ -63,8 +69,11 @@ from raysearch.search.record.output_dir import (
     check_not_in_use,
     check_output_dir,
     clean_output_dir,
+    continued_folder,
     hold_output_dir,
     refuse_links,
+    rewrite_config,
+    stop_changed,
     storage_path,
     write_config,
 )
@@ -81,6 +90,7 @@ __all__ = [
     "run_search",
     "resume_search",
     "search_running_in",
+    "progress_stream",
     "EngineSpec",
     "start_ray",
     "check_resources",
@@ -120,7 +130,7 @@ class AutoSearch:
         self,
         *,
         overwrite: bool = False,
-        progress: TextIO | None = None,
+        progress: TextIO | bool | None = True,
         preflight: Future[Prepared] | None = None,
     ) -> SearchResult:
         """Run the search to its end and write its outputs.
@@ -128,23 +138,31 @@ class AutoSearch:
         Args:
             overwrite: replace a previous search in ``output_dir`` (only files raysearch
                 created there are removed).
-            progress: a stream for the live progress line (the CLI passes ``sys.stderr``);
-                None logs progress instead.
+            progress: where the live progress line goes: True (the default) standard
+                error, or a stream; False or None only ``auto_search.log`` (the
+                ``raysearch.progress`` logger, at INFO).
             preflight: the :func:`~raysearch.search.preflight.start_preflight` of this
                 search's config, already under way (the CLI starts it before it imports Ray
                 Tune); None runs the preflight here, beside Ray's start.
 
         Nothing is written before the model, the data and the evaluator passed
         :func:`~raysearch.search.preflight.preflight` and the Ray cluster proved able to hold
-        a trial: a search with bad input leaves ``output_dir`` as it was (or absent).
+        a trial: a search with bad input leaves ``output_dir`` as it was (or absent). With
+        ``resume_if_exists`` (and not ``overwrite``), an earlier run of the same search in
+        ``output_dir`` is continued (:meth:`resume` with this config) instead of refused.
 
         Raises:
-            ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False, or
-                files of the names raysearch writes that raysearch did not create.
+            ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False
+                (with ``resume_if_exists``: another search), or files of the names raysearch
+                writes that raysearch did not create.
             InputError: the model, the data, the evaluator or the resources are unusable.
         """
         started = time.monotonic()
         folder = self.output_dir
+        earlier = None if overwrite else continued_folder(self.config)
+        if earlier is not None:
+            _logger.info("continuing the search in %s (resume_if_exists)", earlier)
+            return self.resume(earlier, config=self.config, progress=progress)
         previous = check_output_dir(folder, overwrite=overwrite)
         prepared = _preflight_beside_ray(self.config, pending=preflight)
         check_resources(self.config)
@@ -153,7 +171,10 @@ class AutoSearch:
                 clean_output_dir(folder, storage_owned=self.config.storage_path is None)
             write_config(folder, self.config, storage_path(self.config, folder))
             return Execution(self.config, folder).execute(
-                resume=False, progress=progress, prepared=prepared, started_at=started
+                resume=False,
+                progress=progress_stream(progress),
+                prepared=prepared,
+                started_at=started,
             )
 
     @classmethod
@@ -162,13 +183,16 @@ class AutoSearch:
         output_dir: str | os.PathLike,
         *,
         config: SearchConfig | Mapping[str, Any] | None = None,
-        progress: TextIO | None = None,
+        progress: TextIO | bool | None = True,
         address: str | None = None,
     ) -> SearchResult:
         """Continue the interrupted search in ``output_dir``; finished trials are neither lost
         nor run again. ``config`` is needed only when the search was started from Python
-        objects that a YAML file cannot hold (arrays, a data reader, a callable metric);
-        ``address`` joins another Ray cluster than the one the search was started on.
+        objects that a YAML file cannot hold (arrays, a data reader, a callable metric), or
+        to go on with other stop conditions (a raised ``iteration_limit``: a finished search
+        goes on too);
+        ``address`` joins another Ray cluster than the one the search was started on;
+        ``progress`` is :meth:`run`'s.
 
         Raises:
             InputError: ``output_dir`` holds no raysearch search.
@@ -183,7 +207,8 @@ class AutoSearch:
         search = cls._resumed(folder, state, config)
         if address:
             search.config.address = address
-        if state.get("status") == "finished" and (folder / SUMMARY).is_file():
+        changed = config is not None and stop_changed(folder, search.config)
+        if state.get("status") == "finished" and (folder / SUMMARY).is_file() and not changed:
             _logger.info("%s: the search had finished; nothing to resume", folder)
             summary = json.loads((folder / SUMMARY).read_text())
             records = Journal(folder / JOURNAL).load()
@@ -191,8 +216,13 @@ class AutoSearch:
         with hold_output_dir(folder):
             # Checked again (the files may have changed), the float reference from the cache.
             prepared = _preflight_beside_ray(search.config, cache_dir=str(folder / CACHE_DIR))
-            return Execution(search.config, search.output_dir).execute(
-                resume=True, progress=progress, prepared=prepared
+            if changed:
+                _logger.info("%s: the search goes on with the stop conditions given", folder)
+                rewrite_config(folder, search.config)
+            execution = Execution(search.config, search.output_dir)
+            execution.restore_tune = not changed and state.get("tune_restore", True)
+            return execution.execute(
+                resume=True, progress=progress_stream(progress), prepared=prepared
             )
 
     # -- internals -------------------------------------------------------------------------
@@ -225,6 +255,26 @@ class AutoSearch:
         # The evaluator beside the original config is found there again (not in this folder).
         code_dirs = state.get("code_dirs")
         return cls(SearchConfig.from_dict(raw, base_dir=folder, code_dirs=code_dirs))
+
+
+def progress_stream(progress: TextIO | bool | None) -> TextIO | None:
+    """Where :meth:`AutoSearch.run`'s ``progress`` sends the live line: standard error for
+    True (as it is when the search starts, so a redirected ``sys.stderr`` gets it), the
+    stream itself, or None (the log only) for False and None.
+
+    Example:
+        >>> import io, sys
+        >>> progress_stream(True) is sys.stderr, progress_stream(False)
+        (True, None)
+        >>> stream = io.StringIO()
+        >>> progress_stream(stream) is stream
+        True
+    """
+    if progress is True:
+        return sys.stderr
+    if progress is False or progress is None:
+        return None
+    return progress
 
 
 def search_running_in(folder: str | os.PathLike) -> bool:
@@ -270,7 +320,7 @@ def run_search(
     config: SearchConfig | Mapping[str, Any] | str | os.PathLike,
     *,
     overwrite: bool = False,
-    progress: TextIO | None = None,
+    progress: TextIO | bool | None = True,
 ) -> SearchResult:
     """``AutoSearch(config).run(...)``."""
     return AutoSearch(config).run(overwrite=overwrite, progress=progress)
@@ -280,7 +330,7 @@ def resume_search(
     output_dir: str | os.PathLike,
     *,
     config: SearchConfig | Mapping[str, Any] | None = None,
-    progress: TextIO | None = None,
+    progress: TextIO | bool | None = True,
     address: str | None = None,
 ) -> SearchResult:
     """``AutoSearch.resume(output_dir, ...)``."""

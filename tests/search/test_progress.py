@@ -107,3 +107,38 @@ def test_a_line_that_no_trial_refills_is_written_once_the_count_settles(monkeypa
     monkeypatch.setattr(progress_module, "SETTLE_S", 0.0)
     progress.on_step_end(iteration=0, trials=[])
     assert out.getvalue().startswith("trials 1 done, 1 running, 0 failed")
+
+
+def test_autosearch_run_shows_progress_unless_asked_not_to(tmp_path, monkeypatch, capsys):
+    """From Python a search draws its progress line on standard error by default (a 100-second
+    search was silent); ``progress=False`` keeps it to ``auto_search.log``."""
+    from raysearch.config import SearchConfig
+    from raysearch.search import runner
+
+    given = []
+
+    class Execution:
+        def __init__(self, config, folder) -> None:
+            pass
+
+        def execute(self, *, resume, progress, prepared, started_at=None):
+            given.append(progress)
+            if progress is not None:
+                progress.write("trials 0 done\n")
+
+    monkeypatch.setattr(runner, "Execution", Execution)
+    monkeypatch.setattr(runner, "_preflight_beside_ray", lambda config, **kw: None)
+    monkeypatch.setattr(runner, "check_resources", lambda config: None)
+    config = SearchConfig.from_dict(
+        {
+            "model": "m.onnx",
+            "calibration_data": "c.npz",
+            "search_space": {"calibrate_method": ["MinMax"]},
+            "output_dir": str(tmp_path / "out"),
+        },
+        check_paths=False,
+    )
+    runner.AutoSearch(config).run(overwrite=True)
+    assert "trials 0 done" in capsys.readouterr().err
+    runner.AutoSearch(config).run(overwrite=True, progress=False)
+    assert given[-1] is None and capsys.readouterr().err == ""
