@@ -6,6 +6,9 @@ working directory (the *search folders*), as a script finds the modules beside i
 module named comes from there: no folder is put on ``sys.path``, so nothing else in it can
 shadow an installed module, in the driver or in the workers.
 
+A function given as the evaluator from Python is named by :func:`qualified_name`
+(``module:qualname``) wherever the search writes its name.
+
 Other machines of a Ray cluster have neither folder, so :func:`local_modules` names the file
 (``evaluators.py``) or package folder of each module that lies directly in a search folder,
 and the search ships them to every Ray worker as its job's ``runtime_env`` ``py_modules``
@@ -17,6 +20,8 @@ Example:
     'json'
     >>> local_modules(["json"], ["."])  # installed: nothing to ship
     []
+    >>> qualified_name(import_named("json").dumps)
+    'json:dumps'
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["import_named", "local_modules"]
+__all__ = ["import_named", "local_modules", "qualified_name"]
 
 _logger = logging.getLogger(__name__)
 
@@ -100,3 +105,13 @@ def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]
                     location,
                 )
     return list(found)
+
+
+def qualified_name(func: object) -> str:
+    """``module:qualname`` of a function (``my_eval:top1``, ``__main__:<lambda>``,
+    ``tests.x:test.<locals>.score``): the name a function given from Python goes by in a
+    search's outputs; an object without a ``__qualname__`` (a callable instance) is named by
+    its class."""
+    named = func if hasattr(func, "__qualname__") else type(func)
+    module = getattr(named, "__module__", None) or "?"
+    return f"{module}:{getattr(named, '__qualname__', repr(named))}"

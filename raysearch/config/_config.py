@@ -88,6 +88,8 @@ class SearchConfig:
     eval_data: Any = None
     search_algo: str = "TPE"
     seed: int | None = None
+    #: A built-in metric's name, a custom evaluator's import path, or the ``module:qualname``
+    #: of :attr:`metric_function`.
     metric: str = "L2"
     metric_key: str | None = None
     tolerance: float | None = None
@@ -123,6 +125,9 @@ class SearchConfig:
     #: not find it: the config file's folder, then the working directory
     #: (:mod:`raysearch.usercode`); the search ships those modules to Ray's workers.
     code_dirs: tuple[Path, ...] = ()
+    #: The evaluator given as ``metric`` from Python (Quark's ``search_evaluator``), shipped
+    #: to the trials pickled (None: built-in or named by import path).
+    metric_function: Callable[..., Any] | None = field(default=None, repr=False)
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -139,12 +144,14 @@ class SearchConfig:
         """The custom evaluator function, or None for a built-in metric."""
         if not self.is_custom_metric:
             return None
-        return check_evaluator(self.metric, "metric", self.code_dirs)
+        return check_evaluator(self.metric_function or self.metric, "metric", self.code_dirs)
 
     def code_modules(self) -> list[str]:
-        """The modules this config names: the custom evaluator's and the ``plugins``."""
+        """The modules this config names: the custom evaluator's (not a function given from
+        Python: its code travels pickled) and the ``plugins``."""
         plugins = self.raw.get("plugins") or []
-        evaluator = [self.metric.partition(":")[0]] if self.is_custom_metric else []
+        named = self.is_custom_metric and self.metric_function is None
+        evaluator = [self.metric.partition(":")[0]] if named else []
         return [*evaluator, *(m for m in plugins if isinstance(m, str))]
 
     # -- loading ---------------------------------------------------------------------------
@@ -223,6 +230,7 @@ class SearchConfig:
             **run_options,
             raw=data,
             code_dirs=dirs,
+            metric_function=metric.function,
         )
 
 

@@ -5,7 +5,10 @@ Built-in metric names, aliases, directions and ranges come from :mod:`raysearch.
 one table); names are matched in any case (``COS`` is ``cos``). A tolerance that no trial can
 meet, or that every trial meets, is refused; one that is merely odd is logged. A custom
 evaluator is checked by the evaluate stage's own loader, imported only when a config names
-one, so that loading a config with a built-in metric imports no later stage.
+one, so that loading a config with a built-in metric imports no later stage. From Python the
+metric may be a function (Quark's ``search_evaluator``): it is checked as an evaluator named
+by import path is, and pickled once to prove it can reach the trials; the config names it
+``module:qualname``.
 
 Example:
     >>> parse_metric_settings({"metric": "COSINE", "tolerance": 0.99})
@@ -21,13 +24,14 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from raysearch.config._values import number
 from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.metrics import BUILTIN_METRICS, LISTED, METRICS, canonical_metric
+from raysearch.usercode import qualified_name
 
 __all__ = [
     "MetricSettings",
@@ -55,21 +59,27 @@ _DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
 
 @dataclass(frozen=True)
 class MetricSettings:
-    """The checked metric keys of a config."""
+    """The checked metric keys of a config (``metric``: a built-in name, an import path, or
+    the ``module:qualname`` of ``function``, a function given from Python)."""
 
     metric: str
     metric_key: str | None
     tolerance: float | None
     tolerance_mode: str
     higher_is_better: bool | None
+    function: Callable[..., Any] | None = field(default=None, repr=False)
 
 
 def parse_metric(value: Any) -> str:
-    """The canonical built-in name of ``value``, or ``value`` itself for an import path."""
+    """The canonical built-in name of ``value``, ``value`` itself for an import path, the
+    ``module:qualname`` of a function."""
+    if callable(value) and not isinstance(value, str):
+        return qualified_name(value)
     if not isinstance(value, str) or not value:
         raise ConfigError(
             "metric",
-            f"expected {LISTED} or 'package.module:function', got {value!r}",
+            f"expected {LISTED}, 'package.module:function' or (from Python) a function, "
+            f"got {value!r}",
         )
     builtin = canonical_metric(value)
     if builtin is not None:
@@ -88,8 +98,11 @@ def parse_metric_settings(
 ) -> MetricSettings:
     """Check the metric keys of ``data`` (a whole config) and, for a custom metric, that its
     evaluator imports (from ``search_dirs`` too: :mod:`raysearch.usercode`) and takes
-    ``(model_path, providers)``."""
-    metric = parse_metric(data.get("metric", "L2"))
+    ``(model_path, providers)``; a function given from Python, that it takes them and can be
+    pickled for the trials."""
+    written_metric = data.get("metric", "L2")
+    metric = parse_metric(written_metric)
+    function = written_metric if callable(written_metric) else None
     custom = metric not in BUILTIN_METRICS
     tolerance = number(data, "tolerance", None)
     written = data.get("tolerance_mode", "absolute")
@@ -107,8 +120,8 @@ def parse_metric_settings(
     if metric_key is not None and not isinstance(metric_key, str):
         raise ConfigError("metric_key", f"expected a string, got {metric_key!r}")
     if custom:
-        check_evaluator(metric, "metric", search_dirs)
-    return MetricSettings(metric, metric_key, tolerance, mode, hib)
+        check_evaluator(function or metric, "metric", search_dirs)
+    return MetricSettings(metric, metric_key, tolerance, mode, hib, function)
 
 
 def _range_text(name: str) -> str:
@@ -183,10 +196,13 @@ def _check_builtin(metric: str, data: Mapping[str, Any], hib: bool | None) -> No
         )
 
 
-def check_evaluator(spec: str, path: str, search_dirs: Sequence[str | os.PathLike] = ()) -> Any:
+def check_evaluator(
+    spec: str | Callable[..., Any], path: str, search_dirs: Sequence[str | os.PathLike] = ()
+) -> Any:
     """Import ``package.module:function`` (a module that is not installed is looked up in
-    ``search_dirs``: the config's folder, the working directory) and check it can be called
-    with ``(model_path, providers)``; returns the function.
+    ``search_dirs``: the config's folder, the working directory), or take the function
+    ``spec``, and check it can be called with ``(model_path, providers)`` (a function given,
+    that it can be pickled for the trials); returns the function.
 
     Raises:
         ConfigError: (at ``path``) as :func:`raysearch.evaluate.load_custom_evaluator`.

@@ -120,13 +120,18 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
 
 def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``raw`` as a config file can hold it: each top-level value YAML cannot write (a reader,
-    a model object, a function) replaced by ``"<python object: Type>"``, and those keys.
+    a model object) replaced by ``"<python object: Type>"``, a function by
+    ``"<python function: module:qualname>"``, and those keys.
 
     Example:
         >>> written_config({"metric": "cos", "calibration_data": object()})
         ({'metric': 'cos', 'calibration_data': '<python object: object>'}, ['calibration_data'])
+        >>> written_config({"metric": len})[0]
+        {'metric': '<python function: builtins:len>'}
     """
     import yaml
+
+    from raysearch.usercode import qualified_name
 
     out = plain_copy(dict(raw))
     objects = []
@@ -135,5 +140,8 @@ def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             yaml.safe_dump(value)
         except yaml.YAMLError:
             objects.append(key)
-            out[key] = f"<python object: {type(value).__name__}>"
+            if callable(value) and not is_reader(value):
+                out[key] = f"<python function: {qualified_name(value)}>"
+            else:
+                out[key] = f"<python object: {type(value).__name__}>"
     return out, objects

@@ -107,19 +107,20 @@ def _devices(t: Translation) -> None:
 
 
 def _evaluator(t: Translation) -> None:
-    """``search_evaluator``: None is the built-in metric, an import path the metric."""
+    """``search_evaluator``: None is the built-in metric, an import path or (from Python) a
+    function the metric."""
     if "search_evaluator" not in t.data:
         return
     evaluator = t.data["search_evaluator"]
     if evaluator is None:
         t.drop("search_evaluator", "None: the built-in metric (metric)")
-    elif isinstance(evaluator, str):
+    elif isinstance(evaluator, str) or callable(evaluator):
         t.move("search_evaluator", "metric")
     else:
         t.refuse(
             "search_evaluator",
-            f"a {type(evaluator).__name__} object: name it as metric: "
-            "'module:function' (every Ray worker imports it from there)",
+            f"a {type(evaluator).__name__} object: give a function, or name one as "
+            "'module:function'",
         )
 
 

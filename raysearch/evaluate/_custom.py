@@ -1,18 +1,38 @@
 """Loading a custom evaluator by import path: the one place raysearch imports code by name for
 scoring, kept alone so that it is easy to audit (the import itself is
-:func:`raysearch.usercode.import_named`)."""
+:func:`raysearch.usercode.import_named`); and a function given from Python, pickled for the
+trials.
+
+A function given as the evaluator (Quark's ``search_evaluator`` from Python) reaches the trial
+actors pickled with Ray's cloudpickle. Its module's code goes by value, unless the module is
+installed (site-packages, the standard library): a Ray worker cannot import a test module, a
+module of the user's project or ``__main__``, and pickled by reference they would fail there.
+A function that cannot be pickled (a closure over a lock, an open file, a session) is refused
+when the config is read, not when the first trial starts.
+
+Example:
+    >>> import threading
+    >>> lock = threading.Lock()
+    >>> load_custom_evaluator(lambda path, providers: lock.locked())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    raysearch.errors.ConfigError: metric: '...<lambda>' cannot be sent to the trials (TypeError: cannot pickle '_thread.lock' object); ...
+"""  # noqa: E501
 
 from __future__ import annotations
 
 import inspect
 import os
+import sys
+import sysconfig
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.usercode import import_named
+from raysearch.usercode import import_named, qualified_name
 
-__all__ = ["load_custom_evaluator"]
+__all__ = ["load_custom_evaluator", "pickle_for_trials"]
 
 
 def load_custom_evaluator(
@@ -29,7 +49,7 @@ def load_custom_evaluator(
             function cannot be called with two arguments.
     """
     if callable(spec):
-        func, label = spec, getattr(spec, "__qualname__", repr(spec))
+        func, label = spec, qualified_name(spec)
     else:
         module_name, _, func_name = str(spec).partition(":")
         if not module_name or not func_name:
@@ -56,10 +76,17 @@ def load_custom_evaluator(
         if not callable(func):
             raise ConfigError(key, f"'{spec}' is not callable")
         label = str(spec)
+    _check_signature(func, label, key)
+    if callable(spec):
+        _check_picklable(func, label, key)
+    return func
+
+
+def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
-        return func  # a builtin without a signature: the call decides
+        return  # a builtin without a signature: the call decides
     try:
         signature.bind("model.onnx", ["CPUExecutionProvider"])
     except TypeError:
@@ -68,4 +95,53 @@ def load_custom_evaluator(
             f"'{label}' must accept (model_path, providers); it accepts "
             f"({', '.join(signature.parameters)})",
         ) from None
-    return func
+
+
+def _check_picklable(func: Callable[..., Any], label: str, key: str) -> None:
+    try:
+        pickle_for_trials(func)
+    except Exception as exc:  # whatever pickling the function or what it holds raises
+        reason = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            key,
+            f"'{label}' cannot be sent to the trials ({type(exc).__name__}: {reason}); "
+            "define it at module level and create what it holds (a lock, an open file, a "
+            "session) inside it, or name it as 'module:function'",
+        ) from None
+
+
+def _installed(module: ModuleType) -> bool:
+    """Whether ``module`` is importable on every Ray worker as it is here: built in, or a file
+    of the standard library or site-packages."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return module.__name__ != "__main__"
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    real = os.path.realpath(file)
+    return any(real.startswith(root + os.sep) for root in roots)
+
+
+def pickle_for_trials(func: Callable[..., Any]) -> bytes:
+    """``func`` pickled as the trials receive it (Ray's cloudpickle), its module's code by
+    value unless the module is installed (see the module).
+
+    Raises:
+        Exception: whatever pickling raises (an unpicklable object the function holds).
+    """
+    from ray import cloudpickle
+
+    module = sys.modules.get(getattr(func, "__module__", None) or "")
+    by_value = (
+        module is not None
+        and module.__name__ != "__main__"  # cloudpickle's by value already
+        and not _installed(module)
+        and module.__name__ not in cloudpickle.list_registry_pickle_by_value()
+    )
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(func)
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,16 @@ from raysearch.metrics import (
     compute_metric,
 )
 from raysearch.modelgraph import quantizes_nothing
+from raysearch.usercode import qualified_name
 
 __all__ = ["Score", "Evaluator"]
+
+
+@dataclass(frozen=True)
+class _PickledFunction:
+    """A function given from Python, as :func:`pickle_for_trials` pickled it."""
+
+    data: bytes
 
 
 @dataclass
@@ -103,15 +112,33 @@ class Evaluator:
             from raysearch.evaluate._custom import load_custom_evaluator
 
             self.function = load_custom_evaluator(metric, search_dirs=search_dirs)
-            self.name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+            self.name = metric if isinstance(metric, str) else qualified_name(metric)
             self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
+        #: A function given from Python (not named by import path): pickled by value for the
+        #: trials where its module is not installed (:func:`pickle_for_trials`).
+        self.given_function = self.function is not None and not isinstance(metric, str)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state.get("given_function"):
+            from raysearch.evaluate._custom import pickle_for_trials
+
+            state["function"] = _PickledFunction(pickle_for_trials(self.function))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        function = state.get("function")
+        if isinstance(function, _PickledFunction):
+            state["function"] = pickle.loads(function.data)  # noqa: S301 - pickled by us
+        self.__dict__.update(state)
 
     @classmethod
     def from_config(cls, config: Any) -> Evaluator:
-        """Build from a :class:`raysearch.config.SearchConfig` (its ``metric``, ``tolerance``,
+        """Build from a :class:`raysearch.config.SearchConfig` (its ``metric`` or
+        ``metric_function``, ``tolerance``,
         ``tolerance_mode``, ``higher_is_better``, ``metric_key`` and ``code_dirs``)."""
         return cls(
-            config.metric,
+            getattr(config, "metric_function", None) or config.metric,
             config.tolerance,
             getattr(config, "tolerance_mode", "absolute"),
             getattr(config, "higher_is_better", None),
