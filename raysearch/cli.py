@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
-from raysearch.errors import ConfigError, ConfigErrors, DiskFullError, InputError
+from raysearch.errors import ConfigErrors, DiskFullError, InputError
 
 __all__ = ["main"]
 
@@ -217,48 +217,20 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
 #: The logger of how a config's Quark and Neural Compressor names were read
 #: (``raysearch.config._dialects.LOGGER``; not imported here, to keep the start fast).
 DIALECTS_LOGGER = "raysearch.config.dialects"
-#: What makes a search the same one (``resume_if_exists``): its model and what it searches.
-_SAME_SEARCH = ("search_space", "search_spaces", "search_algo", "metric", "tolerance")
-
-
-def _resumable(config) -> Path | None:
-    """The output folder when the config asks to continue an earlier run of itself there
-    (``resume_if_exists``, Quark's ``load_study_if_exists``) and the folder holds one; a
-    folder that holds another search is refused."""
-    import yaml
-
-    from raysearch.layout import CONFIG_FILE
-    from raysearch.search.record.output_dir import holds_search
-
-    folder = Path(config.output_dir).resolve()
-    if not config.resume_if_exists or not holds_search(folder):
-        return None
-    try:
-        saved = yaml.safe_load((folder / CONFIG_FILE).read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        saved = {}
-    differ = [k for k in _SAME_SEARCH if saved.get(k) != config.raw.get(k)]
-    if Path(str(saved.get("model", ""))).resolve() != Path(config.model).resolve():
-        differ.insert(0, "model")
-    if differ:
-        raise ConfigError(
-            "resume_if_exists",
-            f"{folder} holds another search (its {', '.join(differ)} differ): it continues "
-            "the same search only; give another output_dir or --overwrite",
-        )
-    return folder
 
 
 def _run_search(config, overwrite: bool) -> int:
     from raysearch.search.preflight import start_preflight
-    from raysearch.search.record.output_dir import check_output_dir
+    from raysearch.search.record.output_dir import check_output_dir, continued_folder
 
-    folder = None if overwrite else _resumable(config)
+    # ``resume_if_exists`` (Quark's ``load_study_if_exists``): an earlier run of the same
+    # search in the folder goes on, with this config's stop conditions; another is refused.
+    folder = None if overwrite else continued_folder(config)
     if folder is not None:
         from raysearch.search import AutoSearch
 
         print(f"raysearch: continuing the search in {folder} (resume_if_exists)", file=sys.stderr)
-        result = AutoSearch.resume(folder, progress=sys.stderr, address=config.address)
+        result = AutoSearch.resume(folder, config=config, progress=sys.stderr)
         _print_summary(result.summary, result.output_dir)
         return _exit_status(result)
     # The input is checked and the float reference computed while Ray Tune is imported; not

@@ -1,6 +1,7 @@
 """The output folder's ownership: claiming it for a search, refusing what raysearch did not
 create, removing an earlier search on ``overwrite`` (only what raysearch created there), and
-the marker and config files that make it resumable.
+the marker and config files that make it resumable, and whether a config continues the search
+a folder holds (``resume_if_exists``).
 
 Which files are raysearch's is :mod:`raysearch.layout`.
 
@@ -56,6 +57,9 @@ __all__ = [
     "search_id",
     "write_config",
     "storage_path",
+    "continued_folder",
+    "stop_changed",
+    "rewrite_config",
 ]
 
 _logger = logging.getLogger("raysearch.search")
@@ -284,5 +288,71 @@ def write_config(folder: Path, config: SearchConfig, storage_path: str) -> None:
         # Where the config's modules were found, for a resume from another folder.
         code_dirs=[str(d) for d in config.code_dirs],
     )
+    _write_config_file(folder, raw)
+
+
+def _write_config_file(folder: Path, raw: dict[str, Any]) -> None:
     header = "# The config of this search (paths absolute); `raysearch resume` reads it.\n"
     atomic_write_text(folder / CONFIG_FILE, header + yaml.safe_dump(raw, sort_keys=False))
+
+
+def rewrite_config(folder: Path, config: SearchConfig) -> None:
+    """Save ``config`` as the config of the search in ``folder``, which goes on with other
+    stop conditions (its marker's keys holding Python objects with it; its id and status
+    stay). Ray Tune's saved experiment is not restored from then on (``tune_restore``): its
+    searcher holds the old limits; the journal carries the search on."""
+    raw, unserializable = _raw_for_resume(config)
+    state = _read_marker(folder)
+    write_marker(
+        folder,
+        str(state.get("status", "running")),
+        str(state.get("storage_path") or storage_path(config, folder)),
+        unserializable=unserializable,
+        tune_restore=False,
+    )
+    _write_config_file(folder, raw)
+
+
+#: What makes a search the same one (``resume_if_exists``): its model and what it searches
+#: and how it ranks (the stop conditions, resources and outputs may change).
+SAME_SEARCH = ("model", "search_space", "search_spaces", "search_algo", "metric", "tolerance")
+
+
+def _saved_config(folder: Path) -> dict[str, Any]:
+    """The config the search in ``folder`` saved (empty when missing or unreadable)."""
+    try:
+        saved = yaml.safe_load((folder / CONFIG_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def continued_folder(config: SearchConfig) -> Path | None:
+    """The output folder when ``config`` asks to continue an earlier run of itself there
+    (``resume_if_exists``, Quark's ``load_study_if_exists``) and the folder holds one; None
+    when it does not ask, or the folder holds no search (a new one starts there).
+
+    Raises:
+        ConfigError: (``resume_if_exists``) the folder holds another search (its model,
+            spaces, algorithm, metric or tolerance differ from ``config``'s).
+    """
+    folder = Path(config.output_dir).resolve()
+    if not config.resume_if_exists or not holds_search(folder):
+        return None
+    saved, ours = _saved_config(folder), _raw_for_resume(config)[0]
+    differ = [key for key in SAME_SEARCH[1:] if saved.get(key) != ours.get(key)]
+    if Path(str(saved.get("model", ""))).resolve() != Path(config.model).resolve():
+        differ.insert(0, "model")
+    if differ:
+        raise ConfigError(
+            "resume_if_exists",
+            f"{folder} holds another search (its {', '.join(differ)} differ): it continues "
+            "the same search only; give another output_dir or --overwrite",
+        )
+    return folder
+
+
+def stop_changed(folder: Path, config: SearchConfig) -> bool:
+    """Whether ``config``'s stop conditions differ from those the search in ``folder`` saved
+    (a raised ``iteration_limit``: a finished search goes on)."""
+    return _saved_config(folder).get("stop") != _raw_for_resume(config)[0].get("stop")

@@ -96,10 +96,13 @@ def make_tuner(
     resume: bool,
     records: list[dict[str, Any]],
     scheduler: Any = None,
+    restore: bool = True,
 ) -> tuple[Any, bool]:
     """The Tuner, and whether it restored Tune's saved experiment. ``scheduler`` (Tune's
     trial scheduler: ASHA over the rungs of evaluation on growing subsets) is Tune's FIFO
-    when None; a restored experiment keeps the one it was created with.
+    when None; a restored experiment keeps the one it was created with. ``restore=False``
+    resumes in a new Tune experiment told the journal's trials: a search that goes on with
+    other stop conditions (its saved searcher holds the old limit, a finished one is done).
 
     Tune's ``TimeoutStopper`` does not replace ``time_limit``: its budget starts at its first
     check and knows nothing of earlier sessions, while ``time_limit`` counts from the start
@@ -109,7 +112,7 @@ def make_tuner(
     from ray import tune
 
     path = os.path.join(storage, EXPERIMENT)
-    if resume and tune.Tuner.can_restore(path) and tune_state_intact(path):
+    if resume and restore and tune.Tuner.can_restore(path) and tune_state_intact(path):
         _logger.info("restoring Ray Tune's experiment %s (%d trials journaled)", path, len(records))
         tuner = tune.Tuner.restore(
             path,
