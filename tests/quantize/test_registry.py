@@ -57,6 +57,7 @@ def test_a_new_backend_is_one_class_and_a_registration(tmp_path, monkeypatch):
         "quantization_s": 0.0,
         "calib_cache_hit": False,
         "extra": {},
+        "quantized_share": None,  # the graph tells what was quantized
     }
     assert CopyBackend.reject({}) is None
     with pytest.raises(TypeError):
