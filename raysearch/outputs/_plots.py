@@ -1,6 +1,8 @@
 """``plots/``: the metric per trial (with the best-so-far and the candidate bound) and, from
-two complete trials on, each parameter's importance (Optuna's PED-ANOVA, which needs no extra
-package).
+:data:`MIN_IMPORTANCE_TRIALS` complete trials on (as ``report.html``), each parameter's
+importance over them (Optuna's PED-ANOVA, which needs no extra package), the number of trials
+in its title. A trial stopped at a rung has a metric over some rows only: it is no complete
+trial.
 
 Example:
     >>> write_plots(rows, out, config, float_metric=None, summary=summary)   # doctest: +SKIP
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from raysearch.fileio import replacing
 from raysearch.layout import IMPORTANCE_PLOT, METRIC_PLOT, PLOTS
+from raysearch.outputs._study import MIN_IMPORTANCE_TRIALS
 from raysearch.ranking import finite
 from raysearch.space.space import json_default
 
@@ -47,18 +50,28 @@ def _plot_metric(
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    xs, ys, colors, best_x, best_y = [], [], [], [], []
+    #: Each kind of trial in its own colour, so that the legend shows each colour it uses.
+    kinds = {
+        "candidate": ("tab:green", [], []),
+        "not a candidate": ("tab:blue", [], []),
+        "stopped at a rung (metric over some rows)": ("tab:gray", [], []),
+    }
+    best_x, best_y = [], []
     best = None
     for step, record in enumerate(rows, 1):
         metric = finite(record.get("metric"))
         if metric is None or record.get("status") != "ok":
             continue
-        xs.append(step)
-        ys.append(metric)
         stopped = record.get("stopped_at_rung") is not None
-        colors.append(
-            "tab:gray" if stopped else "tab:green" if record.get("is_candidate") else "tab:blue"
+        kind = (
+            "stopped at a rung (metric over some rows)"
+            if stopped
+            else "candidate"
+            if record.get("is_candidate")
+            else "not a candidate"
         )
+        kinds[kind][1].append(step)
+        kinds[kind][2].append(metric)
         if stopped:  # its metric is over some of the rows: never the best
             continue
         if best is None or (metric > best if higher else metric < best):
@@ -67,14 +80,16 @@ def _plot_metric(
         best_y.append(best)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
-        ax.scatter(xs, ys, c=colors, s=18, label="trial (green: candidate, gray: stopped)")
+        for label, (color, xs, ys) in kinds.items():
+            if xs:
+                ax.scatter(xs, ys, color=color, s=18, label=label)
         if best_x:
             ax.step(best_x, best_y, where="post", color="tab:orange", label="best so far")
         line = _threshold(tolerance, tolerance_mode, float_metric, higher)
         if line is not None:
             ax.axhline(line, color="tab:red", linestyle="--", label=f"candidate bound {line:.6g}")
         if float_metric is not None:
-            ax.axhline(float_metric, color="gray", linestyle=":", label="float model")
+            ax.axhline(float_metric, color="black", linestyle=":", label="float model")
         failed = sum(1 for r in rows if r.get("status") != "ok")
         ax.set_xlabel("trial (in start order)")
         ax.set_ylabel(f"{metric_name} ({'higher' if higher else 'lower'} is better)")
@@ -104,7 +119,7 @@ def _importances(rows: list[Mapping[str, Any]], higher: bool) -> dict[str, float
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    ok = [r for r in rows if r.get("status") == "ok" and finite(r.get("metric")) is not None]
+    ok = _complete(rows)
     names: list[str] = []
     for r in ok:
         for name in r.get("params") or {}:
@@ -158,7 +173,20 @@ def _importances(rows: list[Mapping[str, Any]], higher: bool) -> dict[str, float
     return dict(sorted(importances.items(), key=lambda kv: kv[1], reverse=True))
 
 
-def _plot_importance(importances: Mapping[str, float], path: Path, metric_name: str) -> None:
+def _complete(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The trials evaluated on every row with a metric (none stopped at a rung)."""
+    return [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and finite(r.get("metric")) is not None
+        and r.get("stopped_at_rung") is None
+    ]
+
+
+def _plot_importance(
+    importances: Mapping[str, float], path: Path, metric_name: str, n_trials: int
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -170,7 +198,7 @@ def _plot_importance(importances: Mapping[str, float], path: Path, metric_name: 
     try:
         ax.barh(names, values, color="tab:blue")
         ax.set_xlabel("importance (PED-ANOVA, normalized)")
-        ax.set_title(f"parameter importance for {metric_name}")
+        ax.set_title(f"parameter importance for {metric_name} ({n_trials} complete trials)")
         ax.grid(axis="x", alpha=0.3)
         _save_figure(fig, path)
     finally:
@@ -185,8 +213,10 @@ def write_plots(
     summary: dict[str, Any],
 ) -> None:
     """Write ``plots/`` for ``rows`` (in start order); ``summary`` gets ``param_importance``
-    from two complete trials on. A plot that fails is logged, never raised: the summary must
-    still be written."""
+    and ``param_importance_trials`` (the complete trials behind it) from
+    :data:`MIN_IMPORTANCE_TRIALS` complete trials on (below, ``param_importance`` is None: a
+    ranking of a few trials is mostly noise). A plot that fails is logged, never raised: the
+    summary must still be written."""
     higher = config.metric_higher_is_better
     try:
         _plot_metric(
@@ -198,11 +228,14 @@ def write_plots(
             float_metric,
             config.tolerance_mode,
         )
-        complete = [r for r in rows if r.get("status") == "ok" and finite(r.get("metric"))]
-        if len(complete) >= 2:
+        n_complete = len(_complete(rows))
+        summary["param_importance_trials"] = n_complete
+        summary["param_importance"] = None
+        if n_complete >= MIN_IMPORTANCE_TRIALS:
             importances = _importances(rows, higher)
             summary["param_importance"] = importances or None
             if importances:
-                _plot_importance(importances, out / PLOTS / IMPORTANCE_PLOT, config.metric)
+                path = out / PLOTS / IMPORTANCE_PLOT
+                _plot_importance(importances, path, config.metric, n_complete)
     except Exception:
         _logger.exception("writing plots/ failed")
