@@ -372,7 +372,12 @@ E2E_SPACE: dict[str, Any] = {
             "DataSize": [8],
         },
     },
-    "mixed_precision": {"top_k": [0, 2], "promote_to": ["int16", "float"]},
+    # 16-bit weights reach the tolerance on this model: held off, fine-tuning runs too.
+    "mixed_precision": {
+        "top_k": [0, 2],
+        "promote_to": ["int16", "float"],
+        "promote_weights": [False],
+    },
 }
 STAGE_ORDER = [
     "defaults",
