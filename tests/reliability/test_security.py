@@ -84,10 +84,13 @@ def test_nothing_is_evaluated_and_only_raysearch_checkpoints_are_unpickled():
     }
     # The searcher's own state, written by its save() into Tune's experiment folder; and
     # raysearch's own configs/ package (the predefined spaces) in a source tree not installed,
-    # loaded from the file beside the package, never from a path a config names.
+    # loaded from the file beside the package, never from a path a config names; and a metric
+    # function given from Python, pickled by the driver for the trials inside the Evaluator
+    # that Ray sends them (never bytes read from a file).
     assert found <= {
         ("raysearch/search/tune/searchers.py", "pickle.load"),
         ("raysearch/_source_tree.py", "importlib.util.spec_from_file_location"),
+        ("raysearch/evaluate/_evaluator.py", "pickle.loads"),
     }, found
 
 
