@@ -158,7 +158,7 @@ def test_a_search_scores_every_trial_with_the_function(tmp_path):
     assert result.summary["metric"] == name
     assert [r["status"] for r in result.records] == ["ok", "ok"]
     for record in result.records:
-        expected = mean_output(record["model_file"], ["CPUExecutionProvider"])
+        expected = mean_output(str(out / record["model_file"]), ["CPUExecutionProvider"])
         assert record["metric"] == pytest.approx(expected["metric"])
         assert record["extra"]["pid"] != os.getpid()  # computed in a trial actor
     best = yaml.safe_load((out / "best" / "config.yaml").read_text())
