@@ -107,3 +107,11 @@ def test_show_prints_lists_as_lists(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "{op_types_to_quantize: [Conv, MatMul], calibrate_method: MinMax}" in out
     assert '\\"' not in out
+
+
+def test_the_end_summary_says_where_the_report_is(tmp_path, capsys):
+    _print_summary(CUSTOM, tmp_path)
+    assert "Report:" not in capsys.readouterr().out
+    (tmp_path / "report.html").write_text("<html></html>")
+    _print_summary(CUSTOM, tmp_path)
+    assert f"Report: {tmp_path.resolve() / 'report.html'}" in capsys.readouterr().out
