@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import numpy as np
 import onnxruntime as ort
@@ -84,7 +85,17 @@ def top1_cos(model_path: str, providers: list, fraction: float | None = None) ->
     """
     rows, reference = _float_outputs()
     n = _first(fraction, len(rows))
-    return _score(_probabilities(model_path, rows[:n], providers), reference[:n])
+    return _score(_outputs(model_path, rows[:n], providers, reference[:n]), reference[:n])
+
+
+def _outputs(
+    model_path: str, rows: np.ndarray, providers: list, reference: np.ndarray
+) -> np.ndarray:
+    """The model's probabilities on ``rows``; the float model's are the ``reference`` already
+    computed (raysearch scores the float model with the evaluator too): not run again."""
+    if os.path.realpath(model_path) == os.path.realpath(MAGIKA_DIR / "model.onnx"):
+        return reference
+    return _probabilities(model_path, rows, providers)
 
 
 def top1_agreement(model_path: str, providers: list, fraction: float | None = None) -> float:
@@ -93,4 +104,5 @@ def top1_agreement(model_path: str, providers: list, fraction: float | None = No
     only the first ``fraction`` of the files, as :func:`top1_cos`."""
     rows, reference = _float_outputs()
     n = _first(fraction, len(rows))
-    return _score(_probabilities(model_path, rows[:n], providers), reference[:n])["top1_agreement"]
+    probabilities = _outputs(model_path, rows[:n], providers, reference[:n])
+    return _score(probabilities, reference[:n])["top1_agreement"]
