@@ -316,23 +316,29 @@ def stderr_lines() -> Iterator[list[str]]:
         ["W onnxruntime: Removing initializer 'x'"]
     """
     lines: list[str] = []
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
+    try:
+        sys.stderr.flush()
         saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no standard error to take: nothing to keep
+        yield lines
+        return
+    with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), 2)
         failed = True
         try:
             yield lines
             failed = False
         finally:
-            sys.stderr.flush()
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()  # what Python buffered in the block goes to the sink too
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
             text = sink.read().decode("utf-8", "replace")
             lines.extend(line for line in text.splitlines() if line.strip())
             if failed and text:
-                sys.stderr.write(text)
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    sys.stderr.write(text)
 
 
 def start_preflight(config: SearchConfig) -> Future[Prepared] | None:

@@ -5,9 +5,11 @@ its own loop."""
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from raysearch.layout import LOG_FILE
@@ -67,3 +69,10 @@ def test_tunes_slow_step_notes_go_to_the_log_only(tmp_path):
     seen = [r.getMessage() for r in console.records + ray_handler.records]
     assert not any("bottleneck" in m for m in seen)
     assert "another warning" in seen
+
+
+def test_what_a_failing_block_wrote_to_stderr_is_shown_after_all(capfd):
+    with pytest.raises(RuntimeError), stderr_lines():
+        os.write(2, b"the evaluator says why\n")
+        raise RuntimeError("evaluator failed")
+    assert "the evaluator says why" in capfd.readouterr().err
