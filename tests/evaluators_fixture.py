@@ -39,3 +39,12 @@ def wrong_signature(model_path: str) -> float:
 
 
 not_callable = 3
+
+
+def noisy_mean_output(model_path: str, providers: list) -> float:
+    """:func:`mean_output`, writing to file descriptor 2 first, as ONNX Runtime's C++ logger
+    does when a session opens on a model with an unused initializer."""
+    import os
+
+    os.write(2, b"[W:onnxruntime:, graph.cc:5777] Removing initializer 'unused_w'.\n")
+    return mean_output(model_path, providers)

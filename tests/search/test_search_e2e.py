@@ -237,3 +237,20 @@ def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config, 
     assert [c["sig"] for c in made].count("float") == 1
     quantized = sorted(c["trial"] for c in made if c["sig"] != "float")
     assert quantized == sorted(r["trial_id"] for r in rows(result))
+
+
+def test_what_the_float_models_run_writes_to_stderr_goes_to_the_log(make_config, capfd):
+    """A custom evaluator's float-model run on the driver writes ONNX Runtime's warnings to
+    file descriptor 2: they reach auto_search.log, not the terminal."""
+    config = make_config(
+        search_space={"calibrate_method": ["MinMax"]},
+        metric="tests.evaluators_fixture:noisy_mean_output",
+        higher_is_better=True,
+        tolerance=1.0,
+        early_stopping=False,
+    )
+    result = AutoSearch(config).run(progress=False)
+    assert result.summary["n_trials"] == 1
+    assert "Removing initializer" not in capfd.readouterr().err
+    log = (result.output_dir / "auto_search.log").read_text()
+    assert "raysearch.stderr: [W:onnxruntime:, graph.cc:5777] Removing initializer" in log
