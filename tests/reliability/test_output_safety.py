@@ -244,7 +244,7 @@ def test_a_link_at_a_name_raysearch_writes_is_refused_and_never_followed(
     config = probe_config(tmp_path, search_space={"per_channel": [True, False]})
     config["keep_candidates"] = True
     out = Path(config["output_dir"])
-    first = AutoSearch(config).run()
+    first = AutoSearch(config).run(progress=False)  # stderr below holds the commands' only
     trial = first.records[0]["trial_id"]
     outside = tmp_path / "outside"
     targets = {}
