@@ -1,6 +1,7 @@
 """Several objectives in a real search: pareto.parquet is the brute-force non-dominated
 filter of results.parquet's candidates, select: size puts the smallest candidate in best/,
-candidates/ holds the front's models, and the journal (what resume reads) gives that front."""
+candidates/ holds the front's models, the journal (what resume reads) gives that front, and
+its report.html renders offline in headless Chromium with its Pareto front."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from raysearch.ranking import pareto_front
 from raysearch.search import AutoSearch
 from raysearch.search.record.journal import Journal
+from tests.test_report_browser import _offline_and_clean, _page, browser  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -47,7 +49,7 @@ def _brute_front(rows: list[dict]) -> set[str]:
     return front
 
 
-def test_pareto_front_and_select_size(make_config):
+def test_pareto_front_and_select_size(make_config, browser):  # noqa: F811
     config = make_config(
         search_space=SPACE,
         tolerance=10.0,  # L2 within 10: every setting is a candidate
@@ -91,3 +93,10 @@ def test_pareto_front_and_select_size(make_config):
     records = Journal(out / "journal.jsonl").load()
     again = pareto_front(records, ["metric", "latency_ms", "model_size_mb"], False)
     assert [r["trial_id"] for r in again] == summary["pareto_trial_ids"]
+
+    # report.html of the multi-objective search: offline, clean, its front drawn, every trial.
+    page = _page(browser, out / "report.html")
+    _offline_and_clean(browser)
+    charts = {c["key"]: c for c in page["charts"]}
+    assert charts["pareto"]["points"] > 0 and charts["pareto"]["drawn"] > 0
+    assert len(page["table"]["rows"]) == len(rows)
