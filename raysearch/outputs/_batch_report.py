@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import html
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raysearch.fileio import atomic_write_text
 from raysearch.layout import REPORT, SUMMARY
-from raysearch.outputs._report import PLOTLY_JS
+from raysearch.outputs._report import PLOTLY_JS, write_page
 from raysearch.outputs._report_page import page_head
 from raysearch.ranking import finite
 
 __all__ = ["write_batch_report", "build_batch_report", "BATCH_REPORT"]
 
-_logger = logging.getLogger("raysearch.outputs")
 
 BATCH_REPORT = "batch_report.html"
 
@@ -206,10 +203,4 @@ def write_batch_report(
     it never fails the batch. The timeline loads :data:`PLOTLY_JS` beside it (the batch
     writes that file)."""
     out = Path(out)
-    try:
-        atomic_write_text(out / BATCH_REPORT, build_batch_report(out, rows, spans))
-    except Exception as exc:  # a secondary output: never fail the batch for it
-        _logger.warning("writing %s failed: %s: %s", BATCH_REPORT, type(exc).__name__, exc)
-        _logger.debug("writing %s failed", BATCH_REPORT, exc_info=True)
-        return None
-    return out / BATCH_REPORT
+    return write_page(out / BATCH_REPORT, lambda: build_batch_report(out, rows, spans))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -278,22 +278,30 @@ def write_report(
     if plotly_src and not (out / plotly_src).is_file():
         _logger.debug("%s: no %s, plotly.js inlined", out, plotly_src)
         plotly_src = None
-    try:
-        sensitivity = _read_sensitivity(out)
-        text = build_report(
+    return write_page(
+        out / REPORT,
+        lambda: build_report(
             records,
             summary,
             config=config,
-            sensitivity=sensitivity,
+            sensitivity=_read_sensitivity(out),
             title=_title(out, config),
             plotly_src=plotly_src,
-        )
-        atomic_write_text(out / REPORT, text)
+        ),
+    )
+
+
+def write_page(path: Path, build: Callable[[], str]) -> Path | None:
+    """Write the page ``build`` makes at ``path`` (moved into place whole) and return
+    ``path``; a page that cannot be built or written is a warning and None: a report is a
+    secondary output, never a reason to fail the search or the batch that writes it."""
+    try:
+        atomic_write_text(path, build())
     except Exception as exc:  # a secondary output: never lose the search for it
-        _logger.warning("writing %s failed: %s: %s", REPORT, type(exc).__name__, exc)
-        _logger.debug("writing %s failed", REPORT, exc_info=True)
+        _logger.warning("writing %s failed: %s: %s", path.name, type(exc).__name__, exc)
+        _logger.debug("writing %s failed", path.name, exc_info=True)
         return None
-    return out / REPORT
+    return path
 
 
 def write_plotly_js(folder: str | Path) -> Path:
