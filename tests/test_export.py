@@ -72,27 +72,14 @@ def test_export_refuses_with_one_line_and_exit_2(config, tmp_path, capsys):  # n
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_real_search_exported_is_every_trial_of_its_results(tmp_path, capsys):
     from raysearch.search import AutoSearch
+    from tests.test_report_browser import ROWS, _rung_config
 
+    # The report tests' search: rungs of 40, 132 and 400 rows, so stopped trials (PRUNED)
+    # and intermediate values.
     np.savez(tmp_path / "calib.npz", **mlp_data(64))
-    np.savez(tmp_path / "eval.npz", **mlp_data(400, seed=5))
-    settings = {
-        "model": str(make_mlp_model(tmp_path / "mlp.onnx")),
-        "calibration_data": str(tmp_path / "calib.npz"),
-        "eval_data": str(tmp_path / "eval.npz"),
-        # Rungs of 40, 132 and 400 rows: stopped trials (PRUNED) and intermediate values.
-        "search_space": {
-            "calibrate_method": ["MinMax", "Percentile"],
-            "per_channel": [True, False],
-            "reduce_range": [False, True],
-        },
-        "search_algo": "Grid",
-        "metric": "L2",
-        "tolerance": 0.0165,
-        "seed": 0,
-        "measure_latency": False,
-        "resources": {"max_concurrent_trials": 1},
-        "output_dir": str(tmp_path / "search"),
-    }
+    np.savez(tmp_path / "eval.npz", **mlp_data(ROWS, seed=5))
+    files = {"model": make_mlp_model(tmp_path / "mlp.onnx"), "folder": tmp_path}
+    settings = _rung_config(files, tmp_path / "search")
     out = AutoSearch(settings).run().output_dir
     storage = _storage(tmp_path)
     assert main(["export", str(out), "--optuna", storage, "--study-name", "s"]) == 0

@@ -80,6 +80,20 @@ class Model:
         return {"metric": metric, "is_candidate": metric >= self.threshold, "extra": extra}
 
 
+#: Auto's stages, in their order.
+STAGE_ORDER = [
+    "defaults",
+    "calibration",
+    "techniques",
+    "combined",
+    "mixed_precision",
+    "mixed_precision_weights",
+    "fine_tuning",
+    "fine_tuned_mixed_precision",
+    "float_fallback",
+]
+
+
 def _stages(trials: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(t["stage"] for t in trials))
 
@@ -195,17 +209,7 @@ def _straight_and_resumed(algo: str, model: Any, cut: int, context: Any = None):
     return straight, before, rest
 
 
-@pytest.mark.parametrize(
-    "stage",
-    [
-        "calibration",
-        "techniques",
-        "combined",
-        "mixed_precision",
-        "mixed_precision_weights",
-        "fine_tuning",
-    ],
-)
+@pytest.mark.parametrize("stage", STAGE_ORDER[1 : STAGE_ORDER.index("fine_tuning") + 1])
 def test_auto_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
     model = Model(threshold=0.99, finetune=0.03)
     straight = _drive(SettingSearcher.from_strategy("Auto", _context(max_trials=80)), model, 1)
@@ -379,17 +383,6 @@ E2E_SPACE: dict[str, Any] = {
         "promote_weights": [False],
     },
 }
-STAGE_ORDER = [
-    "defaults",
-    "calibration",
-    "techniques",
-    "combined",
-    "mixed_precision",
-    "mixed_precision_weights",
-    "fine_tuning",
-    "fine_tuned_mixed_precision",
-    "float_fallback",
-]
 
 
 def _e2e_config(folder: Path, **overrides: Any) -> dict[str, Any]:
