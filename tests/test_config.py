@@ -650,14 +650,36 @@ def test_objectives_and_select_refusals_are_one_line(files, changes, message):
     assert str(info.value) == message
 
 
-def test_several_objectives_say_in_one_line_that_sampling_uses_the_metric(files, caplog):
+@pytest.mark.parametrize(
+    ("algo", "line"),
+    [
+        (
+            "nsga2",
+            "objectives: NSGAII samples on every objective (metric, model_size_mb); the "
+            "Pareto front (pareto.parquet) and select use them too",
+        ),
+        (
+            "Grid",
+            "objectives: Grid orders its trials by the metric; the Pareto front "
+            "(pareto.parquet) and select use every objective (metric, model_size_mb)",
+        ),
+    ],
+)
+def test_several_objectives_say_in_one_line_what_samples_on_them(files, caplog, algo, line):
     import logging
 
-    raw = _base(files, objectives=["metric", "model_size_mb"], search_algo="NSGAII")
+    raw = _base(files, objectives=["metric", "model_size_mb"], search_algo=algo)
     with caplog.at_level(logging.INFO, logger="raysearch.config.dialects"):
         SearchConfig.from_dict(raw)
     lines = [r.getMessage() for r in caplog.records if r.name == "raysearch.config.dialects"]
-    assert lines == [
-        "objectives: sampling (search_algo) uses the metric; the Pareto front "
-        "(pareto.parquet) and select use every objective (metric, model_size_mb)"
-    ]
+    assert lines == [line]
+
+
+def test_a_single_objective_sampler_is_refused_with_several_objectives(files):
+    raw = _base(files, objectives=["metric", "latency_ms"], search_algo="CmaEs")
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(raw)
+    assert str(info.value) == (
+        "search_algo: CmaEs optimises one objective, and objectives lists 2; use one of "
+        "Random, TPE, GPS, NSGAII, QMC, or objectives: [metric]"
+    )

@@ -29,7 +29,7 @@ from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_st
 from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._inc import translate_inc
 from raysearch.config._metric import check_evaluator, parse_metric_settings
-from raysearch.config._objectives import parse_objectives
+from raysearch.config._objectives import check_objectives_algo, parse_objectives
 from raysearch.config._objects import is_reader, plain_copy, read_reader
 from raysearch.config._paths import input_path, model_path, output_dir
 from raysearch.config._quark import translate_quark
@@ -209,6 +209,8 @@ class SearchConfig:
         resources_cfg = _checked(errors, parse_resources, data.get("resources"))
         early_stopping = _checked(errors, parse_early_stopping, data.get("early_stopping"))
         run_options = _parse_run_options(data, check_paths, errors)
+        if algo is not None:
+            _checked(errors, check_objectives_algo, run_options["objectives"], algo)
         errors.raise_any()
         assert metric is not None and algo is not None
         _keep_canonical_names(data, metric.metric, algo, metric.tolerance_mode)

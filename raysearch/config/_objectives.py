@@ -7,9 +7,11 @@ candidates by it). ``select`` picks ``best/`` among the candidates: ``metric`` (
 of :func:`raysearch.ranking.better`, the default), ``latency`` (the fastest) or ``size`` (the
 smallest).
 
-The sampler (``search_algo``) optimises the metric alone: with several objectives one INFO
-line of the config's reading notes (``raysearch.config.dialects``, shown by the command line)
-says that selection and the front use every objective while sampling uses the metric.
+With several objectives, the Optuna samplers that take several (``StrategyInfo
+.multi_objective``: NSGA-II, TPE, GP, random, QMC) sample on every one; CMA-ES takes one and is
+refused; the other strategies (Grid, Auto, Fallback, ...) order their trials by the metric.
+One INFO line of the config's reading notes (``raysearch.config.dialects``, shown by the
+command line) says which (:func:`check_objectives_algo`).
 
 Example:
     >>> parse_objectives({"objectives": ["metric", "model_size_mb"], "select": "size"})
@@ -21,14 +23,22 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raysearch.config._dialects import LOGGER
 from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.ranking import OBJECTIVES, SELECTS
+from raysearch.strategies import BUILTIN_STRATEGIES
 
-__all__ = ["parse_objectives"]
+__all__ = ["parse_objectives", "check_objectives_algo"]
+
+#: The Optuna samplers: those that are not ``multi_objective`` take one objective only.
+SAMPLER_NAMES = tuple(
+    name
+    for name, info in BUILTIN_STRATEGIES.items()
+    if info.module == "raysearch.strategies.samplers"
+)
 
 _logger = logging.getLogger(LOGGER)
 
@@ -39,13 +49,45 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     measured = data.get("measure_latency", True) is not False
     objectives = _objectives(data.get("objectives", ["metric"]), measured)
     select = _select(data.get("select", "metric"), measured)
-    if len(objectives) > 1:
-        _logger.info(
-            "objectives: sampling (search_algo) uses the metric; the Pareto front "
-            "(pareto.parquet) and select use every objective (%s)",
-            ", ".join(objectives),
-        )
     return objectives, select
+
+
+def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:
+    """Refuse a sampler that optimises one objective when ``objectives`` holds several, and
+    log in one line what samples on what.
+
+    Example:
+        >>> try:
+        ...     check_objectives_algo(("metric", "latency_ms"), "CmaEs")
+        ... except ConfigError as error:
+        ...     print(str(error).split("; ")[0])
+        search_algo: CmaEs optimises one objective, and objectives lists 2
+    """
+    if len(objectives) < 2:
+        return
+    info = BUILTIN_STRATEGIES.get(algo)
+    listed = ", ".join(objectives)
+    if info is not None and info.multi_objective:
+        _logger.info(
+            "objectives: %s samples on every objective (%s); the Pareto front "
+            "(pareto.parquet) and select use them too",
+            algo,
+            listed,
+        )
+        return
+    if algo in SAMPLER_NAMES:
+        several = ", ".join(n for n in SAMPLER_NAMES if BUILTIN_STRATEGIES[n].multi_objective)
+        raise ConfigError(
+            "search_algo",
+            f"{algo} optimises one objective, and objectives lists {len(objectives)}; "
+            f"use one of {several}, or objectives: [metric]",
+        )
+    _logger.info(
+        "objectives: %s orders its trials by the metric; the Pareto front (pareto.parquet) "
+        "and select use every objective (%s)",
+        algo,
+        listed,
+    )
 
 
 def _objectives(value: Any, measured: bool) -> tuple[str, ...]:

@@ -101,6 +101,7 @@ class Execution:
             max_trials=trial_limit(config.stop),
             model=model,
             concurrent=concurrent,
+            objectives=config.objectives,
         )
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding

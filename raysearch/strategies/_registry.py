@@ -92,6 +92,10 @@ class SearchView(Protocol):
     done: dict[str, float | None]
     #: key -> what a sampler optimises for each finished setting (see Phase.completed).
     objectives: dict[str, float | None]
+    #: key -> the values of every one of ``StrategyContext.objectives`` for each finished
+    #: setting (None: one is missing), kept only when there are several (see
+    #: Phase.completed).
+    values: dict[str, tuple[float, ...] | None]
 
     @property
     def live_keys(self) -> set[str]: ...
@@ -128,11 +132,15 @@ class Phase:
         error: bool,
         *,
         objective: float | None = None,
+        values: tuple[float, ...] | None = None,
     ) -> None:
         """The trial of ``proposal`` finished: ``error`` when it raised or crashed, ``metric``
         None when it failed. ``objective`` is what a sampler should optimise: the metric,
         moved past every non-candidate by the quantized share for a candidate (see
-        :meth:`raysearch.evaluate.Evaluator.sampler_objective`)."""
+        :meth:`raysearch.evaluate.Evaluator.sampler_objective`). ``values``: with several
+        ``StrategyContext.objectives``, each one's value (``objective`` in the metric's
+        place; None when one is missing); the searcher passes it only then, so a phase
+        written for one objective need not take it."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,9 @@ class StrategyContext:
     records: list[dict[str, Any]] = field(default_factory=list)
     #: How many trials run at once (the search's slots): samplers fit their proposals to it.
     concurrent: int = 1
+    #: The config's ``objectives`` (``metric``, ``latency_ms``, ``model_size_mb``): with
+    #: several, a strategy whose ``StrategyInfo.multi_objective`` is set samples on each.
+    objectives: tuple[str, ...] = ("metric",)
 
     def best(self) -> dict[str, Any] | None:
         """The best finished record so far by :func:`raysearch.outputs.better` (the most
@@ -206,6 +217,9 @@ class StrategyInfo:
     #: The module's ``check_spaces(spaces)`` refuses spaces the strategy cannot search
     #: (ConfigError), read when the config is (:func:`check_strategy_spaces`).
     checks_spaces: bool = False
+    #: Its samplers optimise every one of the config's ``objectives`` (Optuna's
+    #: multi-objective study); the others optimise the metric alone.
+    multi_objective: bool = False
 
 
 #: Strategies shipped with raysearch: ``search_algo`` name -> where it is registered.
@@ -218,16 +232,25 @@ BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
     "Grid": StrategyInfo(
         "raysearch.strategies.grid", ("grid", "grid_search", "gridsearch", "exhaustive")
     ),
-    "Random": StrategyInfo("raysearch.strategies.samplers", ("random", "random_search")),
-    "TPE": StrategyInfo("raysearch.strategies.samplers", ("tpe",)),
+    "Random": StrategyInfo(
+        "raysearch.strategies.samplers", ("random", "random_search"), multi_objective=True
+    ),
+    "TPE": StrategyInfo("raysearch.strategies.samplers", ("tpe",), multi_objective=True),
     "CmaEs": StrategyInfo(
         "raysearch.strategies.samplers", ("cmaes", "cma-es", "cma_es"), ("cmaes",)
     ),
     "GPS": StrategyInfo(
-        "raysearch.strategies.samplers", ("gps", "gp", "bayesian"), ("torch", "scipy")
+        "raysearch.strategies.samplers",
+        ("gps", "gp", "bayesian"),
+        ("torch", "scipy"),
+        multi_objective=True,
     ),
-    "NSGAII": StrategyInfo("raysearch.strategies.samplers", ("nsgaii", "nsga2", "nsga-ii")),
-    "QMC": StrategyInfo("raysearch.strategies.samplers", ("qmc",), ("scipy",)),
+    "NSGAII": StrategyInfo(
+        "raysearch.strategies.samplers", ("nsgaii", "nsga2", "nsga-ii"), multi_objective=True
+    ),
+    "QMC": StrategyInfo(
+        "raysearch.strategies.samplers", ("qmc",), ("scipy",), multi_objective=True
+    ),
     "Fallback": StrategyInfo("raysearch.strategies._fallback", ("fallback", "mse_v2", "mse")),
     "Conservative": StrategyInfo("raysearch.strategies._conservative", ("conservative",)),
     "TwoStage": StrategyInfo(

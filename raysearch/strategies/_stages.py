@@ -79,9 +79,10 @@ class DeferredPhase(Phase):
         error: bool,
         *,
         objective: float | None = None,
+        values: tuple[float, ...] | None = None,
     ) -> None:
         if self.inner is not None:
-            self.inner.completed(proposal, metric, error, objective=objective)
+            self.inner.completed(proposal, metric, error, objective=objective, values=values)
 
 
 class ListPhase(Phase):

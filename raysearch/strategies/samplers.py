@@ -6,7 +6,9 @@ Each sampler is fitted to its phase (:func:`make_sampler`): its random start-up 
 with the phase's share of ``stop.iteration_limit`` (Optuna's fixed 10 spent a third of a
 30-trial search at random), NSGA-II's population with it too, and TPE runs with
 ``constant_liar`` when several trials run at once. The space's ``points_to_evaluate`` go
-first (Optuna's ``enqueue_trial``) and count among the start-up trials.
+first (Optuna's ``enqueue_trial``) and count among the start-up trials. With several
+``objectives`` (``metric``, ``latency_ms``, ``model_size_mb``), every sampler but CMA-ES runs
+Optuna's multi-objective study on all of them (NSGA-II, TPE, GP, random and QMC take one).
 ``benchmarks/search_efficiency.py`` measures the choices (README, "Search efficiency").
 
 Example:
@@ -22,7 +24,7 @@ import importlib
 import logging
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from raysearch.errors import ConfigError
@@ -220,20 +222,28 @@ class OptunaPhase(Phase):
         *,
         concurrent: int = 1,
         sampler: Any = None,
+        objectives: Sequence[str] = ("metric",),
     ) -> None:
         from ray.tune.search.optuna import OptunaSearch
 
         self.space = space
+        #: What the sampler optimises: the metric's objective alone, or with several, each
+        #: of them in a multi-objective study (the metric in its direction, the others
+        #: minimised), Ray Tune's ``OptunaSearch`` with a list of metrics and modes.
+        self.objective_names = tuple(objectives)
         self.index = index
         self.reject = reject
         self.budget = budget
         # Start points go to Ray Tune's own ``points_to_evaluate`` (Optuna's enqueue_trial):
         # the sampler learns from their results like from its own proposals.
         starts = [self._labels(p) for p in getattr(space, "points_to_evaluate", ())]
+        several = len(self.objective_names) > 1
         self.optuna = OptunaSearch(
             space=space.sample,
-            metric="metric",
-            mode=mode,
+            metric=list(self.objective_names) if several else "metric",
+            mode=[mode if n == "metric" else "min" for n in self.objective_names]
+            if several
+            else mode,
             sampler=(
                 sampler
                 if sampler is not None
@@ -340,7 +350,9 @@ class OptunaPhase(Phase):
         key, inner_id = proposal.key, proposal.inner_id
         if key in search.done:
             self.seen.add(key)
-            self.optuna.on_trial_complete(inner_id, {"metric": search.objectives.get(key)})
+            known = search.objectives.get(key)
+            values = search.values.get(key) if self._several else None
+            self._tell(inner_id, known, values, error=False)
             return True
         if key in search.live_keys:
             self.optuna.on_trial_complete(inner_id, None, error=True)
@@ -361,10 +373,33 @@ class OptunaPhase(Phase):
         error: bool,
         *,
         objective: float | None = None,
+        values: tuple[float, ...] | None = None,
     ) -> None:
         # The sampler optimises the objective (quantized candidates first), not the metric.
-        result = None if error else {"metric": metric if objective is None else objective}
-        self.optuna.on_trial_complete(proposal.inner_id, result, error=error)
+        self._tell(proposal.inner_id, metric if objective is None else objective, values, error)
+
+    @property
+    def _several(self) -> bool:
+        return len(getattr(self, "objective_names", ())) > 1  # () : pickled before it existed
+
+    def _tell(
+        self,
+        inner_id: str,
+        objective: float | None,
+        values: tuple[float, ...] | None,
+        error: bool,
+    ) -> None:
+        """Tell the sampler a finished proposal: its objective, or with several objectives
+        each one's value (a trial missing one, say a failed latency measurement, is told as
+        failed: Optuna's multi-objective study takes no partial values)."""
+        if error:
+            self.optuna.on_trial_complete(inner_id, None, error=True)
+        elif not self._several:
+            self.optuna.on_trial_complete(inner_id, {"metric": objective})
+        elif values is None or len(values) != len(self.objective_names):
+            self.optuna.on_trial_complete(inner_id, None, error=True)
+        else:
+            self.optuna.on_trial_complete(inner_id, dict(zip(self.objective_names, values)))
 
 
 def _distinct_settings(space: SearchSpace, reject: Reject | None, limit: int = 200_000) -> int:
@@ -383,7 +418,7 @@ def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
     """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is seeded
     with ``seed + i``, and ``max_trials`` is split evenly between the spaces. Each sampler is
     fitted to its phase's share of the budget and to the trials that run at once
-    (``context.concurrent``)."""
+    (``context.concurrent``), and optimises every one of ``context.objectives``."""
     spaces = context.spaces
     budgets: list[int | None] = [None] * len(spaces)
     if context.max_trials and context.max_trials > 0:
@@ -399,6 +434,7 @@ def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
             context.reject,
             b,
             concurrent=context.concurrent,
+            objectives=context.objectives,
         )
         for i, (space, b) in enumerate(zip(spaces, budgets))
     ]

@@ -200,6 +200,57 @@ def test_samplers_optimise_the_objective_and_journaled_trials_tell_it():
     assert searcher.context.records[-1]["objective"] == 7.5
 
 
+@pytest.mark.parametrize("algo", ["NSGAII", "TPE", "Random", "QMC", "GPS"])
+def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
+    """With objectives [metric, latency_ms, model_size_mb] the sampler's study has three
+    directions (the metric's, then both minimised) and is told each trial's objective,
+    latency and size in MB, from the flattened record Tune hands a searcher and from a
+    journaled record; a trial missing its latency is told as failed."""
+    if not available(algo):
+        pytest.skip(f"{algo} needs {ALGO_REQUIREMENTS[algo]}")
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    from raysearch.strategies import StrategyContext
+
+    names = ("metric", "latency_ms", "model_size_mb")
+    context = StrategyContext(
+        [SearchSpace.parse(SMALL)], mode="max", seed=0, max_trials=4, objectives=names
+    )
+    with quiet_optuna():
+        searcher = SettingSearcher.from_strategy(algo, context)
+        journaled = {"trial_id": "old", "key": "k-old", "phase": 0, "metric": 0.5}
+        searcher.add_finished([{**journaled, "latency_ms": 4.0, "model_size_bytes": 2e6}])
+        first, second = searcher.suggest("t0"), searcher.suggest("t1")
+        told = {"metric": 0.9, "objective": 1.5, "trial/latency_ms": 2.0}
+        searcher.on_trial_complete("t0", {**told, "trial/model_size_bytes": 3_000_000})
+        searcher.on_trial_complete("t1", told)  # no size: told as failed
+    study = searcher.phases[0].optuna._ot_study
+    assert study.directions == [
+        StudyDirection.MAXIMIZE,
+        StudyDirection.MINIMIZE,
+        StudyDirection.MINIMIZE,
+    ]
+    finished = [t for t in study.trials if t.state != TrialState.RUNNING]
+    assert [t.values for t in finished] == [[1.5, 2.0, 3.0], None]
+    assert [t.state for t in finished] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert searcher.values == {
+        "k-old": (0.5, 4.0, 2.0),
+        first["key"]: (1.5, 2.0, 3.0),
+        second["key"]: None,
+    }
+
+
+def test_one_objective_tells_the_sampler_no_values():
+    space = SearchSpace.parse(SMALL)
+    with quiet_optuna():
+        searcher = SettingSearcher.sampler("NSGAII", [space], mode="min", seed=0, max_trials=2)
+        searcher.suggest("t0")
+        searcher.on_trial_complete("t0", {"metric": 0.2, "trial/latency_ms": 2.0})
+    assert searcher.values == {}
+    assert searcher.phases[0].optuna._ot_study.trials[0].values == [0.2]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tpe_stuck_on_known_settings_is_handed_unseen_ones_and_uses_its_budget(seed):
     # AUTO_INT8_SEARCH: many of TPE's proposals are one setting after the validity rules, or

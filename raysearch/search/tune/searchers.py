@@ -139,6 +139,9 @@ class SettingSearcher(Searcher):
         self.done: dict[str, float | None] = {}
         #: key -> what the samplers optimise (the trial's ``objective``, else its metric).
         self.objectives: dict[str, float | None] = {}
+        #: key -> each of ``context.objectives``' values (the objective in the metric's
+        #: place), kept when there are several: what a multi-objective sampler is told.
+        self.values: dict[str, tuple[float, ...] | None] = {}
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -190,6 +193,11 @@ class SettingSearcher(Searcher):
 
     # -- what is known ---------------------------------------------------------------------
     @property
+    def _several(self) -> bool:
+        """Whether the samplers are told several objectives' values (``values``)."""
+        return len(getattr(self.context, "objectives", ())) > 1
+
+    @property
     def live_keys(self) -> set[str]:
         return {p.key for p in self.state.live.values()}
 
@@ -228,6 +236,10 @@ class SettingSearcher(Searcher):
             if key is not None:
                 self.done[key] = _metric(record.get("metric"))
                 self.objectives[key] = _objective(record, self.done[key])
+                if self._several:
+                    self.values[key] = sampler_values(
+                        record, self.objectives[key], self.context.objectives
+                    )
             self.context.records.append(dict(record))
             new += 1
         return new
@@ -342,6 +354,10 @@ class SettingSearcher(Searcher):
         objective = None if (error or not result) else _objective(result, metric)
         self.done[proposal.key] = metric
         self.objectives[proposal.key] = objective
+        told: dict[str, Any] = {"objective": objective}
+        if self._several:
+            values = sampler_values(result or {}, objective, self.context.objectives)
+            self.values[proposal.key] = told["values"] = values
         candidate, extra = _reported(None if error else result)
         self.context.records.append(
             {
@@ -365,7 +381,9 @@ class SettingSearcher(Searcher):
             }
         )
         if position is not None:
-            self.phases[position].completed(proposal, metric, error, objective=objective)
+            # ``values`` only with several objectives: a plugin's phase written for one
+            # objective need not take it.
+            self.phases[position].completed(proposal, metric, error, **told)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as fh:
@@ -375,6 +393,7 @@ class SettingSearcher(Searcher):
         with open(checkpoint_path, "rb") as fh:
             self.__dict__.update(pickle.load(fh))
         self.__dict__.setdefault("objectives", dict(self.done))  # saved before it existed
+        self.__dict__.setdefault("values", {})
         # A restored experiment runs its unfinished trials again: they are live again.
         self.state.waiting = False
         self._attached = False
@@ -399,6 +418,39 @@ def _objective(result: Mapping[str, Any], metric: float | None) -> float | None:
         return None
     objective = _metric(result.get("objective"))
     return metric if objective is None else objective
+
+
+def sampler_values(
+    result: Mapping[str, Any], objective: float | None, names: Sequence[str]
+) -> tuple[float, ...] | None:
+    """Each of the objectives ``names`` (:data:`raysearch.ranking.OBJECTIVES`) of a finished
+    trial, as a multi-objective sampler is told them: ``objective`` (the sampler's objective,
+    see :func:`_objective`) for the metric, ``latency_ms`` and ``model_size_mb`` (from
+    ``model_size_bytes``) from the trial's record, which Tune hands a searcher flattened
+    (``trial/latency_ms``), a direct call nested, and the journal flat. None when one is
+    missing (a failed trial, a latency not measured).
+
+    Example:
+        >>> sampler_values({"trial/latency_ms": 2.5, "trial/model_size_bytes": 3e6}, 0.9,
+        ...                ["metric", "latency_ms", "model_size_mb"])
+        (0.9, 2.5, 3.0)
+        >>> sampler_values({"model_size_bytes": 3e6}, 0.9, ["metric", "latency_ms"]) is None
+        True
+    """
+    if objective is None:
+        return None
+    trial = result.get("trial")
+    record = trial if isinstance(trial, Mapping) else result
+    values = []
+    for name in names:
+        field_name = "model_size_bytes" if name == "model_size_mb" else name
+        value = objective if name == "metric" else _metric(record.get(field_name))
+        if value is None and record is result:
+            value = _metric(result.get(f"trial/{field_name}"))
+        if value is None:
+            return None
+        values.append(value / 1e6 if name == "model_size_mb" else value)
+    return tuple(values)
 
 
 def _reported(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
