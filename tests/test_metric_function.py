@@ -91,10 +91,36 @@ def test_a_callable_object_holding_a_lock_and_a_wrong_signature_are_refused():
 
     with pytest.raises(ConfigError, match=r"^metric: '.*Scorer' cannot be sent .*_thread\.lock"):
         _config(Scorer())
-    with pytest.raises(ConfigError, match=r"must accept \(model_path, providers\)"):
-        _config(lambda path: 1.0)
+    with pytest.raises(ConfigError) as info:
+        _config(lambda: 1.0)
+    assert str(info.value).endswith(
+        "must accept (model_path, providers), or (model_path) as Quark's search_evaluator "
+        "does; it accepts ()"
+    )
     with pytest.raises(ConfigError, match="^search_evaluator: a int object"):
         SearchConfig.from_dict({**BASE, "search_evaluator": 3}, check_paths=False)
+
+
+def quark_evaluator(onnx_path, **args):
+    """Quark's custom evaluator as its documentation writes it: the model's path alone."""
+    return {"metric": mean_output(onnx_path, ["CPUExecutionProvider"])["metric"], "n": len(args)}
+
+
+def test_quarks_one_argument_evaluator_is_called_with_the_path_alone(tmp_path, caplog):
+    import logging
+
+    path = tmp_path / "mlp.onnx"
+    make_mlp_model(path)
+    raw = {**BASE, "search_evaluator": quark_evaluator, "search_metric_tolerance": 0.01}
+    with caplog.at_level(logging.INFO, logger="raysearch.config.dialects"):
+        config = SearchConfig.from_dict(raw, check_paths=False)
+    assert any("takes the model's path alone" in r.getMessage() for r in caplog.records)
+    evaluator = pickle.loads(pickle.dumps(Evaluator.from_config(config)))  # as the trials get it
+    assert evaluator.takes_providers is False
+    score = evaluator.score_model(path, ["CPUExecutionProvider"])
+    expected = mean_output(str(path), ["CPUExecutionProvider"])["metric"]
+    assert score.metric == pytest.approx(expected)
+    assert score.extra == {"n": 0.0}  # told nothing beyond the path
 
 
 def test_the_written_config_names_the_function():

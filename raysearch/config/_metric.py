@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raysearch.config._dialects import LOGGER
 from raysearch.config._values import number
 from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.metrics import BUILTIN_METRICS, LISTED, METRICS, canonical_metric
@@ -209,6 +210,14 @@ def check_evaluator(
     """
     # The evaluate stage's loader is the one place raysearch imports an evaluator by name;
     # imported here, when a config names a custom evaluator, rather than with the config stage.
-    from raysearch.evaluate import load_custom_evaluator
+    from raysearch.evaluate import load_custom_evaluator, takes_providers
 
-    return load_custom_evaluator(spec, key=path, search_dirs=search_dirs)
+    function = load_custom_evaluator(spec, key=path, search_dirs=search_dirs)
+    if not takes_providers(function):
+        logging.getLogger(LOGGER).info(
+            "%s: the function takes the model's path alone (Quark's "
+            "search_evaluator(onnx_path, **args)); it runs on the trial's device without "
+            "being told its providers",
+            path,
+        )
+    return function

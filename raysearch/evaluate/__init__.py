@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from raysearch.errors import EvaluatorError
-from raysearch.evaluate._custom import load_custom_evaluator
+from raysearch.evaluate._custom import load_custom_evaluator, takes_providers
 from raysearch.evaluate._evaluator import Evaluator, Score
 from raysearch.evaluate._reference import FloatReference
 from raysearch.evaluate._run import measure_latency, run_model
@@ -60,6 +60,7 @@ __all__ = [
     "metric_ssim",
     "compute_metric",
     "load_custom_evaluator",
+    "takes_providers",
     "run_model",
     "measure_latency",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 from raysearch.errors import ConfigError, suggest
 from raysearch.usercode import import_named, qualified_name
 
-__all__ = ["load_custom_evaluator", "pickle_for_trials"]
+__all__ = ["load_custom_evaluator", "pickle_for_trials", "takes_providers"]
 
 
 def load_custom_evaluator(
@@ -41,12 +41,13 @@ def load_custom_evaluator(
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> Callable[..., Any]:
     """The function named by ``"package.module:function"`` (or ``spec`` itself when callable),
-    checked to accept ``(model_path, providers)``. A module Python does not find is imported
+    checked to accept ``(model_path, providers)``, or ``(model_path)`` alone as Quark's
+    ``search_evaluator(onnx_path, **args)`` does (:func:`takes_providers`). A module Python does not find is imported
     from the first of ``search_dirs`` holding it (:func:`raysearch.usercode.import_named`).
 
     Raises:
         ConfigError: (at ``key``) the module cannot be imported, has no such function, or the
-            function cannot be called with two arguments.
+            function can be called neither with two arguments nor with one.
     """
     if callable(spec):
         func, label = spec, qualified_name(spec)
@@ -82,18 +83,37 @@ def load_custom_evaluator(
     return func
 
 
-def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
+def takes_providers(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` is called ``(model_path, providers)`` (raysearch's convention) rather
+    than ``(model_path)`` alone (Quark's ``search_evaluator(onnx_path, **args)``): the first
+    when it accepts both arguments, or when it has no signature to read.
+
+    Example:
+        >>> takes_providers(lambda path, providers: 1.0), takes_providers(lambda path, **a: 1.0)
+        (True, False)
+    """
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
-        return  # a builtin without a signature: the call decides
+        return True  # a builtin without a signature: the call decides
     try:
         signature.bind("model.onnx", ["CPUExecutionProvider"])
     except TypeError:
+        return False
+    return True
+
+
+def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
+    if takes_providers(func):
+        return
+    signature = inspect.signature(func)
+    try:
+        signature.bind("model.onnx")
+    except TypeError:
         raise ConfigError(
             key,
-            f"'{label}' must accept (model_path, providers); it accepts "
-            f"({', '.join(signature.parameters)})",
+            f"'{label}' must accept (model_path, providers), or (model_path) as Quark's "
+            f"search_evaluator does; it accepts ({', '.join(signature.parameters)})",
         ) from None
 
 

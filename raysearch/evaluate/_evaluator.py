@@ -99,6 +99,7 @@ class Evaluator:
                 )
             self.name = metric
             self.function: Callable[..., Any] | None = None
+            self.takes_providers = True
             self.higher_is_better = BUILTIN_METRICS[metric]
         else:
             if isinstance(metric, str) and ":" not in metric:
@@ -109,9 +110,11 @@ class Evaluator:
                 )
             # The loader lives in the public module (the one place raysearch imports code by
             # name); imported here because that module imports this one.
-            from raysearch.evaluate._custom import load_custom_evaluator
+            from raysearch.evaluate._custom import load_custom_evaluator, takes_providers
 
             self.function = load_custom_evaluator(metric, search_dirs=search_dirs)
+            #: False for Quark's ``fn(onnx_path, **args)``: called with the path alone.
+            self.takes_providers = takes_providers(self.function)
             self.name = metric if isinstance(metric, str) else qualified_name(metric)
             self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
         #: A function given from Python (not named by import path): pickled by value for the
@@ -208,10 +211,12 @@ class Evaluator:
         if self.function is None:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]
+        # Quark's search_evaluator(onnx_path, **args) is told the path alone.
+        args = (providers,) if getattr(self, "takes_providers", True) else ()
         if fraction is None:
-            value = self.function(os.fspath(model_path), providers)
+            value = self.function(os.fspath(model_path), *args)
         else:
-            value = self.function(os.fspath(model_path), providers, fraction=fraction)
+            value = self.function(os.fspath(model_path), *args, fraction=fraction)
         return self._read(value)
 
     def score_float(
