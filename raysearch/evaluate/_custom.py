@@ -42,8 +42,9 @@ def load_custom_evaluator(
 ) -> Callable[..., Any]:
     """The function named by ``"package.module:function"`` (or ``spec`` itself when callable),
     checked to accept ``(model_path, providers)``, or ``(model_path)`` alone as Quark's
-    ``search_evaluator(onnx_path, **args)`` does (:func:`takes_providers`). A module Python does not find is imported
-    from the first of ``search_dirs`` holding it (:func:`raysearch.usercode.import_named`).
+    ``search_evaluator(onnx_path, **args)`` does (:func:`takes_providers`). A module Python
+    does not find is imported from the first of ``search_dirs`` holding it
+    (:func:`raysearch.usercode.import_named`).
 
     Raises:
         ConfigError: (at ``key``) the module cannot be imported, has no such function, or the
