@@ -1,4 +1,5 @@
-"""Real Ray nodes on this machine, for the tests that lose one: ``ray start --block`` per node.
+"""Real Ray nodes on this machine, for the tests and benchmarks that run a multi-node cluster
+or lose a node: ``ray start --block`` per node.
 
 Each node is one ``ray start --block`` process in a process group of its own, with its own temp
 folder and free ports, so a test can kill exactly one node's processes: the ``ray start``
@@ -11,7 +12,7 @@ that :attr:`NodeCluster.env` passes to the drivers that join it.
 Example:
     >>> with NodeCluster() as cluster:                                      # doctest: +SKIP
     ...     cluster.start("head", num_cpus=1)
-    ...     cluster.start("worker", num_cpus=2, env={NODE_ENV: "lost"})
+    ...     cluster.start("worker", num_cpus=2, env={"RAYSEARCH_TEST_NODE": "lost"})
     ...     cluster.kill("worker")
 """
 
@@ -29,10 +30,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from tests.reliability.evaluators import NODE_ENV
-from tests.reliability.helpers import subprocess_env
+__all__ = ["NodeCluster"]
 
-__all__ = ["NodeCluster", "NODE_ENV"]
+#: The repository root: the drivers and nodes import ``tests`` (and ``benchmarks``) from it.
+ROOT = Path(__file__).resolve().parents[1]
 
 #: What ``ray start`` prints once its node is registered with the cluster.
 _STARTED = "Ray runtime started."
@@ -84,7 +85,13 @@ class NodeCluster:
     def __init__(self) -> None:
         # A short folder of its own: Ray's socket paths under it must stay below 108 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="rs-nodes-"))
-        self.env = subprocess_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": path,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        }
         self.env.pop("RAY_ADDRESS", None)  # the test session's Ray is not this cluster
         self.address: str | None = None
         self.nodes: dict[str, subprocess.Popen] = {}

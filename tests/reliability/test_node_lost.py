@@ -1,5 +1,5 @@
 """A worker node lost mid-search (issue 17, item 1): two real Ray nodes on this machine, each a
-``ray start --block`` (:mod:`tests.reliability.nodes`); ``raysearch run`` joins them as a real
+``ray start --block`` (:mod:`tests.nodes`); ``raysearch run`` joins them as a real
 process, and the worker node's processes are killed while its trials run.
 
 What the worker node does, by the probe evaluator's node faults: its first trial hangs (it is
@@ -22,8 +22,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.nodes import NodeCluster
+from tests.reliability.evaluators import NODE_ENV
 from tests.reliability.helpers import calls, journal, probe_config, run_with_fault, write_config
-from tests.reliability.nodes import NODE_ENV, NodeCluster
 
 pytestmark = pytest.mark.slow
 
