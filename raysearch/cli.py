@@ -236,10 +236,19 @@ def _run_search(config, overwrite: bool) -> int:
     # The input is checked and the float reference computed while Ray Tune is imported; not
     # for a folder that the search would refuse anyway (``run`` checks it again).
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
-    pending = start_preflight(config)
+    # On a cluster joined, the float reference may be one an earlier search kept there: the
+    # preflight looks it up once Ray is joined.
+    kept = None
+    if config.address:
+        from raysearch.search.runtime import KeptWarm
+
+        kept = KeptWarm()
+    pending = start_preflight(config, kept=kept.lookup_reference if kept else None)
     from raysearch.search import AutoSearch
 
-    result = AutoSearch(config).run(overwrite=overwrite, progress=sys.stderr, preflight=pending)
+    result = AutoSearch(config).run(
+        overwrite=overwrite, progress=sys.stderr, preflight=pending, kept=kept
+    )
     _print_summary(result.summary, result.output_dir)
     return _exit_status(result)
 

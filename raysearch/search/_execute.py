@@ -50,6 +50,7 @@ from raysearch.strategies import ModelFacts, StrategyContext
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.search.preflight import Prepared
+    from raysearch.search.runtime import KeptWarm
 
 __all__ = ["Execution"]
 
@@ -86,6 +87,8 @@ class Execution:
         #: On resume, restore Ray Tune's saved experiment (False: a new one continues the
         #: journal, for a search going on with other stop conditions).
         self.restore_tune = True
+        #: What the cluster keeps for later searches (None: a Ray that ends with the search).
+        self.kept: KeptWarm | None = None
 
     def _searcher(
         self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
@@ -177,6 +180,8 @@ class Execution:
         # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
         for line in prepared.stderr_lines:  # ONNX Runtime's warnings: the log, not the terminal
             logging.getLogger(STDERR_LOGGER).info("%s", line)
+        if self.kept is not None:
+            self.kept.log_reused()
         spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
         spec.driver_node = current_node_id()
         if not only_driver_node():
@@ -205,7 +210,7 @@ class Execution:
             objectives=config.objectives,
             prior=records,
             clock=lambda: clock.elapsed_s,
-            on_record=_OnRecord(stopper),
+            on_record=_OnRecord(stopper, self.kept, prepared.reference),
         )
         expected = self._expected_trials(searcher)
         progress_cb = self._progress(progress, expected, clock, records, recorder)
@@ -309,6 +314,8 @@ class Execution:
         config, folder = self.config, self.output_dir
         live = run.session.searcher or run.searcher
         reason = _stop_reason(run.stopper, live, run.recorder)
+        if self.kept is not None:
+            self.kept.wait()
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
         summary = write_outputs(
@@ -325,6 +332,8 @@ class Execution:
                 "trials_started": max(live.n_started, len(records)),
                 "slots": run.slots,
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
+                # What this search took from a running cluster's store (None: its own Ray).
+                "kept_warm": dict(self.kept.reused) if self.kept and self.kept.enabled else None,
             },
             evaluator=run.spec.evaluator,
         )
@@ -347,12 +356,17 @@ class _OnRecord:
     """What the driver does with each trial it records: the stopper observes it (Tune shows
     the stopper results only: trials that raised count too); from the first one on, the
     modules that writing the outputs needs are imported in a thread, while the next trials
-    run, instead of after the last one. Not before the first record: those imports hold the
+    run, instead of after the last one, and the float reference is handed to a running
+    cluster's store (``kept``). Not before the first record: those imports hold the
     driver's interpreter for seconds, and Tune's start of the first trials runs there."""
 
-    def __init__(self, stopper: CandidateStopper) -> None:
+    def __init__(
+        self, stopper: CandidateStopper, kept: KeptWarm | None = None, reference: Any = None
+    ) -> None:
         self.stopper = stopper
         self.preloading = False
+        self.kept = kept
+        self.reference = reference
 
     def __call__(self, record: dict[str, Any]) -> None:
         self.stopper.observe(record["trial_id"], record)
@@ -361,6 +375,8 @@ class _OnRecord:
 
             self.preloading = True
             preload_output_modules()
+            if self.kept is not None:
+                self.kept.keep_reference(self.reference)
 
 
 def _stop_reason(

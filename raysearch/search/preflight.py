@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,10 +222,17 @@ def warn_if_u8s8_saturates(spaces: Iterable[SearchSpace]) -> bool:
     return True
 
 
-def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = None) -> Prepared:
+def preflight(
+    config: SearchConfig,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    kept: Callable[[str, DataSource], FloatReference | None] | None = None,
+) -> Prepared:
     """Check the model, data and evaluator of ``config`` and compute the float reference or
     the float model's score. Nothing is written unless ``cache_dir`` is given (the float
-    reference is then read from, or saved to, that cache).
+    reference is then read from, or saved to, that cache). ``kept(model, evaluation data)``
+    is asked for the reference first (one a running cluster kept from an earlier search of
+    the same model and data: ``runtime.KeptWarm.lookup_reference``).
 
     Raises:
         InputError: a one-line message naming what is wrong.
@@ -252,7 +259,12 @@ def preflight(config: SearchConfig, *, cache_dir: str | os.PathLike | None = Non
     prepared.info["float_model_size_bytes"] = model_size_bytes(model)
     threads = max(1, min(os.cpu_count() or 1, 4))
     started = time.perf_counter()
-    if evaluator.needs_reference:
+    # One a running cluster kept from an earlier search of the same model and data.
+    reference = kept(model, evaluation) if kept and evaluator.needs_reference else None
+    if reference is not None:
+        prepared.reference = reference
+        prepared.info["float_latency_ms"] = reference.latency_ms
+    elif evaluator.needs_reference:
         try:
             if cache_dir is None:
                 reference = FloatReference.compute(model, evaluation, threads=threads)
@@ -341,7 +353,10 @@ def stderr_lines() -> Iterator[list[str]]:
                     sys.stderr.write(text)
 
 
-def start_preflight(config: SearchConfig) -> Future[Prepared] | None:
+def start_preflight(
+    config: SearchConfig,
+    kept: Callable[[str, DataSource], FloatReference | None] | None = None,
+) -> Future[Prepared] | None:
     """:func:`preflight` of ``config`` in a daemon thread, started now; None (nothing started)
     for a custom evaluator, whose code the caller's thread runs later instead.
 
@@ -368,7 +383,7 @@ def start_preflight(config: SearchConfig) -> Future[Prepared] | None:
         if not pending.set_running_or_notify_cancel():
             return
         try:
-            pending.set_result(preflight(config))
+            pending.set_result(preflight(config, kept=kept))
         except BaseException as exc:  # handed to whoever waits for the result
             pending.set_exception(exc)
 

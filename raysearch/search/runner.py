@@ -77,7 +77,13 @@ from raysearch.search.record.output_dir import (
     storage_path,
     write_config,
 )
-from raysearch.search.runtime.cluster import check_resources, start_ray, stop_ray
+from raysearch.search.runtime import KeptWarm
+from raysearch.search.runtime.cluster import (
+    check_resources,
+    start_ray,
+    started_locally,
+    stop_ray,
+)
 from raysearch.strategies import check_strategy_available
 from raysearch.usercode import local_modules
 
@@ -132,6 +138,7 @@ class AutoSearch:
         overwrite: bool = False,
         progress: TextIO | bool | None = True,
         preflight: Future[Prepared] | None = None,
+        kept: KeptWarm | None = None,
     ) -> SearchResult:
         """Run the search to its end and write its outputs.
 
@@ -144,6 +151,10 @@ class AutoSearch:
             preflight: the :func:`~raysearch.search.preflight.start_preflight` of this
                 search's config, already under way (the CLI starts it before it imports Ray
                 Tune); None runs the preflight here, beside Ray's start.
+            kept: what the running cluster keeps between searches
+                (:class:`~raysearch.search.runtime.KeptWarm`), which ``preflight`` looks the
+                float reference up in; None: one is made when the search joins a cluster
+                (``address``, or a Ray initialised before).
 
         Nothing is written before the model, the data and the evaluator passed
         :func:`~raysearch.search.preflight.preflight` and the Ray cluster proved able to hold
@@ -164,13 +175,17 @@ class AutoSearch:
             _logger.info("continuing the search in %s (resume_if_exists)", earlier)
             return self.resume(earlier, config=self.config, progress=progress)
         previous = check_output_dir(folder, overwrite=overwrite)
-        prepared = _preflight_beside_ray(self.config, pending=preflight)
+        if kept is None and preflight is None and _joins_cluster(self.config):
+            kept = KeptWarm()
+        prepared = _preflight_beside_ray(self.config, pending=preflight, kept=kept)
         check_resources(self.config)
         with hold_output_dir(folder):
             if previous:
                 clean_output_dir(folder, storage_owned=self.config.storage_path is None)
             write_config(folder, self.config, storage_path(self.config, folder))
-            return Execution(self.config, folder).execute(
+            execution = Execution(self.config, folder)
+            execution.kept = kept
+            return execution.execute(
                 resume=False,
                 progress=progress_stream(progress),
                 prepared=prepared,
@@ -287,27 +302,45 @@ def search_running_in(folder: str | os.PathLike) -> bool:
     return False
 
 
+def _joins_cluster(config: SearchConfig) -> bool:
+    """Whether the search runs on a Ray that outlives it (a cluster joined, or a Ray
+    initialised before it from Python)."""
+    import ray
+
+    return bool(config.address) or ray.is_initialized()
+
+
 def _preflight_beside_ray(
-    config: SearchConfig, cache_dir: str | None = None, pending: Future[Prepared] | None = None
+    config: SearchConfig,
+    cache_dir: str | None = None,
+    pending: Future[Prepared] | None = None,
+    kept: KeptWarm | None = None,
 ) -> Prepared:
     """:func:`~raysearch.search.preflight.preflight` in a thread (``pending``, when one was
     started already) while this thread starts (or joins) Ray: each takes seconds (magika:
     2-7 s each on two cores), and neither needs the other. Ray starts in the main thread,
     where ``ray.init`` installs its signal handlers. A bad input is the error reported (before
-    a Ray failure); a Ray this call started for a bad input is shut down again."""
+    a Ray failure); a Ray this call started for a bad input is shut down again. ``kept`` is
+    opened once Ray is joined (the preflight thread may wait on it for a kept reference), or
+    closed when this call started Ray (which ends with the search: nothing to keep)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from raysearch.search.preflight import preflight
 
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
-        checked = pending or pool.submit(preflight, config, cache_dir=cache_dir)
+        lookup = kept.lookup_reference if kept is not None else None
+        checked = pending or pool.submit(preflight, config, cache_dir=cache_dir, kept=lookup)
         try:
             # The evaluator's or a plugin's module found beside the config: every worker's.
             shipped = local_modules(config.code_modules(), config.code_dirs)
             started = start_ray(config.address, shipped)
         except BaseException:
+            if kept is not None:
+                kept.close()
             checked.result()  # raises the input's error, if any, instead of Ray's
             raise
+        if kept is not None:
+            kept.close() if started_locally() else kept.open()
         try:
             return checked.result()
         except BaseException:

@@ -30,6 +30,7 @@ __all__ = [
     "start_ray",
     "check_reachable",
     "shutdown_ray",
+    "started_locally",
     "only_driver_node",
     "check_resources",
     "slots",
@@ -194,6 +195,12 @@ def shutdown_ray() -> None:
         # gone when the GCS stops, not merely signalled.
         psutil.wait_procs(killed, timeout=1.0)
     ray.shutdown()
+
+
+def started_locally() -> bool:
+    """Whether Ray is the one-machine instance :func:`start_ray` started for this search
+    (it ends with the search), not a cluster joined or a Ray initialised before."""
+    return _local_ray is not None
 
 
 def only_driver_node() -> bool:

@@ -1,0 +1,254 @@
+"""What a running Ray cluster keeps warm between searches: the float reference of a model
+already searched, and the calibration statistics already collected.
+
+A search that joins a cluster (``address``, or a Ray started before it from Python) outlives
+nothing of itself but what it hands to the cluster. raysearch keeps, in one detached actor per
+cluster (:data:`STORE_NAME` in the namespace :data:`STORE_NAMESPACE`, no CPU reserved), the
+entries that a later search of the same model and data needs again:
+
+- the float model's outputs on the evaluation data (:class:`~raysearch.evaluate.FloatReference`),
+  under the reference's own key (the model's bytes with its external data, the data's content,
+  batching and device kind) and ONNX Runtime's version;
+- calibration entries (MinMax ranges, histograms), under the calibration cache's own key (the
+  model's bytes, the data's content, batching, the providers' names, what the setting asks
+  calibration to collect).
+
+Every key is a hash of content: a changed model, data set or calibration setting is another
+key, so a stale entry is never served. The store lives in the cluster's memory and dies with
+the cluster (``ray stop``); nothing is written to disk. It holds at most
+``RAYSEARCH_WARM_MAX_MB`` megabytes (default 1024; least recently used entries go first;
+``0`` keeps nothing and looks nothing up). A search on a Ray that raysearch started itself
+keeps nothing: that Ray ends with the search.
+
+Example:
+    >>> warm = KeptWarm()                                          # doctest: +SKIP
+    >>> warm.open()               # once Ray is joined             # doctest: +SKIP
+    >>> warm.lookup_reference("model.onnx", data) is None   # a new model   # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raysearch.data import DataSource
+    from raysearch.evaluate import FloatReference
+
+__all__ = ["KeptWarm", "STORE_NAME", "STORE_NAMESPACE", "max_bytes"]
+
+_logger = logging.getLogger("raysearch.search")
+
+STORE_NAME = "raysearch-kept-warm"
+STORE_NAMESPACE = "raysearch"
+#: Seconds a lookup waits for Ray to be joined, then for the store's answer.
+_WAIT_S = 60.0
+_ANSWER_S = 20.0
+
+
+def max_bytes() -> int:
+    """The store's bound in bytes (``RAYSEARCH_WARM_MAX_MB``, default 1024 MB; 0: off).
+
+    Example:
+        >>> max_bytes() == int(os.environ.get("RAYSEARCH_WARM_MAX_MB", "1024")) * (1 << 20)
+        True
+    """
+    try:
+        megabytes = float(os.environ.get("RAYSEARCH_WARM_MAX_MB", "1024"))
+    except ValueError:
+        megabytes = 1024.0
+    return max(0, int(megabytes * (1 << 20)))
+
+
+class _Store:
+    """The cluster's entries, least recently used first, within ``limit`` bytes (the actor)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.entries: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self.size = 0
+
+    def get(self, key: str) -> Any:
+        found = self.entries.get(key)
+        if found is None:
+            return None
+        self.entries.move_to_end(key)
+        return found[0]
+
+    def put(self, key: str, value: Any, nbytes: int) -> bool:
+        if nbytes > self.limit or key in self.entries:
+            return key in self.entries
+        # Owned by this process: an argument's buffers belong to the search that sent it,
+        # which ends long before the cluster.
+        value = _copy_arrays(value)
+        self.entries[key] = (value, nbytes)
+        self.size += nbytes
+        while self.size > self.limit:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.size -= dropped
+        return True
+
+    def keys(self) -> list[str]:
+        return list(self.entries)
+
+
+def _copy_arrays(value: Any) -> Any:
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if isinstance(value, dict):
+        return {k: _copy_arrays(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy_arrays(v) for v in value)
+    return value
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in ``value`` (plus a little per entry)."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return 64 + sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return 64 + sum(_nbytes(v) for v in value)
+    return 64
+
+
+def _reference_key(key: str) -> str:
+    import onnxruntime
+
+    return f"reference|{key}|onnxruntime {onnxruntime.__version__}"
+
+
+class KeptWarm:
+    """The driver's side of the cluster's store for one search.
+
+    :meth:`lookup_reference` may be called (by the preflight thread) before Ray is joined: it
+    waits until :meth:`open` (Ray joined: the store is looked up) or :meth:`close` (nothing to
+    keep: Ray was started by this search, or the store is off)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._store: Any = None
+        self._keeping: threading.Thread | None = None
+        self.enabled = max_bytes() > 0
+        #: What this search took from the store (recorded in ``summary.json``).
+        self.reused: dict[str, Any] = {"float_reference": False}
+
+    # -- the gate ---------------------------------------------------------------------------
+    def open(self) -> None:
+        """Ray is joined: find the cluster's store (none yet: nothing to reuse)."""
+        import ray
+
+        if self.enabled:
+            try:
+                self._store = ray.get_actor(STORE_NAME, namespace=STORE_NAMESPACE)
+            except ValueError:  # no search kept anything on this cluster yet
+                self._store = None
+        self._ready.set()
+
+    def close(self) -> None:
+        """Nothing is kept for this search (its Ray ends with it)."""
+        self.enabled = False
+        self._ready.set()
+
+    # -- the float reference ------------------------------------------------------------------
+    def lookup_reference(self, model: str, data: DataSource) -> FloatReference | None:
+        """The float reference kept for ``model`` on ``data`` (as computed on this driver's
+        CPU, under :meth:`FloatReference.cache_key`), or None."""
+        from raysearch.evaluate import FloatReference
+        from raysearch.modelfile import file_hash
+
+        if not self._ready.wait(_WAIT_S) or self._store is None:
+            return None
+        key = FloatReference.cache_key(file_hash(model), data, "cpu")
+        found = self._get(_reference_key(key))
+        if found is None:
+            return None
+        self.reused["float_reference"] = True
+        return FloatReference(
+            dict(found["outputs"]),
+            key=found["key"],
+            device=found["device"],
+            latency_ms=found["latency_ms"],
+        )
+
+    def log_reused(self) -> None:
+        """Say in the search's log what it took from the cluster (the lookup runs before the
+        log exists)."""
+        if self.reused["float_reference"]:
+            _logger.info("float reference reused from the cluster (kept by an earlier search)")
+
+    def keep_reference(self, reference: FloatReference | None) -> None:
+        """Hand ``reference`` to the cluster's store, in a thread (joined by :meth:`wait`)."""
+        if not self.enabled or reference is None or self.reused["float_reference"]:
+            return
+        value = {
+            "outputs": dict(reference.outputs),
+            "key": reference.key,
+            "device": reference.device,
+            "latency_ms": reference.latency_ms,
+        }
+        self._keeping = threading.Thread(
+            target=self._put,
+            args=(_reference_key(reference.key), value),
+            name="raysearch-keep-warm",
+            daemon=True,
+        )
+        self._keeping.start()
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Wait until what :meth:`keep_reference` sent is held by the store: an argument sent
+        by this process is lost when it ends before the store took it."""
+        if self._keeping is not None:
+            self._keeping.join(timeout)
+            self._keeping = None
+
+    # -- the store ----------------------------------------------------------------------------
+    def _get(self, key: str) -> Any:
+        import ray
+
+        try:
+            return ray.get(self._store.get.remote(key), timeout=_ANSWER_S)
+        except Exception as exc:  # noqa: BLE001 - a store that fails is a store missed
+            _logger.warning("the cluster's kept entries are unavailable: %s", exc)
+            self._store = None
+            return None
+
+    def _put(self, key: str, value: Any) -> None:
+        import ray
+
+        try:
+            store = self._store or _store_actor()
+            if ray.get(store.put.remote(key, value, _nbytes(value)), timeout=_WAIT_S):
+                _logger.info("kept on the cluster for later searches: %s", key.split("|")[0])
+        except Exception as exc:  # noqa: BLE001 - keeping is a favour to the next search
+            _logger.warning("could not keep %s on the cluster: %s", key.split("|")[0], exc)
+
+
+def _store_actor() -> Any:
+    """The cluster's store, created by the first search that keeps something."""
+    import ray
+
+    actor = ray.remote(num_cpus=0, max_restarts=0)(_Store)
+    return actor.options(
+        name=STORE_NAME, namespace=STORE_NAMESPACE, lifetime="detached", get_if_exists=True
+    ).remote(max_bytes())
+
+
+def entry_key(*parts: Any) -> str:
+    """A store key from ``parts`` (their ``repr``, hashed).
+
+    Example:
+        >>> len(entry_key("calibration", ("model-hash", 32)))
+        64
+    """
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
