@@ -45,6 +45,25 @@ on both sides. ``ratio`` is the median pair's (a) / (b), whose figures are repor
 ``repeats`` holds every pair's, ``ratio_min`` and ``ratio_max`` their spread. (c), the
 floors and the ideal run once, (c) compared with the median pair's loop.
 
+Fixed cost against Ray Tune's floor (issue 37 item 1): each case's ``fixed_cost`` holds the
+median pair's ``before_first_trial_s`` less ``tune_floor.to_first_trial_s`` (target at most
+1.0 s) and ``after_last_trial_s`` beside the floor's ``shutdown_s`` (target at most 0.7 s),
+each with ``target_met``.
+
+``--cases`` (default ``cold,warm,grid48``; ``cold`` with ``--smoke``) picks what runs:
+
+cold    (a), (b) and (c) above: the 12-setting grid, each command starting a Ray of its own.
+warm    a Ray started with ``ray start --head`` (loopback, free ports, a temp folder of its own;
+        ``tests/nodes.py``; its processes killed at the end: ``ray stop`` would stop every Ray
+        of the machine) and joined by ``raysearch run`` with ``address: auto``. The first
+        search on it (``first_search``, reported apart) keeps the float reference on the
+        cluster; then ``--repeat`` alternating pairs of the loop and the same search, which
+        reuses it (``kept_warm``). Target: the median ratio >= 3.5, same best setting.
+grid48  the 12-setting grid x ``extra_options.ActivationSymmetric`` [false, true] x
+        ``extra_options.WeightSymmetric`` [false, true] (48 settings, the loop runs the same 48
+        through ``quantize_static``), cold on a Ray of the command's own, ``--repeat``
+        alternating pairs. Target: the median ratio >= 4, same best setting.
+
 The *ideal* time is ``(one calibration per distinct calibration + every trial's quantization
 and evaluation) / cores`` from (c)'s records. Target: the median (a) / (b) >= 3, with the same
 best setting in every pair.
@@ -55,6 +74,7 @@ Run::
     python benchmarks/sequential_vs_raysearch.py --quick    # magika only
     python benchmarks/sequential_vs_raysearch.py --smoke    # tiny encoder only (tests)
     python benchmarks/sequential_vs_raysearch.py --quick --repeat 5   # more pairs
+    python benchmarks/sequential_vs_raysearch.py --quick --cases warm  # one case alone
 
 Writes ``benchmarks/results/sequential_vs_raysearch.json``.
 """
@@ -63,12 +83,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +105,23 @@ from _common import (  # noqa: E402
     magika_arrays,
     magika_model,
     naive_loop,
-    print_table,
     product_settings,
     quiet,
     save_npz,
-    setting_id,
     shutdown_ray,
 )
+from _floors import ray_floor, tune_floor  # noqa: E402
+from _seq_compare import (  # noqa: E402
+    METRIC,
+    against_floor,
+    against_loop,
+    head_node,
+    print_report,
+    summarize_pairs,
+    tied_best,
+    whole,
+)
 
-METRIC = "cos"
 CALIBRATIONS = [
     ("MinMax", {}),
     ("Percentile", {"CalibPercentile": 99.99}),
@@ -102,11 +130,17 @@ CALIBRATIONS = [
 #: (activation_type, ActivationSymmetric or None when not set)
 ACTIVATIONS = [("QUInt8", None), ("QInt8", None)]
 PER_CHANNEL = [True, False]
+#: The 48-setting grid's ActivationSymmetric and WeightSymmetric.
+SYMMETRIC = [False, True]
+#: The cases ``--cases`` chooses from: the 12-setting grid on a Ray of the command's own, on a
+#: Ray started before (``ray start --head``), and the 48-setting grid.
+CASES = ("cold", "warm", "grid48")
 
 
-def search_space(op_types: list[str]) -> dict[str, Any]:
-    """The grid in raysearch's conditional dialect (12 settings)."""
-    return {
+def search_space(op_types: list[str], symmetric: bool = False) -> dict[str, Any]:
+    """The grid in raysearch's conditional dialect (12 settings; 48 with ``symmetric``:
+    x ``ActivationSymmetric`` x ``WeightSymmetric``)."""
+    space: dict[str, Any] = {
         "calibrate_method": ["MinMax", "Percentile"],
         "percentile": {
             "only_if": {"calibrate_method": "Percentile"},
@@ -117,11 +151,22 @@ def search_space(op_types: list[str]) -> dict[str, Any]:
         "weight_type": ["QInt8"],
         "op_types_to_quantize": [op_types],
     }
+    if symmetric:
+        space["extra_options"] = {"ActivationSymmetric": SYMMETRIC, "WeightSymmetric": SYMMETRIC}
+    return space
 
 
-def settings_list(op_types: list[str]) -> list[dict[str, Any]]:
-    """The same 12 settings for the sequential loop."""
-    return product_settings(CALIBRATIONS, ACTIVATIONS, PER_CHANNEL, op_types)
+def settings_list(op_types: list[str], symmetric: bool = False) -> list[dict[str, Any]]:
+    """The same 12 (or 48) settings for the sequential loop."""
+    if not symmetric:
+        return product_settings(CALIBRATIONS, ACTIVATIONS, PER_CHANNEL, op_types)
+    activations = [(kind, sym) for kind, _ in ACTIVATIONS for sym in SYMMETRIC]
+    settings = []
+    for setting in product_settings(CALIBRATIONS, activations, PER_CHANNEL, op_types):
+        for weight_symmetric in SYMMETRIC:
+            extra = {**setting["extra_options"], "WeightSymmetric": weight_symmetric}
+            settings.append({**setting, "extra_options": extra})
+    return settings
 
 
 def prepare(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -153,7 +198,7 @@ def prepare(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
-def run_sequential(case: dict[str, Any], folder: Path, repeat: int = 0) -> dict[str, Any]:
+def run_sequential(case: dict[str, Any], folder: Path, repeat: int | str = 0) -> dict[str, Any]:
     from raysearch.data import DataSource
 
     model = case["model"]
@@ -164,7 +209,7 @@ def run_sequential(case: dict[str, Any], folder: Path, repeat: int = 0) -> dict[
     load_before = load_average()
     result = naive_loop(
         model,
-        settings_list(case["op_types"]),
+        settings_list(case["op_types"], case.get("symmetric", False)),
         calib,
         evaluation,
         work,
@@ -177,8 +222,17 @@ def run_sequential(case: dict[str, Any], folder: Path, repeat: int = 0) -> dict[
     return result
 
 
-def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> dict[str, Any]:
-    """``raysearch run config.yaml`` in a new process, timed from its start to its exit."""
+def run_raysearch(
+    case: dict[str, Any],
+    folder: Path,
+    early_stopping: bool,
+    *,
+    env: dict[str, str] | None = None,
+    label: str | None = None,
+) -> dict[str, Any]:
+    """``raysearch run config.yaml`` in a new process, timed from its start to its exit;
+    with ``env`` (a running Ray's, :func:`head_node`) the config joins it (``address:
+    auto``)."""
     import json
 
     import yaml
@@ -188,13 +242,14 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
     if not calib_file.exists():
         save_npz(calib_file, case["calib"])
         save_npz(eval_file, case["eval"])
-    out = folder / ("raysearch_out" if early_stopping else "raysearch_every_row_out")
-    config = {
+    label = label or ("partial" if early_stopping else "every_row")
+    out = folder / f"raysearch_{label}_out"
+    config: dict[str, Any] = {
         "model": str(case["model"]),
         "calibration_data": str(calib_file),
         "eval_data": str(eval_file),
         "batch_size": case["batch_size"],
-        "search_space": search_space(case["op_types"]),
+        "search_space": search_space(case["op_types"], case.get("symmetric", False)),
         "search_algo": "Grid",
         "metric": METRIC,
         "resources": {"cpu_per_trial": 1, "max_concurrent_trials": CPUS},
@@ -202,14 +257,16 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
     }
     if not early_stopping:
         config["early_stopping"] = False
-    config_file = folder / f"config_{'partial' if early_stopping else 'every_row'}.yaml"
+    if env is not None:
+        config["address"] = "auto"
+    config_file = folder / f"config_{label}.yaml"
     config_file.write_text(yaml.safe_dump(config, sort_keys=False))
     command = [sys.executable, "-m", "raysearch", "run", str(config_file), "--overwrite"]
     shutdown_ray()
     load_before = load_average()
     started = time.perf_counter()
     started_at = time.time()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     ended_at = time.time()
     load_after = load_average()
@@ -251,209 +308,62 @@ def run_raysearch(case: dict[str, Any], folder: Path, early_stopping: bool) -> d
     }
 
 
+def alternate(
+    repeat: int, loop: Callable[[int], dict], search: Callable[[], dict], what: str
+) -> list[tuple[dict, dict]]:
+    """``repeat`` alternating pairs of the loop (``loop(number)``) and a raysearch command
+    (``search()``), so that a quieter or busier stretch of a shared machine falls on both."""
+    pairs = []
+    for number in range(repeat):
+        pair = f"pair {number + 1} of {repeat}"
+        print(f"(a) sequential: quantize_static per setting, npy reference ({pair})")
+        a = loop(number)
+        print(f"    {a['wall_s']:.1f} s")
+        print(f"(b) {what} ({pair})")
+        b = search()
+        print(f"    {b['wall_s']:.1f} s: {a['wall_s'] / b['wall_s']:.2f}x")
+        pairs.append((a, b))
+    return pairs
+
+
 def run_pairs(
     case: dict[str, Any], folder: Path, repeat: int
 ) -> tuple[list[tuple[dict, dict]], dict[str, Any]]:
     """``repeat`` alternating pairs of (a) and (b), so that a quieter or busier stretch of a
     shared machine falls on both sides (the figures are the median pair's), then (c) once."""
     print(f"== {case['name']}: {len(settings_list(case['op_types']))} settings")
-    pairs = []
-    for number in range(repeat):
-        pair = f"pair {number + 1} of {repeat}"
-        print(f"(a) sequential: quantize_static per setting, npy reference ({pair})")
-        a = run_sequential(case, folder, number)
-        print(f"    {a['wall_s']:.1f} s")
-        print(f"(b) raysearch run (defaults: early stopping on), everything included ({pair})")
-        b = run_raysearch(case, folder, early_stopping=True)
-        print(f"    {b['wall_s']:.1f} s: {a['wall_s'] / b['wall_s']:.2f}x")
-        pairs.append((a, b))
+    pairs = alternate(
+        repeat,
+        lambda number: run_sequential(case, folder, number),
+        lambda: run_raysearch(case, folder, early_stopping=True),
+        "raysearch run (defaults: early stopping on), everything included",
+    )
     print("(c) raysearch run, early_stopping: false")
     c = run_raysearch(case, folder, early_stopping=False)
     print(f"    {c['wall_s']:.1f} s")
     return pairs, c
 
 
-_RAY_FLOOR = """
-import time, sys
-started = float(sys.argv[1])
-import ray
-ray.init(num_cpus=%d, include_dashboard=False, log_to_driver=False, logging_level=30)
-initialised = time.time()
-@ray.remote(num_cpus=1)
-class Probe:
-    def ping(self):
-        return time.time()
-first_call = ray.get(Probe.remote().ping.remote())
-before_shutdown = time.time()
-ray.shutdown()
-print(initialised - started, first_call - started, time.time() - before_shutdown)
-"""
-
-
-_TUNE_FLOOR = """
-import sys, tempfile, time
-started = float(sys.argv[1])
-import ray
-from ray import tune
-ray.init(num_cpus=%d, include_dashboard=False, log_to_driver=False, logging_level=30)
-class Nothing(tune.Trainable):
-    def step(self):
-        return {"done": True, "at": time.time()}
-    def reset_config(self, new_config):
-        return True
-with tempfile.TemporaryDirectory() as tmp:
-    tuner = tune.Tuner(
-        tune.with_resources(Nothing, {"cpu": 1}),
-        tune_config=tune.TuneConfig(num_samples=2, reuse_actors=True),
-        run_config=tune.RunConfig(storage_path=tmp, verbose=0, log_to_file=False),
-    )
-    first = min(result.metrics["at"] for result in tuner.fit())
-before_shutdown = time.time()
-ray.shutdown()
-print(first - started, time.time() - before_shutdown)
-"""
-
-
-def _timed_script(script: str, keys: tuple[str, ...], **env: str) -> dict[str, float]:
-    """Run ``script`` (``%d`` in it: this machine's CPUs) in a new Python process, given the
-    time it was started at; the numbers it prints last, rounded, under ``keys``."""
-    started = time.time()
-    done = subprocess.run(
-        [sys.executable, "-c", script % CPUS, repr(started)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **env},
-    )
-    values = done.stdout.split()[-len(keys) :]
-    return {key: round(float(value), 2) for key, value in zip(keys, values)}
-
-
-def tune_floor() -> dict[str, float]:
-    """What Ray Tune alone takes here (see the module docstring): to the first trial's step of
-    a Tuner of two no-op trials, from a new process's start, and ``ray.shutdown``."""
-    keys = ("to_first_trial_s", "shutdown_s")
-    return _timed_script(_TUNE_FLOOR, keys, TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1")
-
-
-def ray_floor() -> dict[str, float]:
-    """What Ray alone takes here: a new process imports Ray, starts a local Ray, runs one
-    actor's first method (``to_first_actor_call_s``, from the process's start) and shuts Ray
-    down (``shutdown_s``). raysearch's fixed cost cannot go below it."""
-    keys = ("to_ray_initialised_s", "to_first_actor_call_s", "shutdown_s")
-    return _timed_script(_RAY_FLOOR, keys)
-
-
-def _timeline(run: dict[str, Any]) -> dict[str, float]:
-    """Where a raysearch command's wall time went (actor clocks for the trials)."""
-    trials = [r for r in run["trials"] if r["started_at"] and r["ended_at"]]
-    first_start = min(r["started_at"] for r in trials)
-    last_end = max(r["ended_at"] for r in trials)
-    return {
-        "before_first_trial_s": round(first_start - run["search_started_at"], 2),
-        "trial_phase_s": round(last_end - first_start, 2),
-        "after_last_trial_s": round(run["search_ended_at"] - last_end, 2),
-    }
-
-
-def _whole(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The trials evaluated on every row (early stopping off, or not stopped)."""
-    return [r for r in run["trials"] if r["status"] == "ok" and r["stopped_at_rung"] is None]
-
-
-def _tied_best(a: dict[str, Any]) -> set[str]:
-    """The loop's best settings: several settings can give the very same metric, and the best
-    setting counts as the same when raysearch's best is one of them."""
-    best = best_row(a["trials"], METRIC, higher=True)
-    return {setting_id(r["setting"]) for r in a["trials"] if abs(r[METRIC] - best[METRIC]) <= 1e-12}
-
-
-def _median_index(values: list[float]) -> int:
-    """Index of the median of ``values`` (the lower of the two middle ones for an even
-    count)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    return order[(len(order) - 1) // 2]
-
-
-def _against_loop(case: dict[str, Any], a: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """A raysearch run's figures against the loop run ``a``."""
-    best_a = best_row(a["trials"], METRIC, higher=True)
-    seq_by_id = {setting_id(r["setting"]): r for r in a["trials"]}
-    whole = _whole(run)
-    best = best_row(whole, METRIC, higher=True)
-    diffs = [
-        abs(seq_by_id[setting_id(r["setting"])][METRIC] - r[METRIC])
-        for r in whole
-        if setting_id(r["setting"]) in seq_by_id
-    ]
-    rows = [r["eval_rows"] or 0 for r in run["trials"] if r["status"] == "ok"]
-    return {
-        "wall_s": round(run["wall_s"], 2),
-        "ratio": round(a["wall_s"] / run["wall_s"], 3),
-        "trials": len(run["trials"]),
-        "failed": sum(1 for r in run["trials"] if r["status"] != "ok"),
-        "stopped_early": sum(1 for r in run["trials"] if r["stopped_at_rung"] is not None),
-        "eval_rows_run": sum(rows),
-        "eval_rows_if_whole": len(run["trials"]) * len(next(iter(case["eval"].values()))),
-        "calibrations_run": sum(
-            1 for r in run["trials"] if r["status"] == "ok" and not r["calib_cache_hit"]
-        ),
-        "timeline": _timeline(run),
-        "load_average": [run["load_average_before"], run["load_average_after"]],
-        "same_setting": setting_id(best["setting"]) in _tied_best(a),
-        "best_metric": best[METRIC],
-        "summary_best_metric": run["best_metric"],
-        "best_setting": best["setting"],
-        "metric_abs_diff": abs(best_a[METRIC] - best[METRIC]),
-        "max_abs_metric_diff_per_setting": max(diffs) if diffs else None,
-        "settings_compared": len(diffs),
-        "engine_s": round(sum(r["duration_s"] or 0.0 for r in run["trials"]), 2),
-    }
-
-
-def compare(name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict) -> dict[str, Any]:
+def compare(
+    name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict, floor: dict[str, float]
+) -> dict[str, Any]:
     """The median pair's figures in full, every pair's in ``repeats``, (c) against the median
-    pair's loop."""
-    runs = [_against_loop(case, a_i, b_i) for a_i, b_i in pairs]
-    median = _median_index([run["ratio"] for run in runs])
-    a = pairs[median][0]
-    partial = runs[median]
-    every_row = _against_loop(case, a, c)
-    n = len(a["trials"])
-    whole_c = _whole(c)
+    pair's loop, and the median pair's fixed cost against Ray Tune's ``floor``."""
+    row = summarize_pairs(case, pairs, target=3.0)
+    a = pairs[row["median_pair"]][0]
+    partial = row["raysearch"]
+    every_row = against_loop(case, a, c)
+    whole_c = whole(c)
     calibration_s = sum(r["calibration_s"] or 0.0 for r in whole_c if not r["calib_cache_hit"])
     quantization_s = sum(r["quantization_s"] or 0.0 for r in whole_c)
     evaluation_s = sum(r["evaluation_s"] or 0.0 for r in whole_c)
     ideal_s = (calibration_s + quantization_s + evaluation_s) / CPUS
     best_a = best_row(a["trials"], METRIC, higher=True)
-    repeats = [
-        {
-            "sequential_wall_s": round(a_i["wall_s"], 2),
-            "raysearch_wall_s": run_i["wall_s"],
-            "ratio": run_i["ratio"],
-            "same_setting": run_i["same_setting"],
-            "eval_rows_run": run_i["eval_rows_run"],
-            "timeline": run_i["timeline"],
-            "load_average_sequential": [a_i["load_average_before"], a_i["load_average_after"]],
-            "load_average_raysearch": run_i["load_average"],
-        }
-        for (a_i, _), run_i in zip(pairs, runs)
-    ]
-    ratios = [r["ratio"] for r in repeats]
     return {
         "model": name,
-        "settings": n,
-        "sequential_wall_s": round(a["wall_s"], 2),
-        "raysearch_wall_s": partial["wall_s"],
-        # The median of the alternating pairs' ratios (the only pair's with --repeat 1).
-        "ratio": partial["ratio"],
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-        "median_pair": median,
-        "repeats": repeats,
-        "target_ratio": 3.0,
-        "target_met": bool(partial["ratio"] >= 3.0 and all(r["same_setting"] for r in repeats)),
-        "raysearch": partial,
+        "settings": len(a["trials"]),
+        **row,
+        "fixed_cost": against_floor(partial["timeline"], floor),
         "raysearch_every_row": every_row,
         "distinct_calibrations": len({calibration_id(r["setting"]) for r in a["trials"]}),
         "ideal_parts_s": {
@@ -472,12 +382,62 @@ def compare(name: str, case: dict, pairs: list[tuple[dict, dict]], c: dict) -> d
         },
         "sequential_best": {
             "metric": best_a[METRIC],
-            "tied_best": len(_tied_best(a)),
+            "tied_best": len(tied_best(a)),
             "setting": best_a["setting"],
         },
         "load_average_sequential": [a["load_average_before"], a["load_average_after"]],
         "eval_rows": len(next(iter(case["eval"].values()))),
         "calib_rows": len(next(iter(case["calib"].values()))),
+    }
+
+
+def run_warm(case: dict[str, Any], folder: Path, repeat: int, floor: dict) -> dict[str, Any]:
+    """The warm case: a Ray started with ``ray start --head`` before the searches, joined by
+    ``raysearch run`` with ``address: auto``. Its first search keeps the float reference on
+    the cluster (``first_search``, reported apart: the model is new to the cluster); then
+    ``repeat`` alternating pairs of the loop and the same search, which reuses it."""
+    print(f"== {case['name']}: warm cluster (ray start --head, {CPUS} CPUs)")
+    with head_node(CPUS) as env:
+        print("    first search on the cluster")
+        first = run_raysearch(case, folder, True, env=env, label="warm_first")
+        print(f"    {first['wall_s']:.1f} s")
+        pairs = alternate(
+            repeat,
+            lambda number: run_sequential(case, folder, f"warm_{number}"),
+            lambda: run_raysearch(case, folder, True, env=env, label="warm"),
+            "raysearch run, address: auto (warm)",
+        )
+    row = summarize_pairs(case, pairs, target=3.5)
+    first_row = against_loop(case, pairs[row["median_pair"]][0], first)
+    return {
+        "model": case["name"],
+        "settings": len(pairs[0][0]["trials"]),
+        **row,
+        "kept_warm": [b["summary"].get("kept_warm") for _, b in pairs],
+        "fixed_cost": against_floor(row["raysearch"]["timeline"], floor),
+        "first_search": {**first_row, "kept_warm": first["summary"].get("kept_warm")},
+    }
+
+
+def run_grid48(case: dict[str, Any], folder: Path, repeat: int) -> dict[str, Any]:
+    """The 48-setting grid (the 12 x ActivationSymmetric x WeightSymmetric), cold on a local
+    Ray, against the loop over the same 48 settings, as ``repeat`` alternating pairs."""
+    grid = {**case, "symmetric": True}
+    print(f"== {case['name']}: {len(settings_list(case['op_types'], True))} settings, cold")
+    pairs = alternate(
+        repeat,
+        lambda number: run_sequential(grid, folder, f"grid48_{number}"),
+        lambda: run_raysearch(grid, folder, True, label="grid48"),
+        "raysearch run, 48 settings",
+    )
+    row = summarize_pairs(grid, pairs, target=4.0)
+    a = pairs[row["median_pair"]][0]
+    return {
+        "model": case["name"],
+        "settings": len(a["trials"]),
+        **row,
+        "distinct_calibrations": len({calibration_id(r["setting"]) for r in a["trials"]}),
+        "calibrations_run": row["raysearch"]["calibrations_run"],
     }
 
 
@@ -496,8 +456,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="alternating pairs of (a) and (b) per model (default 3; 1 with --smoke)",
     )
+    parser.add_argument(
+        "--cases",
+        default=None,
+        help="comma-separated: cold (the 12-setting grid, its own Ray), warm (a Ray started "
+        "before, joined with address: auto), grid48 (48 settings, cold); default all "
+        "(cold only with --smoke)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.cases = (args.cases or ("cold" if args.smoke else ",".join(CASES))).split(",")
+    if unknown := set(args.cases) - set(CASES):
+        parser.error(f"--cases: unknown {sorted(unknown)}; choose from {', '.join(CASES)}")
     if args.repeat is None:
         args.repeat = 1 if args.smoke else 3
     if args.repeat < 1:
@@ -509,77 +479,46 @@ def main(argv: list[str] | None = None) -> int:
     args.encoder_eval_rows = 100 if args.smoke else 1000
     run = Run("sequential_vs_raysearch", args)
 
-    cases = []
-    details = {}
+    cases, warm, grid48 = [], [], []
+    details: dict[str, Any] = {}
     floors, tune_floors = [], []
     tmp = Path(tempfile.mkdtemp(prefix="raysearch-bench-seq-"))
     try:
         for name in models:
             folder = tmp / name
             case = prepare(name, folder, args)
-            pairs, c = run_pairs(case, folder, args.repeat)
-            floors.append(ray_floor())
-            print(f"Ray alone: {floors[-1]}")
+            if "cold" in args.cases:
+                pairs, c = run_pairs(case, folder, args.repeat)
+                floors.append(ray_floor())
+                print(f"Ray alone: {floors[-1]}")
             tune_floors.append(tune_floor())
             print(f"Ray Tune alone: {tune_floors[-1]}")
-            row = compare(name, case, pairs, c)
-            cases.append(row)
-            a, b = pairs[row["median_pair"]]
-            details[name] = {
-                "sequential": a["trials"],
-                "raysearch": b["trials"],
-                "every_row": c["trials"],
-            }
+            if "cold" in args.cases:
+                row = compare(name, case, pairs, c, tune_floors[-1])
+                cases.append(row)
+                a, b = pairs[row["median_pair"]]
+                details[name] = {
+                    "sequential": a["trials"],
+                    "raysearch": b["trials"],
+                    "every_row": c["trials"],
+                }
+            if "warm" in args.cases:
+                warm.append(run_warm(case, folder, args.repeat, tune_floors[-1]))
+            if "grid48" in args.cases:
+                grid48.append(run_grid48(case, folder, args.repeat))
     finally:
         shutdown_ray()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print()
-    table = []
-    for r in cases:
-        for label, part in (
-            ("early stopping", r["raysearch"]),
-            ("every row", r["raysearch_every_row"]),
-        ):
-            table.append(
-                {
-                    "model": r["model"],
-                    "raysearch": label,
-                    "sequential_wall_s": r["sequential_wall_s"],
-                    **part,
-                    **part["timeline"],
-                }
-            )
-    print_table(
-        table,
-        [
-            "model",
-            "raysearch",
-            "sequential_wall_s",
-            "wall_s",
-            "ratio",
-            "before_first_trial_s",
-            "trial_phase_s",
-            "after_last_trial_s",
-            "eval_rows_run",
-            "stopped_early",
-            "same_setting",
-            "metric_abs_diff",
-        ],
-        title=f"sequential loop vs raysearch run ({CPUS} CPUs, metric {METRIC}, target ratio >= 3)",
-    )
-    for r in cases:
-        print(
-            f"{r['model']}: ratio {r['ratio']:.2f}x (median of {len(r['repeats'])} pairs: "
-            f"{', '.join(format(p['ratio'], '.2f') for p in r['repeats'])}); "
-            f"best {METRIC} sequential {r['sequential_best']['metric']:.6f} "
-            f"raysearch {r['raysearch']['best_metric']:.6f}; target: "
-            f"{'met' if r['target_met'] else 'NOT met'}; ideal (every row) {r['ideal_s']:.1f} s "
-            f"({r['ideal_parts_s']}); load {r['raysearch']['load_average']}"
-        )
-    print(f"Ray alone (start to first actor call, shutdown): {floors}")
-    print(f"Ray Tune alone (start to first trial, shutdown): {tune_floors}")
-    report = {"metric": METRIC, "cases": cases, "ray_floor": floors, "tune_floor": tune_floors}
+    print_report(cases, warm, grid48, floors, tune_floors)
+    report = {
+        "metric": METRIC,
+        "cases": cases,
+        "warm": warm,
+        "grid48": grid48,
+        "ray_floor": floors,
+        "tune_floor": tune_floors,
+    }
     run.write({**report, "trials": details}, args.out)
     return 0
 

@@ -62,6 +62,15 @@ def test_sequential_vs_raysearch(tmp_path: Path) -> None:
     assert 0 < floor["to_ray_initialised_s"] <= floor["to_first_actor_call_s"]
     (tune_floor,) = report["tune_floor"]
     assert tune_floor["to_first_trial_s"] > 0 and tune_floor["shutdown_s"] > 0
+    # The fixed cost against Tune's floor of the same run (issue 37 item 1).
+    fixed = case["fixed_cost"]
+    timeline = case["raysearch"]["timeline"]
+    assert fixed["before_first_trial_s"] == timeline["before_first_trial_s"]
+    excess = timeline["before_first_trial_s"] - tune_floor["to_first_trial_s"]
+    assert fixed["before_first_trial_excess_s"] == round(excess, 2)
+    assert fixed["before_first_trial_target_met"] is (fixed["before_first_trial_excess_s"] <= 1.0)
+    assert fixed["after_last_trial_target_met"] is (timeline["after_last_trial_s"] <= 0.7)
+    assert report["warm"] == [] and report["grid48"] == []  # --smoke runs the cold case only
     for run in (case["raysearch"], case["raysearch_every_row"]):
         assert run["trials"] == 12 and run["failed"] == 0
         assert set(run["timeline"]) == {
