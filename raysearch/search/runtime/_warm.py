@@ -1,24 +1,21 @@
 """What a running Ray cluster keeps warm between searches: the float reference of a model
-already searched, and the calibration statistics already collected.
+already searched.
 
 A search that joins a cluster (``address``, or a Ray started before it from Python) outlives
 nothing of itself but what it hands to the cluster. raysearch keeps, in one detached actor per
 cluster (:data:`STORE_NAME` in the namespace :data:`STORE_NAMESPACE`, no CPU reserved), the
-entries that a later search of the same model and data needs again:
+float model's outputs on the evaluation data (:class:`~raysearch.evaluate.FloatReference`),
+under the reference's own key (the model's bytes with its external data, the data's content,
+batching and device kind) and ONNX Runtime's version: what a later search of the same model
+and data needs again before its first trial. (Calibration statistics are not kept yet: their
+cache keys are content hashes too, so the same store could hold them.)
 
-- the float model's outputs on the evaluation data (:class:`~raysearch.evaluate.FloatReference`),
-  under the reference's own key (the model's bytes with its external data, the data's content,
-  batching and device kind) and ONNX Runtime's version;
-- calibration entries (MinMax ranges, histograms), under the calibration cache's own key (the
-  model's bytes, the data's content, batching, the providers' names, what the setting asks
-  calibration to collect).
-
-Every key is a hash of content: a changed model, data set or calibration setting is another
-key, so a stale entry is never served. The store lives in the cluster's memory and dies with
-the cluster (``ray stop``); nothing is written to disk. It holds at most
-``RAYSEARCH_WARM_MAX_MB`` megabytes (default 1024; least recently used entries go first;
-``0`` keeps nothing and looks nothing up). A search on a Ray that raysearch started itself
-keeps nothing: that Ray ends with the search.
+Every key is a hash of content: a changed model or data set is another key, so a stale entry
+is never served. The store lives in the cluster's memory and dies with the cluster (``ray
+stop``); nothing is written to disk. It holds at most ``RAYSEARCH_WARM_MAX_MB`` megabytes
+(default 1024; least recently used entries go first; ``0`` keeps nothing and looks nothing
+up). A search on a Ray that raysearch started itself keeps nothing: that Ray ends with the
+search.
 
 Example:
     >>> warm = KeptWarm()                                          # doctest: +SKIP
@@ -29,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -242,13 +238,3 @@ def _store_actor() -> Any:
     return actor.options(
         name=STORE_NAME, namespace=STORE_NAMESPACE, lifetime="detached", get_if_exists=True
     ).remote(max_bytes())
-
-
-def entry_key(*parts: Any) -> str:
-    """A store key from ``parts`` (their ``repr``, hashed).
-
-    Example:
-        >>> len(entry_key("calibration", ("model-hash", 32)))
-        64
-    """
-    return hashlib.sha256(repr(parts).encode()).hexdigest()
