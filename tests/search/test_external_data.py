@@ -272,6 +272,7 @@ def _train_once(external: dict[str, Path], out: Path, evaluator) -> dict:
 
     from raysearch.data import DataSource
     from raysearch.evaluate import Evaluator
+    from raysearch.search.record.reported import reported_record
     from raysearch.search.tune.trainable import make_trainable
     from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 
@@ -284,7 +285,7 @@ def _train_once(external: dict[str, Path], out: Path, evaluator) -> dict:
 
     trainable = make_trainable(factory, out)(config={"settings": {"calibrate_method": "MinMax"}})
     try:
-        return trainable.train()["trial"]
+        return reported_record(trainable.train())
     finally:
         trainable.stop()
         gc.unfreeze()  # the trainable froze this process's objects for its actor's life

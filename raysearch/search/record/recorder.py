@@ -58,6 +58,7 @@ from raysearch.quantize.techniques.mixed_precision.sensitivity import (
 from raysearch.ranking import best_record, best_records, better, pareto_front, stopped_at_rung
 from raysearch.search._logs import check_tune_disk
 from raysearch.search.record.journal import Journal
+from raysearch.search.record.reported import reported_record
 from raysearch.search.runtime._node_loss import ModelLostError, lost_trial_line
 from raysearch.search.runtime.transfer import current_node_id, drop_model, fetch_model
 
@@ -145,7 +146,7 @@ class TrialRecorder(tune.Callback):
         if result.get("done", True) is False:
             return  # a rung before the last, and ASHA lets the trial go on
         check_tune_disk()
-        record = dict(result.get("trial") or {})
+        record = reported_record(result)
         record["stopped_at_rung"] = stopped_at_rung(record)
         if record.get("disk_full"):
             # The trial's disk filled up: the search stops here and leaves the trial out of

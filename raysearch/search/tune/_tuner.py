@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.layout import EXPERIMENT
+from raysearch.search.record.reported import pack_record
 from raysearch.search.tune.session import SessionCallback, SessionStopper
 
 if TYPE_CHECKING:
@@ -79,7 +80,11 @@ def tune_state_intact(path: str) -> bool:
 def replay_result(record: Mapping[str, Any]) -> dict[str, Any]:
     """What a journaled trial returns when Tune runs it again after a restore."""
     trial = {k: v for k, v in record.items() if k not in ("point", "params", "settings")}
-    return {"metric": record.get("metric"), "objective": record.get("objective"), "trial": trial}
+    return {
+        "metric": record.get("metric"),
+        "objective": record.get("objective"),
+        "trial": pack_record(trial),
+    }
 
 
 def _trial_dirname(trial: Any) -> str:

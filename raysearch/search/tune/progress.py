@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from ray import tune
 
 from raysearch.ranking import stopped_at_rung
+from raysearch.search.record.reported import reported_record
 
 __all__ = ["ProgressCallback"]
 
@@ -180,7 +181,7 @@ class ProgressCallback(tune.Callback):
         if result.get("done", True) is False:
             return  # a rung before the last: the trial goes on
         freed = self._stopped(trial)
-        record = result.get("trial") or {}
+        record = reported_record(result)
         if result.get("replayed"):
             return  # counted in an earlier session
         # A trial stopped at a rung has a metric over some rows only: never the best.

@@ -47,6 +47,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from raysearch.ranking import stopped_at_rung
+from raysearch.search.record.reported import reported_record
 from raysearch.space import SearchSpace
 from raysearch.space.space import Reject
 from raysearch.strategies import (
@@ -358,6 +359,7 @@ class SettingSearcher(Searcher):
         if self._several:
             values = sampler_values(result or {}, objective, self.context.objectives)
             self.values[proposal.key] = told["values"] = values
+        reported = reported_record(result)
         candidate, extra = _reported(None if error else result)
         self.context.records.append(
             {
@@ -377,7 +379,7 @@ class SettingSearcher(Searcher):
                 "status": "failed" if error or metric is None else "ok",
                 "is_candidate": candidate and metric is not None,
                 "extra": extra,
-                "stopped_at_rung": None if error else stopped_at_rung(result or {}),
+                "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
             }
         )
         if position is not None:
@@ -439,8 +441,7 @@ def sampler_values(
     """
     if objective is None:
         return None
-    trial = result.get("trial")
-    record = trial if isinstance(trial, Mapping) else result
+    record = reported_record(result) or result
     values = []
     for name in names:
         field_name = "model_size_bytes" if name == "model_size_mb" else name
@@ -466,8 +467,8 @@ def _reported(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
     """
     if not result:
         return False, {}
-    trial = result.get("trial")
-    if isinstance(trial, dict):
+    trial = reported_record(result)
+    if trial:
         extra = trial.get("extra")
         return bool(trial.get("is_candidate")), dict(extra) if isinstance(extra, dict) else {}
     prefix = "trial/extra/"

@@ -22,6 +22,7 @@ from ray.tune.stopper import Stopper
 
 from raysearch.search.record.journal import Journal, SessionClock
 from raysearch.search.record.recorder import TrialRecorder
+from raysearch.search.record.reported import reported_record
 from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.stopper import CandidateStopper
 
@@ -97,7 +98,7 @@ class SessionStopper(Stopper):
         session = lookup(self.key)
         if session is None or result.get("replayed"):
             return False
-        return session.stopper(trial_id, {**(result.get("trial") or {}), **result})
+        return session.stopper(trial_id, {**reported_record(result), **result})
 
     def stop_all(self) -> bool:
         session = lookup(self.key)

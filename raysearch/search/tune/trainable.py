@@ -42,6 +42,7 @@ from ray import tune
 from raysearch.errors import is_disk_full
 from raysearch.layout import TRIALS_TMP
 from raysearch.modelfile import remove_model
+from raysearch.search.record.reported import pack_record
 from raysearch.search.runtime._start_barrier import (
     START_BARRIER_TIMEOUT_S,
     StartBarrier,
@@ -225,7 +226,13 @@ class QuantTrainable(tune.Trainable):
         remove_model(out_path)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         trial = {"status": "failed", "error": message, "disk_full": True}
-        return {"metric": None, "objective": None, "trial": trial, "done": True, **UNRANKED}
+        return {
+            "metric": None,
+            "objective": None,
+            "trial": pack_record(trial),
+            "done": True,
+            **UNRANKED,
+        }
 
     def _report(self, record: dict[str, Any], live: _Live, done: bool) -> dict[str, Any]:
         """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
@@ -256,7 +263,8 @@ class QuantTrainable(tune.Trainable):
         return {
             "metric": metric,
             "objective": objective,
-            "trial": record,
+            # JSON text: Tune analyses every number of a result for as long as it runs.
+            "trial": pack_record(record),
             "done": done,
             RUNG_CLOCK: clock,
             RUNG_SCORE: score if clock is not None else None,

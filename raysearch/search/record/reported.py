@@ -1,0 +1,48 @@
+"""A trial's record as Ray Tune carries it: JSON text, not a nested dict.
+
+Tune keeps, for every trial of an experiment until it ends, its last result and an analysis of
+each number in it (max, min, mean, last, the means of the last 5 and 10: ``metric_analysis``,
+nested dicts flattened first), and caches the trial's state as JSON for its experiment
+checkpoint. A record reported as a dict put its 20-30 numbers (timings, sizes, rung scores,
+``extra``) into that analysis, which nothing of raysearch reads: in a 400-trial search
+(tracemalloc, trials 100 to 350) Tune's analysis grew by 61 KiB per trial with the record as a
+dict, 21 KiB (Tune's own numbers) with it as text. As one string the record is none of
+Tune's numbers; the driver's readers (recorder, progress line, stopper, searcher) decode it
+with :func:`reported_record`.
+
+Example:
+    >>> result = {"metric": 0.9, "trial": pack_record({"status": "ok", "rung": 0})}
+    >>> reported_record(result)
+    {'status': 'ok', 'rung': 0}
+    >>> reported_record({"trial": {"status": "ok"}})  # a record passed as is
+    {'status': 'ok'}
+    >>> reported_record({"metric": None})
+    {}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from raysearch.space.space import json_default
+
+__all__ = ["pack_record", "reported_record", "RECORD_KEY"]
+
+#: The key of a Tune result that holds the trial's record.
+RECORD_KEY = "trial"
+
+
+def pack_record(record: Mapping[str, Any]) -> str:
+    """``record`` as the JSON text a trainable reports (NaN kept: it reads back as NaN)."""
+    return json.dumps(record, default=json_default)
+
+
+def reported_record(result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trial's record in a Tune result: decoded from its JSON text, or the mapping itself
+    (a record reported as a dict, or passed directly); ``{}`` when there is none."""
+    value = (result or {}).get(RECORD_KEY)
+    if isinstance(value, str):
+        return json.loads(value)
+    return dict(value) if isinstance(value, Mapping) else {}
