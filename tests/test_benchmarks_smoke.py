@@ -254,3 +254,46 @@ def test_time_to_quality(tmp_path: Path) -> None:
     assert row["time_to_goal_s"] <= row["wall_s"] + 1
     (summary,) = report["summary"]
     assert summary["reached"] == 1 and summary["seeds"] == 1
+
+
+def test_scale(tmp_path: Path) -> None:
+    # --smoke: 40 trials on four one-CPU `ray start` nodes, a worker node killed at trial 20.
+    report = run_benchmark("scale", tmp_path, timeout=300)
+    assert report["trials"] == 40 and report["kill_at"] == 20
+    assert report["nodes"] == ["head", "worker1", "worker2", "worker3"]
+    assert report["status"] == 0 and report["killed"]["node"] == "worker3"
+    assert report["killed"]["at_trials"] >= 20 and report["killed"]["pids"]
+    records = report["records"]
+    # The claims, not only their keys: every trial once in the journal and results.parquet,
+    # none journaled before the loss missing, the count reached.
+    assert records["complete"] is True and records["not_exactly_once"] == []
+    assert records["journal_lines"] == records["results_rows"] == 40
+    assert records["lost_after_kill"] == [] and records["summary_n_trials"] == 40
+    assert records["stop_reason"] == "iteration_limit"
+    overhead, memory = report["overhead"], report["driver_memory"]
+    for window in ("early", "late"):
+        assert overhead[window]["n"] > 0 and overhead[window]["median_s"] >= 0
+        assert overhead[window]["driver_cpu_s_per_trial"] > 0
+    assert overhead["ratio"] is not None and isinstance(overhead["met"], bool)
+    # A gap before every trial but the first on each node (and one its node took with it).
+    assert len(overhead["gaps"]) >= 30
+    assert memory["range_mib"] is not None and memory["samples"] >= 2
+    assert 0 < memory["rss_mib_min"] <= memory["rss_mib_max"] <= memory["peak_mib_whole_run"]
+
+
+def test_batch(tmp_path: Path) -> None:
+    report = run_benchmark("batch", tmp_path)
+    assert report["space"] == "MATMUL_CONV_INT8_SEARCH"
+    assert report["models"] == ["cnn_c4_s8", "cnn_c8_s8"]
+    (pair,) = report["pairs"]  # --smoke runs one pair
+    assert pair == report["median_pair"] and report["ratios"] == [pair["ratio"]]
+    for side in ("sequential", "batch"):
+        figures = pair[side]
+        assert figures["wall_s"] > 0 and len(figures["load_average"]) == 2
+        assert 0 < figures["trial_busy_share"] <= 1
+    assert pair["ratio"] == round(pair["sequential"]["wall_s"] / pair["batch"]["wall_s"], 3)
+    # The batch found every model's best setting, each setting scored as in its own search.
+    assert report["every_best_same"] is pair["every_best_same"] is True
+    for row in pair["models"]:
+        assert row["seq_trials"] == row["batch_trials"] == 12 and row["settings_compared"] == 12
+        assert row["same_best"] is True and row["max_abs_metric_diff"] == 0.0, row

@@ -1,0 +1,82 @@
+"""A many-trial search on four real nodes loses one worker node part-way (issue 37, item 6, at
+small size): 40 trials of a Grid with evaluation on growing subsets, four ``ray start`` nodes
+of one CPU, the last worker killed once 20 trials are journaled
+(:mod:`tests.scale.many_trials`, which ``benchmarks/scale.py`` runs at 1,000).
+
+``tests/reliability/test_node_lost.py`` covers what happens to the trials a lost node was
+running and to the models left on it; this test covers the search around it: every trial
+finished before the loss is kept as it was recorded, the search goes on on the surviving
+nodes, and it ends with exactly its trial count, each trial recorded once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.reliability.helpers import journal
+from tests.scale.many_trials import run_many_trials
+
+pytestmark = pytest.mark.slow
+
+TRIALS = 40
+KILL_AT = 20
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory) -> dict[str, Any]:
+    work = Path(tmp_path_factory.mktemp("many"))
+    started = time.time()
+    run = run_many_trials(work, TRIALS, KILL_AT, timeout_s=600)
+    assert run["status"] == 0, run["stderr_tail"]
+    out = run["out"]
+    return {
+        **run,
+        "started": started,
+        "journal": journal(out),
+        "rows": pq.read_table(out / "results.parquet").to_pylist(),
+        "summary": json.loads((out / "summary.json").read_text()),
+    }
+
+
+def test_the_search_reaches_its_count_with_every_trial_recorded_once(search):
+    ids = [r["trial_id"] for r in search["journal"]]
+    assert len(ids) == len(set(ids)) == TRIALS
+    rows = search["rows"]
+    assert len(rows) == TRIALS and {r["trial_id"] for r in rows} == set(ids)
+    assert search["summary"]["n_trials"] == TRIALS
+    assert search["summary"]["stop_reason"] == "iteration_limit"
+    # Early stopping ran: some trials stopped at a rung, each still one record.
+    assert any(r["stopped_at_rung"] is not None for r in rows)
+
+
+def test_no_trial_finished_before_the_loss_is_lost_or_run_again(search):
+    killed = search["killed"]
+    assert killed is not None and killed["pids"] and killed["at_trials"] >= KILL_AT
+    before = killed["journaled_ids"]
+    # The journal is appended to, never rewritten: its first lines are those seen at the kill.
+    assert [r["trial_id"] for r in search["journal"][: len(before)]] == before
+    by_id = {r["trial_id"]: r for r in search["rows"]}
+    for line in search["journal"][: len(before)]:
+        row = by_id[line["trial_id"]]
+        assert row["status"] == line["status"] and row["metric"] == line["metric"]
+
+
+def test_the_search_goes_on_on_the_surviving_nodes(search):
+    lines = search["journal"]
+    kill_line = search["killed"]["at_trials"]
+    nodes_before = {r["node_id"] for r in lines[:kill_line] if r.get("node_id")}
+    assert len(nodes_before) == 4  # every node ran trials before the loss
+    # Trials journaled well after the loss (the last quarter) ran on three nodes only.
+    late = lines[TRIALS - TRIALS // 4 :]
+    nodes_after = {r["node_id"] for r in late if r["status"] == "ok"}
+    assert len(nodes_after) == 3 and nodes_after < nodes_before
+    # A trial the lost node took with it is recorded as failed, naming why.
+    for row in search["rows"]:
+        if row["status"] != "ok":
+            assert row["error"].startswith(("NodeLost", "TrialUnreachable")), row["error"]
