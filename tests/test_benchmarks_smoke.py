@@ -297,21 +297,3 @@ def test_batch(tmp_path: Path) -> None:
     for row in pair["models"]:
         assert row["seq_trials"] == row["batch_trials"] == 12 and row["settings_compared"] == 12
         assert row["same_best"] is True and row["max_abs_metric_diff"] == 0.0, row
-
-
-def test_batch(tmp_path: Path) -> None:
-    report = run_benchmark("batch", tmp_path)
-    assert report["space"] == "MATMUL_CONV_INT8_SEARCH"
-    assert report["models"] == ["cnn_c4_s8", "cnn_c8_s8"]
-    (pair,) = report["pairs"]  # --smoke runs one pair
-    assert pair == report["median_pair"] and report["ratios"] == [pair["ratio"]]
-    for side in ("sequential", "batch"):
-        figures = pair[side]
-        assert figures["wall_s"] > 0 and len(figures["load_average"]) == 2
-        assert 0 < figures["trial_busy_share"] <= 1
-    assert pair["ratio"] == round(pair["sequential"]["wall_s"] / pair["batch"]["wall_s"], 3)
-    # The batch found every model's best setting, each setting scored as in its own search.
-    assert report["every_best_same"] is pair["every_best_same"] is True
-    for row in pair["models"]:
-        assert row["seq_trials"] == row["batch_trials"] == 12 and row["settings_compared"] == 12
-        assert row["same_best"] is True and row["max_abs_metric_diff"] == 0.0, row
