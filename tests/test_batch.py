@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -147,3 +148,55 @@ def _check_batch_report(out: Path, names: list[str], linked: list[str]) -> None:
             ".map(r => r.cells[0].textContent)"
         )
         assert order == sorted(names)
+
+
+def test_a_batch_finds_what_each_search_finds_alone(tmp_path):
+    """Each model's search in a batch (a process forked for it, joined to the batch's Ray, one
+    trial at a time) gives the very results of the same search run alone with AutoSearch (its
+    own local Ray, two trials at a time): the same best setting and every setting's metric."""
+    from raysearch import AutoSearch
+    from tests.reliability.helpers import journal
+
+    make_mlp_model(tmp_path / "mlp.onnx")
+    make_conv_model(tmp_path / "cnn8.onnx", channels=8, size=16)
+    make_conv_model(tmp_path / "cnn16.onnx", channels=16, size=12, seed=1)
+    np.savez(tmp_path / "mlp.npz", **mlp_data(32))
+    np.savez(tmp_path / "cnn16.npz", **conv_data(24, size=16))
+    np.savez(tmp_path / "cnn12.npz", **conv_data(24, size=12, seed=5))
+    defaults = {
+        "search_space": "MATMUL_CONV_INT8_SEARCH",
+        "search_algo": "Grid",
+        "metric": "cos",
+        "tolerance": 0.99,
+        "early_stopping": False,
+        "measure_latency": False,
+    }
+    models = [
+        {"name": "mlp", "model": "mlp.onnx", "calibration_data": "mlp.npz"},
+        {"name": "cnn8", "model": "cnn8.onnx", "calibration_data": "cnn16.npz"},
+        {"name": "cnn16", "model": "cnn16.onnx", "calibration_data": "cnn12.npz"},
+    ]
+    out = tmp_path / "out"
+    manifest = {"output_dir": str(out), "defaults": defaults, "models": models}
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump(manifest))
+    assert main(["batch", str(tmp_path / "batch.yaml")]) == 0
+
+    def metrics(folder: Path) -> dict[str, float]:
+        records = journal(folder)
+        assert len(records) == 12 and all(r["status"] == "ok" for r in records), folder
+        return {json.dumps(r["params"], sort_keys=True): r["metric"] for r in records}
+
+    for entry in models:
+        alone = {**defaults, **{k: v for k, v in entry.items() if k != "name"}}
+        for key in ("model", "calibration_data"):
+            alone[key] = str(tmp_path / alone[key])
+        alone["output_dir"] = str(tmp_path / "alone" / entry["name"])
+        result = AutoSearch(alone).run(progress=False)
+        batch = json.loads((out / entry["name"] / "summary.json").read_text())
+        # Every setting scored the same to the last bit, not only the best.
+        scores = metrics(Path(alone["output_dir"]))
+        assert metrics(out / entry["name"]) == scores, entry["name"]
+        assert batch["best_metric"] == result.best_metric, entry["name"]
+        # The same best setting, or one that ties with it exactly.
+        best = json.dumps(batch["best_params"], sort_keys=True)
+        assert scores[best] == result.best_metric, (entry["name"], best, result.best_params)

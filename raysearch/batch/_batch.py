@@ -99,7 +99,8 @@ class BatchManifest:
     per_model_concurrency: int | None = None
     address: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
-    #: Model searches running at once (default: the cluster's CPUs); the rest wait their turn.
+    #: Model searches running at once (default: :func:`default_models_at_once`); the rest wait
+    #: their turn.
     max_concurrent_models: int | None = None
     #: A model's search still running after this long is stopped and reported as timed out
     #: (its folder resumes on the next run); None: no limit.
@@ -225,6 +226,20 @@ def _row(entry: ModelEntry, folder: Path, error: str | None) -> dict[str, Any]:
     return row
 
 
+def default_models_at_once(cpus: int) -> int:
+    """Model searches a batch runs at once by default: twice the cluster's CPUs. A search
+    holds no CPU of the cluster while it starts (Python, joining Ray, its float reference,
+    Tune's first actor) and while it writes its outputs; with only as many searches as CPUs,
+    those stretches left CPUs without a trial. Trials still run at most one per CPU (Ray's
+    resources decide), each model's at most ``max_concurrent_trials_per_model``.
+
+    Example:
+        >>> default_models_at_once(2)
+        4
+    """
+    return 2 * max(1, cpus)
+
+
 def run_batch(
     manifest: BatchManifest, *, progress: TextIO | None = None, overwrite: bool = False
 ) -> pa.Table:
@@ -240,7 +255,7 @@ def run_batch(
     address = ray.get_runtime_context().gcs_address
     cpus = int(ray.cluster_resources().get("CPU", 1))
     runnable = [m for m in manifest.models if m.config is not None]
-    at_once = manifest.max_concurrent_models or max(1, cpus)
+    at_once = manifest.max_concurrent_models or default_models_at_once(cpus)
     running_models = max(1, min(at_once, len(runnable)))
     per_model = manifest.per_model_concurrency or max(1, cpus // running_models)
 
