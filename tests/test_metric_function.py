@@ -91,12 +91,13 @@ def test_a_callable_object_holding_a_lock_and_a_wrong_signature_are_refused():
 
     with pytest.raises(ConfigError, match=r"^metric: '.*Scorer' cannot be sent .*_thread\.lock"):
         _config(Scorer())
-    with pytest.raises(ConfigError) as info:
-        _config(lambda: 1.0)
-    assert str(info.value).endswith(
-        "must accept (model_path, providers), or (model_path) as Quark's search_evaluator "
-        "does; it accepts ()"
-    )
+    for wrong, accepts in ((lambda: 1.0, "()"), (lambda path: 1.0, "(path)")):
+        with pytest.raises(ConfigError) as info:
+            _config(wrong)
+        assert str(info.value).endswith(
+            "must accept (model_path, providers), or (onnx_path, **args) as Quark's "
+            f"search_evaluator does; it accepts {accepts}"
+        )
     with pytest.raises(ConfigError, match="^search_evaluator: a int object"):
         SearchConfig.from_dict({**BASE, "search_evaluator": 3}, check_paths=False)
 

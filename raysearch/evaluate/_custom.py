@@ -41,14 +41,14 @@ def load_custom_evaluator(
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> Callable[..., Any]:
     """The function named by ``"package.module:function"`` (or ``spec`` itself when callable),
-    checked to accept ``(model_path, providers)``, or ``(model_path)`` alone as Quark's
-    ``search_evaluator(onnx_path, **args)`` does (:func:`takes_providers`). A module Python
-    does not find is imported from the first of ``search_dirs`` holding it
-    (:func:`raysearch.usercode.import_named`).
+    checked to accept ``(model_path, providers)``, or to be Quark's
+    ``search_evaluator(onnx_path, **args)`` (called with the path alone:
+    :func:`takes_providers`). A module Python does not find is imported from the first of
+    ``search_dirs`` holding it (:func:`raysearch.usercode.import_named`).
 
     Raises:
         ConfigError: (at ``key``) the module cannot be imported, has no such function, or the
-            function can be called neither with two arguments nor with one.
+            function takes neither ``(model_path, providers)`` nor ``(onnx_path, **args)``.
     """
     if callable(spec):
         func, label = spec, qualified_name(spec)
@@ -86,34 +86,54 @@ def load_custom_evaluator(
 
 def takes_providers(func: Callable[..., Any]) -> bool:
     """Whether ``func`` is called ``(model_path, providers)`` (raysearch's convention) rather
-    than ``(model_path)`` alone (Quark's ``search_evaluator(onnx_path, **args)``): the first
-    when it accepts both arguments, or when it has no signature to read.
+    than with the path alone, as Quark's ``search_evaluator(onnx_path, **args)`` is written
+    (:func:`is_quark_evaluator`): the first unless it is Quark's form.
 
     Example:
         >>> takes_providers(lambda path, providers: 1.0), takes_providers(lambda path, **a: 1.0)
         (True, False)
     """
+    return not is_quark_evaluator(func)
+
+
+def is_quark_evaluator(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` has the form of Quark's custom evaluator, ``(onnx_path, **args)``: it
+    cannot take ``(model_path, providers)`` but takes the path alone and keyword arguments.
+    A plain one-argument function is not: its signature is more likely a mistake.
+
+    Example:
+        >>> is_quark_evaluator(lambda onnx_path, **args: 1.0), is_quark_evaluator(len)
+        (True, False)
+    """
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
-        return True  # a builtin without a signature: the call decides
+        return False  # a builtin without a signature: the call decides
     try:
         signature.bind("model.onnx", ["CPUExecutionProvider"])
-    except TypeError:
         return False
-    return True
-
-
-def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
-    if takes_providers(func):
-        return
-    signature = inspect.signature(func)
+    except TypeError:
+        pass
     try:
         signature.bind("model.onnx")
     except TypeError:
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+
+
+def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: the call decides
+    if is_quark_evaluator(func):
+        return
+    try:
+        signature.bind("model.onnx", ["CPUExecutionProvider"])
+    except TypeError:
         raise ConfigError(
             key,
-            f"'{label}' must accept (model_path, providers), or (model_path) as Quark's "
+            f"'{label}' must accept (model_path, providers), or (onnx_path, **args) as Quark's "
             f"search_evaluator does; it accepts ({', '.join(signature.parameters)})",
         ) from None
 
