@@ -80,6 +80,15 @@ def test_a_second_search_on_a_cluster_reuses_the_float_reference_and_equals_a_co
         np.savez(other, **conv_data(64, seed=5))
         changed = _config(tmp_path, model, data, "changed", address="auto", eval_data=str(other))
         changed_summary, _, changed_log = _run(changed, joined)
+        # No address, no RAY_ADDRESS: a Ray of the search's own beside the running one. A
+        # `ray start --head` with Ray's default temp folder names itself in
+        # <TMPDIR>/ray/ray_current_cluster, which ray.init() without an address joins (and
+        # then refuses num_cpus): that file, as Ray writes it, in the search's TMPDIR.
+        default_tmp = tmp_path / "default-tmp"
+        (default_tmp / "ray").mkdir(parents=True)
+        (default_tmp / "ray" / "ray_current_cluster").write_text(str(cluster.address))
+        own = _config(tmp_path, model, data, "own")
+        own_summary, own_metrics, _ = _run(own, {**env, "TMPDIR": str(default_tmp)})
 
     assert first_summary["kept_warm"] == {"float_reference": False}
     assert "kept on the cluster for later searches: reference" in first_log
@@ -95,3 +104,4 @@ def test_a_second_search_on_a_cluster_reuses_the_float_reference_and_equals_a_co
         assert summary["best_params"] == cold_summary["best_params"]
         assert summary["best_metric"] == cold_summary["best_metric"]
     assert "float reference reused" not in cold_log + first_log
+    assert own_summary["kept_warm"] is None and own_metrics == cold

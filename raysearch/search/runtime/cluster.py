@@ -61,7 +61,8 @@ def tune_environment(max_pending: int) -> None:
 
 
 def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ()) -> bool:
-    """Join the Ray cluster at ``address``, or start a local one with this machine's CPUs;
+    """Join the Ray cluster at ``address`` (else at ``RAY_ADDRESS``), or start a local one
+    of the search's own with this machine's CPUs, even when another Ray runs on this machine;
     nothing when Ray is already initialised. Returns whether this call started Ray.
 
     ``py_modules`` (:func:`raysearch.usercode.local_modules`: the evaluator's or a plugin's
@@ -93,12 +94,18 @@ def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ())
         kwargs["runtime_env"] = {"py_modules": [os.fspath(m) for m in py_modules]}
         _logger.info("shipping %s to every Ray worker", ", ".join(map(os.fspath, py_modules)))
     _local_ray = None
+    if not address and os.environ.get("RAY_ADDRESS"):
+        # As Ray programs do (a Tuner too): the environment names the cluster to join.
+        address = os.environ["RAY_ADDRESS"]
+        _logger.info("RAY_ADDRESS names the cluster to join")
     if address:
         _logger.info("joining the Ray cluster at %s", address)
         check_reachable(address)
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=os.cpu_count(), **kwargs)
+        # "local": a Ray of the search's own. Without it ray.init joins a Ray that `ray start`
+        # left running on this machine (and then refuses num_cpus, or finds several).
+        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         _local_ray = ray.get_runtime_context().gcs_address
     _logger.info("Ray resources: %s", ray.cluster_resources())
     return True
