@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -84,11 +86,15 @@ def test_a_second_search_on_a_cluster_reuses_the_float_reference_and_equals_a_co
         # `ray start --head` with Ray's default temp folder names itself in
         # <TMPDIR>/ray/ray_current_cluster, which ray.init() without an address joins (and
         # then refuses num_cpus): that file, as Ray writes it, in the search's TMPDIR.
-        default_tmp = tmp_path / "default-tmp"
-        (default_tmp / "ray").mkdir(parents=True)
+        # A short folder: Ray's socket paths under it must stay below 108 bytes.
+        default_tmp = Path(tempfile.mkdtemp(prefix="rs-tmp-"))
+        (default_tmp / "ray").mkdir()
         (default_tmp / "ray" / "ray_current_cluster").write_text(str(cluster.address))
         own = _config(tmp_path, model, data, "own")
-        own_summary, own_metrics, _ = _run(own, {**env, "TMPDIR": str(default_tmp)})
+        try:
+            own_summary, own_metrics, _ = _run(own, {**env, "TMPDIR": str(default_tmp)})
+        finally:
+            shutil.rmtree(default_tmp, ignore_errors=True)
 
     assert first_summary["kept_warm"] == {"float_reference": False}
     assert "kept on the cluster for later searches: reference" in first_log
