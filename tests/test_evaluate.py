@@ -203,8 +203,8 @@ def test_custom_evaluator_loading_errors():
     with pytest.raises(ConfigError) as err:
         load_custom_evaluator("tests.evaluators_fixture:wrong_signature")
     assert str(err.value) == (
-        "metric: 'tests.evaluators_fixture:wrong_signature' must accept (model_path, providers); "
-        "it accepts (model_path)"
+        "metric: 'tests.evaluators_fixture:wrong_signature' must accept (model_path, providers), "
+        "or (onnx_path, **args) as Quark's search_evaluator does; it accepts (model_path)"
     )
     with pytest.raises(ConfigError, match=r"'tests.evaluators_fixture:not_callable' is not call"):
         load_custom_evaluator("tests.evaluators_fixture:not_callable")
