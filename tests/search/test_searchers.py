@@ -204,13 +204,14 @@ def test_samplers_optimise_the_objective_and_journaled_trials_tell_it():
 def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
     """With objectives [metric, latency_ms, model_size_mb] the sampler's study has three
     directions (the metric's, then both minimised) and is told each trial's objective,
-    latency and size in MB, from the flattened record Tune hands a searcher and from a
-    journaled record; a trial missing its latency is told as failed."""
+    latency and size in MB, from the record Tune hands a searcher (JSON text), a flattened one
+    and a journaled record; a trial missing one is told as failed."""
     if not available(algo):
         pytest.skip(f"{algo} needs {ALGO_REQUIREMENTS[algo]}")
     from optuna.study import StudyDirection
     from optuna.trial import TrialState
 
+    from raysearch.search.record.reported import pack_record
     from raysearch.strategies import StrategyContext
 
     names = ("metric", "latency_ms", "model_size_mb")
@@ -222,8 +223,10 @@ def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
         journaled = {"trial_id": "old", "key": "k-old", "phase": 0, "metric": 0.5}
         searcher.add_finished([{**journaled, "latency_ms": 4.0, "model_size_bytes": 2e6}])
         first, second = searcher.suggest("t0"), searcher.suggest("t1")
+        # As Tune hands it (the record as JSON text), and flattened without a size (failed).
+        record = pack_record({"latency_ms": 2.0, "model_size_bytes": 3_000_000})
+        searcher.on_trial_complete("t0", {"metric": 0.9, "objective": 1.5, "trial": record})
         told = {"metric": 0.9, "objective": 1.5, "trial/latency_ms": 2.0}
-        searcher.on_trial_complete("t0", {**told, "trial/model_size_bytes": 3_000_000})
         searcher.on_trial_complete("t1", told)  # no size: told as failed
     study = searcher.phases[0].optuna._ot_study
     assert study.directions == [

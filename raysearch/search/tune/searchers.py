@@ -355,11 +355,11 @@ class SettingSearcher(Searcher):
         objective = None if (error or not result) else _objective(result, metric)
         self.done[proposal.key] = metric
         self.objectives[proposal.key] = objective
+        reported = reported_record(result)
         told: dict[str, Any] = {"objective": objective}
         if self._several:
-            values = sampler_values(result or {}, objective, self.context.objectives)
+            values = sampler_values(reported or result or {}, objective, self.context.objectives)
             self.values[proposal.key] = told["values"] = values
-        reported = reported_record(result)
         candidate, extra = _reported(None if error else result)
         self.context.records.append(
             {
@@ -423,14 +423,14 @@ def _objective(result: Mapping[str, Any], metric: float | None) -> float | None:
 
 
 def sampler_values(
-    result: Mapping[str, Any], objective: float | None, names: Sequence[str]
+    record: Mapping[str, Any], objective: float | None, names: Sequence[str]
 ) -> tuple[float, ...] | None:
     """Each of the objectives ``names`` (:data:`raysearch.ranking.OBJECTIVES`) of a finished
     trial, as a multi-objective sampler is told them: ``objective`` (the sampler's objective,
     see :func:`_objective`) for the metric, ``latency_ms`` and ``model_size_mb`` (from
-    ``model_size_bytes``) from the trial's record, which Tune hands a searcher flattened
-    (``trial/latency_ms``), a direct call nested, and the journal flat. None when one is
-    missing (a failed trial, a latency not measured).
+    ``model_size_bytes``) from the trial's ``record`` (decoded from Tune's result by the
+    caller, or a journal record), or from a result whose record Tune flattened
+    (``trial/latency_ms``). None when one is missing (a failed trial, a latency not measured).
 
     Example:
         >>> sampler_values({"trial/latency_ms": 2.5, "trial/model_size_bytes": 3e6}, 0.9,
@@ -441,13 +441,12 @@ def sampler_values(
     """
     if objective is None:
         return None
-    record = reported_record(result) or result
     values = []
     for name in names:
         field_name = "model_size_bytes" if name == "model_size_mb" else name
         value = objective if name == "metric" else _metric(record.get(field_name))
-        if value is None and record is result:
-            value = _metric(result.get(f"trial/{field_name}"))
+        if value is None:
+            value = _metric(record.get(f"trial/{field_name}"))
         if value is None:
             return None
         values.append(value / 1e6 if name == "model_size_mb" else value)
