@@ -238,11 +238,10 @@ def _run_search(config, overwrite: bool) -> int:
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
     # On a cluster joined, the float reference may be one an earlier search kept there: the
     # preflight looks it up once Ray is joined.
-    kept = None
-    if config.address:
-        from raysearch.search.runtime import KeptWarm
+    from raysearch.search.runtime import KeptWarm
+    from raysearch.search.runtime.cluster import cluster_address
 
-        kept = KeptWarm()
+    kept = KeptWarm() if cluster_address(config.address) else None
     pending = start_preflight(config, kept=kept.lookup_reference if kept else None)
     from raysearch.search import AutoSearch
 

@@ -80,6 +80,7 @@ from raysearch.search.record.output_dir import (
 from raysearch.search.runtime import KeptWarm
 from raysearch.search.runtime.cluster import (
     check_resources,
+    cluster_address,
     start_ray,
     started_locally,
     stop_ray,
@@ -303,11 +304,11 @@ def search_running_in(folder: str | os.PathLike) -> bool:
 
 
 def _joins_cluster(config: SearchConfig) -> bool:
-    """Whether the search runs on a Ray that outlives it (a cluster joined, or a Ray
-    initialised before it from Python)."""
+    """Whether the search runs on a Ray that outlives it (a cluster joined: ``address`` or
+    ``RAY_ADDRESS``; or a Ray initialised before it from Python)."""
     import ray
 
-    return bool(config.address) or ray.is_initialized()
+    return cluster_address(config.address) is not None or ray.is_initialized()
 
 
 def _preflight_beside_ray(

@@ -77,6 +77,9 @@ def test_a_second_search_on_a_cluster_reuses_the_float_reference_and_equals_a_co
         first_summary, first_metrics, first_log = _run(first, joined)
         second = _config(tmp_path, model, data, "second", address="auto")
         second_summary, second_metrics, second_log = _run(second, joined)
+        # No address, RAY_ADDRESS set: that cluster is joined, and what it keeps is reused.
+        by_env = _config(tmp_path, model, data, "by_env")
+        by_env_summary, by_env_metrics, _ = _run(by_env, joined)
         # Another evaluation set is another key: nothing stale is served.
         other = tmp_path / "other.npz"
         np.savez(other, **conv_data(64, seed=5))
@@ -111,3 +114,4 @@ def test_a_second_search_on_a_cluster_reuses_the_float_reference_and_equals_a_co
         assert summary["best_metric"] == cold_summary["best_metric"]
     assert "float reference reused" not in cold_log + first_log
     assert own_summary["kept_warm"] is None and own_metrics == cold
+    assert by_env_summary["kept_warm"] == {"float_reference": True} and by_env_metrics == cold

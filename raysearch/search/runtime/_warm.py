@@ -1,14 +1,15 @@
 """What a running Ray cluster keeps warm between searches: the float reference of a model
 already searched.
 
-A search that joins a cluster (``address``, or a Ray started before it from Python) outlives
-nothing of itself but what it hands to the cluster. raysearch keeps, in one detached actor per
-cluster (:data:`STORE_NAME` in the namespace :data:`STORE_NAMESPACE`, no CPU reserved), the
-float model's outputs on the evaluation data (:class:`~raysearch.evaluate.FloatReference`),
-under the reference's own key (the model's bytes with its external data, the data's content,
-batching and device kind) and ONNX Runtime's version: what a later search of the same model
-and data needs again before its first trial. (Calibration statistics are not kept yet: their
-cache keys are content hashes too, so the same store could hold them.)
+A search that joins a cluster (``address`` or ``RAY_ADDRESS``, or a Ray started before it
+from Python) outlives nothing of itself but what it hands to the cluster. raysearch keeps, in
+one detached actor per cluster (:data:`STORE_NAME` in the namespace :data:`STORE_NAMESPACE`,
+no CPU reserved), the float model's outputs on the evaluation data
+(:class:`~raysearch.evaluate.FloatReference`), under the reference's own key (the model's
+bytes with its external data, the data's content, batching and device kind) and ONNX
+Runtime's version: what a later search of the same model and data needs again before its
+first trial. (Calibration statistics are not kept yet: their cache keys are content hashes
+too, so the same store could hold them.)
 
 Every key is a hash of content: a changed model or data set is another key, so a stale entry
 is never served. The store lives in the cluster's memory and dies with the cluster (``ray

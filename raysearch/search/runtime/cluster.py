@@ -28,6 +28,7 @@ __all__ = [
     "EXPERIMENT_CHECKPOINT_S",
     "tune_environment",
     "start_ray",
+    "cluster_address",
     "check_reachable",
     "shutdown_ray",
     "started_locally",
@@ -58,6 +59,17 @@ def tune_environment(max_pending: int) -> None:
     # (buffered, an actor would run the rungs ASHA then stops, for nothing).
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
+
+
+def cluster_address(address: str | None) -> str | None:
+    """The cluster a search joins: ``address``, else ``RAY_ADDRESS`` as Ray programs (a
+    Tuner too) read it; None: the search starts a Ray of its own.
+
+    Example:
+        >>> cluster_address("auto")
+        'auto'
+    """
+    return address or os.environ.get("RAY_ADDRESS") or None
 
 
 def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ()) -> bool:
@@ -94,10 +106,9 @@ def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ())
         kwargs["runtime_env"] = {"py_modules": [os.fspath(m) for m in py_modules]}
         _logger.info("shipping %s to every Ray worker", ", ".join(map(os.fspath, py_modules)))
     _local_ray = None
-    if not address and os.environ.get("RAY_ADDRESS"):
-        # As Ray programs do (a Tuner too): the environment names the cluster to join.
-        address = os.environ["RAY_ADDRESS"]
+    if not address and cluster_address(None):
         _logger.info("RAY_ADDRESS names the cluster to join")
+    address = cluster_address(address)
     if address:
         _logger.info("joining the Ray cluster at %s", address)
         check_reachable(address)
