@@ -3,17 +3,11 @@ sampler inside Tune's ``OptunaSearch``, or any strategy registered in :mod:`rays
 wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
 
 :class:`SettingSearcher` is the searcher Tune sees. It runs the strategy's *phases* in order;
-each phase's ``start`` sees the records finished before it. The built-in strategies, registered
-here:
-
-- ``Grid``: one phase over every valid setting of every space, in order
-  (:func:`~raysearch.space.expand_spaces` with the backend's ``reject``).
-- ``TPE``, ``Random``, ``CmaEs``, ``GPS``, ``NSGAII``, ``QMC``: one ``OptunaSearch`` per space
-  with the matching Optuna sampler and ``space=SearchSpace.sample`` (define-by-run: a group
-  whose ``only_if`` does not hold is never sampled). With ``stop.iteration_limit`` the trials
-  are split evenly between the spaces (earlier spaces get the remainder); without it a space
-  runs until it is exhausted (every distinct setting of a finite space seen), so a later space
-  is reached only after a finite earlier one.
+each phase's ``start`` sees the records finished before it. ``Grid`` is one phase over every
+valid setting of every space, in order; the Optuna samplers one ``OptunaSearch`` per space
+(define-by-run over ``SearchSpace.sample``: a group whose ``only_if`` does not hold is never
+sampled), ``stop.iteration_limit`` split evenly between the spaces, a space without it run
+until exhausted. What it reads of a finished trial is :mod:`raysearch.search.tune._told`.
 
 Across all phases a setting (its nested settings as canonical JSON) runs at most once. When a
 sampler proposes a setting that already finished, the searcher tells the sampler the known
@@ -38,9 +32,8 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +41,7 @@ from ray.tune.search import Searcher
 
 from raysearch.ranking import stopped_at_rung
 from raysearch.search.record.reported import reported_record
+from raysearch.search.tune._told import candidacy, metric_value, objective_value, sampler_values
 from raysearch.space import SearchSpace
 from raysearch.space.space import Reject
 from raysearch.strategies import (
@@ -235,8 +229,8 @@ class SettingSearcher(Searcher):
                 self.state.phase_started[phase] += 1
             key = record.get("key")
             if key is not None:
-                self.done[key] = _metric(record.get("metric"))
-                self.objectives[key] = _objective(record, self.done[key])
+                self.done[key] = metric_value(record.get("metric"))
+                self.objectives[key] = objective_value(record, self.done[key])
                 if self._several:
                     self.values[key] = sampler_values(
                         record, self.objectives[key], self.context.objectives
@@ -351,8 +345,8 @@ class SettingSearcher(Searcher):
         if proposal is None:
             return
         state.finished_ids.add(trial_id)
-        metric = None if (error or not result) else _metric(result.get("metric"))
-        objective = None if (error or not result) else _objective(result, metric)
+        metric = None if (error or not result) else metric_value(result.get("metric"))
+        objective = None if (error or not result) else objective_value(result, metric)
         self.done[proposal.key] = metric
         self.objectives[proposal.key] = objective
         reported = reported_record(result)
@@ -360,7 +354,7 @@ class SettingSearcher(Searcher):
         if self._several:
             values = sampler_values(reported or result or {}, objective, self.context.objectives)
             self.values[proposal.key] = told["values"] = values
-        candidate, extra = _reported(None if error else result)
+        candidate, extra = candidacy(None if error else result)
         self.context.records.append(
             {
                 "trial_id": trial_id,
@@ -403,73 +397,3 @@ class SettingSearcher(Searcher):
         # for nothing more, and a session whose every trial ended before its driver died
         # (journaled, no summary yet) would otherwise end as "interrupted" on every resume.
         self._attach()
-
-
-def _metric(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _objective(result: Mapping[str, Any], metric: float | None) -> float | None:
-    """What a sampler is told of a finished trial: its ``objective`` (the metric moved for a
-    quantized candidate, see :meth:`Evaluator.sampler_objective`), else its metric (a record
-    journaled before the objective existed, or a searcher driven by hand)."""
-    if metric is None:
-        return None
-    objective = _metric(result.get("objective"))
-    return metric if objective is None else objective
-
-
-def sampler_values(
-    record: Mapping[str, Any], objective: float | None, names: Sequence[str]
-) -> tuple[float, ...] | None:
-    """Each of the objectives ``names`` (:data:`raysearch.ranking.OBJECTIVES`) of a finished
-    trial, as a multi-objective sampler is told them: ``objective`` (the sampler's objective,
-    see :func:`_objective`) for the metric, ``latency_ms`` and ``model_size_mb`` (from
-    ``model_size_bytes``) from the trial's ``record`` (decoded from Tune's result by the
-    caller, or a journal record), or from a result whose record Tune flattened
-    (``trial/latency_ms``). None when one is missing (a failed trial, a latency not measured).
-
-    Example:
-        >>> sampler_values({"trial/latency_ms": 2.5, "trial/model_size_bytes": 3e6}, 0.9,
-        ...                ["metric", "latency_ms", "model_size_mb"])
-        (0.9, 2.5, 3.0)
-        >>> sampler_values({"model_size_bytes": 3e6}, 0.9, ["metric", "latency_ms"]) is None
-        True
-    """
-    if objective is None:
-        return None
-    values = []
-    for name in names:
-        field_name = "model_size_bytes" if name == "model_size_mb" else name
-        value = objective if name == "metric" else _metric(record.get(field_name))
-        if value is None:
-            value = _metric(record.get(f"trial/{field_name}"))
-        if value is None:
-            return None
-        values.append(value / 1e6 if name == "model_size_mb" else value)
-    return tuple(values)
-
-
-def _reported(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
-    """What a trial reported beyond its metric: whether it is a candidate, and its ``extra``
-    (``promoted``, ``ranked`` of mixed precision, which a fallback strategy reads). Tune hands
-    a searcher the result flattened (``trial/extra/promoted``); a direct call may nest it.
-
-    Example:
-        >>> _reported({"trial/is_candidate": True, "trial/extra/ranked": 9.0})
-        (True, {'ranked': 9.0})
-        >>> _reported({"trial": {"is_candidate": False, "extra": {"promoted": 1.0}}})
-        (False, {'promoted': 1.0})
-    """
-    if not result:
-        return False, {}
-    trial = reported_record(result)
-    if trial:
-        extra = trial.get("extra")
-        return bool(trial.get("is_candidate")), dict(extra) if isinstance(extra, dict) else {}
-    prefix = "trial/extra/"
-    extra = {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
-    return bool(result.get("trial/is_candidate")), extra
