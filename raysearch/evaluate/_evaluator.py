@@ -6,6 +6,10 @@ The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2
 (``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
 the worse direction (``quant - float`` when lower is better).
 
+A little over 400 lines, kept whole: scoring, the tolerance, the sampler's objective and the
+calls of a custom evaluator (raysearch's and Quark's forms) are one object's rules, and each
+reads the same metric, direction and float score.
+
 Example:
     >>> ev = Evaluator("cos", tolerance=0.999)
     >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
