@@ -12,17 +12,22 @@ Neural Compressor's ``basic`` strategy falls back op by op:
    TPE over it. Shared calibration and early stopping on growing subsets make these cheap.
 3. ``techniques``: on the :data:`TOP_K` best settings so far, each cheap technique of the space
    on its own (CLE, SmoothQuant with each alpha, bias correction); then ``combined``: the
-   techniques that each beat their base, together.
+   techniques that each beat their base, together. Run first in the same stage, concurrent
+   with the techniques (recorded as stage ``reachability``; the issue's stage (c) pairs the
+   cheap techniques with sensitivity-ranked mixed precision): the 16-bit reachability checks
+   on the best setting, every ranked activation tensor at int16, and the same with their
+   nodes' weights at 16 bits; skipped when a candidate quantizes every MatMul/Gemm/Conv.
 4. ``mixed_precision``: Neural Compressor's fallback, to 16-bit first: the smallest ``top_k``
    of activation tensors promoted to int16 (by bisection, see
-   :mod:`raysearch.strategies._fallback`) that meets the tolerance, from the best so far; only
-   when no fully quantized candidate exists. Its first trial promotes every ranked tensor:
-   when even that misses the tolerance, the 8-bit weights lose the rest, and the log says so
-   (the reachability check). Then ``mixed_precision_weights``, only while there is no
-   candidate: the same bisection with each promoted node's weight at 16 bits too (A16W16 on
-   those nodes, still quantized; ``mixed_precision.promote_weights``, unless the space holds
-   it at ``false``). Its first trial, everything ranked at 16 bits, is the reachability check
-   of the 16-bit path.
+   :mod:`raysearch.strategies._fallback`) that meets the tolerance, from the best setting that
+   promotes nothing; only when no fully quantized candidate is the best. Its first trial
+   promotes every ranked tensor (the reachability check, already run when the base is the
+   same): when even that misses the tolerance, the 8-bit weights lose the rest, and the log
+   says so. Then ``mixed_precision_weights``, only while no candidate keeps its weights at 8
+   bits: the same bisection with each promoted node's weight at 16 bits too (A16W16 on those
+   nodes, still quantized; ``mixed_precision.promote_weights``, unless the space holds it at
+   ``false``). Its first trial, everything ranked at 16 bits, is the reachability check of the
+   16-bit path.
 5. ``fine_tuning``: the space's fine-tuning settings (AdaQuant/AdaRound, the costly ones) on
    the :data:`TOP_K` best settings so far, only while no candidate quantizes every
    MatMul/Gemm/Conv; then ``fine_tuned_mixed_precision``: when the best is a fine-tuned
@@ -38,18 +43,21 @@ stage starts, what it runs, and why it ends.
 Example:
     >>> calibration_budget(30), calibration_budget(None), calibration_budget(4)
     (12, 24, 2)
+    >>> calibration_budget(30, later_stages=False)
+    30
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from raysearch.quantize.techniques.mixed_precision import KEY
-from raysearch.ranking import best_records, better
+from raysearch.ranking import best_record, best_records, better
 from raysearch.space import Categorical, SearchSpace
-from raysearch.strategies._fallback import ALL, FallbackPhase
+from raysearch.strategies._fallback import ALL, Base, FallbackPhase
 from raysearch.strategies._registry import (
     Phase,
     Proposal,
@@ -73,7 +81,9 @@ from raysearch.strategies._stages import (
 )
 
 __all__ = [
+    "REACHABILITY",
     "auto_strategy",
+    "best_unpromoted",
     "calibration_budget",
     "TOP_K",
     "fully_quantized_candidate",
@@ -85,15 +95,19 @@ _logger = logging.getLogger(__name__)
 TOP_K = 2
 #: The calibration stage's trials without an iteration limit.
 CALIBRATION_TRIALS = 24
+#: The stage recorded for the 16-bit reachability checks run beside the techniques.
+REACHABILITY = "reachability"
 #: A quantized share at least this high quantizes every MatMul/Gemm/Conv (float rounding).
 _FULL_SHARE = 0.999
 
 
-def calibration_budget(max_trials: int | None) -> int:
+def calibration_budget(max_trials: int | None, later_stages: bool = True) -> int:
     """The calibration stage's trials: two fifths of the iteration limit (at least 2), or
-    :data:`CALIBRATION_TRIALS` without one."""
+    :data:`CALIBRATION_TRIALS` without one. With no later stage (a space that offers no
+    technique, mixed precision or fine-tuning), the whole iteration limit: the other three
+    fifths would go unused and the search would end early."""
     if max_trials and max_trials > 0:
-        return max(2, (2 * max_trials) // 5)
+        return max_trials if not later_stages else max(2, (2 * max_trials) // 5)
     return CALIBRATION_TRIALS
 
 
@@ -107,6 +121,21 @@ def fully_quantized_candidate(records: Sequence[Mapping[str, Any]]) -> Mapping[s
         if share is None or float(share) >= _FULL_SHARE:
             return record
     return None
+
+
+def _fully_quantized_found(records: Sequence[Mapping[str, Any]], what: str) -> bool:
+    """Whether a candidate of ``records`` quantizes every MatMul/Gemm/Conv (then ``what`` is
+    skipped, and the log says so)."""
+    found = fully_quantized_candidate(records)
+    if found is not None:
+        _logger.info(
+            "%s skipped: trial %s (metric %s) meets the tolerance with every MatMul/Gemm/Conv "
+            "quantized",
+            what,
+            found.get("trial_id"),
+            found.get("metric"),
+        )
+    return found is not None
 
 
 def _higher(context: StrategyContext) -> bool:
@@ -144,33 +173,101 @@ class DefaultsPhase(DeferredPhase):
 
 
 class TechniquesPhase(BuiltPhase):
-    """Stage 3: each cheap technique of the spaces on its own, on the best settings so far."""
+    """Stage 3: each cheap technique of the spaces on its own, on the best settings so far;
+    beside them (stage ``reachability``, first), the 16-bit reachability checks on the best:
+    every ranked activation tensor at int16, and with their nodes' weights too."""
 
     stage = "techniques"
 
-    def __init__(self, deltas: list[dict[str, Any]], index: int) -> None:
+    def __init__(
+        self,
+        deltas: list[dict[str, Any]],
+        index: int,
+        checks: Sequence[bool] = (),
+        rank_by: str = "sqnr",
+    ) -> None:
         super().__init__(index)
         self.deltas = deltas
+        #: ``promote_weights`` of each reachability check (none: the space promotes nothing).
+        self.checks = list(checks)
+        self.rank_by = rank_by
         #: base key -> its settings, chosen when the stage was built.
         self.bases: list[dict[str, Any]] = []
 
-    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
-        if not self.deltas:
-            _logger.info("stage techniques skipped: the spaces switch no technique on")
-            return None
+    def make(self, context: StrategyContext) -> Phase | None:
         earlier = _ok(records_before(context.records, self.index))
         bases = best_records(earlier, TOP_K, _higher(context))
         if not bases:
             _logger.info("stage techniques skipped: no setting finished")
             return None
         self.bases = [dict(b["settings"]) for b in bases]
+        checks = [replace(p, stage=REACHABILITY) for p in self.proposals(self._checks(earlier))]
+        settings = [merge_settings(base, d) for base in self.bases for d in self.deltas]
+        proposals = checks + [p for p in self.proposals(settings) if p.key not in _keys(checks)]
+        if not proposals:
+            _logger.info("stage techniques skipped: the spaces switch no technique on")
+            return None
         _logger.info(
-            "stage techniques starts: %d technique setting(s) on the %d best so far (%s)",
-            len(self.deltas),
+            "stage techniques starts: %d reachability check(s) and %d technique setting(s) on "
+            "the %d best so far (%s)",
+            len(checks),
+            len(proposals) - len(checks),
             len(bases),
             ", ".join(f"trial {b.get('trial_id')} metric {b.get('metric')}" for b in bases),
         )
-        return [merge_settings(base, d) for base in self.bases for d in self.deltas]
+        return ListPhase(proposals, self.stage)
+
+    def _checks(self, earlier: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The reachability checks' settings. They run here, beside the techniques, and not
+        after them: where only 16-bit promotions reach the tolerance (magika), the first
+        candidate comes a stage earlier. The mixed precision stages bisect from their results
+        (their first trials) instead of running them again."""
+        if not self.checks:
+            return []
+        if _fully_quantized_found(earlier, "reachability checks"):
+            return []
+        best = best_unpromoted(earlier, self.context is None or self.context.mode == "max")
+        if best is None:
+            return []
+        settings = {k: v for k, v in best["settings"].items() if k != KEY}
+        return [
+            Base(settings, "int16", self.rank_by, weights).with_k(ALL) for weights in self.checks
+        ]
+
+
+def _keys(proposals: Sequence[Proposal]) -> set[str]:
+    return {p.key for p in proposals}
+
+
+def _promotes(record: Mapping[str, Any]) -> bool:
+    """Whether a record's setting promotes tensors (mixed precision's ``top_k`` above 0)."""
+    options = (record.get("settings") or {}).get(KEY)
+    return bool(isinstance(options, Mapping) and options.get("top_k")) or bool(
+        extra_count(record, "promoted")
+    )
+
+
+def best_unpromoted(records: Sequence[Mapping[str, Any]], higher: bool) -> Mapping[str, Any] | None:
+    """The best record that promotes no tensor (the best of all when every one does)."""
+    plain = [r for r in records if not _promotes(r)]
+    return best_record(plain or list(records), higher)
+
+
+class MixedPrecisionPhase(FallbackPhase):
+    """Stage 4 (``mixed_precision``, ``mixed_precision_weights``): the bisection from the best
+    setting that promotes nothing (the reachability checks, promoted and maybe candidates, are
+    the bisection's first trials, not its base). The weights stage (``promote_weights``) is
+    skipped only by a candidate whose weights all stay 8-bit: the weights check of the
+    techniques stage being a candidate is what it bisects from."""
+
+    def _best(self, earlier: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        assert self.context is not None
+        return best_unpromoted(earlier, _higher(self.context))
+
+    def _blocks(self, record: Mapping[str, Any]) -> bool:
+        options = (record.get("settings") or {}).get(KEY)
+        weights = isinstance(options, Mapping) and bool(options.get("promote_weights"))
+        return is_candidate(record) and not (self.promote_weights and weights)
 
 
 class CombinedPhase(BuiltPhase):
@@ -243,14 +340,7 @@ class FinetunePhase(BuiltPhase):
             _logger.info("stage fine_tuning skipped: the spaces do not fine-tune")
             return None
         earlier = records_before(context.records, self.index)
-        found = fully_quantized_candidate(earlier)
-        if found is not None:
-            _logger.info(
-                "stage fine_tuning skipped: trial %s (metric %s) meets the tolerance with every "
-                "MatMul/Gemm/Conv quantized",
-                found.get("trial_id"),
-                found.get("metric"),
-            )
+        if _fully_quantized_found(earlier, "stage fine_tuning"):
             return None
         records = [r for r in _ok(earlier) if not r["settings"].get("include_fast_ft")]
         bases = best_records(records, TOP_K, _higher(context))
@@ -349,16 +439,18 @@ def auto_strategy(context: StrategyContext) -> list[Phase]:
                 finetune_deltas.append(delta)
     promotions, rank_by = _promotions(spaces)
     phases: list[Phase] = [DefaultsPhase(spaces, 0)]
-    phases += calibration_phases(context, calibration_budget(context.max_trials))
-    techniques = TechniquesPhase(technique_deltas, n)
+    later = bool(technique_deltas or finetune_deltas or promotions)
+    phases += calibration_phases(context, calibration_budget(context.max_trials, later))
+    checks = [False] * ("int16" in promotions) + [True] * ("int16_weights" in promotions)
+    techniques = TechniquesPhase(technique_deltas, n, checks, rank_by)
     phases += [techniques, CombinedPhase(techniques, n + 1)]
     mixed: list[FallbackPhase] = []
     if "int16" in promotions:
-        mixed.append(FallbackPhase(n + 2, "int16", rank_by, force=True))
+        mixed.append(MixedPrecisionPhase(n + 2, "int16", rank_by, force=True))
         mixed[-1].stage = "mixed_precision"  # type: ignore[attr-defined]
     if "int16_weights" in promotions:
         mixed.append(
-            FallbackPhase(
+            MixedPrecisionPhase(
                 n + 3,
                 "int16",
                 rank_by,

@@ -74,6 +74,7 @@ from raysearch.strategies.samplers import sampler_strategy
 
 __all__ = [
     "ALL",
+    "Base",
     "DONE",
     "Bisection",
     "FallbackPhase",
@@ -169,7 +170,7 @@ class Bisection:
 
 
 @dataclasses.dataclass
-class _Base:
+class Base:
     """The setting phase B and C build on: the best record of phase A without its mixed
     precision, and the promotion ``P`` / ranking ``R`` to use."""
 
@@ -235,7 +236,7 @@ class FallbackPhase(RecordReader, Phase):
         self.force = force
         #: Skip the phase when any earlier trial is a candidate (a last resort).
         self.only_without_candidate = only_without_candidate
-        self.base: _Base | None = None
+        self.base: Base | None = None
         self.bisection = Bisection(parallel)
         #: The k found (None: none, or not yet); ``finished`` once the phase is done.
         self.found: int | None = None
@@ -249,17 +250,15 @@ class FallbackPhase(RecordReader, Phase):
         """Pick the base from the records of the phases before this one; False when there is
         nothing to fall back from."""
         assert self.context is not None
-        from raysearch.ranking import best_record
-
         earlier = records_before(self.context.records, self.index)
-        best = best_record(earlier, self.context.mode == "max")
+        best = self._best(earlier)
         if best is None:
             _logger.info("fallback: no finished trial to fall back from")
             return False
         if is_candidate(best) and not extra_count(best, "promoted"):
             _logger.info("fallback: the best setting is a candidate already; nothing to do")
             return False
-        if getattr(self, "only_without_candidate", False) and any(map(is_candidate, earlier)):
+        if getattr(self, "only_without_candidate", False) and any(map(self._blocks, earlier)):
             _logger.info("fallback to %s: a candidate exists already; skipped", self.defaults[0])
             return False
         settings = dict(best.get("settings") or {})
@@ -269,7 +268,7 @@ class FallbackPhase(RecordReader, Phase):
         rank_by = str(own.get("rank_by") or self.defaults[1])
         weights = bool(own.get("promote_weights", getattr(self, "promote_weights", False)))
         weights = weights and promote_to != "float"
-        self.base = _Base(settings, promote_to, rank_by, weights)
+        self.base = Base(settings, promote_to, rank_by, weights)
         _logger.info(
             "fallback: from trial %s (metric %s), promoting to %s%s ranked by %s",
             best.get("trial_id"),
@@ -279,6 +278,17 @@ class FallbackPhase(RecordReader, Phase):
             rank_by,
         )
         return True
+
+    def _best(self, earlier: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """The record to fall back from: the best of ``earlier``."""
+        from raysearch.ranking import best_record
+
+        assert self.context is not None
+        return best_record(earlier, self.context.mode == "max")
+
+    def _blocks(self, record: Mapping[str, Any]) -> bool:
+        """Whether ``record`` skips the phase when ``only_without_candidate``: a candidate."""
+        return is_candidate(record)
 
     def _absorb(self) -> None:
         assert self.base is not None

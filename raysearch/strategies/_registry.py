@@ -64,7 +64,8 @@ EXHAUSTED = "__exhausted__"
 class Proposal:
     """One setting a phase proposes: the space index (``phase`` in the records), the sampled
     ``point``, its recorded ``params`` (validity rules applied), the nested ``settings`` the
-    trial runs, their identity ``key``, and the phase's own id for it (``inner_id``)."""
+    trial runs, their identity ``key``, the phase's own id for it (``inner_id``), and the
+    ``stage`` recorded for it when it is not its phase's (a check run beside a stage)."""
 
     phase: int
     point: dict[str, Any]
@@ -72,6 +73,7 @@ class Proposal:
     settings: dict[str, Any]
     key: str
     inner_id: str | None = None
+    stage: str | None = None
 
     @classmethod
     def of(

@@ -84,6 +84,7 @@ class Model:
 STAGE_ORDER = [
     "defaults",
     "calibration",
+    "reachability",
     "techniques",
     "combined",
     "mixed_precision",
@@ -104,11 +105,21 @@ def test_auto_runs_its_stages_in_order_and_stops_before_fine_tuning_when_int16_r
     assert _stages(trials) == [
         "defaults",
         "calibration",
+        "reachability",
         "techniques",
         "combined",
         "mixed_precision",
     ]
     assert len({t["key"] for t in trials}) == len(trials)
+    # Beside the techniques, first: every ranked tensor at int16 on the best calibration
+    # setting (0.93), with and without the nodes' weights; neither reaches 0.96 there.
+    checks = [t for t in trials if t["stage"] == "reachability"]
+    assert [t["settings"]["mixed_precision"].get("promote_weights", False) for t in checks] == [
+        False,
+        True,
+    ]
+    assert all(t["settings"]["mixed_precision"]["top_k"] == ALL for t in checks)
+    assert all(t["settings"]["per_channel"] and not t["is_candidate"] for t in checks)
     # Stage 2 switches no technique on; stage 3 switches exactly one on, on the two best.
     calibration = [t["settings"] for t in trials if t["stage"] == "calibration"]
     assert not any(s["include_cle"] or s["mixed_precision"]["top_k"] for s in calibration)
@@ -165,6 +176,58 @@ def test_auto_gives_the_promoted_nodes_16_bit_weights_before_fine_tuning():
     assert all(m["promote_weights"] is True and m["promote_to"] == "int16" for m in weights)
     assert searcher.phases[5].found == 6
     assert not any(t["settings"].get("include_fast_ft") for t in trials)
+
+
+def test_a_model_only_16_bit_weights_hold_has_its_candidate_beside_the_techniques():
+    # magika's pattern: on the best calibration setting (0.93) every ranked tensor at int16
+    # misses 0.97 (0.954) and with the nodes' weights reaches it (0.978): that check runs
+    # first in the techniques stage, so the first candidate comes before any technique result.
+    searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
+    trials = _drive(searcher, Model(threshold=0.97, weights=0.004), slots=2)
+    first = next(i for i, t in enumerate(trials) if t["is_candidate"])
+    assert trials[first]["stage"] == "reachability"
+    assert trials[first]["settings"]["mixed_precision"]["promote_weights"] is True
+    assert all(t["stage"] in ("defaults", "calibration", "reachability") for t in trials[:first])
+    # The weights stage still bisects (that candidate promotes weights: it does not skip it),
+    # from the best setting that promotes nothing (CLE and SmoothQuant 0.8 together, 0.945):
+    # 0.945 + 0.008 k reaches 0.97 at k = 4. Int16 activations alone (0.969) do not.
+    assert searcher.phases[4].found is None and searcher.phases[5].found == 4
+    weights = [t for t in trials if t["stage"] == "mixed_precision_weights"]
+    assert weights and all(t["settings"]["include_cle"] for t in weights)
+    assert "fine_tuning" not in _stages(trials)
+
+
+def test_the_mixed_precision_stage_bisects_from_a_reachability_check_it_does_not_rerun():
+    # No technique helps here, so the stage's base is the checks' base: their all-promoted
+    # trials are the bisection's first, not run again (every key is distinct).
+    def no_technique(settings: dict[str, Any]) -> dict[str, Any]:
+        plain = {**settings, "include_cle": False, "include_sq": False, "extra_options": {}}
+        return Model(threshold=0.95)(plain)
+
+    searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
+    trials = _drive(searcher, no_technique, slots=2)
+    assert len({t["key"] for t in trials}) == len(trials)
+    mixed = [t["settings"]["mixed_precision"] for t in trials if t["stage"] == "mixed_precision"]
+    assert mixed and all(m["top_k"] < ALL for m in mixed)
+    assert searcher.phases[4].found == 5  # 0.93 + 0.004 k reaches 0.95 at k = 5
+
+
+def test_auto_on_a_space_of_calibration_settings_only_uses_the_whole_iteration_limit():
+    # No technique, mixed precision or fine-tuning: no later stage takes three fifths of it.
+    space = {
+        "calibrate_method": ["MinMax", "Percentile"],
+        "percentile": {
+            "only_if": {"calibrate_method": "Percentile"},
+            "extra_options": {"CalibPercentile": [99.9, 99.99, 99.999]},
+        },
+        "per_channel": [False, True],
+        "activation_type": ["QUInt8", "QInt8"],
+        "extra_options": {"ActivationSymmetric": [False, True], "WeightSymmetric": [True, False]},
+    }
+    searcher = SettingSearcher.from_strategy("Auto", _context(space, max_trials=30))
+    trials = _drive(searcher, Model(threshold=2.0), slots=2)
+    assert len(trials) == 30 and len({t["key"] for t in trials}) == 30
+    assert _stages(trials) == ["defaults", "calibration"]
 
 
 def test_a_space_that_holds_promote_weights_false_has_no_weights_stage():

@@ -303,7 +303,7 @@ class SettingSearcher(Searcher):
                 "number": state.started,
                 "phase": proposal.phase,
                 # A staged strategy's stage (``Auto``: defaults, calibration, ...), recorded.
-                "stage": getattr(phase, "stage", None),
+                "stage": proposal.stage or getattr(phase, "stage", None),
                 "point": proposal.point,
                 "params": proposal.params,
                 "settings": proposal.settings,
@@ -320,6 +320,10 @@ class SettingSearcher(Searcher):
         if session is not None and session.start_barrier is not None:
             session.start_barrier.open.remote()
             session.start_barrier = None
+
+    def _stage(self, position: int | None) -> str | None:
+        """The stage of the phase at ``position`` (None: not a staged strategy's)."""
+        return None if position is None else getattr(self.phases[position], "stage", None)
 
     def _next_phase(self, why: str) -> None:
         stage = getattr(self.phases[self.state.phase], "stage", None)
@@ -363,9 +367,7 @@ class SettingSearcher(Searcher):
                 "number": number,
                 "key": proposal.key,
                 "phase": proposal.phase,
-                "stage": getattr(self.phases[position], "stage", None)
-                if position is not None
-                else None,
+                "stage": proposal.stage or self._stage(position),
                 "params": proposal.params,
                 "settings": proposal.settings,
                 "metric": metric,
