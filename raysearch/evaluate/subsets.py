@@ -34,6 +34,8 @@ __all__ = [
     "plan_rungs",
     "could_reach",
     "CANDIDATE_Z",
+    "TIE_Z",
+    "mean_error",
     "subset",
     "sliced",
     "GrowingOutputs",
@@ -146,6 +148,10 @@ def plan_rungs(
 #: setting no longer counts as one that could become a candidate: a one-sided normal tail of
 #: 3e-5 (the rows seen are a uniform sample, without replacement, of all the rows).
 CANDIDATE_Z = 4.0
+#: How many standard errors below a rung's cutoff a partly evaluated setting's mean must be
+#: before early stopping stops it (a one-sided normal tail of 2.3 %): a near-tie on a tenth of
+#: the rows is not a ranking (:class:`raysearch.search.tune._rungs.RungScheduler`).
+TIE_Z = 2.0
 
 
 def could_reach(
@@ -179,9 +185,23 @@ def could_reach(
     fraction = n / total
     if not meets(fraction * mean + (1.0 - fraction) * best):
         return False
-    spread = float(np.std(values, ddof=1)) if n > 1 else math.inf
-    error = spread / math.sqrt(n) * math.sqrt(max(0.0, 1.0 - fraction))
+    error = mean_error(values, total)
     return meets(mean + CANDIDATE_Z * error if higher_is_better else mean - CANDIDATE_Z * error)
+
+
+def mean_error(values: np.ndarray, total: int) -> float:
+    """The standard error of the mean of ``values``, a uniform sample without replacement of
+    ``total`` rows (finite-population corrected; inf with fewer than two values).
+
+    Example:
+        >>> round(mean_error(np.array([0.99, 1.0] * 25), 500), 6)
+        0.000678
+    """
+    n = len(values)
+    if n < 2:
+        return math.inf
+    spread = float(np.std(values, ddof=1))
+    return spread / math.sqrt(n) * math.sqrt(max(0.0, 1.0 - n / total))
 
 
 def subset(data: DataSource, rows: np.ndarray) -> DataSource:

@@ -43,6 +43,9 @@ class TrialResult:
     rung: int = 0
     rungs: int = 1
     could_be_candidate: bool = False
+    #: The standard error of a partial metric (the per-row values' mean over the rows seen,
+    #: finite-population corrected); None on the last rung and for a custom evaluator.
+    rung_error: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from raysearch.errors import is_disk_full
 from raysearch.evaluate import MetricError, Score, run_model
-from raysearch.evaluate.subsets import GrowingOutputs, could_reach, sliced, subset
+from raysearch.evaluate.subsets import GrowingOutputs, could_reach, mean_error, sliced, subset
 from raysearch.metrics import METRICS, mean_metric, metric_per_sample
 from raysearch.modelgraph import quantizes_nothing
 from raysearch.providers import make_session
@@ -225,6 +226,7 @@ class StagedTrial:
         """Whether the result so far is a candidate and could still become one: the one place
         a trial's candidacy is decided (``TrialRunner.run`` and ``start``, every rung)."""
         result, evaluator = self.result, self.runner.evaluator
+        result.rung_error = None
         if quantizes_nothing(self.share, self.runner.weighted_node_count):
             # The float model with extra nodes: near float by construction, and no faster than
             # float, so never the answer; the flag lets tables and readers see why.
@@ -242,6 +244,18 @@ class StagedTrial:
         else:
             result.is_candidate = False  # decided on every row, never on some
             result.could_be_candidate = self._could_be_candidate(metric, float_score)
+            result.rung_error = self._rung_error()
+
+    def _rung_error(self) -> float | None:
+        """The standard error of the metric on the rows seen (None for a custom evaluator,
+        whose rows raysearch does not see); early stopping keeps a near-tie going."""
+        rungs = self.rungs
+        if self.runner.evaluator.is_custom or rungs is None or rungs.sizes is None:
+            return None
+        if self._values is None:
+            return None
+        error = mean_error(self._values, rungs.sizes[-1])
+        return error if math.isfinite(error) else None
 
     def _could_be_candidate(self, metric: float, float_score: float | None) -> bool:
         evaluator = self.runner.evaluator

@@ -16,6 +16,7 @@ from raysearch.outputs import best_record
 from raysearch.search.tune._rungs import (
     PROTECTED,
     RUNG_CLOCK,
+    RUNG_ERROR,
     RUNG_SCORE,
     RungScheduler,
     early_stopping_summary,
@@ -80,6 +81,31 @@ def test_a_setting_that_could_be_a_candidate_is_never_stopped():
         assert _report(scheduler, f"p{i}", 0, PROTECTED) == TrialScheduler.CONTINUE
     scheduler.on_trial_add(None, Trial("poor"))
     assert _report(scheduler, "poor", 0, 0.0) == TrialScheduler.STOP
+
+
+def test_a_near_tie_with_the_cutoff_goes_on_and_a_clear_loss_stops():
+    scheduler = RungScheduler(RUNGS)
+    _run(scheduler, SCORES)
+    bracket = scheduler._brackets[0]
+
+    def report(trial_id: str, below: float, error: float | None, rung: int = 0) -> str:
+        """A score ``below`` the rung's cutoff as it stands, with standard error ``error``."""
+        scheduler.on_trial_add(None, Trial(trial_id))
+        cutoff = bracket.cutoff(bracket._rungs[-1 - rung][1]) or 0.5  # the last: none
+        score = cutoff - below
+        result = {RUNG_CLOCK: rung_clock(rung, 3.0), RUNG_SCORE: score, RUNG_ERROR: error}
+        return scheduler.on_trial_result(None, Trial(trial_id), result)
+
+    stopped = scheduler._num_stopped
+    # 0.01 below the cutoff: within 2 standard errors of 0.006, not of 0.004 nor of none.
+    assert report("tie", 0.01, 0.006) == TrialScheduler.CONTINUE
+    assert scheduler._num_stopped == stopped
+    assert report("loss", 0.01, 0.004) == TrialScheduler.STOP
+    assert report("no_error", 0.01, None) == TrialScheduler.STOP
+    assert scheduler._num_stopped == stopped + 2
+    # Above the cutoff it goes on whatever its error; the last rung ends every trial.
+    assert report("above", -0.01, 0.0) == TrialScheduler.CONTINUE
+    assert report("last", 0.01, 1.0, rung=2) == TrialScheduler.STOP
 
 
 def test_a_resumed_scheduler_decides_as_the_uninterrupted_one():

@@ -18,11 +18,14 @@ What ASHA ranks (``rung_score``) is the metric in the "higher is better" directi
 a trial that could still become a candidate (``could_be_candidate``: the rows not seen yet
 could bring it within the tolerance, see :func:`raysearch.evaluate.subsets.could_reach`): it
 reports :data:`PROTECTED`, above any cutoff, so such a setting always reaches the last rung
-and is decided on every row.
+and is decided on every row. A trial ASHA would stop whose score is within
+:data:`~raysearch.evaluate.subsets.TIE_Z` standard errors (``rung_error``, from the per-row
+values) of the rung's cutoff goes on too: on a tenth of the rows a near-tie is no ranking.
 
 Why Tune's ASHA and no rule of raysearch's own: its rule (stop below the best ``1/r`` at a
 rung) is the one wanted, the rungs map onto its milestones exactly, and protection is a score;
-only the resume and the replayed reports above need adding.
+only the resume, the replayed reports and the near-tie above need adding (ASHA has no notion
+of a score's uncertainty).
 
 Example:
     >>> rung_clock(2, 3.0), stopped_at_rung({"status": "ok", "rung": 1, "rungs": 3})
@@ -41,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
-from raysearch.evaluate.subsets import EvalRungs, plan_rungs
+from raysearch.evaluate.subsets import TIE_Z, EvalRungs, plan_rungs
 from raysearch.ranking import stopped_at_rung
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RUNG_CLOCK",
     "RUNG_SCORE",
+    "RUNG_ERROR",
     "UNRANKED",
     "PROTECTED",
     "RungScheduler",
@@ -65,8 +69,10 @@ _logger = logging.getLogger("raysearch.search")
 #: The result keys ASHA reads: its time attribute and its metric.
 RUNG_CLOCK = "rung_clock"
 RUNG_SCORE = "rung_score"
+#: The standard error of a rung's score (see :data:`raysearch.evaluate.subsets.TIE_Z`).
+RUNG_ERROR = "rung_error"
 #: What a result that ASHA does not rank holds (Tune wants both keys in every result).
-UNRANKED: dict[str, None] = {RUNG_CLOCK: None, RUNG_SCORE: None}
+UNRANKED: dict[str, None] = {RUNG_CLOCK: None, RUNG_SCORE: None, RUNG_ERROR: None}
 #: The score of a trial that could still become a candidate: above every cutoff (finite, so
 #: that ASHA's percentile of many of them stays a number).
 PROTECTED = 1e300
@@ -161,7 +167,41 @@ class RungScheduler(AsyncHyperBandScheduler):
             # Replayed: in the rungs already (seeded from the journal). Unranked: a failure,
             # which ends its trial anyway.
             return TrialScheduler.CONTINUE
-        return super().on_trial_result(tune_controller, trial, result)
+        cutoff = self._cutoff(trial.trial_id, float(result[RUNG_CLOCK]))
+        action = super().on_trial_result(tune_controller, trial, result)
+        error = result.get(RUNG_ERROR)
+        if (
+            action == TrialScheduler.STOP
+            and cutoff is not None
+            and isinstance(error, (int, float))
+            and math.isfinite(error)
+            and float(result[RUNG_SCORE]) + TIE_Z * float(error) >= cutoff
+        ):
+            # A near-tie: within TIE_Z standard errors of the cutoff on the rows seen, its
+            # rank among the rung's trials is noise (ASHA's rule alone stopped the loop's best
+            # setting of a 48-setting magika grid on a tenth of the rows). It goes on, and
+            # the next rung, on more rows, decides.
+            self._num_stopped -= 1
+            _logger.debug(
+                "early stopping: trial %s kept (%.6g within %g standard errors of the cutoff %.6g)",
+                trial.trial_id,
+                result[RUNG_SCORE],
+                TIE_Z,
+                cutoff,
+            )
+            return TrialScheduler.CONTINUE
+        return action
+
+    def _cutoff(self, trial_id: str, clock: float) -> float | None:
+        """ASHA's cutoff at the rung of ``clock`` before ``trial_id``'s score joins it (what
+        its decision compares with); None when the rung is empty or is the last."""
+        for milestone, recorded in self._brackets[0]._rungs:
+            if clock >= milestone:
+                if trial_id in recorded or clock >= self._max_t:
+                    return None
+                cutoff = self._brackets[0].cutoff(recorded)
+                return None if cutoff is None else float(cutoff)
+        return None
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
         if _ranked(result) and not result.get("replayed"):

@@ -50,7 +50,14 @@ from raysearch.search.runtime._start_barrier import (
     wait_for_wave,
 )
 from raysearch.search.runtime.transfer import current_node_id, node_local_dir
-from raysearch.search.tune._rungs import RUNG_CLOCK, RUNG_SCORE, UNRANKED, rung_clock, rung_score
+from raysearch.search.tune._rungs import (
+    RUNG_CLOCK,
+    RUNG_ERROR,
+    RUNG_SCORE,
+    UNRANKED,
+    rung_clock,
+    rung_score,
+)
 
 __all__ = [
     "QuantTrainable",
@@ -268,6 +275,7 @@ class QuantTrainable(tune.Trainable):
             "done": done,
             RUNG_CLOCK: clock,
             RUNG_SCORE: score if clock is not None else None,
+            RUNG_ERROR: record.get("rung_error") if clock is not None else None,
         }
 
     def _call(self, work: Callable[[], Any], live: _Live) -> Any:
