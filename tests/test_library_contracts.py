@@ -8,7 +8,8 @@ uses it. What each test checks is exactly what that code relies on:
 - Ray Tune's ``AsyncHyperBandScheduler``: ``_trial_info`` (trial id -> bracket) and
   ``_brackets`` (``raysearch/search/tune/_rungs.py``: ``RungScheduler`` completes and removes trials
   Tune's class never saw, and seeds its rungs through Tune's methods with a stand-in trial
-  that has only a ``trial_id`` and no controller);
+  that has only a ``trial_id`` and no controller; a near-tie reads the bracket's ``_rungs``
+  and ``cutoff`` and takes its STOP back out of ``_num_stopped``);
 - Ray Tune's ``OptunaSearch._ot_study``, the Optuna study it asks (``raysearch/search/
   _samplers.py``: a trial queued with ``enqueue_trial`` is the next one suggested);
 - private names: raysearch's subclasses of Tune's classes set no private name that Tune's
@@ -156,6 +157,36 @@ def test_asha_ranks_seeded_and_unseen_trials_through_those_internals():
         )
 
 
+def test_asha_bracket_rungs_cutoff_and_stop_count_are_what_a_near_tie_reads():
+    from ray.tune.schedulers import TrialScheduler
+
+    from raysearch.search.tune._rungs import RUNG_CLOCK, RUNG_ERROR, RUNG_SCORE, rung_clock
+
+    ray = _version("ray")
+    scheduler = _scheduler()
+    where = "raysearch/search/tune/_rungs.py (RungScheduler.on_trial_result, _cutoff)"
+    bracket = scheduler._brackets[0]
+    milestones = [m for m, recorded in bracket._rungs if isinstance(recorded, dict)]
+    assert milestones == sorted(milestones, reverse=True) and len(milestones) >= 2, _changed(
+        ray, "_Bracket._rungs", where, f"(milestone, dict) pairs, largest first; got {milestones}"
+    )
+    for i, score in enumerate((0.9, 0.8, 0.7)):
+        scheduler.on_trial_add(None, _Trial(f"t{i}"))
+        result = {RUNG_CLOCK: rung_clock(0, 3.0), RUNG_SCORE: score, RUNG_ERROR: None}
+        scheduler.on_trial_result(None, _Trial(f"t{i}"), result)
+    cutoff = bracket.cutoff(bracket._rungs[-1][1])
+    before = scheduler._num_stopped
+    scheduler.on_trial_add(None, _Trial("poor"))
+    poor = {RUNG_CLOCK: rung_clock(0, 3.0), RUNG_SCORE: 0.1, RUNG_ERROR: None}
+    assert scheduler.on_trial_result(None, _Trial("poor"), poor) == TrialScheduler.STOP
+    assert isinstance(cutoff, float) and 0.7 < cutoff < 0.9, _changed(
+        ray, "_Bracket.cutoff", where, f"a percentile of the rung's scores; got {cutoff!r}"
+    )
+    assert scheduler._num_stopped == before + 1, _changed(
+        ray, "AsyncHyperBandScheduler._num_stopped", where, "no longer counts a STOP"
+    )
+
+
 # -- Ray Tune: OptunaSearch's study ------------------------------------------------------------
 
 
@@ -240,7 +271,7 @@ def _tune_subclasses() -> Iterator[tuple[str, str, type, set[str]]]:
         "search/tune/_rungs.py",
         "RungScheduler",
         AsyncHyperBandScheduler,
-        {"_brackets", "_trial_info"},
+        {"_brackets", "_trial_info", "_num_stopped"},
     )
     yield "search/tune/searchers.py", "SettingSearcher", Searcher, set()
     yield "search/tune/progress.py", "ProgressCallback", tune.Callback, set()

@@ -117,6 +117,8 @@ class RungScheduler(AsyncHyperBandScheduler):
         )
         self.n_rungs = len(rungs)
         self.factor = factor
+        #: The last rung's clock (a trial there is done: no near-tie to keep going).
+        self.max_clock = rung_clock(len(rungs) - 1, factor)
         self.session_key = session_key
         self._attached = False
 
@@ -197,7 +199,7 @@ class RungScheduler(AsyncHyperBandScheduler):
         its decision compares with); None when the rung is empty or is the last."""
         for milestone, recorded in self._brackets[0]._rungs:
             if clock >= milestone:
-                if trial_id in recorded or clock >= self._max_t:
+                if trial_id in recorded or clock >= self.max_clock:
                     return None
                 cutoff = self._brackets[0].cutoff(recorded)
                 return None if cutoff is None else float(cutoff)
