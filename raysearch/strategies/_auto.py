@@ -35,6 +35,10 @@ Neural Compressor's ``basic`` strategy falls back op by op:
 6. ``float_fallback``: the last resort, only while there is no candidate at all: the smallest
    ``top_k`` of tensors kept float.
 
+One module (about 480 lines) because the stages read each other's state: ``combined`` the
+bases ``techniques`` chose, the mixed precision stages the reachability checks' results,
+``fine_tuning`` the mixed precision stages' bases for its reachability verdicts.
+
 A stage the space does not offer (no mixed precision, no fine-tuning) is skipped. Every stage
 builds its settings from the finished records, and a setting never runs twice, so
 ``raysearch resume`` goes on in the stage it was in with nothing rerun. The log says why each

@@ -1,6 +1,7 @@
 """The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
-tuning, run in parallel on Ray (one concept, a little over 400 lines: the bisection and the
-revert pass read the same ranking and base, and splitting them would pass that state around).
+tuning, run in parallel on Ray (one concept, about 450 lines: the bisection and the revert
+pass read the same ranking and base, and splitting them would pass that state around; the
+``_best``/``_blocks`` hooks are the two places ``Auto``'s mixed precision stages differ).
 
 ``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
 
@@ -26,7 +27,7 @@ C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 1
    k = 1 has nothing to combine, k > 16 has no ``rank_i`` keys: skipped.
 
 ``Conservative`` lives in :mod:`raysearch.strategies._conservative`. The three phases stay in
-one module (a little over 400 lines): B and C share the base setting and its matching.
+one module: B and C share the base setting and its matching.
 
 Every phase derives its state from the finished records (``context.records``), matching them by
 setting, so a resumed search (fresh phases, records replayed) goes on where it stopped and never

@@ -273,7 +273,7 @@ class SettingSearcher(Searcher):
             phase = self.phases[state.phase]
             if state.begun < state.phase:
                 state.begun = state.phase
-                stage = getattr(phase, "stage", None)
+                stage = self._stage(state.phase)
                 if stage:
                     _logger.info(
                         "search phase %d (stage %s) starts after %d finished trials",
@@ -303,7 +303,7 @@ class SettingSearcher(Searcher):
                 "number": state.started,
                 "phase": proposal.phase,
                 # A staged strategy's stage (``Auto``: defaults, calibration, ...), recorded.
-                "stage": proposal.stage or getattr(phase, "stage", None),
+                "stage": proposal.stage or self._stage(state.phase),
                 "point": proposal.point,
                 "params": proposal.params,
                 "settings": proposal.settings,
@@ -326,7 +326,7 @@ class SettingSearcher(Searcher):
         return None if position is None else getattr(self.phases[position], "stage", None)
 
     def _next_phase(self, why: str) -> None:
-        stage = getattr(self.phases[self.state.phase], "stage", None)
+        stage = self._stage(self.state.phase)
         named = f" (stage {stage})" if stage else ""
         _logger.info("search phase %d%s ends: %s", self.state.phase, named, why)
         self.state.phase += 1
