@@ -10,6 +10,8 @@ uses it. What each test checks is exactly what that code relies on:
   Tune's class never saw, and seeds its rungs through Tune's methods with a stand-in trial
   that has only a ``trial_id`` and no controller; a near-tie reads the bracket's ``_rungs``
   and ``cutoff`` and takes its STOP back out of ``_num_stopped``);
+- Ray Tune's ``Trial.run_metadata.metric_n_steps`` (``raysearch/search/tune/_compact.py``
+  empties a finished trial's windows);
 - Ray Tune's ``OptunaSearch._ot_study``, the Optuna study it asks (``raysearch/search/
   _samplers.py``: a trial queued with ``enqueue_trial`` is the next one suggested);
 - private names: raysearch's subclasses of Tune's classes set no private name that Tune's
@@ -30,6 +32,7 @@ import ast
 import enum
 import importlib
 import inspect
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -185,6 +188,33 @@ def test_asha_bracket_rungs_cutoff_and_stop_count_are_what_a_near_tie_reads():
     assert scheduler._num_stopped == before + 1, _changed(
         ray, "AsyncHyperBandScheduler._num_stopped", where, "no longer counts a STOP"
     )
+
+
+# -- Ray Tune: a trial's run metadata ------------------------------------------------------------
+
+
+def test_a_trials_last_n_windows_are_what_the_compactor_empties():
+    """``FinishedTrialCompactor`` (``raysearch/search/tune/_compact.py``) assigns ``{}`` to a
+    finished trial's ``run_metadata.metric_n_steps``: the windows must live there (one per
+    number reported), the assignment must drop the cached JSON Tune's experiment checkpoint
+    writes, and the analysis must stay."""
+    from ray.tune.experiment import Trial
+
+    ray, where = _version("ray"), "raysearch/search/tune/_compact.py"
+    trial = Trial("__fake", stub=True)
+    trial.update_last_result({"metric": 0.5, "training_iteration": 1})
+    metadata = trial.run_metadata
+    windows = getattr(metadata, "metric_n_steps", None)
+    assert isinstance(windows, dict) and "metric" in windows, _changed(
+        ray, "_TrainingRunMetadata.metric_n_steps", where, "no per-metric windows"
+    )
+    before = metadata.get_json_state()
+    trial.run_metadata.metric_n_steps = {}
+    after = json.loads(metadata.get_json_state())
+    assert after["metric_n_steps"] == {} and len(metadata.get_json_state()) < len(before), _changed(
+        ray, "_TrainingRunMetadata's cached JSON", where, "kept after an assignment"
+    )
+    assert after["metric_analysis"]["metric"]["last"] == 0.5
 
 
 # -- Ray Tune: OptunaSearch's study ------------------------------------------------------------

@@ -182,3 +182,17 @@ def test_a_resumed_search_with_stopped_trials_is_exact(files, straight, tmp_path
         assert resumed.summary[key] == summary[key]
     for key in ("n_stopped", "rows_evaluated", "rows_if_whole"):
         assert resumed.summary["early_stopping"][key] == summary["early_stopping"][key]
+
+
+def test_tunes_saved_state_keeps_each_finished_trials_analysis_but_not_its_windows(straight):
+    """Tune keeps two windows of last values per number of every trial until the experiment
+    ends (ray-project/ray#64231); raysearch empties them as each trial ends, stopped at a rung
+    or not (``FinishedTrialCompactor``). Tune's saved experiment state shows it, and the
+    resume test above restores from that state."""
+    (state,) = (straight / "ray_results" / "search").glob("experiment_state-*.json")
+    trials = json.loads(state.read_text())["trial_data"]
+    assert len(trials) == SETTINGS
+    for _, run_metadata in trials:
+        metadata = json.loads(run_metadata)
+        assert metadata["metric_n_steps"] == {}
+        assert {"metric", "rung_score", "training_iteration"} <= set(metadata["metric_analysis"])

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from raysearch.layout import EXPERIMENT
 from raysearch.search.record.reported import pack_record
+from raysearch.search.tune._compact import FinishedTrialCompactor
 from raysearch.search.tune.session import SessionCallback, SessionStopper
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def make_tuner(
         name=name,
         storage_path=storage,
         stop=SessionStopper(key),
-        callbacks=[SessionCallback(key)],
+        callbacks=[SessionCallback(key), FinishedTrialCompactor()],
         verbose=0,
         log_to_file=False,
         failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
