@@ -115,12 +115,14 @@ def plan_rungs(
     seed: int,
     min_rows: int,
     reduction_factor: float,
+    reference_rows: int | None = None,
 ) -> tuple[EvalRungs | None, str | None]:
     """The rungs of this search's evaluation, or None and why it evaluates every row at once.
 
     Built-in metrics: the rows of each rung (whole static batches), at least ``min_rows`` in
     the first one, in a shuffled order seeded by ``seed``. A custom evaluator: the fractions,
-    when it takes a ``fraction`` argument.
+    when it takes a ``fraction`` argument. ``reference_rows``: the rows ``reference`` was
+    computed on, when not every row (the first batch of a reference still being computed).
     """
     if evaluator.is_custom:
         if not evaluator.accepts_fraction:
@@ -130,7 +132,8 @@ def plan_rungs(
         return None, "no evaluation data"
     n = len(evaluation)
     outputs = reference.outputs.values()
-    if any(value.ndim == 0 or value.shape[0] != n for value in outputs):
+    rows = n if reference_rows is None else reference_rows
+    if any(value.ndim == 0 or value.shape[0] != rows for value in outputs):
         return None, "the model's outputs have no axis of evaluation rows"
     sizes = _sizes(fractions, n, _granularity(evaluation))
     if len(sizes) < 2:

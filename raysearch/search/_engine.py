@@ -28,6 +28,7 @@ from raysearch.search.tune._rungs import plan_search_rungs
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.evaluate.subsets import EvalRungs
+    from raysearch.search._pending_reference import PendingReference
     from raysearch.search.preflight import Prepared
 
 __all__ = ["EngineSpec", "build_engine"]
@@ -49,6 +50,9 @@ class EngineSpec:
     reference: Any = None
     float_score: float | None = None
     measure_latency: bool = True
+    #: Where the trials take a float reference still being computed on the driver (see
+    #: :mod:`raysearch.search.runtime._reference_holder`), when ``reference`` is None.
+    reference_source: Any = None
     driver_node: str | None = None
     gpu_fraction: float = 0.0
     #: The rungs a trial's evaluation runs through (None: every row at once).
@@ -82,7 +86,11 @@ class EngineSpec:
                     gpu_id=gpu_id,
                     gpu_mem_limit=gpu_memory_limit(gpu_id, self.gpu_fraction),
                 ),
-                baseline=FloatBaseline(reference=self.reference, score=self.float_score),
+                baseline=FloatBaseline(
+                    reference=self.reference,
+                    score=self.float_score,
+                    reference_source=self.reference_source,
+                ),
                 measure_latency=self.measure_latency,
                 rungs=self.rungs,
             )
@@ -97,19 +105,17 @@ def build_engine(
     cache now), with the rungs of its evaluation; ``info["early_stopping"]`` says what they
     are, or why every trial is evaluated whole."""
     if prepared.reference is not None:
-        folder = Path(cache_dir) / "reference" / prepared.reference.key
-        if not (folder / "meta.json").is_file():
-            try:
-                prepared.reference.save(folder)
-            except OSError as exc:
-                _logger.warning("could not save the float reference: %s", exc)
+        _save_reference(prepared.reference, cache_dir)
     reference, float_score = prepared.reference, prepared.float_score
     info = dict(prepared.info)
-    _logger.info(
-        "float reference ready in %.2f s (%s)",
-        info.pop("float_s", 0.0),
-        "outputs" if reference is not None else f"score {float_score}",
-    )
+    float_s = info.pop("float_s", 0.0)
+    pending = prepared.pending_reference
+    if pending is None:
+        _logger.info(
+            "float reference ready in %.2f s (%s)",
+            float_s,
+            "outputs" if reference is not None else f"score {float_score}",
+        )
     spec = EngineSpec(
         ModelBlob(str(config.model)),  # shipped once Ray runs
         prepared.calibration,
@@ -122,4 +128,47 @@ def build_engine(
         gpu_fraction=config.resources.gpu_per_trial,
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
+    if pending is not None:
+        spec.reference_source = _hold_pending(pending, cache_dir, info)
     return spec, info
+
+
+def _save_reference(reference: Any, cache_dir: str) -> None:
+    """The float reference into the search's cache (``raysearch resume`` reads it back)."""
+    folder = Path(cache_dir) / "reference" / reference.key
+    if not (folder / "meta.json").is_file():
+        try:
+            reference.save(folder)
+        except OSError as exc:
+            _logger.warning("could not save the float reference: %s", exc)
+
+
+def _hold_pending(pending: PendingReference, cache_dir: str, info: dict[str, Any]) -> Any:
+    """The trials' source of a float reference still being computed: a holder actor the
+    driver fills when the run ends (saved to the cache, its latency into ``info``)."""
+    from raysearch.search.runtime._reference_holder import (
+        HeldReference,
+        deliver,
+        reference_holder,
+    )
+
+    holder = reference_holder()
+
+    def done(future: Any) -> None:
+        if future.exception() is None:
+            reference = future.result()
+            info["float_latency_ms"] = reference.latency_ms
+            _save_reference(reference, cache_dir)
+            _logger.info(
+                "float reference ready in %.2f s (outputs; the first trials started before)",
+                pending.took_s or 0.0,
+            )
+        try:
+            deliver(holder, future, pending.objects)
+        except Exception as exc:  # noqa: BLE001 - Ray already shut down: the search ended first
+            _logger.debug("float reference not handed to the trials: %s", exc)
+
+    _logger.info("float model checked on the first evaluation batch; the rest runs meanwhile")
+    pending.holder = holder  # held by the driver for the search
+    pending.future.add_done_callback(done)
+    return HeldReference(holder)

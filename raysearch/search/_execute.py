@@ -49,6 +49,7 @@ from raysearch.strategies import ModelFacts, StrategyContext
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
+    from raysearch.search._pending_reference import PendingReference
     from raysearch.search.preflight import Prepared
     from raysearch.search.runtime import KeptWarm
 
@@ -89,6 +90,8 @@ class Execution:
         self.restore_tune = True
         #: What the cluster keeps for later searches (None: a Ray that ends with the search).
         self.kept: KeptWarm | None = None
+        #: The float reference the first trials started without (None: there before them).
+        self.pending_reference: PendingReference | None = None
 
     def _searcher(
         self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
@@ -183,6 +186,7 @@ class Execution:
         if self.kept is not None:
             self.kept.log_reused()
         spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
+        self.pending_reference = prepared.pending_reference
         spec.driver_node = current_node_id()
         if not only_driver_node():
             # Actors on other nodes build the float model from these files; on one
@@ -201,6 +205,11 @@ class Execution:
             prior=records,
             started_at=clock.started_at,
         )
+        if prepared.pending_reference is not None:
+            # A float model that fails on a later batch fails every trial: end at once.
+            prepared.pending_reference.future.add_done_callback(
+                lambda done: done.exception() is None or stopper.end("float_model_failed")
+            )
         recorder = TrialRecorder(
             folder,
             journal,
@@ -316,6 +325,14 @@ class Execution:
         reason = _stop_reason(run.stopper, live, run.recorder)
         if self.kept is not None:
             self.kept.wait()
+        if self.pending_reference is not None:
+            # The float reference the first trials started without (seconds at most by now):
+            # its latency goes into the summary; a float model that failed on a later batch
+            # failed every trial with that error, which is the search's.
+            error = self.pending_reference.future.exception()
+            if error is not None:
+                raise error
+            run.info["float_latency_ms"] = self.pending_reference.future.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
         summary = write_outputs(

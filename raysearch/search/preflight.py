@@ -9,10 +9,12 @@
 2. the calibration and evaluation data, loaded and checked against the model's inputs;
 3. the evaluator: the float model's outputs on the evaluation data (built-in metrics; this also
    proves ONNX Runtime can run the model) or the custom evaluator's score of the float model.
+   A fresh search checks the float model on the first evaluation batch only and computes the
+   rest while it starts (:mod:`raysearch.search._pending_reference`).
 
 Any problem is an :class:`~raysearch.errors.InputError` with a one-line message naming it, so
-a search with bad input fails at once and leaves the output folder as it was. (A little over
-400 lines, kept whole: the checks and the thread that runs them beside Ray's start share the
+a search with bad input fails at once and leaves the output folder as it was. (About 450
+lines, kept whole: the checks and the thread that runs them beside Ray's start share the
 order in which a bad input is reported.)
 
 Example:
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.errors import ConfigError, InputError
+from raysearch.search._pending_reference import PendingReference, deferrable, first_batch
 from raysearch.strategies import ModelFacts
 
 if TYPE_CHECKING:
@@ -76,6 +79,11 @@ class Prepared:
     info: dict[str, Any] = field(default_factory=dict)
     #: Node and tensor names and op types of the float model, for the search strategy.
     model: ModelFacts = field(default_factory=ModelFacts)
+    #: The float reference still being computed (its first batch is ``probe``): the search
+    #: starts meanwhile and its trials take it when they evaluate (see
+    #: :mod:`raysearch.search._pending_reference`).
+    pending_reference: PendingReference | None = None
+    probe: FloatReference | None = None
     #: What the float model's run by a custom evaluator wrote to the process's standard
     #: error (ONNX Runtime's warnings, one line per unused initializer and session): logged
     #: to ``auto_search.log`` by the search (:data:`STDERR_LOGGER`), kept off the terminal.
@@ -229,18 +237,23 @@ def preflight(
     *,
     cache_dir: str | os.PathLike | None = None,
     kept: Callable[[str, DataSource], FloatReference | None] | None = None,
+    defer_reference: bool = False,
 ) -> Prepared:
     """Check the model, data and evaluator of ``config`` and compute the float reference or
     the float model's score. Nothing is written unless ``cache_dir`` is given (the float
     reference is then read from, or saved to, that cache). ``kept(model, evaluation data)``
     is asked for the reference first (one a running cluster kept from an earlier search of
-    the same model and data: ``runtime.KeptWarm.lookup_reference``).
+    the same model and data: ``runtime.KeptWarm.lookup_reference``). With
+    ``defer_reference`` (and neither a cache nor a kept reference), the float model runs on
+    the first evaluation batch here and on every row in a thread of its own
+    (:attr:`Prepared.pending_reference`) when the data allows it
+    (:func:`~raysearch.search._pending_reference.deferrable`).
 
     Raises:
         InputError: a one-line message naming what is wrong.
     """
     from raysearch.data import DataSource, model_inputs
-    from raysearch.evaluate import Evaluator, FloatReference
+    from raysearch.evaluate import Evaluator
     from raysearch.modelfile import model_size_bytes
 
     model = os.fspath(config.model)
@@ -267,21 +280,8 @@ def preflight(
         prepared.reference = reference
         prepared.info["float_latency_ms"] = reference.latency_ms
     elif evaluator.needs_reference:
-        try:
-            if cache_dir is None:
-                reference = FloatReference.compute(model, evaluation, threads=threads)
-            else:
-                reference = FloatReference.cached(cache_dir, model, evaluation, threads=threads)
-        except InputError:
-            raise
-        except Exception as exc:  # ONNX Runtime refuses the model or the data
-            raise ConfigError(
-                "model",
-                f"ONNX Runtime cannot run the float model on the evaluation data: "
-                f"{_first_line(exc, 300)}",
-            ) from None
-        prepared.reference = reference
-        prepared.info["float_latency_ms"] = reference.latency_ms
+        later = defer_reference and cache_dir is None and deferrable(evaluation)
+        _reference(prepared, model, cache_dir, threads, later=later)
     else:
         with stderr_lines() as lines:
             prepared.float_score = evaluator.score_float(model)
@@ -292,6 +292,48 @@ def preflight(
         prepared.info["float_latency_ms"] = float_batch_latency(model, evaluation, trial_threads)
     prepared.info["float_s"] = time.perf_counter() - started
     return prepared
+
+
+def _reference(
+    prepared: Prepared,
+    model: str,
+    cache_dir: str | os.PathLike | None,
+    threads: int,
+    *,
+    later: bool,
+) -> None:
+    """The float reference of ``prepared``'s evaluation data, or, ``later``, its first batch
+    now (the check) and the rest in a thread (:attr:`Prepared.pending_reference`)."""
+    from raysearch.evaluate import FloatReference
+
+    evaluation = prepared.evaluation
+    try:
+        if later:
+            prepared.probe = FloatReference.compute(model, first_batch(evaluation), threads=threads)
+        elif cache_dir is None:
+            prepared.reference = FloatReference.compute(model, evaluation, threads=threads)
+        else:
+            prepared.reference = FloatReference.cached(
+                cache_dir, model, evaluation, threads=threads
+            )
+    except InputError:
+        raise
+    except Exception as exc:  # ONNX Runtime refuses the model or the data
+        raise _cannot_run(exc) from None
+    if later:
+        prepared.pending_reference = PendingReference(
+            model, evaluation, threads=threads, to_error=_cannot_run
+        )
+    else:
+        prepared.info["float_latency_ms"] = prepared.reference.latency_ms
+
+
+def _cannot_run(exc: Exception) -> ConfigError:
+    """The one-line error of ONNX Runtime refusing the float model or the evaluation data."""
+    return ConfigError(
+        "model",
+        f"ONNX Runtime cannot run the float model on the evaluation data: {_first_line(exc, 300)}",
+    )
 
 
 def float_batch_latency(
@@ -385,7 +427,7 @@ def start_preflight(
         if not pending.set_running_or_notify_cancel():
             return
         try:
-            pending.set_result(preflight(config, kept=kept))
+            pending.set_result(preflight(config, kept=kept, defer_reference=kept is None))
         except BaseException as exc:  # handed to whoever waits for the result
             pending.set_exception(exc)
 

@@ -330,7 +330,11 @@ def _preflight_beside_ray(
 
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
         lookup = kept.lookup_reference if kept is not None else None
-        checked = pending or pool.submit(preflight, config, cache_dir=cache_dir, kept=lookup)
+        # A fresh search on a Ray of its own takes the rest of the float reference later.
+        defer = kept is None and cache_dir is None
+        checked = pending or pool.submit(
+            preflight, config, cache_dir=cache_dir, kept=lookup, defer_reference=defer
+        )
         try:
             # The evaluator's or a plugin's module found beside the config: every worker's.
             shipped = local_modules(config.code_modules(), config.code_dirs)

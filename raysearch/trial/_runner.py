@@ -99,6 +99,9 @@ class FloatBaseline:
     reference: FloatReference | None = None
     score: float | None = None
     score_device: str = "cpu"
+    #: Where a reference still being computed elsewhere comes from (called at the first
+    #: evaluation, not before: the trial quantizes meanwhile), when ``reference`` is None.
+    reference_source: Callable[[], FloatReference] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,10 @@ class TrialRunner:
         if float_score is not None and not _same_kind(baseline.score_device, self.device):
             float_score = None
         self._reference = float_reference
+        # A reference on its way is the driver's, computed on its CPU: a trial on a GPU
+        # computes its own instead of waiting for it.
+        waits = float_reference is None and _same_kind("cpu", self.device)
+        self._reference_source = baseline.reference_source if waits else None
         self._float_score = float_score
         self._backends: dict[tuple[str, str], QuantizerBackend] = {}
         #: The techniques the settings switch on (``raysearch.quantize.technique``).
@@ -208,7 +215,13 @@ class TrialRunner:
     # -- shared, computed once -----------------------------------------------------------
     @property
     def float_reference(self) -> FloatReference:
-        """The float model's outputs on the evaluation data (computed or loaded on first use)."""
+        """The float model's outputs on the evaluation data (computed or loaded on first use,
+        or taken from the baseline's ``reference_source``)."""
+        if self._reference is None and self._reference_source is not None:
+            source, self._reference_source = self._reference_source, None
+            reference = source()
+            if _same_kind(reference.device, self.device):
+                self._reference = reference
         if self._reference is None:
             if self.evaluation is None:
                 raise ValueError("no evaluation data to compute the float reference on")
@@ -307,14 +320,18 @@ class TrialRunner:
             return
         # The shared values may raise for reasons that are not this setting's fault; they
         # are computed before quantizing so that such errors are not blamed on it.
-        if self.evaluator.needs_reference:
-            trial.reference = self.float_reference
-        else:
+        if not self.evaluator.needs_reference:
             trial.float_score = self.float_score
+        elif self._reference_source is None:
+            trial.reference = self.float_reference
         try:
             info = self._quantize(name, plan, out_path)
         finally:
             result.sensitivity = plan.rankings or None
+        if trial.reference is None and self.evaluator.needs_reference:
+            # A reference still on its way (the search's first trials): quantizing did not
+            # need it, evaluating does.
+            trial.reference = self.float_reference
         result.calibration_s = info.calibration_s
         result.quantization_s = info.quantization_s
         result.calib_cache_hit = info.calib_cache_hit

@@ -234,7 +234,9 @@ def plan_search_rungs(
         settings.rungs,
         evaluator=prepared.evaluator,
         evaluation=prepared.evaluation,
-        reference=prepared.reference,
+        # A reference still being computed: its first batch says where the rows are.
+        reference=prepared.reference or prepared.probe,
+        reference_rows=None if prepared.reference is not None else _probe_rows(prepared),
         seed=config.seed if config.seed is not None else 0,
         min_rows=settings.min_rows,
         reduction_factor=settings.reduction_factor,
@@ -250,6 +252,13 @@ def plan_search_rungs(
         rungs.reduction_factor,
     )
     return rungs, {"enabled": True, **described}
+
+
+def _probe_rows(prepared: Prepared) -> int | None:
+    if prepared.probe is None:
+        return None
+    first, last = next(prepared.evaluation.batch_ranges(0, 1))
+    return last - first
 
 
 def early_stopping_summary(

@@ -144,6 +144,12 @@ class CandidateStopper(Stopper):
         self.observe(trial_id, result)
         return False
 
+    def end(self, reason: str) -> None:
+        """End the whole search at Tune's next check, for ``reason`` (a failure outside any
+        one trial, such as the float model failing on the evaluation data)."""
+        if self.reason is None:
+            self.reason = reason
+
     def stop_all(self) -> bool:
         """Whether the whole search ends now; sets :attr:`reason` the first time it does."""
         if self.reason is not None:
