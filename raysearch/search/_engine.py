@@ -51,7 +51,7 @@ class EngineSpec:
     float_score: float | None = None
     measure_latency: bool = True
     #: Where the trials take a float reference still being computed on the driver (see
-    #: :mod:`raysearch.search.runtime._reference_holder`), when ``reference`` is None.
+    #: :mod:`raysearch.search.runtime._reference_handoff`), when ``reference`` is None.
     reference_source: Any = None
     driver_node: str | None = None
     gpu_fraction: float = 0.0
@@ -130,6 +130,11 @@ def build_engine(
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir, info)
+        if spec.reference_source is None:
+            spec.reference = pending.future.result()
+            info["float_latency_ms"] = spec.reference.latency_ms
+            _save_reference(spec.reference, cache_dir)
+            prepared.pending_reference = None
     return spec, info
 
 
@@ -144,31 +149,35 @@ def _save_reference(reference: Any, cache_dir: str) -> None:
 
 
 def _hold_pending(pending: PendingReference, cache_dir: str, info: dict[str, Any]) -> Any:
-    """The trials' source of a float reference still being computed: a holder actor the
-    driver fills when the run ends (saved to the cache, its latency into ``info``)."""
-    from raysearch.search.runtime._reference_holder import (
-        HeldReference,
-        deliver,
-        reference_holder,
+    """The trials' source of a float reference still being computed: the search's cache, which
+    the driver fills when the run ends (:mod:`raysearch.search.runtime._reference_handoff`);
+    its latency goes into ``info``. None when a trial may run on another node: the driver then
+    waits for the reference here (raising the one-line error of a run that failed)."""
+    from raysearch.search.runtime._reference_handoff import (
+        HANDOFF,
+        WaitedReference,
+        hand_over,
     )
+    from raysearch.search.runtime.cluster import only_driver_node
 
-    holder = reference_holder()
+    if not only_driver_node():
+        return None
+    folder = Path(cache_dir) / "reference"
+    (folder / HANDOFF).unlink(missing_ok=True)  # an earlier search's, in a reused cache
 
     def done(future: Any) -> None:
         if future.exception() is None:
-            reference = future.result()
-            info["float_latency_ms"] = reference.latency_ms
-            _save_reference(reference, cache_dir)
+            info["float_latency_ms"] = future.result().latency_ms
             _logger.info(
                 "float reference ready in %.2f s (outputs; the first trials started before)",
                 pending.took_s or 0.0,
             )
         try:
-            deliver(holder, future, pending.objects)
-        except Exception as exc:  # noqa: BLE001 - Ray already shut down: the search ended first
-            _logger.debug("float reference not handed to the trials: %s", exc)
+            hand_over(folder, future)
+        except OSError as exc:  # the trials would wait for it: the search ends (_execute)
+            pending.hand_over_error = exc
+            _logger.error("could not hand the float reference to the trials: %s", exc)
 
     _logger.info("float model checked on the first evaluation batch; the rest runs meanwhile")
-    pending.holder = holder  # held by the driver for the search
     pending.future.add_done_callback(done)
-    return HeldReference(holder)
+    return WaitedReference(str(folder))

@@ -205,10 +205,15 @@ class Execution:
             prior=records,
             started_at=clock.started_at,
         )
-        if prepared.pending_reference is not None:
-            # A float model that fails on a later batch fails every trial: end at once.
-            prepared.pending_reference.future.add_done_callback(
-                lambda done: done.exception() is None or stopper.end("float_model_failed")
+        pending = prepared.pending_reference
+        if pending is not None:
+            # A float model that fails on a later batch fails every trial, and a reference
+            # that could not be handed to them keeps them waiting: end at once.
+            pending.future.add_done_callback(
+                lambda done: (
+                    (done.exception() is None and pending.hand_over_error is None)
+                    or stopper.end("float_reference_failed")
+                )
             )
         recorder = TrialRecorder(
             folder,
@@ -330,8 +335,8 @@ class Execution:
             # its latency goes into the summary; a float model that failed on a later batch
             # failed every trial with that error, which is the search's.
             error = self.pending_reference.future.exception()
-            if error is not None:
-                raise error
+            if error is not None or self.pending_reference.hand_over_error is not None:
+                raise error or self.pending_reference.hand_over_error
             run.info["float_latency_ms"] = self.pending_reference.future.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records

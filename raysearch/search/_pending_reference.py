@@ -6,7 +6,7 @@ start and put the first trial 2-3 s behind a bare Ray Tune's. A trial needs the 
 only when it evaluates, after it has calibrated and quantized, so :func:`preflight` runs the
 float model on the first evaluation batch (which proves ONNX Runtime can run it on that data,
 the check the whole run made) and leaves the rest to a thread of its own; the trials take the
-reference when it is there (:mod:`raysearch.search.runtime._reference_holder`). Evaluation
+reference when it is there (:mod:`raysearch.search.runtime._reference_handoff`). Evaluation
 data holding NaN or inf is run whole before the search, as before, so that a float model that
 turns it into NaN is still refused at once.
 
@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -70,10 +70,9 @@ class PendingReference:
         self.future: Future[FloatReference] = Future()
         self.started = time.perf_counter()
         self.took_s: float | None = None
-        #: Set by the search: the holder actor its trials ask, and the object refs the
-        #: driver keeps alive for them (:mod:`raysearch.search.runtime._reference_holder`).
-        self.holder: Any = None
-        self.objects: list[Any] = []
+        #: Set by the search when the reference could not be handed to its trials
+        #: (:mod:`raysearch.search.runtime._reference_handoff`): the search ends with it.
+        self.hand_over_error: OSError | None = None
         self._args = (model, evaluation, threads, to_error)
         threading.Thread(target=self._run, name="raysearch-reference", daemon=True).start()
 
@@ -82,6 +81,7 @@ class PendingReference:
         from raysearch.evaluate import FloatReference
 
         model, evaluation, threads, to_error = self._args
+        _lower_priority()
         try:
             reference = FloatReference.compute(model, evaluation, threads=threads)
         except InputError as exc:
@@ -91,3 +91,18 @@ class PendingReference:
         else:
             self.took_s = time.perf_counter() - self.started
             self.future.set_result(reference)
+
+
+#: The niceness the rest of the float reference runs at (Linux: per thread; ONNX Runtime's
+#: intra-op threads, created by it, inherit it).
+NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """Lower this thread's CPU priority: Ray's start and the first trials' imports and
+    calibration come first on a small machine; the rest of the reference is needed only when
+    the first trial evaluates."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+    except (AttributeError, OSError) as exc:  # not Linux, or not allowed
+        _logger.debug("float reference at normal priority: %s", exc)

@@ -1,7 +1,7 @@
 """A fresh search starts its first trials while the driver still runs the float model over
 the evaluation data (``raysearch/search/_pending_reference.py``): the model is checked on the
 first batch before anything starts, the trials take the whole reference when they evaluate
-(``raysearch/search/runtime/_reference_holder.py``), and what they score is what a reference
+(``raysearch/search/runtime/_reference_handoff.py``), and what they score is what a reference
 computed up front gives. A float model that fails on a later batch is still the search's
 one-line error, with exit status 2."""
 
@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +25,11 @@ from onnx import TensorProto, helper
 
 from raysearch.config import SearchConfig
 from raysearch.data import DataSource
+from raysearch.errors import EvaluatorError
 from raysearch.evaluate import Evaluator, FloatReference
+from raysearch.search._pending_reference import NICENESS, _lower_priority
 from raysearch.search.preflight import preflight
+from raysearch.search.runtime._reference_handoff import WaitedReference, hand_over
 from raysearch.trial import FloatBaseline, TrialRunner, TrialSpec
 from tests.models import make_mlp_model, mlp_data
 from tests.reliability.helpers import run_raysearch
@@ -100,6 +107,49 @@ def test_a_trial_takes_a_pending_reference_once_and_scores_as_with_one_given(tmp
         b = given.run(settings, tmp_path / "b.onnx")
         assert a.ok and b.ok and a.metric == b.metric
     assert calls == [1]
+
+
+def test_the_handoff_gives_a_waiting_trial_the_saved_reference_or_the_runs_error(
+    tmp_path: Path,
+):
+    model = make_mlp_model(tmp_path / "mlp.onnx")
+    reference = FloatReference.compute(model, DataSource.load(mlp_data(32, seed=2), model, 16))
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    waited = WaitedReference(str(folder))
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(waited()))
+    waiter.start()  # a trial that evaluates before the driver's run ends waits for it
+    time.sleep(0.2)
+    assert waiter.is_alive() and not got
+    future: Future[FloatReference] = Future()
+    future.set_result(reference)
+    hand_over(folder, future)
+    waiter.join(timeout=10)
+    (loaded,) = got
+    assert loaded.key == reference.key and (folder / reference.key / "meta.json").is_file()
+    for name, value in reference.outputs.items():
+        np.testing.assert_array_equal(loaded.outputs[name], value)
+    # A run that failed: every trial raises its one-line error.
+    failed: Future[FloatReference] = Future()
+    failed.set_exception(ValueError("the float model's output 'y' holds NaN or inf"))
+    hand_over(folder, failed)
+    with pytest.raises(EvaluatorError, match="holds NaN or inf"):
+        waited()
+
+
+def test_the_rest_of_the_reference_runs_at_a_lower_cpu_priority(tmp_path: Path):
+    niceness: list[int] = []
+
+    def run() -> None:
+        _lower_priority()
+        niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert niceness == [min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < niceness[0]
 
 
 def _reciprocal_model(path: Path) -> Path:
