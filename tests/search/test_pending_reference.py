@@ -114,8 +114,7 @@ def test_the_handoff_gives_a_waiting_trial_the_saved_reference_or_the_runs_error
 ):
     model = make_mlp_model(tmp_path / "mlp.onnx")
     reference = FloatReference.compute(model, DataSource.load(mlp_data(32, seed=2), model, 16))
-    folder = tmp_path / "reference"
-    folder.mkdir()
+    folder = tmp_path / "cache" / "reference"  # made by the first hand-over
     waited = WaitedReference(str(folder))
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(waited()))

@@ -72,6 +72,7 @@ def hand_over(folder: str | os.PathLike, future: Future) -> None:
         OSError: the reference or the file could not be written (the caller ends the search).
     """
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     error = future.exception()
     if error is not None:
         told = {"error": str(error)}
