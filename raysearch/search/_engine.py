@@ -129,7 +129,7 @@ def build_engine(
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
     if pending is not None:
-        spec.reference_source = _hold_pending(pending, cache_dir, info)
+        spec.reference_source = _hold_pending(pending, cache_dir)
         if spec.reference_source is None:
             spec.reference = pending.future.result()
             info["float_latency_ms"] = spec.reference.latency_ms
@@ -148,11 +148,11 @@ def _save_reference(reference: Any, cache_dir: str) -> None:
             _logger.warning("could not save the float reference: %s", exc)
 
 
-def _hold_pending(pending: PendingReference, cache_dir: str, info: dict[str, Any]) -> Any:
+def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
     """The trials' source of a float reference still being computed: the search's cache, which
     the driver fills when the run ends (:mod:`raysearch.search.runtime._reference_handoff`);
-    its latency goes into ``info``. None when a trial may run on another node: the driver then
-    waits for the reference here (raising the one-line error of a run that failed)."""
+    the search puts its latency into the summary once the run ended. None when a trial may run
+    on another node: the driver then waits for the reference (:func:`build_engine`)."""
     from raysearch.search.runtime._reference_handoff import (
         HANDOFF,
         WaitedReference,
@@ -167,7 +167,6 @@ def _hold_pending(pending: PendingReference, cache_dir: str, info: dict[str, Any
 
     def done(future: Any) -> None:
         if future.exception() is None:
-            info["float_latency_ms"] = future.result().latency_ms
             _logger.info(
                 "float reference ready in %.2f s (outputs; the first trials started before)",
                 pending.took_s or 0.0,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
     from raysearch.evaluate import FloatReference
 
-__all__ = ["PendingReference", "deferrable", "first_batch"]
+__all__ = ["PendingReference", "deferrable", "first_batch", "first_batch_range"]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -47,12 +47,16 @@ def deferrable(evaluation: DataSource) -> bool:
     return True
 
 
+def first_batch_range(evaluation: DataSource) -> tuple[int, int]:
+    """The rows ``[first, last)`` of the evaluation data's first batch."""
+    return next(evaluation.batch_ranges(0, 1))
+
+
 def first_batch(evaluation: DataSource) -> DataSource:
     """The evaluation data's first batch, as a source of its own."""
     from raysearch.evaluate.subsets import subset
 
-    first, last = next(evaluation.batch_ranges(0, 1))
-    return subset(evaluation, np.arange(first, last))
+    return subset(evaluation, np.arange(*first_batch_range(evaluation)))
 
 
 class PendingReference:

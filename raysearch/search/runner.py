@@ -330,10 +330,10 @@ def _preflight_beside_ray(
 
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
         lookup = kept.lookup_reference if kept is not None else None
-        # A fresh search on a Ray of its own takes the rest of the float reference later.
-        defer = kept is None and cache_dir is None
+        # A fresh search on a Ray of its own takes the rest of the float reference later
+        # (preflight computes it whole when there is a cache to read it from).
         checked = pending or pool.submit(
-            preflight, config, cache_dir=cache_dir, kept=lookup, defer_reference=defer
+            preflight, config, cache_dir=cache_dir, kept=lookup, defer_reference=kept is None
         )
         try:
             # The evaluator's or a plugin's module found beside the config: every worker's.

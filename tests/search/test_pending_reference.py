@@ -77,6 +77,20 @@ def test_preflight_checks_the_first_batch_and_computes_the_rest_in_a_thread(tmp_
         preflight(config, defer_reference=True)
 
 
+def _runner(
+    model: Path,
+    calibration: DataSource,
+    evaluation: DataSource,
+    evaluator: Evaluator,
+    baseline: FloatBaseline,
+) -> TrialRunner:
+    """A trial engine of its own (no Ray), with a calibration cache in memory of its own."""
+    spec = TrialSpec(
+        model, calibration, evaluation, evaluator, baseline=baseline, measure_latency=False
+    )
+    return TrialRunner(spec)
+
+
 def test_a_trial_takes_a_pending_reference_once_and_scores_as_with_one_given(tmp_path: Path):
     model = make_mlp_model(tmp_path / "mlp.onnx")
     calibration = DataSource.load(mlp_data(32, seed=1), model, 16)
@@ -88,20 +102,10 @@ def test_a_trial_takes_a_pending_reference_once_and_scores_as_with_one_given(tmp
         calls.append(1)
         return reference
 
-    def runner(baseline: FloatBaseline, name: str) -> TrialRunner:
-        spec = TrialSpec(
-            model,
-            calibration,
-            evaluation,
-            Evaluator("L2"),
-            cache_dir=tmp_path / name,
-            baseline=baseline,
-            measure_latency=False,
-        )
-        return TrialRunner(spec)
-
-    pending = runner(FloatBaseline(reference_source=source), "pending")
-    given = runner(FloatBaseline(reference=reference), "given")
+    pending = _runner(
+        model, calibration, evaluation, Evaluator("L2"), FloatBaseline(reference_source=source)
+    )
+    given = _runner(model, calibration, evaluation, Evaluator("L2"), FloatBaseline(reference))
     for settings in ({"per_channel": True}, {"per_channel": False}):
         a = pending.run(settings, tmp_path / "a.onnx")
         b = given.run(settings, tmp_path / "b.onnx")
@@ -187,16 +191,12 @@ def test_a_cold_search_starts_before_the_reference_and_scores_as_one_computed_fi
     assert list((out / "cache" / "reference").glob("*/meta.json"))  # for a resume
     # Each trial scored as a trial given the reference up front scores.
     prepared = preflight(SearchConfig.from_dict(config))
-    runner = TrialRunner(
-        TrialSpec(
-            model,
-            prepared.calibration,
-            prepared.evaluation,
-            prepared.evaluator,
-            cache_dir=tmp_path / "direct",
-            baseline=FloatBaseline(reference=prepared.reference),
-            measure_latency=False,
-        )
+    runner = _runner(
+        model,
+        prepared.calibration,
+        prepared.evaluation,
+        prepared.evaluator,
+        FloatBaseline(reference=prepared.reference),
     )
     for row in pq.read_table(out / "results.parquet").to_pylist():
         settings = {k.removeprefix("params/"): v for k, v in row.items() if k.startswith("params/")}

@@ -255,9 +255,12 @@ def plan_search_rungs(
 
 
 def _probe_rows(prepared: Prepared) -> int | None:
+    """The rows the float reference's first batch (``prepared.probe``) was computed on."""
+    from raysearch.search._pending_reference import first_batch_range
+
     if prepared.probe is None:
         return None
-    first, last = next(prepared.evaluation.batch_ranges(0, 1))
+    first, last = first_batch_range(prepared.evaluation)
     return last - first
 
 
