@@ -5,7 +5,8 @@ what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
 The steps: :meth:`Execution.start` (the journal, the engine, Ray's capacity, the searcher,
 the stop conditions, the recorder and the live session), :meth:`Execution.fit` (Tune runs the
 trials) and :meth:`Execution.finish` (the outputs from the journal, the stop reason, the
-marker). The runner checked the input (``prepared``) and started Ray before.
+marker). The runner checked the input (``prepared``) and started Ray before. (A little over
+400 lines, kept whole: the three steps share one session's state, :class:`_Run`.)
 
 Example:
     >>> Execution(config, folder).execute(resume=False, progress=None,
@@ -205,16 +206,8 @@ class Execution:
             prior=records,
             started_at=clock.started_at,
         )
-        pending = prepared.pending_reference
-        if pending is not None:
-            # A float model that fails on a later batch fails every trial, and a reference
-            # that could not be handed to them keeps them waiting: end at once.
-            pending.future.add_done_callback(
-                lambda done: (
-                    (done.exception() is None and pending.hand_over_error is None)
-                    or stopper.end("float_reference_failed")
-                )
-            )
+        if prepared.pending_reference is not None:
+            prepared.pending_reference.stop_on_failure(stopper)
         recorder = TrialRecorder(
             folder,
             journal,
@@ -331,13 +324,9 @@ class Execution:
         if self.kept is not None:
             self.kept.wait()
         if self.pending_reference is not None:
-            # The float reference the first trials started without (seconds at most by now):
-            # its latency goes into the summary; a float model that failed on a later batch
-            # failed every trial with that error, which is the search's.
-            error = self.pending_reference.future.exception()
-            if error is not None or self.pending_reference.hand_over_error is not None:
-                raise error or self.pending_reference.hand_over_error
-            run.info["float_latency_ms"] = self.pending_reference.future.result().latency_ms
+            # The reference the first trials started without: its latency, or its failure as
+            # the search's error.
+            run.info["float_latency_ms"] = self.pending_reference.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
         summary = write_outputs(

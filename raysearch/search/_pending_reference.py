@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -79,6 +79,23 @@ class PendingReference:
         self.hand_over_error: OSError | None = None
         self._args = (model, evaluation, threads, to_error)
         threading.Thread(target=self._run, name="raysearch-reference", daemon=True).start()
+
+    def stop_on_failure(self, stopper: Any) -> None:
+        """End the search (``stopper.end``) once the run fails or its reference cannot be handed
+        to the trials: they would each fail with that error, or wait for it."""
+        self.future.add_done_callback(
+            lambda _: self._failure() is None or stopper.end("float_reference_failed")
+        )
+
+    def result(self) -> FloatReference:
+        """The reference, once the run has ended; raises the error the search ends with."""
+        error = self._failure()
+        if error is not None:
+            raise error
+        return self.future.result()
+
+    def _failure(self) -> BaseException | None:
+        return self.future.exception() or self.hand_over_error
 
     def _run(self) -> None:
         from raysearch.errors import InputError
