@@ -571,17 +571,18 @@ def console_main() -> NoReturn:
 def _shut_down_ray() -> None:
     """Shut down (or, for a joined cluster, disconnect from) the Ray this process uses.
 
-    Garbage is collected first and the collector is off afterwards: a search that ended on
-    an error leaves reference cycles (tracebacks, Tune's objects) holding Ray object
-    references, and one freed after the shutdown makes Ray's core worker end the process
-    ("The core worker has already been shutdown"), the exit status and the last line of
-    stderr then Ray's instead of ours. This process ends right after, so nothing needs the
-    collector any more."""
+    The garbage collector is switched off first: a search that ended on an error leaves
+    reference cycles (tracebacks, Tune's objects) holding Ray object references, and one
+    freed after the shutdown makes Ray's core worker end the process ("The core worker has
+    already been shutdown"), the exit status and the last line of stderr then Ray's instead
+    of ours. With the collector off those cycles are never freed: this process ends right
+    after with ``os._exit``. (They were collected first until measured: a full collection
+    of the driver's heap after a search took 0.11-0.14 s of the time after the last trial,
+    on magika's 12-setting grid on two cores.)"""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         from raysearch.search.runtime.cluster import shutdown_ray
 
-        gc.collect()
         gc.disable()
         shutdown_ray()
 
