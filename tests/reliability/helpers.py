@@ -101,8 +101,10 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def start_raysearch(args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
-    """``raysearch ARGS`` as a real process in its own process group (with the Ray it starts),
-    as a terminal would run it; stdout and stderr go to files in ``cwd``."""
+    """``raysearch ARGS`` as a real process in a session of its own (with the Ray it starts),
+    as a terminal would run it; stdout and stderr go to files in ``cwd``. Its process group
+    holds the driver and Ray's GCS and raylet; Ray's workers (the trials' actors) each lead a
+    group of their own in the same session."""
     with open(cwd / "stdout.txt", "w") as out, open(cwd / "stderr.txt", "w") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "raysearch.cli", *args],
@@ -146,26 +148,40 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def group_processes(pgid: int) -> list[str]:
-    """The command lines of the live processes in process group ``pgid`` (Linux ``/proc``)."""
-    found = []
+def session_processes(sid: int) -> dict[int, str]:
+    """The live processes of session ``sid`` (Linux ``/proc``): pid -> command line. The
+    session, not the process group: Ray's workers lead groups of their own."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            # Fields after the command's closing parenthesis: state, ppid, pgrp, ...
+            # Fields after the command's closing parenthesis: state, ppid, pgrp, session, ...
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                found.append((entry / "cmdline").read_text().replace("\0", " ").strip())
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
         except (OSError, IndexError, ValueError):  # ended while we looked
             continue
-    return found
+    return {pid: line.strip() for pid, line in found.items()}
 
 
-def stop_leftovers(proc: subprocess.Popen) -> None:
-    """Make sure nothing of ``proc``'s group outlives the test."""
+def stop_leftovers(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Make sure nothing of ``proc``'s session outlives the call: its group is killed, then
+    whatever else of the session is alive (Ray's workers: a killed driver leaves its trials'
+    actors running until they notice that their raylet is gone, and one of them may still
+    write a model into the output folder), and the call waits until they have ended."""
     kill_group(proc, signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while left := session_processes(proc.pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still alive after SIGKILL: {left}")
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def run_with_fault(

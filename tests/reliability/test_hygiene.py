@@ -19,9 +19,9 @@ from tests.reliability.evaluators import TEMP_PREFIXES
 from tests.reliability.helpers import (
     GRID_24,
     calls,
-    group_processes,
     journal,
     probe_config,
+    session_processes,
     start_raysearch,
     stop_leftovers,
     write_config,
@@ -50,10 +50,10 @@ def long_search(tmp_path_factory) -> dict[str, Any]:
     )
     try:
         status = proc.wait(timeout=300)
-        # What of its process group (the Ray it started) outlives the command, after a grace
-        # period for processes that were told to end.
+        # What of its session (the Ray it started, workers included) outlives the command,
+        # after a grace period for processes that were told to end.
         deadline = time.monotonic() + 10
-        while (left_processes := group_processes(proc.pid)) and time.monotonic() < deadline:
+        while (left_processes := session_processes(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         stop_leftovers(proc)
@@ -79,7 +79,7 @@ def test_thirty_trials_ran(long_search):
 
 def test_the_command_leaves_no_process_behind(long_search):
     # The command shuts its Ray down itself before its fast exit (``cli.console_main``).
-    assert long_search["left_processes"] == [], long_search["left_processes"]
+    assert long_search["left_processes"] == {}, long_search["left_processes"]
 
 
 def test_the_temp_folder_does_not_grow_with_the_trials(long_search):
