@@ -159,10 +159,10 @@ def session_processes(sid: int) -> dict[int, str]:
             # Fields after the command's closing parenthesis: state, ppid, pgrp, session, ...
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             if fields[0] != "Z" and int(fields[3]) == sid:
-                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
+                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ").strip()
         except (OSError, IndexError, ValueError):  # ended while we looked
             continue
-    return {pid: line.strip() for pid, line in found.items()}
+    return found
 
 
 def stop_leftovers(proc: subprocess.Popen, timeout: float = 60) -> None:
