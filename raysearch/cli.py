@@ -191,11 +191,66 @@ def _space_report(config) -> list[str]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    """Every check ``run`` makes before Ray starts (the config, the strategy's packages, the
+    model, the data against the model, the evaluator on the float model), then the space's
+    size; what it cannot check without Ray or ``run``'s flags, one line each."""
+    from raysearch.search.preflight import preflight
+    from raysearch.strategies import check_strategy_available
+
     config = _load(args)
+    check_strategy_available(config.search_algo)
+    prepared = preflight(config, check_only=True)
     print(f"{args.config}: valid")
     for line in _space_report(config):
         print(line)
+    for line in _validate_notes(config, prepared):
+        print(line)
     return EXIT_OK
+
+
+def _validate_notes(config, prepared) -> list[str]:
+    """What ``validate`` saw of the float model, and what it left to ``run``, and why."""
+    lines = []
+    if prepared.float_score is not None:
+        name = str(config.metric).rsplit(":", 1)[-1]
+        took = prepared.info.get("float_score_s") or 0.0
+        line = f"float model: {name} = {_fmt(prepared.float_score)} (scored in {took:.1f} s"
+        limit = config.stop.time_limit
+        if limit is not None and limit > 0:
+            line += f", {took / limit:.0%} of time_limit {_fmt(limit)} s"
+        lines.append(line + ")")
+    elif prepared.probe is not None:
+        rows = len(prepared.evaluation)
+        first, last = next(prepared.evaluation.batch_ranges(0, 1))
+        lines.append(
+            f"float model: runs on the evaluation data ({rows} rows)"
+            if last - first >= rows
+            else f"float model: runs on the evaluation data's first batch ({last - first} of "
+            f"{rows} rows; run computes the rest while its first trials start)"
+        )
+    lines.append(
+        "not checked: whether a Ray node can hold one trial (resources), which needs Ray: "
+        "run checks it once Ray starts"
+    )
+    folder_note = _output_dir_note(config)
+    if folder_note:
+        lines.append(folder_note)
+    return lines
+
+
+def _output_dir_note(config) -> str | None:
+    """Why ``run`` would refuse the output folder as it is now (it holds an earlier search,
+    another's files, or a running search), which ``validate`` reports without refusing: a
+    flag of ``run`` (``--overwrite``) or ``raysearch resume`` decides."""
+    from raysearch.search.record.output_dir import check_output_dir, continued_folder
+
+    if continued_folder(config) is not None:
+        return None
+    try:
+        check_output_dir(Path(config.output_dir).resolve(), overwrite=False)
+    except InputError as exc:
+        return f"note: run without --overwrite would refuse it: {exc}"
+    return None
 
 
 def _cmd_spaces(args: argparse.Namespace) -> int:

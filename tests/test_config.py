@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -11,14 +12,14 @@ from raysearch.cli import main
 from raysearch.config import SearchConfig, apply_overrides, load_config
 from raysearch.errors import ConfigError
 from raysearch.space import SearchSpace
-from tests.models import make_mlp_model
+from tests.models import make_mlp_model, mlp_data
 
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, str]:
-    model = make_mlp_model(tmp_path / "model.onnx")  # its header is checked; its data not
-    calib = tmp_path / "calib.npz"
-    calib.write_bytes(b"")
+    model = make_mlp_model(tmp_path / "model.onnx")
+    calib = tmp_path / "calib.npz"  # `validate` loads it against the model, as `run` does
+    np.savez(calib, **mlp_data(16))
     return {"model": str(model), "calibration_data": str(calib)}
 
 

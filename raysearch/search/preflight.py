@@ -238,6 +238,7 @@ def preflight(
     cache_dir: str | os.PathLike | None = None,
     kept: Callable[[str, DataSource], FloatReference | None] | None = None,
     defer_reference: bool = False,
+    check_only: bool = False,
 ) -> Prepared:
     """Check the model, data and evaluator of ``config`` and compute the float reference or
     the float model's score. Nothing is written unless ``cache_dir`` is given (the float
@@ -247,7 +248,11 @@ def preflight(
     ``defer_reference`` (and neither a cache nor a kept reference), the float model runs on
     the first evaluation batch here and on every row in a thread of its own
     (:attr:`Prepared.pending_reference`) when the data allows it
-    (:func:`~raysearch.search._pending_reference.deferrable`).
+    (:func:`~raysearch.search._pending_reference.deferrable`). With ``check_only``
+    (``raysearch validate``), the float model runs on the first evaluation batch only, as
+    the checks of a search started with ``defer_reference`` do before Ray starts, and the
+    rest is not computed (:attr:`Prepared.reference` stays None; :attr:`Prepared.probe` holds
+    that batch's reference); a custom evaluator scores the float model as a search does.
 
     Raises:
         InputError: a one-line message naming what is wrong.
@@ -281,15 +286,22 @@ def preflight(
         prepared.info["float_latency_ms"] = reference.latency_ms
     elif evaluator.needs_reference:
         later = defer_reference and cache_dir is None and deferrable(evaluation)
-        _reference(prepared, model, cache_dir, threads, later=later)
+        # ``check_only``: the first batch alone, what a search checks before Ray starts.
+        _reference(
+            prepared, model, cache_dir, threads, later=later or check_only, rest=not check_only
+        )
     else:
         with stderr_lines() as lines:
             prepared.float_score = evaluator.score_float(model)
         prepared.stderr_lines = lines
         prepared.info["float_metric"] = prepared.float_score
-        # The evaluator's run is not timed (its own code): one batch, as a trial times one.
-        trial_threads = max(1, int(config.resources.cpu_per_trial))
-        prepared.info["float_latency_ms"] = float_batch_latency(model, evaluation, trial_threads)
+        prepared.info["float_score_s"] = time.perf_counter() - started
+        if not check_only:
+            # The evaluator's run is not timed (its own code): one batch, as a trial times one.
+            trial_threads = max(1, int(config.resources.cpu_per_trial))
+            prepared.info["float_latency_ms"] = float_batch_latency(
+                model, evaluation, trial_threads
+            )
     prepared.info["float_s"] = time.perf_counter() - started
     return prepared
 
@@ -301,9 +313,11 @@ def _reference(
     threads: int,
     *,
     later: bool,
+    rest: bool = True,
 ) -> None:
     """The float reference of ``prepared``'s evaluation data, or, ``later``, its first batch
-    now (the check) and the rest in a thread (:attr:`Prepared.pending_reference`)."""
+    now (the check) and, with ``rest``, the rest in a thread
+    (:attr:`Prepared.pending_reference`)."""
     from raysearch.evaluate import FloatReference
 
     evaluation = prepared.evaluation
@@ -320,11 +334,11 @@ def _reference(
         raise
     except Exception as exc:  # ONNX Runtime refuses the model or the data
         raise _cannot_run(exc) from None
-    if later:
+    if later and rest:
         prepared.pending_reference = PendingReference(
             model, evaluation, threads=threads, to_error=_cannot_run
         )
-    else:
+    elif not later:
         prepared.info["float_latency_ms"] = prepared.reference.latency_ms
 
 
