@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raysearch.errors import is_disk_full
-from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.layout import BEST, CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
 from raysearch.quantize.registry import backend_reject
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
@@ -39,13 +40,14 @@ from raysearch.search.runtime.cluster import (
     tune_environment,
 )
 from raysearch.search.runtime.transfer import current_node_id, model_blob
+from raysearch.search.tune._loggers import log_best_model, make_loggers
 from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, replay_result
 from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
 from raysearch.search.tune.session import SearchSession, register, release
 from raysearch.search.tune.stopper import CandidateStopper, trial_limit
-from raysearch.search.tune.trainable import make_trainable, start_barrier
+from raysearch.search.tune.trainable import end_barrier, make_trainable, start_barrier
 from raysearch.strategies import ModelFacts, StrategyContext
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from raysearch.search.preflight import Prepared
     from raysearch.search.runtime import KeptWarm
 
-__all__ = ["Execution"]
+__all__ = ["Execution", "most_frequent_error"]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -93,6 +95,10 @@ class Execution:
         self.kept: KeptWarm | None = None
         #: The float reference the first trials started without (None: there before them).
         self.pending_reference: PendingReference | None = None
+        #: The user's Tune callbacks (``run(callbacks=...)``), beside the config's loggers.
+        self.callbacks: list[Any] = []
+        #: The first wave's start barrier (None: none started yet, or one actor).
+        self.barrier: Any = None
 
     def _searcher(
         self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
@@ -155,7 +161,11 @@ class Execution:
             )
             run = self.start(resume, progress, prepared, started_at)
             self.fit(run, resume)
-            return self.finish(run)
+            result = self.finish(run)
+            log_best_model(
+                run.session.callbacks, result.summary.get("best_trial_id"), folder / BEST
+            )
+            return result
         except Exception as exc:
             if not is_disk_full(exc):
                 raise
@@ -164,6 +174,7 @@ class Execution:
             expected = run.expected if run is not None else None
             raise disk_full_error(folder, self.config, finished, expected) from exc
         finally:
+            end_barrier(self.barrier)  # however the search ends: no actor of it outlives it
             release(key)
             log.close()
 
@@ -187,6 +198,9 @@ class Execution:
         if self.kept is not None:
             self.kept.log_reused()
         spec, info = build_engine(config, str(folder / CACHE_DIR), prepared)
+        share = _float_share_warning(config, info.get("float_score_s"))
+        if share is not None:
+            _say(share, progress)
         self.pending_reference = prepared.pending_reference
         spec.driver_node = current_node_id()
         if not only_driver_node():
@@ -224,6 +238,8 @@ class Execution:
         session = SearchSession(
             self.session_key, journal, clock, stopper, recorder, progress_cb, records=list(records)
         )
+        session.callbacks = [*self.callbacks, *make_loggers(config.loggers)]
+        session.objectives = tuple(config.objectives)
         register(session)
         return _Run(
             journal,
@@ -257,6 +273,7 @@ class Execution:
             total=expected,
             every=max(1, min(25, (expected or 100) // 10)),
             elapsed_before_s=clock.elapsed_before_s,
+            started_at=clock.started_at,  # the stopper's clock: what time_limit counts
             done_before=len(records),
             failed_before=sum(1 for r in records if r.get("status") != "ok"),
             candidates_before=sum(1 for r in records if r.get("is_candidate")),
@@ -272,7 +289,7 @@ class Execution:
         # would otherwise wait out the barrier's timeout for one that has no room yet.
         wave = min(wave, trials_placeable_now(config))
         # The searcher opens it when it waits for results before a second trial.
-        run.session.start_barrier = barrier = start_barrier(wave)
+        run.session.start_barrier = self.barrier = barrier = start_barrier(wave)
         trainable = make_trainable(
             run.spec,
             folder,
@@ -345,9 +362,17 @@ class Execution:
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
                 # What this search took from a running cluster's store (None: its own Ray).
                 "kept_warm": dict(self.kept.reused) if self.kept and self.kept.enabled else None,
+                # Seconds the custom evaluator took to score the float model (None: built-in).
+                "float_score_s": _rounded(run.info.get("float_score_s")),
+                # Why the search ended without a result, when its stop reason alone misleads.
+                "stop_note": _stop_note(reason, records, config, run.info.get("float_score_s")),
+                # The error most failed trials ended with (None: none failed).
+                "most_frequent_error": most_frequent_error(records),
             },
             evaluator=run.spec.evaluator,
         )
+        if summary.get("stop_note"):
+            _say(summary["stop_note"], run.progress.stream)
         status = "interrupted" if reason == "interrupted" else "finished"
         write_marker(folder, status, storage_path(self.config, self.output_dir))
         _logger.info(
@@ -401,3 +426,100 @@ def _stop_reason(
     if finished is not None and len(recorder.records) >= searcher.n_started:
         return finished
     return "interrupted"
+
+
+#: The share of ``stop.time_limit`` the float model's scoring may take before the search says
+#: so: each trial scores a model as the float model was, so few trials can finish after it.
+FLOAT_SHARE_WARNING = 0.25
+
+
+def _float_share_warning(config: SearchConfig, float_score_s: float | None) -> str | None:
+    """The warning when a custom evaluator's score of the float model took at least
+    :data:`FLOAT_SHARE_WARNING` of ``stop.time_limit`` (None otherwise).
+
+    Example:
+        >>> from raysearch.config._config import StopConfig
+        >>> class Config:
+        ...     stop = StopConfig(time_limit=180)
+        >>> _float_share_warning(Config(), 98.0)  # doctest: +NORMALIZE_WHITESPACE
+        "the custom evaluator's score of the float model took 98.0 s, 54% of stop.time_limit
+        (180 s): every trial scores its model as long, so few trials, or none, can finish
+        in time; raise stop.time_limit or let the evaluator score fewer rows"
+        >>> _float_share_warning(Config(), 10.0) is None
+        True
+    """
+    limit = config.stop.time_limit
+    if float_score_s is None or limit is None or limit <= 0:
+        return None
+    if float_score_s < FLOAT_SHARE_WARNING * limit:
+        return None
+    return (
+        f"the custom evaluator's score of the float model took {float_score_s:.1f} s, "
+        f"{float_score_s / limit:.0%} of stop.time_limit ({limit:g} s): every trial scores its "
+        "model as long, so few trials, or none, can finish in time; raise stop.time_limit or "
+        "let the evaluator score fewer rows"
+    )
+
+
+def _stop_note(
+    reason: str,
+    records: list[dict[str, Any]],
+    config: SearchConfig,
+    float_score_s: float | None,
+) -> str | None:
+    """``summary.json``'s ``stop_note``: why a search ended without a single finished trial,
+    which its ``stop_reason`` alone does not say (None when a trial finished).
+
+    Example:
+        >>> from raysearch.config._config import StopConfig
+        >>> class Config:
+        ...     stop = StopConfig(time_limit=180)
+        >>> _stop_note("time_limit", [], Config(), 98.04)
+        "no trial finished within the time limit (180 s; the custom evaluator's score of the float model took 98.0 s of it)"
+        >>> _stop_note("time_limit", [{"trial_id": "a"}], Config(), 98.0) is None
+        True
+    """  # noqa: E501
+    if records or reason != "time_limit":
+        return None
+    note = f"no trial finished within the time limit ({config.stop.time_limit:g} s"
+    if float_score_s is not None:
+        note += (
+            f"; the custom evaluator's score of the float model took {float_score_s:.1f} s of it"
+        )
+    return note + ")"
+
+
+def _say(message: str, stream: TextIO | None) -> None:
+    """Log ``message`` as a WARNING (``auto_search.log``, and the terminal of a program that
+    set up logging, as the command line does); from Python without logging set up, the
+    warning would reach only the log file, so it goes to the progress stream too."""
+    _logger.warning("%s", message)
+    if stream is not None and not logging.getLogger().handlers:
+        stream.write(f"raysearch: {message}\n")
+        stream.flush()
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
+def most_frequent_error(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The error line most failed trials of ``records`` ended with, and how many did
+    (``summary.json``'s ``most_frequent_error``: ``{"error": ..., "trials": n}``, the first
+    seen of equally frequent ones); None when no trial failed.
+
+    Example:
+        >>> most_frequent_error([
+        ...     {"status": "failed", "error": "FileNotFoundError: data.npz"},
+        ...     {"status": "ok"},
+        ...     {"status": "failed", "error": "FileNotFoundError: data.npz"},
+        ... ])
+        {'error': 'FileNotFoundError: data.npz', 'trials': 2}
+    """
+    counts = Counter(
+        str(r.get("error") or "no error message") for r in records if r.get("status") != "ok"
+    )
+    if not counts:
+        return None
+    error, trials = counts.most_common(1)[0]
+    return {"error": error, "trials": trials}

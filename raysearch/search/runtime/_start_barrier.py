@@ -16,6 +16,7 @@ Example:
     >>> barrier = start_barrier(2)                                            # doctest: +SKIP
     >>> ray.get(barrier.arrive.remote()), ray.get(barrier.arrive.remote())    # doctest: +SKIP
     (False, True)
+    >>> end_barrier(barrier)            # when the search ends, however it ends  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysearch.search.runtime.transfer import current_node_id
 
-__all__ = ["START_BARRIER_TIMEOUT_S", "StartBarrier", "start_barrier", "wait_for_wave"]
+__all__ = [
+    "START_BARRIER_TIMEOUT_S",
+    "StartBarrier",
+    "end_barrier",
+    "start_barrier",
+    "wait_for_wave",
+]
 
 
 @ray.remote(num_cpus=0)
@@ -61,6 +68,16 @@ def start_barrier(wave: int) -> Any:
     # node would fail the setup of every actor started after it.
     here = NodeAffinitySchedulingStrategy(current_node_id(), soft=False)
     return StartBarrier.options(scheduling_strategy=here).remote(wave)
+
+
+def end_barrier(barrier: Any) -> None:
+    """End ``barrier`` with the search that started it (None: nothing to end).
+
+    Its handle travels pickled inside the search's trainable, which Ray Tune registers in the
+    cluster: the barrier would otherwise outlive the search, one actor per search, in a process
+    that runs search after search on one Ray."""
+    if barrier is not None and ray.is_initialized():
+        ray.kill(barrier, no_restart=True)
 
 
 #: How long the first actors wait at most for the rest of their wave.

@@ -226,7 +226,14 @@ class KeptWarm:
         try:
             store = self._store or _store_actor()
             if ray.get(store.put.remote(key, value, _nbytes(value)), timeout=_WAIT_S):
-                _logger.info("kept on the cluster for later searches: %s", key.split("|")[0])
+                _logger.info(
+                    "kept on the cluster for later searches: %s (in the actor %s, namespace %s,"
+                    " at most %d MB: RAYSEARCH_WARM_MAX_MB)",
+                    key.split("|")[0],
+                    STORE_NAME,
+                    STORE_NAMESPACE,
+                    max_bytes() >> 20,
+                )
         except Exception as exc:  # noqa: BLE001 - keeping is a favour to the next search
             _logger.warning("could not keep %s on the cluster: %s", key.split("|")[0], exc)
 

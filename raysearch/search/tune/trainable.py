@@ -46,6 +46,7 @@ from raysearch.search.record.reported import pack_record
 from raysearch.search.runtime._start_barrier import (
     START_BARRIER_TIMEOUT_S,
     StartBarrier,
+    end_barrier,
     start_barrier,
     wait_for_wave,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "EngineFactory",
     "StartBarrier",
     "start_barrier",
+    "end_barrier",
     "START_BARRIER_TIMEOUT_S",
     "make_trainable",
     "TRIALS_TMP",
