@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 # search space is checked against them without the space package importing a backend.
 import raysearch.quantize.backends.nncf.options  # noqa: F401  (the ``nncf`` catalogue; no NNCF import)
 import raysearch.quantize.backends.ort.options  # noqa: F401  (registers the ``ort`` catalogue)
+import raysearch.quantize.backends.weight_only.options  # noqa: F401  (``weight_only``'s)
 from raysearch._source_tree import use_source_tree_configs
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import ConfigError, InputError

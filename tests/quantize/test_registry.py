@@ -27,7 +27,8 @@ def test_unknown_backend_suggests_the_closest():
         get_backend("orrt")
     assert (
         str(err.value)
-        == "quantizer: unknown quantizer backend 'orrt' (did you mean 'ort'?); known: nncf, ort"
+        == "quantizer: unknown quantizer backend 'orrt' (did you mean 'ort'?); known: nncf, ort, "
+        "weight_only"
     )
 
 

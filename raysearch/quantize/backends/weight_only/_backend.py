@@ -1,0 +1,314 @@
+"""The ``"weight_only"`` backend: ONNX Runtime's ``MatMulNBitsQuantizer`` (weight-only blocked
+4/8-bit weights, float activations), with every setting of
+:mod:`raysearch.quantize.backends.weight_only.options` passed to it.
+
+Per-node precision: ONNX Runtime's blocked RTN and HQQ quantize every selected node at one
+``bits``, so a model with nodes at 8 and at 4 bits is two passes of the quantizer, the 8-bit
+nodes first (a node quantized in the first pass is a ``MatMulNBits`` the second pass leaves
+alone), each excluding the nodes of the other precision and those kept float. k-quant goes
+through ONNX Runtime's neural-compressor path, which reads ``bits`` from a per-node
+configuration only (its global ``bits`` is ignored there): every node gets its own entry.
+``accuracy_level`` is passed to the quantizer and set on every ``MatMulNBits`` node written
+(HQQ's quantizer writes none).
+
+No calibration: RTN, HQQ and k-quant read the weights alone, and the backend never touches
+the calibration data or its cache.
+
+Example:
+    >>> from raysearch.quantize.backends.weight_only._backend import WeightOnlyBackend
+    >>> WeightOnlyBackend.reject({"algorithm": "gptq"})[:40]
+    'algorithm gptq is refused: ONNX Runtime '
+    >>> with WeightOnlyBackend("model.onnx", calibration) as backend:   # doctest: +SKIP
+    ...     info = backend.quantize({"block_size": 32, "symmetric": False}, "int4.onnx")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from raysearch.errors import ConfigError, suggest
+from raysearch.modelfile import has_external_data
+from raysearch.quantize.backends.weight_only.options import (
+    DEFAULTS,
+    FLOAT,
+    WEIGHT_ONLY_CATALOGUE,
+    node_precisions,
+    reject_reason,
+)
+from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+
+if TYPE_CHECKING:
+    import onnx
+
+    from raysearch.data import DataSource
+    from raysearch.quantize.calibration import CalibrationCache
+    from raysearch.space.catalogue import Catalogue
+
+__all__ = ["WeightOnlyBackend", "weight_matmuls", "embedding_gathers", "import_quantizer"]
+
+_logger = logging.getLogger(__name__)
+
+
+def import_quantizer() -> Any:
+    """ONNX Runtime's ``matmul_nbits_quantizer`` module, imported without the
+    ``logging.basicConfig(level=INFO)`` it runs at import (which would configure the root
+    logger of the whole process), its own logger at WARNING (it logs every node at INFO)."""
+    import sys
+
+    name = "onnxruntime.quantization.matmul_nbits_quantizer"
+    if name not in sys.modules:
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        try:
+            importlib.import_module(name)
+        finally:
+            for handler in [h for h in root.handlers if h not in handlers]:
+                root.removeHandler(handler)
+            root.setLevel(level)
+        for logger in (name, "neural_compressor"):
+            logging.getLogger(logger).setLevel(logging.WARNING)
+    return sys.modules[name]
+
+
+def weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of the main graph's MatMul nodes whose second input is a 2-D float initializer
+    (the nodes a weight-only quantizer can rewrite), in graph order."""
+    inits = {t.name: t for t in model.graph.initializer}
+    out = []
+    for node in model.graph.node:
+        weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
+        if weight is not None and len(weight.dims) == 2 and weight.data_type in (1, 10, 16):
+            out.append(node.name)
+    return out
+
+
+def embedding_gathers(model: onnx.ModelProto) -> list[str]:
+    """Names of the Gather nodes that read rows of a 2-D float initializer (embeddings)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type == "Gather"
+        and n.input[0] in inits
+        and len(inits[n.input[0]].dims) == 2
+        and inits[n.input[0]].data_type in (1, 10, 16)
+    ]
+
+
+@register_backend("weight_only")
+class WeightOnlyBackend(QuantizerBackend):
+    """ONNX Runtime's ``MatMulNBitsQuantizer`` with the trial's settings (see the module)."""
+
+    catalogue: ClassVar[Catalogue | None] = WEIGHT_ONLY_CATALOGUE
+    model_settings: ClassVar[tuple[str, ...]] = ("node_bits",)
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource,
+        cache: CalibrationCache | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(model_path, calibration, cache, **options)
+        import onnx
+
+        self._external = has_external_data(self.model_path)
+        self._model = onnx.load(self.model_path)
+        self._weights = weight_matmuls(self._model)
+        self._gathers = embedding_gathers(self._model)
+        self._weighted = sum(
+            n.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose") for n in self._model.graph.node
+        )
+
+    # -- checks ----------------------------------------------------------------------------
+    @classmethod
+    def validate(
+        cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
+    ) -> None:
+        """Raise :class:`ConfigError` for a ``node_bits`` name that is no weight MatMul of
+        ``model`` (with the closest name)."""
+        if not settings.get("node_bits"):
+            return
+        import onnx
+
+        proto = (
+            onnx.load(os.fspath(model), load_external_data=False)
+            if isinstance(model, (str, os.PathLike))
+            else model
+        )
+        names = weight_matmuls(proto) if proto.graph.initializer else []
+        if not names:  # weights not loaded: read the names of every MatMul
+            names = [n.name for n in proto.graph.node if n.op_type == "MatMul"]
+        missing = [n for n in settings["node_bits"] if n not in names]
+        if missing:
+            described = ", ".join(f"'{v}'{suggest(v, names)}" for v in missing)
+            raise ConfigError("node_bits", f"not a weight MatMul of the model: {described}")
+
+    @classmethod
+    def reject(cls, settings: Mapping[str, Any]) -> str | None:
+        reason = reject_reason(settings)
+        if reason is None and settings.get("algorithm") == "hqq":
+            if importlib.util.find_spec("torch") is None:
+                return "algorithm hqq needs PyTorch: pip install 'raysearch[gp]'"
+        return reason
+
+    # -- quantization ----------------------------------------------------------------------
+    def precisions(self, settings: Mapping[str, Any]) -> dict[str, int | str]:
+        """Every weight MatMul's precision under ``settings``: 4, 8 or ``"float"``."""
+        default = int(settings.get("bits") or DEFAULTS["bits"])
+        chosen = node_precisions(settings)
+        return {name: chosen.get(name, default) for name in self._weights}
+
+    def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
+        """Write the model quantized with ``settings`` to ``out_path``."""
+        import onnx
+
+        reason = self.reject(settings)
+        if reason:
+            raise ValueError(reason)
+        start = time.perf_counter()
+        options = {k: settings.get(k, v) for k, v in DEFAULTS.items()}
+        precisions = self.precisions(settings)
+        model = onnx.ModelProto()
+        model.CopyFrom(self._model)
+        if options["algorithm"] == "k_quant":
+            model = self._k_quant(model, options, precisions)
+        else:
+            for bits in (8, 4):
+                model = self._pass(model, options, precisions, bits)
+        level = int(options["accuracy_level"])
+        if level:
+            _set_accuracy_level(model, level)
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        if self._external:
+            location = Path(out_path).name + ".data"
+            onnx.save_model(
+                model, os.fspath(out_path), save_as_external_data=True, location=location
+            )
+        else:
+            onnx.save_model(model, os.fspath(out_path))
+        quantized = sum(p != FLOAT for p in precisions.values())
+        share = quantized / self._weighted if self._weighted else None
+        return QuantizeInfo(0.0, time.perf_counter() - start, False, quantized_share=share)
+
+    def _pass(
+        self,
+        model: onnx.ModelProto,
+        options: Mapping[str, Any],
+        precisions: Mapping[str, int | str],
+        bits: int,
+    ) -> onnx.ModelProto:
+        """One quantizer pass over the nodes at ``bits`` (RTN or HQQ)."""
+        from onnxruntime.quantization.quant_utils import QuantFormat
+
+        mnq = import_quantizer()
+
+        chosen = {n for n, p in precisions.items() if p == bits}
+        embeddings = bits == 4 and bool(options["quantize_embeddings"])
+        if not chosen and not embeddings:
+            return model
+        exclude = [n for n in self._weights if n not in chosen]
+        op_types: tuple[str, ...] = ("MatMul", "Gather") if embeddings else ("MatMul",)
+        if embeddings:  # only the embedding Gathers: others read indices or shapes
+            gathers = set(self._gathers)
+            exclude += [
+                n.name for n in model.graph.node if n.op_type == "Gather" and n.name not in gathers
+            ]
+        block, fmt = int(options["block_size"]), QuantFormat[options["quant_format"]]
+        level = int(options["accuracy_level"]) or None
+        if options["algorithm"] == "hqq":
+            config: Any = mnq.HQQWeightOnlyQuantConfig(
+                block_size=block, bits=bits, op_types_to_quantize=op_types
+            )
+        else:
+            config = mnq.DefaultWeightOnlyQuantConfig(
+                block_size=block,
+                is_symmetric=bool(options["symmetric"]),
+                accuracy_level=level,
+                quant_format=fmt,
+                op_types_to_quantize=op_types,
+                bits=bits,
+            )
+        quantizer = mnq.MatMulNBitsQuantizer(
+            model,
+            bits=bits,
+            block_size=block,
+            is_symmetric=bool(options["symmetric"]),
+            accuracy_level=level,
+            nodes_to_exclude=exclude,
+            quant_format=fmt,
+            op_types_to_quantize=op_types,
+            algo_config=config,
+        )
+        with _quiet(self.threads if options["algorithm"] == "hqq" else None):
+            quantizer.process()
+        return quantizer.model.model
+
+    def _k_quant(
+        self,
+        model: onnx.ModelProto,
+        options: Mapping[str, Any],
+        precisions: Mapping[str, int | str],
+    ) -> onnx.ModelProto:
+        """k-quant in one pass: ``bits`` per node through ONNX Runtime's per-node config."""
+        mnq = import_quantizer()
+        block = int(options["block_size"])
+        per_node = {
+            n: {"bits": p, "group_size": block, "scheme": "asym"}
+            for n, p in precisions.items()
+            if p != FLOAT
+        }
+        config = mnq.KQuantWeightOnlyQuantConfig(customized_weight_config=per_node)
+        quantizer = mnq.MatMulNBitsQuantizer(
+            model,
+            block_size=block,
+            is_symmetric=False,
+            accuracy_level=int(options["accuracy_level"]) or None,
+            nodes_to_exclude=[n for n, p in precisions.items() if p == FLOAT],
+            algo_config=config,
+        )
+        with _quiet(None):  # its neural-compressor path prints a progress bar
+            quantizer.process()
+        result = quantizer.model
+        return result.model if hasattr(result, "model") else result
+
+
+@contextlib.contextmanager
+def _quiet(torch_threads: int | None) -> Iterator[None]:
+    """The quantizer without its progress bar on stdout and PyTorch's warning about the
+    read-only weight arrays HQQ wraps (it only reads them), on ``torch_threads`` threads."""
+    previous = None
+    if torch_threads:
+        import torch
+
+        previous = torch.get_num_threads()
+        torch.set_num_threads(torch_threads)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            yield
+    finally:
+        if previous is not None:
+            import torch
+
+            torch.set_num_threads(previous)
+
+
+def _set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
+    from onnx import helper
+
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        kept = [a for a in node.attribute if a.name != "accuracy_level"]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("accuracy_level", level)])

@@ -1,0 +1,191 @@
+"""The weight-only backend's settings catalogue and the combinations it refuses.
+
+``quantizer: weight_only`` writes ONNX Runtime's ``MatMulNBits`` (blocked 4- or 8-bit weights,
+float activations) with ``onnxruntime.quantization.matmul_nbits_quantizer``. Every key is
+described here once; a key the quantizer cannot honour with the others is refused by
+:func:`reject_reason` in one line before anything runs, never accepted and ignored.
+
+========================= ===================================================================
+setting                   meaning (default)
+========================= ===================================================================
+``algorithm``             ``rtn`` (ONNX Runtime's blocked round-to-nearest, its default),
+                          ``hqq`` (half-quadratic, PyTorch; 4 bits only: its 8-bit model does
+                          not run on CPU), ``k_quant`` (llama.cpp's k-quant scales); ``gptq``
+                          is refused (see :data:`GPTQ_REFUSAL`)
+``bits``                  4 or 8: the precision of every weight MatMul ``node_bits`` does not
+                          name (4)
+``block_size``            16-256, a power of two: weights per scale (128)
+``symmetric``             symmetric blocks (no zero point) or not (true: ONNX Runtime's
+                          command line default); ``rtn`` only
+``accuracy_level``        MatMulNBits' compute type: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8
+                          (unset; 8-bit weights run far slower than float on CPU without 4)
+``quantize_embeddings``   the embedding ``Gather`` as ``GatherBlockQuantized`` (false);
+                          ``rtn``, 4 bits, QOperator
+``quant_format``          ``QOperator`` (MatMulNBits) or ``QDQ`` (DequantizeLinear + MatMul,
+                          ``rtn`` at 4 bits only)
+``node_bits``             per-node precision: ``{MatMul node name: 4 | 8 | float}``
+========================= ===================================================================
+
+The module is pure data and imports neither ONNX Runtime nor PyTorch.
+
+Example:
+    >>> WEIGHT_ONLY_CATALOGUE.spec("", "algorithm").choices
+    ('rtn', 'hqq', 'k_quant', 'gptq')
+    >>> reject_reason({"block_size": 48})
+    'block_size 48: MatMulNBits needs a power of two from 16 to 256'
+    >>> reject_reason({"algorithm": "hqq", "symmetric": True})
+    'algorithm hqq has no symmetric form (its zero points are float): leave symmetric unset'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec, register_catalogue
+
+__all__ = [
+    "WEIGHT_ONLY_CATALOGUE",
+    "SETTINGS",
+    "ALGORITHMS",
+    "DEFAULTS",
+    "GPTQ_REFUSAL",
+    "FLOAT",
+    "node_precisions",
+    "reject_reason",
+]
+
+ALGORITHMS = ("rtn", "hqq", "k_quant", "gptq")
+#: A ``node_bits`` value that keeps a node in float.
+FLOAT = "float"
+#: What a setting the space did not set means (ONNX Runtime's defaults: block 128, symmetric).
+DEFAULTS: dict[str, Any] = {
+    "algorithm": "rtn",
+    "bits": 4,
+    "block_size": 128,
+    "symmetric": True,
+    "accuracy_level": 0,
+    "quantize_embeddings": False,
+    "quant_format": "QOperator",
+}
+#: Why ``algorithm: gptq`` is refused (``tests/quantize/weight_only`` checks it still holds).
+GPTQ_REFUSAL = (
+    "algorithm gptq is refused: ONNX Runtime 1.31's GPTQ writes the same weights as its RTN "
+    "(it would be searched as a different setting and is not one)"
+)
+
+SETTINGS: dict[str, OptionSpec] = {
+    "quantizer": QUANTIZER,
+    "algorithm": OptionSpec("enum", "how weights are rounded to their blocks", ALGORITHMS),
+    "bits": OptionSpec("enum", "bits per weight of the nodes node_bits does not name", (4, 8)),
+    "block_size": OptionSpec("int", "weights per scale (a power of two)", low=16, high=256),
+    "symmetric": OptionSpec("bool", "symmetric blocks, no zero point (rtn)"),
+    "accuracy_level": OptionSpec(
+        "int", "MatMulNBits compute type: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8", low=0, high=4
+    ),
+    "quantize_embeddings": OptionSpec("bool", "embedding Gathers as GatherBlockQuantized"),
+    "quant_format": OptionSpec("enum", "MatMulNBits or DequantizeLinear", ("QOperator", "QDQ")),
+    "node_bits": OptionSpec("dict", "per MatMul node name: 4, 8 or float"),
+}
+
+#: The ``weight_only`` backend's catalogue, registered for the space to validate against.
+WEIGHT_ONLY_CATALOGUE = register_catalogue(Catalogue("weight_only", SETTINGS))
+
+
+def node_precisions(settings: Mapping[str, Any]) -> dict[str, int | str]:
+    """``node_bits`` with each value read as 4, 8 or :data:`FLOAT` (raises ValueError)."""
+    out: dict[str, int | str] = {}
+    for name, value in dict(settings.get("node_bits") or {}).items():
+        if isinstance(value, str) and value.lower() in ("float", "fp32", "none"):
+            out[str(name)] = FLOAT
+        elif value in (4, 8) and not isinstance(value, bool):
+            out[str(name)] = int(value)
+        else:
+            raise ValueError(f"node_bits '{name}': expected 4, 8 or float, got {value!r}")
+    return out
+
+
+def _get(settings: Mapping[str, Any], key: str) -> Any:
+    value = settings.get(key)
+    return DEFAULTS[key] if value is None else value
+
+
+def _reject_gptq(settings: Mapping[str, Any]) -> str | None:
+    return GPTQ_REFUSAL if settings.get("algorithm") == "gptq" else None
+
+
+def _reject_block(settings: Mapping[str, Any]) -> str | None:
+    block = int(_get(settings, "block_size"))
+    if block < 16 or block > 256 or block & (block - 1):
+        return f"block_size {block}: MatMulNBits needs a power of two from 16 to 256"
+    return None
+
+
+def _reject_symmetric(settings: Mapping[str, Any]) -> str | None:
+    algorithm = _get(settings, "algorithm")
+    if settings.get("symmetric") is True and algorithm == "hqq":
+        return (
+            "algorithm hqq has no symmetric form (its zero points are float): leave symmetric unset"
+        )
+    if settings.get("symmetric") is True and algorithm == "k_quant":
+        return "algorithm k_quant always writes zero points: leave symmetric unset"
+    return None
+
+
+def _reject_node_bits(settings: Mapping[str, Any]) -> str | None:
+    try:
+        precisions = node_precisions(settings)
+    except ValueError as exc:
+        return str(exc)
+    eight = int(_get(settings, "bits")) == 8 or 8 in precisions.values()
+    if eight and _get(settings, "algorithm") == "hqq":
+        return (
+            "algorithm hqq at 8 bits writes float zero points, which ONNX Runtime 1.31's CPU "
+            "MatMulNBits runs at 2 and 4 bits only: use rtn or k_quant for 8-bit nodes"
+        )
+    return None
+
+
+def _reject_embeddings(settings: Mapping[str, Any]) -> str | None:
+    if not settings.get("quantize_embeddings"):
+        return None
+    if _get(settings, "algorithm") != "rtn" or _get(settings, "quant_format") != "QOperator":
+        return "quantize_embeddings needs algorithm rtn and quant_format QOperator (ONNX Runtime)"
+    if int(_get(settings, "bits")) != 4:
+        return "quantize_embeddings needs bits 4: ONNX Runtime quantizes a Gather to 4 bits only"
+    return None
+
+
+def _reject_qdq(settings: Mapping[str, Any]) -> str | None:
+    if _get(settings, "quant_format") != "QDQ":
+        return None
+    if _get(settings, "algorithm") != "rtn":
+        algorithm = settings["algorithm"]
+        return (
+            f"quant_format QDQ needs algorithm rtn (ONNX Runtime's {algorithm} is QOperator only)"
+        )
+    if int(_get(settings, "bits")) == 8 or 8 in node_precisions(settings).values():
+        return "quant_format QDQ writes 4-bit weights only (ONNX Runtime): no node at 8 bits"
+    if int(_get(settings, "accuracy_level")):
+        return "accuracy_level is a MatMulNBits attribute: quant_format QDQ writes none"
+    return None
+
+
+#: Every refusal, in the order :func:`reject_reason` applies them.
+REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
+    _reject_gptq,
+    _reject_block,
+    _reject_symmetric,
+    _reject_node_bits,
+    _reject_embeddings,
+    _reject_qdq,
+)
+
+
+def reject_reason(settings: Mapping[str, Any]) -> str | None:
+    """The first refusal of ``settings`` (one line), or None."""
+    for rule in REJECT_RULES:
+        reason = rule(settings)
+        if reason:
+            return reason
+    return None

@@ -1,0 +1,230 @@
+"""The ``weight_only`` backend (ONNX Runtime's MatMulNBits): each setting changes the written
+model as it says (block size, symmetry, bits per node, float nodes, embeddings, format,
+accuracy level, algorithm), the refusals' one line, GPTQ's refusal still true (ONNX Runtime's
+GPTQ writes RTN's weights), and the quantized decoder runs with an empty past."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from raysearch.errors import ConfigError
+from raysearch.quantize.backends.weight_only import WeightOnlyBackend, import_quantizer
+from raysearch.quantize.backends.weight_only.options import GPTQ_REFUSAL
+from raysearch.quantize.registry import backend_reject, get_backend
+from raysearch.space import SearchSpace
+from tests.lm_models import decoder_lm_data, make_decoder_lm
+
+HEAD = "/lm_head/MatMul"
+GATE = "/layers.0/mlp/gate_proj/MatMul"
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    return make_decoder_lm(tmp_path_factory.mktemp("wo") / "lm.onnx")
+
+
+@pytest.fixture(scope="module")
+def backend(lm):
+    with WeightOnlyBackend(lm, None) as b:
+        yield b
+
+
+def _quantize(backend, settings, tmp_path, name="q.onnx"):
+    out = tmp_path / name
+    info = backend.quantize(settings, out)
+    return onnx.load(out), info, out
+
+
+def _nbits(model):
+    return {n.name: n for n in model.graph.node if n.op_type == "MatMulNBits"}
+
+
+def _attr(node, name):
+    return next(
+        (onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), None
+    )
+
+
+def _logits(path, feeds):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session.run(["logits"], feeds)[0]
+
+
+def test_registered_and_default_is_every_weight_matmul_at_4_bits_block_128(backend, tmp_path):
+    assert get_backend("weight_only") is WeightOnlyBackend
+    model, info, _ = _quantize(backend, {}, tmp_path)
+    nodes = _nbits(model)
+    assert len(nodes) == 15  # 2 x (q, k, v, o, gate, up, down) + lm_head
+    assert {_attr(n, "bits") for n in nodes.values()} == {4}
+    assert {_attr(n, "block_size") for n in nodes.values()} == {128}
+    # symmetric by default: no zero-point input
+    assert all(len(n.input) == 3 for n in nodes.values())
+    # attention's activation x activation MatMuls stay (they have no weight)
+    assert sum(n.op_type == "MatMul" for n in model.graph.node) == 4
+    assert info.quantized_share == pytest.approx(15 / 19)
+    assert info.calibration_s == 0.0
+
+
+def test_block_size_and_symmetry_reach_the_model(backend, tmp_path):
+    model, _, _ = _quantize(backend, {"block_size": 32, "symmetric": False}, tmp_path)
+    nodes = _nbits(model)
+    assert {_attr(n, "block_size") for n in nodes.values()} == {32}
+    assert all(len(n.input) == 4 for n in nodes.values())  # zero points written
+    head = nodes[HEAD + "_Q4"]
+    scales = {t.name: t for t in model.graph.initializer}[head.input[2]]
+    assert int(np.prod(scales.dims)) == 96 * (64 // 32)  # N x K/block
+
+
+def test_node_bits_8_and_float_per_node(backend, lm, tmp_path):
+    settings = {"node_bits": {HEAD: 8, GATE: "float"}, "accuracy_level": 4}
+    model, info, out = _quantize(backend, settings, tmp_path)
+    nodes = _nbits(model)
+    assert _attr(nodes[HEAD + "_Q8"], "bits") == 8
+    assert GATE not in {n.name for n in model.graph.node if n.op_type == "MatMulNBits"}
+    assert GATE in {n.name for n in model.graph.node if n.op_type == "MatMul"}
+    assert {_attr(n, name="bits") for k, n in nodes.items() if k != HEAD + "_Q8"} == {4}
+    assert {_attr(n, "accuracy_level") for n in nodes.values()} == {4}
+    assert info.quantized_share == pytest.approx(14 / 19)
+    feeds = decoder_lm_data(2, 8)
+    assert np.isfinite(_logits(out, feeds)).all()
+
+
+def test_bits_8_everywhere_is_closer_to_float_than_4(backend, lm, tmp_path):
+    feeds = decoder_lm_data(4, 12)
+    ref = _logits(lm, feeds)
+    _, _, q4 = _quantize(backend, {}, tmp_path, "q4.onnx")
+    model, _, q8 = _quantize(backend, {"bits": 8}, tmp_path, "q8.onnx")
+    assert {_attr(n, "bits") for n in _nbits(model).values()} == {8}
+    err4 = np.abs(_logits(q4, feeds) - ref).mean()
+    err8 = np.abs(_logits(q8, feeds) - ref).mean()
+    assert 0 < err8 < err4 / 4
+
+
+def test_embeddings_quantized_only_when_asked(backend, tmp_path):
+    model, _, _ = _quantize(backend, {}, tmp_path)
+    assert sum(n.op_type == "Gather" for n in model.graph.node) >= 2
+    model, _, out = _quantize(backend, {"quantize_embeddings": True}, tmp_path, "emb.onnx")
+    gathers = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
+    assert {n.name for n in gathers} == {"/embed/Gather_Q4", "/embed_positions/Gather_Q4"}
+    assert np.isfinite(_logits(out, decoder_lm_data(2, 8))).all()
+
+
+def test_qdq_format_writes_dequantize_linear(backend, tmp_path):
+    model, _, out = _quantize(backend, {"quant_format": "QDQ"}, tmp_path)
+    assert not _nbits(model)
+    assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) == 15
+    assert np.isfinite(_logits(out, decoder_lm_data(2, 8))).all()
+
+
+@pytest.mark.parametrize("algorithm", ["hqq", "k_quant"])
+def test_algorithms_write_other_weights_than_rtn(backend, tmp_path, algorithm):
+    rtn, _, _ = _quantize(backend, {"block_size": 32, "symmetric": False}, tmp_path, "rtn.onnx")
+    settings = {"algorithm": algorithm, "block_size": 32, "node_bits": {HEAD: 8}}
+    if algorithm == "hqq":  # 4 bits only (refused at 8), and it writes no accuracy_level itself
+        settings = {"algorithm": algorithm, "block_size": 32, "node_bits": {HEAD: "float"}}
+        settings["accuracy_level"] = 1
+    other, _, out = _quantize(backend, settings, tmp_path, f"{algorithm}.onnx")
+    nodes = _nbits(other)
+    if algorithm == "k_quant":  # per-node bits reach k-quant's per-node config
+        assert len(nodes) == 15
+        head = next(n for n in nodes.values() if n.name.startswith(HEAD))
+        assert _attr(head, "bits") == 8
+    else:
+        assert len(nodes) == 14 and HEAD in {n.name for n in other.graph.node}
+    if algorithm == "hqq":
+        assert {_attr(n, "accuracy_level") for n in nodes.values()} == {1}
+    weights = {t.name: numpy_helper.to_array(t) for t in rtn.graph.initializer}
+    theirs = {t.name: numpy_helper.to_array(t) for t in other.graph.initializer}
+    gate_rtn = weights[_nbits(rtn)[GATE + "_Q4"].input[1]]
+    gate_other = theirs[next(n for n in nodes.values() if n.name.startswith(GATE)).input[1]]
+    assert gate_rtn.shape == gate_other.shape and not np.array_equal(gate_rtn, gate_other)
+    assert np.isfinite(_logits(out, decoder_lm_data(2, 8))).all()
+
+
+def test_ort_gptq_still_writes_rtn_weights(lm):
+    """The refusal's reason: if this fails, ONNX Runtime's GPTQ now differs from its RTN and
+    ``algorithm: gptq`` can be offered."""
+    mnq = import_quantizer()
+    feeds = decoder_lm_data(4, 12)
+    rows = [{k: v[i : i + 1] for k, v in feeds.items()} for i in range(4)]
+
+    class Reader:
+        def __init__(self):
+            self.items = iter(rows)
+
+        def get_next(self):
+            return next(self.items, None)
+
+        def __iter__(self):
+            return iter(rows)
+
+    def weights(config):
+        quantizer = mnq.MatMulNBitsQuantizer(str(lm), block_size=32, algo_config=config)
+        quantizer.process()
+        model = getattr(quantizer.model, "model", quantizer.model)
+        return {
+            t.name: numpy_helper.to_array(t) for t in model.graph.initializer if "_Q4G32" in t.name
+        }
+
+    gptq = weights(mnq.GPTQWeightOnlyQuantConfig(calibration_data_reader=Reader()))
+    rtn = weights(mnq.RTNWeightOnlyQuantConfig())
+    assert len(rtn) == 15 and set(gptq) == set(rtn)
+    assert all(np.array_equal(gptq[k], rtn[k]) for k in rtn)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"algorithm": "gptq"}, GPTQ_REFUSAL),
+        ({"block_size": 48}, "block_size 48: MatMulNBits needs a power of two from 16 to 256"),
+        ({"algorithm": "hqq", "symmetric": True}, "algorithm hqq has no symmetric form"),
+        ({"algorithm": "k_quant", "symmetric": True}, "algorithm k_quant always writes zero"),
+        ({"algorithm": "hqq", "node_bits": {HEAD: 8}}, "algorithm hqq at 8 bits writes float"),
+        ({"node_bits": {HEAD: 2}}, "node_bits '/lm_head/MatMul': expected 4, 8 or float, got 2"),
+        ({"quantize_embeddings": True, "bits": 8}, "quantize_embeddings needs bits 4"),
+        ({"quantize_embeddings": True, "algorithm": "hqq"}, "quantize_embeddings needs algorithm"),
+        ({"quant_format": "QDQ", "node_bits": {HEAD: 8}}, "quant_format QDQ writes 4-bit"),
+        ({"quant_format": "QDQ", "algorithm": "hqq"}, "quant_format QDQ needs algorithm rtn"),
+        ({"quant_format": "QDQ", "accuracy_level": 4}, "accuracy_level is a MatMulNBits"),
+    ],
+)
+def test_refused_settings_one_line_before_anything_runs(backend, tmp_path, settings, expected):
+    reason = backend_reject({"quantizer": "weight_only", **settings})
+    assert reason is not None and reason.startswith(expected) and "\n" not in reason
+    with pytest.raises(ValueError, match="^" + expected[:20]):
+        backend.quantize(settings, tmp_path / "never.onnx")
+    assert not (tmp_path / "never.onnx").exists()
+
+
+def test_catalogue_checks_values_in_a_space():
+    with pytest.raises(ConfigError, match="bits"):
+        SearchSpace.parse({"quantizer": "weight_only", "bits": [4, 3]})
+    with pytest.raises(ConfigError, match="calibrate_method"):
+        SearchSpace.parse({"quantizer": "weight_only", "calibrate_method": ["MinMax"]})
+    space = SearchSpace.parse({"quantizer": "weight_only", "block_size": [32, 64]})
+    assert len(space.expand()) == 2
+
+
+def test_validate_names_a_node_that_is_no_weight_matmul(lm):
+    WeightOnlyBackend.validate({"node_bits": {HEAD: 8}}, lm)
+    with pytest.raises(ConfigError, match="'/lm_head/MatMull'.*'/lm_head/MatMul'"):
+        WeightOnlyBackend.validate({"node_bits": {"/lm_head/MatMull": 8}}, lm)
+
+
+def test_import_leaves_the_root_logger_alone():
+    code = (
+        "import logging; from raysearch.quantize.backends.weight_only import import_quantizer;"
+        "import_quantizer(); r = logging.getLogger(); print(len(r.handlers), r.level)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", str(logging.WARNING)]
