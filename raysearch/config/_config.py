@@ -28,6 +28,7 @@ from raysearch.config._dialects import Translation
 from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
 from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._inc import translate_inc
+from raysearch.config._loggers import parse_loggers
 from raysearch.config._metric import check_evaluator, parse_metric_settings
 from raysearch.config._objectives import check_objectives_algo, parse_objectives
 from raysearch.config._objects import is_reader, plain_copy, read_reader
@@ -118,6 +119,9 @@ class SearchConfig:
     #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
     #: the folder (Quark's ``load_study_if_exists``).
     resume_if_exists: bool = False
+    #: Ray Tune's experiment loggers each trial is reported to: ``(name, settings)`` each
+    #: (``loggers``: ``mlflow``, ``wandb``; :mod:`raysearch.config._loggers`).
+    loggers: tuple[tuple[str, dict[str, Any]], ...] = ()
     #: The config as the user wrote it (after key mapping; names in their canonical
     #: spelling), for ``best/config.yaml``.
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -284,6 +288,7 @@ _TOP_LEVEL_KEYS = {
     "resume_if_exists",
     "objectives",
     "select",
+    "loggers",
 }
 
 
@@ -394,6 +399,7 @@ def _parse_run_options(
         "resume_if_exists": data.get("resume_if_exists", False),
         "objectives": objectives,
         "select": select,
+        "loggers": _checked(errors, parse_loggers, data.get("loggers")) or (),
     }
 
 

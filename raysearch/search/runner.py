@@ -50,7 +50,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -140,6 +140,7 @@ class AutoSearch:
         progress: TextIO | bool | None = True,
         preflight: Future[Prepared] | None = None,
         kept: KeptWarm | None = None,
+        callbacks: Sequence[Any] | None = None,
     ) -> SearchResult:
         """Run the search to its end and write its outputs.
 
@@ -156,6 +157,14 @@ class AutoSearch:
                 (:class:`~raysearch.search.runtime.KeptWarm`), which ``preflight`` looks the
                 float reference up in; None: one is made when the search joins a cluster
                 (``address``, or a Ray initialised before).
+            callbacks: Ray Tune callbacks (any ``ray.tune.Callback``: your own, Ray's
+                ``MLflowLoggerCallback``, ...) that see every trial of this session, beside
+                the config's ``loggers``; each result carries the trial's record as numbers
+                (:func:`~raysearch.search.tune._loggers.logged_result`).
+
+        Returns:
+            The :class:`SearchResult`: the best setting and metric, the candidates, the
+            summary and the ``results.parquet`` table.
 
         Nothing is written before the model, the data and the evaluator passed
         :func:`~raysearch.search.preflight.preflight` and the Ray cluster proved able to hold
@@ -167,14 +176,16 @@ class AutoSearch:
             ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False
                 (with ``resume_if_exists``: another search), or files of the names raysearch
                 writes that raysearch did not create.
-            InputError: the model, the data, the evaluator or the resources are unusable.
+            InputError: the model, the data, the evaluator or the resources are unusable,
+                or a callback is no ``ray.tune.Callback``.
         """
         started = time.monotonic()
+        callbacks = _checked_callbacks(callbacks)
         folder = self.output_dir
         earlier = None if overwrite else continued_folder(self.config)
         if earlier is not None:
             _logger.info("continuing the search in %s (resume_if_exists)", earlier)
-            return self.resume(earlier, config=self.config, progress=progress)
+            return self.resume(earlier, config=self.config, progress=progress, callbacks=callbacks)
         previous = check_output_dir(folder, overwrite=overwrite)
         if kept is None and preflight is None and _joins_cluster(self.config):
             kept = KeptWarm()
@@ -186,6 +197,7 @@ class AutoSearch:
             write_config(folder, self.config, storage_path(self.config, folder))
             execution = Execution(self.config, folder)
             execution.kept = kept
+            execution.callbacks = callbacks
             return execution.execute(
                 resume=False,
                 progress=progress_stream(progress),
@@ -201,6 +213,7 @@ class AutoSearch:
         config: SearchConfig | Mapping[str, Any] | None = None,
         progress: TextIO | bool | None = True,
         address: str | None = None,
+        callbacks: Sequence[Any] | None = None,
     ) -> SearchResult:
         """Continue the interrupted search in ``output_dir``; finished trials are neither lost
         nor run again. ``config`` is needed only when the search was started from Python
@@ -208,11 +221,16 @@ class AutoSearch:
         to go on with other stop conditions (a raised ``iteration_limit``: a finished search
         goes on too);
         ``address`` joins another Ray cluster than the one the search was started on;
-        ``progress`` is :meth:`run`'s.
+        ``progress`` and ``callbacks`` are :meth:`run`'s (a trial finished in an earlier
+        session reaches no callback again).
+
+        Returns:
+            The :class:`SearchResult` of the whole search.
 
         Raises:
             InputError: ``output_dir`` holds no raysearch search.
         """
+        callbacks = _checked_callbacks(callbacks)
         folder = Path(output_dir).resolve()
         marker = folder / MARKER
         if not marker.is_file():
@@ -237,6 +255,7 @@ class AutoSearch:
                 rewrite_config(folder, search.config)
             execution = Execution(search.config, search.output_dir)
             execution.restore_tune = not changed and state.get("tune_restore", True)
+            execution.callbacks = callbacks
             return execution.execute(
                 resume=True, progress=progress_stream(progress), prepared=prepared
             )
@@ -301,6 +320,23 @@ def search_running_in(folder: str | os.PathLike) -> bool:
     except FolderInUse:
         return True
     return False
+
+
+def _checked_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
+    """``callbacks`` as a list, each a ``ray.tune.Callback``.
+
+    Raises:
+        InputError: one is not.
+    """
+    from ray.tune import Callback
+
+    checked = list(callbacks or ())
+    for i, callback in enumerate(checked):
+        if not isinstance(callback, Callback):
+            raise InputError(
+                f"callbacks[{i}]: expected a ray.tune.Callback, got {type(callback).__name__}"
+            )
+    return checked
 
 
 def _joins_cluster(config: SearchConfig) -> bool:

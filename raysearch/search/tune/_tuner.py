@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from raysearch.layout import EXPERIMENT
 from raysearch.search.record.reported import pack_record
 from raysearch.search.tune._compact import FinishedTrialCompactor
+from raysearch.search.tune._loggers import TrialLoggers
 from raysearch.search.tune.session import SessionCallback, SessionStopper
 
 if TYPE_CHECKING:
@@ -138,7 +139,9 @@ def make_tuner(
         name=name,
         storage_path=storage,
         stop=SessionStopper(key),
-        callbacks=[SessionCallback(key), FinishedTrialCompactor()],
+        # The user's callbacks and the config's loggers are the live session's, reached
+        # through TrialLoggers (a restored Tuner brings back its pickled callbacks only).
+        callbacks=[SessionCallback(key), TrialLoggers(key), FinishedTrialCompactor()],
         verbose=0,
         log_to_file=False,
         failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),

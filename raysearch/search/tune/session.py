@@ -58,6 +58,13 @@ class SearchSession:
     #: The first wave's :class:`~raysearch.search.tune.trainable.StartBarrier` (None: one actor),
     #: which the searcher opens when it waits for results before proposing more.
     start_barrier: Any = None
+    #: The Tune callbacks of this session (``run(callbacks=...)`` and the config's
+    #: ``loggers``), each handed every event by ``_loggers.TrialLoggers``; the ``objectives``
+    #: they get each trial's value of; the ids of the trials journaled before the session
+    #: (filled on first use from ``records``), which reach none of them.
+    callbacks: list[Any] = field(default_factory=list)
+    objectives: tuple[str, ...] = ("metric",)
+    journaled_ids: set[str] | None = None
 
 
 def register(session: SearchSession) -> None:

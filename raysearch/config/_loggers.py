@@ -1,0 +1,116 @@
+"""The ``loggers`` key: Ray Tune's own experiment loggers a search reports its trials to.
+
+``loggers`` names Ray's logger callbacks, as a list (each with Ray's defaults) or as a
+mapping of each name to its settings: ``mlflow`` (Ray's ``MLflowLoggerCallback``: its
+``tracking_uri``, ``experiment_name``, ``tags``, ...) and ``wandb`` (Ray's
+``WandbLoggerCallback``: its ``project``, ``group``, ... and any keyword of ``wandb.init``,
+such as ``mode: offline`` or ``dir``). Each setting is checked against the signature of the
+callback (and, for W&B, of ``wandb.init``), and a logger whose package is not installed is
+refused with the extra that installs it (``raysearch[mlflow]``, ``raysearch[wandb]``), so a
+search never starts to fail at its first trial. Ray and the logger's package are imported
+only when the key is given.
+
+Example:
+    >>> parse_loggers(None)
+    ()
+    >>> try:
+    ...     parse_loggers(["tensorboard"])
+    ... except ConfigError as exc:
+    ...     print(exc)
+    loggers[0]: unknown logger 'tensorboard'; expected one of mlflow, wandb
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from raysearch.errors import ConfigError, canonical_name, suggest
+
+__all__ = ["LOGGERS", "parse_loggers", "logger_parameters"]
+
+_KEY = "loggers"
+
+#: Each logger: (the module of Ray's callback, the callback's class, the package it needs).
+LOGGERS: dict[str, tuple[str, str, str]] = {
+    "mlflow": ("ray.air.integrations.mlflow", "MLflowLoggerCallback", "mlflow"),
+    "wandb": ("ray.air.integrations.wandb", "WandbLoggerCallback", "wandb"),
+}
+_ALIASES = {"weights_and_biases": "wandb", "w&b": "wandb"}
+
+
+def logger_parameters(name: str) -> set[str]:
+    """The settings logger ``name`` takes: its Ray callback's keyword arguments and, where the
+    callback passes the rest on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
+    import importlib
+
+    module, cls, package = LOGGERS[name]
+    callback = getattr(importlib.import_module(module), cls)
+    names, rest = _keywords(callback.__init__)
+    if rest and name == "wandb":
+        import wandb
+
+        names |= _keywords(wandb.init)[0]
+    return names
+
+
+def _keywords(function: Any) -> tuple[set[str], bool]:
+    """The keyword parameters of ``function`` and whether it takes ``**kwargs``."""
+    params = inspect.signature(function).parameters.values()
+    names = {
+        p.name
+        for p in params
+        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    return names, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """``loggers``: ``(name, settings)`` for each logger, in the order given.
+
+    Raises:
+        ConfigError: not a list or a mapping, an unknown logger, a setting the logger does
+            not take (with the closest one suggested), or its package missing (with the
+            extra that installs it).
+    """
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        entries = [(f"{_KEY}[{i}]", name, {}) for i, name in enumerate(value)]
+    elif isinstance(value, Mapping):
+        entries = [(f"{_KEY}.{name}", name, settings) for name, settings in value.items()]
+    else:
+        raise ConfigError(
+            _KEY, f"expected a list of loggers or a mapping of each to its settings, got {value!r}"
+        )
+    out: list[tuple[str, dict[str, Any]]] = []
+    for path, raw_name, settings in entries:
+        name = canonical_name(raw_name, LOGGERS, _ALIASES)
+        if name is None:
+            raise ConfigError(
+                path,
+                f"unknown logger {raw_name!r}; expected one of {', '.join(LOGGERS)}"
+                + suggest(str(raw_name), LOGGERS),
+            )
+        if name in (n for n, _ in out):
+            raise ConfigError(path, f"{name} is named twice")
+        package = LOGGERS[name][2]
+        if importlib.util.find_spec(package) is None:
+            raise ConfigError(
+                path,
+                f"{name} needs the {package} package: pip install 'raysearch[{name}]'",
+            )
+        settings = {} if settings is None else settings
+        if not isinstance(settings, Mapping):
+            raise ConfigError(path, f"expected a mapping of {name}'s settings, got {settings!r}")
+        known = logger_parameters(name)
+        for key in settings:
+            if key not in known:
+                raise ConfigError(
+                    f"{path}.{key}",
+                    f"{name} takes no setting {key!r}" + suggest(str(key), sorted(known)),
+                )
+        out.append((name, dict(settings)))
+    return tuple(out)

@@ -1,0 +1,243 @@
+"""A search's trials reported to Ray Tune callbacks: the user's own (``run(callbacks=...)``)
+and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``).
+
+Ray Tune pickles a Tuner's callbacks into its experiment, and ``Tuner.restore`` brings back
+those pickled copies, never the ones a resumed session is given. So Tune holds one proxy,
+:class:`TrialLoggers`, which holds only the search's key and hands every event to the
+callbacks of the live session (:attr:`SearchSession.callbacks
+<raysearch.search.tune.session.SearchSession>`): a resumed search reports to the callbacks
+it is given now.
+
+What a callback sees of a trial: ``trial.config`` is what the searcher suggested (the
+trial's ``settings``, ``params``, ``stage``, ``number``, ``phase``: the settings are each
+trial's parameters in MLflow and W&B), and each result is Tune's with the trial's record
+read out of its JSON text into numbers and words (:func:`logged_result`): ``metric``,
+``objective``, ``objectives/<name>`` for each of the config's ``objectives``, ``stage``,
+``model_size_bytes``, ``latency_ms``, ``is_candidate``, ``status``, ``rung``. A trial that
+was journaled before this session (one Tune runs again after a restore only to replay its
+recorded result) reaches no callback: resume never logs a finished trial twice.
+
+Example:
+    >>> logged_result({"metric": 0.5, "trial": '{"status": "ok", "is_candidate": true,'
+    ...                ' "model_size_bytes": 2000000}'}, {"stage": "defaults"},
+    ...               objectives=("metric", "model_size_mb"))["objectives/model_size_mb"]
+    2.0
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from raysearch.ranking import finite
+from raysearch.search.record.reported import RECORD_KEY, reported_record
+from raysearch.search.tune.session import lookup
+
+__all__ = ["TrialLoggers", "logged_result", "make_loggers", "log_best_model"]
+
+_logger = logging.getLogger("raysearch.search")
+
+#: The record's fields a logger gets as numbers or words (beside Tune's own result keys).
+_FIELDS = (
+    "status",
+    "metric",
+    "objective",
+    "is_candidate",
+    "model_size_bytes",
+    "latency_ms",
+    "duration_s",
+    "calibration_s",
+    "quantization_s",
+    "evaluation_s",
+    "eval_rows",
+    "eval_fraction",
+    "rung",
+    "rungs",
+    "error",
+)
+
+
+def logged_result(
+    result: Mapping[str, Any],
+    config: Mapping[str, Any] | None,
+    *,
+    objectives: Sequence[str] = ("metric",),
+) -> dict[str, Any]:
+    """Tune's ``result`` of a trial (suggested as ``config``) as a logger gets it: the
+    record's JSON text replaced by its fields (see the module docstring)."""
+    record = reported_record(result)
+    out = {k: v for k, v in result.items() if k != RECORD_KEY}
+    for key in _FIELDS:
+        if key in record:
+            out[key] = record[key]
+    out["is_candidate"] = bool(record.get("is_candidate")) and record.get("status") == "ok"
+    stage = record.get("stage") or (config or {}).get("stage")
+    if stage is not None:
+        out["stage"] = stage
+    for name in objectives:
+        if name == "model_size_mb":
+            size = finite(record.get("model_size_bytes"))
+            value = None if size is None else size / 1e6
+        else:
+            value = finite(record.get(name))
+        if value is not None:
+            out[f"objectives/{name}"] = value
+    return out
+
+
+class TrialLoggers(tune.Callback):
+    """Tune's callback that hands each event to the live session's callbacks (see the module
+    docstring), skipping the trials journaled before this session."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def _live(self) -> tuple[list[tune.Callback], set[str], tuple[str, ...]]:
+        session = lookup(self.key)
+        if session is None or not session.callbacks:
+            return [], set(), ()
+        if session.journaled_ids is None:
+            session.journaled_ids = {str(r.get("trial_id")) for r in session.records}
+        return list(session.callbacks), session.journaled_ids, session.objectives
+
+    def _each(self, trial: Any, call: Callable[[tune.Callback], None]) -> None:
+        callbacks, journaled, _ = self._live()
+        if trial is not None and getattr(trial, "trial_id", None) in journaled:
+            return
+        for callback in callbacks:
+            try:
+                call(callback)
+            except Exception:  # a logger's failure never stops the search
+                _logger.warning("Tune callback %s failed", type(callback).__name__, exc_info=True)
+
+    def setup(self, **info: Any) -> None:
+        self._each(None, lambda c: c.setup(**info))
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        self._each(None, lambda c: c.on_step_begin(iteration=iteration, trials=trials, **info))
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self._each(None, lambda c: c.on_step_end(iteration=iteration, trials=trials, **info))
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_trial_start(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_trial_restore(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_trial_save(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_trial_save(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        if result.get("replayed"):
+            return
+        objectives = self._live()[2] or ("metric",)
+        logged = logged_result(result, getattr(trial, "config", None), objectives=objectives)
+        self._each(
+            trial,
+            lambda c: c.on_trial_result(
+                iteration=iteration, trials=trials, trial=trial, result=logged, **info
+            ),
+        )
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_trial_complete(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_trial_recover(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_trial_error(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_checkpoint(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            trial,
+            lambda c: c.on_checkpoint(iteration=iteration, trials=trials, trial=trial, **info),
+        )
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._each(None, lambda c: c.on_experiment_end(trials=trials, **info))
+
+
+def make_loggers(specs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tune.Callback]:
+    """Ray's logger callback for each ``(name, settings)`` of the config's ``loggers``."""
+    callbacks: list[tune.Callback] = []
+    for name, settings in specs:
+        if name == "mlflow":
+            from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+            callbacks.append(MLflowLoggerCallback(**settings))
+        elif name == "wandb":
+            callbacks.append(_wandb_callback(dict(settings)))
+    return callbacks
+
+
+def _wandb_callback(settings: dict[str, Any]) -> tune.Callback:
+    """Ray's ``WandbLoggerCallback``; ``project`` defaults to ``raysearch``. In ``mode:
+    offline`` (or ``disabled``) no API key is asked for: Ray reads the mode only from the
+    environment (``WANDB_MODE``), which is set for the callback's setup alone."""
+    import os
+
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    class _Wandb(WandbLoggerCallback):
+        def setup(self, *args: Any, **kwargs: Any) -> None:
+            mode = self.kwargs.get("mode")
+            if mode not in ("offline", "disabled") or os.environ.get("WANDB_MODE"):
+                super().setup(*args, **kwargs)
+                return
+            os.environ["WANDB_MODE"] = mode
+            try:
+                super().setup(*args, **kwargs)
+            finally:
+                del os.environ["WANDB_MODE"]
+
+    settings.setdefault("project", "raysearch")
+    return _Wandb(**settings)
+
+
+def log_best_model(callbacks: Sequence[Any], trial_id: str | None, folder: Path) -> None:
+    """The best model's files (``folder``: ``best/``) as artifacts of the best trial's run, for
+    each logger that keeps files of a finished run (MLflow's); W&B's runs end in their own
+    processes, whose files Ray's callback does not reopen."""
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+    if trial_id is None or not folder.is_dir():
+        return
+    for callback in callbacks:
+        if not isinstance(callback, MLflowLoggerCallback):
+            continue
+        try:
+            client = callback.mlflow_util._get_client()
+            experiment = callback.mlflow_util.experiment_id
+            runs = client.search_runs(
+                [experiment], filter_string=f"tags.trial_name LIKE '%_{trial_id}'"
+            )
+            for run in runs[:1]:
+                client.log_artifacts(run.info.run_id, str(folder), artifact_path="best_model")
+        except Exception:  # the search's outputs are written; the logger's copy is extra
+            _logger.warning("MLflow: the best model could not be logged", exc_info=True)
