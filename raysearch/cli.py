@@ -1,10 +1,12 @@
 """The ``raysearch`` command line.
 
-Exit status: 0 when a search finished (whatever it found), 2 on bad input (a one-line message
-that names the problem; no traceback unless ``--debug``), 1 on an internal error, 130 when
-interrupted (Ctrl-C: the outputs hold what finished; ``raysearch resume`` continues).
-``batch`` exits 1 too when any model failed, once every model's outputs and the batch summary
-(which says why, per model) are written.
+Exit status: 0 when a search finished with a result (a best setting, whether or not it met
+the tolerance), 1 when it finished without one (no trial succeeded, or none finished within
+the time limit: one line on standard error names the most frequent error), 2 on bad input
+(a one-line message that names the problem; no traceback unless ``--debug``), 1 on an
+internal error, 130 when interrupted (Ctrl-C: the outputs hold what finished; ``raysearch
+resume`` continues). ``batch`` exits 1 too when any model failed, once every model's
+outputs and the batch summary (which says why, per model) are written.
 """
 
 from __future__ import annotations
@@ -286,7 +288,7 @@ def _run_search(config, overwrite: bool) -> int:
 
         print(f"raysearch: continuing the search in {folder} (resume_if_exists)", file=sys.stderr)
         result = AutoSearch.resume(folder, config=config, progress=sys.stderr)
-        _print_summary(result.summary, result.output_dir)
+        _print_summary(result.summary, result.output_dir, ended=True)
         return _exit_status(result)
     # The input is checked and the float reference computed while Ray Tune is imported; not
     # for a folder that the search would refuse anyway (``run`` checks it again).
@@ -303,7 +305,7 @@ def _run_search(config, overwrite: bool) -> int:
     result = AutoSearch(config).run(
         overwrite=overwrite, progress=sys.stderr, preflight=pending, kept=kept
     )
-    _print_summary(result.summary, result.output_dir)
+    _print_summary(result.summary, result.output_dir, ended=True)
     return _exit_status(result)
 
 
@@ -315,17 +317,24 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from raysearch.search import AutoSearch
 
     result = AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address)
-    _print_summary(result.summary, result.output_dir)
+    _print_summary(result.summary, result.output_dir, ended=True)
     return _exit_status(result)
 
 
 def _exit_status(result: Any) -> int:
-    """0 for a search that ended; 130 (as for Ctrl-C) for one interrupted, whose outputs hold
-    what finished and which ``raysearch resume`` continues."""
-    if result.summary.get("stop_reason") != "interrupted":
-        return EXIT_OK
-    print(f"Interrupted: continue with `raysearch resume {result.output_dir}`.", file=sys.stderr)
-    return EXIT_INTERRUPTED
+    """0 for a search that ended with a result; 1 for one that ended without (no trial
+    succeeded, or none finished within the time limit), with one line on standard error
+    saying why (the most frequent error); 130 (as for Ctrl-C) for one interrupted, whose
+    outputs hold what finished and which ``raysearch resume`` continues."""
+    if result.summary.get("stop_reason") == "interrupted":
+        print(
+            f"Interrupted: continue with `raysearch resume {result.output_dir}`.", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
+    if result.summary.get("best_metric") is None:
+        print(f"raysearch: error: {_no_result(result.summary)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -410,8 +419,10 @@ def _tolerance_words(summary: dict[str, Any], metric: str) -> str | None:
     return f"No setting met the tolerance ({bound}): the best missed it by {missed:.3g}."
 
 
-def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
-    """A summary a new user understands: what was searched, what won, where it is."""
+def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = False) -> None:
+    """A summary a new user understands: what was searched, what won, where it is. ``ended``:
+    the search ended in this command, whose exit status line says why it has no result (if
+    so), on standard error, instead of this summary."""
     print()
     print(
         f"Search finished ({summary.get('stop_reason')}): {summary.get('n_trials')} trials, "
@@ -427,7 +438,8 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
     metric = str(summary.get("metric", "metric")).rsplit(":", 1)[-1]
     print(_float_line(summary, metric))
     if summary.get("best_metric") is None:
-        print("No trial succeeded; see results.parquet and auto_search.log for the errors.")
+        if not ended or summary.get("stop_reason") == "interrupted":
+            print(_no_result(summary))
     else:
         print(f"Best setting: {metric} = {_fmt(summary['best_metric'])}")
         for key, value in (summary.get("best_params") or {}).items():
@@ -442,12 +454,46 @@ def _print_summary(summary: dict[str, Any], output_dir: Path) -> None:
     for note in ("tolerance_note", "gpu_note"):
         if summary.get(note):
             print(f"Note: {summary[note]}.")
-    from raysearch.layout import REPORT, USER_OUTPUTS
+    from raysearch.layout import REPORT
 
-    print(f"Outputs: {output_dir} ({USER_OUTPUTS})")
+    print(f"Outputs: {output_dir} ({_outputs_in(Path(output_dir))})")
     report = Path(output_dir) / REPORT
     if report.is_file():
         print(f"Report: {report.resolve()} (open it in a browser)")
+
+
+def _no_result(summary: dict[str, Any]) -> str:
+    """Why a search has no best setting, in one line: no trial finished (``stop_note``: the
+    time limit spent first), every trial failed (the most frequent error), or none finished
+    on every evaluation row."""
+    n_trials, n_failed = summary.get("n_trials") or 0, summary.get("n_failed") or 0
+    note = summary.get("stop_note")
+    if note:
+        return f"No result: {note}."
+    if not n_trials:
+        return "No result: no trial finished."
+    if n_failed >= n_trials:
+        common = summary.get("most_frequent_error") or {}
+        if common.get("error"):
+            return (
+                f"No trial succeeded: {n_failed} of {n_trials} failed, {common['trials']} with: "
+                f"{common['error']} (see results.parquet and auto_search.log)"
+            )
+        return f"No trial succeeded: {n_failed} of {n_trials} failed (see auto_search.log)."
+    return (
+        f"No result: none of the {n_trials - n_failed} trials that ran finished on every "
+        "evaluation row (early stopping stopped them, or their metric is not a number)."
+    )
+
+
+def _outputs_in(folder: Path) -> str:
+    """The outputs a search wrote in ``folder`` (``best/`` only where it exists: not after a
+    search with no result)."""
+    from raysearch.layout import BEST, PLOTS, REPORT, RESULTS, SUMMARY, TENSORBOARD
+
+    names = [name for name in (SUMMARY, RESULTS, REPORT) if (folder / name).is_file()]
+    names += [f"{name}/" for name in (BEST, PLOTS, TENSORBOARD) if (folder / name).is_dir()]
+    return ", ".join(names) or "none"
 
 
 def _param_value(value: Any) -> Any:

@@ -48,6 +48,10 @@ class ProgressCallback(tune.Callback):
         higher_is_better: the metric's direction.
         total: the number of trials expected, when known (grid size, iteration limit).
         every: on a non-terminal stream, print a line every this many finished trials.
+        elapsed_before_s: wall time of earlier sessions (resume).
+        started_at: when this session began (``time.monotonic()``; default: now): the
+            search's clock, which ``stop.time_limit`` counts from (the checks before Ray's
+            start included), so the elapsed time shown is the one the time limit reads.
         done_before, failed_before, candidates_before, best_before: counts of trials that
             finished in an earlier session (resume).
     """
@@ -61,6 +65,7 @@ class ProgressCallback(tune.Callback):
         total: int | None = None,
         every: int = 10,
         elapsed_before_s: float = 0.0,
+        started_at: float | None = None,
         done_before: int = 0,
         failed_before: int = 0,
         candidates_before: int = 0,
@@ -77,7 +82,7 @@ class ProgressCallback(tune.Callback):
         self.candidates = candidates_before
         self.best = best_before
         self.running: set[str] = set()
-        self._start = time.monotonic()
+        self._start = time.monotonic() if started_at is None else started_at
         self._last_draw = float("-inf")
         self._last_count = -1
         self._tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
@@ -85,7 +90,7 @@ class ProgressCallback(tune.Callback):
         self._done_before = done_before
         #: When the running trials last changed, and the running count that refills the slots
         #: the trials finished since the last line freed (a line on a file or pipe waits).
-        self._changed_at = self._start
+        self._changed_at = time.monotonic()
         self._refill = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -118,8 +123,13 @@ class ProgressCallback(tune.Callback):
             self.best = float(metric)
         self.draw()
 
+    @property
+    def elapsed_s(self) -> float:
+        """The search's elapsed time: earlier sessions plus this one since ``started_at``."""
+        return self.elapsed_before_s + time.monotonic() - self._start
+
     def line(self) -> str:
-        elapsed = self.elapsed_before_s + time.monotonic() - self._start
+        elapsed = self.elapsed_s
         total = f"/{self.total}" if self.total else ""
         best = "-" if self.best is None else f"{self.best:.6g}"
         return (
