@@ -183,8 +183,36 @@ def test_wrong_shape(mlp, tmp_path):
     with pytest.raises(DataError) as err:
         DataSource.load(tmp_path / "x.npz", mlp, label="calibration data")
     assert str(err.value) == (
-        "calibration data 'x.npz': input 'x' has shape (10, 3) per batch, model expects [N, 16]"
+        "calibration data 'x.npz': input 'x' has shape (10, 3) (the whole array, its first "
+        "axis the model's batch axis), model expects [N, 16]"
     )
+
+
+def test_wrong_shape_per_sample(mlp, tmp_path):
+    np.savez(tmp_path / "x.npz", x=np.zeros((4, 2, 3), np.float32))
+    with pytest.raises(DataError) as err:
+        DataSource.load(tmp_path / "x.npz", mlp, label="calibration data")
+    assert str(err.value) == (
+        "calibration data 'x.npz': input 'x' has shape (4, 2, 3) (4 samples of shape (2, 3), "
+        "each one feed), model expects [N, 16]"
+    )
+
+
+def test_a_dimension_named_by_shape_inference_shows_as_any(mlp, tmp_path):
+    """ONNX shape inference names the dimensions it cannot name ``unk__N``: an internal name,
+    shown as ``any`` (as an unnamed dynamic dimension)."""
+    model = onnx.load(str(mlp))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "unk__214"
+    onnx.save(model, tmp_path / "inferred.onnx")
+    np.savez(tmp_path / "x.npz", x=np.zeros((10, 3), np.float32))
+    with pytest.raises(DataError) as err:
+        DataSource.load(tmp_path / "x.npz", tmp_path / "inferred.onnx", label="data")
+    assert str(err.value) == (
+        "data 'x.npz': input 'x' has shape (10, 3) (the whole array, its first axis the "
+        "model's batch axis), model expects [any, 16]"
+    )
+    model.graph.input[0].type.tensor_type.shape.dim[0].ClearField("dim_param")
+    assert model_inputs(model)[0].shape_text() == "[any, 16]"
 
 
 def test_wrong_rank(mlp):

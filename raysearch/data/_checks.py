@@ -4,10 +4,10 @@ Example:
     >>> spec = ModelInput("x", np.dtype("float32"), ("N", 4))
     >>> check_arrays({"x": np.zeros((3, 4), np.float32)}, [spec], "data")["x"].shape
     (3, 4)
-    >>> check_arrays({"x": np.zeros((3, 5), np.float32)}, [spec], "data")
+    >>> check_arrays({"x": np.zeros((3, 5), np.float32)}, [spec], "data")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    raysearch.errors.DataError: data: input 'x' has shape (3, 5) per batch, model expects [N, 4]
+    raysearch.errors.DataError: data: input 'x' has shape (3, 5) (the whole array, ...), ... [N, 4]
 """
 
 from __future__ import annotations
@@ -124,11 +124,13 @@ def _check_one(spec: ModelInput, array: Any, label: str) -> np.ndarray:
         )
     rank = len(spec.shape)
     if array.ndim == rank and rank > 0:
-        got, want, what = array.shape[1:], spec.shape[1:], "per batch"
-        shown = tuple(array.shape)
+        # The samples lie along the model's own batch axis: the array is every batch at once.
+        got, want = array.shape[1:], spec.shape[1:]
+        what = "(the whole array, its first axis the model's batch axis)"
     elif array.ndim == rank + 1:
-        got, want, what = array.shape[1:], spec.shape, "per sample"
-        shown = tuple(array.shape[1:])
+        # A sample axis in front of the model's shape: each sample is one feed.
+        got, want = array.shape[1:], spec.shape
+        what = f"({array.shape[0]} samples of shape {tuple(array.shape[1:])}, each one feed)"
     else:
         raise DataError(
             f"{label}: input '{spec.name}' has shape {tuple(array.shape)}, "
@@ -136,7 +138,7 @@ def _check_one(spec: ModelInput, array: Any, label: str) -> np.ndarray:
         )
     if any(isinstance(w, int) and g != w for g, w in zip(got, want)):
         raise DataError(
-            f"{label}: input '{spec.name}' has shape {shown} {what}, "
+            f"{label}: input '{spec.name}' has shape {tuple(array.shape)} {what}, "
             f"model expects {spec.shape_text()}"
         )
     return array

@@ -37,16 +37,24 @@ class ModelInput:
         return bool(self.shape) and not isinstance(self.shape[0], int)
 
     def shape_text(self) -> str:
-        """The shape as users read it: ``[N, 4]`` (a dynamic dimension shows its name, or ``?``)."""
+        """The shape as users read it: ``[N, 4]`` (a dynamic dimension shows its name; ``any``
+        when it has none, or only a name ONNX shape inference made up, ``unk__214``)."""
         if self.shape is None:
             return "(undeclared)"
         return "[" + ", ".join(_dim_text(d) for d in self.shape) + "]"
 
 
+#: The prefix of the names ONNX shape inference gives dimensions it cannot name (``unk__214``):
+#: internal, meaningless to the user.
+_INFERRED_DIM_PREFIX = "unk__"
+
+
 def _dim_text(dim: int | str | None) -> str:
     if isinstance(dim, int):
         return str(dim)
-    return dim or "?"
+    if not dim or dim.startswith(_INFERRED_DIM_PREFIX):
+        return "any"
+    return dim
 
 
 def model_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[ModelInput]:
