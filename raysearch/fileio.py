@@ -32,11 +32,26 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc``); else
+    set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block ends, it replaces ``path``
-    (``os.replace``, atomic on one file system). On an error the temporary file is removed and
-    ``path`` is left as it was."""
+    (``os.replace``, atomic on one file system), with the mode a plain ``open`` gives (0666
+    less the umask). On an error the temporary file is removed and ``path`` is left as it
+    was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # ".<name>.<random>.tmp<suffix>": hidden, recognisable as this file's leftover, and with
@@ -47,6 +62,9 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     try:
+        # mkstemp makes the file 0600; the file in place gets the mode a plain open() gives
+        # (0666 less the umask), as the models beside it have.
+        os.chmod(tmp, 0o666 & ~_umask())
         yield tmp
         os.replace(tmp, path)
     except BaseException:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 
 import numpy as np
 import onnxruntime as ort
@@ -164,6 +165,14 @@ def test_write_outputs_writes_every_file_atomically(config, tmp_path):
     assert any((out / "tensorboard").iterdir())
     leftovers = [p.name for p in out.rglob("*") if ".tmp" in p.name or p.name.endswith(".old")]
     assert leftovers == []
+    # One mode for every file written, the model's (a plain write's: 0666 less the umask).
+    model_mode = stat.S_IMODE((out / "best" / "model.onnx").stat().st_mode)
+    modes = {
+        p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode)
+        for p in (out / "best" / "config.yaml", out / "plots" / "metric_per_trial.png")
+    }
+    modes.update({p.name: stat.S_IMODE(p.stat().st_mode) for p in out.glob("*.*")})
+    assert modes == dict.fromkeys(modes, model_mode), modes
 
 
 def test_write_outputs_with_no_complete_trial(config, tmp_path):
