@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raysearch.config._algo import SEARCH_ALGOS, choose_algo
+from raysearch.config._algo import SEARCH_ALGOS
 from raysearch.config._dialects import Translation
 from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
 from raysearch.config._files import apply_overrides, read_yaml
@@ -34,6 +34,7 @@ from raysearch.config._objectives import check_objectives_algo, parse_objectives
 from raysearch.config._objects import is_reader, plain_copy, read_reader
 from raysearch.config._paths import input_path, model_path, output_dir
 from raysearch.config._quark import translate_quark
+from raysearch.config._sampler import algo_of, given_sampler, parse_sampler_options
 from raysearch.config._sections import (
     ResourcesConfig,
     StopConfig,
@@ -122,6 +123,10 @@ class SearchConfig:
     #: Ray Tune's experiment loggers each trial is reported to: ``(name, settings)`` each
     #: (``loggers``: ``mlflow``, ``wandb``; :mod:`raysearch.config._loggers`).
     loggers: tuple[tuple[str, dict[str, Any]], ...] = ()
+    #: The Optuna sampler given as ``search_algo`` from Python (run as given; None: the
+    #: strategy's own), and ``sampler_options`` (:mod:`raysearch.config._sampler`).
+    sampler: Any = field(default=None, repr=False)
+    sampler_options: dict[str, Any] = field(default_factory=dict)
     #: The config as the user wrote it (after key mapping; names in their canonical
     #: spelling), for ``best/config.yaml``.
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -213,8 +218,13 @@ class SearchConfig:
         resources_cfg = _checked(errors, parse_resources, data.get("resources"))
         early_stopping = _checked(errors, parse_early_stopping, data.get("early_stopping"))
         run_options = _parse_run_options(data, check_paths, errors)
+        sampler = given_sampler(data.get("search_algo"))
+        options: dict[str, Any] | None = {}
         if algo is not None:
             _checked(errors, check_objectives_algo, run_options["objectives"], algo)
+            options = _checked(
+                errors, parse_sampler_options, data.get("sampler_options"), algo, sampler
+            )
         errors.raise_any()
         assert metric is not None and algo is not None
         _keep_canonical_names(data, metric.metric, algo, metric.tolerance_mode)
@@ -234,6 +244,8 @@ class SearchConfig:
             resources=resources_cfg,
             early_stopping=early_stopping,
             **run_options,
+            sampler=sampler,
+            sampler_options=options or {},
             raw=data,
             code_dirs=dirs,
             metric_function=metric.function,
@@ -289,6 +301,7 @@ _TOP_LEVEL_KEYS = {
     "objectives",
     "select",
     "loggers",
+    "sampler_options",
 }
 
 
@@ -338,7 +351,7 @@ def _parse_search(
     algo: str | None = None
     if len(errors.errors) == plugins_ok:
         spaces = _checked(errors, parse_spaces, data)
-        algo = _checked(errors, choose_algo, data.get("search_algo", _default_algo(data)))
+        algo = _checked(errors, algo_of, data.get("search_algo", _default_algo(data)))
     if spaces is not None and algo is not None:
         with errors.check():
             _check_algo_spaces(data, algo, spaces)

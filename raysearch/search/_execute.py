@@ -115,6 +115,8 @@ class Execution:
             model=model,
             concurrent=concurrent,
             objectives=config.objectives,
+            sampler=config.sampler,
+            sampler_options=config.sampler_options,
         )
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding

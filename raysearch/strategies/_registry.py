@@ -194,6 +194,11 @@ class StrategyContext:
     #: The config's ``objectives`` (``metric``, ``latency_ms``, ``model_size_mb``): with
     #: several, a strategy whose ``StrategyInfo.multi_objective`` is set samples on each.
     objectives: tuple[str, ...] = ("metric",)
+    #: An Optuna sampler given from Python (``search_algo`` as an instance): the sampler
+    #: strategies run it as it is; and the config's ``sampler_options``, the keyword
+    #: arguments of the sampler a strategy's name builds.
+    sampler: Any = None
+    sampler_options: Mapping[str, Any] = field(default_factory=dict)
 
     def best(self) -> dict[str, Any] | None:
         """The best finished record so far by :func:`raysearch.outputs.better` (the most
@@ -274,18 +279,25 @@ REFUSED_STRATEGIES: dict[str, str] = {
 
 _logger = logging.getLogger(__name__)
 _REGISTRY: dict[str, Builder] = {}
+_UNLISTED: set[str] = set()
 _ALIASES: dict[str, str] = {
     alias: name for name, info in BUILTIN_STRATEGIES.items() for alias in info.aliases
 }
 
 
-def register_strategy(name: str, *, aliases: Sequence[str] = ()) -> Callable[[Builder], Builder]:
-    """Decorator registering a strategy builder under the ``search_algo`` name ``name``."""
+def register_strategy(
+    name: str, *, aliases: Sequence[str] = (), listed: bool = True
+) -> Callable[[Builder], Builder]:
+    """Decorator registering a strategy builder under the ``search_algo`` name ``name``;
+    ``listed=False``: a name no config spells (the strategy of an Optuna sampler given from
+    Python), left out of :func:`strategy_names`."""
 
     def decorate(builder: Builder) -> Builder:
         if not callable(builder):
             raise TypeError(f"@register_strategy({name!r}) needs a callable builder")
         _REGISTRY[name] = builder
+        if not listed:
+            _UNLISTED.add(name)
         note_plugin(getattr(builder, "__module__", "") or "")
         for alias in aliases:
             _ALIASES[alias] = name
@@ -296,7 +308,7 @@ def register_strategy(name: str, *, aliases: Sequence[str] = ()) -> Callable[[Bu
 
 def strategy_names() -> list[str]:
     """Every strategy name: the built-in ones and any registered since."""
-    return list(dict.fromkeys([*BUILTIN_STRATEGIES, *_REGISTRY]))
+    return [n for n in dict.fromkeys([*BUILTIN_STRATEGIES, *_REGISTRY]) if n not in _UNLISTED]
 
 
 def canonical_strategy(value: Any, key: str = "search_algo") -> str:
@@ -335,6 +347,8 @@ def check_strategy_available(name: str) -> None:
 def get_strategy(name: str) -> Builder:
     """The builder registered as ``name`` (importing a built-in strategy's module on first
     use)."""
+    if name in _UNLISTED:
+        return _REGISTRY[name]
     name = canonical_strategy(name)
     if name not in _REGISTRY and name in BUILTIN_STRATEGIES:
         check_strategy_available(name)

@@ -19,7 +19,28 @@ from typing import Any
 from raysearch.errors import ConfigError
 from raysearch.strategies._registry import check_strategy_available
 
-__all__ = ["make_sampler", "population_size", "quiet_optuna", "startup_trials"]
+__all__ = [
+    "make_sampler",
+    "population_size",
+    "quiet_optuna",
+    "startup_trials",
+    "SAMPLER_CLASSES",
+    "sampler_class",
+    "sampler_algo",
+    "check_sampler_options",
+]
+
+#: The Optuna sampler class (in ``optuna.samplers``) behind each sampler strategy.
+SAMPLER_CLASSES: dict[str, str] = {
+    "TPE": "TPESampler",
+    "Random": "RandomSampler",
+    "CmaEs": "CmaEsSampler",
+    "GPS": "GPSampler",
+    "NSGAII": "NSGAIISampler",
+    "QMC": "QMCSampler",
+}
+#: ``search_algo`` of an Optuna sampler given from Python that is none of those classes.
+GIVEN_SAMPLER = "Sampler"
 
 _PRELOAD: dict[str, tuple[str, ...]] = {
     "CmaEs": ("cmaes",),
@@ -77,12 +98,97 @@ def population_size(budget: int | None, default: int = 50) -> int:
     return min(default, max(2, budget // _GENERATIONS))
 
 
+def sampler_class(algo: str) -> Any:
+    """The Optuna sampler class of the sampler strategy ``algo``.
+
+    Example:
+        >>> sampler_class("TPE").__name__
+        'TPESampler'
+    """
+    import optuna
+
+    return getattr(optuna.samplers, SAMPLER_CLASSES[algo])
+
+
+def sampler_algo(sampler: Any) -> str:
+    """The sampler strategy an Optuna sampler instance is run as: the built-in one whose
+    class it is (a subclass too), else :data:`GIVEN_SAMPLER`.
+
+    Example:
+        >>> import optuna
+        >>> sampler_algo(optuna.samplers.TPESampler(seed=3))
+        'TPE'
+        >>> class Mine(optuna.samplers.RandomSampler): ...
+        >>> sampler_algo(Mine()), sampler_algo(optuna.samplers.PartialFixedSampler({}, Mine()))
+        ('Random', 'Sampler')
+    """
+    for algo in SAMPLER_CLASSES:
+        if isinstance(sampler, sampler_class(algo)):
+            return algo
+    return GIVEN_SAMPLER
+
+
+def check_sampler_options(algo: str, options: Any, key: str = "sampler_options") -> dict[str, Any]:
+    """``options`` (the config's ``sampler_options``) as keyword arguments of ``algo``'s
+    sampler: each named in the class's signature, and the sampler built with them once (so a
+    value Optuna refuses is refused now, not when the search starts).
+
+    Raises:
+        ConfigError: not a mapping, a name the sampler does not take (the closest suggested),
+            or a value it refuses.
+
+    Example:
+        >>> check_sampler_options("TPE", {"multivariate": True, "n_startup_trials": 5})
+        {'multivariate': True, 'n_startup_trials': 5}
+        >>> try:
+        ...     check_sampler_options("TPE", {"multivarite": True})
+        ... except ConfigError as exc:
+        ...     print(exc.message)
+        TPESampler takes no argument 'multivarite' (did you mean 'multivariate'?)
+    """
+    import inspect
+
+    import optuna
+
+    from raysearch.errors import suggest
+
+    if not isinstance(options, dict):
+        raise ConfigError(key, f"expected a mapping of the sampler's arguments, got {options!r}")
+    cls = sampler_class(algo)
+    params = inspect.signature(cls.__init__).parameters
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [n for n, p in params.items() if n != "self" and p.kind in keyword]
+    for name in options:
+        if name not in names:
+            raise ConfigError(
+                f"{key}.{name}",
+                f"{cls.__name__} takes no argument {name!r}" + suggest(str(name), names),
+            )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        try:
+            cls(**options)
+        except Exception as exc:
+            raise ConfigError(key, f"{cls.__name__}({_call(options)}): {exc}") from None
+    return dict(options)
+
+
+def _call(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in options.items())
+
+
 def make_sampler(
-    algo: str, seed: int | None = None, *, budget: int | None = None, concurrent: int = 1
+    algo: str,
+    seed: int | None = None,
+    *,
+    budget: int | None = None,
+    concurrent: int = 1,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``,
     fitted to a phase of ``budget`` trials (None: no limit) of which up to ``concurrent``
-    run at once.
+    run at once; ``options`` (the config's ``sampler_options``) replace what the fitting
+    chose, argument by argument.
 
     - ``TPE``: :func:`startup_trials` random trials before the Parzen estimators (Optuna's
       10 whatever the budget spent a third of a 30-trial search at random), the multivariate
@@ -114,6 +220,9 @@ def make_sampler(
         'TPESampler'
         >>> make_sampler("TPE", seed=0, budget=30)._n_startup_trials
         3
+        >>> tpe = make_sampler("TPE", seed=0, budget=30, options={"n_startup_trials": 5})
+        >>> tpe._n_startup_trials
+        5
     """
     import optuna
 
@@ -122,35 +231,29 @@ def make_sampler(
     # define-by-run call takes seconds).
     for module in _PRELOAD.get(algo, ()):
         importlib.import_module(module)
-    samplers = optuna.samplers
+    if algo not in SAMPLER_CLASSES:
+        raise ConfigError("search_algo", f"{algo!r} is not an Optuna sampler")
+    arguments = {**_fitted(algo, seed, budget, concurrent), **(options or {})}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _sampler(samplers, algo, seed, budget, concurrent)
+        return sampler_class(algo)(**arguments)
 
 
-def _sampler(
-    samplers: Any, algo: str, seed: int | None, budget: int | None, concurrent: int
-) -> Any:
-    if algo == "TPE":
-        return samplers.TPESampler(
-            seed=seed,
-            n_startup_trials=startup_trials(budget),
-            multivariate=True,
-            constant_liar=concurrent > 1,
-        )
-    if algo == "Random":
-        return samplers.RandomSampler(seed=seed)
-    if algo == "CmaEs":
-        return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if algo == "GPS":
-        return samplers.GPSampler(
-            seed=seed,
-            n_startup_trials=startup_trials(budget),
-            deterministic_objective=True,
-            warn_independent_sampling=False,
-        )
-    if algo == "NSGAII":
-        return samplers.NSGAIISampler(seed=seed, population_size=population_size(budget))
-    if algo == "QMC":
-        return samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
-    raise ConfigError("search_algo", f"{algo!r} is not an Optuna sampler")
+def _fitted(algo: str, seed: int | None, budget: int | None, concurrent: int) -> dict[str, Any]:
+    """The arguments :func:`make_sampler` fits ``algo``'s sampler with."""
+    fitted: dict[str, dict[str, Any]] = {
+        "TPE": {
+            "n_startup_trials": startup_trials(budget),
+            "multivariate": True,
+            "constant_liar": concurrent > 1,
+        },
+        "CmaEs": {"warn_independent_sampling": False},
+        "GPS": {
+            "n_startup_trials": startup_trials(budget),
+            "deterministic_objective": True,
+            "warn_independent_sampling": False,
+        },
+        "NSGAII": {"population_size": population_size(budget)},
+        "QMC": {"warn_independent_sampling": False},
+    }
+    return {"seed": seed, **fitted.get(algo, {})}

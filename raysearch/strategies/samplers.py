@@ -25,6 +25,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from raysearch.errors import ConfigError
 from raysearch.space import SearchSpace, expand_spaces
 from raysearch.space.space import Reject
 from raysearch.space.tree import Categorical
@@ -40,9 +41,12 @@ from raysearch.strategies._registry import (
     requirements,
 )
 from raysearch.strategies._sampler_fitting import (
+    GIVEN_SAMPLER,
+    check_sampler_options,
     make_sampler,
     population_size,
     quiet_optuna,
+    sampler_algo,
     startup_trials,
 )
 
@@ -56,6 +60,9 @@ __all__ = [
     "quiet_optuna",
     "startup_trials",
     "sampler_strategy",
+    "GIVEN_SAMPLER",
+    "sampler_algo",
+    "check_sampler_options",
 ]
 
 _logger = logging.getLogger("raysearch.search.tune.searchers")
@@ -80,7 +87,9 @@ check_algo_available = check_strategy_available
 class OptunaPhase(Phase):
     """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``: the sampler of
     ``algo`` fitted to the phase's ``budget`` and to ``concurrent`` trials at once
-    (:func:`make_sampler`), or the Optuna ``sampler`` given (benchmarks compare samplers)."""
+    (:func:`make_sampler`, with the config's ``sampler_options`` as ``options``), or the
+    Optuna ``sampler`` given (``search_algo`` as an instance; benchmarks compare samplers),
+    used as it is."""
 
     def __init__(
         self,
@@ -95,6 +104,7 @@ class OptunaPhase(Phase):
         concurrent: int = 1,
         sampler: Any = None,
         objectives: Sequence[str] = ("metric",),
+        options: dict[str, Any] | None = None,
     ) -> None:
         from ray.tune.search.optuna import OptunaSearch
 
@@ -119,7 +129,7 @@ class OptunaPhase(Phase):
             sampler=(
                 sampler
                 if sampler is not None
-                else make_sampler(algo, seed, budget=budget, concurrent=concurrent)
+                else make_sampler(algo, seed, budget=budget, concurrent=concurrent, options=options)
             ),
             study_name=f"raysearch-{index}",
             points_to_evaluate=starts or None,
@@ -290,7 +300,13 @@ def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
     """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is seeded
     with ``seed + i``, and ``max_trials`` is split evenly between the spaces. Each sampler is
     fitted to its phase's share of the budget and to the trials that run at once
-    (``context.concurrent``), and optimises every one of ``context.objectives``."""
+    (``context.concurrent``), and optimises every one of ``context.objectives``; the
+    config's ``sampler_options`` override the fitting. An Optuna sampler given
+    (``context.sampler``) serves every phase as it is."""
+    sampler = getattr(context, "sampler", None)
+    if algo == GIVEN_SAMPLER and sampler is None:
+        raise ConfigError("search_algo", f"{GIVEN_SAMPLER} needs an Optuna sampler instance")
+    options = dict(getattr(context, "sampler_options", None) or {})
     spaces = context.spaces
     budgets: list[int | None] = [None] * len(spaces)
     if context.max_trials and context.max_trials > 0:
@@ -307,6 +323,8 @@ def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
             b,
             concurrent=context.concurrent,
             objectives=context.objectives,
+            sampler=sampler,
+            options=options,
         )
         for i, (space, b) in enumerate(zip(spaces, budgets))
     ]
@@ -314,3 +332,4 @@ def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
 
 for _algo in SAMPLER_ALGOS:
     register_strategy(_algo)(functools.partial(sampler_strategy, _algo))
+register_strategy(GIVEN_SAMPLER, listed=False)(functools.partial(sampler_strategy, GIVEN_SAMPLER))

@@ -1,0 +1,103 @@
+"""An Optuna sampler of the user's: ``search_algo`` given as a sampler instance from Python, and
+``sampler_options``, the keyword arguments of the sampler a ``search_algo`` name builds.
+
+A sampler instance (``search_algo=TPESampler(multivariate=True, group=True, seed=3)``) runs
+as given inside Ray Tune's ``OptunaSearch`` over the space's define-by-run sampling (its
+conditional groups included); the search names it after the built-in sampler strategy of its
+class (``TPE`` for a ``TPESampler`` or a subclass of one), ``Sampler`` for any other
+``BaseSampler``. It is neither fitted to the budget nor reseeded by ``seed``. A config file
+cannot hold one: such a search is resumed from Python (``AutoSearch.resume(dir,
+config=...)``).
+
+``sampler_options`` (``{multivariate: true, n_startup_trials: 5}``) go to the sampler that a
+sampler strategy's name builds (``TPE``, ``GPS``, ...), over what raysearch fitted, each checked
+against the sampler class's signature. The staged strategies (``Auto``, ``TwoStage``, ...)
+keep their fitted samplers, and take none.
+
+Example:
+    >>> parse_sampler_options(None, "Auto", None)
+    {}
+    >>> try:
+    ...     parse_sampler_options({"n_startup_trials": 5}, "Auto", None)
+    ... except ConfigError as exc:
+    ...     print(exc.path)
+    sampler_options
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from raysearch.config._algo import choose_algo
+from raysearch.errors import ConfigError
+
+__all__ = ["given_sampler", "algo_of", "parse_sampler_options"]
+
+_KEY = "sampler_options"
+_logger = logging.getLogger("raysearch.config")
+
+
+def given_sampler(value: Any) -> Any:
+    """``value`` when it is an Optuna sampler instance, else None (Optuna is not imported for
+    a name: an instance means Optuna is imported already)."""
+    samplers = sys.modules.get("optuna.samplers")
+    if samplers is not None and isinstance(value, samplers.BaseSampler):
+        return value
+    return None
+
+
+def algo_of(value: Any) -> str:
+    """The strategy ``search_algo`` names: a name read by :func:`choose_algo`, or for a sampler
+    instance the sampler strategy it runs as.
+
+    Raises:
+        ConfigError: an unknown name, or ``Sampler`` named without an instance.
+    """
+    from raysearch.strategies.samplers import GIVEN_SAMPLER, sampler_algo
+
+    sampler = given_sampler(value)
+    if sampler is not None:
+        algo = sampler_algo(sampler)
+        _logger.info(
+            "search_algo: the Optuna sampler given (%s) runs as given (%s strategy; seed does "
+            "not reseed it)",
+            type(sampler).__name__,
+            algo,
+        )
+        return algo
+    if isinstance(value, str) and value.casefold() == GIVEN_SAMPLER.casefold():
+        raise ConfigError(
+            "search_algo",
+            f"{GIVEN_SAMPLER} is an Optuna sampler given from Python "
+            "(search_algo=optuna.samplers.TPESampler(...)); a config names TPE, GPS, ...",
+        )
+    return choose_algo(value)
+
+
+def parse_sampler_options(value: Any, algo: str, sampler: Any) -> dict[str, Any]:
+    """``sampler_options`` for the search's ``algo`` (``sampler``: the instance given, if any).
+
+    Raises:
+        ConfigError: options beside a sampler instance (it runs as given), for a strategy
+            that is no Optuna sampler's, or an argument the sampler does not take (the
+            closest one suggested) or refuses.
+    """
+    if value is None:
+        return {}
+    from raysearch.strategies.samplers import SAMPLER_ALGOS, check_sampler_options
+
+    if sampler is not None:
+        raise ConfigError(
+            _KEY,
+            f"the {type(sampler).__name__} given as search_algo runs as it was built; give "
+            "its arguments when you build it",
+        )
+    if algo not in SAMPLER_ALGOS:
+        raise ConfigError(
+            _KEY,
+            f"{algo} is no Optuna sampler strategy (the staged ones keep their fitted "
+            f"samplers); sampler_options are for {', '.join(SAMPLER_ALGOS)}",
+        )
+    return check_sampler_options(algo, value, _KEY)
