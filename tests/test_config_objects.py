@@ -65,6 +65,50 @@ def test_a_model_object_is_saved_once_to_a_file_named_by_its_content(mlp, tmp_pa
     assert other.model != first.model and first.model.read_bytes() != other.model.read_bytes()
 
 
+def test_a_planted_file_under_a_model_objects_name_is_not_used(mlp, tmp_path, monkeypatch):
+    """Another file of the same name and size in the models folder (planted, or damaged) is
+    replaced by the model itself; the folder is this user's private one."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path, data = mlp
+    proto = onnx.load(str(path))
+    first = SearchConfig.from_dict(
+        {"model": proto, "calibration_data": data, "search_space": SPACE}
+    )
+    assert first.model.parent == tmp_path / f"raysearch-{os.getuid()}" / "raysearch-models"
+    planted = bytearray(first.model.read_bytes())
+    planted[-1] ^= 0xFF  # same size, another model
+    first.model.write_bytes(bytes(planted))
+    again = SearchConfig.from_dict(
+        {"model": proto, "calibration_data": data, "search_space": SPACE}
+    )
+    assert again.model == first.model
+    assert again.model.read_bytes() == proto.SerializeToString()
+
+
+def test_a_shared_models_folder_is_refused_in_one_line(mlp, tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    shared = tmp_path / f"raysearch-{os.getuid()}"
+    shared.mkdir(mode=0o700)
+    (shared / "raysearch-models").mkdir()
+    (shared / "raysearch-models").chmod(0o777)
+    path, data = mlp
+    with pytest.raises(ConfigError) as refused:
+        SearchConfig.from_dict(
+            {"model": onnx.load(str(path)), "calibration_data": data, "search_space": SPACE}
+        )
+    assert str(refused.value) == (
+        f"model: cannot save the ModelProto: {shared / 'raysearch-models'}: refusing a"
+        " temporary folder writable by others (mode 777); remove it, or set TMPDIR to a folder"
+        " of your own"
+    )
+
+
 def test_one_reader_is_read_once_into_arrays_for_calibration_and_evaluation(mlp):
     path, data = mlp
     reader = Reader(data)

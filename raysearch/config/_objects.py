@@ -33,7 +33,7 @@ __all__ = [
     "written_config",
 ]
 
-#: Where model objects are saved (``$TMPDIR/raysearch-models/<sha256>.onnx``).
+#: Where model objects are saved (``$TMPDIR/raysearch-<uid>/raysearch-models/<sha256>.onnx``).
 MODEL_FOLDER = "raysearch-models"
 
 
@@ -59,9 +59,10 @@ def is_model_object(value: Any) -> bool:
 
 def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Path:
     """The file holding ``model`` (an ``onnx.ModelProto``): saved once under ``folder``
-    (default ``$TMPDIR/raysearch-models``) with its content's SHA-256 as its name, so the same
-    model reuses its file and another never overwrites it. A model too large for one protobuf
-    (2 GB) cannot be given as an object: save it with external data and name the file."""
+    (default this user's private ``$TMPDIR/raysearch-<uid>/raysearch-models``) with its
+    content's SHA-256 as its name, so the same model reuses its file (when it holds exactly
+    this model) and another never overwrites it. A model too large for one protobuf (2 GB)
+    cannot be given as an object: save it with external data and name the file."""
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf refuses messages over 2 GB
@@ -71,12 +72,20 @@ def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Pa
             "(onnx.save_model(..., save_as_external_data=True)) and give its path",
         ) from None
     digest = hashlib.sha256(data).hexdigest()[:32]
-    target_folder = Path(folder) if folder else Path(tempfile.gettempdir()) / MODEL_FOLDER
+    try:
+        if folder:
+            target_folder = Path(folder)
+            target_folder.mkdir(parents=True, exist_ok=True)
+        else:  # this user's private folder: another user's or a shared one is refused
+            from raysearch.quantize.tempdirs import private_dir
+
+            target_folder = private_dir(MODEL_FOLDER)
+    except (OSError, InputError) as exc:  # InputError: a folder that is not this user's
+        raise ConfigError("model", f"cannot save the ModelProto: {exc}") from None
     target = target_folder / f"{digest}.onnx"
-    if target.is_file() and target.stat().st_size == len(data):
+    if target.is_file() and target.read_bytes() == data:  # used only when it is this model
         return target
     try:
-        target_folder.mkdir(parents=True, exist_ok=True)
         # Written beside, then renamed: a concurrent search saving the same model never
         # reads half a file.
         fd, partial = tempfile.mkstemp(dir=target_folder, suffix=".partial")

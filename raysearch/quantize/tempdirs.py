@@ -1,12 +1,24 @@
-"""Private working folders for quantization, named after their process so that folders left
-behind by a killed process (a Ray actor ended without clean-up) are removed by the next one.
+"""Private folders in the shared temporary directory: working folders for quantization, named
+after their process so that folders left behind by a killed process (a Ray actor ended without
+clean-up) are removed by the next one, and :func:`private_dir`, the one rule for a folder of
+fixed name that only this user may use.
+
+A fixed name in ``/tmp`` (the float model a node materializes, a search's trial models and
+calibration cache on another node) can be created first by anyone on a shared machine: a
+folder found there is used only when it is this user's, a real folder (no link) and writable
+by no one else; anything else is refused with :class:`UnsafeFolderError`, one line.
 
 Example:
-    >>> from raysearch.quantize.tempdirs import make_workdir
+    >>> from raysearch.quantize.tempdirs import make_workdir, private_dir
     >>> folder = make_workdir("raysearch-doc")
     >>> folder.name.startswith(f"raysearch-doc-{os.getpid()}-")
     True
     >>> shutil.rmtree(folder)
+    >>> root = tempfile.mkdtemp()            # the temp dir, by default
+    >>> mine = private_dir("raysearch-models", root=root)
+    >>> oct(mine.stat().st_mode & 0o777), mine.parent.name == f"raysearch-{os.getuid()}"
+    ('0o700', True)
+    >>> shutil.rmtree(root)
 """
 
 from __future__ import annotations
@@ -14,10 +26,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["make_workdir", "sweep_stale"]
+from raysearch.errors import InputError
+
+__all__ = ["UnsafeFolderError", "check_private", "make_workdir", "private_dir", "sweep_stale"]
 
 _logger = logging.getLogger(__name__)
 _swept: set[str] = set()
@@ -64,3 +79,72 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True
     return True
+
+
+class UnsafeFolderError(InputError):
+    """A temporary folder of fixed name that this user must not trust: another user's, a link,
+    or writable by others (one line naming the folder and why)."""
+
+
+def _uid() -> int | None:
+    getuid = getattr(os, "getuid", None)  # POSIX only
+    return getuid() if getuid is not None else None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def check_private(path: str | os.PathLike) -> None:
+    """Refuse ``path`` unless it is a folder (not a link) of this user that no one else may
+    write to.
+
+    Raises:
+        UnsafeFolderError: it is a link or not a folder, another user owns it, or its group
+            or others may write to it.
+    """
+    path = Path(path)
+    uid = _uid()
+    if uid is None:  # no owners to check (Windows): the user's own TEMP folder
+        return
+    info = os.lstat(path)
+    remedy = "remove it, or set TMPDIR to a folder of your own"
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeFolderError(
+            f"{path}: refusing a temporary folder that is a link or a file; {remedy}"
+        )
+    if info.st_uid != uid:
+        raise UnsafeFolderError(
+            f"{path}: refusing a temporary folder owned by {_user_name(info.st_uid)} instead"
+            f" of {_user_name(uid)}; {remedy}"
+        )
+    if info.st_mode & 0o022:
+        raise UnsafeFolderError(
+            f"{path}: refusing a temporary folder writable by others"
+            f" (mode {stat.S_IMODE(info.st_mode):o}); {remedy}"
+        )
+
+
+def private_dir(name: str | None = None, *, root: str | os.PathLike | None = None) -> Path:
+    """This user's folder ``<tmp>/raysearch-<uid>/<name>`` (``root``: instead of the temp
+    dir; no ``name``: the user's folder itself), created with mode 0700 where missing, each
+    level checked with :func:`check_private` (found or made).
+
+    Raises:
+        UnsafeFolderError: a level that is not this user's private folder.
+    """
+    uid = _uid()
+    base = Path(root or tempfile.gettempdir()) / f"raysearch-{uid if uid is not None else 'user'}"
+    folders = [base] if not name else [base, base / name]
+    for folder in folders:
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        check_private(folder)
+    return folders[-1]

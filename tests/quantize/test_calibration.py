@@ -290,6 +290,44 @@ def test_damaged_cache_file_is_recomputed(mlp, tmp_path):
     assert not hit and cache.stats["calibrations"] == 1 and len(ranges.keys()) > 0
 
 
+def test_a_planted_cache_entry_is_not_used(mlp, tmp_path, caplog):
+    """Valid ranges of another calibration put in place of an entry (same file name) are not
+    served: an entry is read only when its bytes hash to what its name says, and a key's
+    folder only when its key.json names that key."""
+    import json
+
+    path, data = mlp
+    request = CalibrationRequest(method="MinMax")
+    first, _ = CalibrationCache(tmp_path / "c").tensors_range(path, data, request)
+    (entry,) = (tmp_path / "c" / "calibration").glob("*/minmax-*.json")
+    planted = json.loads(entry.read_bytes())
+    for tensor in planted["data"].values():  # ONNX Runtime's TensorsData as JSON
+        tensor["highest"]["data"] = [v * 10 for v in tensor["highest"]["data"]]
+    entry.write_text(json.dumps(planted))
+    cache = CalibrationCache(tmp_path / "c")
+    with caplog.at_level(logging.WARNING, logger="raysearch.quantize.calibration._cache"):
+        ranges, hit = cache.tensors_range(path, data, request)
+    assert not hit and cache.stats["calibrations"] == 1
+    assert {k: ranges[k].range_value for k in ranges.keys()} == {
+        k: first[k].range_value for k in first.keys()
+    }
+    assert [r.getMessage() for r in caplog.records] == [
+        f"ignoring unreadable calibration cache file {entry}: its content is not the content"
+        " its name was written for"
+    ]
+
+    folder = entry.parent
+    (folder / "key.json").write_text(json.dumps(["another key"]))
+    caplog.clear()
+    cache = CalibrationCache(tmp_path / "c")
+    with caplog.at_level(logging.WARNING, logger="raysearch.quantize.calibration._cache"):
+        _, hit = cache.tensors_range(path, data, request)
+    assert not hit and cache.stats["calibrations"] == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        f"ignoring calibration cache folder {folder}: it holds another key"
+    ]
+
+
 def test_memory_is_bounded(mlp):
     path, data = mlp
     cache = CalibrationCache(max_entries=2)

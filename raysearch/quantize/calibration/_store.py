@@ -20,13 +20,14 @@ import hashlib
 import io
 import json
 import logging
+import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnxruntime.quantization.calibrate import load_tensors_data, save_tensors_data
+from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
 from raysearch.fileio import atomic_write_bytes, file_lock
 
@@ -127,14 +128,23 @@ class EntryStore:
         folder.mkdir(parents=True, exist_ok=True)
         key_file = folder / "key.json"
         if not key_file.exists():
-            atomic_write_bytes(key_file, json.dumps([str(k) for k in key]).encode())
+            atomic_write_bytes(key_file, _key_text(key))
         names_hash = hashlib.sha256("\0".join(sorted(entry.names)).encode()).hexdigest()[:16]
         if entry.kind == "minmax":
-            save_tensors_data(entry.payload, folder / f"minmax-{names_hash}.json")
-            return
-        buffer = io.BytesIO()
-        np.savez(buffer, **_arrays(entry))
-        atomic_write_bytes(folder / f"{entry.kind}-{names_hash}.npz", buffer.getvalue())
+            with tempfile.TemporaryDirectory(dir=folder, prefix=".minmax-") as scratch:
+                written = Path(scratch) / "ranges.json"
+                save_tensors_data(entry.payload, written)
+                data = written.read_bytes()
+            suffix = ".json"
+        else:
+            buffer = io.BytesIO()
+            np.savez(buffer, **_arrays(entry))
+            data, suffix = buffer.getvalue(), ".npz"
+        # Named by its content's hash too: a file whose bytes are not what its name says (torn,
+        # damaged, or replaced) is never read.
+        atomic_write_bytes(
+            folder / f"{entry.kind}-{names_hash}-{_content_hash(data)}{suffix}", data
+        )
 
     def _load(self, key: tuple[Any, ...], kind: str, names: frozenset[str]) -> Entry | None:
         if self.cache_dir is None:
@@ -142,17 +152,43 @@ class EntryStore:
         folder = self._key_dir(key)
         if not folder.is_dir():
             return None
+        try:
+            held = (folder / "key.json").read_bytes()
+        except OSError:  # nothing written yet (key.json comes before any entry)
+            return None
+        if held != _key_text(key):
+            _logger.warning("ignoring calibration cache folder %s: it holds another key", folder)
+            # Emptied once (its lock kept): this key's entries are written into it again.
+            for stale in folder.iterdir():
+                if stale.name != ".lock":
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
+            return None
         suffix = ".json" if kind == "minmax" else ".npz"
         for path in sorted(folder.glob(f"{kind}-*{suffix}")):
             try:
-                entry = _read(path, kind)
+                data = path.read_bytes()
+                if path.stem.rsplit("-", 1)[-1] != _content_hash(data):
+                    raise ValueError("its content is not the content its name was written for")
+                entry = _read(data, kind)
             except Exception as exc:  # a damaged file is recomputed, never trusted
                 _logger.warning("ignoring unreadable calibration cache file %s: %s", path, exc)
+                with contextlib.suppress(OSError):
+                    path.unlink()  # once: the entry computed again is written beside it
                 continue
             if names <= entry.names:
                 _logger.debug("calibration cache hit on disk: %s", path)
                 return entry
         return None
+
+
+def _key_text(key: tuple[Any, ...]) -> bytes:
+    """What ``key.json`` of ``key``'s folder holds: the folder serves only that key."""
+    return json.dumps([str(k) for k in key]).encode()
+
+
+def _content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def _arrays(entry: Entry) -> dict[str, np.ndarray]:
@@ -174,11 +210,12 @@ def _arrays(entry: Entry) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _read(path: Path, kind: str) -> Entry:
-    if kind == "minmax":
-        ranges = load_tensors_data(path)
+def _read(data: bytes, kind: str) -> Entry:
+    """The entry in a file's bytes (read once: what was hashed is what is read)."""
+    if kind == "minmax":  # what ONNX Runtime's load_tensors_data reads, from these bytes
+        ranges = TensorsData.from_dict(json.loads(data))
         return Entry(kind, frozenset(ranges.keys()), ranges)
-    with np.load(path, allow_pickle=False) as archive:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         ordered = [str(n) for n in archive["names"]]
         payload: dict[str, tuple[Any, ...]] = {}
         for i, name in enumerate(ordered):

@@ -27,7 +27,6 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -38,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysearch.fileio import replacing
 from raysearch.modelfile import external_data_locations, remove_model
+from raysearch.quantize.tempdirs import private_dir
 from raysearch.search.runtime._node_loss import ModelLostError, lost_model_line, node_alive
 
 __all__ = [
@@ -94,22 +94,55 @@ def _relative(location: str) -> str:
     return "/".join(parts)
 
 
+class _FilesDigest:
+    """The hash of a model's files: each file's bytes, then its name and size."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+
+    def block(self, data: bytes) -> None:
+        self._sha.update(data)
+
+    def end_file(self, name: str, size: int) -> None:
+        self._sha.update(f"\0{name}\0{size}\0".encode())
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def _files_hash(folder: Path, names: list[str]) -> str | None:
+    """The :class:`_FilesDigest` of the files ``names`` in ``folder``; None when one is
+    missing or unreadable."""
+    digest = _FilesDigest()
+    try:
+        for name in names:
+            size = 0
+            with open(folder / name, "rb") as fh:
+                while block := fh.read(CHUNK_BYTES):
+                    digest.block(block)
+                    size += len(block)
+            digest.end_file(name, size)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
 def model_blob(path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES) -> ModelBlob:
     """Put the model ``path`` and its external-data files, as they are, into the object store
     (Ray must be initialised), ``chunk_bytes`` per object."""
     path = Path(path)
     names = [path.name] + [_relative(loc) for loc in external_data_locations(path)]
-    digest = hashlib.sha256()
+    digest = _FilesDigest()
     shipped = []
     for name in names:
         chunks = []
         size = 0
         with open(path.parent / name, "rb") as fh:
             while block := fh.read(chunk_bytes):
-                digest.update(block)
+                digest.block(block)
                 size += len(block)
                 chunks.append(ray.put(block))
-        digest.update(f"\0{name}\0{size}\0".encode())
+        digest.end_file(name, size)
         shipped.append(ShippedFile(name, size, tuple(chunks)))
     total = sum(f.size for f in shipped)
     _logger.info(
@@ -119,21 +152,52 @@ def model_blob(path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES) -> Mo
 
 
 def node_local_dir(name: str) -> Path:
-    """A folder in this node's temp directory (created)."""
-    folder = Path(tempfile.gettempdir()) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    """This user's private folder ``name`` in this node's temp directory (created; see
+    :func:`~raysearch.quantize.tempdirs.private_dir`: another user's, or one others may write
+    to, is refused)."""
+    return private_dir(name)
+
+
+#: Models verified in this process: (folder, each file's inode, size and mtime).
+_VERIFIED: set[tuple[Any, ...]] = set()
+
+
+def _intact(folder: Path, blob: ModelBlob) -> bool:
+    """Whether ``folder`` holds exactly the files of ``blob`` (their hash is the blob's)."""
+    names = [f.name for f in blob.files]
+    try:
+        seen = (
+            folder,
+            *((s.st_ino, s.st_size, s.st_mtime_ns) for s in ((folder / n).stat() for n in names)),
+        )
+    except OSError:
+        return False
+    if seen in _VERIFIED:
+        return True
+    if _files_hash(folder, names) != blob.sha256:
+        return False
+    _VERIFIED.add(seen)
+    return True
 
 
 def materialize_model(blob: ModelBlob) -> str:
     """The model as files on this node: written once per node from the object store into
-    ``raysearch-models/<hash>/`` under their own names; the path of its model file."""
+    this user's private ``raysearch-models/<hash>/`` under their own names; the path of its
+    model file. Files found there are used only when their hash is the blob's; others are
+    replaced."""
     if not blob.shipped:
         return blob.path
     folder = node_local_dir("raysearch-models") / blob.sha256[:24]
     model = folder / blob.files[0].name
-    if model.is_file():
-        return os.fspath(model)
+    if folder.exists():
+        if _intact(folder, blob):
+            return os.fspath(model)
+        _logger.warning(
+            "%s does not hold the model of hash %s: written again from the object store",
+            folder,
+            blob.sha256[:24],
+        )
+        _discard(folder)
     # Built beside its final name and renamed into place whole: actors of one node starting
     # together never see half a model, and the first rename wins.
     build = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -149,12 +213,20 @@ def materialize_model(blob: ModelBlob) -> str:
         try:
             os.rename(build, folder)
         except OSError:  # another actor of this node was first
-            if not model.is_file():
+            if not _intact(folder, blob):
                 raise
     finally:
         shutil.rmtree(build, ignore_errors=True)
     _logger.info("float model materialised at %s", folder)
     return os.fspath(model)
+
+
+def _discard(folder: Path) -> None:
+    """Move ``folder`` out of the way (whole, so no actor reads half of it), then remove it."""
+    gone = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}.stale")
+    with contextlib.suppress(OSError):  # another actor of this node moved it first
+        os.rename(folder, gone)
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def current_node_id() -> str:
