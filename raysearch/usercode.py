@@ -9,11 +9,14 @@ shadow an installed module, in the driver or in the workers.
 A function given as the evaluator from Python is named by :func:`qualified_name`
 (``module:qualname``) wherever the search writes its name.
 
-Other machines of a Ray cluster have neither folder, so :func:`local_modules` names the file
-(``evaluators.py``) or package folder of each module that lies directly in a search folder,
-and the search ships them to every Ray worker as its job's ``runtime_env`` ``py_modules``
-(:func:`raysearch.search.runtime.cluster.start_ray`): there they import by the same name, on
-a local Ray as on a cluster.
+A module runs where it lives on every machine that has it: a trial worker imports it from
+the same search folders (:func:`where_code_lives`), so its ``__file__`` is the driver's and
+the files it opens beside itself (``data.npz`` next to ``my_metric.py``) are there. Other
+machines of a Ray cluster may lack those folders, so a search that joins a cluster ships the
+folder holding each such module (:func:`code_folders`, size-checked by
+:func:`check_shippable`), whole, as its job's ``runtime_env`` ``py_modules``
+(:func:`raysearch.search.runtime.cluster.start_ray`); a worker where the folder does not exist
+imports the module from the copy Ray unpacked there, beside the files it shipped with it.
 
 Example:
     >>> import_named("json").__name__
@@ -36,9 +39,26 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["import_named", "local_modules", "qualified_name"]
+__all__ = [
+    "import_named",
+    "local_modules",
+    "code_folders",
+    "check_shippable",
+    "where_code_lives",
+    "qualified_name",
+    "SHIP_LIMIT_BYTES",
+]
 
 _logger = logging.getLogger(__name__)
+
+#: The most a folder of code may hold to be shipped to the other nodes of a Ray cluster: Ray
+#: zips it into its control store (a gRPC message, 512 MiB at most) and every node unpacks
+#: a copy; a folder that also holds large models or data is better split.
+SHIP_LIMIT_BYTES = 100 * 2**20
+#: The prefix of the folder Ray unpacks a shipped package into on each node, which it puts on
+#: its workers' ``sys.path`` (``ray._private.runtime_env.packaging.RAY_PKG_PREFIX``; checked
+#: by ``tests/test_library_contracts.py``).
+RAY_PKG_PREFIX = "_ray_pkg_"
 
 
 def import_named(name: str, search_dirs: Sequence[str | os.PathLike] = ()) -> ModuleType:
@@ -105,6 +125,82 @@ def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]
                     location,
                 )
     return list(found)
+
+
+def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
+    """The search folders holding a module of ``names`` that :func:`local_modules` lists:
+    what a search that joins a Ray cluster ships to its other nodes, each whole (the files a
+    module reads beside itself go with it)."""
+    return list(dict.fromkeys(location.parent for location in local_modules(names, search_dirs)))
+
+
+def _size(folder: Path, excluded: set[str]) -> int:
+    """Bytes of the files under ``folder`` (links not followed), ``excluded`` paths left out."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in excluded]
+        for name in files:
+            path = os.path.join(root, name)
+            if path not in excluded and not os.path.islink(path):
+                try:
+                    total += os.stat(path).st_size
+                except OSError:
+                    continue
+    return total
+
+
+def check_shippable(
+    folder: str | os.PathLike,
+    excluded: Iterable[str | os.PathLike] = (),
+    *,
+    limit: int = SHIP_LIMIT_BYTES,
+    modules: Sequence[str] = (),
+) -> None:
+    """Refuse a code folder too large to ship to a Ray cluster's other nodes (``excluded``:
+    what the search ships otherwise, or never needs there: its model, its data, its output
+    folder).
+
+    Raises:
+        ConfigError: (key ``metric``) the folder holds more than ``limit`` bytes.
+    """
+    from raysearch.errors import ConfigError
+
+    folder = Path(folder).absolute()
+    skip = {os.fspath(Path(p).absolute()) for p in excluded}
+    size = _size(folder, skip)
+    if size <= limit:
+        return
+    names = ", ".join(modules) or "the code"
+    raise ConfigError(
+        "metric",
+        f"{folder} holds {size / 1e6:.0f} MB besides the model and data, more than the "
+        f"{limit / 1e6:.0f} MB raysearch ships to the other nodes of a Ray cluster with "
+        f"{names} (a module runs in its folder, beside the files it reads): move {names} and "
+        "the files it reads into a folder of their own, or install it on every node",
+    )
+
+
+def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
+    """The search folders to import a config's modules from on this machine: each that
+    exists here, else the copy of it Ray unpacked here when the search shipped it (a folder
+    of that name in a ``_ray_pkg_*`` entry of ``sys.path``), so that a module's ``__file__``
+    and the files beside it are those it was shipped with.
+
+    Example:
+        >>> where_code_lives(["."]) == [Path(".")]
+        True
+        >>> where_code_lives(["/no/such/folder"])
+        []
+    """
+    found: list[Path] = []
+    for folder in map(Path, search_dirs):
+        if folder.is_dir():
+            found.append(folder)
+            continue
+        for entry in sys.path:
+            if Path(entry).name.startswith(RAY_PKG_PREFIX) and (Path(entry) / folder.name).is_dir():
+                found.append(Path(entry) / folder.name)
+    return found
 
 
 def qualified_name(func: object) -> str:

@@ -33,9 +33,11 @@ from raysearch.evaluate._reference import FloatReference
 from raysearch.metrics import (
     BUILTIN_METRICS,
     LISTED,
+    METRICS,
     MetricError,
     canonical_metric,
     compute_metric,
+    lm_scores,
 )
 from raysearch.modelgraph import quantizes_nothing
 from raysearch.usercode import qualified_name
@@ -48,6 +50,13 @@ class _PickledFunction:
     """A function given from Python, as :func:`pickle_for_trials` pickled it."""
 
     data: bytes
+
+
+@dataclass(frozen=True)
+class _NamedFunction:
+    """A custom evaluator named by import path (``module:function``), as it is pickled."""
+
+    spec: str
 
 
 @dataclass
@@ -124,6 +133,9 @@ class Evaluator:
         #: A function given from Python (not named by import path): pickled by value for the
         #: trials where its module is not installed (:func:`pickle_for_trials`).
         self.given_function = self.function is not None and not isinstance(metric, str)
+        #: Where a function named by import path was looked for: a trial worker imports it
+        #: from there too (:func:`raysearch.usercode.where_code_lives`).
+        self.search_dirs = tuple(os.fspath(folder) for folder in search_dirs)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -131,12 +143,22 @@ class Evaluator:
             from raysearch.evaluate._custom import pickle_for_trials
 
             state["function"] = _PickledFunction(pickle_for_trials(self.function))
+        elif self.function is not None:
+            # By its name: the receiving process imports it as the driver did, from where it
+            # lives (never by pickle's import, which knows no search folder).
+            state["function"] = _NamedFunction(self.name)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         function = state.get("function")
         if isinstance(function, _PickledFunction):
             state["function"] = pickle.loads(function.data)  # noqa: S301 - pickled by us
+        elif isinstance(function, _NamedFunction):
+            from raysearch.evaluate._custom import load_custom_evaluator
+            from raysearch.usercode import where_code_lives
+
+            folders = where_code_lives(state.get("search_dirs", ()))
+            state["function"] = load_custom_evaluator(function.spec, search_dirs=folders)
         self.__dict__.update(state)
 
     @classmethod
@@ -187,9 +209,13 @@ class Evaluator:
         outputs: Mapping[str, np.ndarray] | None = None,
         reference: FloatReference | Mapping[str, np.ndarray] | None = None,
         providers: Sequence[Any] | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> Score:
-        """Score one model: built-ins from ``outputs`` against ``reference``; a custom
-        evaluator by calling it with ``(model_path, providers)``.
+        """Score one model: built-ins from ``outputs`` against ``reference`` (and the data's
+        ``inputs``, where perplexity reads the text); a custom evaluator by calling it with
+        ``(model_path, providers)``. A language-model metric's score carries every
+        language-model metric with its 95 % interval as extras
+        (:func:`raysearch.metrics.lm_scores`).
 
         Raises:
             MetricError: the score cannot be computed (NaN outputs, a bad return value).
@@ -198,6 +224,11 @@ class Evaluator:
             if outputs is None or reference is None:
                 raise ValueError(f"{self.name} needs the quantized outputs and the float reference")
             ref = reference.outputs if isinstance(reference, FloatReference) else reference
+            if METRICS[self.name].lm:
+                if METRICS[self.name].needs_input_ids and not (inputs and "input_ids" in inputs):
+                    raise MetricError(f"{self.name} reads the next tokens from 'input_ids'")
+                extra = lm_scores(outputs, ref, inputs)
+                return Score(extra[self.name], extra)
             return Score(compute_metric(self.name, outputs, ref))
         if model_path is None:
             raise ValueError("a custom evaluator needs the model path")

@@ -24,6 +24,7 @@ from raysearch.search.runtime.transfer import (
     node_local_dir,
 )
 from raysearch.search.tune._rungs import plan_search_rungs
+from raysearch.usercode import where_code_lives
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -60,12 +61,15 @@ class EngineSpec:
     #: Modules that registered a backend, technique or strategy in the driver: the actor
     #: imports them before its first trial (see :mod:`raysearch.plugins`).
     plugins: tuple[str, ...] = field(default_factory=plugin_modules)
+    #: The config's search folders, where a plugin module found beside it lives (see
+    #: :func:`raysearch.usercode.where_code_lives`).
+    code_dirs: tuple[str, ...] = ()
 
     def __call__(self, *, threads: int = 1, gpu_id: int | None = None) -> Any:
         from raysearch.providers import gpu_memory_limit
         from raysearch.trial import FloatBaseline, TrialDevice, TrialRunner, TrialSpec
 
-        import_plugins(self.plugins, strict=False)
+        import_plugins(self.plugins, strict=False, search_dirs=where_code_lives(self.code_dirs))
 
         model_path, cache_dir = self.model.path, self.cache_dir
         if self.driver_node is not None and current_node_id() != self.driver_node:
@@ -128,6 +132,7 @@ def build_engine(
         gpu_fraction=config.resources.gpu_per_trial,
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
+    spec.code_dirs = tuple(os.fspath(folder) for folder in config.code_dirs)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir)
         if spec.reference_source is None:

@@ -86,7 +86,7 @@ from raysearch.search.runtime.cluster import (
     stop_ray,
 )
 from raysearch.strategies import check_strategy_available
-from raysearch.usercode import local_modules
+from raysearch.usercode import check_shippable, code_folders
 
 if TYPE_CHECKING:
     from raysearch.search.preflight import Prepared
@@ -372,9 +372,9 @@ def _preflight_beside_ray(
             preflight, config, cache_dir=cache_dir, kept=lookup, defer_reference=kept is None
         )
         try:
-            # The evaluator's or a plugin's module found beside the config: every worker's.
-            shipped = local_modules(config.code_modules(), config.code_dirs)
-            started = start_ray(config.address, shipped)
+            # The folders of the evaluator's or a plugin's module found beside the config: a
+            # cluster's other nodes get a copy (a local Ray's workers import it in place).
+            started = start_ray(config.address, *_code_to_ship(config))
         except BaseException:
             if kept is not None:
                 kept.close()
@@ -388,6 +388,39 @@ def _preflight_beside_ray(
             if started:
                 stop_ray()
             raise
+
+
+def _code_to_ship(config: SearchConfig) -> tuple[list[Path], list[Path]]:
+    """The code folders a search ships to a Ray cluster it joins (none for a Ray of its own,
+    or one already initialised), and what in them it leaves out (the model, the data and
+    the output folder: the search handles those itself).
+
+    Raises:
+        ConfigError: a folder is too large to ship (:func:`raysearch.usercode.check_shippable`).
+    """
+    import ray
+
+    if cluster_address(config.address) is None or ray.is_initialized():
+        return code_folders(config.code_modules(), config.code_dirs), []
+    folders = code_folders(config.code_modules(), config.code_dirs)
+    excluded = [Path(config.output_dir).absolute()]
+    for value in (config.model, config.calibration_data, config.eval_data):
+        if isinstance(value, (str, os.PathLike)):
+            excluded.append(Path(value).absolute())
+    for folder in folders:
+        modules = [name for name in config.code_modules() if _module_folder(name) == folder]
+        check_shippable(folder, excluded, modules=modules)
+    return folders, excluded
+
+
+def _module_folder(name: str) -> Path | None:
+    """The folder an imported module's file (or package folder) lies in."""
+    module = sys.modules.get(name.partition(".")[0])
+    file = getattr(module, "__file__", None) if module is not None else None
+    if file is None:
+        return None
+    path = Path(file).absolute()
+    return path.parent.parent if path.name == "__init__.py" else path.parent
 
 
 def run_search(

@@ -72,16 +72,23 @@ def cluster_address(address: str | None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
-def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ()) -> bool:
+def start_ray(
+    address: str | None,
+    py_modules: Sequence[str | os.PathLike] = (),
+    excluded: Sequence[str | os.PathLike] = (),
+) -> bool:
     """Join the Ray cluster at ``address`` (else at ``RAY_ADDRESS``), or start a local one
     of the search's own with this machine's CPUs, even when another Ray runs on this machine;
     nothing when Ray is already initialised. Returns whether this call started Ray.
 
-    ``py_modules`` (:func:`raysearch.usercode.local_modules`: the evaluator's or a plugin's
-    module found beside the config or in the working directory) become the job's
-    ``runtime_env`` ``py_modules``: Ray uploads them once and every worker, on every node,
-    imports them by name, as it would a module on its path. Ray's own default reaches only
-    the driver's working directory, and only on machines whose folders are the driver's.
+    ``py_modules`` (:func:`raysearch.usercode.code_folders`: the folders of the evaluator's
+    or a plugin's module found beside the config or in the working directory) are shipped,
+    each whole but for the ``excluded`` paths (the model, the data and the output folder,
+    which the search handles itself), as the job's ``runtime_env`` ``py_modules`` when the
+    search joins a cluster: Ray uploads them once and unpacks them on each node, where a
+    worker without the folder imports the module from that copy, beside the files shipped
+    with it (:func:`raysearch.usercode.where_code_lives`). A local Ray's workers run on this
+    machine and import the modules where they live: nothing is shipped.
     """
     import ray
 
@@ -102,13 +109,13 @@ def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ())
         "log_to_driver": False,
         "configure_logging": True,
     }
-    if py_modules:
-        kwargs["runtime_env"] = {"py_modules": [os.fspath(m) for m in py_modules]}
-        _logger.info("shipping %s to every Ray worker", ", ".join(map(os.fspath, py_modules)))
     _local_ray = None
     if not address and cluster_address(None):
         _logger.info("RAY_ADDRESS names the cluster to join")
     address = cluster_address(address)
+    if py_modules and address:
+        kwargs["runtime_env"] = shipped_code(py_modules, excluded)
+        _logger.info("shipping %s to the cluster's nodes", ", ".join(map(os.fspath, py_modules)))
     if address:
         _logger.info("joining the Ray cluster at %s", address)
         check_reachable(address)
@@ -122,18 +129,39 @@ def start_ray(address: str | None, py_modules: Sequence[str | os.PathLike] = ())
     return True
 
 
+def shipped_code(
+    folders: Sequence[str | os.PathLike], excluded: Sequence[str | os.PathLike] = ()
+) -> dict[str, Any]:
+    """The ``runtime_env`` that ships ``folders`` whole to a cluster's nodes, but for the
+    ``excluded`` paths inside them (as Ray's ``excludes``: patterns anchored at each folder).
+
+    Example:
+        >>> shipped_code(["/work/cfg"], ["/work/cfg/model.onnx", "/data/calib.npz"])
+        {'py_modules': ['/work/cfg'], 'excludes': ['/model.onnx']}
+    """
+    env: dict[str, Any] = {"py_modules": [os.fspath(folder) for folder in folders]}
+    patterns = []
+    for folder in map(Path, folders):
+        for path in map(Path, excluded):
+            if path.is_relative_to(folder) and path != folder:
+                patterns.append("/" + path.relative_to(folder).as_posix())
+    if patterns:
+        env["excludes"] = list(dict.fromkeys(patterns))
+    return env
+
+
 def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
-    """Say which of ``py_modules`` Ray's workers may not import: a Ray started before the
-    search has its job's ``runtime_env`` already. Ray puts the driver's working directory on
-    its workers' path itself, so only modules from elsewhere (the config's folder) are
-    named."""
-    here = os.path.realpath(os.getcwd())
-    elsewhere = [os.fspath(m) for m in py_modules if os.path.realpath(Path(m).parent) != here]
-    if elsewhere:
+    """Say which of ``py_modules`` (code folders) the workers of a Ray started before the
+    search import only where the folder exists (this machine's workers: a shared file system
+    too): that Ray has its job's ``runtime_env`` already, so nothing can be shipped."""
+    import ray
+
+    if py_modules and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
         _logger.warning(
-            "Ray was started before this search: its workers import %s only if their path "
-            "holds it (ray.init(runtime_env={'py_modules': [...]}) ships it)",
-            ", ".join(elsewhere),
+            "Ray was started before this search: its workers on other machines import the "
+            "code in %s only if the folder exists there (ray.init(runtime_env={'py_modules': "
+            "[...]}) ships it)",
+            ", ".join(map(os.fspath, py_modules)),
         )
 
 
