@@ -21,6 +21,23 @@ vector (means, population variances and covariance), with ``C1 = (0.01 L)^2``,
 When the outputs disagree on the number of samples (their first axes differ), all outputs
 together are one sample.
 
+Causal language models (``[batch, seq, vocab]`` logits: the output named ``logits``, else the
+floating-point output of rank 3 (else more) with the longest last axis, the vocabulary) have three
+metrics of their own, each a mean over every position of each sequence (a sample), in float64:
+
+================ ======================================================================= ======
+kl               ``KL(p || q)`` of the next-token distributions, ``p = softmax(float)``,  lower
+                 ``q = softmax(quantized)``: ``sum_v p_v (log p_v - log q_v)``
+top1_agreement   the share of positions whose most likely next token is the float        higher
+                 model's
+perplexity       ``exp(mean -log q(next token))``, the next token read from the text     lower
+                 itself (``input_ids`` shifted by one: the last position has none)
+================ ======================================================================= ======
+
+A language-model metric's score carries all three (perplexity when the data has
+``input_ids``) with 95 % intervals (:func:`metric_interval`: a bootstrap over sequences whose
+draws are the same for every model, so paired) as extras.
+
 Ranges (what bounds a tolerance, :attr:`BuiltinMetric.best` and :attr:`BuiltinMetric.worst`):
 L1 and L2 lie in ``[0, inf)``, cos and SSIM in ``[-1, 1]``, PSNR is at most 100 dB (and
 unbounded below).
@@ -62,6 +79,13 @@ __all__ = [
     "compute_metric",
     "metric_per_sample",
     "mean_metric",
+    "LM_METRICS",
+    "logits_output",
+    "metric_kl",
+    "metric_top1_agreement",
+    "metric_nll",
+    "metric_interval",
+    "lm_scores",
 ]
 
 #: PSNR of a sample whose quantized output equals the float one.
@@ -129,6 +153,76 @@ def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
     return ((2 * mq * mf + c1) * (2 * cov + c2)) / ((mq**2 + mf**2 + c1) * (vq + vf + c2))
 
 
+# --------------------------------------------------------------------------------------------
+# Causal language models: [samples, positions, vocabulary] logits
+# --------------------------------------------------------------------------------------------
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def metric_kl(q: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Per-sample mean over positions of ``KL(softmax(f) || softmax(q))`` of ``[S, T, V]``
+    logits."""
+    lf, lq = _log_softmax(f), _log_softmax(q)
+    return np.maximum((np.exp(lf) * (lf - lq)).sum(axis=-1), 0.0).mean(axis=1)
+
+
+def metric_top1_agreement(q: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Per-sample share of positions where ``[S, T, V]`` logits ``q`` and ``f`` pick the same
+    most likely token."""
+    return (np.argmax(q, axis=-1) == np.argmax(f, axis=-1)).mean(axis=1)
+
+
+def metric_nll(q: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per-sample mean negative log-likelihood of each next token ``ids[:, t + 1]`` under
+    ``[S, T, V]`` logits ``q`` at position ``t`` (the log of the sample's perplexity)."""
+    if ids.shape[1] < 2:
+        raise MetricError("perplexity needs sequences of at least two tokens")
+    lq = _log_softmax(q[:, :-1])
+    picked = np.take_along_axis(lq, ids[:, 1:, None].astype(np.int64), axis=-1)[..., 0]
+    return -picked.mean(axis=1)
+
+
+def logits_output(outputs: Mapping[str, np.ndarray]) -> str:
+    """The name of the next-token logits among ``outputs``: ``logits`` when there is one,
+    else the floating-point output of rank 3 (else of a higher rank: a key/value cache is
+    rank 4) with the longest last (vocabulary) axis.
+
+    Raises:
+        MetricError: no output has a vocabulary axis.
+
+    Example:
+        >>> logits_output({"present.0.key": np.zeros((1, 2, 3, 16)), "out": np.zeros((1, 3, 50))})
+        'out'
+    """
+    if "logits" in outputs:
+        return "logits"
+    floating = [
+        name
+        for name, value in outputs.items()
+        if np.ndim(value) >= 3 and np.issubdtype(np.asarray(value).dtype, np.floating)
+    ]
+    # [batch, seq, vocab] before any rank-4 output (a key/value cache's [batch, heads, seq, d])
+    found = [name for name in floating if np.ndim(outputs[name]) == 3] or floating
+    if not found:
+        raise MetricError(
+            "no output has a vocabulary axis ([batch, seq, vocab] logits): the language-model "
+            "metrics need one"
+        )
+    return max(found, key=lambda name: np.shape(outputs[name])[-1])
+
+
+def _lm_rows(value: np.ndarray, start: int, stop: int, vocab: bool = True) -> np.ndarray:
+    rows = np.asarray(value[start:stop])
+    return (
+        rows.reshape(stop - start, -1, rows.shape[-1]) if vocab else rows.reshape(stop - start, -1)
+    )
+
+
 @dataclass(frozen=True)
 class BuiltinMetric:
     """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
@@ -142,6 +236,24 @@ class BuiltinMetric:
     higher_is_better: bool
     best: float
     worst: float
+    #: A language-model metric: computed on the logits output alone, ``[S, T, V]``.
+    lm: bool = False
+    #: The mean of the per-sample values is turned into the metric by this (perplexity:
+    #: ``exp`` of the mean negative log-likelihood); None: the mean is the metric.
+    finish: Callable[[float], float] | None = None
+    #: The best value of one sample's value where it differs from ``best`` (the metric's).
+    sample_best: float | None = None
+    #: The function reads the next tokens from the data (``input_ids``), not the float logits.
+    needs_input_ids: bool = False
+
+    def of_mean(self, mean: float) -> float:
+        """The metric from the mean of the per-sample values."""
+        return self.finish(mean) if self.finish is not None else mean
+
+    @property
+    def best_sample(self) -> float:
+        """The best value one sample's value can take (what could_reach assumes)."""
+        return self.best if self.sample_best is None else self.sample_best
 
 
 #: The built-in metrics by name, in the order the messages list them.
@@ -155,14 +267,36 @@ METRICS: dict[str, BuiltinMetric] = {
             "PSNR", metric_psnr, higher_is_better=True, best=PSNR_CAP_DB, worst=-math.inf
         ),
         BuiltinMetric("SSIM", metric_ssim, higher_is_better=True, best=1.0, worst=-1.0),
+        BuiltinMetric("kl", metric_kl, False, best=0.0, worst=math.inf, lm=True),
+        BuiltinMetric("top1_agreement", metric_top1_agreement, True, best=1.0, worst=0.0, lm=True),
+        BuiltinMetric(
+            "perplexity",
+            metric_nll,
+            False,
+            best=1.0,
+            worst=math.inf,
+            lm=True,
+            finish=math.exp,
+            sample_best=0.0,
+            needs_input_ids=True,
+        ),
     )
 }
+#: The language-model metrics' names.
+LM_METRICS = tuple(name for name, m in METRICS.items() if m.lm)
 #: Built-in metrics and whether higher is better (a view of :data:`METRICS`).
 BUILTIN_METRICS: dict[str, bool] = {name: m.higher_is_better for name, m in METRICS.items()}
 #: The built-in names as messages list them: ``"L1, L2, cos, PSNR, SSIM"``.
 LISTED = ", ".join(METRICS)
 #: Other spellings a config may use for a built-in metric (in any case, as the names).
-METRIC_ALIASES = {"cosine": "cos", "cos_sim": "cos"}
+METRIC_ALIASES = {
+    "cosine": "cos",
+    "cos_sim": "cos",
+    "kl_divergence": "kl",
+    "top1": "top1_agreement",
+    "agreement": "top1_agreement",
+    "ppl": "perplexity",
+}
 
 
 def canonical_metric(name: str) -> str | None:
@@ -172,7 +306,10 @@ def canonical_metric(name: str) -> str | None:
 
 
 def compute_metric(
-    name: str, quantized: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]
+    name: str,
+    quantized: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    inputs: Mapping[str, np.ndarray] | None = None,
 ) -> float:
     """The built-in metric ``name`` of quantized outputs against float outputs (both
     ``{output name: array with samples on axis 0}``), averaged over samples.
@@ -185,7 +322,7 @@ def compute_metric(
         >>> compute_metric("L1", {"y": np.array([[1.0, 1.0], [0.0, 2.0]])}, f)
         0.25
     """
-    return mean_metric(name, metric_per_sample(name, quantized, reference))
+    return mean_metric(name, metric_per_sample(name, quantized, reference, inputs))
 
 
 def mean_metric(name: str, values: np.ndarray) -> float:
@@ -199,13 +336,18 @@ def mean_metric(name: str, values: np.ndarray) -> float:
     for start in range(0, len(values), _SAMPLES_PER_CHUNK):
         total += float(np.sum(values[start : start + _SAMPLES_PER_CHUNK]))
     value = total / len(values)
+    if name in METRICS and math.isfinite(value):
+        value = METRICS[name].of_mean(value)
     if not math.isfinite(value):
         raise MetricError(f"{name} is {value}")
     return value
 
 
 def metric_per_sample(
-    name: str, quantized: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]
+    name: str,
+    quantized: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    inputs: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The built-in metric ``name`` of each sample (float64, one value per sample: one in
     all when the outputs disagree on the number of samples).
@@ -220,7 +362,26 @@ def metric_per_sample(
     """
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; built-in metrics are {', '.join(METRICS)}")
+    if METRICS[name].lm:
+        return _lm_per_sample(METRICS[name], quantized, reference, inputs)
     names = list(reference)
+    _check_outputs(names, quantized, reference)
+    counts = {reference[out].shape[0] if reference[out].ndim else 1 for out in names}
+    per_sample = len(counts) == 1
+    samples = counts.pop() if per_sample else 1
+    function = METRICS[name].function
+    parts = []
+    for start in range(0, samples, _SAMPLES_PER_CHUNK):
+        stop = min(samples, start + _SAMPLES_PER_CHUNK)
+        q = _rows(quantized, names, start, stop, per_sample)
+        f = _rows(reference, names, start, stop, per_sample)
+        parts.append(np.asarray(function(q, f), dtype=np.float64))
+    return np.concatenate(parts)
+
+
+def _check_outputs(
+    names: Sequence[str], quantized: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]
+) -> None:
     for out in names:
         if out not in quantized:
             raise MetricError(f"the quantized model has no output '{out}'")
@@ -238,17 +399,79 @@ def metric_per_sample(
             raise MetricError(
                 f"quantized model output '{out}' holds {kind} in {rows} of {total} samples"
             )
-    counts = {reference[out].shape[0] if reference[out].ndim else 1 for out in names}
-    per_sample = len(counts) == 1
-    samples = counts.pop() if per_sample else 1
-    function = METRICS[name].function
+
+
+#: Sequences per chunk of the language-model metrics ([chunk, T, V] in float64 at a time).
+_SEQUENCES_PER_CHUNK = 16
+
+
+def _lm_per_sample(
+    metric: BuiltinMetric,
+    quantized: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    inputs: Mapping[str, np.ndarray] | None,
+) -> np.ndarray:
+    """A language-model metric per sequence, on the logits output alone."""
+    logits = logits_output(reference)
+    _check_outputs([logits], quantized, reference)
+    ids = None
+    if metric.needs_input_ids:
+        if not inputs or "input_ids" not in inputs:
+            raise MetricError(f"{metric.name} reads the next tokens from an input 'input_ids'")
+        ids = inputs["input_ids"]
+    samples = reference[logits].shape[0]
     parts = []
-    for start in range(0, samples, _SAMPLES_PER_CHUNK):
-        stop = min(samples, start + _SAMPLES_PER_CHUNK)
-        q = _rows(quantized, names, start, stop, per_sample)
-        f = _rows(reference, names, start, stop, per_sample)
-        parts.append(np.asarray(function(q, f), dtype=np.float64))
+    for start in range(0, samples, _SEQUENCES_PER_CHUNK):
+        stop = min(samples, start + _SEQUENCES_PER_CHUNK)
+        q = _lm_rows(quantized[logits], start, stop)
+        other = _lm_rows(ids, start, stop, vocab=False) if ids is not None else None
+        f = other if other is not None else _lm_rows(reference[logits], start, stop)
+        parts.append(np.asarray(metric.function(q, f), dtype=np.float64))
     return np.concatenate(parts)
+
+
+def metric_interval(
+    name: str, values: np.ndarray, level: float = 0.95, resamples: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``:
+    the samples drawn with replacement ``resamples`` times, with draws that depend on the
+    sample count and ``seed`` alone, so that two models scored on the same rows are resampled
+    alike (a paired bootstrap); percentiles of the metric of each draw.
+
+    Example:
+        >>> low, high = metric_interval("kl", np.array([1.0, 2.0, 3.0, 4.0]))
+        >>> 1.0 <= low < 2.5 < high <= 4.0
+        True
+    """
+    values = np.asarray(values, np.float64)
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    means = values[draws].mean(axis=1)
+    metric = METRICS[name]
+    if metric.finish is not None:
+        means = np.array([metric.finish(m) for m in means])
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def lm_scores(
+    quantized: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    inputs: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, float]:
+    """Every language-model metric (perplexity when ``inputs`` has ``input_ids``) with its
+    95 % interval: ``{kl, kl_ci_low, kl_ci_high, top1_agreement, ...}``."""
+    out: dict[str, float] = {}
+    for name in LM_METRICS:
+        if METRICS[name].needs_input_ids and (not inputs or "input_ids" not in inputs):
+            continue
+        values = metric_per_sample(name, quantized, reference, inputs)
+        out[name] = mean_metric(name, values)
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = metric_interval(name, values)
+    return out
 
 
 def _rows(

@@ -47,6 +47,7 @@ from onnxruntime.quantization import CalibrationDataReader
 from raysearch.data._checks import DEFAULT_BATCH_SIZE, as_array, check_arrays, declared, feed_batch
 from raysearch.data._files import read_path
 from raysearch.data._inputs import ModelInput, model_inputs
+from raysearch.data._lm_inputs import complete_decoder_inputs
 from raysearch.data._reader import drain_reader
 from raysearch.errors import DataError
 
@@ -142,6 +143,7 @@ class DataSource:
                 f"{label}: expected a path (.npz, .npy, .parquet or a directory), a mapping of "
                 f"arrays or a CalibrationDataReader, got {type(spec).__name__}"
             )
+        arrays = complete_decoder_inputs(arrays, inputs)
         return cls(arrays, inputs, batch_size, label=where)
 
     # -- sizes -----------------------------------------------------------------------------

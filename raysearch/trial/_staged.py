@@ -188,16 +188,18 @@ class StagedTrial:
         if rungs is None or rungs.order is None:  # every row at once, in the data's order
             outputs, latencies = run_model(self._session, data)
             self._latencies += latencies
-            return evaluator.score(outputs=outputs, reference=self.reference)
+            return evaluator.score(outputs=outputs, reference=self.reference, inputs=data.arrays)
         outputs, latencies = run_model(self._session, subset(data, rungs.rows(k)))
         self._outputs.add(outputs)
         self._latencies += latencies
         if last:  # every row back in the data's order: the metric of a trial evaluated whole
             full = self._outputs.in_order(rungs.order)
-            return evaluator.score(outputs=full, reference=self.reference)
+            return evaluator.score(outputs=full, reference=self.reference, inputs=data.arrays)
         assert rungs.sizes is not None
-        seen = sliced(self.reference, rungs.order[: rungs.sizes[k]])
-        self._values = metric_per_sample(evaluator.name, self._outputs.prefix(), seen)
+        rows = rungs.order[: rungs.sizes[k]]
+        seen = sliced(self.reference, rows)
+        inputs = {name: array[rows] for name, array in data.arrays.items()}
+        self._values = metric_per_sample(evaluator.name, self._outputs.prefix(), seen, inputs)
         return Score(mean_metric(evaluator.name, self._values))
 
     def _batch_latency(self) -> float | None:
@@ -266,12 +268,14 @@ class StagedTrial:
             return evaluator.is_candidate(metric, float_score)
         rungs = self.rungs
         assert rungs is not None and rungs.sizes is not None and self._values is not None
+        metric = METRICS[evaluator.name]
         return could_reach(
             self._values,
             rungs.sizes[-1],
-            best=METRICS[evaluator.name].best,
+            best=metric.best_sample,
             higher_is_better=evaluator.higher_is_better,
-            meets=evaluator.is_candidate,
+            # the per-sample values' mean is the metric once finished (perplexity: exp)
+            meets=lambda mean: evaluator.is_candidate(metric.of_mean(mean)),
         )
 
 
