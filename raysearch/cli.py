@@ -12,12 +12,13 @@ outputs and the batch summary (which says why, per model) are written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -120,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:  # how Quark's and Neural Compressor's names were read: one line
         logging.getLogger(DIALECTS_LOGGER).setLevel(logging.INFO)
     try:
-        return _COMMANDS[args.command](args)
+        with _narrowing_quiet(args.command, args.debug):
+            return _COMMANDS[args.command](args)
     except InputError as exc:
         if args.debug:
             raise
@@ -199,12 +201,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from raysearch.search.preflight import preflight
     from raysearch.strategies import check_strategy_available
 
-    config = _load(args)
+    with _narrowing_notes() as notes:
+        config = _load(args)
     check_strategy_available(config.search_algo)
     prepared = preflight(config, check_only=True)
     print(f"{args.config}: valid")
     for line in _space_report(config):
         print(line)
+    for note in notes:
+        print(f"note: {note} (raysearch spaces counts every setting of the preset)")
     for line in _validate_notes(config, prepared):
         print(line)
     return EXIT_OK
@@ -255,21 +260,77 @@ def _output_dir_note(config) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _narrowing_quiet(command: str, debug: bool) -> Iterator[None]:
+    """A predefined space narrowed to this install (fine-tuning without PyTorch) changes what
+    a search runs: a warning for the commands that search, quiet for the others (validate
+    says it in its own words)."""
+    logger = logging.getLogger(NARROWED_LOGGER)
+    level = logger.level
+    if command not in _SEARCHING and not debug:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _narrowing_notes() -> Iterator[list[str]]:
+    """The notes of the predefined spaces narrowed to this install while the block runs
+    (``NARROWED_LOGGER``'s records), kept instead of logged."""
+    notes: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            notes.append(record.getMessage())
+
+    logger = logging.getLogger(NARROWED_LOGGER)
+    handler, level, propagate = _Keep(), logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield notes
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
 def _cmd_spaces(args: argparse.Namespace) -> int:
+    """Each predefined space and its settings; a preset this install runs narrowed (an
+    optional package missing) says how many of them a search here runs, and why."""
     import yaml
 
-    from raysearch.config import predefined_spaces
+    from raysearch.config import predefined_spaces, runnable_predefined_space
     from raysearch.quantize.registry import backend_reject
     from raysearch.space import SearchSpace, expand_spaces
 
     print(f"{'name':<26} {'settings':>8}  description")
+    narrowed = []
     for name, path in predefined_spaces().items():
         data = yaml.safe_load(path.read_text())
         space = SearchSpace.parse(data["search_space"], path=name)
         count = len(expand_spaces([space], backend_reject))
-        print(f"{name:<26} {count:>8}  {data.get('description', '')}")
+        raw, notes = runnable_predefined_space(name)
+        mark = "*" if notes else " "
+        print(f"{name:<26} {count:>7}{mark}  {data.get('description', '')}")
+        if notes:
+            here = len(expand_spaces([SearchSpace.parse(raw, path=name)], backend_reject))
+            narrowed.append((name, count, here, notes))
+    for name, count, here, notes in narrowed:
+        why = "; ".join(note.split(": ", 1)[1] for note in notes)
+        print(f"* {name}: a search here runs {here} of its {count} settings: {why}")
     return EXIT_OK
 
+
+#: The commands that run a search: a predefined space narrowed to what this install can run
+#: is a warning for them, and quiet for the others.
+_SEARCHING = frozenset({"run", "resume", "demo", "batch"})
+#: The logger of that narrowing (``raysearch.config.NARROWED_LOGGER``; not imported here, to
+#: keep the start fast).
+NARROWED_LOGGER = "raysearch.config.narrowed"
 
 #: The logger of how a config's Quark and Neural Compressor names were read
 #: (``raysearch.config._dialects.LOGGER``; not imported here, to keep the start fast).
@@ -398,6 +459,15 @@ def _against_float(summary: dict[str, Any]) -> list[str]:
         said = _size(mine) if unit is None else f"{_fmt(mine)} {unit}"
         if ref:
             said += f" ({mine / ref:.1%} of the float model's)"
+        timed = (summary.get("latency_retimed") or {}).get("models") or {}
+        best = timed.get(str(summary.get("best_trial_id")))
+        if unit is not None and best and timed.get("float"):
+            rounds = summary["latency_retimed"]["rounds"]
+            said += (
+                f", both timed alone after the search: {_fmt(best['min_ms'])}-"
+                f"{_fmt(best['max_ms'])} ms against {_fmt(timed['float']['min_ms'])}-"
+                f"{_fmt(timed['float']['max_ms'])} ms over {rounds} rounds"
+            )
         lines.append(f"  {label}: {said}")
     return lines
 
@@ -451,7 +521,7 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
     missed = _tolerance_words(summary, metric)
     if missed:
         print(missed)
-    for note in ("tolerance_note", "gpu_note"):
+    for note in ("tolerance_note", "latency_note", "gpu_note"):
         if summary.get(note):
             print(f"Note: {summary[note]}.")
     from raysearch.layout import REPORT

@@ -19,6 +19,7 @@ from raysearch.config._config import (
     read_yaml,
 )
 from raysearch.config._objects import written_config
+from raysearch.config._spaces import NARROWED_LOGGER, runnable_predefined_space
 
 __all__ = [
     "ConfigError",
@@ -31,6 +32,8 @@ __all__ = [
     "load_config",
     "predefined_spaces",
     "load_predefined_space",
+    "runnable_predefined_space",
+    "NARROWED_LOGGER",
     "apply_overrides",
     "read_yaml",
     "written_config",

@@ -22,9 +22,18 @@ from raysearch.errors import ConfigError, ErrorCollector, canonical_name, sugges
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point, resolve_points
 
-__all__ = ["predefined_spaces", "load_predefined_space", "parse_spaces"]
+__all__ = [
+    "predefined_spaces",
+    "load_predefined_space",
+    "runnable_predefined_space",
+    "parse_spaces",
+    "NARROWED_LOGGER",
+]
 
-_logger = logging.getLogger("raysearch.config._config")
+#: The logger of a predefined space narrowed to what this install can run (a search logs it
+#: as a warning: it changes what is searched; commands that search nothing quiet it).
+NARROWED_LOGGER = "raysearch.config.narrowed"
+_narrowed = logging.getLogger(NARROWED_LOGGER)
 
 
 def predefined_spaces() -> dict[str, Path]:
@@ -87,15 +96,35 @@ def _parse_one(raw: Any, path: str) -> SearchSpace:
     """One space (a predefined one by name), with its start points, checked."""
     starts: Any = []
     if isinstance(raw, str):
-        name, preset = raw, _load_predefined(raw, path)
-        raw = _without_missing_backends(name, preset["search_space"])
-        raw = _without_missing_techniques(name, raw)
+        preset = _load_predefined(raw, path)
+        raw, notes = _runnable(raw, preset["search_space"])
+        for note in notes:
+            _narrowed.warning("%s", note)
         starts = _runnable_starts(preset.get("points_to_evaluate") or [], raw)
     space = SearchSpace.parse(raw, path=path)
     space.points_to_evaluate = resolve_points(space, starts, f"{path}.points_to_evaluate")
     _check_technique_requirements(space, path)
     _check_backend_requirements(space, path)
     return space
+
+
+def runnable_predefined_space(name: str) -> tuple[Any, list[str]]:
+    """The predefined space ``name``'s ``search_space`` as a search here runs it: narrowed to
+    the backends and techniques whose optional packages are installed; and, one line each,
+    what was narrowed and why (empty when it runs whole).
+
+    Example:
+        >>> raw, notes = runnable_predefined_space("MATMUL_CONV_INT8_SEARCH")
+        >>> notes
+        []
+    """
+    return _runnable(name, _load_predefined(name, "search_space")["search_space"])
+
+
+def _runnable(name: str, raw: Any) -> tuple[Any, list[str]]:
+    notes: list[str] = []
+    raw = _without_missing_backends(name, raw, notes)
+    return _without_missing_techniques(name, raw, notes), notes
 
 
 def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
@@ -143,11 +172,11 @@ def _missing_backends(values: Any) -> dict[str, str]:
     return {n: r for n, r in reasons.items() if r}
 
 
-def _without_missing_backends(name: str, raw: Any) -> Any:
+def _without_missing_backends(name: str, raw: Any, notes: list[str]) -> Any:
     """A predefined space that searches several backends (``quantizer: [ort, nncf]``) searches
-    those that can run here, with a warning naming the extra, and without the groups only a
-    missing backend activates (``only_if: {quantizer: nncf}``): the preset stays usable on a
-    lean install. A space the user writes is refused instead
+    those that can run here, with a note (in ``notes``) naming the extra, and without the
+    groups only a missing backend activates (``only_if: {quantizer: nncf}``): the preset stays
+    usable on a lean install. A space the user writes is refused instead
     (:func:`_check_backend_requirements`)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("quantizer"), list):
         return raw
@@ -156,7 +185,7 @@ def _without_missing_backends(name: str, raw: Any) -> Any:
     if not missing or not kept:
         return raw
     for reason in missing.values():
-        _logger.warning("%s: quantizer searched as %s only: %s", name, ", ".join(kept), reason)
+        notes.append(f"{name}: quantizer searched as {', '.join(kept)} only: {reason}")
 
     def only_missing(group: Any) -> bool:
         condition = group.get("only_if") if isinstance(group, dict) else None
@@ -195,11 +224,11 @@ def _technique_switches() -> dict[str, type]:
     }
 
 
-def _without_missing_techniques(name: str, raw: Any) -> Any:
+def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
     """A predefined space that searches a technique on and off (``include_fast_ft: [false,
-    true]``) searches it off only when its optional package is missing, with a warning naming
-    the extra: the preset stays usable on a lean install. A preset that needs the technique
-    (``[true]``) and a space the user writes are refused instead
+    true]``) searches it off only when its optional package is missing, with a note (in
+    ``notes``) naming the extra: the preset stays usable on a lean install. A preset that
+    needs the technique (``[true]``) and a space the user writes are refused instead
     (:func:`_check_technique_requirements`)."""
     switches = _technique_switches()
     off: set[str] = set()
@@ -212,7 +241,7 @@ def _without_missing_techniques(name: str, raw: Any) -> Any:
             cls = switches.get(key)
             reason = cls.missing_requirement() if cls is not None else None
             if reason and isinstance(value, list) and any(value) and not all(value):
-                _logger.warning("%s: %s searched as false only: %s", name, key, reason)
+                notes.append(f"{name}: {key} searched as false only: {reason}")
                 value = [False]
                 off.add(key)
             out[key] = narrow(value)

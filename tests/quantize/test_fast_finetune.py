@@ -346,7 +346,7 @@ def test_a_preset_searching_fine_tuning_as_an_option_searches_it_off_without_pyt
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with caplog.at_level("WARNING", logger="raysearch.config._config"):
+    with caplog.at_level("WARNING", logger="raysearch.config.narrowed"):
         lean = parse_spaces({"search_space": "A8W8_SEARCH"})[0]
     switch = next(p for p in lean.params if p.leaf == "include_fast_ft")
     assert list(switch.domain.choices) == [False]
