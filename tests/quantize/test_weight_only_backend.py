@@ -86,7 +86,7 @@ def test_block_size_and_symmetry_reach_the_model(backend, tmp_path):
 
 
 def test_node_bits_8_and_float_per_node(backend, lm, tmp_path):
-    settings = {"node_bits": {HEAD: 8, GATE: "float"}, "accuracy_level": 4}
+    settings = {"nodes_8bit": [HEAD], "nodes_float": [GATE], "accuracy_level": 4}
     model, info, out = _quantize(backend, settings, tmp_path)
     nodes = _nbits(model)
     assert _attr(nodes[HEAD + "_Q8"], "bits") == 8
@@ -129,9 +129,9 @@ def test_qdq_format_writes_dequantize_linear(backend, tmp_path):
 @pytest.mark.parametrize("algorithm", ["hqq", "k_quant"])
 def test_algorithms_write_other_weights_than_rtn(backend, tmp_path, algorithm):
     rtn, _, _ = _quantize(backend, {"block_size": 32, "symmetric": False}, tmp_path, "rtn.onnx")
-    settings = {"algorithm": algorithm, "block_size": 32, "node_bits": {HEAD: 8}}
+    settings = {"algorithm": algorithm, "block_size": 32, "nodes_8bit": [HEAD]}
     if algorithm == "hqq":  # 4 bits only (refused at 8), and it writes no accuracy_level itself
-        settings = {"algorithm": algorithm, "block_size": 32, "node_bits": {HEAD: "float"}}
+        settings = {"algorithm": algorithm, "block_size": 32, "nodes_float": [HEAD]}
         settings["accuracy_level"] = 1
     other, _, out = _quantize(backend, settings, tmp_path, f"{algorithm}.onnx")
     nodes = _nbits(other)
@@ -189,11 +189,14 @@ def test_ort_gptq_still_writes_rtn_weights(lm):
         ({"block_size": 48}, "block_size 48: MatMulNBits needs a power of two from 16 to 256"),
         ({"algorithm": "hqq", "symmetric": True}, "algorithm hqq has no symmetric form"),
         ({"algorithm": "k_quant", "symmetric": True}, "algorithm k_quant always writes zero"),
-        ({"algorithm": "hqq", "node_bits": {HEAD: 8}}, "algorithm hqq at 8 bits writes float"),
-        ({"node_bits": {HEAD: 2}}, "node_bits '/lm_head/MatMul': expected 4, 8 or float, got 2"),
+        ({"algorithm": "hqq", "nodes_8bit": [HEAD]}, "algorithm hqq at 8 bits writes float"),
+        (
+            {"nodes_8bit": [HEAD], "nodes_float": [HEAD]},
+            "node '/lm_head/MatMul' is in two of nodes_4bit, nodes_8bit, nodes_float",
+        ),
         ({"quantize_embeddings": True, "bits": 8}, "quantize_embeddings needs bits 4"),
         ({"quantize_embeddings": True, "algorithm": "hqq"}, "quantize_embeddings needs algorithm"),
-        ({"quant_format": "QDQ", "node_bits": {HEAD: 8}}, "quant_format QDQ writes 4-bit"),
+        ({"quant_format": "QDQ", "nodes_8bit": [HEAD]}, "quant_format QDQ writes 4-bit"),
         ({"quant_format": "QDQ", "algorithm": "hqq"}, "quant_format QDQ needs algorithm rtn"),
         ({"quant_format": "QDQ", "accuracy_level": 4}, "accuracy_level is a MatMulNBits"),
     ],
@@ -216,9 +219,9 @@ def test_catalogue_checks_values_in_a_space():
 
 
 def test_validate_names_a_node_that_is_no_weight_matmul(lm):
-    WeightOnlyBackend.validate({"node_bits": {HEAD: 8}}, lm)
-    with pytest.raises(ConfigError, match="'/lm_head/MatMull'.*'/lm_head/MatMul'"):
-        WeightOnlyBackend.validate({"node_bits": {"/lm_head/MatMull": 8}}, lm)
+    WeightOnlyBackend.validate({"nodes_8bit": [HEAD]}, lm)
+    with pytest.raises(ConfigError, match="nodes_float: .*'/lm_head/MatMull'.*'/lm_head/MatMul'"):
+        WeightOnlyBackend.validate({"nodes_float": ["/lm_head/MatMull"]}, lm)
 
 
 def test_import_leaves_the_root_logger_alone():

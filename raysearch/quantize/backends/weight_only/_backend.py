@@ -40,6 +40,7 @@ from raysearch.modelfile import has_external_data
 from raysearch.quantize.backends.weight_only.options import (
     DEFAULTS,
     FLOAT,
+    NODE_LISTS,
     WEIGHT_ONLY_CATALOGUE,
     node_precisions,
     reject_reason,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
+
+NODE_LISTS_KEYS = tuple(NODE_LISTS)
 
 __all__ = ["WeightOnlyBackend", "weight_matmuls", "embedding_gathers", "import_quantizer"]
 
@@ -109,7 +112,7 @@ class WeightOnlyBackend(QuantizerBackend):
     """ONNX Runtime's ``MatMulNBitsQuantizer`` with the trial's settings (see the module)."""
 
     catalogue: ClassVar[Catalogue | None] = WEIGHT_ONLY_CATALOGUE
-    model_settings: ClassVar[tuple[str, ...]] = ("node_bits",)
+    model_settings: ClassVar[tuple[str, ...]] = NODE_LISTS_KEYS
 
     def __init__(
         self,
@@ -134,9 +137,9 @@ class WeightOnlyBackend(QuantizerBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for a ``node_bits`` name that is no weight MatMul of
-        ``model`` (with the closest name)."""
-        if not settings.get("node_bits"):
+        """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit`` or
+        ``nodes_float`` that is no weight MatMul of ``model`` (with the closest name)."""
+        if not any(settings.get(key) for key in NODE_LISTS):
             return
         import onnx
 
@@ -148,10 +151,11 @@ class WeightOnlyBackend(QuantizerBackend):
         names = weight_matmuls(proto) if proto.graph.initializer else []
         if not names:  # weights not loaded: read the names of every MatMul
             names = [n.name for n in proto.graph.node if n.op_type == "MatMul"]
-        missing = [n for n in settings["node_bits"] if n not in names]
-        if missing:
-            described = ", ".join(f"'{v}'{suggest(v, names)}" for v in missing)
-            raise ConfigError("node_bits", f"not a weight MatMul of the model: {described}")
+        for key in NODE_LISTS:
+            missing = [n for n in settings.get(key) or () if n not in names]
+            if missing:
+                described = ", ".join(f"'{v}'{suggest(v, names)}" for v in missing)
+                raise ConfigError(key, f"not a weight MatMul of the model: {described}")
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:

@@ -12,8 +12,8 @@ setting                   meaning (default)
                           ``hqq`` (half-quadratic, PyTorch; 4 bits only: its 8-bit model does
                           not run on CPU), ``k_quant`` (llama.cpp's k-quant scales); ``gptq``
                           is refused (see :data:`GPTQ_REFUSAL`)
-``bits``                  4 or 8: the precision of every weight MatMul ``node_bits`` does not
-                          name (4)
+``bits``                  4 or 8: the precision of every weight MatMul the node lists below
+                          do not name (4)
 ``block_size``            16-256, a power of two: weights per scale (128)
 ``symmetric``             symmetric blocks (no zero point) or not (true: ONNX Runtime's
                           command line default); ``rtn`` only
@@ -23,7 +23,9 @@ setting                   meaning (default)
                           ``rtn``, 4 bits, QOperator
 ``quant_format``          ``QOperator`` (MatMulNBits) or ``QDQ`` (DequantizeLinear + MatMul,
                           ``rtn`` at 4 bits only)
-``node_bits``             per-node precision: ``{MatMul node name: 4 | 8 | float}``
+``nodes_4bit``,           per-node precision: MatMul node names at 4 bits, at 8 bits, or
+``nodes_8bit``,           kept float (a node in none of them is at ``bits``; in two of them,
+``nodes_float``           refused)
 ========================= ===================================================================
 
 The module is pure data and imports neither ONNX Runtime nor PyTorch.
@@ -52,11 +54,12 @@ __all__ = [
     "GPTQ_REFUSAL",
     "FLOAT",
     "node_precisions",
+    "NODE_LISTS",
     "reject_reason",
 ]
 
 ALGORITHMS = ("rtn", "hqq", "k_quant", "gptq")
-#: A ``node_bits`` value that keeps a node in float.
+#: The precision of a node kept float (``nodes_float``).
 FLOAT = "float"
 #: What a setting the space did not set means (ONNX Runtime's defaults: block 128, symmetric).
 DEFAULTS: dict[str, Any] = {
@@ -77,7 +80,7 @@ GPTQ_REFUSAL = (
 SETTINGS: dict[str, OptionSpec] = {
     "quantizer": QUANTIZER,
     "algorithm": OptionSpec("enum", "how weights are rounded to their blocks", ALGORITHMS),
-    "bits": OptionSpec("enum", "bits per weight of the nodes node_bits does not name", (4, 8)),
+    "bits": OptionSpec("enum", "bits per weight of the nodes no node list names", (4, 8)),
     "block_size": OptionSpec("int", "weights per scale (a power of two)", low=16, high=256),
     "symmetric": OptionSpec("bool", "symmetric blocks, no zero point (rtn)"),
     "accuracy_level": OptionSpec(
@@ -85,23 +88,31 @@ SETTINGS: dict[str, OptionSpec] = {
     ),
     "quantize_embeddings": OptionSpec("bool", "embedding Gathers as GatherBlockQuantized"),
     "quant_format": OptionSpec("enum", "MatMulNBits or DequantizeLinear", ("QOperator", "QDQ")),
-    "node_bits": OptionSpec("dict", "per MatMul node name: 4, 8 or float"),
+    "nodes_4bit": OptionSpec("str_list", "weight MatMul node names at 4 bits"),
+    "nodes_8bit": OptionSpec("str_list", "weight MatMul node names at 8 bits"),
+    "nodes_float": OptionSpec("str_list", "weight MatMul node names kept float"),
 }
+#: The per-node precision settings and the precision each names.
+NODE_LISTS: dict[str, int | str] = {"nodes_4bit": 4, "nodes_8bit": 8, "nodes_float": FLOAT}
 
 #: The ``weight_only`` backend's catalogue, registered for the space to validate against.
 WEIGHT_ONLY_CATALOGUE = register_catalogue(Catalogue("weight_only", SETTINGS))
 
 
 def node_precisions(settings: Mapping[str, Any]) -> dict[str, int | str]:
-    """``node_bits`` with each value read as 4, 8 or :data:`FLOAT` (raises ValueError)."""
+    """The precision ``nodes_4bit``, ``nodes_8bit`` and ``nodes_float`` give each node they
+    name: 4, 8 or :data:`FLOAT` (ValueError for a node in two of them).
+
+    Example:
+        >>> node_precisions({"nodes_8bit": ["a"], "nodes_float": ["b"]})
+        {'a': 8, 'b': 'float'}
+    """
     out: dict[str, int | str] = {}
-    for name, value in dict(settings.get("node_bits") or {}).items():
-        if isinstance(value, str) and value.lower() in ("float", "fp32", "none"):
-            out[str(name)] = FLOAT
-        elif value in (4, 8) and not isinstance(value, bool):
-            out[str(name)] = int(value)
-        else:
-            raise ValueError(f"node_bits '{name}': expected 4, 8 or float, got {value!r}")
+    for key, precision in NODE_LISTS.items():
+        for name in settings.get(key) or ():
+            if name in out and out[name] != precision:
+                raise ValueError(f"node '{name}' is in two of nodes_4bit, nodes_8bit, nodes_float")
+            out[str(name)] = precision
     return out
 
 
