@@ -26,6 +26,8 @@ __all__ = [
     "make_mlp_model",
     "make_conv_model",
     "make_encoder_model",
+    "make_deep_encoder_model",
+    "deep_encoder_data",
     "make_nan_model",
     "make_static_batch_model",
     "make_elementwise_model",
@@ -215,6 +217,117 @@ def encoder_data(n: int, seq: int = 8, dim: int = 16, seed: int = 3) -> dict[str
     lengths = rng.integers(2, seq + 1, n)
     mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
     return {"x": rng.normal(0, 1, (n, seq, dim)).astype(np.float32), "mask": mask}
+
+
+def make_deep_encoder_model(
+    path: str | Path,
+    layers: int = 6,
+    features: int = 24,
+    seq: int = 8,
+    dim: int = 16,
+    ffn: int = 32,
+    seed: int = 0,
+) -> Path:
+    """A transformer encoder of ``layers`` pre-norm blocks (single-head attention with an
+    attention mask, then a ReLU MLP, each with its residual) behind an input projection.
+
+    Inputs ``x`` float32 ``[N, seq, features]`` (raw features, projected by the MatMul
+    ``in_proj`` before any normalisation) and ``mask`` int64 ``[N, seq]`` (1 = attend);
+    output ``y`` float32 ``[N, seq, dim]``. With :func:`deep_encoder_data`, whose batches
+    differ in scale by orders of magnitude, static calibration's one range per tensor crushes
+    the small batches at ``in_proj`` where dynamic quantization's per-batch range does not:
+    dynamic quantization ranks best on it.
+    """
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return rng.normal(0, 1 / np.sqrt(shape[0]), shape).astype(np.float32)
+
+    inits: dict[str, np.ndarray] = {
+        "w_in": weight(features, dim),
+        "scale": np.array(1 / np.sqrt(dim), np.float32),
+        "one": np.array(1.0, np.float32),
+        "neg_big": np.array(-1e4, np.float32),
+        "axes_1": np.array([1], np.int64),
+    }
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "w_in"], ["h0"], name="in_proj"),
+        n("Cast", ["mask"], ["mask_f"], name="mask_cast", to=TensorProto.FLOAT),
+        n("Sub", ["one", "mask_f"], ["inv_mask"], name="mask_invert"),
+        n("Mul", ["inv_mask", "neg_big"], ["mask_bias"], name="mask_scale"),
+        n("Unsqueeze", ["mask_bias", "axes_1"], ["mask_bias3"], name="mask_unsqueeze"),
+    ]
+    for i in range(layers):
+        p, h = f"l{i}_", f"h{i}"
+        inits.update(
+            {
+                p + "ln1_g": np.ones(dim, np.float32),
+                p + "ln1_b": np.zeros(dim, np.float32),
+                p + "wq": weight(dim, dim),
+                p + "wk": weight(dim, dim),
+                p + "wv": weight(dim, dim),
+                p + "wo": weight(dim, dim),
+                p + "ln2_g": np.ones(dim, np.float32),
+                p + "ln2_b": np.zeros(dim, np.float32),
+                p + "w_up": weight(dim, ffn),
+                p + "b_up": rng.normal(0, 0.1, ffn).astype(np.float32),
+                p + "w_down": weight(ffn, dim),
+                p + "b_down": rng.normal(0, 0.1, dim).astype(np.float32),
+            }
+        )
+        out = "y" if i == layers - 1 else f"h{i + 1}"
+        nodes += [
+            n("LayerNormalization", [h, p + "ln1_g", p + "ln1_b"], [p + "ln1"], name=p + "ln1"),
+            n("MatMul", [p + "ln1", p + "wq"], [p + "q"], name=p + "q_proj"),
+            n("MatMul", [p + "ln1", p + "wk"], [p + "k"], name=p + "k_proj"),
+            n("MatMul", [p + "ln1", p + "wv"], [p + "v"], name=p + "v_proj"),
+            n("Transpose", [p + "k"], [p + "kt"], name=p + "k_transpose", perm=[0, 2, 1]),
+            n("MatMul", [p + "q", p + "kt"], [p + "scores"], name=p + "qk"),
+            n("Mul", [p + "scores", "scale"], [p + "scaled"], name=p + "scale_scores"),
+            n("Add", [p + "scaled", "mask_bias3"], [p + "masked"], name=p + "apply_mask"),
+            n("Softmax", [p + "masked"], [p + "probs"], name=p + "softmax", axis=-1),
+            n("MatMul", [p + "probs", p + "v"], [p + "ctx"], name=p + "attend"),
+            n("MatMul", [p + "ctx", p + "wo"], [p + "attn"], name=p + "o_proj"),
+            n("Add", [h, p + "attn"], [p + "res1"], name=p + "residual1"),
+            n(
+                "LayerNormalization",
+                [p + "res1", p + "ln2_g", p + "ln2_b"],
+                [p + "ln2"],
+                name=p + "ln2",
+            ),
+            n("MatMul", [p + "ln2", p + "w_up"], [p + "up"], name=p + "ffn_up"),
+            n("Add", [p + "up", p + "b_up"], [p + "up_b"], name=p + "ffn_up_bias"),
+            n("Relu", [p + "up_b"], [p + "up_a"], name=p + "ffn_relu"),
+            n("MatMul", [p + "up_a", p + "w_down"], [p + "down"], name=p + "ffn_down"),
+            n("Add", [p + "down", p + "b_down"], [p + "down_b"], name=p + "ffn_down_bias"),
+            n("Add", [p + "res1", p + "down_b"], [out], name=p + "residual2"),
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "deep_encoder",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", seq, features]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", seq]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", seq, dim])],
+        [_init(k, v) for k, v in inits.items()],
+    )
+    return _save(graph, path)
+
+
+def deep_encoder_data(
+    n: int, seq: int = 8, features: int = 24, batch: int = 8, seed: int = 8
+) -> dict[str, np.ndarray]:
+    """``{"x": float32 [n, seq, features], "mask": int64 [n, seq]}``: each run of ``batch``
+    rows drawn at its own scale (1e-3, 1, then 1e3, in turn), each row attending to a random
+    prefix of at least two positions."""
+    rng = np.random.default_rng(seed)
+    scales = np.repeat([1e-3, 1.0, 1e3], batch)[np.arange(n) % (3 * batch)]
+    x = rng.normal(0, 1, (n, seq, features)) * scales[:, None, None]
+    lengths = rng.integers(2, seq + 1, n)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
+    return {"x": x.astype(np.float32), "mask": mask}
 
 
 def make_nan_model(path: str | Path, features: int = 4) -> Path:

@@ -33,6 +33,8 @@ STOP_WORDS = {
     "iteration_limit": "it started the trials stop.iteration_limit allows",
     "time_limit": "its time (stop.time_limit) ran out",
     "space_exhausted": "the strategy had no setting left to try",
+    "strategy_failed": "a stage of the strategy failed (its error is in the log); the best "
+    "of the trials that finished is kept",
     "interrupted": "it was interrupted (raysearch resume continues it)",
 }
 

@@ -75,7 +75,12 @@ from raysearch.strategies._roles import (
     merge_settings,
     role_deltas,
 )
-from raysearch.strategies._setting_phase import extra_count, is_candidate, records_before
+from raysearch.strategies._setting_phase import (
+    extra_count,
+    is_candidate,
+    records_before,
+    setting_refusal,
+)
 from raysearch.strategies._stages import (
     BuiltPhase,
     DeferredPhase,
@@ -230,13 +235,21 @@ class TechniquesPhase(BuiltPhase):
             return []
         if _fully_quantized_found(earlier, "reachability checks"):
             return []
-        best = best_unpromoted(earlier, self.context is None or self.context.mode == "max")
+
+        def checks(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+            settings = {k: v for k, v in record["settings"].items() if k != KEY}
+            return [
+                Base(settings, "int16", self.rank_by, weights).with_k(ALL)
+                for weights in self.checks
+            ]
+
+        # Only a base that can promote tensors (not a dynamic-quantization setting).
+        usable = [r for r in earlier if setting_refusal(checks(r)[0], self.context) is None]
+        best = best_unpromoted(usable, self.context is None or self.context.mode == "max")
         if best is None:
+            _logger.info("reachability checks skipped: no finished setting can promote tensors")
             return []
-        settings = {k: v for k, v in best["settings"].items() if k != KEY}
-        return [
-            Base(settings, "int16", self.rank_by, weights).with_k(ALL) for weights in self.checks
-        ]
+        return checks(best)
 
 
 def _keys(proposals: Sequence[Proposal]) -> set[str]:
@@ -347,8 +360,16 @@ class FinetunePhase(BuiltPhase):
         if _fully_quantized_found(earlier, "stage fine_tuning"):
             return None
         records = [r for r in _ok(earlier) if not r["settings"].get("include_fast_ft")]
-        bases = best_records(records, TOP_K, _higher(context))
+        # Only bases that can fine-tune (not a dynamic-quantization setting: no QDQ graph).
+        tunable = [r for r in records if self._tunable(r["settings"], context)]
+        bases = best_records(tunable, TOP_K, _higher(context))
         if not bases:
+            why = self._refusal(records[0]["settings"], context) if records else None
+            _logger.info(
+                "stage fine_tuning skipped: none of the %d finished settings can be fine-tuned%s",
+                len(records),
+                f" ({why})" if why else "",
+            )
             return None
         _logger.info(
             "stage fine_tuning starts: no candidate quantizes every MatMul/Gemm/Conv; "
@@ -357,6 +378,15 @@ class FinetunePhase(BuiltPhase):
             len(bases),
         )
         return [merge_settings(dict(b["settings"]), d) for b in bases for d in self.deltas]
+
+    def _refusal(self, settings: Mapping[str, Any], context: StrategyContext) -> str | None:
+        """Why no fine-tuning setting can run on ``settings`` (the first delta's reason),
+        None when one can."""
+        reasons = [setting_refusal(merge_settings(dict(settings), d), context) for d in self.deltas]
+        return None if None in reasons else reasons[0]
+
+    def _tunable(self, settings: Mapping[str, Any], context: StrategyContext) -> bool:
+        return self._refusal(settings, context) is None
 
     def _say_reachability(self, context: StrategyContext) -> None:
         """The reachability checks' verdicts, in words: each 16-bit stage's first trial

@@ -70,6 +70,7 @@ from raysearch.strategies._setting_phase import (
     meets_tolerance,
     records_before,
     setting_proposal,
+    setting_refusal,
 )
 from raysearch.strategies.samplers import sampler_strategy
 
@@ -262,14 +263,35 @@ class FallbackPhase(RecordReader, Phase):
         if getattr(self, "only_without_candidate", False) and any(map(self._blocks, earlier)):
             _logger.info("fallback to %s: a candidate exists already; skipped", self.defaults[0])
             return False
-        settings = dict(best.get("settings") or {})
-        own = settings.pop(KEY, None)
-        own = own if isinstance(own, Mapping) and not getattr(self, "force", False) else {}
-        promote_to = str(own.get("promote_to") or self.defaults[0])
-        rank_by = str(own.get("rank_by") or self.defaults[1])
-        weights = bool(own.get("promote_weights", getattr(self, "promote_weights", False)))
-        weights = weights and promote_to != "float"
-        self.base = Base(settings, promote_to, rank_by, weights)
+        base = self._base_of(best)
+        refusal = setting_refusal(base.with_k(ALL), self.context)
+        if refusal is not None:
+            # A base that cannot promote (a dynamic-quantization setting: no QDQ graph to
+            # promote tensors in) gives way to the best one that can.
+            usable = [r for r in earlier if self._promotable(r)]
+            chosen = self._best(usable)
+            if chosen is None:
+                _logger.info(
+                    "stage %s skipped: none of the %d finished settings can promote tensors "
+                    "(trial %s, the best, cannot: %s)",
+                    self._name,
+                    len(earlier),
+                    best.get("trial_id"),
+                    refusal,
+                )
+                return False
+            _logger.info(
+                "stage %s: trial %s (metric %s), the best, cannot promote tensors (%s); "
+                "trial %s is the best that can",
+                self._name,
+                best.get("trial_id"),
+                best.get("metric"),
+                refusal,
+                chosen.get("trial_id"),
+            )
+            best, base = chosen, self._base_of(chosen)
+        self.base = base
+        promote_to, rank_by, weights = base.promote_to, base.rank_by, base.promote_weights
         _logger.info(
             "fallback: from trial %s (metric %s), promoting to %s%s ranked by %s",
             best.get("trial_id"),
@@ -279,6 +301,28 @@ class FallbackPhase(RecordReader, Phase):
             rank_by,
         )
         return True
+
+    @property
+    def _name(self) -> str:
+        """The stage's name in the log (a staged strategy's, else ``fallback``)."""
+        return str(getattr(self, "stage", None) or "fallback")
+
+    def _base_of(self, record: Mapping[str, Any]) -> Base:
+        """The base of ``record``: its settings without mixed precision, and the promotion
+        and ranking to use (its own unless ``force``)."""
+        settings = dict(record.get("settings") or {})
+        own = settings.pop(KEY, None)
+        own = own if isinstance(own, Mapping) and not getattr(self, "force", False) else {}
+        promote_to = str(own.get("promote_to") or self.defaults[0])
+        rank_by = str(own.get("rank_by") or self.defaults[1])
+        weights = bool(own.get("promote_weights", getattr(self, "promote_weights", False)))
+        return Base(settings, promote_to, rank_by, weights and promote_to != "float")
+
+    def _promotable(self, record: Mapping[str, Any]) -> bool:
+        """Whether ``record`` is a finished setting whose base can promote tensors."""
+        if record.get("status") != "ok" or not record.get("settings"):
+            return False
+        return setting_refusal(self._base_of(record).with_k(ALL), self.context) is None
 
     def _best(self, earlier: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         """The record to fall back from: the best of ``earlier``."""
@@ -320,7 +364,12 @@ class FallbackPhase(RecordReader, Phase):
         if step is None:
             return None
         assert isinstance(step, int)
-        proposal = setting_proposal(self.base.with_k(step), self.index)
+        settings = self.base.with_k(step)
+        refusal = setting_refusal(settings, self.context)
+        if refusal is not None:
+            _logger.info("stage %s ends: top_k = %d cannot run (%s)", self._name, step, refusal)
+            return self._finish()
+        proposal = setting_proposal(settings, self.index)
         self.keys[step] = proposal.key
         if proposal.key in search.done:  # a record this phase has not matched: a failure
             self.bisection.record(step, False)

@@ -18,6 +18,7 @@ from raysearch.strategies._registry import Proposal, StrategyContext
 __all__ = [
     "setting_space",
     "setting_proposal",
+    "setting_refusal",
     "is_candidate",
     "meets_tolerance",
     "records_before",
@@ -51,8 +52,42 @@ def setting_space(settings: Mapping[str, Any]) -> SearchSpace:
     space = SearchSpace.parse(fixed_space(_flat(settings)), path="fallback")
     points = space.expand().points
     if len(points) != 1 or space.to_settings(points[0]) != dict(settings):
-        raise ValueError(f"settings {dict(settings)!r} are not one point of a search space")
+        why = _dropped(settings)
+        raise ValueError(
+            f"settings {dict(settings)!r} are not one point of a search space"
+            + (f": {why}" if why else "")
+        )
     return space
+
+
+def _dropped(settings: Mapping[str, Any]) -> str:
+    """Which validity rules strip which keys of ``settings`` (empty: none does), in words."""
+    from raysearch.space.rules import RULES
+
+    flat = _flat(settings)
+    said = [f"{rule.__name__} drops {', '.join(keys)}" for rule in RULES if (keys := rule(flat))]
+    return "; ".join(said)
+
+
+def setting_refusal(settings: Mapping[str, Any], context: StrategyContext | None) -> str | None:
+    """Why ``settings`` cannot run as one point of a search space (the catalogues or the
+    validity rules refuse them, or the backend does: ``context.reject``); None when they can.
+    A stage that builds settings from the best so far checks its base with this, so that it
+    proposes only settings that run.
+
+    Example:
+        >>> setting_refusal({"per_channel": True, "mixed_precision": {"top_k": 2}}, None)
+        >>> setting_refusal({"quant_mode": "dynamic", "mixed_precision": {"top_k": 2}}, None)
+        'static_settings_in_dynamic_mode drops mixed_precision.top_k'
+    """
+    try:
+        setting_space(settings)
+    except ValueError as exc:  # ConfigError (a key the catalogues refuse) is a ValueError
+        text = str(exc)
+        head = "are not one point of a search space: "
+        return text.split(head, 1)[1] if head in text else text
+    reject = context.reject if context is not None else None
+    return reject(dict(settings)) if reject is not None else None
 
 
 def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:

@@ -120,6 +120,13 @@ class BuiltPhase(DeferredPhase):
         if settings is None:
             return None
         proposals = self.proposals(settings)
+        if not proposals:
+            _logger.info(
+                "stage %s skipped: none of its %d setting(s) can run (each left out above)",
+                self.stage,
+                len(settings),
+            )
+            return None
         _logger.info("stage %s: %d setting(s) to run", self.stage, len(proposals))
         return ListPhase(proposals, self.stage)
 

@@ -77,6 +77,9 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
+#: What :meth:`SettingSearcher._propose` returns when the phase's trial budget is used.
+_BUDGET_USED = "budget_used"
+
 
 # -- the Tune searcher ---------------------------------------------------------------------------
 @dataclass
@@ -271,21 +274,13 @@ class SettingSearcher(Searcher):
             return self._finish("iteration_limit")
         while state.phase < len(self.phases):
             phase = self.phases[state.phase]
-            if state.begun < state.phase:
-                state.begun = state.phase
-                stage = self._stage(state.phase)
-                if stage:
-                    _logger.info(
-                        "search phase %d (stage %s) starts after %d finished trials",
-                        state.phase,
-                        stage,
-                        len(self.context.records),
-                    )
-                phase.start(self.context)  # sees every record finished so far
-            if phase.budget is not None and state.phase_started[state.phase] >= phase.budget:
+            try:
+                proposal = self._propose(phase, trial_id)
+            except Exception as exc:  # a strategy's bug must not lose the trials that ran
+                return self._failed(exc)
+            if proposal == _BUDGET_USED:
                 self._next_phase("its trial budget is used")
                 continue
-            proposal = phase.propose(trial_id, self)
             if proposal is None:
                 state.waiting = True
                 self._open_start_barrier()
@@ -310,6 +305,40 @@ class SettingSearcher(Searcher):
                 "key": proposal.key,
             }
         return self._finish("space_exhausted")
+
+    def _propose(self, phase: Phase, trial_id: str) -> Proposal | str | None:
+        """The current phase started (once) and asked for a proposal; :data:`_BUDGET_USED`
+        when its trial budget is used."""
+        state = self.state
+        if state.begun < state.phase:
+            state.begun = state.phase
+            stage = self._stage(state.phase)
+            if stage:
+                _logger.info(
+                    "search phase %d (stage %s) starts after %d finished trials",
+                    state.phase,
+                    stage,
+                    len(self.context.records),
+                )
+            phase.start(self.context)  # sees every record finished so far
+        if phase.budget is not None and state.phase_started[state.phase] >= phase.budget:
+            return _BUDGET_USED
+        return phase.propose(trial_id, self)
+
+    def _failed(self, exc: BaseException) -> str:
+        """A phase raised: the search ends (``strategy_failed``) once the trials running
+        finish, and its outputs are written from every trial that finished."""
+        stage = self._stage(self.state.phase)
+        named = f" (stage {stage})" if stage else ""
+        _logger.error(
+            "search phase %d%s failed: %s: %s; the search ends with the trials that finished",
+            self.state.phase,
+            named,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        return self._finish("strategy_failed")
 
     def _open_start_barrier(self) -> None:
         """The phase waits for results: no other actor starts before they come, so the
@@ -378,10 +407,13 @@ class SettingSearcher(Searcher):
                 "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
             }
         )
-        if position is not None:
+        if position is not None and self.state.finish_reason != "strategy_failed":
             # ``values`` only with several objectives: a plugin's phase written for one
             # objective need not take it.
-            self.phases[position].completed(proposal, metric, error, **told)
+            try:
+                self.phases[position].completed(proposal, metric, error, **told)
+            except Exception as exc:  # as in suggest: the trials that ran are kept
+                self._failed(exc)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as fh:

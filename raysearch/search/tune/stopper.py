@@ -50,6 +50,7 @@ STOP_REASONS = (
     "iteration_limit",
     "time_limit",
     "space_exhausted",
+    "strategy_failed",
     "interrupted",
 )
 
