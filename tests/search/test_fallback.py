@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from raysearch.search.tune.searchers import SettingSearcher
-from raysearch.search.tune.trainable import START_BARRIER_TIMEOUT_S
 from raysearch.space import SearchSpace
 from raysearch.strategies import ModelFacts, StrategyContext, canonical_strategy
 from raysearch.strategies._conservative import op_order
@@ -333,7 +332,9 @@ def test_fallback_finds_the_outlier_tensor_on_the_real_model(make_config, outlie
     assert len({r["key"] for r in records}) == len(records)
     (base,) = [r for r in records if r["phase"] == 0]
     assert not base["is_candidate"] and base["metric"] < 0.5
-    assert base["actor_wait_s"] < START_BARRIER_TIMEOUT_S / 2  # alone at first, not held
+    # Alone at first: the searcher opened the start barrier; the actor was not held until
+    # the barrier's timeout for a second one that Tune never starts.
+    assert base["actor_wait_timed_out"] is False
     fallback = [r for r in records if r["phase"] == 1]
     first = min(fallback, key=lambda r: r["number"])
     assert first["settings"]["mixed_precision"]["top_k"] == ALL
@@ -365,7 +366,7 @@ def test_conservative_leaves_the_outlier_matmuls_in_float(make_config, outlier_f
     assert not records[0]["is_candidate"]
     # One trial at a time: the searcher opened the start barrier, and the one actor did not
     # wait out its timeout for a second one that Tune never starts.
-    assert records[0]["actor_wait_s"] < START_BARRIER_TIMEOUT_S / 2
+    assert records[0]["actor_wait_timed_out"] is False
 
 
 @pytest.mark.slow

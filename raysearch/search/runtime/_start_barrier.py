@@ -84,10 +84,15 @@ def end_barrier(barrier: Any) -> None:
 START_BARRIER_TIMEOUT_S = 30.0
 
 
-def wait_for_wave(barrier: Any, timeout_s: float = START_BARRIER_TIMEOUT_S) -> None:
-    """Arrive at ``barrier`` and wait (at most ``timeout_s``) until the wave may go."""
+def wait_for_wave(barrier: Any, timeout_s: float = START_BARRIER_TIMEOUT_S) -> bool:
+    """Arrive at ``barrier`` and wait (at most ``timeout_s``) until the wave may go.
+
+    Returns:
+        Whether the wave went (all arrived, or the search opened it); False: timed out.
+    """
     ready = ray.get(barrier.arrive.remote())
     deadline = time.monotonic() + timeout_s
     while not ready and time.monotonic() < deadline:
         time.sleep(0.02)
         ready = ray.get(barrier.ready.remote())
+    return bool(ready)

@@ -67,6 +67,7 @@ __all__ = [
     "StartBarrier",
     "start_barrier",
     "end_barrier",
+    "wait_for_wave",
     "START_BARRIER_TIMEOUT_S",
     "make_trainable",
     "TRIALS_TMP",
@@ -157,8 +158,9 @@ class QuantTrainable(tune.Trainable):
         # trial engine runs after every trial and which would otherwise walk it each time.
         gc.freeze()
         started = time.perf_counter()
-        if barrier is not None:
-            wait_for_wave(barrier)
+        #: Whether this actor waited out the barrier's timeout (the wave never came together
+        #: nor did the search open it), rather than going with its wave or without a barrier.
+        self._wait_timed_out = barrier is not None and not wait_for_wave(barrier)
         self._wait_s = time.perf_counter() - started
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
@@ -257,6 +259,7 @@ class QuantTrainable(tune.Trainable):
         if self._trials_run == 1:
             record["actor_setup_s"] = round(self._setup_s, 4)
             record["actor_wait_s"] = round(self._wait_s, 4)  # at the StartBarrier
+            record["actor_wait_timed_out"] = self._wait_timed_out
         ok = record.get("status") == "ok"
         score = rung_score(record, self._higher) if ok else None
         clock = None
