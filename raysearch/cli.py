@@ -656,16 +656,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """The search in ``DIR`` as an Optuna study in the storage ``--optuna`` names."""
-    from raysearch.outputs import export_study
+    from raysearch.outputs import default_study_name, export_study
     from raysearch.search.record.output_dir import search_id
 
     folder = args.output_dir
     records, summary, _ = _read_search(folder)
     name = args.study_name
-    if name is None:
-        key = search_id(folder)
-        name = folder.resolve().name
-        name += f"-{key[:8]}" if key != str(folder) else ""
+    if name is None:  # the name a live study (optuna_storage) has too
+        name = default_study_name(folder, search_id(folder))
     study = export_study(records, summary, args.optuna, name, overwrite=args.overwrite)
     print(
         f"Optuna study '{name}' in {args.optuna}: {len(study.trials)} trials "

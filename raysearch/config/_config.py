@@ -32,6 +32,7 @@ from raysearch.config._loggers import parse_loggers
 from raysearch.config._metric import check_evaluator, parse_metric_settings
 from raysearch.config._objectives import check_objectives_algo, parse_objectives
 from raysearch.config._objects import is_reader, plain_copy, read_reader
+from raysearch.config._optuna_storage import parse_optuna_storage
 from raysearch.config._paths import input_path, model_path, output_dir
 from raysearch.config._quark import translate_quark
 from raysearch.config._sampler import algo_of, given_sampler, parse_sampler_options
@@ -127,6 +128,9 @@ class SearchConfig:
     #: strategy's own), and ``sampler_options`` (:mod:`raysearch.config._sampler`).
     sampler: Any = field(default=None, repr=False)
     sampler_options: dict[str, Any] = field(default_factory=dict)
+    #: The Optuna storage URL the search writes its study into as each trial ends
+    #: (``optuna_storage``; None: none).
+    optuna_storage: str | None = None
     #: The config as the user wrote it (after key mapping; names in their canonical
     #: spelling), for ``best/config.yaml``.
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -302,6 +306,7 @@ _TOP_LEVEL_KEYS = {
     "select",
     "loggers",
     "sampler_options",
+    "optuna_storage",
 }
 
 
@@ -413,6 +418,7 @@ def _parse_run_options(
         "objectives": objectives,
         "select": select,
         "loggers": _checked(errors, parse_loggers, data.get("loggers")) or (),
+        "optuna_storage": _checked(errors, parse_optuna_storage, data.get("optuna_storage")),
     }
 
 

@@ -48,6 +48,7 @@ Example:
 """
 
 from raysearch.outputs._batch_report import BATCH_REPORT, build_batch_report, write_batch_report
+from raysearch.outputs._live_study import LiveStudy
 from raysearch.outputs._report import (
     PLOTLY_JS,
     PLOTLY_SRC_ENV,
@@ -55,7 +56,7 @@ from raysearch.outputs._report import (
     write_plotly_js,
     write_report,
 )
-from raysearch.outputs._study import export_study
+from raysearch.outputs._study import default_study_name, export_study
 from raysearch.outputs._table import RESULT_COLUMNS, results_table
 from raysearch.outputs._writer import preload_output_modules, running_summary, write_outputs
 from raysearch.ranking import best_record, best_records, better
@@ -67,6 +68,8 @@ __all__ = [
     "build_report",
     "write_plotly_js",
     "export_study",
+    "default_study_name",
+    "LiveStudy",
     "write_batch_report",
     "build_batch_report",
     "BATCH_REPORT",

@@ -60,33 +60,30 @@ def _value(value: Any) -> Any:
 
 
 def _distributions(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One distribution per parameter over every record: a float range for numbers (an int
-    range for integers) that take more than one value, else the categorical choices seen."""
+    """One distribution per parameter over every record (:func:`distribution`)."""
+    seen: dict[str, list[Any]] = {}
+    for r in rows:
+        for name, value in (r.get("params") or {}).items():
+            seen.setdefault(name, []).append(_value(value))
+    return {name: distribution(values) for name, values in seen.items()}
+
+
+def distribution(values: Sequence[Any]) -> Any:
+    """The distribution of a parameter that took ``values`` (as :func:`_value` writes them):
+    a float range for numbers (an int range for integers) that take more than one value, else
+    the categorical choices seen, first seen first (the search's own order)."""
     from optuna.distributions import (
         CategoricalDistribution,
         FloatDistribution,
         IntDistribution,
     )
 
-    seen: dict[str, list[Any]] = {}
-    for r in rows:
-        for name, value in (r.get("params") or {}).items():
-            seen.setdefault(name, []).append(_value(value))
-    out: dict[str, Any] = {}
-    for name, values in seen.items():
-        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numbers) == len(values) and len(set(numbers)) > 1:
-            if all(isinstance(v, int) for v in numbers):
-                out[name] = IntDistribution(min(numbers), max(numbers))
-            else:
-                out[name] = FloatDistribution(float(min(numbers)), float(max(numbers)))
-        else:
-            choices: list[Any] = []
-            for v in values:
-                if v not in choices:  # first seen first (the search's own order)
-                    choices.append(v)
-            out[name] = CategoricalDistribution(choices)
-    return out
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) == len(values) and len(set(numbers)) > 1:
+        if all(isinstance(v, int) for v in numbers):
+            return IntDistribution(min(numbers), max(numbers))
+        return FloatDistribution(float(min(numbers)), float(max(numbers)))
+    return CategoricalDistribution(list(dict.fromkeys(values)))
 
 
 def _intermediate(record: Mapping[str, Any], higher: bool) -> dict[int, float]:
@@ -106,6 +103,11 @@ def _when(seconds: Any) -> datetime.datetime | None:
     if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
         return None
     return datetime.datetime.fromtimestamp(float(seconds))
+
+
+def study_trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: bool) -> Any:
+    """The Optuna trial of ``record`` (its parameters in ``distributions``)."""
+    return _trial(record, distributions, higher)
 
 
 def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: bool) -> Any:
@@ -186,13 +188,7 @@ def export_study(
     from raysearch.errors import InputError
     from raysearch.ranking import order
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        storage = optuna.storages.get_storage(storage_url)
-        names = set(optuna.study.get_all_study_names(storage))
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{storage_url}: Optuna cannot open this storage ({reason})") from exc
+    storage, names = open_storage(storage_url)
     if study_name in names:
         if not overwrite:
             raise InputError(
@@ -202,13 +198,53 @@ def export_study(
         optuna.delete_study(study_name=study_name, storage=storage)
     higher = bool(summary.get("higher_is_better"))
     study = build_study(order(records), higher, storage=storage, study_name=study_name)
+    describe_study(study, summary)
+    return study
+
+
+def open_storage(storage_url: str) -> tuple[Any, set[str]]:
+    """Optuna's storage at ``storage_url`` and the names of the studies it holds.
+
+    Raises:
+        InputError: Optuna cannot open it.
+    """
+    import optuna
+
+    from raysearch.errors import InputError
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = optuna.storages.get_storage(storage_url)
+        names = set(optuna.study.get_all_study_names(storage))
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{storage_url}: Optuna cannot open this storage ({reason})") from exc
+    return storage, names
+
+
+def describe_study(study: Any, summary: Mapping[str, Any]) -> None:
+    """The search's metric's name and the summary's ``metric``, ``higher_is_better``,
+    ``tolerance``, ``tolerance_mode``, ``float_metric`` and ``stop_reason`` on ``study``."""
     metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
     _quiet(lambda: study.set_metric_names([metric]))
     for key in ("metric", "higher_is_better", "tolerance", "tolerance_mode", "float_metric"):
         if summary.get(key) is not None:
             study.set_user_attr(key, summary[key])
     study.set_user_attr("stop_reason", summary.get("stop_reason"))
-    return study
+
+
+def default_study_name(folder: Any, key: str) -> str:
+    """The study a search is written as unless named: its folder's name and the first 8
+    characters of its id (``key``: ``search_id``; none when the id is the folder's path).
+
+    Example:
+        >>> default_study_name("/runs/magika", "3f2a9c01d4e5"), default_study_name("/x/a", "/x/a")
+        ('magika-3f2a9c01', 'a')
+    """
+    from pathlib import Path
+
+    name = Path(folder).resolve().name
+    return name + (f"-{key[:8]}" if key != str(folder) else "")
 
 
 def _pareto_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> tuple[Any, list[str]]:

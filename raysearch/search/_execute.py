@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raysearch.errors import is_disk_full
-from raysearch.layout import BEST, CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
 from raysearch.quantize.registry import backend_reject
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
@@ -40,7 +40,7 @@ from raysearch.search.runtime.cluster import (
     tune_environment,
 )
 from raysearch.search.runtime.transfer import current_node_id, model_blob
-from raysearch.search.tune._loggers import log_best_model, make_loggers
+from raysearch.search.tune._loggers import after_search, make_live_study, make_loggers
 from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, replay_result
 from raysearch.search.tune.progress import ProgressCallback
@@ -164,9 +164,7 @@ class Execution:
             run = self.start(resume, progress, prepared, started_at)
             self.fit(run, resume)
             result = self.finish(run)
-            log_best_model(
-                run.session.callbacks, result.summary.get("best_trial_id"), folder / BEST
-            )
+            after_search(run.session.callbacks, result.summary, folder)
             return result
         except Exception as exc:
             if not is_disk_full(exc):
@@ -240,7 +238,8 @@ class Execution:
         session = SearchSession(
             self.session_key, journal, clock, stopper, recorder, progress_cb, records=list(records)
         )
-        session.callbacks = [*self.callbacks, *make_loggers(config.loggers)]
+        live = make_live_study(config, folder, self.session_key, records, recorder)
+        session.callbacks = [*live, *self.callbacks, *make_loggers(config.loggers)]
         session.objectives = tuple(config.objectives)
         register(session)
         return _Run(

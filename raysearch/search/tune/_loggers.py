@@ -37,7 +37,14 @@ from raysearch.ranking import finite
 from raysearch.search.record.reported import RECORD_KEY, reported_record
 from raysearch.search.tune.session import lookup
 
-__all__ = ["TrialLoggers", "logged_result", "make_loggers", "log_best_model"]
+__all__ = [
+    "TrialLoggers",
+    "LiveStudyCallback",
+    "logged_result",
+    "make_loggers",
+    "log_best_model",
+    "after_search",
+]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -181,6 +188,78 @@ class TrialLoggers(tune.Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self._each(None, lambda c: c.on_experiment_end(trials=trials, **info))
+
+
+class LiveStudyCallback(tune.Callback):
+    """Writes each trial the search records into its live Optuna study
+    (:class:`~raysearch.outputs.LiveStudy`, config ``optuna_storage``): Tune's end of a
+    trial (complete, stopped at a rung, or failed for good) comes after the session's
+    recorder journaled it, whose record is what the study gets."""
+
+    def __init__(self, study: Any, recorder: Any) -> None:
+        self.study = study
+        self.recorder = recorder
+
+    def _write(self, trial: Any) -> None:
+        trial_id = getattr(trial, "trial_id", None)
+        for record in reversed(self.recorder.records):
+            if record.get("trial_id") == trial_id:
+                self.study.add(record)
+                return
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._write(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._write(trial)
+
+
+def make_live_study(
+    config: Any, folder: Path, key: str, records: Sequence[Mapping[str, Any]], recorder: Any
+) -> list[tune.Callback]:
+    """The live Optuna study's callback of a search whose config names ``optuna_storage``
+    (none without), the study opened (a resumed search's: the ``records`` journaled before
+    it that the study lacks are added) and named as ``raysearch export`` names it.
+
+    Raises:
+        InputError: Optuna cannot open the storage.
+    """
+    if not getattr(config, "optuna_storage", None):
+        return []
+    from raysearch.outputs import LiveStudy, default_study_name
+
+    study = LiveStudy(
+        config.optuna_storage,
+        default_study_name(folder, key),
+        {
+            "metric": config.metric,
+            "higher_is_better": config.metric_higher_is_better,
+            "tolerance": config.tolerance,
+            "tolerance_mode": config.tolerance_mode if config.is_custom_metric else None,
+        },
+        spaces=config.search_spaces,
+    )
+    study.open(records)
+    _logger.info(
+        "trials go into the Optuna study '%s' in %s as they end",
+        study.study_name,
+        config.optuna_storage,
+    )
+    return [LiveStudyCallback(study, recorder)]
+
+
+def after_search(callbacks: Sequence[Any], summary: Mapping[str, Any], folder: Path) -> None:
+    """What the loggers get once the outputs are written: the best model's files
+    (:func:`log_best_model`) and the live study's final attributes."""
+    from raysearch.layout import BEST
+
+    log_best_model(callbacks, summary.get("best_trial_id"), folder / BEST)
+    for callback in callbacks:
+        if isinstance(callback, LiveStudyCallback):
+            try:
+                callback.study.finish(summary)
+            except Exception:  # the outputs are written; the study's attributes are extra
+                _logger.warning("the live Optuna study's summary was not written", exc_info=True)
 
 
 def make_loggers(specs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tune.Callback]:

@@ -1,0 +1,176 @@
+"""A search's Optuna study written as it runs (config ``optuna_storage``): each trial goes into
+the study the moment it is recorded, so ``optuna-dashboard <storage>`` shows the search live.
+
+It is the study ``raysearch export`` writes (:func:`~raysearch.outputs._study.export_study`):
+the same name by default, the same trials (one per record: complete, PRUNED when stopped at a
+rung, FAIL when failed), parameters, values, intermediate values and user attributes, and the
+same study attributes (the summary's, ``stop_reason`` set when the search ends). Two things
+differ by nature: the trials are numbered in the order they ended (export numbers them in start
+order), and a parameter's distribution is the search space's (:func:`space_distributions`:
+its choices, or its range), which an Optuna study must keep for every trial of a parameter,
+where export, writing every trial at once, takes the values the trials took. A parameter no
+space declares (a staged strategy's derived setting) takes its first trial's distribution
+(a number's range grows with each trial); a later value that distribution cannot hold is the
+trial's user attribute ``params/<name>``. A resumed
+search opens the same study and adds the journal's trials it lacks (a kill between the journal
+and the study loses none) and then its own, never one twice (trials are told apart by their
+``trial_id`` attribute).
+
+Example:
+    >>> study = LiveStudy("sqlite:///study.db", "magika", summary)        # doctest: +SKIP
+    >>> study.open(records_journaled_before)                               # doctest: +SKIP
+    >>> study.add(record)                                                  # doctest: +SKIP
+    >>> study.finish(summary)                                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from raysearch.outputs._study import _value, describe_study, open_storage, study_trial
+
+__all__ = ["LiveStudy", "space_distributions"]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+
+def space_distributions(spaces: Iterable[Any]) -> dict[str, Any]:
+    """Each searched parameter's Optuna distribution, by its name in the records' ``params``:
+    a choice's values (as the study holds them: :func:`~raysearch.outputs._study._value`, in
+    the space's order; several spaces' choices of one name together), a range's bounds. A
+    name two spaces give different kinds of domain is left out."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    from raysearch.space.tree import Categorical, FloatRange, IntRange
+
+    choices: dict[str, list[Any]] = {}
+    ranges: dict[str, Any] = {}
+    clash: set[str] = set()
+    for space in spaces:
+        for param in space.params:
+            domain, name = param.domain, param.name
+            if isinstance(domain, Categorical):
+                values = choices.setdefault(name, [])
+                values.extend(v for v in map(_value, domain.choices) if v not in values)
+            elif isinstance(domain, IntRange):
+                ranges[name] = IntDistribution(domain.low, domain.high, log=domain.log)
+            elif isinstance(domain, FloatRange):
+                ranges[name] = FloatDistribution(domain.low, domain.high, log=domain.log)
+            if name in choices and name in ranges:
+                clash.add(name)
+    out: dict[str, Any] = {n: CategoricalDistribution(v) for n, v in choices.items()}
+    out.update(ranges)
+    return {n: d for n, d in out.items() if n not in clash}
+
+
+class LiveStudy:
+    """The Optuna study ``study_name`` in ``storage_url`` that a search writes each trial
+    into (see the module docstring); ``summary`` holds what is known of the search when it
+    starts (``metric``, ``higher_is_better``, ``tolerance``, ``tolerance_mode``), ``spaces``
+    are its search spaces (the parameters' distributions)."""
+
+    def __init__(
+        self,
+        storage_url: str,
+        study_name: str,
+        summary: Mapping[str, Any],
+        spaces: Iterable[Any] = (),
+    ) -> None:
+        self.storage_url = storage_url
+        self.study_name = study_name
+        self.summary = dict(summary)
+        self.higher = bool(summary.get("higher_is_better"))
+        self.study: Any = None
+        #: Each parameter's distribution in the study (the space's; else its first trial's).
+        self._dists: dict[str, Any] = space_distributions(spaces)
+        #: The ``trial_id`` of each trial in the study.
+        self._ids: set[str] = set()
+
+    def open(self, records: Iterable[Mapping[str, Any]] = ()) -> None:
+        """Create the study, or open the one a previous session of the search wrote, and add
+        the ``records`` (the journal's) it does not hold yet, in start order.
+
+        Raises:
+            InputError: Optuna cannot open the storage.
+        """
+        import optuna
+
+        from raysearch.ranking import order
+
+        storage, _ = open_storage(self.storage_url)
+        self.study = optuna.create_study(
+            storage=storage,
+            study_name=self.study_name,
+            direction="maximize" if self.higher else "minimize",
+            load_if_exists=True,
+        )
+        for trial in self.study.get_trials(deepcopy=False):
+            self._ids.add(str(trial.user_attrs.get("trial_id")))
+            for name, dist in trial.distributions.items():
+                self._dists.setdefault(name, dist)  # the study's, from its first trial on
+        describe_study(self.study, {**self.summary, "stop_reason": None})
+        for record in order(list(records)):
+            self.add(record)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Write ``record``'s trial into the study (once: a trial already there is skipped)."""
+        trial_id = str(record.get("trial_id"))
+        if self.study is None or trial_id in self._ids:
+            return
+        params, distributions, outside = {}, {}, {}
+        for name, raw in (record.get("params") or {}).items():
+            value = _value(raw)
+            dist = self._distribution(name, value)
+            if dist is None:
+                outside[f"params/{name}"] = value
+            else:
+                params[name], distributions[name] = value, dist
+        trial = study_trial({**record, "params": params}, distributions, self.higher)
+        trial.user_attrs.update(outside)
+        self.study.add_trial(trial)
+        self._ids.add(trial_id)
+
+    def _distribution(self, name: str, value: Any) -> Any:
+        """The distribution ``value`` of parameter ``name`` goes into the study with, None when
+        the study's distribution of it cannot hold it."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        dist = self._dists.get(name)
+        if dist is None:
+            if number and isinstance(value, int):
+                dist = IntDistribution(value, value)
+            elif number:
+                dist = FloatDistribution(float(value), float(value))
+            else:
+                dist = CategoricalDistribution([value])
+            self._dists[name] = dist
+            return dist
+        if isinstance(dist, CategoricalDistribution):
+            return dist if value in dist.choices else None
+        if not number or (isinstance(dist, IntDistribution) and not isinstance(value, int)):
+            return None
+        if dist.low <= value <= dist.high:
+            return dist
+        # Optuna keeps a range's kind across a study's trials, not its bounds: this trial's
+        # range holds its value (a log range stays above 0).
+        if dist.log and value <= 0:
+            return None
+        low, high = min(dist.low, value), max(dist.high, value)
+        return type(dist)(low, high, log=dist.log)
+
+    def finish(self, summary: Mapping[str, Any]) -> None:
+        """The study's attributes from the search's final ``summary`` (its ``stop_reason``,
+        the float model's metric)."""
+        if self.study is not None:
+            describe_study(self.study, summary)
