@@ -47,3 +47,37 @@ def test_nothing_saved_yet_is_not_a_torn_state(tmp_path: Path):
     assert tune_state_intact((tmp_path / "absent").as_uri())
     (tmp_path / "empty").mkdir()
     assert tune_state_intact(str(tmp_path / "empty"))
+
+
+def test_a_state_naming_a_module_missing_here_stops_the_resume(tmp_path: Path, monkeypatch):
+    """A whole state whose pickle names a module that cannot be imported is not a torn file:
+    the resume stops with one line naming the module, and goes on once it is back."""
+    import importlib
+    import sys
+
+    from raysearch.search.tune._tuner import MissingModuleError
+
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "gone_plugin.py").write_text("class Phase:\n    pass\n")
+    monkeypatch.syspath_prepend(str(plugins))
+    module = importlib.import_module("gone_plugin")
+    folder = tmp_path / "search"
+    _saved(folder)
+    newest = folder / f"searcher-state-{STAMPS[1]}.pkl"
+    newest.write_bytes(pickle.dumps({"phases": [module.Phase()]}))
+    (plugins / "gone_plugin.py").rename(tmp_path / "gone_plugin.py")
+    del sys.modules["gone_plugin"]
+    importlib.invalidate_caches()
+
+    with pytest.raises(MissingModuleError) as stopped:
+        tune_state_intact(str(folder))
+    assert str(stopped.value) == (
+        f"{folder}: Ray Tune's saved state searcher-state-{STAMPS[1]}.pkl needs the module"
+        " 'gone_plugin', which cannot be imported here (No module named 'gone_plugin'); make it"
+        " importable (install it, or put it beside the config) and resume again"
+    )
+    (tmp_path / "gone_plugin.py").rename(plugins / "gone_plugin.py")
+    importlib.invalidate_caches()
+    assert tune_state_intact(str(folder))
+    sys.modules.pop("gone_plugin", None)

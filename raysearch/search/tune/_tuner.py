@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysearch.errors import InputError
 from raysearch.layout import EXPERIMENT
 from raysearch.search.record.reported import pack_record
 from raysearch.search.tune._compact import FinishedTrialCompactor
@@ -29,9 +30,13 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.search.tune.searchers import SettingSearcher
 
-__all__ = ["make_tuner", "replay_result"]
+__all__ = ["MissingModuleError", "make_tuner", "replay_result", "tune_state_intact"]
 
 _logger = logging.getLogger("raysearch.search")
+
+
+class MissingModuleError(InputError):
+    """A resume whose saved Tune state names a module that cannot be imported (one line)."""
 
 
 #: The files of a saved experiment that ``Tuner.restore`` reads (the newest of each kind, by
@@ -50,7 +55,13 @@ def tune_state_intact(path: str) -> bool:
     the search generator's and the searcher's. Tune copies them to the storage folder at every
     save, so a kill during the copy leaves one cut short (a restore then fails inside Tune,
     which logs it and carries on without the searcher); the journal then carries the search on
-    in a new Tune experiment. A folder that cannot be listed is Tune's to report."""
+    in a new Tune experiment. A folder that cannot be listed is Tune's to report.
+
+    Raises:
+        MissingModuleError: a saved state names a module (a plugin's) that cannot be imported
+            here: the state is whole, and a new experiment's trials would fail on the same
+            module, so the resume stops until it can be imported.
+    """
     from pyarrow import fs as pafs
 
     try:
@@ -69,6 +80,12 @@ def tune_state_intact(path: str) -> bool:
         try:
             with filesystem.open_input_stream(files[matching[-1]]) as stream:
                 read(stream.read())
+        except ImportError as exc:  # whole, but it names code this process cannot import
+            raise MissingModuleError(
+                f"{path}: Ray Tune's saved state {matching[-1]} needs the module"
+                f" {exc.name or '?'!r}, which cannot be imported here ({exc}); make it"
+                " importable (install it, or put it beside the config) and resume again"
+            ) from None
         except Exception as exc:  # any way a cut-short file fails to load
             _logger.warning(
                 "Ray Tune's saved state %s is unreadable (%s): the journal carries the search on",
