@@ -69,6 +69,11 @@ def _build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the summary and top settings of a search")
     show.add_argument("output_dir", type=Path)
     show.add_argument("--top", type=int, default=5, help="how many settings to list")
+    show.add_argument(
+        "--csv",
+        action="store_true",
+        help="print results.parquet as CSV instead (every trial; lists as JSON text)",
+    )
 
     report = sub.add_parser(
         "report", help="write report.html for a search (finished, interrupted or running)"
@@ -585,6 +590,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
     results_path = folder / "results.parquet"
     if not summary_path.exists() and not results_path.exists():
         raise _NotASearch(folder)
+    if args.csv:
+        if not results_path.exists():
+            raise InputError(f"{folder}: no results.parquet here (the search has no outputs yet)")
+        from raysearch.outputs import write_results_csv
+
+        write_results_csv(pq.read_table(results_path), sys.stdout)
+        return EXIT_OK
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         _print_summary(summary, folder)

@@ -86,7 +86,9 @@ def test_results_table_types_and_json_for_mixed_columns():
     assert table.schema.field("metric").type == pa.float64()
     assert table.schema.field("is_candidate").type == pa.bool_()
     assert table.schema.field("params/calibrate_method").type == pa.string()
-    assert table.column("params/op_types_to_quantize").to_pylist() == [None, '["MatMul"]', None]
+    # A list setting is an Arrow list (pandas gets lists, not JSON text).
+    assert table.column("params/op_types_to_quantize").to_pylist() == [None, ["MatMul"], None]
+    assert table.schema.field("params/op_types_to_quantize").type == pa.list_(pa.string())
     assert table.column("params/extra_options.pct.CalibPercentile").to_pylist() == [
         99.9,
         None,

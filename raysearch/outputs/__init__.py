@@ -57,7 +57,7 @@ from raysearch.outputs._report import (
     write_report,
 )
 from raysearch.outputs._study import default_study_name, export_study
-from raysearch.outputs._table import RESULT_COLUMNS, results_table
+from raysearch.outputs._table import RESULT_COLUMNS, results_table, write_results_csv
 from raysearch.outputs._writer import preload_output_modules, running_summary, write_outputs
 from raysearch.ranking import best_record, best_records, better
 from raysearch.space import fixed_space
@@ -70,6 +70,7 @@ __all__ = [
     "export_study",
     "default_study_name",
     "LiveStudy",
+    "write_results_csv",
     "write_batch_report",
     "build_batch_report",
     "BATCH_REPORT",

@@ -1,5 +1,9 @@
 """``results.parquet``: one row per trial, in start order, with one column per parameter.
 
+A parameter's column is bool, int64, float64 or string when its values agree; lists and
+mappings (``nodes_to_exclude``, ``op_types_to_quantize``) are Arrow lists and structs where
+Arrow holds every value as it is (``list<string>`` for node names), else JSON text.
+
 Example:
     >>> table = results_table([{"trial_id": "a", "number": 1, "status": "ok", "metric": 0.1,
     ...                         "params": {"per_channel": True}}])
@@ -7,6 +11,10 @@ Example:
     (1, [True])
     >>> table.column("quantizer").to_pylist()
     ['ort']
+    >>> _column([["Conv", "MatMul"], None, []]).type
+    ListType(list<item: string>)
+    >>> _column([["Conv"], "all"]).to_pylist()  # no one Arrow type: JSON text
+    ['["Conv"]', '"all"']
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,7 +32,7 @@ from raysearch.ranking import finite, order
 from raysearch.space.catalogue import DEFAULT_BACKEND
 from raysearch.space.space import json_default
 
-__all__ = ["RESULT_COLUMNS", "results_table", "write_parquet"]
+__all__ = ["RESULT_COLUMNS", "results_table", "write_parquet", "write_results_csv"]
 
 #: Fixed columns of ``results.parquet`` and their Arrow types (``params/...`` follow).
 RESULT_COLUMNS: dict[str, pa.DataType] = {
@@ -74,6 +82,9 @@ def _column(values: list[Any]) -> pa.Array:
         return pa.array([None if v is None else float(v) for v in values], pa.float64())
     if all(isinstance(v, str) for v in present):
         return pa.array(values, pa.string())
+    held = _as_arrow(values, present)
+    if held is not None:
+        return held
     return pa.array(
         [
             None if v is None else json.dumps(v, sort_keys=True, default=json_default)
@@ -81,6 +92,22 @@ def _column(values: list[Any]) -> pa.Array:
         ],
         pa.string(),
     )
+
+
+def _as_arrow(values: list[Any], present: list[Any]) -> pa.Array | None:
+    """``values`` (lists, or mappings) as the Arrow list or struct column that holds each one
+    as it is (read back equal: no key added, no number retyped); None when none does."""
+    if not (
+        all(isinstance(v, list) for v in present) or all(isinstance(v, Mapping) for v in present)
+    ):
+        return None
+    try:
+        array = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return None
+    if pa.types.is_null(array.type) or array.to_pylist() != values:
+        return None
+    return array
 
 
 def _quantizer(record: Mapping[str, Any]) -> str:
@@ -120,6 +147,38 @@ def results_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
             [finite((r.get("extra") or {}).get(name)) for r in rows], pa.float64()
         )
     return pa.table(columns)
+
+
+def write_results_csv(table: pa.Table, stream: TextIO) -> None:
+    """``table`` (``results.parquet``) as CSV on ``stream``: a header of its column names,
+    one line per trial; an empty cell for a missing value, a list or mapping as its JSON text
+    (as older searches stored it in the table), booleans as ``true``/``false``.
+
+    Example:
+        >>> import io
+        >>> out = io.StringIO()
+        >>> write_results_csv(pa.table({"trial_id": ["a"], "is_candidate": [True],
+        ...                             "params/nodes": [["n1", "n2"]], "metric": [None]}), out)
+        >>> print(out.getvalue().strip())
+        trial_id,is_candidate,params/nodes,metric
+        a,true,"[""n1"", ""n2""]",
+    """
+    import csv
+
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(table.column_names)
+    for row in table.to_pylist():
+        writer.writerow([_csv_cell(row[name]) for name in table.column_names])
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=json_default)
+    return value
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:

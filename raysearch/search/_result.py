@@ -14,7 +14,7 @@ from typing import Any
 
 from raysearch.layout import RESULTS
 
-__all__ = ["SearchResult", "build_result"]
+__all__ = ["SearchResult", "build_result", "results_dataframe"]
 
 
 @dataclass
@@ -36,7 +36,76 @@ class SearchResult:
 
     @property
     def stop_reason(self) -> str:
+        """Why the search ended (``summary.json``'s ``stop_reason``)."""
         return self.summary.get("stop_reason", "")
+
+    def dataframe(self) -> Any:
+        """``results.parquet`` as a pandas ``DataFrame``: one row per trial, in start order
+        (the columns: README, "Outputs"). A list or mapping setting is a Python list or dict
+        in its cell (Arrow's own lists and structs, and the JSON text older searches wrote
+        for them, read back), not a numpy array or a string.
+
+        Returns:
+            A ``pandas.DataFrame``.
+
+        Raises:
+            ImportError: pandas is not installed.
+
+        Example:
+            >>> df = AutoSearch("config.yaml").run().dataframe()          # doctest: +SKIP
+            >>> df.loc[df.is_candidate, ["trial_id", "metric"]]            # doctest: +SKIP
+        """
+        return results_dataframe(self.results)
+
+
+def results_dataframe(table: Any) -> Any:
+    """``table`` (``results.parquet``) as pandas, each list or mapping cell a Python list or
+    dict (see :meth:`SearchResult.dataframe`).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> table = pa.table({"params/nodes_to_exclude": [["a", "b"], None],
+        ...                   "params/op_types": ['["Conv"]', "[1, 2]"]})
+        >>> df = results_dataframe(table)
+        >>> df["params/nodes_to_exclude"].tolist(), df["params/op_types"].tolist()
+        ([['a', 'b'], None], [['Conv'], [1, 2]])
+    """
+    import pyarrow as pa
+
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - pandas comes with most installs
+        raise ImportError("SearchResult.dataframe() needs pandas: pip install pandas") from exc
+    columns: dict[str, list[Any]] = {}
+    for name in table.column_names:
+        column = table.column(name)
+        values = column.to_pylist()
+        if name.startswith("params/") and pa.types.is_string(column.type):
+            values = [_decoded(v) for v in values]
+        columns[name] = values
+    frame = pd.DataFrame({name: pd.Series(v, dtype=object) for name, v in columns.items()})
+    # Scalar columns in their own dtypes (numbers as numbers); lists and dicts stay objects.
+    scalar = [
+        name
+        for name in table.column_names
+        if not any(isinstance(v, (list, dict)) for v in columns[name])
+    ]
+    if scalar:
+        frame[scalar] = table.select(scalar).to_pandas()
+    return frame
+
+
+def _decoded(value: Any) -> Any:
+    """A ``params/`` string cell: the list or mapping it holds as JSON text, else itself."""
+    import json
+
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, (list, dict)) else value
+    return value
 
 
 def build_result(
