@@ -28,6 +28,7 @@ from raysearch.quantize.registry import backend_reject
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._result import SearchResult, build_result
+from raysearch.search._retime import retime, slower_than_float_note
 from raysearch.search.preflight import STDERR_LOGGER
 from raysearch.search.record._disk import disk_full_error
 from raysearch.search.record.journal import Journal, SessionClock
@@ -347,6 +348,12 @@ class Execution:
             run.info["float_latency_ms"] = self.pending_reference.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
+        # Latency that decides, or that the summary sets against float's, timed alone.
+        retimed = retime(config, folder, records, run.spec.evaluation, str(config.model))
+        if retimed is not None:
+            records = retimed.records
+            run.info["float_latency_ms"] = retimed.float_latency_ms
+        timed_alone = retimed.summary if retimed is not None else {}
         summary = write_outputs(
             folder,
             records,
@@ -369,11 +376,19 @@ class Execution:
                 "stop_note": _stop_note(reason, records, config, run.info.get("float_score_s")),
                 # The error most failed trials ended with (None: none failed).
                 "most_frequent_error": most_frequent_error(records),
+                # The best's latency over float's, each timed alone, and how (_retime).
+                "best_latency_vs_float": timed_alone.get("best_latency_vs_float"),
+                "latency_note": slower_than_float_note(
+                    timed_alone.get("best_latency_vs_float"),
+                    deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
+                ),
+                "latency_retimed": timed_alone.get("latency_retimed"),
             },
             evaluator=run.spec.evaluator,
         )
-        if summary.get("stop_note"):
-            _say(summary["stop_note"], run.progress.stream)
+        for said in ("stop_note", "latency_note"):
+            if summary.get(said):
+                _say(summary[said], run.progress.stream)
         status = "interrupted" if reason == "interrupted" else "finished"
         write_marker(folder, status, storage_path(self.config, self.output_dir))
         _logger.info(

@@ -1,0 +1,198 @@
+"""Latency that decides, or that the summary sets against the float model's, is timed again
+alone after the search, with its spread; a best setting slower than the float model is said
+(issue 48, item 5)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnxruntime.quantization import quantize_dynamic
+
+from raysearch.config import SearchConfig
+from raysearch.data import DataSource
+from raysearch.search._retime import ROUNDS, RUNS, retime, slower_than_float_note
+from tests.models import make_mlp_model, mlp_data
+
+
+def test_a_best_slower_than_float_is_said_word_for_word():
+    assert slower_than_float_note(4.94) == (
+        "the best setting is slower than the float model: 494% of its latency, each timed "
+        "alone after the search (select: latency, or objectives with latency_ms, weighs speed)"
+    )
+    assert slower_than_float_note(1.5, deciding=True) == (
+        "the best setting is slower than the float model: 150% of its latency, each timed "
+        "alone after the search (no candidate timed was faster)"
+    )
+    assert slower_than_float_note(0.99) is None and slower_than_float_note(None) is None
+
+
+@pytest.fixture
+def searched(tmp_path: Path) -> dict:
+    """A float MLP and two of its quantized models in a search folder, as trials left them,
+    with the figures the trials timed while they shared the CPU."""
+    model = make_mlp_model(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "calib.npz", **mlp_data(32))
+    (tmp_path / "out" / "candidates").mkdir(parents=True)
+    records = []
+    for n, (trial, per_channel) in enumerate((("aaaa0001", True), ("aaaa0002", False))):
+        path = tmp_path / "out" / "candidates" / f"{trial}.onnx"
+        quantize_dynamic(str(model), str(path), per_channel=per_channel)
+        records.append(
+            {
+                "trial_id": trial,
+                "trial_index": n,
+                "status": "ok",
+                "metric": 0.01 + n * 0.001,
+                "is_candidate": True,
+                "latency_ms": 900.0 + n,  # timed under contention
+                "model_size_bytes": path.stat().st_size,
+                "model_file": f"candidates/{trial}.onnx",
+                "params": {"per_channel": per_channel},
+            }
+        )
+    return {"model": model, "folder": tmp_path, "records": records}
+
+
+def _config(searched: dict, **extra) -> SearchConfig:
+    folder = searched["folder"]
+    return SearchConfig.from_dict(
+        {
+            "model": str(searched["model"]),
+            "calibration_data": str(folder / "calib.npz"),
+            "search_space": {"per_channel": [True, False]},
+            "search_algo": "Grid",
+            "tolerance": 1.0,
+            "output_dir": str(folder / "out"),
+            **extra,
+        }
+    )
+
+
+def _evaluation(config: SearchConfig) -> DataSource:
+    from raysearch.data import model_inputs
+    from raysearch.search.preflight import check_model
+
+    inputs = model_inputs(check_model(config.model))
+    return DataSource.load(config.calibration_data, inputs, config.batch_size)
+
+
+@pytest.mark.parametrize("select", ["latency", "metric"])
+def test_the_models_that_count_are_timed_again_alone_with_their_spread(searched, select):
+    config = _config(searched, select=select)
+    retimed = retime(
+        config, config.output_dir, searched["records"], _evaluation(config), config.model
+    )
+    assert retimed is not None
+    how = retimed.summary["latency_retimed"]
+    assert (how["rounds"], how["runs_per_round"], how["threads"]) == (ROUNDS, RUNS, 1)
+    assert how["decides"] is (select == "latency")
+    # select: latency decides between every candidate; select: metric times the best alone.
+    timed = {"float", "aaaa0001", "aaaa0002"} if select == "latency" else {"float", "aaaa0001"}
+    assert set(how["models"]) == timed
+    for name, figures in how["models"].items():
+        assert 0 < figures["min_ms"] <= figures["median_ms"] <= figures["max_ms"]
+        if name != "float":
+            assert figures["in_search_ms"] == 900.0 + int(name[-1]) - 1
+    assert retimed.float_latency_ms == how["models"]["float"]["median_ms"]
+    by_id = {r["trial_id"]: r for r in retimed.records}
+    for trial in timed - {"float"}:
+        assert by_id[trial]["latency_ms"] == how["models"][trial]["median_ms"]
+        assert by_id[trial]["latency_ms_in_search"] == how["models"][trial]["in_search_ms"]
+    best = (
+        "aaaa0001"
+        if select == "metric"
+        else min(("aaaa0001", "aaaa0002"), key=lambda t: how["models"][t]["median_ms"])
+    )
+    assert retimed.summary["best_latency_vs_float"] == round(
+        how["models"][best]["median_ms"] / how["models"]["float"]["median_ms"], 4
+    )
+    # The journal's records are left as they were.
+    assert searched["records"][0]["latency_ms"] == 900.0
+
+
+def test_nothing_is_timed_again_without_latency_or_on_gpus(searched):
+    for extra in ({"measure_latency": False}, {"resources": {"gpu_per_trial": 1}}):
+        config = _config(searched, **extra)
+        evaluation = _evaluation(config)
+        assert retime(config, config.output_dir, searched["records"], evaluation, "x") is None
+
+
+@pytest.mark.slow
+def test_a_search_says_its_latency_timed_alone_in_summary_and_terminal(
+    ray_cluster, make_config, tmp_path, capsys
+):
+    import yaml
+
+    from raysearch.cli import main
+
+    config = make_config(
+        search_space={"per_channel": [True, False]},
+        objectives=["metric", "latency_ms"],
+        early_stopping=False,
+        tolerance=1.0,
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path)]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    how = summary["latency_retimed"]
+    assert how["decides"] is True and "float" in how["models"]
+    assert summary["float_latency_ms"] == how["models"]["float"]["median_ms"]
+    ratio = summary["best_latency_vs_float"]
+    assert ratio == round(
+        how["models"][summary["best_trial_id"]]["median_ms"] / summary["float_latency_ms"], 4
+    )
+    assert summary["latency_note"] == slower_than_float_note(ratio, deciding=True)
+    out = capsys.readouterr().out.splitlines()
+    spread = [line for line in out if line.startswith("  latency: ")]
+    assert len(spread) == 1 and re.search(
+        r", both timed alone after the search: \S+-\S+ ms against \S+-\S+ ms over 5 rounds$",
+        spread[0],
+    ), out
+
+
+def test_show_prints_the_spread_of_latency_timed_alone(tmp_path, capsys):
+    from raysearch.cli import main
+
+    summary = {
+        "stop_reason": "space_exhausted",
+        "n_trials": 2,
+        "n_failed": 0,
+        "n_candidates": 2,
+        "wall_time_s": 10.0,
+        "metric": "L2",
+        "best_metric": 0.01,
+        "best_trial_id": "aaaa0001",
+        "best_params": {"per_channel": True},
+        "best_latency_ms": 2.5,
+        "float_latency_ms": 0.5,
+        "float_model_size_bytes": 1000,
+        "best_latency_vs_float": 5.0,
+        "latency_note": slower_than_float_note(5.0),
+        "latency_retimed": {
+            "decides": False,
+            "rounds": 5,
+            "runs_per_round": 5,
+            "threads": 1,
+            "models": {
+                "float": {"median_ms": 0.5, "min_ms": 0.4, "max_ms": 0.7},
+                "aaaa0001": {"median_ms": 2.5, "min_ms": 2.0, "max_ms": 3.0, "in_search_ms": 9},
+            },
+        },
+    }
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        "  latency: 2.5 ms per batch (500.0% of the float model's), both timed alone after the "
+        "search: 2-3 ms against 0.4-0.7 ms over 5 rounds"
+    ) in out
+    assert (
+        "Note: the best setting is slower than the float model: 500% of its latency, each timed "
+        "alone after the search (select: latency, or objectives with latency_ms, weighs speed)."
+    ) in out
+    assert not any(re.match("Outputs: .*best/", line) for line in out)
