@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -25,6 +26,8 @@ __all__ = [
     "building_folder",
     "file_lock",
 ]
+
+_logger = logging.getLogger(__name__)
 
 try:  # POSIX file locks; elsewhere concurrent processes may compute the same thing twice
     import fcntl
@@ -112,7 +115,10 @@ def building_folder(
 def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
     """Hold an exclusive lock on the file at ``path`` (created, with its folder) for the
     block, so that processes sharing a cache folder compute an entry once. A no-op when
-    ``path`` is None, the file cannot be created, or the platform has no file locks."""
+    ``path`` is None or the platform has no file locks. A lock file that cannot be created
+    or locked (a read-only folder, a file system without locks) is warned about, once per
+    folder, and the block runs unlocked: the entry may then be computed twice, never read
+    half-written (each file is written whole, :func:`atomic_write_bytes`)."""
     if path is None or fcntl is None:
         yield
         return
@@ -120,12 +126,34 @@ def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a")  # noqa: SIM115 - closed below, after the unlock
-    except OSError:
+    except OSError as exc:
+        _unlocked(path, exc)
         yield
         return
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
+    except OSError as exc:  # ENOLCK: a network file system without locks
+        handle.close()
+        _unlocked(path, exc)
+        yield
+        return
+    try:
         yield
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+#: Folders whose lock files could not be used (warned about once each).
+_UNLOCKED: set[Path] = set()
+
+
+def _unlocked(path: Path, exc: OSError) -> None:
+    if path.parent not in _UNLOCKED:
+        _UNLOCKED.add(path.parent)
+        _logger.warning(
+            "cannot lock %s (%s): processes sharing %s may compute the same entry twice",
+            path,
+            exc.strerror or exc,
+            path.parent,
+        )

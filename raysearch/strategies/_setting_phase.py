@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raysearch.errors import InputError
 from raysearch.space import SearchSpace, fixed_space
 from raysearch.strategies._registry import Proposal, StrategyContext
 
@@ -41,7 +42,11 @@ def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def setting_space(settings: Mapping[str, Any]) -> SearchSpace:
     """A search space with exactly one point: ``settings`` (validated against the catalogues
-    like any user space). ValueError when the space would not give back ``settings``.
+    like any user space).
+
+    Raises:
+        InputError: a ConfigError for a key the catalogues refuse, else the space would not
+            give back ``settings`` (both ValueErrors).
 
     Example:
         >>> space = setting_space({"per_channel": False, "mixed_precision": {"top_k": 2}})
@@ -53,7 +58,7 @@ def setting_space(settings: Mapping[str, Any]) -> SearchSpace:
     points = space.expand().points
     if len(points) != 1 or space.to_settings(points[0]) != dict(settings):
         why = _dropped(settings)
-        raise ValueError(
+        raise InputError(  # a ValueError, as the ConfigError of a key the catalogues refuse
             f"settings {dict(settings)!r} are not one point of a search space"
             + (f": {why}" if why else "")
         )

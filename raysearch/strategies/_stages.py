@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from raysearch.errors import InputError
 from raysearch.space import SearchSpace
 from raysearch.strategies._registry import (
     EXHAUSTED,
@@ -136,7 +137,7 @@ class BuiltPhase(DeferredPhase):
         for setting in settings:
             try:
                 proposal = setting_proposal(setting, self.index)
-            except Exception as exc:  # a combination the catalogues refuse: not run
+            except InputError as exc:  # a combination the catalogues refuse: not run
                 _logger.info("%s: %s left out (%s)", self.stage, dict(setting), exc)
                 continue
             out.append(proposal)

@@ -120,6 +120,12 @@ def _try_lock(handle: Any, folder: Path) -> None:
             f"{folder} is in use by a running search: wait for it to end, or stop it first "
             "(a search that died releases the folder)"
         ) from None
+    except OSError as exc:  # ENOLCK: a network file system without locks
+        _logger.warning(
+            "cannot lock %s (%s): a second search started in it would not be refused",
+            folder,
+            exc.strerror or exc,
+        )
 
 
 def check_not_in_use(folder: Path) -> None:
@@ -140,7 +146,14 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
     runs. ``flock`` locks go with the process: a search that is killed leaves none behind.
     (Ray Tune locks nothing in the output folder, so this is ours.)"""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK, "a") as handle:
+    try:
+        handle = open(folder / LOCK, "a")  # noqa: SIM115 - closed below
+    except OSError as exc:  # no lock, no search: a second one could write over this one
+        raise InputError(
+            f"{folder}: cannot create its lock file {LOCK} ({exc.strerror or exc}); the"
+            " output folder must be writable"
+        ) from None
+    with handle:
         _try_lock(handle, folder)
         yield
 

@@ -10,6 +10,7 @@ per tensor, and per channel where the tensor's shape is known.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
 
 __all__ = ["activation_errors"]
+
+_logger = logging.getLogger(__name__)
 
 
 def activation_errors(
@@ -88,7 +91,13 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # shapes only refine the ranking; whole-tensor SQNR without them
+    except Exception as exc:  # shapes only refine the ranking; whole-tensor SQNR without them
+        _logger.warning(
+            "activation-noise ranking: ONNX shape inference failed (%s: %s); the noise is"
+            " measured over whole tensors",
+            type(exc).__name__,
+            exc,
+        )
         return {}
     graph = inferred.graph
     shapes: dict[str, tuple[int, ...]] = {}

@@ -11,12 +11,15 @@ never overlap and their edits commute with the weight scalings of the consumers.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+_logger = logging.getLogger(__name__)
 
 __all__ = ["Graph", "Edit", "shaped"]
 
@@ -77,7 +80,13 @@ class Graph:
         self._count = 0
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-        except Exception:  # a model shape inference cannot read still gets probed shapes
+        except Exception as exc:  # a model shape inference cannot read still gets probed shapes
+            _logger.warning(
+                "smooth quant: ONNX shape inference failed (%s: %s); the shapes the model"
+                " declares are used",
+                type(exc).__name__,
+                exc,
+            )
             inferred = model
         for info in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
             tensor_type = info.type.tensor_type
