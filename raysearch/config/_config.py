@@ -185,7 +185,22 @@ class SearchConfig:
         The keys are checked in a fixed order (inputs, spaces and algorithm, metric, stop,
         resources, run options), and every mistake is reported, one line each
         (:class:`~raysearch.errors.ConfigErrors` when there are several), always in the same
-        order."""
+        order.
+
+        Args:
+            raw: the config's keys (README, "A complete config"), as YAML reads them or with
+                the Python objects a config from Python may hold.
+            base_dir: the folder relative input paths are read from.
+            check_paths: whether the input files must exist (and the model be ONNX).
+            code_dirs: where a module the config names is looked up when Python does not
+                find it.
+
+        Returns:
+            The checked :class:`SearchConfig`.
+
+        Raises:
+            ConfigError: a mistake (``ConfigErrors``: several), each naming its key path.
+        """
         if not isinstance(raw, Mapping):
             raise ConfigError("", f"a config must be a mapping of keys, got {type(raw).__name__}")
         errors = ErrorCollector()
@@ -442,6 +457,17 @@ def load_config(
 
     Relative input paths in the file are read relative to the file's folder; ``output_dir``
     relative to the working directory.
+
+    Args:
+        path: the YAML file.
+        overrides: ``key.path=value`` strings (values as YAML), applied before the checks.
+        check_paths: whether the input files must exist.
+
+    Returns:
+        The checked :class:`SearchConfig`.
+
+    Raises:
+        ConfigError: a mistake (``ConfigErrors``: several), each naming its key path.
     """
     path = Path(path)
     data = apply_overrides(read_yaml(path), overrides or [])

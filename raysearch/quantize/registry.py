@@ -165,6 +165,12 @@ _B = TypeVar("_B", bound=type[QuantizerBackend])
 def register_backend(name: str) -> Callable[[_B], _B]:
     """Class decorator registering a :class:`QuantizerBackend` under ``name``.
 
+    Args:
+        name: the backend's name, as a space's ``quantizer`` selects it.
+
+    Returns:
+        The decorator, which returns the class registered.
+
     Example:
         >>> @register_backend("nncf")                        # doctest: +SKIP
         ... class NNCFBackend(QuantizerBackend): ...

@@ -279,6 +279,12 @@ def register_technique(name: str) -> Callable[[_T], _T]:
     """Class decorator registering a :class:`Technique` under ``name`` and its settings in
     every backend's catalogue.
 
+    Args:
+        name: the technique's name.
+
+    Returns:
+        The decorator, which returns the class registered.
+
     Example:
         >>> @register_technique("cle")                              # doctest: +SKIP
         ... class CrossLayerEqualization(FloatModelTransform): ...

@@ -21,9 +21,17 @@ __all__ = ["SearchResult", "build_result", "results_dataframe"]
 class SearchResult:
     """What a search found.
 
-    ``candidates`` lists the candidate trials (``trial_id``, ``metric``, ``params``,
-    ``model_path``: None where the model was not kept, ``keep_candidates``), best first;
-    ``results`` is the ``results.parquet`` table.
+    Attributes:
+        best_params: the best trial's settings (None: no trial succeeded).
+        best_metric: its metric.
+        candidates: the candidate trials (``trial_id``, ``metric``, ``params``,
+            ``model_path``: None where the model was not kept, ``keep_candidates``), best
+            first.
+        summary: ``summary.json``.
+        results: the ``results.parquet`` table (a ``pyarrow.Table``; :meth:`dataframe` for
+            pandas).
+        output_dir: the search's output folder.
+        records: every trial's record (the journal's).
     """
 
     best_params: dict[str, Any] | None

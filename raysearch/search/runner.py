@@ -115,6 +115,15 @@ _clean_output_dir = clean_output_dir
 class AutoSearch:
     """A quantization search from a config (a :class:`SearchConfig`, a dict or a YAML path).
 
+    Args:
+        config: the search's config: a :class:`SearchConfig`, a mapping of its keys (checked
+            as :meth:`SearchConfig.from_dict` checks them; Python objects allowed where the
+            README says so: an evaluator function, an Optuna sampler, arrays, a data reader)
+            or the path of a YAML file (:func:`load_config`).
+
+    Raises:
+        ConfigError: the config has mistakes (all of them, one line each).
+
     Example:
         >>> result = AutoSearch("config.yaml").run()                      # doctest: +SKIP
         >>> result.best_metric, result.summary["stop_reason"]              # doctest: +SKIP
@@ -223,6 +232,13 @@ class AutoSearch:
         ``address`` joins another Ray cluster than the one the search was started on;
         ``progress`` and ``callbacks`` are :meth:`run`'s (a trial finished in an earlier
         session reaches no callback again).
+
+        Args:
+            output_dir: the interrupted (or finished) search's output folder.
+            config: the search's config, when the saved one cannot serve (see above).
+            progress: where the live progress line goes, as :meth:`run`'s.
+            address: the Ray cluster to join instead of the one the search started on.
+            callbacks: Ray Tune callbacks of this session, as :meth:`run`'s.
 
         Returns:
             The :class:`SearchResult` of the whole search.

@@ -140,7 +140,19 @@ class SearchSpace:
         catalogues: Mapping[str, Catalogue] | None = None,
     ) -> SearchSpace:
         """Parse ``raw`` and validate it against the catalogues of its backends (default:
-        every registered backend's)."""
+        every registered backend's).
+
+        Args:
+            raw: the space in either dialect (README, "Search-space language").
+            path: the key path its errors name.
+            catalogues: the backends' settings catalogues to check it against.
+
+        Returns:
+            The :class:`SearchSpace`.
+
+        Raises:
+            ConfigError: a mistake, naming its key path.
+        """
         parsed = parse_space(raw, path=path, catalogues=catalogues)
         return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
 

@@ -288,9 +288,17 @@ _ALIASES: dict[str, str] = {
 def register_strategy(
     name: str, *, aliases: Sequence[str] = (), listed: bool = True
 ) -> Callable[[Builder], Builder]:
-    """Decorator registering a strategy builder under the ``search_algo`` name ``name``;
-    ``listed=False``: a name no config spells (the strategy of an Optuna sampler given from
-    Python), left out of :func:`strategy_names`."""
+    """Decorator registering a strategy builder under the ``search_algo`` name ``name``.
+
+    Args:
+        name: the ``search_algo`` name.
+        aliases: other spellings a config may use.
+        listed: False for a name no config spells (the strategy of an Optuna sampler given
+            from Python), left out of :func:`strategy_names`.
+
+    Returns:
+        The decorator, which returns the builder registered.
+    """
 
     def decorate(builder: Builder) -> Builder:
         if not callable(builder):
