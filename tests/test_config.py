@@ -203,8 +203,8 @@ BAD_CONFIGS = [
         "unknown search algorithm",
         {"search_algo": "Bayes"},
         "search_algo: expected one of Auto, Grid, Random, TPE, CmaEs, GPS, NSGAII, QMC, "
-        "Fallback, Conservative, TwoStage, FinetuneSearch, got 'Bayes' (did you mean "
-        "'bayesian'?)",
+        "Fallback, Conservative, TwoStage, FinetuneSearch, WeightOnly, got 'Bayes' (did you "
+        "mean 'bayesian'?)",
     ),
     ("unknown metric", {"metric": "L3"}, "metric: unknown metric 'L3'"),
     (

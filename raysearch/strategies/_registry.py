@@ -148,11 +148,14 @@ class Phase:
 @dataclass(frozen=True)
 class ModelFacts:
     """What a strategy may need to know of the float model: its node names, tensor names
-    (graph inputs, outputs and every node output) and op types, in graph order."""
+    (graph inputs, outputs and every node output) and op types, in graph order, and the
+    MatMul nodes whose second input is a 2-D initializer (the weight MatMuls a weight-only
+    quantizer rewrites)."""
 
     node_names: tuple[str, ...] = ()
     tensor_names: tuple[str, ...] = ()
     op_types: tuple[str, ...] = ()
+    weight_matmuls: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, model: Any) -> ModelFacts:
@@ -166,10 +169,16 @@ class ModelFacts:
         graph = model.graph
         tensors = [i.name for i in graph.input] + [o for n in graph.node for o in n.output]
         tensors += [o.name for o in graph.output]
+        matrices = {t.name for t in graph.initializer if len(t.dims) == 2}
         return cls(
             tuple(n.name for n in graph.node),
             tuple(dict.fromkeys(t for t in tensors if t)),
             tuple(dict.fromkeys(n.op_type for n in graph.node)),
+            tuple(
+                n.name
+                for n in graph.node
+                if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in matrices
+            ),
         )
 
 
@@ -268,6 +277,7 @@ BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
         ("finetune_search", "advanced_fastft_search", "fastft_search"),
         checks_spaces=True,
     ),
+    "WeightOnly": StrategyInfo("raysearch.strategies._weight_only", ("weight_only",)),
 }
 
 #: Names of the systems raysearch replaces that have no raysearch meaning: name -> why.

@@ -130,17 +130,15 @@ def test_qdq_format_writes_dequantize_linear(backend, tmp_path):
 def test_algorithms_write_other_weights_than_rtn(backend, tmp_path, algorithm):
     rtn, _, _ = _quantize(backend, {"block_size": 32, "symmetric": False}, tmp_path, "rtn.onnx")
     settings = {"algorithm": algorithm, "block_size": 32, "nodes_8bit": [HEAD]}
-    if algorithm == "hqq":  # 4 bits only (refused at 8), and it writes no accuracy_level itself
-        settings = {"algorithm": algorithm, "block_size": 32, "nodes_float": [HEAD]}
+    if algorithm == "hqq":  # it writes no accuracy_level itself
         settings["accuracy_level"] = 1
     other, _, out = _quantize(backend, settings, tmp_path, f"{algorithm}.onnx")
     nodes = _nbits(other)
-    if algorithm == "k_quant":  # per-node bits reach k-quant's per-node config
-        assert len(nodes) == 15
-        head = next(n for n in nodes.values() if n.name.startswith(HEAD))
-        assert _attr(head, "bits") == 8
-    else:
-        assert len(nodes) == 14 and HEAD in {n.name for n in other.graph.node}
+    # per-node bits reach k-quant's per-node config; HQQ's 8-bit nodes are RTN's (its own
+    # 8-bit MatMulNBits does not run on CPU)
+    assert len(nodes) == 15
+    head = next(n for n in nodes.values() if n.name.startswith(HEAD))
+    assert _attr(head, "bits") == 8
     if algorithm == "hqq":
         assert {_attr(n, "accuracy_level") for n in nodes.values()} == {1}
     weights = {t.name: numpy_helper.to_array(t) for t in rtn.graph.initializer}
@@ -189,7 +187,7 @@ def test_ort_gptq_still_writes_rtn_weights(lm):
         ({"block_size": 48}, "block_size 48: MatMulNBits needs a power of two from 16 to 256"),
         ({"algorithm": "hqq", "symmetric": True}, "algorithm hqq has no symmetric form"),
         ({"algorithm": "k_quant", "symmetric": True}, "algorithm k_quant always writes zero"),
-        ({"algorithm": "hqq", "nodes_8bit": [HEAD]}, "algorithm hqq at 8 bits writes float"),
+        ({"algorithm": "hqq", "bits": 8}, "algorithm hqq at 8 bits writes float"),
         (
             {"nodes_8bit": [HEAD], "nodes_float": [HEAD]},
             "node '/lm_head/MatMul' is in two of nodes_4bit, nodes_8bit, nodes_float",

@@ -405,6 +405,9 @@ class SettingSearcher(Searcher):
                 "is_candidate": candidate and metric is not None,
                 "extra": extra,
                 "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
+                # a phase may weigh size (the weight-only strategy's base), as replayed
+                # records (the journal's) have it
+                "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
             }
         )
         if position is not None and self.state.finish_reason != "strategy_failed":

@@ -3,7 +3,8 @@
 :mod:`raysearch.quantize.backends.weight_only.options` passed to it.
 
 Per-node precision: ONNX Runtime's blocked RTN and HQQ quantize every selected node at one
-``bits``, so a model with nodes at 8 and at 4 bits is two passes of the quantizer, the 8-bit
+``bits`` (the 8-bit nodes of an HQQ setting are rounded by RTN: HQQ's 8-bit MatMulNBits does
+not run on CPU), so a model with nodes at 8 and at 4 bits is two passes of the quantizer, the 8-bit
 nodes first (a node quantized in the first pass is a ``MatMulNBits`` the second pass leaves
 alone), each excluding the nodes of the other precision and those kept float. k-quant goes
 through ONNX Runtime's neural-compressor path, which reads ``bits`` from a per-node
@@ -229,7 +230,7 @@ class WeightOnlyBackend(QuantizerBackend):
             ]
         block, fmt = int(options["block_size"]), QuantFormat[options["quant_format"]]
         level = int(options["accuracy_level"]) or None
-        if options["algorithm"] == "hqq":
+        if options["algorithm"] == "hqq" and bits == 4:  # 8-bit nodes: RTN (see options)
             config: Any = mnq.HQQWeightOnlyQuantConfig(
                 block_size=block, bits=bits, op_types_to_quantize=op_types
             )
@@ -253,7 +254,7 @@ class WeightOnlyBackend(QuantizerBackend):
             op_types_to_quantize=op_types,
             algo_config=config,
         )
-        with _quiet(self.threads if options["algorithm"] == "hqq" else None):
+        with _quiet(self.threads if options["algorithm"] == "hqq" and bits == 4 else None):
             quantizer.process()
         return quantizer.model.model
 

@@ -9,9 +9,10 @@ described here once; a key the quantizer cannot honour with the others is refuse
 setting                   meaning (default)
 ========================= ===================================================================
 ``algorithm``             ``rtn`` (ONNX Runtime's blocked round-to-nearest, its default),
-                          ``hqq`` (half-quadratic, PyTorch; 4 bits only: its 8-bit model does
-                          not run on CPU), ``k_quant`` (llama.cpp's k-quant scales); ``gptq``
-                          is refused (see :data:`GPTQ_REFUSAL`)
+                          ``hqq`` (half-quadratic, PyTorch; its 8-bit model does not run on
+                          CPU: ``bits: 8`` is refused, and the ``nodes_8bit`` of an hqq
+                          setting are rounded by RTN), ``k_quant`` (llama.cpp's k-quant
+                          scales); ``gptq`` is refused (see :data:`GPTQ_REFUSAL`)
 ``bits``                  4 or 8: the precision of every weight MatMul the node lists below
                           do not name (4)
 ``block_size``            16-256, a power of two: weights per scale (128)
@@ -148,11 +149,10 @@ def _reject_node_bits(settings: Mapping[str, Any]) -> str | None:
         precisions = node_precisions(settings)
     except ValueError as exc:
         return str(exc)
-    eight = int(_get(settings, "bits")) == 8 or 8 in precisions.values()
-    if eight and _get(settings, "algorithm") == "hqq":
+    if int(_get(settings, "bits")) == 8 and _get(settings, "algorithm") == "hqq":
         return (
             "algorithm hqq at 8 bits writes float zero points, which ONNX Runtime 1.31's CPU "
-            "MatMulNBits runs at 2 and 4 bits only: use rtn or k_quant for 8-bit nodes"
+            "MatMulNBits runs at 2 and 4 bits only: use rtn or k_quant with bits 8"
         )
     return None
 

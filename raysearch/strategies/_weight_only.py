@@ -1,0 +1,212 @@
+"""The ``WeightOnly`` strategy (alias ``weight_only``): weight-only quantization of a language
+model (``quantizer: weight_only``), in four ordered stages, each one's trials concurrent and
+the search's stop conditions in force:
+
+1. ``defaults``: the space's ``points_to_evaluate`` (the presets: ONNX Runtime's default,
+   RTN block 128 symmetric), else the space's first setting.
+2. ``blocks``: the space's grid (block size x symmetry x algorithm), or TPE over it when it
+   is larger than half of ``stop.iteration_limit``.
+3. ``sensitivity``: the *base* (among the settings of stages 1-2 within 10 % of the smallest
+   model, the one with the best metric) probed per layer: one trial per weight MatMul with
+   that node alone at the base's precision and every other one float. The probes are trials
+   like any other: spread over the cluster's slots, recorded (``stage: sensitivity``, the
+   node in ``params/nodes_4bit`` or ``nodes_8bit``: the ranking is the probes' metrics in
+   ``results.parquet``), and never run twice for the same settings (a resumed search reads
+   them from its journal).
+4. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
+   one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
+   node count. With ``metric: kl``, a ``tolerance`` and ``select: size``, ``best/`` is then
+   the smallest model within the tolerance.
+
+Each stage is built from the records of the stages before it only, so a resumed search
+builds the same settings and runs only those that did not finish.
+
+Example:
+    >>> promoted({"bits": 4, "block_size": 128}, ["c", "a", "b"], 2)
+    {'bits': 4, 'block_size': 128, 'nodes_8bit': ['c', 'a']}
+    >>> probe({"bits": 8}, ["a", "b", "c"], "b")
+    {'bits': 8, 'nodes_8bit': ['b'], 'nodes_float': ['a', 'c']}
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from raysearch.strategies._registry import (
+    Phase,
+    Proposal,
+    StrategyContext,
+    register_strategy,
+)
+from raysearch.strategies._roles import complete_point
+from raysearch.strategies._stages import BuiltPhase, ListPhase, distinct_accepted, sub_phase
+
+__all__ = [
+    "weight_only_strategy",
+    "PROMOTIONS",
+    "base_record",
+    "ranking",
+    "probe",
+    "promoted",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: How many of the most sensitive nodes the promotions stage moves one step up.
+PROMOTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: A base is chosen among the settings whose model is within this factor of the smallest.
+SIZE_SLACK = 1.10
+#: The stages that give the base.
+BASE_STAGES = ("defaults", "blocks")
+#: The node lists a probe or a promotion writes (the backend's per-node precision).
+_LISTS = ("nodes_4bit", "nodes_8bit", "nodes_float")
+
+
+def _bits(settings: Mapping[str, Any]) -> int:
+    return int(settings.get("bits") or 4)
+
+
+def _base(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in _LISTS}
+
+
+def probe(base: Mapping[str, Any], nodes: Sequence[str], node: str) -> dict[str, Any]:
+    """``base`` with ``node`` alone at the base's precision and every other node float."""
+    key = "nodes_8bit" if _bits(base) == 8 else "nodes_4bit"
+    return {**_base(base), key: [node], "nodes_float": [n for n in nodes if n != node]}
+
+
+def promoted(base: Mapping[str, Any], ranked: Sequence[str], k: int) -> dict[str, Any]:
+    """``base`` with the first ``k`` of ``ranked`` one step up (8 bits, or float from 8)."""
+    key = "nodes_float" if _bits(base) == 8 else "nodes_8bit"
+    return {**_base(base), key: list(ranked[:k])}
+
+
+def base_record(
+    records: Sequence[Mapping[str, Any]], higher_is_better: bool
+) -> Mapping[str, Any] | None:
+    """Among the finished records of :data:`BASE_STAGES` within :data:`SIZE_SLACK` of the
+    smallest model, the one with the best metric (the earliest on a tie); None without one.
+
+    Example:
+        >>> rows = [{"stage": "blocks", "status": "ok", "metric": m, "model_size_bytes": s,
+        ...          "trial_id": t} for t, m, s in [("a", 0.5, 100), ("b", 0.2, 105),
+        ...                                          ("c", 0.1, 200)]]
+        >>> base_record(rows, higher_is_better=False)["trial_id"]
+        'b'
+    """
+    done = [
+        r
+        for r in records
+        if r.get("stage") in BASE_STAGES
+        and r.get("status") == "ok"
+        and _finite(r.get("metric"))
+        and r.get("model_size_bytes")
+        and not r.get("stopped_at_rung")
+    ]
+    if not done:
+        return None
+    smallest = min(float(r["model_size_bytes"]) for r in done)
+    small = [r for r in done if float(r["model_size_bytes"]) <= SIZE_SLACK * smallest]
+    sign = -1.0 if higher_is_better else 1.0
+    return min(small, key=lambda r: sign * float(r["metric"]))
+
+
+def ranking(
+    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
+) -> list[tuple[str, float]]:
+    """The probes of ``base`` that finished, most sensitive first: ``(node, metric)``."""
+    key = "nodes_8bit" if _bits(base) == 8 else "nodes_4bit"
+    wanted = _base(base)
+    scored = []
+    for r in records:
+        settings = r.get("settings") or {}
+        if r.get("stage") != "sensitivity" or _base(settings) != wanted:
+            continue
+        if r.get("status") != "ok" or not _finite(r.get("metric")):
+            continue
+        scored.append((settings[key][0], float(r["metric"])))
+    # the worst metric first: lower is worse when higher is better
+    return sorted(scored, key=lambda item: item[1] if higher_is_better else -item[1])
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+class _Sensitivity(BuiltPhase):
+    """Stage 3: the per-layer probes of the base (see the module)."""
+
+    stage = "sensitivity"
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        base = base_record(context.records, context.mode == "max")
+        nodes = list(context.model.weight_matmuls)
+        if base is None or not nodes:
+            _logger.info(
+                "weight_only: no sensitivity stage (%s)",
+                "no setting finished" if base is None else "the model has no weight MatMul",
+            )
+            return None
+        settings = base.get("settings") or {}
+        _logger.info(
+            "weight_only: probing %d weight MatMuls of trial %s (metric %s)",
+            len(nodes),
+            base.get("trial_id"),
+            base.get("metric"),
+        )
+        return [probe(settings, nodes, node) for node in nodes]
+
+
+class _Promotions(BuiltPhase):
+    """Stage 4: the base with its most sensitive nodes one step up (see the module)."""
+
+    stage = "promotions"
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        higher = context.mode == "max"
+        base = base_record(context.records, higher)
+        if base is None:
+            return None
+        settings = base.get("settings") or {}
+        ranked = ranking(context.records, settings, higher)
+        if not ranked:
+            _logger.info("weight_only: no probe finished; no promotions")
+            return None
+        _logger.info(
+            "weight_only: sensitivity ranking (most sensitive first): %s",
+            ", ".join(f"{node} {metric:.4g}" for node, metric in ranked),
+        )
+        nodes = [node for node, _ in ranked]
+        ks = [k for k in PROMOTIONS if k < len(nodes)]
+        return [promoted(settings, nodes, k) for k in ks]
+
+
+class _Defaults(ListPhase):
+    stage = "defaults"
+
+
+def _defaults(context: StrategyContext) -> Phase:
+    """Stage 1: the spaces' ``points_to_evaluate`` (completed with each space's first
+    values), else each space's first setting."""
+    proposals = [
+        Proposal.of(space, index, complete_point(space, point))
+        for index, space in enumerate(context.spaces)
+        for point in space.points_to_evaluate or [{}]
+    ]
+    return _Defaults(distinct_accepted(proposals, context.reject, "defaults"), "defaults")
+
+
+@register_strategy("WeightOnly", aliases=("weight_only",))
+def weight_only_strategy(context: StrategyContext) -> list[Phase]:
+    """WeightOnly: defaults, blocks, per-layer sensitivity, promotions (see the module)."""
+    budget = max(1, context.max_trials // 2) if context.max_trials else None
+    blocks = [
+        sub_phase(context, space, index, budget, "blocks")
+        for index, space in enumerate(context.spaces)
+    ]
+    n = len(context.spaces)
+    return [_defaults(context), *blocks, _Sensitivity(n), _Promotions(n)]

@@ -1,0 +1,110 @@
+"""The ``WeightOnly`` strategy: the real searcher driven by a scripted language model (each
+setting's KL and size by rule): the stages' order, one sensitivity probe per weight MatMul,
+promotions of the most sensitive nodes in ranking order, the smallest model within the
+tolerance among them, and a resume inside each stage that runs exactly the settings left."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raysearch.config._spaces import parse_spaces
+from raysearch.quantize.registry import backend_reject
+from raysearch.ranking import best_record
+from raysearch.search.tune.searchers import SettingSearcher
+from raysearch.strategies import ModelFacts, StrategyContext
+from raysearch.strategies._weight_only import PROMOTIONS, base_record, ranking
+from tests.search.test_fallback import _drive
+
+NODES = ("n0", "n1", "n2", "n3", "n4", "n5")
+#: Each node's KL (1e-3) at 4 bits, block 128, symmetric RTN.
+SENSITIVITY = {"n0": 0.5, "n1": 0.05, "n2": 0.3, "n3": 0.02, "n4": 0.01, "n5": 0.12}
+TOLERANCE = 0.25e-3
+STAGES = ["defaults", "blocks", "sensitivity", "promotions"]
+
+
+def _lm(settings: dict[str, Any]) -> dict[str, Any]:
+    """KL adds up over the nodes at 4 bits (scaled by block size, symmetry and algorithm;
+    an 8-bit node keeps 1 % of it, a float one none); size adds up the nodes' weights."""
+    block = int(settings.get("block_size") or 128)
+    factor = {32: 0.6, 64: 0.8, 128: 1.0, 256: 1.2}[block]
+    factor *= 0.9 if settings.get("symmetric") is False else 1.0
+    factor *= {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95}[settings.get("algorithm") or "rtn"]
+    eight, floats = set(settings.get("nodes_8bit") or ()), set(settings.get("nodes_float") or ())
+    kl = size = 0.0
+    for node, s in SENSITIVITY.items():
+        if node in floats:
+            size += 400
+        elif node in eight:
+            kl, size = kl + 0.01 * s * factor * 1e-3, size + 110
+        else:
+            kl, size = kl + s * factor * 1e-3, size + 50 * (1 + 32 / block)
+    return {
+        "metric": kl,
+        "status": "ok",
+        "model_size_bytes": int(size),
+        "is_candidate": kl <= TOLERANCE,
+    }
+
+
+def _context() -> StrategyContext:
+    spaces = parse_spaces({"search_space": "WEIGHT_ONLY_INT4_SEARCH"})
+    return StrategyContext(
+        spaces, mode="min", seed=0, reject=backend_reject, model=ModelFacts(weight_matmuls=NODES)
+    )
+
+
+def _searcher() -> SettingSearcher:
+    return SettingSearcher.from_strategy("WeightOnly", _context())
+
+
+def _stage_order(trials: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(t["stage"] for t in trials))
+
+
+def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
+    trials = _drive(_searcher(), _lm, slots=2)
+    assert _stage_order(trials) == STAGES
+    defaults = [t for t in trials if t["stage"] == "defaults"]
+    assert [t["settings"] for t in defaults] == [
+        {"quantizer": "weight_only", "bits": 4, "algorithm": "rtn", "block_size": 128,
+         "symmetric": True}
+    ]  # fmt: skip
+    probes = [t for t in trials if t["stage"] == "sensitivity"]
+    assert sorted(t["settings"]["nodes_4bit"][0] for t in probes) == list(NODES)
+    for t in probes:
+        assert sorted([*t["settings"]["nodes_4bit"], *t["settings"]["nodes_float"]]) == list(NODES)
+    records = [{**t, "status": "ok"} for t in trials]
+    base = base_record(records, higher_is_better=False)
+    first = [r for r in records if r["stage"] in ("defaults", "blocks")]
+    smallest = min(r["model_size_bytes"] for r in first)
+    small = [r for r in first if r["model_size_bytes"] <= 1.1 * smallest]
+    assert base is not None and base["metric"] == min(r["metric"] for r in small)
+    order = [node for node, _ in ranking(records, base["settings"], higher_is_better=False)]
+    assert order == ["n0", "n2", "n5", "n1", "n3", "n4"]
+    promotions = [t["settings"]["nodes_8bit"] for t in trials if t["stage"] == "promotions"]
+    assert promotions == [order[:k] for k in PROMOTIONS if k < len(NODES)]
+
+
+def test_select_size_keeps_the_smallest_model_within_the_tolerance():
+    trials = _drive(_searcher(), _lm, slots=3)
+    records = [{**t, "status": "ok", "number": i} for i, t in enumerate(trials)]
+    best = best_record(records, higher_is_better=False, select="size")
+    assert best is not None and best["stage"] == "promotions"
+    assert best["metric"] <= TOLERANCE
+    # no other candidate of the search is smaller
+    sizes = [r["model_size_bytes"] for r in records if r["is_candidate"]]
+    assert best["model_size_bytes"] == min(sizes)
+    assert best["settings"]["nodes_8bit"] == ["n0", "n2"]
+
+
+@pytest.mark.parametrize("stage", STAGES[1:])
+def test_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
+    straight = _drive(_searcher(), _lm, 1)
+    cut = next(i for i, t in enumerate(straight) if t["stage"] == stage) + 1
+    before = [{**t, "status": "ok"} for t in straight[:cut]]
+    resumed = _searcher()
+    resumed.add_finished(before)
+    rest = _drive(resumed, _lm, 1)
+    assert rest and [t["key"] for t in before + rest] == [t["key"] for t in straight]
