@@ -1,5 +1,5 @@
 """``plots/``: each legend entry in the colour of what it names, and parameter importances
-only from ten complete trials on (as ``report.html``), with their number."""
+only from ten scored trials on (as ``report.html``), with their number."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_each_legend_entry_has_the_colour_of_its_points(figures, tmp_path):
     assert to_rgba("tab:green") == tuple(points["candidate"].get_facecolor()[0])
 
 
-def test_importances_only_from_ten_complete_trials_with_their_number(figures, tmp_path):
+def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_path):
     config = SearchConfig.from_dict(
         {
             "model": "m.onnx",
@@ -60,15 +60,21 @@ def test_importances_only_from_ten_complete_trials_with_their_number(figures, tm
         check_paths=False,
     )
     metrics = np.linspace(0.01, 0.3, 12)
-    stopped = [_row(20 + i, 0.5, stopped_at_rung=0) for i in range(5)]
-    few = [_row(i, float(m)) for i, m in enumerate(metrics[:9])] + stopped
+    failed = [{**_row(30 + i, 0.5), "status": "failed", "metric": None} for i in range(3)]
+    few = [_row(i, float(m)) for i, m in enumerate(metrics[:9])] + failed
     summary: dict = {}
     _plots.write_plots(few, Path(tmp_path), config, None, summary)
     assert summary["param_importance"] is None and summary["param_importance_trials"] == 9
     assert len(figures) == 1  # the metric per trial only
 
-    enough = [_row(i, float(m)) for i, m in enumerate(metrics)] + stopped
+    # A trial stopped at a rung counts, with its score over the rows it reached.
+    stopped = [_row(20 + i, 0.5, stopped_at_rung=0) for i in range(5)]
+    enough = [_row(i, float(m)) for i, m in enumerate(metrics[:9])] + stopped + failed
     _plots.write_plots(enough, Path(tmp_path), config, None, summary)
-    assert summary["param_importance_trials"] == 12
+    assert summary["param_importance_trials"] == 14
+    assert summary["param_importance_stopped"] == 5
     assert set(summary["param_importance"]) <= {"calibrate_method", "per_channel"}
-    assert figures[-1].axes[0].get_title().endswith("(12 complete trials)")
+    title = figures[-1].axes[0].get_title()
+    assert title.endswith(
+        "(14 trials: 9 complete, 5 stopped at a rung with their scores over the rows they reached)"
+    )

@@ -27,9 +27,11 @@ records.
   the batch writes plotly.js once beside it (:func:`write_plotly_js`) and its models' reports
   load it from there (``PLOTLY_SRC_ENV`` in their environment) instead of inlining it;
 - ``tensorboard/`` (metric, best-so-far, duration per trial), ``plots/metric_per_trial.png``
-  and, from ten complete trials on (as ``report.html``), ``plots/param_importance.png``
-  (Optuna's PED-ANOVA importance, which needs no extra package; the number of complete
-  trials behind it in its title and in ``summary.json``'s ``param_importance_trials``).
+  and, from ten scored trials on (as ``report.html``), ``plots/param_importance.png``
+  (Optuna's PED-ANOVA importance, which needs no extra package, over the complete trials and
+  those stopped at a rung with their score over the rows they reached: the trials behind it
+  in its title and in ``summary.json``'s ``param_importance_trials`` and
+  ``param_importance_stopped``).
 
 Every file is written to a temporary name in its folder and moved into place with
 ``os.replace``; a folder (``tensorboard/``) is built beside its final name and swapped in.

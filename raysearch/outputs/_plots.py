@@ -1,8 +1,8 @@
 """``plots/``: the metric per trial (with the best-so-far and the candidate bound) and, from
-:data:`MIN_IMPORTANCE_TRIALS` complete trials on (as ``report.html``), each parameter's
-importance over them (Optuna's PED-ANOVA, which needs no extra package), the number of trials
-in its title. A trial stopped at a rung has a metric over some rows only: it is no complete
-trial.
+:data:`MIN_IMPORTANCE_TRIALS` scored trials on (as ``report.html``), each parameter's
+importance over them (:mod:`raysearch.outputs._importance`: Optuna's PED-ANOVA, which needs no
+extra package; a trial stopped at a rung counts with its score over the rows it reached), the
+trials behind it in its title.
 
 Example:
     >>> write_plots(rows, out, config, float_metric=None, summary=summary)   # doctest: +SKIP
@@ -10,18 +10,21 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.fileio import replacing
 from raysearch.layout import IMPORTANCE_PLOT, METRIC_PLOT, PLOTS
-from raysearch.outputs._study import MIN_IMPORTANCE_TRIALS
+from raysearch.outputs._importance import (
+    MIN_IMPORTANCE_TRIALS,
+    param_importances,
+    scored,
+    stopped_count,
+    trials_text,
+)
 from raysearch.ranking import finite
-from raysearch.space.space import json_default
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -114,78 +117,8 @@ def _threshold(
     return float_metric - drop if higher else float_metric + drop
 
 
-def _importances(rows: list[Mapping[str, Any]], higher: bool) -> dict[str, float]:
-    """Optuna's PED-ANOVA importance of each parameter over the complete trials."""
-    import optuna
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-
-    ok = _complete(rows)
-    names: list[str] = []
-    for r in ok:
-        for name in r.get("params") or {}:
-            if name not in names:
-                names.append(name)
-    distributions: dict[str, Any] = {}
-    encode: dict[str, Any] = {}
-    for name in names:
-        values = [(r.get("params") or {}).get(name) for r in ok if name in (r.get("params") or {})]
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        if numeric and len({float(v) for v in values}) > 1:
-            distributions[name] = FloatDistribution(min(values), max(values))
-            encode[name] = float
-        else:
-            labels = sorted({json.dumps(v, sort_keys=True, default=json_default) for v in values})
-            if len(labels) < 2:
-                continue  # a fixed setting explains nothing
-            distributions[name] = CategoricalDistribution(labels)
-            encode[name] = lambda v: json.dumps(v, sort_keys=True, default=json_default)
-    if not distributions:
-        return {}
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize" if higher else "minimize")
-    for r in ok:
-        params = {n: encode[n](v) for n, v in (r.get("params") or {}).items() if n in encode}
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=params,
-                distributions={n: distributions[n] for n in params},
-                value=float(r["metric"]),
-            )
-        )
-    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-    importances: dict[str, float] = {}
-    # Conditional parameters exist in some trials only: score each with the trials having it.
-    for name in distributions:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                warnings.simplefilter("ignore", UserWarning)  # "few trials" notes
-                value = optuna.importance.get_param_importances(
-                    study, evaluator=evaluator, params=[name], normalize=False
-                )
-        except (ValueError, RuntimeError) as exc:
-            _logger.debug("importance of %s: %s", name, exc)
-            continue
-        importances[name] = float(value.get(name, 0.0))
-    total = sum(importances.values())
-    if total > 0:
-        importances = {k: v / total for k, v in importances.items()}
-    return dict(sorted(importances.items(), key=lambda kv: kv[1], reverse=True))
-
-
-def _complete(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The trials evaluated on every row with a metric (none stopped at a rung)."""
-    return [
-        r
-        for r in rows
-        if r.get("status") == "ok"
-        and finite(r.get("metric")) is not None
-        and r.get("stopped_at_rung") is None
-    ]
-
-
 def _plot_importance(
-    importances: Mapping[str, float], path: Path, metric_name: str, n_trials: int
+    importances: Mapping[str, float], path: Path, metric_name: str, trials: str
 ) -> None:
     import matplotlib
 
@@ -198,7 +131,7 @@ def _plot_importance(
     try:
         ax.barh(names, values, color="tab:blue")
         ax.set_xlabel("importance (PED-ANOVA, normalized)")
-        ax.set_title(f"parameter importance for {metric_name} ({n_trials} complete trials)")
+        ax.set_title(f"parameter importance for {metric_name}\n({trials})", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         _save_figure(fig, path)
     finally:
@@ -212,11 +145,12 @@ def write_plots(
     float_metric: float | None,
     summary: dict[str, Any],
 ) -> None:
-    """Write ``plots/`` for ``rows`` (in start order); ``summary`` gets ``param_importance``
-    and ``param_importance_trials`` (the complete trials behind it) from
-    :data:`MIN_IMPORTANCE_TRIALS` complete trials on (below, ``param_importance`` is None: a
-    ranking of a few trials is mostly noise). A plot that fails is logged, never raised: the
-    summary must still be written."""
+    """Write ``plots/`` for ``rows`` (in start order); ``summary`` gets ``param_importance``,
+    ``param_importance_trials`` (the trials behind it: complete, and stopped at a rung with
+    their score over the rows they reached) and ``param_importance_stopped`` (how many of
+    those were stopped), from :data:`MIN_IMPORTANCE_TRIALS` such trials on (below,
+    ``param_importance`` is None: a ranking of a few trials is mostly noise). A plot that
+    fails is logged, never raised: the summary must still be written."""
     higher = config.metric_higher_is_better
     try:
         _plot_metric(
@@ -228,14 +162,15 @@ def write_plots(
             float_metric,
             config.tolerance_mode,
         )
-        n_complete = len(_complete(rows))
-        summary["param_importance_trials"] = n_complete
+        n_scored = len(scored(rows))
+        summary["param_importance_trials"] = n_scored
+        summary["param_importance_stopped"] = stopped_count(rows)
         summary["param_importance"] = None
-        if n_complete >= MIN_IMPORTANCE_TRIALS:
-            importances = _importances(rows, higher)
+        if n_scored >= MIN_IMPORTANCE_TRIALS:
+            importances = param_importances(rows, higher)
             summary["param_importance"] = importances or None
             if importances:
                 path = out / PLOTS / IMPORTANCE_PLOT
-                _plot_importance(importances, path, config.metric, n_complete)
+                _plot_importance(importances, path, config.metric, trials_text(rows))
     except Exception:
         _logger.exception("writing plots/ failed")

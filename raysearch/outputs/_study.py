@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from raysearch.outputs._importance import MIN_IMPORTANCE_TRIALS
 from raysearch.ranking import finite
 from raysearch.space.space import json_default
 
@@ -32,10 +33,6 @@ __all__ = ["Figure", "study_figures", "build_study", "export_study", "MIN_IMPORT
 
 _logger = logging.getLogger("raysearch.outputs")
 
-#: Parameter importances are shown from this many complete trials on, not below: PED-ANOVA
-#: compares the best tenth of the trials with all of them, and below ten trials that tenth is
-#: less than one trial.
-MIN_IMPORTANCE_TRIALS = 10
 #: A rung score at or above this is ASHA's "protected" mark, not a metric.
 _PROTECTED = 1e299
 
@@ -326,21 +323,39 @@ def _quiet(make: Callable[[], Any]) -> Any:
         return make()
 
 
-def _importances(study: Any, n_complete: int, metric: str) -> Figure | None:
-    import optuna
-    from optuna.visualization import plot_param_importances
+def _importances(rows: Sequence[Mapping[str, Any]], higher: bool, metric: str) -> Figure | None:
+    """The importances ``summary.json`` holds (:func:`raysearch.outputs._importance.
+    param_importances`: a trial stopped at a rung counts with its score over the rows it
+    reached), as a bar chart, from :data:`MIN_IMPORTANCE_TRIALS` scored trials on."""
+    import plotly.graph_objects as go
 
-    if n_complete < MIN_IMPORTANCE_TRIALS:
+    from raysearch.outputs._importance import param_importances, scored, trials_text
+
+    if len(scored(rows)) < MIN_IMPORTANCE_TRIALS:
         return None
-    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-    fig = _quiet(lambda: plot_param_importances(study, evaluator=evaluator))
-    fig.update_layout(title=f"Parameter importances ({n_complete} complete trials)")
+    importances = param_importances(rows, higher)
+    if not importances:
+        return None
+    names = list(importances)[::-1]
+    fig = go.Figure(
+        go.Bar(
+            x=[importances[n] for n in names],
+            y=names,
+            orientation="h",
+            text=[f"{importances[n]:.2f}" for n in names],
+            textposition="outside",
+        )
+    )
+    fig.update_layout(
+        title=f"Parameter importances ({trials_text(rows)})",
+        xaxis_title="importance (PED-ANOVA, normalized)",
+    )
     return Figure(
         "importances",
         "Parameter importances",
         f"Optuna's PED-ANOVA importance of each parameter for {metric}, over the "
-        f"{n_complete} complete trials (shown from {MIN_IMPORTANCE_TRIALS} complete trials "
-        "on; parameters that some trials lack are left out).",
+        f"{trials_text(rows)} (shown from {MIN_IMPORTANCE_TRIALS} such trials on; a parameter "
+        "is judged over the trials that have it).",
         fig,
     )
 
@@ -409,7 +424,7 @@ def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         except Exception as exc:  # one figure never costs the others
             _logger.warning("report: the %s figure failed: %s", key, exc)
     for build in (
-        lambda: _importances(study, len(complete), metric),
+        lambda: _importances(rows, higher, metric),
         lambda: _pareto(rows, higher, metric),
     ):
         try:

@@ -1,0 +1,175 @@
+"""Parameter importance (``summary.json``'s ``param_importance``, ``plots/param_importance.png``
+and the report's figure): Optuna's PED-ANOVA over the trials that scored, each with what it
+showed.
+
+A trial stopped at a rung of the evaluation on growing subsets counts with its score over the
+rows it reached: early stopping stops the hopeless settings, so counting only the complete
+trials would leave out the very settings that show what hurts (on the demo, 11 of the 12
+every-op settings), and the importance would go to whatever varies among the good ones.
+
+Example:
+    >>> rows = [{"status": "ok", "metric": 0.9, "stopped_at_rung": None, "params": {"a": 1}},
+    ...         {"status": "ok", "metric": 0.1, "stopped_at_rung": 0, "params": {"a": 2}},
+    ...         {"status": "failed", "metric": None, "params": {"a": 3}}]
+    >>> len(scored(rows)), stopped_count(rows)
+    (2, 1)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from raysearch.ranking import finite
+from raysearch.space.space import json_default
+
+__all__ = [
+    "MIN_IMPORTANCE_TRIALS",
+    "scored",
+    "stopped_count",
+    "param_importances",
+    "importance_study",
+    "target_quantile",
+    "trials_text",
+]
+
+_logger = logging.getLogger("raysearch.outputs")
+
+#: Parameter importances are shown from this many scored trials on, not below: PED-ANOVA
+#: compares the best tenth of the trials with all of them, and below ten trials that tenth is
+#: less than one trial.
+MIN_IMPORTANCE_TRIALS = 10
+#: A number that took at most this many values is a choice (a categorical), not a range: the
+#: Parzen estimator of a range puts a narrow peak on a value every top trial shares, and its
+#: divergence then dwarfs every categorical's (``CalibPercentile: [99.99, 99.999]`` scored
+#: 0.99 where the op types decided).
+_FEW_VALUES = 10
+#: The fewest trials PED-ANOVA's top quantile should hold: Optuna's evaluator advises at least
+#: 5; with its default tenth, 24 trials give a top of 3, and any parameter those 3 share (a
+#: percentile among equally good settings) ranks with the one that decides.
+TOP_TRIALS = 5
+
+
+def scored(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The trials with a metric: complete ones, and those stopped at a rung (their score over
+    the rows they reached)."""
+    return [r for r in rows if r.get("status") == "ok" and finite(r.get("metric")) is not None]
+
+
+def stopped_count(rows: Sequence[Mapping[str, Any]]) -> int:
+    """How many of the :func:`scored` trials were stopped at a rung."""
+    return sum(r.get("stopped_at_rung") is not None for r in scored(rows))
+
+
+def trials_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The trials behind the importances, in words.
+
+    Example:
+        >>> trials_text([{"status": "ok", "metric": 1.0, "stopped_at_rung": None}] * 3)
+        '3 complete trials'
+        >>> trials_text([{"status": "ok", "metric": 1.0, "stopped_at_rung": r} for r in
+        ...              (None, None, 0)])
+        '3 trials: 2 complete, 1 stopped at a rung with its score over the rows it reached'
+    """
+    n, stopped = len(scored(rows)), stopped_count(rows)
+    if not stopped:
+        return f"{n} complete trials"
+    its = "its score over the rows it" if stopped == 1 else "their scores over the rows they"
+    return f"{n} trials: {n - stopped} complete, {stopped} stopped at a rung with {its} reached"
+
+
+def _encodings(ok: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each parameter that takes more than one value: its Optuna distribution and how a value
+    is written into it (a number that takes more than :data:`_FEW_VALUES` values as a float
+    in a range, anything else as its JSON text among the choices seen)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    names: list[str] = []
+    for r in ok:
+        for name in r.get("params") or {}:
+            if name not in names:
+                names.append(name)
+    distributions: dict[str, Any] = {}
+    encode: dict[str, Any] = {}
+    for name in names:
+        values = [(r.get("params") or {}).get(name) for r in ok if name in (r.get("params") or {})]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numeric and len({float(v) for v in values}) > _FEW_VALUES:
+            distributions[name] = FloatDistribution(min(values), max(values))
+            encode[name] = float
+        else:
+            labels = sorted({json.dumps(v, sort_keys=True, default=json_default) for v in values})
+            if len(labels) < 2:
+                continue  # a fixed setting explains nothing
+            distributions[name] = CategoricalDistribution(labels)
+            encode[name] = lambda v: json.dumps(v, sort_keys=True, default=json_default)
+    return distributions, encode
+
+
+def importance_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> Any:
+    """An in-memory Optuna study with one complete trial per :func:`scored` row (its metric
+    the value), over the parameters that vary; None when none varies."""
+    import optuna
+
+    ok = scored(rows)
+    distributions, encode = _encodings(ok)
+    if not distributions:
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize" if higher else "minimize")
+    for r in ok:
+        params = {n: encode[n](v) for n, v in (r.get("params") or {}).items() if n in encode}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params,
+                distributions={n: distributions[n] for n in params},
+                value=float(r["metric"]),
+            )
+        )
+    return study
+
+
+def target_quantile(n_trials: int) -> float:
+    """PED-ANOVA's top quantile for ``n_trials``: its default tenth, widened to hold
+    :data:`TOP_TRIALS` trials (Optuna's advice, for a stable figure; at most half).
+
+    Example:
+        >>> target_quantile(100), target_quantile(24), target_quantile(10)
+        (0.1, 0.20833333333333334, 0.5)
+    """
+    return min(0.5, max(0.1, TOP_TRIALS / max(1, n_trials)))
+
+
+def param_importances(rows: Sequence[Mapping[str, Any]], higher: bool) -> dict[str, float]:
+    """Optuna's PED-ANOVA importance of each parameter over the :func:`scored` trials (top
+    quantile: :func:`target_quantile`), normalised to sum to 1, highest first (empty: no
+    parameter varies)."""
+    import optuna
+
+    study = importance_study(rows, higher)
+    if study is None:
+        return {}
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(
+        target_quantile=target_quantile(len(study.trials))
+    )
+    importances: dict[str, float] = {}
+    # Conditional parameters exist in some trials only: score each with the trials having it.
+    for name in dict.fromkeys(n for t in study.trials for n in t.distributions):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                warnings.simplefilter("ignore", UserWarning)  # "few trials" notes
+                value = optuna.importance.get_param_importances(
+                    study, evaluator=evaluator, params=[name], normalize=False
+                )
+        except (ValueError, RuntimeError) as exc:
+            _logger.debug("importance of %s: %s", name, exc)
+            continue
+        importances[name] = float(value.get(name, 0.0))
+    total = sum(importances.values())
+    if total > 0:
+        importances = {k: v / total for k, v in importances.items()}
+    return dict(sorted(importances.items(), key=lambda kv: (-kv[1], kv[0])))
