@@ -2,12 +2,56 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def _signals_seen() -> Iterator[bytearray]:
+    """The numbers of the signals this process gets inside the block, whichever Python
+    handler takes them (Python writes each one to its wakeup file descriptor first)."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    seen = bytearray()
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    try:
+        yield seen
+    finally:
+        signal.set_wakeup_fd(previous)
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read, 4096):
+                seen += chunk
+        os.close(read)
+        os.close(write)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Ctrl-C stops the test run, also during a search in this process. Ray Tune's run puts
+    a SIGINT handler of its own in place (the first Ctrl-C ends the Tune run gracefully and
+    the search returns as interrupted, so the test goes on) and leaves it there after the run
+    (a later Ctrl-C ends nothing and puts back the handler of the run before: one more
+    Ctrl-C per search run so far). Each test therefore starts with the SIGINT handler the
+    run started with, and a SIGINT that a handler other than pytest's took stops the run
+    after the test, as pytest stops on its own KeyboardInterrupt (exit status 2)."""
+    handler = signal.getsignal(signal.SIGINT)
+    with _signals_seen() as seen:
+        try:
+            result = yield
+        finally:
+            if signal.getsignal(signal.SIGINT) is not handler:
+                signal.signal(signal.SIGINT, handler)
+    if signal.SIGINT in seen:
+        item.session.shouldstop = "interrupted: Ctrl-C (SIGINT)"
+    return result
 
 
 @pytest.fixture(scope="session")
