@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,8 +22,12 @@ from raysearch.errors import ConfigError
 from tests.models import make_mlp_model, mlp_data
 
 FIXTURES = Path(__file__).parent / "dialects"
-_SCRATCH = "temp_dir: raysearch has no scratch-folder setting"
-_INFER = "not a raysearch setting; fine-tuning infers on the trial's device"
+#: What the log says of the keys of Quark's configs that raysearch decides by itself.
+DECIDED = "decided by raysearch, not by the config: "
+_INFER = (
+    DECIDED + "fine-tuning infers on each trial's own device (optim_device chooses where it "
+    "optimises)"
+)
 
 #: fixture -> the refusals (their starts, in order), or None when it is accepted.
 REFUSED = {
@@ -31,15 +36,12 @@ REFUSED = {
         "extra_options.PowerOfTwoMethod (NonOverflow, MinMSE) in raysearch",
         "search_space.include_auto_mp: not a raysearch setting; raysearch's mixed precision",
     ],
-    "quark_yolov3_gpu_space": [
-        "search_space.enable_npu_cnn: Quark's NPU CNN preset",
-        f"search_space.extra_options.FastFinetune.InferDevice: {_INFER}",
-    ],
+    "quark_yolov3_gpu_space": ["search_space.enable_npu_cnn: Quark's NPU CNN preset"],
+    # Refused only on what raysearch cannot do; temp_dir and infer_device are raysearch's own
+    # choices (accepted, logged: test_what_raysearch_decides_is_accepted_and_said).
     "quark_pro_example": [
-        _SCRATCH,
         "search_space.activation_params.calibration_method: LayerwisePercentile: Quark's "
         "percentile per layer",
-        f"search_space.adaquant_params.infer_device: {_INFER}",
     ],
     "inc_auto": ["tuning_criterion.timeout: 0 stops at the first setting that meets"],
     "inc_conservative": ["tuning_criterion.timeout: 0 stops at the first setting that meets"],
@@ -112,6 +114,60 @@ def test_documented_config_is_accepted_and_its_mapping_logged_once(folder, name,
     assert len(logged) == (1 if mappings else 0), logged
     assert all(m in "".join(logged) for m in mappings), logged
     assert load_config(folder / f"{name}.yaml").search_algo == algo
+
+
+def _without(folder: Path, name: str, path: tuple[str, ...], value: Any) -> str:
+    """The fixture ``name`` with ``value`` taken out of the list or mapping at ``path``,
+    written beside it; its file name."""
+    data = yaml.safe_load((folder / f"{name}.yaml").read_text())
+    holder = data
+    for key in path:
+        holder = holder[key]
+    if isinstance(holder, list):
+        holder.remove(value)
+    else:
+        holder.pop(value)
+    (folder / f"{name}_without.yaml").write_text(yaml.safe_dump(data))
+    return f"{name}_without.yaml"
+
+
+def test_what_raysearch_decides_is_accepted_and_said(folder, caplog):
+    """AutoSearchPro's example without the one thing raysearch cannot do (Quark's layer-wise
+    percentile): its infer_device and temp_dir are accepted, and the log says who decides."""
+    logging.getLogger(LOGGER).setLevel(logging.NOTSET)
+    path = ("search_space", "activation_params", "calibration_method")
+    config = _without(folder, "quark_pro_example", path, "LayerwisePercentile")
+    assert main(["validate", config]) == 0
+    (logged,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    said = logged.split("; ")
+    assert f"search_space.adaquant_params.infer_device: cuda:0: {_INFER}" in said
+    assert (
+        f"temp_dir: ./temp_dir: {DECIDED}quantization scratch goes to the system's temporary "
+        "folder (TMPDIR), caches and outputs under output_dir" in said
+    )
+    assert load_config(folder / config).search_algo == "TPE"
+
+
+def test_quark_v1_infer_device_is_accepted_and_said(folder, caplog):
+    logging.getLogger(LOGGER).setLevel(logging.NOTSET)
+    config = _without(folder, "quark_yolov3_gpu_space", ("search_space",), "enable_npu_cnn")
+    assert main(["validate", config]) == 0
+    (logged,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert f"search_space.extra_options.FastFinetune.InferDevice: cuda:0: {_INFER}" in (
+        logged.split("; ")
+    )
+
+
+def test_an_infer_device_that_is_no_device_is_refused(folder, capsys):
+    data = yaml.safe_load((folder / "quark_pro_example.yaml").read_text())
+    data["search_space"]["activation_params"]["calibration_method"] = ["MinMax"]
+    data["search_space"]["adaquant_params"]["infer_device"] = ["gpu0"]
+    (folder / "bad.yaml").write_text(yaml.safe_dump(data))
+    assert main(["validate", "bad.yaml"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "raysearch: error: search_space.adaquant_params.infer_device: 'gpu0': not a device "
+        "(cpu, cuda or cuda:<index>)"
+    ]
 
 
 def test_cli_shows_the_mapping_without_debug():

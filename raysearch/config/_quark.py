@@ -41,8 +41,8 @@ RENAMED = {
 #: Quark's switches of a strategy -> the strategy.
 _STRATEGY_SWITCHES = {"two_stage_search": "TwoStage", "advanced_fastft_search": "FinetuneSearch"}
 _SCRATCH = (
-    "raysearch has no scratch-folder setting: quantization scratch goes to the system's "
-    "temporary folder (TMPDIR), caches and outputs under output_dir; remove it"
+    "decided by raysearch, not by the config: quantization scratch goes to the system's "
+    "temporary folder (TMPDIR), caches and outputs under output_dir"
 )
 
 
@@ -72,7 +72,7 @@ def _top_level(t: Translation) -> None:
             if data[key] is None:
                 t.drop(key, "None: the default folders")
             else:
-                t.refuse(key, _SCRATCH)
+                t.drop(key, f"{data[key]}: {_SCRATCH}")
     if "base_framework" in data:
         if str(data["base_framework"]).lower() == "onnx":
             t.drop("base_framework", "onnx: raysearch searches ONNX models")

@@ -3,7 +3,9 @@ rest of the config): the Python spellings of values (``QuantType.QInt8``,
 ``CalibrationMethod.MinMax``, the enum objects themselves) as their names,
 ``calibrate_method: PowerOfTwoMethod.MinMSE`` as ``extra_options.PowerOfTwoMethod``, and an
 AutoSearchPro space (``activation``, ``weight``, their ``*_params``, ``algorithms`` with
-``adaquant_params``/``adaround_params``) as ONNX Runtime's settings.
+``adaquant_params``/``adaround_params``) as ONNX Runtime's settings. The device fine-tuning
+infers on (``adaquant_params.infer_device``, ``FastFinetune.InferDevice``) is raysearch's
+own choice, each trial's device: accepted, and the log says so.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -95,6 +97,11 @@ def quark_space(t: Translation, space: dict[str, Any], path: str) -> dict[str, A
         _power_of_two(t, space, path)
     if _PRO_KEYS & space.keys():
         space = _pro_space(t, space, path)
+    options = space.get("extra_options")
+    fast_ft = options.get("FastFinetune") if isinstance(options, dict) else None
+    if isinstance(fast_ft, dict) and "InferDevice" in fast_ft:  # AutoSearch's spelling
+        where = f"{path}.extra_options.FastFinetune.InferDevice"
+        _infer_device(t, fast_ft.pop("InferDevice"), where)
     for key in _PRESETS.keys() & space.keys():
         space.pop(key)
         t.errors.add(ConfigError(f"{path}.{key}", _PRESETS[key]))
@@ -300,6 +307,30 @@ def _algorithms(
     t.notes.append(f"{where} -> include_fast_ft: [true], extra_options.OptimAlgorithm")
 
 
+def _infer_device(t: Translation, choices: Any, at: str) -> None:
+    """``infer_device``: where fine-tuning runs the quantized model is raysearch's own choice,
+    each trial's device (its ONNX Runtime providers), so a device is accepted and said to be
+    decided; anything but a device name is refused."""
+    values = choices if isinstance(choices, list) else [choices]
+    wrong = [v for v in values if not _is_device(v)]
+    if wrong:
+        t.errors.add(ConfigError(at, f"{wrong[0]!r}: not a device (cpu, cuda or cuda:<index>)"))
+        return
+    t.notes.append(
+        f"{at}: {', '.join(map(str, values))}: decided by raysearch, not by the config: "
+        "fine-tuning infers on each trial's own device (optim_device chooses where it "
+        "optimises)"
+    )
+
+
+def _is_device(value: Any) -> bool:
+    """Whether ``value`` names a device as Quark writes one: ``cpu``, ``cuda``, ``cuda:<i>``."""
+    if not isinstance(value, str):
+        return False
+    name, _, index = value.partition(":")
+    return name in ("cpu", "cuda") and (not index or (name == "cuda" and index.isdigit()))
+
+
 def _finetune_params(t: Translation, algorithm: str, value: Any, where: str) -> dict[str, Any]:
     """``adaquant_params``/``adaround_params``: a group active with its algorithm."""
     if not isinstance(value, Mapping):
@@ -316,13 +347,7 @@ def _finetune_params(t: Translation, algorithm: str, value: Any, where: str) -> 
         if key in _FINETUNE:
             options[_FINETUNE[key]] = choices
         elif key == "infer_device":
-            t.errors.add(
-                ConfigError(
-                    at,
-                    "not a raysearch setting; fine-tuning infers on the trial's device "
-                    "(optim_device chooses where it optimises)",
-                )
-            )
+            _infer_device(t, choices, at)
         else:
             t.errors.add(ConfigError(at, f"not offered (raysearch reads {', '.join(_FINETUNE)})"))
     if not options:
