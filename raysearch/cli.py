@@ -585,6 +585,8 @@ def _param_value(value: Any) -> Any:
 def _cmd_show(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
+    from raysearch.ranking import is_candidate
+
     folder = args.output_dir
     summary_path = folder / "summary.json"
     results_path = folder / "results.parquet"
@@ -618,7 +620,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 for k, v in r.items()
                 if k.startswith("params/") and v is not None
             }
-            mark = "*" if r.get("is_candidate") else " "
+            mark = "*" if is_candidate(r) else " "
             print(f" {mark} {r['trial_id']}  {_fmt(r['metric'])}  {_fmt(params)}")
     return EXIT_OK
 

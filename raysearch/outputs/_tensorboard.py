@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from raysearch.ranking import finite
+from raysearch.ranking import finite, is_candidate
 
 __all__ = ["write_tensorboard"]
 
@@ -55,7 +55,7 @@ def write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool)
     try:
         for step, record in enumerate(rows, 1):
             metric = finite(record.get("metric"))
-            if record.get("is_candidate"):
+            if is_candidate(record):
                 candidates += 1
             if metric is not None and record.get("status") == "ok":
                 writer.add_scalar("trial/metric", metric, step)

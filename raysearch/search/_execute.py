@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from raysearch.errors import is_disk_full
 from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
 from raysearch.quantize.registry import backend_reject
+from raysearch.ranking import is_candidate
 from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._result import SearchResult, build_result
@@ -278,7 +279,7 @@ class Execution:
             started_at=clock.started_at,  # the stopper's clock: what time_limit counts
             done_before=len(records),
             failed_before=sum(1 for r in records if r.get("status") != "ok"),
-            candidates_before=sum(1 for r in records if r.get("is_candidate")),
+            candidates_before=sum(1 for r in records if is_candidate(r)),
             best_before=recorder.best["metric"] if recorder.best else None,
         )
 

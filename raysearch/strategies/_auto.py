@@ -59,7 +59,7 @@ from dataclasses import replace
 from typing import Any
 
 from raysearch.quantize.techniques.mixed_precision import KEY
-from raysearch.ranking import best_record, best_records, better
+from raysearch.ranking import best_record, best_records, better, is_candidate
 from raysearch.space import Categorical, SearchSpace
 from raysearch.strategies._fallback import ALL, Base, FallbackPhase
 from raysearch.strategies._registry import (
@@ -77,7 +77,6 @@ from raysearch.strategies._roles import (
 )
 from raysearch.strategies._setting_phase import (
     extra_count,
-    is_candidate,
     records_before,
     setting_refusal,
 )

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from raysearch.ranking import is_candidate
 from raysearch.space import expand_spaces
 from raysearch.strategies._registry import (
     EXHAUSTED,
@@ -20,7 +21,7 @@ from raysearch.strategies._registry import (
     StrategyContext,
     register_strategy,
 )
-from raysearch.strategies._setting_phase import RecordReader, is_candidate, setting_proposal
+from raysearch.strategies._setting_phase import RecordReader, setting_proposal
 
 __all__ = ["ConservativePhase", "op_order", "conservative_strategy", "FIRST_OPS"]
 

@@ -55,6 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raysearch.quantize.techniques.mixed_precision import KEY, PER_RANK
+from raysearch.ranking import is_candidate
 from raysearch.strategies._registry import (
     EXHAUSTED,
     Phase,
@@ -66,7 +67,6 @@ from raysearch.strategies._registry import (
 from raysearch.strategies._setting_phase import (
     RecordReader,
     extra_count,
-    is_candidate,
     meets_tolerance,
     records_before,
     setting_proposal,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raysearch.errors import InputError
+from raysearch.ranking import is_candidate
 from raysearch.space import SearchSpace, fixed_space
 from raysearch.strategies._registry import Proposal, StrategyContext
 
@@ -20,7 +21,6 @@ __all__ = [
     "setting_space",
     "setting_proposal",
     "setting_refusal",
-    "is_candidate",
     "meets_tolerance",
     "records_before",
     "extra_count",
@@ -99,11 +99,6 @@ def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
     """The :class:`Proposal` of ``settings``, recorded with ``phase`` = ``index``."""
     space = setting_space(settings)
     return Proposal.of(space, index, space.expand().points[0])
-
-
-def is_candidate(record: Mapping[str, Any]) -> bool:
-    """Whether a finished record is within the tolerance."""
-    return bool(record.get("is_candidate")) and record.get("status") == "ok"
 
 
 def records_before(records: Sequence[Mapping[str, Any]], index: int) -> list[Mapping[str, Any]]:

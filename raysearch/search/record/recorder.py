@@ -55,7 +55,14 @@ from raysearch.quantize.techniques.mixed_precision.sensitivity import (
     read_sensitivity_table,
     write_sensitivity_table,
 )
-from raysearch.ranking import best_record, best_records, better, pareto_front, stopped_at_rung
+from raysearch.ranking import (
+    best_record,
+    best_records,
+    better,
+    is_candidate,
+    pareto_front,
+    stopped_at_rung,
+)
 from raysearch.search._logs import check_tune_disk
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.reported import reported_record
@@ -177,7 +184,7 @@ class TrialRecorder(tune.Callback):
         ok = record["status"] == "ok"
         record["metric"] = _finite(record.get("metric")) if ok else None
         record["objective"] = _finite(record.get("objective")) if ok else None
-        record["is_candidate"] = bool(record.get("is_candidate")) and record["status"] == "ok"
+        record["is_candidate"] = is_candidate(record)  # the one rule, as the journal reads it
         self._add_sensitivity(record.pop("sensitivity", None))
         full = {
             "trial_id": trial_id,
@@ -229,7 +236,7 @@ class TrialRecorder(tune.Callback):
         have = source is not None and ok and (remote or source.is_file())
         kept: str | None = None
         try:
-            if have and record["is_candidate"] and self._among_kept(record):
+            if have and is_candidate(record) and self._among_kept(record):
                 kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
             if self._better(record):
                 if have and kept is None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from ray import tune
 
-from raysearch.ranking import finite
+from raysearch.ranking import finite, is_candidate
 from raysearch.search.record.reported import RECORD_KEY, reported_record
 from raysearch.search.tune.session import lookup
 
@@ -81,7 +81,7 @@ def logged_result(
     for key in _FIELDS:
         if key in record:
             out[key] = record[key]
-    out["is_candidate"] = bool(record.get("is_candidate")) and record.get("status") == "ok"
+    out["is_candidate"] = is_candidate(record)
     stage = record.get("stage") or (config or {}).get("stage")
     if stage is not None:
         out["stage"] = stage

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from ray import tune
 
-from raysearch.ranking import stopped_at_rung
+from raysearch.ranking import is_candidate, stopped_at_rung
 from raysearch.search.record.reported import reported_record
 
 __all__ = ["ProgressCallback"]
@@ -199,7 +199,7 @@ class ProgressCallback(tune.Callback):
         self.trial_finished(
             record.get("status", "failed"),
             result.get("metric") if complete else None,
-            bool(record.get("is_candidate")),
+            is_candidate(record),
             freed_slot=freed,
         )
 

@@ -21,9 +21,10 @@ sessions carried over on resume), and the search must know which condition ended
 Example:
     >>> from raysearch.config._config import StopConfig
     >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
-    >>> stopper("a", {"metric": 0.1, "is_candidate": True}), stopper.stop_all()
+    >>> stopper("a", {"status": "ok", "metric": 0.1, "is_candidate": True}), stopper.stop_all()
     (False, False)
-    >>> stopper("b", {"metric": 0.2, "is_candidate": True}), stopper.stop_all(), stopper.reason
+    >>> b = {"status": "ok", "metric": 0.2, "is_candidate": True}
+    >>> stopper("b", b), stopper.stop_all(), stopper.reason
     (False, True, 'candidates_found')
 """
 
@@ -38,6 +39,7 @@ from typing import Any
 from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
+from raysearch.ranking import is_candidate
 
 __all__ = ["CandidateStopper", "STOP_REASONS", "trial_limit"]
 
@@ -120,7 +122,7 @@ class CandidateStopper(Stopper):
     def observe(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """Count one finished trial's result (a trial id is counted once)."""
         self._finished.add(trial_id)
-        if not result.get("is_candidate") or result.get("stopped_at_rung") is not None:
+        if not is_candidate(result) or result.get("stopped_at_rung") is not None:
             return
         self._candidates.add(trial_id)
         target = self.stop.find_best_candidate
