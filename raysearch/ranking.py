@@ -24,6 +24,7 @@ __all__ = [
     "unquantized",
     "is_candidate",
     "better",
+    "deciding_rule",
     "best_record",
     "best_records",
     "stopped_at_rung",
@@ -182,6 +183,52 @@ def _better_candidate(
     if promoted(record) != promoted(than):
         return promoted(record) < promoted(than)
     return None
+
+
+def deciding_rule(
+    record: Mapping[str, Any],
+    than: Mapping[str, Any],
+    higher_is_better: bool,
+    select: str = "metric",
+) -> str:
+    """In words, the rule of :func:`better` that ranks ``record`` above ``than`` (two complete
+    trials, ``record`` the one :func:`best_record` keeps), for a report to say why one of two
+    trials with the same metric won.
+
+    Example:
+        >>> a = {"status": "ok", "metric": 0.9, "is_candidate": True, "extra": {}}
+        >>> deciding_rule(a, dict(a), True)
+        'every rule of the ranking ties (candidates first, then the larger share of MatMul/Gemm/Conv nodes quantized, then fewer tensors promoted, then the better metric), so the trial that started first is kept'
+        >>> deciding_rule({**a, "extra": {"quantized_share": 1.0}},
+        ...               {**a, "extra": {"quantized_share": 0.5}}, True)
+        'among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first'
+    """  # noqa: E501
+    if unquantized(record) != unquantized(than):
+        return "a setting that quantizes something ranks above one that quantizes nothing"
+    candidate = is_candidate(record)
+    if candidate != is_candidate(than):
+        return "a candidate (within the tolerance) ranks above a trial that is not one"
+    if candidate:
+        if select != "metric":
+            key = _SELECT_KEY[select]
+            if finite(record.get(key)) != finite(than.get(key)):
+                return f"select: {select}: among candidates the lower {key} ranks first"
+        share, other = _extra(record, "quantized_share"), _extra(than, "quantized_share")
+        if share is not None and other is not None and share != other:
+            return (
+                "among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first"
+            )
+        if promoted(record) != promoted(than):
+            return "among candidates fewer tensors promoted to a higher precision rank first"
+    if finite(record.get("metric")) != finite(than.get("metric")):
+        return "the better metric ranks first"
+    if promoted(record) != promoted(than):
+        return "fewer tensors promoted to a higher precision rank first"
+    return (
+        "every rule of the ranking ties (candidates first, then the larger share of "
+        "MatMul/Gemm/Conv nodes quantized, then fewer tensors promoted, then the better "
+        "metric), so the trial that started first is kept"
+    )
 
 
 def best_record(

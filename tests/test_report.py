@@ -55,9 +55,12 @@ def test_the_report_holds_the_summary_the_charts_every_trial_and_the_failures():
     # plotly.js inlined once, nothing to fetch.
     assert text.count("<script") == 2 + len(_charts(text))
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)
-    assert _charts(text) == ["history", "parallel", "slice", "timeline", "pareto"]
-    assert "It beats the default setting (trial t1, L2 = 0.02) by 0.01 in L2." in text
-    assert "size 1002 against 4000 bytes (25.1% of the float model&#x27;s)" in text
+    assert _charts(text) == ["history", "parallel", "slice", "timeline"]
+    # MinMax, no per-channel weights: quantize_static's defaults.
+    assert (
+        "It beats ONNX Runtime&#x27;s default setting (trial t1, L2 = 0.02) by 0.01 in L2." in text
+    )
+    assert "size 1 kB against 4 kB (25.1% of the float model&#x27;s)" in text
     assert "It stopped because it started the trials stop.iteration_limit allows." in text
     body = text.split('<table id="trials">', 1)[1].split("</table>", 1)[0]
     assert body.count("<tr") == 1 + 3  # the header and one row per trial
@@ -143,3 +146,229 @@ def test_the_sensitivity_rankings_are_charted_when_the_search_computed_them():
     text = build_report(_records(), SUMMARY, sensitivity=rows)
     assert _charts(text)[-1] == "sensitivity-0"
     assert "The 3 most sensitive tensors of this ranking (lower: more sensitive)." in text
+
+
+# -- issue 48 item 7: what the report said wrong or not at all ---------------------------------
+def _grid_record(i: int, metric: float, **params) -> dict:
+    """A demo-like trial: a custom metric evaluated on a share of the rows (no row count)."""
+    row = record(i, metric, candidate=metric > 0.98, **params)
+    row.update(eval_rows=None, eval_fraction=1.0, extra={"quantized_share": 1.0})
+    row["settings"] = dict(params)
+    return row
+
+
+DEMO_SUMMARY = {
+    **SUMMARY,
+    "metric": "raysearch.demo.evaluators:top1_cos",
+    "higher_is_better": True,
+    "tolerance": 0.02,
+    "float_metric": 1.0,
+    "n_trials": 4,
+    "n_failed": 0,
+    "n_candidates": 3,
+    "best_trial_id": "t1",
+    "best_metric": 0.999885,
+    "objectives": ["metric"],
+    "best_model_size_bytes": 839889,
+    "float_model_size_bytes": 3163737,
+}
+
+
+def _demo_records() -> list[dict]:
+    mm = {"op_types_to_quantize": ["MatMul", "Conv"], "calibrate_method": "Percentile"}
+    records = [
+        _grid_record(1, 0.999885, activation_type="QUInt8", **mm, **{_PCT: 99.99}),
+        _grid_record(2, 0.999885, activation_type="QInt8", **mm, **{_PCT: 99.99}),
+        _grid_record(3, 0.99978, activation_type="QInt8", **mm, **{_PCT: 99.999}),
+        _grid_record(
+            4,
+            -0.997175,
+            activation_type="QInt8",
+            calibrate_method="MinMax",
+            op_types_to_quantize=None,
+        ),
+    ]
+    records[3].update(stopped_at_rung=0, eval_fraction=0.1)
+    return records
+
+
+_PCT = "extra_options.CalibPercentile"
+
+
+def _words(text: str) -> list[str]:
+    import html
+
+    summary = text.split('<h2 id="summary">', 1)[1].split("<h2", 1)[0]
+    return [html.unescape(p) for p in re.findall(r"<p>(.*?)</p>", summary)]
+
+
+def _table(text: str, table_id: str) -> list[list[str]]:
+    import html
+
+    body = text.split(f'<table id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    return [
+        [html.unescape(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)
+    ]
+
+
+def test_the_default_setting_is_onnx_runtimes_when_a_trial_ran_it_and_null_reads_every_op():
+    text = build_report(_demo_records(), DEMO_SUMMARY)
+    table = _table(text, "best-vs-default")
+    assert table[0] == [
+        "parameter",
+        "ONNX Runtime's default setting (trial t4)",
+        "best setting (trial t1)",
+    ]
+    assert ["op_types_to_quantize", "every op", "MatMul, Conv"] in table
+    assert [_PCT, "", "99.99"] in table
+    assert (
+        "It beats ONNX Runtime's default setting (trial t4, top1_cos = -0.997175 over some of "
+        "the rows) by 1.99706 in top1_cos." in _words(text)
+    )
+    trials = _table(text, "trials")
+    column = trials[0].index("op_types_to_quantize")
+    assert [row[column] for row in trials[1:]] == ["MatMul, Conv"] * 3 + ["every op"]
+
+
+def test_the_space_default_is_the_first_setting_its_rules_keep(config):  # noqa: F811
+    """With no trial at ONNX Runtime's defaults, the space's first setting is the default:
+    the first choice of each parameter, less what the validity rules strip (the percentile
+    of a MinMax setting), so a trial that ran it is found."""
+    from raysearch.config import SearchConfig
+
+    raw = dict(config.raw)
+    raw["search_space"] = {
+        "calibrate_method": ["MinMax", "Percentile"],
+        "per_channel": [True, False],
+        "extra_options": {"CalibPercentile": [99.99, 99.999]},
+    }
+    spaced = SearchConfig.from_dict(raw, check_paths=False)
+    rows = [
+        dict(record(1, 0.02, calibrate_method="MinMax", per_channel=True), stage=None),
+        record(2, 0.01, candidate=True, calibrate_method="Percentile", per_channel=True),
+    ]
+    text = build_report(rows, SUMMARY | {"best_trial_id": "t2"}, config=spaced)
+    assert _table(text, "best-vs-default")[0][1] == "the space's default setting (trial t1)"
+
+
+def test_the_summary_says_the_metrics_range_ties_sizes_and_rows_evaluated():
+    text = build_report(_demo_records(), DEMO_SUMMARY)
+    words = _words(text)
+    assert words[1] == (
+        "top1_cos: higher is better; the float model scores 1 (a custom metric); the trials "
+        "scored from -0.997175 to 0.999885 (some stopped at a rung: their score is over some "
+        "of the rows)."
+    )
+    assert (
+        "Trial t2 tied with the best on top1_cos = 0.999885 exactly; the ranking kept trial t1: "
+        "every rule of the ranking ties (candidates first, then the larger share of "
+        "MatMul/Gemm/Conv nodes quantized, then fewer tensors promoted, then the better "
+        "metric), so the trial that started first is kept."
+    ) in words
+    assert (
+        "Against the float model: top1_cos 1; size 840 kB against 3.16 MB (26.5% of the float "
+        "model's)."
+    ) in words
+    trials = _table(text, "trials")
+    size, rows = trials[0].index("size"), trials[0].index("rows evaluated")
+    assert [row[size] for row in trials[1:]] == ["1 kB"] * 4
+    assert [row[rows] for row in trials[1:]] == ["100% of the rows"] * 3 + ["10% of the rows"]
+    counted = [dict(r, eval_rows=40 if i == 3 else 400) for i, r in enumerate(_demo_records())]
+    trials = _table(build_report(counted, DEMO_SUMMARY), "trials")
+    assert [row[rows] for row in trials[1:]] == ["400 (100%)"] * 3 + ["40 (10%)"]
+
+
+def test_a_builtin_metric_says_its_range():
+    words = _words(build_report(_records(), SUMMARY))
+    assert words[1] == (
+        "L2: lower is better; it lies in [0, inf]; the float model against itself scores 0; "
+        "the trials scored from 0.01 to 0.02."
+    )
+
+
+def test_the_pareto_front_only_for_several_objectives_and_axes_in_full_digits():
+    one = build_report(_demo_records(), DEMO_SUMMARY)
+    assert "pareto" not in _charts(one)
+    many = [dict(r, model_size_bytes=1000 * r["number"]) for r in _demo_records()]
+    two = build_report(many, DEMO_SUMMARY | {"objectives": ["metric", "model_size_mb"]})
+    assert _charts(two)[-1] == "pareto"
+    # Optuna writes each parallel-coordinates tick in 3 digits: 100 for 99.99 and 99.999.
+    figure = one.split('id="fig-parallel"', 1)[1].split("</script>", 1)[0]
+    texts = re.findall(r'"text":"([^"]*)"', figure)
+    assert "99.99" in texts and "99.999" in texts and "100" not in texts
+    # Optuna's slice plot is 300 px wide per parameter: the page sizes it instead.
+    assert "width" not in _layout(one, "slice") and "width" in _layout(one, "slice", fit=False)
+
+
+def _layout(text: str, key: str, fit: bool = True) -> dict:
+    """The plotly layout of the report's figure ``key`` (before fitting it: ``fit=False``)."""
+    if not fit:
+        from raysearch.outputs._study import study_figures
+
+        figures = study_figures(_demo_records(), DEMO_SUMMARY)
+        return next(f for f in figures if f.key == key).figure.to_plotly_json()["layout"]
+    script = text.split(f'id="fig-{key}"', 1)[1].split("Plotly.newPlot(", 1)[1]
+    decoder = json.JSONDecoder()
+    at = script.index(",") + 1  # past the element's id
+    _, at = decoder.raw_decode(script, at + len(script[at:]) - len(script[at:].lstrip()))
+    rest = script[at:].lstrip(" ,\n")
+    return decoder.raw_decode(rest)[0]
+
+
+def test_a_search_no_trial_finished_says_what_was_searched_and_why_it_stopped(
+    config,  # noqa: F811
+):
+    summary = {
+        **SUMMARY,
+        "stop_reason": "time_limit",
+        "n_trials": 0,
+        "n_failed": 0,
+        "n_candidates": 0,
+        "best_trial_id": None,
+        "stop_note": "no trial finished within the time limit (180 s; the custom "
+        "evaluator's score of the float model took 98.0 s of it)",
+    }
+    words = _words(build_report([], summary, config=config))
+    assert words[0] == (
+        "A Grid search of L2 (lower is better, tolerance 0.05) over calibrate_method, "
+        "op_types_to_quantize: 0 trials (0 failed, 0 candidates) in 2.5 s."
+    )
+    assert words[-1] == (
+        "It stopped because its time (stop.time_limit) ran out: no trial finished within the "
+        "time limit (180 s; the custom evaluator's score of the float model took 98.0 s of it)."
+    )
+    assert all("single setting" not in w for w in words)
+
+
+def test_a_best_slower_than_float_is_said_with_the_spread_of_its_timing():
+    summary = {
+        **DEMO_SUMMARY,
+        "best_latency_ms": 617.5,
+        "float_latency_ms": 125.0,
+        "best_latency_vs_float": 4.94,
+        "latency_note": "the best setting is slower than the float model: 494% of its "
+        "latency, each timed alone after the search (select: latency, or objectives with "
+        "latency_ms, weighs speed)",
+        "latency_retimed": {
+            "decides": False,
+            "rounds": 5,
+            "runs_per_round": 5,
+            "threads": 1,
+            "models": {
+                "float": {"median_ms": 125.0, "min_ms": 120.5, "max_ms": 131.0},
+                "t1": {"median_ms": 617.5, "min_ms": 600.0, "max_ms": 650.25},
+            },
+        },
+    }
+    words = _words(build_report(_demo_records(), summary))
+    assert (
+        "Against the float model: top1_cos 1; latency 617.5 (600-650.25 over 5 rounds) against "
+        "125 (120.5-131 over 5 rounds) ms per batch, each timed alone after the search (494.0% "
+        "of the float model's: slower than the float model); size 840 kB against 3.16 MB "
+        "(26.5% of the float model's)."
+    ) in words
+    assert (
+        "The best setting is slower than the float model: 494% of its latency, each timed "
+        "alone after the search (select: latency, or objectives with latency_ms, weighs speed)."
+    ) in words

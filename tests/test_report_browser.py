@@ -24,6 +24,7 @@ from raysearch.search import AutoSearch
 from tests.browser import Browser, chromium_required, find_chromium
 from tests.models import make_mlp_model, mlp_data
 from tests.reliability.helpers import journal, probe_config
+from tests.test_report_layout import OVERFLOW
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -60,6 +61,8 @@ def _page(browser: Browser, path: Path) -> dict[str, Any]:
     assert path.stat().st_size <= MAX_BYTES, path.stat().st_size
     browser.events.clear()
     browser.open(path)
+    fits = browser.evaluate(OVERFLOW)  # nothing wider than the 1,400 px window
+    assert fits["over"] == [] and fits["scroll"] <= fits["width"], fits
     charts = browser.evaluate(
         """Array.from(document.querySelectorAll('.chart')).map(function (c) {
              const gd = c.querySelector('.js-plotly-plot');
@@ -147,7 +150,8 @@ def test_the_report_of_a_search_with_failures_renders_offline(browser, failing, 
     assert summary["n_trials"] == 14 and summary["n_failed"] == len(FAULTS)
     page = _page(browser, failing / "report.html")
     _offline_and_clean(browser)
-    charts = ["history", "importances", "parallel", "slice", "timeline", "pareto"]
+    # One objective (the metric): no Pareto front.
+    charts = ["history", "importances", "parallel", "slice", "timeline"]
     _check_rendered(page, charts, summary["n_trials"])
     complete = summary["n_trials"] - len(FAULTS)
     assert f"over the {complete} complete trials" in page["charts"][1]["caption"]
@@ -260,7 +264,7 @@ def test_a_resumed_search_reports_what_the_search_run_straight_reports(
     for name, out in (("straight", straight), ("resumed", resumed)):
         pages[name] = _page(browser, out / "report.html")
         _offline_and_clean(browser)
-        charts = ["history", "parallel", "slice", "timeline", "intermediate", "pareto"]
+        charts = ["history", "parallel", "slice", "timeline", "intermediate"]
         _check_rendered(pages[name], charts, summary["n_trials"])
     _sorts(browser, pages["resumed"]["table"]["head"], "rows evaluated")
     _not_blank(browser, tmp_path / "resumed.png")

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from raysearch.layout import REPORT, SUMMARY
+from raysearch.metrics import METRICS
 from raysearch.outputs._report import PLOTLY_JS, write_page
 from raysearch.outputs._report_page import page_head
+from raysearch.outputs._values import human_bytes, setting_text
 from raysearch.ranking import finite
 
 __all__ = ["write_batch_report", "build_batch_report", "BATCH_REPORT"]
@@ -42,7 +44,7 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("drop", "drop", True),
     ("latency (ms)", "latency", False),
     ("latency vs float", "latency_ratio", True),
-    ("size (bytes)", "size", False),
+    ("size", "size", False),
     ("size vs float", "size_ratio", True),
     ("candidates", "n_candidates", True),
     ("trials", "n_trials", True),
@@ -72,23 +74,37 @@ def _ratio(mine: Any, theirs: Any) -> float | None:
     return mine / theirs
 
 
+def _float_metric(row: Mapping[str, Any], summary: Mapping[str, Any]) -> float | None:
+    """The float model's metric: its custom evaluator's score, or a built-in metric's value
+    for the float model against itself (the metric's best: cos 1, L2 0), which its search
+    never computes."""
+    value = finite(row.get("float_metric"))
+    if value is None and summary:
+        builtin = METRICS.get(str(summary.get("metric")))
+        value = None if builtin is None else float(builtin.best)
+    return value
+
+
 def _model(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
     """The table's values for one model: its batch row and its search's summary."""
     model = dict(row)
-    float_metric, best = finite(row.get("float_metric")), finite(row.get("best_metric"))
+    float_metric, best = _float_metric(row, summary), finite(row.get("best_metric"))
+    model["float_metric"] = float_metric
     drop = None
     if float_metric is not None and best is not None:
         drop = float_metric - best if summary.get("higher_is_better") else best - float_metric
     model["drop"] = drop
-    for key, short in (("latency_ms", "latency"), ("model_size_bytes", "size")):
-        mine, theirs = summary.get(f"best_{key}"), summary.get(f"float_{key}")
-        model[short] = f"{_show(mine)} / {_show(theirs)}" if mine is not None else ""
-        model[f"{short}_ratio"] = _ratio(mine, theirs)
+    mine, theirs = summary.get("best_latency_ms"), summary.get("float_latency_ms")
+    model["latency"] = f"{_show(mine)} / {_show(theirs)}" if mine is not None else ""
+    model["latency_ratio"] = _ratio(mine, theirs)
+    mine, theirs = summary.get("best_model_size_bytes"), summary.get("float_model_size_bytes")
+    model["size"] = f"{human_bytes(mine)} / {human_bytes(theirs)}" if mine is not None else ""
+    model["size_ratio"] = _ratio(mine, theirs)
     if row.get("status") == "failed":
         model["detail"] = row.get("error") or ""
     else:
         params = summary.get("best_params")
-        model["detail"] = "" if params is None else json.dumps(params, default=str)
+        model["detail"] = "" if params is None else setting_text(params)
     return model
 
 
@@ -181,9 +197,10 @@ def build_batch_report(
     title = f"raysearch batch report: {out.resolve().name}"
     parts = [page_head(title, "", PLOTLY_JS if spans else None), f"<h1>{_esc(title)}</h1>\n"]
     parts.append(
-        f"<p>{ok} of {len(models)} models searched successfully. Drop: the best metric's loss "
-        "against the float model's (positive: worse). Latency and size: the best model's "
-        "against the float model's.</p>\n"
+        f"<p>{ok} of {len(models)} models searched successfully. Float metric: the custom "
+        "evaluator's score of the float model, or a built-in metric's value for the float "
+        "model against itself. Drop: the best metric's loss against the float model's "
+        "(positive: worse). Latency (ms) and size: the best model's / the float model's.</p>\n"
     )
     parts.append(f'<h2 id="models">Models ({len(models)})</h2>\n')
     parts.append(_models_table(models, out))

@@ -26,9 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from raysearch.fileio import atomic_write_text
 from raysearch.layout import REPORT
+from raysearch.outputs._default import DefaultSetting, default_setting
+from raysearch.outputs._fit import fit_figure, relabel_parallel
 from raysearch.outputs._report_page import page_head
 from raysearch.outputs._study import Figure, study_figures
-from raysearch.outputs._words import default_record, summary_words
+from raysearch.outputs._values import human_bytes, setting_value, show
+from raysearch.outputs._words import summary_words
 from raysearch.ranking import finite, order
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("metric", "metric", True),
     ("candidate", "is_candidate", False),
     ("latency (ms)", "latency_ms", True),
-    ("size (bytes)", "model_size_bytes", True),
+    ("size", "model_size_bytes", True),
     ("device", "device", False),
     ("node", "node", False),
     ("duration (s)", "duration_s", True),
@@ -68,18 +71,6 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) or "[]"
-    return str(value)
-
-
 def _param_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     names: list[str] = []
     for r in rows:
@@ -89,12 +80,43 @@ def _param_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return names
 
 
-def _cell(value: Any, numeric: bool) -> str:
+def _cell(value: Any, numeric: bool, text: str | None = None) -> str:
+    """A cell showing ``text`` (default: ``value`` shown); a number sorts by ``value``."""
+    shown = show(value) if text is None else text
     if numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
         number = finite(float(value))
         raw = "" if number is None else repr(number)
-        return f'<td class="num" data-v="{raw}">{_esc(_show(value))}</td>'
-    return f"<td>{_esc(_show(value))}</td>"
+        return f'<td class="num" data-v="{raw}">{_esc(shown)}</td>'
+    return f"<td>{_esc(shown)}</td>"
+
+
+def _evaluated(record: Mapping[str, Any], by_rows: bool) -> str:
+    """The rows a trial's metric is over: their number and share, or the share alone (a
+    custom evaluator that takes a ``fraction`` counts its own rows); sorted by the rows when
+    the search counted them (``by_rows``), else by the share."""
+    rows, share = record.get("eval_rows"), finite(record.get("eval_fraction"))
+    said = f"{share:.0%}" if share is not None else ""
+    if isinstance(rows, int) and not isinstance(rows, bool):
+        return _cell(rows, True, f"{rows} ({said})" if said else str(rows))
+    if share is None:
+        return _cell(None, True)
+    return _cell(None if by_rows else share, True, f"{said} of the rows")
+
+
+def _record_cell(record: Mapping[str, Any], key: str, numeric: bool, by_rows: bool) -> str:
+    if key == "eval_rows":
+        return _evaluated(record, by_rows)
+    value = record.get(key)
+    if key == "model_size_bytes":
+        return _cell(value, True, human_bytes(value))
+    return _cell(value, numeric)
+
+
+def _param_cell(record: Mapping[str, Any], name: str) -> str:
+    """A setting's value in its meaning (null ``op_types_to_quantize``: every op); empty for
+    a parameter the trial's setting does not have."""
+    params = record.get("params") or {}
+    return _cell(None, False, setting_value(name, params[name]) if name in params else "")
 
 
 def _row_class(record: Mapping[str, Any]) -> str:
@@ -113,9 +135,10 @@ def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
     )
     head += "".join(f'<th data-type="text">{_esc(name)}</th>' for name in params)
     body = []
+    by_rows = any(isinstance(r.get("eval_rows"), int) for r in rows)
     for r in rows:
-        cells = "".join(_cell(r.get(key), numeric) for _, key, numeric in _COLUMNS)
-        cells += "".join(_cell((r.get("params") or {}).get(name), False) for name in params)
+        cells = "".join(_record_cell(r, key, numeric, by_rows) for _, key, numeric in _COLUMNS)
+        cells += "".join(_param_cell(r, name) for name in params)
         body.append(f'<tr class="{_row_class(r)}">{cells}</tr>')
     return (
         '<p><input id="trials-filter" type="search" size="40" '
@@ -149,29 +172,33 @@ def _failures(rows: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _best_vs_default(best: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -> str:
+def _best_vs_default(best: Mapping[str, Any] | None, default: DefaultSetting | None) -> str:
     if best is None:
         return "<p>No trial completed: there is no best setting.</p>\n"
     best_params = best.get("params") or {}
-    default_params = (default or {}).get("params") or {}
+    default_params = (default.record.get("params") or {}) if default is not None else {}
     names = list(best_params) + [n for n in default_params if n not in best_params]
     rows = []
     for name in names:
-        mine, theirs = best_params.get(name), default_params.get(name)
+        mine = setting_value(name, best_params[name]) if name in best_params else ""
+        theirs = setting_value(name, default_params[name]) if name in default_params else ""
         changed = ' class="changed"' if default is not None and mine != theirs else ""
         rows.append(
-            f"<tr{changed}><td>{_esc(name)}</td><td>{_esc(_show(theirs))}</td>"
-            f"<td>{_esc(_show(mine))}</td></tr>"
+            f"<tr{changed}><td>{_esc(name)}</td><td>{_esc(theirs)}</td><td>{_esc(mine)}</td></tr>"
         )
-    head = "default setting" if default is not None else "default setting (not run)"
+    if default is None:
+        head = "default setting (not run)"
+    else:
+        head = f"{default.name} (trial {default.record.get('trial_id')})"
     return (
-        f'<table id="best-vs-default"><thead><tr><th>parameter</th><th>{head}</th>'
+        f'<table id="best-vs-default"><thead><tr><th>parameter</th><th>{_esc(head)}</th>'
         f"<th>best setting (trial {_esc(best.get('trial_id'))})</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>\n"
     )
 
 
 def _figure_html(figure: Figure) -> str:
+    fit_figure(figure.figure)
     div = figure.figure.to_html(
         full_html=False,
         include_plotlyjs=False,
@@ -213,6 +240,23 @@ def _sensitivity(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return parts
 
 
+def _columns(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The parallel coordinates' axes' values: the metric and each parameter over the
+    complete trials (None where a trial lacks the parameter)."""
+    complete = [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and r.get("stopped_at_rung") is None
+        and finite(r.get("metric")) is not None
+    ]
+    metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
+    columns: dict[str, list[Any]] = {metric: [r.get("metric") for r in complete]}
+    for name in _param_names(complete):
+        columns[name] = [(r.get("params") or {}).get(name) for r in complete]
+    return columns
+
+
 def build_report(
     records: Sequence[Mapping[str, Any]],
     summary: Mapping[str, Any],
@@ -232,8 +276,15 @@ def build_report(
     rows = order(records)
     best_id = summary.get("best_trial_id")
     best = next((r for r in rows if r.get("trial_id") == best_id), None)
-    default = default_record(rows, config)
+    default = default_setting(rows, config)
     figures = study_figures(rows, summary) if rows else []
+    if len(summary.get("objectives") or ("metric",)) < 2:
+        # One objective: the search chose by the metric alone, a front of other figures
+        # would show trade-offs it never weighed.
+        figures = [f for f in figures if f.key != "pareto"]
+    for figure in figures:
+        if figure.key == "parallel":
+            relabel_parallel(figure.figure, _columns(rows, summary))
     charts = [_figure_html(f) for f in figures]
     sens = _sensitivity(sensitivity) if sensitivity else []
     plotly_js = plotly.offline.get_plotlyjs() if (charts or sens) and not plotly_src else ""
@@ -242,7 +293,8 @@ def build_report(
         f"<h1>{_esc(title)}</h1>\n",
     ]
     parts.append('<h2 id="summary">Summary</h2>\n')
-    parts += [f"<p>{_esc(line)}</p>\n" for line in summary_words(rows, summary, best, default)]
+    words = summary_words(rows, summary, best, default, config)
+    parts += [f"<p>{_esc(line)}</p>\n" for line in words]
     parts.append('<h2 id="best">Best setting against the default setting</h2>\n')
     parts.append(_best_vs_default(best, default))
     parts.append('<h2 id="charts">Charts</h2>\n')

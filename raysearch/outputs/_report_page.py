@@ -23,8 +23,10 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px
        padding: 0 1em; color: #222; background: #fff; }
 h1 { font-size: 1.6em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ccc; }
 p.caption { color: #555; margin: 0.2em 0 0.6em; }
-table { border-collapse: collapse; font-size: 0.85em; }
-th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; font-size: 0.85em; max-width: 100%; }
+th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+#trials { width: 100%; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 #trials th { cursor: pointer; user-select: none; }
 #trials th[aria-sort="ascending"]::after { content: " \\25B2"; }
@@ -35,7 +37,9 @@ tr.stopped td { color: #777; }
 .changed { font-weight: bold; }
 .tablebox { overflow: auto; max-height: 80vh; }
 .error { font-family: monospace; white-space: pre-wrap; }
-.chart { margin-bottom: 1.5em; }
+.chart { margin-bottom: 1.5em; max-width: 100%; }
+.chart .js-plotly-plot { max-width: 100%; }
+p { overflow-wrap: anywhere; }
 """
 
 #: The trials table's sorting and filtering (written by hand: see the module docstring).

@@ -1,4 +1,4 @@
-"""The report's summary in words, and the trial that ran the space's default setting.
+"""The report's summary in words.
 
 Every number said is one the search wrote: ``summary.json``'s fields and the records'.
 
@@ -16,15 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from raysearch.ranking import finite
-from raysearch.space import Categorical
-from raysearch.space.points import agrees
+from raysearch.metrics import METRICS
+from raysearch.outputs._default import DefaultSetting
+from raysearch.outputs._values import human_bytes, setting_text
+from raysearch.ranking import deciding_rule, finite
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
-    from raysearch.space import SearchSpace
 
-__all__ = ["summary_words", "default_record", "STOP_WORDS"]
+__all__ = ["summary_words", "STOP_WORDS"]
 
 #: ``stop_reason`` in words (``running``: the report of a search not finished).
 STOP_WORDS = {
@@ -43,42 +43,34 @@ def _num(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _first_setting(space: SearchSpace) -> dict[str, Any]:
-    """The space's default setting: its first start point (``points_to_evaluate``) completed
-    with the first choice (a range: its low end) of each active parameter it leaves out."""
-    point = dict(space.points_to_evaluate[0]) if space.points_to_evaluate else {}
-    for param in space.params:
-        if param.name in point or not space.is_active(param, point):
-            continue
-        domain = param.domain
-        point[param.name] = domain.choices[0] if isinstance(domain, Categorical) else domain.low
-    return point
-
-
-def default_record(
+def _searched_names(
     rows: Sequence[Mapping[str, Any]], config: SearchConfig | None
-) -> Mapping[str, Any] | None:
-    """The trial that ran the space's default setting: Auto's ``defaults`` stage, else the
-    first trial whose setting is the first space's default (:func:`_first_setting`); None when
-    no trial ran it."""
-    for r in rows:
-        if r.get("stage") == "defaults":
-            return r
-    spaces = getattr(config, "search_spaces", None) or []
-    if not spaces:
-        return None
-    default = _first_setting(spaces[0])
-    for r in rows:
-        point = r.get("point") or r.get("params") or {}
-        if agrees(point, default) and agrees(default, point):
-            return r
-    return None
-
-
-def _searched(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], metric: str) -> str:
+) -> tuple[list[str], bool]:
+    """The parameters searched: the trials' (True), else, when no trial ran one, the config's
+    spaces' (False)."""
     names: list[str] = []
     for r in rows:
         names += [n for n in r.get("params") or {} if n not in names]
+    if names:
+        return names, True
+    for space in getattr(config, "search_spaces", None) or []:
+        names += [p.name for p in space.params if not p.domain.is_fixed and p.name not in names]
+    return names, False
+
+
+def _searched(
+    rows: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    metric: str,
+    config: SearchConfig | None = None,
+) -> str:
+    names, from_trials = _searched_names(rows, config)
+    if names:
+        over = f"over {', '.join(names)}"
+    elif rows:
+        over = "over a single setting"  # trials ran, none with a parameter of its own
+    else:
+        over = "before any trial finished"
     direction = "higher" if summary.get("higher_is_better") else "lower"
     stopped = sum(1 for r in rows if r.get("stopped_at_rung") is not None)
     counts = (
@@ -91,18 +83,45 @@ def _searched(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], met
     sessions = summary.get("sessions")
     return (
         f"A {summary.get('search_algo', '')} search of {metric} ({direction} is better, "
-        f"tolerance {_num(summary.get('tolerance'))}) over "
-        f"{', '.join(names) or 'a single setting'}: {counts}"
+        f"tolerance {_num(summary.get('tolerance'))}) {over}: {counts}"
         + (f" in {_num(took)} s" if took is not None else "")
         + (f" over {sessions} sessions" if isinstance(sessions, int) and sessions > 1 else "")
         + "."
     )
 
 
+def _metric_range(
+    rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], metric: str
+) -> str | None:
+    """What the metric's values mean: its direction, its range (a built-in metric's), where
+    the float model stands and the range the complete trials scored."""
+    higher = bool(summary.get("higher_is_better"))
+    said = [f"{metric}: {'higher' if higher else 'lower'} is better"]
+    builtin = METRICS.get(metric)
+    if builtin is not None:
+        low, high = sorted((builtin.best, builtin.worst))
+        said.append(f"it lies in [{_num(float(low))}, {_num(float(high))}]")
+        said.append(f"the float model against itself scores {_num(float(builtin.best))}")
+    elif finite(summary.get("float_metric")) is not None:
+        said.append(f"the float model scores {_num(summary['float_metric'])} (a custom metric)")
+    scores = [
+        finite(r.get("metric"))
+        for r in rows
+        if r.get("status") == "ok" and finite(r.get("metric")) is not None
+    ]
+    if scores:
+        partial = any(r.get("stopped_at_rung") is not None for r in rows)
+        said.append(
+            f"the trials scored from {_num(min(scores))} to {_num(max(scores))}"
+            + (" (some stopped at a rung: their score is over some of the rows)" if partial else "")
+        )
+    return "; ".join(said) + "."
+
+
 def _won(best: Mapping[str, Any] | None, metric: str) -> str:
     if best is None:
         return "No trial completed, so there is no best setting."
-    params = ", ".join(f"{k} = {v}" for k, v in (best.get("params") or {}).items())
+    params = setting_text(best.get("params") or {})
     kind = "a candidate" if best.get("is_candidate") else "not a candidate"
     return (
         f"The best setting is trial {best.get('trial_id')} ({kind}): {metric} = "
@@ -110,43 +129,101 @@ def _won(best: Mapping[str, Any] | None, metric: str) -> str:
     )
 
 
+def _tie(
+    rows: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    best: Mapping[str, Any] | None,
+    metric: str,
+) -> str | None:
+    """The complete trials whose metric equals the best's exactly, and the rule of the ranking
+    that put the best first (:func:`raysearch.ranking.deciding_rule`)."""
+    if best is None or finite(best.get("metric")) is None:
+        return None
+    higher = bool(summary.get("higher_is_better"))
+    select = str(summary.get("select") or "metric")
+    tied = [
+        r
+        for r in rows
+        if r is not best
+        and r.get("trial_id") != best.get("trial_id")
+        and r.get("status") == "ok"
+        and r.get("stopped_at_rung") is None
+        and finite(r.get("metric")) == finite(best.get("metric"))
+    ]
+    if not tied:
+        return None
+    rules = list(dict.fromkeys(deciding_rule(best, r, higher, select) for r in tied))
+    ids = ", ".join(str(r.get("trial_id")) for r in tied)
+    trials = "Trial" if len(tied) == 1 else "Trials"
+    return (
+        f"{trials} {ids} tied with the best on {metric} = {_num(best.get('metric'))} exactly; "
+        f"the ranking kept trial {best.get('trial_id')}: {'; '.join(rules)}."
+    )
+
+
 def _against_default(
-    best: Mapping[str, Any] | None, default: Mapping[str, Any] | None, metric: str, higher: bool
+    best: Mapping[str, Any] | None, default: DefaultSetting | None, metric: str, higher: bool
 ) -> str | None:
     if best is None:
         return None
     if default is None:
         return "The space's default setting was not run in this search: no comparison."
-    if default.get("trial_id") == best.get("trial_id"):
-        return "The best setting is the space's default setting."
-    theirs, mine = finite(default.get("metric")), finite(best.get("metric"))
-    if default.get("status") != "ok" or theirs is None or mine is None:
-        return f"The default setting (trial {default.get('trial_id')}) failed: no comparison."
+    record, name = default.record, default.name
+    if record.get("trial_id") == best.get("trial_id"):
+        return f"The best setting is {name}."
+    theirs, mine = finite(record.get("metric")), finite(best.get("metric"))
+    if record.get("status") != "ok" or theirs is None or mine is None:
+        return (
+            f"{name[0].upper()}{name[1:]} (trial {record.get('trial_id')}) failed: no comparison."
+        )
     gain = mine - theirs if higher else theirs - mine
-    partial = " over some of the rows" if default.get("stopped_at_rung") is not None else ""
-    said = f"default setting (trial {default.get('trial_id')}, {metric} = {_num(theirs)}{partial})"
+    partial = " over some of the rows" if record.get("stopped_at_rung") is not None else ""
+    said = f"{name} (trial {record.get('trial_id')}, {metric} = {_num(theirs)}{partial})"
     if gain >= 0:
-        return f"It beats the {said} by {_num(gain)} in {metric}."
+        return f"It beats {said} by {_num(gain)} in {metric}."
     # The ranking puts candidates first, and among them the most quantized.
     return (
-        f"The {said} scores {_num(-gain)} better in {metric}, but ranks below the best setting "
-        "(candidates first, then the most quantized)."
+        f"{said[0].upper()}{said[1:]} scores {_num(-gain)} better in {metric}, but ranks below "
+        "the best setting (candidates first, then the most quantized)."
     )
+
+
+def _latency_spread(summary: Mapping[str, Any], name: str) -> str:
+    """How ``name``'s latency (``float``, or a trial id) was timed alone after the search, and
+    the spread of the rounds (``latency_retimed``); empty when it was not."""
+    retimed = summary.get("latency_retimed")
+    models = retimed.get("models") if isinstance(retimed, Mapping) else None
+    figures = models.get(name) if isinstance(models, Mapping) else None
+    if not isinstance(figures, Mapping):
+        return ""
+    low, high = finite(figures.get("min_ms")), finite(figures.get("max_ms"))
+    if low is None or high is None:
+        return ""
+    return f" ({_num(low)}-{_num(high)} over {retimed.get('rounds')} rounds)"
 
 
 def _against_float(summary: Mapping[str, Any], metric: str) -> str | None:
     said = []
     if summary.get("float_metric") is not None:
         said.append(f"{metric} {_num(summary['float_metric'])}")
-    for key, unit in (("latency_ms", "ms per batch"), ("model_size_bytes", "bytes")):
-        mine = finite(summary.get(f"best_{key}"))
-        theirs = finite(summary.get(f"float_{key}"))
-        if mine is None or theirs is None or theirs <= 0:
-            continue
-        word = "latency" if key == "latency_ms" else "size"
+    mine, theirs = finite(summary.get("best_latency_ms")), finite(summary.get("float_latency_ms"))
+    if mine is not None and theirs is not None and theirs > 0:
+        best_id = str(summary.get("best_trial_id"))
+        alone = _latency_spread(summary, "float")
+        ratio = mine / theirs
         said.append(
-            f"{word} {_num(mine)} against {_num(theirs)} {unit} ({mine / theirs:.1%} of the float "
-            "model's)"
+            f"latency {_num(mine)}{_latency_spread(summary, best_id)} against {_num(theirs)}"
+            f"{alone} ms per batch"
+            + (", each timed alone after the search" if alone else "")
+            + f" ({ratio:.1%} of the float model's: "
+            + ("slower than the float model)" if ratio > 1 else "faster)")
+        )
+    mine = finite(summary.get("best_model_size_bytes"))
+    theirs = finite(summary.get("float_model_size_bytes"))
+    if mine is not None and theirs is not None and theirs > 0:
+        said.append(
+            f"size {human_bytes(mine)} against {human_bytes(theirs)} ({mine / theirs:.1%} of "
+            "the float model's)"
         )
     if not said:
         return None
@@ -164,21 +241,33 @@ def _tolerance(summary: Mapping[str, Any]) -> str | None:
     return "No setting met the tolerance."
 
 
+def _sentence(note: Any) -> str | None:
+    """A summary note (lower case, no full stop) as a sentence."""
+    if not note:
+        return None
+    text = str(note)
+    return f"{text[0].upper()}{text[1:]}" + ("" if text.endswith(".") else ".")
+
+
 def summary_words(
     rows: Sequence[Mapping[str, Any]],
     summary: Mapping[str, Any],
     best: Mapping[str, Any] | None,
-    default: Mapping[str, Any] | None,
+    default: DefaultSetting | None,
+    config: SearchConfig | None = None,
 ) -> list[str]:
     """The report's summary, one sentence or two per line."""
     metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
     higher = bool(summary.get("higher_is_better"))
-    lines = [_searched(rows, summary, metric), _won(best, metric)]
+    lines = [_searched(rows, summary, metric, config), _metric_range(rows, summary, metric)]
+    lines.append(_won(best, metric))
     lines += [
         line
         for line in (
+            _tie(rows, summary, best, metric),
             _against_default(best, default, metric, higher),
             _against_float(summary, metric),
+            _sentence(summary.get("latency_note")),
             _tolerance(summary),
             summary.get("gpu_note") and f"{summary['gpu_note']}.",
         )
@@ -191,5 +280,9 @@ def summary_words(
             "continues it): this report holds the trials finished so far."
         )
     else:
-        lines.append(f"It stopped because {STOP_WORDS.get(str(reason), reason)}.")
+        note = summary.get("stop_note")
+        lines.append(
+            f"It stopped because {STOP_WORDS.get(str(reason), reason)}"
+            + (f": {note}." if note else ".")
+        )
     return lines

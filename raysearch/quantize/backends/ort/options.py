@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+from raysearch.quantize.backends.ort._rules import DEFAULTS
 from raysearch.space.catalogue import (
     QUANTIZER,
     Catalogue,
@@ -27,6 +28,7 @@ from raysearch.space.catalogue import (
 
 __all__ = [
     "ORT_CATALOGUE",
+    "DEFAULTS",
     "OptionSpec",
     "SETTINGS",
     "EXTRA_OPTIONS",
