@@ -255,3 +255,28 @@ def test_auto_on_a8w8_runs_every_stage_on_an_encoder_where_dynamic_ranks_best(tm
     assert len({r["key"] for r in result.records}) == len(rows)
     said = "\n".join(caplog.messages)
     assert "the best, cannot promote tensors (static_settings_in_dynamic_mode drops" in said
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_strategy_that_raises_mid_search_writes_its_outputs_and_keeps_the_best(tmp_path):
+    from raysearch.search import AutoSearch
+    from raysearch.strategies import _registry, register_strategy
+    from tests.search.test_techniques_e2e import _config
+
+    @register_strategy("GridThenBroken")
+    def grid_then_broken(context: StrategyContext) -> list[Phase]:
+        return [GridPhase(context.spaces, context.reject), _Broken()]
+
+    config = _config(
+        tmp_path, search_space={"per_channel": [True, False]}, search_algo="GridThenBroken"
+    )
+    try:
+        result = AutoSearch(config).run()
+    finally:
+        _registry._REGISTRY.pop("GridThenBroken")
+    out = Path(result.output_dir)
+    assert result.summary["stop_reason"] == "strategy_failed"
+    assert result.summary["n_trials"] == 2
+    assert (out / "summary.json").is_file() and (out / "results.parquet").is_file()
+    assert result.best_params is not None and (out / "best").is_dir()
