@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from raysearch.batch._progress import BatchProgress
+
 __all__ = ["BatchSearches", "LOCAL_RAY_LOST_S", "local_ray_env", "say"]
 
 _logger = logging.getLogger("raysearch.batch._batch")
@@ -49,9 +51,14 @@ class BatchSearches:
         self.held_since: dict[str, float] = {}
         #: Each search's start and end (seconds since the epoch) as this batch saw them.
         self.spans: dict[str, tuple[float, float]] = {}
+        #: The progress line over the models (made when :meth:`run` starts).
+        self.meter: BatchProgress | None = None
 
     def run(self, queue: list[tuple[str, list[str]]]) -> None:
         waiting = list(queue)
+        names = [name for name, _ in queue]
+        self.meter = BatchProgress(self.out, names, self.progress)
+        done: list[str] = []
         while waiting or self.running:
             self._start_waiting(waiting)
             for name, (proc, log, started) in list(self.running.items()):
@@ -63,13 +70,25 @@ class BatchSearches:
                         f"timed out after {self.timeout_s:g} s (model_timeout_s); "
                         "the next run resumes it"
                     )
-                    say(self.progress, f"{name}: {self.errors[name]}")
+                    self._say(f"{name}: {self.errors[name]}")
                 elif code is not None:
                     self._ended(name)
                     if code != 0:
                         self.errors[name] = f"exit status {code}: {_tail(log)}"
-                    say(self.progress, f"{name}: {'done' if code == 0 else self.errors[name]}")
+                    else:
+                        done.append(name)
+                    self._say(f"{name}: {'done' if code == 0 else self.errors[name]}")
+            failed = [n for n in names if n in self.errors]
+            self.meter.update(self.running, done, failed, len(waiting))
             time.sleep(0.2)
+        self.meter.close(done, [n for n in names if n in self.errors])
+
+    def _say(self, text: str) -> None:
+        """An event of a model (started, ended) on a line of its own, beside the progress."""
+        if self.meter is not None:
+            self.meter.say(text)
+        else:
+            say(self.progress, text)
 
     def _start_waiting(self, waiting: list[tuple[str, list[str]]]) -> None:
         """Start waiting searches while slots are free. A model whose folder a running search
@@ -85,14 +104,14 @@ class BatchSearches:
             if search_running_in(self.out / name):
                 if name not in self.held_since:
                     self.held_since[name] = time.monotonic()
-                    say(self.progress, f"{name}: waiting for the search still running there")
+                    self._say(f"{name}: waiting for the search still running there")
                 if time.monotonic() - self.held_since[name] > _HELD_WAIT_S:
                     waiting.remove((name, cmd))
                     self.errors[name] = (
                         f"its folder stayed in use by another search for {_HELD_WAIT_S:g} s; "
                         "the next run resumes it"
                     )
-                    say(self.progress, f"{name}: {self.errors[name]}")
+                    self._say(f"{name}: {self.errors[name]}")
                 continue
             waiting.remove((name, cmd))
             self._start(name, cmd)
@@ -111,7 +130,7 @@ class BatchSearches:
             )
         self.running[name] = (proc, log, time.monotonic())
         self.spans[name] = (time.time(), time.time())
-        say(self.progress, f"{name}: {'resumed' if cmd[0] == 'resume' else 'started'}")
+        self._say(f"{name}: {'resumed' if cmd[0] == 'resume' else 'started'}")
 
     def _ended(self, name: str) -> None:
         del self.running[name]

@@ -1,0 +1,73 @@
+"""The batch's progress line over its models (issue 48 item 7: ``raysearch batch`` printed
+nothing but started/done lines for minutes): the models done, running, failed and waiting, the
+trials their searches finished (from their journals), each running model's trials and the
+elapsed time; on a file or pipe a line when it changed, at most every ``every_s``, and the
+last at the end. No Ray: the clock is the test's, the searches are quick commands."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+from raysearch.batch._progress import BatchProgress
+from raysearch.batch._searches import BatchSearches
+
+
+def _journal(folder, statuses: list[str], candidates: int = 0) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "trial_id": f"t{i}",
+                "number": i,
+                "status": status,
+                "metric": 0.99 if status == "ok" else None,
+                "is_candidate": i < candidates,
+            }
+        )
+        for i, status in enumerate(statuses)
+    ]
+    (folder / "journal.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def test_the_line_counts_the_models_and_the_trials_of_their_journals(tmp_path):
+    now = [0.0]
+    out = io.StringIO()
+    meter = BatchProgress(tmp_path, ["mlp", "cnn", "enc"], out, every_s=30, clock=lambda: now[0])
+    _journal(tmp_path / "mlp", ["ok", "ok", "failed"], candidates=2)
+    meter.update(["mlp"], [], [], waiting=2)
+    now[0] = 10.0
+    _journal(tmp_path / "mlp", ["ok", "ok", "failed", "ok"], candidates=2)
+    meter.update(["mlp"], [], [], waiting=2)  # not due yet: at most one line every 30 s
+    now[0] = 40.0
+    meter.update(["mlp"], [], [], waiting=2)
+    now[0] = 75.0
+    meter.update(["mlp"], [], [], waiting=2)  # due, but nothing changed
+    _journal(tmp_path / "cnn", ["ok"])
+    now[0] = 125.0
+    meter.say("mlp: done")
+    meter.close(["mlp", "cnn"], ["enc"])
+    assert out.getvalue().splitlines() == [
+        "[batch] models 0/3 done, 1 running, 0 failed, 2 waiting | trials 3 done, 1 failed, "
+        "2 candidates | mlp 3 | 00:00",
+        "[batch] models 0/3 done, 1 running, 0 failed, 2 waiting | trials 4 done, 1 failed, "
+        "2 candidates | mlp 4 | 00:40",
+        "[batch] mlp: done",
+        "[batch] models 2/3 done, 0 running, 1 failed | trials 5 done, 1 failed, 2 candidates "
+        "| 02:05",
+    ]
+
+
+def test_the_searches_of_a_batch_print_the_line_between_their_events(tmp_path):
+    (tmp_path / "logs").mkdir()
+    out = io.StringIO()
+    searches = BatchSearches(tmp_path, 1, None, {}, out)
+    searches.run([("a", ["spaces"]), ("b", ["no-such-command"])])
+    lines = [re.sub(r"\d\d:\d\d$", "MM:SS", line) for line in out.getvalue().splitlines()]
+    assert lines[:2] == [
+        "[batch] a: started",
+        "[batch] models 0/2 done, 1 running, 0 failed, 1 waiting | trials 0 done | a 0 | MM:SS",
+    ]
+    assert "[batch] a: done" in lines and "[batch] b: started" in lines
+    assert lines[-1] == "[batch] models 1/2 done, 0 running, 1 failed | trials 0 done | MM:SS"
