@@ -372,3 +372,17 @@ def test_a_best_slower_than_float_is_said_with_the_spread_of_its_timing():
         "The best setting is slower than the float model: 494% of its latency, each timed "
         "alone after the search (select: latency, or objectives with latency_ms, weighs speed)."
     ) in words
+
+
+def test_a_custom_metric_is_described_by_its_evaluators_docstring():
+    from raysearch.config import load_config
+    from raysearch.demo.evaluators import top1_cos
+    from tests.test_report_layout import QUICKSTART
+
+    quickstart = load_config(QUICKSTART, check_paths=False)
+    words = _words(build_report(_demo_records(), DEMO_SUMMARY, config=quickstart))
+    first = " ".join(top1_cos.__doc__.strip().split("\n\n", 1)[0].split())
+    assert first.startswith("The demo's metric (higher is better; 1.0 for the float model")
+    assert (
+        words[2] == f"top1_cos, as its evaluator (raysearch.demo.evaluators:top1_cos) says: {first}"
+    )

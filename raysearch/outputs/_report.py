@@ -257,6 +257,23 @@ def _columns(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> d
     return columns
 
 
+def _metric_doc(config: SearchConfig | None) -> str | None:
+    """The first paragraph of a custom evaluator's docstring (what its numbers mean), on one
+    line; None for a built-in metric, or an evaluator without one or that cannot be
+    imported here."""
+    import inspect
+
+    if config is None or not config.is_custom_metric:
+        return None
+    try:
+        doc = inspect.getdoc(config.load_evaluator())
+    except Exception as exc:  # the report never fails for it
+        _logger.debug("report: the evaluator's docstring: %s", exc)
+        return None
+    first = (doc or "").strip().split("\n\n", 1)[0]
+    return " ".join(first.split()) or None
+
+
 def build_report(
     records: Sequence[Mapping[str, Any]],
     summary: Mapping[str, Any],
@@ -293,7 +310,7 @@ def build_report(
         f"<h1>{_esc(title)}</h1>\n",
     ]
     parts.append('<h2 id="summary">Summary</h2>\n')
-    words = summary_words(rows, summary, best, default, config)
+    words = summary_words(rows, summary, best, default, config, _metric_doc(config))
     parts += [f"<p>{_esc(line)}</p>\n" for line in words]
     parts.append('<h2 id="best">Best setting against the default setting</h2>\n')
     parts.append(_best_vs_default(best, default))

@@ -255,11 +255,15 @@ def summary_words(
     best: Mapping[str, Any] | None,
     default: DefaultSetting | None,
     config: SearchConfig | None = None,
+    metric_doc: str | None = None,
 ) -> list[str]:
-    """The report's summary, one sentence or two per line."""
+    """The report's summary, one sentence or two per line; ``metric_doc``: what a custom
+    evaluator's docstring says its metric is."""
     metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
     higher = bool(summary.get("higher_is_better"))
     lines = [_searched(rows, summary, metric, config), _metric_range(rows, summary, metric)]
+    if metric_doc:
+        lines.append(f"{metric}, as its evaluator ({summary.get('metric')}) says: {metric_doc}")
     lines.append(_won(best, metric))
     lines += [
         line
