@@ -6,7 +6,7 @@ the search's stop conditions in force:
    RTN block 128 symmetric), else the space's first setting.
 2. ``blocks``: the space's grid (block size x symmetry x algorithm), or TPE over it when it
    is larger than half of ``stop.iteration_limit``.
-3. ``sensitivity``: the *base* (among the settings of stages 1-2 within 10 % of the smallest
+3. ``sensitivity``: the *base* (among the settings of stages 1-2 within 5 % of the smallest
    model, the one with the best metric) probed per layer: one trial per weight MatMul with
    that node alone at the base's precision and every other one float. The probes are trials
    like any other: spread over the cluster's slots, recorded (``stage: sensitivity``, the
@@ -58,7 +58,7 @@ _logger = logging.getLogger(__name__)
 #: How many of the most sensitive nodes the promotions stage moves one step up.
 PROMOTIONS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: A base is chosen among the settings whose model is within this factor of the smallest.
-SIZE_SLACK = 1.10
+SIZE_SLACK = 1.05
 #: The stages that give the base.
 BASE_STAGES = ("defaults", "blocks")
 #: The node lists a probe or a promotion writes (the backend's per-node precision).
