@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -35,8 +36,11 @@ __all__ = ["NodeCluster"]
 #: The repository root: the drivers and nodes import ``tests`` (and ``benchmarks``) from it.
 ROOT = Path(__file__).resolve().parents[1]
 
-#: What ``ray start`` prints once its node is registered with the cluster.
-_STARTED = "Ray runtime started."
+#: What a node's raylet logs (``raylet.out``) once the cluster's GCS has acknowledged its
+#: registration (Ray logs it in the callback of its ``RegisterSelf`` call): from then on the
+#: cluster schedules on the node. ``ray start`` prints "Ray runtime started." earlier, once it
+#: has started the node's processes.
+_REGISTERED = "started. Raylet consists of node_manager and object_manager"
 
 
 def _free_port() -> int:
@@ -97,9 +101,12 @@ class NodeCluster:
         self.nodes: dict[str, subprocess.Popen] = {}
 
     def start(
-        self, name: str, *, num_cpus: int, env: dict[str, str] | None = None, timeout: float = 180
+        self, name: str, *, num_cpus: int, env: dict[str, str] | None = None, timeout: float = 300
     ) -> None:
-        """Start node ``name`` and wait until the cluster knows it."""
+        """Start node ``name`` and wait until it has registered with the cluster (at most
+        ``timeout`` seconds: a node starts in a few seconds on a quiet machine, and in tens
+        on a loaded 2-core one; past that the call fails saying which node, and what its
+        ``ray start`` printed)."""
         ray = Path(sys.executable).with_name("ray")
         args = [
             os.fspath(ray),
@@ -136,14 +143,29 @@ class NodeCluster:
         if self.address is None:
             self.address = f"127.0.0.1:{port}"
 
+    def _registered(self, name: str) -> bool:
+        """Whether node ``name``'s raylet says the cluster has registered it."""
+        for raylet in (self.root / name).glob("session_*/logs/raylet.out"):
+            with contextlib.suppress(OSError):
+                if _REGISTERED in raylet.read_text(errors="replace"):
+                    return True
+        return False
+
     def _wait_started(self, name: str, log: Path, timeout: float) -> None:
         proc = self.nodes[name]
         deadline = time.monotonic() + timeout
-        while _STARTED not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-3000:]
-                raise AssertionError(f"Ray node {name!r} did not start:\n{tail}")
-            time.sleep(0.2)
+        while not self._registered(name):
+            if proc.poll() is not None:
+                why = f"its `ray start` ended (status {proc.returncode}) before it registered"
+            elif time.monotonic() > deadline:
+                why = f"it did not register with the cluster within {timeout:.0f} s"
+            else:
+                time.sleep(0.2)
+                continue
+            tail = log.read_text(errors="replace")[-3000:]
+            raise AssertionError(
+                f"Ray node {name!r} did not start: {why}; `ray start` printed:\n{tail}"
+            )
 
     def kill(self, name: str, timeout: float = 60) -> list[int]:
         """SIGKILL every process of node ``name`` (what a machine that dies leaves behind:

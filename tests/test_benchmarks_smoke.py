@@ -4,14 +4,18 @@ machine gives other numbers; ``benchmarks/README.md`` holds the measured figures
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.reliability.helpers import kill_group, stop_leftovers
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -21,16 +25,40 @@ pytestmark = pytest.mark.slow
 MACHINE_KEYS = {"cpus", "cpu_model", "memory_gib", "load_average", "load_average_end", "versions"}
 
 
-def run_benchmark(script: str, tmp_path: Path, *extra: str, timeout: int = 120) -> dict:
+#: How long a benchmark's smoke may run at most (seconds): a bound for one that hangs, not a
+#: speed check. The smokes that start several Ray instances or nodes (``scale``: four ``ray
+#: start`` nodes and a search; ``batch``: three Ray starts and four drivers) take minutes on a
+#: loaded 2-core machine; every wait inside them is on an event (a node registered, a process
+#: ended) and fails on its own saying what did not happen. Below pytest's 600 s per test, so
+#: that a smoke past it fails with what it printed rather than pytest-timeout's stack dump.
+SMOKE_TIMEOUT_S = 540
+
+
+def run_benchmark(script: str, tmp_path: Path, *extra: str) -> dict:
     out = tmp_path / f"{script}.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / f"{script}.py"), "--smoke", "--out", str(out), *extra],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(tmp_path / "stdout.txt", "w") as stdout, open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(BENCHMARKS / f"{script}.py"), "--smoke", "--out", str(out)]
+            + list(extra),
+            cwd=tmp_path,
+            stdout=stdout,
+            stderr=err,
+            start_new_session=True,  # so that a smoke past its time ends with what it started
+        )
+    try:
+        status = proc.wait(timeout=SMOKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # Ctrl-C first: a benchmark stops the Ray nodes it started (their own sessions) as it
+        # unwinds; then whatever of its own session is left.
+        kill_group(proc, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=60)
+        stop_leftovers(proc)
+        status = None
+    printed = (tmp_path / "stdout.txt").read_text()[-3000:]
+    printed += (tmp_path / "stderr.txt").read_text()[-3000:]
+    assert status is not None, f"{script} --smoke ran past {SMOKE_TIMEOUT_S} s:\n{printed}"
+    assert status == 0, printed
     report = json.loads(out.read_text())
     assert report["benchmark"] == script
     assert MACHINE_KEYS <= set(report["machine"])
@@ -246,7 +274,7 @@ def test_partial_eval(tmp_path: Path) -> None:
 
 
 def test_time_to_quality(tmp_path: Path) -> None:
-    report = run_benchmark("time_to_quality", tmp_path, timeout=400)
+    report = run_benchmark("time_to_quality", tmp_path)
     (row,) = report["results"]
     assert (row["model"], row["algo"], row["seed"]) == ("encoder", "Auto", 0)
     # The encoder's goal (cosine 0.999, every MatMul quantized) is within one stage's reach.
@@ -257,18 +285,21 @@ def test_time_to_quality(tmp_path: Path) -> None:
 
 
 def test_scale(tmp_path: Path) -> None:
-    # --smoke: 40 trials on four one-CPU `ray start` nodes, a worker node killed at trial 20.
-    report = run_benchmark("scale", tmp_path, timeout=300)
-    assert report["trials"] == 40 and report["kill_at"] == 20
-    assert report["nodes"] == ["head", "worker1", "worker2", "worker3"]
-    assert report["status"] == 0 and report["killed"]["node"] == "worker3"
-    assert report["killed"]["at_trials"] >= 20 and report["killed"]["pids"]
+    # 20 trials on two one-CPU `ray start` nodes, the worker node killed at trial 10. The
+    # benchmark's --smoke size (40 trials on four nodes, one killed at 20) is the very run of
+    # tests/scale/test_many_trials.py (run_many_trials), whose tests check its behaviour; this
+    # test checks the benchmark's script and its figures, on half the nodes and trials.
+    report = run_benchmark("scale", tmp_path, "--trials", "20", "--workers", "1")
+    assert report["trials"] == 20 and report["kill_at"] == 10
+    assert report["nodes"] == ["head", "worker1"]
+    assert report["status"] == 0 and report["killed"]["node"] == "worker1"
+    assert report["killed"]["at_trials"] >= 10 and report["killed"]["pids"]
     records = report["records"]
     # The claims, not only their keys: every trial once in the journal and results.parquet,
     # none journaled before the loss missing, the count reached.
     assert records["complete"] is True and records["not_exactly_once"] == []
-    assert records["journal_lines"] == records["results_rows"] == 40
-    assert records["lost_after_kill"] == [] and records["summary_n_trials"] == 40
+    assert records["journal_lines"] == records["results_rows"] == 20
+    assert records["lost_after_kill"] == [] and records["summary_n_trials"] == 20
     assert records["stop_reason"] == "iteration_limit"
     overhead, memory = report["overhead"], report["driver_memory"]
     for window in ("early", "late"):
@@ -276,7 +307,7 @@ def test_scale(tmp_path: Path) -> None:
         assert overhead[window]["driver_cpu_s_per_trial"] > 0
     assert overhead["ratio"] is not None and isinstance(overhead["met"], bool)
     # A gap before every trial but the first on each node (and one its node took with it).
-    assert len(overhead["gaps"]) >= 30
+    assert len(overhead["gaps"]) >= 15
     assert memory["range_mib"] is not None and memory["samples"] >= 2
     assert 0 < memory["rss_mib_min"] <= memory["rss_mib_max"] <= memory["peak_mib_whole_run"]
 
