@@ -70,6 +70,32 @@ class FinetuneStage(DeferredPhase):
             return None
         index = int(best.get("phase") or 0)
         space = context.spaces[min(index, len(context.spaces) - 1)]
+        why = _untunable(space, best, context)
+        if finetuning_on(space) and why is not None:
+            # A setting fine-tuning does not apply to (dynamic quantization: no QDQ graph)
+            # gives way to the best one it applies to.
+            tunable = [r for r in earlier if _untunable(_space_of(r, context), r, context) is None]
+            chosen = best_record(tunable, context.mode == "max")
+            if chosen is None:
+                _logger.info(
+                    "two_stage: stage 2 skipped: none of the %d settings of stage 1 can be "
+                    "fine-tuned (trial %s, the best, cannot: %s)",
+                    len(earlier),
+                    best.get("trial_id"),
+                    why,
+                )
+                return None
+            _logger.info(
+                "two_stage: trial %s (metric %s), the best of stage 1, cannot be fine-tuned "
+                "(%s); trial %s is the best that can",
+                best.get("trial_id"),
+                best.get("metric"),
+                why,
+                chosen.get("trial_id"),
+            )
+            best = chosen
+            index = int(best.get("phase") or 0)
+            space = _space_of(best, context)
         if not finetuning_on(space):
             _logger.info(
                 "two_stage: the space of stage 1's best (trial %s) has no fine-tuning "
@@ -89,6 +115,32 @@ class FinetuneStage(DeferredPhase):
             best.get("metric"),
         )
         return sub_phase(context, sub, index, left, self.stage)
+
+
+def _space_of(record: Mapping[str, Any], context: StrategyContext) -> SearchSpace:
+    return context.spaces[min(int(record.get("phase") or 0), len(context.spaces) - 1)]
+
+
+def _untunable(
+    space: SearchSpace, record: Mapping[str, Any], context: StrategyContext
+) -> str | None:
+    """Why the stage-two space around ``record`` holds no fine-tuned setting (the validity
+    rules strip the fine-tuning switch from it), None when it holds one (or has ranges)."""
+    from raysearch.space.rules import RULES
+
+    switches = finetuning_on(space)
+    sub = stage_two_space(space, record.get("params") or {})
+    if not switches or sub.has_ranges:
+        return None
+    if any(all(p.get(n) is True for n in switches) for p in sub.expand(context.reject).points):
+        return None
+    point = {**complete_point(space, record.get("params") or {}), **switches}
+    said = []
+    for rule in RULES:
+        dropped = [k for k in rule(point) if k in switches]
+        if dropped:
+            said.append(f"{rule.__name__} drops {', '.join(dropped)}")
+    return "; ".join(said) or "the backend refuses it"
 
 
 @register_strategy("TwoStage", aliases=("two_stage", "two_stage_search", "twostage"))

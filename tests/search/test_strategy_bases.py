@@ -186,6 +186,44 @@ def test_a_strategy_proposes_only_settings_that_run_when_dynamic_ranks_best(
     assert searcher.finish_reason in ("space_exhausted", "iteration_limit")
 
 
+NO_PROMOTION = {"mixed_precision": {"top_k": [0], "promote_to": ["int16"]}}
+
+
+def test_two_stage_fine_tunes_around_the_best_setting_that_can_be_fine_tuned(caplog):
+    caplog.set_level(logging.INFO, logger="raysearch")
+    searcher = SettingSearcher.from_strategy(
+        "TwoStage", _context(_a8w8(**NO_PROMOTION), max_trials=40)
+    )
+    trials = _drive(searcher, DynamicBest(threshold=2.0), slots=3)
+    _all_run(trials)
+    stage_one = [t for t in trials if t["stage"] == "calibration"]
+    best = _first_best(stage_one)
+    static = _first_best([t for t in stage_one if t["settings"]["quant_mode"] == "static"])
+    assert best["settings"]["quant_mode"] == "dynamic"
+    tuned = [t for t in trials if t["stage"] == "fine_tuning"]
+    assert tuned and all(t["settings"]["include_fast_ft"] for t in tuned)
+    assert {t["settings"]["quant_mode"] for t in tuned} == {"static"}
+    assert (
+        f"two_stage: trial {best['trial_id']} (metric 0.875), the best of stage 1, cannot be "
+        "fine-tuned (static_settings_in_dynamic_mode drops include_fast_ft); trial "
+        f"{static['trial_id']} is the best that can"
+    ) in caplog.messages
+
+
+def test_two_stage_on_dynamic_settings_only_skips_stage_two_with_why(caplog):
+    caplog.set_level(logging.INFO, logger="raysearch")
+    spaces = _a8w8(quant_mode=["dynamic"])
+    searcher = SettingSearcher.from_strategy("TwoStage", _context(spaces, max_trials=40))
+    trials = _drive(searcher, DynamicBest(threshold=2.0), slots=3)
+    assert _stages(trials) == ["calibration"]
+    best = _first_best(trials)
+    assert (
+        f"two_stage: stage 2 skipped: none of the {len(trials)} settings of stage 1 can be "
+        f"fine-tuned (trial {best['trial_id']}, the best, cannot: "
+        "static_settings_in_dynamic_mode drops include_fast_ft)"
+    ) in caplog.messages
+
+
 class _Broken(Phase):
     """A phase with a bug: it raises on its first proposal."""
 
