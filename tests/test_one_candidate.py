@@ -11,6 +11,7 @@ from raysearch.config._config import StopConfig
 from raysearch.ranking import is_candidate
 from raysearch.search.record.reported import pack_record
 from raysearch.search.tune._loggers import logged_result
+from raysearch.search.tune._told import candidacy
 from raysearch.search.tune.stopper import CandidateStopper
 from raysearch.strategies._setting_phase import meets_tolerance
 
@@ -36,6 +37,8 @@ def test_every_reader_agrees_with_the_one_rule(record, expected):
     stopper.observe("t", record)
     assert stopper.n_candidates == int(expected)
     assert stopper.stop_all() is expected
+    # What the searcher is told of a finished trial (the phases' records).
+    assert candidacy({"trial": pack_record(record)})[0] is expected
     # What the loggers (TensorBoard, CSV, MLflow, W&B) are given.
     assert logged_result({"metric": 0.01, "trial": pack_record(record)}, {})["is_candidate"] is (
         expected
