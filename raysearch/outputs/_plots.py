@@ -24,7 +24,7 @@ from raysearch.outputs._importance import (
     stopped_count,
     trials_text,
 )
-from raysearch.ranking import finite
+from raysearch.ranking import finite, is_candidate
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -70,7 +70,7 @@ def _plot_metric(
             "stopped at a rung (metric over some rows)"
             if stopped
             else "candidate"
-            if record.get("is_candidate")
+            if is_candidate(record)
             else "not a candidate"
         )
         kinds[kind][1].append(step)

@@ -32,7 +32,7 @@ from raysearch.outputs._report_page import page_head
 from raysearch.outputs._study import Figure, study_figures
 from raysearch.outputs._values import human_bytes, setting_value, show
 from raysearch.outputs._words import summary_words
-from raysearch.ranking import finite, order
+from raysearch.ranking import finite, is_candidate, order
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -124,7 +124,7 @@ def _row_class(record: Mapping[str, Any]) -> str:
         return "failed"
     if record.get("stopped_at_rung") is not None:
         return "stopped"
-    return "candidate" if record.get("is_candidate") else "ok"
+    return "candidate" if is_candidate(record) else "ok"
 
 
 def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raysearch.outputs._importance import MIN_IMPORTANCE_TRIALS
-from raysearch.ranking import finite
+from raysearch.ranking import finite, is_candidate
 from raysearch.space.space import json_default
 
 __all__ = ["Figure", "study_figures", "build_study", "export_study", "MIN_IMPORTANCE_TRIALS"]
@@ -125,7 +125,7 @@ def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: 
         distributions={k: distributions[k] for k in params},
         user_attrs={
             "trial_id": record.get("trial_id"),
-            "is_candidate": bool(record.get("is_candidate")),
+            "is_candidate": is_candidate(record),
             "stage": record.get("stage"),
             "model_size_bytes": record.get("model_size_bytes"),
             "latency_ms": finite(record.get("latency_ms")),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from raysearch.layout import RESULTS
+from raysearch.ranking import is_candidate
 
 __all__ = ["SearchResult", "build_result", "results_dataframe"]
 
@@ -122,7 +123,7 @@ def build_result(
     """The result of the search in ``folder`` from its summary and its journal's records."""
     import pyarrow.parquet as pq
 
-    candidates = [r for r in records if r.get("is_candidate")]
+    candidates = [r for r in records if is_candidate(r)]
     candidates.sort(key=lambda r: r["metric"], reverse=higher)
     return SearchResult(
         best_params=summary.get("best_params"),

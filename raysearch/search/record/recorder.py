@@ -321,7 +321,7 @@ class TrialRecorder(tune.Callback):
                 record["trial_id"],
                 record.get("number"),
                 record.get("metric"),
-                record.get("is_candidate"),
+                is_candidate(record),
                 float(record.get("duration_s") or 0.0),
                 record.get("params"),
             )

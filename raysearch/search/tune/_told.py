@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raysearch.ranking import is_candidate
 from raysearch.search.record.reported import reported_record
 
 __all__ = ["candidacy", "metric_value", "objective_value", "sampler_values"]
@@ -74,9 +75,10 @@ def candidacy(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
     a searcher the result flattened (``trial/extra/promoted``); a direct call may nest it.
 
     Example:
-        >>> candidacy({"trial/is_candidate": True, "trial/extra/ranked": 9.0})
+        >>> candidacy({"trial/status": "ok", "trial/is_candidate": True, "trial/extra/ranked": 9.0})
         (True, {'ranked': 9.0})
-        >>> candidacy({"trial": {"is_candidate": False, "extra": {"promoted": 1.0}}})
+        >>> trial = {"status": "ok", "is_candidate": False, "extra": {"promoted": 1.0}}
+        >>> candidacy({"trial": trial})
         (False, {'promoted': 1.0})
     """
     if not result:
@@ -84,7 +86,8 @@ def candidacy(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
     trial = reported_record(result)
     if trial:
         extra = trial.get("extra")
-        return bool(trial.get("is_candidate")), dict(extra) if isinstance(extra, dict) else {}
+        return is_candidate(trial), dict(extra) if isinstance(extra, dict) else {}
     prefix = "trial/extra/"
     extra = {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
-    return bool(result.get("trial/is_candidate")), extra
+    flat = {k: result.get(f"trial/{k}") for k in ("status", "is_candidate")}
+    return is_candidate({**flat, "extra": extra}), extra
