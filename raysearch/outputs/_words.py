@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raysearch.metrics import METRICS
 from raysearch.outputs._default import DefaultSetting
 from raysearch.outputs._values import human_bytes, setting_text
-from raysearch.ranking import deciding_rule, finite
+from raysearch.ranking import deciding_rule, finite, is_candidate
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -122,7 +122,7 @@ def _won(best: Mapping[str, Any] | None, metric: str) -> str:
     if best is None:
         return "No trial completed, so there is no best setting."
     params = setting_text(best.get("params") or {})
-    kind = "a candidate" if best.get("is_candidate") else "not a candidate"
+    kind = "a candidate" if is_candidate(best) else "not a candidate"
     return (
         f"The best setting is trial {best.get('trial_id')} ({kind}): {metric} = "
         f"{_num(best.get('metric'))}" + (f", with {params}." if params else ".")
