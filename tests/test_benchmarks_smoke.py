@@ -328,3 +328,15 @@ def test_batch(tmp_path: Path) -> None:
     for row in pair["models"]:
         assert row["seq_trials"] == row["batch_trials"] == 12 and row["settings_compared"] == 12
         assert row["same_best"] is True and row["max_abs_metric_diff"] == 0.0, row
+
+
+def test_weight_only(tmp_path: Path) -> None:
+    report = run_benchmark("weight_only", tmp_path, "--tolerance", "0.02", timeout=600)
+    rows = {row["setting"]: row for row in report["rows"]}
+    assert len(rows) == 4 and report["trials_per_stage"]["sensitivity"] == 15
+    best = rows["raysearch WeightOnly (best/)"]
+    assert best["kl"] <= 0.02 and best["matmuls_float"] == 0
+    assert best["matmuls_4bit"] + best["matmuls_8bit"] == 15
+    for row in rows.values():
+        low, high = row["kl_ci"]
+        assert low <= row["kl"] <= high and 0 < row["top1_agreement"] <= 1
