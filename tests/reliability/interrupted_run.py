@@ -20,8 +20,8 @@ MARK = Path(os.environ.get("INTERRUPTED_RUN_MARK", os.devnull))
 def test_a_search_that_runs_to_its_end(tmp_path):
     from raysearch.search import AutoSearch
 
-    config = probe_config(tmp_path, search_space={"per_channel": [True, False]})
-    assert AutoSearch(config).run().summary["n_trials"] == 2
+    config = probe_config(tmp_path, search_space={"per_channel": [True]})
+    assert AutoSearch(config).run().summary["n_trials"] == 1
 
 
 def test_a_long_search(tmp_path):
