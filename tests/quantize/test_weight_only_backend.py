@@ -229,3 +229,12 @@ def test_import_leaves_the_root_logger_alone():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", str(logging.WARNING)]
+
+
+def test_k_quant_with_one_block_per_column_fails_in_one_line(backend, tmp_path):
+    """ONNX Runtime 1.31's k-quant fails on a weight whose rows fit one block (a reshape
+    error deep inside it): the trial fails with a line that says so, before it runs."""
+    with pytest.raises(
+        ValueError, match=r"^ONNX Runtime 1.31's k_quant fails where block_size \(64\)"
+    ):
+        backend.quantize({"algorithm": "k_quant", "block_size": 64}, tmp_path / "k.onnx")

@@ -267,6 +267,16 @@ class WeightOnlyBackend(QuantizerBackend):
         """k-quant in one pass: ``bits`` per node through ONNX Runtime's per-node config."""
         mnq = import_quantizer()
         block = int(options["block_size"])
+        inits = {t.name: t for t in model.graph.initializer}
+        for node in model.graph.node:
+            if precisions.get(node.name, FLOAT) != FLOAT:
+                rows = int(inits[node.input[1]].dims[0])
+                if block >= rows:  # its single-block-per-column case fails (a reshape)
+                    raise ValueError(
+                        f"ONNX Runtime 1.31's k_quant fails where block_size ({block}) is not "
+                        f"below a weight's rows ({rows}, node {node.name}): use a smaller "
+                        "block_size"
+                    )
         per_node = {
             n: {"bits": p, "group_size": block, "scheme": "asym"}
             for n, p in precisions.items()

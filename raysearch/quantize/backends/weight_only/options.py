@@ -146,7 +146,7 @@ def _reject_symmetric(settings: Mapping[str, Any]) -> str | None:
 
 def _reject_node_bits(settings: Mapping[str, Any]) -> str | None:
     try:
-        precisions = node_precisions(settings)
+        node_precisions(settings)
     except ValueError as exc:
         return str(exc)
     if int(_get(settings, "bits")) == 8 and _get(settings, "algorithm") == "hqq":
