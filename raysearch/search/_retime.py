@@ -8,8 +8,9 @@ best setting and the float model, and, where latency decides (``select: latency`
 still on disk (the ``keep_candidates`` kept and the front's). Each is timed as a trial times
 it (:func:`raysearch.evaluate.measure_latency`: the first evaluation batch, one warm-up run,
 the median of :data:`RUNS`, on ``resources.cpu_per_trial`` threads), in :data:`ROUNDS` rounds
-that take the models in turn, so that a slower moment of the machine falls on all of them;
-the figure is the median of the rounds and the spread their lowest and highest.
+that take the models in turn, so that a slower moment of the machine falls on all of them
+(no round starts after :data:`BUDGET_S` seconds once :data:`MIN_ROUNDS` are done); the figure
+is the median of the rounds and the spread their lowest and highest.
 
 Not done when latency is not measured (``measure_latency: false``) or the trials ran on GPUs
 (the driver's CPU would time another device).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,10 @@ _logger = logging.getLogger("raysearch.search")
 
 #: Rounds over the models, and timed runs of each model per round (after one warm-up run).
 ROUNDS, RUNS = 5, 5
+#: Seconds of timing after which no further round starts once :data:`MIN_ROUNDS` are done
+#: (magika's batch of 64 takes 0.6-2.2 s a run on a loaded 2-core machine: 5 rounds of two
+#: models took 80 s there).
+BUDGET_S, MIN_ROUNDS = 30.0, 2
 #: The most candidate models timed again (the fastest by their trial's figure first).
 MAX_MODELS = 12
 
@@ -104,9 +110,6 @@ def retime(
         the trial's own figure) and ``best_latency_vs_float`` (the best setting's latency
         over the float model's, both timed alone).
     """
-    from raysearch.evaluate import measure_latency
-    from raysearch.providers import make_session
-
     if not config.measure_latency or config.resources.gpu_per_trial > 0:
         return None
     folder = Path(folder)
@@ -114,19 +117,10 @@ def retime(
     if not chosen:
         return None
     threads = max(1, int(config.resources.cpu_per_trial))
-    feed = evaluation.batch(0)
     paths = {"float": Path(float_model)} | {str(r["trial_id"]): _model(folder, r) for r in chosen}
-    try:
-        sessions = {name: make_session(path, threads) for name, path in paths.items()}
-        rounds: dict[str, list[float]] = {name: [] for name in sessions}
-        for _ in range(ROUNDS):
-            for name, session in sessions.items():
-                rounds[name].append(measure_latency(session, feed, runs=RUNS))
-    except Exception as exc:  # noqa: BLE001 - latency is secondary: keep the trials' figures
-        _logger.warning("latency could not be timed again alone: %s", exc)
+    rounds = _time_rounds(paths, threads, evaluation.batch(0))
+    if rounds is None:
         return None
-    finally:
-        sessions = {}
     timed = {name: _spread(values) for name, values in rounds.items()}
     during = {str(r["trial_id"]): float(r["latency_ms"]) for r in chosen}
     for name, figures in timed.items():
@@ -152,7 +146,7 @@ def retime(
     summary = {
         "latency_retimed": {
             "decides": deciding,
-            "rounds": ROUNDS,
+            "rounds": len(rounds["float"]),
             "runs_per_round": RUNS,
             "threads": threads,
             "models": timed,
@@ -161,12 +155,35 @@ def retime(
     }
     _logger.info(
         "latency timed again alone (%d rounds of %d runs, %d threads): %s",
-        ROUNDS,
+        len(rounds["float"]),
         RUNS,
         threads,
         ", ".join(f"{name} {f['median_ms']:.4g} ms" for name, f in timed.items()),
     )
     return Retimed(out, float_ms, summary)
+
+
+def _time_rounds(
+    paths: Mapping[str, Path], threads: int, feed: Mapping[str, Any]
+) -> dict[str, list[float]] | None:
+    """Each model's figure per round (see the module); None (and a warning) when ONNX
+    Runtime cannot time one: the trials' figures stay."""
+    from raysearch.evaluate import measure_latency
+    from raysearch.providers import make_session
+
+    try:
+        sessions = {name: make_session(path, threads) for name, path in paths.items()}
+        rounds: dict[str, list[float]] = {name: [] for name in sessions}
+        started = time.perf_counter()
+        for done in range(ROUNDS):
+            if done >= MIN_ROUNDS and time.perf_counter() - started > BUDGET_S:
+                break
+            for name, session in sessions.items():
+                rounds[name].append(measure_latency(session, feed, runs=RUNS))
+    except Exception as exc:  # noqa: BLE001 - latency is secondary: keep the trials' figures
+        _logger.warning("latency could not be timed again alone: %s", exc)
+        return None
+    return rounds
 
 
 def _drop_unkept(config: SearchConfig, folder: Path, records: list[dict[str, Any]]) -> None:
