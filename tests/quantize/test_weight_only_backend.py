@@ -238,3 +238,28 @@ def test_k_quant_with_one_block_per_column_fails_in_one_line(backend, tmp_path):
         ValueError, match=r"^ONNX Runtime 1.31's k_quant fails where block_size \(64\)"
     ):
         backend.quantize({"algorithm": "k_quant", "block_size": 64}, tmp_path / "k.onnx")
+
+
+def test_a_model_with_external_data_is_written_with_its_data(tmp_path):
+    """A model over 2 GB keeps its weights in external data: the quantized one is written the
+    same way (one data file beside it, named after it) and runs from there."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    source = make_decoder_lm(tmp_path / "plain.onnx")
+    model = onnx.load(source)
+    convert_model_to_external_data(model, location="weights.bin", size_threshold=0)
+    onnx.save(model, tmp_path / "ext.onnx")
+    with WeightOnlyBackend(tmp_path / "ext.onnx", None) as backend:
+        backend.quantize({"nodes_8bit": [HEAD]}, tmp_path / "out" / "q.onnx")
+    assert (tmp_path / "out" / "q.onnx.data").is_file()
+    header = onnx.load(tmp_path / "out" / "q.onnx", load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in header.graph.initializer)
+    feeds = decoder_lm_data(2, 8)
+    np.testing.assert_allclose(
+        _logits(tmp_path / "out" / "q.onnx", feeds),
+        _logits(
+            _quantize(WeightOnlyBackend(source, None), {"nodes_8bit": [HEAD]}, tmp_path)[2], feeds
+        ),
+        rtol=1e-5,
+        atol=1e-5,
+    )
