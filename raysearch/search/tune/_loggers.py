@@ -283,9 +283,10 @@ def _wandb_callback(settings: dict[str, Any]) -> tune.Callback:
 
     from ray.air.integrations.wandb import WandbLoggerCallback
 
+    mode = settings.get("mode")
+
     class _Wandb(WandbLoggerCallback):
         def setup(self, *args: Any, **kwargs: Any) -> None:
-            mode = self.kwargs.get("mode")
             if mode not in ("offline", "disabled") or os.environ.get("WANDB_MODE"):
                 super().setup(*args, **kwargs)
                 return
@@ -311,10 +312,20 @@ def log_best_model(callbacks: Sequence[Any], trial_id: str | None, folder: Path)
         if not isinstance(callback, MLflowLoggerCallback):
             continue
         try:
-            client = callback.mlflow_util._get_client()
-            experiment = callback.mlflow_util.experiment_id
+            from mlflow.tracking import MlflowClient
+
+            # The callback's run of the trial is tagged with its name, ``<trainable>_<id>``.
+            client = MlflowClient(callback.tracking_uri, callback.registry_uri)
+            named = callback.experiment_name and client.get_experiment_by_name(
+                callback.experiment_name
+            )
+            experiments = (
+                [named.experiment_id]
+                if named
+                else [e.experiment_id for e in client.search_experiments()]
+            )
             runs = client.search_runs(
-                [experiment], filter_string=f"tags.trial_name LIKE '%_{trial_id}'"
+                experiments, filter_string=f"tags.trial_name LIKE '%_{trial_id}'"
             )
             for run in runs[:1]:
                 client.log_artifacts(run.info.run_id, str(folder), artifact_path="best_model")
