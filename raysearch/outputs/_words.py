@@ -43,19 +43,17 @@ def _num(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _searched_names(
-    rows: Sequence[Mapping[str, Any]], config: SearchConfig | None
-) -> tuple[list[str], bool]:
-    """The parameters searched: the trials' (True), else, when no trial ran one, the config's
-    spaces' (False)."""
+def _searched_names(rows: Sequence[Mapping[str, Any]], config: SearchConfig | None) -> list[str]:
+    """The parameters searched: the trials', else, when no trial ran one (none finished),
+    the config's spaces'."""
     names: list[str] = []
     for r in rows:
         names += [n for n in r.get("params") or {} if n not in names]
     if names:
-        return names, True
+        return names
     for space in getattr(config, "search_spaces", None) or []:
         names += [p.name for p in space.params if not p.domain.is_fixed and p.name not in names]
-    return names, False
+    return names
 
 
 def _searched(
@@ -64,7 +62,7 @@ def _searched(
     metric: str,
     config: SearchConfig | None = None,
 ) -> str:
-    names, from_trials = _searched_names(rows, config)
+    names = _searched_names(rows, config)
     if names:
         over = f"over {', '.join(names)}"
     elif rows:
