@@ -144,3 +144,42 @@ def test_a_time_limit_spent_before_the_first_trial_is_said(
     assert outputs == [
         f"Outputs: {out} (summary.json, results.parquet, report.html, plots/, tensorboard/)"
     ]
+
+
+@pytest.mark.slow
+def test_from_python_the_warnings_reach_the_progress_stream(
+    ray_cluster, make_config, mlp_files, tmp_path, monkeypatch
+):
+    """`run()` from a program that set up no logging: the warnings are in auto_search.log,
+    and on the progress stream (before, it printed nothing and returned best_metric None)."""
+    import logging
+
+    from raysearch.search import AutoSearch
+
+    folder = tmp_path / "config"
+    folder.mkdir()
+    (folder / "rs_slow_float_py.py").write_text(SLOW_EVALUATOR)
+    monkeypatch.setenv("RS_TEST_FLOAT_MODEL", str(mlp_files["model"]))
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a program without logging
+    config = make_config(
+        search_space={"calibrate_method": ["MinMax"], "per_channel": [True, False]},
+        metric="rs_slow_float_py:score",
+        tolerance=0.1,
+        early_stopping=False,
+        measure_latency=False,
+        stop={"time_limit": 6},
+    )
+    from raysearch.config import SearchConfig
+
+    stream = io.StringIO()
+    result = AutoSearch(SearchConfig.from_dict(config, base_dir=folder)).run(progress=stream)
+    assert result.best_metric is None and result.stop_reason == "time_limit"
+    said = [line for line in stream.getvalue().splitlines() if line.startswith("raysearch: ")]
+    assert len(said) == 2, stream.getvalue()
+    assert said[0].startswith("raysearch: the custom evaluator's score of the float model took ")
+    assert re.fullmatch(
+        r"raysearch: no trial finished within the time limit \(6 s; the custom evaluator's "
+        r"score of the float model took \d+\.\d s of it\)",
+        said[1],
+    )
+    assert result.summary["stop_note"] == said[1][len("raysearch: ") :]
