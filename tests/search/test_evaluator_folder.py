@@ -173,3 +173,60 @@ def test_the_shipped_folder_leaves_out_the_model_data_and_outputs():
     assert shipped_code(
         ["/work/cfg"], ["/work/cfg/model.onnx", "/work/cfg/out", "/data/calib.npz"]
     ) == {"py_modules": ["/work/cfg"], "excludes": ["/model.onnx", "/out"]}
+
+
+_SHIPPED = """
+import json, sys
+import ray
+from raysearch.search.runtime.cluster import shipped_code
+
+folder = sys.argv[1]
+ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR",
+         runtime_env=shipped_code([folder], [folder + "/model.onnx"]))
+
+
+@ray.remote
+def score_on_a_node_without_the_folder():
+    import os
+    from raysearch.usercode import import_named, where_code_lives
+
+    # The folder as another node sees it: not there (the same name elsewhere).
+    found = where_code_lives(["/no/such/node/path/" + os.path.basename(folder)])
+    module = import_named("rs_shipped_eval", found)
+    return [str(p) for p in found], module.score("m.onnx", []), sorted(os.listdir(found[0]))
+
+
+print(json.dumps(ray.get(score_on_a_node_without_the_folder.remote())))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_node_without_the_folder_runs_the_module_from_the_copy_ray_shipped(tmp_path):
+    """Ray's own unpacking of a shipped folder (runtime_env py_modules), found by
+    where_code_lives as a node without the folder finds it: the module runs beside the files
+    shipped with it, the model left out."""
+    folder = tmp_path / "evalcfg"
+    folder.mkdir()
+    (folder / "rs_shipped_eval.py").write_text(
+        "import os\nimport numpy as np\n\n"
+        "def score(model_path, providers):\n"
+        "    here = os.path.dirname(os.path.abspath(__file__))\n"
+        "    return float(np.load(os.path.join(here, 'data.npz'))['w'])\n"
+    )
+    np.savez(folder / "data.npz", w=np.float32(2.5))
+    (folder / "model.onnx").write_bytes(b"\0" * 1000)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SHIPPED, str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found, value, files = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 1 and "_ray_pkg_" in found[0] and found[0].endswith("/evalcfg")
+    assert value == 2.5
+    assert files == ["data.npz", "rs_shipped_eval.py"]
