@@ -9,7 +9,8 @@ still on disk (the ``keep_candidates`` kept and the front's). Each is timed as a
 it (:func:`raysearch.evaluate.measure_latency`: the first evaluation batch, one warm-up run,
 the median of :data:`RUNS`, on ``resources.cpu_per_trial`` threads), in :data:`ROUNDS` rounds
 that take the models in turn, so that a slower moment of the machine falls on all of them
-(no round starts after :data:`BUDGET_S` seconds once :data:`MIN_ROUNDS` are done); the figure
+(no round starts after :data:`BUDGET_S` seconds, :data:`REPORT_BUDGET_S` where latency
+decides nothing, once :data:`MIN_ROUNDS` are done); the figure
 is the median of the rounds and the spread their lowest and highest.
 
 Not done when latency is not measured (``measure_latency: false``) or the trials ran on GPUs
@@ -47,6 +48,9 @@ ROUNDS, RUNS = 5, 5
 #: (magika's batch of 64 takes 0.6-2.2 s a run on a loaded 2-core machine: 5 rounds of two
 #: models took 80 s there).
 BUDGET_S, MIN_ROUNDS = 30.0, 2
+#: The budget when latency decides nothing (the best against the float model only): time
+#: after the last trial is what a user waits for.
+REPORT_BUDGET_S = 3.0
 #: The most candidate models timed again (the fastest by their trial's figure first).
 MAX_MODELS = 12
 
@@ -118,7 +122,8 @@ def retime(
         return None
     threads = max(1, int(config.resources.cpu_per_trial))
     paths = {"float": Path(float_model)} | {str(r["trial_id"]): _model(folder, r) for r in chosen}
-    rounds = _time_rounds(paths, threads, evaluation.batch(0))
+    budget = BUDGET_S if deciding else REPORT_BUDGET_S
+    rounds = _time_rounds(paths, threads, evaluation.batch(0), budget)
     if rounds is None:
         return None
     timed = {name: _spread(values) for name, values in rounds.items()}
@@ -164,10 +169,11 @@ def retime(
 
 
 def _time_rounds(
-    paths: Mapping[str, Path], threads: int, feed: Mapping[str, Any]
+    paths: Mapping[str, Path], threads: int, feed: Mapping[str, Any], budget_s: float
 ) -> dict[str, list[float]] | None:
-    """Each model's figure per round (see the module); None (and a warning) when ONNX
-    Runtime cannot time one: the trials' figures stay."""
+    """Each model's figure per round (see the module; no round starts after ``budget_s``
+    once :data:`MIN_ROUNDS` are done); None (and a warning) when ONNX Runtime cannot time
+    one: the trials' figures stay."""
     from raysearch.evaluate import measure_latency
     from raysearch.providers import make_session
 
@@ -176,7 +182,7 @@ def _time_rounds(
         rounds: dict[str, list[float]] = {name: [] for name in sessions}
         started = time.perf_counter()
         for done in range(ROUNDS):
-            if done >= MIN_ROUNDS and time.perf_counter() - started > BUDGET_S:
+            if done >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
                 break
             for name, session in sessions.items():
                 rounds[name].append(measure_latency(session, feed, runs=RUNS))
