@@ -28,9 +28,20 @@ class Seen(tune.Callback):
         self.completed.append(trial.trial_id)
 
 
+class Unreachable(Seen):
+    """A callback whose setup fails (say, its tracking server is out of reach)."""
+
+    def setup(self, **info):
+        raise ConnectionError("tracking server out of reach")
+
+
 def test_a_users_tune_callback_sees_every_trials_result(make_config):
-    seen = Seen()
-    result = AutoSearch(make_config(search_space=FOUR)).run(callbacks=[seen])
+    seen, unreachable = Seen(), Unreachable()
+    result = AutoSearch(make_config(search_space=FOUR)).run(callbacks=[unreachable, seen])
+    # A callback that fails to set up is dropped with a warning; the search goes on.
+    assert not unreachable.results and not unreachable.completed
+    log = (result.output_dir / "auto_search.log").read_text()
+    assert "Unreachable failed to set up (ConnectionError" in log
     table = result.results.to_pylist()
     assert sorted(seen.completed) == sorted(r["trial_id"] for r in table)
     final = {r["trial_id"]: r for r in seen.results if r.get("done")}

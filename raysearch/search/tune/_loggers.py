@@ -122,7 +122,21 @@ class TrialLoggers(tune.Callback):
                 _logger.warning("Tune callback %s failed", type(callback).__name__, exc_info=True)
 
     def setup(self, **info: Any) -> None:
-        self._each(None, lambda c: c.setup(**info))
+        """Each callback's setup; one that fails (a tracking server out of reach, a missing
+        API key) is dropped for the session, with one warning, rather than failing at every
+        trial after."""
+        session = lookup(self.key)
+        for callback in list(session.callbacks if session is not None else ()):
+            try:
+                callback.setup(**info)
+            except Exception as exc:
+                session.callbacks.remove(callback)
+                _logger.warning(
+                    "Tune callback %s failed to set up (%s: %s); it gets no trial of this session",
+                    type(callback).__name__,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         self._each(None, lambda c: c.on_step_begin(iteration=iteration, trials=trials, **info))
