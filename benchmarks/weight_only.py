@@ -171,14 +171,11 @@ def main() -> None:
     stages: dict[str, int] = {}
     for record in table:
         stages[record.get("stage") or "?"] = stages.get(record.get("stage") or "?", 0) + 1
-    ranking = sorted(
-        (
-            (json.loads(r["settings"]) if isinstance(r.get("settings"), str) else {}, r)
-            for r in table
-            if r.get("stage") == "sensitivity" and r.get("metric") is not None
-        ),
-        key=lambda item: -item[1]["metric"],
-    )
+    probes = [r for r in table if r.get("stage") == "sensitivity" and r.get("metric") is not None]
+    ranking = [
+        {"node": (r.get("params/nodes_4bit") or r.get("params/nodes_8bit"))[0], "kl": r["metric"]}
+        for r in sorted(probes, key=lambda r: -r["metric"])
+    ]
     print_table(
         rows,
         ["setting", "kl", "top1_agreement", "size_kb", "time_s", "matmuls_4bit", "matmuls_8bit"],
@@ -191,13 +188,8 @@ def main() -> None:
             "search_wall_s": wall,
             "search_trials": len(table),
             "trials_per_stage": stages,
-            "best_setting": summary.get("best", {}).get("settings")
-            if isinstance(summary.get("best"), dict)
-            else None,
-            "sensitivity_ranking": [
-                {"metric": r["metric"], "params": {k: r[k] for k in r if k.startswith("params/")}}
-                for _, r in ranking
-            ],
+            "best_params": summary.get("best_params"),
+            "sensitivity_ranking": ranking,
         },
         args.out,
     )

@@ -331,7 +331,7 @@ def test_batch(tmp_path: Path) -> None:
 
 
 def test_weight_only(tmp_path: Path) -> None:
-    report = run_benchmark("weight_only", tmp_path, "--tolerance", "0.02", timeout=600)
+    report = run_benchmark("weight_only", tmp_path, "--tolerance", "0.02")
     rows = {row["setting"]: row for row in report["rows"]}
     assert len(rows) == 4 and report["trials_per_stage"]["sensitivity"] == 15
     best = rows["raysearch WeightOnly (best/)"]
