@@ -207,7 +207,10 @@ def _table(text: str, table_id: str) -> list[list[str]]:
 
     body = text.split(f'<table id="{table_id}"', 1)[1].split("</table>", 1)[0]
     return [
-        [html.unescape(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+        [
+            html.unescape(re.sub(r"<[^>]+>", "", c))
+            for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)
+        ]
         for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)
     ]
 
@@ -271,9 +274,9 @@ def test_the_summary_says_the_metrics_range_ties_sizes_and_rows_evaluated():
         "model's)."
     ) in words
     trials = _table(text, "trials")
-    size, rows = trials[0].index("size"), trials[0].index("rows evaluated")
+    size, rows = trials[0].index("size"), trials[0].index("rows evaluated (share)")
     assert [row[size] for row in trials[1:]] == ["1 kB"] * 4
-    assert [row[rows] for row in trials[1:]] == ["100% of the rows"] * 3 + ["10% of the rows"]
+    assert [row[rows] for row in trials[1:]] == ["100%"] * 3 + ["10%"]
     counted = [dict(r, eval_rows=40 if i == 3 else 400) for i, r in enumerate(_demo_records())]
     trials = _table(build_report(counted, DEMO_SUMMARY), "trials")
     assert [row[rows] for row in trials[1:]] == ["400 (100%)"] * 3 + ["40 (10%)"]
@@ -293,6 +296,14 @@ def test_the_pareto_front_only_for_several_objectives_and_axes_in_full_digits():
     many = [dict(r, model_size_bytes=1000 * r["number"]) for r in _demo_records()]
     two = build_report(many, DEMO_SUMMARY | {"objectives": ["metric", "model_size_mb"]})
     assert _charts(two)[-1] == "pareto"
+    # Three objectives: a 3-D front, tall enough and seen from far enough that no axis title
+    # is cut at its edge.
+    many = [dict(r, latency_ms=100.0 + r["number"]) for r in many]
+    three = build_report(
+        many, DEMO_SUMMARY | {"objectives": ["metric", "latency_ms", "model_size_mb"]}
+    )
+    scene = _layout(three, "pareto")
+    assert scene["height"] == 650 and scene["scene"]["camera"]["eye"]["x"] > 1.25
     # Optuna writes each parallel-coordinates tick in 3 digits: 100 for 99.99 and 99.999.
     figure = one.split('id="fig-parallel"', 1)[1].split("</script>", 1)[0]
     texts = re.findall(r'"text":"([^"]*)"', figure)

@@ -266,6 +266,6 @@ def test_a_resumed_search_reports_what_the_search_run_straight_reports(
         _offline_and_clean(browser)
         charts = ["history", "parallel", "slice", "timeline", "intermediate"]
         _check_rendered(pages[name], charts, summary["n_trials"])
-    _sorts(browser, pages["resumed"]["table"]["head"], "rows evaluated")
+    _sorts(browser, pages["resumed"]["table"]["head"], "rows evaluated (share)")
     _not_blank(browser, tmp_path / "resumed.png")
     assert _without_times(pages["resumed"], resumed) == _without_times(pages["straight"], straight)

@@ -71,6 +71,14 @@ def relabel_parallel(fig: Any, columns: Mapping[str, Sequence[Any]]) -> Any:
 
 
 def fit_figure(fig: Any) -> Any:
-    """``fig`` (changed in place, and returned) sized by its page."""
+    """``fig`` (changed in place, and returned) sized by its page; a 3-D scene (the Pareto
+    front of three objectives) taller, with its camera back far enough that no axis title
+    is cut at the figure's edge."""
     fig.update_layout(width=None, autosize=True)
+    if any(trace.type == "scatter3d" for trace in fig.data):
+        fig.update_layout(
+            height=650,
+            margin={"l": 0, "r": 0, "t": 60, "b": 0},
+            scene_camera={"eye": {"x": 1.9, "y": 1.9, "z": 1.3}},
+        )
     return fig

@@ -54,7 +54,7 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("device", "device", False),
     ("node", "node", False),
     ("duration (s)", "duration_s", True),
-    ("rows evaluated", "eval_rows", True),
+    ("rows evaluated (share)", "eval_rows", True),
     ("stopped at rung", "stopped_at_rung", True),
     ("error", "error", False),
 )
@@ -100,7 +100,7 @@ def _evaluated(record: Mapping[str, Any], by_rows: bool) -> str:
         return _cell(rows, True, f"{rows} ({said})" if said else str(rows))
     if share is None:
         return _cell(None, True)
-    return _cell(None if by_rows else share, True, f"{said} of the rows")
+    return _cell(None if by_rows else share, True, said)
 
 
 def _record_cell(record: Mapping[str, Any], key: str, numeric: bool, by_rows: bool) -> str:
@@ -127,17 +127,35 @@ def _row_class(record: Mapping[str, Any]) -> str:
     return "candidate" if is_candidate(record) else "ok"
 
 
+def _header(title: str) -> str:
+    """A column's title, with the places it may wrap at marked (after ``_`` and ``.``: a
+    setting's dotted key path), so that a narrow column wraps there, not mid-word."""
+    return re.sub(r"([_.])", r"\1<wbr>", _esc(title))
+
+
+def _columns_shown(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, bool]]:
+    """The fixed columns some record has a value in (a Grid search has no stage, a search
+    without failures no error): an empty column only takes the page's width."""
+
+    def has(key: str) -> bool:
+        keys = (key, "eval_fraction") if key == "eval_rows" else (key,)
+        return any(r.get(k) is not None for r in rows for k in keys)
+
+    return [c for c in _COLUMNS if c[1] in ("number", "trial_id", "status") or has(c[1])]
+
+
 def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
     params = _param_names(rows)
+    columns = _columns_shown(rows)
     head = "".join(
-        f'<th data-type="{"num" if numeric else "text"}">{_esc(title)}</th>'
-        for title, _, numeric in _COLUMNS
+        f'<th data-type="{"num" if numeric else "text"}">{_header(title)}</th>'
+        for title, _, numeric in columns
     )
-    head += "".join(f'<th data-type="text">{_esc(name)}</th>' for name in params)
+    head += "".join(f'<th data-type="text">{_header(name)}</th>' for name in params)
     body = []
     by_rows = any(isinstance(r.get("eval_rows"), int) for r in rows)
     for r in rows:
-        cells = "".join(_record_cell(r, key, numeric, by_rows) for _, key, numeric in _COLUMNS)
+        cells = "".join(_record_cell(r, key, numeric, by_rows) for _, key, numeric in columns)
         cells += "".join(_param_cell(r, name) for name in params)
         body.append(f'<tr class="{_row_class(r)}">{cells}</tr>')
     return (

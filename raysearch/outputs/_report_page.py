@@ -24,9 +24,11 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px
 h1 { font-size: 1.6em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ccc; }
 p.caption { color: #555; margin: 0.2em 0 0.6em; }
 table { border-collapse: collapse; font-size: 0.85em; max-width: 100%; }
-th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }
-#trials { width: 100%; }
+th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
+td { overflow-wrap: anywhere; }
+#trials { width: 100%; font-size: 0.8em; }
+#trials th, #trials td { padding: 2px 4px; }
+#trials td.num, #trials td:nth-child(2) { white-space: nowrap; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 #trials th { cursor: pointer; user-select: none; }
 #trials th[aria-sort="ascending"]::after { content: " \\25B2"; }
