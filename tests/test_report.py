@@ -229,6 +229,9 @@ def test_the_default_setting_is_onnx_runtimes_when_a_trial_ran_it_and_null_reads
         "It beats ONNX Runtime's default setting (trial t4, top1_cos = -0.997175 over some of "
         "the rows) by 1.99706 in top1_cos." in _words(text)
     )
+    # The charts too: Optuna would write None, its label for a parameter a trial lacks.
+    slice_axes = json.dumps(_layout(text, "slice"))
+    assert "every op" in slice_axes and "None" not in slice_axes
     trials = _table(text, "trials")
     column = trials[0].index("op_types_to_quantize")
     assert [row[column] for row in trials[1:]] == ["MatMul, Conv"] * 3 + ["every op"]

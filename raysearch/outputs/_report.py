@@ -30,7 +30,7 @@ from raysearch.outputs._default import DefaultSetting, default_setting
 from raysearch.outputs._fit import fit_figure, relabel_parallel
 from raysearch.outputs._report_page import page_head
 from raysearch.outputs._study import Figure, study_figures
-from raysearch.outputs._values import human_bytes, setting_value, show
+from raysearch.outputs._values import NULL_WORDS, human_bytes, setting_value, show
 from raysearch.outputs._words import summary_words
 from raysearch.ranking import finite, is_candidate, order
 
@@ -275,6 +275,25 @@ def _columns(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> d
     return columns
 
 
+def _in_words(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records with each null setting that means something in its words (a null
+    ``op_types_to_quantize``: ``every op``) for the charts, where Optuna would write
+    ``None``, its label for a parameter a trial lacks."""
+    out: list[Mapping[str, Any]] = []
+    for r in rows:
+        params = r.get("params") or {}
+        named = {
+            k: (
+                NULL_WORDS[k.rsplit(".", 1)[-1]]
+                if v is None and k.rsplit(".", 1)[-1] in NULL_WORDS
+                else v
+            )
+            for k, v in params.items()
+        }
+        out.append(r if named == params else {**r, "params": named})
+    return out
+
+
 def _metric_doc(config: SearchConfig | None) -> str | None:
     """The first paragraph of a custom evaluator's docstring (what its numbers mean), on one
     line; None for a built-in metric, or an evaluator without one or that cannot be
@@ -312,7 +331,7 @@ def build_report(
     best_id = summary.get("best_trial_id")
     best = next((r for r in rows if r.get("trial_id") == best_id), None)
     default = default_setting(rows, config)
-    figures = study_figures(rows, summary) if rows else []
+    figures = study_figures(_in_words(rows), summary) if rows else []
     if len(summary.get("objectives") or ("metric",)) < 2:
         # One objective: the search chose by the metric alone, a front of other figures
         # would show trade-offs it never weighed.
