@@ -42,7 +42,12 @@ from raysearch.config._sections import (
     parse_resources,
     parse_stop,
 )
-from raysearch.config._spaces import load_predefined_space, parse_spaces, predefined_spaces
+from raysearch.config._spaces import (
+    load_predefined_space,
+    parse_spaces,
+    predefined_spaces,
+    preset_search_algo,
+)
 from raysearch.config._values import check_keys, integer, number
 from raysearch.errors import ConfigError, ErrorCollector
 from raysearch.metrics import BUILTIN_METRICS
@@ -74,6 +79,7 @@ _TAKE_START_POINTS = (
     "raysearch.strategies._auto",
     "raysearch.strategies._two_stage",
     "raysearch.strategies._finetune_search",
+    "raysearch.strategies._weight_only",
 )
 #: ``search_algo`` when a config names none: the ordered strategy for a predefined space
 #: (its stages read the preset's techniques), TPE for a space written out.
@@ -356,7 +362,11 @@ def _default_algo(data: Mapping[str, Any]) -> str:
     string), else :data:`DEFAULT_ALGO`."""
     raws = data.get("search_spaces", [data.get("search_space")])
     if isinstance(raws, list) and raws and all(isinstance(r, str) for r in raws):
-        return DEFAULT_ALGO_PREDEFINED
+        try:  # a preset may name its own strategy (the weight-only ones: WeightOnly)
+            named = {preset_search_algo(r) for r in raws}
+        except ConfigError:  # an unknown preset: parse_spaces says so
+            named = {None}
+        return named.pop() if len(named) == 1 and None not in named else DEFAULT_ALGO_PREDEFINED
     return DEFAULT_ALGO
 
 
@@ -393,7 +403,7 @@ def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSp
         raise ConfigError(
             "points_to_evaluate",
             f"{algo} chooses its own first settings; Grid, the Optuna samplers, Auto, "
-            "TwoStage and FinetuneSearch take points_to_evaluate",
+            "TwoStage, FinetuneSearch and WeightOnly take points_to_evaluate",
         )
 
 

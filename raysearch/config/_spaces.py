@@ -27,6 +27,7 @@ __all__ = [
     "load_predefined_space",
     "runnable_predefined_space",
     "parse_spaces",
+    "preset_search_algo",
     "NARROWED_LOGGER",
 ]
 
@@ -50,6 +51,17 @@ def predefined_spaces() -> dict[str, Path]:
 def load_predefined_space(name: str, path: str = "search_space") -> dict[str, Any]:
     """The raw dict of a predefined space (its file's ``search_space`` key)."""
     return _load_predefined(name, path).get("search_space")
+
+
+def preset_search_algo(name: str) -> str | None:
+    """The ``search_algo`` a predefined space's file names as its default (None: none; the
+    weight-only presets name ``WeightOnly``).
+
+    Example:
+        >>> preset_search_algo("WEIGHT_ONLY_INT4_SEARCH"), preset_search_algo("A8W8_SEARCH")
+        ('WeightOnly', None)
+    """
+    return _load_predefined(name, "search_space").get("search_algo")
 
 
 def _load_predefined(name: str, path: str) -> dict[str, Any]:

@@ -163,3 +163,27 @@ def test_a_weight_only_search_of_a_decoder_with_past_inputs_end_to_end(tmp_path)
     assert kinds.count("MatMulNBits") == 8
     smallest = min(r["model_size_bytes"] for r in candidates)
     assert (result.output_dir / "best" / "model.onnx").stat().st_size == smallest
+
+
+def test_a_weight_only_preset_runs_weight_only_by_default_and_takes_start_points(tmp_path):
+    import numpy as np
+
+    from raysearch.config import SearchConfig
+    from tests.lm_models import make_decoder_lm
+
+    model = make_decoder_lm(tmp_path / "lm.onnx", layers=1)
+    np.savez(tmp_path / "text.npz", input_ids=np.ones((4, 8), np.int64))
+    base = {"model": str(model), "calibration_data": str(tmp_path / "text.npz"), "metric": "kl"}
+    config = SearchConfig.from_dict({**base, "search_space": "WEIGHT_ONLY_INT4_SEARCH"})
+    assert config.search_algo == "WeightOnly"
+    assert SearchConfig.from_dict({**base, "search_space": "A16W8_SEARCH"}).search_algo == "Auto"
+    written = {"quantizer": ["weight_only"], "block_size": [32, 64]}
+    config = SearchConfig.from_dict(
+        {
+            **base,
+            "search_space": written,
+            "search_algo": "WeightOnly",
+            "points_to_evaluate": [{"block_size": 64}],
+        }
+    )
+    assert config.search_spaces[0].points_to_evaluate[0]["block_size"] == 64
