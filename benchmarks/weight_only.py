@@ -7,7 +7,9 @@ anchors call ONNX Runtime's ``MatMulNBitsQuantizer`` directly (not raysearch's b
 
 - ONNX Runtime's class defaults: ``MatMulNBitsQuantizer(model)``: block 128, asymmetric;
 - Olive's default (``OnnxBlockWiseRtnQuantization``): RTN block 128, symmetric;
-- Neural Compressor's first choice: RTN group 32, asymmetric.
+- Neural Compressor's first choice: RTN group 32, asymmetric;
+- NNCF's ``compress_weights`` with its defaults (8-bit asymmetric per-channel weights in
+  ``DequantizeLinear``; skipped without NNCF).
 
 Every model (the search's ``best/`` too) is evaluated here the same way: KL(float ||
 quantized) and next-token top-1 agreement with the float model (``raysearch.metrics``), each
@@ -82,9 +84,15 @@ def evaluate(path: Path, reference: np.ndarray, ids: np.ndarray) -> dict[str, An
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     bits = [next(a.i for a in n.attribute if a.name == "bits") for n in nbits]
     row["matmuls_4bit"], row["matmuls_8bit"] = bits.count(4), bits.count(8)
-    inits = {t.name for t in model.graph.initializer}
+    inits = {t.name: t for t in model.graph.initializer}
+    floating = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     row["matmuls_float"] = sum(
-        n.op_type == "MatMul" and n.input[1] in inits for n in model.graph.node
+        n.op_type == "MatMul" and n.input[1] in inits and inits[n.input[1]].data_type in floating
+        for n in model.graph.node
+    )
+    dequantized = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    row["matmuls_dequantized"] = sum(
+        n.op_type == "MatMul" and n.input[1] in dequantized for n in model.graph.node
     )
     return row
 
@@ -99,6 +107,24 @@ def anchor(model: Path, out: Path, block_size: int, is_symmetric: bool) -> float
     quantizer.process()
     quantizer.model.save_model_to_file(str(out), use_external_data_format=False)
     return time.perf_counter() - start
+
+
+def nncf_anchor(model: Path, out: Path) -> float | None:
+    """NNCF's ``compress_weights`` with its defaults (8-bit asymmetric per-channel weights in
+    DequantizeLinear); its seconds, or None without NNCF."""
+    import importlib.util
+
+    if importlib.util.find_spec("nncf") is None:
+        return None
+    from raysearch.quantize.backends.nncf import import_nncf
+
+    nncf = import_nncf()
+    float_model = onnx.load(str(model))
+    start = time.perf_counter()
+    compressed = nncf.compress_weights(float_model)
+    seconds = time.perf_counter() - start
+    onnx.save(compressed, str(out))
+    return seconds
 
 
 def search(model: Path, calib: Path, data: Path, folder: Path, tolerance: float) -> float:
@@ -159,6 +185,12 @@ def main() -> None:
             out = folder / f"{len(rows)}.onnx"
             seconds = anchor(model, out, **arguments)
             rows.append({"setting": name, **evaluate(out, reference, ids), "time_s": seconds})
+        seconds = nncf_anchor(model, folder / "nncf.onnx")
+        if seconds is not None:
+            row = {"setting": "nncf_default (compress_weights)"}
+            rows.append(
+                {**row, **evaluate(folder / "nncf.onnx", reference, ids), "time_s": seconds}
+            )
         wall = search(model, calib, data, folder, args.tolerance)
         best = folder / "search" / "best" / "model.onnx"
         summary = json.loads((folder / "search" / "summary.json").read_text())

@@ -333,7 +333,8 @@ def test_batch(tmp_path: Path) -> None:
 def test_weight_only(tmp_path: Path) -> None:
     report = run_benchmark("weight_only", tmp_path, "--tolerance", "0.02")
     rows = {row["setting"]: row for row in report["rows"]}
-    assert len(rows) == 4 and report["trials_per_stage"]["sensitivity"] == 15
+    # three ONNX Runtime anchors, NNCF's where it is installed, and the search
+    assert len(rows) in (4, 5) and report["trials_per_stage"]["sensitivity"] == 15
     best = rows["raysearch WeightOnly (best/)"]
     assert best["kl"] <= 0.02 and best["matmuls_float"] == 0
     assert best["matmuls_4bit"] + best["matmuls_8bit"] == 15
