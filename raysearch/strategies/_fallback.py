@@ -17,9 +17,10 @@ B. **Fallback** (:class:`FallbackPhase`): from the best record of A (its ``mixed
    SQNR ranking costs one pass). The first trial promotes every ranked tensor
    (``top_k`` = :data:`ALL`); its ``extra.ranked`` gives n. If it is no candidate the fallback
    cannot reach the tolerance and the strategy ends. Then :class:`Bisection` finds the
-   smallest k in ``(0, n]``; with several trials asked for at once each new k halves the
-   widest open gap between the bounds and the ks still running, which splits the interval
-   into s + 1 parts for s concurrent proposals.
+   smallest k in ``(0, n]`` in rounds of up to 2 ks at once (1 when one trial runs at a
+   time), each k halving the widest open gap between the bounds and the round's ks before
+   it; a round starts once every k of the one before finished, so the ks tried do not
+   depend on the order in which concurrent trials finish.
 C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 16, the ranks
    that take a per-entry choice) each promoted rank is returned to int8 on its own
    (``rank_i: int8``), all in parallel; then one trial combines every demotion that held the
@@ -39,9 +40,14 @@ Example:
     >>> b.next(set())            # first: promote everything
     1000000
     >>> b.record(ALL, True, ranked=9)
-    >>> b.next(set()), b.next({4}), b.next({4, 6})   # at most 2 at once by default
+    >>> b.next(set()), b.next({4}), b.next({4, 6})   # a round of 2 by default
     (4, 6, None)
-    >>> for k in (4, 2, 1):
+    >>> b.record(4, True)
+    >>> b.next({6})              # the next round waits for the whole round
+    >>> b.record(6, True)
+    >>> b.next(set()), b.next({2})
+    (2, 1)
+    >>> for k in (2, 1):
     ...     b.record(k, True)
     >>> b.next(set()), b.found
     ('done', 1)
@@ -96,45 +102,61 @@ SEARCH_TRIALS = 8
 
 # -- phase B: bisection over k --------------------------------------------------------------------
 class Bisection:
-    """The smallest k whose trial is a candidate, from results told in any order (pure Python,
-    deterministic).
+    """The smallest k whose trial is a candidate, in rounds, from results told in any order
+    (pure Python, deterministic).
 
-    ``next(pending)`` is the k to try next given the ks still running: :data:`ALL` first, then
-    the middle of the widest open gap between the bounds and ``pending``; None to wait for a
-    running trial (also while ``parallel`` ks inside the bounds run: each k tried before the
-    result of another is known costs trials, so more than 2 at once rarely pays; ks left
-    outside the bounds by a result do not count); :data:`DONE` when ``found`` is known (None:
-    not even :data:`ALL` was a candidate). ``record(k, candidate, ranked)`` tells a result
-    (``ranked`` with :data:`ALL`: n, the number of ranked tensors)."""
+    ``next(pending)`` is the k to try next given the ks still running: :data:`ALL` first
+    (alone: its result tells n), then round after round the ks that split the bounds, each
+    one the middle of the widest open gap between the bounds and the ks before it in the
+    round (``parallel`` of them, fewer when the gaps close); None to wait for a running trial;
+    :data:`DONE` when ``found`` is known (None: not even :data:`ALL` was a candidate).
+    ``record(k, candidate, ranked)`` tells a result (``ranked`` with :data:`ALL`: n, the
+    number of ranked tensors; ``given`` for a result known before the first round, an
+    earlier phase's trial).
+
+    A round starts once every k of the one before has its result, and its ks are replayed
+    from the results (the given ones, then each round's in turn), so the ks tried depend on
+    the results alone: not on the order in which concurrent trials finish, and not on
+    whether the bisection was rebuilt from the records half-way through a round (a resumed
+    search). Waiting for a round's last trial leaves a slot idle while it runs; proposing
+    the next k as soon as one result is in would make the next k depend on which trial
+    finished first."""
 
     def __init__(self, parallel: int = 2) -> None:
         self.parallel = max(1, parallel)
         self.n: int | None = None
         self.all_result: bool | None = None
         self.results: dict[int, bool] = {}
+        #: The ks whose results were known before the first round (``record(given=True)``).
+        self.given: set[int] = set()
 
-    def record(self, k: int, candidate: bool, ranked: int | None = None) -> None:
+    def record(
+        self, k: int, candidate: bool, ranked: int | None = None, *, given: bool = False
+    ) -> None:
         if k >= ALL:
             self.all_result = candidate
             if ranked is not None:
                 self.n = ranked
             return
         self.results[k] = candidate
+        if given:
+            self.given.add(k)
 
-    def _outcomes(self) -> dict[int, bool]:
-        """Results by effective k (top_k above n promotes the n ranked tensors)."""
+    def _outcomes(self, results: Mapping[int, bool]) -> dict[int, bool]:
+        """``results`` by effective k (top_k above n promotes the n ranked tensors)."""
         out: dict[int, bool] = {}
         if self.n is not None:
-            for k, candidate in self.results.items():
+            for k, candidate in results.items():
                 out[min(k, self.n)] = out.get(min(k, self.n), False) or candidate
             if self.all_result is not None:
                 out[self.n] = out.get(self.n, False) or self.all_result
         return out
 
-    def bounds(self) -> tuple[int, int] | None:
+    def bounds(self, results: Mapping[int, bool] | None = None) -> tuple[int, int] | None:
         """``(lo, hi)``: the largest k known to fail below the smallest known candidate, and
-        that candidate (None before the all-promoted result)."""
-        outcomes = self._outcomes()
+        that candidate (None before the all-promoted result); from ``results`` (default: every
+        result told)."""
+        outcomes = self._outcomes(self.results if results is None else results)
         good = [k for k, ok in outcomes.items() if ok]
         if not good:
             return None
@@ -153,22 +175,45 @@ class Bisection:
             return None
         return bounds[1]
 
+    def _split(self, lo: int, hi: int) -> list[int]:
+        """The ks of a round over the open interval ``(lo, hi)``."""
+        points = {lo, hi}
+        out: list[int] = []
+        for _ in range(self.parallel):
+            ordered = sorted(points)
+            a, b = max(zip(ordered, ordered[1:]), key=lambda gap: gap[1] - gap[0])
+            if b - a <= 1:
+                break
+            out.append((a + b) // 2)
+            points.add(out[-1])
+        return out
+
+    def round(self) -> list[int]:
+        """The ks of the current round (after :data:`ALL`'s candidate result): the rounds
+        replayed from the given results, each one's results added when every k of it has
+        one; empty when the replayed bounds are closed."""
+        known = {k: ok for k, ok in self.results.items() if k in self.given}
+        while True:
+            bounds = self.bounds(known)
+            if bounds is None:
+                return []
+            members = self._split(*bounds)
+            if not members or any(k not in self.results for k in members):
+                return members
+            known.update((k, self.results[k]) for k in members)
+
     def next(self, pending: set[int]) -> int | str | None:
         if self.all_result is None:
             return None if ALL in pending else ALL
         if not self.all_result or self.found is not None:
             return DONE
-        bounds = self.bounds()
-        assert bounds is not None
-        lo, hi = bounds
-        inside = {k for k in pending if lo < k < hi}
-        if len(inside) >= self.parallel:
-            return None
-        points = sorted({lo, hi} | inside)
-        a, b = max(zip(points, points[1:]), key=lambda gap: gap[1] - gap[0])
-        if b - a <= 1:
-            return None  # every open k is running: wait for one
-        return (a + b) // 2
+        members = self.round()
+        if not members:
+            return DONE  # closed by results no round asked for: nothing is left to try
+        for k in members:
+            if k not in self.results and k not in pending:
+                return k
+        return None  # the round's other ks run: the next round waits for their results
 
 
 @dataclasses.dataclass
@@ -247,6 +292,9 @@ class FallbackPhase(RecordReader, Phase):
 
     def start(self, context: StrategyContext) -> None:
         self.context = context
+        # A round of 2 on one trial slot would run its second k after the first's result
+        # could have made it pointless.
+        self.bisection.parallel = max(1, min(self.bisection.parallel, context.concurrent))
 
     def _init(self) -> bool:
         """Pick the base from the records of the phases before this one; False when there is
@@ -343,8 +391,13 @@ class FallbackPhase(RecordReader, Phase):
                 continue
             k = matched[0]
             # Promoting every tensor to float quantizes nothing (never a candidate): whether
-            # its metric met the tolerance is what the bisection needs to know.
-            self.bisection.record(k, meets_tolerance(record), extra_count(record, "ranked"))
+            # its metric met the tolerance is what the bisection needs to know. A record of
+            # an earlier phase (a reachability check, phase A's own promotions) was known
+            # before the first round.
+            given = int(record.get("phase") or 0) != self.index
+            self.bisection.record(
+                k, meets_tolerance(record), extra_count(record, "ranked"), given=given
+            )
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         if self.finished:

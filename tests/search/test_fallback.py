@@ -26,11 +26,14 @@ RANKED = 9  # tensors the outlier model's SQNR ranking holds
 
 # -- the bisection, alone -------------------------------------------------------------------------
 def _bisect(
-    n: int, smallest: int | None, slots: int, parallel: int = 2
+    n: int, smallest: int | None, slots: int, parallel: int = 2, *, newest_first: bool = False
 ) -> tuple[int | None, list[int]]:
     """Run :class:`Bisection` against "k is a candidate iff k >= smallest" with ``slots``
-    trials at once, finishing the oldest running trial first; the found k and the ks tried."""
-    b = Bisection(parallel)
+    trials at once, finishing the oldest running trial first (``newest_first``: the one
+    started last); the found k and the ks tried.
+    Rounds hold at most ``slots`` ks, as :class:`FallbackPhase` caps them by the trials that
+    run at once."""
+    b = Bisection(min(parallel, slots))
     running: list[int] = []
     tried: list[int] = []
     while True:
@@ -43,7 +46,7 @@ def _bisect(
         if not running:
             assert b.next(set()) == DONE
             return b.found, tried
-        k = running.pop(0)
+        k = running.pop(-1 if newest_first else 0)
         ok = smallest is not None and min(k, n) >= smallest
         b.record(k, ok, ranked=n if k == ALL else None)
 
@@ -69,8 +72,11 @@ def test_concurrent_proposals_split_the_interval_and_still_find_the_smallest_k(s
     b = Bisection(parallel=3)
     b.record(ALL, True, ranked=9)
     assert [b.next(set()), b.next({4}), b.next({4, 6}), b.next({2, 4, 6})] == [4, 6, 2, None]
-    b.record(4, True)  # 6 is outside the bounds now: it no longer counts
-    assert b.next({2, 6}) == 1
+    b.record(4, True)  # 6 is outside the bounds now, but the next round waits for it
+    assert b.next({2, 6}) is None
+    b.record(6, True)
+    b.record(2, False)
+    assert b.next(set()) == 3 and b.next({3}) is None  # (2, 4): one k left
 
 
 def test_two_at_once_on_nine_ranked_tensors_stays_within_the_bound():
@@ -87,6 +93,35 @@ def test_the_bisection_is_deterministic_and_stops_when_nothing_reaches_the_toler
     assert b.next({ALL}) is None  # waits for the first trial
     b.record(ALL, True)  # no ``ranked``: all promoted is the answer
     assert b.next(set()) == DONE and b.found == ALL
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_the_ks_tried_do_not_depend_on_the_order_concurrent_trials_finish_in(slots):
+    # The oldest or the newest running trial finishing first: the same ks, the same answer
+    # (a round starts once the one before finished, whichever of its ks finished first).
+    for n in (6, 9, 37):
+        for smallest in [None, *range(1, n + 1)]:
+            found, oldest = _bisect(n, smallest, slots)
+            again, newest = _bisect(n, smallest, slots, newest_first=True)
+            assert found == again == smallest
+            assert sorted(oldest) == sorted(newest), (n, smallest, oldest, newest)
+
+
+def test_a_bisection_rebuilt_half_way_through_a_round_tries_the_same_ks():
+    # A resumed search replays the records into a fresh bisection: with one k of a round
+    # finished and the other lost, it runs the lost one, not a new round from half of one.
+    b = Bisection()
+    b.record(ALL, True, ranked=9)
+    assert [b.next(set()), b.next({4})] == [4, 6]
+    rebuilt = Bisection()
+    rebuilt.record(ALL, True, ranked=9)
+    rebuilt.record(4, False)
+    assert rebuilt.next(set()) == 6 and rebuilt.next({6}) is None
+    # Results known before the first round (an earlier phase's trials) are its start.
+    given = Bisection()
+    given.record(ALL, True, ranked=9)
+    given.record(6, True, given=True)
+    assert [given.next(set()), given.next({3})] == [3, 1]
 
 
 def test_results_arriving_in_any_order_give_the_same_answer():
@@ -147,9 +182,11 @@ def _drive(
     *,
     stop_after: int | None = None,
     running: list[tuple[str, dict[str, Any]]] | None = None,
+    newest_first: bool = False,
 ) -> list[dict[str, Any]]:
     """Run ``searcher`` like Tune: up to ``slots`` trials at once, the oldest finishing first
-    (``running``: trials started before, still running; left there at ``stop_after``).
+    (``newest_first``: the one started last; ``running``: trials started before, still
+    running; left there at ``stop_after``).
     Returns ``{"trial_id", "key", "settings", "phase", ...result}`` per finished trial."""
     running = [] if running is None else running
     finished: list[dict[str, Any]] = []
@@ -164,9 +201,11 @@ def _drive(
             running.append((f"t{number}", config))
         if not running or (stop_after is not None and len(finished) >= stop_after):
             return finished
-        trial_id, config = running.pop(0)
+        trial_id, config = running.pop(-1 if newest_first else 0)
         result = outcome(config["settings"])
-        searcher.on_trial_complete(trial_id, {"metric": result["metric"], "trial": result})
+        # A trial's record says it ended ok (what a candidate needs, ranking.is_candidate).
+        trial = {"status": "ok", **result}
+        searcher.on_trial_complete(trial_id, {"metric": result["metric"], "trial": trial})
         finished.append({"trial_id": trial_id, **config, **result})
 
 

@@ -282,6 +282,51 @@ def test_auto_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
     assert [t["key"] for t in before + rest] == [t["key"] for t in straight]
 
 
+def _unreachable(settings: dict[str, Any]) -> dict[str, Any]:
+    """Nothing but 3 or more tensors kept float is a candidate: the 16-bit stages end at
+    their first trial, the float fallback bisects (two ks at once) down to 3."""
+    out = Model(threshold=2.0)(settings)
+    options = settings.get("mixed_precision") or {}
+    if options.get("promote_to") == "float" and options.get("top_k", 0) >= 3:
+        out["is_candidate"] = True
+    return out
+
+
+def _keys_by_stage(trials: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for trial in trials:
+        out.setdefault(trial["stage"], []).append(trial["key"])
+    return {stage: sorted(keys) for stage, keys in out.items()}
+
+
+def test_auto_runs_the_same_settings_whatever_order_its_trials_finish_in():
+    # Two trials at once, the oldest or the newest finishing first: each stage runs the same
+    # settings (its bisections in rounds, built from every result before them).
+    def run(newest_first: bool) -> list[dict[str, Any]]:
+        searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80, concurrent=2))
+        return _drive(searcher, _unreachable, 2, newest_first=newest_first)
+
+    oldest, newest = run(False), run(True)
+    assert _stages(oldest)[-1] == "float_fallback"
+    assert _keys_by_stage(oldest) == _keys_by_stage(newest)
+
+
+def test_auto_resumed_at_any_point_of_a_concurrent_search_runs_the_same_settings():
+    # Cut after each finished trial (the ones still running lost, as in a resume from the
+    # journal alone), the rest run by a fresh searcher whose trials finish in the other
+    # order: the same settings as straight through.
+    def fresh() -> SettingSearcher:
+        return SettingSearcher.from_strategy("Auto", _context(max_trials=80, concurrent=2))
+
+    straight = _drive(fresh(), _unreachable, 2)
+    for cut in range(1, len(straight)):
+        before = [{**t, "status": "ok"} for t in straight[:cut]]
+        resumed = fresh()
+        resumed.add_finished(before)
+        rest = _drive(resumed, _unreachable, 2, newest_first=True)
+        assert sorted(t["key"] for t in before + rest) == sorted(t["key"] for t in straight), cut
+
+
 @pytest.mark.parametrize("cut", [1, 3, 9])
 def test_a_restored_auto_searcher_goes_on_where_it_stopped(cut, tmp_path):
     model = Model(threshold=0.99, finetune=0.03)
