@@ -35,6 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raysearch.ranking import order
 from raysearch.strategies._registry import (
     Phase,
     Proposal,
@@ -112,17 +113,20 @@ def base_record(
     smallest = min(float(r["model_size_bytes"]) for r in done)
     small = [r for r in done if float(r["model_size_bytes"]) <= SIZE_SLACK * smallest]
     sign = -1.0 if higher_is_better else 1.0
-    return min(small, key=lambda r: sign * float(r["metric"]))
+    # min keeps the first of equal metrics: the trial started first, not the one that
+    # finished first (the records' order).
+    return min(order(small), key=lambda r: sign * float(r["metric"]))
 
 
 def ranking(
     records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
 ) -> list[tuple[str, float]]:
-    """The probes of ``base`` that finished, most sensitive first: ``(node, metric)``."""
+    """The probes of ``base`` that finished, most sensitive first: ``(node, metric)``; of
+    equal metrics, the probe started first first (not the one that finished first)."""
     key = "nodes_8bit" if _bits(base) == 8 else "nodes_4bit"
     wanted = _base(base)
     scored = []
-    for r in records:
+    for r in order(records):
         settings = r.get("settings") or {}
         if r.get("stage") != "sensitivity" or _base(settings) != wanted:
             continue

@@ -1,0 +1,41 @@
+"""Decisions a strategy makes from finished trials do not depend on the order in which
+concurrent trials finished (the order of ``context.records``): of equal records, the one
+started first (``number``) is chosen, whichever finished first. (Fallback's and Auto's
+bisections: tests/search/test_fallback.py and test_staged_strategies.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raysearch.strategies._weight_only import base_record, ranking
+
+
+def _row(number: int, stage: str, metric: float, settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "trial_id": f"t{number}",
+        "number": number,
+        "stage": stage,
+        "status": "ok",
+        "metric": metric,
+        "model_size_bytes": 1000,
+        "settings": settings,
+    }
+
+
+def test_the_weight_only_base_of_equal_settings_is_the_one_started_first():
+    first = _row(1, "defaults", 0.5, {"bits": 4, "block_size": 128})
+    second = _row(2, "blocks", 0.5, {"bits": 4, "block_size": 32})
+    for records in ([first, second], [second, first]):
+        assert base_record(records, higher_is_better=False)["trial_id"] == "t1"
+
+
+def test_the_weight_only_ranking_of_equally_sensitive_nodes_is_in_start_order():
+    base = {"bits": 4, "block_size": 128}
+    nodes = ["a", "b", "c"]
+    probes = [
+        _row(i + 1, "sensitivity", metric, {**base, "nodes_4bit": [node]})
+        for i, (node, metric) in enumerate(zip(nodes, [0.2, 0.2, 0.1], strict=True))
+    ]
+    expected = [("a", 0.2), ("b", 0.2), ("c", 0.1)]
+    for records in (probes, probes[::-1], [probes[1], probes[2], probes[0]]):
+        assert ranking(records, base, higher_is_better=False) == expected
