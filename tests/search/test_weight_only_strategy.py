@@ -32,6 +32,8 @@ def _lm(settings: dict[str, Any]) -> dict[str, Any]:
     factor *= 0.9 if settings.get("symmetric") is False else 1.0
     factor *= {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95}[settings.get("algorithm") or "rtn"]
     eight, floats = set(settings.get("nodes_8bit") or ()), set(settings.get("nodes_float") or ())
+    if settings.get("bits") == 8:  # every node not named otherwise is at 8 bits
+        eight |= set(NODES) - floats - set(settings.get("nodes_4bit") or ())
     kl = size = 0.0
     for node, s in SENSITIVITY.items():
         if node in floats:
@@ -48,8 +50,8 @@ def _lm(settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _context() -> StrategyContext:
-    spaces = parse_spaces({"search_space": "WEIGHT_ONLY_INT4_SEARCH"})
+def _context(preset: str = "WEIGHT_ONLY_INT4_SEARCH") -> StrategyContext:
+    spaces = parse_spaces({"search_space": preset})
     return StrategyContext(
         spaces, mode="min", seed=0, reject=backend_reject, model=ModelFacts(weight_matmuls=NODES)
     )
@@ -97,6 +99,18 @@ def test_select_size_keeps_the_smallest_model_within_the_tolerance():
     sizes = [r["model_size_bytes"] for r in records if r["is_candidate"]]
     assert best["model_size_bytes"] == min(sizes)
     assert best["settings"]["nodes_8bit"] == ["n0", "n2"]
+
+
+def test_the_int8_space_probes_at_8_bits_and_keeps_the_most_sensitive_nodes_float():
+    searcher = SettingSearcher.from_strategy("WeightOnly", _context("WEIGHT_ONLY_INT8_SEARCH"))
+    trials = _drive(searcher, _lm, slots=2)
+    assert _stage_order(trials) == STAGES
+    assert all(t["settings"]["bits"] == 8 for t in trials)
+    probes = [t["settings"] for t in trials if t["stage"] == "sensitivity"]
+    assert sorted(p["nodes_8bit"][0] for p in probes) == list(NODES)
+    promotions = [t["settings"] for t in trials if t["stage"] == "promotions"]
+    assert [p["nodes_float"] for p in promotions][:2] == [["n0"], ["n0", "n2"]]
+    assert all("nodes_8bit" not in p for p in promotions)
 
 
 @pytest.mark.parametrize("stage", STAGES[1:])
