@@ -59,7 +59,7 @@ from dataclasses import replace
 from typing import Any
 
 from raysearch.quantize.techniques.mixed_precision import KEY
-from raysearch.ranking import best_record, best_records, better, is_candidate
+from raysearch.ranking import best_record, best_records, better, is_candidate, order
 from raysearch.space import Categorical, SearchSpace
 from raysearch.strategies._fallback import ALL, Base, FallbackPhase
 from raysearch.strategies._registry import (
@@ -120,8 +120,9 @@ def calibration_budget(max_trials: int | None, later_stages: bool = True) -> int
 
 
 def fully_quantized_candidate(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The first candidate that quantizes every MatMul/Gemm/Conv (None: none does)."""
-    for record in records:
+    """The first candidate (the one started first) that quantizes every MatMul/Gemm/Conv
+    (None: none does)."""
+    for record in order(records):
         if not is_candidate(record):
             continue
         extra = record.get("extra")
@@ -363,7 +364,7 @@ class FinetunePhase(BuiltPhase):
         tunable = [r for r in records if self._tunable(r["settings"], context)]
         bases = best_records(tunable, TOP_K, _higher(context))
         if not bases:
-            why = self._refusal(records[0]["settings"], context) if records else None
+            why = self._refusal(order(records)[0]["settings"], context) if records else None
             _logger.info(
                 "stage fine_tuning skipped: none of the %d finished settings can be fine-tuned%s",
                 len(records),

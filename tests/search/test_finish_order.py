@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from raysearch.strategies._auto import fully_quantized_candidate
 from raysearch.strategies._weight_only import base_record, ranking
 
 
@@ -39,3 +40,13 @@ def test_the_weight_only_ranking_of_equally_sensitive_nodes_is_in_start_order():
     expected = [("a", 0.2), ("b", 0.2), ("c", 0.1)]
     for records in (probes, probes[::-1], [probes[1], probes[2], probes[0]]):
         assert ranking(records, base, higher_is_better=False) == expected
+
+
+def test_auto_names_the_fully_quantized_candidate_started_first():
+    # The candidate that skips Auto's later stages, named in the log.
+    rows = [
+        {**_row(n, "calibration", 0.99, {"per_channel": n == 1}), "is_candidate": True}
+        for n in (1, 2)
+    ]
+    for records in (rows, rows[::-1]):
+        assert fully_quantized_candidate(records)["trial_id"] == "t1"
