@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -223,10 +224,12 @@ def _spread(values: list[float]) -> dict[str, float]:
     Example:
         >>> _spread([2.0, 1.0, 4.0])
         {'median_ms': 2.0, 'min_ms': 1.0, 'max_ms': 4.0}
+        >>> _spread([2.0, 1.0])["median_ms"]
+        1.5
     """
     ordered = sorted(values)
     return {
-        "median_ms": round(ordered[len(ordered) // 2], 4),
+        "median_ms": round(statistics.median(ordered), 4),
         "min_ms": round(ordered[0], 4),
         "max_ms": round(ordered[-1], 4),
     }
