@@ -165,6 +165,25 @@ def session_processes(sid: int) -> dict[int, str]:
     return found
 
 
+def children(ppid: int) -> dict[int, tuple[str, dict[str, str]]]:
+    """The live children of process ``ppid`` (Linux ``/proc``): pid -> (command line,
+    environment)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[1]) == ppid:
+                command = (entry / "cmdline").read_text().replace("\0", " ").strip()
+                pairs = (entry / "environ").read_bytes().split(b"\0")
+                env = dict(p.decode(errors="replace").partition("=")[::2] for p in pairs if p)
+                found[int(entry.name)] = (command, env)
+        except (OSError, IndexError, ValueError):  # ended while we looked
+            continue
+    return found
+
+
 def stop_leftovers(proc: subprocess.Popen, timeout: float = 60) -> None:
     """Make sure nothing of ``proc``'s session outlives the call: its group is killed, then
     whatever else of the session is alive (Ray's workers: a killed driver leaves its trials'

@@ -15,10 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from raysearch.batch._searches import LOCAL_RAY_LOST_S
 from raysearch.search.runner import search_running_in
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 from tests.reliability.helpers import (
     PROBE,
+    children,
     journal,
     kill_group,
     plan_model,
@@ -31,6 +33,9 @@ from tests.reliability.helpers import (
 pytestmark = [pytest.mark.slow]
 
 GOOD = 14
+#: How long the searches of a killed batch may take to end (the batch's own wait for a search
+#: that holds a model's folder; they take LOCAL_RAY_LOST_S and a little on a quiet machine).
+LEFTOVERS_END_S = 180
 SPACE = {"per_channel": [True, False], "activation_type": ["QUInt8"]}
 
 
@@ -98,7 +103,7 @@ def _manifest(folder: Path) -> tuple[Path, dict[str, str]]:
                 "higher_is_better": True,
                 "search_space": {"activation_type": ["QUInt8", "QInt8"]},
             },
-            "every trial failed",
+            "No trial succeeded: 2 of 2 failed",  # the search's own line (it exits 1)
         ),
     ]
     # The faults among the good models: a run killed mid-way has not reached most of them.
@@ -107,7 +112,9 @@ def _manifest(folder: Path) -> tuple[Path, dict[str, str]]:
     manifest = {
         "output_dir": str(folder / "out"),
         "max_concurrent_models": 2,
-        "model_timeout_s": 40,
+        # Stops the hanging model; a good one searches well within it, also on a loaded 2-core
+        # machine (at 40 s a good model was stopped as hanging there).
+        "model_timeout_s": 180,
         "defaults": {
             "search_algo": "Grid",
             "metric": "cos",
@@ -126,36 +133,51 @@ def _finished(out: Path) -> dict[str, int]:
     return {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/summary.json")}
 
 
+# Two batches of 20 models (the first killed after five): on a loaded 2-core machine more than
+# pytest's default 600 s, which is a bound for a test that hangs, not a speed check.
+@pytest.mark.timeout(2400)
 def test_a_batch_of_twenty_with_faults_completes_and_resumes_only_the_unfinished(tmp_path: Path):
     path, faulty = _manifest(tmp_path)
     out = tmp_path / "out"
     first = start_raysearch(["batch", str(path)], tmp_path)
+    searches: dict[int, dict[str, str]] = {}  # the batch's searches, seen while it runs
+
+    def five_finished() -> bool:
+        for pid, (command, env) in children(first.pid).items():
+            # A search, not a child still between fork and exec (the batch's command line).
+            if " -m raysearch.cli run " in command or " -m raysearch.cli resume " in command:
+                searches[pid] = env
+        return len(_finished(out)) >= 5
+
     try:
-        wait_until(first, lambda: len(_finished(out)) >= 5, timeout=300)
+        wait_until(first, five_finished, timeout=300)
         kill_group(first, signal.SIGKILL)
         first.wait(timeout=60)
     finally:
         stop_leftovers(first)
-    # The searches the killed batch left running (their own sessions) lost the Ray it started:
-    # they end within seconds (the batch gave them a short reconnect timeout), not Ray's 60 s.
+    # The searches the killed batch left running (their own sessions) lose the Ray it started:
+    # the batch gave them a short reconnect timeout (they end within seconds, not Ray's 60 s).
+    assert searches
+    assert {env.get("RAY_gcs_rpc_server_reconnect_timeout_s") for env in searches.values()} == {
+        str(LOCAL_RAY_LOST_S)
+    }
+    # They end (bound: as long as a batch run again waits for a search holding its folder).
     held = [p for p in out.iterdir() if p.is_dir() and search_running_in(p)]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + LEFTOVERS_END_S
     while held and time.monotonic() < deadline:
         time.sleep(0.5)
         held = [p for p in held if search_running_in(p)]
-    assert not held, f"searches of the killed batch still running after 30 s: {held}"
+    assert not held, f"searches of the killed batch still running after {LEFTOVERS_END_S} s: {held}"
     done_before = _finished(out)
     journals = {name: [r["trial_id"] for r in journal(out / name)] for name in done_before}
     assert 5 <= len(done_before) < 20
 
     second = start_raysearch(["batch", str(path)], tmp_path)
-    started = time.monotonic()
     try:
         # 1: six models failed (every model's outputs and the summary are written all the same)
-        assert second.wait(timeout=600) == 1, (tmp_path / "stderr.txt").read_text()
+        assert second.wait(timeout=1800) == 1, (tmp_path / "stderr.txt").read_text()
     finally:
         stop_leftovers(second)
-    assert time.monotonic() - started < 600
     rows = {r["name"]: r for r in pq.read_table(out / "batch_summary.parquet").to_pylist()}
     assert len(rows) == 20
     for name, row in rows.items():
