@@ -127,6 +127,42 @@ def nncf_anchor(model: Path, out: Path) -> float | None:
     return seconds
 
 
+def probe_subset_correlation(
+    model: Path, base: dict[str, Any], reference: np.ndarray, ids: np.ndarray, rows: int
+) -> dict[str, Any]:
+    """The sensitivity ranking from probes scored on the first ``rows`` sequences against the
+    one from every sequence: Spearman's rank correlation of the per-node KL (each probe: one
+    weight MatMul alone at the base's 4 bits, the rest float, as the strategy's)."""
+    from scipy.stats import spearmanr
+
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend, weight_matmuls
+
+    nodes = weight_matmuls(onnx.load(str(model)))
+    subset, full = [], []
+    with tempfile.TemporaryDirectory() as tmp, WeightOnlyBackend(model, None) as backend:
+        for node in nodes:
+            settings = {
+                **base,
+                "nodes_4bit": [node],
+                "nodes_float": [n for n in nodes if n != node],
+            }
+            out = Path(tmp) / "probe.onnx"
+            backend.quantize(settings, out)
+            values = metric_per_sample("kl", {"logits": _logits(out, ids)}, {"logits": reference})
+            subset.append(float(values[:rows].mean()))
+            full.append(float(values.mean()))
+    rho = spearmanr(subset, full).statistic
+    top = sorted(range(len(nodes)), key=lambda i: -full[i])[:3]
+    top_subset = sorted(range(len(nodes)), key=lambda i: -subset[i])[:3]
+    return {
+        "rows": rows,
+        "of_rows": len(ids),
+        "spearman": float(rho),
+        "top3_all_rows": [nodes[i] for i in top],
+        "top3_subset": [nodes[i] for i in top_subset],
+    }
+
+
 def search(model: Path, calib: Path, data: Path, folder: Path, tolerance: float) -> float:
     """``raysearch run`` of the WeightOnly strategy; its wall seconds from the start."""
     config = {
@@ -197,6 +233,12 @@ def main() -> None:
         row = {"setting": "raysearch WeightOnly (best/)", **evaluate(best, reference, ids)}
         row["time_s"] = wall
         rows.append(row)
+        base = {
+            k.split(".")[-1]: v
+            for k, v in (summary.get("best_params") or {}).items()
+            if k.split(".")[-1] in ("algorithm", "bits", "block_size", "symmetric")
+        }
+        correlation = probe_subset_correlation(model, base, reference, ids, max(1, len(ids) // 4))
         import pyarrow.parquet as pq
 
         table = pq.read_table(folder / "search" / "results.parquet").to_pylist()
@@ -208,6 +250,11 @@ def main() -> None:
         {"node": (r.get("params/nodes_4bit") or r.get("params/nodes_8bit"))[0], "kl": r["metric"]}
         for r in sorted(probes, key=lambda r: -r["metric"])
     ]
+    print(
+        f"sensitivity probes on {correlation['rows']} of {correlation['of_rows']} rows against "
+        f"all rows: Spearman {correlation['spearman']:.3f}; top 3 {correlation['top3_subset']} "
+        f"against {correlation['top3_all_rows']}"
+    )
     print_table(
         rows,
         ["setting", "kl", "top1_agreement", "size_kb", "time_s", "matmuls_4bit", "matmuls_8bit"],
@@ -222,6 +269,7 @@ def main() -> None:
             "trials_per_stage": stages,
             "best_params": summary.get("best_params"),
             "sensitivity_ranking": ranking,
+            "probe_subset_rank_correlation": correlation,
         },
         args.out,
     )

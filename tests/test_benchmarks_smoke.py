@@ -337,6 +337,8 @@ def test_weight_only(tmp_path: Path) -> None:
     assert len(rows) in (4, 5) and report["trials_per_stage"]["sensitivity"] == 15
     best = rows["raysearch WeightOnly (best/)"]
     assert best["kl"] <= 0.02 and best["matmuls_float"] == 0
+    correlation = report["probe_subset_rank_correlation"]
+    assert correlation["rows"] == 4 and -1.0 <= correlation["spearman"] <= 1.0
     assert best["matmuls_4bit"] + best["matmuls_8bit"] == 15
     for row in rows.values():
         low, high = row["kl_ci"]
