@@ -70,8 +70,9 @@ class Score:
 class Evaluator:
     """Scores a quantized model and decides whether it is a candidate.
 
-    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``, or an alias, in
-    any case), a callable or ``"package.module:function"`` (its module, when not installed,
+    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``; for causal
+    language models ``kl``, ``top1_agreement``, ``perplexity``; or an alias, in any case), a
+    callable or ``"package.module:function"`` (its module, when not installed,
     from the first of ``search_dirs`` holding it). ``higher_is_better`` is fixed for built-ins
     and defaults to True for custom metrics.
 
