@@ -50,3 +50,33 @@ def test_auto_names_the_fully_quantized_candidate_started_first():
     ]
     for records in (rows, rows[::-1]):
         assert fully_quantized_candidate(records)["trial_id"] == "t1"
+
+
+def test_a_resumed_search_gives_a_lost_trial_back_its_number():
+    # Trial 3 was running when the search was killed (not journaled), trial 4 finished: the
+    # resumed search runs trial 3's setting again as number 3, so that of two settings with
+    # the same metric the one started first is still the best, as straight through.
+    from raysearch.ranking import best_record
+    from raysearch.search.tune.searchers import SettingSearcher
+    from raysearch.space import SearchSpace
+
+    def searcher() -> SettingSearcher:
+        space = SearchSpace.parse({"per_channel": [True, False], "reduce_range": [False, True]})
+        return SettingSearcher.grid([space], mode="max")
+
+    straight = searcher()
+    configs = [straight.suggest(f"a{i}") for i in range(4)]
+    assert [c["number"] for c in configs] == [1, 2, 3, 4]
+    metrics = [0.1, 0.2, 0.5, 0.5]  # 3 and 4 tie: 3, started first, is the best
+    journal = [
+        {**c, "trial_id": f"a{i}", "status": "ok", "metric": metrics[i]}
+        for i, c in enumerate(configs)
+        if i != 2
+    ]
+    resumed = searcher()
+    resumed.add_finished(journal)
+    again = resumed.suggest("b0")
+    assert (again["key"], again["number"]) == (configs[2]["key"], 3)
+    rerun = {**again, "trial_id": "b0", "status": "ok", "metric": 0.5}
+    assert best_record([*journal, rerun], True)["key"] == configs[2]["key"]
+    assert resumed.suggest("b1") == "FINISHED"

@@ -97,6 +97,11 @@ class _State:
     waiting: bool = False
     #: The last phase whose ``start`` ran (-1: none yet).
     begun: int = -1
+    #: The numbers a resumed search gives its next trials first, in order: those of trials
+    #: started before the interruption that neither finished nor run again (the phases
+    #: propose those settings again first, so each gets back the number it had and ties
+    #: between records go where they went in the uninterrupted search).
+    holes: list[int] = field(default_factory=list)
 
 
 class SettingSearcher(Searcher):
@@ -240,7 +245,17 @@ class SettingSearcher(Searcher):
                     )
             self.context.records.append(dict(record))
             new += 1
+        if new:
+            self._find_holes()
         return new
+
+    def _find_holes(self) -> None:
+        """The trial numbers below the highest one known that no finished or live trial
+        holds (``_State.holes``)."""
+        used = {r.get("number") for r in self.context.records}
+        used |= set(self.state.live_number.values())
+        numbers = {n for n in used if isinstance(n, int) and not isinstance(n, bool)}
+        self.state.holes = [n for n in range(1, max(numbers, default=0) + 1) if n not in numbers]
 
     # -- Searcher interface ----------------------------------------------------------------
     def _attach(self) -> None:
@@ -292,10 +307,12 @@ class SettingSearcher(Searcher):
             state.live[trial_id] = proposal
             state.live_phase[trial_id] = state.phase
             state.started += 1
-            state.live_number[trial_id] = state.started
+            holes = getattr(state, "holes", None)  # None: pickled before it existed
+            number = holes.pop(0) if holes else state.started
+            state.live_number[trial_id] = number
             state.phase_started[state.phase] += 1
             return {
-                "number": state.started,
+                "number": number,
                 "phase": proposal.phase,
                 # A staged strategy's stage (``Auto``: defaults, calibration, ...), recorded.
                 "stage": proposal.stage or self._stage(state.phase),
