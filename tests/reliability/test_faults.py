@@ -4,7 +4,6 @@ trial. Real local Ray, real ONNX Runtime, faults injected by ``tests.reliability
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -46,8 +45,8 @@ TIMEOUT_S = 8
 
 def _signature(row: dict[str, Any]) -> str:
     """The probe evaluator's signature of a results.parquet row's setting."""
-    excluded = row.get("params/nodes_to_exclude")
-    names = "+".join(sorted(json.loads(excluded))) if excluded else "-"
+    excluded = row.get("params/nodes_to_exclude")  # an Arrow list of node names
+    names = "+".join(sorted(excluded)) if excluded else "-"
     act = {"QUInt8": "uint8", "QInt8": "int8", None: "int8"}[row.get("params/activation_type")]
     return f"{names}/{act}"
 
@@ -106,9 +105,10 @@ def test_a_process_that_crashed_ran_out_of_memory_or_hung_runs_no_later_trial(fa
         later = [c for c in log if c["t"] > fault_call["t"] and c["pid"] == fault_call["pid"]]
         assert not later, f"the process that broke on {sig} ran {len(later)} more trials"
     # The hung process was ended, not left sleeping (Tune stops a failed trial's actor
-    # asynchronously: allow it a moment after the search returns).
+    # asynchronously: allow it a while after the search returns, on a loaded machine too;
+    # left sleeping, it would live on for hang_s, 300 s).
     hung = broken["fc1+fc2/uint8"]["pid"]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     with pytest.raises(ProcessLookupError):
         while time.monotonic() < deadline:
             os.kill(hung, 0)
