@@ -131,8 +131,8 @@ CASES = [
     Case("data of the wrong dtype", {"calibration_data": "{files}/float64.npz"},
          r"calibration data 'float64\.npz': input 'x' has dtype float64, model expects float32"),
     Case("data of the wrong shape", {"calibration_data": "{files}/shape.npz"},
-         r"calibration data 'shape\.npz': input 'x' has shape \(8, 12\) per batch, "
-         r"model expects \[N, 16\]"),
+         r"calibration data 'shape\.npz': input 'x' has shape \(8, 12\) \(the whole array, its "
+         r"first axis the model's batch axis\), model expects \[N, 16\]"),
     Case("data with no samples", {"calibration_data": "{files}/zero.npz"},
          r"calibration data 'zero\.npz': holds 0 samples"),
     Case("data file empty", {"calibration_data": "{files}/empty.npz"},
@@ -147,7 +147,7 @@ CASES = [
     Case("unknown data extension", {"calibration_data": "{files}/data.csv"},
          r"calibration data 'data\.csv': unsupported file type '\.csv'"),
     Case("evaluation data of the wrong shape", {"eval_data": "{files}/shape.npz"},
-         r"evaluation data 'shape\.npz': input 'x' has shape \(8, 12\) per batch"),
+         r"evaluation data 'shape\.npz': input 'x' has shape \(8, 12\) \(the whole array"),
     # -- the evaluator ------------------------------------------------------------------------
     Case("evaluator module missing", {"metric": "tests.reliability.no_such_module:score"},
          r"metric: cannot import module 'tests\.reliability\.no_such_module'"),
