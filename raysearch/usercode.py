@@ -44,6 +44,7 @@ __all__ = [
     "local_modules",
     "code_folders",
     "check_shippable",
+    "shipped_bytes",
     "where_code_lives",
     "qualified_name",
     "SHIP_LIMIT_BYTES",
@@ -134,18 +135,45 @@ def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike])
     return list(dict.fromkeys(location.parent for location in local_modules(names, search_dirs)))
 
 
-def _size(folder: Path, excluded: set[str]) -> int:
-    """Bytes of the files under ``folder`` (links not followed), ``excluded`` paths left out."""
+def shipped_bytes(folder: str | os.PathLike, excluded: Iterable[str | os.PathLike] = ()) -> int:
+    """Bytes of the files Ray uploads when it ships ``folder`` as ``py_modules`` with the
+    ``excluded`` paths as ``excludes``: counted by Ray's own walk of a package
+    (``ray._private.runtime_env.packaging._dir_travel``, checked by
+    ``tests/test_library_contracts.py``), so what its ``.gitignore`` and ``.rayignore`` files
+    leave out (a virtual environment, a ``.git`` folder listed there) is left out here too,
+    unless ``RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1`` tells Ray to ship what ``.gitignore`` lists.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "my_metric.py").write_text("x = 1\\n")
+        ...     _ = (Path(folder) / "big.bin").write_bytes(bytes(1000))
+        ...     _ = (Path(folder) / ".gitignore").write_text("big.bin\\n")
+        ...     shipped_bytes(folder)  # my_metric.py and .gitignore: 6 + 8 bytes
+        14
+    """
+    from ray._private.runtime_env import packaging
+
+    root = Path(folder).absolute()
+    patterns = [
+        "/" + path.relative_to(root).as_posix()
+        for path in (Path(p).absolute() for p in excluded)
+        if path.is_relative_to(root) and path != root
+    ]
     total = 0
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if os.path.join(root, d) not in excluded]
-        for name in files:
-            path = os.path.join(root, name)
-            if path not in excluded and not os.path.islink(path):
-                try:
-                    total += os.stat(path).st_size
-                except OSError:
-                    continue
+
+    def count(path: Path) -> None:
+        nonlocal total
+        if path.is_file():
+            total += path.stat().st_size
+
+    packaging._dir_travel(
+        root,
+        [packaging._get_excludes(root, patterns)],
+        count,
+        include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1",
+        logger=_logger,
+    )
     return total
 
 
@@ -166,8 +194,7 @@ def check_shippable(
     from raysearch.errors import ConfigError
 
     folder = Path(folder).absolute()
-    skip = {os.fspath(Path(p).absolute()) for p in excluded}
-    size = _size(folder, skip)
+    size = shipped_bytes(folder, excluded)
     if size <= limit:
         return
     names = ", ".join(modules) or "the code"

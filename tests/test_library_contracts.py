@@ -650,3 +650,27 @@ def test_numpy_cpu_features():
         f"NumPy {np.__version__}", "__cpu_features__", where, "not a dict of CPU features"
     )
     assert all(isinstance(v, bool) for v in __cpu_features__.values())
+
+
+def test_rays_package_walk_is_what_the_shipping_size_check_calls(tmp_path: Path):
+    """raysearch.usercode.shipped_bytes counts a code folder with the walk Ray zips it with
+    (``packaging._dir_travel`` over ``_get_excludes``), so that the size check and Ray's
+    upload agree on what a ``.gitignore`` or ``excludes`` leaves out."""
+    import inspect
+
+    from ray._private.runtime_env import packaging
+
+    params = list(inspect.signature(packaging._dir_travel).parameters)
+    assert params[:3] == ["path", "excludes", "handler"], params
+    assert "include_gitignore" in params and "logger" in params, params
+    assert list(inspect.signature(packaging._get_excludes).parameters) == ["path", "excludes"]
+    (tmp_path / "kept.py").write_text("x = 1\n")
+    (tmp_path / "model.onnx").write_bytes(b"\0" * 100)
+    seen: list[str] = []
+    packaging._dir_travel(
+        tmp_path,
+        [packaging._get_excludes(tmp_path, ["/model.onnx"])],
+        lambda p: seen.append(p.name) if p.is_file() else None,
+        include_gitignore=True,
+    )
+    assert seen == ["kept.py"]

@@ -169,6 +169,21 @@ def test_a_folder_too_large_to_ship_is_refused_in_one_line(tmp_path):
     )
 
 
+def test_what_ray_would_not_ship_is_not_counted(tmp_path, monkeypatch):
+    """A folder whose .gitignore lists a virtual environment (a project's root, the working
+    directory of a test run) ships without it: Ray's upload leaves it out, so the size check
+    does too; with RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 Ray ships it, and the check counts it."""
+    (tmp_path / "my_metric.py").write_text("def score(model_path, providers):\n    return 1\n")
+    venv = tmp_path / ".venv" / "lib"
+    venv.mkdir(parents=True)
+    (venv / "big.so").write_bytes(b"\0" * 5_000_000)
+    (tmp_path / ".gitignore").write_text(".venv/\n")
+    check_shippable(tmp_path, [], limit=4_000_000, modules=["my_metric"])
+    monkeypatch.setenv("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
+    with pytest.raises(ConfigError, match="holds 5 MB besides the model and data"):
+        check_shippable(tmp_path, [], limit=4_000_000, modules=["my_metric"])
+
+
 def test_the_shipped_folder_leaves_out_the_model_data_and_outputs():
     assert shipped_code(
         ["/work/cfg"], ["/work/cfg/model.onnx", "/work/cfg/out", "/data/calib.npz"]
