@@ -447,8 +447,13 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
         score = f"{metric} = {_fmt(METRICS[metric].best)} (the reference: its own outputs)"
     else:
         score = f"{metric} not known"
-    latency = summary.get("float_latency_ms")
-    timed = f"{_fmt(latency)} ms per batch" if latency is not None else "latency not measured"
+    latency, on_cpu = summary.get("float_latency_ms"), summary.get("float_latency_cpu_ms")
+    if latency is not None:
+        timed = f"{_fmt(latency)} ms per batch"
+    elif on_cpu is not None:  # the trials ran on a GPU: not compared (outputs._writer)
+        timed = f"{_fmt(on_cpu)} ms per batch on the driver's CPU"
+    else:
+        timed = "latency not measured"
     return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
 
 

@@ -177,6 +177,41 @@ def test_write_outputs_writes_every_file_atomically(config, tmp_path):
     assert modes == dict.fromkeys(modes, model_mode), modes
 
 
+def test_a_best_timed_on_a_gpu_is_not_set_against_the_float_model_timed_on_the_cpu(
+    config, tmp_path
+):
+    """The float model is timed on the driver's CPU: a best whose trial ran on cuda:0 keeps
+    its latency, the float's moves to float_latency_cpu_ms, and no reader sets them against
+    each other (the terminal said '1.7% of the float model's' for a CUDA trial against 80 ms
+    on the CPU)."""
+    from raysearch.cli import _against_float, _float_line
+
+    on_gpu = [dict(record(1, 0.01, candidate=True), device="cuda:0", latency_ms=1.36)]
+    summary = write_outputs(
+        tmp_path / "gpu",
+        on_gpu,
+        config=config,
+        stop_reason="space_exhausted",
+        wall_time_s=1.0,
+        float_latency_ms=80.3,
+    )
+    assert summary["float_latency_ms"] is None and summary["float_latency_cpu_ms"] == 80.3
+    assert summary["best_latency_ms"] == 1.36
+    assert _float_line(summary, "L2").endswith(", 80.3 ms per batch on the driver's CPU")
+    assert not any(
+        "of the float model's" in line for line in _against_float(summary) if "latency" in line
+    )
+    on_cpu = write_outputs(
+        tmp_path / "cpu",
+        [dict(record(1, 0.01, candidate=True), latency_ms=40.0)],
+        config=config,
+        stop_reason="space_exhausted",
+        wall_time_s=1.0,
+        float_latency_ms=80.0,
+    )
+    assert on_cpu["float_latency_ms"] == 80.0 and "float_latency_cpu_ms" not in on_cpu
+
+
 def test_write_outputs_with_no_complete_trial(config, tmp_path):
     out = tmp_path / "out"
     summary = write_outputs(

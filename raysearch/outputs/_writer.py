@@ -131,6 +131,11 @@ def _summary(
     }
     devices = sorted({str(r["device"]) for r in rows if r.get("device")})
     summary["device"] = ", ".join(devices) if devices else None
+    if of_best("device") not in (None, "cpu") and summary["float_latency_ms"] is not None:
+        # The float model is timed on the driver's CPU: a best timed on a GPU is not set
+        # against it (every reader compares best_latency_ms with float_latency_ms).
+        summary["float_latency_cpu_ms"] = summary["float_latency_ms"]
+        summary["float_latency_ms"] = None
     # The driver's CPU: int8 results depend on its instruction set (raysearch.cpu).
     summary["cpu"] = cpu_info()
     fallback = [r for r in rows if r.get("gpu_id") is not None and r.get("device") == "cpu"]
