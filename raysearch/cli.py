@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from raysearch.errors import ConfigErrors, DiskFullError, InputError
+from raysearch.layout import LOG_FILE
 
 __all__ = ["main"]
 
@@ -390,8 +391,18 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _exit_status(result: Any) -> int:
     """0 for a search that ended with a result; 1 for one that ended without (no trial
     succeeded, or none finished within the time limit), with one line on standard error
-    saying why (the most frequent error); 130 (as for Ctrl-C) for one interrupted, whose
-    outputs hold what finished and which ``raysearch resume`` continues."""
+    saying why (the most frequent error); 1 also for one a stage of its strategy ended with
+    an error (``strategy_failed``: an internal error, its outputs written from the trials that
+    finished); 130 (as for Ctrl-C) for one interrupted, whose outputs hold what finished and
+    which ``raysearch resume`` continues."""
+    if result.summary.get("stop_reason") == "strategy_failed":
+        print(
+            "raysearch: internal error: a stage of the search strategy failed (its traceback "
+            f"is in {Path(result.output_dir) / LOG_FILE}); the outputs hold the trials that "
+            "finished",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     if result.summary.get("stop_reason") == "interrupted":
         print(
             f"Interrupted: continue with `raysearch resume {result.output_dir}`.", file=sys.stderr

@@ -297,7 +297,7 @@ def test_auto_on_a8w8_runs_every_stage_on_an_encoder_where_dynamic_ranks_best(tm
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_strategy_that_raises_mid_search_writes_its_outputs_and_keeps_the_best(tmp_path):
+def test_a_strategy_that_raises_mid_search_writes_its_outputs_and_keeps_the_best(tmp_path, capsys):
     from raysearch.search import AutoSearch
     from raysearch.strategies import _registry, register_strategy
     from tests.search.test_techniques_e2e import _config
@@ -318,3 +318,11 @@ def test_a_strategy_that_raises_mid_search_writes_its_outputs_and_keeps_the_best
     assert result.summary["n_trials"] == 2
     assert (out / "summary.json").is_file() and (out / "results.parquet").is_file()
     assert result.best_params is not None and (out / "best").is_dir()
+    from raysearch.cli import EXIT_INTERNAL, _exit_status
+
+    capsys.readouterr()  # the search's progress line
+    assert _exit_status(result) == EXIT_INTERNAL
+    assert capsys.readouterr().err == (
+        "raysearch: internal error: a stage of the search strategy failed (its traceback is in "
+        f"{out / 'auto_search.log'}); the outputs hold the trials that finished\n"
+    )
