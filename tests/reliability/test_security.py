@@ -161,5 +161,5 @@ def test_the_readme_says_a_config_names_code_to_run():
     text = " ".join((REPO / "README.md").read_text().split())
     assert "A config names code to run" in text
     assert "from the config's folder, then the working directory" in text
-    assert "Only use configs you trust" in text
+    assert "Only use configs and output folders you trust" in text
     assert "yaml.safe_load" in text and "data files are never unpickled" in text

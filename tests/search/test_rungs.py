@@ -136,11 +136,12 @@ def test_replayed_and_failed_results_are_not_ranked():
 def test_the_stopper_counts_a_trial_once_at_its_end_and_a_stopped_one_never_as_candidate():
     stopper = CandidateStopper(StopConfig(find_n_candidates=1), higher_is_better=True)
     # A rung before the last, even one within the tolerance on the rows seen, counts nothing.
-    assert stopper("a", {"metric": 0.99, "is_candidate": True, "done": False}) is False
+    within = {"status": "ok", "metric": 0.99, "is_candidate": True}
+    assert stopper("a", {**within, "done": False}) is False
     assert stopper.n_finished == 0 and not stopper.stop_all()
-    stopper.observe("b", {"metric": 0.99, "is_candidate": True, "stopped_at_rung": 0})
+    stopper.observe("b", {**within, "stopped_at_rung": 0})
     assert stopper.n_finished == 1 and stopper.n_candidates == 0 and not stopper.stop_all()
-    stopper("a", {"metric": 0.99, "is_candidate": True, "done": True})
+    stopper("a", {**within, "done": True})
     assert stopper.n_candidates == 1 and stopper.stop_all()
 
 
