@@ -52,10 +52,17 @@ ANCHORS = {
 }
 
 
-def _logits(path: Path, ids: np.ndarray) -> np.ndarray:
+def _session(path: Path) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _logits(path: Path, ids: np.ndarray) -> np.ndarray:
+    return _run(_session(path), ids)
+
+
+def _run(session: ort.InferenceSession, ids: np.ndarray) -> np.ndarray:
     feeds = {"input_ids": ids}
     names = {i.name for i in session.get_inputs()}
     rows, seq = ids.shape
@@ -72,10 +79,28 @@ def _logits(path: Path, ids: np.ndarray) -> np.ndarray:
     return session.run([name], feeds)[0]
 
 
+def latencies(path: Path, ids: np.ndarray, runs: int = 20) -> dict[str, float]:
+    """Median milliseconds (one thread) of a one-token forward pass (``[1, 1]``: what a decode
+    step multiplies, without a cache for a model that has none) and of a prefill of one
+    sequence (``[1, seq]``, 128 tokens on bytegpt), after one warm-up run each."""
+    session = _session(path)
+    out = {}
+    for name, feed in (("decode_1_ms", ids[:1, :1]), ("prefill_ms", ids[:1])):
+        _run(session, feed)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            _run(session, feed)
+            times.append((time.perf_counter() - start) * 1000)
+        out[name] = float(np.median(times))
+    return out
+
+
 def evaluate(path: Path, reference: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
     """KL, top-1 agreement (each with its 95 % interval), size and weight-MatMul precisions."""
     logits = _logits(path, ids)
     row: dict[str, Any] = {"size_kb": round(os.path.getsize(path) / 1000, 1)}
+    row.update(latencies(path, ids))
     for name in ("kl", "top1_agreement"):
         values = metric_per_sample(name, {"logits": logits}, {"logits": reference})
         row[name] = mean_metric(name, values)
@@ -216,7 +241,8 @@ def main() -> None:
             model, calib, data = BYTEGPT / "model.onnx", BYTEGPT / "calib.npz", BYTEGPT / "eval.npz"
         ids = np.load(data)["input_ids"]
         reference = _logits(model, ids)
-        rows = []
+        rows = [{"setting": "float", "size_kb": round(os.path.getsize(model) / 1000, 1)}]
+        rows[0].update(latencies(model, ids))
         for name, arguments in ANCHORS.items():
             out = folder / f"{len(rows)}.onnx"
             seconds = anchor(model, out, **arguments)
@@ -257,7 +283,17 @@ def main() -> None:
     )
     print_table(
         rows,
-        ["setting", "kl", "top1_agreement", "size_kb", "time_s", "matmuls_4bit", "matmuls_8bit"],
+        [
+            "setting",
+            "kl",
+            "top1_agreement",
+            "size_kb",
+            "time_s",
+            "decode_1_ms",
+            "prefill_ms",
+            "matmuls_4bit",
+            "matmuls_8bit",
+        ],
         f"weight-only int4 on {'the tiny decoder' if args.smoke else 'bytegpt'}",
     )
     run.write(
