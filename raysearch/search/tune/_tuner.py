@@ -9,13 +9,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import logging
 import os
 import pickle
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +33,44 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.search.tune.searchers import SettingSearcher
 
-__all__ = ["MissingModuleError", "make_tuner", "replay_result", "tune_state_intact"]
+__all__ = [
+    "MissingModuleError",
+    "make_tuner",
+    "replay_result",
+    "restored_signal_handlers",
+    "tune_state_intact",
+]
 
 _logger = logging.getLogger("raysearch.search")
+
+
+@contextlib.contextmanager
+def restored_signal_handlers() -> Iterator[None]:
+    """Put back the process's SIGINT and SIGUSR1 handlers after the block (a Tune run).
+
+    Ray Tune's run installs its own handlers for both (the first Ctrl-C ends the run
+    gracefully) and never puts the previous ones back once the run ends, so in a notebook or
+    a service that runs search after search, a later Ctrl-C only ended an earlier search's
+    run. Signal handlers belong to the main thread: elsewhere this does nothing.
+
+    Example:
+        >>> before = signal.getsignal(signal.SIGINT)
+        >>> with restored_signal_handlers():
+        ...     _ = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        >>> signal.getsignal(signal.SIGINT) is before
+        True
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [signal.SIGINT] + ([signal.SIGUSR1] if hasattr(signal, "SIGUSR1") else [])
+    saved = {number: signal.getsignal(number) for number in names}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            if handler is not None:  # None: a handler not installed from Python
+                signal.signal(number, handler)
 
 
 class MissingModuleError(InputError):
