@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "OBJECTIVES",
+    "DECODER_LATENCIES",
     "SELECTS",
     "objective_values",
     "dominates",
@@ -32,12 +33,20 @@ __all__ = [
 
 
 #: The objectives a search's Pareto front can be over (config ``objectives``): the metric in
-#: its own direction, the latency and the model size minimised.
-OBJECTIVES = ("metric", "latency_ms", "model_size_mb")
+#: its own direction, the latency and the model size minimised; with a language-model metric
+#: also the one-token decode and the prefill latency (:data:`DECODER_LATENCIES`).
+OBJECTIVES = ("metric", "latency_ms", "model_size_mb", "decode_latency_ms", "prefill_latency_ms")
+#: The latencies only a language-model metric's trials measure.
+DECODER_LATENCIES = ("decode_latency_ms", "prefill_latency_ms")
 #: What picks ``best/`` among the candidates (config ``select``), and the record's key each
 #: of the others minimises.
-SELECTS = ("metric", "latency", "size")
-_SELECT_KEY = {"latency": "latency_ms", "size": "model_size_bytes"}
+SELECTS = ("metric", "latency", "size", "decode_latency", "prefill_latency")
+_SELECT_KEY = {
+    "latency": "latency_ms",
+    "size": "model_size_bytes",
+    "decode_latency": "decode_latency_ms",
+    "prefill_latency": "prefill_latency_ms",
+}
 
 
 def finite(value: Any) -> float | None:
@@ -116,7 +125,8 @@ def better(
     candidate) beats only another such trial: it is the best only when no trial that
     quantizes something completed. With ``select`` ``latency`` or ``size`` (config
     ``select``) a candidate beats another by the lower ``latency_ms`` or
-    ``model_size_bytes`` (one with the figure beats one without), ties by the rule above.
+    ``model_size_bytes`` (``decode_latency`` and ``prefill_latency``: ``decode_latency_ms``,
+    ``prefill_latency_ms``; one with the figure beats one without), ties by the rule above.
 
     Example:
         >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,

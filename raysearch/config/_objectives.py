@@ -2,10 +2,13 @@
 candidate ``best/`` holds.
 
 ``objectives`` lists any of ``metric`` (its own direction), ``latency_ms`` and
-``model_size_mb`` (both minimised); ``metric`` must be one of them (the tolerance decides the
-candidates by it). ``select`` picks ``best/`` among the candidates: ``metric`` (the ranking
-of :func:`raysearch.ranking.better`, the default), ``latency`` (the fastest) or ``size`` (the
-smallest).
+``model_size_mb`` (both minimised), and with a language-model metric (``kl``,
+``top1_agreement``, ``perplexity``) ``decode_latency_ms`` and ``prefill_latency_ms`` (what its
+trials time besides a batch: a one-token decode step and a prefill); ``metric`` must be one of
+them (the tolerance decides the candidates by it). ``select`` picks ``best/`` among the
+candidates: ``metric`` (the ranking of :func:`raysearch.ranking.better`, the default),
+``latency`` (the fastest), ``size`` (the smallest), or with a language-model metric
+``decode_latency`` or ``prefill_latency``.
 
 With several objectives, the Optuna samplers that take several (``StrategyInfo
 .multi_objective``: NSGA-II, TPE, GP, random, QMC) sample on every one; CMA-ES takes one and is
@@ -18,6 +21,8 @@ Example:
     (('metric', 'model_size_mb'), 'size')
     >>> parse_objectives({})
     (('metric',), 'metric')
+    >>> parse_objectives({"metric": "kl", "objectives": ["metric", "decode_latency_ms"]})
+    (('metric', 'decode_latency_ms'), 'metric')
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from typing import Any
 
 from raysearch.config._dialects import LOGGER
 from raysearch.errors import ConfigError, canonical_name, suggest
-from raysearch.ranking import OBJECTIVES, SELECTS
+from raysearch.metrics import LM_METRICS, METRICS, canonical_metric
+from raysearch.ranking import DECODER_LATENCIES, OBJECTIVES, SELECTS
 from raysearch.strategies import BUILTIN_STRATEGIES
 
 __all__ = ["parse_objectives", "check_objectives_algo"]
@@ -42,13 +48,19 @@ SAMPLER_NAMES = tuple(
 
 _logger = logging.getLogger(LOGGER)
 
+_LM = ", ".join(LM_METRICS)
+_DECODER_SELECTS = ("decode_latency", "prefill_latency")
+
 
 def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     """``(objectives, select)`` of ``data``, each checked; a mistake is one ConfigError
     naming the key."""
     measured = data.get("measure_latency", True) is not False
-    objectives = _objectives(data.get("objectives", ["metric"]), measured)
-    select = _select(data.get("select", "metric"), measured)
+    metric = data.get("metric")
+    named = canonical_metric(metric) if isinstance(metric, str) else None
+    lm = named is not None and METRICS[named].lm
+    objectives = _objectives(data.get("objectives", ["metric"]), measured, lm)
+    select = _select(data.get("select", "metric"), measured, lm)
     return objectives, select
 
 
@@ -90,8 +102,9 @@ def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:
     )
 
 
-def _objectives(value: Any, measured: bool) -> tuple[str, ...]:
-    names = ", ".join(OBJECTIVES)
+def _objectives(value: Any, measured: bool, lm: bool) -> tuple[str, ...]:
+    # The names a message lists: the decoder latencies only where they can be measured.
+    names = ", ".join(n for n in OBJECTIVES if lm or n not in DECODER_LATENCIES)
     if not isinstance(value, list) or not value:
         raise ConfigError("objectives", f"expected a list of {names}, got {value!r}")
     seen: list[str] = []
@@ -107,15 +120,21 @@ def _objectives(value: Any, measured: bool) -> tuple[str, ...]:
         raise ConfigError(
             "objectives", "must hold metric (the tolerance decides the candidates by it)"
         )
-    if "latency_ms" in seen and not measured:
-        raise ConfigError("objectives", "latency_ms needs measure_latency: true")
+    for name in ("latency_ms", *DECODER_LATENCIES):
+        if name in seen and not measured:
+            raise ConfigError("objectives", f"{name} needs measure_latency: true")
+        if name in DECODER_LATENCIES and name in seen and not lm:
+            raise ConfigError("objectives", f"{name} needs a language-model metric ({_LM})")
     return tuple(seen)
 
 
-def _select(value: Any, measured: bool) -> str:
+def _select(value: Any, measured: bool, lm: bool) -> str:
     name = canonical_name(value, SELECTS)
     if name is None:
-        raise ConfigError("select", f"expected {', '.join(SELECTS)}, got {value!r}")
-    if name == "latency" and not measured:
-        raise ConfigError("select", "latency needs measure_latency: true")
+        listed = ", ".join(n for n in SELECTS if lm or n not in _DECODER_SELECTS)
+        raise ConfigError("select", f"expected {listed}, got {value!r}")
+    if name != "metric" and name != "size" and not measured:
+        raise ConfigError("select", f"{name} needs measure_latency: true")
+    if name in _DECODER_SELECTS and not lm:
+        raise ConfigError("select", f"{name} needs a language-model metric ({_LM})")
     return name

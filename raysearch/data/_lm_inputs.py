@@ -3,6 +3,8 @@ its tokens, filled in when the data gives ``input_ids`` alone: ``attention_mask`
 position attended), ``position_ids`` (``0..seq-1``) and each ``past_key_values.*`` /
 ``past_key*`` / ``past_value*`` input as an empty past (its dynamic past axis 0). A language
 model is then evaluated on whole windows of text, as a first forward pass sees them.
+:func:`latency_feeds` builds the same way the two feeds a decoder's speed is timed on: one
+token (a decode step's shape) and a prefill of up to 128 tokens.
 
 Example:
     >>> import numpy as np
@@ -12,6 +14,11 @@ Example:
     >>> filled = complete_decoder_inputs({"input_ids": np.zeros((3, 5), np.int64)}, specs)
     >>> filled["past_key_values.0.key"].shape
     (3, 2, 0, 8)
+    >>> feeds = latency_feeds({"input_ids": np.zeros((3, 200), np.int64)}, specs)
+    >>> feeds["decode"]["input_ids"].shape, feeds["prefill"]["past_key_values.0.key"].shape
+    ((1, 1), (1, 2, 0, 8))
+    >>> feeds["prefill"]["input_ids"].shape
+    (1, 128)
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ import numpy as np
 
 from raysearch.data._inputs import ModelInput
 
-__all__ = ["complete_decoder_inputs", "is_past_input"]
+__all__ = ["complete_decoder_inputs", "is_past_input", "latency_feeds", "PREFILL_TOKENS"]
+
+#: The longest prefill a decoder is timed on (:func:`latency_feeds`).
+PREFILL_TOKENS = 128
 
 _PAST = re.compile(r"^(past_key_values[._]|past_key|past_value|past\.)")
 
@@ -56,3 +66,30 @@ def complete_decoder_inputs(
             shape = [rows] + [d if isinstance(d, int) else 0 for d in spec.shape[1:]]
             out[spec.name] = np.zeros(shape, dtype)
     return out
+
+
+def latency_feeds(
+    arrays: Mapping[str, np.ndarray], inputs: Sequence[ModelInput], prefill: int = PREFILL_TOKENS
+) -> dict[str, dict[str, np.ndarray]] | None:
+    """The feeds a decoder is timed on: ``decode``, the first token of the data's first
+    sequence (``input_ids [1, 1]``), and ``prefill``, its first ``min(prefill, seq)`` tokens
+    (the data's sequence length bounds it: a longer one may pass the model's positions), each
+    with the decoder inputs filled in as :func:`complete_decoder_inputs` fills them (an empty
+    past). None when the data has no ``[rows, seq]`` ``input_ids`` or the model takes an input
+    that is none of those, or fixes its batch above one or its sequence length."""
+    ids = arrays.get("input_ids")
+    if ids is None or ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+        return None
+    spec = next((s for s in inputs if s.name == "input_ids"), None)
+    if spec is not None and spec.shape is not None:
+        batch, seq = (spec.shape + (None, None))[:2]
+        if len(spec.shape) != 2 or isinstance(seq, int) or (isinstance(batch, int) and batch != 1):
+            return None
+    feeds = {}
+    for name, tokens in (("decode", 1), ("prefill", min(int(prefill), ids.shape[1]))):
+        first = np.ascontiguousarray(ids[:1, :tokens])
+        feed = complete_decoder_inputs({"input_ids": first}, inputs)
+        if any(s.name not in feed for s in inputs):
+            return None
+        feeds[name] = feed
+    return feeds

@@ -198,6 +198,14 @@ class Evaluator:
         )
 
     @property
+    def is_lm(self) -> bool:
+        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``): its trials
+        also time one-token decode and a prefill (``decode_latency_ms``,
+        ``prefill_latency_ms``)."""
+        metric = METRICS.get(self.name) if self.function is None else None
+        return metric is not None and metric.lm
+
+    @property
     def needs_reference(self) -> bool:
         """Built-in metrics compare against the float model's outputs."""
         return not self.is_custom

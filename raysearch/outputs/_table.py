@@ -60,6 +60,9 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "calib_cache_hit": pa.bool_(),
     "model_size_bytes": pa.int64(),
     "latency_ms": pa.float64(),
+    # A language-model metric's trial: one-token decode and prefill (else None).
+    "decode_latency_ms": pa.float64(),
+    "prefill_latency_ms": pa.float64(),
     "node": pa.string(),
     "node_id": pa.string(),
     "gpu_id": pa.string(),

@@ -29,6 +29,11 @@ class TrialResult:
     model_path: str | None = None
     model_size_bytes: int | None = None
     latency_ms: float | None = None
+    #: A language-model metric's trial: the median latency of a one-token decode step
+    #: (``input_ids [1, 1]``, empty past) and of a prefill of ``min(128, the data's sequence
+    #: length)`` tokens; None otherwise, or when latency is not measured.
+    decode_latency_ms: float | None = None
+    prefill_latency_ms: float | None = None
     device: str = "cpu"
     extra: dict[str, float] = field(default_factory=dict)
     #: Rows of the sensitivity rankings computed for this trial (the search writes them to

@@ -71,6 +71,8 @@ class TrialEngine(Protocol):
 
     def latency(self, model_path: Any) -> float | None: ...
 
+    def decoder_latency(self, model_path: Any, session: Any = None) -> dict[str, float]: ...
+
     def trial_extra(
         self, extra: dict[str, float], share: float | None, latency: float | None
     ) -> dict[str, float]: ...
@@ -159,12 +161,16 @@ class StagedTrial:
                     self.out_path, runner.providers, fraction=fraction_arg
                 )
                 latency = runner.latency(self.out_path) if last and runner.measure_latency else None
+            # A language model's decode step and prefill, timed once, on the whole trial.
+            decoder = runner.decoder_latency(self.out_path, self._session) if last else {}
         finally:
             result.evaluation_s += time.perf_counter() - started
         float_score = self.float_score if last else self._partial_float_score(fraction)
         result.metric = score.metric
         result.extra = runner.trial_extra({**self.extra, **score.extra}, self.share, latency)
         result.latency_ms = latency
+        result.decode_latency_ms = decoder.get("decode_latency_ms")
+        result.prefill_latency_ms = decoder.get("prefill_latency_ms")
         result.rung, result.rungs = k, self.n_rungs
         result.eval_fraction = fraction
         result.eval_rows = self._rows(k, last)

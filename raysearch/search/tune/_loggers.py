@@ -13,7 +13,8 @@ trial's ``settings``, ``params``, ``stage``, ``number``, ``phase``: the settings
 trial's parameters in MLflow and W&B), and each result is Tune's with the trial's record
 read out of its JSON text into numbers and words (:func:`logged_result`): ``metric``,
 ``objective``, ``objectives/<name>`` for each of the config's ``objectives``, ``stage``,
-``model_size_bytes``, ``latency_ms``, ``is_candidate``, ``status``, ``rung``. A trial that
+``model_size_bytes``, ``latency_ms`` (a language model's ``decode_latency_ms`` and
+``prefill_latency_ms`` too), ``is_candidate``, ``status``, ``rung``. A trial that
 was journaled before this session (one Tune runs again after a restore only to replay its
 recorded result) reaches no callback: resume never logs a finished trial twice.
 
@@ -56,6 +57,8 @@ _FIELDS = (
     "is_candidate",
     "model_size_bytes",
     "latency_ms",
+    "decode_latency_ms",
+    "prefill_latency_ms",
     "duration_s",
     "calibration_s",
     "quantization_s",

@@ -1,0 +1,109 @@
+"""A language-model metric's trial times a one-token decode step and a prefill besides its
+batch (``decode_latency_ms``, ``prefill_latency_ms``), on the feeds the metric path fills in
+(empty past); any other metric's trial records neither; both reach ``results.parquet`` and
+can be objectives (no Ray: the trial engine runs here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from raysearch.config._objectives import parse_objectives
+from raysearch.data import DataSource, latency_feeds
+from raysearch.errors import ConfigError
+from raysearch.evaluate import Evaluator
+from raysearch.outputs import results_table
+from raysearch.ranking import best_record, pareto_front
+from raysearch.trial import TrialDevice, TrialRunner, TrialSpec
+from tests.lm_models import VOCAB, make_decoder_lm
+
+SEQ = 12
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lm_latency")
+    path = make_decoder_lm(folder / "lm.onnx")
+    rng = np.random.default_rng(5)
+    ids = rng.zipf(1.5, (8, SEQ)).clip(1, VOCAB - 1).astype(np.int64)
+    np.savez(folder / "text.npz", input_ids=ids)
+    return path, DataSource.load(folder / "text.npz", path, batch_size=4)
+
+
+def test_feeds_are_one_token_and_the_data_length_with_an_empty_past(decoder):
+    _, data = decoder
+    feeds = latency_feeds(data.arrays, data.inputs)
+    assert feeds is not None
+    decode, prefill = feeds["decode"], feeds["prefill"]
+    # The tiny decoder has 64 positions and the data 12 tokens: the prefill is the data's.
+    assert decode["input_ids"].tolist() == data.arrays["input_ids"][:1, :1].tolist()
+    assert prefill["input_ids"].tolist() == data.arrays["input_ids"][:1].tolist()
+    assert decode["attention_mask"].shape == (1, 1) and prefill["position_ids"].shape == (1, SEQ)
+    assert prefill["position_ids"][0].tolist() == list(range(SEQ))
+    assert decode["past_key_values.0.key"].shape == (1, 2, 0, 16)
+    assert set(decode) == {spec.name for spec in data.inputs}
+    shorter = latency_feeds(data.arrays, data.inputs, prefill=5)
+    assert shorter is not None and shorter["prefill"]["input_ids"].shape == (1, 5)
+
+
+def test_an_lm_trial_records_decode_and_prefill_latency(decoder, tmp_path):
+    path, data = decoder
+    runner = TrialRunner(
+        TrialSpec(path, data, data, Evaluator("kl", 0.05), device=TrialDevice(threads=1))
+    )
+    result = runner.run({"quantizer": "weight_only", "bits": 4}, tmp_path / "q4.onnx")
+    assert result.status == "ok", result.error
+    assert result.decode_latency_ms is not None and result.decode_latency_ms > 0
+    assert result.prefill_latency_ms is not None and result.prefill_latency_ms > 0
+    record = {**result.to_dict(), "trial_id": "t0", "number": 0}
+    row = results_table([record]).to_pylist()[0]
+    assert row["decode_latency_ms"] == pytest.approx(result.decode_latency_ms)
+    assert row["prefill_latency_ms"] == pytest.approx(result.prefill_latency_ms)
+
+
+def test_other_metrics_and_unmeasured_latency_record_neither(decoder, tmp_path):
+    path, data = decoder
+    for evaluator, measure in ((Evaluator("cos", 0.9), True), (Evaluator("kl", 0.05), False)):
+        spec = TrialSpec(path, data, data, evaluator, measure_latency=measure)
+        result = TrialRunner(spec).run({"quantizer": "weight_only"}, tmp_path / "q.onnx")
+        assert result.status == "ok", result.error
+        assert result.decode_latency_ms is None and result.prefill_latency_ms is None
+        row = results_table([{**result.to_dict(), "trial_id": "t", "number": 0}]).to_pylist()[0]
+        assert row["decode_latency_ms"] is None and row["prefill_latency_ms"] is None
+
+
+def test_decoder_latencies_are_objectives_and_selects_of_an_lm_metric():
+    objectives, select = parse_objectives(
+        {
+            "metric": "kl",
+            "objectives": ["metric", "model_size_mb", "decode_latency_ms"],
+            "select": "prefill_latency",
+        }
+    )
+    assert objectives == ("metric", "model_size_mb", "decode_latency_ms")
+    assert select == "prefill_latency"
+    with pytest.raises(ConfigError, match="decode_latency_ms needs a language-model metric"):
+        parse_objectives({"metric": "cos", "objectives": ["metric", "decode_latency_ms"]})
+    with pytest.raises(ConfigError, match="prefill_latency_ms needs measure_latency: true"):
+        parse_objectives(
+            {
+                "metric": "kl",
+                "objectives": ["metric", "prefill_latency_ms"],
+                "measure_latency": False,
+            }
+        )
+    with pytest.raises(ConfigError, match="decode_latency needs a language-model metric"):
+        parse_objectives({"metric": "L2", "select": "decode_latency"})
+    # The front and best/ read the figures from the records.
+    rows = [
+        {"trial_id": t, "number": i, "status": "ok", "is_candidate": True, "metric": m}
+        | {"model_size_bytes": 2_000_000, "decode_latency_ms": d, "prefill_latency_ms": p}
+        for i, (t, m, d, p) in enumerate([("a", 1e-4, 0.5, 9.0), ("b", 2e-4, 0.4, 9.5)])
+    ]
+    front = pareto_front(rows, ["metric", "decode_latency_ms"], False)
+    assert [r["trial_id"] for r in front] == ["a", "b"]
+    assert [r["trial_id"] for r in pareto_front(rows, ["metric", "prefill_latency_ms"], False)] == [
+        "a"
+    ]
+    assert best_record(rows, False, "decode_latency")["trial_id"] == "b"
+    assert best_record(rows, False, "prefill_latency")["trial_id"] == "a"
