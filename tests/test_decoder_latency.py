@@ -107,3 +107,42 @@ def test_decoder_latencies_are_objectives_and_selects_of_an_lm_metric():
     ]
     assert best_record(rows, False, "decode_latency")["trial_id"] == "b"
     assert best_record(rows, False, "prefill_latency")["trial_id"] == "a"
+
+
+def _lm_config(tmp_path, path, metric="kl"):
+    from raysearch.config import SearchConfig
+
+    ids = np.random.default_rng(6).zipf(1.5, (8, SEQ)).clip(1, VOCAB - 1).astype(np.int64)
+    np.savez(tmp_path / "text.npz", input_ids=ids)
+    return SearchConfig.from_dict(
+        {
+            "model": str(path),
+            "calibration_data": str(tmp_path / "text.npz"),
+            "batch_size": 4,
+            "search_space": {"quantizer": ["weight_only"], "block_size": [32, 64]},
+            "search_algo": "Grid",
+            "metric": metric,
+            "tolerance": 0.5,
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
+
+
+def test_the_float_model_and_the_best_figures_reach_the_summary(decoder, tmp_path):
+    from raysearch.outputs import write_outputs
+    from raysearch.search.preflight import preflight
+
+    path, data = decoder
+    config = _lm_config(tmp_path, path)
+    info = preflight(config).info
+    assert info["float_decode_latency_ms"] > 0 and info["float_prefill_latency_ms"] > 0
+    other = preflight(_lm_config(tmp_path, path, metric="cos")).info
+    assert "float_decode_latency_ms" not in other and "float_prefill_latency_ms" not in other
+    runner = TrialRunner(TrialSpec(path, data, data, Evaluator("kl", 0.5)))
+    result = runner.run({"quantizer": "weight_only"}, tmp_path / "q.onnx")
+    record = {**result.to_dict(), "trial_id": "t0", "number": 0, "params": {}, "settings": {}}
+    summary = write_outputs(
+        tmp_path / "out", [record], config=config, stop_reason="space_exhausted", wall_time_s=1.0
+    )
+    assert summary["best_decode_latency_ms"] == result.decode_latency_ms
+    assert summary["best_prefill_latency_ms"] == result.prefill_latency_ms

@@ -32,7 +32,7 @@ from raysearch.errors import EvaluatorError
 from raysearch.evaluate._custom import load_custom_evaluator, takes_providers
 from raysearch.evaluate._evaluator import Evaluator, Score
 from raysearch.evaluate._reference import FloatReference
-from raysearch.evaluate._run import measure_latency, run_model
+from raysearch.evaluate._run import measure_decoder_latency, measure_latency, run_model
 from raysearch.metrics import (
     BUILTIN_METRICS,
     PSNR_CAP_DB,
@@ -63,4 +63,5 @@ __all__ = [
     "takes_providers",
     "run_model",
     "measure_latency",
+    "measure_decoder_latency",
 ]

@@ -4,6 +4,8 @@ Example:
     >>> outputs, latencies = run_model(session, data)    # doctest: +SKIP
     >>> measure_latency(session, data.batch(0), runs=5)   # doctest: +SKIP
     1.7
+    >>> measure_decoder_latency(session, data)             # doctest: +SKIP
+    {'decode_latency_ms': 0.52, 'prefill_latency_ms': 9.3}
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ if TYPE_CHECKING:
 
     from raysearch.data import DataSource
 
-__all__ = ["run_model", "measure_latency"]
+__all__ = ["run_model", "measure_latency", "measure_decoder_latency", "DECODER_LATENCY_RUNS"]
+
+#: The timed runs (after one warm-up) of each decoder latency (:func:`measure_decoder_latency`):
+#: a step is short, so a few more than a batch's five.
+DECODER_LATENCY_RUNS = 10
 
 
 def run_model(
@@ -60,3 +66,22 @@ def measure_latency(
         session.run(None, dict(feed))
         times.append((time.perf_counter() - start) * 1000.0)
     return float(np.median(times))
+
+
+def measure_decoder_latency(
+    session: ort.InferenceSession, data: DataSource, runs: int = DECODER_LATENCY_RUNS
+) -> dict[str, float]:
+    """A decoder's median milliseconds of a one-token decode step (``decode_latency_ms``:
+    ``input_ids [1, 1]``) and of a prefill (``prefill_latency_ms``: ``[1, min(128, the data's
+    sequence length)]``), each with an empty past (:func:`raysearch.data.latency_feeds` of the
+    data's first sequence), one warm-up run then the median of ``runs``. Empty when the model
+    cannot take such feeds (no ``input_ids``, another input, a fixed sequence length)."""
+    from raysearch.data import latency_feeds
+
+    feeds = latency_feeds(data.arrays, data.inputs)
+    if feeds is None:
+        return {}
+    return {
+        f"{name}_latency_ms": measure_latency(session, feed, runs=runs)
+        for name, feed in feeds.items()
+    }

@@ -129,6 +129,10 @@ def _summary(
         "best_latency_ms": of_best("latency_ms"),
         "float_latency_ms": values["float_latency_ms"],
     }
+    if any(r.get("decode_latency_ms") is not None for r in rows):
+        # A language-model metric's search: its best's one-token decode step and prefill.
+        summary["best_decode_latency_ms"] = of_best("decode_latency_ms")
+        summary["best_prefill_latency_ms"] = of_best("prefill_latency_ms")
     devices = sorted({str(r["device"]) for r in rows if r.get("device")})
     summary["device"] = ", ".join(devices) if devices else None
     if of_best("device") not in (None, "cpu") and summary["float_latency_ms"] is not None:

@@ -384,6 +384,9 @@ class Execution:
                     deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
                 ),
                 "latency_retimed": timed_alone.get("latency_retimed"),
+                # A language-model metric's float decode step and prefill (None: another).
+                "float_decode_latency_ms": run.info.get("float_decode_latency_ms"),
+                "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),
             },
             evaluator=run.spec.evaluator,
         )

@@ -279,6 +279,12 @@ def preflight(
     prepared.info["float_model_size_bytes"] = model_size_bytes(model)
     threads = max(1, min(os.cpu_count() or 1, 4))
     started = time.perf_counter()
+    if not check_only and evaluator.is_lm and config.measure_latency:
+        # What a language-model metric's trials time besides a batch, on the float model:
+        # before the reference's session opens (one float session at a time).
+        trial_threads = max(1, int(config.resources.cpu_per_trial))
+        for name, value in float_decoder_latency(model, evaluation, trial_threads).items():
+            prepared.info[f"float_{name}"] = value
     # One a running cluster kept from an earlier search of the same model and data.
     reference = kept(model, evaluation) if kept and evaluator.needs_reference else None
     if reference is not None:
@@ -370,6 +376,28 @@ def float_batch_latency(
     except Exception as exc:  # noqa: BLE001 - never fail a search for the float latency
         _logger.debug("the float model's latency could not be measured: %s", exc)
         return None
+
+
+def float_decoder_latency(
+    model: str | os.PathLike, data: DataSource, threads: int = 1
+) -> dict[str, float]:
+    """The float model's one-token decode and prefill latency on the CPU and ``threads``
+    threads, as a language-model metric's trial times its model
+    (:func:`raysearch.evaluate.measure_decoder_latency`); empty (and a DEBUG line) when ONNX
+    Runtime cannot time it.
+
+    Example:
+        >>> float_decoder_latency("lm.onnx", evaluation, threads=1)   # doctest: +SKIP
+        {'decode_latency_ms': 0.84, 'prefill_latency_ms': 9.4}
+    """
+    from raysearch.evaluate import measure_decoder_latency
+    from raysearch.providers import make_session
+
+    try:
+        return measure_decoder_latency(make_session(model, threads), data)
+    except Exception as exc:  # noqa: BLE001 - never fail a search for the float latency
+        _logger.debug("the float model's decoder latency could not be measured: %s", exc)
+        return {}
 
 
 @contextlib.contextmanager

@@ -33,8 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raysearch.data import latency_feeds
-from raysearch.evaluate import Evaluator, FloatReference, measure_latency, run_model
+from raysearch.evaluate import (
+    Evaluator,
+    FloatReference,
+    measure_decoder_latency,
+    measure_latency,
+    run_model,
+)
 from raysearch.modelfile import model_size_bytes
 from raysearch.modelgraph import quantized_share, weighted_nodes
 from raysearch.providers import (
@@ -70,10 +75,6 @@ __all__ = [
 ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
 
 _logger = logging.getLogger(__name__)
-
-#: The timed runs (after one warm-up) of each decoder latency (:meth:`TrialRunner
-#: .decoder_latency`): a step is short, so a few more than a batch's five.
-DECODER_LATENCY_RUNS = 10
 
 
 def _same_kind(device: str, other: str) -> bool:
@@ -447,27 +448,18 @@ class TrialRunner:
         self, model_path: str | os.PathLike, session: Any = None
     ) -> dict[str, float]:
         """A language-model metric's trial (:attr:`Evaluator.is_lm`): the median latency of a
-        one-token decode step (``decode_latency_ms``: ``input_ids [1, 1]``) and of a prefill
-        (``prefill_latency_ms``: ``[1, min(128, the data's sequence length)]``), each with an
-        empty past (:func:`raysearch.data.latency_feeds`), one warm-up run then the median of
-        :data:`DECODER_LATENCY_RUNS`, on the trial's device and threads (on ``session`` when
+        one-token decode step and of a prefill (:func:`raysearch.evaluate
+        .measure_decoder_latency`) on the trial's device and threads (on ``session`` when
         given: the trial's evaluation session of that model). Empty when latency is not
         measured, the metric is not a language model's, or the model cannot take such a
         feed."""
         data = self.evaluation
         if not self.measure_latency or not self.evaluator.is_lm or data is None:
             return {}
-        feeds = latency_feeds(data.arrays, data.inputs)
-        if feeds is None:
-            _logger.debug("decoder latency not measured: the model takes other inputs")
-            return {}
         if session is None:
             session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
-            return {
-                f"{name}_latency_ms": measure_latency(session, feed, runs=DECODER_LATENCY_RUNS)
-                for name, feed in feeds.items()
-            }
+            return measure_decoder_latency(session, data)
         except Exception as exc:  # latency is secondary: never fail a trial for it
             _logger.debug("decoder latency measurement failed: %s", exc)
             return {}
