@@ -26,13 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 LIMIT = 12
 
 
-def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path, monkeypatch):
+def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path):
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
-    # MLflow 3 keeps its local file store behind this switch (a database is its default).
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = (tmp_path / "mlruns").as_uri()
+    # A local SQLite store, not MLflow's file store: a SIGKILL while a run writes a metric
+    # leaves the file store an empty metric file, and MLflow then refuses to read any run of
+    # the experiment ("Metric 'metric' is malformed"); a database write is all or nothing.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = probe_config(
         tmp_path,
         stop={"iteration_limit": LIMIT},
@@ -43,7 +44,7 @@ def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path, m
     out = tmp_path / "out"
     # Tune saves its experiment once near the start (every 60 s): the restored experiment
     # runs most of the journaled trials again, to replay them.
-    proc = start_raysearch(["run", str(path)], tmp_path, MLFLOW_ALLOW_FILE_STORE="true")
+    proc = start_raysearch(["run", str(path)], tmp_path)
     try:
         wait_until(proc, lambda: len(journal(out)) >= 5)
         kill_group(proc, signal.SIGKILL)
@@ -60,10 +61,16 @@ def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path, m
     experiment = client.get_experiment_by_name("killed").experiment_id
     runs = client.search_runs([experiment], run_view_type=ViewType.ALL, max_results=1000)
 
-    def trial_of(run) -> str:
-        return next(i for i in ids if run.data.tags["trial_name"].endswith(i))
+    def trial_of(run) -> str | None:
+        return next((i for i in ids if run.data.tags["trial_name"].endswith(i)), None)
 
-    every = Counter(trial_of(r) for r in runs)
+    # A trial the kill cut short before it was journaled is run again under a trial id of the
+    # resumed session's (when Tune's saved experiment predates it): its first run stays
+    # unfinished, and belongs to no journaled trial. At most the trials running at the kill.
+    orphans = [r for r in runs if trial_of(r) is None]
+    assert all(r.info.status != "FINISHED" for r in orphans), orphans
+    assert len(orphans) <= 2, orphans
+    every = Counter(trial_of(r) for r in runs if trial_of(r) is not None)
     finished = Counter(trial_of(r) for r in runs if r.info.status == "FINISHED")
     first = {r["trial_id"] for r in before}
     # The first session's trials were logged once, and not again by the resumed session (a
