@@ -171,14 +171,19 @@ def _load(args: argparse.Namespace):
 
 
 def _space_report(config) -> list[str]:
-    """What the search will run: the same validity rules and backend refusals it applies."""
+    """What the search will run: the same validity rules and backend refusals it applies,
+    those on the config's model included (``reject_on_model``)."""
+    import functools
+
     from raysearch.quantize.registry import backend_reject
     from raysearch.space import expand_spaces
+    from raysearch.strategies import ModelFacts
 
+    reject = functools.partial(backend_reject, weights=ModelFacts.of(config.model).weights)
     lines = []
     limit = config.stop.iteration_limit
     if config.search_algo == "Grid":
-        grid = expand_spaces(config.search_spaces, backend_reject)
+        grid = expand_spaces(config.search_spaces, reject)
         lines.append(f"grid: {len(grid)} settings ({grid.total} combinations)")
         for rule, count in sorted(grid.dropped.items()):
             lines.append(f"  dropped by {rule}: {count}")
@@ -191,7 +196,7 @@ def _space_report(config) -> list[str]:
             size = "ranges"
         else:
             size = (
-                f"{len(expand_spaces([space], backend_reject))} distinct valid settings of "
+                f"{len(expand_spaces([space], reject))} distinct valid settings of "
                 f"{space.grid_size()} combinations"
             )
         lines.append(f"{space.name}: {config.search_algo} over {names or 'nothing'} ({size})")

@@ -139,6 +139,16 @@ class QuantizerBackend(abc.ABC):
         return None
 
     @classmethod
+    def reject_on_model(
+        cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
+    ) -> str | None:
+        """Why the backend would refuse ``settings`` on the model whose weight MatMuls have
+        the shapes ``weights`` (node name -> weight shape), beyond :meth:`reject`; ``None``
+        when it would not. The search and ``raysearch validate`` leave such settings out of
+        the space before anything runs; ``raysearch spaces``, which has no model, cannot."""
+        return None
+
+    @classmethod
     def missing_requirement(cls) -> str | None:
         """Why this backend cannot run in this environment (an optional package that is not
         installed, with the extra that installs it), or None. A config that selects it is
@@ -229,9 +239,13 @@ def available_backends() -> list[str]:
     return sorted(set(BUILTIN_BACKENDS) | set(_REGISTRY))
 
 
-def backend_reject(settings: dict[str, Any]) -> str | None:
+def backend_reject(
+    settings: dict[str, Any], weights: Mapping[str, Sequence[int]] | None = None
+) -> str | None:
     """Why the backend that ``settings`` select (``quantizer``) would refuse them, or None: the
-    one check the search, ``raysearch validate`` and ``raysearch spaces`` all apply.
+    one check the search, ``raysearch validate`` and ``raysearch spaces`` all apply; with the
+    model's ``weights`` (weight MatMul -> shape: the search and ``validate``), also what the
+    backend refuses on that model (:meth:`QuantizerBackend.reject_on_model`).
 
     Example:
         >>> backend_reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
@@ -239,7 +253,11 @@ def backend_reject(settings: dict[str, Any]) -> str | None:
     """
     from raysearch.quantize.technique import technique_reject
 
-    return get_backend(settings.get("quantizer")).reject(settings) or technique_reject(settings)
+    backend = get_backend(settings.get("quantizer"))
+    reason = backend.reject(settings) or technique_reject(settings)
+    if reason is None and weights is not None:
+        reason = backend.reject_on_model(settings, weights)
+    return reason
 
 
 def backend_missing_requirement(name: str | None) -> str | None:

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from collections import Counter
@@ -112,7 +113,8 @@ class Execution:
             config.search_spaces,
             mode="max" if config.metric_higher_is_better else "min",
             seed=config.seed,
-            reject=backend_reject,
+            # The model's weight shapes too: what a backend refuses on this model is left out.
+            reject=functools.partial(backend_reject, weights=model.weights),
             max_trials=trial_limit(config.stop),
             model=model,
             concurrent=concurrent,

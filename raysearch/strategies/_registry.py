@@ -156,6 +156,14 @@ class ModelFacts:
     tensor_names: tuple[str, ...] = ()
     op_types: tuple[str, ...] = ()
     weight_matmuls: tuple[str, ...] = ()
+    #: The shape of each weight MatMul's weight, in the order of :attr:`weight_matmuls`.
+    weight_shapes: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def weights(self) -> dict[str, tuple[int, ...]]:
+        """Each weight MatMul's weight shape, by node name (what a backend's
+        ``reject_on_model`` reads)."""
+        return dict(zip(self.weight_matmuls, self.weight_shapes))
 
     @classmethod
     def of(cls, model: Any) -> ModelFacts:
@@ -169,16 +177,18 @@ class ModelFacts:
         graph = model.graph
         tensors = [i.name for i in graph.input] + [o for n in graph.node for o in n.output]
         tensors += [o.name for o in graph.output]
-        matrices = {t.name for t in graph.initializer if len(t.dims) == 2}
+        matrices = {t.name: tuple(t.dims) for t in graph.initializer if len(t.dims) == 2}
+        weighted = [
+            n
+            for n in graph.node
+            if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in matrices
+        ]
         return cls(
             tuple(n.name for n in graph.node),
             tuple(dict.fromkeys(t for t in tensors if t)),
             tuple(dict.fromkeys(n.op_type for n in graph.node)),
-            tuple(
-                n.name
-                for n in graph.node
-                if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in matrices
-            ),
+            tuple(n.name for n in weighted),
+            tuple(matrices[n.input[1]] for n in weighted),
         )
 
 

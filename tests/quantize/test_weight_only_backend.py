@@ -240,6 +240,29 @@ def test_k_quant_with_one_block_per_column_fails_in_one_line(backend, tmp_path):
         backend.quantize({"algorithm": "k_quant", "block_size": 64}, tmp_path / "k.onnx")
 
 
+def test_k_quant_that_would_fail_on_the_model_is_refused_before_anything_runs(lm, backend):
+    """The search and `raysearch validate` leave out, with the trial's own line, a k-quant
+    block that is not below the rows of a weight it quantizes; a smaller block, or that node
+    kept float, is kept (the weights' shapes come from the model's header)."""
+    from raysearch.quantize.registry import backend_reject
+    from raysearch.strategies import ModelFacts
+
+    weights = ModelFacts.of(lm).weights
+    rows = {name: shape[0] for name, shape in weights.items()}
+    small = min(rows, key=rows.get)
+    settings = {"quantizer": "weight_only", "algorithm": "k_quant", "block_size": rows[small]}
+    assert backend_reject(settings) is None  # without the model, nothing to refuse
+    reason = backend_reject(settings, weights)
+    assert reason == (
+        f"ONNX Runtime 1.31's k_quant fails where block_size ({rows[small]}) is not below a "
+        f"weight's rows ({rows[small]}, node {small}): use a smaller block_size"
+    )
+    kept_float = dict(settings, nodes_float=[n for n, r in rows.items() if r <= rows[small]])
+    assert backend_reject(kept_float, weights) is None
+    assert backend_reject(dict(settings, block_size=16), weights) is None
+    assert backend_reject(dict(settings, algorithm="rtn"), weights) is None
+
+
 def test_a_model_with_external_data_is_written_with_its_data(tmp_path):
     """A model over 2 GB keeps its weights in external data: the quantized one is written the
     same way (one data file beside it, named after it) and runs from there."""

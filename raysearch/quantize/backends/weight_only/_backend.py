@@ -32,7 +32,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -166,12 +166,28 @@ class WeightOnlyBackend(QuantizerBackend):
                 return "algorithm hqq needs PyTorch: pip install 'raysearch[gp]'"
         return reason
 
+    @classmethod
+    def reject_on_model(
+        cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
+    ) -> str | None:
+        """k-quant with a ``block_size`` not below the rows of a weight it quantizes (ONNX
+        Runtime 1.31 fails on it): refused before anything runs, with the same line a trial
+        would fail with."""
+        if settings.get("algorithm", DEFAULTS["algorithm"]) != "k_quant":
+            return None
+        block = int(settings.get("block_size") or DEFAULTS["block_size"])
+        precisions = _precisions(settings, weights)
+        for name, shape in weights.items():
+            if precisions[name] != FLOAT:
+                reason = _k_quant_refusal(block, int(shape[0]), name)
+                if reason:
+                    return reason
+        return None
+
     # -- quantization ----------------------------------------------------------------------
     def precisions(self, settings: Mapping[str, Any]) -> dict[str, int | str]:
         """Every weight MatMul's precision under ``settings``: 4, 8 or ``"float"``."""
-        default = int(settings.get("bits") or DEFAULTS["bits"])
-        chosen = node_precisions(settings)
-        return {name: chosen.get(name, default) for name in self._weights}
+        return _precisions(settings, self._weights)
 
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Write the model quantized with ``settings`` to ``out_path``."""
@@ -270,13 +286,9 @@ class WeightOnlyBackend(QuantizerBackend):
         inits = {t.name: t for t in model.graph.initializer}
         for node in model.graph.node:
             if precisions.get(node.name, FLOAT) != FLOAT:
-                rows = int(inits[node.input[1]].dims[0])
-                if block >= rows:  # its single-block-per-column case fails (a reshape)
-                    raise ValueError(
-                        f"ONNX Runtime 1.31's k_quant fails where block_size ({block}) is not "
-                        f"below a weight's rows ({rows}, node {node.name}): use a smaller "
-                        "block_size"
-                    )
+                reason = _k_quant_refusal(block, int(inits[node.input[1]].dims[0]), node.name)
+                if reason:
+                    raise ValueError(reason)
         per_node = {
             n: {"bits": p, "group_size": block, "scheme": "asym"}
             for n, p in precisions.items()
@@ -327,3 +339,22 @@ def _set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
         kept = [a for a in node.attribute if a.name != "accuracy_level"]
         del node.attribute[:]
         node.attribute.extend([*kept, helper.make_attribute("accuracy_level", level)])
+
+
+def _precisions(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, int | str]:
+    """The precision of each weight MatMul of ``names`` under ``settings``: 4, 8 or
+    ``"float"`` (its node list's, else ``bits``)."""
+    default = int(settings.get("bits") or DEFAULTS["bits"])
+    chosen = node_precisions(settings)
+    return {name: chosen.get(name, default) for name in names}
+
+
+def _k_quant_refusal(block: int, rows: int, node: str) -> str | None:
+    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``block`` (its
+    single-block-per-column case fails in a reshape), or None."""
+    if block < rows:
+        return None
+    return (
+        f"ONNX Runtime 1.31's k_quant fails where block_size ({block}) is not below a "
+        f"weight's rows ({rows}, node {node}): use a smaller block_size"
+    )
