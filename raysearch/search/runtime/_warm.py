@@ -182,7 +182,10 @@ class KeptWarm:
         """Say in the search's log what it took from the cluster (the lookup runs before the
         log exists)."""
         if self.reused["float_reference"]:
-            _logger.info("float reference reused from the cluster (kept by an earlier search)")
+            _logger.info(
+                "float reference reused from the cluster (kept by an earlier search, %s)",
+                _where_kept(),
+            )
 
     def keep_reference(self, reference: FloatReference | None) -> None:
         """Hand ``reference`` to the cluster's store, in a thread (joined by :meth:`wait`)."""
@@ -227,15 +230,21 @@ class KeptWarm:
             store = self._store or _store_actor()
             if ray.get(store.put.remote(key, value, _nbytes(value)), timeout=_WAIT_S):
                 _logger.info(
-                    "kept on the cluster for later searches: %s (in the actor %s, namespace %s,"
-                    " at most %d MB: RAYSEARCH_WARM_MAX_MB)",
+                    "kept on the cluster for later searches: %s (%s)",
                     key.split("|")[0],
-                    STORE_NAME,
-                    STORE_NAMESPACE,
-                    max_bytes() >> 20,
+                    _where_kept(),
                 )
         except Exception as exc:  # noqa: BLE001 - keeping is a favour to the next search
             _logger.warning("could not keep %s on the cluster: %s", key.split("|")[0], exc)
+
+
+def _where_kept() -> str:
+    """Where the cluster keeps entries between searches, and its bound, for the log lines
+    that keep or reuse one."""
+    return (
+        f"in the actor {STORE_NAME}, namespace {STORE_NAMESPACE}, at most "
+        f"{max_bytes() >> 20} MB: RAYSEARCH_WARM_MAX_MB"
+    )
 
 
 def _store_actor() -> Any:
