@@ -185,9 +185,10 @@ def test_what_ray_would_not_ship_is_not_counted(tmp_path, monkeypatch):
 
 
 def test_the_shipped_folder_leaves_out_the_model_data_and_outputs():
-    assert shipped_code(
-        ["/work/cfg"], ["/work/cfg/model.onnx", "/work/cfg/out", "/data/calib.npz"]
-    ) == {"py_modules": ["/work/cfg"], "excludes": ["/model.onnx", "/out"]}
+    assert shipped_code(["project"], ["project/model.onnx", "project/out", "data/calib.npz"]) == {
+        "py_modules": ["project"],
+        "excludes": ["/model.onnx", "/out"],
+    }
 
 
 _SHIPPED = """

@@ -136,8 +136,8 @@ def shipped_code(
     ``excluded`` paths inside them (as Ray's ``excludes``: patterns anchored at each folder).
 
     Example:
-        >>> shipped_code(["/work/cfg"], ["/work/cfg/model.onnx", "/data/calib.npz"])
-        {'py_modules': ['/work/cfg'], 'excludes': ['/model.onnx']}
+        >>> shipped_code(["project"], ["project/model.onnx", "data/calib.npz"])
+        {'py_modules': ['project'], 'excludes': ['/model.onnx']}
     """
     env: dict[str, Any] = {"py_modules": [os.fspath(folder) for folder in folders]}
     patterns = []
