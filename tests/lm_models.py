@@ -17,7 +17,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -25,25 +28,83 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.models import IR_VERSION, OPSET
 
-__all__ = ["make_decoder_lm", "decoder_lm_data", "VOCAB", "KV_HEADS", "HEAD_DIM"]
+__all__ = [
+    "make_decoder_lm",
+    "decoder_lm_data",
+    "Dims",
+    "TINY",
+    "LARGE",
+    "VOCAB",
+    "KV_HEADS",
+    "HEAD_DIM",
+]
 
-VOCAB = 96
-HIDDEN = 64
-HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = HIDDEN // HEADS
-FF = 128
-MAX_POSITIONS = 64
+
+@dataclass(frozen=True)
+class Dims:
+    """A decoder's sizes."""
+
+    vocab: int = 96
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ff: int = 128
+    max_positions: int = 64
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def weight_bytes(self, layers: int) -> int:
+        """float32 bytes of the weight matrices and embeddings of ``layers`` blocks."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        block = 2 * h * h + 2 * h * kv + 3 * h * self.ff
+        return 4 * (layers * block + 2 * self.vocab * h + self.max_positions * h)
+
+
+TINY = Dims()
+# 5 blocks of 2048 wide with a 16384-wide SwiGLU and a 8192-token vocabulary: 2.20 GiB of
+# float32 weights (36 weight MatMuls), past ONNX's 2 GB protobuf limit.
+LARGE = Dims(vocab=8192, hidden=2048, heads=16, kv_heads=4, ff=16384, max_positions=64)
+LARGE_LAYERS = 5
+
+VOCAB = TINY.vocab
+KV_HEADS = TINY.kv_heads
+HEAD_DIM = TINY.head_dim
 
 
 class _Graph:
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng, self.nodes, self.inits = rng, [], []
+    def __init__(self, rng: np.random.Generator, dims: Dims, data: BinaryIO | None = None) -> None:
+        self.rng, self.d, self.nodes, self.inits = rng, dims, [], []
+        self.data, self.location = data, Path(data.name).name if data else None
 
     def weight(self, name: str, shape: tuple[int, ...], scale: float | None = None) -> str:
         scale = 1 / np.sqrt(shape[0]) if scale is None else scale
-        array = self.rng.normal(0, scale, shape).astype(np.float32)
-        self.inits.append(numpy_helper.from_array(array, name))
+        if self.data is None:
+            array = self.rng.normal(0, scale, shape).astype(np.float32)
+            self.inits.append(numpy_helper.from_array(array, name))
+            return name
+        # Straight into the external file, never held whole in memory, and uniform with the
+        # same standard deviation: a normal draw of 2 GiB of weights takes 5x as long. The
+        # float32 is made from random bits (a mantissa under the exponent of 1.0: [1, 2)).
+        offset = self.data.tell()
+        bits = self.rng.integers(0, 2**32, shape, dtype=np.uint32)
+        bits >>= 9
+        bits |= np.uint32(0x3F800000)
+        array = bits.view(np.float32)
+        array -= np.float32(1.5)
+        array *= np.float32(scale * np.sqrt(12))
+        array.tofile(self.data)
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(shape))
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (
+            ("location", self.location),
+            ("offset", offset),
+            ("length", array.nbytes),
+        ):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
+        self.inits.append(tensor)
         return name
 
     def const(self, name: str, value: np.ndarray) -> str:
@@ -60,21 +121,21 @@ class _Graph:
 
 
 def _attention(g: _Graph, x: str, i: int, past_k: str, past_v: str, mask: str) -> tuple[str, ...]:
-    p = f"/layers.{i}/attn"
-    q = g.one("MatMul", [x, g.weight(f"{p}.q.weight", (HIDDEN, HIDDEN))], f"{p}/q_proj/MatMul")
+    p, d = f"/layers.{i}/attn", g.d
+    q = g.one("MatMul", [x, g.weight(f"{p}.q.weight", (d.hidden, d.hidden))], f"{p}/q_proj/MatMul")
     k = g.one(
         "MatMul",
-        [x, g.weight(f"{p}.k.weight", (HIDDEN, KV_HEADS * HEAD_DIM))],
+        [x, g.weight(f"{p}.k.weight", (d.hidden, d.kv_heads * d.head_dim))],
         f"{p}/k_proj/MatMul",
     )
     v = g.one(
         "MatMul",
-        [x, g.weight(f"{p}.v.weight", (HIDDEN, KV_HEADS * HEAD_DIM))],
+        [x, g.weight(f"{p}.v.weight", (d.hidden, d.kv_heads * d.head_dim))],
         f"{p}/v_proj/MatMul",
     )
-    groups = HEADS // KV_HEADS
-    q5 = g.const(f"{p}.q_shape", np.array([0, 0, KV_HEADS, groups, HEAD_DIM], np.int64))
-    kv4 = g.const(f"{p}.kv_shape", np.array([0, 0, KV_HEADS, HEAD_DIM], np.int64))
+    groups = d.heads // d.kv_heads
+    q5 = g.const(f"{p}.q_shape", np.array([0, 0, d.kv_heads, groups, d.head_dim], np.int64))
+    kv4 = g.const(f"{p}.kv_shape", np.array([0, 0, d.kv_heads, d.head_dim], np.int64))
     q = g.one(
         "Transpose", [g.one("Reshape", [q, q5], f"{p}/q_r")], f"{p}/q_t", perm=[0, 2, 3, 1, 4]
     )
@@ -87,32 +148,37 @@ def _attention(g: _Graph, x: str, i: int, past_k: str, past_v: str, mask: str) -
     v5 = g.one("Unsqueeze", [present_v, axis2], f"{p}/v_u")
     kt = g.one("Transpose", [k5], f"{p}/k_tt", perm=[0, 1, 2, 4, 3])
     scores = g.one("MatMul", [q, kt], f"{p}/scores")  # [B, KV, G, T, S]
-    scale = g.const(f"{p}.scale", np.array(1 / np.sqrt(HEAD_DIM), np.float32))
+    scale = g.const(f"{p}.scale", np.array(1 / np.sqrt(d.head_dim), np.float32))
     scores = g.one("Add", [g.one("Mul", [scores, scale], f"{p}/scale")], f"{p}/mask_add")
     g.nodes[-1].input.append(mask)
     probs = g.one("Softmax", [scores], f"{p}/softmax", axis=-1)
     out = g.one("MatMul", [probs, v5], f"{p}/context")  # [B, KV, G, T, D]
     out = g.one("Transpose", [out], f"{p}/ctx_t", perm=[0, 3, 1, 2, 4])
-    flat = g.const(f"{p}.flat", np.array([0, 0, HIDDEN], np.int64))
+    flat = g.const(f"{p}.flat", np.array([0, 0, d.hidden], np.int64))
     out = g.one("Reshape", [out, flat], f"{p}/ctx_r")
-    out = g.one("MatMul", [out, g.weight(f"{p}.o.weight", (HIDDEN, HIDDEN))], f"{p}/o_proj/MatMul")
+    out = g.one(
+        "MatMul", [out, g.weight(f"{p}.o.weight", (d.hidden, d.hidden))], f"{p}/o_proj/MatMul"
+    )
     return out, present_k, present_v
 
 
 def _swiglu(g: _Graph, x: str, i: int) -> str:
-    p = f"/layers.{i}/mlp"
-    gate = g.one("MatMul", [x, g.weight(f"{p}.gate.weight", (HIDDEN, FF))], f"{p}/gate_proj/MatMul")
-    up = g.one("MatMul", [x, g.weight(f"{p}.up.weight", (HIDDEN, FF))], f"{p}/up_proj/MatMul")
+    p, d = f"/layers.{i}/mlp", g.d
+    gate = g.one(
+        "MatMul", [x, g.weight(f"{p}.gate.weight", (d.hidden, d.ff))], f"{p}/gate_proj/MatMul"
+    )
+    up = g.one("MatMul", [x, g.weight(f"{p}.up.weight", (d.hidden, d.ff))], f"{p}/up_proj/MatMul")
     silu = g.one("Mul", [gate, g.one("Sigmoid", [gate], f"{p}/sigmoid")], f"{p}/silu")
     act = g.one("Mul", [silu, up], f"{p}/glu")
     return g.one(
-        "MatMul", [act, g.weight(f"{p}.down.weight", (FF, HIDDEN))], f"{p}/down_proj/MatMul"
+        "MatMul", [act, g.weight(f"{p}.down.weight", (d.ff, d.hidden))], f"{p}/down_proj/MatMul"
     )
 
 
 def _norm(g: _Graph, x: str, name: str) -> str:
-    gamma = g.const(f"{name}.weight", np.ones(HIDDEN, np.float32))
-    beta = g.const(f"{name}.bias", np.zeros(HIDDEN, np.float32))
+    d = g.d
+    gamma = g.const(f"{name}.weight", np.ones(d.hidden, np.float32))
+    beta = g.const(f"{name}.bias", np.zeros(d.hidden, np.float32))
     return g.one("LayerNormalization", [x, gamma, beta], name, axis=-1)
 
 
@@ -139,16 +205,40 @@ def _mask(g: _Graph, attention_mask: str, ids: str) -> str:
     return g.one("Mul", [hidden, big], "/mask/add")
 
 
-def make_decoder_lm(path: str | Path, layers: int = 2, seed: int = 0) -> Path:
-    """Write the decoder (see the module) with ``layers`` blocks to ``path``."""
-    g = _Graph(np.random.default_rng(seed))
-    ids = "input_ids"
+def make_decoder_lm(
+    path: str | Path,
+    layers: int = 2,
+    seed: int = 0,
+    dims: Dims = TINY,
+    external_data: str | None = None,
+) -> Path:
+    """Write the decoder (see the module) with ``layers`` blocks of ``dims`` to ``path``; with
+    ``external_data``, every weight goes to that file beside ``path`` (written as it is drawn,
+    so a model over 2 GB is never one protobuf in memory) and small constants stay inline."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        data = (
+            stack.enter_context(open(path.parent / external_data, "wb")) if external_data else None
+        )
+        model = _decoder(_Graph(np.random.default_rng(seed), dims, data), layers)
+    if external_data:
+        onnx.save_model(model, str(path))
+        onnx.checker.check_model(str(path))  # by path: the external file is checked too
+    else:
+        onnx.checker.check_model(model)
+        onnx.save(model, str(path))
+    return path
+
+
+def _decoder(g: _Graph, layers: int) -> onnx.ModelProto:
+    d, ids = g.d, "input_ids"
     x = g.one(
-        "Gather", [g.weight("embed_tokens.weight", (VOCAB, HIDDEN), 0.5), ids], "/embed/Gather"
+        "Gather", [g.weight("embed_tokens.weight", (d.vocab, d.hidden), 0.5), ids], "/embed/Gather"
     )
     pos = g.one(
         "Gather",
-        [g.weight("embed_positions.weight", (MAX_POSITIONS, HIDDEN), 0.1), "position_ids"],
+        [g.weight("embed_positions.weight", (d.max_positions, d.hidden), 0.1), "position_ids"],
         "/embed_positions/Gather",
     )
     x = g.one("Add", [x, pos], "/embed/add")
@@ -158,9 +248,11 @@ def make_decoder_lm(path: str | Path, layers: int = 2, seed: int = 0) -> Path:
         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]),
     ]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])]
+    outputs = [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", d.vocab])
+    ]
     for i in range(layers):
-        kv = ["batch", KV_HEADS, "past", HEAD_DIM]
+        kv = ["batch", d.kv_heads, "past", d.head_dim]
         past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
         inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, kv) for n in past]
         attn, pk, pv = _attention(g, _norm(g, x, f"/layers.{i}/ln_1"), i, past[0], past[1], mask)
@@ -173,26 +265,26 @@ def make_decoder_lm(path: str | Path, layers: int = 2, seed: int = 0) -> Path:
             )
             outputs.append(
                 helper.make_tensor_value_info(
-                    name, TensorProto.FLOAT, ["batch", KV_HEADS, "total", HEAD_DIM]
+                    name, TensorProto.FLOAT, ["batch", d.kv_heads, "total", d.head_dim]
                 )
             )
     x = _norm(g, x, "/norm")
-    head = g.weight("lm_head.weight", (HIDDEN, VOCAB), 2.0 / np.sqrt(HIDDEN))
+    head = g.weight("lm_head.weight", (d.hidden, d.vocab), 2.0 / np.sqrt(d.hidden))
     g.nodes.append(helper.make_node("MatMul", [x, head], ["logits"], name="/lm_head/MatMul"))
     graph = helper.make_graph(g.nodes, "decoder_lm", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return Path(path)
+    return model
 
 
-def decoder_lm_data(rows: int, seq: int, layers: int = 2, seed: int = 1) -> dict[str, np.ndarray]:
+def decoder_lm_data(
+    rows: int, seq: int, layers: int = 2, seed: int = 1, dims: Dims = TINY
+) -> dict[str, np.ndarray]:
     """Feeds for :func:`make_decoder_lm` without a past: ``rows`` sequences of ``seq`` tokens
     drawn from a seeded generator (a skewed distribution, so that the text has structure),
     every position attended, positions ``0..seq-1`` and an empty past."""
     rng = np.random.default_rng(seed)
-    ids = rng.zipf(1.5, (rows, seq)).clip(1, VOCAB - 1).astype(np.int64)
+    ids = rng.zipf(1.5, (rows, seq)).clip(1, dims.vocab - 1).astype(np.int64)
     feeds = {
         "input_ids": ids,
         "attention_mask": np.ones((rows, seq), np.int64),
@@ -201,6 +293,6 @@ def decoder_lm_data(rows: int, seq: int, layers: int = 2, seed: int = 1) -> dict
     for i in range(layers):
         for kind in ("key", "value"):
             feeds[f"past_key_values.{i}.{kind}"] = np.zeros(
-                (rows, KV_HEADS, 0, HEAD_DIM), np.float32
+                (rows, dims.kv_heads, 0, dims.head_dim), np.float32
             )
     return feeds
