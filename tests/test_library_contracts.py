@@ -21,7 +21,7 @@ uses it. What each test checks is exactly what that code relies on:
   (the calls are read from raysearch's source), the calibrators' ``infer_session`` and
   ``execution_providers``, ``HistogramCollector.histogram_dict`` and its layout;
 - NNCF: its telemetry stub, and ``nncf.onnx.engine.ONNXEngine`` as the engine its factory
-  builds (``raysearch/quantize/backends/nncf/_runtime.py`` swaps it for one on the trial's
+  builds (``raysearch/quantize/nncf_runtime.py`` swaps it for one on the trial's
   providers);
 - NumPy's ``numpy._core._multiarray_umath.__cpu_features__`` (``raysearch/cpu.py``).
 """
@@ -599,14 +599,14 @@ def test_histogram_collector_reads_the_histograms_raysearch_sets(
 
 def test_nncf_telemetry_stub_and_onnx_engine(tmp_path: Path):
     pytest.importorskip("nncf")
-    from raysearch.quantize.backends.nncf._runtime import import_nncf, nncf_session
+    from raysearch.quantize.nncf_runtime import import_nncf, nncf_session
 
     nncf = f"NNCF {import_nncf().__version__}"
     from nncf.common.factory import EngineFactory
     from nncf.onnx import engine as engine_module
     from nncf.telemetry import decorator, wrapper
 
-    where = "raysearch/quantize/backends/nncf/_runtime.py"
+    where = "raysearch/quantize/nncf_runtime.py"
     stub = getattr(wrapper, "NNCFTelemetryStub", None)
     assert stub is not None and isinstance(wrapper.telemetry, stub), _changed(
         nncf, "nncf.telemetry.wrapper.NNCFTelemetryStub", where, "telemetry is not the stub"

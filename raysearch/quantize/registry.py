@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import importlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -52,6 +52,7 @@ __all__ = [
     "available_backends",
     "backend_reject",
     "backend_missing_requirement",
+    "first_refusal",
 ]
 
 DEFAULT_BACKEND = "ort"
@@ -258,6 +259,33 @@ def backend_reject(
     if reason is None and weights is not None:
         reason = backend.reject_on_model(settings, weights)
     return reason
+
+
+def first_refusal(
+    rules: Iterable[Callable[[Mapping[str, Any]], str | None]], settings: Mapping[str, Any]
+) -> str | None:
+    """The first of ``rules`` that refuses ``settings`` (its one line), or None: how a
+    backend's options module turns its refusal rules into :meth:`QuantizerBackend.reject`.
+
+    Args:
+        rules: functions of the settings, each returning why it refuses them or None.
+        settings: one trial's settings.
+
+    Returns:
+        The first reason a rule gives, or None when none refuses.
+
+    Example:
+        >>> rules = [lambda s: None, lambda s: "bits 3 is refused" if s.get("bits") == 3 else None]
+        >>> first_refusal(rules, {"bits": 3})
+        'bits 3 is refused'
+        >>> first_refusal(rules, {"bits": 4}) is None
+        True
+    """
+    for rule in rules:
+        reason = rule(settings)
+        if reason:
+            return reason
+    return None
 
 
 def backend_missing_requirement(name: str | None) -> str | None:

@@ -46,8 +46,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysearch.errors import ConfigError, suggest
 from raysearch.modelfile import graph_nodes, has_external_data, load_header
 from raysearch.providers import session_providers
-from raysearch.quantize.backends.nncf._runtime import import_nncf, nncf_session  # re-exported
 from raysearch.quantize.backends.nncf.options import NNCF_CATALOGUE, missing_nncf, reject_reason
+from raysearch.quantize.nncf_runtime import (  # re-exported
+    import_nncf,
+    nncf_dataset,
+    nncf_session,
+    prepare_model,
+)
 from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
 
 if TYPE_CHECKING:
@@ -60,9 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["NncfBackend", "prepare_model", "nncf_dataset", "import_nncf", "nncf_session"]
 
 _logger = logging.getLogger(__name__)
-
-#: The first opset whose DequantizeLinear takes an ``axis`` (per-channel weights).
-_PER_CHANNEL_OPSET = 13
 
 
 @register_backend("nncf")
@@ -169,33 +171,6 @@ class NncfBackend(QuantizerBackend):
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """The float model at ``path`` as the backend gives it to NNCF on every trial (NNCF
-    copies it before changing it): ``Constant`` weights as initializers, and opset 13 where
-    the model's is lower. A model with external data is loaded without it (NNCF reads the
-    weights from the model's folder, ``BackendParameters.EXTERNAL_DATA_DIR``)."""
-    import onnx
-
-    from raysearch.modelgraph import constants_to_initializers
-
-    model = onnx.load(os.fspath(path), load_external_data=not has_external_data(path))
-    # NNCF 3.4 reads the type of a Cast's input from the value infos, which an initializer
-    # lacks (AttributeError): Constants read by a Cast stay nodes.
-    constants_to_initializers(model, keep_inputs_of=("Cast",))
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < _PER_CHANNEL_OPSET:
-        model = onnx.version_converter.convert_version(model, _PER_CHANNEL_OPSET)
-        _logger.info("opset %d raised to %d for per-channel weights", opset, _PER_CHANNEL_OPSET)
-    return model
-
-
-def nncf_dataset(data: DataSource) -> Any:
-    """``data`` as an ``nncf.Dataset`` of per-sample feeds (views of its arrays)."""
-    from raysearch.quantize.backends.nncf._params import calibration_items
-
-    return import_nncf().Dataset(calibration_items(data))
 
 
 def _save(model: onnx.ModelProto, path: str, external: bool) -> None:

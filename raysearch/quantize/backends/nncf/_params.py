@@ -1,5 +1,5 @@
-"""The ``nncf`` backend's settings as ``nncf.quantize`` arguments, and its calibration data as
-an ``nncf.Dataset``.
+"""The ``nncf`` backend's settings as ``nncf.quantize`` arguments (its calibration data as an
+``nncf.Dataset``: :func:`raysearch.quantize.nncf_runtime.nncf_dataset`).
 
 Only the settings a point gives are passed: every other argument stays NNCF's default (the
 catalogue, ``raysearch.quantize.backends.nncf.options``, says which they are). ``nodes_to_exclude``
@@ -21,32 +21,15 @@ import copy
 import logging
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from raysearch.data import DataSource
-
-__all__ = ["NNCF_DEFAULT_SUBSET", "quantize_arguments", "calibration_items"]
+__all__ = ["NNCF_DEFAULT_SUBSET", "quantize_arguments"]
 
 _logger = logging.getLogger("raysearch.quantize.backends.nncf._backend")
 
 #: ``nncf.quantize``'s default ``subset_size``.
 NNCF_DEFAULT_SUBSET = 300
 _capped: set[tuple[int, int]] = set()
-
-
-def calibration_items(data: DataSource) -> list[dict[str, Any]]:
-    """One feed per calibration sample, as NNCF's statistics expect: NNCF averages per-item
-    minima and maxima, so a batch of 32 as one item would average over 7 items, not 200
-    samples. A model with a static batch axis (or data of whole feeds) gets its feeds. The
-    feeds are views of the source's arrays: nothing is copied."""
-    first = data.inputs[0]
-    static = bool(first.shape) and isinstance(first.shape[0], int)
-    if data.sample_is_feed or static:
-        return list(data.batches())
-    return [
-        {name: array[i : i + 1] for name, array in data.arrays.items()} for i in range(len(data))
-    ]
 
 
 def quantize_arguments(

@@ -28,10 +28,11 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from raysearch.quantize.nncf_runtime import NNCF_EXTRA, missing_nncf  # re-exported
+from raysearch.quantize.registry import first_refusal
 from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec, register_catalogue
 
 __all__ = [
@@ -49,9 +50,6 @@ __all__ = [
     "reject_mixed_precision",
     "missing_nncf",
 ]
-
-#: What installs NNCF with raysearch.
-NNCF_EXTRA = "raysearch[nncf]"
 
 #: ``RangeEstimatorParametersSet`` members, lower case. For weights NNCF collects one sample,
 #: so the mean, median and outlier-free aggregations equal ``minmax`` there, and its
@@ -161,14 +159,6 @@ NNCF_CATALOGUE = register_catalogue(
 )
 
 
-def missing_nncf() -> str | None:
-    """Why the ``nncf`` backend cannot run here (NNCF is not installed), or None. Looked up
-    without importing NNCF (seconds), so configs are checked fast."""
-    if importlib.util.find_spec("nncf") is not None:
-        return None
-    return f"quantizer nncf needs OpenVINO NNCF: pip install '{NNCF_EXTRA}'"
-
-
 # --------------------------------------------------------------------------------------------
 # Refusals: each accepts the nested settings a trial gets
 # --------------------------------------------------------------------------------------------
@@ -216,8 +206,4 @@ REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
 
 def reject_reason(settings: Mapping[str, Any]) -> str | None:
     """The first refusal of ``settings`` (one line), or None."""
-    for rule in REJECT_RULES:
-        reason = rule(settings)
-        if reason:
-            return reason
-    return None
+    return first_refusal(REJECT_RULES, settings)

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from raysearch.quantize.registry import first_refusal
 from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec, register_catalogue
 
 __all__ = [
@@ -195,8 +196,4 @@ REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
 
 def reject_reason(settings: Mapping[str, Any]) -> str | None:
     """The first refusal of ``settings`` (one line), or None."""
-    for rule in REJECT_RULES:
-        reason = rule(settings)
-        if reason:
-            return reason
-    return None
+    return first_refusal(REJECT_RULES, settings)

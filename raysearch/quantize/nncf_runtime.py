@@ -1,4 +1,6 @@
-"""NNCF in a trial's process: imported quietly, its inference on the trial's device.
+"""NNCF in a trial's process: imported quietly, its inference on the trial's device, and
+the model and data as NNCF's backends (``quantizer: nncf`` and ``quantizer: nncf_weight_only``)
+hand them to it.
 
 - :func:`import_nncf` imports NNCF once with its telemetry off: NNCF builds an OpenVINO
   telemetry client when ``openvino_telemetry`` imports (a client id written under
@@ -23,22 +25,51 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import logging
+import os
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from raysearch.modelfile import has_external_data
 from raysearch.providers import session_options
 
-__all__ = ["EngineTime", "import_nncf", "nncf_session"]
+if TYPE_CHECKING:
+    import onnx
+
+    from raysearch.data import DataSource
+
+__all__ = [
+    "EngineTime",
+    "NNCF_EXTRA",
+    "import_nncf",
+    "nncf_session",
+    "missing_nncf",
+    "prepare_model",
+    "calibration_items",
+    "nncf_dataset",
+]
 
 _logger = logging.getLogger(__name__)
 # One NNCF call at a time per process: the engine swap is process-wide.
 _SESSION_LOCK = threading.Lock()
+#: What installs NNCF with raysearch.
+NNCF_EXTRA = "raysearch[nncf]"
+#: The first opset whose DequantizeLinear takes an ``axis`` (per-channel weights).
+_PER_CHANNEL_OPSET = 13
+
+
+def missing_nncf(backend: str = "nncf") -> str | None:
+    """Why ``quantizer: <backend>`` cannot run here (NNCF is not installed), or None. Looked
+    up without importing NNCF (seconds), so configs are checked fast."""
+    if importlib.util.find_spec("nncf") is not None:
+        return None
+    return f"quantizer {backend} needs OpenVINO NNCF: pip install '{NNCF_EXTRA}'"
 
 
 @functools.cache
@@ -49,8 +80,6 @@ def import_nncf() -> ModuleType:
     Raises:
         ImportError: NNCF is not installed (the message names ``raysearch[nncf]``).
     """
-    from raysearch.quantize.backends.nncf.options import missing_nncf
-
     reason = missing_nncf()
     if reason:
         raise ImportError(reason)
@@ -164,3 +193,42 @@ def _quiet_progress() -> Iterator[None]:
         yield
     finally:
         console.quiet = before
+
+
+def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """The float model at ``path`` as the backends give it to NNCF on every trial (NNCF
+    copies it before changing it): ``Constant`` weights as initializers, and opset 13 where
+    the model's is lower. A model with external data is loaded without it (NNCF reads the
+    weights from the model's folder, ``BackendParameters.EXTERNAL_DATA_DIR``)."""
+    import onnx
+
+    from raysearch.modelgraph import constants_to_initializers
+
+    model = onnx.load(os.fspath(path), load_external_data=not has_external_data(path))
+    # NNCF 3.4 reads the type of a Cast's input from the value infos, which an initializer
+    # lacks (AttributeError): Constants read by a Cast stay nodes.
+    constants_to_initializers(model, keep_inputs_of=("Cast",))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < _PER_CHANNEL_OPSET:
+        model = onnx.version_converter.convert_version(model, _PER_CHANNEL_OPSET)
+        _logger.info("opset %d raised to %d for per-channel weights", opset, _PER_CHANNEL_OPSET)
+    return model
+
+
+def calibration_items(data: DataSource) -> list[dict[str, Any]]:
+    """One feed per calibration sample, as NNCF's statistics expect: NNCF averages per-item
+    minima and maxima, so a batch of 32 as one item would average over 7 items, not 200
+    samples. A model with a static batch axis (or data of whole feeds) gets its feeds. The
+    feeds are views of the source's arrays: nothing is copied."""
+    first = data.inputs[0]
+    static = bool(first.shape) and isinstance(first.shape[0], int)
+    if data.sample_is_feed or static:
+        return list(data.batches())
+    return [
+        {name: array[i : i + 1] for name, array in data.arrays.items()} for i in range(len(data))
+    ]
+
+
+def nncf_dataset(data: DataSource) -> Any:
+    """``data`` as an ``nncf.Dataset`` of per-sample feeds (views of its arrays)."""
+    return import_nncf().Dataset(calibration_items(data))
