@@ -119,8 +119,10 @@ def better(
     its accuracy goal for the same reason.) Without promotions and with every node quantized
     alike this is the better metric, candidates first. A trial whose model was lost
     (``model_lost``: its node went before the driver fetched it) beats none: ``best/`` holds
-    the best model that exists; nor does one stopped at a rung of evaluation on growing
-    subsets (``stopped_at_rung``: its metric is over some of the rows only). A trial that
+    the best model that exists; nor does a result reused from an earlier search
+    (``reused_from``: a sensitivity probe of the probe cache, no model); nor does one
+    stopped at a rung of evaluation on growing subsets (``stopped_at_rung``: its metric is
+    over some of the rows only). A trial that
     quantizes nothing (:func:`unquantized`: the float model with extra nodes, never a
     candidate) beats only another such trial: it is the best only when no trial that
     quantizes something completed. With ``select`` ``latency`` or ``size`` (config
@@ -155,6 +157,8 @@ def better(
     metric = finite(record.get("metric"))
     if record.get("status") != "ok" or metric is None or record.get("model_lost"):
         return False  # a trial whose model was lost never makes best/ point at nothing
+    if record.get("reused_from"):
+        return False  # an earlier search's probe result: no model was written here
     if record.get("stopped_at_rung") is not None:
         return False
     if than is None:

@@ -35,6 +35,7 @@ from raysearch.search.preflight import STDERR_LOGGER
 from raysearch.search.record._disk import disk_full_error
 from raysearch.search.record.journal import Journal, SessionClock
 from raysearch.search.record.output_dir import search_id, storage_path, write_marker
+from raysearch.search.record.probe_cache import search_probe_cache
 from raysearch.search.record.recorder import TrialRecorder
 from raysearch.search.runtime.cluster import (
     only_driver_node,
@@ -245,6 +246,16 @@ class Execution:
         live = make_live_study(config, folder, self.session_key, records, recorder)
         session.callbacks = [*live, *self.callbacks, *make_loggers(config.loggers)]
         session.objectives = tuple(config.objectives)
+        session.probe_cache = search_probe_cache(
+            model_path=spec.model.path,
+            evaluation=spec.evaluation,
+            calibration=spec.calibration,
+            evaluator=spec.evaluator,
+            float_score=spec.float_score,
+            measure_latency=spec.measure_latency,
+            gpu=bool(config.resources.gpu_per_trial),
+            origin=str(folder),
+        )
         register(session)
         return _Run(
             journal,
@@ -386,6 +397,8 @@ class Execution:
                     deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
                 ),
                 "latency_retimed": timed_alone.get("latency_retimed"),
+                # Sensitivity probes taken from an earlier search of the same content.
+                "probes_reused": sum(1 for r in records if r.get("reused_from")),
                 # A language-model metric's float decode step and prefill (None: another).
                 "float_decode_latency_ms": run.info.get("float_decode_latency_ms"),
                 "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),

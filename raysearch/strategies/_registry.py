@@ -65,7 +65,10 @@ class Proposal:
     """One setting a phase proposes: the space index (``phase`` in the records), the sampled
     ``point``, its recorded ``params`` (validity rules applied), the nested ``settings`` the
     trial runs, their identity ``key``, the phase's own id for it (``inner_id``), and the
-    ``stage`` recorded for it when it is not its phase's (a check run beside a stage)."""
+    ``stage`` recorded for it when it is not its phase's (a check run beside a stage), and
+    whether its result may be ``reusable``: taken from an earlier search's trial of the same
+    settings on the same model and data (the search's probe cache, keyed by content) instead
+    of run again (``WeightOnly``'s sensitivity probes)."""
 
     phase: int
     point: dict[str, Any]
@@ -74,6 +77,7 @@ class Proposal:
     key: str
     inner_id: str | None = None
     stage: str | None = None
+    reusable: bool = False
 
     @classmethod
     def of(

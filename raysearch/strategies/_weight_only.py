@@ -12,7 +12,9 @@ the search's stop conditions in force:
    like any other: spread over the cluster's slots, recorded (``stage: sensitivity``, the
    node in ``params/nodes_4bit`` or ``nodes_8bit``: the ranking is the probes' metrics in
    ``results.parquet``), and never run twice for the same settings (a resumed search reads
-   them from its journal).
+   them from its journal; a later search of the same model, data, metric and versions takes
+   them from the probe cache, :mod:`raysearch.search.record.probe_cache`, and records them
+   with ``reused_from``).
 4. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
    one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
    node count. With ``metric: kl``, a ``tolerance`` and ``select: size``, ``best/`` is then
@@ -52,6 +54,7 @@ __all__ = [
     "ranking",
     "probe",
     "promoted",
+    "reused_probes",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -137,6 +140,20 @@ def ranking(
     return sorted(scored, key=lambda item: item[1] if higher_is_better else -item[1])
 
 
+def reused_probes(records: Sequence[Mapping[str, Any]], base: Mapping[str, Any]) -> set[str]:
+    """The nodes whose probe of ``base`` an earlier search measured (``reused_from``: taken
+    from the probe cache instead of run)."""
+    key = "nodes_8bit" if _bits(base) == 8 else "nodes_4bit"
+    wanted = _base(base)
+    return {
+        (r.get("settings") or {})[key][0]
+        for r in records
+        if r.get("stage") == "sensitivity"
+        and r.get("reused_from")
+        and _base(r.get("settings") or {}) == wanted
+    }
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
@@ -164,6 +181,14 @@ class _Sensitivity(BuiltPhase):
         )
         return [probe(settings, nodes, node) for node in nodes]
 
+    def proposals(self, settings: Sequence[Mapping[str, Any]]) -> list[Proposal]:
+        """The probes, each ``reusable``: a result an earlier search measured for the same
+        settings on the same model and data is taken instead of running it again."""
+        out = super().proposals(settings)
+        for proposal in out:
+            proposal.reusable = True
+        return out
+
 
 class _Promotions(BuiltPhase):
     """Stage 4: the base with its most sensitive nodes one step up (see the module)."""
@@ -180,9 +205,15 @@ class _Promotions(BuiltPhase):
         if not ranked:
             _logger.info("weight_only: no probe finished; no promotions")
             return None
+        reused = reused_probes(context.records, settings)
         _logger.info(
-            "weight_only: sensitivity ranking (most sensitive first): %s",
-            ", ".join(f"{node} {metric:.4g}" for node, metric in ranked),
+            "weight_only: sensitivity ranking (most sensitive first%s): %s",
+            f"; {len(reused)} of {len(ranked)} probes reused from an earlier search, marked *"
+            if reused
+            else "",
+            ", ".join(
+                f"{node}{'*' if node in reused else ''} {metric:.4g}" for node, metric in ranked
+            ),
         )
         nodes = [node for node, _ in ranked]
         ks = [k for k in PROMOTIONS if k < len(nodes)]

@@ -11,6 +11,7 @@ from raysearch.trial._runner import (
     TrialDevice,
     TrialRunner,
     TrialSpec,
+    decide_complete,
     one_line,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "FloatBaseline",
     "TrialRunner",
     "StagedTrial",
+    "decide_complete",
     "one_line",
 ]

@@ -50,10 +50,35 @@ if TYPE_CHECKING:
     from raysearch.evaluate import FloatReference
     from raysearch.evaluate.subsets import EvalRungs
 
-__all__ = ["StagedTrial", "guard", "one_line"]
+__all__ = ["StagedTrial", "decide_complete", "guard", "one_line"]
 
 # The trial engine's logger: what users filter on did not move.
 _logger = logging.getLogger("raysearch.trial._runner")
+
+
+def decide_complete(
+    evaluator: Any, metric: float, float_score: float | None, share: float | None, weighted: int
+) -> tuple[bool, dict[str, float]]:
+    """Whether a trial evaluated on every row is a candidate, and the flags its ``extra``
+    gets: the one rule, for a trial that ran and for a result reused from an earlier search.
+
+    ``evaluator`` decides the tolerance (:meth:`Evaluator.is_candidate`); ``share`` is the
+    trial's ``quantized_share`` of the float model's ``weighted`` MatMul/Gemm/Conv nodes. A
+    setting that quantizes nothing is the float model with extra nodes: near float by
+    construction, no faster, so never the answer (``quantizes_nothing``), and
+    ``within_tolerance`` says what the tolerance makes of its metric alone, for a strategy
+    that promotes everything to learn whether the tolerance can be reached at all.
+
+    Example:
+        >>> from raysearch.evaluate import Evaluator
+        >>> ev = Evaluator("L2", tolerance=0.01)
+        >>> decide_complete(ev, 0.005, None, 0.5, 4), decide_complete(ev, 0.005, None, 0.0, 4)
+        ((True, {}), (False, {'quantizes_nothing': 1.0, 'within_tolerance': 1.0}))
+    """
+    met = bool(evaluator.is_candidate(metric, float_score))
+    if quantizes_nothing(share, weighted):
+        return False, {"quantizes_nothing": 1.0, "within_tolerance": float(met)}
+    return met, {}
 
 
 class TrialEngine(Protocol):
@@ -235,20 +260,16 @@ class StagedTrial:
         a trial's candidacy is decided (``TrialRunner.run`` and ``start``, every rung)."""
         result, evaluator = self.result, self.runner.evaluator
         result.rung_error = None
-        if quantizes_nothing(self.share, self.runner.weighted_node_count):
-            # The float model with extra nodes: near float by construction, and no faster than
-            # float, so never the answer; the flag lets tables and readers see why.
-            result.extra["quantizes_nothing"] = 1.0
-            if last:
-                # What the tolerance says of its metric alone (what is_candidate would have
-                # been), for a strategy that promotes everything to learn whether the
-                # tolerance can be reached at all.
-                met = evaluator.is_candidate(metric, float_score)
-                result.extra["within_tolerance"] = float(met)
-            result.is_candidate = result.could_be_candidate = False
-        elif last:
-            result.is_candidate = evaluator.is_candidate(metric, float_score)
+        weighted = self.runner.weighted_node_count
+        if last:
+            result.is_candidate, flags = decide_complete(
+                evaluator, metric, float_score, self.share, weighted
+            )
+            result.extra.update(flags)
             result.could_be_candidate = result.is_candidate
+        elif quantizes_nothing(self.share, weighted):
+            result.extra["quantizes_nothing"] = 1.0
+            result.is_candidate = result.could_be_candidate = False
         else:
             result.is_candidate = False  # decided on every row, never on some
             result.could_be_candidate = self._could_be_candidate(metric, float_score)

@@ -179,8 +179,19 @@ class TrialRecorder(tune.Callback):
     # -- recording -------------------------------------------------------------------------
     def record(self, trial: Any, record: dict[str, Any]) -> dict[str, Any]:
         """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
-        config = trial.config
-        trial_id = trial.trial_id
+        return self._record(trial.trial_id, trial.config, record)
+
+    def record_reused(
+        self, trial_id: str, config: dict[str, Any], record: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Journal a result no trial ran: an earlier search's probe of the same settings
+        (``record`` holds ``reused_from``; ``config`` is what the searcher would have handed
+        the trial). It has no model."""
+        return self._record(trial_id, config, {**record, "model_path": None})
+
+    def _record(
+        self, trial_id: str, config: dict[str, Any], record: dict[str, Any]
+    ) -> dict[str, Any]:
         ok = record["status"] == "ok"
         record["metric"] = _finite(record.get("metric")) if ok else None
         record["objective"] = _finite(record.get("objective")) if ok else None
@@ -315,7 +326,18 @@ class TrialRecorder(tune.Callback):
         return relative.as_posix()
 
     def _log(self, record: dict[str, Any]) -> None:
-        if record["status"] == "ok":
+        if record.get("reused_from"):
+            _logger.info(
+                "trial %s (#%s) reused (no trial run): metric=%s candidate=%s, measured by %s"
+                " params=%s",
+                record["trial_id"],
+                record.get("number"),
+                record.get("metric"),
+                is_candidate(record),
+                record["reused_from"],
+                record.get("params"),
+            )
+        elif record["status"] == "ok":
             _logger.info(
                 "trial %s (#%s) ok: metric=%s candidate=%s %.2fs params=%s",
                 record["trial_id"],

@@ -15,6 +15,13 @@ result and asks again, without starting a trial; when it proposes one that is ru
 the sampler that proposal failed and asks again. A finite space whose settings were all seen
 ends its phase (``space_exhausted`` when it was the last).
 
+A ``reusable`` proposal (``WeightOnly``'s sensitivity probes) whose result an earlier search
+of the same content kept (the session's probe cache,
+:mod:`raysearch.search.record.probe_cache`) runs no trial: the searcher journals that result
+through the recorder as a trial of its own number (``reused_<number>``, ``reused_from``), tells
+the phase, and asks it again; it counts as a trial started, as on resume. A reusable trial
+that completes is kept there for later searches.
+
 The searcher also caps the number of trials *started* at ``stop.iteration_limit`` and keeps at
 most ``max_outstanding`` trials suggested but unfinished (running plus queued, so that Tune
 always has a queued trial to hand a finished actor to; see :mod:`raysearch.search.runner`).
@@ -304,24 +311,67 @@ class SettingSearcher(Searcher):
                 self._next_phase("every setting was proposed")
                 continue
             assert isinstance(proposal, Proposal)
+            reused = self._reused(proposal) if proposal.reusable else None
+            if reused is not None:
+                self._record_reused(proposal, reused)
+                if self.max_trials is not None and state.started >= self.max_trials:
+                    return self._finish("iteration_limit")
+                continue
             state.live[trial_id] = proposal
             state.live_phase[trial_id] = state.phase
-            state.started += 1
-            holes = getattr(state, "holes", None)  # None: pickled before it existed
-            number = holes.pop(0) if holes else state.started
+            number = self._start_one()
             state.live_number[trial_id] = number
-            state.phase_started[state.phase] += 1
-            return {
-                "number": number,
-                "phase": proposal.phase,
-                # A staged strategy's stage (``Auto``: defaults, calibration, ...), recorded.
-                "stage": proposal.stage or self._stage(state.phase),
-                "point": proposal.point,
-                "params": proposal.params,
-                "settings": proposal.settings,
-                "key": proposal.key,
-            }
+            return self._suggestion(proposal, number)
         return self._finish("space_exhausted")
+
+    def _start_one(self) -> int:
+        """Count a trial started in the current phase; its number."""
+        state = self.state
+        state.started += 1
+        holes = getattr(state, "holes", None)  # None: pickled before it existed
+        number = holes.pop(0) if holes else state.started
+        state.phase_started[state.phase] += 1
+        return number
+
+    def _suggestion(self, proposal: Proposal, number: int) -> dict[str, Any]:
+        """The trial config of ``proposal`` (see the class)."""
+        return {
+            "number": number,
+            "phase": proposal.phase,
+            # A staged strategy's stage (``Auto``: defaults, calibration, ...), recorded.
+            "stage": proposal.stage or self._stage(self.state.phase),
+            "point": proposal.point,
+            "params": proposal.params,
+            "settings": proposal.settings,
+            "key": proposal.key,
+        }
+
+    # -- results kept across searches (the probe cache) ------------------------------------
+    def _probe_cache(self) -> Any:
+        from raysearch.search.tune.session import lookup
+
+        session = lookup(self.session_key) if self.session_key is not None else None
+        return None if session is None else session.probe_cache
+
+    def _reused(self, proposal: Proposal) -> dict[str, Any] | None:
+        """An earlier search's result of ``proposal`` (a ``reusable`` one), or None."""
+        cache = self._probe_cache()
+        return None if cache is None else cache.lookup(proposal.settings)
+
+    def _record_reused(self, proposal: Proposal, record: dict[str, Any]) -> None:
+        """Journal ``record`` as a trial of ``proposal`` that no actor runs, and tell the
+        phase, as when a trial of it finishes."""
+        from raysearch.search.tune.session import lookup
+
+        session = lookup(str(self.session_key))
+        assert session is not None  # a probe cache is a session's
+        position = self.state.phase
+        number = self._start_one()
+        trial_id = f"reused_{number:05d}"
+        full = session.recorder.record_reused(trial_id, self._suggestion(proposal, number), record)
+        self.state.finished_ids.add(trial_id)
+        result = {"metric": full.get("metric"), "objective": full.get("objective"), "trial": full}
+        self._completed(trial_id, proposal, position, number, result, False)
 
     def _propose(self, phase: Phase, trial_id: str) -> Proposal | str | None:
         """The current phase started (once) and asked for a proposal; :data:`_BUDGET_USED`
@@ -395,6 +445,23 @@ class SettingSearcher(Searcher):
         if proposal is None:
             return
         state.finished_ids.add(trial_id)
+        if proposal.reusable and not error:
+            cache = self._probe_cache()
+            if cache is not None:  # kept for later searches of the same content
+                cache.store(proposal.settings, reported_record(result), trial_id)
+        self._completed(trial_id, proposal, position, number, result, error)
+
+    def _completed(
+        self,
+        trial_id: str,
+        proposal: Proposal,
+        position: int | None,
+        number: int | None,
+        result: dict[str, Any] | None,
+        error: bool,
+    ) -> None:
+        """What the search learns of a finished trial of ``proposal``: its metric and
+        objective by key, its record in ``context.records``, and the phase told."""
         metric = None if (error or not result) else metric_value(result.get("metric"))
         objective = None if (error or not result) else objective_value(result, metric)
         self.done[proposal.key] = metric
@@ -425,6 +492,8 @@ class SettingSearcher(Searcher):
                 # a phase may weigh size (the weight-only strategy's base), as replayed
                 # records (the journal's) have it
                 "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
+                # a result an earlier search measured (the probe cache), no trial run
+                "reused_from": (reported or {}).get("reused_from"),
             }
         )
         if position is not None and self.state.finish_reason != "strategy_failed":

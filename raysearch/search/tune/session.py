@@ -65,6 +65,10 @@ class SearchSession:
     callbacks: list[Any] = field(default_factory=list)
     objectives: tuple[str, ...] = ("metric",)
     journaled_ids: set[str] | None = None
+    #: Results of sensitivity probes kept across searches by content
+    #: (:class:`~raysearch.search.record.probe_cache.ProbeCache`; None: none kept), which the
+    #: searcher reuses instead of running a probe again.
+    probe_cache: Any = None
 
 
 def register(session: SearchSession) -> None:
