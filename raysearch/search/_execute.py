@@ -366,7 +366,8 @@ class Execution:
         retimed = retime(config, folder, records, run.spec.evaluation, str(config.model))
         if retimed is not None:
             records = retimed.records
-            run.info["float_latency_ms"] = retimed.float_latency_ms
+            for figure, value in retimed.float_ms.items():  # latency_ms, a decoder's figures
+                run.info[f"float_{figure}"] = value
         timed_alone = retimed.summary if retimed is not None else {}
         summary = write_outputs(
             folder,
@@ -397,6 +398,8 @@ class Execution:
                     deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
                 ),
                 "latency_retimed": timed_alone.get("latency_retimed"),
+                "decode_latency_retimed": timed_alone.get("decode_latency_retimed"),
+                "prefill_latency_retimed": timed_alone.get("prefill_latency_retimed"),
                 # Sensitivity probes taken from an earlier search of the same content.
                 "probes_reused": sum(1 for r in records if r.get("reused_from")),
                 # A language-model metric's float decode step and prefill (None: another).

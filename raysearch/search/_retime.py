@@ -13,6 +13,17 @@ that take the models in turn, so that a slower moment of the machine falls on al
 decides nothing, once :data:`MIN_ROUNDS` are done); the figure
 is the median of the rounds and the spread their lowest and highest.
 
+A language-model metric's trials also time a one-token decode step and a prefill
+(``decode_latency_ms``, ``prefill_latency_ms``): the same rule times those again, each on its
+own feed (:func:`raysearch.data.latency_feeds`, as a trial feeds it), in the same rounds: the
+best setting and the float model, and where the figure decides (``select: decode_latency`` or
+``prefill_latency``, or the figure among the ``objectives``) every candidate kept; a figure
+that decides nothing is timed on the models of one that decides too (the best is one of them
+once that one is timed alone). Each figure
+timed again is recorded as ``latency_ms``'s is (the record's figure replaced, the trial's kept
+as ``<figure>_in_search``; ``summary.json``'s ``latency_retimed``,
+``decode_latency_retimed``, ``prefill_latency_retimed``).
+
 Not done when latency is not measured (``measure_latency: false``) or the trials ran on GPUs
 (the driver's CPU would time another device).
 
@@ -39,7 +50,16 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.data import DataSource
 
-__all__ = ["Retimed", "retime", "ROUNDS", "RUNS", "MAX_MODELS"]
+__all__ = [
+    "Retimed",
+    "retime",
+    "retimed_field",
+    "deciding",
+    "FIGURES",
+    "ROUNDS",
+    "RUNS",
+    "MAX_MODELS",
+]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -56,22 +76,34 @@ REPORT_BUDGET_S = 3.0
 MAX_MODELS = 12
 
 
+#: The latencies a search times, each with the ``select`` that picks ``best/`` by it:
+#: ``latency_ms`` (one evaluation batch) for every metric, and a language-model metric's
+#: one-token decode step and prefill.
+FIGURES = {
+    "latency_ms": "latency",
+    "decode_latency_ms": "decode_latency",
+    "prefill_latency_ms": "prefill_latency",
+}
+
+
 @dataclass
 class Retimed:
-    """What timing again changed: the records (``latency_ms`` timed alone where it was, the
-    trial's own figure kept as ``latency_ms_in_search``), the float model's latency timed
-    alone, and the fields it adds to ``summary.json``."""
+    """What timing again changed: the records (each figure timed alone where it was, the
+    trial's own kept as ``<figure>_in_search``, e.g. ``latency_ms_in_search``), the float
+    model's figures timed alone (``float_ms``, by figure; ``float_latency_ms`` its
+    ``latency_ms``), and the fields it adds to ``summary.json``."""
 
     records: list[dict[str, Any]]
     float_latency_ms: float | None
     summary: dict[str, Any] = field(default_factory=dict)
+    float_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _complete(record: Mapping[str, Any]) -> bool:
+def _complete(record: Mapping[str, Any], figure: str = "latency_ms") -> bool:
     return (
         record.get("status") == "ok"
         and record.get("stopped_at_rung") is None
-        and isinstance(record.get("latency_ms"), (int, float))
+        and isinstance(record.get(figure), (int, float))
     )
 
 
@@ -81,21 +113,41 @@ def _model(folder: Path, record: Mapping[str, Any]) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
+def deciding(config: SearchConfig, figure: str) -> bool:
+    """Whether ``figure`` (a key of :data:`FIGURES`) decides: it picks ``best/`` (``select``)
+    or is one of the Pareto front's ``objectives``."""
+    return config.select == FIGURES[figure] or figure in (config.objectives or ())
+
+
 def _chosen(
-    config: SearchConfig, folder: Path, records: Sequence[Mapping[str, Any]]
+    config: SearchConfig, folder: Path, records: Sequence[Mapping[str, Any]], figure: str
 ) -> tuple[list[Mapping[str, Any]], bool]:
-    """The records whose models are timed again, and whether latency decides among them."""
-    deciding = config.select == "latency" or "latency_ms" in (config.objectives or ())
+    """The records whose models are timed again for ``figure``, and whether it decides."""
+    decides = deciding(config, figure)
     chosen: list[Mapping[str, Any]] = []
-    if deciding:
-        candidates = [r for r in records if is_candidate(r) and _complete(r)]
-        candidates.sort(key=lambda r: float(r["latency_ms"]))
+    if decides:
+        candidates = [r for r in records if is_candidate(r) and _complete(r, figure)]
+        candidates.sort(key=lambda r: float(r[figure]))
         chosen = [r for r in candidates if _model(folder, r) is not None][:MAX_MODELS]
     best = best_record(records, config.metric_higher_is_better, config.select)
-    if best is not None and _complete(best) and _model(folder, best) is not None:
+    if best is not None and _complete(best, figure) and _model(folder, best) is not None:
         if all(r["trial_id"] != best["trial_id"] for r in chosen):
             chosen.append(best)
-    return chosen, deciding
+    return chosen, decides
+
+
+def _feeds(
+    evaluation: DataSource, records: Sequence[Mapping[str, Any]]
+) -> dict[str, Mapping[str, Any]]:
+    """The feed of each figure the trials measured: ``latency_ms`` the first evaluation
+    batch, a decoder's decode step and prefill the feeds its trials were timed on."""
+    feeds: dict[str, Mapping[str, Any]] = {"latency_ms": evaluation.batch(0)}
+    if any(_complete(r, f) for r in records for f in ("decode_latency_ms", "prefill_latency_ms")):
+        from raysearch.data import latency_feeds
+
+        for name, feed in (latency_feeds(evaluation.arrays, evaluation.inputs) or {}).items():
+            feeds[f"{name}_latency_ms"] = feed
+    return feeds
 
 
 def retime(
@@ -112,81 +164,144 @@ def retime(
     Returns:
         :class:`Retimed`; its ``summary`` holds ``latency_retimed`` (how: rounds, runs,
         threads; per model the median, lowest and highest of the rounds in milliseconds, and
-        the trial's own figure) and ``best_latency_vs_float`` (the best setting's latency
-        over the float model's, both timed alone).
+        the trial's own figure), the same of ``decode_latency_retimed`` and
+        ``prefill_latency_retimed`` where the trials measured them, and
+        ``best_latency_vs_float`` (the best setting's latency over the float model's, both
+        timed alone).
     """
     if not config.measure_latency or config.resources.gpu_per_trial > 0:
         return None
     folder = Path(folder)
-    chosen, deciding = _chosen(config, folder, records)
-    if not chosen:
+    feeds = _feeds(evaluation, records)
+    plans = _with_deciding(records, {f: _chosen(config, folder, records, f) for f in feeds})
+    if not plans:
         return None
     threads = max(1, int(config.resources.cpu_per_trial))
-    paths = {"float": Path(float_model)} | {str(r["trial_id"]): _model(folder, r) for r in chosen}
-    budget = BUDGET_S if deciding else REPORT_BUDGET_S
-    rounds = _time_rounds(paths, threads, evaluation.batch(0), budget)
+    paths: dict[str, Path | None] = {"float": Path(float_model)}
+    which: dict[str, list[str]] = {"float": list(plans)}
+    for figure, (chosen, _) in plans.items():
+        for record in chosen:
+            name = str(record["trial_id"])
+            paths[name] = _model(folder, record)
+            which.setdefault(name, []).append(figure)
+    budget = BUDGET_S if any(d for _, d in plans.values()) else REPORT_BUDGET_S
+    rounds = _time_rounds(paths, which, feeds, threads, budget)
     if rounds is None:
         return None
-    timed = {name: _spread(values) for name, values in rounds.items()}
-    during = {str(r["trial_id"]): float(r["latency_ms"]) for r in chosen}
-    for name, figures in timed.items():
-        if name in during:
-            figures["in_search_ms"] = round(during[name], 4)
-    out = []
-    for record in records:
-        figures = timed.get(str(record.get("trial_id")))
-        if figures is not None:
-            record = {
-                **record,
-                "latency_ms": figures["median_ms"],
-                "latency_ms_in_search": record.get("latency_ms"),
-            }
-        out.append(dict(record))
-    if deciding:
+    timed: dict[str, dict[str, dict[str, float]]] = {}
+    for figure, (chosen, _) in plans.items():
+        timed[figure] = {name: _spread(values) for name, values in rounds[figure].items()}
+        for record in chosen:
+            timed[figure][str(record["trial_id"])]["in_search_ms"] = round(float(record[figure]), 4)
+    out = _with_timed(records, timed)
+    if any(d for _, d in plans.values()):
         _drop_unkept(config, folder, out)
-    float_ms = timed["float"]["median_ms"]
+    float_ms = {figure: by_model["float"]["median_ms"] for figure, by_model in timed.items()}
     best = best_record(out, config.metric_higher_is_better, config.select)
     ratio = None
-    if best is not None and str(best["trial_id"]) in timed and float_ms > 0:
-        ratio = round(timed[str(best["trial_id"])]["median_ms"] / float_ms, 4)
-    summary = {
-        "latency_retimed": {
-            "decides": deciding,
-            "rounds": len(rounds["float"]),
+    latency = timed.get("latency_ms", {})
+    if best is not None and str(best["trial_id"]) in latency and float_ms["latency_ms"] > 0:
+        ratio = round(latency[str(best["trial_id"])]["median_ms"] / float_ms["latency_ms"], 4)
+    n_rounds = len(next(iter(rounds.values()))["float"])
+    summary: dict[str, Any] = {
+        retimed_field(figure): {
+            "decides": plans[figure][1],
+            "rounds": n_rounds,
             "runs_per_round": RUNS,
             "threads": threads,
-            "models": timed,
-        },
-        "best_latency_vs_float": ratio,
+            "models": by_model,
+        }
+        for figure, by_model in timed.items()
     }
-    _logger.info(
-        "latency timed again alone (%d rounds of %d runs, %d threads): %s",
-        len(rounds["float"]),
-        RUNS,
-        threads,
-        ", ".join(f"{name} {f['median_ms']:.4g} ms" for name, f in timed.items()),
-    )
-    return Retimed(out, float_ms, summary)
+    summary["best_latency_vs_float"] = ratio
+    for figure, by_model in timed.items():
+        _logger.info(
+            "%s timed again alone (%d rounds of %d runs, %d threads): %s",
+            figure,
+            n_rounds,
+            RUNS,
+            threads,
+            ", ".join(f"{name} {f['median_ms']:.4g} ms" for name, f in by_model.items()),
+        )
+    return Retimed(out, float_ms.get("latency_ms"), summary, float_ms)
+
+
+def _with_deciding(
+    records: Sequence[Mapping[str, Any]],
+    plans: Mapping[str, tuple[list[Mapping[str, Any]], bool]],
+) -> dict[str, tuple[list[Mapping[str, Any]], bool]]:
+    """``plans`` (figure -> the records timed again, whether it decides) where a figure that
+    decides nothing also times the models of the figures that decide: which of them is
+    ``best/`` is known only once those are timed alone. Figures with nothing to time left
+    out."""
+    deciding_ones = {str(r["trial_id"]): r for chosen, d in plans.values() if d for r in chosen}
+    out = {}
+    for figure, (chosen, decides) in plans.items():
+        if not decides:
+            have = {str(r["trial_id"]) for r in chosen}
+            chosen = chosen + [
+                r for name, r in deciding_ones.items() if name not in have and _complete(r, figure)
+            ]
+        if chosen:
+            out[figure] = (chosen, decides)
+    return out
+
+
+def retimed_field(figure: str) -> str:
+    """The ``summary.json`` field that says how ``figure`` was timed again.
+
+    Example:
+        >>> retimed_field("latency_ms"), retimed_field("decode_latency_ms")
+        ('latency_retimed', 'decode_latency_retimed')
+    """
+    return figure.removesuffix("_ms") + "_retimed"
+
+
+def _with_timed(
+    records: Sequence[Mapping[str, Any]], timed: Mapping[str, Mapping[str, Mapping[str, float]]]
+) -> list[dict[str, Any]]:
+    """``records`` with each figure timed alone in place of the trial's, which is kept as
+    ``<figure>_in_search``."""
+    out = []
+    for record in records:
+        record = dict(record)
+        for figure, by_model in timed.items():
+            figures = by_model.get(str(record.get("trial_id")))
+            if figures is not None:
+                record[f"{figure}_in_search"] = record.get(figure)
+                record[figure] = figures["median_ms"]
+        out.append(record)
+    return out
 
 
 def _time_rounds(
-    paths: Mapping[str, Path], threads: int, feed: Mapping[str, Any], budget_s: float
-) -> dict[str, list[float]] | None:
-    """Each model's figure per round (see the module; no round starts after ``budget_s``
-    once :data:`MIN_ROUNDS` are done); None (and a warning) when ONNX Runtime cannot time
-    one: the trials' figures stay."""
+    paths: Mapping[str, Path | None],
+    which: Mapping[str, Sequence[str]],
+    feeds: Mapping[str, Mapping[str, Any]],
+    threads: int,
+    budget_s: float,
+) -> dict[str, dict[str, list[float]]] | None:
+    """Per figure, each model's figure per round (model ``name`` at ``paths[name]`` timed on
+    the feed of each figure of ``which[name]``; see the module; no round starts after
+    ``budget_s`` once :data:`MIN_ROUNDS` are done); None (and a warning) when ONNX Runtime
+    cannot time one: the trials' figures stay."""
     from raysearch.evaluate import measure_latency
     from raysearch.providers import make_session
 
     try:
         sessions = {name: make_session(path, threads) for name, path in paths.items()}
-        rounds: dict[str, list[float]] = {name: [] for name in sessions}
+        rounds: dict[str, dict[str, list[float]]] = {}
+        for name, figures in which.items():
+            for figure in figures:
+                rounds.setdefault(figure, {})[name] = []
         started = time.perf_counter()
         for done in range(ROUNDS):
             if done >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
                 break
             for name, session in sessions.items():
-                rounds[name].append(measure_latency(session, feed, runs=RUNS))
+                for figure in which[name]:
+                    timing = measure_latency(session, feeds[figure], runs=RUNS)
+                    rounds[figure][name].append(timing)
     except Exception as exc:  # noqa: BLE001 - latency is secondary: keep the trials' figures
         _logger.warning("latency could not be timed again alone: %s", exc)
         return None

@@ -14,6 +14,7 @@ from onnxruntime.quantization import quantize_dynamic
 
 from raysearch.config import SearchConfig
 from raysearch.data import DataSource
+from raysearch.ranking import best_record
 from raysearch.search._retime import ROUNDS, RUNS, retime, slower_than_float_note
 from tests.models import make_mlp_model, mlp_data
 
@@ -196,3 +197,97 @@ def test_show_prints_the_spread_of_latency_timed_alone(tmp_path, capsys):
         "alone after the search (select: latency, or objectives with latency_ms, weighs speed)."
     ) in out
     assert not any(re.match("Outputs: .*best/", line) for line in out)
+
+
+@pytest.fixture(scope="module")
+def decoder_searched(tmp_path_factory) -> dict:
+    """A tiny decoder and two weight-only models of it in a search folder, with the decode
+    and prefill figures the trials timed while they shared the CPU."""
+    from raysearch.evaluate import Evaluator
+    from raysearch.trial import TrialRunner, TrialSpec
+    from tests.lm_models import VOCAB, make_decoder_lm
+
+    folder = tmp_path_factory.mktemp("retime_lm")
+    model = make_decoder_lm(folder / "lm.onnx")
+    ids = np.random.default_rng(5).zipf(1.5, (8, 12)).clip(1, VOCAB - 1).astype(np.int64)
+    np.savez(folder / "text.npz", input_ids=ids)
+    data = DataSource.load(folder / "text.npz", model, batch_size=4)
+    runner = TrialRunner(TrialSpec(model, data, data, Evaluator("kl", 0.5)))
+    (folder / "out" / "candidates").mkdir(parents=True)
+    records = []
+    for n, block in enumerate((32, 64)):
+        trial = f"bbbb000{n + 1}"
+        result = runner.run(
+            {"quantizer": "weight_only", "block_size": block},
+            folder / "out" / "candidates" / f"{trial}.onnx",
+        )
+        assert result.status == "ok", result.error
+        records.append(
+            {
+                "trial_id": trial,
+                "number": n,
+                "status": "ok",
+                "metric": 0.01 + n * 0.001,
+                "is_candidate": True,
+                "extra": {"quantized_share": 1.0},
+                # timed under contention
+                "latency_ms": 900.0 + n,
+                "decode_latency_ms": 800.0 + n,
+                "prefill_latency_ms": 700.0 + n,
+                "model_size_bytes": result.model_size_bytes,
+                "model_file": f"candidates/{trial}.onnx",
+                "params": {"block_size": block},
+            }
+        )
+    return {"model": model, "folder": folder, "records": records, "data": data}
+
+
+@pytest.mark.parametrize(
+    ("extra", "decides"),
+    [
+        ({"select": "decode_latency"}, "decode_latency_ms"),
+        ({"objectives": ["metric", "prefill_latency_ms"]}, "prefill_latency_ms"),
+        ({}, None),
+    ],
+)
+def test_a_decoders_decode_and_prefill_are_timed_again_alone_as_latency_is(
+    decoder_searched, extra, decides
+):
+    folder, records = decoder_searched["folder"], decoder_searched["records"]
+    config = SearchConfig.from_dict(
+        {
+            "model": str(decoder_searched["model"]),
+            "calibration_data": str(folder / "text.npz"),
+            "batch_size": 4,
+            "search_space": {"quantizer": ["weight_only"], "block_size": [32, 64]},
+            "search_algo": "Grid",
+            "metric": "kl",
+            "tolerance": 0.5,
+            "output_dir": str(folder / "out"),
+            **extra,
+        }
+    )
+    retimed = retime(config, config.output_dir, records, decoder_searched["data"], config.model)
+    assert retimed is not None
+    by_id = {r["trial_id"]: r for r in retimed.records}
+    # best/ by the config's select, with the figures timed alone
+    best = best_record(retimed.records, False, config.select)["trial_id"]
+    for figure, field in (
+        ("latency_ms", "latency_retimed"),
+        ("decode_latency_ms", "decode_latency_retimed"),
+        ("prefill_latency_ms", "prefill_latency_retimed"),
+    ):
+        how = retimed.summary[field]
+        assert how["decides"] is (figure == decides)
+        assert (how["rounds"], how["runs_per_round"]) == (ROUNDS, RUNS)
+        # where a figure decides every candidate is timed again for every figure (which is
+        # the best is known once the deciding one is timed alone), else the best alone
+        timed = {"float", "bbbb0001", "bbbb0002"} if decides else {"float", best}
+        assert set(how["models"]) == timed
+        assert retimed.float_ms[figure] == how["models"]["float"]["median_ms"]
+        for name, figures in how["models"].items():
+            assert 0 < figures["min_ms"] <= figures["median_ms"] <= figures["max_ms"] < 700
+            if name != "float":  # the trial's figure kept beside the one timed alone
+                assert by_id[name][figure] == figures["median_ms"]
+                assert by_id[name][f"{figure}_in_search"] == figures["in_search_ms"]
+    assert records[0]["decode_latency_ms"] == 800.0  # the journal's records as they were
