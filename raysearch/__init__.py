@@ -25,6 +25,7 @@ from typing import Protocol as _Protocol
 # The built-in backends' settings catalogues (pure data) register themselves here, so every
 # search space is checked against them without the space package importing a backend.
 import raysearch.quantize.backends.nncf.options  # noqa: F401  (the ``nncf`` catalogue; no NNCF import)
+import raysearch.quantize.backends.nncf_weight_only.options  # noqa: F401  (no NNCF import)
 import raysearch.quantize.backends.ort.options  # noqa: F401  (registers the ``ort`` catalogue)
 import raysearch.quantize.backends.weight_only.options  # noqa: F401  (``weight_only``'s)
 from raysearch._source_tree import use_source_tree_configs as _use_source_tree_configs

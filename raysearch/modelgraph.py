@@ -24,6 +24,8 @@ __all__ = [
     "quantized_share",
     "quantizes_nothing",
     "constants_to_initializers",
+    "weight_matmuls",
+    "embedding_gathers",
 ]
 
 
@@ -141,3 +143,28 @@ def constants_to_initializers(model: onnx.ModelProto, keep_inputs_of: Collection
         del model.graph.node[:]
         model.graph.node.extend(kept)
     return moved
+
+
+def weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of the main graph's MatMul nodes whose second input is a 2-D float initializer
+    (the nodes a weight-only quantizer can rewrite), in graph order."""
+    inits = {t.name: t for t in model.graph.initializer}
+    out = []
+    for node in model.graph.node:
+        weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
+        if weight is not None and len(weight.dims) == 2 and weight.data_type in (1, 10, 16):
+            out.append(node.name)
+    return out
+
+
+def embedding_gathers(model: onnx.ModelProto) -> list[str]:
+    """Names of the Gather nodes that read rows of a 2-D float initializer (embeddings)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type == "Gather"
+        and n.input[0] in inits
+        and len(inits[n.input[0]].dims) == 2
+        and inits[n.input[0]].data_type in (1, 10, 16)
+    ]

@@ -8,7 +8,7 @@ backend or the cache is first used.
 Example:
     >>> from raysearch.quantize import get_backend, available_backends
     >>> available_backends()
-    ['nncf', 'ort', 'weight_only']
+    ['nncf', 'nncf_weight_only', 'ort', 'weight_only']
     >>> get_backend("ort").reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
     'activation_type QInt8 with weight_type QUInt8 is not supported by ONNX Runtime'
 """

@@ -53,6 +53,7 @@ __all__ = [
     "prepare_model",
     "calibration_items",
     "nncf_dataset",
+    "save_model",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -232,3 +233,17 @@ def calibration_items(data: DataSource) -> list[dict[str, Any]]:
 def nncf_dataset(data: DataSource) -> Any:
     """``data`` as an ``nncf.Dataset`` of per-sample feeds (views of its arrays)."""
     return import_nncf().Dataset(calibration_items(data))
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike, external: bool) -> None:
+    """Write the model NNCF returned to ``path``; with ``external`` (the float model had
+    external data, which NNCF loaded back: over 2 GB one file cannot hold it) its weights go
+    to ``<file name>.data`` beside it."""
+    import onnx
+
+    path = os.fspath(path)
+    if external:
+        location = os.path.basename(path) + ".data"
+        onnx.save_model(model, path, save_as_external_data=True, location=location)
+    else:
+        onnx.save_model(model, path)

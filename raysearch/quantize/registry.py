@@ -9,7 +9,7 @@ in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first u
 Example:
     >>> from raysearch.quantize.registry import available_backends, get_backend
     >>> available_backends()
-    ['nncf', 'ort', 'weight_only']
+    ['nncf', 'nncf_weight_only', 'ort', 'weight_only']
     >>> backend_cls = get_backend("ort")
     >>> backend_cls.validate({"op_types_to_quantize": ["MatMul"]}, "model.onnx")  # doctest: +SKIP
     >>> backend = backend_cls("model.onnx", calibration_data, cache=cache)         # doctest: +SKIP
@@ -62,6 +62,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "ort": "raysearch.quantize.backends.ort._backend",
     "nncf": "raysearch.quantize.backends.nncf._backend",
     "weight_only": "raysearch.quantize.backends.weight_only._backend",
+    "nncf_weight_only": "raysearch.quantize.backends.nncf_weight_only._backend",
 }
 
 _REGISTRY: dict[str, type[QuantizerBackend]] = {}

@@ -30,6 +30,8 @@ __all__ = [
     "static_settings_in_dynamic_mode",
     "smooth_quant_alphas_without_transformer",
     "bias_correction_settings_without_bias_correction",
+    "weight_compression_settings_without_effect",
+    "FOUR_BIT_ONLY",
 ]
 
 Point = dict[str, Any]
@@ -219,6 +221,45 @@ def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
 
 
 #: Every rule, in the order they are applied. A rule's name is its function name.
+#: ``nncf_weight_only``'s keys that act with a 4-bit ``mode`` only (no other catalogue has
+#: them; the backend's options refuse them with an 8-bit mode).
+FOUR_BIT_ONLY = (
+    "group_size",
+    "ratio",
+    "sensitivity_metric",
+    "backup_mode",
+    "all_layers",
+    "awq",
+    "scale_estimation",
+    "group_size_fallback_mode",
+)
+
+
+@reads(_leaf_in("mode", "ratio"))
+def weight_compression_settings_without_effect(point: Point) -> list[str]:
+    """NNCF's ``compress_weights`` (``quantizer: nncf_weight_only``): an 8-bit ``mode`` (its
+    default, ``int8_asym``, where the point sets none) puts every weight at 8 bits per output
+    channel, so the 4-bit modes' keys do nothing (NNCF refuses them); with ``ratio`` 1 every
+    ratio-defining layer is at 4 bits and ``sensitivity_metric`` ranks layers nothing moves.
+
+    Example:
+        >>> weight_compression_settings_without_effect({"mode": "int8_sym",
+        ...     "group_size": 32, "ratio": 0.8})
+        ['group_size', 'ratio']
+        >>> weight_compression_settings_without_effect({"mode": "int4_sym",
+        ...     "ratio": 1.0, "sensitivity_metric": "hessian_input_activation"})
+        ['sensitivity_metric']
+    """
+    present = [k for k in point if k.rsplit(".", 1)[-1] in FOUR_BIT_ONLY]
+    if not present:
+        return []
+    if _value(point, "mode", "int8_asym") in ("int8_sym", "int8_asym"):
+        return present
+    if _value(point, "ratio", 1.0) >= 1:
+        return _keys(point, "sensitivity_metric")
+    return []
+
+
 RULES: tuple[Rule, ...] = (
     moving_average_constant_without_moving_average,
     percentile_without_percentile_method,
@@ -226,4 +267,5 @@ RULES: tuple[Rule, ...] = (
     static_settings_in_dynamic_mode,
     smooth_quant_alphas_without_transformer,
     bias_correction_settings_without_bias_correction,
+    weight_compression_settings_without_effect,
 )

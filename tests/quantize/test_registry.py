@@ -27,8 +27,8 @@ def test_unknown_backend_suggests_the_closest():
         get_backend("orrt")
     assert (
         str(err.value)
-        == "quantizer: unknown quantizer backend 'orrt' (did you mean 'ort'?); known: nncf, ort, "
-        "weight_only"
+        == "quantizer: unknown quantizer backend 'orrt' (did you mean 'ort'?); known: nncf, "
+        "nncf_weight_only, ort, weight_only"
     )
 
 

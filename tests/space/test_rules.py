@@ -64,4 +64,5 @@ def test_every_rule_is_a_named_function():
         "static_settings_in_dynamic_mode",
         "smooth_quant_alphas_without_transformer",
         "bias_correction_settings_without_bias_correction",
+        "weight_compression_settings_without_effect",
     }

@@ -52,6 +52,7 @@ from raysearch.quantize.nncf_runtime import (  # re-exported
     nncf_dataset,
     nncf_session,
     prepare_model,
+    save_model,
 )
 from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
 
@@ -153,7 +154,7 @@ class NncfBackend(QuantizerBackend):
             except Exception as exc:  # NNCF's own failures: one line, the search goes on
                 raise ValueError(_failure_line(exc)) from exc
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        _save(quantized, os.fspath(out_path), self._external)
+        save_model(quantized, out_path, self._external)
         total = time.perf_counter() - start
         return QuantizeInfo(
             calibration_s=engine.total_s,
@@ -171,15 +172,6 @@ class NncfBackend(QuantizerBackend):
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _save(model: onnx.ModelProto, path: str, external: bool) -> None:
-    import onnx
-
-    if external:  # NNCF loaded the weights back: over 2 GB a single file cannot hold them
-        onnx.save_model(model, path, save_as_external_data=True, location=Path(path).name + ".data")
-    else:
-        onnx.save_model(model, path)
 
 
 def _check_present(key: str, requested: Sequence[str] | None, in_model: set[str]) -> None:

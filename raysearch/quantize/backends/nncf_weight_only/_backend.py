@@ -1,0 +1,236 @@
+"""The ``"nncf_weight_only"`` backend: OpenVINO NNCF's ``nncf.compress_weights`` on the ONNX
+model, with every setting of :mod:`raysearch.quantize.backends.nncf_weight_only.options`
+passed to it, and what NNCF 3.4 writes that ONNX Runtime computes wrongly repaired
+(:mod:`~raysearch.quantize.backends.nncf_weight_only._repair`).
+
+Only the settings a point gives are passed; every other argument stays NNCF's default. What
+raysearch adds: ``quantize_embeddings: false`` and ``nodes_float`` become NNCF's
+``ignored_scope`` (node names), ``group_size_fallback_mode`` its
+``AdvancedCompressionParameters`` field, and the calibration data (one ``nncf.Dataset`` item per
+sample, built once) is passed where a setting reads it (AWQ, scale estimation, a sensitivity
+metric of activations): NNCF then collects its statistics on the trial's providers and threads
+(:func:`raysearch.quantize.nncf_runtime.nncf_session`). Install with
+``pip install 'raysearch[nncf]'``; NNCF is imported only when a backend is built.
+
+Example:
+    >>> from raysearch.quantize.backends.nncf_weight_only._backend import NncfWeightOnlyBackend
+    >>> NncfWeightOnlyBackend.reject({"gptq": True}).split(":")[0]
+    'gptq is refused'
+    >>> with NncfWeightOnlyBackend("model.onnx", calibration) as backend:  # doctest: +SKIP
+    ...     info = backend.quantize({"mode": "int4_sym", "group_size": 32}, "int4.onnx")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from raysearch.errors import ConfigError, suggest
+from raysearch.modelfile import has_external_data, load_header
+from raysearch.modelgraph import WEIGHTED_OP_TYPES, embedding_gathers, weight_matmuls
+from raysearch.providers import session_providers
+from raysearch.quantize.backends.nncf_weight_only._repair import repair_matmul_nbits
+from raysearch.quantize.backends.nncf_weight_only.options import (
+    DEFAULT_GROUP_SIZE,
+    INT8_MODES,
+    NNCF_WEIGHT_ONLY_CATALOGUE,
+    is_data_aware,
+    mode,
+    reject_reason,
+)
+from raysearch.quantize.nncf_runtime import (
+    import_nncf,
+    missing_nncf,
+    nncf_dataset,
+    nncf_session,
+    prepare_model,
+    save_model,
+)
+from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+
+if TYPE_CHECKING:
+    import onnx
+
+    from raysearch.data import DataSource
+    from raysearch.quantize.calibration import CalibrationCache
+    from raysearch.space.catalogue import Catalogue
+
+__all__ = ["NncfWeightOnlyBackend", "compress_arguments"]
+
+_logger = logging.getLogger(__name__)
+
+
+@register_backend("nncf_weight_only")
+class NncfWeightOnlyBackend(QuantizerBackend):
+    """NNCF's ``compress_weights`` with the trial's settings (see the module); ``options``
+    are the base class's (``threads``, ``gpu_id``, ``providers``)."""
+
+    catalogue: ClassVar[Catalogue | None] = NNCF_WEIGHT_ONLY_CATALOGUE
+    model_settings: ClassVar[tuple[str, ...]] = ("nodes_float",)
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource | None,
+        cache: CalibrationCache | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(model_path, calibration, cache, **options)
+        self._nncf = import_nncf()
+        self.providers = self.providers or session_providers(self.gpu_id)
+        self._external = has_external_data(self.model_path)
+        self._model = prepare_model(self.model_path)
+        self._gathers = embedding_gathers(self._model)
+        self._weighted = sum(n.op_type in WEIGHTED_OP_TYPES for n in self._model.graph.node)
+        self._dataset: Any = None  # built on the first setting that reads the data
+
+    @classmethod
+    def missing_requirement(cls) -> str | None:
+        return missing_nncf("nncf_weight_only")
+
+    # -- checks ----------------------------------------------------------------------------
+    @classmethod
+    def validate(
+        cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
+    ) -> None:
+        """Raise :class:`ConfigError` for a ``nodes_float`` name that is no weight MatMul or
+        embedding Gather of ``model`` (with the closest name)."""
+        names = settings.get("nodes_float")
+        if not names:
+            return
+        proto = model if not isinstance(model, (str, os.PathLike)) else load_header(model)
+        known = weight_matmuls(proto) + embedding_gathers(proto)
+        missing = [n for n in names if n not in known]
+        if missing:
+            described = ", ".join(f"'{v}'{suggest(v, known)}" for v in missing)
+            raise ConfigError(
+                "nodes_float", f"not a weight MatMul or embedding Gather of the model: {described}"
+            )
+
+    @classmethod
+    def reject(cls, settings: Mapping[str, Any]) -> str | None:
+        return reject_reason(settings)
+
+    @classmethod
+    def reject_on_model(
+        cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
+    ) -> str | None:
+        """A 4-bit ``group_size`` that does not divide the rows of a weight NNCF puts at 4
+        bits (every weight MatMul but the last, the last too with ``all_layers``), with
+        ``group_size_fallback_mode`` ``error`` (NNCF's default): NNCF refuses it."""
+        if mode(settings) in INT8_MODES or settings.get("group_size_fallback_mode") not in (
+            None,
+            "error",
+        ):
+            return None
+        group = int(settings.get("group_size") or DEFAULT_GROUP_SIZE)
+        names = list(weights)
+        if not settings.get("all_layers"):
+            names = names[:-1]
+        kept = set(settings.get("nodes_float") or ())
+        for name in names:
+            rows = int(weights[name][0])
+            if name not in kept and rows % group:
+                return (
+                    f"group_size {group} does not divide the {rows} rows of node {name}: NNCF "
+                    "refuses it (set a smaller group_size, or group_size_fallback_mode "
+                    "ignore or adjust)"
+                )
+        return None
+
+    # -- quantization ----------------------------------------------------------------------
+    def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
+        """Compress with ``settings`` into ``out_path``. What NNCF raises is raised again as
+        one line naming NNCF (the trial records it as a failed trial)."""
+        reason = self.reject(settings)
+        if reason:
+            raise ValueError(reason)
+        start = time.perf_counter()
+        data_s = 0.0
+        if is_data_aware(settings) and self._dataset is None:
+            self._dataset = nncf_dataset(self.calibration)
+        folder = str(Path(self.model_path).resolve().parent) if self._external else None
+        arguments = compress_arguments(self._nncf, settings, self._gathers, folder)
+        if is_data_aware(settings):
+            arguments["dataset"] = self._dataset
+        with nncf_session(self.providers, self.threads) as engine:
+            try:
+                compressed = self._nncf.compress_weights(self._model, **arguments)
+            except Exception as exc:  # NNCF's own failures: one line, the search goes on
+                first = (str(exc).strip().splitlines() or [""])[0]
+                raise ValueError(
+                    f"NNCF {self._nncf.__version__} compress_weights failed "
+                    f"({type(exc).__name__}): {first}"
+                ) from exc
+        data_s = engine.total_s
+        repaired = repair_matmul_nbits(compressed)
+        _logger.debug("repaired NNCF's MatMulNBits: %s", repaired)
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        save_model(compressed, out_path, self._external)
+        share = _compressed(compressed) / self._weighted if self._weighted else None
+        return QuantizeInfo(
+            calibration_s=data_s,
+            quantization_s=time.perf_counter() - start - data_s,
+            calib_cache_hit=False,
+            extra={k: float(v) for k, v in repaired.items()},
+            quantized_share=share,
+        )
+
+
+def compress_arguments(
+    nncf: Any,
+    settings: Mapping[str, Any],
+    embeddings: Sequence[str],
+    external_data_dir: str | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of ``nncf.compress_weights`` for ``settings`` (only the keys they
+    set), the model's embedding Gathers ``embeddings`` ignored where ``quantize_embeddings``
+    is false; the calibration data is the caller's to add."""
+    from nncf.onnx.quantization.backend_parameters import BackendParameters
+    from nncf.quantization.advanced_parameters import (
+        AdvancedCompressionParameters,
+        GroupSizeFallbackMode,
+    )
+
+    arguments: dict[str, Any] = {}
+    if settings.get("mode"):
+        arguments["mode"] = nncf.CompressWeightsMode(settings["mode"])
+    for key in ("group_size", "ratio", "all_layers", "awq", "scale_estimation"):
+        if settings.get(key) is not None:
+            arguments[key] = settings[key]
+    if settings.get("sensitivity_metric"):
+        arguments["sensitivity_metric"] = nncf.SensitivityMetric(settings["sensitivity_metric"])
+    if settings.get("backup_mode"):
+        arguments["backup_mode"] = nncf.BackupMode(settings["backup_mode"])
+    ignored = list(settings.get("nodes_float") or ())
+    if settings.get("quantize_embeddings") is False:
+        ignored += [n for n in embeddings if n not in ignored]
+    if ignored:
+        arguments["ignored_scope"] = nncf.IgnoredScope(names=ignored)
+    advanced: dict[str, Any] = {}
+    if settings.get("group_size_fallback_mode"):
+        advanced["group_size_fallback_mode"] = GroupSizeFallbackMode(
+            settings["group_size_fallback_mode"]
+        )
+    if external_data_dir:
+        advanced["backend_params"] = {BackendParameters.EXTERNAL_DATA_DIR: external_data_dir}
+    if advanced:
+        arguments["advanced_parameters"] = AdvancedCompressionParameters(**advanced)
+    return arguments
+
+
+def _compressed(model: onnx.ModelProto) -> int:
+    """Weight MatMuls NNCF compressed: each ``MatMulNBits``, and each MatMul whose weight a
+    ``DequantizeLinear`` writes (its activation stays float, so the graph count of
+    :func:`raysearch.modelgraph.quantized_share` would read none)."""
+    nodes = list(model.graph.node)
+    dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
+    return sum(
+        n.op_type == "MatMulNBits"
+        or (n.op_type in WEIGHTED_OP_TYPES and any(i in dequantized for i in n.input[1:2]))
+        for n in nodes
+    )

@@ -1,0 +1,88 @@
+"""What NNCF 3.4's ``compress_weights`` writes into ``MatMulNBits`` that ONNX Runtime computes
+wrongly or refuses, put right in the written model.
+
+NNCF replaces a weight MatMul by a ``MatMulNBits`` (4-bit groups, opset below 21) in
+``ONNXWeightCompressionAlgoBackend._replace_matmul_with_matmulnbits``, and there:
+
+- **the bias counted twice**: where NNCF's graph reads the ``Add`` after a MatMul as the
+  MatMul's bias, it passes that bias as the ``MatMulNBits`` bias input but keeps the ``Add``,
+  so the output carries the bias twice (bytegpt's KL 6.3e-3 instead of 0.88e-3 at int4_sym).
+  :func:`repair_matmul_nbits` drops the bias input where an ``Add`` after the node adds the
+  same tensor: the graph is then what ONNX Runtime's own quantizer writes (``MatMulNBits``
+  then the model's ``Add``).
+- **zero points one per byte** (``int4_asym``): ``MatMulNBits`` reads 4-bit zero points two
+  per byte, ``[N, ceil(blocks / 2)]``; NNCF writes one per byte, ``[N, blocks]``, which ONNX
+  Runtime 1.31 refuses at load where a weight has more than one block ("zero_points
+  initializer shape {768,2} does not match attribute-derived shape") and, with one block,
+  reads as intended. :func:`repair_matmul_nbits` packs them (low nibble first).
+
+``tests/quantize/test_nncf_weight_only_backend.py`` checks both on ONNX Runtime's output. An
+NNCF that writes either correctly leaves nothing to repair (no ``Add`` repeats the bias, the
+zero points are packed), and the model is then left as written.
+
+Example:
+    >>> repair_matmul_nbits(model)     # bytegpt at int4_asym               # doctest: +SKIP
+    {'biases_dropped': 16, 'zero_points_packed': 16}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["repair_matmul_nbits"]
+
+
+def repair_matmul_nbits(model: onnx.ModelProto) -> dict[str, int]:
+    """Repair ``model``'s ``MatMulNBits`` nodes in place (see the module); how many biases were
+    dropped and how many zero-point tensors packed."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    inits = {t.name: t for t in model.graph.initializer}
+    counts = {"biases_dropped": 0, "zero_points_packed": 0}
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits" or node.domain != "com.microsoft":
+            continue
+        if _drop_repeated_bias(node, consumers.get(node.output[0], [])):
+            counts["biases_dropped"] += 1
+        if _pack_zero_points(node, inits):
+            counts["zero_points_packed"] += 1
+    return counts
+
+
+def _drop_repeated_bias(node: onnx.NodeProto, consumers: list[onnx.NodeProto]) -> bool:
+    """Inputs: A, B, scales, zero_points, g_idx, bias. A bias an ``Add`` after the node adds
+    again is dropped (with the empty inputs before it)."""
+    if len(node.input) < 6 or not node.input[5]:
+        return False
+    bias = node.input[5]
+    if not any(c.op_type == "Add" and bias in c.input for c in consumers):
+        return False
+    keep = 4 if node.input[3] else 3
+    del node.input[keep:]
+    return True
+
+
+def _pack_zero_points(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> bool:
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    if len(node.input) < 4 or not node.input[3] or node.input[3] not in inits:
+        return False
+    tensor = inits[node.input[3]]
+    attrs = {a.name: a.i for a in node.attribute}
+    if attrs.get("bits", 4) != 4 or tensor.data_type != TensorProto.UINT8:
+        return False
+    blocks = -(-attrs["K"] // attrs["block_size"])
+    values = numpy_helper.to_array(tensor)
+    if values.ndim != 2 or values.shape != (attrs["N"], blocks) or blocks == 1:
+        return False  # packed already, or one block: one zero point per byte is the packing
+    if blocks % 2:
+        values = np.concatenate([values, np.zeros((values.shape[0], 1), np.uint8)], axis=1)
+    packed = (values[:, 0::2] & 0x0F) | ((values[:, 1::2] & 0x0F) << 4)
+    tensor.CopyFrom(numpy_helper.from_array(packed.astype(np.uint8), tensor.name))
+    return True
