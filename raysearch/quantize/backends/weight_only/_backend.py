@@ -15,6 +15,13 @@ configuration only (its global ``bits`` is ignored there): every node gets its o
 No calibration: RTN, HQQ and k-quant read the weights alone, and the backend never touches
 the calibration data or its cache.
 
+A float model with external data (every model over 2 GB) is never held whole: the backend
+keeps its graph without the weights, and RTN and HQQ read each weight from the file as they
+rewrite its node and drop it after
+(:mod:`~raysearch.quantize.backends.weight_only._external`), so a trial holds one float
+weight at a time beside the quantized model it writes (with its own ``<name>.data`` file).
+k-quant, which quantizes the whole model at once, reads the weights in for its pass.
+
 Example:
     >>> from raysearch.quantize.backends.weight_only._backend import WeightOnlyBackend
     >>> WeightOnlyBackend.reject({"algorithm": "gptq"})[:40]
@@ -37,7 +44,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import has_external_data
+from raysearch.modelfile import has_external_data, load_header
+from raysearch.quantize.backends.weight_only._external import load_remaining, weights_on_demand
 from raysearch.quantize.backends.weight_only.options import (
     DEFAULTS,
     FLOAT,
@@ -126,7 +134,9 @@ class WeightOnlyBackend(QuantizerBackend):
         import onnx
 
         self._external = has_external_data(self.model_path)
-        self._model = onnx.load(self.model_path)
+        # With external data, the graph alone: the weights are read node by node as passes
+        # rewrite them (see the module); a model in one file is small enough to hold.
+        self._model = load_header(self.model_path) if self._external else onnx.load(self.model_path)
         self._weights = weight_matmuls(self._model)
         self._gathers = embedding_gathers(self._model)
         self._weighted = sum(
@@ -184,6 +194,11 @@ class WeightOnlyBackend(QuantizerBackend):
                     return reason
         return None
 
+    @property
+    def _folder(self) -> str:
+        """The folder of the float model, where its external-data files are."""
+        return os.path.dirname(os.path.abspath(self.model_path))
+
     # -- quantization ----------------------------------------------------------------------
     def precisions(self, settings: Mapping[str, Any]) -> dict[str, int | str]:
         """Every weight MatMul's precision under ``settings``: 4, 8 or ``"float"``."""
@@ -202,6 +217,8 @@ class WeightOnlyBackend(QuantizerBackend):
         model = onnx.ModelProto()
         model.CopyFrom(self._model)
         if options["algorithm"] == "k_quant":
+            if self._external:  # its pass reads the whole model at once
+                load_remaining(model, self._folder)
             model = self._k_quant(model, options, precisions)
         else:
             for bits in (8, 4):
@@ -211,6 +228,7 @@ class WeightOnlyBackend(QuantizerBackend):
             _set_accuracy_level(model, level)
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
         if self._external:
+            load_remaining(model, self._folder)  # the weights no pass rewrote
             location = Path(out_path).name + ".data"
             onnx.save_model(
                 model, os.fspath(out_path), save_as_external_data=True, location=location
@@ -246,7 +264,8 @@ class WeightOnlyBackend(QuantizerBackend):
             ]
         block, fmt = int(options["block_size"]), QuantFormat[options["quant_format"]]
         level = int(options["accuracy_level"]) or None
-        if options["algorithm"] == "hqq" and bits == 4:  # 8-bit nodes: RTN (see options)
+        hqq = options["algorithm"] == "hqq" and bits == 4  # 8-bit nodes: RTN (see options)
+        if hqq:
             config: Any = mnq.HQQWeightOnlyQuantConfig(
                 block_size=block, bits=bits, op_types_to_quantize=op_types
             )
@@ -270,7 +289,10 @@ class WeightOnlyBackend(QuantizerBackend):
             op_types_to_quantize=op_types,
             algo_config=config,
         )
-        with _quiet(self.threads if options["algorithm"] == "hqq" and bits == 4 else None):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_quiet(self.threads if hqq else None))
+            if self._external:
+                stack.enter_context(weights_on_demand(quantizer, self._folder))
             quantizer.process()
         return quantizer.model.model
 
