@@ -470,25 +470,34 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
         timed = f"{_fmt(on_cpu)} ms per batch on the driver's CPU"
     else:
         timed = "latency not measured"
+    for key, label, unit, _ in _LATENCIES[1:]:  # a language-model metric's decode, prefill
+        if summary.get(f"float_{key}") is not None:
+            timed += f", {label} {_fmt(summary[f'float_{key}'])} {unit}"
     return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
+
+
+#: The latencies set against the float model's: (the summary's ``best_``/``float_`` key, the
+#: words, the unit, the summary's field saying how it was timed alone after the search).
+_LATENCIES = (
+    ("latency_ms", "latency", "ms per batch", "latency_retimed"),
+    ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
+    ("prefill_latency_ms", "prefill", "ms per prompt", "prefill_latency_retimed"),
+)
 
 
 def _against_float(summary: dict[str, Any]) -> list[str]:
     lines = []
-    for key, label, unit in (
-        ("model_size_bytes", "size", None),
-        ("latency_ms", "latency", "ms per batch"),
-    ):
+    for key, label, unit, field in (("model_size_bytes", "size", None, None), *_LATENCIES):
         mine, ref = summary.get(f"best_{key}"), summary.get(f"float_{key}")
         if mine is None:
             continue
         said = _size(mine) if unit is None else f"{_fmt(mine)} {unit}"
         if ref:
             said += f" ({mine / ref:.1%} of the float model's)"
-        timed = (summary.get("latency_retimed") or {}).get("models") or {}
+        timed = (summary.get(field) or {}).get("models") or {} if field else {}
         best = timed.get(str(summary.get("best_trial_id")))
         if unit is not None and best and timed.get("float"):
-            rounds = summary["latency_retimed"]["rounds"]
+            rounds = summary[field]["rounds"]
             said += (
                 f", both timed alone after the search: {_fmt(best['min_ms'])}-"
                 f"{_fmt(best['max_ms'])} ms against {_fmt(timed['float']['min_ms'])}-"
@@ -537,7 +546,9 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
         if not ended or summary.get("stop_reason") == "interrupted":
             print(_no_result(summary))
     else:
-        print(f"Best setting: {metric} = {_fmt(summary['best_metric'])}")
+        interval = summary.get("best_metric_interval")
+        said = f" (95 % interval {_fmt(interval[0])}-{_fmt(interval[1])})" if interval else ""
+        print(f"Best setting: {metric} = {_fmt(summary['best_metric'])}{said}")
         for key, value in (summary.get("best_params") or {}).items():
             print(f"  {key}: {_fmt(value)}")
         for line in _against_float(summary):

@@ -146,3 +146,8 @@ def test_the_float_model_and_the_best_figures_reach_the_summary(decoder, tmp_pat
     )
     assert summary["best_decode_latency_ms"] == result.decode_latency_ms
     assert summary["best_prefill_latency_ms"] == result.prefill_latency_ms
+    # the best's metric with its 95 % interval (what the terminal prints beside it)
+    assert summary["best_metric_interval"] == [
+        result.extra["kl_ci_low"],
+        result.extra["kl_ci_high"],
+    ]

@@ -400,3 +400,130 @@ def test_a_custom_metric_is_described_by_its_evaluators_docstring():
     assert (
         words[2] == f"top1_cos, as its evaluator (raysearch.demo.evaluators:top1_cos) says: {first}"
     )
+
+
+def _lm_records() -> list[dict]:
+    """Two trials of a language-model metric: its three metrics with their intervals, and
+    the decode step and prefill each trial timed."""
+    records = []
+    for i, (kl, agree, ppl) in enumerate(((0.0019, 0.989, 3.21), (0.0031, 0.981, 3.25)), 1):
+        r = record(i, kl, candidate=i == 1, block_size=32 * i)
+        r["latency_ms"], r["decode_latency_ms"], r["prefill_latency_ms"] = 9.0, 0.5 * i, 4.0 * i
+        r["extra"] = {
+            "quantized_share": 1.0,
+            "kl": kl,
+            "kl_ci_low": kl - 0.0001,
+            "kl_ci_high": kl + 0.0001,
+            "top1_agreement": agree,
+            "top1_agreement_ci_low": agree - 0.002,
+            "top1_agreement_ci_high": agree + 0.002,
+            "perplexity": ppl,
+            "perplexity_ci_low": ppl - 0.05,
+            "perplexity_ci_high": ppl + 0.05,
+        }
+        records.append(r)
+    return records
+
+
+def test_a_language_model_search_shows_decode_prefill_and_each_metrics_interval():
+    summary = {
+        **SUMMARY,
+        "metric": "kl",
+        "n_trials": 2,
+        "n_failed": 0,
+        "best_trial_id": "t1",
+        "best_metric": 0.0019,
+        "best_latency_ms": 9.0,
+        "float_latency_ms": 10.0,
+        "best_decode_latency_ms": 0.5,
+        "float_decode_latency_ms": 0.8,
+        "best_prefill_latency_ms": 4.0,
+        "float_prefill_latency_ms": 5.0,
+        "decode_latency_retimed": {
+            "decides": False,
+            "rounds": 5,
+            "runs_per_round": 5,
+            "threads": 1,
+            "models": {
+                "float": {"median_ms": 0.8, "min_ms": 0.75, "max_ms": 0.9},
+                "t1": {"median_ms": 0.5, "min_ms": 0.45, "max_ms": 0.6},
+            },
+        },
+    }
+    text = build_report(_lm_records(), summary)
+    table = _table(text, "trials")
+    header = table[0]
+    assert header[:9] == [
+        "#",
+        "trial",
+        "status",
+        "metric",
+        "kl [95 % interval]",
+        "top1_agreement [95 % interval]",
+        "perplexity [95 % interval]",
+        "candidate",
+        "latency (ms)",
+    ]
+    assert header[9:11] == ["decode latency (ms)", "prefill latency (ms)"]
+    first = dict(zip(header, table[1]))
+    assert first["kl [95 % interval]"] == "0.0019 [0.0018, 0.002]"
+    assert first["top1_agreement [95 % interval]"] == "0.989 [0.987, 0.991]"
+    assert first["perplexity [95 % interval]"] == "3.21 [3.16, 3.26]"
+    assert (first["decode latency (ms)"], first["prefill latency (ms)"]) == ("0.5", "4")
+    words = _words(text)
+    assert any("kl = 0.0019 (95 % interval 0.0018-0.002)" in w for w in words), words
+    against = next(w for w in words if w.startswith("Against the float model"))
+    assert (
+        "decode step 0.5 (0.45-0.6 over 5 rounds) against 0.8 (0.75-0.9 over 5 rounds) ms per "
+        "token, each timed alone after the search (62.5% of the float model's: faster); "
+        "prefill 4 against 5 ms per prompt (80.0% of the float model's: faster)"
+    ) in against
+    # Another metric's search has none of these columns.
+    other = _table(build_report(_records(), SUMMARY), "trials")[0]
+    assert not any("interval" in h or "decode" in h or "prefill" in h for h in other)
+
+
+def test_show_prints_the_decode_step_prefill_and_the_best_metrics_interval(tmp_path, capsys):
+    summary = {
+        "stop_reason": "space_exhausted",
+        "n_trials": 2,
+        "n_failed": 0,
+        "n_candidates": 1,
+        "wall_time_s": 10.0,
+        "metric": "kl",
+        "best_metric": 0.0019,
+        "best_metric_interval": [0.0018, 0.002],
+        "best_trial_id": "t1",
+        "best_params": {"block_size": 32},
+        "best_latency_ms": 9.0,
+        "float_latency_ms": 10.0,
+        "best_decode_latency_ms": 0.5,
+        "float_decode_latency_ms": 0.8,
+        "best_prefill_latency_ms": 4.0,
+        "float_prefill_latency_ms": 5.0,
+        "float_model_size_bytes": 1000,
+        "decode_latency_retimed": {
+            "decides": True,
+            "rounds": 3,
+            "runs_per_round": 5,
+            "threads": 1,
+            "models": {
+                "float": {"median_ms": 0.8, "min_ms": 0.75, "max_ms": 0.9},
+                "t1": {"median_ms": 0.5, "min_ms": 0.45, "max_ms": 0.6},
+            },
+        },
+    }
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(
+        line.startswith("Float model: kl = 0 ")
+        and line.endswith("10 ms per batch, decode step 0.8 ms per token, prefill 5 ms per prompt")
+        for line in out
+    ), out
+    assert "Best setting: kl = 0.0019 (95 % interval 0.0018-0.002)" in out
+    assert (
+        "  decode step: 0.5 ms per token (62.5% of the float model's), both timed alone after "
+        "the search: 0.45-0.6 ms against 0.75-0.9 ms over 3 rounds"
+    ) in out
+    assert "  prefill: 4 ms per prompt (80.0% of the float model's)" in out

@@ -50,6 +50,9 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("metric", "metric", True),
     ("candidate", "is_candidate", False),
     ("latency (ms)", "latency_ms", True),
+    # A language-model metric's trial: one-token decode step and prefill.
+    ("decode latency (ms)", "decode_latency_ms", True),
+    ("prefill latency (ms)", "prefill_latency_ms", True),
     ("size", "model_size_bytes", True),
     ("device", "device", False),
     ("node", "node", False),
@@ -103,9 +106,43 @@ def _evaluated(record: Mapping[str, Any], by_rows: bool) -> str:
     return _cell(None if by_rows else share, True, said)
 
 
+#: The key of an interval column: a language-model metric with its 95 % interval.
+_INTERVAL = "interval:"
+
+
+def _interval_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, bool]]:
+    """A column per language-model metric some record holds (``extra``), with its 95 %
+    interval: every one of them, whichever the search's metric is."""
+    from raysearch.metrics import LM_METRICS
+
+    def extra(r: Mapping[str, Any]) -> Mapping[str, Any]:
+        held = r.get("extra")
+        return held if isinstance(held, Mapping) else {}
+
+    return [
+        (f"{name} [95 % interval]", _INTERVAL + name, True)
+        for name in LM_METRICS
+        if any(finite(extra(r).get(name)) is not None for r in rows)
+    ]
+
+
+def _interval_cell(record: Mapping[str, Any], name: str) -> str:
+    """``value [low, high]``, sorted by the value."""
+    extra = record.get("extra")
+    extra = extra if isinstance(extra, Mapping) else {}
+    value = finite(extra.get(name))
+    low, high = finite(extra.get(f"{name}_ci_low")), finite(extra.get(f"{name}_ci_high"))
+    if value is None:
+        return _cell(None, True)
+    bounds = f" [{show(low)}, {show(high)}]" if low is not None and high is not None else ""
+    return _cell(value, True, f"{show(value)}{bounds}")
+
+
 def _record_cell(record: Mapping[str, Any], key: str, numeric: bool, by_rows: bool) -> str:
     if key == "eval_rows":
         return _evaluated(record, by_rows)
+    if key.startswith(_INTERVAL):
+        return _interval_cell(record, key[len(_INTERVAL) :])
     value = record.get(key)
     if key == "model_size_bytes":
         return _cell(value, True, human_bytes(value))
@@ -147,6 +184,9 @@ def _columns_shown(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, bo
 def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
     params = _param_names(rows)
     columns = _columns_shown(rows)
+    at = next(i for i, c in enumerate(columns) if c[1] == "status") + 1
+    at = next((i + 1 for i, c in enumerate(columns) if c[1] == "metric"), at)
+    columns[at:at] = _interval_columns(rows)  # beside the metric
     head = "".join(
         f'<th data-type="{"num" if numeric else "text"}">{_header(title)}</th>'
         for title, _, numeric in columns

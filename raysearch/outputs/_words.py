@@ -121,9 +121,13 @@ def _won(best: Mapping[str, Any] | None, metric: str) -> str:
         return "No trial completed, so there is no best setting."
     params = setting_text(best.get("params") or {})
     kind = "a candidate" if is_candidate(best) else "not a candidate"
+    extra = best.get("extra")
+    extra = extra if isinstance(extra, Mapping) else {}
+    low, high = finite(extra.get(f"{metric}_ci_low")), finite(extra.get(f"{metric}_ci_high"))
+    interval = f" (95 % interval {_num(low)}-{_num(high)})" if None not in (low, high) else ""
     return (
         f"The best setting is trial {best.get('trial_id')} ({kind}): {metric} = "
-        f"{_num(best.get('metric'))}" + (f", with {params}." if params else ".")
+        f"{_num(best.get('metric'))}{interval}" + (f", with {params}." if params else ".")
     )
 
 
@@ -186,10 +190,20 @@ def _against_default(
     )
 
 
-def _latency_spread(summary: Mapping[str, Any], name: str) -> str:
+#: The latencies set against the float model's: (the summary's ``best_``/``float_`` key,
+#: the words, the unit, how it was timed alone after the search).
+_LATENCIES = (
+    ("latency_ms", "latency", "ms per batch", "latency_retimed"),
+    ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
+    ("prefill_latency_ms", "prefill", "ms per prompt", "prefill_latency_retimed"),
+)
+
+
+def _latency_spread(summary: Mapping[str, Any], name: str, field: str = "latency_retimed") -> str:
     """How ``name``'s latency (``float``, or a trial id) was timed alone after the search, and
-    the spread of the rounds (``latency_retimed``); empty when it was not."""
-    retimed = summary.get("latency_retimed")
+    the spread of the rounds (``field``: ``latency_retimed``, or a decoder's
+    ``decode_latency_retimed``, ``prefill_latency_retimed``); empty when it was not."""
+    retimed = summary.get(field)
     models = retimed.get("models") if isinstance(retimed, Mapping) else None
     figures = models.get(name) if isinstance(models, Mapping) else None
     if not isinstance(figures, Mapping):
@@ -204,14 +218,16 @@ def _against_float(summary: Mapping[str, Any], metric: str) -> str | None:
     said = []
     if summary.get("float_metric") is not None:
         said.append(f"{metric} {_num(summary['float_metric'])}")
-    mine, theirs = finite(summary.get("best_latency_ms")), finite(summary.get("float_latency_ms"))
-    if mine is not None and theirs is not None and theirs > 0:
+    for key, words, unit, field in _LATENCIES:
+        mine, theirs = finite(summary.get(f"best_{key}")), finite(summary.get(f"float_{key}"))
+        if mine is None or theirs is None or theirs <= 0:
+            continue
         best_id = str(summary.get("best_trial_id"))
-        alone = _latency_spread(summary, "float")
+        alone = _latency_spread(summary, "float", field)
         ratio = mine / theirs
         said.append(
-            f"latency {_num(mine)}{_latency_spread(summary, best_id)} against {_num(theirs)}"
-            f"{alone} ms per batch"
+            f"{words} {_num(mine)}{_latency_spread(summary, best_id, field)} against "
+            f"{_num(theirs)}{alone} {unit}"
             + (", each timed alone after the search" if alone else "")
             + f" ({ratio:.1%} of the float model's: "
             + ("slower than the float model)" if ratio > 1 else "faster)")

@@ -133,6 +133,11 @@ def _summary(
         # A language-model metric's search: its best's one-token decode step and prefill.
         summary["best_decode_latency_ms"] = of_best("decode_latency_ms")
         summary["best_prefill_latency_ms"] = of_best("prefill_latency_ms")
+    extra = of_best("extra") or {}
+    if f"{config.metric}_ci_low" in extra:
+        # A language-model metric's 95 % interval of the best's metric (paired bootstrap).
+        interval = [extra[f"{config.metric}_ci_low"], extra.get(f"{config.metric}_ci_high")]
+        summary["best_metric_interval"] = interval
     devices = sorted({str(r["device"]) for r in rows if r.get("device")})
     summary["device"] = ", ".join(devices) if devices else None
     if of_best("device") not in (None, "cpu") and summary["float_latency_ms"] is not None:
