@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
 from raysearch.modelfile import has_external_data, load_header
+from raysearch.modelgraph import embedding_gathers, weight_matmuls  # re-exported
 from raysearch.quantize.backends.weight_only._external import load_remaining, weights_on_demand
 from raysearch.quantize.backends.weight_only.options import (
     DEFAULTS,
@@ -89,31 +90,6 @@ def import_quantizer() -> Any:
         for logger in (name, "neural_compressor"):
             logging.getLogger(logger).setLevel(logging.WARNING)
     return sys.modules[name]
-
-
-def weight_matmuls(model: onnx.ModelProto) -> list[str]:
-    """Names of the main graph's MatMul nodes whose second input is a 2-D float initializer
-    (the nodes a weight-only quantizer can rewrite), in graph order."""
-    inits = {t.name: t for t in model.graph.initializer}
-    out = []
-    for node in model.graph.node:
-        weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
-        if weight is not None and len(weight.dims) == 2 and weight.data_type in (1, 10, 16):
-            out.append(node.name)
-    return out
-
-
-def embedding_gathers(model: onnx.ModelProto) -> list[str]:
-    """Names of the Gather nodes that read rows of a 2-D float initializer (embeddings)."""
-    inits = {t.name: t for t in model.graph.initializer}
-    return [
-        n.name
-        for n in model.graph.node
-        if n.op_type == "Gather"
-        and n.input[0] in inits
-        and len(inits[n.input[0]].dims) == 2
-        and inits[n.input[0]].data_type in (1, 10, 16)
-    ]
 
 
 @register_backend("weight_only")
