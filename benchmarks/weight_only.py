@@ -209,6 +209,8 @@ def search(model: Path, calib: Path, data: Path, folder: Path, tolerance: float)
         [str(Path(sys.executable).parent / "raysearch"), "run", str(path)],
         capture_output=True,
         text=True,
+        # cold: no sensitivity probe reused from an earlier run's probe cache
+        env={**os.environ, "RAYSEARCH_PROBE_CACHE": "0"},
     )
     wall = time.perf_counter() - start
     if proc.returncode != 0:

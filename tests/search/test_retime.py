@@ -291,3 +291,44 @@ def test_a_decoders_decode_and_prefill_are_timed_again_alone_as_latency_is(
                 assert by_id[name][figure] == figures["median_ms"]
                 assert by_id[name][f"{figure}_in_search"] == figures["in_search_ms"]
     assert records[0]["decode_latency_ms"] == 800.0  # the journal's records as they were
+
+
+@pytest.mark.slow
+def test_a_decoder_search_times_its_decode_step_alone_where_it_decides(
+    ray_cluster, decoder_searched, tmp_path, capsys
+):
+    import yaml
+
+    from raysearch.cli import main
+
+    folder = decoder_searched["folder"]
+    config = {
+        "model": str(decoder_searched["model"]),
+        "calibration_data": str(folder / "text.npz"),
+        "batch_size": 4,
+        "search_space": {"quantizer": ["weight_only"], "block_size": [32, 64]},
+        "search_algo": "Grid",
+        "metric": "kl",
+        "tolerance": 0.5,
+        "select": "decode_latency",
+        "early_stopping": False,
+        "output_dir": str(tmp_path / "out"),
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path)]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    how = summary["decode_latency_retimed"]
+    assert how["decides"] is True and len(how["models"]) == 3  # float and both candidates
+    assert summary["float_decode_latency_ms"] == how["models"]["float"]["median_ms"]
+    best = summary["best_trial_id"]
+    assert summary["best_decode_latency_ms"] == how["models"][best]["median_ms"]
+    assert summary["prefill_latency_retimed"]["decides"] is False
+    assert summary["best_metric_interval"][0] <= summary["best_metric"]
+    out = capsys.readouterr().out.splitlines()
+    spread = [line for line in out if line.startswith("  decode step: ")]
+    assert len(spread) == 1 and re.search(
+        r" ms per token \(.*\), both timed alone after the search: \S+-\S+ ms against \S+-\S+ "
+        r"ms over \d rounds$",
+        spread[0],
+    ), out
