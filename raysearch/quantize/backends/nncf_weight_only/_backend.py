@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = ["NncfWeightOnlyBackend", "compress_arguments"]
 
 _logger = logging.getLogger(__name__)
+#: ``compress_weights``' default ``subset_size``: the calibration samples its statistics read.
+_NNCF_SUBSET = 128
 
 
 @register_backend("nncf_weight_only")
@@ -157,6 +159,10 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         arguments = compress_arguments(self._nncf, settings, self._gathers, folder)
         if is_data_aware(settings):
             arguments["dataset"] = self._dataset
+            # NNCF reads at most subset_size (128) samples and warns on every trial where the
+            # data holds fewer; it reads the same samples at this bound
+            items = self._dataset.get_length()
+            arguments["subset_size"] = min(_NNCF_SUBSET, items or _NNCF_SUBSET)
         with nncf_session(self.providers, self.threads) as engine:
             try:
                 compressed = self._nncf.compress_weights(self._model, **arguments)

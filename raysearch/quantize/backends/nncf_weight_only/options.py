@@ -48,7 +48,9 @@ NNCF's float and codebook modes (it refuses ``nf4``, ``mxfp4``, ``fp4``, ``nvfp4
 codebooks on ONNX; its ``fp8_e4m3`` mode and backup fail inside NNCF 3.4 on ONNX: "Raw data
 size does not match tensor's size"), ``group_size: -1`` with a 4-bit mode (a per-channel
 int4 ``DequantizeLinear`` needs opset 21, which NNCF does not raise to), statistics caching
-(NNCF: not on ONNX) and ``compression_format`` (NNCF writes only its ``DQ`` format on ONNX).
+(NNCF: not on ONNX), ``compression_format`` (NNCF writes only its ``DQ`` format on ONNX) and
+``subset_size``: the data-aware settings read up to 128 samples of the calibration data
+(NNCF's default), the calibration data's size decides below that.
 A model at opset 21 or above gets blocked ``DequantizeLinear`` instead of ``MatMulNBits``
 from NNCF: the tests here run opset 17 models, as ``torch.onnx.export`` writes them.
 
