@@ -248,6 +248,29 @@ def test_the_model_written_computes_the_bias_once_and_the_weights_nncf_meant(tmp
     assert np.abs((h - b1) - w1).max() < 0.1 * b1.min()  # not the bias again
 
 
+def test_a_model_with_external_data_is_written_with_its_data_and_computes_the_same(
+    backend, lm, tmp_path, feeds
+):
+    """NNCF reads the weights from the float model's folder; the written model keeps its own
+    ``.data`` file beside it, runs after it is moved, and gives the logits of the same
+    setting on the same model in one file (the data-aware AWQ too)."""
+    import shutil
+
+    external = tmp_path / "ext" / "lm.onnx"
+    external.parent.mkdir()
+    onnx.save_model(onnx.load(lm), str(external), save_as_external_data=True)  # weights >= 1 KB
+    assert len(list(external.parent.iterdir())) == 2
+    settings = {"mode": "int4_asym", "group_size": 32, "awq": True}
+    _, _, single = _quantize(backend, settings, tmp_path, "single.onnx")
+    with NncfWeightOnlyBackend(external, DataSource.load(feeds, external)) as ext_backend:
+        ext_backend.quantize(settings, tmp_path / "out" / "q.onnx")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["q.onnx", "q.onnx.data"]
+    shutil.move(tmp_path / "out", tmp_path / "moved")
+    (moved,) = _run(tmp_path / "moved" / "q.onnx", feeds)
+    (expected,) = _run(single, feeds)
+    np.testing.assert_allclose(moved, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_refusals_are_one_line_before_anything_runs(lm):
     def refused(**settings):
         return backend_reject({"quantizer": "nncf_weight_only", **settings})
