@@ -9,7 +9,10 @@ anchors call ONNX Runtime's ``MatMulNBitsQuantizer`` directly (not raysearch's b
 - Olive's default (``OnnxBlockWiseRtnQuantization``): RTN block 128, symmetric;
 - Neural Compressor's first choice: RTN group 32, asymmetric;
 - NNCF's ``compress_weights`` with its defaults (8-bit asymmetric per-channel weights in
-  ``DequantizeLinear``; skipped without NNCF).
+  ``DequantizeLinear``; skipped without NNCF);
+- NNCF's 4-bit default, ``mode: int4_sym`` (group 128, ``lm_head`` and embeddings at its 8-bit
+  backup), through raysearch's ``nncf_weight_only`` backend, which repairs what NNCF 3.4
+  writes wrongly for ONNX Runtime (skipped without NNCF).
 
 Every model (the search's ``best/`` too) is evaluated here the same way: KL(float ||
 quantized) and next-token top-1 agreement with the float model (``raysearch.metrics``), each
@@ -152,6 +155,23 @@ def nncf_anchor(model: Path, out: Path) -> float | None:
     return seconds
 
 
+def nncf_int4_anchor(model: Path, out: Path) -> float | None:
+    """NNCF's ``compress_weights(mode=INT4_SYM)`` through the ``nncf_weight_only`` backend
+    (a weight whose rows 128 does not divide gets a smaller power of two: the tiny decoder's);
+    its seconds, or None without NNCF."""
+    import importlib.util
+
+    if importlib.util.find_spec("nncf") is None:
+        return None
+    from raysearch.quantize.backends.nncf_weight_only import NncfWeightOnlyBackend
+
+    settings = {"mode": "int4_sym", "group_size_fallback_mode": "adjust"}
+    with NncfWeightOnlyBackend(model, None) as backend:
+        start = time.perf_counter()
+        backend.quantize(settings, out)
+        return time.perf_counter() - start
+
+
 def probe_subset_correlation(
     model: Path, base: dict[str, Any], reference: np.ndarray, ids: np.ndarray, rows: int
 ) -> dict[str, Any]:
@@ -254,6 +274,12 @@ def main() -> None:
             row = {"setting": "nncf_default (compress_weights)"}
             rows.append(
                 {**row, **evaluate(folder / "nncf.onnx", reference, ids), "time_s": seconds}
+            )
+        seconds = nncf_int4_anchor(model, folder / "nncf_int4.onnx")
+        if seconds is not None:
+            row = {"setting": "nncf_int4_sym (nncf_weight_only)"}
+            rows.append(
+                {**row, **evaluate(folder / "nncf_int4.onnx", reference, ids), "time_s": seconds}
             )
         wall = search(model, calib, data, folder, args.tolerance)
         best = folder / "search" / "best" / "model.onnx"
