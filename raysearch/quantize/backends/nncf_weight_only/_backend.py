@@ -152,7 +152,6 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         if reason:
             raise ValueError(reason)
         start = time.perf_counter()
-        data_s = 0.0
         if is_data_aware(settings) and self._dataset is None:
             self._dataset = nncf_dataset(self.calibration)
         folder = str(Path(self.model_path).resolve().parent) if self._external else None
@@ -172,7 +171,7 @@ class NncfWeightOnlyBackend(QuantizerBackend):
                     f"NNCF {self._nncf.__version__} compress_weights failed "
                     f"({type(exc).__name__}): {first}"
                 ) from exc
-        data_s = engine.total_s
+        data_s = engine.total_s  # NNCF's ONNX Runtime sessions and inference on the data
         repaired = repair_matmul_nbits(compressed)
         _logger.debug("repaired NNCF's MatMulNBits: %s", repaired)
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
