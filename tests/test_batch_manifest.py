@@ -1,12 +1,14 @@
 """Reading a batch manifest (no Ray): a model whose config holds several mistakes keeps them
-all, on one line, as its reason in the batch summary."""
+all, on one line, as its reason in the batch summary; a model's own time limit."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import yaml
 
 from raysearch.batch import BatchManifest
+from raysearch.errors import ConfigError
 from tests.models import make_mlp_model, mlp_data
 
 
@@ -22,3 +24,26 @@ def test_a_model_config_with_several_mistakes_gets_one_line_naming_each(tmp_path
     assert entry.error.startswith("models[0]: ")
     assert "search_space: is required" in entry.error
     assert "; metric: unknown metric 'cosine_typo'" in entry.error
+
+
+def test_a_model_sets_its_own_time_limit_over_the_manifests(tmp_path):
+    make_mlp_model(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "mlp.npz", **mlp_data(16))
+    common = {"model": "mlp.onnx", "calibration_data": "mlp.npz"}
+    manifest = {
+        "output_dir": str(tmp_path / "out"),
+        "model_timeout_s": 600,
+        "defaults": {"search_space": {"per_channel": [True, False]}, "metric": "cos"},
+        "models": [{"name": "big", "model_timeout_s": 7200, **common}, {"name": "small", **common}],
+    }
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump(manifest))
+    loaded = BatchManifest.load(tmp_path / "batch.yaml")
+    big, small = loaded.models
+    assert (big.timeout_s, small.timeout_s, loaded.model_timeout_s) == (7200.0, None, 600.0)
+    assert big.config is not None and "model_timeout_s" not in big.raw  # not the search's key
+
+    manifest["models"][0]["model_timeout_s"] = 0
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump(manifest))
+    with pytest.raises(ConfigError) as error:
+        BatchManifest.load(tmp_path / "batch.yaml")
+    assert str(error.value) == "models[0].model_timeout_s: expected a number of seconds > 0, got 0"

@@ -62,7 +62,7 @@ def test_the_line_counts_the_models_and_the_trials_of_their_journals(tmp_path):
 def test_the_searches_of_a_batch_print_the_line_between_their_events(tmp_path):
     (tmp_path / "logs").mkdir()
     out = io.StringIO()
-    searches = BatchSearches(tmp_path, 1, None, {}, out)
+    searches = BatchSearches(tmp_path, 1, {}, {}, out)
     searches.run([("a", ["spaces"]), ("b", ["no-such-command"])])
     lines = [re.sub(r"\d\d:\d\d$", "MM:SS", line) for line in out.getvalue().splitlines()]
     assert lines[:2] == [

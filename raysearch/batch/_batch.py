@@ -86,6 +86,9 @@ class ModelEntry:
     raw: dict[str, Any]
     config: SearchConfig | None = None
     error: str | None = None
+    #: This model's own ``model_timeout_s`` (the entry's), over the manifest's; None: the
+    #: manifest's applies.
+    timeout_s: float | None = None
 
 
 @dataclass
@@ -141,15 +144,16 @@ class BatchManifest:
         )
 
 
-def _positive(data: dict[str, Any], key: str, kind: type) -> Any:
-    """``data[key]``: None when absent, else a number > 0 (an integer when ``kind`` is int)."""
+def _positive(data: dict[str, Any], key: str, kind: type, where: str = "") -> Any:
+    """``data[key]``: None when absent, else a number > 0 (an integer when ``kind`` is int);
+    an error names the key after ``where`` (``models[3].``)."""
     value = data.get(key)
     if value is None:
         return None
     number = isinstance(value, int) or (kind is float and isinstance(value, float))
     if isinstance(value, bool) or not number or value <= 0:
         what = "an integer >= 1" if kind is int else "a number of seconds > 0"
-        raise ConfigError(key, f"expected {what}, got {value!r}")
+        raise ConfigError(where + key, f"expected {what}, got {value!r}")
     return kind(value)
 
 
@@ -168,15 +172,18 @@ def _model_entry(
     if name in seen:
         raise ConfigError(f"{where}.name", f"'{name}' is used by two models")
     seen.add(name)
+    # A model may set its own time limit (a large model among small ones): a batch key, so
+    # it is taken out of the search's config.
+    timeout_s = _positive(item, "model_timeout_s", float, f"{where}.")
     raw = copy.deepcopy(defaults)
-    raw.update({k: v for k, v in item.items() if k != "name"})
+    raw.update({k: v for k, v in item.items() if k not in ("name", "model_timeout_s")})
     for key in _PATH_KEYS:
         value = raw.get(key)
         if isinstance(value, str) and not value.startswith("builtin:"):
             p = Path(os.path.expanduser(value))
             raw[key] = str(p if p.is_absolute() else base / p)
     raw["output_dir"] = str(out / name)
-    entry = ModelEntry(name, raw)
+    entry = ModelEntry(name, raw, timeout_s=timeout_s)
     try:
         entry.config = SearchConfig.from_dict(raw, base_dir=base)
     except InputError as exc:
@@ -269,7 +276,8 @@ def run_batch(
     env = local_ray_env() if started_here and not manifest.address else dict(os.environ)
     if _shared_plotly(out):  # the models' reports load it from the batch's folder
         env[PLOTLY_SRC_ENV] = f"../{PLOTLY_JS}"
-    searches = BatchSearches(out, at_once, manifest.model_timeout_s, errors, progress, env=env)
+    timeouts = {m.name: m.timeout_s or manifest.model_timeout_s for m in runnable}
+    searches = BatchSearches(out, at_once, timeouts, errors, progress, env=env)
     try:
         searches.run(queue)
     finally:

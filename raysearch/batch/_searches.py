@@ -3,7 +3,7 @@ after its time limit, each failure's one-line reason, and a model whose folder a
 earlier (killed) batch still holds started once that search ends.
 
 Example:
-    >>> searches = BatchSearches(Path("out"), 2, None, {}, None)      # doctest: +SKIP
+    >>> searches = BatchSearches(Path("out"), 2, {"magika": 600.0}, {}, None)  # doctest: +SKIP
     >>> searches.run([("magika", ["run", "out/configs/magika.yaml"])])  # doctest: +SKIP
 """
 
@@ -28,14 +28,15 @@ _logger = logging.getLogger("raysearch.batch._batch")
 
 class BatchSearches:
     """The model searches of a batch as processes: at most ``at_once`` running, each stopped
-    after ``timeout_s``; a failed one's last error line goes to ``errors``; ``env`` is their
+    after its time limit in ``timeouts`` (model name -> seconds; a model not there, or with
+    None, has none); a failed one's last error line goes to ``errors``; ``env`` is their
     environment (None: this process's)."""
 
     def __init__(
         self,
         out: Path,
         at_once: int,
-        timeout_s: float | None,
+        timeouts: dict[str, float | None],
         errors: dict[str, str],
         progress: TextIO | None,
         env: dict[str, str] | None = None,
@@ -43,7 +44,7 @@ class BatchSearches:
         self.out = out
         self.env = env
         self.at_once = at_once
-        self.timeout_s = timeout_s
+        self.timeouts = timeouts
         self.errors = errors
         self.progress = progress
         self.running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
@@ -63,12 +64,12 @@ class BatchSearches:
             self._start_waiting(waiting)
             for name, (proc, log, started) in list(self.running.items()):
                 code = proc.poll()
-                if code is None and self.timeout_s and time.monotonic() - started > self.timeout_s:
+                limit = self.timeouts.get(name)
+                if code is None and limit and time.monotonic() - started > limit:
                     _stop(proc)
                     self._ended(name)
                     self.errors[name] = (
-                        f"timed out after {self.timeout_s:g} s (model_timeout_s); "
-                        "the next run resumes it"
+                        f"timed out after {limit:g} s (model_timeout_s); the next run resumes it"
                     )
                     self._say(f"{name}: {self.errors[name]}")
                 elif code is not None:
