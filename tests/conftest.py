@@ -12,6 +12,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Sensitivity probes kept across searches (raysearch.search.record.probe_cache) would make a
+# test's search reuse what an earlier test of the same model measured: what a test runs would
+# depend on the tests before it. Off for the suite (and the processes it starts); the cache's
+# own tests turn it on in a temporary folder of their own.
+os.environ["RAYSEARCH_PROBE_CACHE"] = "0"
+
 
 @contextlib.contextmanager
 def _signals_seen() -> Iterator[bytearray]:
