@@ -5,6 +5,7 @@ runs them again. The cache's entries are checked by key and by the hash of their
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import tempfile
@@ -163,8 +164,11 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     kept = list((tmp_path / "tmp").glob(f"raysearch-*/{FOLDER}/*.json"))
     assert len(kept) == 8  # q, k, v, o, gate, up, down, lm_head
 
-    second = AutoSearch({**config, "output_dir": str(tmp_path / "second")}).run()
+    stream = io.StringIO()
+    second = AutoSearch({**config, "output_dir": str(tmp_path / "second")}).run(progress=stream)
     again = _probes(second.output_dir)
+    # the progress line counts the reused probes with the trials that ran
+    assert f"trials {len(again)} done" in stream.getvalue().strip().splitlines()[-1]
     probes = [r for r in again if r["stage"] == "sensitivity"]
     assert len(probes) == 8 and second.summary["probes_reused"] == 8
     for r in probes:  # journaled as probes, measured by the first search, no trial run
