@@ -478,6 +478,12 @@ def test_a_language_model_search_shows_decode_prefill_and_each_metrics_interval(
         "token, each timed alone after the search (62.5% of the float model's: faster); "
         "prefill 4 against 5 ms per prompt (80.0% of the float model's: faster)"
     ) in against
+    assert "reused from" not in header  # no probe was reused
+    reused = _lm_records()
+    reused[1].update(stage="sensitivity", reused_from="/runs/first trial 5a3c")
+    table = _table(build_report(reused, summary), "trials")
+    row = dict(zip(table[0], table[2]))
+    assert (row["stage"], row["reused from"]) == ("sensitivity", "/runs/first trial 5a3c")
     # Another metric's search has none of these columns.
     other = _table(build_report(_records(), SUMMARY), "trials")[0]
     assert not any("interval" in h or "decode" in h or "prefill" in h for h in other)

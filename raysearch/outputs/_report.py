@@ -59,6 +59,8 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("duration (s)", "duration_s", True),
     ("rows evaluated (share)", "eval_rows", True),
     ("stopped at rung", "stopped_at_rung", True),
+    # A sensitivity probe taken from an earlier search (the probe cache): which trial ran it.
+    ("reused from", "reused_from", False),
     ("error", "error", False),
 )
 #: plotly.js as one file, which the reports of a batch load (written once in the batch's folder).
