@@ -479,6 +479,10 @@ def test_a_language_model_search_shows_decode_prefill_and_each_metrics_interval(
         "prefill 4 against 5 ms per prompt (80.0% of the float model's: faster)"
     ) in against
     assert "reused from" not in header  # no probe was reused
+    # The Pareto figure sets the metric against the objectives the config names.
+    front = build_report(_lm_records(), summary | {"objectives": ["metric", "decode_latency_ms"]})
+    figure = front.split('id="fig-pareto"', 1)[1].split("</script>", 1)[0]
+    assert "decode latency (ms)" in figure and "pareto" not in _charts(text)
     reused = _lm_records()
     reused[1].update(stage="sensitivity", reused_from="/runs/first trial 5a3c")
     table = _table(build_report(reused, summary), "trials")

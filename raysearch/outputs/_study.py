@@ -244,9 +244,29 @@ def default_study_name(folder: Any, key: str) -> str:
     return name + (f"-{key[:8]}" if key != str(folder) else "")
 
 
-def _pareto_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> tuple[Any, list[str]]:
-    """The complete trials as a study of several objectives, the metric against the model's
-    size and latency (where the trials' values differ); None when only the metric varies."""
+def _pareto_axes(objectives: Sequence[str] = ()) -> list[str]:
+    """The record keys set against the metric on the Pareto figure: the config's
+    ``objectives`` first (a language-model metric's decode or prefill latency among them),
+    then the model's size and latency.
+
+    Example:
+        >>> _pareto_axes(["metric", "model_size_mb", "decode_latency_ms"])
+        ['model_size_bytes', 'decode_latency_ms', 'latency_ms']
+        >>> _pareto_axes()
+        ['model_size_bytes', 'latency_ms']
+    """
+    named = ["model_size_bytes" if o == "model_size_mb" else o for o in objectives]
+    return list(
+        dict.fromkeys(k for k in [*named, "model_size_bytes", "latency_ms"] if k != "metric")
+    )
+
+
+def _pareto_study(
+    rows: Sequence[Mapping[str, Any]], higher: bool, objectives: Sequence[str] = ()
+) -> tuple[Any, list[str]]:
+    """The complete trials as a study of several objectives, the metric against the figures
+    of :func:`_pareto_axes` (where the trials' values differ; two at most, Optuna's figure
+    draws three axes); None when only the metric varies."""
     import optuna
 
     complete = [
@@ -257,9 +277,9 @@ def _pareto_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> tuple[Any,
         and finite(r.get("metric")) is not None
     ]
     names = ["metric"]
-    for key in ("model_size_bytes", "latency_ms"):
+    for key in _pareto_axes(objectives):
         values = [finite(r.get(key)) for r in complete]
-        if all(v is not None for v in values) and len(set(values)) > 1:
+        if all(v is not None for v in values) and len(set(values)) > 1 and len(names) < 3:
             names.append(key)
     if len(names) < 2 or len(complete) < 2:
         return None, names
@@ -425,7 +445,7 @@ def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
             _logger.warning("report: the %s figure failed: %s", key, exc)
     for build in (
         lambda: _importances(rows, higher, metric),
-        lambda: _pareto(rows, higher, metric),
+        lambda: _pareto(rows, higher, metric, summary.get("objectives") or ()),
     ):
         try:
             figure = build()
@@ -437,13 +457,21 @@ def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     return figures
 
 
-def _pareto(rows: Sequence[Mapping[str, Any]], higher: bool, metric: str) -> Figure | None:
+def _pareto(
+    rows: Sequence[Mapping[str, Any]], higher: bool, metric: str, objectives: Sequence[str] = ()
+) -> Figure | None:
     from optuna.visualization import plot_pareto_front
 
-    study, names = _pareto_study(rows, higher)
+    study, names = _pareto_study(rows, higher, objectives)
     if study is None:
         return None
-    labels = {"metric": metric, "model_size_bytes": "size (bytes)", "latency_ms": "latency (ms)"}
+    labels = {
+        "metric": metric,
+        "model_size_bytes": "size (bytes)",
+        "latency_ms": "latency (ms)",
+        "decode_latency_ms": "decode latency (ms)",
+        "prefill_latency_ms": "prefill latency (ms)",
+    }
     target_names = [labels[n] for n in names[:3]]
     fig = _quiet(lambda: plot_pareto_front(study, target_names=target_names))
     return Figure(
