@@ -12,6 +12,7 @@ high-water mark of its resident set, so no peak falls between samples).
 
 Usage:
     .venv/bin/python benchmarks/large_decoder.py               # 2 block sizes, 2 at a time
+    .venv/bin/python benchmarks/large_decoder.py --smoke       # the tests' tiny decoder, external
     .venv/bin/python benchmarks/large_decoder.py --blocks 32 64 128 --concurrent 1
 """
 
@@ -77,22 +78,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--concurrent", type=int, default=2, help="max_concurrent_trials")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="the tests' tiny decoder instead")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     run = Run("large_decoder", args)
     quiet()
 
     from raysearch import AutoSearch
-    from tests.lm_models import LARGE, LARGE_LAYERS, decoder_lm_data, make_decoder_lm
+    from tests.lm_models import LARGE, LARGE_LAYERS, TINY, decoder_lm_data, make_decoder_lm
+
+    dims, layers = (TINY, 2) if args.smoke else (LARGE, LARGE_LAYERS)
 
     work = Path(tempfile.mkdtemp(prefix="large-decoder-", dir=args.workdir))
     try:
         started = time.perf_counter()
         model = make_decoder_lm(
-            work / "model" / "lm.onnx", LARGE_LAYERS, dims=LARGE, external_data="weights.bin"
+            work / "model" / "lm.onnx", layers, dims=dims, external_data="weights.bin"
         )
         built_s = time.perf_counter() - started
         model_bytes = sum(p.stat().st_size for p in model.parent.iterdir())
-        feeds = decoder_lm_data(4, 16, LARGE_LAYERS, dims=LARGE)
+        feeds = decoder_lm_data(4, 16, layers, dims=dims)
         np.savez(work / "text.npz", input_ids=feeds["input_ids"])
 
         config = _config(model, work / "text.npz", work / "out", args.blocks, args.concurrent)
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "trial_process_peak_bytes": memory.of("Trainable"),
         "other_process_peak_bytes": dict(sorted(others.items(), key=lambda kv: -kv[1])[:6]),
     }
-    run.write(payload)
+    run.write(payload, args.out)
     print(f"model: {model_bytes / GIB:.2f} GiB ({model_bytes:,} bytes), built in {built_s:.1f} s")
     print(f"search: {len(rows)} trials in {search_s:.1f} s (AutoSearch.run, Ray's start included)")
     for r in payload["trials"]:

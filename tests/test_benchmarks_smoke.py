@@ -348,3 +348,13 @@ def test_weight_only(tmp_path: Path) -> None:
     for row in rows.values():
         low, high = row["kl_ci"]
         assert low <= row["kl"] <= high and 0 < row["top1_agreement"] <= 1
+
+
+def test_large_decoder(tmp_path: Path) -> None:
+    # --smoke: the tiny decoder with its weights in an external file (the 2.2 GiB one is
+    # tests/search/test_large_decoder.py's)
+    report = run_benchmark("large_decoder", tmp_path)
+    assert [t["status"] for t in report["trials"]] == ["ok", "ok"]
+    assert set(report["best_files"]) == {"model.onnx", "model.onnx.data", "config.yaml"}
+    assert report["best_metric_after_move"] == pytest.approx(report["best_metric"], rel=1e-6)
+    assert report["trial_process_peak_bytes"] and report["driver_peak_bytes"] > 0
