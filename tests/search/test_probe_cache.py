@@ -191,3 +191,69 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     probes = [r for r in _probes(third.output_dir) if r["stage"] == "sensitivity"]
     assert len(probes) == 8 and not any(r["reused_from"] for r in probes)
     assert third.summary["probes_reused"] == 0
+
+
+def _session(folder: Path, key: str, cache: ProbeCache | None) -> Any:
+    """A live search session in ``folder`` (journal, recorder, stopper, progress) holding
+    ``cache``, registered under ``key``, as a search's Execution builds one."""
+    from raysearch.config import StopConfig
+    from raysearch.search.record.journal import Journal, SessionClock
+    from raysearch.search.record.recorder import TrialRecorder
+    from raysearch.search.tune.progress import ProgressCallback
+    from raysearch.search.tune.session import SearchSession, register
+    from raysearch.search.tune.stopper import CandidateStopper
+
+    folder.mkdir(parents=True)
+    journal = Journal(folder / "journal.jsonl")
+    stopper = CandidateStopper(StopConfig(), higher_is_better=False)
+    recorder = TrialRecorder(folder, journal, higher_is_better=False, on_record=lambda r: None)
+    session = SearchSession(
+        key, journal, SessionClock(folder / "state.json"), stopper, recorder, ProgressCallback()
+    )
+    session.probe_cache = cache
+    register(session)
+    return session
+
+
+def test_a_scripted_search_reuses_every_probe_and_its_resume_runs_none_again(tmp_path):
+    """The real searcher over WeightOnly's phases with a scripted language model: a second
+    search journals the first one's probes instead of proposing them, promotes the same
+    nodes, and a resume of it after its first promotion runs the promotions left only."""
+    from raysearch.search.tune.searchers import SettingSearcher
+    from raysearch.search.tune.session import release
+    from tests.search.test_fallback import _drive
+    from tests.search.test_weight_only_strategy import _context, _lm
+
+    def searcher(key: str) -> SettingSearcher:
+        made = SettingSearcher.from_strategy("WeightOnly", _context())
+        made.session_key = key
+        return made
+
+    cache = ProbeCache(lambda: {"model": "scripted"}, tmp_path / "probes", origin="first")
+    _session(tmp_path / "first", "first", cache)
+    first = _drive(searcher("first"), _lm, slots=2)
+    release("first")
+    probes = [t for t in first if t["stage"] == "sensitivity"]
+    assert len(probes) == 6 and cache.kept == 6
+
+    session = _session(tmp_path / "second", "second", cache)
+    second = _drive(searcher("second"), _lm, slots=2)
+    release("second")
+    assert not [t for t in second if t["stage"] == "sensitivity"]  # no probe ran
+    journaled = session.recorder.records
+    assert len(journaled) == 6 and cache.reused == 6
+    assert {r["key"] for r in journaled} == {t["key"] for t in probes}
+    assert all(r["trial_id"].startswith("reused_") and r["reused_from"] for r in journaled)
+    promotions = [t["settings"] for t in first if t["stage"] == "promotions"]
+    assert [t["settings"] for t in second if t["stage"] == "promotions"] == promotions
+
+    # resumed after its first promotion, with the cache off: nothing reruns but what is left
+    ran = [{**t, "status": "ok"} for t in second]
+    cut = next(i for i, t in enumerate(ran) if t["stage"] == "promotions") + 1
+    before = sorted([*journaled, *ran[:cut]], key=lambda r: r["number"])
+    _session(tmp_path / "resumed", "resumed", None)
+    resumed = searcher("resumed")
+    resumed.add_finished(before)
+    rest = _drive(resumed, _lm, slots=1)
+    release("resumed")
+    assert [t["key"] for t in rest] == [t["key"] for t in ran[cut:]]
