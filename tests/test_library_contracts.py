@@ -20,6 +20,10 @@ uses it. What each test checks is exactly what that code relies on:
   quantizers, and every call into it with its positional parameters in raysearch's order
   (the calls are read from raysearch's source), the calibrators' ``infer_session`` and
   ``execution_providers``, ``HistogramCollector.histogram_dict`` and its layout;
+  ``MatMulNBitsQuantizer``'s node quantizer, called through ``node_quantizer.quantize(node,
+  graph_stack)``, and weights looked up innermost graph first (``raysearch/quantize/backends/
+  weight_only/_external.py`` reads a weight of a model with external data into a graph of its
+  own put innermost on that stack);
 - NNCF: its telemetry stub, and ``nncf.onnx.engine.ONNXEngine`` as the engine its factory
   builds (``raysearch/quantize/nncf_runtime.py`` swaps it for one on the trial's
   providers);
@@ -674,3 +678,34 @@ def test_rays_package_walk_is_what_the_shipping_size_check_calls(tmp_path: Path)
         include_gitignore=True,
     )
     assert seen == ["kept.py"]
+
+
+def test_matmul_nbits_quantizer_calls_its_node_quantizer_with_the_graph_stack():
+    """``weights_on_demand`` replaces ``MatMulNBitsQuantizer.node_quantizer.quantize`` on the
+    instance and puts a graph holding the node's weight innermost on ``graph_stack``: the
+    quantizer must call its node quantizer through that attribute, and its node quantizers look
+    weights up innermost first, adding the quantized ones to the graph the weight is in."""
+    from onnx import helper, numpy_helper
+
+    from raysearch.quantize.backends.weight_only import import_quantizer
+
+    mnq = import_quantizer()
+    library = f"ONNX Runtime {onnxruntime.__version__}"
+    where = "raysearch/quantize/backends/weight_only/_external.py"
+    process = inspect.getsource(mnq.MatMulNBitsQuantizer._process_subgraph)
+    assert "self.node_quantizer.quantize(node, graph_stack)" in process, _changed(
+        library, "MatMulNBitsQuantizer._process_subgraph", where, "no node_quantizer.quantize call"
+    )
+    outer = helper.make_graph([], "outer", [], [], [numpy_helper.from_array(np.ones(1), "w")])
+    inner = helper.make_graph([], "inner", [], [], [numpy_helper.from_array(np.zeros(1), "w")])
+    assert mnq.get_initializer("w", [outer, inner])[1] is inner, _changed(
+        library, "matmul_nbits_quantizer.get_initializer", where, "not innermost first"
+    )
+    for method in (
+        mnq.DefaultWeightOnlyQuantizer.quantize_matmul,
+        mnq.DefaultWeightOnlyQuantizer.quantize_gather,
+        mnq.HQQWeightOnlyQuantizer.quantize,
+    ):
+        assert "get_initializer(" in inspect.getsource(method), _changed(
+            library, method.__qualname__, where, "reads its weight without get_initializer"
+        )
