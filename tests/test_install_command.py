@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _command(text: str) -> str:
-    """The shell command that starts with ``python3 -m venv .venv`` and ends with ``pytest``,
-    its continuation lines joined."""
-    match = re.search(r"^python3 -m venv \.venv.*?-m pytest$", text, re.S | re.M)
+    """The shell command that starts with ``python3 -m venv .venv`` and ends with ``pytest``
+    and its options, its continuation lines joined."""
+    match = re.search(r"^python3 -m venv \.venv.*?-m pytest\b[^\n]*$", text, re.S | re.M)
     assert match, "no install-and-test command found"
     return re.sub(r"\\\n\s*", "", match.group(0))
 
