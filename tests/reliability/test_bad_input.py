@@ -269,8 +269,11 @@ def test_the_matrix_has_at_least_30_cases():
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if not c.needs_ray])
 def test_bad_input_is_refused_with_one_line_and_nothing_written(
-    case: Case, files: Path, tmp_path: Path, capsys
+    ray_cluster, case: Case, files: Path, tmp_path: Path, capsys
 ):
+    # On the suite's Ray: a search in a process without Ray starts one beside its preflight
+    # (and stops it when the input is refused), seconds per case that check nothing here;
+    # that path is the real process's (test_the_real_process_exits_2_without_a_traceback).
     _refused(case, files, tmp_path, capsys)
 
 
