@@ -27,7 +27,9 @@ uses it. What each test checks is exactly what that code relies on:
 - NNCF: its telemetry stub, and ``nncf.onnx.engine.ONNXEngine`` as the engine its factory
   builds (``raysearch/quantize/nncf_runtime.py`` swaps it for one on the trial's
   providers);
-- NumPy's ``numpy._core._multiarray_umath.__cpu_features__`` (``raysearch/cpu.py``).
+- NumPy's ``numpy._core._multiarray_umath.__cpu_features__`` (``raysearch/cpu.py``);
+- Ray's ``ray.experimental.internal_kv`` put, list by prefix and delete by prefix, with a
+  namespace (``raysearch/search/runtime/_start_barrier.py``).
 """
 
 from __future__ import annotations
@@ -678,6 +680,38 @@ def test_rays_package_walk_is_what_the_shipping_size_check_calls(tmp_path: Path)
         include_gitignore=True,
     )
     assert seen == ["kept.py"]
+
+
+def test_rays_key_value_store_takes_the_start_barriers_calls(ray_cluster):
+    """raysearch/search/runtime/_start_barrier.py keeps a search's start barrier in the
+    cluster's key-value store through ``ray.experimental.internal_kv``: put with a namespace,
+    list the keys under a prefix, delete by prefix. Called here with those keywords on the
+    suite's Ray (the barrier's own tests run them too)."""
+    import ray
+    from ray.experimental import internal_kv
+
+    library = f"Ray {ray.__version__}"
+    where = "raysearch/search/runtime/_start_barrier.py"
+    for name, keywords in (
+        ("_internal_kv_put", {"namespace"}),
+        ("_internal_kv_list", {"namespace"}),
+        ("_internal_kv_del", {"namespace", "del_by_prefix"}),
+    ):
+        function = getattr(internal_kv, name, None)
+        assert function is not None, _changed(library, f"internal_kv.{name}", where, "gone")
+        params = set(inspect.signature(function).parameters)
+        assert keywords <= params, _changed(
+            library, f"internal_kv.{name}", where, f"no {sorted(keywords - params)}"
+        )
+    prefix, namespace = "raysearch-contract/", "raysearch-contract"
+    internal_kv._internal_kv_put(prefix + "a", b"", namespace=namespace)
+    internal_kv._internal_kv_put(prefix + "b", b"", namespace=namespace)
+    listed = sorted(internal_kv._internal_kv_list(prefix, namespace=namespace))
+    assert listed == [b"raysearch-contract/a", b"raysearch-contract/b"], _changed(
+        library, "internal_kv._internal_kv_list", where, f"listed {listed}"
+    )
+    internal_kv._internal_kv_del(prefix, del_by_prefix=True, namespace=namespace)
+    assert internal_kv._internal_kv_list(prefix, namespace=namespace) == []
 
 
 def test_matmul_nbits_quantizer_calls_its_node_quantizer_with_the_graph_stack():

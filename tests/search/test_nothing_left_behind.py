@@ -1,7 +1,7 @@
 """Searches run one after another in one process on one Ray (a notebook, a service) leave no
-actor of theirs alive: every actor a search starts ends with it, whether it finished or was
-interrupted. What is deliberately kept warm between searches (the cluster's named store of
-float references) is one named actor, bounded, and said in the log."""
+actor of theirs alive, and no start barrier's key: everything a search starts ends with it,
+whether it finished or was interrupted. What is deliberately kept warm between searches (the
+cluster's named store of float references) is one named actor, bounded, and said in the log."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 import ray
 from ray._private.state import actors
+from ray.experimental.internal_kv import _internal_kv_list
 from ray.util import placement_group_table
 
 from raysearch.search import AutoSearch
+from raysearch.search.runtime._start_barrier import KV_NAMESPACE
 from raysearch.search.runtime._warm import STORE_NAME
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
@@ -26,11 +28,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 def _held() -> dict[str, str]:
     """Ray's own tables of the cluster: id -> class name of each actor alive, and the
-    placement groups not removed (Tune's trials run in them)."""
+    placement groups not removed (Tune's trials run in them); and the keys of start barriers
+    in the cluster's key-value store."""
     held = {i: info["ActorClassName"] for i, info in actors(actor_state_name="ALIVE").items()}
     for pg_id, pg in placement_group_table().items():
         if pg["state"] != "REMOVED":
             held[pg_id] = "placement group"
+    for key in _internal_kv_list("start-barrier/", namespace=KV_NAMESPACE):
+        held[key.decode()] = "start barrier key"
     return held
 
 
@@ -44,7 +49,10 @@ def _left_behind(before: dict[str, str], *, within_s: float = 30.0) -> dict[str,
             held_id: name
             for held_id, name in _held().items()
             if held_id not in before
-            and (name == "placement group" or actors(held_id)["Name"] != STORE_NAME)
+            and (
+                name in ("placement group", "start barrier key")
+                or actors(held_id)["Name"] != STORE_NAME
+            )
         }
         if not new or time.monotonic() > deadline:
             return new

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import pytest
 import ray
+from ray.experimental.internal_kv import _internal_kv_list
 
-from raysearch.search.tune.trainable import start_barrier, wait_for_wave
+from raysearch.search.runtime._start_barrier import KV_NAMESPACE
+from raysearch.search.tune.trainable import (
+    StartBarrier,
+    end_barrier,
+    start_barrier,
+    wait_for_wave,
+)
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -18,26 +25,51 @@ def test_one_actor_needs_no_barrier():
 
 def test_the_wave_goes_when_all_have_arrived_or_the_barrier_is_opened():
     barrier = start_barrier(2)
-    assert ray.get(barrier.arrive.remote()) is False
-    assert ray.get(barrier.ready.remote()) is False
-    assert ray.get(barrier.arrive.remote()) is True
+    assert barrier.arrive() is False
+    assert barrier.ready() is False
+    assert barrier.arrive() is True
 
     alone = start_barrier(2)
-    assert ray.get(alone.arrive.remote()) is False
-    ray.get(alone.open.remote())
-    assert ray.get(alone.ready.remote()) is True
-    assert ray.get(alone.arrive.remote()) is True  # one starting later does not wait either
+    assert alone.arrive() is False
+    alone.open()
+    assert alone.ready() is True
+    assert alone.arrive() is True  # one starting later does not wait either
+    assert barrier.ready() is True and start_barrier(2).ready() is False  # each its own keys
+
+
+def test_actors_arriving_at_once_are_each_counted():
+    """Each actor writes a key of its own: arrivals at the same moment, from actor processes
+    as a wave's are, are not lost (a shared counter without a transaction would lose them)."""
+    barrier = start_barrier(4)
+
+    @ray.remote(num_cpus=0)
+    def arrive(barrier: StartBarrier) -> bool:
+        return barrier.arrive()
+
+    went = ray.get([arrive.remote(barrier) for _ in range(3)])
+    assert went == [False, False, False] and barrier.ready() is False
+    assert barrier.arrive() is True
 
 
 def test_waiting_at_the_barrier_says_whether_the_wave_went_or_the_wait_timed_out():
     alone = start_barrier(2)
     assert wait_for_wave(alone, timeout_s=0.5) is False  # nobody came, nobody opened it
     opened = start_barrier(2)
-    ray.get(opened.open.remote())
+    opened.open()
     assert wait_for_wave(opened, timeout_s=0.5) is True
     full = start_barrier(2)
-    ray.get(full.arrive.remote())
+    full.arrive()
     assert wait_for_wave(full, timeout_s=0.5) is True
+
+
+def test_an_ended_barrier_leaves_no_key_in_the_cluster():
+    barrier = start_barrier(2)
+    barrier.arrive()
+    barrier.open()
+    assert _internal_kv_list(barrier.prefix, namespace=KV_NAMESPACE)
+    end_barrier(barrier)
+    assert _internal_kv_list(barrier.prefix, namespace=KV_NAMESPACE) == []
+    end_barrier(None)  # no barrier (one actor): nothing to end
 
 
 @ray.remote(num_cpus=1)

@@ -5,16 +5,24 @@ on a loaded machine); the first actor's first trial can end before the second ac
 started, and Tune then hands the finished actor the second trial and removes the starting one,
 over and over. The actors of the first wave therefore wait at the barrier
 (:func:`wait_for_wave`, in ``QuantTrainable.setup``) until all of them are there, or until the
-search says no more are coming at first (``StartBarrier.open``): a strategy that proposes
+search says no more are coming at first (:meth:`StartBarrier.open`): a strategy that proposes
 one trial and waits for its result (Conservative, Fallback's first trial) starts one actor,
 which would otherwise wait out the timeout for a second one that Tune never starts. The wave
 is only as large as the cluster's free resources hold when the search starts (another job on
 a shared cluster, or nodes its autoscaler has yet to add, would otherwise hold the first actor
 for the whole timeout).
 
+The barrier is a few keys in the Ray cluster's key-value store (the GCS's, which every driver
+and worker of the cluster reaches), not an actor: an actor would be one more worker process
+per search (its start, Ray's import and some 130 MB resident) for a counter. Each arriving
+actor writes a key of its own under the barrier's prefix, so no update is lost without a
+transaction; the wave goes when the prefix holds ``wave`` of them, or the ``open`` key. The
+search deletes the prefix when it ends, however it ends (:func:`end_barrier`); only a driver
+killed outright leaves its few bytes, on a cluster that outlives it.
+
 Example:
     >>> barrier = start_barrier(2)                                            # doctest: +SKIP
-    >>> ray.get(barrier.arrive.remote()), ray.get(barrier.arrive.remote())    # doctest: +SKIP
+    >>> barrier.arrive(), barrier.arrive()                                    # doctest: +SKIP
     (False, True)
     >>> end_barrier(barrier)            # when the search ends, however it ends  # doctest: +SKIP
 """
@@ -22,12 +30,8 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-from raysearch.search.runtime.transfer import current_node_id
+import uuid
+from dataclasses import dataclass, field
 
 __all__ = [
     "START_BARRIER_TIMEOUT_S",
@@ -37,62 +41,80 @@ __all__ = [
     "wait_for_wave",
 ]
 
+#: The key-value namespace of every search's barrier keys.
+KV_NAMESPACE = "raysearch"
 
-@ray.remote(num_cpus=0)
+
+@dataclass(frozen=True)
 class StartBarrier:
-    """Counts the actors of the first wave as they start; the wave goes when all ``wave``
-    of them are there, or once :meth:`open` says no more are coming at first."""
+    """The first wave of ``wave`` actors, counted under ``prefix`` in the cluster's key-value
+    store. Small and picklable: it travels inside the search's trainable to every actor."""
 
-    def __init__(self, wave: int) -> None:
-        self.wave = wave
-        self.count = 0
+    wave: int
+    prefix: str = field(default_factory=lambda: f"start-barrier/{uuid.uuid4().hex}/")
 
     def arrive(self) -> bool:
         """An actor has started; whether the wave may go."""
-        self.count += 1
+        _kv_put(f"{self.prefix}arrived/{uuid.uuid4().hex}")
         return self.ready()
 
     def ready(self) -> bool:
-        return self.count >= self.wave
+        keys = _kv_keys(self.prefix)
+        opened = f"{self.prefix}open".encode()
+        return opened in keys or len(keys) >= self.wave
 
     def open(self) -> None:
         """No more actors start before the first trials' results: let those there go."""
-        self.wave = 0
+        _kv_put(f"{self.prefix}open")
+
+    def end(self) -> None:
+        """Delete the barrier's keys (the search has ended)."""
+        from ray.experimental.internal_kv import _internal_kv_del
+
+        _internal_kv_del(self.prefix, del_by_prefix=True, namespace=KV_NAMESPACE)
 
 
-def start_barrier(wave: int) -> Any:
+def _kv_put(key: str) -> None:
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(key, b"", namespace=KV_NAMESPACE)
+
+
+def _kv_keys(prefix: str) -> list[bytes]:
+    from ray.experimental.internal_kv import _internal_kv_list
+
+    return _internal_kv_list(prefix, namespace=KV_NAMESPACE)
+
+
+def start_barrier(wave: int) -> StartBarrier | None:
     """The :class:`StartBarrier` of a first wave of ``wave`` actors; None for one."""
-    if wave <= 1:
-        return None
-    # On the driver's node, which lives as long as the search: a barrier lost with another
-    # node would fail the setup of every actor started after it.
-    here = NodeAffinitySchedulingStrategy(current_node_id(), soft=False)
-    return StartBarrier.options(scheduling_strategy=here).remote(wave)
+    return StartBarrier(wave) if wave > 1 else None
 
 
-def end_barrier(barrier: Any) -> None:
+def end_barrier(barrier: StartBarrier | None) -> None:
     """End ``barrier`` with the search that started it (None: nothing to end).
 
-    Its handle travels pickled inside the search's trainable, which Ray Tune registers in the
-    cluster: the barrier would otherwise outlive the search, one actor per search, in a process
-    that runs search after search on one Ray."""
+    Its keys would otherwise stay in a cluster that outlives the search, a few per search, in
+    a process that runs search after search on one Ray."""
+    import ray
+
     if barrier is not None and ray.is_initialized():
-        ray.kill(barrier, no_restart=True)
+        barrier.end()
 
 
 #: How long the first actors wait at most for the rest of their wave.
 START_BARRIER_TIMEOUT_S = 30.0
 
 
-def wait_for_wave(barrier: Any, timeout_s: float = START_BARRIER_TIMEOUT_S) -> bool:
+def wait_for_wave(barrier: StartBarrier, timeout_s: float = START_BARRIER_TIMEOUT_S) -> bool:
     """Arrive at ``barrier`` and wait (at most ``timeout_s``) until the wave may go.
 
     Returns:
         Whether the wave went (all arrived, or the search opened it); False: timed out.
     """
-    ready = ray.get(barrier.arrive.remote())
+    ready = barrier.arrive()
     deadline = time.monotonic() + timeout_s
     while not ready and time.monotonic() < deadline:
         time.sleep(0.02)
-        ready = ray.get(barrier.ready.remote())
+        ready = barrier.ready()
     return bool(ready)

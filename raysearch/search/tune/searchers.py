@@ -416,7 +416,7 @@ class SettingSearcher(Searcher):
 
         session = lookup(self.session_key) if self.session_key is not None else None
         if session is not None and session.start_barrier is not None:
-            session.start_barrier.open.remote()
+            session.start_barrier.open()
             session.start_barrier = None
 
     def _stage(self, position: int | None) -> str | None:
