@@ -43,6 +43,18 @@ ROOT = Path(__file__).resolve().parents[1]
 _REGISTERED = "started. Raylet consists of node_manager and object_manager"
 
 
+#: How many times a node is started on new ports when one was taken before it bound it.
+PORT_TRIES = 3
+#: What a node's gRPC server (its GCS's, its raylet's) logs when its port is taken, and what
+#: ``ray start`` prints when it ends over a taken port.
+_GRPC_PORT_FAILED = "Failed to start the grpc server"
+_PORT_TAKEN = (_GRPC_PORT_FAILED, "Address already in use")
+
+
+class _PortTaken(AssertionError):
+    """A node's ``ray start`` ended because a port it was given was taken meanwhile."""
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -106,7 +118,26 @@ class NodeCluster:
         """Start node ``name`` and wait until it has registered with the cluster (at most
         ``timeout`` seconds: a node starts in a few seconds on a quiet machine, and in tens
         on a loaded 2-core one; past that the call fails saying which node, and what its
-        ``ray start`` printed)."""
+        ``ray start`` printed).
+
+        A free port is one nothing holds when it is picked: another Ray on the machine (a
+        second test worker's) can take it before this node binds it. A node whose ``ray
+        start`` ended saying a port was taken is started again on new ports, up to
+        :data:`PORT_TRIES` times; any other failure fails at once."""
+        for tries_left in reversed(range(PORT_TRIES)):
+            try:
+                self._start(name, num_cpus=num_cpus, env=env, timeout=timeout)
+                return
+            except _PortTaken:
+                if not tries_left:
+                    raise
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.nodes.pop(name).pid, signal.SIGKILL)
+                shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def _start(
+        self, name: str, *, num_cpus: int, env: dict[str, str] | None, timeout: float
+    ) -> None:
         ray = Path(sys.executable).with_name("ray")
         args = [
             os.fspath(ray),
@@ -130,7 +161,7 @@ class NodeCluster:
         # The node's own temp folder too (another machine has its own /tmp): what its trials
         # leave there goes with the cluster's folder.
         tmp = self.root / f"{name}-tmp"
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=True)
         with open(log, "w") as out:
             self.nodes[name] = subprocess.Popen(
                 args,
@@ -151,10 +182,21 @@ class NodeCluster:
                     return True
         return False
 
+    def _port_taken(self, name: str) -> bool:
+        """Whether a gRPC server of node ``name`` failed on its port (a fatal check in Ray;
+        ``ray start`` then waits some 40 s for a GCS that never comes up before it gives up)."""
+        for log in (self.root / name).glob("session_*/logs/*.out"):
+            with contextlib.suppress(OSError):
+                if _GRPC_PORT_FAILED in log.read_text(errors="replace"):
+                    return True
+        return False
+
     def _wait_started(self, name: str, log: Path, timeout: float) -> None:
         proc = self.nodes[name]
         deadline = time.monotonic() + timeout
         while not self._registered(name):
+            if self._port_taken(name):
+                raise _PortTaken(f"Ray node {name!r}: a port was taken")
             if proc.poll() is not None:
                 why = f"its `ray start` ended (status {proc.returncode}) before it registered"
             elif time.monotonic() > deadline:
@@ -163,6 +205,8 @@ class NodeCluster:
                 time.sleep(0.2)
                 continue
             tail = log.read_text(errors="replace")[-3000:]
+            if any(words in tail for words in _PORT_TAKEN):
+                raise _PortTaken(f"Ray node {name!r}: a port was taken:\n{tail}")
             raise AssertionError(
                 f"Ray node {name!r} did not start: {why}; `ray start` printed:\n{tail}"
             )
