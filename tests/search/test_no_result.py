@@ -23,11 +23,9 @@ from raysearch.search._execute import _float_share_warning, _stop_note
 from raysearch.search.tune.progress import ProgressCallback
 
 #: Scores the float model in about 4 s and every quantized model in 60 s: no trial can finish
-#: within a 6 s time limit.
-#: An evaluator slow on the float model (4 s) and slower on a quantized one; the float
-#: model's path is written into the module (``.format(float=...)``): an environment variable
-#: set in the test's process does not reach the workers of the suite's shared Ray, which
-#: then failed to import it wherever a trial started within the time limit.
+#: within a 6 s time limit. The float model's path is written into the module
+#: (``.format(float=...)``): an environment variable set in the test's process would not reach
+#: the workers of the suite's shared Ray.
 SLOW_EVALUATOR = """
 import os
 import time
