@@ -195,9 +195,10 @@ class NodeCluster:
         proc = self.nodes[name]
         deadline = time.monotonic() + timeout
         while not self._registered(name):
-            if self._port_taken(name):
-                raise _PortTaken(f"Ray node {name!r}: a port was taken")
-            if proc.poll() is not None:
+            taken = self._port_taken(name)
+            if taken:
+                why = "a gRPC server of it found its port taken"
+            elif proc.poll() is not None:
                 why = f"its `ray start` ended (status {proc.returncode}) before it registered"
             elif time.monotonic() > deadline:
                 why = f"it did not register with the cluster within {timeout:.0f} s"
@@ -205,9 +206,8 @@ class NodeCluster:
                 time.sleep(0.2)
                 continue
             tail = log.read_text(errors="replace")[-3000:]
-            if any(words in tail for words in _PORT_TAKEN):
-                raise _PortTaken(f"Ray node {name!r}: a port was taken:\n{tail}")
-            raise AssertionError(
+            taken = taken or any(words in tail for words in _PORT_TAKEN)
+            raise (_PortTaken if taken else AssertionError)(
                 f"Ray node {name!r} did not start: {why}; `ray start` printed:\n{tail}"
             )
 
