@@ -29,7 +29,9 @@ uses it. What each test checks is exactly what that code relies on:
   providers);
 - NumPy's ``numpy._core._multiarray_umath.__cpu_features__`` (``raysearch/cpu.py``);
 - Ray's ``ray.experimental.internal_kv`` put, list by prefix and delete by prefix, with a
-  namespace (``raysearch/search/runtime/_start_barrier.py``).
+  namespace (``raysearch/search/runtime/_start_barrier.py``);
+- Ray's ``prestart_worker_first_driver`` system setting: off, the search's own Ray starts no
+  idle worker (``raysearch/search/runtime/cluster.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import enum
 import importlib
 import inspect
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -743,3 +746,70 @@ def test_matmul_nbits_quantizer_calls_its_node_quantizer_with_the_graph_stack():
         assert "get_initializer(" in inspect.getsource(method), _changed(
             library, method.__qualname__, where, "reads its weight without get_initializer"
         )
+
+
+#: Run in a child process (the suite's process has a Ray already): start the search's own Ray
+#: as ``raysearch run`` does and print the Python worker processes under this process (the
+#: raylet is its child; every worker, idle or not, is the raylet's).
+_OWN_RAY_WORKERS = """
+import json, os, ray
+from raysearch.search.runtime.cluster import shutdown_ray, start_ray
+
+def children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append((int(entry), cmdline[0].decode(errors="replace")))
+    return found
+
+start_ray(None)  # returns once the raylet has registered the driver
+tree, workers = [os.getpid()], []
+while tree:
+    for pid, title in children(tree.pop()):
+        tree.append(pid)
+        agent = title.startswith("ray::") and title.endswith("Agent")
+        if (title.startswith("ray::") and not agent) or "default_worker.py" in title:
+            workers.append(title)
+print(json.dumps(workers))
+shutdown_ray()
+"""
+
+
+def test_the_searchs_own_ray_prestarts_no_idle_worker():
+    """raysearch/search/runtime/cluster.py starts its own Ray with
+    ``prestart_worker_first_driver`` off: Ray's prestarted workers have no ``runtime_env`` and
+    Tune's trial actors all have one, so none would ever run a trial. With the setting honoured
+    no Python worker runs before the first task; where it is not, Ray has forked one per CPU by
+    the time the driver is registered (the raylet starts them as it registers it)."""
+    import subprocess
+    import sys
+
+    import ray
+
+    from raysearch.search.runtime.cluster import OWN_RAY_SYSTEM_CONFIG
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _OWN_RAY_WORKERS],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    where = "raysearch/search/runtime/cluster.py (OWN_RAY_SYSTEM_CONFIG)"
+    assert proc.returncode == 0, _changed(
+        f"Ray {ray.__version__}",
+        f"_system_config {OWN_RAY_SYSTEM_CONFIG}",
+        where,
+        proc.stderr[-2000:],
+    )
+    workers = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert workers == [], _changed(
+        f"Ray {ray.__version__}", "prestart_worker_first_driver", where, f"workers {workers}"
+    )

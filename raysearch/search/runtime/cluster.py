@@ -43,6 +43,14 @@ _logger = logging.getLogger("raysearch.search")
 EXPERIMENT_CHECKPOINT_S = 60
 #: Seconds a cluster's ``host:port`` may take to accept a connection before the search gives up.
 CLUSTER_WAIT_S = 10.0
+#: Ray's settings for the one-machine Ray that :func:`start_ray` starts. Ray starts one idle
+#: worker process per CPU when the first driver connects, for tasks and actors without a
+#: ``runtime_env``; Ray Tune creates every trial actor with a ``runtime_env`` of its own
+#: (``env_vars``), so no trial ever runs in one of them: on a 64-core workstation they would be
+#: 64 idle processes of about 80 MB each for the whole search, and their start competes with the
+#: first trials'. An unknown key stops Ray's start (its GCS refuses it), so a rename in Ray fails
+#: loudly; ``tests/test_library_contracts.py`` checks that none is started.
+OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 #: The GCS address of the one-machine Ray that :func:`start_ray` started (None: none, or Ray
 #: was started or joined elsewhere): there every trial runs on the driver's node.
 _local_ray: str | None = None
@@ -123,7 +131,12 @@ def start_ray(
     else:
         # "local": a Ray of the search's own. Without it ray.init joins a Ray that `ray start`
         # left running on this machine (and then refuses num_cpus, or finds several).
-        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
+        ray.init(
+            address="local",
+            num_cpus=os.cpu_count(),
+            _system_config=OWN_RAY_SYSTEM_CONFIG,
+            **kwargs,
+        )
         _local_ray = ray.get_runtime_context().gcs_address
     _logger.info("Ray resources: %s", ray.cluster_resources())
     return True
