@@ -104,8 +104,11 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     # "torn_searcher": the same for the searcher's state, which Tune saves beside it (Tune
     # failed to restore it, logged that and carried on without it: 7 trials, "interrupted");
     # "moved": the folder is moved before the resume (Tune's pickled proxies find the live
-    # session by the search's id, which moves with it, not by the folder they were made in).
-    env = {"TUNE_GLOBAL_CHECKPOINT_S": "0"} if checkpoint != "default" else {}
+    # session by the search's id, which moves with it, not by the folder they were made in);
+    # Tune saves its state as by default, once near the start, so that the kill cannot cut it
+    # short (at every step it can, as in "every_step") and the restore from the moved folder
+    # is what runs.
+    env = {"TUNE_GLOBAL_CHECKPOINT_S": "0"} if checkpoint not in ("default", "moved") else {}
     _run_killed(tmp_path, 6, signal.SIGKILL, **env)
     before = journal(tmp_path / "out")
     assert 6 <= len(before) < LIMIT
