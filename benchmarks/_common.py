@@ -172,7 +172,11 @@ def quiet() -> None:
 
 
 def init_ray(cpus: int = CPUS) -> None:
+    """A local Ray of ``cpus`` CPUs, with the Ray settings of the Ray a search starts for
+    itself (no idle workers prestarted)."""
     import ray
+
+    from raysearch.search.runtime.cluster import OWN_RAY_SYSTEM_CONFIG
 
     if not ray.is_initialized():
         ray.init(
@@ -180,6 +184,7 @@ def init_ray(cpus: int = CPUS) -> None:
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
+            _system_config=OWN_RAY_SYSTEM_CONFIG,
         )
 
 
