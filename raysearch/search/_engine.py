@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from raysearch.search.runtime.transfer import (
     ModelBlob,
     current_node_id,
     materialize_model,
+    node_folder,
     node_local_dir,
 )
 from raysearch.search.tune._rungs import plan_search_rungs
@@ -76,8 +76,7 @@ class EngineSpec:
             # Another node: the model comes from the object store, the calibration cache
             # lives on this node (the driver's output folder need not exist here).
             model_path = materialize_model(self.model)
-            tag = hashlib.sha256(self.cache_dir.encode()).hexdigest()[:12]
-            cache_dir = os.fspath(node_local_dir(f"raysearch-cache-{tag}"))
+            cache_dir = os.fspath(node_local_dir(node_folder("cache", self.cache_dir)))
         return TrialRunner(
             TrialSpec(
                 model_path,

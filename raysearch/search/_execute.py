@@ -43,7 +43,12 @@ from raysearch.search.runtime.cluster import (
     trials_placeable_now,
     tune_environment,
 )
-from raysearch.search.runtime.transfer import current_node_id, model_blob
+from raysearch.search.runtime.transfer import (
+    current_node_id,
+    model_blob,
+    node_folder,
+    remove_node_folders,
+)
 from raysearch.search.tune._loggers import after_search, make_live_study, make_loggers
 from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, replay_result, restored_signal_handlers
@@ -362,6 +367,14 @@ class Execution:
             run.info["float_latency_ms"] = self.pending_reference.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
+        if reason != "interrupted":
+            # The other nodes' stand-ins for trials_tmp/ and the calibration cache; an
+            # interrupted search keeps them for its resume.
+            elsewhere = {r.get("node_id") for r in records} - {run.spec.driver_node, None}
+            remove_node_folders(
+                sorted(elsewhere),
+                [node_folder("trials", folder), node_folder("cache", run.spec.cache_dir)],
+            )
         # Latency that decides, or that the summary sets against float's, timed alone.
         retimed = retime(config, folder, records, run.spec.evaluation, str(config.model))
         if retimed is not None:

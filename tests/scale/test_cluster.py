@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from raysearch.layout import CACHE_DIR
+from raysearch.search.runtime.transfer import node_folder
 from tests.drivers import run_driver
 from tests.reliability.helpers import calls
 
@@ -70,8 +72,14 @@ def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(tmp_pat
             assert written == out / "trials_tmp" / f"{row['trial_id']}.onnx"
         else:
             assert out not in written.parents, written
-            assert written.parent.name.startswith("raysearch-trials-"), written
+            assert written.parent.name == node_folder("trials", out), written
             assert not written.exists()  # fetched by the driver, then removed on its node
+            # The search finished: its folders on that node (the trials' models, the
+            # calibration cache) went with it; the float model stays for later searches.
+            node_tmp = written.parent.parent
+            assert not written.parent.exists(), written.parent
+            assert not (node_tmp / node_folder("cache", out / CACHE_DIR)).exists()
+            assert list(node_tmp.glob("raysearch-models/*/*.onnx"))
     assert driver in {c["node"] for c in seen.values()}
     assert {c["node"] for c in seen.values()} - {driver}
 

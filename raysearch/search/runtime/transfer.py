@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -46,6 +47,8 @@ __all__ = [
     "model_blob",
     "materialize_model",
     "node_local_dir",
+    "node_folder",
+    "remove_node_folders",
     "fetch_model",
     "drop_model",
     "current_node_id",
@@ -156,6 +159,47 @@ def node_local_dir(name: str) -> Path:
     :func:`~raysearch.quantize.tempdirs.private_dir`: another user's, or one others may write
     to, is refused)."""
     return private_dir(name)
+
+
+def node_folder(kind: str, driver_path: str | os.PathLike) -> str:
+    """The name of the node-local folder of ``kind`` (``trials``: the models of the trials
+    that run there; ``cache``: their calibration cache) that stands, on a node other than the
+    driver's, for the search's folder ``driver_path`` on the driver's node: named after it, so
+    that a resumed search finds it again.
+
+    Example:
+        >>> node_folder("cache", "/data/out/calibration_cache")
+        'raysearch-cache-315ddc2c902d'
+    """
+    tag = hashlib.sha256(os.fspath(driver_path).encode()).hexdigest()[:12]
+    return f"raysearch-{kind}-{tag}"
+
+
+@ray.remote(num_cpus=0)
+def _remove_node_folders(names: list[str]) -> None:
+    base = private_dir()
+    for name in names:
+        shutil.rmtree(base / name, ignore_errors=True)
+
+
+def remove_node_folders(node_ids: Iterable[str], names: Sequence[str]) -> None:
+    """Remove this user's node-local folders ``names`` (see :func:`node_folder`) on each node
+    of ``node_ids`` that is alive, waiting at most a node's answer time for them: what a
+    finished search leaves on the nodes its trials ran on would otherwise stay in their temp
+    folders for as long as the cluster lives, a calibration cache per search."""
+    pending = [
+        _remove_node_folders.options(scheduling_strategy=_pinned(node)).remote(list(names))
+        for node in node_ids
+        if node_alive(node)
+    ]
+    if not pending:
+        return
+    done, _ = ray.wait(pending, num_returns=len(pending), timeout=_TIMEOUT_S)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except Exception as exc:  # the node went meanwhile: its temp folder went with it
+            _logger.warning("could not remove %s on a node: %s", ", ".join(names), exc)
 
 
 #: Models verified in this process: (folder, each file's inode, size and mtime).

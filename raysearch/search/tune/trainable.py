@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import os
 import threading
@@ -50,7 +49,7 @@ from raysearch.search.runtime._start_barrier import (
     start_barrier,
     wait_for_wave,
 )
-from raysearch.search.runtime.transfer import current_node_id, node_local_dir
+from raysearch.search.runtime.transfer import current_node_id, node_folder, node_local_dir
 from raysearch.search.tune._rungs import (
     RUNG_CLOCK,
     RUNG_ERROR,
@@ -134,8 +133,7 @@ class QuantTrainable(tune.Trainable):
         # this node's temp folder, from which the driver fetches the models it keeps.
         self._local = driver_node is None or driver_node == self._node_id
         if not self._local:
-            tag = hashlib.sha256(os.fspath(self._output_dir).encode()).hexdigest()[:12]
-            self._trials_dir = node_local_dir(f"raysearch-trials-{tag}")
+            self._trials_dir = node_local_dir(node_folder("trials", self._output_dir))
         else:
             self._trials_dir = self._output_dir / TRIALS_TMP
         gpu_ids = ray.get_gpu_ids()
