@@ -752,30 +752,19 @@ def test_matmul_nbits_quantizer_calls_its_node_quantizer_with_the_graph_stack():
 #: as ``raysearch run`` does and print the Python worker processes under this process (the
 #: raylet is its child; every worker, idle or not, is the raylet's).
 _OWN_RAY_WORKERS = """
-import json, os, ray
+import json, psutil
 from raysearch.search.runtime.cluster import shutdown_ray, start_ray
 
-def children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\\0")
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append((int(entry), cmdline[0].decode(errors="replace")))
-    return found
-
 start_ray(None)  # returns once the raylet has registered the driver
-tree, workers = [os.getpid()], []
-while tree:
-    for pid, title in children(tree.pop()):
-        tree.append(pid)
-        agent = title.startswith("ray::") and title.endswith("Agent")
-        if (title.startswith("ray::") and not agent) or "default_worker.py" in title:
-            workers.append(title)
+workers = []
+for process in psutil.Process().children(recursive=True):
+    try:
+        title = (process.cmdline() or [""])[0]
+    except psutil.Error:  # ended meanwhile
+        continue
+    agent = title.startswith("ray::") and title.endswith("Agent")
+    if (title.startswith("ray::") and not agent) or "default_worker.py" in title:
+        workers.append(title)
 print(json.dumps(workers))
 shutdown_ray()
 """

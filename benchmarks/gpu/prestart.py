@@ -20,7 +20,7 @@ import sys
 
 #: One run, in a child process: ``default`` (Ray's prestart) or ``raysearch`` (none).
 _RUN = """
-import json, os, sys, threading, time
+import json, os, sys, tempfile, threading, time
 sys.path.insert(0, os.getcwd())
 from raysearch import AutoSearch, load_config
 from raysearch.search.runtime import cluster
@@ -56,7 +56,8 @@ started = time.monotonic()
 share = os.environ.get("PRESTART_GPU_PER_TRIAL", "0.25")
 trials = os.environ.get("PRESTART_TRIALS", "16")
 config = load_config("configs/quickstart.yaml", [f"resources.gpu_per_trial={share}",
-    f"stop.iteration_limit={trials}", f"output_dir=/tmp/prestart-{sys.argv[1]}-{sys.argv[2]}"])
+    f"stop.iteration_limit={trials}",
+    f"output_dir={tempfile.gettempdir()}/prestart-{sys.argv[1]}-{sys.argv[2]}"])
 result = AutoSearch(config).run()
 wall = time.monotonic() - started
 done.set()
