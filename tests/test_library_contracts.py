@@ -31,7 +31,11 @@ uses it. What each test checks is exactly what that code relies on:
 - Ray's ``ray.experimental.internal_kv`` put, list by prefix and delete by prefix, with a
   namespace (``raysearch/search/runtime/_start_barrier.py``);
 - Ray's ``prestart_worker_first_driver`` system setting: off, the search's own Ray starts no
-  idle worker (``raysearch/search/runtime/cluster.py``).
+  idle worker (``raysearch/search/runtime/cluster.py``);
+- Ray Tune's callback usage tag: ``tune.run`` calls ``ray.air._internal.usage.tag_callbacks``,
+  which counts callbacks as ``_count_callbacks`` does and records them with
+  ``record_extra_usage_tag`` (``raysearch/search/tune/_usage_tag.py`` records the same tag
+  without importing Ray's logger integrations).
 """
 
 from __future__ import annotations
@@ -802,3 +806,88 @@ def test_the_searchs_own_ray_prestarts_no_idle_worker():
     assert workers == [], _changed(
         f"Ray {ray.__version__}", "prestart_worker_first_driver", where, f"workers {workers}"
     )
+
+
+def test_tunes_callback_tag_is_recorded_alike_without_the_logger_integrations():
+    """raysearch/search/tune/_usage_tag.py replaces ``usage.tag_callbacks``, the function
+    ``tune.run`` calls, within a search's run: for raysearch's callbacks it records the tag
+    Ray's own counting gives them, and Ray's function is back after the block."""
+    import ray
+    import ray.tune.tune
+    from ray.air._internal import usage
+
+    from raysearch.search.tune._compact import FinishedTrialCompactor
+    from raysearch.search.tune._loggers import TrialLoggers
+    from raysearch.search.tune._usage_tag import own_callback_counts, own_callbacks_tagged
+    from raysearch.search.tune.session import SessionCallback
+
+    library, where = f"Ray {ray.__version__}", "raysearch/search/tune/_usage_tag.py"
+    assert ray.tune.tune.air_usage is usage, _changed(
+        library, "ray.tune.tune.air_usage", where, "not ray.air._internal.usage"
+    )
+    assert "air_usage.tag_callbacks(callbacks)" in inspect.getsource(ray.tune.tune.run), _changed(
+        library, "tune.run", where, "no longer calls air_usage.tag_callbacks(callbacks)"
+    )
+    source = inspect.getsource(usage.tag_callbacks)
+    assert "_count_callbacks(callbacks)" in source, _changed(
+        library, "usage.tag_callbacks", where, "does not count with _count_callbacks"
+    )
+    assert "record_extra_usage_tag(TagKey.AIR_CALLBACKS" in source, _changed(
+        library, "usage.tag_callbacks", where, "records another tag"
+    )
+    callbacks = [SessionCallback("k"), TrialLoggers("k"), FinishedTrialCompactor()]
+    assert own_callback_counts(callbacks) == dict(usage._count_callbacks(callbacks)), _changed(
+        library, "usage._count_callbacks", where, "counts raysearch's callbacks otherwise"
+    )
+    before = usage.tag_callbacks
+    with own_callbacks_tagged():
+        assert usage.tag_callbacks is not before
+    assert usage.tag_callbacks is before
+
+
+#: Run in a child process (the suite's process has imported MLflow already): a search's run,
+#: then whether the driver imported MLflow or wandb (neither is configured).
+_SEARCH_IMPORTS = """
+import json, sys
+from raysearch.config import load_config
+from raysearch.search import AutoSearch
+
+result = AutoSearch(load_config(sys.argv[1])).run()
+print(json.dumps([result.summary["n_trials"], "mlflow" in sys.modules, "wandb" in sys.modules]))
+"""
+
+
+def test_a_search_without_loggers_imports_neither_mlflow_nor_wandb(tmp_path):
+    """Ray Tune's callback tag imports both (1.1-1.4 s of CPU in each driver) where raysearch
+    does not record it itself (raysearch/search/tune/_usage_tag.py)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    make_mlp_model(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "mlp.npz", **mlp_data(16))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(tmp_path / "mlp.onnx"),
+                "calibration_data": str(tmp_path / "mlp.npz"),
+                "search_algo": "Grid",
+                "search_space": {"per_channel": [False]},
+                "metric": "cos",
+                "measure_latency": False,
+                "output_dir": str(tmp_path / "out"),
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _SEARCH_IMPORTS, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, False, False]

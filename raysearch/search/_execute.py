@@ -52,6 +52,7 @@ from raysearch.search.runtime.transfer import (
 from raysearch.search.tune._loggers import after_search, make_live_study, make_loggers
 from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, replay_result, restored_signal_handlers
+from raysearch.search.tune._usage_tag import own_callbacks_tagged
 from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
 from raysearch.search.tune.session import SearchSession, register, release
@@ -345,7 +346,7 @@ class Execution:
             f"{expected} trials expected" if expected else "no fixed number of trials",
         )
         try:
-            with quiet_tune(), quiet_optuna(), restored_signal_handlers():
+            with quiet_tune(), quiet_optuna(), restored_signal_handlers(), own_callbacks_tagged():
                 tuner.fit()
                 check_tune_disk()
         finally:

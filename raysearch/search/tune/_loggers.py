@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -321,12 +322,13 @@ def log_best_model(callbacks: Sequence[Any], trial_id: str | None, folder: Path)
     """The best model's files (``folder``: ``best/``) as artifacts of the best trial's run, for
     each logger that keeps files of a finished run (MLflow's); W&B's runs end in their own
     processes, whose files Ray's callback does not reopen."""
-    from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-    if trial_id is None or not folder.is_dir():
+    # Ray's MLflow integration imports MLflow (a second of CPU): a callback can be an
+    # instance of its class only if something imported it already.
+    integration = sys.modules.get("ray.air.integrations.mlflow")
+    if integration is None or trial_id is None or not folder.is_dir():
         return
     for callback in callbacks:
-        if not isinstance(callback, MLflowLoggerCallback):
+        if not isinstance(callback, integration.MLflowLoggerCallback):
             continue
         try:
             from mlflow.tracking import MlflowClient
