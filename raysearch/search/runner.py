@@ -387,6 +387,12 @@ def _preflight_beside_ray(
         checked = pending or pool.submit(
             preflight, config, cache_dir=cache_dir, kept=lookup, defer_reference=kept is None
         )
+        if checked.done() and checked.exception() is not None:
+            # The input was refused already (most checks take milliseconds, and a command's
+            # preflight starts before Ray Tune is imported): no Ray started only to stop it.
+            if kept is not None:
+                kept.close()
+            checked.result()
         try:
             # The folders of the evaluator's or a plugin's module found beside the config: a
             # cluster's other nodes get a copy (a local Ray's workers import it in place).
