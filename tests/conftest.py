@@ -63,12 +63,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray instance (2 CPUs) shared by every end-to-end test of the session; its
-    workers can import ``tests`` (custom evaluators named "tests.module:function")."""
+    workers can import ``tests`` (custom evaluators named "tests.module:function"). A Ray of
+    the session's own (``address="local"``): without it ``ray.init`` joins a Ray that ``ray
+    start`` left running on this machine (another user's, or a test's) and refuses
+    ``num_cpus``."""
     import ray
 
     if not ray.is_initialized():
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
         ray.init(
+            address="local",
             num_cpus=2,
             include_dashboard=False,
             log_to_driver=False,
