@@ -18,6 +18,14 @@ from tests.search.conftest import CONDITIONAL_SPACE
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 SIX = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
+#: One trial at a time, for the searches that test something other than trials running side
+#: by side: one trial actor (a Ray worker process, some 2 CPU-seconds to start) per search
+#: instead of two. The searches that run two at a time are the grid of six, the custom
+#: evaluator's (counted once, not once per actor), TPE's (the iteration limit caps the trials
+#: started while two run), the time limit's (the trials running then are stopped) and the
+#: timed-out trials' (an actor whose trial timed out is never reused: one at a time would
+#: start as many actors, one after the other).
+ONE_AT_A_TIME = {"max_concurrent_trials": 1}
 
 
 def rows(result) -> list[dict]:
@@ -81,7 +89,10 @@ def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config
 
 def test_keep_candidates_1_keeps_the_best_model_and_every_candidates_row(make_config):
     # L2 within 10: every setting is a candidate; only the best one's model stays a file.
-    result = AutoSearch(make_config(search_space=SIX, tolerance=10.0, keep_candidates=1)).run()
+    config = make_config(
+        search_space=SIX, tolerance=10.0, keep_candidates=1, resources=ONE_AT_A_TIME
+    )
+    result = AutoSearch(config).run()
     out, table = result.output_dir, rows(result)
     assert len(table) == 6 and all(r["status"] == "ok" and r["is_candidate"] for r in table)
     assert result.summary["n_candidates"] == 6
@@ -114,13 +125,44 @@ def test_find_n_candidates_ends_the_search_early(make_config):
     assert all(Path(c["model_path"]).is_file() for c in result.candidates)
 
 
-def test_iteration_limit_caps_the_trials_started(make_config):
-    config = make_config(
-        search_space=CONDITIONAL_SPACE, search_algo="TPE", stop={"iteration_limit": 3}
-    )
-    result = AutoSearch(config).run()
+#: The trials of each sampler's search over the conditional space (its iteration limit).
+SAMPLER_TRIALS = 4
+
+
+@pytest.fixture(scope="module")
+def sampler_search(mlp_files, tmp_path_factory):
+    """``sampler_search(algo)``: the result of a search of ``algo`` over the conditional space,
+    stopped by its iteration limit; run once per algorithm for the module (TPE's serves both
+    the sampler test and the iteration-limit test)."""
+    done: dict[str, object] = {}
+
+    def run(algo: str):
+        if algo not in done:
+            config = {
+                "model": str(mlp_files["model"]),
+                "calibration_data": str(mlp_files["data"]),
+                "search_space": CONDITIONAL_SPACE,
+                "search_algo": algo,
+                "metric": "L2",
+                "tolerance": 0.05,
+                "seed": 0,
+                "output_dir": str(tmp_path_factory.mktemp(f"sampler-{algo}") / "out"),
+                "stop": {"iteration_limit": SAMPLER_TRIALS},
+            }
+            if algo != "TPE":
+                config["resources"] = ONE_AT_A_TIME
+            done[algo] = AutoSearch(config).run()
+        return done[algo]
+
+    return run
+
+
+def test_iteration_limit_caps_the_trials_started(sampler_search):
+    # Two trials at a time: the limit caps the trials started, not only those finished.
+    result = sampler_search("TPE")
     assert result.summary["stop_reason"] == "iteration_limit"
-    assert result.summary["n_trials"] == 3 and result.summary["trials_started"] == 3
+    assert result.summary["n_trials"] == SAMPLER_TRIALS
+    assert result.summary["trials_started"] == SAMPLER_TRIALS
 
 
 def test_time_limit_ends_the_search(make_config):
@@ -140,6 +182,7 @@ def test_time_limit_ends_the_search(make_config):
 def test_a_setting_onnx_runtime_rejects_fails_alone(make_config):
     config = make_config(
         search_space=None,
+        resources=ONE_AT_A_TIME,
         search_spaces=[
             {"activation_type": ["QUInt8", "QInt8"], "per_channel": [True, False]},
             # float8 QDQ around MatMul: ONNX Runtime's CPU session refuses the model.
@@ -163,7 +206,9 @@ def test_a_setting_onnx_runtime_rejects_fails_alone(make_config):
 def test_a_trial_that_raises_is_recorded_and_the_search_goes_on(make_config):
     # A timeout far below any trial's duration: every trial raises in its actor.
     config = make_config(
-        search_space={"per_channel": [True, False]}, trial_timeout_s=1e-4, tolerance=None
+        search_space={"per_channel": [True, False]},
+        trial_timeout_s=1e-4,
+        tolerance=None,
     )
     result = AutoSearch(config).run()
     table = rows(result)
@@ -174,17 +219,13 @@ def test_a_trial_that_raises_is_recorded_and_the_search_goes_on(make_config):
 
 
 @pytest.mark.parametrize("algo", SAMPLER_ALGOS)
-def test_each_sampler_runs_a_conditional_space(make_config, algo):
+def test_each_sampler_runs_a_conditional_space(sampler_search, algo):
     import importlib.util
 
     if not all(importlib.util.find_spec(m) for m in ALGO_REQUIREMENTS.get(algo, ())):
         pytest.skip(f"{algo} needs {ALGO_REQUIREMENTS[algo]}")
-    config = make_config(
-        search_space=CONDITIONAL_SPACE, search_algo=algo, stop={"iteration_limit": 4}
-    )
-    result = AutoSearch(config).run()
-    table = rows(result)
-    assert len(table) == 4 and all(r["status"] == "ok" for r in table)
+    table = rows(sampler_search(algo))
+    assert len(table) == SAMPLER_TRIALS and all(r["status"] == "ok" for r in table)
     for r in table:
         pct = r.get("params/extra_options.pct.CalibPercentile")
         sym = r.get("params/extra_options.sym.ActivationSymmetric")
@@ -193,7 +234,7 @@ def test_each_sampler_runs_a_conditional_space(make_config, algo):
 
 
 def test_an_earlier_search_is_refused_and_overwrite_removes_only_ours(make_config):
-    config = make_config(search_space={"per_channel": [True, False]})
+    config = make_config(search_space={"per_channel": [True, False]}, resources=ONE_AT_A_TIME)
     first = AutoSearch(config).run()
     user_file = first.output_dir / "notes.txt"
     user_file.write_text("mine")

@@ -63,6 +63,10 @@ def _config(folder: Path, **overrides: Any) -> dict[str, Any]:
         "tolerance": 0.99,
         "seed": 0,
         "measure_latency": False,
+        # One trial actor per search: each actor's first fine-tuning trial imports torch
+        # (some 4 CPU-seconds, more than the rest of its trials together); no test here is
+        # about trials running side by side.
+        "resources": {"max_concurrent_trials": 1},
         "output_dir": str(folder / "out"),
         **overrides,
     }
