@@ -1,28 +1,41 @@
-"""Runs one search on a Ray cluster built for a test, in its own process (so the test
-session's own Ray instance is untouched). Usage:
+"""Runs searches on Ray clusters built for a test, one after the other in one process of its
+own (so the test session's own Ray instance is untouched, and the interpreter, Ray and Ray
+Tune are imported once for all of them). Usage:
 
-    python -m tests.scale._cluster_driver multinode WORKDIR
-    python -m tests.scale._cluster_driver fakegpu WORKDIR GPUS GPU_PER_TRIAL
+    python -m tests.scale._cluster_driver WORKDIR PHASE...
 
-The search scores with the probe evaluator (``tests.reliability.evaluators``), which logs every
-call to ``WORKDIR/calls.jsonl`` from the process that makes it: the model file it scored, the
-Ray node and ``CUDA_VISIBLE_DEVICES`` of that process. The tests read what happened during the
-run from that log, not from what is left after it.
+where each PHASE is ``multinode`` (a two-node cluster) or ``fakegpu:GPUS:GPU_PER_TRIAL`` (a
+one-node Ray that declares GPUS GPUs it does not have). Each phase runs in its own folder
+``WORKDIR/PHASE`` (``:`` written ``-``), with its own Ray started and shut down, and file
+descriptor 2 pointed at ``stderr.txt`` there for as long as it runs: what the phase's search
+and its Ray wrote to the console is that file. ``WORKDIR/driver.json`` maps each phase to what
+it returned, or to ``{"error": traceback}`` when it failed (the next phases still run).
+
+The searches score with the probe evaluator (``tests.reliability.evaluators``), which logs
+every call to the phase folder's ``calls.jsonl`` from the process that makes it: the model file
+it scored, the Ray node and ``CUDA_VISIBLE_DEVICES`` of that process. The tests read what
+happened during the run from that log, not from what is left after it. Ray and raysearch
+are imported by the phases, not by this module (the tests import :func:`phase_folder`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-import ray
-
-from raysearch.search import AutoSearch
 from tests.reliability.helpers import PROBE, plan_model, write_data
 
 #: Seconds each quantized model's scoring sleeps: trials overlap long enough to be counted.
 SLEEP_S = 1.0
+
+
+def phase_folder(work: Path, phase: str) -> Path:
+    """The folder phase ``phase`` runs in."""
+    return work / phase.replace(":", "-")
 
 
 def _config(work: Path, **extra) -> dict:
@@ -49,7 +62,10 @@ def _config(work: Path, **extra) -> dict:
 
 
 def multinode(work: Path) -> dict:
+    import ray
     from ray.cluster_utils import Cluster
+
+    from raysearch.search import AutoSearch
 
     cluster = Cluster(
         initialize_head=True,
@@ -69,9 +85,20 @@ def multinode(work: Path) -> dict:
 
 
 def fakegpu(work: Path, gpus: int, share: float) -> dict:
+    import ray
+
+    from raysearch.search import AutoSearch
+
     # GPUs declared on a machine that has none: Ray assigns them, CUDA cannot load. The CPUs
-    # allow 8 trials at once, so only the GPU share can hold them to gpus / share.
-    ray.init(num_cpus=8, num_gpus=gpus, include_dashboard=False)
+    # allow 8 trials at once, so only the GPU share can hold them to gpus / share. No worker
+    # is started ahead for the CPUs (Ray's default starts one per CPU, 8 here, for tasks this
+    # search never runs; its trials' actors start their own, as on a search's own Ray).
+    ray.init(
+        num_cpus=8,
+        num_gpus=gpus,
+        include_dashboard=False,
+        _system_config={"prestart_worker_first_driver": False},
+    )
     try:
         config = _config(work, resources={"gpu_per_trial": share, "cpu_per_trial": 1})
         result = AutoSearch(config).run()
@@ -80,10 +107,37 @@ def fakegpu(work: Path, gpus: int, share: float) -> dict:
         ray.shutdown()
 
 
+def _run_phase(work: Path, run: Callable[[Path], dict]) -> dict:
+    """``run(work)`` with file descriptor 2 on ``work/stderr.txt``; what it returned, or
+    ``{"error": traceback}`` (written to that file too)."""
+    work.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    console = os.dup(2)
+    try:
+        with open(work / "stderr.txt", "w") as err:
+            os.dup2(err.fileno(), 2)
+            try:
+                return run(work)
+            except Exception:
+                text = traceback.format_exc()
+                print(text, file=sys.stderr)
+                return {"error": text}
+            finally:
+                sys.stderr.flush()
+    finally:
+        os.dup2(console, 2)
+        os.close(console)
+
+
+def _phase(spec: str) -> Callable[[Path], dict]:
+    if spec == "multinode":
+        return multinode
+    mode, gpus, share = spec.split(":")
+    assert mode == "fakegpu", spec
+    return lambda work: fakegpu(work, int(gpus), float(share))
+
+
 if __name__ == "__main__":
-    mode, work = sys.argv[1], Path(sys.argv[2])
-    if mode == "multinode":
-        out = multinode(work)
-    else:
-        out = fakegpu(work, int(sys.argv[3]), float(sys.argv[4]))
+    work, phases = Path(sys.argv[1]), sys.argv[2:]
+    out = {spec: _run_phase(phase_folder(work, spec), _phase(spec)) for spec in phases}
     (work / "driver.json").write_text(json.dumps(out, default=str))

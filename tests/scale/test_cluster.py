@@ -13,12 +13,31 @@ from raysearch.layout import CACHE_DIR
 from raysearch.search.runtime.transfer import node_folder
 from tests.drivers import run_driver
 from tests.reliability.helpers import calls
+from tests.scale._cluster_driver import phase_folder
 
 pytestmark = pytest.mark.slow
 
 
-def _drive(work: Path, mode: str, *args: str) -> tuple[dict, subprocess.CompletedProcess]:
-    return run_driver(work, "tests.scale._cluster_driver", mode, str(work), *args)
+#: The GPUs each fake-GPU search declares, and the share of one each trial asks for.
+GPU_CASES = [(1, 0.25), (2, 0.5)]
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """Every search of this module, each on a cluster of its own, one after the other in one
+    driver process (its folder, what each phase returned, the finished process)."""
+    work = tmp_path_factory.mktemp("clusters")
+    phases = ["multinode", *(f"fakegpu:{gpus}:{share}" for gpus, share in GPU_CASES)]
+    result, proc = run_driver(work, "tests.scale._cluster_driver", str(work), *phases)
+    return work, result, proc
+
+
+def _phase(driven, phase: str) -> tuple[Path, dict, str]:
+    """Phase ``phase`` of the driver: its folder, what it returned, what it wrote to stderr."""
+    work, result, _ = driven
+    folder = phase_folder(work, phase)
+    assert "error" not in result[phase], result[phase]["error"]
+    return folder, result[phase], (folder / "stderr.txt").read_text()
 
 
 def _overlap(rows: list[dict]) -> int:
@@ -44,9 +63,9 @@ def _trial_calls(work: Path) -> dict[str, dict]:
     return by_trial
 
 
-def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(tmp_path):
-    result, _ = _drive(tmp_path, "multinode")
-    out = tmp_path / "out"
+def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(driven):
+    work, result, _ = _phase(driven, "multinode")
+    out = work / "out"
     rows = pq.read_table(out / "results.parquet").to_pylist()
     assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
     assert len(result["nodes"]) == 2
@@ -62,7 +81,7 @@ def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(tmp_pat
     assert summary["n_trials"] == 8 and summary["stop_reason"] == "space_exhausted"
     # Where each trial wrote its model, seen while it ran: on the driver's node into the
     # output folder; on the other node into that node's temp folder, never the output folder.
-    seen = _trial_calls(tmp_path)
+    seen = _trial_calls(work)
     assert set(seen) == {r["trial_id"] for r in rows}
     for row in rows:
         call = seen[row["trial_id"]]
@@ -84,19 +103,17 @@ def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(tmp_pat
     assert {c["node"] for c in seen.values()} - {driver}
 
 
-@pytest.mark.parametrize(("gpus", "share"), [(1, 0.25), (2, 0.5)])
-def test_fake_gpus_share_fractionally_record_ids_and_fall_back_to_cpu_quietly(
-    tmp_path, gpus, share
-):
-    result, proc = _drive(tmp_path, "fakegpu", str(gpus), str(share))
-    out = tmp_path / "out"
+@pytest.mark.parametrize(("gpus", "share"), GPU_CASES)
+def test_fake_gpus_share_fractionally_record_ids_and_fall_back_to_cpu_quietly(driven, gpus, share):
+    work, result, stderr = _phase(driven, f"fakegpu:{gpus}:{share}")
+    out = work / "out"
     rows = pq.read_table(out / "results.parquet").to_pylist()
     assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
     ids = {str(i) for i in range(gpus)}
     assert {r["gpu_id"] for r in rows} == ids
     assert {r["device"] for r in rows} == {"cpu"}
     # Ray gave each trial's process its GPU: CUDA_VISIBLE_DEVICES as the trial recorded.
-    seen = _trial_calls(tmp_path)
+    seen = _trial_calls(work)
     assert {r["trial_id"]: r["gpu_id"] for r in rows} == {t: c["cuda"] for t, c in seen.items()}
     # 8 CPUs would run all 8 trials at once: the GPU share alone holds them to gpus / share,
     # and each GPU to 1 / share; and a GPU is shared: more than one trial on it at a time.
@@ -106,6 +123,8 @@ def test_fake_gpus_share_fractionally_record_ids_and_fall_back_to_cpu_quietly(
     peaks = [_overlap([t for t in trials if t["gpu_id"] == gpu]) for gpu in ids]
     assert max(peaks) >= 2 and all(peak <= per_gpu for peak in peaks), peaks
     assert "ran on the CPU" in result["summary"]["gpu_note"]
-    # Quietly: no CUDA loader error from ONNX Runtime on the console.
-    assert "CUDAExecutionProvider" not in proc.stderr
-    assert "libcudart" not in proc.stderr and "libcublas" not in proc.stderr
+    # Quietly: no CUDA loader error from ONNX Runtime on the console, while this search ran
+    # or outside any search of the driver.
+    for console in (stderr, driven[2].stderr):
+        assert "CUDAExecutionProvider" not in console
+        assert "libcudart" not in console and "libcublas" not in console
