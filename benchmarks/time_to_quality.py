@@ -13,11 +13,14 @@ Its time is the trial's ``elapsed_s`` in the journal: seconds since the search s
 by ``stop.time_limit`` (``--cap-s``, 1800 by default); a run that does not get there reports
 ``time_to_goal_s: null``.
 
+``--smoke`` (what ``tests/test_benchmarks_smoke.py`` runs): the encoder at the tests' tiny
+size (seq 8, dim 16, ffn 32; the same rows and goal), seed 0, ``Auto``, at most 10 trials.
+
 Usage::
 
     python benchmarks/time_to_quality.py --models encoder --seeds 0,1,2,3,4
     python benchmarks/time_to_quality.py --models magika --seeds 0,1,2 --algos Auto
-    python benchmarks/time_to_quality.py --smoke     # the encoder, one seed, Auto, 4 minutes
+    python benchmarks/time_to_quality.py --smoke     # the tiny encoder, one seed, Auto, 10 trials
 
 Writes ``benchmarks/results/time_to_quality.json`` (or ``--out``).
 """
@@ -33,16 +36,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import Run, print_table, quiet  # noqa: E402
+from _common import Run, encoder_arrays, encoder_model, print_table, quiet  # noqa: E402
 from quality import SHARED, _configs, start_ray  # noqa: E402
 
 #: The previous default, kept here to compare against: TPE with Optuna's own defaults.
 PREVIOUS = "TPEOptunaDefaults"
 #: A quantized share at least this high quantizes every MatMul/Gemm/Conv.
 FULL = 0.999
+#: The smoke run's trials: the encoder's goal comes within the first stages (a few trials
+#: after the defaults); Auto's later stages, which the smoke does not need, stay out.
+SMOKE_TRIALS = 10
+#: The smoke run's encoder: the tests' tiny size (the other smokes' too), the same goal.
+SMOKE_ENCODER = {"seq": 8, "dim": 16, "ffn": 32}
 
 
 def _register_previous() -> None:
@@ -76,6 +86,20 @@ def _register_previous() -> None:
     register_strategy(PREVIOUS)(build)
 
 
+def _smoke_encoder(config: dict[str, Any], work: Path) -> dict[str, Any]:
+    """``config`` (the encoder's) on the tiny encoder, with as many rows as the full one."""
+    folder = work / "smoke_encoder"
+    folder.mkdir()
+    np.savez(folder / "calib.npz", **encoder_arrays(64, seed=1, **SMOKE_ENCODER))
+    np.savez(folder / "eval.npz", **encoder_arrays(64, seed=2, **SMOKE_ENCODER))
+    return {
+        **config,
+        "model": str(encoder_model(folder, **SMOKE_ENCODER)),
+        "calibration_data": str(folder / "calib.npz"),
+        "eval_data": str(folder / "eval.npz"),
+    }
+
+
 def _meets_goal(record: dict[str, Any]) -> bool:
     extra = record.get("extra") or {}
     share = extra.get("quantized_share")
@@ -90,13 +114,17 @@ def run_one(
     cap_s: float,
     work: Path,
     keep: Path | None = None,
+    trials: int | None = None,
 ) -> dict[str, Any]:
+    """One search, capped at ``cap_s`` seconds (and at ``trials`` trials when given)."""
     from raysearch.search import AutoSearch
 
     folder = work / f"out-{name}-{algo}-{seed}"
     stop: dict[str, Any] = {"time_limit": cap_s}
     if algo == PREVIOUS:
         stop["iteration_limit"] = 30  # as quality.py measured the previous default
+    elif trials is not None:
+        stop["iteration_limit"] = trials
     config = {
         **config,
         "search_algo": algo,
@@ -166,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-s", type=float, default=1800.0)
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--anchors", action="store_true", help="NNCF's one shot and AC too")
-    parser.add_argument("--smoke", action="store_true", help="encoder, seed 0, Auto, 240 s cap")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny encoder, seed 0, Auto, 240 s cap, 10 trials"
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="keep each search's folder here")
     args = parser.parse_args(argv)
@@ -183,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     anchored: list[dict[str, Any]] = []
     try:
         configs = _configs(work, 30, args.concurrent)
+        if args.smoke:
+            configs["encoder"] = _smoke_encoder(configs["encoder"], work)
         for name in args.models.split(","):
             config = {k: v for k, v in configs[name].items() if k not in ("search_algo", "stop")}
             if args.anchors:
@@ -192,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
                 print_table(anchored[-2:], list(anchored[-1]), title=f"{name}: NNCF anchors")
             for seed in (int(s) for s in args.seeds.split(",")):
                 for algo in args.algos.split(","):
-                    rows.append(run_one(name, config, algo, seed, args.cap_s, work, args.keep))
+                    trials = SMOKE_TRIALS if args.smoke else None
+                    rows.append(
+                        run_one(name, config, algo, seed, args.cap_s, work, args.keep, trials)
+                    )
                     print_table(rows[-1:], list(rows[-1]), title=f"{name} seed {seed}")
                     run.write(
                         {"results": rows, "summary": _summaries(rows), "anchors": anchored},
