@@ -510,12 +510,18 @@ def _stages_in_table(folder: Path) -> list[str]:
     return [r["stage"] for r in rows]
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("ray_cluster")
-def test_an_auto_search_records_its_stages_in_order_in_results_parquet(tmp_path):
+@pytest.fixture(scope="module")
+def straight_auto(ray_cluster, tmp_path_factory):
+    """One Auto search of :data:`E2E_SPACE` run straight through: its table's stages are
+    checked, and a killed and resumed search of the same config must run its settings."""
     from raysearch.search import AutoSearch
 
-    result = AutoSearch(_e2e_config(tmp_path)).run()
+    return AutoSearch(_e2e_config(tmp_path_factory.mktemp("straight"))).run()
+
+
+@pytest.mark.slow
+def test_an_auto_search_records_its_stages_in_order_in_results_parquet(straight_auto):
+    result = straight_auto
     stages = _stages_in_table(result.output_dir)
     assert {r["status"] for r in result.records} == {"ok"}, [r.get("error") for r in result.records]
     ranks = [STAGE_ORDER.index(s) for s in stages]
@@ -555,8 +561,7 @@ def test_stop_conditions_end_a_two_stage_search_inside_stage_two(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("ray_cluster")
-def test_a_killed_auto_search_resumes_in_its_stage_with_nothing_rerun(tmp_path):
+def test_a_killed_auto_search_resumes_in_its_stage_with_nothing_rerun(straight_auto, tmp_path):
     import signal
 
     from raysearch.search import AutoSearch
@@ -569,8 +574,7 @@ def test_a_killed_auto_search_resumes_in_its_stage_with_nothing_rerun(tmp_path):
         write_config,
     )
 
-    straight = AutoSearch(_e2e_config(tmp_path / "straight")).run()
-    expected = [r["key"] for r in sorted(straight.records, key=lambda r: r["number"])]
+    expected = [r["key"] for r in sorted(straight_auto.records, key=lambda r: r["number"])]
     work = tmp_path / "killed"
     config = write_config(work / "config.yaml", _e2e_config(work))
     proc = start_raysearch(["run", str(config)], work)
