@@ -35,7 +35,9 @@ def _config(work: Path, model: Path, data: Path, out: str, **extra) -> Path:
             "activation_type": ["QUInt8", "QInt8"],
             "per_channel": [True, False],
         },
-        "resources": {"cpu_per_trial": 1, "max_concurrent_trials": 2},
+        # One trial at a time: one trial actor per search (none of these checks is about
+        # trials side by side).
+        "resources": {"cpu_per_trial": 1, "max_concurrent_trials": 1},
         "output_dir": str(work / out),
         **extra,
     }
