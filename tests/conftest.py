@@ -81,3 +81,12 @@ def ray_cluster():
         )
     yield ray
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test files that hold slow tests run first, each file's tests in their order: with
+    the suite's two pytest-xdist workers taking a file at a time (``--dist loadfile``), the
+    many short files then fill the end of the run, where a long file taken last would keep
+    one worker busy while the other idles."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
