@@ -18,9 +18,10 @@ Names, dtypes and shapes are checked against the model's inputs (graph inputs th
 initializers); anything that does not match raises :class:`DataError` with a one-line message.
 Pickles are never loaded.
 
-This module is the data stage's public face and holds :class:`DataSource` (batching,
-hashing, readers); the model's inputs, the checks and each file format are private parts
-under ``raysearch/_data/``.
+This module holds :class:`DataSource` (batching, hashing, readers), which the package's
+``__init__`` exports; the model's inputs (``_inputs``, ``_lm_inputs``), the checks
+(``_checks``) and the file formats (``_files``, ``_parquet``, ``_reader``) are private modules
+beside it in ``raysearch/data/``.
 
 Example:
     >>> from raysearch.data._data import DataSource, model_inputs

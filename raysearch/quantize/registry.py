@@ -2,9 +2,11 @@
 
 A backend turns a float model, calibration data and one *settings* dict (see DEVELOPERS.md)
 into a quantized model file. ONNX Runtime's static quantizer is ``"ort"`` (the default),
-OpenVINO NNCF's ``nncf.quantize`` is ``"nncf"``; a new backend is one new module under
-``raysearch/quantize/`` that decorates its class with :func:`register_backend`, plus one line
-in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first use.
+OpenVINO NNCF's ``nncf.quantize`` is ``"nncf"``, ONNX Runtime's ``MatMulNBits`` weight-only
+quantizer ``"weight_only"`` and NNCF's ``compress_weights`` ``"nncf_weight_only"``; a new
+backend is one subpackage of ``raysearch/quantize/backends/`` that decorates its class with
+:func:`register_backend`, plus one line in :data:`BUILTIN_BACKENDS` so that
+:func:`get_backend` can import it on first use.
 
 Example:
     >>> from raysearch.quantize.registry import available_backends, get_backend

@@ -19,8 +19,9 @@ accepts them; a setting that only acts with a switch such as ``include_cle`` set
 ``OptionSpec(requires="include_cle")``), the ``devices`` it can use (``"cpu"``, ``"gpu"``:
 it is given the trial's providers when they are of a device it can use, else the CPU) and
 :meth:`Technique.effect_key` (None: inactive for these settings). Its settings never reach the
-backend. A new technique is one module under ``raysearch/quantize/`` that decorates its class
-with :func:`register_technique`, plus one line in :data:`BUILTIN_TECHNIQUES`.
+backend. A new technique is one module (or subpackage) of ``raysearch/quantize/techniques/``
+that decorates its class with :func:`register_technique`, plus one line in
+:data:`BUILTIN_TECHNIQUES`.
 
 Example:
     >>> from raysearch.space.catalogue import OptionSpec

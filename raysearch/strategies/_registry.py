@@ -8,10 +8,12 @@ phases before it (a two-stage or sensitivity-fallback strategy builds its propos
 them), and the model's facts (node names, tensor names, op types).
 
 A strategy is a *builder*, ``(context) -> list[Phase]``, registered under its ``search_algo``
-name with :func:`register_strategy`. The built-in ones (``Grid`` and the Optuna samplers) live
-in :mod:`raysearch.search.tune.searchers` and are imported on first use, so checking a config's
-``search_algo`` imports neither Ray nor Optuna. A new strategy is one module with a registered
-builder, plus one line in :data:`BUILTIN_STRATEGIES` when it ships with raysearch.
+name with :func:`register_strategy`. The built-in ones live in modules of this package
+(``Grid`` in :mod:`raysearch.strategies.grid`, the Optuna samplers in
+:mod:`raysearch.strategies.samplers`, the staged ones beside them) and are imported on first
+use, so checking a config's ``search_algo`` imports neither Ray nor Optuna. A new strategy is
+one module with a registered builder, plus one line in :data:`BUILTIN_STRATEGIES` when it
+ships with raysearch.
 
 Example:
     >>> canonical_strategy("grid_search"), canonical_strategy("tpe")

@@ -14,7 +14,8 @@ weights as initializers; opset raised to 13, where per-channel weights exist: be
 quantizes weights per tensor, which costs PP-OCR's recognizer nearly all its accuracy), and
 the calibration data as one ``nncf.Dataset`` of per-sample feeds. NNCF 3.4 offers statistics
 caching for weight compression only, not for ``nncf.quantize`` on ONNX: every trial collects
-its statistics again (on the trial's providers and threads; see ``_nncf_runtime``), and its
+its statistics again (on the trial's providers and threads; see
+:mod:`raysearch.quantize.nncf_runtime`), and its
 :class:`~raysearch.quantize.registry.QuantizeInfo` says where the time went
 (``calibration_s``: ONNX Runtime sessions and inference; ``quantization_s``: the rest).
 

@@ -18,10 +18,9 @@ Settings map to ONNX Runtime as follows: ``quant_format``, ``calibrate_method``,
 ``scenario``) go to the calibrator (see :data:`CALIBRATION_OPTIONS`); every other key goes to
 the quantizer's ``extra_options``.
 
-The refusal rules live in ``_ort_rules`` and the settings checks against a model in
-``_ort_checks`` (both re-exported here); this module is the backend itself (one concept, a
-little over 400 lines: static and dynamic quantization share its copy of the model and its
-working folder).
+The refusal rules live in ``_rules`` (re-exported here) and the settings checks against a
+model in ``_checks``; this module is the backend itself: static and dynamic quantization
+share its copy of the model and its working folder.
 
 Example:
     >>> from raysearch.quantize.backends.ort._backend import OrtBackend, reject_reason
@@ -91,7 +90,7 @@ __all__ = [
     "OrtBackend",
     "CALIBRATION_OPTIONS",
     "split_extra_options",
-    # Re-exported from _ort_rules (tests and callers import them from here).
+    # Re-exported from _rules (tests and callers import them from here).
     "REJECT_RULES",
     "reject_reason",
     "reject_qoperator_16bit",

@@ -73,7 +73,8 @@ DEFAULTS: dict[str, Any] = {
     "quantize_embeddings": False,
     "quant_format": "QOperator",
 }
-#: Why ``algorithm: gptq`` is refused (``tests/quantize/weight_only`` checks it still holds).
+#: Why ``algorithm: gptq`` is refused (``tests/quantize/test_weight_only_backend.py`` checks
+#: it still holds).
 GPTQ_REFUSAL = (
     "algorithm gptq is refused: ONNX Runtime 1.31's GPTQ writes the same weights as its RTN "
     "(it would be searched as a different setting and is not one)"
