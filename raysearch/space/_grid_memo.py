@@ -1,7 +1,7 @@
 """What a grid's expansion memoises (private to :mod:`raysearch.space.space`): the keys the
 validity rules strip from a point, once per distinct relevant sub-setting, and the identity a
-grid de-duplicates points on, with each value encoded once. Moved out of ``space`` so that
-module keeps to the space itself.
+grid de-duplicates points on, with each value encoded once. A module of its own, so that
+``space`` holds the space itself.
 
 Example:
     >>> identity = _PointIdentity()

@@ -1,9 +1,8 @@
 """``SearchSpace``: one parsed space with grid expansion, define-by-run sampling and the
 conversion of a point into the nested settings a trial consumes.
 
-Over 400 lines, kept whole: the grid, the sampler and the settings conversion all walk the same
-parameters, conditions and rules of one ``SearchSpace``; what the grid memoises lives in
-``_grid_memo``."""
+One class: the grid, the sampler and the settings conversion all walk the same parameters,
+conditions and rules of one ``SearchSpace``; what the grid memoises lives in ``_grid_memo``."""
 
 from __future__ import annotations
 

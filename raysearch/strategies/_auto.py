@@ -13,8 +13,8 @@ Neural Compressor's ``basic`` strategy falls back op by op:
 3. ``techniques``: on the :data:`TOP_K` best settings so far, each cheap technique of the space
    on its own (CLE, SmoothQuant with each alpha, bias correction); then ``combined``: the
    techniques that each beat their base, together. Run first in the same stage, concurrent
-   with the techniques (recorded as stage ``reachability``; the issue's stage (c) pairs the
-   cheap techniques with sensitivity-ranked mixed precision): the 16-bit reachability checks
+   with the techniques (recorded as stage ``reachability``, so that the cheap techniques and
+   sensitivity-ranked mixed precision are tried side by side): the 16-bit reachability checks
    on the best setting, every ranked activation tensor at int16, and the same with their
    nodes' weights at 16 bits; skipped when a candidate quantizes every MatMul/Gemm/Conv.
 4. ``mixed_precision``: Neural Compressor's fallback, to 16-bit first: the smallest ``top_k``
@@ -35,7 +35,7 @@ Neural Compressor's ``basic`` strategy falls back op by op:
 6. ``float_fallback``: the last resort, only while there is no candidate at all: the smallest
    ``top_k`` of tensors kept float.
 
-One module (about 480 lines) because the stages read each other's state: ``combined`` the
+The stages share one module because they read each other's state: ``combined`` the
 bases ``techniques`` chose, the mixed precision stages the reachability checks' results,
 ``fine_tuning`` the mixed precision stages' bases for its reachability verdicts.
 

@@ -1,7 +1,7 @@
 """The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
-tuning, run in parallel on Ray (one concept, about 450 lines: the bisection and the revert
-pass read the same ranking and base, and splitting them would pass that state around; the
-``_best``/``_blocks`` hooks are the two places ``Auto``'s mixed precision stages differ).
+tuning, run in parallel on Ray (one concept: the bisection and the revert pass read the same
+ranking and base, and splitting them would pass that state around; the ``_best``/``_blocks``
+hooks are the two places ``Auto``'s mixed precision stages differ).
 
 ``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
 

@@ -20,8 +20,8 @@ process builds the trial engine once from the search's engine factory (in the ob
 and keeps it for later helpers of the same search.
 
 Ray has no primitive for "these tasks and the caller share a list of work": ``ray.util.queue``
-would do the taking but not who took what, which a helper's death needs; so the board is
-written here, ten lines of state.
+would do the taking but not who took what, which a helper's death needs; so the board here
+holds the settings, who took each and what came back.
 
 Example:
     >>> pool = ScorePool(factory_ref, threads=1, num_cpus=1.0)          # doctest: +SKIP
