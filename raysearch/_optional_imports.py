@@ -4,10 +4,11 @@ features raysearch does not use.
 ``tensorboardX`` imports PyTorch when it is installed, only to accept PyTorch tensors, and
 ``optuna.importance`` imports scikit-learn for its fANOVA and MDI evaluators; raysearch writes
 float scalars and uses PED-ANOVA, which need neither. Where the ``gp``, ``finetune`` or
-``nncf`` extras are installed those two imports take about 2.6 s of CPU (1.5 s PyTorch, 1.1 s
-scikit-learn with the SciPy it pulls in) on a two-core machine, paid by the ``raysearch``
-command's driver while its trials run. Python has no switch for an optional import: a
-meta-path finder that refuses these two imports, to these two importers only, is the means.
+``nncf`` extras are installed those two imports (PyTorch, and scikit-learn with the SciPy it
+pulls in) cost the ``raysearch`` command's driver seconds of CPU while its trials run
+(``benchmarks/README.md``, "What would make raysearch faster"). Python has no switch for an
+optional import: a meta-path finder that refuses these two imports, to these two importers
+only, is the means.
 
 The refusal is for the whole process (the modules are then imported without them), so only
 the ``raysearch`` command, whose process ends with the search, installs it; a program that

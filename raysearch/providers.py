@@ -187,8 +187,8 @@ def device_label(providers: Sequence[Any]) -> str:
 def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
     """``threads`` intra-op threads (None: ONNX Runtime's default), which wait without
     spinning. ONNX Runtime's idle pool threads spin by default, which takes CPU from the trials,
-    the driver and Ray beside them: magika's float reference (500 rows, two threads) beside a
-    busy process took 6.6 s of CPU with spinning and 5.9 s without, and no longer."""
+    the driver and Ray beside them, and finishes no sooner (``benchmarks/README.md``, "What
+    would make raysearch faster")."""
     if not threads:
         return
     count = max(1, int(threads))

@@ -6,9 +6,9 @@ The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2
 (``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
 the worse direction (``quant - float`` when lower is better).
 
-A little over 400 lines, kept whole: scoring, the tolerance, the sampler's objective and the
-calls of a custom evaluator (raysearch's and Quark's forms) are one object's rules, and each
-reads the same metric, direction and float score.
+Scoring, the tolerance, the sampler's objective and the calls of a custom evaluator
+(raysearch's and Quark's forms) are one object's rules: each reads the same metric, direction
+and float score.
 
 Example:
     >>> ev = Evaluator("cos", tolerance=0.999)
@@ -410,7 +410,7 @@ class Evaluator:
         scores) is told ``scale`` worse than its metric, below every trial that quantizes
         something, as the best rule ranks it (it is never a candidate, nor the best while a
         trial that quantizes something completed). Told its metric, a sampler would spend its
-        trials on promoting everything to float (magika: 10 of 30 trials).
+        trials on promoting everything to float.
 
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)

@@ -1,14 +1,12 @@
 """The float reference computed while the search starts: :class:`PendingReference`.
 
-On a cold start the float model's run over every evaluation row was the last thing the first
-trial waited for: on magika (500 rows, 2 cores) the reference took 5.8-6.8 s beside Ray's
-start and put the first trial 2-3 s behind a bare Ray Tune's. A trial needs the reference
-only when it evaluates, after it has calibrated and quantized, so :func:`preflight` runs the
-float model on the first evaluation batch (which proves ONNX Runtime can run it on that data,
-the check the whole run made) and leaves the rest to a thread of its own; the trials take the
-reference when it is there (:mod:`raysearch.search.runtime._reference_handoff`). Evaluation
-data holding NaN or inf is run whole before the search, as before, so that a float model that
-turns it into NaN is still refused at once.
+The float model's run over every evaluation row takes seconds on a cold start, beside Ray's
+start, and a trial needs the reference only when it evaluates, after it has calibrated and
+quantized. So :func:`preflight` runs the float model on the first evaluation batch (which
+proves ONNX Runtime can run it on that data) and leaves the rest to a thread of its own, so
+that the first trials need not wait for it; the trials take the reference when it is there
+(:mod:`raysearch.search.runtime._reference_handoff`). Evaluation data holding NaN or inf is
+run whole before the search, so that a float model that turns it into NaN is refused at once.
 
 Example:
     >>> pending = PendingReference(model, evaluation, threads=2)  # doctest: +SKIP

@@ -13,9 +13,9 @@
    rest while it starts (:mod:`raysearch.search._pending_reference`).
 
 Any problem is an :class:`~raysearch.errors.InputError` with a one-line message naming it, so
-a search with bad input fails at once and leaves the output folder as it was. (About 450
-lines, kept whole: the checks and the thread that runs them beside Ray's start share the
-order in which a bad input is reported.)
+a search with bad input fails at once and leaves the output folder as it was. The checks and
+the thread that runs them beside Ray's start are one module: they share the order in which a
+bad input is reported.
 
 Example:
     >>> prepared = preflight(config)                                # doctest: +SKIP
@@ -446,7 +446,7 @@ def start_preflight(
     """:func:`preflight` of ``config`` in a daemon thread, started now; None (nothing started)
     for a custom evaluator, whose code the caller's thread runs later instead.
 
-    The ``raysearch`` command calls this before it imports Ray Tune (1.2 s of imports on one
+    The ``raysearch`` command calls this before it imports Ray Tune (seconds of imports on one
     core): the float model then runs on the other core, and mostly outside the interpreter's
     lock, while the imports hold it. What :func:`preflight` imports (the data, evaluation and
     model modules, the backends the spaces select) is imported first, in the calling thread,

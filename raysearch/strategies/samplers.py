@@ -3,7 +3,7 @@
 :meth:`SearchSpace.sample`.
 
 Each sampler is fitted to its phase (:func:`make_sampler`): its random start-up trials scale
-with the phase's share of ``stop.iteration_limit`` (Optuna's fixed 10 spent a third of a
+with the phase's share of ``stop.iteration_limit`` (Optuna's fixed 10 would spend a third of a
 30-trial search at random), NSGA-II's population with it too, and TPE runs with
 ``constant_liar`` when several trials run at once. The space's ``points_to_evaluate`` go
 first (Optuna's ``enqueue_trial``) and count among the start-up trials. With several

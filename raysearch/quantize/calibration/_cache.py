@@ -14,16 +14,16 @@ What is shared:
 - **Histograms** (Entropy, Percentile, Distribution): one collection per histogram *kind* and
   bin count. ONNX Runtime builds an absolute-value histogram for symmetric Percentile (its
   default) and a signed one for everything else, so Entropy, Distribution and asymmetric
-  Percentile with the same ``num_bins`` share one histogram, and every percentile value is a
-  1-3 ms computation on it. ``num_quantized_bins``, ``CalibPercentile`` and ``scenario`` never
-  cause calibration inference.
+  Percentile with the same ``num_bins`` share one histogram, and every percentile value is
+  computed from it without inference. ``num_quantized_bins``, ``CalibPercentile`` and
+  ``scenario`` never cause calibration inference.
 - **Tensor sets**: ``op_types_to_quantize`` decides which tensors are calibrated. An entry
   that covers a superset of the tensors a setting needs serves it (per-tensor statistics do not
   depend on which other tensors are collected).
 
 Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
-(which keeps every intermediate output of every sample in memory: about 6 GB for 200 magika
-samples with every op type), with bounded memory: a first pass finds each tensor's range; if
+(which keeps every intermediate output of every sample in memory at once), with bounded
+memory: a first pass finds each tensor's range; if
 the calibrated tensors of the whole data set fit in ``memory_budget`` they are kept and binned
 at once, otherwise a second inference pass bins them batch by batch (``np.histogram`` counts
 add up when the bins are fixed). Memory then stays at one batch of intermediate outputs plus

@@ -1,8 +1,8 @@
 """Histogram calibration (Entropy, Percentile, Distribution) with bounded memory.
 
 Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
-(which keeps every intermediate output of every sample in memory: about 6 GB for 200 magika
-samples with every op type), with bounded memory: a first pass finds each tensor's range
+(which keeps every intermediate output of every sample in memory at once), with bounded
+memory: a first pass finds each tensor's range
 (:func:`range_pass`); if the calibrated tensors of the whole data set fit in the memory budget
 they are kept and binned at once, otherwise a second inference pass bins them batch by batch
 (``np.histogram`` counts add up when the bins are fixed). Memory then stays at one batch of

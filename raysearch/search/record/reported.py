@@ -3,12 +3,11 @@
 Tune keeps, for every trial of an experiment until it ends, its last result and an analysis of
 each number in it (max, min, mean, last, the means of the last 5 and 10: ``metric_analysis``,
 nested dicts flattened first), and caches the trial's state as JSON for its experiment
-checkpoint. A record reported as a dict put its 20-30 numbers (timings, sizes, rung scores,
-``extra``) into that analysis, which nothing of raysearch reads: in a 400-trial search
-(tracemalloc, trials 100 to 350) Tune's analysis grew by 61 KiB per trial with the record as a
-dict, 21 KiB (Tune's own numbers) with it as text. As one string the record is none of
-Tune's numbers; the driver's readers (recorder, progress line, stopper, searcher) decode it
-with :func:`reported_record`.
+checkpoint. Reported as a dict, each of a record's 20-30 numbers (timings, sizes, rung scores,
+``extra``) would get that analysis, which nothing of raysearch reads, and the driver would hold
+it for every trial of the search (``benchmarks/README.md``, section 14, "What grew with
+trials"). As one string the record is none of Tune's numbers; the driver's readers
+(recorder, progress line, stopper, searcher) decode it with :func:`reported_record`.
 
 Example:
     >>> result = {"metric": 0.9, "trial": pack_record({"status": "ok", "rung": 0})}

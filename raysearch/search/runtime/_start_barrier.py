@@ -1,9 +1,9 @@
 """The start barrier of a search's first wave of trial actors: :class:`StartBarrier`.
 
-Tune starts the actors of the trials that run in parallel one after another (about 2 s each
-on a loaded machine); the first actor's first trial can end before the second actor has
-started, and Tune then hands the finished actor the second trial and removes the starting one,
-over and over. The actors of the first wave therefore wait at the barrier
+Tune starts the actors of the trials that run in parallel one after another, each start
+taking seconds on a loaded machine; the first actor's first trial can end before the second
+actor has started, and Tune then hands the finished actor the second trial and removes the
+starting one, over and over. The actors of the first wave therefore wait at the barrier
 (:func:`wait_for_wave`, in ``QuantTrainable.setup``) until all of them are there, or until the
 search says no more are coming at first (:meth:`StartBarrier.open`): a strategy that proposes
 one trial and waits for its result (Conservative, Fallback's first trial) starts one actor,
@@ -14,7 +14,7 @@ for the whole timeout).
 
 The barrier is a few keys in the Ray cluster's key-value store (the GCS's, which every driver
 and worker of the cluster reaches), not an actor: an actor would be one more worker process
-per search (its start, Ray's import and some 130 MB resident) for a counter. Each arriving
+per search (its start, Ray's import and its resident memory) for a counter. Each arriving
 actor writes a key of its own under the barrier's prefix, so no update is lost without a
 transaction; the wave goes when the prefix holds ``wave`` of them, or the ``open`` key. The
 search deletes the prefix when it ends, however it ends (:func:`end_barrier`); only a driver

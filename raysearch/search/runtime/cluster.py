@@ -47,9 +47,10 @@ CLUSTER_WAIT_S = 10.0
 #: worker process per CPU when the first driver connects, for tasks and actors without a
 #: ``runtime_env``; Ray Tune creates every trial actor with a ``runtime_env`` of its own
 #: (``env_vars``), so no trial ever runs in one of them: on a 64-core workstation they would be
-#: 64 idle processes of about 80 MB each for the whole search, and their start competes with the
-#: first trials'. An unknown key stops Ray's start (its GCS refuses it), so a rename in Ray fails
-#: loudly; ``tests/test_library_contracts.py`` checks that none is started.
+#: 64 idle processes held for the whole search (``benchmarks/README.md``, "What would make
+#: raysearch faster", has what each holds), and their start competes with the first trials'.
+#: An unknown key stops Ray's start (its GCS refuses it), so a rename in Ray fails loudly;
+#: ``tests/test_library_contracts.py`` checks that none is started.
 OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 #: The GCS address of the one-machine Ray that :func:`start_ray` started (None: none, or Ray
 #: was started or joined elsewhere): there every trial runs on the driver's node.
@@ -181,9 +182,9 @@ def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
 def check_reachable(address: str, wait_s: float = CLUSTER_WAIT_S) -> None:
     """Fail fast when nothing listens at a ``host:port`` cluster address.
 
-    ``ray.init`` tries a GCS that does not answer 20 times, about 41 s each: a search
-    resumed on the address of a cluster that is gone (its saved address) would hang for
-    14 minutes before Ray's own error. Ray has no shorter switch for a driver (its
+    ``ray.init`` tries a GCS that does not answer again and again, each try a long
+    timeout: a search resumed on the address of a cluster that is gone (its saved address)
+    would hang for many minutes before Ray's own error. Ray has no shorter switch for a driver (its
     ``RAY_gcs_server_port_wait_time_s`` sets the number of tries, not their length), so a
     plain TCP connection is tried here, for up to ``wait_s`` seconds (a head that is
     starting). ``auto`` and ``ray://`` addresses are Ray's to check.
@@ -228,11 +229,12 @@ def shutdown_ray() -> None:
     """``ray.shutdown()``, less the second it spends on a local Ray's autoscaler monitor.
 
     ``ray.shutdown`` stops the GCS before the monitor; the monitor's SIGTERM handler then
-    reports its own end to the stopped GCS until Ray gives up on it after 1 s and kills it
-    (1.0 of 1.1 s of a shutdown on a two-core machine). The monitor of a Ray this process
-    started (its child) is killed first instead: a one-machine Ray has nothing to autoscale,
-    and a killed monitor reports nothing. A joined cluster's monitor is no child of this
-    process and is left alone. psutil ships with Ray (``ray/thirdparty_files``)."""
+    reports its own end to the stopped GCS until Ray gives up on it after 1 s and kills it,
+    most of the time a shutdown takes (``benchmarks/README.md``, section 1). The monitor of a
+    Ray this process started (its child) is killed first instead: a one-machine Ray has
+    nothing to autoscale, and a killed monitor reports nothing. A joined cluster's monitor is
+    no child of this process and is left alone. psutil ships with Ray
+    (``ray/thirdparty_files``)."""
     import ray
 
     if not ray.is_initialized():

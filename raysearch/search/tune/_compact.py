@@ -4,10 +4,10 @@ Ray Tune keeps every trial of an experiment on the driver until the experiment e
 it, for each number the trial reported, two windows of its last values (``deque`` objects of
 5 and 10 values in ``run_metadata.metric_n_steps``), which only feed the running means of
 the trial's next result, and which its experiment checkpoint writes as cloudpickled text. A
-finished trial gets no next result, so its windows are dead weight: about 14 KiB of deques
-and 5 KiB of cached JSON per trial with raysearch's eleven numbers, a third of what the
-driver grew by per trial in a 1,000-trial search (``benchmarks/scale.py``; Tune's driver
-memory grows linearly with the trial count: ray-project/ray#64231, open). This callback
+finished trial gets no next result, so its windows are dead weight, held for every trial of
+the search (Tune's driver memory grows linearly with the trial count: ray-project/ray#64231,
+open; what they cost per trial in ``benchmarks/scale.py``'s search: ``benchmarks/README.md``,
+section 14). This callback
 empties them when Tune says a trial has ended; the analysis itself (``metric_analysis``:
 max, min, mean, last, last-5/10 means) stays, and so does everything Tune's experiment
 checkpoint and ``Tuner.restore`` read back. Written by hand: Tune has no setting for it.

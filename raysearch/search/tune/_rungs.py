@@ -180,9 +180,9 @@ class RungScheduler(AsyncHyperBandScheduler):
             and float(result[RUNG_SCORE]) + TIE_Z * float(error) >= cutoff
         ):
             # A near-tie: within TIE_Z standard errors of the cutoff on the rows seen, its
-            # rank among the rung's trials is noise (ASHA's rule alone stopped the loop's best
-            # setting of a 48-setting magika grid on a tenth of the rows). It goes on, and
-            # the next rung, on more rows, decides.
+            # rank among the rung's trials is noise (ASHA's rule alone can stop a grid's best
+            # setting on a tenth of the rows). It goes on, and the next rung, on more rows,
+            # decides.
             self._num_stopped -= 1
             _logger.debug(
                 "early stopping: trial %s kept (%.6g within %g standard errors of the cutoff %.6g)",

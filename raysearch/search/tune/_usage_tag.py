@@ -4,8 +4,8 @@ When a run starts, Ray Tune records which callbacks it was given (``ray.air._int
 tag_callbacks``, called by ``tune.run``): each callback's class name if it is one of Ray's
 built-in loggers, else ``CustomCallback`` or ``CustomLoggerCallback``. To know the built-in
 names it imports the MLflow, Weights & Biases, Comet and Aim integrations, which import their
-libraries where they are installed: MLflow and wandb alone are 1.1-1.4 s of CPU in every
-search's driver, for a telemetry tag. raysearch gives Tune only callbacks of its own (the
+libraries where they are installed: seconds of CPU in every search's driver, for a telemetry
+tag. raysearch gives Tune only callbacks of its own (the
 user's callbacks and the config's loggers run inside :class:`~raysearch.search.tune._loggers.
 TrialLoggers`), none of them a built-in, so :func:`own_callbacks_tagged` records the very tag
 Ray would, counted without those imports; any other callback goes to Ray's own function.

@@ -216,8 +216,8 @@ class SettingSearcher(Searcher):
         return set(self.done) | self.live_keys
 
     def knows(self, key: str) -> bool:
-        # known_keys copies every finished key: asked once per setting of a 26920-setting
-        # grid, that was 29 s of the driver's time (quadratic).
+        # Not ``key in self.known_keys``: that copies every finished key, and this is asked
+        # once per setting, so a large grid would cost the driver time quadratic in its size.
         return key in self.done or any(p.key == key for p in self.state.live.values())
 
     @property

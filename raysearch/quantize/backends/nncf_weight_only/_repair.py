@@ -6,7 +6,8 @@ NNCF replaces a weight MatMul by a ``MatMulNBits`` (4-bit groups, opset below 21
 
 - **the bias counted twice**: where NNCF's graph reads the ``Add`` after a MatMul as the
   MatMul's bias, it passes that bias as the ``MatMulNBits`` bias input but keeps the ``Add``,
-  so the output carries the bias twice (bytegpt's KL 6.3e-3 instead of 0.88e-3 at int4_sym).
+  so the output carries the bias twice (its cost on bytegpt at ``int4_sym``:
+  ``benchmarks/README.md``, section 16).
   :func:`repair_matmul_nbits` drops the bias input where an ``Add`` after the node adds the
   same tensor: the graph is then what ONNX Runtime's own quantizer writes (``MatMulNBits``
   then the model's ``Add``).
