@@ -207,15 +207,18 @@ def _space_report(config) -> list[str]:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     """Every check ``run`` makes before Ray starts (the config, the strategy's packages, the
-    model, the data against the model, the evaluator on the float model), then the space's
+    model, the data against the model, the evaluator on the float model, the Optuna storage
+    and the loggers' places: :mod:`raysearch.search.targets`), then the space's
     size; what it cannot check without Ray or ``run``'s flags, one line each."""
     from raysearch.search.preflight import preflight
+    from raysearch.search.targets import check_targets
     from raysearch.strategies import check_strategy_available
 
     with _narrowing_notes() as notes:
         config = _load(args)
     check_strategy_available(config.search_algo)
     prepared = preflight(config, check_only=True)
+    check_targets(config)
     print(f"{args.config}: valid")
     for line in _space_report(config):
         print(line)
@@ -365,6 +368,11 @@ def _run_search(config, overwrite: bool) -> int:
     # The input is checked and the float reference computed while Ray Tune is imported; not
     # for a folder that the search would refuse anyway (``run`` checks it again).
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
+    # The Optuna storage and the loggers' places: refused here, before the preflight's thread
+    # starts importing (``run`` checks them again).
+    from raysearch.search.targets import check_targets
+
+    check_targets(config)
     # On a cluster joined, the float reference may be one an earlier search kept there: the
     # preflight looks it up once Ray is joined.
     from raysearch.search.runtime import KeptWarm

@@ -5,7 +5,9 @@ mapping of each name to its settings: ``mlflow`` (Ray's ``MLflowLoggerCallback``
 ``tracking_uri``, ``experiment_name``, ``tags``, ...) and ``wandb`` (Ray's
 ``WandbLoggerCallback``: its ``project``, ``group``, ... and any keyword of ``wandb.init``,
 such as ``mode: offline`` or ``dir``). Each setting is checked against the signature of the
-callback (and, for W&B, of ``wandb.init``), and a logger whose package is not installed is
+callback (and, for W&B, of ``wandb.init``): its name, and its value against the parameter's
+annotated type (``mode: offlin`` is refused naming W&B's modes, where W&B would ask for an
+API key and Ray's callback would log nothing), and a logger whose package is not installed is
 refused with the extra that installs it (``raysearch[mlflow]``, ``raysearch[wandb]``), so a
 search never starts to fail at its first trial. Ray and the logger's package are imported
 only when the key is given.
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.signatures import wrong_value
 
 __all__ = ["LOGGERS", "parse_loggers", "logger_parameters"]
 
@@ -41,26 +44,31 @@ LOGGERS: dict[str, tuple[str, str, str]] = {
 _ALIASES = {"weights_and_biases": "wandb", "w&b": "wandb"}
 
 
-def logger_parameters(name: str) -> set[str]:
-    """The settings logger ``name`` takes: its Ray callback's keyword arguments and, where the
-    callback passes the rest on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
+def logger_parameters(name: str) -> dict[str, Any]:
+    """The settings logger ``name`` takes, each with its annotated type (``Any`` where none
+    is given): its Ray callback's keyword arguments and, where the callback passes the rest
+    on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
     import importlib
 
     module, cls, package = LOGGERS[name]
     callback = getattr(importlib.import_module(module), cls)
-    names, rest = _keywords(callback.__init__)
+    params, rest = _keywords(callback.__init__)
     if rest and name == "wandb":
         import wandb
 
-        names |= _keywords(wandb.init)[0]
-    return names
+        params = {**_keywords(wandb.init)[0], **params}
+    return params
 
 
-def _keywords(function: Any) -> tuple[set[str], bool]:
-    """The keyword parameters of ``function`` and whether it takes ``**kwargs``."""
+def _keywords(function: Any) -> tuple[dict[str, Any], bool]:
+    """The keyword parameters of ``function`` with their types, and whether it takes
+    ``**kwargs``."""
+    from raysearch.signatures import parameter_types
+
     params = inspect.signature(function).parameters.values()
+    types = parameter_types(function)
     names = {
-        p.name
+        p.name: types.get(p.name, Any)
         for p in params
         if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     }
@@ -72,8 +80,8 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
 
     Raises:
         ConfigError: not a list or a mapping, an unknown logger, a setting the logger does
-            not take (with the closest one suggested), or its package missing (with the
-            extra that installs it).
+            not take (with the closest one suggested) or a value not of the type it takes,
+            or its package missing (with the extra that installs it).
     """
     if value is None:
         return ()
@@ -106,11 +114,14 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
         if not isinstance(settings, Mapping):
             raise ConfigError(path, f"expected a mapping of {name}'s settings, got {settings!r}")
         known = logger_parameters(name)
-        for key in settings:
+        for key, setting in settings.items():
             if key not in known:
                 raise ConfigError(
                     f"{path}.{key}",
                     f"{name} takes no setting {key!r}" + suggest(str(key), sorted(known)),
                 )
+            wrong = wrong_value(setting, known[key])
+            if wrong is not None:
+                raise ConfigError(f"{path}.{key}", f"{name}'s {key} takes {wrong}")
         out.append((name, dict(settings)))
     return tuple(out)
