@@ -562,7 +562,7 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
         for line in _against_float(summary):
             print(line)
         if summary.get("best_model_path"):
-            print(f"Best model: {summary['best_model_path']}")
+            print(f"Best model: {_best_model_in(summary, Path(output_dir))}")
     missed = _tolerance_words(summary, metric)
     if missed:
         print(missed)
@@ -575,6 +575,15 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
     report = Path(output_dir) / REPORT
     if report.is_file():
         print(f"Report: {report.resolve()} (open it in a browser)")
+
+
+def _best_model_in(summary: dict[str, Any], output_dir: Path) -> Path:
+    """Where the best model of the search in ``output_dir`` is now: ``best/`` of that folder
+    (``summary.json`` names it where the search wrote it, which a copied or moved folder no
+    longer is)."""
+    from raysearch.layout import BEST
+
+    return output_dir.resolve() / BEST / Path(summary["best_model_path"]).name
 
 
 def _no_result(summary: dict[str, Any]) -> str:
