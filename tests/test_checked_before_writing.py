@@ -160,3 +160,19 @@ def test_wandb_dir_and_mlflow_file_store_are_checked(folder, monkeypatch):
         targets(loggers={"mlflow": store})
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     targets(loggers={"mlflow": store})
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_wandb_online_without_an_api_key_is_refused(folder, capsys, monkeypatch, command):
+    # Ray's callback finds no key, warns, and logs nothing (the search ended with exit 0).
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_SETUP_API_KEY_HOOK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(folder))  # no key saved by `wandb login`
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(folder / "wandb_config"))
+    path = _write(folder, loggers={"wandb": {"project": "q"}})
+    assert _refused([command, str(path)], capsys) == (
+        "raysearch: error: loggers.wandb: W&B's mode online needs an API key (WANDB_API_KEY, "
+        "api_key, api_key_file or `wandb login`); mode: offline needs none"
+    )
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert main(["validate", str(path)]) == 0

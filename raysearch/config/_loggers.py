@@ -2,7 +2,8 @@
 
 ``loggers`` names Ray's logger callbacks, as a list (each with Ray's defaults) or as a
 mapping of each name to its settings: ``mlflow`` (Ray's ``MLflowLoggerCallback``: its
-``tracking_uri``, ``experiment_name``, ``tags``, ...) and ``wandb`` (Ray's
+``tracking_uri``, ``experiment_name`` (``raysearch`` unless given here or in MLflow's
+environment: Ray's callback logs nothing without one), ``tags``, ...) and ``wandb`` (Ray's
 ``WandbLoggerCallback``: its ``project``, ``group``, ... and any keyword of ``wandb.init``,
 such as ``mode: offline`` or ``dir``). Each setting is checked against the signature of the
 callback (and, for W&B, of ``wandb.init``): its name, and its value against the parameter's
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.signatures import wrong_value
 
-__all__ = ["LOGGERS", "parse_loggers", "logger_parameters"]
+__all__ = ["LOGGERS", "MLFLOW_EXPERIMENT", "parse_loggers", "logger_parameters"]
 
 _KEY = "loggers"
 
@@ -42,6 +44,9 @@ LOGGERS: dict[str, tuple[str, str, str]] = {
     "wandb": ("ray.air.integrations.wandb", "WandbLoggerCallback", "wandb"),
 }
 _ALIASES = {"weights_and_biases": "wandb", "w&b": "wandb"}
+#: MLflow's experiment when neither the config nor ``MLFLOW_EXPERIMENT_NAME``/``_ID`` names
+#: one: Ray's callback logs nothing without an experiment (W&B's project defaults likewise).
+MLFLOW_EXPERIMENT = "raysearch"
 
 
 def logger_parameters(name: str) -> dict[str, Any]:
@@ -123,5 +128,14 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
             wrong = wrong_value(setting, known[key])
             if wrong is not None:
                 raise ConfigError(f"{path}.{key}", f"{name}'s {key} takes {wrong}")
-        out.append((name, dict(settings)))
+        out.append((name, _with_defaults(name, dict(settings))))
     return tuple(out)
+
+
+def _with_defaults(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with what Ray's callback cannot do without: MLflow's experiment
+    (:data:`MLFLOW_EXPERIMENT` unless the config or MLflow's environment names one)."""
+    if name == "mlflow" and settings.get("experiment_name") is None:
+        if not (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")):
+            settings["experiment_name"] = MLFLOW_EXPERIMENT
+    return settings

@@ -16,9 +16,11 @@ Nothing is created or written by the checks:
   Optuna's tables is opened by Optuna;
 - a folder (MLflow's file store, W&B's ``dir``) must be one this user can create or write
   in: W&B writes a run it cannot put in ``dir`` into the system temp folder instead, and
-  MLflow 3 refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``.
+  MLflow 3 refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``;
+- W&B online (its default mode) needs an API key where Ray's callback looks for one, which
+  otherwise logs nothing.
 
-A tracking server (``http://...``) is not contacted.
+A tracking server (MLflow's ``http://...``, W&B's) is not contacted.
 
 Example:
     >>> check_targets(config)                                       # doctest: +SKIP
@@ -53,8 +55,8 @@ def check_targets(config: Any) -> None:
     for name, settings in getattr(config, "loggers", ()):
         if name == "mlflow":
             _check_mlflow(settings)
-        elif name == "wandb" and settings.get("dir") is not None:
-            check_folder(str(settings["dir"]), "loggers.wandb.dir")
+        elif name == "wandb":
+            _check_wandb(settings)
 
 
 def check_optuna_storage(url: str, key: str = "optuna_storage") -> None:
@@ -68,7 +70,7 @@ def check_optuna_storage(url: str, key: str = "optuna_storage") -> None:
         path = _sqlite_file(url)
         if path is not None:
             if (_sqlite_tables(path) or set()) & _OPTUNA_TABLES:
-                _open_with_optuna(f"sqlite:///file:{path}?mode=ro&uri=true")
+                _open_with_optuna(f"sqlite:///{path.as_uri()}?mode=ro&uri=true")
         else:
             _check_database(url)
     except _Refused as exc:
@@ -110,7 +112,7 @@ def _sqlite_tables(path: Path) -> set[str] | None:
     if not os.access(path, os.R_OK | os.W_OK):
         raise _Refused(f"{path} is not writable")
     try:
-        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
         try:
             rows = connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
             return {name for (name,) in rows}
@@ -236,3 +238,36 @@ def _check_file_store(uri: str, key: str) -> None:
         )
     path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
     check_folder(path, key)
+
+
+def _check_wandb(settings: Mapping[str, Any]) -> None:
+    """W&B's ``dir``, and for a W&B online (its default mode) an API key where Ray's
+    callback looks for one (``api_key``, ``api_key_file``, ``WANDB_API_KEY``, its key hook,
+    ``wandb login``'s): without one the callback logs nothing. W&B is not contacted.
+
+    Raises:
+        ConfigError: a ``dir`` that cannot be written, or no API key for a W&B online.
+    """
+    if settings.get("dir") is not None:
+        check_folder(str(settings["dir"]), "loggers.wandb.dir")
+    mode = settings.get("mode") or os.environ.get("WANDB_MODE") or "online"
+    if mode in ("offline", "disabled") or os.environ.get("WANDB_MODE") in ("offline", "disabled"):
+        return
+    key_file = settings.get("api_key_file")
+    if key_file is not None:
+        if not os.access(Path(key_file).expanduser(), os.R_OK):
+            raise ConfigError("loggers.wandb.api_key_file", f"{key_file} cannot be read")
+        return
+    if settings.get("api_key") or os.environ.get("WANDB_API_KEY"):
+        return
+    if os.environ.get("WANDB_SETUP_API_KEY_HOOK"):
+        return  # Ray calls the hook itself
+    import wandb
+
+    if wandb.login(prompt=False, verify=False):  # a key wandb login saved
+        return
+    raise ConfigError(
+        "loggers.wandb",
+        f"W&B's mode {mode} needs an API key (WANDB_API_KEY, api_key, api_key_file or "
+        "`wandb login`); mode: offline needs none",
+    )
