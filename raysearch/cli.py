@@ -207,15 +207,18 @@ def _space_report(config) -> list[str]:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     """Every check ``run`` makes before Ray starts (the config, the strategy's packages, the
-    model, the data against the model, the evaluator on the float model), then the space's
+    model, the data against the model, the evaluator on the float model, the Optuna storage
+    and the loggers' places: :mod:`raysearch.search.targets`), then the space's
     size; what it cannot check without Ray or ``run``'s flags, one line each."""
     from raysearch.search.preflight import preflight
+    from raysearch.search.targets import check_targets
     from raysearch.strategies import check_strategy_available
 
     with _narrowing_notes() as notes:
         config = _load(args)
     check_strategy_available(config.search_algo)
     prepared = preflight(config, check_only=True)
+    check_targets(config)
     print(f"{args.config}: valid")
     for line in _space_report(config):
         print(line)
@@ -365,6 +368,11 @@ def _run_search(config, overwrite: bool) -> int:
     # The input is checked and the float reference computed while Ray Tune is imported; not
     # for a folder that the search would refuse anyway (``run`` checks it again).
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
+    # The Optuna storage and the loggers' places: refused here, before the preflight's thread
+    # starts importing (``run`` checks them again).
+    from raysearch.search.targets import check_targets
+
+    check_targets(config)
     # On a cluster joined, the float reference may be one an earlier search kept there: the
     # preflight looks it up once Ray is joined.
     from raysearch.search.runtime import KeptWarm
@@ -554,7 +562,7 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
         for line in _against_float(summary):
             print(line)
         if summary.get("best_model_path"):
-            print(f"Best model: {summary['best_model_path']}")
+            print(f"Best model: {_best_model_in(summary, Path(output_dir))}")
     missed = _tolerance_words(summary, metric)
     if missed:
         print(missed)
@@ -567,6 +575,15 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
     report = Path(output_dir) / REPORT
     if report.is_file():
         print(f"Report: {report.resolve()} (open it in a browser)")
+
+
+def _best_model_in(summary: dict[str, Any], output_dir: Path) -> Path:
+    """Where the best model of the search in ``output_dir`` is now: ``best/`` of that folder
+    (``summary.json`` names it where the search wrote it, which a copied or moved folder no
+    longer is)."""
+    from raysearch.layout import BEST
+
+    return output_dir.resolve() / BEST / Path(summary["best_model_path"]).name
 
 
 def _no_result(summary: dict[str, Any]) -> str:

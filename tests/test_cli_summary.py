@@ -5,6 +5,7 @@ settings as a person reads them (lists as lists, not escaped JSON)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -115,3 +116,18 @@ def test_the_end_summary_says_where_the_report_is(tmp_path, capsys):
     (tmp_path / "report.html").write_text("<html></html>")
     _print_summary(CUSTOM, tmp_path)
     assert f"Report: {tmp_path.resolve() / 'report.html'}" in capsys.readouterr().out
+
+
+def test_show_of_a_copied_folder_prints_the_best_model_where_it_is_now(tmp_path, capsys):
+    # A finished search's folder, copied elsewhere and the original removed (issue 57, 7).
+    original = tmp_path / "original"
+    make_mlp_model(original / "best" / "model.onnx")
+    summary = {**CUSTOM, "best_model_path": str(original / "best" / "model.onnx")}
+    (original / "summary.json").write_text(json.dumps(summary))
+    copied = tmp_path / "elsewhere" / "copied"
+    shutil.copytree(original, copied)
+    shutil.rmtree(original)
+    assert main(["show", str(copied)]) == 0
+    out = capsys.readouterr().out
+    assert f"Best model: {copied.resolve() / 'best' / 'model.onnx'}\n" in out
+    assert str(original) not in out

@@ -71,3 +71,30 @@ def test_any_base_sampler_runs_as_the_sampler_strategy():
     assert phase.optuna._sampler is given
     with pytest.raises(ConfigError, match="search_algo: Sampler is an Optuna sampler given"):
         config(search_algo="Sampler")
+
+
+def test_a_sampler_class_or_a_ray_searcher_is_refused_saying_an_instance_works():
+    # Issue 57, item 8: what was given, by name (no ``at 0x...``), and what works instead.
+    from ray.tune.search.optuna import OptunaSearch
+
+    with pytest.raises(ConfigError) as caught:
+        config(search_algo=optuna.samplers.TPESampler)
+    assert str(caught.value) == (
+        "search_algo: got the class TPESampler; an Optuna sampler instance works: "
+        "search_algo=TPESampler(...)"
+    )
+    with pytest.raises(ConfigError) as caught:
+        config(search_algo=OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=1)))
+    assert str(caught.value) == (
+        "search_algo: got Ray Tune's OptunaSearch, a searcher raysearch does not take (it "
+        "runs Tune's OptunaSearch itself, over its strategy's phases); an Optuna sampler "
+        "instance works: search_algo=optuna.samplers.TPESampler(...), or a strategy's name"
+    )
+    with pytest.raises(ConfigError) as caught:
+        config(search_algo=object())
+    message = str(caught.value)
+    assert message.startswith("search_algo: expected one of Auto, Grid, Random, TPE")
+    assert message.endswith(
+        "or an Optuna sampler instance (search_algo=optuna.samplers.TPESampler(...)), got an "
+        "object of type object"
+    )

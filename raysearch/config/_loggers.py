@@ -2,10 +2,13 @@
 
 ``loggers`` names Ray's logger callbacks, as a list (each with Ray's defaults) or as a
 mapping of each name to its settings: ``mlflow`` (Ray's ``MLflowLoggerCallback``: its
-``tracking_uri``, ``experiment_name``, ``tags``, ...) and ``wandb`` (Ray's
+``tracking_uri``, ``experiment_name`` (``raysearch`` unless given here or in MLflow's
+environment: Ray's callback logs nothing without one), ``tags``, ...) and ``wandb`` (Ray's
 ``WandbLoggerCallback``: its ``project``, ``group``, ... and any keyword of ``wandb.init``,
 such as ``mode: offline`` or ``dir``). Each setting is checked against the signature of the
-callback (and, for W&B, of ``wandb.init``), and a logger whose package is not installed is
+callback (and, for W&B, of ``wandb.init``): its name, and its value against the parameter's
+annotated type (``mode: offlin`` is refused naming W&B's modes, where W&B would ask for an
+API key and Ray's callback would log nothing), and a logger whose package is not installed is
 refused with the extra that installs it (``raysearch[mlflow]``, ``raysearch[wandb]``), so a
 search never starts to fail at its first trial. Ray and the logger's package are imported
 only when the key is given.
@@ -24,12 +27,14 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.signatures import wrong_value
 
-__all__ = ["LOGGERS", "parse_loggers", "logger_parameters"]
+__all__ = ["LOGGERS", "MLFLOW_EXPERIMENT", "parse_loggers", "logger_parameters"]
 
 _KEY = "loggers"
 
@@ -39,28 +44,36 @@ LOGGERS: dict[str, tuple[str, str, str]] = {
     "wandb": ("ray.air.integrations.wandb", "WandbLoggerCallback", "wandb"),
 }
 _ALIASES = {"weights_and_biases": "wandb", "w&b": "wandb"}
+#: MLflow's experiment when neither the config nor ``MLFLOW_EXPERIMENT_NAME``/``_ID`` names
+#: one: Ray's callback logs nothing without an experiment (W&B's project defaults likewise).
+MLFLOW_EXPERIMENT = "raysearch"
 
 
-def logger_parameters(name: str) -> set[str]:
-    """The settings logger ``name`` takes: its Ray callback's keyword arguments and, where the
-    callback passes the rest on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
+def logger_parameters(name: str) -> dict[str, Any]:
+    """The settings logger ``name`` takes, each with its annotated type (``Any`` where none
+    is given): its Ray callback's keyword arguments and, where the callback passes the rest
+    on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
     import importlib
 
     module, cls, package = LOGGERS[name]
     callback = getattr(importlib.import_module(module), cls)
-    names, rest = _keywords(callback.__init__)
+    params, rest = _keywords(callback.__init__)
     if rest and name == "wandb":
         import wandb
 
-        names |= _keywords(wandb.init)[0]
-    return names
+        params = {**_keywords(wandb.init)[0], **params}
+    return params
 
 
-def _keywords(function: Any) -> tuple[set[str], bool]:
-    """The keyword parameters of ``function`` and whether it takes ``**kwargs``."""
+def _keywords(function: Any) -> tuple[dict[str, Any], bool]:
+    """The keyword parameters of ``function`` with their types, and whether it takes
+    ``**kwargs``."""
+    from raysearch.signatures import parameter_types
+
     params = inspect.signature(function).parameters.values()
+    types = parameter_types(function)
     names = {
-        p.name
+        p.name: types.get(p.name, Any)
         for p in params
         if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     }
@@ -72,8 +85,8 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
 
     Raises:
         ConfigError: not a list or a mapping, an unknown logger, a setting the logger does
-            not take (with the closest one suggested), or its package missing (with the
-            extra that installs it).
+            not take (with the closest one suggested) or a value not of the type it takes,
+            or its package missing (with the extra that installs it).
     """
     if value is None:
         return ()
@@ -106,11 +119,23 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
         if not isinstance(settings, Mapping):
             raise ConfigError(path, f"expected a mapping of {name}'s settings, got {settings!r}")
         known = logger_parameters(name)
-        for key in settings:
+        for key, setting in settings.items():
             if key not in known:
                 raise ConfigError(
                     f"{path}.{key}",
                     f"{name} takes no setting {key!r}" + suggest(str(key), sorted(known)),
                 )
-        out.append((name, dict(settings)))
+            wrong = wrong_value(setting, known[key])
+            if wrong is not None:
+                raise ConfigError(f"{path}.{key}", f"{name}'s {key} takes {wrong}")
+        out.append((name, _with_defaults(name, dict(settings))))
     return tuple(out)
+
+
+def _with_defaults(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with what Ray's callback cannot do without: MLflow's experiment
+    (:data:`MLFLOW_EXPERIMENT` unless the config or MLflow's environment names one)."""
+    if name == "mlflow" and settings.get("experiment_name") is None:
+        if not (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")):
+            settings["experiment_name"] = MLFLOW_EXPERIMENT
+    return settings

@@ -67,6 +67,9 @@ def algo_of(value: Any) -> str:
             algo,
         )
         return algo
+    refusal = _not_a_sampler(value)
+    if refusal is not None:
+        raise ConfigError("search_algo", refusal)
     if isinstance(value, str) and value.casefold() == GIVEN_SAMPLER.casefold():
         raise ConfigError(
             "search_algo",
@@ -74,6 +77,42 @@ def algo_of(value: Any) -> str:
             "(search_algo=optuna.samplers.TPESampler(...)); a config names TPE, GPS, ...",
         )
     return choose_algo(value)
+
+
+#: What ``search_algo`` may be besides a name (said where a Python object is given).
+_INSTANCE = "an Optuna sampler instance"
+_EXAMPLE = "search_algo=optuna.samplers.TPESampler(...)"
+#: Values a config file can hold: shown as they are (another object by its type's name).
+_DATA = (str, int, float, bool, list, tuple, dict, type(None))
+
+
+def _not_a_sampler(value: Any) -> str | None:
+    """Why ``value``, an object given from Python, is no ``search_algo`` (an Optuna sampler
+    class instead of an instance, a Ray Tune searcher, any other object), naming what was
+    given and that a sampler instance works; None for a sampler instance or a config's
+    value (a name, read by :func:`choose_algo`)."""
+    if isinstance(value, _DATA):
+        return None
+    samplers = sys.modules.get("optuna.samplers")
+    if samplers is not None and isinstance(value, type) and issubclass(value, samplers.BaseSampler):
+        name = value.__name__
+        return f"got the class {name}; {_INSTANCE} works: search_algo={name}(...)"
+    # A Ray Tune searcher can only be given where Ray Tune is imported already.
+    search = sys.modules.get("ray.tune.search")
+    kinds = (search.Searcher, search.SearchAlgorithm) if search is not None else ()
+    cls = value if isinstance(value, type) else type(value)
+    if kinds and issubclass(cls, kinds):
+        return (
+            f"got Ray Tune's {cls.__name__}, a searcher raysearch does not take (it runs "
+            f"Tune's OptunaSearch itself, over its strategy's phases); {_INSTANCE} works: "
+            f"{_EXAMPLE}, or a strategy's name"
+        )
+    if samplers is not None and isinstance(value, samplers.BaseSampler):
+        return None
+    from raysearch.strategies import strategy_names
+
+    given = f"the class {cls.__name__}" if cls is value else f"an object of type {cls.__name__}"
+    return f"expected one of {', '.join(strategy_names())} or {_INSTANCE} ({_EXAMPLE}), got {given}"
 
 
 def parse_sampler_options(value: Any, algo: str, sampler: Any) -> dict[str, Any]:

@@ -4,7 +4,8 @@ How a search runs:
 
 1. The config is validated; :func:`~raysearch.search.preflight.preflight` checks the model,
    loads the data against it and computes the float reference (built-in metrics) or the float
-   model's score (custom evaluators) once, on the driver; Ray starts (or is joined) and must
+   model's score (custom evaluators) once, on the driver; the Optuna storage and the loggers'
+   places are checked (:mod:`raysearch.search.targets`); Ray starts (or is joined) and must
    have a node that can hold one trial. Nothing is written before all of that passed.
 2. The output folder is claimed: a folder holding an earlier search is refused unless
    ``overwrite`` (then only what raysearch created there is removed) or the config says
@@ -85,6 +86,7 @@ from raysearch.search.runtime.cluster import (
     started_locally,
     stop_ray,
 )
+from raysearch.search.targets import check_targets
 from raysearch.strategies import check_strategy_available
 from raysearch.usercode import check_shippable, code_folders
 
@@ -176,17 +178,20 @@ class AutoSearch:
             summary and the ``results.parquet`` table.
 
         Nothing is written before the model, the data and the evaluator passed
-        :func:`~raysearch.search.preflight.preflight` and the Ray cluster proved able to hold
-        a trial: a search with bad input leaves ``output_dir`` as it was (or absent). With
-        ``resume_if_exists`` (and not ``overwrite``), an earlier run of the same search in
-        ``output_dir`` is continued (:meth:`resume` with this config) instead of refused.
+        :func:`~raysearch.search.preflight.preflight`, the Optuna storage and the loggers'
+        places passed :func:`~raysearch.search.targets.check_targets` and the Ray cluster
+        proved able to hold a trial: a search with bad input leaves ``output_dir`` as it was
+        (or absent). With ``resume_if_exists`` (and not ``overwrite``), an earlier run of the
+        same search in ``output_dir`` is continued (:meth:`resume` with this config) instead
+        of refused.
 
         Raises:
             ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False
                 (with ``resume_if_exists``: another search), or files of the names raysearch
                 writes that raysearch did not create.
-            InputError: the model, the data, the evaluator or the resources are unusable,
-                or a callback is no ``ray.tune.Callback``.
+            InputError: the model, the data, the evaluator, the Optuna storage, a logger's
+                place or the resources are unusable, or a callback is no
+                ``ray.tune.Callback``.
         """
         started = time.monotonic()
         callbacks = _checked_callbacks(callbacks)
@@ -196,6 +201,8 @@ class AutoSearch:
             _logger.info("continuing the search in %s (resume_if_exists)", earlier)
             return self.resume(earlier, config=self.config, progress=progress, callbacks=callbacks)
         previous = check_output_dir(folder, overwrite=overwrite)
+        # The Optuna storage and the loggers' places, before anything is written.
+        check_targets(self.config)
         if kept is None and preflight is None and _joins_cluster(self.config):
             kept = KeptWarm()
         prepared = _preflight_beside_ray(self.config, pending=preflight, kept=kept)
@@ -263,6 +270,7 @@ class AutoSearch:
             summary = json.loads((folder / SUMMARY).read_text())
             records = Journal(folder / JOURNAL).load()
             return build_result(folder, summary, records, search.config.metric_higher_is_better)
+        check_targets(search.config)
         with hold_output_dir(folder):
             # Checked again (the files may have changed), the float reference from the cache.
             prepared = _preflight_beside_ray(search.config, cache_dir=str(folder / CACHE_DIR))

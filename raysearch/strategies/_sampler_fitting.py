@@ -130,12 +130,14 @@ def sampler_algo(sampler: Any) -> str:
 
 def check_sampler_options(algo: str, options: Any, key: str = "sampler_options") -> dict[str, Any]:
     """``options`` (the config's ``sampler_options``) as keyword arguments of ``algo``'s
-    sampler: each named in the class's signature, and the sampler built with them once (so a
-    value Optuna refuses is refused now, not when the search starts).
+    sampler: each named in the class's signature, of the type its annotation says (so
+    ``n_startup_trials: five`` is refused here, not by Optuna's comparison at the first
+    trial), and the sampler built with them once (so a value Optuna refuses is refused now,
+    not when the search starts).
 
     Raises:
         ConfigError: not a mapping, a name the sampler does not take (the closest suggested),
-            or a value it refuses.
+            a value not of the argument's annotated type, or a value it refuses.
 
     Example:
         >>> check_sampler_options("TPE", {"multivariate": True, "n_startup_trials": 5})
@@ -151,6 +153,7 @@ def check_sampler_options(algo: str, options: Any, key: str = "sampler_options")
     import optuna
 
     from raysearch.errors import suggest
+    from raysearch.signatures import parameter_types, wrong_value
 
     if not isinstance(options, dict):
         raise ConfigError(key, f"expected a mapping of the sampler's arguments, got {options!r}")
@@ -158,12 +161,16 @@ def check_sampler_options(algo: str, options: Any, key: str = "sampler_options")
     params = inspect.signature(cls.__init__).parameters
     keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [n for n, p in params.items() if n != "self" and p.kind in keyword]
-    for name in options:
+    types = parameter_types(cls.__init__)
+    for name, value in options.items():
         if name not in names:
             raise ConfigError(
                 f"{key}.{name}",
                 f"{cls.__name__} takes no argument {name!r}" + suggest(str(name), names),
             )
+        wrong = wrong_value(value, types.get(name, Any))
+        if wrong is not None:
+            raise ConfigError(f"{key}.{name}", f"{cls.__name__}'s {name} takes {wrong}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:

@@ -165,6 +165,21 @@ CASES = [
     Case("evaluator failing on the float model", {"metric": EV + "raises_on_float"},
          rf"evaluator {EVR}raises_on_float' failed on the float model: "
          r"FileNotFoundError: labels\.csv"),
+    # -- what the search writes outside its folder, and the libraries' settings (issue 57) ----
+    Case("optuna storage in no folder", {"optuna_storage": "sqlite:///{files}/nowhere/study.db"},
+         r"optuna_storage: Optuna cannot open sqlite:///.*/nowhere/study\.db \(no folder "
+         r".*/nowhere for its database file\)"),
+    Case("mlflow database in no folder",
+         {"loggers": {"mlflow": {"tracking_uri": "sqlite:///{files}/nowhere/mlflow.db"}}},
+         r"loggers\.mlflow\.tracking_uri: MLflow cannot open sqlite:///.*/nowhere/mlflow\.db "
+         r"\(no folder .*/nowhere for its database file\)"),
+    Case("sampler option of the wrong type",
+         {"search_algo": "TPE", "sampler_options": {"n_startup_trials": "five"}},
+         r"sampler_options\.n_startup_trials: TPESampler's n_startup_trials takes an integer, "
+         r"got 'five'$"),
+    Case("logger setting of a value it does not take", {"loggers": {"wandb": {"mode": "offlin"}}},
+         r"loggers\.wandb\.mode: wandb's mode takes one of 'online', 'offline', 'disabled', "
+         r"'shared' or null, got 'offlin' \(did you mean 'offline'\?\)$"),
 ]
 # fmt: on
 
@@ -338,6 +353,7 @@ SUBPROCESS_CASES = [
     "model random bytes",
     "pickled object array",
     "evaluator returning NaN",
+    "optuna storage in no folder",
 ]
 
 
