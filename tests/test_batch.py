@@ -119,6 +119,20 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
     # The kept searches keep their row and link, and their span from their journals.
     _check_batch_report(out, ["mlp", "cnn", "mlp_again"], linked=["mlp", "cnn", "mlp_again"])
 
+    _check_overwrite_and_best_config(tmp_path, out, capsys)
+
+
+def _check_overwrite_and_best_config(tmp_path: Path, out: Path, capsys) -> None:
+    # --overwrite searches mlp again from nothing: its trials count from zero, never the
+    # earlier search's 2 first and fewer after, and end where its summary does.
+    one = _manifest(tmp_path, GOOD[:1], name="one.yaml")
+    assert main(["batch", str(one), "--overwrite"]) == 0
+    lines = _progress(capsys.readouterr().err)
+    assert lines[0].startswith("[batch] models 0/1 done, 1 running, 0 failed | trials 0 done")
+    counts = [int(re.search(r"\| trials (\d+) done", line)[1]) for line in lines]
+    assert counts == sorted(counts) and counts[-1] == _rows(out)["mlp"]["n_trials"] == 2
+    assert lines[-1].startswith("[batch] models 1/1 done, 0 running, 0 failed | trials 2 done")
+
     # A model's best/config.yaml runs again as written, the batch and its Ray gone: it names
     # no Ray address (the batch's searches joined its Ray through their environment).
     from raysearch.search.runtime.cluster import shutdown_ray
@@ -133,9 +147,13 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
     assert json.loads((rerun / "summary.json").read_text())["n_trials"] == 1
 
 
+def _progress(err: str) -> list[str]:
+    """The progress lines the batch printed on standard error."""
+    return [line for line in err.splitlines() if line.startswith("[batch] models ")]
+
+
 def _last_progress(err: str) -> str:
-    """The last progress line the batch printed on standard error."""
-    return [line for line in err.splitlines() if line.startswith("[batch] models ")][-1]
+    return _progress(err)[-1]
 
 
 def _check_batch_report(out: Path, names: list[str], linked: list[str]) -> None:
