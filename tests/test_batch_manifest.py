@@ -3,6 +3,8 @@ all, on one line, as its reason in the batch summary; a model's own time limit."
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import yaml
@@ -49,7 +51,9 @@ def test_a_model_sets_its_own_time_limit_over_the_manifests(tmp_path):
     assert str(error.value) == "models[0].model_timeout_s: expected a number of seconds > 0, got 0"
 
 
-def test_the_batch_cluster_is_the_manifests_address_or_the_command_lines(tmp_path, capsys):
+def test_the_batch_cluster_is_the_manifests_address_or_the_command_lines(
+    tmp_path, capsys, monkeypatch
+):
     """``address`` is a key of the manifest (a string), never of a model's config (every
     search of a batch runs on the batch's cluster); ``raysearch batch --address`` names it
     too, and a cluster that does not answer is bad input: exit 2 before anything is written."""
@@ -88,7 +92,12 @@ def test_the_batch_cluster_is_the_manifests_address_or_the_command_lines(tmp_pat
             "manifest's address or raysearch batch --address"
         ), where
 
-    # Nothing listens on port 1: the command says so in one line, and writes nothing.
+    # Nothing listens on port 1: the command says so in one line, and writes nothing (after
+    # half a second of trying, not the 10 s a head that is starting gets).
+    from raysearch.search.runtime import cluster
+
+    quick = functools.partial(cluster.check_reachable, wait_s=0.5)
+    monkeypatch.setattr(cluster, "check_reachable", quick)
     path.write_text(yaml.safe_dump({**manifest, "address": None}))
     capsys.readouterr()
     assert main(["batch", str(path), "--address", "127.0.0.1:1"]) == 2
