@@ -104,6 +104,11 @@ def _build_parser() -> argparse.ArgumentParser:
     batch.add_argument("manifest", type=Path, help="the batch manifest (YAML)")
     batch.add_argument("--output-dir", type=Path, help="where outputs go (overrides output_dir)")
     batch.add_argument(
+        "--address",
+        help="Ray cluster every search joins: auto, host:port or ray://host:port (overrides "
+        "address)",
+    )
+    batch.add_argument(
         "--overwrite", action="store_true", help="rerun finished searches instead of keeping them"
     )
 
@@ -738,7 +743,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_batch(args: argparse.Namespace) -> int:
     from raysearch.batch import BatchManifest, run_batch
 
-    manifest = BatchManifest.load(args.manifest, args.output_dir)
+    manifest = BatchManifest.load(args.manifest, args.output_dir, args.address)
     table = run_batch(manifest, progress=sys.stderr, overwrite=args.overwrite)
     rows = table.to_pylist()
     ok = sum(r["status"] == "ok" for r in rows)

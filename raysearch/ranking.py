@@ -23,6 +23,8 @@ __all__ = [
     "finite",
     "order",
     "unquantized",
+    "PROBE_STAGE",
+    "is_probe",
     "is_candidate",
     "better",
     "deciding_rule",
@@ -88,18 +90,39 @@ def unquantized(record: Mapping[str, Any]) -> bool:
     return bool(_extra(record, "quantizes_nothing")) or _extra(record, "quantized_share") == 0
 
 
+#: The stage of a sensitivity probe (``WeightOnly``'s stage 3: one weight MatMul at the low
+#: precision, every other one float): a measurement of one node for the stages after it.
+PROBE_STAGE = "sensitivity"
+
+
+def is_probe(record: Mapping[str, Any]) -> bool:
+    """Whether the record is a sensitivity probe (its ``stage`` is :data:`PROBE_STAGE`): never
+    a candidate, never the best, whatever its metric; it measures one node, it is no answer.
+
+    Example:
+        >>> is_probe({"stage": "sensitivity"}), is_probe({"stage": "blocks"}), is_probe({})
+        (True, False, False)
+    """
+    return record.get("stage") == PROBE_STAGE
+
+
 def is_candidate(record: Mapping[str, Any]) -> bool:
     """Whether the record is a candidate: a complete trial within the tolerance
-    (``is_candidate``) that quantizes something. A trial decides it when it ends; this reads
-    a record written before a setting that quantizes nothing stopped being one as one written
-    now (a journal read on resume).
+    (``is_candidate``) that quantizes something and is not a sensitivity probe
+    (:func:`is_probe`). A trial decides it when it ends; this reads a record written before a
+    setting that quantizes nothing, or a probe, stopped being one as one written now (a
+    journal read on resume).
 
     Example:
         >>> is_candidate({"status": "ok", "is_candidate": True, "extra": {"quantized_share": 0}})
         False
+        >>> is_candidate({"status": "ok", "is_candidate": True, "stage": "sensitivity"})
+        False
     """
     ok = record.get("status") == "ok"
-    return ok and bool(record.get("is_candidate")) and not unquantized(record)
+    return (
+        ok and bool(record.get("is_candidate")) and not unquantized(record) and not is_probe(record)
+    )
 
 
 def better(
@@ -122,7 +145,8 @@ def better(
     the best model that exists; nor does a result reused from an earlier search
     (``reused_from``: a sensitivity probe of the probe cache, no model); nor does one
     stopped at a rung of evaluation on growing subsets (``stopped_at_rung``: its metric is
-    over some of the rows only). A trial that
+    over some of the rows only); nor does a sensitivity probe (:func:`is_probe`: one node at
+    the low precision, every other float, whatever its metric). A trial that
     quantizes nothing (:func:`unquantized`: the float model with extra nodes, never a
     candidate) beats only another such trial: it is the best only when no trial that
     quantizes something completed. With ``select`` ``latency`` or ``size`` (config
@@ -145,6 +169,8 @@ def better(
         False
         >>> better({**c, "stopped_at_rung": 0}, None, True)
         False
+        >>> better({**c, "stage": "sensitivity"}, None, True)
+        False
         >>> float_like = {"status": "ok", "metric": 1.0, "extra": {"quantized_share": 0.0}}
         >>> far = {"status": "ok", "metric": 0.9, "extra": {"quantized_share": 1.0}}
         >>> better(far, float_like, True), better(float_like, far, True)
@@ -157,8 +183,8 @@ def better(
     metric = finite(record.get("metric"))
     if record.get("status") != "ok" or metric is None or record.get("model_lost"):
         return False  # a trial whose model was lost never makes best/ point at nothing
-    if record.get("reused_from"):
-        return False  # an earlier search's probe result: no model was written here
+    if record.get("reused_from") or is_probe(record):
+        return False  # a measurement of one node, not an answer (and a reused one: no model)
     if record.get("stopped_at_rung") is not None:
         return False
     if than is None:

@@ -88,8 +88,15 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
     assert len(list((out / "mlp" / "candidates").glob("*.onnx"))) == 1
     md = (out / "batch_summary.md").read_text()
     assert "| broken | failed |" in md and "| raising | failed |" in md and "| mlp | ok |" in md
-    printed = capsys.readouterr().out
-    assert "Batch finished: 2 of 4 models searched successfully." in printed
+    # The float column: cos of the float model against itself, as the HTML report shows it.
+    assert rows["mlp"]["float_metric"] == 1.0 and "| mlp | ok | 1 |" in md
+    printed = capsys.readouterr()
+    assert "Batch finished: 2 of 4 models searched successfully." in printed.out
+    # The progress line's last word agrees with the summary: the refused entry counts.
+    trials = sum(r["n_trials"] or 0 for r in rows.values())
+    assert _last_progress(printed.err).startswith(
+        f"[batch] models 2/4 done, 0 running, 2 failed | trials {trials} done"
+    )
     _check_batch_report(out, ["mlp", "cnn", "broken", "raising"], linked=["mlp", "cnn"])
 
     # A batch of good models only exits 0; running it where the first one ran resumes it:
@@ -104,8 +111,49 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
     assert all(r["status"] == "ok" for r in rows.values()), rows
     assert rows["mlp_again"]["n_trials"] == 2
     assert "| mlp_again | ok |" in (out / "batch_summary.md").read_text()
+    # The kept searches count as done, with their trials.
+    trials = sum(r["n_trials"] for r in rows.values())
+    assert _last_progress(capsys.readouterr().err).startswith(
+        f"[batch] models 3/3 done, 0 running, 0 failed | trials {trials} done"
+    )
     # The kept searches keep their row and link, and their span from their journals.
     _check_batch_report(out, ["mlp", "cnn", "mlp_again"], linked=["mlp", "cnn", "mlp_again"])
+
+    _check_overwrite_and_best_config(tmp_path, out, capsys)
+
+
+def _check_overwrite_and_best_config(tmp_path: Path, out: Path, capsys) -> None:
+    # --overwrite searches mlp again from nothing: its trials count from zero, never the
+    # earlier search's 2 first and fewer after, and end where its summary does.
+    one = _manifest(tmp_path, GOOD[:1], name="one.yaml")
+    assert main(["batch", str(one), "--overwrite"]) == 0
+    lines = _progress(capsys.readouterr().err)
+    assert lines[0].startswith("[batch] models 0/1 done, 1 running, 0 failed | trials 0 done")
+    counts = [int(re.search(r"\| trials (\d+) done", line)[1]) for line in lines]
+    assert counts == sorted(counts) and counts[-1] == _rows(out)["mlp"]["n_trials"] == 2
+    assert lines[-1].startswith("[batch] models 1/1 done, 0 running, 0 failed | trials 2 done")
+
+    # A model's best/config.yaml runs again as written, the batch and its Ray gone: it names
+    # no Ray address (the batch's searches joined its Ray through their environment).
+    from raysearch.search.runtime.cluster import shutdown_ray
+
+    best_config = out / "mlp" / "best" / "config.yaml"
+    assert "address" not in yaml.safe_load(best_config.read_text())
+    rerun = tmp_path / "rerun"
+    try:
+        assert main(["run", str(best_config), "--output-dir", str(rerun)]) == 0
+    finally:
+        shutdown_ray()
+    assert json.loads((rerun / "summary.json").read_text())["n_trials"] == 1
+
+
+def _progress(err: str) -> list[str]:
+    """The progress lines the batch printed on standard error."""
+    return [line for line in err.splitlines() if line.startswith("[batch] models ")]
+
+
+def _last_progress(err: str) -> str:
+    return _progress(err)[-1]
 
 
 def _check_batch_report(out: Path, names: list[str], linked: list[str]) -> None:

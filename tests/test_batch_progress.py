@@ -71,3 +71,51 @@ def test_the_searches_of_a_batch_print_the_line_between_their_events(tmp_path):
     ]
     assert "[batch] a: done" in lines and "[batch] b: started" in lines
     assert lines[-1] == "[batch] models 1/2 done, 0 running, 1 failed | trials 0 done | MM:SS"
+
+
+def test_the_line_counts_every_model_of_the_manifest_and_not_the_journals_overwritten(tmp_path):
+    """The line's models are the manifest's, as the batch summary counts them: an entry refused
+    when the manifest was read counts as failed from the start, a search kept from an earlier
+    run as done (or failed, when it ended badly); the trials of a kept search count, those of
+    a search the batch runs again with --overwrite do not until it writes its own journal."""
+    (tmp_path / "logs").mkdir()
+    _journal(tmp_path / "kept", ["ok", "ok", "ok"], candidates=1)
+    _journal(tmp_path / "again", ["ok", "failed", "ok", "ok", "ok"])  # overwritten
+    out = io.StringIO()
+    errors = {"refused": "models[1]: model: file not found"}
+    searches = BatchSearches(tmp_path, 1, {}, errors, out)
+    searches.run(
+        [("again", ["--help"])],
+        models=["kept", "refused", "again", "kept_failed"],
+        kept={"kept": True, "kept_failed": False},
+        fresh=["again"],
+    )
+    lines = [re.sub(r"\d\d:\d\d$", "MM:SS", line) for line in out.getvalue().splitlines()]
+    assert lines[:2] == [
+        "[batch] again: started",
+        "[batch] models 1/4 done, 1 running, 2 failed | trials 3 done, 1 candidates | again 0 "
+        "| MM:SS",
+    ]
+    assert lines[-1] == (
+        "[batch] models 2/4 done, 0 running, 2 failed | trials 3 done, 1 candidates | MM:SS"
+    )
+    # Once the search overwriting it writes its own journal, that one counts.
+    meter = BatchProgress(tmp_path, ["again"], None, fresh=["again"])
+    assert (
+        meter.line(["again"], [], [], 0) == "models 0/1 done, 1 running, 0 failed | "
+        "trials 0 done | again 0"
+    )
+    (tmp_path / "again" / "journal.jsonl").unlink()
+    _journal(tmp_path / "again", ["ok"])
+    assert meter.line(["again"], [], [], 0).endswith("trials 1 done | again 1")
+
+
+def test_a_batch_with_nothing_left_to_run_says_so_with_every_model(tmp_path):
+    (tmp_path / "logs").mkdir()
+    _journal(tmp_path / "a", ["ok", "ok"])
+    _journal(tmp_path / "b", ["ok"])
+    out = io.StringIO()
+    BatchSearches(tmp_path, 2, {}, {}, out).run([], models=["a", "b"], kept={"a": True, "b": True})
+    assert re.sub(r"\d\d:\d\d$", "MM:SS", out.getvalue().strip()) == (
+        "[batch] models 2/2 done, 0 running, 0 failed | trials 3 done | MM:SS"
+    )

@@ -100,3 +100,39 @@ def test_the_report_shows_the_importances_of_the_summary_and_the_trials_behind_t
         f"Optuna's PED-ANOVA importance of each parameter for cos, over the {TRIALS} (shown "
         "from 10 such trials on; a parameter is judged over the trials that have it)."
     )
+
+
+def test_sensitivity_probes_are_no_input_to_the_importances():
+    """Issue 58 item 7: WeightOnly's probes (one node at 4 bits, every other float) score far
+    better than any full setting by what they leave float; counted, their node lists ranked
+    first. The importances are over the settings searched, the probes left out."""
+    from raysearch.outputs._importance import param_importances, scored
+
+    full = [
+        {
+            "status": "ok",
+            "stage": "blocks",
+            "metric": 0.05 + 0.01 * (block == 32) + 0.001 * i,
+            "params": {"block_size": block, "symmetric": symmetric},
+        }
+        for i, (block, symmetric) in enumerate(itertools.product([32, 64, 128], [True, False]))
+    ] * 2
+    nodes = [f"n{i}" for i in range(8)]
+    probes = [
+        {
+            "status": "ok",
+            "stage": "sensitivity",
+            "metric": 0.001 * (i + 1),
+            "params": {
+                "block_size": 64,
+                "symmetric": True,
+                "nodes_4bit": [node],
+                "nodes_float": [n for n in nodes if n != node],
+            },
+        }
+        for i, node in enumerate(nodes)
+    ]
+    assert scored(full + probes) == full
+    importances = param_importances(full + probes, higher=False)
+    assert sorted(importances) == ["block_size", "symmetric"]
+    assert next(iter(importances)) == "block_size"

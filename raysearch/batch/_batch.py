@@ -44,7 +44,13 @@ from raysearch.config import SearchConfig, read_yaml
 from raysearch.errors import ConfigError, InputError, suggest
 from raysearch.fileio import atomic_write_text, replacing
 from raysearch.layout import JOURNAL
-from raysearch.outputs import PLOTLY_JS, PLOTLY_SRC_ENV, write_batch_report, write_plotly_js
+from raysearch.outputs import (
+    PLOTLY_JS,
+    PLOTLY_SRC_ENV,
+    float_model_metric,
+    write_batch_report,
+    write_plotly_js,
+)
 
 __all__ = ["BatchManifest", "ModelEntry", "run_batch", "BATCH_COLUMNS"]
 
@@ -110,7 +116,16 @@ class BatchManifest:
     model_timeout_s: float | None = None
 
     @classmethod
-    def load(cls, path: str | os.PathLike, output_dir: Path | None = None) -> BatchManifest:
+    def load(
+        cls, path: str | os.PathLike, output_dir: Path | None = None, address: str | None = None
+    ) -> BatchManifest:
+        """The manifest at ``path``; ``output_dir`` and ``address`` (the command line's) over
+        the manifest's own.
+
+        Raises:
+            ConfigError: the manifest itself is bad (a model's config that is bad is kept
+                with its error instead).
+        """
         path = Path(path)
         data = read_yaml(path)
         for key in data:
@@ -120,6 +135,8 @@ class BatchManifest:
         defaults = data.get("defaults") or {}
         if not isinstance(defaults, dict):
             raise ConfigError("defaults", f"expected a mapping of config keys, got {defaults!r}")
+        _no_own_cluster(defaults, "defaults.")
+        address = address or _address(data.get("address"))
         items = data.get("models")
         if not isinstance(items, list) or not items:
             raise ConfigError("models", "expected a non-empty list of models")
@@ -137,10 +154,33 @@ class BatchManifest:
             out,
             models,
             concurrency,
-            data.get("address"),
+            address,
             defaults,
             max_concurrent_models=models_at_once,
             model_timeout_s=timeout_s,
+        )
+
+
+def _address(value: Any) -> str | None:
+    """The manifest's ``address``: the cluster every search of the batch runs on (None: a
+    Ray of the batch's own)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(
+            "address", f"expected 'auto', 'host:port' or 'ray://host:port', got {value!r}"
+        )
+    return value
+
+
+def _no_own_cluster(config: dict[str, Any], where: str) -> None:
+    """Refuse a model's own ``address`` (or the defaults'): a batch runs every search on its
+    one cluster, which the manifest's ``address`` or ``--address`` names."""
+    if "address" in config:
+        raise ConfigError(
+            f"{where}address",
+            "the batch's searches all run on the batch's cluster: set it with the manifest's "
+            "address or raysearch batch --address",
         )
 
 
@@ -172,6 +212,7 @@ def _model_entry(
     if name in seen:
         raise ConfigError(f"{where}.name", f"'{name}' is used by two models")
     seen.add(name)
+    _no_own_cluster(item, f"{where}.")
     # A model may set its own time limit (a large model among small ones): a batch key, so
     # it is taken out of the search's config.
     timeout_s = _positive(item, "model_timeout_s", float, f"{where}.")
@@ -223,6 +264,7 @@ def _row(entry: ModelEntry, folder: Path, error: str | None) -> dict[str, Any]:
             "stop_reason",
         ):
             row[key] = summary.get(key)
+        row["float_metric"] = float_model_metric(summary)
         row["best_params"] = json.dumps(summary.get("best_params"), default=str)
         if summary.get("n_trials") and summary.get("n_failed") == summary.get("n_trials"):
             error = "every trial failed (see results.parquet)"
@@ -250,16 +292,22 @@ def default_models_at_once(cpus: int) -> int:
 def run_batch(
     manifest: BatchManifest, *, progress: TextIO | None = None, overwrite: bool = False
 ) -> pa.Table:
-    """Run (or resume) every model of the manifest on one Ray cluster; return the summary table."""
+    """Run (or resume) every model of the manifest on one Ray cluster; return the summary
+    table.
+
+    The searches join that cluster through their environment (``RAY_ADDRESS``), not their
+    config: each model's ``best/config.yaml`` then holds no address, and runs again as
+    written once the batch (and a Ray it started) is gone."""
     import ray
 
     from raysearch.search.runtime.cluster import shutdown_ray, start_ray
 
     out = manifest.output_dir
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "configs").mkdir(exist_ok=True)
+    # A cluster that does not answer is refused before anything is written.
     started_here = start_ray(manifest.address)
     address = ray.get_runtime_context().gcs_address
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "configs").mkdir(exist_ok=True)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     runnable = [m for m in manifest.models if m.config is not None]
     at_once = manifest.max_concurrent_models or default_models_at_once(cpus)
@@ -267,19 +315,27 @@ def run_batch(
     per_model = manifest.per_model_concurrency or max(1, cpus // running_models)
 
     errors: dict[str, str] = {m.name: m.error for m in manifest.models if m.error}
-    queue = []
+    queue, kept = [], {}
     for entry in runnable:
         cmd = _command(entry, out, address, per_model, overwrite, progress)
-        if cmd is not None:
+        if cmd is None:  # finished before: it counts as it ended
+            kept[entry.name] = _row(entry, out / entry.name, None)["status"] == "ok"
+        else:
             queue.append((entry.name, cmd))
     # A Ray this batch started (not a cluster it joined) ends with the batch.
     env = local_ray_env() if started_here and not manifest.address else dict(os.environ)
+    env["RAY_ADDRESS"] = address
     if _shared_plotly(out):  # the models' reports load it from the batch's folder
         env[PLOTLY_SRC_ENV] = f"../{PLOTLY_JS}"
     timeouts = {m.name: m.timeout_s or manifest.model_timeout_s for m in runnable}
     searches = BatchSearches(out, at_once, timeouts, errors, progress, env=env)
     try:
-        searches.run(queue)
+        searches.run(
+            queue,
+            models=[m.name for m in manifest.models],
+            kept=kept,
+            fresh=[name for name, _ in queue] if overwrite else (),
+        )
     finally:
         searches.stop_all()
         if started_here:
@@ -335,7 +391,9 @@ def _command(
     progress: TextIO | None,
 ) -> list[str] | None:
     """The ``raysearch`` command line that runs or resumes ``entry``'s search; None when it
-    finished before and is kept."""
+    finished before and is kept. A run joins the batch's cluster by ``RAY_ADDRESS`` (see
+    :func:`run_batch`); a resume names it too, over the address an older folder's config
+    may hold."""
     folder = out / entry.name
     state = _search_state(folder)
     if state == "finished" and not overwrite:
@@ -349,7 +407,7 @@ def _command(
     raw["resources"] = resources
     cfg_path = out / "configs" / f"{entry.name}.yaml"
     cfg_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    cmd = ["run", str(cfg_path), "--address", address]
+    cmd = ["run", str(cfg_path)]
     cmd += ["--overwrite"] if overwrite else []
     return cmd
 

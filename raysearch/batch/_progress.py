@@ -38,10 +38,16 @@ class BatchProgress:
 
     Args:
         out: the batch's folder.
-        names: the models this run of the batch searches.
+        names: every model of the batch, as its summary lists them (those refused when the
+            manifest was read and those kept from an earlier run too).
         stream: where the line goes (the command line passes ``sys.stderr``).
         every_s: on a file or pipe, the least seconds between two lines.
         clock: the clock of the elapsed time (``time.monotonic``).
+        searched: the models whose journals the trials are counted from (default:
+            ``names``): the batch's summary counts the trials of the models it searched now
+            or kept, not those of a model refused now.
+        fresh: models whose search starts over (``--overwrite``): the journal an earlier
+            search left in their folder is not counted, only the one their search writes.
     """
 
     def __init__(
@@ -52,9 +58,14 @@ class BatchProgress:
         *,
         every_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        searched: Iterable[str] | None = None,
+        fresh: Iterable[str] = (),
     ) -> None:
         self.out = Path(out)
         self.names = list(names)
+        self.searched = list(self.names if searched is None else searched)
+        #: The journal each fresh model's folder held when the batch started (None: none).
+        self._replaced = {name: _journal_stamp(self.out / name / JOURNAL) for name in fresh}
         self.stream = stream
         self.every_s = every_s
         self.clock = clock
@@ -63,22 +74,26 @@ class BatchProgress:
         self._drawn = False
         self._last_at = float("-inf")
         self._last_said = ""
-        #: Each model's journal as last read: its size and (done, failed, candidates).
-        self._journals: dict[str, tuple[int, tuple[int, int, int]]] = {}
+        #: Each model's journal as last read: its stamp (:func:`_journal_stamp`) and (done,
+        #: failed, candidates).
+        self._journals: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
 
     # -- what the searches did ---------------------------------------------------------------
     def _trials(self, name: str) -> tuple[int, int, int]:
         """The trials the search of ``name`` finished so far: done, failed, candidates (its
-        journal read again only when it grew)."""
+        journal read again only when it changed)."""
         from raysearch.search.record.journal import Journal
 
         path = self.out / name / JOURNAL
-        try:
-            size = path.stat().st_size
-        except OSError:
+        stamp = _journal_stamp(path)
+        if stamp is None:
             return (0, 0, 0)
+        if name in self._replaced:
+            if stamp == self._replaced[name]:
+                return (0, 0, 0)  # still the earlier search's, which --overwrite replaces
+            del self._replaced[name]
         kept = self._journals.get(name)
-        if kept is not None and kept[0] == size:
+        if kept is not None and kept[0] == stamp:
             return kept[1]
         records = Journal(path).load()
         counts = (
@@ -86,7 +101,7 @@ class BatchProgress:
             sum(1 for r in records if r.get("status") != "ok"),
             sum(1 for r in records if is_candidate(r)),
         )
-        self._journals[name] = (size, counts)
+        self._journals[name] = (stamp, counts)
         return counts
 
     def line(
@@ -95,7 +110,7 @@ class BatchProgress:
         """The line for these models: ``running``, ``done`` (ended well), ``failed`` (ended
         badly), and how many are ``waiting`` to start."""
         running, done, failed = list(running), list(done), list(failed)
-        counts = {name: self._trials(name) for name in self.names}
+        counts = {name: self._trials(name) for name in self.searched}
         trials = sum(c[0] for c in counts.values())
         trials_failed = sum(c[1] for c in counts.values())
         candidates = sum(c[2] for c in counts.values())
@@ -108,7 +123,7 @@ class BatchProgress:
             said.append(f"{trials_failed} failed")
         if candidates:
             said.append(f"{candidates} candidates")
-        each = ", ".join(f"{name} {counts[name][0]}" for name in running)
+        each = ", ".join(f"{name} {counts.get(name, (0,))[0]}" for name in running)
         parts = [models, ", ".join(said)] + ([each] if each else [])
         return " | ".join(parts)
 
@@ -159,6 +174,16 @@ class BatchProgress:
             self.stream.write("\n")
             self.stream.flush()
             self._drawn = False
+
+
+def _journal_stamp(path: Path) -> tuple[int, int, int] | None:
+    """Which file ``path`` is and how far written: its inode, change time and size (None:
+    no such file)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 def _clock(seconds: float) -> str:

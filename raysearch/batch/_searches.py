@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -55,11 +56,29 @@ class BatchSearches:
         #: The progress line over the models (made when :meth:`run` starts).
         self.meter: BatchProgress | None = None
 
-    def run(self, queue: list[tuple[str, list[str]]]) -> None:
+    def run(
+        self,
+        queue: list[tuple[str, list[str]]],
+        *,
+        models: Sequence[str] = (),
+        kept: Mapping[str, bool] | None = None,
+        fresh: Iterable[str] = (),
+    ) -> None:
+        """Run the searches of ``queue`` (model name, ``raysearch`` arguments). The progress
+        line counts every model of the batch, as its summary does: ``models`` (default: the
+        queue's), of which those already in ``errors`` (refused) count as failed and those
+        ``kept`` from an earlier run as done or failed (their value: whether they ended
+        well); ``fresh`` models start over, their earlier journal not counted."""
         waiting = list(queue)
-        names = [name for name, _ in queue]
-        self.meter = BatchProgress(self.out, names, self.progress)
-        done: list[str] = []
+        kept = dict(kept or {})
+        names = list(models) or [name for name, _ in queue]
+        searched = [name for name, _ in queue] + list(kept)
+        self.meter = BatchProgress(self.out, names, self.progress, searched=searched, fresh=fresh)
+        done: list[str] = [name for name, ok in kept.items() if ok]
+
+        def failed() -> list[str]:
+            return [n for n in names if n in self.errors or kept.get(n) is False]
+
         while waiting or self.running:
             self._start_waiting(waiting)
             for name, (proc, log, started) in list(self.running.items()):
@@ -79,10 +98,9 @@ class BatchSearches:
                     else:
                         done.append(name)
                     self._say(f"{name}: {'done' if code == 0 else self.errors[name]}")
-            failed = [n for n in names if n in self.errors]
-            self.meter.update(self.running, done, failed, len(waiting))
+            self.meter.update(self.running, done, failed(), len(waiting))
             time.sleep(0.2)
-        self.meter.close(done, [n for n in names if n in self.errors])
+        self.meter.close(done, failed())
 
     def _say(self, text: str) -> None:
         """An event of a model (started, ended) on a line of its own, beside the progress."""

@@ -49,7 +49,12 @@ Example:
     (6, 0.0031)
 """
 
-from raysearch.outputs._batch_report import BATCH_REPORT, build_batch_report, write_batch_report
+from raysearch.outputs._batch_report import (
+    BATCH_REPORT,
+    build_batch_report,
+    float_model_metric,
+    write_batch_report,
+)
 from raysearch.outputs._live_study import LiveStudy
 from raysearch.outputs._report import (
     PLOTLY_JS,
@@ -75,6 +80,7 @@ __all__ = [
     "write_results_csv",
     "write_batch_report",
     "build_batch_report",
+    "float_model_metric",
     "BATCH_REPORT",
     "PLOTLY_JS",
     "PLOTLY_SRC_ENV",

@@ -31,7 +31,7 @@ from raysearch.outputs._report_page import page_head
 from raysearch.outputs._values import human_bytes, setting_text
 from raysearch.ranking import finite
 
-__all__ = ["write_batch_report", "build_batch_report", "BATCH_REPORT"]
+__all__ = ["write_batch_report", "build_batch_report", "float_model_metric", "BATCH_REPORT"]
 
 
 BATCH_REPORT = "batch_report.html"
@@ -74,15 +74,29 @@ def _ratio(mine: Any, theirs: Any) -> float | None:
     return mine / theirs
 
 
-def _float_metric(row: Mapping[str, Any], summary: Mapping[str, Any]) -> float | None:
-    """The float model's metric: its custom evaluator's score, or a built-in metric's value
-    for the float model against itself (the metric's best: cos 1, L2 0), which its search
-    never computes."""
-    value = finite(row.get("float_metric"))
-    if value is None and summary:
-        builtin = METRICS.get(str(summary.get("metric")))
-        value = None if builtin is None else float(builtin.best)
+def float_model_metric(summary: Mapping[str, Any]) -> float | None:
+    """The float model's metric of a search (its ``summary.json``): its custom evaluator's
+    score, or a built-in metric's value for the float model against itself (the metric's
+    best: cos 1, L2 0), which its search never computes; None for perplexity, which reads
+    the next tokens from the data rather than the float model's outputs.
+
+    Example:
+        >>> float_model_metric({"metric": "cos", "float_metric": None})
+        1.0
+        >>> float_model_metric({"metric": "perplexity"}), float_model_metric({"metric": "L2"})
+        (None, 0.0)
+    """
+    value = finite(summary.get("float_metric"))
+    builtin = METRICS.get(str(summary.get("metric")))
+    if value is None and builtin is not None and not builtin.needs_input_ids:
+        value = float(builtin.best)
     return value
+
+
+def _float_metric(row: Mapping[str, Any], summary: Mapping[str, Any]) -> float | None:
+    """The float model's metric: the batch row's, else its search's (a row without it)."""
+    value = finite(row.get("float_metric"))
+    return float_model_metric(summary) if value is None and summary else value
 
 
 def _model(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 and the report's figure): Optuna's PED-ANOVA over the trials that scored, each with what it
 showed.
 
-A trial stopped at a rung of the evaluation on growing subsets counts with its score over the
+A sensitivity probe never counts (it is no setting to choose among). A trial stopped at a
+rung of the evaluation on growing subsets counts with its score over the
 rows it reached: early stopping stops the hopeless settings, so counting only the complete
 trials would leave out the very settings that show what hurts (on the demo, 11 of the 12
 every-op settings), and the importance would go to whatever varies among the good ones.
@@ -23,7 +24,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raysearch.ranking import finite
+from raysearch.ranking import finite, is_probe
 from raysearch.space.space import json_default
 
 __all__ = [
@@ -55,8 +56,19 @@ TOP_TRIALS = 5
 
 def scored(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The trials with a metric: complete ones, and those stopped at a rung (their score over
-    the rows they reached)."""
-    return [r for r in rows if r.get("status") == "ok" and finite(r.get("metric")) is not None]
+    the rows they reached); not the sensitivity probes (:func:`raysearch.ranking.is_probe`):
+    one node quantized and every other float, they score best by what they leave float, and
+    their node lists would rank first for it.
+
+    Example:
+        >>> len(scored([{"status": "ok", "metric": 0.1, "stage": "sensitivity"}]))
+        0
+    """
+    return [
+        r
+        for r in rows
+        if r.get("status") == "ok" and finite(r.get("metric")) is not None and not is_probe(r)
+    ]
 
 
 def stopped_count(rows: Sequence[Mapping[str, Any]]) -> int:

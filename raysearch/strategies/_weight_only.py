@@ -14,7 +14,9 @@ the search's stop conditions in force:
    ``results.parquet``), and never run twice for the same settings (a resumed search reads
    them from its journal; a later search of the same model, data, metric and versions takes
    them from the probe cache, :mod:`raysearch.search.record.probe_cache`, and records them
-   with ``reused_from``).
+   with ``reused_from``). A probe measures one node: it is never a candidate, ``best/`` nor
+   an input to the parameter importances (:func:`raysearch.ranking.is_probe`), so a budget
+   that ends among the probes leaves the best setting of stages 1-2 in ``best/``.
 4. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
    one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
    node count. With ``metric: kl``, a ``tolerance`` and ``select: size``, ``best/`` is then
@@ -37,7 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raysearch.ranking import order
+from raysearch.ranking import PROBE_STAGE, order
 from raysearch.strategies._registry import (
     Phase,
     Proposal,
@@ -131,7 +133,7 @@ def ranking(
     scored = []
     for r in order(records):
         settings = r.get("settings") or {}
-        if r.get("stage") != "sensitivity" or _base(settings) != wanted:
+        if r.get("stage") != PROBE_STAGE or _base(settings) != wanted:
             continue
         if r.get("status") != "ok" or not _finite(r.get("metric")):
             continue
@@ -148,7 +150,7 @@ def reused_probes(records: Sequence[Mapping[str, Any]], base: Mapping[str, Any])
     return {
         (r.get("settings") or {})[key][0]
         for r in records
-        if r.get("stage") == "sensitivity"
+        if r.get("stage") == PROBE_STAGE
         and r.get("reused_from")
         and _base(r.get("settings") or {}) == wanted
     }
@@ -159,9 +161,10 @@ def _finite(value: Any) -> bool:
 
 
 class _Sensitivity(BuiltPhase):
-    """Stage 3: the per-layer probes of the base (see the module)."""
+    """Stage 3: the per-layer probes of the base (see the module): never candidates, never
+    ``best/`` (:func:`raysearch.ranking.is_probe`)."""
 
-    stage = "sensitivity"
+    stage = PROBE_STAGE
 
     def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
         base = base_record(context.records, context.mode == "max")

@@ -142,3 +142,21 @@ def test_autosearch_run_shows_progress_unless_asked_not_to(tmp_path, monkeypatch
     assert "trials 0 done" in capsys.readouterr().err
     runner.AutoSearch(config).run(overwrite=True, progress=False)
     assert given[-1] is None and capsys.readouterr().err == ""
+
+
+def test_a_sensitivity_probe_is_never_the_lines_best_nor_a_candidate():
+    """Issue 58 item 7: a probe (one node quantized, every other float) scores far better than
+    the settings searched; the line's best is the best of those, as best/ is."""
+    out = io.StringIO()
+    progress = ProgressCallback(out, metric="kl", higher_is_better=False, every=1)
+    for trial_id, metric, stage in (("a", 0.0015, "blocks"), ("b", 0.0006, "sensitivity")):
+        trial = SimpleNamespace(trial_id=trial_id)
+        progress.on_trial_start(iteration=0, trials=[], trial=trial)
+        record = {"status": "ok", "is_candidate": True, "stage": stage}
+        progress.on_trial_result(
+            iteration=0, trials=[], trial=trial, result={"metric": metric, "trial": record}
+        )
+    progress.close()
+    assert out.getvalue().splitlines()[-1].startswith(
+        "trials 2 done, 0 running, 0 failed | candidates 1 | best kl 0.0015 |"
+    )

@@ -195,7 +195,6 @@ class TrialRecorder(tune.Callback):
         ok = record["status"] == "ok"
         record["metric"] = _finite(record.get("metric")) if ok else None
         record["objective"] = _finite(record.get("objective")) if ok else None
-        record["is_candidate"] = is_candidate(record)  # the one rule, as the journal reads it
         self._add_sensitivity(record.pop("sensitivity", None))
         full = {
             "trial_id": trial_id,
@@ -208,6 +207,8 @@ class TrialRecorder(tune.Callback):
             "settings": config.get("settings"),
             **record,
         }
+        # The one rule, as the journal reads it (a probe's stage comes with the config).
+        full["is_candidate"] = is_candidate(full)
         full["model_file"] = self._place_model(trial_id, full)
         full.pop("model_path", None)
         if self.clock is not None:

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from ray import tune
 
-from raysearch.ranking import is_candidate, stopped_at_rung
+from raysearch.ranking import is_candidate, is_probe, stopped_at_rung
 from raysearch.search.record.reported import reported_record
 
 __all__ = ["ProgressCallback"]
@@ -194,11 +194,12 @@ class ProgressCallback(tune.Callback):
         record = reported_record(result)
         if result.get("replayed"):
             return  # counted in an earlier session
-        # A trial stopped at a rung has a metric over some rows only: never the best.
-        complete = stopped_at_rung(record) is None
+        # A trial stopped at a rung has a metric over some rows only, a sensitivity probe
+        # measures one node: neither is ever the best.
+        ranked = stopped_at_rung(record) is None and not is_probe(record)
         self.trial_finished(
             record.get("status", "failed"),
-            result.get("metric") if complete else None,
+            result.get("metric") if ranked else None,
             is_candidate(record),
             freed_slot=freed,
         )

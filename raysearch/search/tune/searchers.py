@@ -46,7 +46,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from raysearch.ranking import is_candidate, stopped_at_rung
+from raysearch.ranking import is_candidate, is_probe, stopped_at_rung
 from raysearch.search.record.reported import reported_record
 from raysearch.search.tune._told import candidacy, metric_value, objective_value, sampler_values
 from raysearch.space import SearchSpace
@@ -370,8 +370,9 @@ class SettingSearcher(Searcher):
         trial_id = f"reused_{number:05d}"
         full = session.recorder.record_reused(trial_id, self._suggestion(proposal, number), record)
         self.state.finished_ids.add(trial_id)
-        # the progress line counts it with the trials that ran
-        session.progress.trial_finished(full["status"], full.get("metric"), is_candidate(full))
+        # the progress line counts it with the trials that ran (a probe: never its best)
+        metric = None if is_probe(full) else full.get("metric")
+        session.progress.trial_finished(full["status"], metric, is_candidate(full))
         result = {"metric": full.get("metric"), "objective": full.get("objective"), "trial": full}
         self._completed(trial_id, proposal, position, number, result, False)
 

@@ -41,6 +41,7 @@ from ray import tune
 from raysearch.errors import is_disk_full
 from raysearch.layout import TRIALS_TMP
 from raysearch.modelfile import remove_model
+from raysearch.ranking import PROBE_STAGE, is_probe
 from raysearch.search.record.reported import pack_record
 from raysearch.search.runtime._start_barrier import (
     START_BARRIER_TIMEOUT_S,
@@ -258,6 +259,11 @@ class QuantTrainable(tune.Trainable):
             record["actor_setup_s"] = round(self._setup_s, 4)
             record["actor_wait_s"] = round(self._wait_s, 4)  # at the StartBarrier
             record["actor_wait_timed_out"] = self._wait_timed_out
+        if is_probe(self.config):
+            # A sensitivity probe measures one node: no candidate, whatever its metric (the
+            # progress line, the stopper and the searcher read this report).
+            record["stage"] = PROBE_STAGE
+            record["is_candidate"] = False
         ok = record.get("status") == "ok"
         score = rung_score(record, self._higher) if ok else None
         clock = None
