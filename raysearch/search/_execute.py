@@ -214,7 +214,8 @@ class Execution:
             _say(share, progress)
         self.pending_reference = prepared.pending_reference
         spec.driver_node = current_node_id()
-        if not only_driver_node():
+        one_node = only_driver_node()
+        if not one_node:
             # Actors on other nodes build the float model from these files; on one
             # machine they read it where it is (no copy of a large model in memory).
             spec.model = model_blob(spec.model.path)
@@ -244,7 +245,7 @@ class Execution:
             clock=lambda: clock.elapsed_s,
             on_record=_OnRecord(stopper, self.kept, prepared.reference),
             # On a cluster: which node each trial runs on, and the nodes lost meanwhile.
-            watch_nodes=not only_driver_node(),
+            watch_nodes=not one_node,
             max_failures=config.max_failures,
         )
         if recorder.retries.watch is not None:
