@@ -123,25 +123,6 @@ def test_the_readme_steps_make_a_cluster_a_search_joins(hand_started):
     assert "running up to 2 trials at once" in log
 
 
-def test_without_the_token_a_worker_is_refused(hand_started, tmp_path):
-    # What the README's exports are for: a worker with no token is refused by the head.
-    cluster, steps = hand_started["cluster"], hand_started["steps"]
-    script = "\n".join(
-        line for line in steps["worker"].splitlines() if not line.startswith("export ")
-    )
-    home = tmp_path / "home"
-    home.mkdir()
-    with pytest.raises(AssertionError, match="(?i)auth"):
-        cluster.start(
-            "stranger",
-            num_cpus=1,
-            script=script,
-            cwd=hand_started["work"],
-            env={"HOME": str(home)},
-            timeout=120,
-        )
-
-
 #: Six settings that all quantize fine; every one is a candidate (absolute tolerance 1000).
 LOSS_SPACE = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
 #: What a trial lost with its node is recorded with (the README's words).
