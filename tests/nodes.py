@@ -7,7 +7,8 @@ process, its raylet and agents, and the worker processes the raylet started (Ray
 worker a process group of its own, so they are found as the raylet's descendants). Nothing of
 another Ray instance on the machine is touched: not the test session's ``ray_cluster``, not
 another test run's. The cluster keeps Ray's token authentication on, with a token of its own
-that :attr:`NodeCluster.env` passes to the drivers that join it.
+that :attr:`NodeCluster.env` passes to the drivers that join it; or, with ``auth=False``, leaves
+authentication to the shell script a node is started with (the README's steps: ``script``).
 
 Example:
     >>> with NodeCluster() as cluster:                                      # doctest: +SKIP
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -98,22 +101,30 @@ def _alive(pid: int) -> bool:
 class NodeCluster:
     """Ray nodes started with ``ray start --block``; the first one started is the head."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, auth: bool = True) -> None:
         # A short folder of its own: Ray's socket paths under it must stay below 108 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="rs-nodes-"))
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": path,
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": secrets.token_hex(32),
-        }
+        # The environment's own executables (ray, raysearch) first on PATH, for scripts.
+        bin_path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+        self.env = {**os.environ, "PYTHONPATH": path, "PATH": bin_path}
+        for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            self.env.pop(name, None)
+        if auth:
+            self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
         self.env.pop("RAY_ADDRESS", None)  # the test session's Ray is not this cluster
         self.address: str | None = None
         self.nodes: dict[str, subprocess.Popen] = {}
 
     def start(
-        self, name: str, *, num_cpus: int, env: dict[str, str] | None = None, timeout: float = 300
+        self,
+        name: str,
+        *,
+        num_cpus: int,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+        script: str | None = None,
+        cwd: Path | None = None,
     ) -> None:
         """Start node ``name`` and wait until it has registered with the cluster (at most
         ``timeout`` seconds: a node starts in a few seconds on a quiet machine, and in tens
@@ -123,20 +134,34 @@ class NodeCluster:
         A free port is one nothing holds when it is picked: another Ray on the machine (a
         second test worker's) can take it before this node binds it. A node whose ``ray
         start`` ended saying a port was taken is started again on new ports, up to
-        :data:`PORT_TRIES` times; any other failure fails at once."""
+        :data:`PORT_TRIES` times; any other failure fails at once.
+
+        ``script``: a bash script that starts the node (run in ``cwd``), as a user would type
+        it: its ``ray start`` line gets this machine's options added (``--block``, the node's
+        own temp folder, free ports, ``num_cpus``); the head's port is the one its ``--port``
+        names (a port taken is not tried again)."""
         for tries_left in reversed(range(PORT_TRIES)):
             try:
-                self._start(name, num_cpus=num_cpus, env=env, timeout=timeout)
+                self._start(
+                    name, num_cpus=num_cpus, env=env, timeout=timeout, script=script, cwd=cwd
+                )
                 return
             except _PortTaken:
-                if not tries_left:
+                if not tries_left or script is not None:
                     raise
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.nodes.pop(name).pid, signal.SIGKILL)
                 shutil.rmtree(self.root / name, ignore_errors=True)
 
     def _start(
-        self, name: str, *, num_cpus: int, env: dict[str, str] | None, timeout: float
+        self,
+        name: str,
+        *,
+        num_cpus: int,
+        env: dict[str, str] | None,
+        timeout: float,
+        script: str | None,
+        cwd: Path | None,
     ) -> None:
         ray = Path(sys.executable).with_name("ray")
         args = [
@@ -151,7 +176,15 @@ class NodeCluster:
             "--max-worker-port=0",
             "--disable-usage-stats",
         ]
-        if self.address is None:
+        head = self.address is None
+        if script is not None:
+            # The script's own `ray start` line, with this machine's options after it.
+            if head:
+                port = int(re.search(r"--port[= ](\d+)", script).group(1))
+                args += ["--include-dashboard=false", f"--dashboard-port={_free_port()}"]
+            local = shlex.join(args[2:])
+            args = ["bash", "-c", re.sub(r"^(ray start .*)$", rf"\1 {local}", script, flags=re.M)]
+        elif head:
             port = _free_port()
             args += ["--head", f"--port={port}", "--include-dashboard=false"]
             args.append(f"--dashboard-port={_free_port()}")
@@ -166,12 +199,13 @@ class NodeCluster:
             self.nodes[name] = subprocess.Popen(
                 args,
                 env={**self.env, "TMPDIR": os.fspath(tmp), **(env or {})},
+                cwd=cwd,
                 start_new_session=True,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
         self._wait_started(name, log, timeout)
-        if self.address is None:
+        if head:
             self.address = f"127.0.0.1:{port}"
 
     def _registered(self, name: str) -> bool:

@@ -12,6 +12,10 @@ uses it. What each test checks is exactly what that code relies on:
   and ``cutoff`` and takes its STOP back out of ``_num_stopped``);
 - Ray Tune's ``Trial.run_metadata.metric_n_steps`` (``raysearch/search/tune/_compact.py``
   empties a finished trial's windows);
+- Ray Tune's ``Trial.temporary_state.ray_actor``, set before callbacks hear
+  ``on_trial_start``, and the ``Failure # n (occurred at ...)`` entries of a trial's error file
+  (``raysearch/search/record/retries.py`` asks a trial's actor for its node;
+  ``recorder.py`` reads a trial's last failure);
 - Ray Tune's ``OptunaSearch._ot_study``, the Optuna study it asks (``raysearch/search/
   _samplers.py``: a trial queued with ``enqueue_trial`` is the next one suggested);
 - private names: raysearch's subclasses of Tune's classes set no private name that Tune's
@@ -228,6 +232,36 @@ def test_a_trials_last_n_windows_are_what_the_compactor_empties():
         ray, "_TrainingRunMetadata's cached JSON", where, "kept after an assignment"
     )
     assert after["metric_analysis"]["metric"]["last"] == 0.5
+
+
+def test_a_started_trials_actor_and_its_failures_are_where_the_recorder_reads_them():
+    """``RetryLog.started`` reads ``trial.temporary_state.ray_actor`` in ``on_trial_start``
+    (the actor must be set before the callbacks run); the recorder splits a trial's error
+    file on Tune's ``Failure # n (occurred at ...)`` headers."""
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    ray, where = _version("ray"), "raysearch/search/record/retries.py"
+
+    class _Actor:
+        class get_auto_filled_metrics:  # noqa: N801 - Ray's method name
+            @staticmethod
+            def remote(*args: Any, **kwargs: Any) -> None:
+                return None
+
+    trial = Trial("__fake", stub=True)
+    actor = _Actor()
+    trial.set_ray_actor(actor)
+    assert getattr(trial.temporary_state, "ray_actor", None) is actor, _changed(
+        ray, "Trial.temporary_state.ray_actor", where, "not where set_ray_actor puts the actor"
+    )
+    started = inspect.getsource(TuneController._actor_started)
+    assert 0 <= started.find("set_ray_actor") < started.find("on_trial_start"), _changed(
+        ray, "TuneController._actor_started", where, "callbacks hear of a trial before its actor"
+    )
+    assert '"Failure # {} (occurred at {})' in inspect.getsource(Trial.handle_error), _changed(
+        ray, "Trial.handle_error's error file", "raysearch/search/record/recorder.py", "format"
+    )
 
 
 # -- Ray Tune: OptunaSearch's study ------------------------------------------------------------

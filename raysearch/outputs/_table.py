@@ -71,6 +71,10 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "model_file": pa.string(),
     # Why a model to keep is missing (its node was lost before it was fetched); else None.
     "model_lost": pa.string(),
+    # How many times Ray Tune ran the trial again after its node was lost or its process
+    # failed (max_failures), and after what (``NodeLost: ...``; several joined by " | ").
+    "retries": pa.int64(),
+    "retried_after": pa.string(),
     # A result no trial of this search ran: the earlier search and trial that measured it
     # (a sensitivity probe of the probe cache); else None.
     "reused_from": pa.string(),

@@ -20,8 +20,7 @@ from raysearch.search.runtime.transfer import (
     ModelBlob,
     current_node_id,
     materialize_model,
-    node_folder,
-    node_local_dir,
+    node_folder_here,
 )
 from raysearch.search.tune._rungs import plan_search_rungs
 from raysearch.usercode import where_code_lives
@@ -76,7 +75,7 @@ class EngineSpec:
             # Another node: the model comes from the object store, the calibration cache
             # lives on this node (the driver's output folder need not exist here).
             model_path = materialize_model(self.model)
-            cache_dir = os.fspath(node_local_dir(node_folder("cache", self.cache_dir)))
+            cache_dir = os.fspath(node_folder_here("cache", self.cache_dir))
         return TrialRunner(
             TrialSpec(
                 model_path,

@@ -214,7 +214,8 @@ class Execution:
             _say(share, progress)
         self.pending_reference = prepared.pending_reference
         spec.driver_node = current_node_id()
-        if not only_driver_node():
+        one_node = only_driver_node()
+        if not one_node:
             # Actors on other nodes build the float model from these files; on one
             # machine they read it where it is (no copy of a large model in memory).
             spec.model = model_blob(spec.model.path)
@@ -243,7 +244,12 @@ class Execution:
             prior=records,
             clock=lambda: clock.elapsed_s,
             on_record=_OnRecord(stopper, self.kept, prepared.reference),
+            # On a cluster: which node each trial runs on, and the nodes lost meanwhile.
+            watch_nodes=not one_node,
+            max_failures=config.max_failures,
         )
+        if recorder.retries.watch is not None:
+            recorder.retries.watch.poll(force=True)  # the nodes alive as the search starts
         expected = self._expected_trials(searcher)
         progress_cb = self._progress(progress, expected, clock, records, recorder)
         session = SearchSession(
@@ -399,6 +405,9 @@ class Execution:
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
                 # What this search took from a running cluster's store (None: its own Ray).
                 "kept_warm": dict(self.kept.reused) if self.kept and self.kept.enabled else None,
+                # Nodes lost while it ran, and the trials they took with them (record.retries).
+                "lost_nodes": run.recorder.retries.lost_nodes(records),
+                "trials_retried": sum(1 for r in records if r.get("retries")),
                 # Seconds the custom evaluator took to score the float model (None: built-in).
                 "float_score_s": _rounded(run.info.get("float_score_s")),
                 # Why the search ended without a result, when its stop reason alone misleads.

@@ -66,6 +66,13 @@ _TUNE_DISK = _TuneDiskFull()
 #: ``auto_search.log`` keeps them and the terminal does not show them.
 _TUNE_SLOW = ("ray.tune.utils.util", "ray.tune.execution.tune_controller", _TUNE_STATE_LOGGER)
 _SLOW_WORD = "bottleneck"
+#: Ray Tune's reports of a trial's failure, with Ray's traceback (and, for a lost node, the
+#: raylet's state), and of the trials that failed, at the end: ``auto_search.log`` keeps them;
+#: the terminal has raysearch's line for each failed trial and for each node lost.
+_TUNE_FAILURES = {
+    "ray.tune.execution.tune_controller": "Trial task failed for trial",
+    "ray.tune.tune": "Trials did not complete",
+}
 
 
 class _ToLogOnly(logging.Filter):
@@ -118,12 +125,13 @@ class LogSetup:
             self.logger.setLevel(logging.INFO)
         self.logger.addHandler(self.handler)
         logging.getLogger("ray.tune").addHandler(self.handler)
-        self.slow = {name: _ToLogOnly(self.handler, _SLOW_WORD) for name in _TUNE_SLOW}
-        for name, routed in self.slow.items():
+        self.routed = [(name, _ToLogOnly(self.handler, _SLOW_WORD)) for name in _TUNE_SLOW]
+        self.routed += [(n, _ToLogOnly(self.handler, w)) for n, w in _TUNE_FAILURES.items()]
+        for name, routed in self.routed:
             logging.getLogger(name).addFilter(routed)
 
     def close(self) -> None:
-        for name, routed in self.slow.items():
+        for name, routed in self.routed:
             logging.getLogger(name).removeFilter(routed)
         self.logger.removeHandler(self.handler)
         logging.getLogger("ray.tune").removeHandler(self.handler)

@@ -49,7 +49,8 @@ def test_max_failures_retries_failed_processes_never_a_setting_that_raises(tmp_p
     readme = (REPO / "README.md").read_text()
     assert (
         "max_failures: 0                # retries of a trial whose process failed: it crashed, ran"
-        " out\n                               # of memory, timed out (trial_timeout_s) or its node"
-        " was lost; a\n                               # setting that raises is a failed trial at"
-        " once, never retried\n"
+        " out\n                               # of memory or timed out (trial_timeout_s); a trial"
+        " lost with its\n                               # node runs again besides (up to 3 times),"
+        " and a setting that\n                               # raises is a failed trial at once,"
+        " never retried\n"
     ) in readme

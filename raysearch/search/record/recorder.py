@@ -31,7 +31,9 @@ evaluated on every row), ``rung_scores`` and ``rung_ended_at`` (what ASHA ranked
 rung, and when: a resumed search refills ASHA's rungs from them), ``node``, ``model_file``
 (relative to the output folder, or None), ``model_lost`` (only when a model to keep could not
 be kept, e.g. its node was lost before the driver fetched it: why, in one line; such a trial
-is never the best) and
+is never the best), ``retries`` and ``retried_after`` (how many times Ray Tune ran the trial
+again after its process or node failed, and after what: ``NodeLost: ...`` for a lost node;
+:mod:`raysearch.search.record.retries`) and
 ``elapsed_s`` (search wall time when it ended).
 """
 
@@ -66,7 +68,8 @@ from raysearch.ranking import (
 from raysearch.search._logs import check_tune_disk
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.reported import reported_record
-from raysearch.search.runtime._node_loss import ModelLostError, lost_trial_line
+from raysearch.search.record.retries import RETRIES_SPENT, RetryLog
+from raysearch.search.runtime._node_loss import ModelLostError, NodeWatch, lost_trial_line
 from raysearch.search.runtime.transfer import current_node_id, drop_model, fetch_model
 
 __all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
@@ -124,8 +127,12 @@ class TrialRecorder(tune.Callback):
         prior: Sequence[dict[str, Any]] = (),
         clock: Callable[[], float] | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
+        watch_nodes: bool = False,
+        max_failures: int = 0,
     ) -> None:
         self.output_dir = Path(output_dir)
+        #: Each trial's node and reruns; on a cluster (``watch_nodes``), its nodes' losses.
+        self.retries = RetryLog(NodeWatch() if watch_nodes else None, max_failures)
         self.journal = journal
         self.higher_is_better = higher_is_better
         self.keep_candidates = keep_candidates
@@ -162,6 +169,24 @@ class TrialRecorder(tune.Callback):
         record.setdefault("status", "failed")
         self.record(trial, record)
 
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.retries.started(trial)
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        # Tune runs the trial again (max_failures): its last failure, one line, for its record.
+        text = _last_failure(_error_text(trial) or "the trial's actor failed")
+        spent = self.retries.failed(trial.trial_id, _error_line(text))
+        if spent is None:
+            _logger.info("trial %s runs again after: %s", trial.trial_id, text.strip()[-2000:])
+            return
+        _logger.debug("trial %s failed (max_failures used up):\n%s", trial.trial_id, text)
+        # Its next run ends at once, failed with this line (see record.retries).
+        trial.config[RETRIES_SPENT] = {
+            "error": spent,
+            "node_id": self.retries.node_of(trial.trial_id),
+            "node": getattr(trial, "node_ip", None),
+        }
+
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.recorded:
             return
@@ -171,8 +196,9 @@ class TrialRecorder(tune.Callback):
             "status": "failed",
             "metric": None,
             "is_candidate": False,
-            "error": _error_line(text),
+            "error": self.retries.line(trial.trial_id, _error_line(_last_failure(text))),
             "node": getattr(trial, "node_ip", None),
+            "node_id": self.retries.node_of(trial.trial_id),
         }
         self.record(trial, record)
 
@@ -205,6 +231,7 @@ class TrialRecorder(tune.Callback):
             "point": config.get("point"),
             "params": config.get("params"),
             "settings": config.get("settings"),
+            **self.retries.fields(trial_id),
             **record,
         }
         # The one rule, as the journal reads it (a probe's stage comes with the config).
@@ -356,6 +383,12 @@ class TrialRecorder(tune.Callback):
                 record.get("error"),
                 record.get("params"),
             )
+
+
+def _last_failure(text: str) -> str:
+    """The last failure of a trial's error file (Tune appends one ``Failure # n`` entry per
+    failure of a trial it ran again)."""
+    return re.split(r"^Failure # \d+ \(occurred at [^)]*\)$", text, flags=re.M)[-1]
 
 
 def _error_text(trial: Any) -> str | None:

@@ -23,11 +23,33 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 
 import ray
 
-__all__ = ["ModelLostError", "lost_trial_line", "lost_model_line", "node_alive"]
+__all__ = [
+    "ModelLostError",
+    "NodeWatch",
+    "lost_trial_line",
+    "lost_model_line",
+    "node_alive",
+    "node_lost_line",
+    "broke_connection",
+]
+
+_logger = logging.getLogger("raysearch.search")
+
+#: Seconds the driver waits for the cluster to say whether the node of a trial whose connection
+#: broke is dead: Ray marks a node dead once it has missed its health checks (about 15 s with
+#: Ray's defaults: one every 3 s, 5 missed).
+CONFIRM_S = 45.0
+#: Seconds between two looks at the cluster's nodes while the search runs.
+WATCH_PERIOD_S = 2.0
+#: The start of the line for a trial whose connection to its process broke (see
+#: :func:`lost_trial_line`).
+_UNREACHABLE = "TrialUnreachable: "
 
 _NODE_DIED = re.compile(r"its node has died\. Node Id: ([0-9a-f]+)[^\n]*(?:\n\s*(.*))?")
 _UNAVAILABLE = re.compile(r"The actor \w+ is unavailable: (.*?)(?:\. The task may|$)", re.S)
@@ -77,3 +99,71 @@ def lost_model_line(node_id: str, error: BaseException | None, alive: bool | Non
         return f"the model was gone from the node that ran this trial ({node})"
     message = " ".join(str(error).split())[:300]
     return f"the model could not be fetched from node {node}: {type(error).__name__}: {message}"
+
+
+def node_lost_line(node_id: str, ip: str | None) -> str:
+    """The line for a trial whose node ``node_id`` (at ``ip``) the cluster lost, as
+    :func:`lost_trial_line` words it.
+
+    Example:
+        >>> node_lost_line("728b6da40bdef3d6aa", "10.0.0.2")
+        'NodeLost: the node running this trial (728b6da40bde, 10.0.0.2) was lost'
+    """
+    where = node_id[:12] + (f", {ip}" if ip else "")
+    return f"NodeLost: the node running this trial ({where}) was lost"
+
+
+def broke_connection(line: str) -> bool:
+    """Whether ``line`` (:func:`lost_trial_line`) says the connection to a trial's process
+    broke, which its node's loss or the process's end may cause."""
+    return line.startswith(_UNREACHABLE)
+
+
+class NodeWatch:
+    """The cluster's nodes as a search sees them: which of those alive while it ran were lost.
+    Each loss is said once, in one warning line (the terminal's; Ray Tune's tracebacks of the
+    trials it took go to ``auto_search.log``).
+
+    Ray marks a node dead only after it missed its health checks, seconds after a trial's
+    connection to it broke: :meth:`confirm` waits for that verdict (at most ``CONFIRM_S``).
+    """
+
+    def __init__(self, period_s: float = WATCH_PERIOD_S) -> None:
+        self.period_s = period_s
+        #: Node id -> IP of every node seen alive.
+        self.seen: dict[str, str | None] = {}
+        #: Node id -> IP of each node lost while the search ran, in the order found.
+        self.lost: dict[str, str | None] = {}
+        self._next = 0.0
+
+    def poll(self, *, force: bool = False) -> None:
+        """Look at the cluster's nodes (at most every ``period_s`` unless ``force``)."""
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + self.period_s
+        for node in ray.nodes():
+            node_id, ip = node.get("NodeID"), node.get("NodeManagerAddress")
+            if not node_id:
+                continue
+            if node.get("Alive"):
+                self.seen[node_id] = ip
+            elif node_id in self.seen and node_id not in self.lost:
+                self.lost[node_id] = ip
+                _logger.warning(
+                    "node %s (%s) was lost: the trials it ran run again on the other nodes",
+                    node_id[:12],
+                    ip,
+                )
+
+    def confirm(self, node_id: str, wait_s: float = CONFIRM_S) -> bool:
+        """Whether node ``node_id`` (alive when a trial ran there) is lost: wait until the
+        cluster says it is dead, or alive for ``wait_s`` seconds more."""
+        self.seen.setdefault(node_id, None)
+        deadline = time.monotonic() + wait_s
+        while node_id not in self.lost:
+            self.poll(force=True)
+            if node_id in self.lost or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        return node_id in self.lost

@@ -48,6 +48,7 @@ __all__ = [
     "materialize_model",
     "node_local_dir",
     "node_folder",
+    "node_folder_here",
     "remove_node_folders",
     "fetch_model",
     "drop_model",
@@ -175,11 +176,62 @@ def node_folder(kind: str, driver_path: str | os.PathLike) -> str:
     return f"raysearch-{kind}-{tag}"
 
 
+#: Beside each node folder (see :func:`node_folder_here`): the id of the Ray node that uses it.
+_OWNER_SUFFIX = ".node"
+#: The node folders a search leaves on a node other than the driver's.
+_NODE_FOLDER_KINDS = ("trials", "cache")
+
+
+def node_folder_here(kind: str, driver_path: str | os.PathLike) -> Path:
+    """This node's folder of ``kind`` for the search's folder ``driver_path`` (see
+    :func:`node_folder`), created, with this node's id written beside it
+    (``<name>.node``); first the node folders of searches whose node the cluster counts
+    dead are removed from this machine's temp folder. A search removes its node folders
+    from every node when it finishes (:func:`remove_node_folders`), but not from a node
+    that was lost meanwhile: when that machine comes back into the cluster as a new node,
+    the next search that runs there removes them. A folder of a node the cluster does not
+    know (another cluster's, on the same machine) is left alone."""
+    name = node_folder(kind, driver_path)
+    folder = node_local_dir(name)
+    here = current_node_id()
+    _remove_dead_nodes_folders(folder.parent, here)
+    owner = folder.parent / f"{name}{_OWNER_SUFFIX}"
+    try:
+        if not owner.is_file() or owner.read_text() != here:
+            with replacing(owner) as tmp:
+                Path(tmp).write_text(here)
+    except OSError as exc:  # the folder is usable without its note
+        _logger.debug("could not note the node of %s: %s", folder, exc)
+    return folder
+
+
+def _remove_dead_nodes_folders(base: Path, here: str) -> None:
+    """Remove the node folders in ``base`` whose owner note names a node, other than
+    ``here``, that the cluster counts dead."""
+    owners = []
+    for kind in _NODE_FOLDER_KINDS:
+        owners += base.glob(f"raysearch-{kind}-*{_OWNER_SUFFIX}")
+    notes = {}
+    for owner in owners:
+        with contextlib.suppress(OSError):
+            notes[owner] = owner.read_text().strip()
+    if not any(node != here for node in notes.values()):
+        return
+    dead = {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+    for owner, node in notes.items():
+        if node != here and node in dead:
+            folder = owner.with_name(owner.name[: -len(_OWNER_SUFFIX)])
+            _logger.info("removing %s, left by the lost node %s", folder, node[:12])
+            shutil.rmtree(folder, ignore_errors=True)
+            owner.unlink(missing_ok=True)
+
+
 @ray.remote(num_cpus=0)
 def _remove_node_folders(names: list[str]) -> None:
     base = private_dir()
     for name in names:
         shutil.rmtree(base / name, ignore_errors=True)
+        (base / f"{name}{_OWNER_SUFFIX}").unlink(missing_ok=True)
 
 
 def remove_node_folders(node_ids: Iterable[str], names: Sequence[str]) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from raysearch.errors import InputError
 from raysearch.layout import EXPERIMENT
 from raysearch.search.record.reported import pack_record
+from raysearch.search.record.retries import tune_max_failures
 from raysearch.search.tune._compact import FinishedTrialCompactor
 from raysearch.search.tune._loggers import TrialLoggers
 from raysearch.search.tune.session import SessionCallback, SessionStopper
@@ -199,7 +200,11 @@ def make_tuner(
         callbacks=[SessionCallback(key), TrialLoggers(key), FinishedTrialCompactor()],
         verbose=0,
         log_to_file=False,
-        failure_config=tune.FailureConfig(max_failures=config.max_failures, fail_fast=False),
+        # The trial's own failures (config max_failures) and its node's losses: the recorder
+        # tells them apart (search/record/retries.py).
+        failure_config=tune.FailureConfig(
+            max_failures=tune_max_failures(config.max_failures), fail_fast=False
+        ),
         checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
     )
     tune_config = tune.TuneConfig(

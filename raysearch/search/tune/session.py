@@ -138,6 +138,10 @@ class SessionCallback(tune.Callback):
                 iteration=iteration, trials=trials, trial=trial, result=result, **info
             )
 
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        for target in self._targets():
+            target.on_trial_recover(iteration=iteration, trials=trials, trial=trial, **info)
+
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         for target in self._targets():
             target.on_trial_error(iteration=iteration, trials=trials, trial=trial, **info)
@@ -151,4 +155,6 @@ class SessionCallback(tune.Callback):
         if session is None:
             return
         session.clock.tick()
+        if session.recorder.retries.watch is not None:
+            session.recorder.retries.watch.poll()  # a node lost: one line, when Ray says so
         session.progress.on_step_end(iteration=iteration, trials=trials, **info)

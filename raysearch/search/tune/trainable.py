@@ -43,6 +43,7 @@ from raysearch.layout import TRIALS_TMP
 from raysearch.modelfile import remove_model
 from raysearch.ranking import PROBE_STAGE, is_probe
 from raysearch.search.record.reported import pack_record
+from raysearch.search.record.retries import RETRIES_SPENT
 from raysearch.search.runtime._start_barrier import (
     START_BARRIER_TIMEOUT_S,
     StartBarrier,
@@ -50,7 +51,7 @@ from raysearch.search.runtime._start_barrier import (
     start_barrier,
     wait_for_wave,
 )
-from raysearch.search.runtime.transfer import current_node_id, node_folder, node_local_dir
+from raysearch.search.runtime.transfer import current_node_id, node_folder_here
 from raysearch.search.tune._rungs import (
     RUNG_CLOCK,
     RUNG_ERROR,
@@ -134,7 +135,7 @@ class QuantTrainable(tune.Trainable):
         # this node's temp folder, from which the driver fetches the models it keeps.
         self._local = driver_node is None or driver_node == self._node_id
         if not self._local:
-            self._trials_dir = node_local_dir(node_folder("trials", self._output_dir))
+            self._trials_dir = node_folder_here("trials", self._output_dir)
         else:
             self._trials_dir = self._output_dir / TRIALS_TMP
         gpu_ids = ray.get_gpu_ids()
@@ -162,6 +163,11 @@ class QuantTrainable(tune.Trainable):
         self._wait_timed_out = barrier is not None and not wait_for_wave(barrier)
         self._wait_s = time.perf_counter() - started
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (the driver asks it when a trial starts: a trial
+        lost with its node is recorded with the node)."""
+        return self._node_id
+
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         # Keep the engine (and its caches) for the next trial; nothing depends on the config.
         # A trial the scheduler stopped at a rung left its session here: let it go.
@@ -178,6 +184,17 @@ class QuantTrainable(tune.Trainable):
         recorded = self._replay.get(trial_id)
         if recorded is not None:
             return {**recorded, "replayed": True, "done": True, **UNRANKED}
+        spent = self.config.get(RETRIES_SPENT)
+        if spent is not None:
+            # Its process failed max_failures times already: failed, with its last error.
+            trial = {"status": "failed", "metric": None, "is_candidate": False, **spent}
+            return {
+                "metric": None,
+                "objective": None,
+                "trial": pack_record(trial),
+                "done": True,
+                **UNRANKED,
+            }
         live = self._live
         if live is None or live.trial_id != trial_id:
             self._drop_live()

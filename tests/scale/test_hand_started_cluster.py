@@ -1,0 +1,241 @@
+"""A cluster started by hand as the README says (issue 58, items 3-5), on Ray 2.60's token
+authentication: the README's "A cluster started by hand" steps, run as written on this machine
+(``HEAD_IP`` is 127.0.0.1, the head's port a free one, each node's ``ray start`` with the
+options :class:`tests.nodes.NodeCluster` adds so that the test stops exactly its own nodes),
+in a home folder of their own (Ray keeps its token in ``~/.ray``): the head, one worker and a
+search that joins them.
+
+On the same cluster, a node lost as a spot node is: a search with default settings whose
+worker node is killed while a trial runs there completes with no failed trial, records the
+loss and the retry, and says so in one line on the terminal; the node then rejoins (the
+README's worker step again, on the same machine's temp folder) and the next search that runs
+there removes what the lost one left in it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.models import conv_data, make_conv_model
+from tests.nodes import NodeCluster, _free_port
+from tests.reliability.evaluators import NODE_ENV
+from tests.reliability.helpers import calls, probe_config, run_with_fault, write_config
+
+pytestmark = pytest.mark.slow
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_steps(port: int) -> dict[str, str]:
+    """The README's three scripts (head, worker, search), keyed by where they run, with
+    ``HEAD_IP`` and the port made this machine's."""
+    section = README.read_text().split("**A cluster started by hand.**", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    block = block.replace("HEAD_IP", "127.0.0.1").replace("6379", str(port))
+    parts = re.split(
+        r"^# (on the head node|on each worker node|where the search runs).*$", block, flags=re.M
+    )
+    steps = dict(zip(parts[1::2], (p.strip() for p in parts[2::2])))
+    assert list(steps) == ["on the head node", "on each worker node", "where the search runs"]
+    return {
+        "head": steps["on the head node"],
+        "worker": steps["on each worker node"],
+        "search": steps["where the search runs"],
+    }
+
+
+def write_search_config(work: Path, name: str, **extra: Any) -> Path:
+    """A four-setting Grid search of the tests' small conv model, one trial per node's CPU."""
+    model = work / "conv.onnx"
+    data = work / "data.npz"
+    if not model.exists():
+        make_conv_model(model, channels=8, size=16)
+        np.savez(data, **conv_data(64))
+    config = {
+        "model": str(model),
+        "calibration_data": str(data),
+        "search_algo": "Grid",
+        "metric": "cos",
+        "early_stopping": False,
+        "measure_latency": False,
+        "search_space": {
+            "calibrate_method": ["MinMax", "Percentile"],
+            "per_channel": [True, False],
+        },
+        "resources": {"cpu_per_trial": 1},
+        "output_dir": str(work / name),
+        **extra,
+    }
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_search(cluster: NodeCluster, work: Path, script: str, env: dict[str, str]) -> Any:
+    return subprocess.run(
+        ["bash", "-c", script],
+        cwd=work,
+        env={**cluster.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+
+@pytest.fixture(scope="module")
+def hand_started(tmp_path_factory) -> dict[str, Any]:
+    work = tmp_path_factory.mktemp("hand_started")
+    home = work / "home"
+    home.mkdir()
+    env = {"HOME": str(home)}
+    steps = readme_steps(_free_port())
+    with NodeCluster(auth=False) as cluster:
+        cluster.start("head", num_cpus=1, script=steps["head"], cwd=work, env=env)
+        # The worker's first quantized call hangs (the probe evaluator's node faults, used by
+        # the node-loss search only): the node is killed while that trial runs.
+        worker_env = {**env, NODE_ENV: "lost"}
+        cluster.start("worker", num_cpus=1, script=steps["worker"], cwd=work, env=worker_env)
+        write_search_config(work, "my_config")
+        done = run_search(cluster, work, steps["search"], env)
+        yield {"work": work, "done": done, "cluster": cluster, "env": env, "steps": steps}
+
+
+def test_the_readme_steps_make_a_cluster_a_search_joins(hand_started):
+    done, work = hand_started["done"], hand_started["work"]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    token = (work / "ray_token").read_text().strip()
+    assert len(token) >= 32
+    assert (work / "home" / ".ray" / "auth_token").read_text().strip() == token
+    out = work / "my_config"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_trials"] == 4 and summary["n_failed"] == 0
+    # The search ran on the cluster the two nodes make (one CPU each), not a Ray of its own.
+    assert summary["kept_warm"] is not None  # (None: a Ray of the search's own)
+    log = (out / "auto_search.log").read_text()
+    assert "running up to 2 trials at once" in log
+
+
+#: Six settings that all quantize fine; every one is a candidate (absolute tolerance 1000).
+LOSS_SPACE = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
+#: What a trial lost with its node is recorded with (the README's words).
+NODE_LOST = re.compile(
+    r"^NodeLost: the node running this trial \(([0-9a-f]{12}), ([\d.]+)\) was lost"
+)
+
+
+def _tmp_folders(cluster: NodeCluster) -> list[str]:
+    """The raysearch node folders in the worker machine's temp folder."""
+    return sorted(
+        p.name
+        for p in (cluster.root / "worker-tmp").glob("raysearch-*/raysearch-*")
+        if p.name.startswith(("raysearch-trials-", "raysearch-cache-"))
+    )
+
+
+@pytest.fixture(scope="module")
+def node_lost(hand_started) -> dict[str, Any]:
+    """A search with default settings (max_failures too) on the cluster, its worker node killed
+    while its first trial there hangs; then the worker rejoins and another search runs."""
+    cluster, work = hand_started["cluster"], hand_started["work"]
+    folder = work / "lost"
+    folder.mkdir()
+    config = probe_config(
+        folder,
+        search_space=LOSS_SPACE,
+        tolerance=1000.0,
+        tolerance_mode="absolute",
+        address=cluster.address,
+        plan={"sleep_s": 0.5, "hang_s": 600, "node_faults": {"lost": ["hang"]}},
+    )
+    path = write_config(folder / "config.yaml", config)
+    token = {
+        **hand_started["env"],
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(work / "ray_token"),
+    }
+
+    def hanging() -> bool:
+        return any(c.get("fault") == "hang" for c in calls(folder / "calls.jsonl"))
+
+    status = run_with_fault(
+        ["run", str(path)], folder, hanging, lambda: cluster.kill("worker"), **token
+    )
+    left = _tmp_folders(cluster)
+    # The node comes back on the same machine (its temp folder), as the README's worker step.
+    rejoin = {**hand_started["env"], "TMPDIR": str(cluster.root / "worker-tmp")}
+    cluster.start(
+        "worker2", num_cpus=1, script=hand_started["steps"]["worker"], cwd=work, env=rejoin
+    )
+    after = run_search(
+        cluster,
+        work,
+        hand_started["steps"]["search"].replace(
+            "my_config.yaml", write_search_config(work, "after").name
+        ),
+        hand_started["env"],
+    )
+    out = folder / "out"
+    return {
+        "status": status,
+        "stderr": (folder / "stderr.txt").read_text(),
+        "calls": calls(folder / "calls.jsonl"),
+        "rows": pq.read_table(out / "results.parquet").to_pylist(),
+        "summary": json.loads((out / "summary.json").read_text()),
+        "log": (out / "auto_search.log").read_text(),
+        "left": left,
+        "after": after,
+        "after_folders": _tmp_folders(cluster),
+    }
+
+
+def test_a_trial_lost_with_its_node_is_run_again_by_default(node_lost):
+    assert node_lost["status"] == 0, node_lost["stderr"][-3000:]
+    rows, summary = node_lost["rows"], node_lost["summary"]
+    assert summary["n_trials"] == len(rows) == 6
+    assert summary["n_failed"] == 0 and all(r["status"] == "ok" for r in rows)
+    (hung,) = [c for c in node_lost["calls"] if c.get("fault") == "hang"]
+    runs = [c for c in node_lost["calls"] if c["trial"] == hung["trial"]]
+    assert len(runs) == 2 and runs[1]["node"] != hung["node"]
+
+
+def test_the_loss_and_the_retry_are_recorded(node_lost):
+    (hung,) = [c for c in node_lost["calls"] if c.get("fault") == "hang"]
+    lost_node = hung["node"]
+    (row,) = [r for r in node_lost["rows"] if r["trial_id"] == hung["trial"]]
+    assert row["retries"] == 1
+    (lost,) = node_lost["summary"]["lost_nodes"]
+    assert lost["node_id"] == lost_node
+    assert lost["trials_retried"] == [hung["trial"]] and lost["trials_failed"] == []
+    match = NODE_LOST.match(row["retried_after"])
+    assert match and match.groups() == (lost_node[:12], lost["ip"]), row["retried_after"]
+    assert row["node_id"] != lost_node  # where it ran in the end
+    others = [r for r in node_lost["rows"] if r is not row]
+    assert all(r["retries"] == 0 and r["retried_after"] is None for r in others)
+    assert node_lost["summary"]["trials_retried"] == 1
+
+
+def test_the_terminal_shows_one_line_per_lost_node_and_no_traceback(node_lost):
+    (hung,) = [c for c in node_lost["calls"] if c.get("fault") == "hang"]
+    stderr = node_lost["stderr"]
+    assert "Traceback" not in stderr and "ActorUnavailableError" not in stderr, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if hung["node"][:12] in line]
+    assert len(said) == 1 and "lost" in said[0], stderr[-3000:]
+    # Ray Tune's own report of the failure, with its traceback, is in the log.
+    assert "Trial task failed for trial" in node_lost["log"]
+    assert "Traceback" in node_lost["log"]
+
+
+def test_the_next_search_on_the_node_removes_what_the_lost_one_left(node_lost):
+    # The lost search's trial and cache folders stayed on the killed node's machine.
+    assert any(n.startswith("raysearch-trials-") for n in node_lost["left"]), node_lost["left"]
+    after = node_lost["after"]
+    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
+    assert not set(node_lost["left"]) & set(node_lost["after_folders"]), node_lost
