@@ -131,6 +131,25 @@ def test_nothing_is_timed_again_where_latency_decides_nothing_unless_asked(searc
     assert retime(config, config.output_dir, searched["records"], evaluation, config.model) is None
 
 
+def test_the_timing_process_answers_what_onnx_runtime_refuses_and_ends(searched, caplog):
+    from raysearch.search._latency_timer import LatencyTimer
+    from raysearch.search._retime import plan_retime
+
+    config = _config(searched, select="latency")
+    folder = searched["folder"]
+    (folder / "broken.onnx").write_bytes(b"not a model")
+    plan = plan_retime(config, config.output_dir, searched["records"], _evaluation(config), "x")
+    assert plan is not None and set(plan.job["paths"]) == {"float", "aaaa0001", "aaaa0002"}
+    timer = LatencyTimer()
+    timer.submit({**plan.job, "paths": {**plan.job["paths"], "float": folder / "broken.onnx"}})
+    process = timer._process
+    with caplog.at_level("WARNING", logger="raysearch.search"):
+        assert plan.apply(timer.result()) is None  # the trials' figures stay
+    assert process.returncode == 0 and timer._process is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("latency could not be timed again alone: ") and "broken.onnx" in line
+
+
 def test_nothing_is_timed_again_without_latency_or_on_gpus(searched):
     for extra in ({"measure_latency": False}, {"resources": {"gpu_per_trial": 1}}):
         config = _config(searched, **extra)
