@@ -177,7 +177,12 @@ __all__ = [
 
 
 def print_report(
-    cases: list[dict], warm: list[dict], grid48: list[dict], floors: list, tune_floors: list
+    cases: list[dict],
+    warm: list[dict],
+    grid48: list[dict],
+    floors: list,
+    tune_floors: list,
+    latency: list[dict] = (),
 ) -> None:
     """The tables and one line per case, as the JSON holds them."""
     from _common import CPUS, print_table
@@ -250,6 +255,10 @@ def print_report(
                 f"every pair: {all(p['same_setting'] for p in r['repeats'])}; load "
                 f"{r['raysearch']['load_average']}"
             )
+            print(
+                "    after the last trial, every pair: "
+                + ", ".join(f"{p['timeline']['after_last_trial_s']} s" for p in r["repeats"])
+            )
             if "fixed_cost" in r:
                 f = r["fixed_cost"]
                 print(
@@ -261,5 +270,13 @@ def print_report(
                     f"{f['tune_shutdown_s']} s; target <= {f['after_last_trial_target_s']}: "
                     f"{'met' if f['after_last_trial_target_met'] else 'NOT met'})"
                 )
+    for r in latency:
+        print(
+            f"{r['model']} select: latency: after the last trial "
+            f"{', '.join(f'{t} s' for t in r['after_last_trial_s_latency'])} against "
+            f"{', '.join(f'{t} s' for t in r['after_last_trial_s_metric'])} with select: metric; "
+            f"timing again alone adds {r['added_after_last_trial_s']} s (median of "
+            f"{len(r['pairs'])} pairs, {r['added_min_s']}-{r['added_max_s']} s)"
+        )
     print(f"Ray alone (start to first actor call, shutdown): {floors}")
     print(f"Ray Tune alone (start to first trial, shutdown): {tune_floors}")

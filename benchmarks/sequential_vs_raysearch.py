@@ -50,7 +50,7 @@ median pair's ``before_first_trial_s`` less ``tune_floor.to_first_trial_s`` (tar
 1.0 s) and ``after_last_trial_s`` beside the floor's ``shutdown_s`` (target at most 0.7 s),
 each with ``target_met``.
 
-``--cases`` (default ``cold,warm,grid48``; ``cold`` with ``--smoke``) picks what runs:
+``--cases`` (default ``cold,warm,grid48,latency``; ``cold`` with ``--smoke``) picks what runs:
 
 cold    (a), (b) and (c) above: the 12-setting grid, each command starting a Ray of its own.
 warm    a Ray started with ``ray start --head`` (loopback, free ports, a temp folder of its own;
@@ -63,6 +63,12 @@ grid48  the 12-setting grid x ``extra_options.ActivationSymmetric`` [false, true
         ``extra_options.WeightSymmetric`` [false, true] (48 settings, the loop runs the same 48
         through ``quantize_static``), cold on a Ray of the command's own, ``--repeat``
         alternating pairs. Target: the median ratio >= 4, same best setting.
+latency the 12-setting grid's command (early stopping on, cold) and the same with ``select:
+        latency``, as ``--repeat`` alternating pairs: where latency decides, the models are
+        timed again alone after the last trial (``latency_timing`` of the summary), and
+        ``added_after_last_trial_s`` is what that adds to ``after_last_trial_s`` in each pair
+        (the median pair's and every pair's). Issue 59: with nothing decided by latency, at
+        most 1.0 s after the last trial.
 
 The *ideal* time is ``(one calibration per distinct calibration + every trial's quantization
 and evaluation) / cores`` from (c)'s records. Target: the median (a) / (b) >= 3, with the same
@@ -134,7 +140,7 @@ PER_CHANNEL = [True, False]
 SYMMETRIC = [False, True]
 #: The cases ``--cases`` chooses from: the 12-setting grid on a Ray of the command's own, on a
 #: Ray started before (``ray start --head``), and the 48-setting grid.
-CASES = ("cold", "warm", "grid48")
+CASES = ("cold", "warm", "grid48", "latency")
 
 
 def search_space(op_types: list[str], symmetric: bool = False) -> dict[str, Any]:
@@ -229,10 +235,11 @@ def run_raysearch(
     *,
     env: dict[str, str] | None = None,
     label: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``raysearch run config.yaml`` in a new process, timed from its start to its exit;
     with ``env`` (a running Ray's, :func:`head_node`) the config joins it (``address:
-    auto``)."""
+    auto``); ``extra``: keys added to the config."""
     import json
 
     import yaml
@@ -259,6 +266,7 @@ def run_raysearch(
         config["early_stopping"] = False
     if env is not None:
         config["address"] = "auto"
+    config.update(extra or {})
     config_file = folder / f"config_{label}.yaml"
     config_file.write_text(yaml.safe_dump(config, sort_keys=False))
     command = [sys.executable, "-m", "raysearch", "run", str(config_file), "--overwrite"]
@@ -441,6 +449,68 @@ def run_grid48(case: dict[str, Any], folder: Path, repeat: int) -> dict[str, Any
     }
 
 
+def run_latency(case: dict[str, Any], folder: Path, repeat: int) -> dict[str, Any]:
+    """The 12-setting grid's command with the default ``select`` (latency decides nothing)
+    and with ``select: latency``, as ``repeat`` alternating pairs: what timing the models
+    again alone after the last trial adds to the time after it."""
+    from _seq_compare import median_index, timeline
+
+    print(f"== {case['name']}: select metric vs select: latency, cold")
+    pairs = []
+    for _ in range(repeat):
+        runs = []
+        for select in ("metric", "latency"):
+            run = run_raysearch(
+                case, folder, True, label=f"select_{select}", extra={"select": select}
+            )
+            after = timeline(run)["after_last_trial_s"]
+            timing = run["summary"].get("latency_timing")
+            print(f"    select: {select}: {run['wall_s']:.1f} s, {after} s after the last trial")
+            runs.append(
+                {
+                    "wall_s": round(run["wall_s"], 2),
+                    "timeline": timeline(run),
+                    "latency_timing": timing,
+                    "rounds": (run["summary"].get("latency_retimed") or {}).get("rounds"),
+                    "load_average": [run["load_average_before"], run["load_average_after"]],
+                }
+            )
+        metric, latency = runs
+        added = latency["timeline"]["after_last_trial_s"] - metric["timeline"]["after_last_trial_s"]
+        pairs.append({"metric": metric, "latency": latency, "added_after_last_trial_s": added})
+    added = [round(p["added_after_last_trial_s"], 2) for p in pairs]
+    median = median_index(added)
+    return {
+        "model": case["name"],
+        "added_after_last_trial_s": added[median],
+        "added_min_s": min(added),
+        "added_max_s": max(added),
+        "after_last_trial_s_metric": [p["metric"]["timeline"]["after_last_trial_s"] for p in pairs],
+        "after_last_trial_s_latency": [
+            p["latency"]["timeline"]["after_last_trial_s"] for p in pairs
+        ],
+        "pairs": pairs,
+    }
+
+
+def run_later_cases(
+    case: dict[str, Any],
+    folder: Path,
+    args: argparse.Namespace,
+    floor: dict[str, float],
+    warm: list[dict],
+    grid48: list[dict],
+    latency: list[dict],
+) -> None:
+    """The cases after ``cold`` that ``args.cases`` names, each appended to its list."""
+    if "warm" in args.cases:
+        warm.append(run_warm(case, folder, args.repeat, floor))
+    if "grid48" in args.cases:
+        grid48.append(run_grid48(case, folder, args.repeat))
+    if "latency" in args.cases:
+        latency.append(run_latency(case, folder, args.repeat))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="magika only")
@@ -460,8 +530,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cases",
         default=None,
         help="comma-separated: cold (the 12-setting grid, its own Ray), warm (a Ray started "
-        "before, joined with address: auto), grid48 (48 settings, cold); default all "
-        "(cold only with --smoke)",
+        "before, joined with address: auto), grid48 (48 settings, cold), latency (the grid "
+        "with select: latency against the default select); default all (cold only with "
+        "--smoke)",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -479,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     args.encoder_eval_rows = 100 if args.smoke else 1000
     run = Run("sequential_vs_raysearch", args)
 
-    cases, warm, grid48 = [], [], []
+    cases, warm, grid48, latency = [], [], [], []
     details: dict[str, Any] = {}
     floors, tune_floors = [], []
     tmp = Path(tempfile.mkdtemp(prefix="raysearch-bench-seq-"))
@@ -502,20 +573,18 @@ def main(argv: list[str] | None = None) -> int:
                     "raysearch": b["trials"],
                     "every_row": c["trials"],
                 }
-            if "warm" in args.cases:
-                warm.append(run_warm(case, folder, args.repeat, tune_floors[-1]))
-            if "grid48" in args.cases:
-                grid48.append(run_grid48(case, folder, args.repeat))
+            run_later_cases(case, folder, args, tune_floors[-1], warm, grid48, latency)
     finally:
         shutdown_ray()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print_report(cases, warm, grid48, floors, tune_floors)
+    print_report(cases, warm, grid48, floors, tune_floors, latency)
     report = {
         "metric": METRIC,
         "cases": cases,
         "warm": warm,
         "grid48": grid48,
+        "latency": latency,
         "ray_floor": floors,
         "tune_floor": tune_floors,
     }

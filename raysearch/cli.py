@@ -516,6 +516,8 @@ def _against_float(summary: dict[str, Any]) -> list[str]:
                 f"{_fmt(best['max_ms'])} ms against {_fmt(timed['float']['min_ms'])}-"
                 f"{_fmt(timed['float']['max_ms'])} ms over {rounds} rounds"
             )
+        elif unit is not None and summary.get("latency_timing"):
+            said += f", {summary['latency_timing']}"  # the trials' figures: said so
         lines.append(f"  {label}: {said}")
     return lines
 

@@ -52,6 +52,13 @@ def test_the_end_summary_shows_the_float_model_and_by_how_much_the_best_missed(t
     )
 
 
+def test_the_end_summary_says_the_latency_was_timed_during_the_search(tmp_path, capsys):
+    timing = "timed during the search, beside other trials"
+    _print_summary({**CUSTOM, "latency_timing": timing}, tmp_path)
+    out = capsys.readouterr().out.splitlines()
+    assert f"  latency: 2 ms per batch (50.0% of the float model's), {timing}" in out
+
+
 def test_a_built_in_metric_shows_the_float_model_as_its_own_reference(tmp_path, capsys):
     summary = {
         **CUSTOM,

@@ -651,6 +651,37 @@ def test_objectives_and_select_refusals_are_one_line(files, changes, message):
     assert str(info.value) == message
 
 
+def test_retime_latency_is_auto_unless_set(files):
+    assert SearchConfig.from_dict(_base(files)).retime_latency is None
+    assert SearchConfig.from_dict(_base(files, retime_latency="Auto")).retime_latency is None
+    for value in (True, False):
+        assert SearchConfig.from_dict(_base(files, retime_latency=value)).retime_latency is value
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"retime_latency": "always"},
+            "retime_latency: expected true, false or auto, got 'always'",
+        ),
+        (
+            {"retime_latency": True, "measure_latency": False},
+            "retime_latency: true needs measure_latency: true",
+        ),
+        (
+            {"retime_latency": True, "resources": {"gpu_per_trial": 0.5}},
+            "retime_latency: true times on the driver's CPU, and the trials run on GPUs "
+            "(resources.gpu_per_trial)",
+        ),
+    ],
+)
+def test_retime_latency_refusals_are_one_line(files, changes, message):
+    with pytest.raises(ConfigError) as info:
+        SearchConfig.from_dict(_base(files, **changes))
+    assert str(info.value) == message
+
+
 @pytest.mark.parametrize(
     ("algo", "line"),
     [

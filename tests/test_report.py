@@ -388,6 +388,21 @@ def test_a_best_slower_than_float_is_said_with_the_spread_of_its_timing():
     ) in words
 
 
+def test_the_words_say_the_latency_was_timed_during_the_search():
+    summary = {
+        **DEMO_SUMMARY,
+        "best_latency_ms": 617.5,
+        "float_latency_ms": 125.0,
+        "latency_timing": "timed during the search, beside other trials",
+    }
+    words = _words(build_report(_demo_records(), summary))
+    assert (
+        "Against the float model: top1_cos 1; latency 617.5 against 125 ms per batch, timed "
+        "during the search, beside other trials (494.0% of the float model's: slower than the "
+        "float model); size 840 kB against 3.16 MB (26.5% of the float model's)."
+    ) in words
+
+
 def test_a_custom_metric_is_described_by_its_evaluators_docstring():
     from raysearch.config import load_config
     from raysearch.demo.evaluators import top1_cos

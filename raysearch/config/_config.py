@@ -30,7 +30,11 @@ from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._inc import translate_inc
 from raysearch.config._loggers import parse_loggers
 from raysearch.config._metric import check_evaluator, parse_metric_settings
-from raysearch.config._objectives import check_objectives_algo, parse_objectives
+from raysearch.config._objectives import (
+    check_objectives_algo,
+    parse_objectives,
+    parse_retime_latency,
+)
 from raysearch.config._objects import is_reader, plain_copy, read_reader
 from raysearch.config._optuna_storage import parse_optuna_storage
 from raysearch.config._paths import input_path, model_path, output_dir
@@ -120,6 +124,11 @@ class SearchConfig:
     #: (four MiniLM candidates: 202 MB).
     keep_candidates: int | None = 3
     measure_latency: bool = True
+    #: Whether the best setting and the float model (and, where latency decides, every kept
+    #: candidate) are timed again alone after the last trial (:mod:`raysearch.search._retime`):
+    #: None (``auto``, the default) where latency decides (``select``, ``objectives``), True
+    #: always, False never (the figures timed during the search, beside other trials).
+    retime_latency: bool | None = None
     #: The Pareto front's objectives (``pareto.parquet`` when several) and what picks
     #: ``best/`` among the candidates (:mod:`raysearch.config._objectives`).
     objectives: tuple[str, ...] = ("metric",)
@@ -243,6 +252,14 @@ class SearchConfig:
         resources_cfg = _checked(errors, parse_resources, data.get("resources"))
         early_stopping = _checked(errors, parse_early_stopping, data.get("early_stopping"))
         run_options = _parse_run_options(data, check_paths, errors)
+        if run_options["retime_latency"] and resources_cfg and resources_cfg.gpu_per_trial > 0:
+            errors.add(
+                ConfigError(
+                    "retime_latency",
+                    "true times on the driver's CPU, and the trials run on GPUs "
+                    "(resources.gpu_per_trial)",
+                )
+            )
         sampler = given_sampler(data.get("search_algo"))
         options: dict[str, Any] | None = {}
         if algo is not None:
@@ -321,6 +338,7 @@ _TOP_LEVEL_KEYS = {
     "max_failures",
     "keep_candidates",
     "measure_latency",
+    "retime_latency",
     "plugins",
     "resume_if_exists",
     "objectives",
@@ -439,6 +457,7 @@ def _parse_run_options(
         "max_failures": max_failures,
         "keep_candidates": _checked(errors, _keep_candidates, data.get("keep_candidates", 3)),
         "measure_latency": data.get("measure_latency", True),
+        "retime_latency": _checked(errors, parse_retime_latency, data),
         "resume_if_exists": data.get("resume_if_exists", False),
         "objectives": objectives,
         "select": select,

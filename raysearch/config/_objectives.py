@@ -8,7 +8,8 @@ trials time besides a batch: a one-token decode step and a prefill); ``metric`` 
 them (the tolerance decides the candidates by it). ``select`` picks ``best/`` among the
 candidates: ``metric`` (the ranking of :func:`raysearch.ranking.better`, the default),
 ``latency`` (the fastest), ``size`` (the smallest), or with a language-model metric
-``decode_latency`` or ``prefill_latency``.
+``decode_latency`` or ``prefill_latency``. ``retime_latency`` says whether the latencies that
+decide nothing are timed again alone after the search too (:func:`parse_retime_latency`).
 
 With several objectives, the Optuna samplers that take several (``StrategyInfo
 .multi_objective``: NSGA-II, TPE, GP, random, QMC) sample on every one; CMA-ES takes one and is
@@ -37,7 +38,7 @@ from raysearch.metrics import LM_METRICS, METRICS, canonical_metric
 from raysearch.ranking import DECODER_LATENCIES, OBJECTIVES, SELECTS
 from raysearch.strategies import BUILTIN_STRATEGIES
 
-__all__ = ["parse_objectives", "check_objectives_algo"]
+__all__ = ["parse_objectives", "check_objectives_algo", "parse_retime_latency"]
 
 #: The Optuna samplers: those that are not ``multi_objective`` take one objective only.
 SAMPLER_NAMES = tuple(
@@ -62,6 +63,27 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     objectives = _objectives(data.get("objectives", ["metric"]), measured, lm)
     select = _select(data.get("select", "metric"), measured, lm)
     return objectives, select
+
+
+def parse_retime_latency(data: Mapping[str, Any]) -> bool | None:
+    """``retime_latency``: whether the best setting and the float model are timed again alone
+    after the last trial: ``auto`` (None, the default: where latency decides, by ``select``
+    or ``objectives``), ``true`` (always) or ``false`` (never: the figures of the search).
+
+    Example:
+        >>> parse_retime_latency({}), parse_retime_latency({"retime_latency": "AUTO"})
+        (None, None)
+        >>> parse_retime_latency({"retime_latency": True})
+        True
+    """
+    value = data.get("retime_latency", "auto")
+    if isinstance(value, bool):
+        if value and data.get("measure_latency", True) is False:
+            raise ConfigError("retime_latency", "true needs measure_latency: true")
+        return value
+    if canonical_name(value, ("auto",)) is None:
+        raise ConfigError("retime_latency", f"expected true, false or auto, got {value!r}")
+    return None
 
 
 def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:

@@ -31,7 +31,8 @@ records.
   (Optuna's PED-ANOVA importance, which needs no extra package, over the complete trials and
   those stopped at a rung with their score over the rows they reached: the trials behind it
   in its title and in ``summary.json``'s ``param_importance_trials`` and
-  ``param_importance_stopped``).
+  ``param_importance_stopped``); :func:`write_trial_plots` writes these two alone, for a
+  search that writes them while it times latency again.
 
 Every file is written to a temporary name in its folder and moved into place with
 ``os.replace``; a folder (``tensorboard/``) is built beside its final name and swapped in.
@@ -65,12 +66,18 @@ from raysearch.outputs._report import (
 )
 from raysearch.outputs._study import default_study_name, export_study
 from raysearch.outputs._table import RESULT_COLUMNS, results_table, write_results_csv
-from raysearch.outputs._writer import preload_output_modules, running_summary, write_outputs
+from raysearch.outputs._writer import (
+    preload_output_modules,
+    running_summary,
+    write_outputs,
+    write_trial_plots,
+)
 from raysearch.ranking import best_record, best_records, better
 from raysearch.space import fixed_space
 
 __all__ = [
     "write_outputs",
+    "write_trial_plots",
     "write_report",
     "build_report",
     "write_plotly_js",

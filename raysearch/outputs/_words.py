@@ -214,6 +214,13 @@ def _latency_spread(summary: Mapping[str, Any], name: str, field: str = "latency
     return f" ({_num(low)}-{_num(high)} over {retimed.get('rounds')} rounds)"
 
 
+def _timing(summary: Mapping[str, Any]) -> str:
+    """How latencies not timed alone were timed (``latency_timing``: "timed during the
+    search, beside other trials"), as a clause; empty when the summary does not say."""
+    timing = summary.get("latency_timing")
+    return f", {timing}" if isinstance(timing, str) and timing else ""
+
+
 def _against_float(summary: Mapping[str, Any], metric: str) -> str | None:
     said = []
     if summary.get("float_metric") is not None:
@@ -228,7 +235,7 @@ def _against_float(summary: Mapping[str, Any], metric: str) -> str | None:
         said.append(
             f"{words} {_num(mine)}{_latency_spread(summary, best_id, field)} against "
             f"{_num(theirs)}{alone} {unit}"
-            + (", each timed alone after the search" if alone else "")
+            + (", each timed alone after the search" if alone else _timing(summary))
             + f" ({ratio:.1%} of the float model's: "
             + ("slower than the float model)" if ratio > 1 else "faster)")
         )

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.evaluate import Evaluator
 
-__all__ = ["write_outputs", "preload_output_modules", "running_summary"]
+__all__ = ["write_outputs", "write_trial_plots", "preload_output_modules", "running_summary"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
@@ -236,6 +236,29 @@ def _missed_by(
     return evaluator.missed_by(best.get("metric"), float_metric)
 
 
+def write_trial_plots(
+    output_dir: str | os.PathLike,
+    records: Sequence[Mapping[str, Any]],
+    config: SearchConfig,
+    float_metric: float | None = None,
+) -> dict[str, Any]:
+    """Write ``tensorboard/`` and ``plots/``, the outputs that read neither latency nor which
+    trial is ``best/``: a search writes them while the models whose latency counts are timed
+    again (:mod:`raysearch.search._retime`), then hands the fields they give
+    ``summary.json`` (``param_importance``, ...) to :func:`write_outputs` as ``plotted``."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _sweep_leftovers(out)
+    rows = order(records)
+    fields: dict[str, Any] = {}
+    try:
+        write_tensorboard(rows, out / TENSORBOARD, config.metric_higher_is_better)
+    except Exception:  # secondary output: never lose the summary for it
+        _logger.exception("writing tensorboard/ failed")
+    write_plots(rows, out, config, float_metric, fields)
+    return fields
+
+
 def write_outputs(
     output_dir: str | os.PathLike,
     records: Sequence[Mapping[str, Any]],
@@ -248,11 +271,13 @@ def write_outputs(
     float_latency_ms: float | None = None,
     extra: Mapping[str, Any] | None = None,
     evaluator: Evaluator | None = None,
+    plotted: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write every output of a search from its ``records``; return the summary dict.
     ``evaluator`` is the search's (what decides whether a metric meets the tolerance, for the
     summary's note on settings that quantize nothing); built from ``config`` when that note
-    needs one and none is given."""
+    needs one and none is given. ``plotted``: what :func:`write_trial_plots` returned when the
+    caller wrote ``tensorboard/`` and ``plots/`` before (None: written here)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(out)
@@ -277,11 +302,9 @@ def write_outputs(
     summary.update(write_pareto(out, rows, config))
     summary.update(extra or {})
     write_parquet(results_table(rows), out / RESULTS)
-    try:
-        write_tensorboard(rows, out / TENSORBOARD, higher)
-    except Exception:  # secondary output: never lose the summary for it
-        _logger.exception("writing tensorboard/ failed")
-    write_plots(rows, out, config, float_metric, summary)
+    if plotted is None:
+        plotted = write_trial_plots(out, rows, config, float_metric)
+    summary.update(plotted)
     atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2, default=json_default) + "\n")
     # After the summary: a report that fails is logged and never costs the search its outputs.
     write_report(out, rows, summary, config=config, plotly_src=os.environ.get(PLOTLY_SRC_ENV))

@@ -28,9 +28,15 @@ from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import is_candidate
 from raysearch.search._engine import EngineSpec, build_engine
+from raysearch.search._latency_timer import LatencyTimer
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._result import SearchResult, build_result
-from raysearch.search._retime import retime, slower_than_float_note
+from raysearch.search._retime import (
+    latency_timing,
+    needs_retime,
+    plan_retime,
+    slower_than_float_note,
+)
 from raysearch.search.preflight import STDERR_LOGGER
 from raysearch.search.record._disk import disk_full_error
 from raysearch.search.record.journal import Journal, SessionClock
@@ -109,6 +115,8 @@ class Execution:
         self.callbacks: list[Any] = []
         #: The first wave's start barrier (None: none started yet, or one actor).
         self.barrier: Any = None
+        #: Where latency is timed again after the last trial (None: nowhere, _retime).
+        self.timer = LatencyTimer() if needs_retime(config) else None
 
     def _searcher(
         self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
@@ -186,6 +194,8 @@ class Execution:
             raise disk_full_error(folder, self.config, finished, expected) from exc
         finally:
             end_barrier(self.barrier)  # however the search ends: no actor of it outlives it
+            if self.timer is not None:
+                self.timer.close()
             release(key)
             log.close()
 
@@ -243,7 +253,7 @@ class Execution:
             objectives=config.objectives,
             prior=records,
             clock=lambda: clock.elapsed_s,
-            on_record=_OnRecord(stopper, self.kept, prepared.reference),
+            on_record=_OnRecord(stopper, self.kept, prepared.reference, self.timer),
             # On a cluster: which node each trial runs on, and the nodes lost meanwhile.
             watch_nodes=not one_node,
             max_failures=config.max_failures,
@@ -361,7 +371,7 @@ class Execution:
 
     def finish(self, run: _Run) -> SearchResult:
         """Write the outputs from the journal's records and mark the search's end."""
-        from raysearch.outputs import write_outputs
+        from raysearch.outputs import write_outputs, write_trial_plots
 
         config, folder = self.config, self.output_dir
         live = run.session.searcher or run.searcher
@@ -382,8 +392,15 @@ class Execution:
                 sorted(elsewhere),
                 [node_folder("trials", folder), node_folder("cache", run.spec.cache_dir)],
             )
-        # Latency that decides, or that the summary sets against float's, timed alone.
-        retimed = retime(config, folder, records, run.spec.evaluation, str(config.model))
+        # Latency that decides (or that the config asks for) timed alone in the timer's
+        # process, while the outputs that read no latency are written.
+        plan = plan_retime(config, folder, records, run.spec.evaluation, str(config.model))
+        if plan is not None and self.timer is not None:
+            self.timer.submit(plan.job)
+        plotted = write_trial_plots(folder, records, config, run.info.get("float_metric"))
+        retimed = None
+        if plan is not None and self.timer is not None:
+            retimed = plan.apply(self.timer.result())
         if retimed is not None:
             records = retimed.records
             for figure, value in retimed.float_ms.items():  # latency_ms, a decoder's figures
@@ -420,6 +437,8 @@ class Execution:
                     timed_alone.get("best_latency_vs_float"),
                     deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
                 ),
+                # How the latencies reported were timed (timed alone, or by the trials).
+                "latency_timing": latency_timing(config, retimed is not None),
                 "latency_retimed": timed_alone.get("latency_retimed"),
                 "decode_latency_retimed": timed_alone.get("decode_latency_retimed"),
                 "prefill_latency_retimed": timed_alone.get("prefill_latency_retimed"),
@@ -430,6 +449,7 @@ class Execution:
                 "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),
             },
             evaluator=run.spec.evaluator,
+            plotted=plotted,
         )
         for said in ("stop_note", "latency_note"):
             if summary.get(said):
@@ -453,17 +473,24 @@ class _OnRecord:
     """What the driver does with each trial it records: the stopper observes it (Tune shows
     the stopper results only: trials that raised count too); from the first one on, the
     modules that writing the outputs needs are imported in a thread, while the next trials
-    run, instead of after the last one, and the float reference is handed to a running
-    cluster's store (``kept``). Not before the first record: those imports hold the
-    driver's interpreter for seconds, and Tune's start of the first trials runs there."""
+    run, instead of after the last one, the float reference is handed to a running
+    cluster's store (``kept``), and the process that times latency again after the last
+    trial starts (``timer``, where a figure will be timed again). Not before the first
+    record: those imports hold the driver's interpreter for seconds, and Tune's start of the
+    first trials runs there."""
 
     def __init__(
-        self, stopper: CandidateStopper, kept: KeptWarm | None = None, reference: Any = None
+        self,
+        stopper: CandidateStopper,
+        kept: KeptWarm | None = None,
+        reference: Any = None,
+        timer: LatencyTimer | None = None,
     ) -> None:
         self.stopper = stopper
         self.preloading = False
         self.kept = kept
         self.reference = reference
+        self.timer = timer
 
     def __call__(self, record: dict[str, Any]) -> None:
         self.stopper.observe(record["trial_id"], record)
@@ -474,6 +501,8 @@ class _OnRecord:
             preload_output_modules()
             if self.kept is not None:
                 self.kept.keep_reference(self.reference)
+            if self.timer is not None:  # its imports while the trials run, not after
+                self.timer.start()
 
 
 def _stop_reason(

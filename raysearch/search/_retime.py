@@ -1,11 +1,17 @@
 """Latency timed again, alone, before it decides or is set against the float model's.
 
 A trial times its model while other trials share the CPUs (the same float model read 424 ms
-and 1,524 ms in one search), so at the end of a search the models whose latency counts are
-timed again on the driver, one after another with nothing else of the search running: the
-best setting and the float model, and, where latency decides (``select: latency``, or
-``latency_ms`` among the ``objectives`` of the Pareto front), every candidate whose model is
-still on disk (the ``keep_candidates`` kept and the front's). Each is timed as a trial times
+and 1,524 ms in one search), so where latency decides (``select: latency``, or ``latency_ms``
+among the ``objectives`` of the Pareto front), or where the config asks (``retime_latency:
+true``), the models whose latency counts are timed again after the last trial, one after
+another with no trial running: every candidate whose model is still on disk (the
+``keep_candidates`` kept and the front's) where latency decides, and the best setting and the
+float model. Elsewhere nothing is timed again (the seconds after the last trial are what a
+user waits for): the outputs report the figures the trials measured, and say so
+(:func:`latency_timing`: "timed during the search, beside other trials"). A search times them
+in a process of its own on the driver (:mod:`raysearch.search._latency_timer`, started while
+its trials run), while it writes ``tensorboard/`` and ``plots/``, which read neither latency
+nor ``best/``. Each is timed as a trial times
 it (:func:`raysearch.evaluate.measure_latency`: the first evaluation batch, one warm-up run,
 the median of :data:`RUNS`, on ``resources.cpu_per_trial`` threads), in :data:`ROUNDS` rounds
 that take the models in turn, so that a slower moment of the machine falls on all of them
@@ -24,8 +30,8 @@ timed again is recorded as ``latency_ms``'s is (the record's figure replaced, th
 as ``<figure>_in_search``; ``summary.json``'s ``latency_retimed``,
 ``decode_latency_retimed``, ``prefill_latency_retimed``).
 
-Not done when latency is not measured (``measure_latency: false``) or the trials ran on GPUs
-(the driver's CPU would time another device).
+Not done when latency is not measured (``measure_latency: false``), with ``retime_latency:
+false``, or when the trials ran on GPUs (the driver's CPU would time another device).
 
 Example:
     >>> retimed = retime(config, folder, records, evaluation, "model.onnx")  # doctest: +SKIP
@@ -52,7 +58,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Retimed",
+    "RetimePlan",
     "retime",
+    "plan_retime",
+    "needs_retime",
+    "time_rounds",
+    "latency_timing",
     "retimed_field",
     "deciding",
     "FIGURES",
@@ -84,6 +95,20 @@ FIGURES = {
     "decode_latency_ms": "decode_latency",
     "prefill_latency_ms": "prefill_latency",
 }
+
+
+#: How the latencies a search reports were timed (``summary.json``'s ``latency_timing``, said
+#: in the report and the terminal): timed again alone, or the trials' own figures.
+TIMED_ALONE = "timed alone after the search"
+TIMED_IN_SEARCH = "timed during the search, beside other trials"
+
+
+def latency_timing(config: SearchConfig, retimed: bool) -> str | None:
+    """How the latencies of a search of ``config`` were timed: :data:`TIMED_ALONE` when
+    ``retimed``, else :data:`TIMED_IN_SEARCH`; None when latency is not measured."""
+    if not config.measure_latency:
+        return None
+    return TIMED_ALONE if retimed else TIMED_IN_SEARCH
 
 
 @dataclass
@@ -150,6 +175,74 @@ def _feeds(
     return feeds
 
 
+def needs_retime(config: SearchConfig) -> bool:
+    """Whether a search of ``config`` times latency again alone after its last trial: where
+    a figure decides (:func:`deciding`) or the config asks (``retime_latency: true``), never
+    with ``retime_latency: false``, latency not measured or trials on GPUs."""
+    if not config.measure_latency or config.resources.gpu_per_trial > 0:
+        return False
+    if config.retime_latency is not None:
+        return config.retime_latency
+    return any(deciding(config, figure) for figure in FIGURES)
+
+
+@dataclass
+class RetimePlan:
+    """The models a finished search times again, and on what: :attr:`job` is what
+    :func:`time_rounds` takes (the driver runs it in a process of its own,
+    :class:`raysearch.search._latency_timer.LatencyTimer`), :meth:`apply` what its rounds
+    change."""
+
+    config: SearchConfig
+    folder: Path
+    records: Sequence[Mapping[str, Any]]
+    #: Per figure, the records timed again and whether the figure decides.
+    plans: dict[str, tuple[list[Mapping[str, Any]], bool]]
+    job: dict[str, Any]
+
+    def apply(self, rounds: Mapping[str, Mapping[str, list[float]]] | None) -> Retimed | None:
+        """The records, the float model's figures and the summary's fields, from ``rounds``
+        (:func:`time_rounds`'s); None when the models could not be timed (the trials'
+        figures stay)."""
+        if rounds is None:
+            return None
+        return _retimed(self.config, self.folder, self.records, self.plans, rounds)
+
+
+def plan_retime(
+    config: SearchConfig,
+    folder: str | os.PathLike,
+    records: Sequence[Mapping[str, Any]],
+    evaluation: DataSource,
+    float_model: str | os.PathLike,
+) -> RetimePlan | None:
+    """What :func:`retime` times (see the module); None when nothing is: latency decides
+    nothing and the config does not ask (:func:`needs_retime`), or no model of a finished
+    trial is left on disk."""
+    if not needs_retime(config):
+        return None
+    folder = Path(folder)
+    feeds = _feeds(evaluation, records)
+    plans = _with_deciding(records, {f: _chosen(config, folder, records, f) for f in feeds})
+    if not plans:
+        return None
+    paths: dict[str, Path | None] = {"float": Path(float_model)}
+    which: dict[str, list[str]] = {"float": list(plans)}
+    for figure, (chosen, _) in plans.items():
+        for record in chosen:
+            name = str(record["trial_id"])
+            paths[name] = _model(folder, record)
+            which.setdefault(name, []).append(figure)
+    job = {
+        "paths": paths,
+        "which": which,
+        "feeds": {figure: dict(feeds[figure]) for figure in plans},
+        "threads": max(1, int(config.resources.cpu_per_trial)),
+        "budget_s": BUDGET_S if any(d for _, d in plans.values()) else REPORT_BUDGET_S,
+    }
+    return RetimePlan(config, folder, records, plans, job)
+
+
 def retime(
     config: SearchConfig,
     folder: str | os.PathLike,
@@ -157,9 +250,10 @@ def retime(
     evaluation: DataSource,
     float_model: str | os.PathLike,
 ) -> Retimed | None:
-    """Time the float model and the models whose latency counts again, alone (see the
-    module); None when nothing is timed (latency not measured, trials on GPUs, or no model
-    of a finished trial left on disk).
+    """Time the float model and the models whose latency counts again, alone, in this
+    process (see the module; a search times them in a process of its own while it writes
+    its plots); None when nothing is timed (:func:`plan_retime`, or ONNX Runtime could not
+    time a model).
 
     Returns:
         :class:`Retimed`; its ``summary`` holds ``latency_retimed`` (how: rounds, runs,
@@ -169,25 +263,26 @@ def retime(
         ``best_latency_vs_float`` (the best setting's latency over the float model's, both
         timed alone).
     """
-    if not config.measure_latency or config.resources.gpu_per_trial > 0:
+    plan = plan_retime(config, folder, records, evaluation, float_model)
+    if plan is None:
         return None
-    folder = Path(folder)
-    feeds = _feeds(evaluation, records)
-    plans = _with_deciding(records, {f: _chosen(config, folder, records, f) for f in feeds})
-    if not plans:
+    try:
+        rounds = time_rounds(**plan.job)
+    except Exception as exc:  # noqa: BLE001 - latency is secondary: keep the trials' figures
+        _logger.warning("latency could not be timed again alone: %s", exc)
         return None
+    return plan.apply(rounds)
+
+
+def _retimed(
+    config: SearchConfig,
+    folder: Path,
+    records: Sequence[Mapping[str, Any]],
+    plans: Mapping[str, tuple[list[Mapping[str, Any]], bool]],
+    rounds: Mapping[str, Mapping[str, list[float]]],
+) -> Retimed:
+    """:class:`Retimed` from the ``rounds`` of the models of ``plans``."""
     threads = max(1, int(config.resources.cpu_per_trial))
-    paths: dict[str, Path | None] = {"float": Path(float_model)}
-    which: dict[str, list[str]] = {"float": list(plans)}
-    for figure, (chosen, _) in plans.items():
-        for record in chosen:
-            name = str(record["trial_id"])
-            paths[name] = _model(folder, record)
-            which.setdefault(name, []).append(figure)
-    budget = BUDGET_S if any(d for _, d in plans.values()) else REPORT_BUDGET_S
-    rounds = _time_rounds(paths, which, feeds, threads, budget)
-    if rounds is None:
-        return None
     timed: dict[str, dict[str, dict[str, float]]] = {}
     for figure, (chosen, _) in plans.items():
         timed[figure] = {name: _spread(values) for name, values in rounds[figure].items()}
@@ -274,37 +369,32 @@ def _with_timed(
     return out
 
 
-def _time_rounds(
+def time_rounds(
     paths: Mapping[str, Path | None],
     which: Mapping[str, Sequence[str]],
     feeds: Mapping[str, Mapping[str, Any]],
     threads: int,
     budget_s: float,
-) -> dict[str, dict[str, list[float]]] | None:
+) -> dict[str, dict[str, list[float]]]:
     """Per figure, each model's figure per round (model ``name`` at ``paths[name]`` timed on
     the feed of each figure of ``which[name]``; see the module; no round starts after
-    ``budget_s`` once :data:`MIN_ROUNDS` are done); None (and a warning) when ONNX Runtime
-    cannot time one: the trials' figures stay."""
+    ``budget_s`` once :data:`MIN_ROUNDS` are done). Raises what ONNX Runtime raises when it
+    cannot time one (the caller keeps the trials' figures)."""
     from raysearch.evaluate import measure_latency
     from raysearch.providers import make_session
 
-    try:
-        sessions = {name: make_session(path, threads) for name, path in paths.items()}
-        rounds: dict[str, dict[str, list[float]]] = {}
-        for name, figures in which.items():
-            for figure in figures:
-                rounds.setdefault(figure, {})[name] = []
-        started = time.perf_counter()
-        for done in range(ROUNDS):
-            if done >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
-                break
-            for name, session in sessions.items():
-                for figure in which[name]:
-                    timing = measure_latency(session, feeds[figure], runs=RUNS)
-                    rounds[figure][name].append(timing)
-    except Exception as exc:  # noqa: BLE001 - latency is secondary: keep the trials' figures
-        _logger.warning("latency could not be timed again alone: %s", exc)
-        return None
+    sessions = {name: make_session(path, threads) for name, path in paths.items()}
+    rounds: dict[str, dict[str, list[float]]] = {}
+    for name, figures in which.items():
+        for figure in figures:
+            rounds.setdefault(figure, {})[name] = []
+    started = time.perf_counter()
+    for done in range(ROUNDS):
+        if done >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
+            break
+        for name, session in sessions.items():
+            for figure in which[name]:
+                rounds[figure][name].append(measure_latency(session, feeds[figure], runs=RUNS))
     return rounds
 
 

@@ -83,7 +83,9 @@ def _evaluation(config: SearchConfig) -> DataSource:
 
 @pytest.mark.parametrize("select", ["latency", "metric"])
 def test_the_models_that_count_are_timed_again_alone_with_their_spread(searched, select):
-    config = _config(searched, select=select)
+    # select: metric times the best and the float model alone only when the config asks.
+    asked = {} if select == "latency" else {"retime_latency": True}
+    config = _config(searched, select=select, **asked)
     retimed = retime(
         config, config.output_dir, searched["records"], _evaluation(config), config.model
     )
@@ -115,6 +117,39 @@ def test_the_models_that_count_are_timed_again_alone_with_their_spread(searched,
     assert searched["records"][0]["latency_ms"] == 900.0
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # latency decides nothing: the figures of the search are reported
+        {"select": "size", "objectives": ["metric", "model_size_mb"]},
+        {"select": "latency", "retime_latency": False},  # asked not to: the trials' figures
+    ],
+)
+def test_nothing_is_timed_again_where_latency_decides_nothing_unless_asked(searched, extra):
+    config = _config(searched, **extra)
+    evaluation = _evaluation(config)
+    assert retime(config, config.output_dir, searched["records"], evaluation, config.model) is None
+
+
+def test_the_timing_process_answers_what_onnx_runtime_refuses_and_ends(searched, caplog):
+    from raysearch.search._latency_timer import LatencyTimer
+    from raysearch.search._retime import plan_retime
+
+    config = _config(searched, select="latency")
+    folder = searched["folder"]
+    (folder / "broken.onnx").write_bytes(b"not a model")
+    plan = plan_retime(config, config.output_dir, searched["records"], _evaluation(config), "x")
+    assert plan is not None and set(plan.job["paths"]) == {"float", "aaaa0001", "aaaa0002"}
+    timer = LatencyTimer()
+    timer.submit({**plan.job, "paths": {**plan.job["paths"], "float": folder / "broken.onnx"}})
+    process = timer._process
+    with caplog.at_level("WARNING", logger="raysearch.search"):
+        assert plan.apply(timer.result()) is None  # the trials' figures stay
+    assert process.returncode == 0 and timer._process is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("latency could not be timed again alone: ") and "broken.onnx" in line
+
+
 def test_nothing_is_timed_again_without_latency_or_on_gpus(searched):
     for extra in ({"measure_latency": False}, {"resources": {"gpu_per_trial": 1}}):
         config = _config(searched, **extra)
@@ -132,16 +167,19 @@ def test_a_search_says_its_latency_timed_alone_in_summary_and_terminal(
 
     config = make_config(
         search_space={"per_channel": [True, False]},
-        objectives=["metric", "latency_ms"],
+        select="latency",
         early_stopping=False,
         tolerance=1.0,
+        resources={"max_concurrent_trials": 1},
     )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["run", str(path)]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     how = summary["latency_retimed"]
-    assert how["decides"] is True and "float" in how["models"]
+    # select: latency: every candidate and the float model timed again alone
+    assert how["decides"] is True and set(how["models"]) == {"float", *_trial_ids(tmp_path)}
+    assert summary["latency_timing"] == "timed alone after the search"
     assert summary["float_latency_ms"] == how["models"]["float"]["median_ms"]
     ratio = summary["best_latency_vs_float"]
     assert ratio == round(
@@ -154,6 +192,12 @@ def test_a_search_says_its_latency_timed_alone_in_summary_and_terminal(
         r", both timed alone after the search: \S+-\S+ ms against \S+-\S+ ms over 5 rounds$",
         spread[0],
     ), out
+
+
+def _trial_ids(folder: Path) -> set[str]:
+    import pyarrow.parquet as pq
+
+    return set(pq.read_table(folder / "out" / "results.parquet")["trial_id"].to_pylist())
 
 
 def test_show_prints_the_spread_of_latency_timed_alone(tmp_path, capsys):
@@ -247,7 +291,7 @@ def decoder_searched(tmp_path_factory) -> dict:
     [
         ({"select": "decode_latency"}, "decode_latency_ms"),
         ({"objectives": ["metric", "prefill_latency_ms"]}, "prefill_latency_ms"),
-        ({}, None),
+        ({"retime_latency": True}, None),  # none decides: timed again as the config asks
     ],
 )
 def test_a_decoders_decode_and_prefill_are_timed_again_alone_as_latency_is(
