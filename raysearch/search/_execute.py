@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from raysearch.errors import is_disk_full
 from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.modelfolder import model_folder
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import is_candidate
 from raysearch.search._engine import EngineSpec, build_engine
@@ -243,6 +244,7 @@ class Execution:
             prior=records,
             clock=lambda: clock.elapsed_s,
             on_record=_OnRecord(stopper, self.kept, prepared.reference),
+            client_folder=model_folder(config.model),
         )
         expected = self._expected_trials(searcher)
         progress_cb = self._progress(progress, expected, clock, records, recorder)
