@@ -69,9 +69,12 @@ def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
     trials = _drive(_searcher(), _lm, slots=2)
     assert _stage_order(trials) == STAGES
     defaults = [t for t in trials if t["stage"] == "defaults"]
+    # ONNX Runtime's and Olive's default, then onnxruntime-genai's builder's int4; int8 compute
     assert [t["settings"] for t in defaults] == [
-        {"quantizer": "weight_only", "bits": 4, "algorithm": "rtn", "block_size": 128,
-         "symmetric": True}
+        {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
+         "block_size": 128, "symmetric": True},
+        {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
+         "block_size": 32, "symmetric": False},
     ]  # fmt: skip
     probes = [t for t in trials if t["stage"] == "sensitivity"]
     assert sorted(t["settings"]["nodes_4bit"][0] for t in probes) == list(NODES)
