@@ -37,7 +37,7 @@ from raysearch.metrics import LM_METRICS, METRICS, canonical_metric
 from raysearch.ranking import DECODER_LATENCIES, OBJECTIVES, SELECTS
 from raysearch.strategies import BUILTIN_STRATEGIES
 
-__all__ = ["parse_objectives", "check_objectives_algo"]
+__all__ = ["parse_objectives", "check_objectives_algo", "parse_max_decode_latency"]
 
 #: The Optuna samplers: those that are not ``multi_objective`` take one objective only.
 SAMPLER_NAMES = tuple(
@@ -62,6 +62,43 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     objectives = _objectives(data.get("objectives", ["metric"]), measured, lm)
     select = _select(data.get("select", "metric"), measured, lm)
     return objectives, select
+
+
+def parse_max_decode_latency(data: Mapping[str, Any]) -> float | str | None:
+    """``max_decode_latency``: the slowest decode step a candidate may take, so that the
+    candidates, and ``best/`` among them, decode at least that fast: ``float`` (the float
+    model's decode step, timed before the search on the trials' threads), a number of
+    milliseconds, or absent / null (no bound). A language-model metric's trials time it.
+
+    Example:
+        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": "float"})
+        'float'
+        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": 2.5})
+        2.5
+        >>> parse_max_decode_latency({"metric": "kl"}) is None
+        True
+    """
+    value = data.get("max_decode_latency")
+    if value is None:
+        return None
+    metric = data.get("metric")
+    named = canonical_metric(metric) if isinstance(metric, str) else None
+    if named is None or not METRICS[named].lm:
+        raise ConfigError(
+            "max_decode_latency", f"bounds a decode step, which only {_LM} time; metric is "
+            f"{metric!r}"
+        )  # fmt: skip
+    if data.get("measure_latency", True) is False:
+        raise ConfigError("max_decode_latency", "needs measure_latency: true")
+    if isinstance(value, str) and value.lower() == "float":
+        return "float"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(
+            "max_decode_latency",
+            f"expected 'float' (the float model's decode step) or milliseconds above 0, "
+            f"got {value!r}",
+        )
+    return float(value)
 
 
 def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:
