@@ -92,6 +92,24 @@ def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
     assert promotions == [order[:k] for k in PROMOTIONS if k < len(NODES)]
 
 
+def test_promotions_then_follow_the_gain_per_byte_of_each_node():
+    """With the weights' shapes known, the promotions by sensitivity are followed by those by
+    gain per byte: n0, the most sensitive, has a weight 256 times the others' and comes after
+    every node that gains more per byte; a prefix already proposed is not proposed again."""
+    shapes = tuple((1024, 1024) if n == "n0" else (64, 64) for n in NODES)
+    spaces = parse_spaces({"search_space": "WEIGHT_ONLY_INT4_SEARCH"})
+    context = StrategyContext(
+        spaces, mode="min", seed=0, reject=backend_reject,
+        model=ModelFacts(weight_matmuls=NODES, weight_shapes=shapes),
+    )  # fmt: skip
+    trials = _drive(SettingSearcher.from_strategy("WeightOnly", context), _lm, slots=2)
+    promotions = [t["settings"]["nodes_8bit"] for t in trials if t["stage"] == "promotions"]
+    by_sensitivity = ["n0", "n2", "n5", "n1", "n3", "n4"]
+    per_byte = ["n2", "n5", "n1", "n3", "n0", "n4"]
+    ks = [k for k in PROMOTIONS if k < len(NODES)]
+    assert promotions == [by_sensitivity[:k] for k in ks] + [per_byte[:k] for k in ks[:4]]
+
+
 def test_select_size_keeps_the_smallest_model_within_the_tolerance():
     trials = _drive(_searcher(), _lm, slots=3)
     records = [{**t, "status": "ok", "number": i} for i, t in enumerate(trials)]
