@@ -67,23 +67,29 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
 def parse_max_decode_latency(data: Mapping[str, Any]) -> float | str | None:
     """``max_decode_latency``: the slowest decode step a candidate may take, so that the
     candidates, and ``best/`` among them, decode at least that fast: ``float`` (the float
-    model's decode step, timed before the search on the trials' threads), a number of
-    milliseconds, or absent / null (no bound). A language-model metric's trials time it.
+    model's decode step, timed before the search on the trials' threads; the default of a
+    language-model metric, whose trials time it, with ``measure_latency``), a number of
+    milliseconds, or null (no bound).
 
     Example:
-        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": "float"})
+        >>> parse_max_decode_latency({"metric": "kl"})
         'float'
         >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": 2.5})
         2.5
-        >>> parse_max_decode_latency({"metric": "kl"}) is None
+        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": None}) is None
+        True
+        >>> parse_max_decode_latency({"metric": "cos"}) is None
         True
     """
-    value = data.get("max_decode_latency")
-    if value is None:
-        return None
     metric = data.get("metric")
     named = canonical_metric(metric) if isinstance(metric, str) else None
-    if named is None or not METRICS[named].lm:
+    lm = named is not None and METRICS[named].lm
+    if "max_decode_latency" not in data:
+        return "float" if lm and data.get("measure_latency", True) is not False else None
+    value = data["max_decode_latency"]
+    if value is None:
+        return None
+    if not lm:
         raise ConfigError(
             "max_decode_latency", f"bounds a decode step, which only {_LM} time; metric is "
             f"{metric!r}"

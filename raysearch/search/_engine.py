@@ -135,7 +135,12 @@ def build_engine(
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
     bound = config.max_decode_latency
-    spec.max_decode_latency_ms = info.get("float_decode_latency_ms") if bound == "float" else bound
+    if bound == "float":
+        # The float model's step is timed on the CPU threads a trial has; a trial on a GPU
+        # share is not held to a CPU figure.
+        cpu = config.resources.gpu_per_trial == 0
+        bound = info.get("float_decode_latency_ms") if cpu else None
+    spec.max_decode_latency_ms = bound
     spec.code_dirs = tuple(os.fspath(folder) for folder in config.code_dirs)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir)
