@@ -19,9 +19,21 @@ quantized) and next-token top-1 agreement with the float model (``raysearch.metr
 with its 95 % bootstrap interval, on every row of the evaluation data, one thread; size is the
 file; time is the quantization's (the search's: its whole wall time).
 
+``--genai`` runs the same comparison on bytellama as it is deployed, an onnxruntime-genai
+folder (``GroupQueryAttention``, the builder's fp32 export), against the builder's own int4
+(``-p int4 -e cpu``: RTN block 32 asymmetric, ``accuracy_level`` 4), the same with
+``accuracy_level`` 0, and ONNX Runtime's and Olive's defaults written into copies of the genai
+folder; the search's tolerance is a sixth of the builder's KL. Each folder is also decoded by
+onnxruntime-genai itself (``og.Generator``, greedy, 200 tokens after a 16-byte prompt, one
+thread): ms per token, best of 3 rounds, the folders interleaved in one process. It needs the
+genai client's environment (``.venv-genai``, ``GENAI_PY`` names another), whose builder also
+needs ``torch`` and ``transformers`` 5 for the anchor (``--builder-int4`` gives a folder made
+before, e.g. by ``../shared/models/bytellama/make_folders.sh``).
+
 Usage:
     .venv/bin/python benchmarks/weight_only.py            # bytegpt, tolerance 0.00025
     .venv/bin/python benchmarks/weight_only.py --smoke    # the tiny decoder of the tests
+    .venv/bin/python benchmarks/weight_only.py --genai    # bytellama's genai folder
 """
 
 from __future__ import annotations
@@ -48,6 +60,8 @@ from raysearch.metrics import mean_metric, metric_interval, metric_per_sample  #
 from raysearch.quantize.backends.weight_only import import_quantizer  # noqa: E402
 
 BYTEGPT = ROOT.parent / "shared" / "models" / "bytegpt"
+BYTELLAMA = ROOT.parent / "shared" / "models" / "bytellama"
+GENAI_PY = Path(os.environ.get("GENAI_PY") or ROOT / ".venv-genai" / "bin" / "python")
 ANCHORS = {
     "ort_default (block 128, asym)": {"block_size": 128, "is_symmetric": False},
     "olive_default (RTN 128, sym)": {"block_size": 128, "is_symmetric": True},
@@ -208,7 +222,9 @@ def probe_subset_correlation(
     }
 
 
-def search(model: Path, calib: Path, data: Path, folder: Path, tolerance: float) -> float:
+def search(
+    model: Path, calib: Path, data: Path, folder: Path, tolerance: float, **more: Any
+) -> float:
     """``raysearch run`` of the WeightOnly strategy; its wall seconds from the start."""
     config = {
         "model": str(model),
@@ -221,6 +237,7 @@ def search(model: Path, calib: Path, data: Path, folder: Path, tolerance: float)
         "select": "size",
         "output_dir": str(folder / "search"),
         "seed": 0,
+        **more,
     }
     path = folder / "config.json"
     path.write_text(json.dumps(config))
@@ -248,13 +265,170 @@ def _smoke_model(folder: Path) -> tuple[Path, Path, Path]:
     return model, folder / "text.npz", folder / "text.npz"
 
 
+#: Decodes each folder given greedily, interleaved, and prints {folder: best ms per token}.
+_GENAI_DECODE = """
+import json, sys, time, onnxruntime_genai as og
+tokens, rounds, folders = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+models = {}
+for folder in folders:
+    config = og.Config(folder)
+    config.clear_providers()
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+        "intra_op_num_threads": 1, "inter_op_num_threads": 1}}}}))
+    models[folder] = og.Model(config)
+prompt = list(b"import os\\ndef main(")
+best = {f: float("inf") for f in folders}
+for _ in range(rounds):
+    for folder, model in models.items():
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + tokens,
+                                  min_length=len(prompt) + tokens, do_sample=False)
+        generator = og.Generator(model, params)
+        generator.append_tokens(prompt)
+        generator.generate_next_token()  # the prompt's step
+        start = time.perf_counter()
+        n = 0
+        while not generator.is_done():
+            generator.generate_next_token()
+            n += 1
+        best[folder] = min(best[folder], (time.perf_counter() - start) * 1000 / max(n, 1))
+print(json.dumps(best))
+"""
+
+
+def genai_decode_ms(folders: list[Path], tokens: int = 200, rounds: int = 3) -> dict[str, float]:
+    """onnxruntime-genai's ms per decoded token of each folder (see the module)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run(
+        [str(GENAI_PY), "-c", _GENAI_DECODE, str(tokens), str(rounds), *map(str, folders)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"onnxruntime-genai could not decode: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _folder_logits(model: Path, ids: np.ndarray) -> np.ndarray:
+    """The logits of a decoder fed as deployed (the feeds raysearch builds from input_ids)."""
+    from raysearch.data import DataSource
+    from raysearch.evaluate import run_model
+
+    data = DataSource.load({"input_ids": ids}, model, batch_size=8)
+    return run_model(_session(model), data)[0]["logits"]
+
+
+def _folder_size_kb(model: Path) -> float:
+    from raysearch.modelfile import model_size_bytes
+
+    return round(model_size_bytes(model) / 1000, 1)
+
+
+def _genai_row(name: str, model: Path, reference: np.ndarray, ids: np.ndarray) -> dict[str, Any]:
+    logits = _folder_logits(model, ids)
+    row: dict[str, Any] = {"setting": name, "size_kb": _folder_size_kb(model)}
+    for metric in ("kl", "top1_agreement"):
+        values = metric_per_sample(metric, {"logits": logits}, {"logits": reference})
+        row[metric] = mean_metric(metric, values)
+        row[f"{metric}_ci"] = list(metric_interval(metric, values))
+    return row
+
+
+def builder_int4(checkpoint: Path, out: Path) -> Path:
+    """onnxruntime-genai's builder's ``-p int4 -e cpu`` of the Hugging Face checkpoint."""
+    done = subprocess.run(
+        [str(GENAI_PY), "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint),
+         "-o", str(out), "-p", "int4", "-e", "cpu", "-c", str(out.parent / ".cache")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the genai builder failed: {done.stderr[-2000:]}")
+    return out
+
+
+def with_accuracy_level(source: Path, out: Path, level: int) -> Path:
+    """A copy of the genai folder ``source`` with every ``MatMulNBits`` at ``level``."""
+    import shutil
+
+    shutil.copytree(source, out)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "MatMulNBits" and attribute.name == "accuracy_level":
+                attribute.i = level
+    onnx.save(model, str(out / "model.onnx"))
+    return out
+
+
+def ort_folder(source: Path, out: Path, block_size: int, is_symmetric: bool) -> Path:
+    """ONNX Runtime's MatMulNBitsQuantizer with these arguments applied to the genai folder's
+    model, written into a copy of the folder with its data as the graph expects."""
+    from raysearch.modelfolder import model_folder
+
+    mnq = import_quantizer()
+    quantizer = mnq.MatMulNBitsQuantizer(
+        onnx.load(str(source / "model.onnx")), block_size=block_size, is_symmetric=is_symmetric
+    )
+    quantizer.process()
+    out.mkdir(parents=True)
+    quantizer.model.save_model_to_file(str(out / "model.onnx"), use_external_data_format=True)
+    model_folder(source / "model.onnx").copy_into(out)
+    return out
+
+
+def genai_main(args: argparse.Namespace, run: Run) -> None:
+    """The ``--genai`` comparison (see the module)."""
+    source = BYTELLAMA / "genai"
+    calib, data = BYTEGPT / "calib.npz", BYTEGPT / "eval.npz"
+    ids = np.load(data)["input_ids"]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        int4 = args.builder_int4 or builder_int4(BYTELLAMA / "hf", folder / "genai-int4")
+        folders = {
+            "float (genai fp32)": source,
+            "builder int4 (-p int4, accuracy_level 4)": int4,
+            "builder int4, accuracy_level 0": with_accuracy_level(int4, folder / "int4-acc0", 0),
+            "ort_default (block 128, asym)": ort_folder(source, folder / "ort", 128, False),
+            "olive_default (RTN 128, sym)": ort_folder(source, folder / "olive", 128, True),
+        }
+        reference = _folder_logits(source / "model.onnx", ids)
+        rows = [_genai_row(n, f / "model.onnx", reference, ids) for n, f in folders.items()]
+        tolerance = rows[1]["kl"] / 6
+        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": 280})
+        name = "raysearch WeightOnly (best/)"
+        folders[name] = folder / "search" / "best"
+        best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
+        best["time_s"] = wall
+        rows.append(best)
+        decode = genai_decode_ms(list(folders.values()))
+        for row, path in zip(rows, folders.values()):
+            row["genai_decode_ms"] = decode[str(path)]
+        summary = json.loads((folder / "search" / "summary.json").read_text())
+    print_table(
+        rows,
+        ["setting", "kl", "top1_agreement", "size_kb", "genai_decode_ms", "time_s"],
+        f"weight-only int4 on bytellama's genai folder (tolerance {tolerance:.3g})",
+    )
+    run.write(
+        {"tolerance": tolerance, "rows": rows, "search_wall_s": wall,
+         "search_trials": summary.get("n_trials"), "best_params": summary.get("best_params")},
+        args.out,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tolerance", type=float, default=0.00025)
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny decoder")
+    parser.add_argument("--genai", action="store_true", help="bytellama's genai folder")
+    parser.add_argument("--builder-int4", type=Path, default=None,
+                        help="the builder's int4 folder (else built with GENAI_PY)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    run = Run("weight_only", args)
+    run = Run("weight_only_genai" if args.genai else "weight_only", args)
+    if args.genai:
+        genai_main(args, run)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.smoke:

@@ -25,6 +25,7 @@ __all__ = [
     "atomic_write_text",
     "building_folder",
     "file_lock",
+    "readable_mode",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -49,6 +50,11 @@ def _umask() -> int:
     return mask
 
 
+def readable_mode() -> int:
+    """The mode a plain ``open`` gives a new file: 0666 less the umask."""
+    return 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block ends, it replaces ``path``
@@ -67,7 +73,7 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     try:
         # mkstemp makes the file 0600; the file in place gets the mode a plain open() gives
         # (0666 less the umask), as the models beside it have.
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, readable_mode())
         yield tmp
         os.replace(tmp, path)
     except BaseException:

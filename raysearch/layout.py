@@ -28,6 +28,9 @@ __all__ = [
     "TRIALS_TMP",
     "CANDIDATES",
     "KEPT",
+    "CLIENT_FILES",
+    "GENAI_CONFIG",
+    "HF_CONFIG",
     "SUMMARY",
     "RESULTS",
     "PARETO",
@@ -86,6 +89,26 @@ TENSORBOARD = "tensorboard"
 CANDIDATES = "candidates"
 KEPT = "kept"
 
+GENAI_CONFIG = "genai_config.json"
+HF_CONFIG = "config.json"
+#: The files beside a model that onnxruntime-genai or Optimum read (glob patterns): its
+#: configs, its tokenizer and its chat template. A kept model's folder gets a copy of each.
+CLIENT_FILES: tuple[str, ...] = (
+    GENAI_CONFIG,
+    HF_CONFIG,
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
 #: Everything raysearch may create in an output folder (what ``overwrite`` removes).
 OWNED = (
     MARKER,
@@ -110,9 +133,9 @@ OWNED = (
 #: Result folders a user browses: only the files raysearch writes there are removed
 #: (``{trial}``: the id of a trial in the search's journal).
 RESULT_FILES: dict[str, tuple[str, ...]] = {
-    BEST: (BEST_MODEL, f"{BEST_MODEL}.data*", BEST_CONFIG),
-    CANDIDATES: ("{trial}.onnx", "{trial}.onnx.data*"),
-    KEPT: ("{trial}.onnx", "{trial}.onnx.data*"),
+    BEST: (BEST_MODEL, f"{BEST_MODEL}.data*", BEST_CONFIG, *CLIENT_FILES),
+    CANDIDATES: ("{trial}.onnx", "{trial}.onnx.data*", "{trial}"),
+    KEPT: ("{trial}.onnx", "{trial}.onnx.data*", "{trial}"),
     PLOTS: (METRIC_PLOT, IMPORTANCE_PLOT),
     TENSORBOARD: ("events.out.tfevents.*",),
 }

@@ -25,7 +25,7 @@ from typing import Any
 import onnx
 from onnx.external_data_helper import uses_external_data
 
-from raysearch.fileio import atomic_write_bytes, replacing
+from raysearch.fileio import atomic_write_bytes, readable_mode, replacing
 
 __all__ = [
     "load_header",
@@ -286,7 +286,8 @@ def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: b
     changes a name, ``target``'s ``location`` entries are rewritten to match, so the model
     loads from wherever its folder is moved. The data files are placed before the model
     file, each atomically: a model file, once there, has its data. Files of ``target``'s data
-    names that the new model does not use (an earlier model's) are removed.
+    names that the new model does not use (an earlier model's) are removed. The placed files
+    get the mode a plain ``open`` gives (a trial writes its model privately).
 
     Returns ``target``.
     """
@@ -303,6 +304,8 @@ def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: b
         if data.resolve() != dest.resolve():
             (_move_file if move else _copy_file)(data, dest)
     _place_model_file(source, target, proto, dict(zip(locations, names)), move=move)
+    for placed in [target, *(target.parent / name for name in names)]:
+        os.chmod(placed, readable_mode())
     for stale in _data_siblings(target):
         if stale.name not in names:
             stale.unlink(missing_ok=True)

@@ -151,3 +151,52 @@ def test_the_float_model_and_the_best_figures_reach_the_summary(decoder, tmp_pat
         result.extra["kl_ci_low"],
         result.extra["kl_ci_high"],
     ]
+
+
+def test_max_decode_latency_keeps_a_slower_decoder_out_of_the_candidates(decoder, tmp_path):
+    """Within the tolerance, a setting that decodes slower than ``max_decode_latency`` is not
+    a candidate (and says why); without a bound, or under it, it is one."""
+    from raysearch.trial import TrialDevice
+
+    path, data = decoder
+    settings = {"quantizer": "weight_only", "bits": 4}
+
+    def run(bound):
+        spec = TrialSpec(path, data, data, Evaluator("kl", 0.5), device=TrialDevice(threads=1),
+                         max_decode_latency_ms=bound)  # fmt: skip
+        return TrialRunner(spec).run(settings, tmp_path / f"q{bound}.onnx")
+
+    free, slow, fast = run(None), run(1e-6), run(1e6)
+    assert free.is_candidate and fast.is_candidate and "decode_over_bound" not in free.extra
+    assert slow.status == "ok" and not slow.is_candidate
+    assert slow.decode_latency_ms > 1e-6 and slow.extra["decode_over_bound"] == 1.0
+
+
+def test_max_decode_latency_is_float_or_milliseconds_for_a_language_model_metric(tmp_path):
+    from raysearch.config._objectives import parse_max_decode_latency
+
+    assert parse_max_decode_latency({"metric": "KL", "max_decode_latency": "Float"}) == "float"
+    assert parse_max_decode_latency({"metric": "kl", "max_decode_latency": 3}) == 3.0
+    for value in (0, -1, "fast", True):
+        with pytest.raises(ConfigError, match=r"expected 'float' .* or milliseconds above 0"):
+            parse_max_decode_latency({"metric": "kl", "max_decode_latency": value})
+    with pytest.raises(ConfigError, match="only kl, top1_agreement, perplexity time"):
+        parse_max_decode_latency({"metric": "cos", "max_decode_latency": "float"})
+    with pytest.raises(ConfigError, match="needs measure_latency: true"):
+        parse_max_decode_latency(
+            {"metric": "kl", "max_decode_latency": 2, "measure_latency": False}
+        )
+
+
+def test_max_decode_latency_float_is_the_float_models_decode_step(decoder, tmp_path):
+    """``float`` reaches the trials as the float model's decode step timed by the preflight."""
+    from raysearch.config import SearchConfig
+    from raysearch.search._engine import build_engine
+    from raysearch.search.preflight import preflight
+
+    path, _ = decoder
+    config = _lm_config(tmp_path, path)
+    config = SearchConfig.from_dict({**config.raw, "max_decode_latency": "float"})
+    prepared = preflight(config)
+    spec, info = build_engine(config, str(tmp_path / "cache"), prepared)
+    assert spec.max_decode_latency_ms == info["float_decode_latency_ms"] > 0

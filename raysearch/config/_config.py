@@ -32,6 +32,7 @@ from raysearch.config._loggers import parse_loggers
 from raysearch.config._metric import check_evaluator, parse_metric_settings
 from raysearch.config._objectives import (
     check_objectives_algo,
+    parse_max_decode_latency,
     parse_objectives,
     parse_retime_latency,
 )
@@ -133,6 +134,9 @@ class SearchConfig:
     #: ``best/`` among the candidates (:mod:`raysearch.config._objectives`).
     objectives: tuple[str, ...] = ("metric",)
     select: str = "metric"
+    #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None
+    #: (``max_decode_latency``; :func:`raysearch.config._objectives.parse_max_decode_latency`).
+    max_decode_latency: float | str | None = None
     #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
     #: the folder (Quark's ``load_study_if_exists``).
     resume_if_exists: bool = False
@@ -343,6 +347,7 @@ _TOP_LEVEL_KEYS = {
     "resume_if_exists",
     "objectives",
     "select",
+    "max_decode_latency",
     "loggers",
     "sampler_options",
     "optuna_storage",
@@ -461,6 +466,7 @@ def _parse_run_options(
         "resume_if_exists": data.get("resume_if_exists", False),
         "objectives": objectives,
         "select": select,
+        "max_decode_latency": _checked(errors, parse_max_decode_latency, data),
         "loggers": _checked(errors, parse_loggers, data.get("loggers")) or (),
         "optuna_storage": _checked(errors, parse_optuna_storage, data.get("optuna_storage")),
     }

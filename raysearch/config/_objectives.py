@@ -38,7 +38,12 @@ from raysearch.metrics import LM_METRICS, METRICS, canonical_metric
 from raysearch.ranking import DECODER_LATENCIES, OBJECTIVES, SELECTS
 from raysearch.strategies import BUILTIN_STRATEGIES
 
-__all__ = ["parse_objectives", "check_objectives_algo", "parse_retime_latency"]
+__all__ = [
+    "parse_objectives",
+    "check_objectives_algo",
+    "parse_retime_latency",
+    "parse_max_decode_latency",
+]
 
 #: The Optuna samplers: those that are not ``multi_objective`` take one objective only.
 SAMPLER_NAMES = tuple(
@@ -84,6 +89,49 @@ def parse_retime_latency(data: Mapping[str, Any]) -> bool | None:
     if canonical_name(value, ("auto",)) is None:
         raise ConfigError("retime_latency", f"expected true, false or auto, got {value!r}")
     return None
+
+
+def parse_max_decode_latency(data: Mapping[str, Any]) -> float | str | None:
+    """``max_decode_latency``: the slowest decode step a candidate may take, so that the
+    candidates, and ``best/`` among them, decode at least that fast: ``float`` (the float
+    model's decode step, timed before the search on the trials' threads; the default of a
+    language-model metric, whose trials time it, with ``measure_latency``), a number of
+    milliseconds, or null (no bound).
+
+    Example:
+        >>> parse_max_decode_latency({"metric": "kl"})
+        'float'
+        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": 2.5})
+        2.5
+        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": None}) is None
+        True
+        >>> parse_max_decode_latency({"metric": "cos"}) is None
+        True
+    """
+    metric = data.get("metric")
+    named = canonical_metric(metric) if isinstance(metric, str) else None
+    lm = named is not None and METRICS[named].lm
+    if "max_decode_latency" not in data:
+        return "float" if lm and data.get("measure_latency", True) is not False else None
+    value = data["max_decode_latency"]
+    if value is None:
+        return None
+    if not lm:
+        raise ConfigError(
+            "max_decode_latency", f"bounds a decode step, which only {_LM} time; metric is "
+            f"{metric!r}"
+        )  # fmt: skip
+    if data.get("measure_latency", True) is False:
+        raise ConfigError("max_decode_latency", "needs measure_latency: true")
+    if isinstance(value, str) and value.lower() == "float":
+        return "float"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(
+            "max_decode_latency",
+            f"expected 'float' (the float model's decode step) or milliseconds above 0, "
+            f"got {value!r}",
+        )
+    return float(value)
 
 
 def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from raysearch.config.builtin_paths import BUILTIN_NAMES, is_builtin, resolve_builtin
 from raysearch.errors import ConfigError
 from raysearch.modelfile import header_problem
+from raysearch.modelfolder import find_model_file
 
 __all__ = ["input_path", "model_path", "output_dir"]
 
@@ -53,8 +54,9 @@ def input_path(
 
 def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
     """The ``model`` key: a path to an ONNX model file (checked from its header: a data file or
-    anything else named here is refused before anything runs), or an ``onnx.ModelProto``
-    given from Python, saved once to a file named by its content."""
+    anything else named here is refused before anything runs), an onnxruntime-genai or Optimum
+    folder (its model file), or an ``onnx.ModelProto`` given from Python, saved once to a file
+    named by its content."""
     from raysearch.config._objects import is_model_object, model_object_path
 
     if is_model_object(data.get("model")):
@@ -65,8 +67,11 @@ def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
             "model",
             f"expected a path to an .onnx file or an onnx.ModelProto, got {type(model).__name__}",
         )
-    if check_paths and model.is_dir():
-        raise ConfigError("model", f"expected an .onnx file, got a directory: {model}")
+    if model.is_dir():  # an onnxruntime-genai or Optimum folder: its model file
+        try:
+            model = find_model_file(model)
+        except ValueError as exc:
+            raise ConfigError("model", str(exc)) from None
     if check_paths:
         try:
             problem = header_problem(model) if model.stat().st_size else "empty"

@@ -1,8 +1,10 @@
 """The data stage: calibration and evaluation data read and checked against the model
 (``DataSource``).
 
-The names below are defined in ``raysearch.data._data``, but :func:`latency_feeds` and
-``PREFILL_TOKENS`` (``raysearch.data._lm_inputs``: the feeds a decoder's speed is timed on)."""
+The names below are defined in ``raysearch.data._data``, but :func:`latency_feeds`,
+:func:`past_outputs`, :func:`next_step_feed` and ``PREFILL_TOKENS``
+(``raysearch.data._lm_inputs``: the feeds a decoder's speed is timed on, a decode step
+after another against its key/value cache)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from raysearch.data._data import (
     ModelInput,
     model_inputs,
 )
-from raysearch.data._lm_inputs import PREFILL_TOKENS, latency_feeds
+from raysearch.data._lm_inputs import PREFILL_TOKENS, latency_feeds, next_step_feed, past_outputs
 
 __all__ = [
     "DataError",
@@ -24,5 +26,7 @@ __all__ = [
     "model_inputs",
     "DEFAULT_BATCH_SIZE",
     "latency_feeds",
+    "next_step_feed",
+    "past_outputs",
     "PREFILL_TOKENS",
 ]

@@ -10,15 +10,24 @@ Example:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
 from raysearch.errors import DataError
 from raysearch.modelfile import load_header
+from raysearch.modelfolder import cache_dims
 
-__all__ = ["ModelInput", "model_inputs"]
+__all__ = ["ModelInput", "model_inputs", "is_past_input"]
+
+_PAST = re.compile(r"^(past_key_values[._]|past_key|past_value|past\.)")
+
+
+def is_past_input(name: str) -> bool:
+    """Whether input ``name`` is a key/value cache input (Optimum's and genai's names)."""
+    return bool(_PAST.match(name))
 
 
 @dataclass(frozen=True)
@@ -84,4 +93,31 @@ def model_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[ModelInput]
             else:
                 dims.append(dim.dim_param or None)
         found.append(ModelInput(value.name, dtype, tuple(dims)))
-    return found
+    return _with_cache_dims(found, None if isinstance(model, onnx.ModelProto) else model, proto)
+
+
+def _with_cache_dims(
+    found: list[ModelInput], path: str | os.PathLike | None, proto: onnx.ModelProto
+) -> list[ModelInput]:
+    """``found`` with the key/value cache inputs' symbolic head count and head size
+    (``[batch, kv_heads, past, head_size]``) made the numbers the decoder has
+    (:func:`raysearch.modelfolder.cache_dims`): onnxruntime-genai's builder names the head size
+    ``kv_cache_dim``, and an empty past must still have it."""
+    symbolic = [
+        i for i in found
+        if is_past_input(i.name) and i.shape and len(i.shape) == 4
+        and not (isinstance(i.shape[1], int) and isinstance(i.shape[3], int))
+    ]
+    dims = cache_dims(path, proto) if symbolic else None
+    if dims is None:
+        return found
+    fixed = {
+        i.name: replace(i, shape=(
+            i.shape[0],
+            i.shape[1] if isinstance(i.shape[1], int) else dims.kv_heads,
+            i.shape[2],
+            i.shape[3] if isinstance(i.shape[3], int) else dims.head_size,
+        ))
+        for i in symbolic
+    }
+    return [fixed.get(i.name, i) for i in found]

@@ -8,7 +8,7 @@ token (a decode step's shape) and a prefill of up to 128 tokens.
 
 Example:
     >>> import numpy as np
-    >>> from raysearch.data._inputs import ModelInput
+    >>> from raysearch.data._inputs import ModelInput, is_past_input
     >>> specs = [ModelInput("input_ids", np.dtype("int64"), ("b", "s")),
     ...          ModelInput("past_key_values.0.key", np.dtype("float32"), ("b", 2, "p", 8))]
     >>> filled = complete_decoder_inputs({"input_ids": np.zeros((3, 5), np.int64)}, specs)
@@ -28,20 +28,19 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from raysearch.data._inputs import ModelInput
+from raysearch.data._inputs import ModelInput, is_past_input
 
-__all__ = ["complete_decoder_inputs", "is_past_input", "latency_feeds", "PREFILL_TOKENS"]
+__all__ = [
+    "complete_decoder_inputs",
+    "is_past_input",
+    "latency_feeds",
+    "past_outputs",
+    "next_step_feed",
+    "PREFILL_TOKENS",
+]
 
 #: The longest prefill a decoder is timed on (:func:`latency_feeds`).
 PREFILL_TOKENS = 128
-
-_PAST = re.compile(r"^(past_key_values[._]|past_key|past_value|past\.)")
-
-
-def is_past_input(name: str) -> bool:
-    """Whether input ``name`` is a key/value cache input (Optimum's and genai's names)."""
-    return bool(_PAST.match(name))
-
 
 def complete_decoder_inputs(
     arrays: Mapping[str, np.ndarray], inputs: Sequence[ModelInput]
@@ -93,3 +92,47 @@ def latency_feeds(
             return None
         feeds[name] = feed
     return feeds
+
+
+def _cache_slot(name: str) -> tuple[str, str] | None:
+    """(layer number, key or value) of a cache input or output name."""
+    match = re.search(r"(\d+)\D*?(key|value)", name)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def past_outputs(inputs: Sequence[ModelInput], outputs: Sequence[str]) -> dict[str, str] | None:
+    """Which output of a decoder becomes each cache input at the next step: Optimum's and
+    onnxruntime-genai's ``present.N.key`` for ``past_key_values.N.key`` (matched by layer and
+    key/value). None when the model has no cache inputs or an output is missing for one."""
+    past = [s.name for s in inputs if is_past_input(s.name)]
+    if not past:
+        return None
+    by_slot = {_cache_slot(o): o for o in outputs if "present" in o and _cache_slot(o)}
+    mapping = {}
+    for name in past:
+        output = by_slot.get(_cache_slot(name)) if _cache_slot(name) else None
+        if output is None:
+            return None
+        mapping[name] = output
+    return mapping
+
+
+def next_step_feed(
+    feed: Mapping[str, np.ndarray],
+    present: Mapping[str, np.ndarray],
+    token: int,
+) -> dict[str, np.ndarray]:
+    """The feed of the decode step after ``feed``: one token (``input_ids [1, 1]``) against
+    the cache the last step wrote (``present``: each cache input's new value), the attention
+    mask one longer and the position the next one."""
+    step = dict(feed)
+    ids = feed["input_ids"]
+    step["input_ids"] = np.full((ids.shape[0], 1), token, ids.dtype)
+    step.update(present)
+    if "attention_mask" in feed:
+        mask = feed["attention_mask"]
+        step["attention_mask"] = np.ones((mask.shape[0], mask.shape[1] + 1), mask.dtype)
+    if "position_ids" in feed:
+        pos = feed["position_ids"]
+        step["position_ids"] = pos[:, -1:] + 1
+    return step

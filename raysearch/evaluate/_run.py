@@ -71,17 +71,38 @@ def measure_latency(
 def measure_decoder_latency(
     session: ort.InferenceSession, data: DataSource, runs: int = DECODER_LATENCY_RUNS
 ) -> dict[str, float]:
-    """A decoder's median milliseconds of a one-token decode step (``decode_latency_ms``:
-    ``input_ids [1, 1]``) and of a prefill (``prefill_latency_ms``: ``[1, min(128, the data's
-    sequence length)]``), each with an empty past (:func:`raysearch.data.latency_feeds` of the
-    data's first sequence), one warm-up run then the median of ``runs``. Empty when the model
-    cannot take such feeds (no ``input_ids``, another input, a fixed sequence length)."""
-    from raysearch.data import latency_feeds
+    """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: the prompt, ``[1,
+    min(128, the data's sequence length)]`` tokens of the data's first sequence with an empty
+    past) and of a decode step (``decode_latency_ms``), each after one warm-up run.
+
+    A decoder with a key/value cache (``present.*`` outputs for its ``past_key_values.*``
+    inputs) is timed as a client decodes: the prompt once, then ``runs`` tokens one by one,
+    each step fed the cache the step before wrote; one without a cache, on one token alone.
+    Empty when the model cannot take such feeds (no ``input_ids``, another input, a fixed
+    sequence length)."""
+    from raysearch.data import latency_feeds, next_step_feed, past_outputs
 
     feeds = latency_feeds(data.arrays, data.inputs)
     if feeds is None:
         return {}
-    return {
-        f"{name}_latency_ms": measure_latency(session, feed, runs=runs)
-        for name, feed in feeds.items()
-    }
+    prefill = measure_latency(session, feeds["prefill"], runs=runs)
+    names = [o.name for o in session.get_outputs()]
+    cache = past_outputs(data.inputs, names)
+    if cache is None:
+        return {"decode_latency_ms": measure_latency(session, feeds["decode"], runs=runs),
+                "prefill_latency_ms": prefill}
+    tokens = np.asarray(data.arrays["input_ids"])[0].ravel()
+    feed = feeds["prefill"]
+    outputs = dict(zip(names, session.run(None, feed)))
+    times = []
+    position = feed["input_ids"].shape[1]
+    for step in range(max(1, runs) + 1):  # the first decode step is the warm-up
+        feed = next_step_feed(
+            feed, {p: outputs[o] for p, o in cache.items()}, int(tokens[position % tokens.size])
+        )
+        start = time.perf_counter()
+        outputs = dict(zip(names, session.run(None, feed)))
+        if step:
+            times.append((time.perf_counter() - start) * 1000.0)
+        position += 1
+    return {"decode_latency_ms": float(np.median(times)), "prefill_latency_ms": prefill}

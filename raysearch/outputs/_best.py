@@ -1,5 +1,7 @@
 """``best/``: the best trial's model (with its external data) and its config reduced to that
-one setting.
+one setting; for a model of an onnxruntime-genai or Optimum folder, with the files its client
+reads (:mod:`raysearch.modelfolder`), so that ``og.Model`` or ``ORTModelForCausalLM`` loads
+``best/`` as it loaded the float model's folder.
 
 Example:
     >>> fixed_space({"per_channel": True})
@@ -19,6 +21,7 @@ from raysearch.config import written_config
 from raysearch.fileio import atomic_write_text
 from raysearch.layout import BEST, BEST_CONFIG, BEST_MODEL
 from raysearch.modelfile import place_model
+from raysearch.modelfolder import model_folder
 from raysearch.space import fixed_space
 
 if TYPE_CHECKING:
@@ -50,6 +53,9 @@ def write_best(out: Path, best: Mapping[str, Any], config: SearchConfig) -> Path
         # With its external-data files, renamed model.onnx.data (and the location
         # inside rewritten to match).
         best_path = place_model(out / model_file, best_dir / BEST_MODEL, move=False)
+        client = model_folder(config.model) if isinstance(config.model, Path) else None
+        if client is not None:
+            client.copy_into(best_dir, BEST_MODEL)
     else:
         _logger.warning("the best trial's model file is missing; best/model.onnx not written")
     raw = config.raw or {}

@@ -63,6 +63,8 @@ class EngineSpec:
     #: The config's search folders, where a plugin module found beside it lives (see
     #: :func:`raysearch.usercode.where_code_lives`).
     code_dirs: tuple[str, ...] = ()
+    #: The slowest decode step, in ms, a candidate may take (``max_decode_latency``).
+    max_decode_latency_ms: float | None = None
 
     def __call__(self, *, threads: int = 1, gpu_id: int | None = None) -> Any:
         from raysearch.providers import gpu_memory_limit
@@ -95,6 +97,7 @@ class EngineSpec:
                 ),
                 measure_latency=self.measure_latency,
                 rungs=self.rungs,
+                max_decode_latency_ms=self.max_decode_latency_ms,
             )
         )
 
@@ -130,6 +133,13 @@ def build_engine(
         gpu_fraction=config.resources.gpu_per_trial,
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
+    bound = config.max_decode_latency
+    if bound == "float":
+        # The float model's step is timed on the CPU threads a trial has; a trial on a GPU
+        # share is not held to a CPU figure.
+        cpu = config.resources.gpu_per_trial == 0
+        bound = info.get("float_decode_latency_ms") if cpu else None
+    spec.max_decode_latency_ms = bound
     spec.code_dirs = tuple(os.fspath(folder) for folder in config.code_dirs)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir)

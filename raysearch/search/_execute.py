@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from raysearch.errors import is_disk_full
 from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.modelfolder import model_folder
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import is_candidate
 from raysearch.search._engine import EngineSpec, build_engine
@@ -257,6 +258,7 @@ class Execution:
             # On a cluster: which node each trial runs on, and the nodes lost meanwhile.
             watch_nodes=not one_node,
             max_failures=config.max_failures,
+            client_folder=model_folder(config.model),
         )
         if recorder.retries.watch is not None:
             recorder.retries.watch.poll(force=True)  # the nodes alive as the search starts

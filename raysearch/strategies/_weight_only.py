@@ -19,8 +19,11 @@ the search's stop conditions in force:
    that ends among the probes leaves the best setting of stages 1-2 in ``best/``.
 4. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
    one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
-   node count. With ``metric: kl``, a ``tolerance`` and ``select: size``, ``best/`` is then
-   the smallest model within the tolerance.
+   node count; then the same prefixes of the nodes ordered by what a promotion gains per byte
+   it adds (:func:`by_gain_per_byte`: the greedy answer to "the most accuracy for a size",
+   which promotes a small sensitive ``lm_head`` before a large, slightly more sensitive MLP),
+   each not already proposed. With ``metric: kl``, a ``tolerance`` and ``select: size``,
+   ``best/`` is then the smallest model within the tolerance.
 
 Each stage is built from the records of the stages before it only, so a resumed search
 builds the same settings and runs only those that did not finish.
@@ -30,6 +33,9 @@ Example:
     {'bits': 4, 'block_size': 128, 'nodes_8bit': ['c', 'a']}
     >>> probe({"bits": 8}, ["a", "b", "c"], "b")
     {'bits': 8, 'nodes_8bit': ['b'], 'nodes_float': ['a', 'c']}
+    >>> by_gain_per_byte([("big", 0.9), ("small", 0.5), ("least", 0.1)],
+    ...                  {"big": (1024, 1024), "small": (64, 64), "least": (64, 64)}, 4, False)
+    ['small', 'big', 'least']
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ __all__ = [
     "probe",
     "promoted",
     "reused_probes",
+    "by_gain_per_byte",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -142,6 +149,30 @@ def ranking(
     return sorted(scored, key=lambda item: item[1] if higher_is_better else -item[1])
 
 
+def by_gain_per_byte(
+    ranked: Sequence[tuple[str, float]],
+    weights: Mapping[str, Sequence[int]],
+    bits: int,
+    higher_is_better: bool,
+) -> list[str] | None:
+    """The nodes of ``ranked`` (``(node, probe metric)``) ordered by what promoting each one
+    step up gains per byte it adds: the gain is how much worse its probe is than the least
+    sensitive node's, the bytes its weight's elements times the bits added (4 -> 8, or 8 ->
+    32), over 8. Ties keep ``ranked``'s order. None when a node's weight shape is unknown."""
+    if not ranked or any(node not in weights for node, _ in ranked):
+        return None
+    metrics = [metric for _, metric in ranked]
+    floor = max(metrics) if higher_is_better else min(metrics)
+    added_bits = 4 if bits == 4 else 24
+
+    def per_byte(item: tuple[str, float]) -> float:
+        node, metric = item
+        gain = floor - metric if higher_is_better else metric - floor
+        return gain / max(1.0, math.prod(weights[node]) * added_bits / 8)
+
+    return [node for node, _ in sorted(ranked, key=per_byte, reverse=True)]
+
+
 def reused_probes(records: Sequence[Mapping[str, Any]], base: Mapping[str, Any]) -> set[str]:
     """The nodes whose probe of ``base`` an earlier search measured (``reused_from``: taken
     from the probe cache instead of run)."""
@@ -220,7 +251,13 @@ class _Promotions(BuiltPhase):
         )
         nodes = [node for node, _ in ranked]
         ks = [k for k in PROMOTIONS if k < len(nodes)]
-        return [promoted(settings, nodes, k) for k in ks]
+        out = [promoted(settings, nodes, k) for k in ks]
+        per_byte = by_gain_per_byte(ranked, context.model.weights, _bits(settings), higher)
+        if per_byte is not None:
+            seen = [frozenset(nodes[:k]) for k in ks]
+            out += [promoted(settings, per_byte, k) for k in ks
+                    if frozenset(per_byte[:k]) not in seen]  # fmt: skip
+        return out
 
 
 class _Defaults(ListPhase):

@@ -137,6 +137,8 @@ class TrialSpec:
     measure_latency: bool = True
     cache: CalibrationCache | None = None
     rungs: EvalRungs | None = None
+    #: A language model's candidates decode a step in at most this many ms (None: no bound).
+    max_decode_latency_ms: float | None = None
 
 
 class TrialRunner:
@@ -162,6 +164,7 @@ class TrialRunner:
         self.gpu_id = device.gpu_id
         self.gpu_mem_limit = device.gpu_mem_limit
         self.measure_latency = spec.measure_latency
+        self.max_decode_latency_ms = spec.max_decode_latency_ms
         if device.providers:
             self.session_providers: list[Any] = list(device.providers)
             self.device = device_label(self.session_providers)

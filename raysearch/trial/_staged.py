@@ -265,6 +265,11 @@ class StagedTrial:
             result.is_candidate, flags = decide_complete(
                 evaluator, metric, float_score, self.share, weighted
             )
+            bound = self.runner.max_decode_latency_ms
+            decode = result.decode_latency_ms
+            if bound is not None and decode is not None and decode > bound:
+                flags["decode_over_bound"] = 1.0  # within the tolerance, too slow to decode
+                result.is_candidate = False
             result.extra.update(flags)
             result.could_be_candidate = result.is_candidate
         elif quantizes_nothing(self.share, weighted):

@@ -232,18 +232,60 @@ def test_import_leaves_the_root_logger_alone():
 
 
 def test_k_quant_with_one_block_per_column_fails_in_one_line(backend, tmp_path):
-    """ONNX Runtime 1.31's k-quant fails on a weight whose rows fit one block (a reshape
+    """ONNX Runtime's 4-bit k-quant fails on a weight whose rows fit one block (a reshape
     error deep inside it): the trial fails with a line that says so, before it runs."""
     with pytest.raises(
-        ValueError, match=r"^ONNX Runtime 1.31's k_quant fails where block_size \(64\)"
+        ValueError, match=r"^ONNX Runtime's 4-bit k_quant fails where a weight's rows are not an "
+        r"even number of blocks \(node .*: \d+ rows, 1 of block_size 64\)"
     ):
         backend.quantize({"algorithm": "k_quant", "block_size": 64}, tmp_path / "k.onnx")
 
 
+def _one_matmul(rows: int, cols: int) -> onnx.ModelProto:
+    weight = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, rows])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, cols])],
+        [onnx.numpy_helper.from_array(weight, "w")],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)],
+                                  ir_version=10)  # fmt: skip
+
+
+@pytest.mark.parametrize(("rows", "bits", "fails"), [
+    (96, 4, True), (160, 4, True), (32, 4, True), (64, 4, False), (128, 4, False),
+    (96, 8, False), (32, 8, False),
+])  # fmt: skip
+def test_k_quant_fails_at_4_bits_on_an_odd_number_of_blocks_as_the_rule_says(rows, bits, fails):
+    """What the refusal rule says is what ONNX Runtime's k-quant does (block 32): at 4 bits it
+    fails on a weight of 1, 3 or 5 blocks a column (a fused q/k/v or a k projection of such a
+    width), never on an even number; at 8 bits it fails on none."""
+    from raysearch.quantize.backends.weight_only._backend import (
+        _k_quant_refusal,
+        import_quantizer,
+    )
+
+    mnq = import_quantizer()
+    per_node = {"mm": {"bits": bits, "group_size": 32, "scheme": "asym"}}
+    quantizer = mnq.MatMulNBitsQuantizer(
+        _one_matmul(rows, 40), block_size=32, is_symmetric=False,
+        algo_config=mnq.KQuantWeightOnlyQuantConfig(customized_weight_config=per_node),
+    )  # fmt: skip
+    try:
+        quantizer.process()
+        failed = False
+    except ValueError as exc:
+        assert "cannot reshape" in str(exc)
+        failed = True
+    assert failed is fails
+    assert (_k_quant_refusal(32, rows, "mm", bits) is not None) is fails
+
+
 def test_k_quant_that_would_fail_on_the_model_is_refused_before_anything_runs(lm, backend):
-    """The search and `raysearch validate` leave out, with the trial's own line, a k-quant
-    block that is not below the rows of a weight it quantizes; a smaller block, or that node
-    kept float, is kept (the weights' shapes come from the model's header)."""
+    """The search and `raysearch validate` leave out, with the trial's own line, a 4-bit
+    k-quant block that gives a weight it quantizes one block a column; a smaller block, or
+    that node kept float, is kept (the weights' shapes come from the model's header)."""
     from raysearch.quantize.registry import backend_reject
     from raysearch.strategies import ModelFacts
 
@@ -254,8 +296,9 @@ def test_k_quant_that_would_fail_on_the_model_is_refused_before_anything_runs(lm
     assert backend_reject(settings) is None  # without the model, nothing to refuse
     reason = backend_reject(settings, weights)
     assert reason == (
-        f"ONNX Runtime 1.31's k_quant fails where block_size ({rows[small]}) is not below a "
-        f"weight's rows ({rows[small]}, node {small}): use a smaller block_size"
+        f"ONNX Runtime's 4-bit k_quant fails where a weight's rows are not an even number of "
+        f"blocks (node {small}: {rows[small]} rows, 1 of block_size {rows[small]}): use "
+        f"another block_size"
     )
     kept_float = dict(settings, nodes_float=[n for n, r in rows.items() if r <= rows[small]])
     assert backend_reject(kept_float, weights) is None

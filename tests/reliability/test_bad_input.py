@@ -108,7 +108,7 @@ CASES = [
     Case("model missing", {"model": "{files}/missing.onnx"},
          r"model: file not found: .*missing\.onnx"),
     Case("model is a folder", {"model": "{files}"},
-         r"model: expected an \.onnx file, got a directory"),
+         r"model: expected an \.onnx file or a model folder .*got a directory with neither"),
     Case("model empty", {"model": "{files}/empty.onnx"}, r"model: .*empty\.onnx is empty"),
     Case("model random bytes", {"model": "{files}/random.onnx"},
          r"model: .*random\.onnx is not an ONNX model \(cannot parse it"),

@@ -72,8 +72,8 @@ def test_printed_count_equals_the_trials_a_grid_search_runs(name, mlp_files, tmp
     printed = re.search(r"^grid: (\d+) settings", out, re.M)
     assert printed, "validate printed no grid size"
     count = int(printed.group(1))
-    # What the backend refuses on this model only (k-quant blocks not below a weight's rows:
-    # the MLP's weights are small), which `spaces`, without a model, counts.
+    # What the backend refuses on this model only (4-bit k-quant on an odd number of blocks
+    # a column: the MLP's weights are small), which `spaces`, without a model, counts.
     on_model = re.findall(r"^  dropped by .*k_quant fails where .*: (\d+)$", out, re.M)
     if name in predefined_spaces():
         assert _spaces_rows()[name] == count + sum(map(int, on_model))

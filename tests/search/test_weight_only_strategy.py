@@ -69,9 +69,12 @@ def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
     trials = _drive(_searcher(), _lm, slots=2)
     assert _stage_order(trials) == STAGES
     defaults = [t for t in trials if t["stage"] == "defaults"]
+    # ONNX Runtime's and Olive's default, then onnxruntime-genai's builder's int4; int8 compute
     assert [t["settings"] for t in defaults] == [
-        {"quantizer": "weight_only", "bits": 4, "algorithm": "rtn", "block_size": 128,
-         "symmetric": True}
+        {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
+         "block_size": 128, "symmetric": True},
+        {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
+         "block_size": 32, "symmetric": False},
     ]  # fmt: skip
     probes = [t for t in trials if t["stage"] == "sensitivity"]
     assert sorted(t["settings"]["nodes_4bit"][0] for t in probes) == list(NODES)
@@ -87,6 +90,24 @@ def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
     assert order == ["n0", "n2", "n5", "n1", "n3", "n4"]
     promotions = [t["settings"]["nodes_8bit"] for t in trials if t["stage"] == "promotions"]
     assert promotions == [order[:k] for k in PROMOTIONS if k < len(NODES)]
+
+
+def test_promotions_then_follow_the_gain_per_byte_of_each_node():
+    """With the weights' shapes known, the promotions by sensitivity are followed by those by
+    gain per byte: n0, the most sensitive, has a weight 256 times the others' and comes after
+    every node that gains more per byte; a prefix already proposed is not proposed again."""
+    shapes = tuple((1024, 1024) if n == "n0" else (64, 64) for n in NODES)
+    spaces = parse_spaces({"search_space": "WEIGHT_ONLY_INT4_SEARCH"})
+    context = StrategyContext(
+        spaces, mode="min", seed=0, reject=backend_reject,
+        model=ModelFacts(weight_matmuls=NODES, weight_shapes=shapes),
+    )  # fmt: skip
+    trials = _drive(SettingSearcher.from_strategy("WeightOnly", context), _lm, slots=2)
+    promotions = [t["settings"]["nodes_8bit"] for t in trials if t["stage"] == "promotions"]
+    by_sensitivity = ["n0", "n2", "n5", "n1", "n3", "n4"]
+    per_byte = ["n2", "n5", "n1", "n3", "n0", "n4"]
+    ks = [k for k in PROMOTIONS if k < len(NODES)]
+    assert promotions == [by_sensitivity[:k] for k in ks] + [per_byte[:k] for k in ks[:4]]
 
 
 def test_select_size_keeps_the_smallest_model_within_the_tolerance():
@@ -149,6 +170,7 @@ def _decoder_search(tmp_path) -> dict[str, Any]:
         "search_algo": "WeightOnly",
         "metric": "kl",
         "tolerance": 0.02,
+        "max_decode_latency": None,  # candidates by KL alone: the tiny decoder's speeds tie
         "select": "size",
         "measure_latency": False,
         "early_stopping": False,

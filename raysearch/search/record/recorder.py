@@ -4,7 +4,9 @@ For each finished trial (its last result, or an exception/crash/timeout reported
 trial evaluated on growing subsets reports once per rung and is recorded at its last report:
 the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
 
-1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` for a candidate
+1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` (for a model of an
+   onnxruntime-genai or Optimum folder, ``candidates/<trial_id>/`` holding the model under
+   its name and the files its client reads: :mod:`raysearch.modelfolder`) for a candidate
    among the ``keep_candidates`` best candidates so far (ranked as the best trial is,
    :func:`raysearch.outputs.best_record` with the config's ``select``) or, with several
    ``objectives``, on their Pareto front so far (:func:`raysearch.ranking.pareto_front`),
@@ -43,6 +45,7 @@ import logging
 import math
 import os
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,7 @@ from ray import tune
 from raysearch.errors import DiskFullError
 from raysearch.layout import CANDIDATES, KEPT
 from raysearch.modelfile import place_model, remove_model
+from raysearch.modelfolder import ModelFolder
 from raysearch.quantize.techniques.mixed_precision.sensitivity import (
     SENSITIVITY_FILE,
     read_sensitivity_table,
@@ -113,6 +117,8 @@ class TrialRecorder(tune.Callback):
             best of them stays the best so far.
         clock: returns the search's elapsed wall time (for ``elapsed_s``).
         on_record: called with each new record (the stopper counts errors through it).
+        client_folder: the onnxruntime-genai or Optimum folder of the float model: each model
+            kept is written as such a folder (``candidates/<trial_id>/``, ``kept/<trial_id>/``).
     """
 
     def __init__(
@@ -129,8 +135,10 @@ class TrialRecorder(tune.Callback):
         on_record: Callable[[dict[str, Any]], None] | None = None,
         watch_nodes: bool = False,
         max_failures: int = 0,
+        client_folder: ModelFolder | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
+        self.client_folder = client_folder
         #: Each trial's node and reruns; on a cluster (``watch_nodes``), its nodes' losses.
         self.retries = RetryLog(NodeWatch() if watch_nodes else None, max_failures)
         self.journal = journal
@@ -276,10 +284,10 @@ class TrialRecorder(tune.Callback):
         kept: str | None = None
         try:
             if have and is_candidate(record) and self._among_kept(record):
-                kept = self._move(source, Path(CANDIDATES) / f"{trial_id}.onnx", node_id, remote)
+                kept = self._move(source, self._kept_path(CANDIDATES, trial_id), node_id, remote)
             if self._better(record):
                 if have and kept is None:
-                    kept = self._move(source, Path(KEPT) / f"{trial_id}.onnx", node_id, remote)
+                    kept = self._move(source, self._kept_path(KEPT, trial_id), node_id, remote)
                 # The previous best's model in kept/ goes once this record is in the journal.
                 self.best = record
                 record["model_file"] = kept
@@ -330,7 +338,7 @@ class TrialRecorder(tune.Callback):
             if id(record) in keep:
                 continue
             if model_file.startswith((KEPT + "/", CANDIDATES + "/")):
-                remove_model(self.output_dir / model_file)
+                self._remove_kept(self.output_dir / model_file)
                 record["model_file"] = None
                 _logger.debug(
                     "trial %s: its model %s is no longer kept", record["trial_id"], model_file
@@ -341,12 +349,26 @@ class TrialRecorder(tune.Callback):
             self._node_id = current_node_id()
         return self._node_id
 
+    def _kept_path(self, folder: str, trial_id: str) -> Path:
+        """Where a kept model goes: ``<folder>/<trial_id>.onnx``, or for a client's folder
+        ``<folder>/<trial_id>/<model file name>``."""
+        if self.client_folder is None:
+            return Path(folder) / f"{trial_id}.onnx"
+        return Path(folder) / trial_id / self.client_folder.model_name
+
+    def _remove_kept(self, path: Path) -> None:
+        remove_model(path)
+        if self.client_folder is not None and path.parent.parent.parent == self.output_dir:
+            shutil.rmtree(path.parent, ignore_errors=True)  # candidates/<trial_id>/
+
     def _move(self, source: Path, relative: Path, node_id: str | None, remote: bool) -> str:
         target = self.output_dir / relative
         if remote:
             source = fetch_model(node_id, os.fspath(source), target.parent)
         try:  # the model file and its external-data files (named after the target)
             place_model(source, target, move=True)
+            if self.client_folder is not None:
+                self.client_folder.copy_into(target.parent)
         except Exception as exc:  # the record matters more than the model: never lose it
             _logger.warning("could not keep the model %s: %s", source, exc)
             remove_model(source)

@@ -156,16 +156,16 @@ class WeightOnlyBackend(QuantizerBackend):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """k-quant with a ``block_size`` not below the rows of a weight it quantizes (ONNX
-        Runtime 1.31 fails on it): refused before anything runs, with the same line a trial
-        would fail with."""
+        """4-bit k-quant with a ``block_size`` that gives a weight it quantizes an odd number
+        of blocks per column (ONNX Runtime fails on it, :func:`_k_quant_refusal`): refused
+        before anything runs, with the same line a trial would fail with."""
         if settings.get("algorithm", DEFAULTS["algorithm"]) != "k_quant":
             return None
         block = int(settings.get("block_size") or DEFAULTS["block_size"])
         precisions = _precisions(settings, weights)
         for name, shape in weights.items():
             if precisions[name] != FLOAT:
-                reason = _k_quant_refusal(block, int(shape[0]), name)
+                reason = _k_quant_refusal(block, int(shape[0]), name, precisions[name])
                 if reason:
                     return reason
         return None
@@ -284,7 +284,8 @@ class WeightOnlyBackend(QuantizerBackend):
         inits = {t.name: t for t in model.graph.initializer}
         for node in model.graph.node:
             if precisions.get(node.name, FLOAT) != FLOAT:
-                reason = _k_quant_refusal(block, int(inits[node.input[1]].dims[0]), node.name)
+                rows = int(inits[node.input[1]].dims[0])
+                reason = _k_quant_refusal(block, rows, node.name, precisions[node.name])
                 if reason:
                     raise ValueError(reason)
         per_node = {
@@ -347,12 +348,15 @@ def _precisions(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, 
     return {name: chosen.get(name, default) for name in names}
 
 
-def _k_quant_refusal(block: int, rows: int, node: str) -> str | None:
-    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``block`` (its
-    single-block-per-column case fails in a reshape), or None."""
-    if block < rows:
+def _k_quant_refusal(block: int, rows: int, node: str, bits: int | str) -> str | None:
+    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``block`` and ``bits``,
+    or None: at 4 bits it packs two zero points a byte across the whole weight, then reshapes
+    them to one row per column, which fails unless each column has an even number of blocks."""
+    blocks = -(-rows // block)
+    if bits != 4 or blocks % 2 == 0:
         return None
     return (
-        f"ONNX Runtime 1.31's k_quant fails where block_size ({block}) is not below a "
-        f"weight's rows ({rows}, node {node}): use a smaller block_size"
+        f"ONNX Runtime's 4-bit k_quant fails where a weight's rows are not an even number of "
+        f"blocks (node {node}: {rows} rows, {blocks} of block_size {block}): use another "
+        f"block_size"
     )
