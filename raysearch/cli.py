@@ -782,7 +782,7 @@ def console_main() -> NoReturn:
     exit that skips the interpreter's teardown once everything is written out.
 
     Why: after a search the process holds Ray, ONNX Runtime, matplotlib and more, and
-    clearing their modules at exit took 1.4 s on two cores, longer than writing the outputs;
+    clearing their modules at exit takes longer than writing the outputs;
     Ray's own exit hook also sleeps 0.5 s before shutting down "so that log messages finish
     printing". So Ray is shut down here (it waits for its processes to end: nothing of it is
     left behind), the logs and both streams are flushed, and the process ends with
@@ -815,9 +815,7 @@ def _shut_down_ray() -> None:
     freed after the shutdown makes Ray's core worker end the process ("The core worker has
     already been shutdown"), the exit status and the last line of stderr then Ray's instead
     of ours. With the collector off those cycles are never freed: this process ends right
-    after with ``os._exit``. (They were collected first until measured: a full collection
-    of the driver's heap after a search took 0.11-0.14 s of the time after the last trial,
-    on magika's 12-setting grid on two cores.)"""
+    after with ``os._exit``."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         from raysearch.search.runtime.cluster import shutdown_ray

@@ -8,7 +8,7 @@ once (default: the cluster's CPUs divided by the number of models). Each model g
 output folder; the batch writes ``batch_summary.parquet``, ``batch_summary.md`` and
 ``batch_report.html`` (one row per model, linking to its ``report.html``, and the batch's
 timeline), with ``plotly.min.js`` once beside it: the models' reports load it from there
-instead of each inlining its 4.9 MB.
+instead of each inlining it.
 
 Running the same manifest again resumes the batch: finished searches are kept, interrupted ones
 are resumed, models that failed before are tried again.

@@ -121,8 +121,7 @@ class SearchConfig:
     max_failures: int = 0
     #: Candidate models kept under ``candidates/``, the best ones (None: every one). Three
     #: leave a choice beside ``best/`` (on what the ranking does not see: latency on the
-    #: target, size) at a bounded cost: every candidate's model adds up on a large model
-    #: (four MiniLM candidates: 202 MB).
+    #: target, size) at a bounded cost: every candidate's model adds up on a large model.
     keep_candidates: int | None = 3
     measure_latency: bool = True
     #: Whether the best setting and the float model (and, where latency decides, every kept

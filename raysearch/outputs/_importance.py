@@ -2,11 +2,11 @@
 and the report's figure): Optuna's PED-ANOVA over the trials that scored, each with what it
 showed.
 
-A sensitivity probe never counts (it is no setting to choose among). A trial stopped at a
-rung of the evaluation on growing subsets counts with its score over the
-rows it reached: early stopping stops the hopeless settings, so counting only the complete
-trials would leave out the very settings that show what hurts (on the demo, 11 of the 12
-every-op settings), and the importance would go to whatever varies among the good ones.
+A sensitivity probe never counts (it is no setting to choose among). A trial stopped at a rung
+of the evaluation on growing subsets counts with its score over the rows it reached: early
+stopping stops the hopeless settings, so counting only the complete trials would leave out the
+very settings that show what hurts, and the importance would go to whatever varies among the
+good ones.
 
 Example:
     >>> rows = [{"status": "ok", "metric": 0.9, "stopped_at_rung": None, "params": {"a": 1}},

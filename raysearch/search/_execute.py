@@ -5,8 +5,8 @@ what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
 The steps: :meth:`Execution.start` (the journal, the engine, Ray's capacity, the searcher,
 the stop conditions, the recorder and the live session), :meth:`Execution.fit` (Tune runs the
 trials) and :meth:`Execution.finish` (the outputs from the journal, the stop reason, the
-marker). The runner checked the input (``prepared``) and started Ray before. (A little over
-400 lines, kept whole: the three steps share one session's state, :class:`_Run`.)
+marker). The runner checked the input (``prepared``) and started Ray before. The three steps share
+one session's state, :class:`_Run`.
 
 Example:
     >>> Execution(config, folder).execute(resume=False, progress=None,

@@ -1,23 +1,22 @@
 """Latency timed again, alone, before it decides or is set against the float model's.
 
-A trial times its model while other trials share the CPUs (the same float model read 424 ms
-and 1,524 ms in one search), so where latency decides (``select: latency``, or ``latency_ms``
-among the ``objectives`` of the Pareto front), or where the config asks (``retime_latency:
-true``), the models whose latency counts are timed again after the last trial, one after
-another with no trial running: every candidate whose model is still on disk (the
-``keep_candidates`` kept and the front's) where latency decides, and the best setting and the
-float model. Elsewhere nothing is timed again (the seconds after the last trial are what a
+A trial times its model while other trials share the CPUs, so where latency decides (``select:
+latency``, or ``latency_ms`` among the ``objectives`` of the Pareto front), or where the config
+asks (``retime_latency: true``), the models whose latency counts are timed again after the last
+trial, one after another with no trial running: every candidate whose model is still on disk
+(the ``keep_candidates`` kept and the front's) where latency decides, and the best setting and
+the float model. Elsewhere nothing is timed again (the seconds after the last trial are what a
 user waits for): the outputs report the figures the trials measured, and say so
 (:func:`latency_timing`: "timed during the search, beside other trials"). A search times them
 in a process of its own on the driver (:mod:`raysearch.search._latency_timer`, started while
 its trials run), while it writes ``tensorboard/`` and ``plots/``, which read neither latency
-nor ``best/``. Each is timed as a trial times
-it (:func:`raysearch.evaluate.measure_latency`: the first evaluation batch, one warm-up run,
-the median of :data:`RUNS`, on ``resources.cpu_per_trial`` threads), in :data:`ROUNDS` rounds
-that take the models in turn, so that a slower moment of the machine falls on all of them
-(no round starts after :data:`BUDGET_S` seconds, :data:`REPORT_BUDGET_S` where latency
-decides nothing, once :data:`MIN_ROUNDS` are done); the figure
-is the median of the rounds and the spread their lowest and highest.
+nor ``best/``. Each is timed as a trial times it (:func:`raysearch.evaluate.measure_latency`:
+the first evaluation batch, one warm-up run, the median of :data:`RUNS`, on
+``resources.cpu_per_trial`` threads), in :data:`ROUNDS` rounds that take the models in turn, so
+that a slower moment of the machine falls on all of them (no round starts after
+:data:`BUDGET_S` seconds, :data:`REPORT_BUDGET_S` where latency decides nothing, once
+:data:`MIN_ROUNDS` are done); the figure is the median of the rounds and the spread their
+lowest and highest.
 
 A language-model metric's trials also time a one-token decode step and a prefill
 (``decode_latency_ms``, ``prefill_latency_ms``): the same rule times those again, each on its
@@ -77,8 +76,7 @@ _logger = logging.getLogger("raysearch.search")
 #: Rounds over the models, and timed runs of each model per round (after one warm-up run).
 ROUNDS, RUNS = 5, 5
 #: Seconds of timing after which no further round starts once :data:`MIN_ROUNDS` are done
-#: (magika's batch of 64 takes 0.6-2.2 s a run on a loaded 2-core machine: 5 rounds of two
-#: models took 80 s there).
+#: (on a loaded machine a large model's rounds would otherwise keep the user waiting).
 BUDGET_S, MIN_ROUNDS = 30.0, 2
 #: The budget when latency decides nothing (the best against the float model only): time
 #: after the last trial is what a user waits for.

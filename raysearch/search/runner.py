@@ -38,11 +38,11 @@ Resumed with a config whose stop conditions differ (a raised ``iteration_limit``
 goes on with them, a finished one too: the config is saved as the search's, and a new Tune
 experiment continues the journal (the saved searcher holds the old limits).
 
-Where each part lives: the files a search owns, :mod:`raysearch.layout`; claiming and
-cleaning the output folder, ``_output_dir``; log routing, ``_logs``; Ray's start and capacity,
-``_ray``; the trial engine's factory, ``_engine``; Tune's ``Tuner`` and its restore, ``_tuner``;
-one session's run, ``_execute``; the returned :class:`SearchResult`, ``_result``.
-"""
+Where each part lives: the files a search owns, :mod:`raysearch.layout`; claiming and cleaning
+the output folder, :mod:`raysearch.search.record.output_dir`; log routing, ``_logs``; Ray's
+start and capacity, :mod:`raysearch.search.runtime.cluster`; the trial engine's factory,
+``_engine``; Tune's ``Tuner`` and its restore, ``_tuner``; one session's run, ``_execute``; the
+returned :class:`SearchResult`, ``_result``. """
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ __all__ = [
 
 _logger = logging.getLogger("raysearch.search")
 
-#: The name tests import (the output folder's cleaning lives in ``_output_dir``).
+#: The name tests import (the output folder's cleaning lives in ``search.record.output_dir``).
 _clean_output_dir = clean_output_dir
 
 
@@ -378,8 +378,8 @@ def _preflight_beside_ray(
     kept: KeptWarm | None = None,
 ) -> Prepared:
     """:func:`~raysearch.search.preflight.preflight` in a thread (``pending``, when one was
-    started already) while this thread starts (or joins) Ray: each takes seconds (magika:
-    2-7 s each on two cores), and neither needs the other. Ray starts in the main thread,
+    started already) while this thread starts (or joins) Ray: each takes seconds, and neither
+    needs the other. Ray starts in the main thread,
     where ``ray.init`` installs its signal handlers. A bad input is the error reported (before
     a Ray failure); a Ray this call started for a bad input is shut down again. ``kept`` is
     opened once Ray is joined (the preflight thread may wait on it for a kept reference), or

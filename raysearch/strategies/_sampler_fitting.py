@@ -47,10 +47,8 @@ _PRELOAD: dict[str, tuple[str, ...]] = {
     "GPS": ("torch", "scipy.stats.qmc", "scipy.optimize"),
     "QMC": ("scipy.stats.qmc",),
 }
-#: Start-up trials with a budget: a tenth of it, at least 3 (:func:`startup_trials`). Measured
-#: by ``benchmarks/search_efficiency.py`` (336-setting conditional space, 30 trials, median
-#: trials to the first candidate over seeds 0-99 / 100-199): 3 start-up trials 8 / 7, 2 8 / 7,
-#: 6 (a fifth) 8 / 9, Optuna's 10 10.5 / 11.
+#: Start-up trials with a budget: a tenth of it, at least 3 (:func:`startup_trials`); the
+#: measurement that chose it is in ``benchmarks/README.md``, section 4 (search efficiency).
 _STARTUP_SHARE = 10
 _MIN_STARTUP = 3
 #: NSGA-II: the generations a budget should hold (:func:`population_size`).

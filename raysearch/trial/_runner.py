@@ -2,12 +2,12 @@
 
 A :class:`TrialRunner` is built once per process (a Ray actor reuses it for many trials) with
 the float model, the calibration and evaluation data, the evaluator and a cache directory. It
-keeps the quantizer backend, the calibration cache and the float reference between trials
-(one concept, a little over 400 lines: what techniques borrow from the trial is the trial's
-own quantize and score). :meth:`TrialRunner.start` quantizes once and hands back a
+keeps the quantizer backend, the calibration cache and the float reference between trials (what
+techniques borrow from the trial is the trial's own quantize and score).
+:meth:`TrialRunner.start` quantizes once and hands back a
 :class:`~raysearch.trial._staged.StagedTrial` evaluated rung by rung on growing subsets of the
-evaluation rows (``rungs``); :meth:`TrialRunner.run` evaluates every row at once.
-Neither raises for a bad setting: whatever ONNX Runtime refuses, and any metric that cannot be
+evaluation rows (``rungs``); :meth:`TrialRunner.run` evaluates every row at once. Neither
+raises for a bad setting: whatever ONNX Runtime refuses, and any metric that cannot be
 computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
 
 Example:

@@ -355,6 +355,7 @@ def test_a_decoder_search_times_its_decode_step_alone_where_it_decides(
         "metric": "kl",
         "tolerance": 0.5,
         "select": "decode_latency",
+        "max_decode_latency": None,  # both settings candidates, however fast they decode
         "early_stopping": False,
         "output_dir": str(tmp_path / "out"),
     }

@@ -322,7 +322,7 @@ def log_best_model(callbacks: Sequence[Any], trial_id: str | None, folder: Path)
     """The best model's files (``folder``: ``best/``) as artifacts of the best trial's run, for
     each logger that keeps files of a finished run (MLflow's); W&B's runs end in their own
     processes, whose files Ray's callback does not reopen."""
-    # Ray's MLflow integration imports MLflow (a second of CPU): a callback can be an
+    # Ray's MLflow integration imports MLflow (seconds of CPU): a callback can be an
     # instance of its class only if something imported it already.
     integration = sys.modules.get("ray.air.integrations.mlflow")
     if integration is None or trial_id is None or not folder.is_dir():
