@@ -254,6 +254,7 @@ def make_live_study(
             "higher_is_better": config.metric_higher_is_better,
             "tolerance": config.tolerance,
             "tolerance_mode": config.tolerance_mode if config.is_custom_metric else None,
+            "objectives": list(config.objectives),
         },
         spaces=config.search_spaces,
     )
