@@ -22,7 +22,12 @@ the trial's folder in Tune's staging area, which Tune copies to the experiment's
 (``<output_dir>/ray_results/search/<trial>/``) for the last time *before* it tells the
 callbacks the experiment ended; only then does Ray's callback wait for the runs to finish. So
 the last trial's run reached the output folder unfinished (its header only) or not at all.
-:class:`WandbTrialLogger` copies each trial's ``wandb/`` folder there once its run finished.
+And Ray's callback kills a run's actor as soon as its ``wandb.finish`` returned, which is
+before W&B's service process (a child of the actor) has written the run's last records: a run
+whose actor was killed then keeps its 7-byte header only, even in the staging folder. So each
+run's actor waits for W&B's service (``wandb.teardown``) before it returns, and
+:class:`WandbTrialLogger` copies each trial's ``wandb/`` folder into the output folder once
+every run ended.
 
 Example:
     >>> trial_settings({"settings": {"calibrate_method": "MinMax",
@@ -199,13 +204,30 @@ def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) ->
     environment (``WANDB_MODE``), which is set for the callback's setup alone."""
     import os
 
-    from ray.air.integrations.wandb import WandbLoggerCallback
+    from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
     mode = settings.get("mode")
 
+    class WandbRunActor(_WandbLoggingActor):
+        """Ray's actor of one trial's W&B run, which returns once W&B has written the run
+        whole: ``wandb.finish`` returns before W&B's service process has written the run's
+        last records, and Ray's callback kills the actor (and that process with it) as soon
+        as ``run`` returns; ``wandb.teardown`` waits for the service to finish."""
+
+        def run(self) -> None:
+            import wandb
+
+            try:
+                super().run()
+            finally:
+                wandb.teardown()
+
     class WandbTrialLogger(WandbLoggerCallback):
         """Ray's ``WandbLoggerCallback``: one run per trial, logged as the module docstring
-        says, each run's folder copied into the trial's experiment folder once it ended."""
+        says, each run written whole (:class:`WandbRunActor`) and its folder copied into the
+        trial's experiment folder once it ended."""
+
+        _logger_actor_cls = WandbRunActor
 
         def setup(self, *args: Any, **kwargs: Any) -> None:
             self.logged_trials: list[Any] = []
