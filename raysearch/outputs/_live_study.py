@@ -29,13 +29,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raysearch.outputs._study import (
-    _value,
-    describe_study,
-    open_storage,
-    study_directions,
-    study_trial,
-)
+from raysearch.outputs._study import _value, describe_study, open_storage, study_trial
+from raysearch.outputs._study_values import study_directions
 
 __all__ = ["LiveStudy", "space_distributions"]
 

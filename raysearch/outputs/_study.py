@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raysearch.outputs._importance import MIN_IMPORTANCE_TRIALS
+from raysearch.outputs._study_values import objective_values, study_directions, timed_alone
 from raysearch.ranking import finite, is_candidate
 from raysearch.space.space import json_default
 
@@ -110,37 +111,6 @@ def _when(seconds: Any) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(float(seconds))
 
 
-def study_directions(higher: bool, objectives: Sequence[str] = ("metric",)) -> list[str]:
-    """The study's direction of each of the config's ``objectives``: the metric's own, the
-    others (latency, size) minimized.
-
-    Example:
-        >>> study_directions(False, ("metric", "model_size_mb"))
-        ['minimize', 'minimize']
-        >>> study_directions(True, ("metric", "latency_ms"))
-        ['maximize', 'minimize']
-    """
-    return [
-        ("maximize" if higher else "minimize") if name == "metric" else "minimize"
-        for name in objectives or ("metric",)
-    ]
-
-
-def _objective_values(record: Mapping[str, Any], objectives: Sequence[str]) -> list[float]:
-    """The record's value of each objective as the study holds it (the metric itself,
-    ``model_size_mb`` from the bytes; a missing one ``inf``, worse than any: as
-    :func:`raysearch.ranking.objective_values` ranks it)."""
-    values = []
-    for name in objectives:
-        if name == "model_size_mb":
-            size = finite(record.get("model_size_bytes"))
-            value = None if size is None else size / 1e6
-        else:
-            value = finite(record.get(name))
-        values.append(math.inf if value is None else value)
-    return values
-
-
 def study_trial(
     record: Mapping[str, Any],
     distributions: Mapping[str, Any],
@@ -173,7 +143,7 @@ def _trial(
     several = len(objectives) > 1
     values = None
     if state == TrialState.COMPLETE:
-        values = _objective_values(record, objectives) if several else [metric]
+        values = objective_values(record, objectives) if several else [metric]
     trial = optuna.trial.create_trial(
         state=state,
         values=values,
@@ -261,34 +231,6 @@ def export_study(
     )
     describe_study(study, summary)
     return study
-
-
-def timed_alone(
-    records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]
-) -> list[Mapping[str, Any]]:
-    """``records`` (the journal's: each trial's figures as timed in the search) with the
-    latencies the search timed again alone after its last trial (``summary.json``'s
-    ``latency_retimed``, ``decode_latency_retimed``, ``prefill_latency_retimed``), as
-    ``results.parquet`` and ``pareto.parquet`` hold them.
-
-    Example:
-        >>> timed_alone([{"trial_id": "a", "latency_ms": 9.0}],
-        ...             {"latency_retimed": {"models": {"a": {"median_ms": 4.0}}}})
-        [{'trial_id': 'a', 'latency_ms': 4.0}]
-    """
-    timed = {
-        figure: (summary.get(figure.removesuffix("_ms") + "_retimed") or {}).get("models") or {}
-        for figure in ("latency_ms", "decode_latency_ms", "prefill_latency_ms")
-    }
-    out: list[Mapping[str, Any]] = []
-    for record in records:
-        again = {
-            figure: by_model[str(record.get("trial_id"))]["median_ms"]
-            for figure, by_model in timed.items()
-            if str(record.get("trial_id")) in by_model
-        }
-        out.append({**record, **again} if again else record)
-    return out
 
 
 def open_storage(storage_url: str) -> tuple[Any, set[str]]:
