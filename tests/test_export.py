@@ -111,16 +111,94 @@ def test_a_real_search_exported_is_every_trial_of_its_results(tmp_path, capsys):
         assert trial.user_attrs["model_size_bytes"] == row["model_size_bytes"]
         assert trial.user_attrs["latency_ms"] == row["latency_ms"]
         assert trial.user_attrs["error"] == row["error"]
-        # The rung scores the journal kept (L2: lower is better, kept negated), then the
-        # trial's metric at its last rung.
+        # The metric at each rung the trial reached (the journal's rung_metrics), the last
+        # the trial's metric; where ASHA ranked the trial (no protected mark), its score (L2:
+        # lower is better, kept negated).
         record = journal[row["trial_id"]]
-        expected = {
-            i: -s
-            for i, s in enumerate(record.get("rung_scores") or [])
-            if math.isfinite(s) and s < 1e299
-        }
+        expected = dict(enumerate(record.get("rung_metrics") or []))
         if row["metric"] is not None and (record.get("rungs") or 1) > 1:
-            expected[record.get("rung") or 0] = row["metric"]
+            assert expected[record.get("rung") or 0] == row["metric"]
+        for i, score in enumerate(record.get("rung_scores") or []):
+            if math.isfinite(score) and score < 1e299:
+                assert expected[i] == pytest.approx(-score)
         assert trial.intermediate_values == pytest.approx(expected)
     assert TrialState.PRUNED in states and TrialState.COMPLETE in states
     assert any(t.intermediate_values for t in study.trials)
+
+
+def _front_records() -> list[dict]:
+    """Five trials of a search over L2 (lower is better) and the model's size: three
+    candidates, one of them dominated, and a non-candidate smaller than any (on Optuna's own
+    Pareto front were it feasible), and a failed trial."""
+    rows = [
+        ("a", 0.010, 4_000_000, True),
+        ("b", 0.020, 2_000_000, True),
+        ("c", 0.030, 3_000_000, True),  # dominated by b
+        ("d", 0.500, 1_000_000, False),  # the smallest, but beyond the tolerance
+    ]
+    records = [
+        {
+            "trial_id": t,
+            "number": i,
+            "status": "ok",
+            "metric": m,
+            "model_size_bytes": s,
+            "is_candidate": c,
+            "params": {"per_channel": i % 2 == 0},
+            "started_at": 1000.0 + i,
+            "ended_at": 1001.0 + i,
+        }
+        for i, (t, m, s, c) in enumerate(rows)
+    ]
+    records.append({"trial_id": "e", "number": 4, "status": "failed", "metric": None})
+    return records
+
+
+def test_a_multi_objective_search_is_a_multi_objective_study_live_and_exported(tmp_path):
+    from raysearch.outputs import LiveStudy, export_study
+    from raysearch.ranking import pareto_front
+
+    records = _front_records()
+    objectives = ["metric", "model_size_mb"]
+    summary = {"metric": "L2", "higher_is_better": False, "objectives": objectives}
+    front = [r["trial_id"] for r in pareto_front(records, objectives, False)]
+    assert front == ["a", "b"]
+    exported = export_study(records, summary, _storage(tmp_path), "exported")
+    live = LiveStudy(_storage(tmp_path), "live", summary)
+    live.open()
+    for record in records:  # as each trial ends
+        live.add(record)
+    for name in ("exported", "live"):
+        study = optuna.load_study(study_name=name, storage=_storage(tmp_path))
+        assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 2, name
+        assert study.metric_names == ["L2", "model_size_mb"]
+        assert sorted(t.user_attrs["trial_id"] for t in study.best_trials) == front, name
+        by_id = {t.user_attrs["trial_id"]: t for t in study.trials}
+        assert by_id["b"].values == [0.02, 2.0]
+        assert by_id["e"].state == TrialState.FAIL
+    assert (
+        exported.best_trials
+        == optuna.load_study(study_name="exported", storage=_storage(tmp_path)).best_trials
+    )
+
+
+def test_a_multi_objective_export_ranks_latency_as_timed_alone_after_the_search(tmp_path):
+    from raysearch.outputs import export_study
+
+    records = [
+        {**r, "latency_ms": 5.0, "model_size_bytes": 1_000_000}
+        for r in _front_records()
+        if r["status"] == "ok"
+    ]
+    objectives = ["metric", "latency_ms"]
+    # In the search "a" looked as fast as "b"; timed alone, "b" is faster.
+    summary = {
+        "metric": "L2",
+        "higher_is_better": False,
+        "objectives": objectives,
+        "latency_retimed": {"models": {"a": {"median_ms": 6.0}, "b": {"median_ms": 3.0}}},
+    }
+    study = export_study(records, summary, _storage(tmp_path), "s")
+    assert sorted(t.user_attrs["trial_id"] for t in study.best_trials) == ["a", "b"]
+    by_id = {t.user_attrs["trial_id"]: t for t in study.trials}
+    assert by_id["a"].values == [0.01, 6.0] and by_id["c"].values == [0.03, 5.0]

@@ -356,6 +356,16 @@ def _tune_subclasses() -> Iterator[tuple[str, str, type, set[str]]]:
     yield "search/tune/session.py", "SessionCallback", tune.Callback, set()
     yield "search/tune/session.py", "SessionStopper", Stopper, set()
     yield "search/tune/stopper.py", "CandidateStopper", Stopper, set()
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    yield "search/tune/_ray_loggers.py", "MLflowTrialLogger", MLflowLoggerCallback, {"_trial_runs"}
+    yield (
+        "search/tune/_ray_loggers.py",
+        "WandbTrialLogger",
+        WandbLoggerCallback,
+        {"_exclude_results", "_start_logging_actor", "_logger_actor_cls"},
+    )
 
 
 def test_raysearchs_tune_subclasses_set_no_private_name_tune_uses():
@@ -369,6 +379,48 @@ def test_raysearchs_tune_subclasses_set_no_private_name_tune_uses():
             f"raysearch/{module} ({name})",
             f"{sorted(shared)} now Tune's too: rename raysearch's",
         )
+
+
+def test_rays_logger_callbacks_have_the_internals_raysearchs_loggers_call():
+    """``raysearch/search/tune/_ray_loggers.py``: W&B's ``_start_logging_actor(trial,
+    exclude_results, **wandb_init_kwargs)``, which makes its actor of ``_logger_actor_cls``
+    (``_WandbLoggingActor``, whose ``run`` raysearch's actor extends), and
+    ``_exclude_results``; MLflow's
+    ``_trial_runs`` (trial -> run id, made in ``setup``) and ``mlflow_util``."""
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    ray = _version("ray")
+    start = inspect.signature(WandbLoggerCallback._start_logging_actor)
+    kinds = [(p.name, p.kind) for p in start.parameters.values()]
+    assert kinds == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("trial", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("exclude_results", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("wandb_init_kwargs", inspect.Parameter.VAR_KEYWORD),
+    ], _changed(ray, "WandbLoggerCallback._start_logging_actor", "_ray_loggers.py", str(kinds))
+    from ray.air.integrations.wandb import _WandbLoggingActor
+
+    assert WandbLoggerCallback._logger_actor_cls is _WandbLoggingActor, _changed(
+        ray, "WandbLoggerCallback._logger_actor_cls", "_ray_loggers.py", "another class"
+    )
+    assert "self._logger_actor_cls" in inspect.getsource(
+        WandbLoggerCallback._start_logging_actor
+    ), _changed(ray, "WandbLoggerCallback._logger_actor_cls", "_ray_loggers.py", "not used")
+    assert callable(_WandbLoggingActor.run), _changed(
+        ray, "_WandbLoggingActor.run", "_ray_loggers.py", "gone"
+    )
+    assert "done" in WandbLoggerCallback._exclude_results, _changed(
+        ray, "WandbLoggerCallback._exclude_results", "_ray_loggers.py", "gone"
+    )
+    mlflow = MLflowLoggerCallback(tracking_uri="sqlite:///:memory:")
+    assert hasattr(mlflow, "mlflow_util"), _changed(
+        ray, "MLflowLoggerCallback.mlflow_util", "_ray_loggers.py", "gone"
+    )
+    setup = inspect.getsource(MLflowLoggerCallback.setup)
+    assert "self._trial_runs = {}" in setup, _changed(
+        ray, "MLflowLoggerCallback._trial_runs", "_ray_loggers.py", "no longer made in setup"
+    )
 
 
 # -- ONNX Runtime: the static quantizers ---------------------------------------------------------

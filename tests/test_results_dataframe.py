@@ -75,3 +75,27 @@ def test_show_csv_prints_every_trial(tmp_path, capsys):
     assert [r["trial_id"] for r in rows] == ["t1", "t2", "t3"]
     assert json.loads(rows[0]["params/nodes_to_exclude"]) == ["/a/MatMul", "/b/MatMul"]
     assert rows[0]["is_candidate"] == "true" and rows[2]["metric"] == ""
+
+
+def test_the_readme_schema_names_every_column_of_results_parquet():
+    """README's table of ``results.parquet``: each fixed column with its Arrow type."""
+    import re
+    from pathlib import Path
+
+    from raysearch.outputs import RESULT_COLUMNS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### `results.parquet`", 1)[1].split("\n### ", 1)[0]
+    documented: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            names = re.findall(r"`([^`]+)`", cells[0])
+            types = [t.strip() for t in cells[1].split(",")]
+            for i, name in enumerate(names):
+                documented[name] = types[min(i, len(types) - 1)].split(";")[0].split()
+    missing = [c for c in RESULT_COLUMNS if c not in documented]
+    assert not missing, f"README's results.parquet schema lacks {missing}"
+    for name, dtype in RESULT_COLUMNS.items():
+        arrow_name = {"double": "float64"}.get(str(dtype), str(dtype))
+        assert documented[name][0] == arrow_name, (name, documented[name])

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from raysearch.outputs._study import _value, describe_study, open_storage, study_trial
+from raysearch.outputs._study_values import study_directions
 
 __all__ = ["LiveStudy", "space_distributions"]
 
@@ -72,7 +73,8 @@ def space_distributions(spaces: Iterable[Any]) -> dict[str, Any]:
 class LiveStudy:
     """The Optuna study ``study_name`` in ``storage_url`` that a search writes each trial
     into (see the module docstring); ``summary`` holds what is known of the search when it
-    starts (``metric``, ``higher_is_better``, ``tolerance``, ``tolerance_mode``), ``spaces``
+    starts (``metric``, ``higher_is_better``, ``tolerance``, ``tolerance_mode``, ``objectives``:
+    one direction and value each, a non-candidate infeasible with several), ``spaces``
     are its search spaces (the parameters' distributions)."""
 
     def __init__(
@@ -86,6 +88,8 @@ class LiveStudy:
         self.study_name = study_name
         self.summary = dict(summary)
         self.higher = bool(summary.get("higher_is_better"))
+        #: The config's ``objectives``: one direction and value each.
+        self.objectives = tuple(summary.get("objectives") or ("metric",))
         self.study: Any = None
         #: Each parameter's distribution in the study (the space's; else its first trial's).
         self._dists: dict[str, Any] = space_distributions(spaces)
@@ -107,7 +111,7 @@ class LiveStudy:
         self.study = optuna.create_study(
             storage=storage,
             study_name=self.study_name,
-            direction="maximize" if self.higher else "minimize",
+            directions=study_directions(self.higher, self.objectives),
             load_if_exists=True,
         )
         for trial in self.study.get_trials(deepcopy=False):
@@ -131,7 +135,9 @@ class LiveStudy:
                 outside[f"params/{name}"] = value
             else:
                 params[name], distributions[name] = value, dist
-        trial = study_trial({**record, "params": params}, distributions, self.higher)
+        trial = study_trial(
+            {**record, "params": params}, distributions, self.higher, self.objectives
+        )
         trial.user_attrs.update(outside)
         self.study.add_trial(trial)
         self._ids.add(trial_id)

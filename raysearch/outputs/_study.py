@@ -5,8 +5,9 @@ Each record is one Optuna trial, in start order: a complete trial (its metric th
 trial's settings the params, ``is_candidate`` and the rest as user attributes), a pruned one for
 a trial stopped at a rung of the evaluation on growing subsets, a failed one for a trial that
 failed. A setting's value that Optuna's distributions cannot hold (a list of node names) is its
-JSON text. Intermediate values are the metrics the journal kept per rung (``rung_scores``; a
-trial that could still become a candidate was never ranked at a rung and has only its last).
+JSON text. Intermediate values are the metric at each rung the journal kept (``rung_metrics``;
+a journal written before it kept only ASHA's ``rung_scores``, where a trial that could still
+become a candidate has a mark instead of a score, so such a trial has only its last rung).
 
 Example:
     >>> figures = study_figures(records, summary)                          # doctest: +SKIP
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raysearch.outputs._importance import MIN_IMPORTANCE_TRIALS
+from raysearch.outputs._study_values import objective_values, study_directions, timed_alone
 from raysearch.ranking import finite, is_candidate
 from raysearch.space.space import json_default
 
@@ -84,9 +86,16 @@ def distribution(values: Sequence[Any]) -> Any:
 
 
 def _intermediate(record: Mapping[str, Any], higher: bool) -> dict[int, float]:
-    """The metric at each rung the journal kept: ``rung_scores`` ("higher is better" scores,
-    not the protected mark), and the trial's metric at its last rung."""
+    """The metric at each rung the journal kept (``rung_metrics``); for an older record, its
+    ``rung_scores`` ("higher is better" scores, not the protected mark) and the trial's metric
+    at its last rung."""
     steps: dict[int, float] = {}
+    metrics = record.get("rung_metrics")
+    if metrics:
+        for rung, metric in enumerate(metrics):
+            if finite(metric) is not None:
+                steps[rung] = float(metric)
+        return steps
     for rung, score in enumerate(record.get("rung_scores") or []):
         if isinstance(score, (int, float)) and math.isfinite(score) and score < _PROTECTED:
             steps[rung] = float(score) if higher else -float(score)
@@ -102,12 +111,25 @@ def _when(seconds: Any) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(float(seconds))
 
 
-def study_trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: bool) -> Any:
-    """The Optuna trial of ``record`` (its parameters in ``distributions``)."""
-    return _trial(record, distributions, higher)
+def study_trial(
+    record: Mapping[str, Any],
+    distributions: Mapping[str, Any],
+    higher: bool,
+    objectives: Sequence[str] = ("metric",),
+) -> Any:
+    """The Optuna trial of ``record`` (its parameters in ``distributions``): with several
+    ``objectives``, its value of each, and a trial that is not a candidate infeasible (the
+    constraint ``candidate`` above 0), so that the study's ``best_trials`` are the Pareto
+    front of the candidates (``pareto.parquet``)."""
+    return _trial(record, distributions, higher, objectives)
 
 
-def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: bool) -> Any:
+def _trial(
+    record: Mapping[str, Any],
+    distributions: Mapping[str, Any],
+    higher: bool,
+    objectives: Sequence[str] = ("metric",),
+) -> Any:
     import optuna
     from optuna.trial import TrialState
 
@@ -118,9 +140,14 @@ def _trial(record: Mapping[str, Any], distributions: Mapping[str, Any], higher: 
     if ok:
         state = TrialState.PRUNED if stopped else TrialState.COMPLETE
     params = {k: _value(v) for k, v in (record.get("params") or {}).items()}
+    several = len(objectives) > 1
+    values = None
+    if state == TrialState.COMPLETE:
+        values = objective_values(record, objectives) if several else [metric]
     trial = optuna.trial.create_trial(
         state=state,
-        value=metric if state == TrialState.COMPLETE else None,
+        values=values,
+        constraints={"candidate": 0.0 if is_candidate(record) else 1.0} if several else None,
         params=params,
         distributions={k: distributions[k] for k in params},
         user_attrs={
@@ -146,19 +173,21 @@ def build_study(
     *,
     storage: Any = None,
     study_name: str | None = None,
+    objectives: Sequence[str] = ("metric",),
 ) -> Any:
     """An Optuna study holding one trial per record (in the order given): in memory, or a new
-    study ``study_name`` in ``storage`` (:func:`export_study`)."""
+    study ``study_name`` in ``storage`` (:func:`export_study`); one direction per objective
+    (:func:`study_trial`)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         storage=storage,
         study_name=study_name,
-        direction="maximize" if higher_is_better else "minimize",
+        directions=study_directions(higher_is_better, objectives),
     )
     distributions = _distributions(rows)
-    study.add_trials([_trial(r, distributions, higher_is_better) for r in rows])
+    study.add_trials([_trial(r, distributions, higher_is_better, objectives) for r in rows])
     return study
 
 
@@ -194,7 +223,12 @@ def export_study(
             )
         optuna.delete_study(study_name=study_name, storage=storage)
     higher = bool(summary.get("higher_is_better"))
-    study = build_study(order(records), higher, storage=storage, study_name=study_name)
+    objectives = summary.get("objectives") or ("metric",)
+    if len(objectives) > 1:  # ranked as pareto.parquet ranks them
+        records = timed_alone(records, summary)
+    study = build_study(
+        order(records), higher, storage=storage, study_name=study_name, objectives=objectives
+    )
     describe_study(study, summary)
     return study
 
@@ -220,10 +254,15 @@ def open_storage(storage_url: str) -> tuple[Any, set[str]]:
 
 
 def describe_study(study: Any, summary: Mapping[str, Any]) -> None:
-    """The search's metric's name and the summary's ``metric``, ``higher_is_better``,
-    ``tolerance``, ``tolerance_mode``, ``float_metric`` and ``stop_reason`` on ``study``."""
+    """The name of each of the study's objectives (the search's metric's, then the others'),
+    and the summary's ``metric``, ``higher_is_better``, ``tolerance``, ``tolerance_mode``,
+    ``float_metric`` and ``stop_reason`` on ``study``."""
     metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
-    _quiet(lambda: study.set_metric_names([metric]))
+    objectives = list(summary.get("objectives") or ["metric"])
+    if len(objectives) != len(study.directions):  # a study written before its objectives
+        objectives = ["metric"]
+    names = [metric if name == "metric" else name for name in objectives]
+    _quiet(lambda: study.set_metric_names(names))
     for key in ("metric", "higher_is_better", "tolerance", "tolerance_mode", "float_metric"):
         if summary.get(key) is not None:
             study.set_user_attr(key, summary[key])

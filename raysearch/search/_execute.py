@@ -56,7 +56,8 @@ from raysearch.search.runtime.transfer import (
     node_folder,
     remove_node_folders,
 )
-from raysearch.search.tune._loggers import after_search, make_live_study, make_loggers
+from raysearch.search.tune._loggers import after_search, make_live_study
+from raysearch.search.tune._ray_loggers import make_loggers
 from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, replay_result, restored_signal_handlers
 from raysearch.search.tune._usage_tag import own_callbacks_tagged
@@ -144,6 +145,16 @@ class Execution:
         searcher.session_key = self.session_key
         return searcher
 
+    def _loggers(self, config: SearchConfig, folder: Path) -> list[Any]:
+        """Ray's logger callbacks of the config's ``loggers``, told the search's id and name
+        (the name ``raysearch export`` gives its study)."""
+        if not config.loggers:
+            return []
+        from raysearch.outputs import default_study_name
+
+        name = default_study_name(folder, self.session_key)
+        return make_loggers(config.loggers, self.session_key, name)
+
     @staticmethod
     def _expected_trials(searcher: SettingSearcher) -> int | None:
         """How many trials the search runs when no other stop condition fires first: the
@@ -184,7 +195,7 @@ class Execution:
             run = self.start(resume, progress, prepared, started_at)
             self.fit(run, resume)
             result = self.finish(run)
-            after_search(run.session.callbacks, result.summary, folder)
+            after_search(run.session.callbacks, result.summary, folder, self.session_key)
             return result
         except Exception as exc:
             if not is_disk_full(exc):
@@ -268,7 +279,7 @@ class Execution:
             self.session_key, journal, clock, stopper, recorder, progress_cb, records=list(records)
         )
         live = make_live_study(config, folder, self.session_key, records, recorder)
-        session.callbacks = [*live, *self.callbacks, *make_loggers(config.loggers)]
+        session.callbacks = [*live, *self.callbacks, *self._loggers(config, folder)]
         session.objectives = tuple(config.objectives)
         session.probe_cache = search_probe_cache(
             model_path=spec.model.path,

@@ -62,7 +62,8 @@ def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path):
     runs = client.search_runs([experiment], run_view_type=ViewType.ALL, max_results=1000)
 
     def trial_of(run) -> str | None:
-        return next((i for i in ids if run.data.tags["trial_name"].endswith(i)), None)
+        trial_id = run.data.tags["trial_id"]  # each run's tag (raysearch's MLflow logger)
+        return trial_id if trial_id in ids else None
 
     # A trial the kill cut short before it was journaled is run again under a trial id of the
     # resumed session's (when Tune's saved experiment predates it): its first run stays

@@ -196,3 +196,32 @@ def test_tunes_saved_state_keeps_each_finished_trials_analysis_but_not_its_windo
         metadata = json.loads(run_metadata)
         assert metadata["metric_n_steps"] == {}
         assert {"metric", "rung_score", "training_iteration"} <= set(metadata["metric_analysis"])
+
+
+def test_the_optuna_study_holds_each_trials_metric_at_every_rung_it_reached(straight, tmp_path):
+
+    from raysearch.outputs import LiveStudy, export_study
+    from raysearch.search.record.journal import Journal
+
+    records = {r["trial_id"]: r for r in Journal(straight / "journal.jsonl").load()}
+    summary = json.loads((straight / "summary.json").read_text())
+    exported = export_study(list(records.values()), summary, f"sqlite:///{tmp_path}/e.db", "e")
+    live = LiveStudy(f"sqlite:///{tmp_path}/live.db", "live", summary)
+    live.open(list(records.values()))  # what the live study writes as each trial ends
+    protected = 0
+    for study in (exported, live.study):
+        assert len(study.trials) == SETTINGS
+        for trial in study.trials:
+            record = records[trial.user_attrs["trial_id"]]
+            last = record["rung"]
+            values = trial.intermediate_values
+            # Every rung the trial reached, each the metric there, the last the trial's metric.
+            assert sorted(values) == list(range(last + 1)), (record["rung_scores"], values)
+            assert values[last] == pytest.approx(record["metric"])
+            for rung, score in enumerate(record["rung_scores"]):
+                if score >= 1e299:  # ASHA's mark for a trial that could still be a candidate
+                    protected += 1
+                else:  # ASHA ranks L2 negated
+                    assert values[rung] == pytest.approx(-score)
+            assert all(0 <= v < 1e299 for v in values.values())
+    assert protected  # the trials whose rung scores are marks have their metrics too

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
+import optuna
 import pyarrow.parquet as pq
 import pytest
 
+from raysearch.outputs import default_study_name, export_study
 from raysearch.ranking import pareto_front
 from raysearch.search import AutoSearch
 from raysearch.search.record.journal import Journal
+from raysearch.search.record.output_dir import search_id
 from tests.test_report_browser import _offline_and_clean, _page, browser  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
@@ -50,16 +54,31 @@ def _brute_front(rows: list[dict]) -> set[str]:
     return front
 
 
-def test_pareto_front_and_select_size(make_config, browser):  # noqa: F811
-    config = make_config(
-        search_space=SPACE,
-        tolerance=10.0,  # L2 within 10: every setting is a candidate
-        objectives=["metric", "latency_ms", "model_size_mb"],
-        select="size",
-        keep_candidates=1,
-        search_algo="NSGAII",  # samples on the three objectives until the space is done
-    )
-    result = AutoSearch(config).run()
+@pytest.fixture(scope="module")
+def pareto_search(mlp_files, tmp_path_factory) -> tuple[Any, str]:
+    """The search over three objectives (every setting a candidate), its live Optuna study in
+    a SQLite storage: its result and the storage's URL."""
+    folder = tmp_path_factory.mktemp("objectives")
+    storage = f"sqlite:///{folder / 'live.db'}"
+    config = {
+        "model": str(mlp_files["model"]),
+        "calibration_data": str(mlp_files["data"]),
+        "search_space": SPACE,
+        "metric": "L2",
+        "tolerance": 10.0,  # L2 within 10: every setting is a candidate
+        "seed": 0,
+        "objectives": ["metric", "latency_ms", "model_size_mb"],
+        "select": "size",
+        "keep_candidates": 1,
+        "search_algo": "NSGAII",  # samples on the three objectives until the space is done
+        "optuna_storage": storage,
+        "output_dir": str(folder / "out"),
+    }
+    return AutoSearch(config).run(), storage
+
+
+def test_pareto_front_and_select_size(pareto_search, browser):  # noqa: F811
+    result = pareto_search[0]
     out, summary = result.output_dir, result.summary
     results = pq.read_table(out / "results.parquet")
     pareto = pq.read_table(out / "pareto.parquet")
@@ -112,3 +131,23 @@ def test_pareto_front_and_select_size(make_config, browser):  # noqa: F811
     charts = {c["key"]: c for c in page["charts"]}
     assert charts["pareto"]["points"] > 0 and charts["pareto"]["drawn"] > 0
     assert len(page["table"]["rows"]) == len(rows)
+
+
+def test_the_optuna_study_live_and_exported_has_a_direction_per_objective_and_the_front(
+    pareto_search, tmp_path
+):
+    result, storage = pareto_search
+    out, summary = result.output_dir, result.summary
+    pareto = {r["trial_id"] for r in pq.read_table(out / "pareto.parquet").to_pylist()}
+    assert pareto == set(summary["pareto_trial_ids"])
+    # Exported: its best trials are pareto.parquet's (latency as timed alone after the search).
+    records = Journal(out / "journal.jsonl").load()
+    exported = export_study(records, summary, f"sqlite:///{tmp_path / 'e.db'}", "e")
+    # Live: each trial as it ended, with the latency it measured in the search.
+    live = optuna.load_study(study_name=default_study_name(out, search_id(out)), storage=storage)
+    in_search = {r["trial_id"] for r in pareto_front(records, summary["objectives"], False)}
+    for study, front in ((exported, pareto), (live, in_search)):
+        assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 3
+        assert study.metric_names == ["L2", "latency_ms", "model_size_mb"]
+        assert len(study.trials) == len(records)
+        assert {t.user_attrs["trial_id"] for t in study.best_trials} == front

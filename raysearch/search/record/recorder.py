@@ -30,7 +30,8 @@ A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, `
 of the trial engine's ``TrialResult`` (``eval_rows`` and ``eval_fraction``: the rows the
 metric is over), ``stopped_at_rung`` (the rung ASHA stopped the trial at; None when it was
 evaluated on every row), ``rung_scores`` and ``rung_ended_at`` (what ASHA ranked it by at each
-rung, and when: a resumed search refills ASHA's rungs from them), ``node``, ``model_file``
+rung, and when: a resumed search refills ASHA's rungs from them), ``rung_metrics`` (the metric
+at each rung, the Optuna study's intermediate values), ``node``, ``model_file``
 (relative to the output folder, or None), ``model_lost`` (only when a model to keep could not
 be kept, e.g. its node was lost before the driver fetched it: why, in one line; such a trial
 is never the best), ``retries`` and ``retried_after`` (how many times Ray Tune ran the trial

@@ -1,5 +1,6 @@
 """A search's trials reported to Ray Tune callbacks: the user's own (``run(callbacks=...)``)
-and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``).
+and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``,
+:mod:`~raysearch.search.tune._ray_loggers`).
 
 Ray Tune pickles a Tuner's callbacks into its experiment, and ``Tuner.restore`` brings back
 those pickled copies, never the ones a resumed session is given. So Tune holds one proxy,
@@ -8,13 +9,14 @@ callbacks of the live session (:attr:`SearchSession.callbacks
 <raysearch.search.tune.session.SearchSession>`): a resumed search reports to the callbacks
 it is given now.
 
-What a callback sees of a trial: ``trial.config`` is what the searcher suggested (the
-trial's ``settings``, ``params``, ``stage``, ``number``, ``phase``: the settings are each
-trial's parameters in MLflow and W&B), and each result is Tune's with the trial's record
-read out of its JSON text into numbers and words (:func:`logged_result`): ``metric``,
-``objective``, ``objectives/<name>`` for each of the config's ``objectives``, ``stage``,
-``model_size_bytes``, ``latency_ms`` (a language model's ``decode_latency_ms`` and
-``prefill_latency_ms`` too), ``is_candidate``, ``status``, ``rung``. A trial that
+What a user's callback sees of a trial: ``trial.config`` is what the searcher suggested (the
+trial's ``settings``, ``params``, ``stage``, ``number``, ``phase``), and each result is Tune's
+with the trial's record read out of its JSON text into numbers and words
+(:func:`logged_result`): ``metric``, ``objective``, ``objectives/<name>`` for each of the
+config's ``objectives``, ``stage``, ``model_size_bytes``, ``latency_ms`` (a language model's
+``decode_latency_ms`` and ``prefill_latency_ms`` too), ``is_candidate``, ``status``, ``rung``.
+Ray's MLflow and W&B loggers log less of it: each setting once, the documented numbers and the
+trial's words (:mod:`~raysearch.search.tune._ray_loggers`). A trial that
 was journaled before this session (one Tune runs again after a restore only to replay its
 recorded result) reaches no callback: resume never logs a finished trial twice.
 
@@ -28,7 +30,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,14 +38,13 @@ from ray import tune
 
 from raysearch.ranking import finite, is_candidate
 from raysearch.search.record.reported import RECORD_KEY, reported_record
+from raysearch.search.tune._ray_loggers import log_best_model
 from raysearch.search.tune.session import lookup
 
 __all__ = [
     "TrialLoggers",
     "LiveStudyCallback",
     "logged_result",
-    "make_loggers",
-    "log_best_model",
     "after_search",
 ]
 
@@ -254,6 +254,7 @@ def make_live_study(
             "higher_is_better": config.metric_higher_is_better,
             "tolerance": config.tolerance,
             "tolerance_mode": config.tolerance_mode if config.is_custom_metric else None,
+            "objectives": list(config.objectives),
         },
         spaces=config.search_spaces,
     )
@@ -266,87 +267,18 @@ def make_live_study(
     return [LiveStudyCallback(study, recorder)]
 
 
-def after_search(callbacks: Sequence[Any], summary: Mapping[str, Any], folder: Path) -> None:
+def after_search(
+    callbacks: Sequence[Any], summary: Mapping[str, Any], folder: Path, search_id: str
+) -> None:
     """What the loggers get once the outputs are written: the best model's files
-    (:func:`log_best_model`) and the live study's final attributes."""
+    (:func:`~raysearch.search.tune._ray_loggers.log_best_model`) and the live study's final
+    attributes."""
     from raysearch.layout import BEST
 
-    log_best_model(callbacks, summary.get("best_trial_id"), folder / BEST)
+    log_best_model(callbacks, summary.get("best_trial_id"), folder / BEST, search_id)
     for callback in callbacks:
         if isinstance(callback, LiveStudyCallback):
             try:
                 callback.study.finish(summary)
             except Exception:  # the outputs are written; the study's attributes are extra
                 _logger.warning("the live Optuna study's summary was not written", exc_info=True)
-
-
-def make_loggers(specs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tune.Callback]:
-    """Ray's logger callback for each ``(name, settings)`` of the config's ``loggers``."""
-    callbacks: list[tune.Callback] = []
-    for name, settings in specs:
-        if name == "mlflow":
-            from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-            callbacks.append(MLflowLoggerCallback(**settings))
-        elif name == "wandb":
-            callbacks.append(_wandb_callback(dict(settings)))
-    return callbacks
-
-
-def _wandb_callback(settings: dict[str, Any]) -> tune.Callback:
-    """Ray's ``WandbLoggerCallback``; ``project`` defaults to ``raysearch``. In ``mode:
-    offline`` (or ``disabled``) no API key is asked for: Ray reads the mode only from the
-    environment (``WANDB_MODE``), which is set for the callback's setup alone."""
-    import os
-
-    from ray.air.integrations.wandb import WandbLoggerCallback
-
-    mode = settings.get("mode")
-
-    class _Wandb(WandbLoggerCallback):
-        def setup(self, *args: Any, **kwargs: Any) -> None:
-            if mode not in ("offline", "disabled") or os.environ.get("WANDB_MODE"):
-                super().setup(*args, **kwargs)
-                return
-            os.environ["WANDB_MODE"] = mode
-            try:
-                super().setup(*args, **kwargs)
-            finally:
-                del os.environ["WANDB_MODE"]
-
-    settings.setdefault("project", "raysearch")
-    return _Wandb(**settings)
-
-
-def log_best_model(callbacks: Sequence[Any], trial_id: str | None, folder: Path) -> None:
-    """The best model's files (``folder``: ``best/``) as artifacts of the best trial's run, for
-    each logger that keeps files of a finished run (MLflow's); W&B's runs end in their own
-    processes, whose files Ray's callback does not reopen."""
-    # Ray's MLflow integration imports MLflow (seconds of CPU): a callback can be an
-    # instance of its class only if something imported it already.
-    integration = sys.modules.get("ray.air.integrations.mlflow")
-    if integration is None or trial_id is None or not folder.is_dir():
-        return
-    for callback in callbacks:
-        if not isinstance(callback, integration.MLflowLoggerCallback):
-            continue
-        try:
-            from mlflow.tracking import MlflowClient
-
-            # The callback's run of the trial is tagged with its name, ``<trainable>_<id>``.
-            client = MlflowClient(callback.tracking_uri, callback.registry_uri)
-            named = callback.experiment_name and client.get_experiment_by_name(
-                callback.experiment_name
-            )
-            experiments = (
-                [named.experiment_id]
-                if named
-                else [e.experiment_id for e in client.search_experiments()]
-            )
-            runs = client.search_runs(
-                experiments, filter_string=f"tags.trial_name LIKE '%_{trial_id}'"
-            )
-            for run in runs[:1]:
-                client.log_artifacts(run.info.run_id, str(folder), artifact_path="best_model")
-        except Exception:  # the search's outputs are written; the logger's copy is extra
-            _logger.warning("MLflow: the best model could not be logged", exc_info=True)

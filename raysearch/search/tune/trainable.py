@@ -291,6 +291,10 @@ class QuantTrainable(tune.Trainable):
             live.ended_at.append(record["ended_at"])
             record["rung_scores"] = list(live.scores)
             record["rung_ended_at"] = list(live.ended_at)
+            # The metric itself at each rung (a protected trial's score is only a mark): the
+            # Optuna study's intermediate values.
+            live.metrics.append(record.get("metric"))
+            record["rung_metrics"] = list(live.metrics)
         metric = record.get("metric") if ok else None
         objective = record.get("objective") if ok else None
         return {
@@ -352,6 +356,7 @@ class _Live:
         self.started_at = time.time()
         self.scores: list[float] = []
         self.ended_at: list[float] = []
+        self.metrics: list[float | None] = []
 
 
 class TrialTimeoutError(TimeoutError):

@@ -1,0 +1,79 @@
+"""What a search's Optuna study holds of each trial with several ``objectives``: one direction
+per objective (:func:`study_directions`), each trial's value of each (:func:`objective_values`),
+and, for ``raysearch export``, the latencies the search timed again alone after its last trial
+(:func:`timed_alone`), which ``pareto.parquet`` ranks too.
+
+Example:
+    >>> objective_values({"metric": 0.5, "model_size_bytes": 2_000_000},
+    ...                  ("metric", "model_size_mb", "latency_ms"))
+    [0.5, 2.0, inf]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from raysearch.ranking import finite
+
+__all__ = ["study_directions", "objective_values", "timed_alone"]
+
+
+def study_directions(higher: bool, objectives: Sequence[str] = ("metric",)) -> list[str]:
+    """The study's direction of each of the config's ``objectives``: the metric's own, the
+    others (latency, size) minimized.
+
+    Example:
+        >>> study_directions(False, ("metric", "model_size_mb"))
+        ['minimize', 'minimize']
+        >>> study_directions(True, ("metric", "latency_ms"))
+        ['maximize', 'minimize']
+    """
+    return [
+        ("maximize" if higher else "minimize") if name == "metric" else "minimize"
+        for name in objectives or ("metric",)
+    ]
+
+
+def objective_values(record: Mapping[str, Any], objectives: Sequence[str]) -> list[float]:
+    """The record's value of each objective as the study holds it (the metric itself,
+    ``model_size_mb`` from the bytes; a missing one ``inf``, worse than any: as
+    :func:`raysearch.ranking.objective_values` ranks it)."""
+    values = []
+    for name in objectives:
+        if name == "model_size_mb":
+            size = finite(record.get("model_size_bytes"))
+            value = None if size is None else size / 1e6
+        else:
+            value = finite(record.get(name))
+        values.append(math.inf if value is None else value)
+    return values
+
+
+def timed_alone(
+    records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """``records`` (the journal's: each trial's figures as timed in the search) with the
+    latencies the search timed again alone after its last trial (``summary.json``'s
+    ``latency_retimed``, ``decode_latency_retimed``, ``prefill_latency_retimed``), as
+    ``results.parquet`` and ``pareto.parquet`` hold them.
+
+    Example:
+        >>> timed_alone([{"trial_id": "a", "latency_ms": 9.0}],
+        ...             {"latency_retimed": {"models": {"a": {"median_ms": 4.0}}}})
+        [{'trial_id': 'a', 'latency_ms': 4.0}]
+    """
+    timed = {
+        figure: (summary.get(figure.removesuffix("_ms") + "_retimed") or {}).get("models") or {}
+        for figure in ("latency_ms", "decode_latency_ms", "prefill_latency_ms")
+    }
+    out: list[Mapping[str, Any]] = []
+    for record in records:
+        again = {
+            figure: by_model[str(record.get("trial_id"))]["median_ms"]
+            for figure, by_model in timed.items()
+            if str(record.get("trial_id")) in by_model
+        }
+        out.append({**record, **again} if again else record)
+    return out
