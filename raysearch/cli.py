@@ -215,7 +215,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     model, the data against the model, the evaluator on the float model, the Optuna storage
     and the loggers' places: :mod:`raysearch.search.targets`), then the space's
     size; what it cannot check without Ray or ``run``'s flags, one line each."""
-    from raysearch.search.preflight import preflight
+    from raysearch.search.preflight import preflight, warn_if_u8s8_saturates
     from raysearch.search.targets import check_targets
     from raysearch.strategies import check_strategy_available
 
@@ -224,6 +224,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     check_strategy_available(config.search_algo)
     prepared = preflight(config, check_only=True)
     check_targets(config)
+    warn_if_u8s8_saturates(config.search_spaces)
     print(f"{args.config}: valid")
     for line in _space_report(config):
         print(line)

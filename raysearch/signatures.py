@@ -63,9 +63,12 @@ def parameter_types(function: Any) -> dict[str, Any]:
         if annotation is param.empty:
             continue
         if isinstance(annotation, str):
+            def one(value: Any) -> None: ...
+
+            one.__annotations__ = {"value": annotation}
             try:
-                # The annotation's own text, in its module's names (what get_type_hints does).
-                annotation = eval(annotation, dict(namespace))  # noqa: S307
+                # The annotation's own text, in its module's names, one parameter at a time.
+                annotation = typing.get_type_hints(one, globalns=dict(namespace))["value"]
             except Exception:  # noqa: BLE001 - a type-checking-only name: not checked
                 continue
         out[name] = annotation

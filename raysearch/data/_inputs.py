@@ -66,8 +66,13 @@ def _dim_text(dim: int | str | None) -> str:
     return dim
 
 
-def model_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[ModelInput]:
-    """The inputs a caller must feed: graph inputs minus initializers, in graph order.
+def model_inputs(
+    model: str | os.PathLike | onnx.ModelProto, path: str | os.PathLike | None = None
+) -> list[ModelInput]:
+    """The inputs a caller must feed: graph inputs minus initializers, in graph order; a
+    decoder's cache inputs with the head count and size its folder (beside ``model``, or
+    ``path`` for a ``ModelProto`` read from there) or graph gives
+    (:func:`raysearch.modelfolder.cache_dims`).
 
     Example:
         >>> [i.name for i in model_inputs("model.onnx")]     # doctest: +SKIP
@@ -93,7 +98,7 @@ def model_inputs(model: str | os.PathLike | onnx.ModelProto) -> list[ModelInput]
             else:
                 dims.append(dim.dim_param or None)
         found.append(ModelInput(value.name, dtype, tuple(dims)))
-    return _with_cache_dims(found, None if isinstance(model, onnx.ModelProto) else model, proto)
+    return _with_cache_dims(found, path if isinstance(model, onnx.ModelProto) else model, proto)
 
 
 def _with_cache_dims(

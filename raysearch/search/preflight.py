@@ -58,6 +58,7 @@ __all__ = [
     "float_batch_latency",
     "stderr_lines",
     "STDERR_LOGGER",
+    "warn_if_u8s8_saturates",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -263,8 +264,7 @@ def preflight(
 
     model = os.fspath(config.model)
     proto = check_model(model, config.search_spaces)
-    warn_if_u8s8_saturates(config.search_spaces)
-    inputs = model_inputs(proto)
+    inputs = model_inputs(proto, path=model)
     calibration = DataSource.load(
         config.calibration_data, inputs, config.batch_size, label="calibration data"
     )

@@ -386,7 +386,7 @@ def _preflight_beside_ray(
     closed when this call started Ray (which ends with the search: nothing to keep)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from raysearch.search.preflight import preflight
+    from raysearch.search.preflight import preflight, warn_if_u8s8_saturates
 
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
         lookup = kept.lookup_reference if kept is not None else None
@@ -413,11 +413,14 @@ def _preflight_beside_ray(
         if kept is not None:
             kept.close() if started_locally() else kept.open()
         try:
-            return checked.result()
+            prepared = checked.result()
         except BaseException:
             if started:
                 stop_ray()
             raise
+    # Advice on this CPU once the search will run (a refused input or cluster is one line).
+    warn_if_u8s8_saturates(config.search_spaces)
+    return prepared
 
 
 def _code_to_ship(config: SearchConfig) -> tuple[list[Path], list[Path]]:

@@ -111,8 +111,11 @@ def _sqlite_tables(path: Path) -> set[str] | None:
         raise _Refused(f"{path} is not a file")
     if not os.access(path, os.R_OK | os.W_OK):
         raise _Refused(f"{path} is not writable")
+    # A process killed mid-write leaves a hot journal, which only a writing connection may
+    # roll back (as MLflow's or Optuna's next open does): a read-only one is refused.
+    hot = any(path.with_name(path.name + end).exists() for end in ("-journal", "-wal"))
     try:
-        connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        connection = sqlite3.connect(path.as_uri() + ("" if hot else "?mode=ro"), uri=True)
         try:
             rows = connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
             return {name for (name,) in rows}

@@ -86,8 +86,10 @@ def test_nothing_is_evaluated_and_only_raysearch_checkpoints_are_unpickled():
     # raysearch's own configs/ package (the predefined spaces) in a source tree not installed,
     # loaded from the file beside the package, never from a path a config names; and a metric
     # function given from Python, pickled by the driver for the trials inside the Evaluator
-    # that Ray sends them (never bytes read from a file).
+    # that Ray sends them (never bytes read from a file); and the latency timer's job and
+    # answers, through the pipes between the driver and the timing process it started.
     assert found <= {
+        ("raysearch/search/_latency_timer.py", "pickle.load"),
         ("raysearch/search/tune/searchers.py", "pickle.load"),
         ("raysearch/_source_tree.py", "importlib.util.spec_from_file_location"),
         ("raysearch/evaluate/_evaluator.py", "pickle.loads"),

@@ -88,7 +88,8 @@ def start_ray(
 ) -> bool:
     """Join the Ray cluster at ``address`` (else at ``RAY_ADDRESS``), or start a local one
     of the search's own with this machine's CPUs, even when another Ray runs on this machine;
-    nothing when Ray is already initialised. Returns whether this call started Ray.
+    nothing when Ray is already initialised (but for refusing an ``address`` nothing answers
+    at). Returns whether this call started Ray.
 
     ``py_modules`` (:func:`raysearch.usercode.code_folders`: the folders of the evaluator's
     or a plugin's module found beside the config or in the working directory) are shipped,
@@ -103,6 +104,8 @@ def start_ray(
 
     global _local_ray
     if ray.is_initialized():
+        if address:  # an address named is one that answers, even to a process in Ray
+            check_reachable(address)
         _warn_unshipped(py_modules)
         return False
     # Token authentication stays on (Ray's default); its notice about that default on every
