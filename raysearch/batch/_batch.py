@@ -300,7 +300,12 @@ def run_batch(
     written once the batch (and a Ray it started) is gone."""
     import ray
 
-    from raysearch.search.runtime.cluster import shutdown_ray, start_ray
+    from raysearch.search.runtime.cluster import (
+        shutdown_ray,
+        start_ray,
+        started_locally,
+        stop_ray,
+    )
 
     out = manifest.output_dir
     # A cluster that does not answer is refused before anything is written.
@@ -339,7 +344,9 @@ def run_batch(
     finally:
         searches.stop_all()
         if started_here:
-            shutdown_ray()
+            # stop_ray also forgets the local Ray it was: a later search in this process
+            # (Python, a notebook) must not take the Ray it joins for one it started.
+            stop_ray() if started_locally() else shutdown_ray()
     rows = [_row(m, out / m.name, errors.get(m.name)) for m in manifest.models]
     table = pa.Table.from_pylist(rows, schema=_schema())
     _write_summary(table, out)
