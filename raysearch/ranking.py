@@ -19,6 +19,7 @@ __all__ = [
     "SELECTS",
     "objective_values",
     "dominates",
+    "objective_value",
     "pareto_front",
     "finite",
     "order",
@@ -318,16 +319,25 @@ def objective_values(
     """
     values = []
     for name in objectives:
-        if name == "metric":
-            value = finite(record.get("metric"))
-            value = None if value is None else (-value if higher_is_better else value)
-        elif name == "model_size_mb":
-            size = finite(record.get("model_size_bytes"))
-            value = None if size is None else size / 1e6
-        else:
-            value = finite(record.get(name))
+        value = objective_value(record, name)
+        if name == "metric" and value is not None and higher_is_better:
+            value = -value
         values.append(math.inf if value is None else value)
     return tuple(values)
+
+
+def objective_value(record: Mapping[str, Any], name: str) -> float | None:
+    """The record's value of objective ``name`` as measured (the metric in its own direction,
+    ``model_size_mb`` from ``model_size_bytes``); None when it has none.
+
+    Example:
+        >>> objective_value({"model_size_bytes": 2_000_000}, "model_size_mb")
+        2.0
+    """
+    if name == "model_size_mb":
+        size = finite(record.get("model_size_bytes"))
+        return None if size is None else size / 1e6
+    return finite(record.get(name))
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raysearch.ranking import finite
+from raysearch.ranking import objective_value
 
 __all__ = ["study_directions", "objective_values", "timed_alone"]
 
@@ -40,15 +40,8 @@ def objective_values(record: Mapping[str, Any], objectives: Sequence[str]) -> li
     """The record's value of each objective as the study holds it (the metric itself,
     ``model_size_mb`` from the bytes; a missing one ``inf``, worse than any: as
     :func:`raysearch.ranking.objective_values` ranks it)."""
-    values = []
-    for name in objectives:
-        if name == "model_size_mb":
-            size = finite(record.get("model_size_bytes"))
-            value = None if size is None else size / 1e6
-        else:
-            value = finite(record.get(name))
-        values.append(math.inf if value is None else value)
-    return values
+    values = [objective_value(record, name) for name in objectives]
+    return [math.inf if value is None else value for value in values]
 
 
 def timed_alone(

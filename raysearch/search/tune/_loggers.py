@@ -36,7 +36,7 @@ from typing import Any
 
 from ray import tune
 
-from raysearch.ranking import finite, is_candidate
+from raysearch.ranking import is_candidate, objective_value
 from raysearch.search.record.reported import RECORD_KEY, reported_record
 from raysearch.search.tune._ray_loggers import log_best_model
 from raysearch.search.tune.session import lookup
@@ -90,11 +90,7 @@ def logged_result(
     if stage is not None:
         out["stage"] = stage
     for name in objectives:
-        if name == "model_size_mb":
-            size = finite(record.get("model_size_bytes"))
-            value = None if size is None else size / 1e6
-        else:
-            value = finite(record.get(name))
+        value = objective_value(record, name)
         if value is not None:
             out[f"objectives/{name}"] = value
     return out
