@@ -216,6 +216,46 @@ def test_catalogue_checks_values_in_a_space():
     assert len(space.expand()) == 2
 
 
+def test_node_settings_give_each_node_its_own_choice(backend, lm, tmp_path):
+    """``node_settings`` reach the written model node by node: the head at 8 bits, the gate
+    at block 32 asymmetric by k-quant, every other node at the top level's RTN block 64
+    symmetric; ``accuracy_level`` on all of them."""
+    settings = {
+        "block_size": 64,
+        "accuracy_level": 4,
+        "node_settings": {
+            HEAD: {"bits": 8},
+            GATE: {"algorithm": "k_quant", "block_size": 32},
+        },
+    }
+    backend.quantize(settings, tmp_path / "q.onnx")
+    model = onnx.load(tmp_path / "q.onnx")
+    nodes = _nbits(model)
+    by_source = {n.name.rsplit("_Q", 1)[0]: n for n in nodes.values()}
+    assert _attr(by_source[HEAD], "bits") == 8 and _attr(by_source[HEAD], "block_size") == 64
+    assert _attr(by_source[GATE], "block_size") == 32
+    assert len(by_source[GATE].input) == 4  # k-quant's zero points
+    others = [n for k, n in by_source.items() if k not in (HEAD, GATE)]
+    assert {(_attr(n, "bits"), _attr(n, "block_size")) for n in others} == {(4, 64)}
+    assert all(len(n.input) == 3 for n in others)  # symmetric: no zero points
+    assert {_attr(n, "accuracy_level") for n in nodes.values()} == {4}
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"node_settings": {HEAD: {"bits": 5}}}, "node_settings '/lm_head/MatMul': bits: expected"),
+    ({"node_settings": {HEAD: {"algorithm": "hqq", "bits": 8}}}, "hqq at 8 bits"),
+    ({"node_settings": {HEAD: {"bits": 8}}, "nodes_float": [HEAD]}, "and in a node list"),
+    ({"node_settings": {HEAD: {"blocks": 8}}}, "blocks is not one of"),
+])  # fmt: skip
+def test_node_settings_refused_in_one_line(settings, message):
+    assert message in WeightOnlyBackend.reject(settings)
+
+
+def test_validate_names_a_node_of_node_settings_that_is_no_weight_matmul(lm):
+    with pytest.raises(ConfigError, match="node_settings: .*'/lm_head/MatMull'"):
+        WeightOnlyBackend.validate({"node_settings": {"/lm_head/MatMull": {"bits": 8}}}, lm)
+
+
 def test_validate_names_a_node_that_is_no_weight_matmul(lm):
     WeightOnlyBackend.validate({"nodes_8bit": [HEAD]}, lm)
     with pytest.raises(ConfigError, match="nodes_float: .*'/lm_head/MatMull'.*'/lm_head/MatMul'"):
@@ -262,6 +302,7 @@ def test_k_quant_fails_at_4_bits_on_an_odd_number_of_blocks_as_the_rule_says(row
     fails on a weight of 1, 3 or 5 blocks a column (a fused q/k/v or a k projection of such a
     width), never on an even number; at 8 bits it fails on none."""
     from raysearch.quantize.backends.weight_only._backend import (
+        NodeChoice,
         _k_quant_refusal,
         import_quantizer,
     )
@@ -279,7 +320,8 @@ def test_k_quant_fails_at_4_bits_on_an_odd_number_of_blocks_as_the_rule_says(row
         assert "cannot reshape" in str(exc)
         failed = True
     assert failed is fails
-    assert (_k_quant_refusal(32, rows, "mm", bits) is not None) is fails
+    choice = NodeChoice("k_quant", bits, 32, False)
+    assert (_k_quant_refusal(choice, rows, "mm") is not None) is fails
 
 
 def test_k_quant_that_would_fail_on_the_model_is_refused_before_anything_runs(lm, backend):

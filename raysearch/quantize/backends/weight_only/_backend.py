@@ -2,13 +2,14 @@
 4/8-bit weights, float activations), with every setting of
 :mod:`raysearch.quantize.backends.weight_only.options` passed to it.
 
-Per-node precision: ONNX Runtime's blocked RTN and HQQ quantize every selected node at one
-``bits`` (the 8-bit nodes of an HQQ setting are rounded by RTN: HQQ's 8-bit MatMulNBits does
-not run on CPU), so a model with nodes at 8 and at 4 bits is two passes of the quantizer, the 8-bit
-nodes first (a node quantized in the first pass is a ``MatMulNBits`` the second pass leaves
-alone), each excluding the nodes of the other precision and those kept float. k-quant goes
-through ONNX Runtime's neural-compressor path, which reads ``bits`` from a per-node
-configuration only (its global ``bits`` is ignored there): every node gets its own entry.
+Per-node choices: ONNX Runtime's blocked RTN and HQQ quantize every selected node at one
+``bits``, ``block_size`` and symmetry, so a model whose nodes differ (node lists,
+``node_settings``) is one pass of the quantizer per distinct choice (the 8-bit nodes of an HQQ
+setting are rounded by RTN: HQQ's 8-bit MatMulNBits does not run on CPU): a node quantized in
+one pass is a ``MatMulNBits`` the later passes leave alone, and each pass excludes every node
+of another choice and those kept float. k-quant goes through ONNX Runtime's
+neural-compressor path, which reads ``bits`` and the block from a per-node configuration
+only (its global ``bits`` is ignored there): its nodes are one pass, each with its own entry.
 ``accuracy_level`` is passed to the quantizer and set on every ``MatMulNBits`` node written
 (HQQ's quantizer writes none).
 
@@ -39,7 +40,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -52,7 +53,8 @@ from raysearch.quantize.backends.weight_only.options import (
     FLOAT,
     NODE_LISTS,
     WEIGHT_ONLY_CATALOGUE,
-    node_precisions,
+    NodeChoice,
+    node_choices,
     reject_reason,
 )
 from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
@@ -64,7 +66,8 @@ if TYPE_CHECKING:
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
 
-NODE_LISTS_KEYS = tuple(NODE_LISTS)
+#: The settings that name nodes of the model, checked against it before the search.
+NODE_KEYS = (*NODE_LISTS, "node_settings")
 
 __all__ = ["WeightOnlyBackend", "weight_matmuls", "embedding_gathers", "import_quantizer"]
 
@@ -97,7 +100,7 @@ class WeightOnlyBackend(QuantizerBackend):
     """ONNX Runtime's ``MatMulNBitsQuantizer`` with the trial's settings (see the module)."""
 
     catalogue: ClassVar[Catalogue | None] = WEIGHT_ONLY_CATALOGUE
-    model_settings: ClassVar[tuple[str, ...]] = NODE_LISTS_KEYS
+    model_settings: ClassVar[tuple[str, ...]] = NODE_KEYS
 
     def __init__(
         self,
@@ -124,9 +127,10 @@ class WeightOnlyBackend(QuantizerBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit`` or
-        ``nodes_float`` that is no weight MatMul of ``model`` (with the closest name)."""
-        if not any(settings.get(key) for key in NODE_LISTS):
+        """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit``,
+        ``nodes_float`` or ``node_settings`` that is no weight MatMul of ``model`` (with the
+        closest name)."""
+        if not any(settings.get(key) for key in NODE_KEYS):
             return
         import onnx
 
@@ -138,7 +142,7 @@ class WeightOnlyBackend(QuantizerBackend):
         names = weight_matmuls(proto) if proto.graph.initializer else []
         if not names:  # weights not loaded: read the names of every MatMul
             names = [n.name for n in proto.graph.node if n.op_type == "MatMul"]
-        for key in NODE_LISTS:
+        for key in NODE_KEYS:
             missing = [n for n in settings.get(key) or () if n not in names]
             if missing:
                 described = ", ".join(f"'{v}'{suggest(v, names)}" for v in missing)
@@ -159,13 +163,9 @@ class WeightOnlyBackend(QuantizerBackend):
         """4-bit k-quant with a ``block_size`` that gives a weight it quantizes an odd number
         of blocks per column (ONNX Runtime fails on it, :func:`_k_quant_refusal`): refused
         before anything runs, with the same line a trial would fail with."""
-        if settings.get("algorithm", DEFAULTS["algorithm"]) != "k_quant":
-            return None
-        block = int(settings.get("block_size") or DEFAULTS["block_size"])
-        precisions = _precisions(settings, weights)
-        for name, shape in weights.items():
-            if precisions[name] != FLOAT:
-                reason = _k_quant_refusal(block, int(shape[0]), name, precisions[name])
+        for name, choice in node_choices(settings, weights).items():
+            if isinstance(choice, NodeChoice) and choice.algorithm == "k_quant":
+                reason = _k_quant_refusal(choice, int(weights[name][0]), name)
                 if reason:
                     return reason
         return None
@@ -176,9 +176,9 @@ class WeightOnlyBackend(QuantizerBackend):
         return os.path.dirname(os.path.abspath(self.model_path))
 
     # -- quantization ----------------------------------------------------------------------
-    def precisions(self, settings: Mapping[str, Any]) -> dict[str, int | str]:
-        """Every weight MatMul's precision under ``settings``: 4, 8 or ``"float"``."""
-        return _precisions(settings, self._weights)
+    def choices(self, settings: Mapping[str, Any]) -> dict[str, NodeChoice | str]:
+        """Every weight MatMul's choice under ``settings`` (``"float"`` for one kept float)."""
+        return node_choices(settings, self._weights)
 
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Write the model quantized with ``settings`` to ``out_path``."""
@@ -189,16 +189,25 @@ class WeightOnlyBackend(QuantizerBackend):
             raise ValueError(reason)
         start = time.perf_counter()
         options = {k: settings.get(k, v) for k, v in DEFAULTS.items()}
-        precisions = self.precisions(settings)
+        choices = self.choices(settings)
         model = onnx.ModelProto()
         model.CopyFrom(self._model)
-        if options["algorithm"] == "k_quant":
+        k_quant = {n: c for n, c in choices.items() if isinstance(c, NodeChoice)
+                   and c.algorithm == "k_quant"}  # fmt: skip
+        if k_quant:
             if self._external:  # its pass reads the whole model at once
                 load_remaining(model, self._folder)
-            model = self._k_quant(model, options, precisions)
-        else:
-            for bits in (8, 4):
-                model = self._pass(model, options, precisions, bits)
+            model = self._k_quant(model, options, k_quant)
+        groups: dict[NodeChoice, list[str]] = {}
+        for name, choice in choices.items():
+            if isinstance(choice, NodeChoice) and choice.algorithm != "k_quant":
+                groups.setdefault(choice, []).append(name)
+        embeddings = bool(options["quantize_embeddings"])
+        if embeddings:  # with the top level's choice (rtn, 4 bits: options), nodes or none
+            groups.setdefault(_top_choice(options), [])
+        for choice, names in sorted(groups.items(), key=lambda item: -item[0].bits):
+            top = embeddings and choice == _top_choice(options)
+            model = self._pass(model, options, choice, set(names), top)
         level = int(options["accuracy_level"])
         if level:
             _set_accuracy_level(model, level)
@@ -211,7 +220,7 @@ class WeightOnlyBackend(QuantizerBackend):
             )
         else:
             onnx.save_model(model, os.fspath(out_path))
-        quantized = sum(p != FLOAT for p in precisions.values())
+        quantized = sum(c != FLOAT for c in choices.values())
         share = quantized / self._weighted if self._weighted else None
         return QuantizeInfo(0.0, time.perf_counter() - start, False, quantized_share=share)
 
@@ -219,16 +228,16 @@ class WeightOnlyBackend(QuantizerBackend):
         self,
         model: onnx.ModelProto,
         options: Mapping[str, Any],
-        precisions: Mapping[str, int | str],
-        bits: int,
+        choice: NodeChoice,
+        chosen: set[str],
+        embeddings: bool,
     ) -> onnx.ModelProto:
-        """One quantizer pass over the nodes at ``bits`` (RTN or HQQ)."""
+        """One quantizer pass (RTN or HQQ) over the nodes of ``chosen`` at ``choice``, and the
+        embedding Gathers with ``embeddings``."""
         from onnxruntime.quantization.quant_utils import QuantFormat
 
         mnq = import_quantizer()
 
-        chosen = {n for n, p in precisions.items() if p == bits}
-        embeddings = bits == 4 and bool(options["quantize_embeddings"])
         if not chosen and not embeddings:
             return model
         exclude = [n for n in self._weights if n not in chosen]
@@ -238,9 +247,10 @@ class WeightOnlyBackend(QuantizerBackend):
             exclude += [
                 n.name for n in model.graph.node if n.op_type == "Gather" and n.name not in gathers
             ]
-        block, fmt = int(options["block_size"]), QuantFormat[options["quant_format"]]
+        bits, block, symmetric = choice.bits, choice.block_size, choice.symmetric
+        fmt = QuantFormat[options["quant_format"]]
         level = int(options["accuracy_level"]) or None
-        hqq = options["algorithm"] == "hqq" and bits == 4  # 8-bit nodes: RTN (see options)
+        hqq = choice.algorithm == "hqq"
         if hqq:
             config: Any = mnq.HQQWeightOnlyQuantConfig(
                 block_size=block, bits=bits, op_types_to_quantize=op_types
@@ -248,7 +258,7 @@ class WeightOnlyBackend(QuantizerBackend):
         else:
             config = mnq.DefaultWeightOnlyQuantConfig(
                 block_size=block,
-                is_symmetric=bool(options["symmetric"]),
+                is_symmetric=symmetric,
                 accuracy_level=level,
                 quant_format=fmt,
                 op_types_to_quantize=op_types,
@@ -258,7 +268,7 @@ class WeightOnlyBackend(QuantizerBackend):
             model,
             bits=bits,
             block_size=block,
-            is_symmetric=bool(options["symmetric"]),
+            is_symmetric=symmetric,
             accuracy_level=level,
             nodes_to_exclude=exclude,
             quant_format=fmt,
@@ -276,30 +286,29 @@ class WeightOnlyBackend(QuantizerBackend):
         self,
         model: onnx.ModelProto,
         options: Mapping[str, Any],
-        precisions: Mapping[str, int | str],
+        chosen: Mapping[str, NodeChoice],
     ) -> onnx.ModelProto:
-        """k-quant in one pass: ``bits`` per node through ONNX Runtime's per-node config."""
+        """k-quant in one pass over ``chosen``: each node's bits and block through ONNX
+        Runtime's per-node config."""
         mnq = import_quantizer()
-        block = int(options["block_size"])
         inits = {t.name: t for t in model.graph.initializer}
         for node in model.graph.node:
-            if precisions.get(node.name, FLOAT) != FLOAT:
+            if node.name in chosen:
                 rows = int(inits[node.input[1]].dims[0])
-                reason = _k_quant_refusal(block, rows, node.name, precisions[node.name])
+                reason = _k_quant_refusal(chosen[node.name], rows, node.name)
                 if reason:
                     raise ValueError(reason)
         per_node = {
-            n: {"bits": p, "group_size": block, "scheme": "asym"}
-            for n, p in precisions.items()
-            if p != FLOAT
+            n: {"bits": c.bits, "group_size": c.block_size, "scheme": "asym"}
+            for n, c in chosen.items()
         }
         config = mnq.KQuantWeightOnlyQuantConfig(customized_weight_config=per_node)
         quantizer = mnq.MatMulNBitsQuantizer(
             model,
-            block_size=block,
+            block_size=int(options["block_size"]),
             is_symmetric=False,
             accuracy_level=int(options["accuracy_level"]) or None,
-            nodes_to_exclude=[n for n, p in precisions.items() if p == FLOAT],
+            nodes_to_exclude=[n for n in self._weights if n not in chosen],
             algo_config=config,
         )
         with _quiet(None):  # its neural-compressor path prints a progress bar
@@ -340,20 +349,23 @@ def _set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
         node.attribute.extend([*kept, helper.make_attribute("accuracy_level", level)])
 
 
-def _precisions(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, int | str]:
-    """The precision of each weight MatMul of ``names`` under ``settings``: 4, 8 or
-    ``"float"`` (its node list's, else ``bits``)."""
-    default = int(settings.get("bits") or DEFAULTS["bits"])
-    chosen = node_precisions(settings)
-    return {name: chosen.get(name, default) for name in names}
+def _top_choice(options: Mapping[str, Any]) -> NodeChoice:
+    """The choice of a node no node list or ``node_settings`` names (``options`` complete)."""
+    return NodeChoice(
+        str(options["algorithm"]),
+        int(options["bits"]),
+        int(options["block_size"]),
+        bool(options["symmetric"]),
+    )
 
 
-def _k_quant_refusal(block: int, rows: int, node: str, bits: int | str) -> str | None:
-    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``block`` and ``bits``,
-    or None: at 4 bits it packs two zero points a byte across the whole weight, then reshapes
-    them to one row per column, which fails unless each column has an even number of blocks."""
+def _k_quant_refusal(choice: NodeChoice, rows: int, node: str) -> str | None:
+    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``choice``, or None:
+    at 4 bits it packs two zero points a byte across the whole weight, then reshapes them to
+    one row per column, which fails unless each column has an even number of blocks."""
+    block = choice.block_size
     blocks = -(-rows // block)
-    if bits != 4 or blocks % 2 == 0:
+    if choice.bits != 4 or blocks % 2 == 0:
         return None
     return (
         f"ONNX Runtime's 4-bit k_quant fails where a weight's rows are not an even number of "

@@ -27,6 +27,11 @@ setting                   meaning (default)
 ``nodes_4bit``,           per-node precision: MatMul node names at 4 bits, at 8 bits, or
 ``nodes_8bit``,           kept float (a node in none of them is at ``bits``; in two of them,
 ``nodes_float``           refused)
+``node_settings``         per-node settings: a weight MatMul's name to its own ``algorithm``,
+                          ``bits``, ``block_size`` and ``symmetric`` (each unset one is the
+                          top level's); a node named here is in no node list. What the
+                          ``WeightOnly`` strategy's allocation stage writes: every node at
+                          the choice a knapsack over the probes' KL gain per byte gave it
 ========================= ===================================================================
 
 The module is pure data and imports neither ONNX Runtime nor PyTorch.
@@ -38,15 +43,25 @@ Example:
     'block_size 48: MatMulNBits needs a power of two from 16 to 256'
     >>> reject_reason({"algorithm": "hqq", "symmetric": True})
     'algorithm hqq has no symmetric form (its zero points are float): leave symmetric unset'
+    >>> node_choices({"block_size": 64, "node_settings": {"a": {"bits": 8}}}, ["a", "b"])["a"]
+    NodeChoice(algorithm='rtn', bits=8, block_size=64, symmetric=True)
+    >>> reject_reason({"node_settings": {"a": {"block_size": 48}}})
+    "node_settings 'a': block_size 48: MatMulNBits needs a power of two from 16 to 256"
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 from raysearch.quantize.registry import first_refusal
-from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec, register_catalogue
+from raysearch.space.catalogue import (
+    QUANTIZER,
+    Catalogue,
+    OptionSpec,
+    check_value,
+    register_catalogue,
+)
 
 __all__ = [
     "WEIGHT_ONLY_CATALOGUE",
@@ -57,6 +72,9 @@ __all__ = [
     "FLOAT",
     "node_precisions",
     "NODE_LISTS",
+    "NODE_SETTINGS",
+    "NodeChoice",
+    "node_choices",
     "reject_reason",
 ]
 
@@ -94,7 +112,12 @@ SETTINGS: dict[str, OptionSpec] = {
     "nodes_4bit": OptionSpec("str_list", "weight MatMul node names at 4 bits"),
     "nodes_8bit": OptionSpec("str_list", "weight MatMul node names at 8 bits"),
     "nodes_float": OptionSpec("str_list", "weight MatMul node names kept float"),
+    "node_settings": OptionSpec(
+        "dict", "per weight MatMul: its own algorithm, bits, block_size and symmetric"
+    ),
 }
+#: The settings ``node_settings`` can give one node.
+NODE_SETTINGS = ("algorithm", "bits", "block_size", "symmetric")
 #: The per-node precision settings and the precision each names.
 NODE_LISTS: dict[str, int | str] = {"nodes_4bit": 4, "nodes_8bit": 8, "nodes_float": FLOAT}
 
@@ -116,6 +139,43 @@ def node_precisions(settings: Mapping[str, Any]) -> dict[str, int | str]:
             if name in out and out[name] != precision:
                 raise ValueError(f"node '{name}' is in two of nodes_4bit, nodes_8bit, nodes_float")
             out[str(name)] = precision
+    return out
+
+
+class NodeChoice(NamedTuple):
+    """How one weight MatMul is quantized."""
+
+    algorithm: str
+    bits: int
+    block_size: int
+    symmetric: bool
+
+
+def node_choices(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, NodeChoice | str]:
+    """Each of ``names``' choice under ``settings``: its ``node_settings`` over the top level,
+    its node list's bits (an HQQ setting's 8-bit nodes are RTN's: HQQ's 8-bit model does not
+    run on CPU), or :data:`FLOAT`.
+
+    Example:
+        >>> node_choices({"algorithm": "hqq", "nodes_8bit": ["a"]}, ["a"])["a"].algorithm
+        'rtn'
+    """
+    lists = node_precisions(settings)
+    per_node = settings.get("node_settings") or {}
+    out: dict[str, NodeChoice | str] = {}
+    for name in names:
+        precision = lists.get(name, _get(settings, "bits"))
+        if precision == FLOAT:
+            out[name] = FLOAT
+            continue
+        own = {**{k: _get(settings, k) for k in NODE_SETTINGS}, "bits": precision}
+        own.update({k: v for k, v in (per_node.get(name) or {}).items() if v is not None})
+        algorithm = str(own["algorithm"])
+        if algorithm == "hqq" and int(own["bits"]) == 8:
+            algorithm = "rtn"
+        out[name] = NodeChoice(
+            algorithm, int(own["bits"]), int(own["block_size"]), bool(own["symmetric"])
+        )
     return out
 
 
@@ -184,12 +244,52 @@ def _reject_qdq(settings: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: The refusals that apply to one node's settings as to the top level's.
+_NODE_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
+    _reject_gptq,
+    _reject_block,
+    _reject_symmetric,
+)
+
+
+def _reject_node_settings(settings: Mapping[str, Any]) -> str | None:
+    """A ``node_settings`` entry that is no mapping of :data:`NODE_SETTINGS`, names a node a
+    node list names, or that the top-level rules refuse for that node."""
+    per_node = settings.get("node_settings") or {}
+    listed = node_precisions(settings)
+    for name, own in per_node.items():
+        if not isinstance(own, Mapping):
+            return f"node_settings '{name}': expected a mapping of {', '.join(NODE_SETTINGS)}"
+        unknown = sorted(set(own) - set(NODE_SETTINGS))
+        if unknown:
+            return f"node_settings '{name}': {unknown[0]} is not one of {', '.join(NODE_SETTINGS)}"
+        for key, value in own.items():
+            problem = check_value(SETTINGS[key], value)
+            if problem:
+                return f"node_settings '{name}': {key}: {problem}"
+        if name in listed:
+            return f"node '{name}' is in node_settings and in a node list: name it in one"
+        merged = {k: v for k, v in settings.items() if k not in (*NODE_LISTS, "node_settings")}
+        merged.update({k: v for k, v in own.items() if v is not None})
+        if own.get("symmetric") is None and own.get("algorithm") in ("hqq", "k_quant"):
+            merged.pop("symmetric", None)
+        reason = first_refusal(_NODE_RULES, merged)
+        if not reason and int(_get(merged, "bits")) == 8 and _get(merged, "algorithm") == "hqq":
+            reason = "algorithm hqq at 8 bits does not run on CPU: use rtn or k_quant"
+        if reason:
+            return f"node_settings '{name}': {reason}"
+    if per_node and _get(settings, "quant_format") == "QDQ":
+        return "node_settings needs quant_format QOperator (MatMulNBits)"
+    return None
+
+
 #: Every refusal, in the order :func:`reject_reason` applies them.
 REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
     _reject_gptq,
     _reject_block,
     _reject_symmetric,
     _reject_node_bits,
+    _reject_node_settings,
     _reject_embeddings,
     _reject_qdq,
 )
