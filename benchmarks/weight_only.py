@@ -21,14 +21,15 @@ file; time is the quantization's (the search's: its whole wall time).
 
 ``--genai`` runs the same comparison on bytellama as it is deployed, an onnxruntime-genai
 folder (``GroupQueryAttention``, the builder's fp32 export), against the builder's own int4
-(``-p int4 -e cpu``: RTN block 32 asymmetric, ``accuracy_level`` 4), the same with
-``accuracy_level`` 0, and ONNX Runtime's and Olive's defaults written into copies of the genai
-folder; the search's tolerance is a sixth of the builder's KL. Each folder is also decoded by
-onnxruntime-genai itself (``og.Generator``, greedy, 200 tokens after a 16-byte prompt, one
-thread): ms per token, best of 3 rounds, the folders interleaved in one process. It needs the
-genai client's environment (``.venv-genai``, ``GENAI_PY`` names another), whose builder also
-needs ``torch`` and ``transformers`` 5 for the anchor (``--builder-int4`` gives a folder made
-before, e.g. by ``../shared/models/bytellama/make_folders.sh``).
+(``-p int4 -e cpu``: RTN block 32 symmetric, its ``is_symmetric`` default, ``accuracy_level``
+4), the same with ``accuracy_level`` 0, and ONNX Runtime's and Olive's defaults written into
+copies of the genai folder; the search's tolerance is a sixth of the builder's KL. Each folder
+is also decoded by onnxruntime-genai itself (``og.Generator``, greedy, 200 tokens after a
+16-byte prompt, one thread): ms per token, best of 3 rounds, the folders interleaved in one
+process. It needs the genai client's environment (``.venv-genai``, ``GENAI_PY`` names
+another), whose builder also needs ``torch`` and ``transformers`` 5 for the anchor
+(``--builder-int4`` gives a folder made before, e.g. by
+``../shared/models/bytellama/make_folders.sh``).
 
 Usage:
     .venv/bin/python benchmarks/weight_only.py            # bytegpt, tolerance 0.00025

@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 
-
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -63,6 +63,7 @@ def parameter_types(function: Any) -> dict[str, Any]:
         if annotation is param.empty:
             continue
         if isinstance(annotation, str):
+
             def one(value: Any) -> None: ...
 
             one.__annotations__ = {"value": annotation}

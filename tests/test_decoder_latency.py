@@ -5,6 +5,8 @@ can be objectives (no Ray: the trial engine runs here)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -170,6 +172,49 @@ def test_max_decode_latency_keeps_a_slower_decoder_out_of_the_candidates(decoder
     assert free.is_candidate and fast.is_candidate and "decode_over_bound" not in free.extra
     assert slow.status == "ok" and not slow.is_candidate
     assert slow.decode_latency_ms > 1e-6 and slow.extra["decode_over_bound"] == 1.0
+
+
+def test_size_budget_keeps_a_larger_model_out_of_the_candidates(decoder, tmp_path):
+    """Within the tolerance, a model larger than ``size_budget`` is not a candidate (and says
+    why); within the budget it is one."""
+    from raysearch.trial import TrialDevice
+
+    path, data = decoder
+    settings = {"quantizer": "weight_only", "bits": 4}
+
+    def run(budget):
+        spec = TrialSpec(path, data, data, Evaluator("kl", 0.5), device=TrialDevice(threads=1),
+                         measure_latency=False, max_model_size_bytes=budget)  # fmt: skip
+        return TrialRunner(spec).run(settings, tmp_path / f"q{budget}.onnx")
+
+    within, over = run(10**9), run(1000)
+    assert within.is_candidate and "size_over_budget" not in within.extra
+    assert over.status == "ok" and not over.is_candidate
+    assert over.model_size_bytes > 1000 and over.extra["size_over_budget"] == 1.0
+
+
+def test_size_budget_builder_is_the_size_of_the_builders_int4(decoder, tmp_path):
+    """``size_budget: builder`` is the size of the model the backend writes at the builder's
+    int4 (RTN, block 32, symmetric, every weight MatMul) to within the graph's own bytes (the
+    bytes it saves on the float model agree within 2 %), and megabytes are 10**6 bytes."""
+    from raysearch.config._objectives import parse_size_budget
+    from raysearch.modelfile import model_size_bytes
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+    from raysearch.search._engine import size_budget_bytes
+
+    path, data = decoder
+    with WeightOnlyBackend(path, data) as backend:
+        backend.quantize({"block_size": 32, "symmetric": True, "accuracy_level": 4},
+                         tmp_path / "b.onnx")  # fmt: skip
+    written = model_size_bytes(tmp_path / "b.onnx")
+    config = _lm_config(tmp_path, path)
+    planned = size_budget_bytes(dataclasses.replace(config, size_budget="builder"))
+    saved = model_size_bytes(path) - written
+    assert planned is not None and abs(planned - written) <= 0.02 * saved
+    assert size_budget_bytes(dataclasses.replace(config, size_budget=1.5)) == 1_500_000
+    for value in (0, -1, "small", True):
+        with pytest.raises(ConfigError, match="expected megabytes above 0 or 'builder'"):
+            parse_size_budget({"size_budget": value})
 
 
 def test_max_decode_latency_is_float_or_milliseconds_for_a_language_model_metric(tmp_path):

@@ -35,6 +35,7 @@ from raysearch.config._objectives import (
     parse_max_decode_latency,
     parse_objectives,
     parse_retime_latency,
+    parse_size_budget,
 )
 from raysearch.config._objects import is_reader, plain_copy, read_reader
 from raysearch.config._optuna_storage import parse_optuna_storage
@@ -136,6 +137,9 @@ class SearchConfig:
     #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None
     #: (``max_decode_latency``; :func:`raysearch.config._objectives.parse_max_decode_latency`).
     max_decode_latency: float | str | None = None
+    #: The largest model a candidate may be: megabytes, ``"builder"`` or None
+    #: (``size_budget``; :func:`raysearch.config._objectives.parse_size_budget`).
+    size_budget: float | str | None = None
     #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
     #: the folder (Quark's ``load_study_if_exists``).
     resume_if_exists: bool = False
@@ -347,6 +351,7 @@ _TOP_LEVEL_KEYS = {
     "objectives",
     "select",
     "max_decode_latency",
+    "size_budget",
     "loggers",
     "sampler_options",
     "optuna_storage",
@@ -466,6 +471,7 @@ def _parse_run_options(
         "objectives": objectives,
         "select": select,
         "max_decode_latency": _checked(errors, parse_max_decode_latency, data),
+        "size_budget": _checked(errors, parse_size_budget, data),
         "loggers": _checked(errors, parse_loggers, data.get("loggers")) or (),
         "optuna_storage": _checked(errors, parse_optuna_storage, data.get("optuna_storage")),
     }

@@ -43,6 +43,7 @@ __all__ = [
     "check_objectives_algo",
     "parse_retime_latency",
     "parse_max_decode_latency",
+    "parse_size_budget",
 ]
 
 #: The Optuna samplers: those that are not ``multi_objective`` take one objective only.
@@ -208,3 +209,32 @@ def _select(value: Any, measured: bool, lm: bool) -> str:
     if name in _DECODER_SELECTS and not lm:
         raise ConfigError("select", f"{name} needs a language-model metric ({_LM})")
     return name
+
+
+def parse_size_budget(data: Mapping[str, Any]) -> float | str | None:
+    """``size_budget``: the largest model a candidate may be, so that ``best/`` is the most
+    accurate (or, with ``select: size``, the smallest) model within it: megabytes (10**6
+    bytes, as ``model_size_mb``), ``builder`` (the size of onnxruntime-genai's builder's int4
+    of the model: every weight MatMul at RTN 4 bits, block 32, symmetric; for
+    ``quantizer: weight_only``), or null (no bound, the default). The ``WeightOnly``
+    strategy's allocation stage plans no model above it.
+
+    Example:
+        >>> parse_size_budget({"size_budget": 5})
+        5.0
+        >>> parse_size_budget({"size_budget": "Builder"})
+        'builder'
+        >>> parse_size_budget({}) is None
+        True
+    """
+    value = data.get("size_budget")
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lower() == "builder":
+        return "builder"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(
+            "size_budget",
+            f"expected megabytes above 0 or 'builder' (the builder's int4 size), got {value!r}",
+        )
+    return float(value)

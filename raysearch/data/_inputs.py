@@ -109,20 +109,26 @@ def _with_cache_dims(
     (:func:`raysearch.modelfolder.cache_dims`): onnxruntime-genai's builder names the head size
     ``kv_cache_dim``, and an empty past must still have it."""
     symbolic = [
-        i for i in found
-        if is_past_input(i.name) and i.shape and len(i.shape) == 4
+        i
+        for i in found
+        if is_past_input(i.name)
+        and i.shape
+        and len(i.shape) == 4
         and not (isinstance(i.shape[1], int) and isinstance(i.shape[3], int))
     ]
     dims = cache_dims(path, proto) if symbolic else None
     if dims is None:
         return found
     fixed = {
-        i.name: replace(i, shape=(
-            i.shape[0],
-            i.shape[1] if isinstance(i.shape[1], int) else dims.kv_heads,
-            i.shape[2],
-            i.shape[3] if isinstance(i.shape[3], int) else dims.head_size,
-        ))
+        i.name: replace(
+            i,
+            shape=(
+                i.shape[0],
+                i.shape[1] if isinstance(i.shape[1], int) else dims.kv_heads,
+                i.shape[2],
+                i.shape[3] if isinstance(i.shape[3], int) else dims.head_size,
+            ),
+        )
         for i in symbolic
     }
     return [fixed.get(i.name, i) for i in found]

@@ -42,6 +42,7 @@ __all__ = [
 #: The longest prefill a decoder is timed on (:func:`latency_feeds`).
 PREFILL_TOKENS = 128
 
+
 def complete_decoder_inputs(
     arrays: Mapping[str, np.ndarray], inputs: Sequence[ModelInput]
 ) -> dict[str, np.ndarray]:

@@ -89,8 +89,10 @@ def measure_decoder_latency(
     names = [o.name for o in session.get_outputs()]
     cache = past_outputs(data.inputs, names)
     if cache is None:
-        return {"decode_latency_ms": measure_latency(session, feeds["decode"], runs=runs),
-                "prefill_latency_ms": prefill}
+        return {
+            "decode_latency_ms": measure_latency(session, feeds["decode"], runs=runs),
+            "prefill_latency_ms": prefill,
+        }
     tokens = np.asarray(data.arrays["input_ids"])[0].ravel()
     feed = feeds["prefill"]
     outputs = dict(zip(names, session.run(None, feed)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,8 @@ class EngineSpec:
     code_dirs: tuple[str, ...] = ()
     #: The slowest decode step, in ms, a candidate may take (``max_decode_latency``).
     max_decode_latency_ms: float | None = None
+    #: The largest model, in bytes, a candidate may be (``size_budget``).
+    max_model_size_bytes: int | None = None
 
     def __call__(self, *, threads: int = 1, gpu_id: int | None = None) -> Any:
         from raysearch.providers import gpu_memory_limit
@@ -98,6 +101,7 @@ class EngineSpec:
                 measure_latency=self.measure_latency,
                 rungs=self.rungs,
                 max_decode_latency_ms=self.max_decode_latency_ms,
+                max_model_size_bytes=self.max_model_size_bytes,
             )
         )
 
@@ -140,6 +144,7 @@ def build_engine(
         cpu = config.resources.gpu_per_trial == 0
         bound = info.get("float_decode_latency_ms") if cpu else None
     spec.max_decode_latency_ms = bound
+    spec.max_model_size_bytes = size_budget_bytes(config)
     spec.code_dirs = tuple(os.fspath(folder) for folder in config.code_dirs)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir)
@@ -193,3 +198,23 @@ def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
     _logger.info("float model checked on the first evaluation batch; the rest runs meanwhile")
     pending.future.add_done_callback(done)
     return WaitedReference(str(folder))
+
+
+def size_budget_bytes(
+    config: SearchConfig, weights: Mapping[str, Sequence[int]] | None = None
+) -> int | None:
+    """The config's ``size_budget`` in bytes: megabytes as given, or the size of
+    onnxruntime-genai's builder's int4 of the model (:func:`raysearch.strategies.
+    builder_bytes`, from the weight MatMuls' shapes in ``weights``, else read from the
+    model's header); None without a budget."""
+    value = config.size_budget
+    if value is None:
+        return None
+    if value != "builder":
+        return int(float(value) * 1e6)
+    from raysearch.modelfile import model_size_bytes
+    from raysearch.strategies import ModelFacts, builder_bytes
+
+    if weights is None:
+        weights = ModelFacts.of(config.model).weights
+    return builder_bytes(model_size_bytes(config.model), weights)

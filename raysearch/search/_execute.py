@@ -28,7 +28,7 @@ from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
 from raysearch.modelfolder import model_folder
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import is_candidate
-from raysearch.search._engine import EngineSpec, build_engine
+from raysearch.search._engine import EngineSpec, build_engine, size_budget_bytes
 from raysearch.search._latency_timer import LatencyTimer
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._result import SearchResult, build_result
@@ -138,6 +138,7 @@ class Execution:
             objectives=config.objectives,
             sampler=config.sampler,
             sampler_options=config.sampler_options,
+            size_budget_bytes=size_budget_bytes(config, model.weights),
         )
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding

@@ -44,7 +44,8 @@ DEFAULT_BACKEND = "ort"
 @dataclass(frozen=True)
 class OptionSpec:
     """One setting: its kind (``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``,
-    ``num_list``, ``dict``), allowed ``choices`` for enums, numeric bounds, and whether it
+    ``num_list``, ``dict``: a group of further settings, ``mapping``: a value that is a
+    mapping, as ``node_settings``), allowed ``choices`` for enums, numeric bounds, and whether it
     changes calibration."""
 
     kind: str
@@ -140,6 +141,7 @@ def check_value(spec: OptionSpec, value: Any) -> str | None:
         "bool": (lambda v: isinstance(v, bool), "true or false"),
         "str": (lambda v: isinstance(v, str), "a string"),
         "dict": (lambda v: isinstance(v, dict), "a mapping"),
+        "mapping": (lambda v: isinstance(v, dict), "a mapping"),
         "num_list": (
             lambda v: (
                 isinstance(v, list)

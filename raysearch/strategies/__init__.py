@@ -5,6 +5,7 @@ The names below are defined in ``raysearch.strategies._registry``."""
 
 from __future__ import annotations
 
+from raysearch.strategies._allocation import builder_bytes
 from raysearch.strategies._registry import (
     BUILTIN_STRATEGIES,
     EXHAUSTED,
@@ -39,4 +40,5 @@ __all__ = [
     "canonical_strategy",
     "check_strategy_available",
     "check_strategy_spaces",
+    "builder_bytes",
 ]

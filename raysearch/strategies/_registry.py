@@ -224,6 +224,8 @@ class StrategyContext:
     #: arguments of the sampler a strategy's name builds.
     sampler: Any = None
     sampler_options: Mapping[str, Any] = field(default_factory=dict)
+    #: The largest model a candidate may be, in bytes (``size_budget``; None: no bound).
+    size_budget_bytes: int | None = None
 
     def best(self) -> dict[str, Any] | None:
         """The best finished record so far by :func:`raysearch.outputs.better` (the most

@@ -29,15 +29,26 @@ __all__ = [
 
 
 def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested settings as dotted parameter names (``mixed_precision.top_k``)."""
+    """Nested settings as dotted parameter names (``mixed_precision.top_k``); a setting whose
+    value is a mapping (``node_settings``: no group of settings) is kept whole."""
     flat: dict[str, Any] = {}
     for name, value in settings.items():
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and not _mapping_valued(name):
             for sub, inner in value.items():
                 flat[f"{name}.{sub}"] = inner
         else:
             flat[name] = value
     return flat
+
+
+def _mapping_valued(name: str) -> bool:
+    """Whether a backend has ``name`` as a top-level setting whose value is a mapping."""
+    from raysearch.space.catalogue import registered_catalogues
+
+    return any(
+        (spec := catalogue.settings.get(name)) is not None and spec.kind == "mapping"
+        for catalogue in registered_catalogues().values()
+    )
 
 
 def setting_space(settings: Mapping[str, Any]) -> SearchSpace:

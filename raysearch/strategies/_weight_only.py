@@ -17,7 +17,14 @@ the search's stop conditions in force:
    with ``reused_from``). A probe measures one node: it is never a candidate, ``best/`` nor
    an input to the parameter importances (:func:`raysearch.ranking.is_probe`), so a budget
    that ends among the probes leaves the best setting of stages 1-2 in ``best/``.
-4. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
+   Beside them, each node alone under each other choice of the *menu* (the uniform settings
+   of stages 1-2 on their size/metric front that decode at most twice as slowly as the base,
+   more accurate than the base, and the base at 8 bits): :mod:`._allocation`.
+4. ``allocation``: for each size of a ladder (the menu's uniform settings, the builder's
+   int4, ``size_budget``, and sizes between the smallest and the largest of them, none
+   above ``size_budget``), the per-node choices whose probes' losses add up least within
+   that size (:func:`raysearch.strategies._allocation.allocate`), as ``node_settings``.
+5. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
    one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
    node count; then the same prefixes of the nodes ordered by what a promotion gains per byte
    it adds (:func:`by_gain_per_byte`: the greedy answer to "the most accuracy for a size",
@@ -46,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raysearch.ranking import PROBE_STAGE, order
+from raysearch.strategies._allocation import Choice, allocate, builder_bytes, choice_of, node_bytes
 from raysearch.strategies._registry import (
     Phase,
     Proposal,
@@ -76,6 +84,15 @@ SIZE_SLACK = 1.05
 BASE_STAGES = ("defaults", "blocks")
 #: The node lists a probe or a promotion writes (the backend's per-node precision).
 _LISTS = ("nodes_4bit", "nodes_8bit", "nodes_float")
+#: The per-node settings a menu probe or an allocation writes.
+_NODE_SETTINGS = "node_settings"
+#: The most 4-bit choices of the menu beside the base's.
+MENU_MORE = 2
+#: A uniform setting that decodes more than this many times slower than the base is no
+#: menu choice (HQQ's float zero points: ``MatMulNBits`` without its int8 kernel).
+MENU_DECODE_SLACK = 2.0
+#: The allocation ladder's sizes between its smallest and largest, beside its named ones.
+LADDER_STEPS = 6
 
 
 def _bits(settings: Mapping[str, Any]) -> int:
@@ -191,6 +208,140 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def _uniform(settings: Mapping[str, Any]) -> bool:
+    return not any(settings.get(k) for k in (*_LISTS, _NODE_SETTINGS))
+
+
+def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
+    """Whether ``settings`` equals ``base`` but for the choice of every node."""
+    keys = ("algorithm", "bits", "block_size", "symmetric", *_LISTS, _NODE_SETTINGS)
+    strip = lambda d: {k: v for k, v in d.items() if k not in keys}  # noqa: E731
+    return strip(settings) == strip(base)
+
+
+def menu(
+    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
+) -> list[Choice]:
+    """The choices the probes measure each node under, the base's first (see the module):
+    the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
+    front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
+    decode step, the most accurate first; the base's at 8 bits."""
+    settings = base.get("settings") or {}
+    own = choice_of(settings)
+    sign = -1.0 if higher_is_better else 1.0
+    decode = base.get("decode_latency_ms")
+    rows = []
+    for r in records:
+        other = r.get("settings") or {}
+        if r.get("stage") not in BASE_STAGES or r.get("status") != "ok":
+            continue
+        if not _finite(r.get("metric")) or not r.get("model_size_bytes") or not _uniform(other):
+            continue
+        if r.get("stopped_at_rung") or not _same_but_choice(other, settings):
+            continue
+        slow = r.get("decode_latency_ms")
+        if decode and slow and slow > MENU_DECODE_SLACK * decode:
+            continue
+        rows.append((float(r["model_size_bytes"]), sign * float(r["metric"]), choice_of(other)))
+    front = [c for size, loss, c in sorted(rows, key=lambda row: row[1])
+             if not any(s2 <= size and l2 < loss for s2, l2, _ in rows)]  # fmt: skip
+    base_loss = sign * float(base["metric"])
+    better = [c for c in front if c != own and c.bits == own.bits and
+              any(loss < base_loss for _, loss, c2 in rows if c2 == c)]  # fmt: skip
+    out = [own, *dict.fromkeys(better[:MENU_MORE])]
+    if own.bits == 4:
+        out.append(Choice("rtn", 8, own.block_size, True))
+    return out
+
+
+def menu_probe(
+    base: Mapping[str, Any], nodes: Sequence[str], node: str, choice: Choice
+) -> dict[str, Any]:
+    """``base`` with ``node`` alone at ``choice`` and every other node float."""
+    return {
+        **_base(base),
+        _NODE_SETTINGS: {node: choice.settings()},
+        "nodes_float": [n for n in nodes if n != node],
+    }
+
+
+def probe_losses(
+    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
+) -> dict[str, dict[Choice, float]]:
+    """What each node's probes measured, by choice: the metric (negated when higher is
+    better, so less is better), from the base's probes and the menu probes."""
+    wanted = _base(base)
+    own = choice_of(base)
+    sign = -1.0 if higher_is_better else 1.0
+    out: dict[str, dict[Choice, float]] = {}
+    for r in order(records):
+        settings = r.get("settings") or {}
+        if r.get("stage") != PROBE_STAGE or r.get("status") != "ok":
+            continue
+        if not _finite(r.get("metric")):
+            continue
+        per_node = settings.get(_NODE_SETTINGS) or {}
+        plain = {k: v for k, v in settings.items() if k != _NODE_SETTINGS}
+        if _base(plain) != wanted:
+            continue
+        if per_node:
+            ((node, entry),) = per_node.items()
+            choice = choice_of({**wanted, **entry})
+        else:
+            key = "nodes_8bit" if settings.get("nodes_8bit") else "nodes_4bit"
+            if not settings.get(key):
+                continue
+            node = settings[key][0]
+            choice = own._replace(bits=8) if key == "nodes_8bit" else own
+        out.setdefault(node, {})[choice] = sign * float(r["metric"])
+    return out
+
+
+def allocations(
+    context: StrategyContext, base: Mapping[str, Any]
+) -> list[tuple[float, dict[str, Any]]]:
+    """The settings of the allocation stage, each with the size it is planned to have."""
+    settings = base.get("settings") or {}
+    weights = context.model.weights
+    losses = probe_losses(context.records, settings, context.mode == "max")
+    choices = menu(context.records, base, context.mode == "max")
+    own = choice_of(settings)
+    nodes = [n for n in context.model.weight_matmuls if own in losses.get(n, {})]
+    if not nodes or len(nodes) < len(context.model.weight_matmuls):
+        return []
+    if any(n not in weights for n in nodes) or len(choices) < 2:
+        return []
+    table = {n: {c: v for c, v in losses[n].items() if c in choices} for n in nodes}
+    sizes = {n: {c: node_bytes(weights[n], c) for c in table[n]} for n in nodes}
+    rest = float(base["model_size_bytes"]) - sum(sizes[n][own] for n in nodes)
+    smallest = rest + sum(min(sizes[n].values()) for n in nodes)
+    largest = rest + sum(max(sizes[n].values()) for n in nodes)
+    named = [rest + sum(sizes[n].get(c, sizes[n][own]) for n in nodes) for c in choices]
+    float_bytes = rest + sum(node_bytes(weights[n], None) for n in nodes)
+    named.append(builder_bytes(int(float_bytes), {n: weights[n] for n in nodes}))
+    cap = context.size_budget_bytes
+    if cap is not None:
+        named.append(cap)
+        largest = min(largest, cap)
+    ladder = [smallest + (largest - smallest) * (i + 1) / (LADDER_STEPS + 1)
+              for i in range(LADDER_STEPS)]  # fmt: skip
+    budgets = sorted({b for b in [*named, *ladder, largest] if smallest <= b <= largest})
+    out: list[tuple[float, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for budget in budgets:
+        picked = allocate(table, sizes, budget - rest)
+        if picked is None:
+            continue
+        per_node = {n: c.settings() for n, c in picked.items() if c != own}
+        key = repr(sorted((n, c.label()) for n, c in picked.items()))
+        if key in seen or not per_node:
+            continue
+        seen.add(key)
+        planned = rest + sum(sizes[n][c] for n, c in picked.items())
+        out.append((planned, {**_base(settings), _NODE_SETTINGS: per_node}))
+    return out
+
+
 class _Sensitivity(BuiltPhase):
     """Stage 3: the per-layer probes of the base (see the module): never candidates, never
     ``best/`` (:func:`raysearch.ranking.is_probe`)."""
@@ -207,13 +358,19 @@ class _Sensitivity(BuiltPhase):
             )
             return None
         settings = base.get("settings") or {}
+        # the menu's probes serve the allocation, which needs every weight's shape
+        known = all(n in context.model.weights for n in nodes)
+        choices = menu(context.records, base, context.mode == "max") if known else []
         _logger.info(
-            "weight_only: probing %d weight MatMuls of trial %s (metric %s)",
+            "weight_only: probing %d weight MatMuls of trial %s (metric %s) under %s",
             len(nodes),
             base.get("trial_id"),
             base.get("metric"),
+            ", ".join(c.label() for c in choices) or choice_of(settings).label(),
         )
-        return [probe(settings, nodes, node) for node in nodes]
+        out = [probe(settings, nodes, node) for node in nodes]
+        out += [menu_probe(settings, nodes, node, c) for c in choices[1:] for node in nodes]
+        return out
 
     def proposals(self, settings: Sequence[Mapping[str, Any]]) -> list[Proposal]:
         """The probes, each ``reusable``: a result an earlier search measured for the same
@@ -260,6 +417,30 @@ class _Promotions(BuiltPhase):
         return out
 
 
+class _Allocation(BuiltPhase):
+    """Stage 4: the per-node choices of :func:`allocations`, each verified as a trial."""
+
+    stage = "allocation"
+
+    def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
+        base = base_record(context.records, context.mode == "max")
+        if base is None:
+            return None
+        planned = allocations(context, base)
+        if not planned:
+            _logger.info(
+                "weight_only: no allocation (a node without its base probe, a weight's shape "
+                "unknown, or one choice only)"
+            )
+            return None
+        _logger.info(
+            "weight_only: %d allocations planned at %s MB",
+            len(planned),
+            ", ".join(f"{size / 1e6:.3g}" for size, _ in planned),
+        )
+        return [settings for _, settings in planned]
+
+
 class _Defaults(ListPhase):
     stage = "defaults"
 
@@ -277,11 +458,12 @@ def _defaults(context: StrategyContext) -> Phase:
 
 @register_strategy("WeightOnly", aliases=("weight_only",))
 def weight_only_strategy(context: StrategyContext) -> list[Phase]:
-    """WeightOnly: defaults, blocks, per-layer sensitivity, promotions (see the module)."""
+    """WeightOnly: defaults, blocks, per-layer sensitivity, allocation, promotions (see the
+    module)."""
     budget = max(1, context.max_trials // 2) if context.max_trials else None
     blocks = [
         sub_phase(context, space, index, budget, "blocks")
         for index, space in enumerate(context.spaces)
     ]
     n = len(context.spaces)
-    return [_defaults(context), *blocks, _Sensitivity(n), _Promotions(n)]
+    return [_defaults(context), *blocks, _Sensitivity(n), _Allocation(n), _Promotions(n)]

@@ -139,6 +139,8 @@ class TrialSpec:
     rungs: EvalRungs | None = None
     #: A language model's candidates decode a step in at most this many ms (None: no bound).
     max_decode_latency_ms: float | None = None
+    #: A candidate's model is at most this many bytes (``size_budget``; None: no bound).
+    max_model_size_bytes: int | None = None
 
 
 class TrialRunner:
@@ -165,6 +167,7 @@ class TrialRunner:
         self.gpu_mem_limit = device.gpu_mem_limit
         self.measure_latency = spec.measure_latency
         self.max_decode_latency_ms = spec.max_decode_latency_ms
+        self.max_model_size_bytes = spec.max_model_size_bytes
         if device.providers:
             self.session_providers: list[Any] = list(device.providers)
             self.device = device_label(self.session_providers)

@@ -270,6 +270,10 @@ class StagedTrial:
             if bound is not None and decode is not None and decode > bound:
                 flags["decode_over_bound"] = 1.0  # within the tolerance, too slow to decode
                 result.is_candidate = False
+            budget, size = self.runner.max_model_size_bytes, result.model_size_bytes
+            if budget is not None and size is not None and size > budget:
+                flags["size_over_budget"] = 1.0  # within the tolerance, larger than allowed
+                result.is_candidate = False
             result.extra.update(flags)
             result.could_be_candidate = result.is_candidate
         elif quantizes_nothing(self.share, weighted):

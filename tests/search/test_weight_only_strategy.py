@@ -5,6 +5,7 @@ tolerance among them, and a resume inside each stage that runs exactly the setti
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -14,7 +15,17 @@ from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import best_record
 from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.strategies import ModelFacts, StrategyContext
-from raysearch.strategies._weight_only import PROMOTIONS, SIZE_SLACK, base_record, ranking
+from raysearch.strategies._allocation import choice_of, node_bytes
+from raysearch.strategies._weight_only import (
+    MENU_MORE,
+    PROMOTIONS,
+    SIZE_SLACK,
+    allocations,
+    base_record,
+    menu,
+    probe_losses,
+    ranking,
+)
 from tests.search.test_fallback import _drive
 
 NODES = ("n0", "n1", "n2", "n3", "n4", "n5")
@@ -24,24 +35,31 @@ TOLERANCE = 0.25e-3
 STAGES = ["defaults", "blocks", "sensitivity", "promotions"]
 
 
-def _lm(settings: dict[str, Any]) -> dict[str, Any]:
-    """KL adds up over the nodes at 4 bits (scaled by block size, symmetry and algorithm;
-    an 8-bit node keeps 1 % of it, a float one none); size adds up the nodes' weights."""
+def _factor(settings: dict[str, Any]) -> float:
     block = int(settings.get("block_size") or 128)
     factor = {32: 0.6, 64: 0.8, 128: 1.0, 256: 1.2}[block]
     factor *= 0.9 if settings.get("symmetric") is False else 1.0
-    factor *= {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95}[settings.get("algorithm") or "rtn"]
+    return factor * {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95}[settings.get("algorithm") or "rtn"]
+
+
+def _lm(settings: dict[str, Any]) -> dict[str, Any]:
+    """KL adds up over the nodes at 4 bits (scaled by block size, symmetry and algorithm,
+    each node's own under ``node_settings``; an 8-bit node keeps 1 % of it, a float one
+    none); size adds up the nodes' weights."""
     eight, floats = set(settings.get("nodes_8bit") or ()), set(settings.get("nodes_float") or ())
     if settings.get("bits") == 8:  # every node not named otherwise is at 8 bits
         eight |= set(NODES) - floats - set(settings.get("nodes_4bit") or ())
+    per_node = settings.get("node_settings") or {}
     kl = size = 0.0
     for node, s in SENSITIVITY.items():
+        own = {**settings, **per_node.get(node, {})}
+        block = int(own.get("block_size") or 128)
         if node in floats:
             size += 400
-        elif node in eight:
-            kl, size = kl + 0.01 * s * factor * 1e-3, size + 110
+        elif node in eight or own.get("bits") == 8:
+            kl, size = kl + 0.01 * s * _factor(own) * 1e-3, size + 110
         else:
-            kl, size = kl + s * factor * 1e-3, size + 50 * (1 + 32 / block)
+            kl, size = kl + s * _factor(own) * 1e-3, size + 50 * (1 + 32 / block)
     return {
         "metric": kl,
         "status": "ok",
@@ -74,7 +92,7 @@ def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
         {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
          "block_size": 128, "symmetric": True},
         {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
-         "block_size": 32, "symmetric": False},
+         "block_size": 32, "symmetric": True},
     ]  # fmt: skip
     probes = [t for t in trials if t["stage"] == "sensitivity"]
     assert sorted(t["settings"]["nodes_4bit"][0] for t in probes) == list(NODES)
@@ -143,6 +161,73 @@ def test_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
     resumed.add_finished(before)
     rest = _drive(resumed, _lm, 1)
     assert rest and [t["key"] for t in before + rest] == [t["key"] for t in straight]
+
+
+#: Weight shapes where the allocation runs: n0 is large, the others small.
+SHAPES = tuple((1024, 1024) if n == "n0" else (64, 64) for n in NODES)
+
+
+def _shaped(budget: int | None = None) -> SettingSearcher:
+    spaces = parse_spaces({"search_space": "WEIGHT_ONLY_INT4_SEARCH"})
+    context = StrategyContext(
+        spaces, mode="min", seed=0, reject=backend_reject,
+        model=ModelFacts(weight_matmuls=NODES, weight_shapes=SHAPES), size_budget_bytes=budget,
+    )  # fmt: skip
+    return SettingSearcher.from_strategy("WeightOnly", context)
+
+
+def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size():
+    """With the weights' shapes known, the probes measure each node under every choice of
+    the menu (the base's, the more accurate uniform settings on the front, 8 bits), and
+    the allocation stage's settings give nodes their own choice, each planned size the
+    exact knapsack optimum of the probes' losses at that size."""
+    trials = _drive(_shaped(), _lm, slots=2)
+    assert _stage_order(trials) == [*STAGES[:3], "allocation", "promotions"]
+    records = [{**t, "status": "ok"} for t in trials]
+    base = base_record(records, higher_is_better=False)
+    choices = menu(records, base, higher_is_better=False)
+    assert choices[0] == choice_of(base["settings"]) and choices[-1].bits == 8
+    assert 3 <= len(choices) <= 2 + MENU_MORE
+    losses = probe_losses(records, base["settings"], higher_is_better=False)
+    assert set(losses) == set(NODES)
+    assert all(set(losses[n]) == set(choices) for n in NODES)
+    # each probe measured what the scripted model says of that node alone at that choice
+    alone = {n: _lm({**base["settings"], "node_settings": {n: c.settings()},
+                     "nodes_float": [m for m in NODES if m != n]})["metric"]
+             for n in NODES for c in choices[1:2]}  # fmt: skip
+    assert {n: losses[n][choices[1]] for n in NODES} == pytest.approx(alone)
+    allocated = [t["settings"] for t in trials if t["stage"] == "allocation"]
+    assert allocated and all(s.get("node_settings") for s in allocated)
+    weights = dict(zip(NODES, SHAPES))
+    sizes = {n: {c: node_bytes(weights[n], c) for c in choices} for n in NODES}
+    for settings in allocated:
+        picked = {n: choice_of({**base["settings"], **settings["node_settings"].get(n, {})})
+                  for n in NODES}  # fmt: skip
+        used = sum(sizes[n][c] for n, c in picked.items())
+        # no allocation of the probes' choices within the same bytes has a smaller loss
+        for other in itertools.product(choices, repeat=len(NODES)):
+            if sum(sizes[n][c] for n, c in zip(NODES, other)) <= used:
+                assert sum(losses[n][c] for n, c in zip(NODES, other)) >= sum(
+                    losses[n][c] for n, c in picked.items()
+                ) - 1e-12
+
+
+def test_allocation_plans_nothing_above_the_size_budget_and_resumes_in_its_stage():
+    base_trials = _drive(_shaped(), _lm, slots=1)
+    base = base_record([{**t, "status": "ok"} for t in base_trials], higher_is_better=False)
+    budget = int(base["model_size_bytes"]) + 2 * 64 * 64  # room for about two small nodes
+    straight = _drive(_shaped(budget), _lm, slots=1)
+    records = [{**t, "status": "ok"} for t in straight]
+    planned = [t for t in straight if t["stage"] == "allocation"]
+    assert planned
+    context = _shaped(budget).context
+    context.records[:] = [r for r in records if r["stage"] != "allocation"]
+    assert all(size <= budget for size, _ in allocations(context, base))
+    cut = next(i for i, t in enumerate(straight) if t["stage"] == "allocation") + 1
+    resumed = _shaped(budget)
+    resumed.add_finished(records[:cut])
+    rest = _drive(resumed, _lm, 1)
+    assert [t["key"] for t in straight[:cut] + rest] == [t["key"] for t in straight]
 
 
 def _decoder_search(tmp_path) -> dict[str, Any]:

@@ -113,7 +113,7 @@ SETTINGS: dict[str, OptionSpec] = {
     "nodes_8bit": OptionSpec("str_list", "weight MatMul node names at 8 bits"),
     "nodes_float": OptionSpec("str_list", "weight MatMul node names kept float"),
     "node_settings": OptionSpec(
-        "dict", "per weight MatMul: its own algorithm, bits, block_size and symmetric"
+        "mapping", "per weight MatMul: its own algorithm, bits, block_size and symmetric"
     ),
 }
 #: The settings ``node_settings`` can give one node.

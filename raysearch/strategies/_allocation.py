@@ -1,0 +1,160 @@
+"""Size-aware per-node allocation for weight-only quantization: each weight MatMul gets the
+choice (algorithm, bits, block size, symmetry) that buys the most accuracy for its bytes.
+
+The probes of :mod:`raysearch.strategies._weight_only` measure each node alone under each
+choice of the *menu* (the uniform settings of the first stages on their size/metric front that
+decode about as fast as the base, and 8 bits), every other node float. Small single-node
+losses add up (``benchmarks/README.md`` has the check on bytellama), so the loss of a mixed
+model is close to the sum of its nodes' probes. :func:`allocate` then solves the
+multiple-choice knapsack (one choice per node, the sum of their bytes under a budget, the sum
+of their probe losses least) exactly, by dynamic programming over the bytes (the greedy order
+of gain per byte is its approximation). Every allocation is then run as an ordinary trial:
+the additive model proposes, the measured metric decides.
+
+Bytes are those ``MatMulNBits`` stores (:func:`node_bytes`): the packed weights, a float
+scale per block, and for an asymmetric block its packed zero point; a float node keeps its
+float weight. A model's size is the base trial's measured size plus, node by node, the bytes
+its choice adds or saves against the base's.
+
+Example:
+    >>> node_bytes((512, 256), Choice("rtn", 4, 128, False))
+    70144
+    >>> losses = {"a": {"4": 5.0, "8": 0.1}, "b": {"4": 1.0, "8": 0.1}}
+    >>> sizes = {"a": {"4": 10, "8": 20}, "b": {"4": 10, "8": 20}}
+    >>> allocate(losses, sizes, 30)
+    {'a': '8', 'b': '4'}
+    >>> allocate(losses, sizes, 19) is None
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Choice",
+    "FLOAT_BYTES",
+    "allocate",
+    "builder_bytes",
+    "choice_of",
+    "node_bytes",
+    "BUILDER_CHOICE",
+]
+
+#: Bytes per float weight and per block scale (a float32 model's).
+FLOAT_BYTES = 4
+#: The byte steps :func:`allocate`'s table has between nothing and the budget: a size error
+#: of at most ``nodes / STEPS`` of the budget.
+STEPS = 2000
+
+
+class Choice(NamedTuple):
+    """How one weight MatMul is quantized (the backend's ``node_settings`` entry)."""
+
+    algorithm: str
+    bits: int
+    block_size: int
+    symmetric: bool
+
+    def settings(self) -> dict[str, Any]:
+        """The ``node_settings`` entry (``symmetric`` only where the algorithm takes it)."""
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "bits": self.bits,
+            "block_size": self.block_size,
+        }
+        if self.algorithm == "rtn":
+            out["symmetric"] = self.symmetric
+        return out
+
+    def label(self) -> str:
+        """``rtn/4/32/asym``: how the log and the report name the choice."""
+        symmetry = "sym" if self.symmetric else "asym"
+        return f"{self.algorithm}/{self.bits}/{self.block_size}/{symmetry}"
+
+
+#: onnxruntime-genai's model builder's ``-p int4``: RTN, block 32, symmetric (its
+#: ``is_symmetric`` default), every weight MatMul.
+BUILDER_CHOICE = Choice("rtn", 4, 32, True)
+
+
+def choice_of(settings: Mapping[str, Any]) -> Choice:
+    """The choice of a node that no node list or ``node_settings`` names under ``settings``
+    (the backend's defaults for what is unset: RTN, 4 bits, block 128, symmetric; k-quant
+    and HQQ always write zero points)."""
+    algorithm = str(settings.get("algorithm") or "rtn")
+    symmetric = settings.get("symmetric")
+    if algorithm != "rtn":
+        symmetric = False
+    return Choice(
+        algorithm,
+        int(settings.get("bits") or 4),
+        int(settings.get("block_size") or 128),
+        True if symmetric is None else bool(symmetric),
+    )
+
+
+def node_bytes(shape: Sequence[int], choice: Choice | None) -> int:
+    """The bytes a weight of ``shape`` (rows = the reduced axis, columns) takes at
+    ``choice`` in ``MatMulNBits`` (None: kept float)."""
+    rows, columns = int(shape[0]), int(shape[1])
+    if choice is None:
+        return rows * columns * FLOAT_BYTES
+    blocks = -(-rows // choice.block_size)
+    packed = columns * blocks * (choice.block_size * choice.bits // 8)
+    scales = columns * blocks * FLOAT_BYTES
+    zero_points = 0 if choice.symmetric else columns * (-(-blocks * choice.bits // 8))
+    return packed + scales + zero_points
+
+
+def builder_bytes(float_bytes: int, weights: Mapping[str, Sequence[int]]) -> int:
+    """The size of the float model of ``float_bytes`` with every weight MatMul of
+    ``weights`` at :data:`BUILDER_CHOICE`: what onnxruntime-genai's builder's int4 weighs."""
+    saved = sum(node_bytes(s, None) - node_bytes(s, BUILDER_CHOICE) for s in weights.values())
+    return int(float_bytes) - saved
+
+
+def allocate(
+    losses: Mapping[str, Mapping[Any, float]],
+    sizes: Mapping[str, Mapping[Any, int]],
+    budget: float,
+) -> dict[str, Any] | None:
+    """The choice per node (the keys of ``losses[node]``, each with its bytes in
+    ``sizes[node]``) whose bytes add up to at most ``budget`` with the least sum of losses;
+    None when even the smallest choices exceed it. Exact up to :data:`STEPS` byte steps
+    (each node's bytes are rounded up, so the answer never exceeds the budget)."""
+    nodes = [n for n in losses if losses[n]]
+    floor = sum(min(sizes[n][c] for c in losses[n]) for n in nodes)
+    room = budget - floor
+    if room < 0:
+        return None
+    unit = max(1.0, room / STEPS)
+    width = int(room // unit) + 1
+    inf = math.inf
+    # best[w]: the least loss of the nodes so far using w units above their smallest choices
+    best = [0.0] * width
+    picks: list[list[Any]] = []
+    for node in nodes:
+        smallest = min(sizes[node][c] for c in losses[node])
+        options = [(c, losses[node][c], math.ceil((sizes[node][c] - smallest) / unit))
+                   for c in losses[node]]  # fmt: skip
+        new = [inf] * width
+        pick: list[Any] = [None] * width
+        for w in range(width):
+            for choice, loss, cost in options:
+                if cost <= w and best[w - cost] + loss < new[w]:
+                    new[w], pick[w] = best[w - cost] + loss, choice
+        best = new
+        picks.append(pick)
+    w = min(range(width), key=lambda i: (best[i], i))
+    if best[w] == inf:
+        return None
+    out: dict[str, Any] = {}
+    for node, pick in zip(reversed(nodes), reversed(picks)):
+        choice = pick[w]
+        out[node] = choice
+        smallest = min(sizes[node][c] for c in losses[node])
+        w -= math.ceil((sizes[node][choice] - smallest) / unit)
+    return {node: out[node] for node in nodes}
