@@ -498,6 +498,15 @@ def test_a_language_model_search_shows_decode_prefill_and_each_metrics_interval(
     front = build_report(_lm_records(), summary | {"objectives": ["metric", "decode_latency_ms"]})
     figure = front.split('id="fig-pareto"', 1)[1].split("</script>", 1)[0]
     assert "decode latency (ms)" in figure and "pareto" not in _charts(text)
+    # A search that chose by size shows its front of KL, size and decode step, with the
+    # settings one-shot tools write marked by name.
+    anchored = _lm_records()
+    anchored[1]["settings"] = {"quantizer": "weight_only", "bits": 4, "algorithm": "rtn",
+                               "block_size": 32, "symmetric": True, "accuracy_level": 4}  # fmt: skip
+    sized = build_report(anchored, summary | {"select": "size"})
+    figure = sized.split('id="fig-pareto"', 1)[1].split("</script>", 1)[0]
+    assert "decode latency (ms)" in figure and "size (bytes)" in figure
+    assert "onnxruntime-genai builder's int4" in figure and "one-shot tools" in figure
     reused = _lm_records()
     reused[1].update(stage="sensitivity", reused_from="/runs/first trial 5a3c")
     table = _table(build_report(reused, summary), "trials")

@@ -374,9 +374,13 @@ def build_report(
     best = next((r for r in rows if r.get("trial_id") == best_id), None)
     default = default_setting(rows, config)
     figures = study_figures(_in_words(rows), summary) if rows else []
-    if len(summary.get("objectives") or ("metric",)) < 2:
-        # One objective: the search chose by the metric alone, a front of other figures
-        # would show trade-offs it never weighed.
+    weighed = len(summary.get("objectives") or ("metric",)) > 1 or summary.get("select") not in (
+        None,
+        "metric",
+    )
+    if not weighed:
+        # The search chose by the metric alone: a front of other figures would show
+        # trade-offs it never weighed.
         figures = [f for f in figures if f.key != "pareto"]
     for figure in figures:
         if figure.key == "parallel":

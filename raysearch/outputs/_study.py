@@ -316,7 +316,11 @@ def _pareto_study(
         and finite(r.get("metric")) is not None
     ]
     names = ["metric"]
-    for key in _pareto_axes(objectives):
+    axes = _pareto_axes(objectives)
+    if any(finite(r.get("decode_latency_ms")) is not None for r in complete):
+        # a language model: the decode step is what its users wait on, not a batch
+        axes = list(dict.fromkeys(a if a != "latency_ms" else "decode_latency_ms" for a in axes))
+    for key in axes:
         values = [finite(r.get(key)) for r in complete]
         if all(v is not None for v in values) and len(set(values)) > 1 and len(names) < 3:
             names.append(key)
@@ -513,10 +517,43 @@ def _pareto(
     }
     target_names = [labels[n] for n in names[:3]]
     fig = _quiet(lambda: plot_pareto_front(study, target_names=target_names))
+    anchors = _mark_anchors(fig, study, rows, names)
     return Figure(
         "pareto",
         "Pareto front",
         f"The complete trials' {', '.join(target_names)}: the trials no other beats on every "
-        "one of them form the front.",
+        "one of them form the front."
+        + (f" Marked: what one-shot tools write ({'; '.join(anchors)})." if anchors else ""),
         fig,
     )
+
+
+def _mark_anchors(
+    fig: Any, study: Any, rows: Sequence[Mapping[str, Any]], names: Sequence[str]
+) -> list[str]:
+    """The trials whose setting is a one-shot tool's (:func:`raysearch.strategies.
+    anchor_name`: the builder's int4, ONNX Runtime's and Olive's defaults) as a trace of
+    their own, named, on the Pareto figure; returns the names marked."""
+    import plotly.graph_objects as go
+
+    from raysearch.strategies import anchor_name
+
+    by_id = {r.get("trial_id"): r for r in rows}
+    points, labels = [], []
+    for trial in study.trials:
+        row = by_id.get(trial.user_attrs.get("trial_id")) or {}
+        name = anchor_name(row.get("settings") or {})
+        if name and name not in labels:
+            points.append(trial.values)
+            labels.append(name)
+    if not points:
+        return []
+    axes = list(zip(*points))  # Optuna's figure: x, y (and z) are the values in order
+    marker = {"symbol": "diamond", "size": 11, "color": "black"}
+    common = {"mode": "markers+text", "text": labels, "marker": marker, "name": "one-shot tools"}
+    if len(names) > 2:
+        trace: Any = go.Scatter3d(x=axes[0], y=axes[1], z=axes[2], **common)
+    else:
+        trace = go.Scatter(x=axes[0], y=axes[1], textposition="top center", **common)
+    fig.add_trace(trace)
+    return labels

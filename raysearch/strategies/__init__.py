@@ -5,7 +5,7 @@ The names below are defined in ``raysearch.strategies._registry``."""
 
 from __future__ import annotations
 
-from raysearch.strategies._allocation import builder_bytes
+from raysearch.strategies._allocation import anchor_name, builder_bytes
 from raysearch.strategies._registry import (
     BUILTIN_STRATEGIES,
     EXHAUSTED,
@@ -41,4 +41,5 @@ __all__ = [
     "check_strategy_available",
     "check_strategy_spaces",
     "builder_bytes",
+    "anchor_name",
 ]

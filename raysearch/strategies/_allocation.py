@@ -37,6 +37,7 @@ __all__ = [
     "Choice",
     "FLOAT_BYTES",
     "allocate",
+    "anchor_name",
     "builder_bytes",
     "choice_of",
     "node_bytes",
@@ -158,3 +159,33 @@ def allocate(
         smallest = min(sizes[node][c] for c in losses[node])
         w -= math.ceil((sizes[node][choice] - smallest) / unit)
     return {node: out[node] for node in nodes}
+
+
+#: The uniform settings one-shot tools write, by name (``accuracy_level`` 4 for the builder).
+ANCHORS = {
+    "onnxruntime-genai builder's int4": (BUILDER_CHOICE, 4),
+    "ONNX Runtime's and Olive's default": (Choice("rtn", 4, 128, True), None),
+    "ONNX Runtime's class default": (Choice("rtn", 4, 128, False), None),
+}
+
+
+def anchor_name(settings: Mapping[str, Any]) -> str | None:
+    """The one-shot tool whose model ``settings`` write (weight-only, every weight MatMul at
+    one choice), or None.
+
+    Example:
+        >>> anchor_name({"quantizer": "weight_only", "block_size": 32, "symmetric": True,
+        ...              "accuracy_level": 4})
+        "onnxruntime-genai builder's int4"
+        >>> anchor_name({"quantizer": "weight_only", "nodes_8bit": ["a"]}) is None
+        True
+    """
+    if settings.get("quantizer") != "weight_only" or settings.get("quantize_embeddings"):
+        return None
+    if any(settings.get(k) for k in ("nodes_4bit", "nodes_8bit", "nodes_float", "node_settings")):
+        return None
+    choice, level = choice_of(settings), int(settings.get("accuracy_level") or 0)
+    for name, (anchor, wanted) in ANCHORS.items():
+        if choice == anchor and (wanted is None or level == wanted):
+            return name
+    return None
