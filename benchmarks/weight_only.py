@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -377,6 +378,28 @@ def ort_folder(source: Path, out: Path, block_size: int, is_symmetric: bool) -> 
     return out
 
 
+def probe_additivity(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of the KL of the base's probes (each node alone at the base's setting, the
+    rest float) against the KL the base measured on the whole model: how far the additive
+    model the allocation plans with is from the truth."""
+    probes = [
+        t for t in trials
+        if t["stage"] == "sensitivity" and t["status"] == "ok"
+        and t.get("params/nodes_4bit") is not None and not t.get("params/node_settings")
+    ]  # fmt: skip
+    if not probes:
+        return {"base": None, "probes_sum": float("nan"), "base_kl": float("nan")}
+    keys = ("params/algorithm", "params/block_size", "params/symmetric", "params/rtn.symmetric")
+    setting = {k: probes[0].get(k) for k in keys}
+    base = next(
+        t for t in trials
+        if t["stage"] in ("defaults", "blocks") and {k: t.get(k) for k in keys} == setting
+    )  # fmt: skip
+    label = ", ".join(f"{k.split('/')[-1]} {v}" for k, v in setting.items() if v is not None)
+    total = sum(t["metric"] for t in probes if {k: t.get(k) for k in keys} == setting)
+    return {"base": label, "probes_sum": total, "base_kl": base["metric"]}
+
+
 def genai_main(args: argparse.Namespace, run: Run) -> None:
     """The ``--genai`` comparison (see the module)."""
     source = BYTELLAMA / "genai"
@@ -395,7 +418,9 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         reference = _folder_logits(source / "model.onnx", ids)
         rows = [_genai_row(n, f / "model.onnx", reference, ids) for n, f in folders.items()]
         tolerance = rows[1]["kl"] / 6
-        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": 280})
+        # the most accurate model within the builder's size, a sixth of its KL the goal
+        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": 280},
+                      size_budget="builder", select="metric")  # fmt: skip
         name = "raysearch WeightOnly (best/)"
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
@@ -405,6 +430,16 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         for row, path in zip(rows, folders.values()):
             row["genai_decode_ms"] = decode[str(path)]
         summary = json.loads((folder / "search" / "summary.json").read_text())
+        trials = pq.read_table(folder / "search" / "results.parquet").to_pylist()
+    additivity = probe_additivity(trials)
+    print(
+        f"probes of the base ({additivity['base']}): their KL sums to "
+        f"{additivity['probes_sum']:.4g}, the base measured {additivity['base_kl']:.4g}"
+    )
+    stages: dict[str, int] = {}
+    for t in trials:
+        stages[t["stage"]] = stages.get(t["stage"], 0) + 1
+    print(f"trials by stage: {stages}; builder's KL / best's: {rows[1]['kl'] / best['kl']:.2f}")
     print_table(
         rows,
         ["setting", "kl", "top1_agreement", "size_kb", "genai_decode_ms", "time_s"],
@@ -412,7 +447,8 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
     )
     run.write(
         {"tolerance": tolerance, "rows": rows, "search_wall_s": wall,
-         "search_trials": summary.get("n_trials"), "best_params": summary.get("best_params")},
+         "search_trials": summary.get("n_trials"), "best_params": summary.get("best_params"),
+         "trials_by_stage": stages, "probe_additivity": additivity},
         args.out,
     )  # fmt: skip
 
@@ -422,8 +458,12 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.00025)
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny decoder")
     parser.add_argument("--genai", action="store_true", help="bytellama's genai folder")
-    parser.add_argument("--builder-int4", type=Path, default=None,
-                        help="the builder's int4 folder (else built with GENAI_PY)")
+    parser.add_argument(
+        "--builder-int4",
+        type=Path,
+        default=None,
+        help="the builder's int4 folder (else built with GENAI_PY)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     run = Run("weight_only_genai" if args.genai else "weight_only", args)
@@ -468,8 +508,6 @@ def main() -> None:
             if k.split(".")[-1] in ("algorithm", "bits", "block_size", "symmetric")
         }
         correlation = probe_subset_correlation(model, base, reference, ids, max(1, len(ids) // 4))
-        import pyarrow.parquet as pq
-
         table = pq.read_table(folder / "search" / "results.parquet").to_pylist()
     stages: dict[str, int] = {}
     for record in table:
