@@ -21,10 +21,8 @@ Example:
     70144
     >>> losses = {"a": {"4": 5.0, "8": 0.1}, "b": {"4": 1.0, "8": 0.1}}
     >>> sizes = {"a": {"4": 10, "8": 20}, "b": {"4": 10, "8": 20}}
-    >>> allocate(losses, sizes, 30)
-    {'a': '8', 'b': '4'}
-    >>> allocate(losses, sizes, 19) is None
-    True
+    >>> allocate(losses, sizes, [30, 19])
+    [{'a': '8', 'b': '4'}, None]
 """
 
 from __future__ import annotations
@@ -32,6 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
 
 __all__ = [
     "Choice",
@@ -120,45 +120,47 @@ def builder_bytes(float_bytes: int, weights: Mapping[str, Sequence[int]]) -> int
 def allocate(
     losses: Mapping[str, Mapping[Any, float]],
     sizes: Mapping[str, Mapping[Any, int]],
-    budget: float,
-) -> dict[str, Any] | None:
-    """The choice per node (the keys of ``losses[node]``, each with its bytes in
-    ``sizes[node]``) whose bytes add up to at most ``budget`` with the least sum of losses;
-    None when even the smallest choices exceed it. Exact up to :data:`STEPS` byte steps
-    (each node's bytes are rounded up, so the answer never exceeds the budget)."""
+    budgets: Sequence[float],
+) -> list[dict[str, Any] | None]:
+    """For each of ``budgets``, the choice per node (the keys of ``losses[node]``, each with
+    its bytes in ``sizes[node]``) whose bytes add up to at most that budget with the least
+    sum of losses; None where even the smallest choices exceed it. One table serves every
+    budget: exact up to :data:`STEPS` byte steps of the largest (each node's bytes are
+    rounded up, so an answer never exceeds its budget)."""
     nodes = [n for n in losses if losses[n]]
-    floor = sum(min(sizes[n][c] for c in losses[n]) for n in nodes)
-    room = budget - floor
+    smallest = {n: min(sizes[n][c] for c in losses[n]) for n in nodes}
+    floor = sum(smallest.values())
+    room = max(budgets, default=0.0) - floor
     if room < 0:
-        return None
+        return [None for _ in budgets]
     unit = max(1.0, room / STEPS)
     width = int(room // unit) + 1
-    inf = math.inf
-    # best[w]: the least loss of the nodes so far using w units above their smallest choices
-    best = [0.0] * width
-    picks: list[list[Any]] = []
+    # best[w]: the least loss of the nodes so far within w units above their smallest choices
+    best = np.zeros(width)
+    picks = []
     for node in nodes:
-        smallest = min(sizes[node][c] for c in losses[node])
-        options = [(c, losses[node][c], math.ceil((sizes[node][c] - smallest) / unit))
-                   for c in losses[node]]  # fmt: skip
-        new = [inf] * width
-        pick: list[Any] = [None] * width
-        for w in range(width):
-            for choice, loss, cost in options:
-                if cost <= w and best[w - cost] + loss < new[w]:
-                    new[w], pick[w] = best[w - cost] + loss, choice
-        best = new
-        picks.append(pick)
-    w = min(range(width), key=lambda i: (best[i], i))
-    if best[w] == inf:
-        return None
-    out: dict[str, Any] = {}
-    for node, pick in zip(reversed(nodes), reversed(picks)):
-        choice = pick[w]
-        out[node] = choice
-        smallest = min(sizes[node][c] for c in losses[node])
-        w -= math.ceil((sizes[node][choice] - smallest) / unit)
-    return {node: out[node] for node in nodes}
+        options = list(losses[node])
+        table = np.full((len(options), width), np.inf)
+        for i, choice in enumerate(options):
+            cost = math.ceil((sizes[node][choice] - smallest[node]) / unit)
+            if cost < width:
+                table[i, cost:] = best[: width - cost] + losses[node][choice]
+        pick = table.argmin(axis=0)
+        best = table[pick, np.arange(width)]
+        picks.append([options[i] for i in pick])
+    out: list[dict[str, Any] | None] = []
+    for budget in budgets:
+        if budget - floor < 0:
+            out.append(None)
+            continue
+        w = min(width - 1, int((budget - floor) // unit))
+        chosen: dict[str, Any] = {}
+        for node, pick in zip(reversed(nodes), reversed(picks)):
+            choice = pick[w]
+            chosen[node] = choice
+            w -= math.ceil((sizes[node][choice] - smallest[node]) / unit)
+        out.append({node: chosen[node] for node in nodes})
+    return out
 
 
 #: The uniform settings one-shot tools write, by name (``accuracy_level`` 4 for the builder).

@@ -29,8 +29,13 @@ the search's stop conditions in force:
    node count; then the same prefixes of the nodes ordered by what a promotion gains per byte
    it adds (:func:`by_gain_per_byte`: the greedy answer to "the most accuracy for a size",
    which promotes a small sensitive ``lm_head`` before a large, slightly more sensitive MLP),
-   each not already proposed. With ``metric: kl``, a ``tolerance`` and ``select: size``,
-   ``best/`` is then the smallest model within the tolerance.
+   each not already proposed.
+6. ``refinement``: allocations at the finer ladders of :data:`REFINEMENTS` (the sizes
+   between the allocation stage's), each one not run before: a search with a time limit
+   spends what is left of it on more points of the size/metric front.
+
+With ``metric: kl``, a ``tolerance`` and ``select: size``, ``best/`` is then the smallest
+model within the tolerance.
 
 Each stage is built from the records of the stages before it only, so a resumed search
 builds the same settings and runs only those that did not finish.
@@ -93,6 +98,9 @@ MENU_MORE = 2
 MENU_DECODE_SLACK = 2.0
 #: The allocation ladder's sizes between its smallest and largest, beside its named ones.
 LADDER_STEPS = 6
+#: The ladders of the refinement stages after the promotions: the sizes between the
+#: allocation stage's, for a search with the time to run them.
+REFINEMENTS = (20, 60)
 
 
 def _bits(settings: Mapping[str, Any]) -> int:
@@ -298,9 +306,10 @@ def probe_losses(
 
 
 def allocations(
-    context: StrategyContext, base: Mapping[str, Any]
+    context: StrategyContext, base: Mapping[str, Any], steps: int = LADDER_STEPS
 ) -> list[tuple[float, dict[str, Any]]]:
-    """The settings of the allocation stage, each with the size it is planned to have."""
+    """The settings of an allocation stage with ``steps`` sizes between the ladder's
+    smallest and largest, each with the size it is planned to have."""
     settings = base.get("settings") or {}
     weights = context.model.weights
     losses = probe_losses(context.records, settings, context.mode == "max")
@@ -323,13 +332,12 @@ def allocations(
     if cap is not None:
         named.append(cap)
         largest = min(largest, cap)
-    ladder = [smallest + (largest - smallest) * (i + 1) / (LADDER_STEPS + 1)
-              for i in range(LADDER_STEPS)]  # fmt: skip
+    ladder = [smallest + (largest - smallest) * (i + 1) / (steps + 1)
+              for i in range(steps)]  # fmt: skip
     budgets = sorted({b for b in [*named, *ladder, largest] if smallest <= b <= largest})
     out: list[tuple[float, dict[str, Any]]] = []
     seen: set[str] = set()
-    for budget in budgets:
-        picked = allocate(table, sizes, budget - rest)
+    for picked in allocate(table, sizes, [b - rest for b in budgets]):
         if picked is None:
             continue
         per_node = {n: c.settings() for n, c in picked.items() if c != own}
@@ -418,15 +426,22 @@ class _Promotions(BuiltPhase):
 
 
 class _Allocation(BuiltPhase):
-    """Stage 4: the per-node choices of :func:`allocations`, each verified as a trial."""
+    """Stage 4, and the refinements after the promotions: the per-node choices of
+    :func:`allocations` at ``steps`` sizes, each verified as a trial (one an earlier stage
+    ran is not run again)."""
 
     stage = "allocation"
+
+    def __init__(self, index: int, steps: int = LADDER_STEPS, stage: str = "allocation"):
+        super().__init__(index)
+        self.steps = steps
+        self.stage = stage
 
     def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
         base = base_record(context.records, context.mode == "max")
         if base is None:
             return None
-        planned = allocations(context, base)
+        planned = allocations(context, base, self.steps)
         if not planned:
             _logger.info(
                 "weight_only: no allocation (a node without its base probe, a weight's shape "
@@ -434,7 +449,8 @@ class _Allocation(BuiltPhase):
             )
             return None
         _logger.info(
-            "weight_only: %d allocations planned at %s MB",
+            "weight_only: %s: %d allocations planned at %s MB",
+            self.stage,
             len(planned),
             ", ".join(f"{size / 1e6:.3g}" for size, _ in planned),
         )
@@ -466,4 +482,12 @@ def weight_only_strategy(context: StrategyContext) -> list[Phase]:
         for index, space in enumerate(context.spaces)
     ]
     n = len(context.spaces)
-    return [_defaults(context), *blocks, _Sensitivity(n), _Allocation(n), _Promotions(n)]
+    refinements = [_Allocation(n, steps, "refinement") for steps in REFINEMENTS]
+    return [
+        _defaults(context),
+        *blocks,
+        _Sensitivity(n),
+        _Allocation(n),
+        _Promotions(n),
+        *refinements,
+    ]

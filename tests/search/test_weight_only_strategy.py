@@ -179,10 +179,11 @@ def _shaped(budget: int | None = None) -> SettingSearcher:
 def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size():
     """With the weights' shapes known, the probes measure each node under every choice of
     the menu (the base's, the more accurate uniform settings on the front, 8 bits), and
-    the allocation stage's settings give nodes their own choice, each planned size the
-    exact knapsack optimum of the probes' losses at that size."""
+    the allocation stage's settings (and the refinements' at finer sizes, after the
+    promotions) give nodes their own choice, each the exact knapsack optimum of the probes'
+    losses at its size."""
     trials = _drive(_shaped(), _lm, slots=2)
-    assert _stage_order(trials) == [*STAGES[:3], "allocation", "promotions"]
+    assert _stage_order(trials) == [*STAGES[:3], "allocation", "promotions", "refinement"]
     records = [{**t, "status": "ok"} for t in trials]
     base = base_record(records, higher_is_better=False)
     choices = menu(records, base, higher_is_better=False)
@@ -196,7 +197,8 @@ def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size(
                      "nodes_float": [m for m in NODES if m != n]})["metric"]
              for n in NODES for c in choices[1:2]}  # fmt: skip
     assert {n: losses[n][choices[1]] for n in NODES} == pytest.approx(alone)
-    allocated = [t["settings"] for t in trials if t["stage"] == "allocation"]
+    allocated = [t["settings"] for t in trials if t["stage"] in ("allocation", "refinement")]
+    assert len({repr(a) for a in allocated}) == len(allocated)  # none run twice
     assert allocated and all(s.get("node_settings") for s in allocated)
     weights = dict(zip(NODES, SHAPES))
     sizes = {n: {c: node_bytes(weights[n], c) for c in choices} for n in NODES}
