@@ -233,7 +233,8 @@ def menu(
     """The choices the probes measure each node under, the base's first (see the module):
     the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
     front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
-    decode step, the most accurate first; the base's at 8 bits."""
+    decode step: the most accurate, then those nearest halfway between it and the base in
+    size; the base's at 8 bits."""
     settings = base.get("settings") or {}
     own = choice_of(settings)
     sign = -1.0 if higher_is_better else 1.0
@@ -251,12 +252,22 @@ def menu(
         if decode and slow and slow > MENU_DECODE_SLACK * decode:
             continue
         rows.append((float(r["model_size_bytes"]), sign * float(r["metric"]), choice_of(other)))
-    front = [c for size, loss, c in sorted(rows, key=lambda row: row[1])
-             if not any(s2 <= size and l2 < loss for s2, l2, _ in rows)]  # fmt: skip
     base_loss = sign * float(base["metric"])
-    better = [c for c in front if c != own and c.bits == own.bits and
-              any(loss < base_loss for _, loss, c2 in rows if c2 == c)]  # fmt: skip
-    out = [own, *dict.fromkeys(better[:MENU_MORE])]
+    base_size = float(base["model_size_bytes"])
+    # the front's settings more accurate than the base, the most accurate first
+    better = sorted(
+        (row for row in rows
+         if row[2] != own and row[2].bits == own.bits and row[1] < base_loss
+         and not any(s2 <= row[0] and l2 < row[1] for s2, l2, _ in rows)),
+        key=lambda row: row[1],
+    )  # fmt: skip
+    out = [own]
+    if better:
+        out.append(better[0][2])
+        # then the sizes between: the one nearest halfway from the base to the most accurate
+        middle = (base_size + better[0][0]) / 2
+        rest = sorted(better[1:], key=lambda row: abs(row[0] - middle))
+        out += [row[2] for row in rest[: MENU_MORE - 1] if row[2] not in out]
     if own.bits == 4:
         out.append(Choice("rtn", 8, own.block_size, True))
     return out
