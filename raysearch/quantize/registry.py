@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.usercode import note_plugin
 from raysearch.space.catalogue import (
     QUANTIZER,
     Catalogue,
     get_catalogue,
     register_catalogue,
 )
+from raysearch.usercode import note_plugin
 
 if TYPE_CHECKING:
     import onnx

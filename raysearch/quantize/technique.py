@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.usercode import note_plugin
 from raysearch.providers import provider_names
 from raysearch.space.catalogue import OptionSpec, register_shared_settings
+from raysearch.usercode import note_plugin
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
