@@ -6,8 +6,9 @@ between releases: :class:`AutoSearch` (run or resume a search), :class:`SearchCo
 :class:`SearchSpace`, the errors :class:`ConfigError` and :class:`InputError`, the plugin
 decorators :func:`register_backend`, :func:`register_technique` and
 :func:`register_strategy`, and :class:`CustomEvaluator`, the signature of a custom evaluator.
-Everything else (every ``raysearch.<package>`` module, and each name starting with ``_``) is
-internal and may change.
+The plugin API, the base classes those decorators take and what their methods get, is the
+module :mod:`raysearch.plugins` (its ``__all__``). Everything else (every other
+``raysearch.<package>`` module, and each name starting with ``_``) is internal and may change.
 
 Example:
     >>> from raysearch import AutoSearch                       # doctest: +SKIP

@@ -1,63 +1,111 @@
-"""Modules that registered a backend, technique or strategy from outside raysearch.
+"""The plugin API: a quantizer backend, a technique or a search strategy written outside raysearch.
 
-A plugin registers itself when its module is imported (``@register_backend``,
-``register_technique``, ``@register_strategy``). The driver imported it, but a trial runs in
-a Ray actor, often on another node, that has not: the search ships the names recorded here to
-every actor, which imports them before its first trial (:func:`import_plugins`). The module
-must be importable there, as any code a config names is: installed, on the ``PYTHONPATH`` of
-Ray's workers, or beside the config (or in the working directory), whence the search ships it
-to every worker (:mod:`raysearch.usercode`).
+What :data:`__all__` lists here is public and stable, as ``raysearch.__all__`` is: the base
+classes a plugin subclasses, what their methods take and return, and the registries'
+decorators. A plugin is a module that registers its classes when it is imported; a config
+names it (``plugins: [my_backend]``), and the search imports it in the driver and in every
+trial actor (found as installed, else beside the config or in the working directory, and
+shipped to the other nodes of a cluster). README, "Plugins", has a worked backend, technique
+and strategy, which ``tests/plugins/test_readme_plugins.py`` runs.
+
+- **Backend**: subclass :class:`QuantizerBackend`, give it a :class:`Catalogue` of its
+  settings (with ``"quantizer": QUANTIZER``), implement ``validate`` and ``quantize`` (which
+  returns a :class:`QuantizeInfo`), and decorate it with :func:`register_backend`.
+- **Technique**: subclass one of its three kinds, :class:`FloatModelTransform`,
+  :class:`TensorOverrideProducer` (returns :class:`TensorOverrides`) or
+  :class:`QuantizedModelTransform`; declare its ``settings`` (:class:`OptionSpec`, a switch
+  named ``include_<name>``) and ``effect_key``; decorate it with :func:`register_technique`.
+  ``self.context`` (a :class:`TechniqueContext`) lends it the trial's quantizer and metric.
+- **Strategy**: a builder ``(StrategyContext) -> list[Phase]`` decorated with
+  :func:`register_strategy`; each :class:`Phase` ``propose``-s a :class:`Proposal` at a time
+  (None: wait for a running trial; :data:`EXHAUSTED`: done), reading the search through a
+  :class:`SearchView`; its ``start`` sees the :class:`StrategyContext` (the spaces,
+  the records finished so far, the model's :class:`ModelFacts`).
 
 Example:
-    >>> note_plugin("raysearch.quantize.backends.ort")  # raysearch's own modules: not recorded
-    >>> "raysearch.quantize.backends.ort" in plugin_modules()
-    False
+    A phase driven by hand, as the search drives it (a strategy registered under a name a
+    config's ``search_algo`` spells runs such phases):
+
+    >>> from raysearch import SearchSpace
+    >>> class EveryOther(Phase):
+    ...     def start(self, context):
+    ...         grid = expand_spaces(context.spaces, context.reject)
+    ...         self.todo = list(zip(grid.space_index, grid.points))[::2]
+    ...         self.spaces = context.spaces
+    ...     def propose(self, trial_id, search):
+    ...         if not self.todo:
+    ...             return EXHAUSTED
+    ...         index, point = self.todo.pop(0)
+    ...         return Proposal.of(self.spaces[index], index, point)
+    >>> space = SearchSpace.parse({"calibrate_method": ["MinMax", "Entropy", "Percentile"]})
+    >>> phase = EveryOther()
+    >>> phase.start(StrategyContext([space]))
+    >>> [phase.propose(str(i), None) for i in range(3)][-1]
+    '__exhausted__'
+    >>> phase.start(StrategyContext([space]))
+    >>> phase.propose("0", None).settings
+    {'calibrate_method': 'MinMax'}
+
+    A technique's settings and effect, without a trial:
+
+    >>> class KeepLastFloat(TensorOverrideProducer):
+    ...     settings = {"include_keep_last_float": OptionSpec("bool", "last MatMul in float")}
+    ...     def effect_key(self, settings):
+    ...         return "on" if settings.get("include_keep_last_float") else None
+    ...     def overrides(self, model_path, settings):
+    ...         return TensorOverrides(nodes_to_exclude=["fc2"])
+    >>> technique = KeepLastFloat()
+    >>> technique.effect_key({"include_keep_last_float": True}), technique.kind
+    ('on', 'tensor_overrides')
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Iterable, Sequence
+from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+from raysearch.quantize.technique import (
+    FloatModelTransform,
+    QuantizedModelTransform,
+    Technique,
+    TechniqueContext,
+    TensorOverrideProducer,
+    TensorOverrides,
+    register_technique,
+)
+from raysearch.space import expand_spaces
+from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec
+from raysearch.strategies import (
+    EXHAUSTED,
+    ModelFacts,
+    Phase,
+    Proposal,
+    SearchView,
+    StrategyContext,
+    register_strategy,
+)
 
-from raysearch.usercode import import_named
-
-__all__ = ["note_plugin", "plugin_modules", "import_plugins"]
-
-_logger = logging.getLogger(__name__)
-_MODULES: dict[str, None] = {}
-
-
-def note_plugin(module: str) -> None:
-    """Record that ``module`` registered something (raysearch's own modules excepted, and
-    ``__main__``, which no other process can import)."""
-    if module == "raysearch" or module.startswith("raysearch.") or module == "__main__":
-        return
-    _MODULES[module] = None
-
-
-def plugin_modules() -> tuple[str, ...]:
-    """The recorded plugin modules, in the order they registered something."""
-    return tuple(_MODULES)
-
-
-def import_plugins(
-    modules: Iterable[str],
-    *,
-    strict: bool = True,
-    search_dirs: Sequence[str | os.PathLike] = (),
-) -> None:
-    """Import ``modules`` (registering their plugins in this process); one Python does not find
-    from the first of ``search_dirs`` holding it (:func:`raysearch.usercode.import_named`).
-    With ``strict=False`` (an actor importing what the driver recorded) a module that cannot
-    be imported here is logged and skipped: a trial that needs its plugin then fails with one
-    line naming the unknown backend or setting, and every other trial runs."""
-    for module in modules:
-        try:
-            import_named(module, search_dirs)
-        except ImportError as exc:
-            if strict:
-                raise
-            _logger.warning("plugin module %s cannot be imported here: %s", module, exc)
-            continue
-        _logger.debug("plugin module %s imported", module)
+__all__ = [
+    # backends
+    "QuantizerBackend",
+    "QuantizeInfo",
+    "Catalogue",
+    "OptionSpec",
+    "QUANTIZER",
+    "register_backend",
+    # techniques
+    "Technique",
+    "FloatModelTransform",
+    "TensorOverrideProducer",
+    "QuantizedModelTransform",
+    "TensorOverrides",
+    "TechniqueContext",
+    "register_technique",
+    # strategies
+    "Phase",
+    "Proposal",
+    "SearchView",
+    "StrategyContext",
+    "ModelFacts",
+    "EXHAUSTED",
+    "expand_spaces",
+    "register_strategy",
+]

@@ -1,5 +1,11 @@
 """Code a config names: its custom evaluator (``metric: "module:function"``) and ``plugins``.
 
+A plugin (:mod:`raysearch.plugins`) registers itself when its module is imported. The
+driver imported it, but a trial runs in a Ray actor, often on another node, that has not: the
+registries record each module that registered something from outside raysearch
+(:func:`note_plugin`), the search ships those names to every actor, and the actor imports them
+before its first trial (:func:`import_plugins`).
+
 A module is imported as Python imports it (installed, or on ``PYTHONPATH``); a top-level
 module or package that Python does not find is looked up in the config's folder, then in the
 working directory (the *search folders*), as a script finds the modules beside it. Only the
@@ -25,6 +31,9 @@ Example:
     []
     >>> qualified_name(import_named("json").dumps)
     'json:dumps'
+    >>> note_plugin("raysearch.quantize.backends.ort")  # raysearch's own modules: not recorded
+    >>> "raysearch.quantize.backends.ort" in plugin_modules()
+    False
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ from types import ModuleType
 
 __all__ = [
     "import_named",
+    "note_plugin",
+    "plugin_modules",
+    "import_plugins",
     "local_modules",
     "code_folders",
     "check_shippable",
@@ -51,6 +63,8 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
+#: The modules that registered a plugin, in order (see :func:`note_plugin`).
+_MODULES: dict[str, None] = {}
 
 #: The most a folder of code may hold to be shipped to the other nodes of a Ray cluster: Ray
 #: zips it into its control store (a gRPC message, 512 MiB at most) and every node unpacks
@@ -238,3 +252,38 @@ def qualified_name(func: object) -> str:
     named = func if hasattr(func, "__qualname__") else type(func)
     module = getattr(named, "__module__", None) or "?"
     return f"{module}:{getattr(named, '__qualname__', repr(named))}"
+
+
+def note_plugin(module: str) -> None:
+    """Record that ``module`` registered something (raysearch's own modules excepted, and
+    ``__main__``, which no other process can import)."""
+    if module == "raysearch" or module.startswith("raysearch.") or module == "__main__":
+        return
+    _MODULES[module] = None
+
+
+def plugin_modules() -> tuple[str, ...]:
+    """The recorded plugin modules, in the order they registered something."""
+    return tuple(_MODULES)
+
+
+def import_plugins(
+    modules: Iterable[str],
+    *,
+    strict: bool = True,
+    search_dirs: Sequence[str | os.PathLike] = (),
+) -> None:
+    """Import ``modules`` (registering their plugins in this process); one Python does not find
+    from the first of ``search_dirs`` holding it (:func:`import_named`). With ``strict=False``
+    (an actor importing what the driver recorded) a module that cannot be imported here is
+    logged and skipped: a trial that needs its plugin then fails with one line naming the
+    unknown backend or setting, and every other trial runs."""
+    for module in modules:
+        try:
+            import_named(module, search_dirs)
+        except ImportError as exc:
+            if strict:
+                raise
+            _logger.warning("plugin module %s cannot be imported here: %s", module, exc)
+            continue
+        _logger.debug("plugin module %s imported", module)

@@ -718,7 +718,7 @@ def test_nncf_telemetry_stub_and_onnx_engine(tmp_path: Path):
     assert set(vars(base)) == {"sess", "input_names"}, _changed(
         nncf,
         "ONNXEngine's attributes",
-        f"{where} (TrialEngine sets sess and input_names)",
+        f"{where} (TrialSessionEngine sets sess and input_names)",
         f"now {sorted(vars(base))}",
     )
     feed = mlp_data(4)

@@ -83,3 +83,60 @@ def test_a_custom_evaluator_of_the_documented_signature_is_one():
     from raysearch.evaluate._custom import takes_providers
 
     assert takes_providers(evaluate)
+
+
+def test_the_plugin_api_is_one_public_module_documented():
+    """What a backend, technique or strategy written outside raysearch subclasses, calls and
+    implements is in ``raysearch.plugins``, each documented; the decorators are those
+    ``raysearch`` lists."""
+    from raysearch import plugins
+
+    assert all(getattr(plugins, name, None) is not None for name in plugins.__all__)
+    for name in ("register_backend", "register_technique", "register_strategy"):
+        assert getattr(plugins, name) is getattr(raysearch, name)
+    documented = [
+        *(
+            getattr(plugins, name)
+            for name in plugins.__all__
+            if name not in ("QUANTIZER", "EXHAUSTED")
+        ),
+        *(
+            getattr(getattr(plugins, cls), method)
+            for cls, methods in {
+                "QuantizerBackend": (
+                    "validate",
+                    "quantize",
+                    "reject",
+                    "reject_on_model",
+                    "missing_requirement",
+                ),
+                "Technique": ("effect_key", "reject", "missing_requirement"),
+                "FloatModelTransform": ("transform",),
+                "TensorOverrideProducer": ("overrides",),
+                "QuantizedModelTransform": ("transform",),
+                "TechniqueContext": ("score_each",),
+                "Phase": ("start", "propose", "completed"),
+                "Proposal": ("of",),
+                "StrategyContext": ("best",),
+            }.items()
+            for method in methods
+        ),
+    ]
+    missing = []
+    for obj in documented:
+        doc, name = _documented(obj), obj.__qualname__
+        if inspect.isclass(obj):
+            # A class documents what it is built from (its own constructor's ``Args:``, a
+            # dataclass's or a protocol's ``Attributes:``); an inherited constructor is
+            # documented where it is defined.
+            own = "__init__" in vars(obj) or "__dataclass_fields__" in vars(obj)
+            if own and not ({"Args:", "Attributes:"} & set(doc.split())):
+                missing.append(f"{name}: Args: or Attributes:")
+            wanted = []
+        else:
+            takes = [p for p in inspect.signature(obj).parameters if p not in ("self", "cls")]
+            returns = inspect.signature(obj).return_annotation not in ("None", None)
+            wanted = (["Args:"] if takes else []) + (["Returns:"] if returns else [])
+        missing += [f"{name}: {w}" for w in wanted if w not in doc]
+        missing += [f"{name}: no docstring"] if not doc else []
+    assert not missing

@@ -14,8 +14,7 @@ import pytest
 from raysearch.config import SearchConfig
 from raysearch.errors import ConfigError
 from raysearch.evaluate import load_custom_evaluator
-from raysearch.plugins import import_plugins
-from raysearch.usercode import import_named, local_modules
+from raysearch.usercode import import_named, import_plugins, local_modules
 from tests.models import make_mlp_model, mlp_data
 
 SCORE = "def score(model_path, providers):\n    return {value}\n"

@@ -362,7 +362,7 @@ def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ..
     """``plugins``: modules that register backends, techniques or strategies, imported before
     the spaces and the algorithm are checked (and by every trial actor); one Python does not
     find is looked up in ``search_dirs`` (:mod:`raysearch.usercode`)."""
-    from raysearch.plugins import import_plugins
+    from raysearch.usercode import import_plugins
 
     if value is None:
         return ()

@@ -154,7 +154,7 @@ def _engine_class(base: type, providers: list[Any], threads: int, timing: Engine
     import onnxruntime as ort
     from nncf.onnx.graph.model_metadata import MetadataKey, get_metadata
 
-    class TrialEngine(base):  # type: ignore[misc, valid-type]
+    class TrialSessionEngine(base):  # type: ignore[misc, valid-type]
         def __init__(self, model: Any, **_: Any) -> None:
             start = time.perf_counter()
             options = session_options(threads)
@@ -178,7 +178,7 @@ def _engine_class(base: type, providers: list[Any], threads: int, timing: Engine
                 timing.inferences += 1
                 timing.inference_s += time.perf_counter() - start
 
-    return TrialEngine
+    return TrialSessionEngine
 
 
 @contextlib.contextmanager

@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.plugins import note_plugin
 from raysearch.space.catalogue import (
     QUANTIZER,
     Catalogue,
     get_catalogue,
     register_catalogue,
 )
+from raysearch.usercode import note_plugin
 
 if TYPE_CHECKING:
     import onnx
@@ -72,14 +72,24 @@ _REGISTRY: dict[str, type[QuantizerBackend]] = {}
 
 @dataclass
 class QuantizeInfo:
-    """What one ``quantize`` call cost: seconds in calibration (0 on a cache hit), seconds in
-    the quantizer itself, whether the calibration came from the cache, and the backend's own
-    breakdown (``extra``: NNCF's sessions and inference seconds, ...).
+    """What one :meth:`QuantizerBackend.quantize` call cost and did.
 
-    ``quantized_share`` is for a backend whose model does not show what it quantized: a
-    weight-only fake quantizer keeps float values on integer levels, which the graph count
-    (:func:`raysearch.modelgraph.quantized_share`, used when it is None) reads as nothing
-    quantized, so such a trial would never be a candidate."""
+    Attributes:
+        calibration_s: seconds in calibration (0 on a cache hit).
+        quantization_s: seconds in the quantizer itself.
+        calib_cache_hit: whether the calibration came from the cache.
+        extra: the backend's own figures (NNCF's sessions and inference seconds, ...),
+            recorded as the trial's ``extra/<name>``.
+        quantized_share: the share of the float model's MatMul/Gemm/Conv nodes quantized,
+            for a backend whose model does not show it: a weight-only fake quantizer keeps
+            float values on integer levels, which the graph count
+            (:func:`raysearch.modelgraph.quantized_share`, used when this is None) reads as
+            nothing quantized, so such a trial would never be a candidate.
+
+    Example:
+        >>> QuantizeInfo(quantization_s=0.5, quantized_share=1.0).to_dict()["quantized_share"]
+        1.0
+    """
 
     calibration_s: float = 0.0
     quantization_s: float = 0.0
@@ -95,10 +105,21 @@ class QuantizerBackend(abc.ABC):
     """One quantizer. Constructed once per process (a Ray actor) with the float model and the
     calibration data, then called once per trial.
 
-    Subclasses implement :meth:`validate` (settings errors found before any trial, as
-    :class:`~raysearch.errors.ConfigError`), :meth:`quantize`, and optionally :meth:`reject`
-    (combinations the quantizer is known to refuse, as a reason string) and
-    :meth:`missing_requirement` (an optional package it needs).
+    Subclasses set :attr:`catalogue` and implement :meth:`validate` (settings errors found
+    before any trial, as :class:`~raysearch.errors.ConfigError`), :meth:`quantize`, and
+    optionally :meth:`reject` (combinations the quantizer is known to refuse, as a reason
+    string), :meth:`reject_on_model` and :meth:`missing_requirement` (an optional package
+    it needs). The search constructs it; a plugin does not.
+
+    Args:
+        model_path: the float model (or a technique's transform of it).
+        calibration: the calibration data (:class:`raysearch.data.DataSource`: ``batches()``
+            yields the model's input feeds).
+        cache: the search's calibration cache, shared by the trials of a node (None: none).
+        threads: the CPU threads a trial may use.
+        gpu_id: the trial's GPU, or None.
+        providers: the trial's ONNX Runtime execution providers, for any inference the
+            backend runs (calibration); None: derived from ``gpu_id``.
     """
 
     #: The registry key, set by :func:`register_backend`.
@@ -134,37 +155,77 @@ class QuantizerBackend(abc.ABC):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`~raysearch.errors.ConfigError` for settings that cannot apply to
-        ``model`` (unknown op types or node names, values the backend does not know)."""
+        """Check ``settings`` against ``model`` before any trial runs (the search checks every
+        choice of :attr:`model_settings`; the catalogue has checked names, types and bounds).
+
+        Args:
+            settings: one setting's nested settings (DEVELOPERS.md, "A point and its settings").
+            model: the float model, as a path or an ``onnx.ModelProto``.
+
+        Raises:
+            ConfigError: a setting that cannot apply to ``model`` (unknown op types or node
+                names, values the backend does not know).
+        """
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
-        """Why the backend would refuse ``settings`` (``None`` when it would not)."""
+        """Why the backend would refuse ``settings``: such a setting is left out of the space
+        before anything runs, and counted by ``raysearch validate``.
+
+        Args:
+            settings: one setting's nested settings.
+
+        Returns:
+            The reason, one line, or None when the backend would not refuse them.
+        """
         return None
 
     @classmethod
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """Why the backend would refuse ``settings`` on the model whose weight MatMuls have
-        the shapes ``weights`` (node name -> weight shape), beyond :meth:`reject`; ``None``
-        when it would not. The search and ``raysearch validate`` leave such settings out of
-        the space before anything runs; ``raysearch spaces``, which has no model, cannot."""
+        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject`. The
+        search and ``raysearch validate`` leave such settings out of the space before anything
+        runs; ``raysearch spaces``, which has no model, cannot.
+
+        Args:
+            settings: one setting's nested settings.
+            weights: the model's weight MatMuls: node name -> weight shape.
+
+        Returns:
+            The reason, one line, or None when the backend would not refuse them.
+        """
         return None
 
     @classmethod
     def missing_requirement(cls) -> str | None:
-        """Why this backend cannot run in this environment (an optional package that is not
-        installed, with the extra that installs it), or None. A config that selects it is
-        refused when it is parsed, before anything runs."""
+        """Whether this backend can run in this environment. A config that selects it is
+        refused when it is parsed, before anything runs.
+
+        Returns:
+            Why it cannot (an optional package that is not installed, with the extra that
+            installs it), or None.
+        """
         return None
 
     @abc.abstractmethod
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
-        """Write the model quantized with ``settings`` to ``out_path``."""
+        """Write the model quantized with ``settings`` to ``out_path``. A setting the
+        quantizer fails on may raise: the trial is recorded as failed, with the error's first
+        line, and the search goes on.
+
+        Args:
+            settings: one setting's nested settings (only the keys the space set; defaults
+                are the backend's).
+            out_path: where to write the quantized model.
+
+        Returns:
+            What the call cost (:class:`QuantizeInfo`).
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
-        """Release temporary files and sessions (called when the process is done)."""
+        """Release temporary files and sessions (called when the process is done); by default
+        nothing."""
 
     def __enter__(self) -> QuantizerBackend:
         return self
@@ -177,7 +238,9 @@ _B = TypeVar("_B", bound=type[QuantizerBackend])
 
 
 def register_backend(name: str) -> Callable[[_B], _B]:
-    """Class decorator registering a :class:`QuantizerBackend` under ``name``.
+    """Class decorator registering a :class:`QuantizerBackend` under ``name``, with its
+    catalogue (every space is checked against it), and recording its module for the trial
+    actors to import (README, "Plugins", has a complete backend).
 
     Args:
         name: the backend's name, as a space's ``quantizer`` selects it.
@@ -185,9 +248,15 @@ def register_backend(name: str) -> Callable[[_B], _B]:
     Returns:
         The decorator, which returns the class registered.
 
+    Raises:
+        TypeError: the decorated object is not a :class:`QuantizerBackend` subclass.
+        ValueError: another class is registered as ``name`` already.
+
     Example:
-        >>> @register_backend("nncf")                        # doctest: +SKIP
-        ... class NNCFBackend(QuantizerBackend): ...
+        >>> register_backend("mine")(object)
+        Traceback (most recent call last):
+        ...
+        TypeError: @register_backend('mine') needs a QuantizerBackend subclass
     """
 
     def decorate(cls: _B) -> _B:

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.plugins import note_plugin
 from raysearch.providers import provider_names
 from raysearch.space.catalogue import OptionSpec, register_shared_settings
+from raysearch.usercode import note_plugin
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -96,29 +96,42 @@ _REGISTRY: dict[str, type[Technique]] = {}
 
 @dataclass
 class TechniqueContext:
-    """What a trial lends its techniques (set as :attr:`Technique.context` before a trial):
-    ``quantize(float_path, backend_settings, out_path)`` runs the trial's backend (with its
-    calibration cache), ``score(model_path)`` the search's metric on the evaluation data (None
-    when it cannot be computed), ``calibration`` the calibration data, ``higher_is_better``
-    the metric's direction, and ``cache_dir`` the
-    folder the processes of a node share (None: nothing is kept on disk)."""
+    """What a trial lends its techniques (set as :attr:`Technique.context` before a trial).
+
+    Attributes:
+        quantize: ``quantize(float_path, backend_settings, out_path)`` runs the trial's
+            backend (with its calibration cache).
+        score: ``score(model_path)``, the search's metric on the evaluation data (None when
+            it cannot be computed).
+        calibration: the calibration data.
+        higher_is_better: the metric's direction.
+        cache_dir: the folder the processes of a node share (None: nothing is kept on disk).
+        score_settings: ``score_settings(float_path, settings_list)``: the metric of
+            ``float_path`` quantized with each backend setting of the list (None where it
+            fails), in the list's order; on Ray several at once (the trial's actor and helper
+            tasks). None: quantize and score each in turn (:meth:`score_each` does either).
+    """
 
     quantize: Callable[[str, Mapping[str, Any], str], None]
     score: Callable[[str], float | None]
     calibration: DataSource
     higher_is_better: bool = False
     cache_dir: str | None = None
-    #: ``score_settings(float_path, settings_list)``: the metric of ``float_path`` quantized
-    #: with each backend setting of the list (None where it fails), in the list's order; on
-    #: Ray several at once (the trial's actor and helper tasks), else one after another.
-    #: None: quantize and score each in turn.
     score_settings: Callable[[str, Sequence[Mapping[str, Any]]], list[float | None]] | None = None
 
     def score_each(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """The metric of ``float_path`` quantized with each of ``settings_list`` (None where
-        quantizing or scoring fails), through :attr:`score_settings` when set."""
+        """Score several backend settings of one float model, through :attr:`score_settings`
+        when set (several at once on Ray).
+
+        Args:
+            float_path: the float model (or a transform of it).
+            settings_list: backend settings to quantize it with, one each.
+
+        Returns:
+            The metric of each, in the list's order (None where quantizing or scoring fails).
+        """
         if self.score_settings is not None:
             return self.score_settings(float_path, settings_list)
         return [quantize_and_score(self, float_path, s) for s in settings_list]
@@ -141,11 +154,16 @@ def quantize_and_score(
 
 
 class Technique(abc.ABC):
-    """One technique. Constructed once per process (a trial runner) with the trial's
-    providers and threads, then asked for each trial's :meth:`effect_key`.
+    """One technique: subclass one of its kinds (:class:`FloatModelTransform`,
+    :class:`TensorOverrideProducer`, :class:`QuantizedModelTransform`), declare ``settings``
+    and implement :meth:`effect_key`. Constructed once per process (a trial runner), then
+    asked for each trial's :meth:`effect_key`.
 
-    ``providers`` are the trial's ONNX Runtime providers when ``devices`` includes their
-    device (``"gpu"`` for CUDA), else the CPU's: a CPU-only technique never lands on a GPU.
+    Args:
+        providers: the trial's ONNX Runtime providers, kept when ``devices`` includes their
+            device (``"gpu"`` for CUDA), else the CPU's: a CPU-only technique never lands on a
+            GPU (None: the CPU's).
+        threads: the CPU threads a trial may use.
     """
 
     #: The registry key, set by :func:`register_technique`.
@@ -177,14 +195,27 @@ class Technique(abc.ABC):
 
     @classmethod
     def missing_requirement(cls) -> str | None:
-        """Why this technique cannot run in this environment (an optional package that is not
-        installed, with the extra that installs it), or None. Checked when a config that
-        switches it on is loaded, before anything runs."""
+        """Whether this technique can run in this environment. Checked when a config that
+        switches it on is loaded, before anything runs.
+
+        Returns:
+            Why it cannot (an optional package that is not installed, with the extra that
+            installs it), or None.
+        """
         return None
 
     @abc.abstractmethod
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
-        """A string that differs exactly when the effect differs (None: inactive)."""
+        """The identity of this technique's effect: trials whose keys are equal share its
+        work (a transformed float model, calibration).
+
+        Args:
+            settings: one setting's nested settings.
+
+        Returns:
+            A string that differs exactly when the effect differs; None when ``settings``
+            leave the technique off.
+        """
 
     @classmethod
     def switched_on(cls, settings: Mapping[str, Any]) -> bool:
@@ -201,9 +232,17 @@ class Technique(abc.ABC):
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
-        """Why this technique cannot apply to ``settings`` (one line), or None. Checked with
-        the backend's refusals (:func:`raysearch.quantize.registry.backend_reject`), so a
-        search skips such a setting and ``validate`` does not count it."""
+        """Why this technique cannot apply to ``settings``. Checked with the backend's
+        refusals (:func:`raysearch.quantize.registry.backend_reject`), so a search skips such
+        a setting and ``validate`` does not count it; by default, ``needs_qdq`` refuses
+        ``quant_format: QOperator``.
+
+        Args:
+            settings: one setting's nested settings.
+
+        Returns:
+            The reason, one line, or None.
+        """
         if cls.needs_qdq and settings.get("quant_format") == "QOperator":
             if cls.switched_on(settings):
                 return f"{cls.name} needs quant_format QDQ (it rewrites Q/DQ pairs)"
@@ -229,14 +268,27 @@ class FloatModelTransform(Technique):
         settings: Mapping[str, Any],
         calibration: DataSource,
     ) -> None:
-        """Write the transformed model at ``model_path`` to ``out_path``."""
+        """Transform the float model.
+
+        Args:
+            model_path: the float model (or the previous float transform's output).
+            out_path: where to write the transformed model.
+            settings: one setting's nested settings.
+            calibration: the calibration data.
+        """
 
 
 @dataclass
 class TensorOverrides:
-    """What a :class:`TensorOverrideProducer` asks of the quantizer: ONNX Runtime's
-    ``TensorQuantOverrides`` (tensor name -> list of override dicts) and node names kept in
-    float."""
+    """What a :class:`TensorOverrideProducer` asks of the quantizer.
+
+    Attributes:
+        tensor_quant_overrides: ONNX Runtime's ``TensorQuantOverrides``: tensor name -> list
+            of override dicts.
+        nodes_to_exclude: node names kept in float.
+        report: numbers the trial records (``extra/<name>``).
+        rankings: rows of sensitivity rankings (written to ``sensitivity.parquet``).
+    """
 
     tensor_quant_overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     nodes_to_exclude: list[str] = field(default_factory=list)
@@ -253,7 +305,15 @@ class TensorOverrideProducer(Technique):
 
     @abc.abstractmethod
     def overrides(self, model_path: str, settings: Mapping[str, Any]) -> TensorOverrides:
-        """The overrides for the (possibly transformed) float model at ``model_path``."""
+        """What the quantizer should do differently for these settings.
+
+        Args:
+            model_path: the (possibly transformed) float model.
+            settings: one setting's nested settings.
+
+        Returns:
+            The overrides, merged into the settings the backend gets.
+        """
 
 
 class QuantizedModelTransform(Technique):
@@ -269,8 +329,14 @@ class QuantizedModelTransform(Technique):
         settings: Mapping[str, Any],
         calibration: DataSource,
     ) -> None:
-        """Rewrite the quantized model at ``quantized_path`` (of the float model at
-        ``float_path``)."""
+        """Rewrite the quantized model in place.
+
+        Args:
+            quantized_path: the quantized model, rewritten in place.
+            float_path: the float model it was quantized from.
+            settings: one setting's nested settings.
+            calibration: the calibration data.
+        """
 
 
 _T = TypeVar("_T", bound=type[Technique])
@@ -278,7 +344,8 @@ _T = TypeVar("_T", bound=type[Technique])
 
 def register_technique(name: str) -> Callable[[_T], _T]:
     """Class decorator registering a :class:`Technique` under ``name`` and its settings in
-    every backend's catalogue.
+    every backend's catalogue, and recording its module for the trial actors to import
+    (README, "Plugins", has a complete technique).
 
     Args:
         name: the technique's name.
@@ -286,9 +353,15 @@ def register_technique(name: str) -> Callable[[_T], _T]:
     Returns:
         The decorator, which returns the class registered.
 
+    Raises:
+        TypeError: the decorated object is not a subclass of one of the kinds.
+        ValueError: another class is registered as ``name`` already.
+
     Example:
-        >>> @register_technique("cle")                              # doctest: +SKIP
-        ... class CrossLayerEqualization(FloatModelTransform): ...
+        >>> register_technique("mine")(Technique)
+        Traceback (most recent call last):
+        ...
+        TypeError: @register_technique('mine') needs a subclass of a technique kind
     """
 
     def decorate(cls: _T) -> _T:

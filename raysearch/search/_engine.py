@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raysearch.plugins import import_plugins, plugin_modules
 from raysearch.search.runtime.transfer import (
     ModelBlob,
     current_node_id,
@@ -24,7 +23,7 @@ from raysearch.search.runtime.transfer import (
     node_folder_here,
 )
 from raysearch.search.tune._rungs import plan_search_rungs
-from raysearch.usercode import where_code_lives
+from raysearch.usercode import import_plugins, plugin_modules, where_code_lives
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -59,7 +58,7 @@ class EngineSpec:
     #: The rungs a trial's evaluation runs through (None: every row at once).
     rungs: EvalRungs | None = None
     #: Modules that registered a backend, technique or strategy in the driver: the actor
-    #: imports them before its first trial (see :mod:`raysearch.plugins`).
+    #: imports them before its first trial (see :mod:`raysearch.usercode`).
     plugins: tuple[str, ...] = field(default_factory=plugin_modules)
     #: The config's search folders, where a plugin module found beside it lives (see
     #: :func:`raysearch.usercode.where_code_lives`).

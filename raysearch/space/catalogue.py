@@ -43,10 +43,27 @@ DEFAULT_BACKEND = "ort"
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One setting: its kind (``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``,
-    ``num_list``, ``dict``: a group of further settings, ``mapping``: a value that is a
-    mapping, as ``node_settings``), allowed ``choices`` for enums, numeric bounds, and whether it
-    changes calibration."""
+    """One setting of a catalogue: a space's values for it are checked against it.
+
+    Attributes:
+        kind: ``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``, ``num_list``,
+            ``dict`` (a group of further settings) or ``mapping`` (a value that is a
+            mapping, as ``node_settings``).
+        doc: what the setting does, in a few words (``raysearch spaces`` shows it).
+        choices: an enum's values.
+        low: a number's least value (None: no bound).
+        high: a number's greatest value (None: no bound).
+        nullable: whether None is a value.
+        affects_calibration: whether it changes the calibration (part of the calibration
+            cache's key).
+        requires: a switch key (``include_cle``) this setting only acts with: with the switch
+            off or absent, the setting is meaningless and the validity rule
+            ``setting_without_its_switch`` strips it.
+
+    Example:
+        >>> OptionSpec("int", "weight bits", low=2, high=8).high
+        8
+    """
 
     kind: str
     doc: str
@@ -55,11 +72,7 @@ class OptionSpec:
     high: float | None = None
     nullable: bool = False
     affects_calibration: bool = False
-    #: A switch key (``include_cle``) this setting only acts with: with the switch off or
-    #: absent, the setting is meaningless and the validity rule ``setting_without_its_switch``
-    #: strips it.
     requires: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: The key that selects a backend; every catalogue has it.
@@ -68,9 +81,22 @@ QUANTIZER = OptionSpec("str", "quantizer backend registry key (default: ort)")
 
 @dataclass(frozen=True)
 class Catalogue:
-    """The settings of one backend: top-level ``settings``, ``containers`` (a key whose value is
-    a mapping of further settings, such as ONNX Runtime's ``extra_options``) and ``aliases``
-    (per container, ``""`` for the top level: accepted spelling -> canonical name)."""
+    """The settings of one backend (``QuantizerBackend.catalogue``).
+
+    Attributes:
+        backend: the backend's name (``register_backend`` sets it to the registered name).
+        settings: top-level setting name -> :class:`OptionSpec`; ``"quantizer":
+            QUANTIZER`` lets a space select the backend.
+        containers: a key whose value is a mapping of further settings (ONNX Runtime's
+            ``extra_options``) -> those settings' specs.
+        aliases: per container (``""`` for the top level): accepted spelling -> canonical
+            name.
+
+    Example:
+        >>> mine = Catalogue("mine", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits")})
+        >>> mine.check("", "bits", 4) is None, mine.check("", "rounding", "up")
+        (True, "not a setting of backend 'mine'")
+    """
 
     backend: str
     settings: Mapping[str, OptionSpec]

@@ -411,6 +411,15 @@ def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -
     exactly what a Grid search runs, so ``raysearch validate`` and ``raysearch spaces`` count
     with it too.
 
+    Args:
+        spaces: the spaces, in order (``StrategyContext.spaces``).
+        reject: a check of a point's settings that returns why it is refused, or None
+            (``StrategyContext.reject``: the backends' and techniques' refusals).
+
+    Returns:
+        The :class:`Expansion`: ``points`` in order, each one's ``space_index``, and the
+        count of each reason a setting was dropped.
+
     Example:
         >>> a = SearchSpace.parse({"per_channel": [True, False]}, path="a")
         >>> b = SearchSpace.parse({"per_channel": [False], "reduce_range": [True]}, path="b")

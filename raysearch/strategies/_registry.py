@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from raysearch.errors import ConfigError, canonical_name, suggest
-from raysearch.plugins import note_plugin
+from raysearch.usercode import note_plugin
 
 if TYPE_CHECKING:
     from raysearch.space import SearchSpace
@@ -64,13 +64,21 @@ EXHAUSTED = "__exhausted__"
 
 @dataclass
 class Proposal:
-    """One setting a phase proposes: the space index (``phase`` in the records), the sampled
-    ``point``, its recorded ``params`` (validity rules applied), the nested ``settings`` the
-    trial runs, their identity ``key``, the phase's own id for it (``inner_id``), and the
-    ``stage`` recorded for it when it is not its phase's (a check run beside a stage), and
-    whether its result may be ``reusable``: taken from an earlier search's trial of the same
-    settings on the same model and data (the search's probe cache, keyed by content) instead
-    of run again (``WeightOnly``'s sensitivity probes)."""
+    """One setting a phase proposes; build it with :meth:`of`.
+
+    Attributes:
+        phase: the index of its space (``phase`` in the records).
+        point: the sampled point (dotted key path -> value).
+        params: what is recorded of it (validity rules applied).
+        settings: the nested settings the trial runs.
+        key: their identity: a setting runs at most once in a search.
+        inner_id: the phase's own id for it (an Optuna trial's), or None.
+        stage: the stage recorded for it when it is not its phase's (a check run beside a
+            stage), or None.
+        reusable: whether its result may be taken from an earlier search's trial of the same
+            settings on the same model and data (the search's probe cache, keyed by content)
+            instead of run again (``WeightOnly``'s sensitivity probes).
+    """
 
     phase: int
     point: dict[str, Any]
@@ -85,7 +93,29 @@ class Proposal:
     def of(
         cls, space: SearchSpace, index: int, point: dict[str, Any], inner_id: str | None = None
     ) -> Proposal:
-        """The proposal of ``point`` of ``space`` (the space's rules and settings applied)."""
+        """The proposal of a point of a space (the space's rules and settings applied).
+
+        Args:
+            space: the space the point is of.
+            index: the space's index in ``StrategyContext.spaces``.
+            point: the point: dotted key path -> value (``space.expand().points`` holds
+                every one of a finite space).
+            inner_id: the phase's own id for it, or None.
+
+        Returns:
+            The proposal.
+
+        Example:
+            >>> from raysearch.space import SearchSpace
+            >>> space = SearchSpace.parse(
+            ...     {"calibrate_method": ["Percentile"], "extra_options": {"Percentile": [99.9]}}
+            ... )
+            >>> point = space.expand().points[0]
+            >>> point
+            {'calibrate_method': 'Percentile', 'extra_options.CalibPercentile': 99.9}
+            >>> Proposal.of(space, 0, point).settings
+            {'calibrate_method': 'Percentile', 'extra_options': {'CalibPercentile': 99.9}}
+        """
         from raysearch.space import settings_key
 
         params, _ = space.canonical(point)
@@ -94,8 +124,18 @@ class Proposal:
 
 
 class SearchView(Protocol):
-    """What a phase may read of the search: settings finished (with their metric and
-    sampler objective) and running, by key."""
+    """What a phase may read of the search (``propose``'s ``search``): the settings finished
+    and running, by :attr:`Proposal.key`.
+
+    Attributes:
+        done: key -> metric (None: failed) of each finished setting.
+        objectives: key -> what a sampler optimises for each finished setting (see
+            :meth:`Phase.completed`).
+        values: key -> the values of every one of ``StrategyContext.objectives`` for each
+            finished setting (None: one is missing), kept only when there are several.
+        live_keys: the keys of the settings running.
+        known_keys: the keys finished or running.
+    """
 
     done: dict[str, float | None]
     #: key -> what a sampler optimises for each finished setting (see Phase.completed).
@@ -120,17 +160,35 @@ class SearchView(Protocol):
 class Phase:
     """One step of a strategy. Subclasses implement :meth:`propose`; :meth:`start` and
     :meth:`completed` are optional. ``budget`` caps the trials this phase may start (None:
-    until it is exhausted)."""
+    until it is exhausted); the search then goes on to the next phase. A ``stage`` attribute
+    (a string) is recorded with each of its trials.
+
+    A phase that raises ends the search once the running trials finish (``strategy_failed``),
+    with its outputs written from every trial that finished.
+    """
 
     budget: int | None = None
 
     def start(self, context: StrategyContext) -> None:  # noqa: B027 - optional hook
-        """Called once, when the phase becomes current: ``context.records`` holds every trial
-        finished so far, so a phase can build its proposals from earlier results."""
+        """Called once, when the phase becomes current, before its first :meth:`propose`.
+
+        Args:
+            context: the search's context; ``context.records`` holds every trial finished so
+                far, so a phase can build its proposals from earlier results.
+        """
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
-        """The next setting to run as ``trial_id``; None to wait for a running trial;
-        :data:`EXHAUSTED` when the phase is done."""
+        """The next setting to run.
+
+        Args:
+            trial_id: Ray Tune's id of the trial that would run it.
+            search: what the search knows (a :class:`SearchView`): a phase skips a setting
+                whose ``key`` it ``knows``, else the search asks again.
+
+        Returns:
+            A :class:`Proposal`; None to wait until a running trial finishes (the search asks
+            again then); :data:`EXHAUSTED` when the phase has nothing more.
+        """
         raise NotImplementedError
 
     def completed(  # noqa: B027 - optional hook
@@ -142,27 +200,38 @@ class Phase:
         objective: float | None = None,
         values: tuple[float, ...] | None = None,
     ) -> None:
-        """The trial of ``proposal`` finished: ``error`` when it raised or crashed, ``metric``
-        None when it failed. ``objective`` is what a sampler should optimise: the metric,
-        moved past every non-candidate by the quantized share for a candidate (see
-        :meth:`raysearch.evaluate.Evaluator.sampler_objective`). ``values``: with several
-        ``StrategyContext.objectives``, each one's value (``objective`` in the metric's
-        place; None when one is missing); the searcher passes it only then, so a phase
-        written for one objective need not take it."""
+        """The trial of one of this phase's proposals finished.
+
+        Args:
+            proposal: what the phase proposed.
+            metric: the trial's metric; None when it failed.
+            error: whether it raised or crashed.
+            objective: what a sampler should optimise: the metric, moved past every
+                non-candidate by the quantized share for a candidate (see
+                :meth:`raysearch.evaluate.Evaluator.sampler_objective`).
+            values: with several ``StrategyContext.objectives``, each one's value
+                (``objective`` in the metric's place; None when one is missing); the searcher
+                passes it only then, so a phase written for one objective need not take it.
+        """
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What a strategy may need to know of the float model: its node names, tensor names
-    (graph inputs, outputs and every node output) and op types, in graph order, and the
-    MatMul nodes whose second input is a 2-D initializer (the weight MatMuls a weight-only
-    quantizer rewrites)."""
+    """What a strategy may need to know of the float model (``StrategyContext.model``).
+
+    Attributes:
+        node_names: its node names, in graph order.
+        tensor_names: graph inputs, outputs and every node output.
+        op_types: its op types, in order of first use.
+        weight_matmuls: the MatMul nodes whose second input is a 2-D initializer (the weight
+            MatMuls a weight-only quantizer rewrites).
+        weight_shapes: each weight MatMul's weight shape, in that order.
+    """
 
     node_names: tuple[str, ...] = ()
     tensor_names: tuple[str, ...] = ()
     op_types: tuple[str, ...] = ()
     weight_matmuls: tuple[str, ...] = ()
-    #: The shape of each weight MatMul's weight, in the order of :attr:`weight_matmuls`.
     weight_shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
@@ -200,12 +269,25 @@ class ModelFacts:
 
 @dataclass
 class StrategyContext:
-    """Everything a builder and its phases get: the spaces, the optimisation ``mode`` (``min``
-    or ``max`` of ``metric``), ``seed``, the backend refusal check ``reject``, ``max_trials``
-    (``stop.iteration_limit``; None: no limit), the model's facts, ``records``: every
-    finished trial so far (journal records: ``trial_id``, ``key``, ``params``, ``settings``,
-    ``metric``, ``status``, ``phase``, ``stage``), kept up to date by the searcher, and
-    ``concurrent``, the trials that run at once."""
+    """Everything a strategy's builder and its phases get.
+
+    Attributes:
+        spaces: the config's search spaces, in order.
+        mode: ``min`` or ``max`` of ``metric``.
+        seed: the config's ``seed`` (None: none).
+        reject: the backends' and techniques' refusal check of a setting (pass it to
+            ``expand_spaces``).
+        max_trials: ``stop.iteration_limit`` (None: no limit).
+        model: the float model's :class:`ModelFacts`.
+        records: every finished trial so far (journal records: ``trial_id``, ``number``,
+            ``key``, ``params``, ``settings``, ``metric``, ``objective``, ``status``,
+            ``is_candidate``, ``phase``, ``stage``), in the order they finished, kept up to
+            date by the search.
+        concurrent: how many trials run at once.
+        objectives: the config's ``objectives``.
+        sampler: an Optuna sampler given from Python as ``search_algo``, else None.
+        sampler_options: the config's ``sampler_options``.
+    """
 
     spaces: Sequence[SearchSpace]
     mode: str = "min"
@@ -228,8 +310,12 @@ class StrategyContext:
     size_budget_bytes: int | None = None
 
     def best(self) -> dict[str, Any] | None:
-        """The best finished record so far by :func:`raysearch.outputs.better` (the most
-        quantized candidate, else the best metric; None: none has one)."""
+        """The best finished record so far by :func:`raysearch.ranking.better` (the most
+        quantized candidate, else the best metric; the earliest started on a tie).
+
+        Returns:
+            A copy of the record, or None when no record has a metric.
+        """
         from raysearch.ranking import best_record
 
         best = best_record(self.records, self.mode == "max")
@@ -316,7 +402,9 @@ _ALIASES: dict[str, str] = {
 def register_strategy(
     name: str, *, aliases: Sequence[str] = (), listed: bool = True
 ) -> Callable[[Builder], Builder]:
-    """Decorator registering a strategy builder under the ``search_algo`` name ``name``.
+    """Decorator registering a strategy builder, ``(StrategyContext) -> list[Phase]``, under
+    the ``search_algo`` name ``name``, and recording its module for the trial actors to
+    import (README, "Plugins", has a complete strategy).
 
     Args:
         name: the ``search_algo`` name.
@@ -326,6 +414,15 @@ def register_strategy(
 
     Returns:
         The decorator, which returns the builder registered.
+
+    Raises:
+        TypeError: the decorated object is not callable.
+
+    Example:
+        >>> register_strategy("Mine")("not a builder")
+        Traceback (most recent call last):
+        ...
+        TypeError: @register_strategy('Mine') needs a callable builder
     """
 
     def decorate(builder: Builder) -> Builder:

@@ -53,7 +53,7 @@ from raysearch.quantize.pipeline import Plan, TechniquePipeline, unknown_setting
 from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_backend
 from raysearch.quantize.technique import TechniqueContext, quantize_and_score
 from raysearch.trial._result import TrialResult
-from raysearch.trial._staged import StagedTrial, decide_complete, guard, one_line
+from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete, guard, one_line
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -67,6 +67,7 @@ __all__ = [
     "TrialDevice",
     "FloatBaseline",
     "TrialRunner",
+    "TrialEngine",
     "StagedTrial",
     "decide_complete",
     "one_line",

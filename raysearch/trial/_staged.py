@@ -31,8 +31,9 @@ import contextlib
 import gc
 import logging
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from raysearch.evaluate import FloatReference
     from raysearch.evaluate.subsets import EvalRungs
 
-__all__ = ["StagedTrial", "decide_complete", "guard", "one_line"]
+__all__ = ["StagedTrial", "TrialEngine", "decide_complete", "guard", "one_line"]
 
 # The trial engine's logger: what users filter on did not move.
 _logger = logging.getLogger("raysearch.trial._runner")
@@ -82,7 +83,9 @@ def decide_complete(
 
 
 class TrialEngine(Protocol):
-    """What a staged trial reads from the runner that quantized it (``TrialRunner``)."""
+    """The trial engine (:class:`~raysearch.trial.TrialRunner`): everything the Ray trainable
+    (``raysearch.search.tune.trainable``) calls on it in an actor, and everything a
+    :class:`StagedTrial` reads from the engine that quantized it."""
 
     evaluator: Any
     evaluation: Any
@@ -90,9 +93,21 @@ class TrialEngine(Protocol):
     session_providers: list[Any]
     threads: int
     measure_latency: bool
+    #: The slowest decode step, in ms, a candidate may take (None: no bound).
+    max_decode_latency_ms: float | None
+    #: The rungs a trial is evaluated on (None: every row at once).
+    rungs: EvalRungs | None
+    #: Scores a technique's settings on helper processes beside the trial (set by the
+    #: trainable on Ray; None: the trial scores them alone).
+    score_pool: Callable[..., list[float | None]] | None
 
     @property
     def weighted_node_count(self) -> int: ...
+
+    def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
+        """Quantize with ``settings`` into ``out_path``: the trial, evaluated rung by rung by
+        its ``step()`` (``done`` after the last); never raises for a bad setting."""
+        ...
 
     def latency(self, model_path: Any) -> float | None: ...
 
@@ -103,6 +118,10 @@ class TrialEngine(Protocol):
     ) -> dict[str, float]: ...
 
     def partial_float_score(self, fraction: float) -> float: ...
+
+    def close(self) -> None:
+        """Release what the engine holds (the actor is going away)."""
+        ...
 
 
 class StagedTrial:

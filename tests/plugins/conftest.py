@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from raysearch import plugins
+from raysearch import usercode
 from raysearch.errors import ConfigError
 from raysearch.quantize import registry, technique
 from raysearch.space import catalogue
@@ -24,7 +24,7 @@ _REGISTRIES = (
     (catalogue, "_SHARED"),
     (strategy, "_REGISTRY"),
     (strategy, "_ALIASES"),
-    (plugins, "_MODULES"),
+    (usercode, "_MODULES"),
 )
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from types import ModuleType
 
-from raysearch import plugins
+from raysearch import usercode
 from raysearch.quantize import technique
 from raysearch.space import catalogue
 
@@ -22,7 +22,7 @@ def registered_toy_techniques() -> Iterator[ModuleType]:
     saved = (
         dict(technique._REGISTRY),
         dict(catalogue._SHARED),
-        dict(plugins._MODULES),
+        dict(usercode._MODULES),
     )
     if MODULE in sys.modules:
         module = importlib.reload(sys.modules[MODULE])  # registers again
@@ -31,6 +31,6 @@ def registered_toy_techniques() -> Iterator[ModuleType]:
     try:
         yield module
     finally:
-        for live, old in zip((technique._REGISTRY, catalogue._SHARED, plugins._MODULES), saved):
+        for live, old in zip((technique._REGISTRY, catalogue._SHARED, usercode._MODULES), saved):
             live.clear()
             live.update(old)  # type: ignore[attr-defined]

@@ -19,9 +19,14 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from raysearch.quantize import QuantizeInfo, QuantizerBackend, register_backend
-from raysearch.space import Catalogue, OptionSpec
-from raysearch.space.catalogue import QUANTIZER
+from raysearch.plugins import (
+    QUANTIZER,
+    Catalogue,
+    OptionSpec,
+    QuantizeInfo,
+    QuantizerBackend,
+    register_backend,
+)
 
 TOY_CATALOGUE = Catalogue(
     "toy",

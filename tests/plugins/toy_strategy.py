@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from raysearch.space import expand_spaces
-from raysearch.strategies import (
+from raysearch.plugins import (
     EXHAUSTED,
     Phase,
     Proposal,
     SearchView,
     StrategyContext,
+    expand_spaces,
     register_strategy,
 )
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import onnx
 
-from raysearch.quantize.technique import (
+from raysearch.plugins import (
     FloatModelTransform,
+    OptionSpec,
     QuantizedModelTransform,
     TensorOverrideProducer,
     TensorOverrides,
     register_technique,
 )
-from raysearch.space.catalogue import OptionSpec
 
 #: Calls per technique in this process (tests check that a transform ran once per key).
 CALLS: dict[str, int] = {}

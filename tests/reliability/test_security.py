@@ -108,7 +108,7 @@ def test_code_a_config_names_is_imported_by_one_helper_that_never_changes_sys_pa
         for name, _ in _calls(path)
         if name == "import_named"
     }
-    assert {"raysearch/evaluate/_custom.py", "raysearch/plugins.py"} <= users
+    assert {"raysearch/evaluate/_custom.py", "raysearch/usercode.py"} <= users
     text = (REPO / "raysearch" / "usercode.py").read_text()
     assert "importlib.import_module(name)" in text
     assert "PathFinder.find_spec(top, folders)" in text

@@ -7,7 +7,10 @@ each phase's ``start`` sees the records finished before it. ``Grid`` is one phas
 valid setting of every space, in order; the Optuna samplers one ``OptunaSearch`` per space
 (define-by-run over ``SearchSpace.sample``: a group whose ``only_if`` does not hold is never
 sampled), ``stop.iteration_limit`` split evenly between the spaces, a space without it run
-until exhausted. What it reads of a finished trial is :mod:`raysearch.search.tune._told`.
+until exhausted. What it reads of a finished trial is :mod:`raysearch.search.tune._told`; what
+it knows of finished and running settings, :mod:`raysearch.search.tune._searcher_known`; what
+it reaches of the live session (the journal, the probe cache, the progress line, the start
+barrier), :mod:`raysearch.search.tune._searcher_session`.
 
 Across all phases a setting (its nested settings as canonical JSON) runs at most once. When a
 sampler proposes a setting that already finished, the searcher tells the sampler the known
@@ -46,9 +49,9 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from raysearch.ranking import is_candidate, is_probe, stopped_at_rung
 from raysearch.search.record.reported import reported_record
-from raysearch.search.tune._told import candidacy, metric_value, objective_value, sampler_values
+from raysearch.search.tune._searcher_known import KnownSettings
+from raysearch.search.tune._searcher_session import SessionLink
 from raysearch.space import SearchSpace
 from raysearch.space.space import Reject
 from raysearch.strategies import (
@@ -111,7 +114,7 @@ class _State:
     holes: list[int] = field(default_factory=list)
 
 
-class SettingSearcher(Searcher):
+class SettingSearcher(SessionLink, KnownSettings, Searcher):
     """Ray Tune ``Searcher`` over the phases of a search (see the module docstring).
 
     Each suggestion is a trial config ``{"number", "phase", "stage", "point", "params",
@@ -201,88 +204,7 @@ class SettingSearcher(Searcher):
         )
         return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
 
-    # -- what is known ---------------------------------------------------------------------
-    @property
-    def _several(self) -> bool:
-        """Whether the samplers are told several objectives' values (``values``)."""
-        return len(getattr(self.context, "objectives", ())) > 1
-
-    @property
-    def live_keys(self) -> set[str]:
-        return {p.key for p in self.state.live.values()}
-
-    @property
-    def known_keys(self) -> set[str]:
-        return set(self.done) | self.live_keys
-
-    def knows(self, key: str) -> bool:
-        # Not ``key in self.known_keys``: that copies every finished key, and this is asked
-        # once per setting, so a large grid would cost the driver time quadratic in its size.
-        return key in self.done or any(p.key == key for p in self.state.live.values())
-
-    @property
-    def finish_reason(self) -> str | None:
-        """``iteration_limit`` or ``space_exhausted`` once no more trials will be suggested."""
-        return self.state.finish_reason
-
-    @property
-    def n_started(self) -> int:
-        return self.state.started
-
-    def add_finished(self, records: Sequence[dict[str, Any]]) -> int:
-        """Count trials finished outside Tune's knowledge (journal records of an interrupted
-        session: ``trial_id``, ``key``, ``phase``, ``metric``). Returns how many were new."""
-        new = 0
-        for record in records:
-            trial_id = str(record.get("trial_id"))
-            if trial_id in self.state.finished_ids or trial_id in self.state.live:
-                continue  # Tune knows it: it finished, or will run (and replay) it again
-            self.state.finished_ids.add(trial_id)
-            self.state.started += 1
-            phase = int(record.get("phase") or 0)
-            if 0 <= phase < len(self.state.phase_started):
-                self.state.phase_started[phase] += 1
-            key = record.get("key")
-            if key is not None:
-                self.done[key] = metric_value(record.get("metric"))
-                self.objectives[key] = objective_value(record, self.done[key])
-                if self._several:
-                    self.values[key] = sampler_values(
-                        record, self.objectives[key], self.context.objectives
-                    )
-            self.context.records.append(dict(record))
-            new += 1
-        if new:
-            self._find_holes()
-        return new
-
-    def _find_holes(self) -> None:
-        """The trial numbers below the highest one known that no finished or live trial
-        holds (``_State.holes``)."""
-        used = {r.get("number") for r in self.context.records}
-        used |= set(self.state.live_number.values())
-        numbers = {n for n in used if isinstance(n, int) and not isinstance(n, bool)}
-        self.state.holes = [n for n in range(1, max(numbers, default=0) + 1) if n not in numbers]
-
     # -- Searcher interface ----------------------------------------------------------------
-    def _attach(self) -> None:
-        """Once per process: register with the live session and count the trials of its
-        journal that this (possibly restored) searcher does not know about."""
-        if self._attached:
-            return
-        self._attached = True
-        if self.session_key is None:
-            return
-        from raysearch.search.tune.session import lookup
-
-        session = lookup(self.session_key)
-        if session is None:
-            return
-        session.searcher = self
-        new = self.add_finished(session.records)
-        if new:
-            _logger.info("searcher: %d trials finished after the last saved state", new)
-
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         self._attach()
         state = self.state
@@ -346,36 +268,6 @@ class SettingSearcher(Searcher):
             "key": proposal.key,
         }
 
-    # -- results kept across searches (the probe cache) ------------------------------------
-    def _probe_cache(self) -> Any:
-        from raysearch.search.tune.session import lookup
-
-        session = lookup(self.session_key) if self.session_key is not None else None
-        return None if session is None else session.probe_cache
-
-    def _reused(self, proposal: Proposal) -> dict[str, Any] | None:
-        """An earlier search's result of ``proposal`` (a ``reusable`` one), or None."""
-        cache = self._probe_cache()
-        return None if cache is None else cache.lookup(proposal.settings)
-
-    def _record_reused(self, proposal: Proposal, record: dict[str, Any]) -> None:
-        """Journal ``record`` as a trial of ``proposal`` that no actor runs, and tell the
-        phase, as when a trial of it finishes."""
-        from raysearch.search.tune.session import lookup
-
-        session = lookup(str(self.session_key))
-        assert session is not None  # a probe cache is a session's
-        position = self.state.phase
-        number = self._start_one()
-        trial_id = f"reused_{number:05d}"
-        full = session.recorder.record_reused(trial_id, self._suggestion(proposal, number), record)
-        self.state.finished_ids.add(trial_id)
-        # the progress line counts it with the trials that ran (a probe: never its best)
-        metric = None if is_probe(full) else full.get("metric")
-        session.progress.trial_finished(full["status"], metric, is_candidate(full))
-        result = {"metric": full.get("metric"), "objective": full.get("objective"), "trial": full}
-        self._completed(trial_id, proposal, position, number, result, False)
-
     def _propose(self, phase: Phase, trial_id: str) -> Proposal | str | None:
         """The current phase started (once) and asked for a proposal; :data:`_BUDGET_USED`
         when its trial budget is used."""
@@ -410,16 +302,6 @@ class SettingSearcher(Searcher):
         )
         return self._finish("strategy_failed")
 
-    def _open_start_barrier(self) -> None:
-        """The phase waits for results: no other actor starts before they come, so the
-        actors already started must not wait for one (see ``StartBarrier``)."""
-        from raysearch.search.tune.session import lookup
-
-        session = lookup(self.session_key) if self.session_key is not None else None
-        if session is not None and session.start_barrier is not None:
-            session.start_barrier.open()
-            session.start_barrier = None
-
     def _stage(self, position: int | None) -> str | None:
         """The stage of the phase at ``position`` (None: not a staged strategy's)."""
         return None if position is None else getattr(self.phases[position], "stage", None)
@@ -449,63 +331,8 @@ class SettingSearcher(Searcher):
             return
         state.finished_ids.add(trial_id)
         if proposal.reusable and not error:
-            cache = self._probe_cache()
-            if cache is not None:  # kept for later searches of the same content
-                cache.store(proposal.settings, reported_record(result), trial_id)
+            self._keep_reusable(proposal, reported_record(result), trial_id)
         self._completed(trial_id, proposal, position, number, result, error)
-
-    def _completed(
-        self,
-        trial_id: str,
-        proposal: Proposal,
-        position: int | None,
-        number: int | None,
-        result: dict[str, Any] | None,
-        error: bool,
-    ) -> None:
-        """What the search learns of a finished trial of ``proposal``: its metric and
-        objective by key, its record in ``context.records``, and the phase told."""
-        metric = None if (error or not result) else metric_value(result.get("metric"))
-        objective = None if (error or not result) else objective_value(result, metric)
-        self.done[proposal.key] = metric
-        self.objectives[proposal.key] = objective
-        reported = reported_record(result)
-        told: dict[str, Any] = {"objective": objective}
-        if self._several:
-            values = sampler_values(reported or result or {}, objective, self.context.objectives)
-            self.values[proposal.key] = told["values"] = values
-        candidate, extra = candidacy(None if error else result)
-        self.context.records.append(
-            {
-                "trial_id": trial_id,
-                # Ties between records go to the trial started first, as in the outputs
-                # (best_record): a phase refines around the trial best/ will hold.
-                "number": number,
-                "key": proposal.key,
-                "phase": proposal.phase,
-                "stage": proposal.stage or self._stage(position),
-                "params": proposal.params,
-                "settings": proposal.settings,
-                "metric": metric,
-                "objective": objective,
-                "status": "failed" if error or metric is None else "ok",
-                "is_candidate": candidate and metric is not None,
-                "extra": extra,
-                "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
-                # a phase may weigh size (the weight-only strategy's base), as replayed
-                # records (the journal's) have it
-                "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
-                # a result an earlier search measured (the probe cache), no trial run
-                "reused_from": (reported or {}).get("reused_from"),
-            }
-        )
-        if position is not None and self.state.finish_reason != "strategy_failed":
-            # ``values`` only with several objectives: a plugin's phase written for one
-            # objective need not take it.
-            try:
-                self.phases[position].completed(proposal, metric, error, **told)
-            except Exception as exc:  # as in suggest: the trials that ran are kept
-                self._failed(exc)
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as fh:

@@ -33,7 +33,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray import tune
@@ -61,9 +61,11 @@ from raysearch.search.tune._rungs import (
     rung_score,
 )
 
+if TYPE_CHECKING:
+    from raysearch.trial import TrialEngine
+
 __all__ = [
     "QuantTrainable",
-    "TrialEngine",
     "EngineFactory",
     "StartBarrier",
     "start_barrier",
@@ -77,33 +79,8 @@ __all__ = [
 _logger = logging.getLogger(__name__)
 
 
-class TrialEngine(Protocol):
-    """What a trainable needs from the trial engine (``raysearch.trial.TrialRunner``). An
-    engine with ``start(settings, out_path)`` (a trial whose ``step()`` evaluates the next
-    rung, ``done`` after the last) is evaluated rung by rung; one without, whole."""
-
-    def run(self, settings: dict[str, Any], out_path: str | os.PathLike) -> Any:
-        """Quantize and evaluate one setting; a result with ``to_dict()``; never raises for a
-        bad setting."""
-
-
-class _Whole:
-    """A trial of an engine without rungs: its one result, done at the first step."""
-
-    done = True
-
-    def __init__(self, result: Any) -> None:
-        self.result = result
-
-    def step(self) -> Any:
-        return self.result
-
-    def close(self) -> None:
-        pass
-
-
 #: Builds the engine inside an actor: ``factory(threads=..., gpu_id=...)``.
-EngineFactory = Callable[..., TrialEngine]
+EngineFactory = Callable[..., "TrialEngine"]
 
 
 class QuantTrainable(tune.Trainable):
@@ -142,14 +119,14 @@ class QuantTrainable(tune.Trainable):
         self._gpu_id = gpu_ids[0] if gpu_ids else None
         started = time.perf_counter()
         self._engine = factory(threads=threads, gpu_id=self._gpu_id)
-        if factory_box and hasattr(self._engine, "score_pool"):
+        if factory_box:
             self._engine.score_pool = _score_pool(factory_box[0], threads, helper_resources)
         self._setup_s = time.perf_counter() - started
         self._trials_run = 0
         self._poisoned = False
-        rungs = getattr(self._engine, "rungs", None)
+        rungs = self._engine.rungs
         self._factor = rungs.reduction_factor if rungs is not None else 1.0
-        self._higher = getattr(getattr(self._engine, "evaluator", None), "higher_is_better", True)
+        self._higher = self._engine.evaluator.higher_is_better
         #: The trial being evaluated rung by rung: its id, the engine's trial, when it
         #: started (wall clock and perf counter) and the ASHA scores and times of its rungs.
         self._live: _Live | None = None
@@ -208,7 +185,7 @@ class QuantTrainable(tune.Trainable):
             if not is_disk_full(exc):
                 raise
             return self._disk_full(exc, live.out_path)
-        record = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        record = result.to_dict()
         done = bool(live.trial.done)
         if done:
             self._live = None
@@ -232,14 +209,8 @@ class QuantTrainable(tune.Trainable):
         remove_model(out_path)
         live = _Live(trial_id, out_path)
         self._trials_run += 1
-        start = getattr(self._engine, "start", None)
         try:
-            if start is None:
-                live.trial = _Whole(
-                    self._call(lambda: self._engine.run(config["settings"], out_path), live)
-                )
-            else:
-                live.trial = self._call(lambda: start(config["settings"], out_path), live)
+            live.trial = self._call(lambda: self._engine.start(config["settings"], out_path), live)
         except Exception as exc:
             if not is_disk_full(exc):
                 raise
@@ -337,12 +308,10 @@ class QuantTrainable(tune.Trainable):
 
     def cleanup(self) -> None:
         self._drop_live()
-        close = getattr(self._engine, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception:  # best effort: the actor is going away
-                _logger.debug("closing the trial engine failed", exc_info=True)
+        try:
+            self._engine.close()
+        except Exception:  # best effort: the actor is going away
+            _logger.debug("closing the trial engine failed", exc_info=True)
 
 
 class _Live:
@@ -351,6 +320,7 @@ class _Live:
     def __init__(self, trial_id: str, out_path: Path) -> None:
         self.trial_id = trial_id
         self.out_path = out_path
+        #: The engine's trial (:class:`~raysearch.trial.StagedTrial`), once quantized.
         self.trial: Any = None
         self.started = time.perf_counter()
         self.started_at = time.time()

@@ -1,0 +1,146 @@
+"""What a search knows of its settings: each finished one's metric, objective and values by
+key (a setting runs at most once across all phases), the running ones, the records the phases
+read (``StrategyContext.records``), and the trial numbers a resumed search gives back first.
+
+:class:`KnownSettings` is a mixin of :class:`~raysearch.search.tune.searchers.SettingSearcher`
+(which holds ``state``, ``context``, ``phases`` and ``done``/``objectives``/``values``, and
+defines ``_stage`` and ``_failed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from raysearch.ranking import stopped_at_rung
+from raysearch.search.record.reported import reported_record
+from raysearch.search.tune._told import candidacy, metric_value, objective_value, sampler_values
+from raysearch.strategies import Phase, Proposal, StrategyContext
+
+__all__ = ["KnownSettings"]
+
+
+class KnownSettings:
+    """The settings a search has finished and runs, and its records (see the module)."""
+
+    state: Any
+    context: StrategyContext
+    phases: list[Phase]
+    done: dict[str, float | None]
+    objectives: dict[str, float | None]
+    values: dict[str, tuple[float, ...] | None]
+
+    @property
+    def _several(self) -> bool:
+        """Whether the samplers are told several objectives' values (``values``)."""
+        return len(getattr(self.context, "objectives", ())) > 1
+
+    @property
+    def live_keys(self) -> set[str]:
+        return {p.key for p in self.state.live.values()}
+
+    @property
+    def known_keys(self) -> set[str]:
+        return set(self.done) | self.live_keys
+
+    def knows(self, key: str) -> bool:
+        # Not ``key in self.known_keys``: that copies every finished key, and this is asked
+        # once per setting, so a large grid would cost the driver time quadratic in its size.
+        return key in self.done or any(p.key == key for p in self.state.live.values())
+
+    @property
+    def finish_reason(self) -> str | None:
+        """``iteration_limit`` or ``space_exhausted`` once no more trials will be suggested."""
+        return self.state.finish_reason
+
+    @property
+    def n_started(self) -> int:
+        return self.state.started
+
+    def add_finished(self, records: Sequence[dict[str, Any]]) -> int:
+        """Count trials finished outside Tune's knowledge (journal records of an interrupted
+        session: ``trial_id``, ``key``, ``phase``, ``metric``). Returns how many were new."""
+        new = 0
+        for record in records:
+            trial_id = str(record.get("trial_id"))
+            if trial_id in self.state.finished_ids or trial_id in self.state.live:
+                continue  # Tune knows it: it finished, or will run (and replay) it again
+            self.state.finished_ids.add(trial_id)
+            self.state.started += 1
+            phase = int(record.get("phase") or 0)
+            if 0 <= phase < len(self.state.phase_started):
+                self.state.phase_started[phase] += 1
+            key = record.get("key")
+            if key is not None:
+                self.done[key] = metric_value(record.get("metric"))
+                self.objectives[key] = objective_value(record, self.done[key])
+                if self._several:
+                    self.values[key] = sampler_values(
+                        record, self.objectives[key], self.context.objectives
+                    )
+            self.context.records.append(dict(record))
+            new += 1
+        if new:
+            self._find_holes()
+        return new
+
+    def _find_holes(self) -> None:
+        """The trial numbers below the highest one known that no finished or live trial
+        holds (``_State.holes``)."""
+        used = {r.get("number") for r in self.context.records}
+        used |= set(self.state.live_number.values())
+        numbers = {n for n in used if isinstance(n, int) and not isinstance(n, bool)}
+        self.state.holes = [n for n in range(1, max(numbers, default=0) + 1) if n not in numbers]
+
+    def _completed(
+        self,
+        trial_id: str,
+        proposal: Proposal,
+        position: int | None,
+        number: int | None,
+        result: dict[str, Any] | None,
+        error: bool,
+    ) -> None:
+        """What the search learns of a finished trial of ``proposal``: its metric and
+        objective by key, its record in ``context.records``, and the phase told."""
+        metric = None if (error or not result) else metric_value(result.get("metric"))
+        objective = None if (error or not result) else objective_value(result, metric)
+        self.done[proposal.key] = metric
+        self.objectives[proposal.key] = objective
+        reported = reported_record(result)
+        told: dict[str, Any] = {"objective": objective}
+        if self._several:
+            values = sampler_values(reported or result or {}, objective, self.context.objectives)
+            self.values[proposal.key] = told["values"] = values
+        candidate, extra = candidacy(None if error else result)
+        self.context.records.append(
+            {
+                "trial_id": trial_id,
+                # Ties between records go to the trial started first, as in the outputs
+                # (best_record): a phase refines around the trial best/ will hold.
+                "number": number,
+                "key": proposal.key,
+                "phase": proposal.phase,
+                "stage": proposal.stage or self._stage(position),
+                "params": proposal.params,
+                "settings": proposal.settings,
+                "metric": metric,
+                "objective": objective,
+                "status": "failed" if error or metric is None else "ok",
+                "is_candidate": candidate and metric is not None,
+                "extra": extra,
+                "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
+                # a phase may weigh size (the weight-only strategy's base), as replayed
+                # records (the journal's) have it
+                "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
+                # a result an earlier search measured (the probe cache), no trial run
+                "reused_from": (reported or {}).get("reused_from"),
+            }
+        )
+        if position is not None and self.state.finish_reason != "strategy_failed":
+            # ``values`` only with several objectives: a plugin's phase written for one
+            # objective need not take it.
+            try:
+                self.phases[position].completed(proposal, metric, error, **told)
+            except Exception as exc:  # as in suggest: the trials that ran are kept
+                self._failed(exc)

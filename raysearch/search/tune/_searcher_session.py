@@ -1,0 +1,94 @@
+"""What the searcher reaches of the live session (:mod:`raysearch.search.tune.session`), by
+the search's output folder: the journal's records a restored searcher has not seen, the
+probe cache (a ``reusable`` proposal's result kept by an earlier search, journaled through the
+recorder instead of run again; a reusable trial that completes is kept there), the progress
+line, and the start barrier.
+
+Tune pickles the searcher with its experiment state, so it holds only the session's key and
+looks the session up in each process (:meth:`SessionLink._session`): None when the search
+runs without one (a searcher built by hand, a test).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from raysearch.ranking import is_candidate, is_probe
+
+if TYPE_CHECKING:
+    from raysearch.search.tune.session import SearchSession
+    from raysearch.strategies import Proposal
+
+__all__ = ["SessionLink"]
+
+_logger = logging.getLogger("raysearch.search.tune.searchers")
+
+
+class SessionLink:
+    """The searcher's side of the live session (a mixin of ``SettingSearcher``, which defines
+    ``_start_one``, ``_suggestion``, ``_completed`` and ``add_finished``)."""
+
+    session_key: str | None
+    _attached: bool
+
+    def _session(self) -> SearchSession | None:
+        """The live session of this search in this process, or None."""
+        from raysearch.search.tune.session import lookup
+
+        return None if self.session_key is None else lookup(self.session_key)
+
+    def _attach(self) -> None:
+        """Once per process: register with the live session and count the trials of its
+        journal that this (possibly restored) searcher does not know about."""
+        if self._attached:
+            return
+        self._attached = True
+        session = self._session()
+        if session is None:
+            return
+        session.searcher = self
+        new = self.add_finished(session.records)
+        if new:
+            _logger.info("searcher: %d trials finished after the last saved state", new)
+
+    def _probe_cache(self) -> Any:
+        session = self._session()
+        return None if session is None else session.probe_cache
+
+    def _reused(self, proposal: Proposal) -> dict[str, Any] | None:
+        """An earlier search's result of ``proposal`` (a ``reusable`` one), or None."""
+        cache = self._probe_cache()
+        return None if cache is None else cache.lookup(proposal.settings)
+
+    def _record_reused(self, proposal: Proposal, record: dict[str, Any]) -> None:
+        """Journal ``record`` as a trial of ``proposal`` that no actor runs, and tell the
+        phase, as when a trial of it finishes."""
+        session = self._session()
+        assert session is not None  # a probe cache is a session's
+        position = self.state.phase
+        number = self._start_one()
+        trial_id = f"reused_{number:05d}"
+        suggestion = self._suggestion(proposal, number)
+        full = session.recorder.record_reused(trial_id, suggestion, record)
+        self.state.finished_ids.add(trial_id)
+        # the progress line counts it with the trials that ran (a probe: never its best)
+        metric = None if is_probe(full) else full.get("metric")
+        session.progress.trial_finished(full["status"], metric, is_candidate(full))
+        result = {"metric": full.get("metric"), "objective": full.get("objective"), "trial": full}
+        self._completed(trial_id, proposal, position, number, result, False)
+
+    def _keep_reusable(self, proposal: Proposal, reported: Any, trial_id: str) -> None:
+        """A reusable trial that completed: its result kept for later searches of the same
+        content."""
+        cache = self._probe_cache()
+        if cache is not None:
+            cache.store(proposal.settings, reported, trial_id)
+
+    def _open_start_barrier(self) -> None:
+        """The phase waits for results: no other actor starts before they come, so the
+        actors already started must not wait for one (see ``StartBarrier``)."""
+        session = self._session()
+        if session is not None and session.start_barrier is not None:
+            session.start_barrier.open()
+            session.start_barrier = None
