@@ -501,8 +501,8 @@ def test_a_language_model_search_shows_decode_prefill_and_each_metrics_interval(
     # A search that chose by size shows its front of KL, size and decode step, with the
     # settings one-shot tools write marked by name.
     anchored = _lm_records()
-    anchored[1]["settings"] = {"quantizer": "weight_only", "bits": 4, "algorithm": "rtn",
-                               "block_size": 32, "symmetric": True, "accuracy_level": 4}  # fmt: skip
+    builder = {"algorithm": "rtn", "block_size": 32, "symmetric": True, "accuracy_level": 4}
+    anchored[1]["settings"] = {"quantizer": "weight_only", "bits": 4, **builder}
     sized = build_report(anchored, summary | {"select": "size"})
     figure = sized.split('id="fig-pareto"', 1)[1].split("</script>", 1)[0]
     assert "decode latency (ms)" in figure and "size (bytes)" in figure
