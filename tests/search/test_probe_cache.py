@@ -121,7 +121,8 @@ def _probes(output_dir: Path) -> list[dict[str, Any]]:
 
 
 def _ranking(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
-    probes = [(r["params/nodes_4bit"][0], r["metric"]) for r in rows if r["stage"] == "sensitivity"]
+    probes = [(r["params/nodes_4bit"][0], r["metric"]) for r in rows
+              if r["stage"] == "sensitivity" and r["params/nodes_4bit"]]  # fmt: skip
     return sorted(probes, key=lambda p: -p[1])
 
 
@@ -163,7 +164,8 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     assert [r for r in rows if r["stage"] == "sensitivity" and r["reused_from"]] == []
     assert first.summary["probes_reused"] == 0
     kept = list((tmp_path / "tmp").glob(f"raysearch-*/{FOLDER}/*.json"))
-    assert len(kept) == 8  # q, k, v, o, gate, up, down, lm_head
+    # q, k, v, o, gate, up, down, lm_head, each at the base's setting and at 8 bits (the menu)
+    assert len(kept) == 16
 
     stream = io.StringIO()
     second = AutoSearch({**config, "output_dir": str(tmp_path / "second")}).run(progress=stream)
@@ -171,7 +173,7 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     # the progress line counts the reused probes with the trials that ran
     assert f"trials {len(again)} done" in stream.getvalue().strip().splitlines()[-1]
     probes = [r for r in again if r["stage"] == "sensitivity"]
-    assert len(probes) == 8 and second.summary["probes_reused"] == 8
+    assert len(probes) == 16 and second.summary["probes_reused"] == 16
     for r in probes:  # journaled as probes, measured by the first search, no trial run
         assert r["reused_from"].startswith(f"{first.output_dir} trial ")
         assert r["trial_id"].startswith("reused_") and r["duration_s"] == 0.0
@@ -180,7 +182,7 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     promotions = [r["params/nodes_8bit"] for r in rows if r["stage"] == "promotions"]
     assert [r["params/nodes_8bit"] for r in again if r["stage"] == "promotions"] == promotions
     log = (second.output_dir / "auto_search.log").read_text()
-    assert len(re.findall(r"reused \(no trial run\)", log)) == 8
+    assert len(re.findall(r"reused \(no trial run\)", log)) == 16
     assert "8 of 8 probes reused from an earlier search" in log
     # best/ is a trial that ran (a reused probe has no model)
     assert not second.summary["best_trial_id"].startswith("reused_")
@@ -190,7 +192,7 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     np.savez(tmp_path / "text.npz", input_ids=rng.zipf(1.5, (8, 12)).clip(1, VOCAB - 1))
     third = AutoSearch({**config, "output_dir": str(tmp_path / "third")}).run()
     probes = [r for r in _probes(third.output_dir) if r["stage"] == "sensitivity"]
-    assert len(probes) == 8 and not any(r["reused_from"] for r in probes)
+    assert len(probes) == 16 and not any(r["reused_from"] for r in probes)
     assert third.summary["probes_reused"] == 0
 
 

@@ -281,8 +281,13 @@ def test_a_weight_only_search_of_a_decoder_with_past_inputs_end_to_end(tmp_path)
     rows = pq.read_table(result.output_dir / "results.parquet").to_pylist()
     assert {r["status"] for r in rows} == {"ok"}, [r.get("error") for r in rows]
     stages = [r["stage"] for r in sorted(rows, key=lambda r: r["number"])]
-    assert list(dict.fromkeys(stages)) == STAGES
-    assert stages.count("sensitivity") == 8  # q, k, v, o, gate, up, down, lm_head
+    assert list(dict.fromkeys(stages)) == [*STAGES[:3], "allocation", "promotions", "refinement"]
+    # q, k, v, o, gate, up, down, lm_head: each under the base's choice, 8 bits and the
+    # more accurate uniform settings of the menu
+    probes = stages.count("sensitivity")
+    assert probes % 8 == 0 and 16 <= probes <= 8 * (2 + MENU_MORE)
+    allocated = [r for r in rows if r["stage"] in ("allocation", "refinement")]
+    assert allocated and all(r["params/node_settings"] for r in allocated)
     for r in rows:
         assert r["extra/kl_ci_low"] <= r["metric"] <= r["extra/kl_ci_high"]
         assert r["extra/perplexity"] > 1.0
