@@ -134,8 +134,10 @@ def _check_overwrite_and_best_config(tmp_path: Path, out: Path, capsys) -> None:
     assert lines[-1].startswith("[batch] models 1/1 done, 0 running, 0 failed | trials 2 done")
 
     # A model's best/config.yaml runs again as written, the batch and its Ray gone: it names
-    # no Ray address (the batch's searches joined its Ray through their environment).
-    from raysearch.search.runtime.cluster import shutdown_ray
+    # no Ray address (the batch's searches joined its Ray through their environment). The Ray
+    # the rerun started, if it started one, is stopped again; the session's Ray it may have
+    # joined stays up for the tests after this one.
+    from raysearch.search.runtime.cluster import stop_ray
 
     best_config = out / "mlp" / "best" / "config.yaml"
     assert "address" not in yaml.safe_load(best_config.read_text())
@@ -143,7 +145,7 @@ def _check_overwrite_and_best_config(tmp_path: Path, out: Path, capsys) -> None:
     try:
         assert main(["run", str(best_config), "--output-dir", str(rerun)]) == 0
     finally:
-        shutdown_ray()
+        stop_ray()
     assert json.loads((rerun / "summary.json").read_text())["n_trials"] == 1
 
 

@@ -287,8 +287,9 @@ def test_time_to_quality(tmp_path: Path) -> None:
 
 def test_scale(tmp_path: Path) -> None:
     # 20 trials on two one-CPU `ray start` nodes, the worker node killed at trial 10. The
-    # benchmark's --smoke size (40 trials on four nodes, one killed at 20) is the very run of
-    # tests/scale/test_many_trials.py (run_many_trials), whose tests check its behaviour; this
+    # benchmark's --smoke size (40 trials on four nodes, one killed at 20) is the run of
+    # tests/scale/test_many_trials.py (run_many_trials; the test's ASHA keeps the best fifth
+    # at a rung, the benchmark's the default third), whose tests check its behaviour; this
     # test checks the benchmark's script and its figures, on half the nodes and trials.
     report = run_benchmark("scale", tmp_path, "--trials", "20", "--workers", "1")
     assert report["trials"] == 20 and report["kill_at"] == 10

@@ -51,12 +51,15 @@ TOLERANCE = 0.9995
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def scale_config(work: Path, trials: int, address: str) -> dict[str, Any]:
-    """The search's config: the model and data made in ``work``, output in ``work/out``."""
+def scale_config(
+    work: Path, trials: int, address: str, reduction_factor: float | None = None
+) -> dict[str, Any]:
+    """The search's config: the model and data made in ``work``, output in ``work/out``;
+    early stopping's ``reduction_factor`` when given (else its default)."""
     model = make_mlp_model(work / "mlp.onnx")
     np.savez(work / "calib.npz", **mlp_data(64, seed=1))
     np.savez(work / "eval.npz", **mlp_data(EVAL_ROWS, seed=2))
-    return {
+    config: dict[str, Any] = {
         "model": str(model),
         "calibration_data": str(work / "calib.npz"),
         "eval_data": str(work / "eval.npz"),
@@ -70,6 +73,9 @@ def scale_config(work: Path, trials: int, address: str) -> dict[str, Any]:
         "address": address,
         "output_dir": str(work / "out"),
     }
+    if reduction_factor is not None:
+        config["early_stopping"] = {"reduction_factor": reduction_factor}
+    return config
 
 
 class _LineCounter:
@@ -115,9 +121,11 @@ def run_many_trials(
     workers: int = 3,
     sample_s: float = 0.1,
     timeout_s: float = 3600,
+    reduction_factor: float | None = None,
 ) -> dict[str, Any]:
-    """Start the cluster, run the search, kill the last worker node at ``kill_at`` journaled
-    trials (None: never), stop the cluster. What was seen:
+    """Start the cluster, run the search (early stopping's ``reduction_factor`` when given),
+    kill the last worker node at ``kill_at`` journaled trials (None: never), stop the
+    cluster. What was seen:
 
     ``status`` (the search's exit status), ``wall_s``, ``out`` (its output folder),
     ``nodes`` (the nodes started), ``samples`` (``[seconds, trials journaled, driver RSS
@@ -129,7 +137,7 @@ def run_many_trials(
     with NodeCluster() as cluster:
         for name in names:
             cluster.start(name, num_cpus=1)
-        config = scale_config(work, trials, cluster.address)
+        config = scale_config(work, trials, cluster.address, reduction_factor)
         path = write_config(work / "config.yaml", config)
         out = Path(config["output_dir"])
         counter = _LineCounter(out / "journal.jsonl")

@@ -26,13 +26,18 @@ pytestmark = pytest.mark.slow
 
 TRIALS = 40
 KILL_AT = 20
+#: ASHA keeps the best fifth at a rung. With the default third, at most one of these 40
+#: settings is far enough below a rung's cutoff to clear the near-tie rule (TIE_Z standard
+#: errors), and only when the results reach ASHA in a favourable order: whether any trial
+#: stopped was the order's doing. With a fifth, three or more stop whatever the order.
+REDUCTION_FACTOR = 5
 
 
 @pytest.fixture(scope="module")
 def search(tmp_path_factory) -> dict[str, Any]:
     work = Path(tmp_path_factory.mktemp("many"))
     started = time.time()
-    run = run_many_trials(work, TRIALS, KILL_AT, timeout_s=600)
+    run = run_many_trials(work, TRIALS, KILL_AT, timeout_s=600, reduction_factor=REDUCTION_FACTOR)
     assert run["status"] == 0, run["stderr_tail"]
     out = run["out"]
     return {
@@ -53,14 +58,9 @@ def test_the_search_reaches_its_count_with_every_trial_recorded_once(search):
     assert search["summary"]["stop_reason"] == "iteration_limit"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: since the language-model folder commit (a11774c) no trial of this 4-node "
-    "search stops at a rung; bisected to the recorder's and _execute's client_folder "
-    "plumbing, which is None here, cause not found",
-)
 def test_early_stopping_stops_some_trials_each_still_one_record(search):
-    assert any(r["stopped_at_rung"] is not None for r in search["rows"])
+    stopped = [r for r in search["rows"] if r["stopped_at_rung"] is not None]
+    assert stopped and search["summary"]["early_stopping"]["n_stopped"] == len(stopped)
 
 
 def test_no_trial_finished_before_the_loss_is_lost_or_run_again(search):

@@ -1,6 +1,7 @@
 """``shutdown_ray``: a local Ray's autoscaler monitor is killed before Ray's own shutdown
 (which would otherwise stop the GCS first and then wait on the monitor's SIGTERM handler),
-and nothing of that Ray is left running afterwards."""
+nothing of that Ray is left running afterwards, and the process no longer takes the Ray it
+is on for the one a search started."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ _SCRIPT = textwrap.dedent(
     import psutil
     import ray
 
-    from raysearch.search.runtime.cluster import _MONITOR_SCRIPT, shutdown_ray, start_ray
+    from raysearch.search.runtime.cluster import (
+        _MONITOR_SCRIPT, only_driver_node, shutdown_ray, start_ray, started_locally)
 
     assert start_ray(None)
     children = psutil.Process().children(recursive=True)
@@ -36,9 +38,17 @@ _SCRIPT = textwrap.dedent(
     ray.shutdown = watched_shutdown
     shutdown_ray()
     gone, alive = psutil.wait_procs(children, timeout=10)
+    seen["started_locally_after_shutdown"] = started_locally()
+    ray_initialized = ray.is_initialized()
+    # Another Ray started after it in the process (as the tests' session Ray is) is no Ray
+    # of a search's own: a search on it keeps its float reference on it.
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    seen["started_locally_on_another_ray"] = started_locally()
+    seen["only_driver_node_on_another_ray"] = only_driver_node()
+    ray.shutdown()
     print(json.dumps({
         "monitors": len(monitors),
-        "ray_initialized": ray.is_initialized(),
+        "ray_initialized": ray_initialized,
         "left": [p.pid for p in alive],
         **seen,
     }))
@@ -60,3 +70,8 @@ def test_a_local_ray_loses_its_monitor_first_and_leaves_nothing_behind(tmp_path)
     assert state["monitor_alive_when_ray_shuts_down"] is False, state
     assert state["ray_initialized"] is False, state
     assert state["left"] == [], state
+    # Forgotten once shut down: a search in this process on a Ray started after it (whose
+    # GCS may even take the freed port) does not take that Ray for one it started.
+    assert state["started_locally_after_shutdown"] is False, state
+    assert state["started_locally_on_another_ray"] is False, state
+    assert state["only_driver_node_on_another_ray"] is False, state

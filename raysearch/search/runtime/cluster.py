@@ -52,9 +52,11 @@ CLUSTER_WAIT_S = 10.0
 #: An unknown key stops Ray's start (its GCS refuses it), so a rename in Ray fails loudly;
 #: ``tests/test_library_contracts.py`` checks that none is started.
 OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
-#: The GCS address of the one-machine Ray that :func:`start_ray` started (None: none, or Ray
-#: was started or joined elsewhere): there every trial runs on the driver's node.
-_local_ray: str | None = None
+#: The one-machine Ray that :func:`start_ray` started, as :func:`_ray_now` names it (None:
+#: none, or Ray was started or joined elsewhere): there every trial runs on the driver's node.
+#: Only the Ray up now counts (:func:`_is_local_ray`): one shut down by a plain
+#: ``ray.shutdown()`` and another started after it is not the one this names.
+_local_ray: tuple[str, str] | None = None
 
 
 def tune_environment(max_pending: int) -> None:
@@ -141,7 +143,7 @@ def start_ray(
             _system_config=OWN_RAY_SYSTEM_CONFIG,
             **kwargs,
         )
-        _local_ray = ray.get_runtime_context().gcs_address
+        _local_ray = _ray_now()
     _logger.info("Ray resources: %s", ray.cluster_resources())
     return True
 
@@ -215,11 +217,10 @@ def check_reachable(address: str, wait_s: float = CLUSTER_WAIT_S) -> None:
 
 
 def stop_ray() -> None:
-    """Shut down the local Ray that :func:`start_ray` started (a joined cluster stays up)."""
-    import ray
-
+    """Shut down the local Ray that :func:`start_ray` started (a joined cluster, or a Ray
+    started elsewhere, stays up)."""
     global _local_ray
-    if _local_ray is not None and ray.is_initialized():
+    if _is_local_ray():
         shutdown_ray()
     _local_ray = None
 
@@ -240,6 +241,8 @@ def shutdown_ray() -> None:
     (``ray/thirdparty_files``)."""
     import ray
 
+    global _local_ray
+    _local_ray = None  # whichever Ray this is, none is up after it
     if not ray.is_initialized():
         return
     try:
@@ -264,7 +267,23 @@ def shutdown_ray() -> None:
 def started_locally() -> bool:
     """Whether Ray is the one-machine instance :func:`start_ray` started for this search
     (it ends with the search), not a cluster joined or a Ray initialised before."""
-    return _local_ray is not None
+    return _is_local_ray()
+
+
+def _ray_now() -> tuple[str, str] | None:
+    """The Ray this process is connected to: its GCS address and the driver's node id (a Ray
+    started again on a freed port has the address, not the node); None when none is."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return context.gcs_address, context.get_node_id()
+
+
+def _is_local_ray() -> bool:
+    """Whether the Ray up now is the one :func:`start_ray` started."""
+    return _local_ray is not None and _ray_now() == _local_ray
 
 
 def only_driver_node() -> bool:
@@ -273,7 +292,7 @@ def only_driver_node() -> bool:
     other nodes)."""
     import ray
 
-    if _local_ray is None or ray.get_runtime_context().gcs_address != _local_ray:
+    if not _is_local_ray():
         return False
     return sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
 
