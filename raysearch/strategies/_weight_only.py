@@ -94,8 +94,12 @@ _NODE_SETTINGS = "node_settings"
 #: The most 4-bit choices of the menu beside the base's.
 MENU_MORE = 2
 #: A uniform setting that decodes more than this many times slower than the base is no
-#: menu choice (HQQ's float zero points: ``MatMulNBits`` without its int8 kernel).
+#: menu choice.
 MENU_DECODE_SLACK = 2.0
+#: Algorithms no menu offers whatever the timings say: HQQ writes float zero points, which
+#: ONNX Runtime's ``MatMulNBits`` runs without its int8-compute kernel (a decode step far
+#: slower than float on CPU; timings taken beside other trials can hide it).
+SLOW_ALGORITHMS = ("hqq",)
 #: The allocation ladder's sizes between its smallest and largest, beside its named ones.
 LADDER_STEPS = 6
 #: The ladders of the refinement stages after the promotions: the sizes between the
@@ -233,7 +237,7 @@ def menu(
     """The choices the probes measure each node under, the base's first (see the module):
     the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
     front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
-    decode step: the most accurate, then those nearest halfway between it and the base in
+    decode step, not of :data:`SLOW_ALGORITHMS`: the most accurate, then those nearest halfway between it and the base in
     size; the base's at 8 bits."""
     settings = base.get("settings") or {}
     own = choice_of(settings)
@@ -250,6 +254,8 @@ def menu(
             continue
         slow = r.get("decode_latency_ms")
         if decode and slow and slow > MENU_DECODE_SLACK * decode:
+            continue
+        if other.get("algorithm") in SLOW_ALGORITHMS:
             continue
         rows.append((float(r["model_size_bytes"]), sign * float(r["metric"]), choice_of(other)))
     base_loss = sign * float(base["metric"])
