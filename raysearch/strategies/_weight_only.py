@@ -130,8 +130,9 @@ def promoted(base: Mapping[str, Any], ranked: Sequence[str], k: int) -> dict[str
 def base_record(
     records: Sequence[Mapping[str, Any]], higher_is_better: bool
 ) -> Mapping[str, Any] | None:
-    """Among the finished records of :data:`BASE_STAGES` within :data:`SIZE_SLACK` of the
-    smallest model, the one with the best metric (the earliest on a tie); None without one.
+    """Among the finished records of :data:`BASE_STAGES` (those of :data:`SLOW_ALGORITHMS`
+    only when there is no other) within :data:`SIZE_SLACK` of the smallest model, the one
+    with the best metric (the earliest on a tie); None without one.
 
     Example:
         >>> rows = [{"stage": "blocks", "status": "ok", "metric": m, "model_size_bytes": s,
@@ -151,6 +152,9 @@ def base_record(
     ]
     if not done:
         return None
+    # a base every later stage builds on decodes as fast as it can (SLOW_ALGORITHMS)
+    fast = [r for r in done if (r.get("settings") or {}).get("algorithm") not in SLOW_ALGORITHMS]
+    done = fast or done
     smallest = min(float(r["model_size_bytes"]) for r in done)
     small = [r for r in done if float(r["model_size_bytes"]) <= SIZE_SLACK * smallest]
     sign = -1.0 if higher_is_better else 1.0
@@ -237,8 +241,8 @@ def menu(
     """The choices the probes measure each node under, the base's first (see the module):
     the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
     front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
-    decode step, not of :data:`SLOW_ALGORITHMS`: the most accurate, then those nearest halfway between it and the base in
-    size; the base's at 8 bits."""
+    decode step, not of :data:`SLOW_ALGORITHMS`: the most accurate, then those nearest
+    halfway between it and the base in size; the base's at 8 bits."""
     settings = base.get("settings") or {}
     own = choice_of(settings)
     sign = -1.0 if higher_is_better else 1.0

@@ -100,7 +100,9 @@ def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
         assert sorted([*t["settings"]["nodes_4bit"], *t["settings"]["nodes_float"]]) == list(NODES)
     records = [{**t, "status": "ok"} for t in trials]
     base = base_record(records, higher_is_better=False)
-    first = [r for r in records if r["stage"] in ("defaults", "blocks")]
+    # HQQ (float zero points, a slow decode step) is never the base while another setting is
+    first = [r for r in records if r["stage"] in ("defaults", "blocks")
+             and r["settings"].get("algorithm") != "hqq"]  # fmt: skip
     smallest = min(r["model_size_bytes"] for r in first)
     small = [r for r in first if r["model_size_bytes"] <= SIZE_SLACK * smallest]
     assert base is not None and base["metric"] == min(r["metric"] for r in small)
