@@ -39,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +104,7 @@ class _State:
     #: The last phase whose ``start`` ran (-1: none yet).
     begun: int = -1
     #: The numbers a resumed search gives its next trials first, in order: those of trials
-    #: started before the interruption that neither finished nor run again (the phases
+    #: started before the interruption that did not finish (the phases
     #: propose those settings again first, so each gets back the number it had and ties
     #: between records go where they went in the uninterrupted search).
     holes: list[int] = field(default_factory=list)
@@ -138,10 +137,9 @@ class SettingSearcher(Searcher):
         super().__init__(metric="metric", mode=mode)
         self.phases = list(phases)
         self.context = context or StrategyContext([], mode=mode, max_trials=max_trials)
-        #: The output folder of the search, to find its live session (and journal) after a
-        #: restore; see :mod:`raysearch.search.tune.session`.
+        #: The search's id, to find its live session (probe cache, start barrier, recorder);
+        #: see :mod:`raysearch.search.tune.session`.
         self.session_key = session_key
-        self._attached = False
         self.max_trials = max_trials if max_trials and max_trials > 0 else None
         self.max_outstanding = max_outstanding
         self.state = _State(phase_started=[0] * len(phases))
@@ -230,13 +228,15 @@ class SettingSearcher(Searcher):
         return self.state.started
 
     def add_finished(self, records: Sequence[dict[str, Any]]) -> int:
-        """Count trials finished outside Tune's knowledge (journal records of an interrupted
-        session: ``trial_id``, ``key``, ``phase``, ``metric``). Returns how many were new."""
+        """Tell the search the trials of earlier sessions (the journal's records: ``trial_id``,
+        ``key``, ``phase``, ``metric``, ...), before its first suggestion: they count as
+        started, their settings as done, and the phases see them in ``context.records``.
+        Returns how many were new."""
         new = 0
         for record in records:
             trial_id = str(record.get("trial_id"))
-            if trial_id in self.state.finished_ids or trial_id in self.state.live:
-                continue  # Tune knows it: it finished, or will run (and replay) it again
+            if trial_id in self.state.finished_ids:
+                continue
             self.state.finished_ids.add(trial_id)
             self.state.started += 1
             phase = int(record.get("phase") or 0)
@@ -265,26 +265,7 @@ class SettingSearcher(Searcher):
         self.state.holes = [n for n in range(1, max(numbers, default=0) + 1) if n not in numbers]
 
     # -- Searcher interface ----------------------------------------------------------------
-    def _attach(self) -> None:
-        """Once per process: register with the live session and count the trials of its
-        journal that this (possibly restored) searcher does not know about."""
-        if self._attached:
-            return
-        self._attached = True
-        if self.session_key is None:
-            return
-        from raysearch.search.tune.session import lookup
-
-        session = lookup(self.session_key)
-        if session is None:
-            return
-        session.searcher = self
-        new = self.add_finished(session.records)
-        if new:
-            _logger.info("searcher: %d trials finished after the last saved state", new)
-
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        self._attach()
         state = self.state
         if state.finish_reason is not None:
             return Searcher.FINISHED
@@ -328,8 +309,7 @@ class SettingSearcher(Searcher):
         """Count a trial started in the current phase; its number."""
         state = self.state
         state.started += 1
-        holes = getattr(state, "holes", None)  # None: pickled before it existed
-        number = holes.pop(0) if holes else state.started
+        number = state.holes.pop(0) if state.holes else state.started
         state.phase_started[state.phase] += 1
         return number
 
@@ -439,7 +419,6 @@ class SettingSearcher(Searcher):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        self._attach()
         state = self.state
         proposal = state.live.pop(trial_id, None)
         position = state.live_phase.pop(trial_id, None)
@@ -492,8 +471,8 @@ class SettingSearcher(Searcher):
                 "is_candidate": candidate and metric is not None,
                 "extra": extra,
                 "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
-                # a phase may weigh size (the weight-only strategy's base), as replayed
-                # records (the journal's) have it
+                # a phase may weigh size (the weight-only strategy's base), as the
+                # journal's records have it
                 "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
                 # a result an earlier search measured (the probe cache), no trial run
                 "reused_from": (reported or {}).get("reused_from"),
@@ -508,18 +487,5 @@ class SettingSearcher(Searcher):
                 self._failed(exc)
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as fh:
-            pickle.dump({**self.__dict__, "_attached": False}, fh)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as fh:
-            self.__dict__.update(pickle.load(fh))
-        self.__dict__.setdefault("objectives", dict(self.done))  # saved before it existed
-        self.__dict__.setdefault("values", {})
-        # A restored experiment runs its unfinished trials again: they are live again.
-        self.state.waiting = False
-        self._attached = False
-        # Registered now, not at the first suggestion: Tune asks a searcher that had finished
-        # for nothing more, and a session whose every trial ended before its driver died
-        # (journaled, no summary yet) would otherwise end as "interrupted" on every resume.
-        self._attach()
+        """Nothing: the journal is the search's record, and a resume rebuilds the searcher
+        from it (Tune's copy of a searcher is never read, so none is written)."""
