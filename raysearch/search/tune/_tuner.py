@@ -10,7 +10,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import logging
 import signal
 import threading
 from collections.abc import Iterator
@@ -27,8 +26,6 @@ if TYPE_CHECKING:
     from raysearch.search.tune.searchers import SettingSearcher
 
 __all__ = ["make_tuner", "restored_signal_handlers"]
-
-_logger = logging.getLogger("raysearch.search")
 
 
 @contextlib.contextmanager
