@@ -20,7 +20,6 @@ __all__ = [
     "LOCK",
     "CONFIG_FILE",
     "JOURNAL",
-    "STATE",
     "LOG_FILE",
     "CACHE_DIR",
     "RAY_RESULTS",
@@ -58,8 +57,6 @@ LOCK = ".raysearch.lock"
 CONFIG_FILE = "raysearch_config.yaml"
 #: One line per finished trial.
 JOURNAL = "journal.jsonl"
-#: The session clock (elapsed time of earlier sessions).
-STATE = "state.json"
 LOG_FILE = "auto_search.log"
 #: The calibration cache and the float reference.
 CACHE_DIR = "cache"
@@ -114,7 +111,6 @@ OWNED = (
     MARKER,
     CONFIG_FILE,
     JOURNAL,
-    STATE,
     LOG_FILE,
     CACHE_DIR,
     RAY_RESULTS,
@@ -143,7 +139,7 @@ RESULT_FILES: dict[str, tuple[str, ...]] = {
 #: Files written to a temporary name beside them and moved into place, by folder ("" is
 #: ``output_dir``) and stem: a writer killed mid-write leaves ``.<stem>.*tmp*`` behind.
 ATOMIC_FILES: dict[str, tuple[str, ...]] = {
-    "": (SUMMARY, RESULTS, PARETO, REPORT, TENSORBOARD, STATE, MARKER, CONFIG_FILE),
+    "": (SUMMARY, RESULTS, PARETO, REPORT, TENSORBOARD, MARKER, CONFIG_FILE),
     BEST: (BEST_MODEL, BEST_CONFIG),
     PLOTS: (METRIC_PLOT.rsplit(".", 1)[0], IMPORTANCE_PLOT.rsplit(".", 1)[0]),
 }

@@ -81,14 +81,13 @@ def promoted(record: Mapping[str, Any]) -> float:
 def unquantized(record: Mapping[str, Any]) -> bool:
     """Whether the record's setting keeps float every MatMul/Gemm/Conv node of a float model
     that has some (the trial's rule, :func:`raysearch.modelgraph.quantizes_nothing`): its
-    ``extra.quantizes_nothing`` says so, or its ``extra.quantized_share`` is 0 (a record
-    written before that flag; the share is only recorded for a model with such nodes).
+    ``extra.quantizes_nothing`` says so.
 
     Example:
-        >>> unquantized({"extra": {"quantized_share": 0.0}}), unquantized({"extra": {}})
+        >>> unquantized({"extra": {"quantizes_nothing": 1.0}}), unquantized({"extra": {}})
         (True, False)
     """
-    return bool(_extra(record, "quantizes_nothing")) or _extra(record, "quantized_share") == 0
+    return bool(_extra(record, "quantizes_nothing"))
 
 
 #: The stage of a sensitivity probe (``WeightOnly``'s stage 3: one weight MatMul at the low
@@ -110,12 +109,12 @@ def is_probe(record: Mapping[str, Any]) -> bool:
 def is_candidate(record: Mapping[str, Any]) -> bool:
     """Whether the record is a candidate: a complete trial within the tolerance
     (``is_candidate``) that quantizes something and is not a sensitivity probe
-    (:func:`is_probe`). A trial decides it when it ends; this reads a record written before a
-    setting that quantizes nothing, or a probe, stopped being one as one written now (a
-    journal read on resume).
+    (:func:`is_probe`): the one meaning of "candidate", which the recorder writes into each
+    record and every reader calls.
 
     Example:
-        >>> is_candidate({"status": "ok", "is_candidate": True, "extra": {"quantized_share": 0}})
+        >>> nothing = {"quantizes_nothing": 1.0}
+        >>> is_candidate({"status": "ok", "is_candidate": True, "extra": nothing})
         False
         >>> is_candidate({"status": "ok", "is_candidate": True, "stage": "sensitivity"})
         False
@@ -172,7 +171,7 @@ def better(
         False
         >>> better({**c, "stage": "sensitivity"}, None, True)
         False
-        >>> float_like = {"status": "ok", "metric": 1.0, "extra": {"quantized_share": 0.0}}
+        >>> float_like = {"status": "ok", "metric": 1.0, "extra": {"quantizes_nothing": 1.0}}
         >>> far = {"status": "ok", "metric": 0.9, "extra": {"quantized_share": 1.0}}
         >>> better(far, float_like, True), better(float_like, far, True)
         (True, False)
@@ -379,21 +378,16 @@ def pareto_front(
 def stopped_at_rung(record: Mapping[str, Any]) -> int | None:
     """The rung a trial's final record ended at when that is not the last one (ASHA stopped
     it there); None for a trial evaluated on every row, or one that failed. Reads a record or
-    a flattened Tune result (``trial/rung``).
+    a Tune result as the trainable returned it (the record under ``trial``).
 
     Example:
-        >>> stopped_at_rung({"trial/status": "ok", "trial/rung": 0, "trial/rungs": 3})
+        >>> stopped_at_rung({"trial": {"status": "ok", "rung": 0, "rungs": 3}})
         0
     """
-
     nested = record.get("trial")
     if isinstance(nested, Mapping):  # a Tune result as the trainable returned it
         record = nested
-
-    def get(key: str) -> Any:
-        return record.get(key, record.get(f"trial/{key}"))
-
-    rung, rungs = get("rung"), get("rungs")
-    if get("status") != "ok" or not isinstance(rung, int) or not isinstance(rungs, int):
+    rung, rungs = record.get("rung"), record.get("rungs")
+    if record.get("status") != "ok" or not isinstance(rung, int) or not isinstance(rungs, int):
         return None
     return rung if rung < rungs - 1 else None

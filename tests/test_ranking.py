@@ -4,12 +4,13 @@ setting that quantizes something completed."""
 from __future__ import annotations
 
 from raysearch.ranking import best_record, better, is_candidate, unquantized
-from raysearch.search.record.journal import Journal
 
 
 def trial(i: int, metric: float | None, candidate: bool, share: float | None, **extra) -> dict:
     if share is not None:
         extra["quantized_share"] = share
+    if share == 0:  # as a trial records it (StagedTrial._decide)
+        extra["quantizes_nothing"] = 1.0
     return {
         "trial_id": f"t{i}",
         "number": i,
@@ -21,11 +22,8 @@ def trial(i: int, metric: float | None, candidate: bool, share: float | None, **
 
 
 def test_a_setting_that_quantizes_nothing_is_read_as_no_candidate():
-    flagged = trial(1, 1.0, False, 0.0, quantizes_nothing=1.0)
-    # A record written before the flag (a journal of an older search) says so by its share.
-    older = trial(2, 1.0, True, 0.0)
-    assert unquantized(flagged) and unquantized(older)
-    assert not is_candidate(older) and not is_candidate(flagged)
+    flagged = trial(1, 1.0, True, 0.0)
+    assert unquantized(flagged) and not is_candidate(flagged)
     # A model without MatMul/Gemm/Conv has no share: today's rule.
     no_weighted = trial(3, 0.99, True, None)
     assert not unquantized(no_weighted) and is_candidate(no_weighted)
@@ -35,7 +33,7 @@ def test_a_setting_that_quantizes_nothing_is_read_as_no_candidate():
 def test_best_never_picks_a_setting_that_quantizes_nothing_while_another_completed():
     # magika on a GPU: the float model with extra nodes met the tolerance, a fully quantized
     # setting scored 0.996 and did not; neither is a candidate.
-    float_like = trial(1, 1.0, True, 0.0)  # journaled as a candidate by an older search
+    float_like = trial(1, 1.0, True, 0.0)  # within the tolerance, but it quantizes nothing
     quantized = trial(2, 0.996, False, 1.0)
     half = trial(3, 0.99, False, 0.5)
     assert best_record([float_like, quantized, half], higher_is_better=True) is quantized
@@ -51,18 +49,3 @@ def test_best_never_picks_a_setting_that_quantizes_nothing_while_another_complet
     # A candidate that quantizes something still wins on its own rule.
     candidate = trial(9, 0.9991, True, 0.75)
     assert best_record([float_like, quantized, candidate], higher_is_better=True) is candidate
-
-
-def test_a_journal_of_an_older_search_reads_as_a_search_would_record_it_now(tmp_path):
-    """Resume reads the journal: a trial an older search called a candidate though it quantizes
-    nothing is counted, replayed and ranked as no candidate; the others are read as written."""
-    journal = Journal(tmp_path / "journal.jsonl")
-    older = trial(1, 1.0, True, 0.0)
-    quantized = trial(2, 0.9995, True, 1.0)
-    no_weighted = trial(3, 0.9995, True, None)
-    for record in (older, quantized, no_weighted):
-        journal.append(record)
-    journal.close()
-    loaded = Journal(journal.path).load()
-    assert [r["is_candidate"] for r in loaded] == [False, True, True]
-    assert loaded[1:] == [quantized, no_weighted]

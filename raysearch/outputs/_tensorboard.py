@@ -5,7 +5,7 @@ Why not Ray Tune's ``TBXLoggerCallback``: it writes while Tune runs, one event f
 in that trial's own folder under Tune's storage, with the scalars of that trial's results
 only. The outputs need one search-wide series (best-so-far and candidates count across
 trials, in start order) in ``output_dir/tensorboard/``, rewritten from the journal after a
-resume (trials journaled after Tune's last save, or replayed, are not re-reported to Tune)
+resume (the trials of earlier sessions are in no Tune experiment of the resumed session)
 and by :func:`~raysearch.outputs.write_outputs` without Tune at all; and Tune's per-result
 loggers stay off for speed (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``). The same
 ``tensorboardX.SummaryWriter`` that the callback uses writes them here.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from raysearch.errors import is_disk_full
-from raysearch.layout import CACHE_DIR, JOURNAL, STATE, TRIALS_TMP
+from raysearch.layout import CACHE_DIR, JOURNAL, TRIALS_TMP
 from raysearch.modelfolder import model_folder
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import is_candidate
@@ -41,7 +41,12 @@ from raysearch.search._retime import (
 from raysearch.search.preflight import STDERR_LOGGER
 from raysearch.search.record._disk import disk_full_error
 from raysearch.search.record.journal import Journal, SessionClock
-from raysearch.search.record.output_dir import search_id, storage_path, write_marker
+from raysearch.search.record.output_dir import (
+    begin_session,
+    search_id,
+    storage_path,
+    write_marker,
+)
 from raysearch.search.record.probe_cache import search_probe_cache
 from raysearch.search.record.recorder import TrialRecorder
 from raysearch.search.runtime.cluster import (
@@ -59,7 +64,7 @@ from raysearch.search.runtime.transfer import (
 from raysearch.search.tune._loggers import after_search, make_live_study
 from raysearch.search.tune._ray_loggers import make_loggers
 from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
-from raysearch.search.tune._tuner import make_tuner, replay_result, restored_signal_handlers
+from raysearch.search.tune._tuner import make_tuner, restored_signal_handlers
 from raysearch.search.tune._usage_tag import own_callbacks_tagged
 from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
@@ -85,6 +90,8 @@ class _Run:
 
     journal: Journal
     records: list[dict[str, Any]]
+    #: This session's number (1 the first), counted in the marker.
+    session_number: int
     clock: SessionClock
     spec: EngineSpec
     info: dict[str, Any]
@@ -106,9 +113,6 @@ class Execution:
         self.output_dir = output_dir
         #: What Tune's proxies, the searcher and the scheduler find the live session by.
         self.session_key = search_id(output_dir)
-        #: On resume, restore Ray Tune's saved experiment (False: a new one continues the
-        #: journal, for a search going on with other stop conditions).
-        self.restore_tune = True
         #: What the cluster keeps for later searches (None: a Ray that ends with the search).
         self.kept: KeptWarm | None = None
         #: The float reference the first trials started without (None: there before them).
@@ -194,7 +198,7 @@ class Execution:
                 config.stop,
             )
             run = self.start(resume, progress, prepared, started_at)
-            self.fit(run, resume)
+            self.fit(run)
             result = self.finish(run)
             after_search(run.session.callbacks, result.summary, folder, self.session_key)
             return result
@@ -220,12 +224,16 @@ class Execution:
         started_at: float | None,
     ) -> _Run:
         """Everything a session needs before Tune runs: the journal read back, the engine,
-        Ray's capacity, the searcher, the stop conditions, the recorder and the live session."""
+        Ray's capacity, the searcher, the stop conditions, the recorder and the live session.
+        On resume each is rebuilt from the journal's records alone: the searcher and its
+        phases are told them in the order they were written (a fresh sampler proposes again
+        what it proposed before, and is told each known result), the stop conditions count
+        them, and the elapsed time goes on from the last one's ``elapsed_s``."""
         config, folder = self.config, self.output_dir
         journal = Journal(folder / JOURNAL)
         records = journal.load() if resume else []
-        clock = SessionClock(folder / STATE, started_at=started_at)
-        clock.at_least(max((float(r.get("elapsed_s") or 0.0) for r in records), default=0))
+        session_number = begin_session(folder, storage_path(config, folder))
+        clock = SessionClock(records, started_at=started_at)
         # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
         for line in prepared.stderr_lines:  # ONNX Runtime's warnings: the log, not the terminal
             logging.getLogger(STDERR_LOGGER).info("%s", line)
@@ -248,6 +256,7 @@ class Execution:
             # Trials suggested but unfinished (up to ``outstanding``) all run in the sampler's
             # study at once: what its constant liar is for.
             searcher = self._searcher(outstanding, prepared.model, max(n_slots, outstanding))
+            searcher.add_finished(records)
         stopper = CandidateStopper(
             config.stop,
             higher_is_better=config.metric_higher_is_better,
@@ -276,9 +285,7 @@ class Execution:
             recorder.retries.watch.poll(force=True)  # the nodes alive as the search starts
         expected = self._expected_trials(searcher)
         progress_cb = self._progress(progress, expected, clock, records, recorder)
-        session = SearchSession(
-            self.session_key, journal, clock, stopper, recorder, progress_cb, records=list(records)
-        )
+        session = SearchSession(self.session_key, journal, clock, stopper, recorder, progress_cb)
         live = make_live_study(config, folder, self.session_key, records, recorder)
         session.callbacks = [*live, *self.callbacks, *self._loggers(config, folder)]
         session.objectives = tuple(config.objectives)
@@ -292,10 +299,12 @@ class Execution:
             gpu=bool(config.resources.gpu_per_trial),
             origin=str(folder),
         )
+        session.searcher = searcher
         register(session)
         return _Run(
             journal,
             records,
+            session_number,
             clock,
             spec,
             info,
@@ -332,7 +341,7 @@ class Execution:
             best_before=recorder.best["metric"] if recorder.best else None,
         )
 
-    def fit(self, run: _Run, resume: bool) -> None:
+    def fit(self, run: _Run) -> None:
         """Run Tune until the searcher is exhausted or a stop condition holds."""
         config, folder = self.config, self.output_dir
         expected, records = run.expected, run.records
@@ -348,27 +357,22 @@ class Execution:
             cpu_per_trial=config.resources.cpu_per_trial,
             gpu_per_trial=config.resources.gpu_per_trial,
             timeout_s=config.trial_timeout_s,
-            replay={r["trial_id"]: replay_result(r) for r in records},
             barrier=barrier,
             driver_node=current_node_id(),
         )
         # ASHA over the rungs of evaluation on growing subsets; Tune's FIFO without them.
         rungs = run.spec.rungs
-        scheduler = None if rungs is None else RungScheduler(rungs, session_key=self.session_key)
+        scheduler = None if rungs is None else RungScheduler(rungs, records)
         with quiet_tune():
-            tuner, restored = make_tuner(
+            tuner = make_tuner(
                 trainable,
                 run.searcher,
                 config,
                 storage_path(self.config, self.output_dir),
                 key=self.session_key,
-                resume=resume,
-                records=records,
+                session=run.session_number,
                 scheduler=scheduler,
-                restore=self.restore_tune,
             )
-        if not restored:
-            run.session.searcher = run.searcher  # a restored one registers itself when it runs
         _logger.info(
             "running up to %d trials at once (%d kept queued); %s",
             run.slots,
@@ -381,14 +385,13 @@ class Execution:
                 check_tune_disk()
         finally:
             run.progress.close()
-            run.clock.tick(force=True)
 
     def finish(self, run: _Run) -> SearchResult:
         """Write the outputs from the journal's records and mark the search's end."""
         from raysearch.outputs import write_outputs, write_trial_plots
 
         config, folder = self.config, self.output_dir
-        live = run.session.searcher or run.searcher
+        live = run.searcher
         reason = _stop_reason(run.stopper, live, run.recorder)
         if self.kept is not None:
             self.kept.wait()
@@ -430,7 +433,7 @@ class Execution:
             float_model_size_bytes=run.info.get("float_model_size_bytes"),
             float_latency_ms=run.info.get("float_latency_ms"),
             extra={
-                "sessions": len(run.clock.sessions),
+                "sessions": run.session_number,
                 "trials_started": max(live.n_started, len(records)),
                 "slots": run.slots,
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),

@@ -24,24 +24,23 @@ How a search runs:
 Speed: Tune's own cost per trial is what decides whether a search of small trials is fast.
 raysearch reuses actors (``reuse_actors=True``), switches off Tune's per-result loggers
 (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``; raysearch writes its own outputs), saves Tune's
-experiment state only every ``TUNE_GLOBAL_CHECKPOINT_S`` (60 s) because the journal already
-makes every finished trial durable, keeps one queued trial per running one so a finished actor
+experiment state only every ``TUNE_GLOBAL_CHECKPOINT_S`` (60 s) because the journal, not
+Tune's state, is what a resume reads, keeps one queued trial per running one so a finished actor
 always has a next trial, and starts the first wave of actors together (a start barrier).
 
-Resume (:meth:`AutoSearch.resume`): Tune's experiment is restored (``Tuner.restore``) when it
-was saved, else a new Tune experiment starts; either way the journal decides what is done.
-A trial Tune runs again whose id is journaled returns its recorded result without running;
-a trial journaled after Tune's last save is counted by the searcher (never run again) and by
-the stop conditions; the elapsed time of earlier sessions counts against ``time_limit``.
-A saved Tune state that a kill cut short is not restored: the journal carries the search on.
-Resumed with a config whose stop conditions differ (a raised ``iteration_limit``), a search
-goes on with them, a finished one too: the config is saved as the search's, and a new Tune
-experiment continues the journal (the saved searcher holds the old limits).
+Resume (:meth:`AutoSearch.resume`): the journal (with the saved config) is the one source of
+truth. The searcher, the strategy's phases, the rungs' scores, the stop conditions' counts
+and the elapsed time (up to each earlier session's last finished trial) are rebuilt from its
+records, and a new Tune experiment runs the trials left: no finished trial runs again, and
+the trials are those of the same search run straight through. Tune's saved experiments are
+never restored. Resumed with a config whose stop conditions differ (a raised
+``iteration_limit``), a search goes on with them, a finished one too: the config is saved as
+the search's.
 
 Where each part lives: the files a search owns, :mod:`raysearch.layout`; claiming and cleaning
 the output folder, :mod:`raysearch.search.record.output_dir`; log routing, ``_logs``; Ray's
 start and capacity, :mod:`raysearch.search.runtime.cluster`; the trial engine's factory,
-``_engine``; Tune's ``Tuner`` and its restore, ``_tuner``; one session's run, ``_execute``; the
+``_engine``; Tune's ``Tuner``, ``_tuner``; one session's run, ``_execute``; the
 returned :class:`SearchResult`, ``_result``. """
 
 from __future__ import annotations
@@ -278,7 +277,6 @@ class AutoSearch:
                 _logger.info("%s: the search goes on with the stop conditions given", folder)
                 rewrite_config(folder, search.config)
             execution = Execution(search.config, search.output_dir)
-            execution.restore_tune = not changed and state.get("tune_restore", True)
             execution.callbacks = callbacks
             return execution.execute(
                 resume=True, progress=progress_stream(progress), prepared=prepared

@@ -308,7 +308,7 @@ class FallbackPhase(RecordReader, Phase):
         if is_candidate(best) and not extra_count(best, "promoted"):
             _logger.info("fallback: the best setting is a candidate already; nothing to do")
             return False
-        if getattr(self, "only_without_candidate", False) and any(map(self._blocks, earlier)):
+        if self.only_without_candidate and any(map(self._blocks, earlier)):
             _logger.info("fallback to %s: a candidate exists already; skipped", self.defaults[0])
             return False
         base = self._base_of(best)
@@ -360,10 +360,10 @@ class FallbackPhase(RecordReader, Phase):
         and ranking to use (its own unless ``force``)."""
         settings = dict(record.get("settings") or {})
         own = settings.pop(KEY, None)
-        own = own if isinstance(own, Mapping) and not getattr(self, "force", False) else {}
+        own = own if isinstance(own, Mapping) and not self.force else {}
         promote_to = str(own.get("promote_to") or self.defaults[0])
         rank_by = str(own.get("rank_by") or self.defaults[1])
-        weights = bool(own.get("promote_weights", getattr(self, "promote_weights", False)))
+        weights = bool(own.get("promote_weights", self.promote_weights))
         return Base(settings, promote_to, rank_by, weights and promote_to != "float")
 
     def _promotable(self, record: Mapping[str, Any]) -> bool:

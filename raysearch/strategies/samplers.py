@@ -156,7 +156,7 @@ class OptunaPhase(Phase):
                 break
             if self.size is not None and len(self.seen) >= self.size:
                 return EXHAUSTED
-            if getattr(self, "repeats", 0) >= _STUCK_ASKS:
+            if self.repeats >= _STUCK_ASKS:
                 self._queue_unseen()
             inner_id = f"{trial_id}~{self.asks}"
             self.asks += 1
@@ -165,8 +165,8 @@ class OptunaPhase(Phase):
             known = proposal.key in self.seen
             if self._answered(proposal, search):
                 if not known and proposal.key in search.done:
-                    # Catching up: a resumed sampler (restored from a state older than the
-                    # journal) proposes again what it proposed before the kill; each one is
+                    # Catching up: a resumed sampler (made afresh, the journal's settings
+                    # known) proposes again what it proposed before the interruption; each one is
                     # told its result, and none counts as being stuck. It was a new proposal
                     # before the kill, which ended that call and its run of repeats: so does
                     # it now (else a long catch-up counts every repeat of the first run in
@@ -175,8 +175,8 @@ class OptunaPhase(Phase):
                     stale = 0
                     continue
                 stale += 1
-                self.repeats = getattr(self, "repeats", 0) + 1
-                if not getattr(self, "_counted", True):  # True: pickled before it existed
+                self.repeats += 1
+                if not self._counted:
                     self._counted = True
                     self.size = _distinct_settings(self.space, self.reject)
                 continue
@@ -203,14 +203,13 @@ class OptunaPhase(Phase):
         self.repeats = 0
         if self.space.has_ranges or self.space.grid_size() > _LISTED_LIMIT:
             return
-        if getattr(self, "_listed", None) is None:
+        if self._listed is None:
             points = expand_spaces([self.space], self.reject).points
             self._listed = [(Proposal.of(self.space, self.index, p, "").key, p) for p in points]
-        unseen = [point for key, point in self._listed or () if key not in self.seen]
+        unseen = [point for key, point in self._listed if key not in self.seen]
         if unseen:
-            rng = getattr(self, "_rng", None) or random.Random(0)
             # Ray Tune's OptunaSearch has no enqueue of its own: its study is Optuna's.
-            self.optuna._ot_study.enqueue_trial(self._labels(rng.choice(unseen)))
+            self.optuna._ot_study.enqueue_trial(self._labels(self._rng.choice(unseen)))
 
     def _labels(self, point: dict[str, Any]) -> dict[str, Any]:
         """``point`` as Optuna's parameters: a searched choice by its label, a range's value as
@@ -262,7 +261,7 @@ class OptunaPhase(Phase):
 
     @property
     def _several(self) -> bool:
-        return len(getattr(self, "objective_names", ())) > 1  # () : pickled before it existed
+        return len(self.objective_names) > 1
 
     def _tell(
         self,

@@ -1,6 +1,5 @@
 """A search logging to MLflow, killed (SIGKILL) mid-way and resumed, logs each finished trial
-once: Tune's restored experiment runs the trials journaled after its last save again only to
-replay their records, and those reach no logger."""
+once: the resumed session's Tune experiment runs only the trials the journal does not hold."""
 
 from __future__ import annotations
 
@@ -42,8 +41,6 @@ def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path):
     )
     path = write_config(tmp_path / "config.yaml", config)
     out = tmp_path / "out"
-    # Tune saves its experiment once near the start (every 60 s): the restored experiment
-    # runs most of the journaled trials again, to replay them.
     proc = start_raysearch(["run", str(path)], tmp_path)
     try:
         wait_until(proc, lambda: len(journal(out)) >= 5)

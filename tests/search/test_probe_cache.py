@@ -210,9 +210,7 @@ def _session(folder: Path, key: str, cache: ProbeCache | None) -> Any:
     journal = Journal(folder / "journal.jsonl")
     stopper = CandidateStopper(StopConfig(), higher_is_better=False)
     recorder = TrialRecorder(folder, journal, higher_is_better=False, on_record=lambda r: None)
-    session = SearchSession(
-        key, journal, SessionClock(folder / "state.json"), stopper, recorder, ProgressCallback()
-    )
+    session = SearchSession(key, journal, SessionClock(), stopper, recorder, ProgressCallback())
     session.probe_cache = cache
     register(session)
     return session

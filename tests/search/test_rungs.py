@@ -13,6 +13,7 @@ from ray.tune.schedulers import TrialScheduler
 from raysearch.config import StopConfig
 from raysearch.evaluate.subsets import EvalRungs
 from raysearch.outputs import best_record
+from raysearch.search.record.reported import pack_record
 from raysearch.search.tune._rungs import (
     PROTECTED,
     RUNG_CLOCK,
@@ -121,16 +122,14 @@ def test_a_resumed_scheduler_decides_as_the_uninterrupted_one():
     assert _run(RungScheduler(RUNGS), later)[0] != expected
 
 
-def test_replayed_and_failed_results_are_not_ranked():
+def test_failed_results_are_not_ranked():
     scheduler = RungScheduler(RUNGS)
     _run(scheduler, SCORES)
-    scheduler.on_trial_add(None, Trial("replayed"))
-    replayed = {RUNG_CLOCK: 1.0, RUNG_SCORE: -1.0, "replayed": True}
-    assert scheduler.on_trial_result(None, Trial("replayed"), replayed) == "CONTINUE"
+    scheduler.on_trial_add(None, Trial("failed"))
     failed = {RUNG_CLOCK: None, RUNG_SCORE: None}
-    assert scheduler.on_trial_result(None, Trial("replayed"), failed) == "CONTINUE"
-    scheduler.on_trial_complete(None, Trial("replayed"), failed)  # no error, nothing kept
-    assert "replayed" not in scheduler._brackets[0]._rungs[-1][1]
+    assert scheduler.on_trial_result(None, Trial("failed"), failed) == "CONTINUE"
+    scheduler.on_trial_complete(None, Trial("failed"), failed)  # no error, nothing kept
+    assert "failed" not in scheduler._brackets[0]._rungs[-1][1]
 
 
 def test_the_stopper_counts_a_trial_once_at_its_end_and_a_stopped_one_never_as_candidate():
@@ -150,11 +149,15 @@ def test_the_searcher_is_told_a_stopped_trials_partial_result_and_never_takes_it
     searcher = SettingSearcher.sampler("TPE", [space], mode="max", seed=0)
     for trial_id in ("full", "stopped"):
         assert isinstance(searcher.suggest(trial_id), dict)
-    # What Tune hands the searcher: the last result, flattened.
-    full = {"metric": 0.8, "objective": 0.8, "trial/status": "ok", "trial/rung": 2}
-    searcher.on_trial_complete("full", {**full, "trial/rungs": 3})
-    stopped = {"metric": 0.9, "objective": 0.9, "trial/status": "ok", "trial/rung": 0}
-    searcher.on_trial_complete("stopped", {**stopped, "trial/rungs": 3})
+    # What Tune hands the searcher: the last result, the record in it as JSON text.
+    full = {"status": "ok", "rung": 2, "rungs": 3}
+    searcher.on_trial_complete(
+        "full", {"metric": 0.8, "objective": 0.8, "trial": pack_record(full)}
+    )
+    stopped = {"status": "ok", "rung": 0, "rungs": 3}
+    searcher.on_trial_complete(
+        "stopped", {"metric": 0.9, "objective": 0.9, "trial": pack_record(stopped)}
+    )
     records = {r["trial_id"]: r for r in searcher.context.records}
     assert records["stopped"]["stopped_at_rung"] == 0 and records["stopped"]["metric"] == 0.9
     assert records["full"]["stopped_at_rung"] is None

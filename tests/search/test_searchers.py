@@ -1,5 +1,5 @@
 """SettingSearcher without a cluster: grid order and caps, samplers on a conditional space,
-no repeated setting, journal records, save/restore, missing sampler packages."""
+no repeated setting, journal records, no saved copy for Tune, missing sampler packages."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ray.tune.search import Searcher
 from raysearch.errors import ConfigError
 from raysearch.search import SettingSearcher, check_algo_available, make_sampler
 from raysearch.search.record.journal import settings_key
+from raysearch.search.record.reported import pack_record
 from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
 from raysearch.space import SearchSpace
 from tests.search.conftest import CONDITIONAL_SPACE
@@ -155,19 +156,15 @@ def test_several_spaces_split_the_iteration_limit_in_order():
     assert [c["phase"] for c in configs] == [0, 0, 0, 1, 1]
 
 
-def test_save_and_restore_continue_the_same_search(tmp_path):
+def test_tune_saves_no_copy_of_the_searcher(tmp_path):
+    """The journal is what a resume reads: Tune's periodic save of its searcher writes
+    nothing, so no pickled searcher is left to read back."""
     space = SearchSpace.parse(CONDITIONAL_SPACE)
     with quiet_optuna():
         searcher = SettingSearcher.sampler("TPE", [space], mode="min", seed=1, max_trials=6)
-        first = drive(searcher, 3)
-        searcher.save(str(tmp_path / "state.pkl"))
-        restored = SettingSearcher.sampler("TPE", [space], mode="min", seed=99, max_trials=6)
-        restored.restore(str(tmp_path / "state.pkl"))
-        rest = [restored.suggest(f"r{i}") for i in range(3)]
-    assert restored.n_started == 6
-    assert not {c["key"] for c in first} & {c["key"] for c in rest}
-    assert restored.suggest("r9") == Searcher.FINISHED
-    assert restored.finish_reason == "iteration_limit"
+        drive(searcher, 3)
+        searcher.save_to_dir(str(tmp_path), session_str="now")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_sampler_factory_and_missing_packages(monkeypatch):
@@ -211,7 +208,6 @@ def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
     from optuna.study import StudyDirection
     from optuna.trial import TrialState
 
-    from raysearch.search.record.reported import pack_record
     from raysearch.strategies import StrategyContext
 
     names = ("metric", "latency_ms", "model_size_mb")
@@ -223,10 +219,10 @@ def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
         journaled = {"trial_id": "old", "key": "k-old", "phase": 0, "metric": 0.5}
         searcher.add_finished([{**journaled, "latency_ms": 4.0, "model_size_bytes": 2e6}])
         first, second = searcher.suggest("t0"), searcher.suggest("t1")
-        # As Tune hands it (the record as JSON text), and flattened without a size (failed).
+        # As Tune hands it (the record as JSON text), and one without a size (failed).
         record = pack_record({"latency_ms": 2.0, "model_size_bytes": 3_000_000})
         searcher.on_trial_complete("t0", {"metric": 0.9, "objective": 1.5, "trial": record})
-        told = {"metric": 0.9, "objective": 1.5, "trial/latency_ms": 2.0}
+        told = {"metric": 0.9, "objective": 1.5, "trial": pack_record({"latency_ms": 2.0})}
         searcher.on_trial_complete("t1", told)  # no size: told as failed
     study = searcher.phases[0].optuna._ot_study
     assert study.directions == [
@@ -249,7 +245,7 @@ def test_one_objective_tells_the_sampler_no_values():
     with quiet_optuna():
         searcher = SettingSearcher.sampler("NSGAII", [space], mode="min", seed=0, max_trials=2)
         searcher.suggest("t0")
-        searcher.on_trial_complete("t0", {"metric": 0.2, "trial/latency_ms": 2.0})
+        searcher.on_trial_complete("t0", {"metric": 0.2, "trial": pack_record({"latency_ms": 2.0})})
     assert searcher.values == {}
     assert searcher.phases[0].optuna._ot_study.trials[0].values == [0.2]
 

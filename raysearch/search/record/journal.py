@@ -1,14 +1,10 @@
 """The durable record of a search: one JSON line per finished trial, written the moment it ends.
 
-Ray Tune saves its experiment state only every so often (raysearch sets a long period, because
-saving it after every trial would cost more than a small trial itself). The journal fills the
-gap: the driver appends each finished trial (``ok`` or ``failed``) to ``journal.jsonl`` in the
-output folder, flushed and ``fsync``-ed before the search goes on. On resume, a trial that Tune
-would run again but whose id is in the journal is answered from it instead of recomputed, and a
-trial finished after Tune's last save is known to the searcher and to the stop conditions.
-
-``state.json`` beside it holds the wall time spent by each session of the search, refreshed
-every few seconds, so ``time_limit`` counts the time of an interrupted session too.
+The driver appends each finished trial (``ok`` or ``failed``) to ``journal.jsonl`` in the
+output folder, flushed and ``fsync``-ed before the search goes on. The journal (with the saved
+config) is all a resume reads: the searcher, the strategy's phases, the rungs' scores, the stop
+conditions' counts and the elapsed time (each record's ``elapsed_s``) are rebuilt from its
+records, and Tune runs the trials left in a new experiment.
 
 Example:
     >>> import pathlib, tempfile
@@ -25,12 +21,11 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from raysearch.fileio import atomic_write_text
-from raysearch.ranking import is_candidate
 from raysearch.space.space import json_default, settings_key
 
 __all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
@@ -58,10 +53,7 @@ class Journal:
 
     def load(self) -> list[dict[str, Any]]:
         """Every complete record, in the order written. A torn last line (the process died
-        while writing it) is ignored, and so is a repeated trial id (the first one wins). A
-        record a trial called a candidate though it quantizes nothing (written before such a
-        trial stopped being one: :func:`raysearch.ranking.is_candidate`) reads as no candidate,
-        so that a resumed search counts, replays and keeps its trials as it would now."""
+        while writing it) is ignored, and so is a repeated trial id (the first one wins)."""
         records: list[dict[str, Any]] = []
         seen: set[str] = set()
         for record in self._lines():
@@ -69,8 +61,6 @@ class Journal:
             if trial_id in seen:
                 continue
             seen.add(trial_id)
-            if record.get("is_candidate") and not is_candidate(record):
-                record["is_candidate"] = False
             records.append(record)
         return records
 
@@ -115,44 +105,26 @@ class Journal:
             self._fh.close()
             self._fh = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "_fh": None}
-
 
 class SessionClock:
-    """Wall time per session of one search, kept in ``state.json`` (atomic rewrites).
+    """The search's wall time: ``elapsed_before_s``, what its earlier sessions took up to
+    their last finished trial (the largest ``elapsed_s`` of the journal's ``records``), plus
+    this session's, from ``started_at`` (``time.monotonic()``; the checks that ran before the
+    output folder existed count too) on.
 
-    ``elapsed_before_s`` is the time of every earlier session (an interrupted one included, up
-    to its last refresh); :meth:`tick` records this session's time at most every ``period_s``.
-    ``started_at`` (``time.monotonic()``) is when this session began, if before now (the checks
-    that ran before the output folder existed count too).
+    Example:
+        >>> clock = SessionClock([{"elapsed_s": 12.5}, {"elapsed_s": 30.0}])
+        >>> clock.elapsed_before_s, clock.elapsed_s >= 30.0
+        (30.0, True)
     """
 
     def __init__(
-        self, path: str | os.PathLike, period_s: float = 2.0, *, started_at: float | None = None
+        self, records: Iterable[Mapping[str, Any]] = (), *, started_at: float | None = None
     ) -> None:
-        self.path = Path(path)
-        self.period_s = period_s
-        self.sessions: list[dict[str, float]] = []
-        if self.path.exists():
-            try:
-                self.sessions = list(json.loads(self.path.read_text()).get("sessions", []))
-            except (OSError, ValueError):
-                _logger.warning("%s: unreadable, elapsed time of earlier sessions lost", self.path)
-        self.elapsed_before_s = float(sum(s.get("elapsed_s", 0.0) for s in self.sessions))
+        self.elapsed_before_s = max(
+            (float(r.get("elapsed_s") or 0.0) for r in records), default=0.0
+        )
         self._start = time.monotonic() if started_at is None else started_at
-        self._last = float("-inf")
-        self._current = {"started_at": time.time() - self.session_s, "elapsed_s": 0.0}
-        self.sessions.append(self._current)
-
-    def at_least(self, elapsed_before_s: float) -> None:
-        """Earlier sessions took at least ``elapsed_before_s`` (the journal's last record says
-        so): count the time an interrupted session spent after its last refresh."""
-        missing = float(elapsed_before_s) - self.elapsed_before_s
-        if missing > 0 and len(self.sessions) > 1:
-            previous = self.sessions[-2]
-            previous["elapsed_s"] = round(float(previous.get("elapsed_s", 0.0)) + missing, 3)
-            self.elapsed_before_s += missing
 
     @property
     def started_at(self) -> float:
@@ -160,17 +132,5 @@ class SessionClock:
         return self._start
 
     @property
-    def session_s(self) -> float:
-        return time.monotonic() - self._start
-
-    @property
     def elapsed_s(self) -> float:
-        return self.elapsed_before_s + self.session_s
-
-    def tick(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last < self.period_s:
-            return
-        self._last = now
-        self._current["elapsed_s"] = round(self.session_s, 3)
-        atomic_write_text(self.path, json.dumps({"sessions": self.sessions}, indent=1))
+        return self.elapsed_before_s + time.monotonic() - self._start

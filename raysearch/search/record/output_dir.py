@@ -54,6 +54,7 @@ __all__ = [
     "check_output_dir",
     "clean_output_dir",
     "write_marker",
+    "begin_session",
     "search_id",
     "write_config",
     "storage_path",
@@ -267,6 +268,14 @@ def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> 
     atomic_write_text(path, json.dumps(state, indent=1) + "\n")
 
 
+def begin_session(folder: Path, storage_path: str) -> int:
+    """Mark the search in ``folder`` running again and count this session in its marker
+    (``sessions``, what ``summary.json`` reports); this session's number, 1 for the first."""
+    session = int(_read_marker(folder).get("sessions") or 0) + 1
+    write_marker(folder, "running", storage_path, sessions=session)
+    return session
+
+
 def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
     """The config as written, paths made absolute; keys holding Python objects are listed."""
     raw = dict(config.raw)
@@ -280,9 +289,10 @@ def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
 
 
 def search_id(folder: Path) -> str:
-    """The search's own key, from its marker: what Tune's pickled proxies, the searcher and
-    the scheduler find its live session by. It stays when the folder is moved (a search
-    marked before ids were written is keyed by its folder)."""
+    """The search's own key, from its marker: what Tune's proxies, the searcher and the
+    loggers find its live session by, and what names its live study and loggers' runs in
+    every session. It stays when the folder is moved (a search marked before ids were
+    written is keyed by its folder)."""
     value = _read_marker(folder).get("search_id")
     return str(value) if value else str(folder)
 
@@ -312,8 +322,7 @@ def _write_config_file(folder: Path, raw: dict[str, Any]) -> None:
 def rewrite_config(folder: Path, config: SearchConfig) -> None:
     """Save ``config`` as the config of the search in ``folder``, which goes on with other
     stop conditions (its marker's keys holding Python objects with it; its id and status
-    stay). Ray Tune's saved experiment is not restored from then on (``tune_restore``): its
-    searcher holds the old limits; the journal carries the search on."""
+    stay)."""
     raw, unserializable = _raw_for_resume(config)
     state = _read_marker(folder)
     write_marker(
@@ -321,7 +330,6 @@ def rewrite_config(folder: Path, config: SearchConfig) -> None:
         str(state.get("status", "running")),
         str(state.get("storage_path") or storage_path(config, folder)),
         unserializable=unserializable,
-        tune_restore=False,
     )
     _write_config_file(folder, raw)
 

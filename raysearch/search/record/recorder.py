@@ -164,7 +164,7 @@ class TrialRecorder(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        if result.get("replayed") or trial.trial_id in self.recorded:
+        if trial.trial_id in self.recorded:
             return
         if result.get("done", True) is False:
             return  # a rung before the last, and ASHA lets the trial go on

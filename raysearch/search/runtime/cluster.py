@@ -350,8 +350,8 @@ def slots(config: SearchConfig) -> tuple[int, int]:
 
     Tune's ``ConcurrencyLimiter`` (``TuneConfig.max_concurrent_trials``) is not used: the
     searcher itself keeps at most the second number suggested and unfinished
-    (``max_outstanding``), which also counts the trials of a restored experiment that it
-    replays, and Tune's pending-trial bound (``TUNE_MAX_PENDING_TRIALS_PG``) follows it.
+    (``max_outstanding``), and Tune's pending-trial bound (``TUNE_MAX_PENDING_TRIALS_PG``)
+    follows it.
     """
     import ray
 

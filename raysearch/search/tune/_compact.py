@@ -9,8 +9,8 @@ the search (Tune's driver memory grows linearly with the trial count: ray-projec
 open; what they cost per trial in ``benchmarks/scale.py``'s search: ``benchmarks/README.md``,
 section 14). This callback
 empties them when Tune says a trial has ended; the analysis itself (``metric_analysis``:
-max, min, mean, last, last-5/10 means) stays, and so does everything Tune's experiment
-checkpoint and ``Tuner.restore`` read back. Written by hand: Tune has no setting for it.
+max, min, mean, last, last-5/10 means) stays, and so does everything else Tune's experiment
+checkpoint writes. Written by hand: Tune has no setting for it.
 
 Example:
     >>> from ray.tune.experiment import Trial

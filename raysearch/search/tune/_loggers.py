@@ -2,12 +2,10 @@
 and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``,
 :mod:`~raysearch.search.tune._ray_loggers`).
 
-Ray Tune pickles a Tuner's callbacks into its experiment, and ``Tuner.restore`` brings back
-those pickled copies, never the ones a resumed session is given. So Tune holds one proxy,
-:class:`TrialLoggers`, which holds only the search's key and hands every event to the
-callbacks of the live session (:attr:`SearchSession.callbacks
-<raysearch.search.tune.session.SearchSession>`): a resumed search reports to the callbacks
-it is given now.
+Tune holds one proxy, :class:`TrialLoggers`, which holds only the search's key and hands
+every event to the callbacks of the live session (:attr:`SearchSession.callbacks
+<raysearch.search.tune.session.SearchSession>`): Ray Tune pickles a Tuner's callbacks into
+its experiment, and a user's callback need not pickle.
 
 What a user's callback sees of a trial: ``trial.config`` is what the searcher suggested (the
 trial's ``settings``, ``params``, ``stage``, ``number``, ``phase``), and each result is Tune's
@@ -16,9 +14,8 @@ with the trial's record read out of its JSON text into numbers and words
 config's ``objectives``, ``stage``, ``model_size_bytes``, ``latency_ms`` (a language model's
 ``decode_latency_ms`` and ``prefill_latency_ms`` too), ``is_candidate``, ``status``, ``rung``.
 Ray's MLflow and W&B loggers log less of it: each setting once, the documented numbers and the
-trial's words (:mod:`~raysearch.search.tune._ray_loggers`). A trial that
-was journaled before this session (one Tune runs again after a restore only to replay its
-recorded result) reaches no callback: resume never logs a finished trial twice.
+trial's words (:mod:`~raysearch.search.tune._ray_loggers`). A resumed search's Tune
+experiment runs only the trials left, so no finished trial is logged twice.
 
 Example:
     >>> logged_result({"metric": 0.5, "trial": '{"status": "ok", "is_candidate": true,'
@@ -98,23 +95,19 @@ def logged_result(
 
 class TrialLoggers(tune.Callback):
     """Tune's callback that hands each event to the live session's callbacks (see the module
-    docstring), skipping the trials journaled before this session."""
+    docstring)."""
 
     def __init__(self, key: str) -> None:
         self.key = key
 
-    def _live(self) -> tuple[list[tune.Callback], set[str], tuple[str, ...]]:
+    def _live(self) -> tuple[list[tune.Callback], tuple[str, ...]]:
         session = lookup(self.key)
         if session is None or not session.callbacks:
-            return [], set(), ()
-        if session.journaled_ids is None:
-            session.journaled_ids = {str(r.get("trial_id")) for r in session.records}
-        return list(session.callbacks), session.journaled_ids, session.objectives
+            return [], ()
+        return list(session.callbacks), session.objectives
 
     def _each(self, trial: Any, call: Callable[[tune.Callback], None]) -> None:
-        callbacks, journaled, _ = self._live()
-        if trial is not None and getattr(trial, "trial_id", None) in journaled:
-            return
+        callbacks, _ = self._live()
         for callback in callbacks:
             try:
                 call(callback)
@@ -165,9 +158,7 @@ class TrialLoggers(tune.Callback):
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        if result.get("replayed"):
-            return
-        objectives = self._live()[2] or ("metric",)
+        objectives = self._live()[1] or ("metric",)
         logged = logged_result(result, getattr(trial, "config", None), objectives=objectives)
         self._each(
             trial,

@@ -9,10 +9,9 @@ reduction factor), so ASHA's milestones ``r**0, r**1, ...`` fall exactly on them
 rungs' fractions, and at each one ASHA stops a trial below the best ``1/r`` of those that
 reached it. It adds two things Tune's class does not do:
 
-- resume: Tune does not save a scheduler's state, so a resumed search would judge its next
-  trials against empty rungs; the scheduler fills its rungs from the journal's records (each
-  keeps the scores it reported, in the order they came) before its first decision;
-- a trial answered from the journal (``replayed``) is not recorded twice.
+- resume: a resumed search's new Tune experiment would judge its next trials against empty
+  rungs; the scheduler fills its rungs from the journal's records (each keeps the scores it
+  reported, in the order they came) when it is made.
 
 What ASHA ranks (``rung_score``) is the metric in the "higher is better" direction, except for
 a trial that could still become a candidate (``could_be_candidate``: the rows not seen yet
@@ -24,7 +23,7 @@ values) of the rung's cutoff goes on too: on a tenth of the rows a near-tie is n
 
 Why Tune's ASHA and no rule of raysearch's own: its rule (stop below the best ``1/r`` at a
 rung) is the one wanted, the rungs map onto its milestones exactly, and protection is a score;
-only the resume, the replayed reports and the near-tie above need adding (ASHA has no notion
+only the resume and the near-tie above need adding (ASHA has no notion
 of a score's uncertainty).
 
 Example:
@@ -101,10 +100,10 @@ class _Stub:
 
 
 class RungScheduler(AsyncHyperBandScheduler):
-    """Tune's ASHA over the rungs of ``rungs`` (see the module docstring); ``session_key``
-    finds the live search session (its journal's records) in this process."""
+    """Tune's ASHA over the rungs of ``rungs`` (see the module docstring), its rungs filled
+    with the scores of ``records`` (the journal's, on resume)."""
 
-    def __init__(self, rungs: EvalRungs, *, session_key: str | None = None) -> None:
+    def __init__(self, rungs: EvalRungs, records: Iterable[Mapping[str, Any]] = ()) -> None:
         factor = rungs.reduction_factor
         super().__init__(
             time_attr=RUNG_CLOCK,
@@ -119,19 +118,7 @@ class RungScheduler(AsyncHyperBandScheduler):
         self.factor = factor
         #: The last rung's clock (a trial there is done: no near-tie to keep going).
         self.max_clock = rung_clock(len(rungs) - 1, factor)
-        self.session_key = session_key
-        self._attached = False
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Tune pickles the scheduler with the Tuner: a restored one attaches again.
-        return {**self.__dict__, "_attached": False}
-
-    def _attach(self) -> None:
-        """Once per process: the rungs of earlier sessions, from the live session's journal."""
-        from raysearch.search.tune.session import attach
-
-        session = attach(self)
-        seeded = self.seed(session.records) if session is not None else 0
+        seeded = self.seed(records)
         if seeded:
             _logger.info("early stopping: %d rung results of earlier sessions", seeded)
 
@@ -159,15 +146,8 @@ class RungScheduler(AsyncHyperBandScheduler):
             super().on_trial_remove(None, stub)  # type: ignore[arg-type]
         return len(events)
 
-    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
-        self._attach()
-        super().on_trial_add(tune_controller, trial)
-
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        self._attach()
-        if result.get("replayed") or not _ranked(result):
-            # Replayed: in the rungs already (seeded from the journal). Unranked: a failure,
-            # which ends its trial anyway.
+        if not _ranked(result):  # a failure, which ends its trial anyway
             return TrialScheduler.CONTINUE
         cutoff = self._cutoff(trial.trial_id, float(result[RUNG_CLOCK]))
         action = super().on_trial_result(tune_controller, trial, result)
@@ -206,7 +186,7 @@ class RungScheduler(AsyncHyperBandScheduler):
         return None
 
     def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
-        if _ranked(result) and not result.get("replayed"):
+        if _ranked(result):
             self._trial_info.setdefault(trial.trial_id, self._brackets[0])
             super().on_trial_complete(tune_controller, trial, result)
         self._trial_info.pop(trial.trial_id, None)
@@ -217,7 +197,7 @@ class RungScheduler(AsyncHyperBandScheduler):
 
 def _ranked(result: Mapping[str, Any]) -> bool:
     """Whether a result carries a rung and a score (every result has both keys, which Tune
-    requires of a scheduler's metric; a failed or replayed one holds None)."""
+    requires of a scheduler's metric; a failed one holds None)."""
     clock, score = result.get(RUNG_CLOCK), result.get(RUNG_SCORE)
     return isinstance(clock, (int, float)) and isinstance(score, (int, float))
 

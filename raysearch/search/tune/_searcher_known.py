@@ -58,13 +58,15 @@ class KnownSettings:
         return self.state.started
 
     def add_finished(self, records: Sequence[dict[str, Any]]) -> int:
-        """Count trials finished outside Tune's knowledge (journal records of an interrupted
-        session: ``trial_id``, ``key``, ``phase``, ``metric``). Returns how many were new."""
+        """Tell the search the trials of earlier sessions (the journal's records: ``trial_id``,
+        ``key``, ``phase``, ``metric``, ...), before its first suggestion: they count as
+        started, their settings as done, and the phases see them in ``context.records``.
+        Returns how many were new."""
         new = 0
         for record in records:
             trial_id = str(record.get("trial_id"))
-            if trial_id in self.state.finished_ids or trial_id in self.state.live:
-                continue  # Tune knows it: it finished, or will run (and replay) it again
+            if trial_id in self.state.finished_ids:
+                continue
             self.state.finished_ids.add(trial_id)
             self.state.started += 1
             phase = int(record.get("phase") or 0)
@@ -130,8 +132,8 @@ class KnownSettings:
                 "is_candidate": candidate and metric is not None,
                 "extra": extra,
                 "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
-                # a phase may weigh size (the weight-only strategy's base), as replayed
-                # records (the journal's) have it
+                # a phase may weigh size (the weight-only strategy's base), as the
+                # journal's records have it
                 "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
                 # a result an earlier search measured (the probe cache), no trial run
                 "reused_from": (reported or {}).get("reused_from"),

@@ -1,12 +1,11 @@
 """What the searcher reaches of the live session (:mod:`raysearch.search.tune.session`), by
-the search's output folder: the journal's records a restored searcher has not seen, the
-probe cache (a ``reusable`` proposal's result kept by an earlier search, journaled through the
+the search's id: the probe cache (a ``reusable`` proposal's result kept by an earlier search, journaled through the
 recorder instead of run again; a reusable trial that completes is kept there), the progress
 line, and the start barrier.
 
-Tune pickles the searcher with its experiment state, so it holds only the session's key and
-looks the session up in each process (:meth:`SessionLink._session`): None when the search
-runs without one (a searcher built by hand, a test).
+The searcher holds only the session's key and looks the session up where it runs
+(:meth:`SessionLink._session`): None when the search runs without one (a searcher built by
+hand, a test).
 """
 
 from __future__ import annotations
@@ -27,30 +26,15 @@ _logger = logging.getLogger("raysearch.search.tune.searchers")
 
 class SessionLink:
     """The searcher's side of the live session (a mixin of ``SettingSearcher``, which defines
-    ``_start_one``, ``_suggestion``, ``_completed`` and ``add_finished``)."""
+    ``_start_one``, ``_suggestion`` and ``_completed``)."""
 
     session_key: str | None
-    _attached: bool
 
     def _session(self) -> SearchSession | None:
         """The live session of this search in this process, or None."""
         from raysearch.search.tune.session import lookup
 
         return None if self.session_key is None else lookup(self.session_key)
-
-    def _attach(self) -> None:
-        """Once per process: register with the live session and count the trials of its
-        journal that this (possibly restored) searcher does not know about."""
-        if self._attached:
-            return
-        self._attached = True
-        session = self._session()
-        if session is None:
-            return
-        session.searcher = self
-        new = self.add_finished(session.records)
-        if new:
-            _logger.info("searcher: %d trials finished after the last saved state", new)
 
     def _probe_cache(self) -> Any:
         session = self._session()

@@ -2,7 +2,7 @@
 the sampler's objective, each objective's value with several (:func:`sampler_values`), and
 whether the trial is a candidate with its ``extra``. Tune hands the searcher a result whose
 record is JSON text (:mod:`raysearch.search.record.reported`), decoded by the caller; a
-journal record is flat; a flattened result (``trial/...``) is read too.
+journal record is flat.
 
 Example:
     >>> objective_value({"objective": 7.5}, 1.0), objective_value({}, 1.0)
@@ -45,11 +45,11 @@ def sampler_values(
     trial, as a multi-objective sampler is told them: ``objective`` (the sampler's objective,
     see :func:`objective_value`) for the metric, ``latency_ms`` and ``model_size_mb`` (from
     ``model_size_bytes``) from the trial's ``record`` (decoded from Tune's result by the
-    caller, or a journal record), or from a result whose record Tune flattened
-    (``trial/latency_ms``). None when one is missing (a failed trial, a latency not measured).
+    caller, or a journal record). None when one is missing (a failed trial, a latency not
+    measured).
 
     Example:
-        >>> sampler_values({"trial/latency_ms": 2.5, "trial/model_size_bytes": 3e6}, 0.9,
+        >>> sampler_values({"latency_ms": 2.5, "model_size_bytes": 3e6}, 0.9,
         ...                ["metric", "latency_ms", "model_size_mb"])
         (0.9, 2.5, 3.0)
         >>> sampler_values({"model_size_bytes": 3e6}, 0.9, ["metric", "latency_ms"]) is None
@@ -62,8 +62,6 @@ def sampler_values(
         field_name = "model_size_bytes" if name == "model_size_mb" else name
         value = objective if name == "metric" else metric_value(record.get(field_name))
         if value is None:
-            value = metric_value(record.get(f"trial/{field_name}"))
-        if value is None:
             return None
         values.append(value / 1e6 if name == "model_size_mb" else value)
     return tuple(values)
@@ -71,23 +69,16 @@ def sampler_values(
 
 def candidacy(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
     """What a trial reported beyond its metric: whether it is a candidate, and its ``extra``
-    (``promoted``, ``ranked`` of mixed precision, which a fallback strategy reads). Tune hands
-    a searcher the result flattened (``trial/extra/promoted``); a direct call may nest it.
+    (``promoted``, ``ranked`` of mixed precision, which a fallback strategy reads), from the
+    record that Tune's result carries (as JSON text, or nested by a direct call).
 
     Example:
-        >>> candidacy({"trial/status": "ok", "trial/is_candidate": True, "trial/extra/ranked": 9.0})
-        (True, {'ranked': 9.0})
         >>> trial = {"status": "ok", "is_candidate": False, "extra": {"promoted": 1.0}}
         >>> candidacy({"trial": trial})
         (False, {'promoted': 1.0})
+        >>> candidacy(None)
+        (False, {})
     """
-    if not result:
-        return False, {}
-    trial = reported_record(result)
-    if trial:
-        extra = trial.get("extra")
-        return is_candidate(trial), dict(extra) if isinstance(extra, dict) else {}
-    prefix = "trial/extra/"
-    extra = {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
-    flat = {k: result.get(f"trial/{k}") for k in ("status", "is_candidate")}
-    return is_candidate({**flat, "extra": extra}), extra
+    trial = reported_record(result) if result else {}
+    extra = trial.get("extra")
+    return is_candidate(trial), dict(extra) if isinstance(extra, dict) else {}

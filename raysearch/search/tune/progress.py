@@ -93,11 +93,6 @@ class ProgressCallback(tune.Callback):
         self._changed_at = time.monotonic()
         self._refill = 0
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["stream"] = None  # streams do not pickle; a restored search passes its own
-        return state
-
     # -- what happened ---------------------------------------------------------------------
     def trial_finished(
         self, status: str, metric: float | None, is_candidate: bool, *, freed_slot: bool = False
@@ -192,8 +187,6 @@ class ProgressCallback(tune.Callback):
             return  # a rung before the last: the trial goes on
         freed = self._stopped(trial)
         record = reported_record(result)
-        if result.get("replayed"):
-            return  # counted in an earlier session
         # A trial stopped at a rung has a metric over some rows only, a sensitivity probe
         # measures one node: neither is ever the best.
         ranked = stopped_at_rung(record) is None and not is_probe(record)

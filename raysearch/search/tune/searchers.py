@@ -42,7 +42,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,7 +107,7 @@ class _State:
     #: The last phase whose ``start`` ran (-1: none yet).
     begun: int = -1
     #: The numbers a resumed search gives its next trials first, in order: those of trials
-    #: started before the interruption that neither finished nor run again (the phases
+    #: started before the interruption that did not finish (the phases
     #: propose those settings again first, so each gets back the number it had and ties
     #: between records go where they went in the uninterrupted search).
     holes: list[int] = field(default_factory=list)
@@ -141,10 +140,9 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         super().__init__(metric="metric", mode=mode)
         self.phases = list(phases)
         self.context = context or StrategyContext([], mode=mode, max_trials=max_trials)
-        #: The output folder of the search, to find its live session (and journal) after a
-        #: restore; see :mod:`raysearch.search.tune.session`.
+        #: The search's id, to find its live session (probe cache, start barrier, recorder);
+        #: see :mod:`raysearch.search.tune.session`.
         self.session_key = session_key
-        self._attached = False
         self.max_trials = max_trials if max_trials and max_trials > 0 else None
         self.max_outstanding = max_outstanding
         self.state = _State(phase_started=[0] * len(phases))
@@ -206,7 +204,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
 
     # -- Searcher interface ----------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        self._attach()
         state = self.state
         if state.finish_reason is not None:
             return Searcher.FINISHED
@@ -250,8 +247,7 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         """Count a trial started in the current phase; its number."""
         state = self.state
         state.started += 1
-        holes = getattr(state, "holes", None)  # None: pickled before it existed
-        number = holes.pop(0) if holes else state.started
+        number = state.holes.pop(0) if state.holes else state.started
         state.phase_started[state.phase] += 1
         return number
 
@@ -321,7 +317,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        self._attach()
         state = self.state
         proposal = state.live.pop(trial_id, None)
         position = state.live_phase.pop(trial_id, None)
@@ -335,18 +330,5 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         self._completed(trial_id, proposal, position, number, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as fh:
-            pickle.dump({**self.__dict__, "_attached": False}, fh)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as fh:
-            self.__dict__.update(pickle.load(fh))
-        self.__dict__.setdefault("objectives", dict(self.done))  # saved before it existed
-        self.__dict__.setdefault("values", {})
-        # A restored experiment runs its unfinished trials again: they are live again.
-        self.state.waiting = False
-        self._attached = False
-        # Registered now, not at the first suggestion: Tune asks a searcher that had finished
-        # for nothing more, and a session whose every trial ended before its driver died
-        # (journaled, no summary yet) would otherwise end as "interrupted" on every resume.
-        self._attach()
+        """Nothing: the journal is the search's record, and a resume rebuilds the searcher
+        from it (Tune's copy of a searcher is never read, so none is written)."""

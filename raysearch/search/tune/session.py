@@ -1,13 +1,10 @@
 """The live state of one search on the driver, and the thin Tune objects that reach it.
 
 Ray Tune pickles the stopper and the callbacks into its experiment folder when a Tuner is
-built, and ``Tuner.restore`` brings back those pickled copies. raysearch therefore hands Tune
-small proxies (:class:`SessionStopper`, :class:`SessionCallback`) that hold only the search's
-key (its ``search_id``, kept in the output folder's marker, so a moved folder keeps it); each
-call looks up the :class:`SearchSession` registered under that
-key in this process. A resumed search registers a fresh session, rebuilt from the journal,
-before Tune restores the proxies, so counts, elapsed time, the progress stream and the
-journal handle are always the live ones.
+built. raysearch therefore hands Tune small proxies (:class:`SessionStopper`,
+:class:`SessionCallback`) that hold only the search's key (its ``search_id``, kept in the
+output folder's marker); each call looks up the :class:`SearchSession` registered under that
+key in this process, which holds the live counts, clock, progress stream and journal handle.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ __all__ = [
     "SessionCallback",
     "register",
     "lookup",
-    "attach",
     "release",
 ]
 
@@ -52,19 +48,16 @@ class SearchSession:
     stopper: CandidateStopper
     recorder: TrialRecorder
     progress: ProgressCallback
-    records: list[dict[str, Any]] = field(default_factory=list)
-    #: The searcher Tune is using (it registers itself on its first suggestion).
+    #: The searcher Tune is using.
     searcher: Any = None
     #: The first wave's :class:`~raysearch.search.tune.trainable.StartBarrier` (None: one actor),
     #: which the searcher opens when it waits for results before proposing more.
     start_barrier: Any = None
     #: The Tune callbacks of this session (``run(callbacks=...)`` and the config's
-    #: ``loggers``), each handed every event by ``_loggers.TrialLoggers``; the ``objectives``
-    #: they get each trial's value of; the ids of the trials journaled before the session
-    #: (filled on first use from ``records``), which reach none of them.
+    #: ``loggers``), each handed every event by ``_loggers.TrialLoggers``, and the
+    #: ``objectives`` they get each trial's value of.
     callbacks: list[Any] = field(default_factory=list)
     objectives: tuple[str, ...] = ("metric",)
-    journaled_ids: set[str] | None = None
     #: Results of sensitivity probes kept across searches by content
     #: (:class:`~raysearch.search.record.probe_cache.ProbeCache`; None: none kept), which the
     #: searcher reuses instead of running a probe again.
@@ -82,16 +75,6 @@ def lookup(key: str) -> SearchSession | None:
         return _SESSIONS.get(key)
 
 
-def attach(holder: Any) -> SearchSession | None:
-    """The live session of ``holder`` (a Tune object holding ``session_key`` and
-    ``_attached``, both restored from Tune's pickles) the first time it asks in this process;
-    None after that, or when there is none."""
-    if holder._attached:
-        return None
-    holder._attached = True
-    return None if holder.session_key is None else lookup(holder.session_key)
-
-
 def release(key: str) -> None:
     with _LOCK:
         session = _SESSIONS.pop(key, None)
@@ -107,7 +90,7 @@ class SessionStopper(Stopper):
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         session = lookup(self.key)
-        if session is None or result.get("replayed"):
+        if session is None:
             return False
         return session.stopper(trial_id, {**reported_record(result), **result})
 
@@ -154,7 +137,6 @@ class SessionCallback(tune.Callback):
         session = lookup(self.key)
         if session is None:
             return
-        session.clock.tick()
         if session.recorder.retries.watch is not None:
             session.recorder.retries.watch.poll()  # a node lost: one line, when Ray says so
         session.progress.on_step_end(iteration=iteration, trials=trials, **info)

@@ -12,11 +12,7 @@ but the last; the actor then drops what it kept when Tune hands it the next tria
 
 Read-only data reaches the actors through ``tune.with_parameters`` (the Ray object store, put
 once), never through trial configs: the engine factory (model path, calibration and evaluation
-arrays, the float reference computed once on the driver), the replay table of a resumed search
-and the start barrier.
-
-A trial whose id is in the replay table (it finished in an interrupted session, but after Ray
-Tune last saved its experiment state) returns the recorded result at once instead of running.
+arrays, the float reference computed once on the driver) and the start barrier.
 
 Example:
     >>> trainable = make_trainable(factory, output_dir, cpu_per_trial=1)     # doctest: +SKIP
@@ -93,7 +89,6 @@ class QuantTrainable(tune.Trainable):
         output_dir: str = "",
         threads: int = 1,
         timeout_s: float | None = None,
-        replay: Mapping[str, Mapping[str, Any]] | None = None,
         barrier: Any = None,
         driver_node: str | None = None,
         factory_box: list[Any] | None = None,
@@ -105,7 +100,6 @@ class QuantTrainable(tune.Trainable):
             raise ValueError("QuantTrainable needs an engine factory (tune.with_parameters)")
         self._output_dir = Path(output_dir)
         self._timeout_s = timeout_s
-        self._replay = dict(replay or {})
         self._node = ray.util.get_node_ip_address()
         self._node_id = current_node_id()
         # Trials on the driver's node write straight into the output folder; elsewhere into
@@ -158,9 +152,6 @@ class QuantTrainable(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         trial_id = self.trial_id
-        recorded = self._replay.get(trial_id)
-        if recorded is not None:
-            return {**recorded, "replayed": True, "done": True, **UNRANKED}
         spent = self.config.get(RETRIES_SPENT)
         if spent is not None:
             # Its process failed max_failures times already: failed, with its last error.
@@ -355,7 +346,6 @@ def make_trainable(
     cpu_per_trial: float = 1.0,
     gpu_per_trial: float = 0.0,
     timeout_s: float | None = None,
-    replay: Mapping[str, Mapping[str, Any]] | None = None,
     barrier: Any = None,
     driver_node: str | None = None,
 ) -> Any:
@@ -373,7 +363,6 @@ def make_trainable(
         output_dir=os.fspath(output_dir),
         threads=max(1, int(cpu_per_trial)),
         timeout_s=timeout_s,
-        replay=dict(replay or {}),
         barrier=barrier,
         driver_node=driver_node,
     )
