@@ -95,6 +95,8 @@ class TrialEngine(Protocol):
     measure_latency: bool
     #: The slowest decode step, in ms, a candidate may take (None: no bound).
     max_decode_latency_ms: float | None
+    #: A candidate's model is at most this many bytes (``size_budget``; None: no bound).
+    max_model_size_bytes: int | None
     #: The rungs a trial is evaluated on (None: every row at once).
     rungs: EvalRungs | None
     #: Scores a technique's settings on helper processes beside the trial (set by the

@@ -1,7 +1,7 @@
 """What the searcher reaches of the live session (:mod:`raysearch.search.tune.session`), by
-the search's id: the probe cache (a ``reusable`` proposal's result kept by an earlier search, journaled through the
-recorder instead of run again; a reusable trial that completes is kept there), the progress
-line, and the start barrier.
+the search's id: the probe cache (a ``reusable`` proposal's result kept by an earlier
+search, journaled through the recorder instead of run again; a reusable trial that
+completes is kept there), the progress line, and the start barrier.
 
 The searcher holds only the session's key and looks the session up where it runs
 (:meth:`SessionLink._session`): None when the search runs without one (a searcher built by
