@@ -201,8 +201,10 @@ def score_on_a_node_without_the_folder():
 
     # The folder as another node sees it: not there (the same name elsewhere).
     found = where_code_lives(["/no/such/node/path/" + os.path.basename(folder)])
+    # What Ray unpacked, listed before the import adds __pycache__ (where bytecode is written).
+    shipped = sorted(os.listdir(found[0]))
     module = import_named("rs_shipped_eval", found)
-    return [str(p) for p in found], module.score("m.onnx", []), sorted(os.listdir(found[0]))
+    return [str(p) for p in found], module.score("m.onnx", []), shipped
 
 
 print(json.dumps(ray.get(score_on_a_node_without_the_folder.remote())))
