@@ -202,10 +202,14 @@ def _check_batch_report(out: Path, names: list[str], linked: list[str]) -> None:
             assert order == sorted(names)
 
 
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_batch_finds_what_each_search_finds_alone(tmp_path):
     """Each model's search in a batch (a process forked for it, joined to the batch's Ray, one
-    trial at a time) gives the very results of the same search run alone with AutoSearch (its
-    own local Ray, two trials at a time): the same best setting and every setting's metric."""
+    trial at a time) gives the very results of the same search run alone with AutoSearch (in
+    this process, two trials at a time): the same best setting and every setting's metric.
+    The batch joins the suite's Ray (``ray_cluster``), as a batch joins a running cluster, and
+    the searches alone run on it: four Ray starts fewer than a Ray of their own each. A batch
+    that starts its Ray and stops it again is the other test's."""
     from raysearch import AutoSearch
     from tests.reliability.helpers import journal
 

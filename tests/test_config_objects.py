@@ -172,6 +172,8 @@ def test_a_search_from_a_model_object_and_readers_writes_every_output(mlp, tmp_p
         "search_algo": "Grid",
         "metric": "cos",
         "measure_latency": False,
+        # One trial actor: trials side by side are not this test's subject.
+        "resources": {"max_concurrent_trials": 1},
         "output_dir": str(tmp_path / "out"),
     }
     result = AutoSearch(config).run()

@@ -178,6 +178,8 @@ def test_a_search_scores_every_trial_with_the_function(tmp_path):
         "tolerance": 1.0,
         "keep_candidates": True,
         "measure_latency": False,
+        # One trial actor: trials side by side are not this test's subject.
+        "resources": {"max_concurrent_trials": 1},
         "output_dir": str(out),
     }
     result = AutoSearch(config).run()

@@ -22,6 +22,7 @@ from raysearch.errors import ConfigError
 from raysearch.evaluate import Evaluator
 from raysearch.search.runtime.cluster import shipped_code
 from raysearch.usercode import RAY_PKG_PREFIX, check_shippable, where_code_lives
+from tests.drivers import run_cli_here
 
 #: Opens ``data.npz`` beside itself, as a user's evaluator with its labels does.
 READS_BESIDE = """
@@ -70,24 +71,13 @@ def _beside(tmp_path: Path, make_config, module: str, text: str) -> Path:
     return path
 
 
-def _raysearch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``raysearch ARGS`` as a user runs it: from ``cwd`` (made empty), no ``PYTHONPATH``."""
-    cwd.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, "-m", "raysearch.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
-def test_an_evaluator_reading_a_file_beside_itself_scores_every_trial(make_config, tmp_path):
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_evaluator_reading_a_file_beside_itself_scores_every_trial(
+    make_config, tmp_path, capsys
+):
     path = _beside(tmp_path, make_config, "rs_reads_beside", READS_BESIDE)
-    done = _raysearch(["run", str(path)], tmp_path / "elsewhere")
+    done = run_cli_here(["run", str(path)], tmp_path / "elsewhere", capsys)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("error") for r in rows]
@@ -96,9 +86,12 @@ def test_an_evaluator_reading_a_file_beside_itself_scores_every_trial(make_confi
 
 
 @pytest.mark.slow
-def test_a_search_in_which_no_trial_succeeded_exits_1_naming_the_error(make_config, tmp_path):
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_search_in_which_no_trial_succeeded_exits_1_naming_the_error(
+    make_config, tmp_path, capsys
+):
     path = _beside(tmp_path, make_config, "rs_fails_quantized", FAILS_QUANTIZED)
-    done = _raysearch(["run", str(path)], tmp_path / "elsewhere")
+    done = run_cli_here(["run", str(path)], tmp_path / "elsewhere", capsys)
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stderr.splitlines()[-1] == (
         "raysearch: error: No trial succeeded: 2 of 2 failed, 2 with: no labels for quantized "
@@ -208,8 +201,10 @@ def score_on_a_node_without_the_folder():
 
     # The folder as another node sees it: not there (the same name elsewhere).
     found = where_code_lives(["/no/such/node/path/" + os.path.basename(folder)])
+    # What Ray unpacked, listed before the import adds __pycache__ (where bytecode is written).
+    shipped = sorted(os.listdir(found[0]))
     module = import_named("rs_shipped_eval", found)
-    return [str(p) for p in found], module.score("m.onnx", []), sorted(os.listdir(found[0]))
+    return [str(p) for p in found], module.score("m.onnx", []), shipped
 
 
 print(json.dumps(ray.get(score_on_a_node_without_the_folder.remote())))

@@ -93,7 +93,10 @@ def test_a_resumed_search_continues_the_study_without_duplicates(make_config, tm
     url = f"sqlite:///{tmp_path / 'study.db'}"
     # The first session writes no study; the resumed one adds the two trials journaled
     # before it, then its own.
-    config = make_config(search_space=FOUR, stop={"iteration_limit": 2})
+    # One trial actor per session: trials side by side are not this test's subject.
+    config = make_config(
+        search_space=FOUR, stop={"iteration_limit": 2}, resources={"max_concurrent_trials": 1}
+    )
     first = AutoSearch(config).run()
     resumed = AutoSearch.resume(
         first.output_dir,

@@ -19,6 +19,9 @@ from tests.search.wandb_runs import read_run
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 FOUR = {"calibrate_method": ["MinMax", "Percentile"], "per_channel": [True, False]}
+#: One trial at a time where trials side by side are not what a test checks: one trial actor
+#: (a Ray worker process, several CPU-seconds to start) per search instead of two.
+ONE_AT_A_TIME = {"max_concurrent_trials": 1}
 
 
 class Seen(tune.Callback):
@@ -44,7 +47,8 @@ class Unreachable(Seen):
 
 def test_a_users_tune_callback_sees_every_trials_result(make_config):
     seen, unreachable = Seen(), Unreachable()
-    result = AutoSearch(make_config(search_space=FOUR)).run(callbacks=[unreachable, seen])
+    config = make_config(search_space=FOUR, resources=ONE_AT_A_TIME)
+    result = AutoSearch(config).run(callbacks=[unreachable, seen])
     # A callback that fails to set up is dropped with a warning; the search goes on.
     assert not unreachable.results and not unreachable.completed
     log = (result.output_dir / "auto_search.log").read_text()
@@ -81,7 +85,9 @@ def test_mlflow_holds_one_run_per_trial_and_a_resumed_search_adds_only_new_ones(
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
     loggers = {"mlflow": {"tracking_uri": uri, "experiment_name": "quant"}}
-    config = make_config(search_space=FOUR, loggers=loggers, stop={"iteration_limit": 2})
+    config = make_config(
+        search_space=FOUR, loggers=loggers, stop={"iteration_limit": 2}, resources=ONE_AT_A_TIME
+    )
     first = AutoSearch(config).run()
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("quant").experiment_id

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -21,6 +18,7 @@ from raysearch.cli import main
 from raysearch.config._config import StopConfig
 from raysearch.search._execute import _float_share_warning, _stop_note
 from raysearch.search.tune.progress import ProgressCallback
+from tests.drivers import run_cli_here
 
 #: Scores the float model in about 4 s and every quantized model in 60 s: no trial can finish
 #: within a 6 s time limit. The float model's path is written into the module
@@ -76,6 +74,7 @@ def test_the_stop_note_says_no_trial_finished_within_the_time_limit():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_time_limit_spent_before_the_first_trial_is_said(
     make_config, mlp_files, tmp_path, capsys
 ):
@@ -92,15 +91,7 @@ def test_a_time_limit_spent_before_the_first_trial_is_said(
     )
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(
-        [sys.executable, "-m", "raysearch.cli", "run", str(path)],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli_here(["run", str(path)], folder, capsys)
     assert done.returncode == 1, done.stderr
     err = done.stderr.splitlines()
     took = r"took \d+\.\d s"
@@ -135,7 +126,6 @@ def test_a_time_limit_spent_before_the_first_trial_is_said(
 
     # `show` says what happened (no "see ... for the errors": there were none), and lists
     # best/ only where it exists.
-    capsys.readouterr()
     assert main(["show", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     no_result = [line for line in lines if line.startswith("No result: ")]

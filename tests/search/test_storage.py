@@ -21,6 +21,8 @@ def test_storage_path_uri_holds_tune_state_and_outputs_stay_local(ray_cluster, m
         "search_space": {"per_channel": [True, False]},
         "output_dir": str(tmp_path / "out"),
         "storage_path": store.as_uri(),
+        # One trial actor: trials side by side are not this test's subject.
+        "resources": {"max_concurrent_trials": 1},
     }
     result = AutoSearch(config).run()
     assert result.summary["n_trials"] == 2

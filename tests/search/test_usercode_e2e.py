@@ -1,17 +1,17 @@
 """A custom evaluator beside the config reaches every trial worker: a real search run as a
-user runs it (the command, from another folder, with no ``PYTHONPATH``) whose evaluator module
-lies in the config's own folder only, shipped to Ray's workers by the search."""
+user runs it (the command, from another folder) whose evaluator module lies in the config's
+own folder only, where the search's Ray workers import it from."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
+from tests.drivers import run_cli_here
 
 #: The evaluator: self-contained (numpy and ONNX Runtime), as a user's module is.
 EVALUATOR = """
@@ -30,7 +30,8 @@ def mean_output(model_path, providers):
 
 
 @pytest.mark.slow
-def test_an_evaluator_beside_the_config_runs_in_every_trial(make_config, tmp_path: Path):
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_evaluator_beside_the_config_runs_in_every_trial(make_config, tmp_path: Path, capsys):
     folder = tmp_path / "config"
     folder.mkdir()
     (folder / "rs_e2e_beside.py").write_text(EVALUATOR)
@@ -44,27 +45,15 @@ def test_an_evaluator_beside_the_config_runs_in_every_trial(make_config, tmp_pat
     )
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    done = _raysearch(["run", str(path)], tmp_path / "elsewhere")
+    done = run_cli_here(["run", str(path)], tmp_path / "elsewhere", capsys)
     assert done.returncode == 0, done.stderr
     rows = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
     assert len(rows) == 2
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("error") for r in rows]
     assert all(isinstance(r["metric"], float) for r in rows)
     # `resume` reads the config the search saved in its output folder: it looks for the
-    # evaluator where the search found it, whatever folder it is run from.
-    again = _raysearch(["resume", str(tmp_path / "out")], tmp_path / "another")
+    # evaluator where the search found it, whatever folder it is run from. (This process
+    # imported the module for the run: forgotten, as a new `raysearch resume` process has it.)
+    sys.modules.pop("rs_e2e_beside", None)
+    again = run_cli_here(["resume", str(tmp_path / "out")], tmp_path / "another", capsys)
     assert again.returncode == 0, again.stderr
-
-
-def _raysearch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``raysearch ARGS`` as a user runs it: from ``cwd`` (made empty), no ``PYTHONPATH``."""
-    cwd.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        [sys.executable, "-m", "raysearch.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
