@@ -69,6 +69,13 @@ latency the 12-setting grid's command (early stopping on, cold) and the same wit
         ``added_after_last_trial_s`` is what that adds to ``after_last_trial_s`` in each pair
         (the median pair's and every pair's). Issue 59: with nothing decided by latency, at
         most 1.0 s after the last trial.
+spaces  the 12-setting grid's command written as one space (above) and as Quark's two-space
+        form (``search_spaces:`` a MinMax space and a Percentile space, ``_spaces_forms.py``),
+        cold, early stopping on, ``--repeat`` alternating pairs (one space, then two spaces):
+        each run's wall time, calibrations (trials without a cache hit: each ran a calibration
+        or waited for one in flight), the calibrations its cache computed and the trials
+        stopped at a rung. Issue 57: the same calibration count, and the median wall times no
+        further apart than the runs of one form are from each other.
 
 The *ideal* time is ``(one calibration per distinct calibration + every trial's quantization
 and evaluation) / cores`` from (c)'s records. Target: the median (a) / (b) >= 3, with the same
@@ -127,6 +134,14 @@ from _seq_compare import (  # noqa: E402
     tied_best,
     whole,
 )
+from _spaces_forms import (  # noqa: E402
+    FORMS,
+    calibration_entries,
+    form_figures,
+    print_forms,
+    summarize_forms,
+    two_space_form,
+)
 
 CALIBRATIONS = [
     ("MinMax", {}),
@@ -139,8 +154,9 @@ PER_CHANNEL = [True, False]
 #: The 48-setting grid's ActivationSymmetric and WeightSymmetric.
 SYMMETRIC = [False, True]
 #: The cases ``--cases`` chooses from: the 12-setting grid on a Ray of the command's own, on a
-#: Ray started before (``ray start --head``), and the 48-setting grid.
-CASES = ("cold", "warm", "grid48", "latency")
+#: Ray started before (``ray start --head``), the 48-setting grid, the latency case and the
+#: grid as one space against two.
+CASES = ("cold", "warm", "grid48", "latency", "spaces")
 
 
 def search_space(op_types: list[str], symmetric: bool = False) -> dict[str, Any]:
@@ -239,7 +255,8 @@ def run_raysearch(
 ) -> dict[str, Any]:
     """``raysearch run config.yaml`` in a new process, timed from its start to its exit;
     with ``env`` (a running Ray's, :func:`head_node`) the config joins it (``address:
-    auto``); ``extra``: keys added to the config."""
+    auto``); ``extra``: keys added to the config (``search_spaces`` in place of the grid's
+    ``search_space``)."""
     import json
 
     import yaml
@@ -267,6 +284,8 @@ def run_raysearch(
     if env is not None:
         config["address"] = "auto"
     config.update(extra or {})
+    if "search_spaces" in config:
+        del config["search_space"]
     config_file = folder / f"config_{label}.yaml"
     config_file.write_text(yaml.safe_dump(config, sort_keys=False))
     command = [sys.executable, "-m", "raysearch", "run", str(config_file), "--overwrite"]
@@ -311,6 +330,7 @@ def run_raysearch(
         "best_params": summary.get("best_params"),
         "best_metric": summary.get("best_metric"),
         "trials": rows,
+        "calibration_entries": calibration_entries(out),
         "load_average_before": load_before,
         "load_average_after": load_after,
     }
@@ -493,6 +513,25 @@ def run_latency(case: dict[str, Any], folder: Path, repeat: int) -> dict[str, An
     }
 
 
+def run_spaces(case: dict[str, Any], folder: Path, repeat: int) -> dict[str, Any]:
+    """The 12-setting grid's command as one space and as two (``search_spaces``), cold, as
+    ``repeat`` alternating pairs (one space first in each)."""
+    print(f"== {case['name']}: the 12-setting grid as one space and as two spaces, cold")
+    spaces = two_space_form(case["op_types"], [kind for kind, _ in ACTIVATIONS], PER_CHANNEL)
+    runs: dict[str, list[dict[str, Any]]] = {form: [] for form in FORMS}
+    for _ in range(repeat):
+        for form in FORMS:
+            extra = {"search_spaces": spaces} if form == "two spaces" else None
+            run = run_raysearch(case, folder, True, label=form.replace(" ", "_"), extra=extra)
+            figures = form_figures(run)
+            runs[form].append(figures)
+            print(
+                f"    {form}: {figures['wall_s']} s, {figures['calibrations']} calibrations, "
+                f"{figures['stopped_at_rung']} stopped at a rung"
+            )
+    return summarize_forms(case["name"], runs)
+
+
 def run_later_cases(
     case: dict[str, Any],
     folder: Path,
@@ -501,6 +540,7 @@ def run_later_cases(
     warm: list[dict],
     grid48: list[dict],
     latency: list[dict],
+    spaces: list[dict],
 ) -> None:
     """The cases after ``cold`` that ``args.cases`` names, each appended to its list."""
     if "warm" in args.cases:
@@ -509,6 +549,8 @@ def run_later_cases(
         grid48.append(run_grid48(case, folder, args.repeat))
     if "latency" in args.cases:
         latency.append(run_latency(case, folder, args.repeat))
+    if "spaces" in args.cases:
+        spaces.append(run_spaces(case, folder, args.repeat))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -531,8 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="comma-separated: cold (the 12-setting grid, its own Ray), warm (a Ray started "
         "before, joined with address: auto), grid48 (48 settings, cold), latency (the grid "
-        "with select: latency against the default select); default all (cold only with "
-        "--smoke)",
+        "with select: latency against the default select), spaces (the grid as one space "
+        "against Quark's two spaces); default all (cold only with --smoke)",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -550,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     args.encoder_eval_rows = 100 if args.smoke else 1000
     run = Run("sequential_vs_raysearch", args)
 
-    cases, warm, grid48, latency = [], [], [], []
+    cases, warm, grid48, latency, spaces = [], [], [], [], []
     details: dict[str, Any] = {}
     floors, tune_floors = [], []
     tmp = Path(tempfile.mkdtemp(prefix="raysearch-bench-seq-"))
@@ -562,8 +604,9 @@ def main(argv: list[str] | None = None) -> int:
                 pairs, c = run_pairs(case, folder, args.repeat)
                 floors.append(ray_floor())
                 print(f"Ray alone: {floors[-1]}")
-            tune_floors.append(tune_floor())
-            print(f"Ray Tune alone: {tune_floors[-1]}")
+            if {"cold", "warm"} & set(args.cases):  # the cases measured against Tune's floor
+                tune_floors.append(tune_floor())
+                print(f"Ray Tune alone: {tune_floors[-1]}")
             if "cold" in args.cases:
                 row = compare(name, case, pairs, c, tune_floors[-1])
                 cases.append(row)
@@ -573,18 +616,21 @@ def main(argv: list[str] | None = None) -> int:
                     "raysearch": b["trials"],
                     "every_row": c["trials"],
                 }
-            run_later_cases(case, folder, args, tune_floors[-1], warm, grid48, latency)
+            floor = tune_floors[-1] if tune_floors else {}
+            run_later_cases(case, folder, args, floor, warm, grid48, latency, spaces)
     finally:
         shutdown_ray()
         shutil.rmtree(tmp, ignore_errors=True)
 
     print_report(cases, warm, grid48, floors, tune_floors, latency)
+    print_forms(spaces)
     report = {
         "metric": METRIC,
         "cases": cases,
         "warm": warm,
         "grid48": grid48,
         "latency": latency,
+        "spaces": spaces,
         "ray_floor": floors,
         "tune_floor": tune_floors,
     }

@@ -29,7 +29,8 @@ from tests.test_report_layout import OVERFLOW
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 MAX_BYTES = 6 * 1024 * 1024
-#: Twelve settings that quantize fine, then two whose evaluation raises.
+#: Twelve settings that quantize fine and two whose evaluation raises (a Grid runs them in
+#: turn with the first space's calibrations).
 FAULT_SPACES = [
     {
         "calibrate_method": ["MinMax", "Percentile", "Entropy"],

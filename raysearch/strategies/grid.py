@@ -1,5 +1,5 @@
 """The ``Grid`` strategy: every valid setting of the spaces, each once: start points first, then
-the grid in declaration order, interleaved by calibration key.
+the grid in declaration order, interleaved by calibration key across the spaces.
 
 Example:
     >>> from raysearch.space import SearchSpace
@@ -89,9 +89,12 @@ def _calibration_key(space: SearchSpace, point: dict[str, Any]) -> str:
 def _interleaved_by_calibration(
     items: list[tuple[int, dict[str, Any]]], spaces: Sequence[SearchSpace]
 ) -> list[tuple[int, dict[str, Any]]]:
-    """Each space's grid round-robin over calibration keys, each key's settings in order: the
-    first concurrent trials calibrate different keys at once instead of waiting on one
-    trial's calibration (the cache serves each key's later settings).
+    """The grid round-robin over calibration keys across every space, each key's settings in
+    order (space by space): the first concurrent trials calibrate different keys at once
+    instead of waiting on one trial's calibration, and the cache serves each key's later
+    settings. Keyed across spaces, not per space: Quark's form of a grid (one space per
+    calibration method) then runs the same settings in the same order as the one space that
+    lists the methods, with the same calibrations and the same rung decisions.
 
     Example:
         >>> space = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile"],
@@ -99,16 +102,17 @@ def _interleaved_by_calibration(
         >>> phase = GridPhase([space], reject=None)
         >>> [(p["calibrate_method"], p["per_channel"]) for _, p in phase.items]
         [('MinMax', True), ('Percentile', True), ('MinMax', False), ('Percentile', False)]
+        >>> two = [SearchSpace.parse({"calibrate_method": [m], "per_channel": [True, False]})
+        ...        for m in ("MinMax", "Percentile")]
+        >>> [(i, p["calibrate_method"]) for i, p in GridPhase(two, reject=None).items]
+        [(0, 'MinMax'), (1, 'Percentile'), (0, 'MinMax'), (1, 'Percentile')]
     """
+    groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for index, point in items:  # keys in the order they first appear, the spaces' order
+        groups.setdefault(_calibration_key(spaces[index], point), []).append((index, point))
     out: list[tuple[int, dict[str, Any]]] = []
-    for space_index in dict.fromkeys(i for i, _ in items):  # spaces stay in their order
-        groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for index, point in items:
-            if index == space_index:
-                key = _calibration_key(spaces[index], point)
-                groups.setdefault(key, []).append((index, point))
-        for turn in range(max(len(g) for g in groups.values())):
-            out.extend(g[turn] for g in groups.values() if turn < len(g))
+    for turn in range(max((len(g) for g in groups.values()), default=0)):
+        out.extend(g[turn] for g in groups.values() if turn < len(g))
     return out
 
 

@@ -222,3 +222,37 @@ def test_the_optuna_study_holds_each_trials_metric_at_every_rung_it_reached(stra
                     assert values[rung] == pytest.approx(-score)
             assert all(0 <= v < 1e299 for v in values.values())
     assert protected  # the trials whose rung scores are marks have their metrics too
+
+
+def test_the_grid_as_one_space_per_calibration_method_decides_as_the_one_space(
+    files, straight, tmp_path
+):
+    """Issue 57: Quark's form of the same grid (``search_spaces:`` a MinMax space and a
+    Percentile space) runs the same settings in the same order as the one space that lists
+    both methods: the same calibrations, and the same trials stopped at the same rungs (one
+    ASHA over every space's trials). Before, the grid took its spaces one after the other:
+    every MinMax setting first, so that the trials running side by side waited on one
+    calibration while the other waited its turn, and the rungs filled in another order."""
+    one = _config(files, tmp_path)["search_space"]
+    rest = {k: v for k, v in one.items() if k != "calibrate_method"}
+    spaces = [{"calibrate_method": [method], **rest} for method in one["calibrate_method"]]
+    out = tmp_path / "two_spaces"
+    config = _config(files, out, search_spaces=spaces)
+    del config["search_space"]
+    result = AutoSearch(config).run()
+
+    def started(folder: Path) -> list[dict[str, Any]]:
+        return sorted(_journal(folder), key=lambda r: r["number"])
+
+    two, want = started(out), started(straight)
+    assert len(two) == len(want) == SETTINGS
+    assert [r["settings"] for r in two] == [r["settings"] for r in want]
+    assert {r["phase"] for r in two} == {0, 1}
+    # The same calibrations: each method's first trial calibrates, every other is a hit.
+    assert [r["calib_cache_hit"] for r in two] == [r["calib_cache_hit"] for r in want]
+    assert sum(not r["calib_cache_hit"] for r in two) == 2
+    compared = ("eval_rows", "stopped_at_rung", "metric", "is_candidate")
+    assert [[r[c] for c in compared] for r in two] == [[r[c] for c in compared] for r in want]
+    summary = json.loads((straight / "summary.json").read_text())
+    assert result.summary["early_stopping"]["n_stopped"] == summary["early_stopping"]["n_stopped"]
+    assert result.summary["best_metric"] == summary["best_metric"]

@@ -51,10 +51,35 @@ def test_grid_runs_every_setting_of_every_space_once_in_order():
     configs = drive(searcher, 100)
     keys = [c["key"] for c in configs]
     assert len(keys) == len(set(keys)) == 5  # 4 + (MinMax, True already ran) + Percentile
-    assert [c["phase"] for c in configs] == [0, 0, 0, 0, 1]
+    # Each space's settings in its order; the calibrations take turns across the spaces, so
+    # Percentile (space 1) comes after the first MinMax and Entropy, not after every setting.
+    assert [c["phase"] for c in configs] == [0, 0, 1, 0, 0]
     assert [c["number"] for c in configs] == [1, 2, 3, 4, 5]
-    assert configs[-1]["params"] == {"calibrate_method": "Percentile", "per_channel": True}
+    assert configs[2]["params"] == {"calibrate_method": "Percentile", "per_channel": True}
     assert searcher.finish_reason == "space_exhausted"
+
+
+def test_a_grid_as_one_space_per_calibration_method_runs_in_the_one_spaces_order():
+    # Issue 57: the same 12 settings as one space and as Quark's two spaces (a MinMax space,
+    # a Percentile space). Taken space by space, the two-space form started every MinMax
+    # setting first: the trials running at once waited on one calibration in turn.
+    common = {"activation_type": ["QUInt8", "QInt8"], "per_channel": [True, False]}
+    percentiles = {"CalibPercentile": [99.99, 99.999]}
+    one = {
+        "calibrate_method": ["MinMax", "Percentile"],
+        "percentile": {"only_if": {"calibrate_method": "Percentile"}, "extra_options": percentiles},
+        **common,
+    }
+    two = [
+        {"calibrate_method": ["MinMax"], **common},
+        {"calibrate_method": ["Percentile"], "extra_options": percentiles, **common},
+    ]
+    one_space = drive(SettingSearcher.grid([SearchSpace.parse(one)], mode="max"), 100)
+    two_spaces = drive(SettingSearcher.grid([SearchSpace.parse(s) for s in two], mode="max"), 100)
+    assert len(one_space) == 12
+    assert [c["key"] for c in two_spaces] == [c["key"] for c in one_space]
+    methods = [c["settings"]["calibrate_method"] for c in two_spaces]
+    assert methods[:8] == ["MinMax", "Percentile"] * 4
 
 
 def test_grid_config_holds_canonical_params_and_settings():
