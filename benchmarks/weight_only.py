@@ -445,9 +445,11 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         f"trials by stage: {stages}; builder's KL / best's: {rows[1]['kl'] / best['kl']:.2f} "
         f"(the goal: 6), best's size / builder's: {best['size_kb'] / rows[1]['size_kb']:.3f}"
     )
+    for row in rows:
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 3)
     print_table(
         rows,
-        ["setting", "kl", "top1_agreement", "size_kb", "genai_decode_ms", "time_s"],
+        ["setting", "kl_1e-3", "top1_agreement", "size_kb", "genai_decode_ms", "time_s"],
         f"weight-only int4 on bytellama's genai folder (tolerance {tolerance:.3g})",
     )
     run.write(
