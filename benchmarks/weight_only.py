@@ -519,7 +519,12 @@ def main() -> None:
     stages: dict[str, int] = {}
     for record in table:
         stages[record.get("stage") or "?"] = stages.get(record.get("stage") or "?", 0) + 1
-    probes = [r for r in table if r.get("stage") == "sensitivity" and r.get("metric") is not None]
+    # the base's probes (a menu probe names its node in node_settings)
+    probes = [
+        r for r in table
+        if r.get("stage") == "sensitivity" and r.get("metric") is not None
+        and (r.get("params/nodes_4bit") or r.get("params/nodes_8bit"))
+    ]  # fmt: skip
     ranking = [
         {"node": (r.get("params/nodes_4bit") or r.get("params/nodes_8bit"))[0], "kl": r["metric"]}
         for r in sorted(probes, key=lambda r: -r["metric"])

@@ -336,7 +336,10 @@ def test_weight_only(tmp_path: Path) -> None:
     report = run_benchmark("weight_only", tmp_path, "--tolerance", "0.02")
     rows = {row["setting"]: row for row in report["rows"]}
     # the float model, three ONNX Runtime anchors, NNCF's two where it is installed, the search
-    assert len(rows) in (5, 7) and report["trials_per_stage"]["sensitivity"] == 15
+    # 15 weight MatMuls probed under each choice of the menu: the base's, 8 bits, and up to
+    # two more accurate uniform settings
+    probes = report["trials_per_stage"]["sensitivity"]
+    assert len(rows) in (5, 7) and probes % 15 == 0 and 30 <= probes <= 60
     assert all(row["decode_1_ms"] > 0 and row["prefill_ms"] > 0 for row in rows.values())
     del rows["float"]
     best = rows["raysearch WeightOnly (best/)"]

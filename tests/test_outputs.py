@@ -299,8 +299,8 @@ def test_summary_says_when_only_settings_that_quantize_nothing_met_the_tolerance
 
     records = [
         trial(1, 0.0, 0.0, quantizes_nothing=1.0),
-        # Journaled as a candidate by a search from before the rule: the share says otherwise.
-        dict(trial(2, 0.01, 0.0), is_candidate=True),
+        # Marked a candidate, and its flag says it quantizes nothing: never a candidate.
+        dict(trial(2, 0.01, 0.0, quantizes_nothing=1.0), is_candidate=True),
         dict(trial(3, 0.08, 1.0), model_file="kept/t3.onnx"),
         trial(4, 0.2, 0.5),
     ]
@@ -351,7 +351,10 @@ def test_summary_note_measures_a_custom_metric_against_the_float_score(tmp_path)
     }
     config = SearchConfig.from_dict(raw, check_paths=False)
     records = [
-        dict(record(1, 0.9, candidate=False), extra={"quantized_share": 0.0}),
+        dict(
+            record(1, 0.9, candidate=False),
+            extra={"quantized_share": 0.0, "quantizes_nothing": 1.0},
+        ),
         dict(record(2, 0.85, candidate=False), extra={"quantized_share": 1.0}),
     ]
     summary = write_outputs(

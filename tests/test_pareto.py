@@ -28,7 +28,11 @@ def _records(rng: random.Random, n: int) -> list[dict]:
                 "metric": rng.choice([0.1, 0.2, 0.3, 0.4]) if status == "ok" else None,
                 "latency_ms": rng.choice([1.0, 2.0, 3.0, None]),
                 "model_size_bytes": rng.choice([1_000_000, 2_000_000, 3_000_000]),
-                "extra": {"quantized_share": 0.0 if rng.random() < 0.1 else 1.0},
+                "extra": (
+                    {"quantized_share": 0.0, "quantizes_nothing": 1.0}
+                    if rng.random() < 0.1
+                    else {"quantized_share": 1.0}
+                ),
             }
         )
     return rows
