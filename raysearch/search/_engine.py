@@ -143,7 +143,7 @@ def build_engine(
         cpu = config.resources.gpu_per_trial == 0
         bound = info.get("float_decode_latency_ms") if cpu else None
     spec.max_decode_latency_ms = bound
-    spec.max_model_size_bytes = size_budget_bytes(config)
+    spec.max_model_size_bytes = size_budget_bytes(config, prepared.model.weights)
     spec.code_dirs = tuple(os.fspath(folder) for folder in config.code_dirs)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir)
@@ -214,6 +214,6 @@ def size_budget_bytes(
     from raysearch.modelfile import model_size_bytes
     from raysearch.strategies import ModelFacts, builder_bytes
 
-    if weights is None:
+    if not weights:  # no facts read yet
         weights = ModelFacts.of(config.model).weights
     return builder_bytes(model_size_bytes(config.model), weights)

@@ -28,7 +28,7 @@ from raysearch.layout import CACHE_DIR, JOURNAL, TRIALS_TMP
 from raysearch.modelfolder import model_folder
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import is_candidate
-from raysearch.search._engine import EngineSpec, build_engine, size_budget_bytes
+from raysearch.search._engine import EngineSpec, build_engine
 from raysearch.search._latency_timer import LatencyTimer
 from raysearch.search._logs import LogSetup, check_tune_disk, quiet_tune
 from raysearch.search._result import SearchResult, build_result
@@ -125,10 +125,14 @@ class Execution:
         self.timer = LatencyTimer() if needs_retime(config) else None
 
     def _searcher(
-        self, max_outstanding: int, model: ModelFacts, concurrent: int = 1
+        self,
+        max_outstanding: int,
+        model: ModelFacts,
+        concurrent: int = 1,
+        size_budget_bytes: int | None = None,
     ) -> SettingSearcher:
         """The searcher over the phases of the config's strategy (``search_algo``), given the
-        model's facts that preflight read."""
+        model's facts that preflight read and the size budget the engine resolved."""
         config = self.config
         context = StrategyContext(
             config.search_spaces,
@@ -142,7 +146,7 @@ class Execution:
             objectives=config.objectives,
             sampler=config.sampler,
             sampler_options=config.sampler_options,
-            size_budget_bytes=size_budget_bytes(config, model.weights),
+            size_budget_bytes=size_budget_bytes,
         )
         searcher = SettingSearcher.from_strategy(
             config.search_algo, context, max_outstanding=max_outstanding
@@ -255,7 +259,12 @@ class Execution:
         with quiet_optuna():
             # Trials suggested but unfinished (up to ``outstanding``) all run in the sampler's
             # study at once: what its constant liar is for.
-            searcher = self._searcher(outstanding, prepared.model, max(n_slots, outstanding))
+            searcher = self._searcher(
+                outstanding,
+                prepared.model,
+                max(n_slots, outstanding),
+                spec.max_model_size_bytes,
+            )
             searcher.add_finished(records)
         stopper = CandidateStopper(
             config.stop,
