@@ -17,7 +17,7 @@ float weight. A model's size is the base trial's measured size plus, node by nod
 its choice adds or saves against the base's.
 
 Example:
-    >>> node_bytes((512, 256), Choice("rtn", 4, 128, False))
+    >>> node_bytes((512, 256), NodeChoice("rtn", 4, 128, False))
     70144
     >>> losses = {"a": {"4": 5.0, "8": 0.1}, "b": {"4": 1.0, "8": 0.1}}
     >>> sizes = {"a": {"4": 10, "8": 20}, "b": {"4": 10, "8": 20}}
@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from raysearch.quantize.backends.weight_only.options import NodeChoice, names_nodes, top_choice
+
 __all__ = [
-    "Choice",
     "FLOAT_BYTES",
     "allocate",
     "anchor_name",
     "builder_bytes",
-    "choice_of",
     "node_bytes",
     "BUILDER_CHOICE",
 ]
@@ -51,53 +51,12 @@ FLOAT_BYTES = 4
 STEPS = 2000
 
 
-class Choice(NamedTuple):
-    """How one weight MatMul is quantized (the backend's ``node_settings`` entry)."""
-
-    algorithm: str
-    bits: int
-    block_size: int
-    symmetric: bool
-
-    def settings(self) -> dict[str, Any]:
-        """The ``node_settings`` entry (``symmetric`` only where the algorithm takes it)."""
-        out: dict[str, Any] = {
-            "algorithm": self.algorithm,
-            "bits": self.bits,
-            "block_size": self.block_size,
-        }
-        if self.algorithm == "rtn":
-            out["symmetric"] = self.symmetric
-        return out
-
-    def label(self) -> str:
-        """``rtn/4/32/asym``: how the log and the report name the choice."""
-        symmetry = "sym" if self.symmetric else "asym"
-        return f"{self.algorithm}/{self.bits}/{self.block_size}/{symmetry}"
-
-
 #: onnxruntime-genai's model builder's ``-p int4``: RTN, block 32, symmetric (its
 #: ``is_symmetric`` default), every weight MatMul.
-BUILDER_CHOICE = Choice("rtn", 4, 32, True)
+BUILDER_CHOICE = NodeChoice("rtn", 4, 32, True)
 
 
-def choice_of(settings: Mapping[str, Any]) -> Choice:
-    """The choice of a node that no node list or ``node_settings`` names under ``settings``
-    (the backend's defaults for what is unset: RTN, 4 bits, block 128, symmetric; k-quant
-    and HQQ always write zero points)."""
-    algorithm = str(settings.get("algorithm") or "rtn")
-    symmetric = settings.get("symmetric")
-    if algorithm != "rtn":
-        symmetric = False
-    return Choice(
-        algorithm,
-        int(settings.get("bits") or 4),
-        int(settings.get("block_size") or 128),
-        True if symmetric is None else bool(symmetric),
-    )
-
-
-def node_bytes(shape: Sequence[int], choice: Choice | None) -> int:
+def node_bytes(shape: Sequence[int], choice: NodeChoice | None) -> int:
     """The bytes a weight of ``shape`` (rows = the reduced axis, columns) takes at
     ``choice`` in ``MatMulNBits`` (None: kept float)."""
     rows, columns = int(shape[0]), int(shape[1])
@@ -166,8 +125,8 @@ def allocate(
 #: The uniform settings one-shot tools write, by name (``accuracy_level`` 4 for the builder).
 ANCHORS = {
     "onnxruntime-genai builder's int4": (BUILDER_CHOICE, 4),
-    "ONNX Runtime's and Olive's default": (Choice("rtn", 4, 128, True), None),
-    "ONNX Runtime's class default": (Choice("rtn", 4, 128, False), None),
+    "ONNX Runtime's and Olive's default": (NodeChoice("rtn", 4, 128, True), None),
+    "ONNX Runtime's class default": (NodeChoice("rtn", 4, 128, False), None),
 }
 
 
@@ -184,9 +143,9 @@ def anchor_name(settings: Mapping[str, Any]) -> str | None:
     """
     if settings.get("quantizer") != "weight_only" or settings.get("quantize_embeddings"):
         return None
-    if any(settings.get(k) for k in ("nodes_4bit", "nodes_8bit", "nodes_float", "node_settings")):
+    if names_nodes(settings):
         return None
-    choice, level = choice_of(settings), int(settings.get("accuracy_level") or 0)
+    choice, level = top_choice(settings), int(settings.get("accuracy_level") or 0)
     for name, (anchor, wanted) in ANCHORS.items():
         if choice == anchor and (wanted is None or level == wanted):
             return name

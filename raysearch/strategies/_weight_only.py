@@ -57,8 +57,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raysearch.quantize.backends.weight_only.options import NodeChoice, names_nodes, top_choice
 from raysearch.ranking import PROBE_STAGE, order
-from raysearch.strategies._allocation import Choice, allocate, builder_bytes, choice_of, node_bytes
+from raysearch.strategies._allocation import allocate, builder_bytes, node_bytes
 from raysearch.strategies._registry import (
     Phase,
     Proposal,
@@ -224,10 +225,6 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _uniform(settings: Mapping[str, Any]) -> bool:
-    return not any(settings.get(k) for k in (*_LISTS, _NODE_SETTINGS))
-
-
 def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
     """Whether ``settings`` equals ``base`` but for the choice of every node."""
     keys = ("algorithm", "bits", "block_size", "symmetric", *_LISTS, _NODE_SETTINGS)
@@ -237,14 +234,14 @@ def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bo
 
 def menu(
     records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
-) -> list[Choice]:
+) -> list[NodeChoice]:
     """The choices the probes measure each node under, the base's first (see the module):
     the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
     front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
     decode step, not of :data:`SLOW_ALGORITHMS`: the most accurate, then those nearest
     halfway between it and the base in size; the base's at 8 bits."""
     settings = base.get("settings") or {}
-    own = choice_of(settings)
+    own = top_choice(settings)
     sign = -1.0 if higher_is_better else 1.0
     decode = base.get("decode_latency_ms")
     rows = []
@@ -252,7 +249,7 @@ def menu(
         other = r.get("settings") or {}
         if r.get("stage") not in BASE_STAGES or r.get("status") != "ok":
             continue
-        if not _finite(r.get("metric")) or not r.get("model_size_bytes") or not _uniform(other):
+        if not _finite(r.get("metric")) or not r.get("model_size_bytes") or names_nodes(other):
             continue
         if r.get("stopped_at_rung") or not _same_but_choice(other, settings):
             continue
@@ -261,7 +258,7 @@ def menu(
             continue
         if other.get("algorithm") in SLOW_ALGORITHMS:
             continue
-        rows.append((float(r["model_size_bytes"]), sign * float(r["metric"]), choice_of(other)))
+        rows.append((float(r["model_size_bytes"]), sign * float(r["metric"]), top_choice(other)))
     base_loss = sign * float(base["metric"])
     base_size = float(base["model_size_bytes"])
     # the front's settings more accurate than the base, the most accurate first
@@ -279,12 +276,12 @@ def menu(
         rest = sorted(better[1:], key=lambda row: abs(row[0] - middle))
         out += [row[2] for row in rest[: MENU_MORE - 1] if row[2] not in out]
     if own.bits == 4:
-        out.append(Choice("rtn", 8, own.block_size, True))
+        out.append(NodeChoice("rtn", 8, own.block_size, True))
     return out
 
 
 def menu_probe(
-    base: Mapping[str, Any], nodes: Sequence[str], node: str, choice: Choice
+    base: Mapping[str, Any], nodes: Sequence[str], node: str, choice: NodeChoice
 ) -> dict[str, Any]:
     """``base`` with ``node`` alone at ``choice`` and every other node float."""
     return {
@@ -296,13 +293,13 @@ def menu_probe(
 
 def probe_losses(
     records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
-) -> dict[str, dict[Choice, float]]:
+) -> dict[str, dict[NodeChoice, float]]:
     """What each node's probes measured, by choice: the metric (negated when higher is
     better, so less is better), from the base's probes and the menu probes."""
     wanted = _base(base)
-    own = choice_of(base)
+    own = top_choice(base)
     sign = -1.0 if higher_is_better else 1.0
-    out: dict[str, dict[Choice, float]] = {}
+    out: dict[str, dict[NodeChoice, float]] = {}
     for r in order(records):
         settings = r.get("settings") or {}
         if r.get("stage") != PROBE_STAGE or r.get("status") != "ok":
@@ -315,7 +312,7 @@ def probe_losses(
             continue
         if per_node:
             ((node, entry),) = per_node.items()
-            choice = choice_of({**wanted, **entry})
+            choice = top_choice({**wanted, **entry})
         else:
             key = "nodes_8bit" if settings.get("nodes_8bit") else "nodes_4bit"
             if not settings.get(key):
@@ -335,7 +332,7 @@ def allocations(
     weights = context.model.weights
     losses = probe_losses(context.records, settings, context.mode == "max")
     choices = menu(context.records, base, context.mode == "max")
-    own = choice_of(settings)
+    own = top_choice(settings)
     nodes = [n for n in context.model.weight_matmuls if own in losses.get(n, {})]
     if not nodes or len(nodes) < len(context.model.weight_matmuls):
         return []
@@ -395,7 +392,7 @@ class _Sensitivity(BuiltPhase):
             len(nodes),
             base.get("trial_id"),
             base.get("metric"),
-            ", ".join(c.label() for c in choices) or choice_of(settings).label(),
+            ", ".join(c.label() for c in choices) or top_choice(settings).label(),
         )
         out = [probe(settings, nodes, node) for node in nodes]
         out += [menu_probe(settings, nodes, node, c) for c in choices[1:] for node in nodes]

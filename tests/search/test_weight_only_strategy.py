@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from raysearch.config._spaces import parse_spaces
+from raysearch.quantize.backends.weight_only.options import top_choice
 from raysearch.quantize.registry import backend_reject
 from raysearch.ranking import best_record
 from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.strategies import ModelFacts, StrategyContext
-from raysearch.strategies._allocation import choice_of, node_bytes
+from raysearch.strategies._allocation import node_bytes
 from raysearch.strategies._weight_only import (
     MENU_MORE,
     PROMOTIONS,
@@ -189,7 +190,7 @@ def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size(
     records = [{**t, "status": "ok"} for t in trials]
     base = base_record(records, higher_is_better=False)
     choices = menu(records, base, higher_is_better=False)
-    assert choices[0] == choice_of(base["settings"]) and choices[-1].bits == 8
+    assert choices[0] == top_choice(base["settings"]) and choices[-1].bits == 8
     # HQQ is the most accurate here, and no menu choice: its float zero points decode slowly
     assert all(c.algorithm != "hqq" for c in choices)
     assert 3 <= len(choices) <= 2 + MENU_MORE
@@ -207,15 +208,16 @@ def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size(
     weights = dict(zip(NODES, SHAPES))
     sizes = {n: {c: node_bytes(weights[n], c) for c in choices} for n in NODES}
     for settings in allocated:
-        picked = {n: choice_of({**base["settings"], **settings["node_settings"].get(n, {})})
+        picked = {n: top_choice({**base["settings"], **settings["node_settings"].get(n, {})})
                   for n in NODES}  # fmt: skip
         used = sum(sizes[n][c] for n, c in picked.items())
         # no allocation of the probes' choices within the same bytes has a smaller loss
         for other in itertools.product(choices, repeat=len(NODES)):
             if sum(sizes[n][c] for n, c in zip(NODES, other)) <= used:
-                assert sum(losses[n][c] for n, c in zip(NODES, other)) >= sum(
-                    losses[n][c] for n, c in picked.items()
-                ) - 1e-12
+                assert (
+                    sum(losses[n][c] for n, c in zip(NODES, other))
+                    >= sum(losses[n][c] for n, c in picked.items()) - 1e-12
+                )
 
 
 def test_allocation_plans_nothing_above_the_size_budget_and_resumes_in_its_stage():

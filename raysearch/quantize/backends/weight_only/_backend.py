@@ -51,11 +51,13 @@ from raysearch.quantize.backends.weight_only._external import load_remaining, we
 from raysearch.quantize.backends.weight_only.options import (
     DEFAULTS,
     FLOAT,
-    NODE_LISTS,
+    NODE_KEYS,
     WEIGHT_ONLY_CATALOGUE,
     NodeChoice,
+    names_nodes,
     node_choices,
     reject_reason,
+    top_choice,
 )
 from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
 
@@ -66,8 +68,6 @@ if TYPE_CHECKING:
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
 
-#: The settings that name nodes of the model, checked against it before the search.
-NODE_KEYS = (*NODE_LISTS, "node_settings")
 
 __all__ = ["WeightOnlyBackend", "weight_matmuls", "embedding_gathers", "import_quantizer"]
 
@@ -130,7 +130,7 @@ class WeightOnlyBackend(QuantizerBackend):
         """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit``,
         ``nodes_float`` or ``node_settings`` that is no weight MatMul of ``model`` (with the
         closest name)."""
-        if not any(settings.get(key) for key in NODE_KEYS):
+        if not names_nodes(settings):
             return
         import onnx
 
@@ -204,9 +204,9 @@ class WeightOnlyBackend(QuantizerBackend):
                 groups.setdefault(choice, []).append(name)
         embeddings = bool(options["quantize_embeddings"])
         if embeddings:  # with the top level's choice (rtn, 4 bits: options), nodes or none
-            groups.setdefault(_top_choice(options), [])
+            groups.setdefault(top_choice(options), [])
         for choice, names in sorted(groups.items(), key=lambda item: -item[0].bits):
-            top = embeddings and choice == _top_choice(options)
+            top = embeddings and choice == top_choice(options)
             model = self._pass(model, options, choice, set(names), top)
         level = int(options["accuracy_level"])
         if level:
@@ -347,16 +347,6 @@ def _set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
         kept = [a for a in node.attribute if a.name != "accuracy_level"]
         del node.attribute[:]
         node.attribute.extend([*kept, helper.make_attribute("accuracy_level", level)])
-
-
-def _top_choice(options: Mapping[str, Any]) -> NodeChoice:
-    """The choice of a node no node list or ``node_settings`` names (``options`` complete)."""
-    return NodeChoice(
-        str(options["algorithm"]),
-        int(options["bits"]),
-        int(options["block_size"]),
-        bool(options["symmetric"]),
-    )
 
 
 def _k_quant_refusal(choice: NodeChoice, rows: int, node: str) -> str | None:

@@ -73,8 +73,11 @@ __all__ = [
     "node_precisions",
     "NODE_LISTS",
     "NODE_SETTINGS",
+    "NODE_KEYS",
     "NodeChoice",
+    "names_nodes",
     "node_choices",
+    "top_choice",
     "reject_reason",
 ]
 
@@ -120,6 +123,8 @@ SETTINGS: dict[str, OptionSpec] = {
 NODE_SETTINGS = ("algorithm", "bits", "block_size", "symmetric")
 #: The per-node precision settings and the precision each names.
 NODE_LISTS: dict[str, int | str] = {"nodes_4bit": 4, "nodes_8bit": 8, "nodes_float": FLOAT}
+#: The settings that name nodes of the model, checked against it before the search.
+NODE_KEYS = (*NODE_LISTS, "node_settings")
 
 #: The ``weight_only`` backend's catalogue, registered for the space to validate against.
 WEIGHT_ONLY_CATALOGUE = register_catalogue(Catalogue("weight_only", SETTINGS))
@@ -148,13 +153,50 @@ class NodeChoice(NamedTuple):
     algorithm: str
     bits: int
     block_size: int
+    #: False for k-quant and HQQ, which always write zero points.
     symmetric: bool
+
+    def settings(self) -> dict[str, Any]:
+        """The ``node_settings`` entry (``symmetric`` only where the algorithm takes it)."""
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "bits": self.bits,
+            "block_size": self.block_size,
+        }
+        if self.algorithm == "rtn":
+            out["symmetric"] = self.symmetric
+        return out
+
+    def label(self) -> str:
+        """``rtn/4/32/sym``: how the log and the report name the choice."""
+        symmetry = "sym" if self.symmetric else "asym"
+        return f"{self.algorithm}/{self.bits}/{self.block_size}/{symmetry}"
+
+
+def top_choice(settings: Mapping[str, Any]) -> NodeChoice:
+    """The choice of a node that no node list or ``node_settings`` names under ``settings``:
+    :data:`DEFAULTS` for what is unset; an HQQ setting's 8-bit nodes are RTN's (HQQ's 8-bit
+    model does not run on CPU).
+
+    Example:
+        >>> top_choice({"algorithm": "k_quant", "block_size": 32})
+        NodeChoice(algorithm='k_quant', bits=4, block_size=32, symmetric=False)
+    """
+    algorithm, bits = str(_get(settings, "algorithm")), int(_get(settings, "bits"))
+    if algorithm == "hqq" and bits == 8:
+        algorithm = "rtn"
+    symmetric = bool(_get(settings, "symmetric")) if algorithm == "rtn" else False
+    return NodeChoice(algorithm, bits, int(_get(settings, "block_size")), symmetric)
+
+
+def names_nodes(settings: Mapping[str, Any]) -> bool:
+    """Whether ``settings`` name any node (:data:`NODE_KEYS`): no uniform setting."""
+    return any(settings.get(key) for key in NODE_KEYS)
 
 
 def node_choices(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, NodeChoice | str]:
     """Each of ``names``' choice under ``settings``: its ``node_settings`` over the top level,
-    its node list's bits (an HQQ setting's 8-bit nodes are RTN's: HQQ's 8-bit model does not
-    run on CPU), or :data:`FLOAT`.
+    its node list's bits, or :data:`FLOAT` (:func:`top_choice` of what applies to it).
 
     Example:
         >>> node_choices({"algorithm": "hqq", "nodes_8bit": ["a"]}, ["a"])["a"].algorithm
@@ -162,20 +204,15 @@ def node_choices(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str,
     """
     lists = node_precisions(settings)
     per_node = settings.get("node_settings") or {}
+    top = {k: v for k, v in settings.items() if k in NODE_SETTINGS}
     out: dict[str, NodeChoice | str] = {}
     for name in names:
         precision = lists.get(name, _get(settings, "bits"))
         if precision == FLOAT:
             out[name] = FLOAT
             continue
-        own = {**{k: _get(settings, k) for k in NODE_SETTINGS}, "bits": precision}
-        own.update({k: v for k, v in (per_node.get(name) or {}).items() if v is not None})
-        algorithm = str(own["algorithm"])
-        if algorithm == "hqq" and int(own["bits"]) == 8:
-            algorithm = "rtn"
-        out[name] = NodeChoice(
-            algorithm, int(own["bits"]), int(own["block_size"]), bool(own["symmetric"])
-        )
+        own = {k: v for k, v in (per_node.get(name) or {}).items() if v is not None}
+        out[name] = top_choice({**top, "bits": precision, **own})
     return out
 
 
