@@ -194,23 +194,21 @@ def test_size_budget_keeps_a_larger_model_out_of_the_candidates(decoder, tmp_pat
 
 
 def test_size_budget_builder_is_the_size_of_the_builders_int4(decoder, tmp_path):
-    """``size_budget: builder`` is the size of the model the backend writes at the builder's
-    int4 (RTN, block 32, symmetric, every weight MatMul) to within the graph's own bytes (the
-    bytes it saves on the float model agree within 2 %), and megabytes are 10**6 bytes."""
+    """``size_budget: builder`` is the size of the builder's int4 (RTN, block 32, symmetric,
+    every weight MatMul) as the engine writes it into the search's cache, and megabytes are
+    10**6 bytes."""
     from raysearch.config._objectives import parse_size_budget
     from raysearch.modelfile import model_size_bytes
-    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
-    from raysearch.search._engine import size_budget_bytes
+    from raysearch.search._engine import build_engine, size_budget_bytes
+    from raysearch.search.preflight import preflight
 
-    path, data = decoder
-    with WeightOnlyBackend(path, data) as backend:
-        backend.quantize({"block_size": 32, "symmetric": True, "accuracy_level": 4},
-                         tmp_path / "b.onnx")  # fmt: skip
-    written = model_size_bytes(tmp_path / "b.onnx")
+    path, _ = decoder
     config = _lm_config(tmp_path, path)
-    planned = size_budget_bytes(dataclasses.replace(config, size_budget="builder"))
-    saved = model_size_bytes(path) - written
-    assert planned is not None and abs(planned - written) <= 0.02 * saved
+    config = dataclasses.replace(config, size_budget="builder", max_decode_latency=None)
+    spec, _ = build_engine(config, str(tmp_path / "cache"), preflight(config))
+    written = tmp_path / "cache" / "builder" / "model.onnx"
+    assert spec.max_model_size_bytes == model_size_bytes(written) < model_size_bytes(path)
+    assert spec.decode_anchor is None  # the decode step is not bounded by it
     assert size_budget_bytes(dataclasses.replace(config, size_budget=1.5)) == 1_500_000
     for value in (0, -1, "small", True):
         with pytest.raises(ConfigError, match="expected megabytes above 0 or 'builder'"):
@@ -222,6 +220,7 @@ def test_max_decode_latency_is_float_or_milliseconds_for_a_language_model_metric
 
     assert parse_max_decode_latency({"metric": "KL", "max_decode_latency": "Float"}) == "float"
     assert parse_max_decode_latency({"metric": "kl", "max_decode_latency": 3}) == 3.0
+    assert parse_max_decode_latency({"metric": "kl", "max_decode_latency": "BUILDER"}) == "builder"
     for value in (0, -1, "fast", True):
         with pytest.raises(ConfigError, match=r"expected 'float' .* or milliseconds above 0"):
             parse_max_decode_latency({"metric": "kl", "max_decode_latency": value})
@@ -245,3 +244,68 @@ def test_max_decode_latency_float_is_the_float_models_decode_step(decoder, tmp_p
     prepared = preflight(config)
     spec, info = build_engine(config, str(tmp_path / "cache"), prepared)
     assert spec.max_decode_latency_ms == info["float_decode_latency_ms"] > 0
+
+
+def test_max_decode_latency_builder_times_each_trial_against_the_builders_int4(decoder, tmp_path):
+    """``builder``: the engine writes the builder's int4 of the model into the search's cache
+    (RTN block 32 symmetric at accuracy_level 4, as the weight-only backend writes it) and
+    times it alone for the summary; each trial then times its decode step in turn with that
+    model's and is a candidate only when it is no slower."""
+    from raysearch.config import SearchConfig
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+    from raysearch.search._engine import build_engine
+    from raysearch.search.preflight import preflight
+
+    path, data = decoder
+    config = _lm_config(tmp_path, path)
+    config = SearchConfig.from_dict({**config.raw, "max_decode_latency": "builder"})
+    spec, info = build_engine(config, str(tmp_path / "cache"), preflight(config))
+    anchor = spec.decode_anchor.path
+    assert anchor == str(tmp_path / "cache" / "builder" / "model.onnx")
+    assert spec.max_decode_latency_ms == info["builder_decode_latency_ms"] > 0
+    with WeightOnlyBackend(path, data) as backend:
+        backend.quantize({"block_size": 32, "symmetric": True, "accuracy_level": 4},
+                         tmp_path / "b.onnx")  # fmt: skip
+    import onnx
+
+    def weights(p):
+        return {t.name: t.raw_data for t in onnx.load(str(p)).graph.initializer}
+
+    assert weights(anchor) == weights(tmp_path / "b.onnx")
+
+    def run(settings, name):
+        trial = TrialSpec(path, data, data, Evaluator("kl", 0.5), device=TrialDevice(threads=1),
+                          decode_anchor_path=anchor)  # fmt: skip
+        return TrialRunner(trial).run(settings, tmp_path / f"{name}.onnx")
+
+    # 8-bit weights without int8 compute decode far slower: not a candidate
+    slow = run({"quantizer": "weight_only", "bits": 8, "accuracy_level": 0}, "slow")
+    assert slow.extra["builder_decode_latency_ms"] > 0 and slow.status == "ok"
+    assert slow.decode_latency_ms > slow.extra["builder_decode_latency_ms"]
+    assert not slow.is_candidate and slow.extra["decode_over_bound"] == 1.0
+
+
+def test_no_candidate_for_a_bound_says_which_bound_not_a_missed_tolerance(decoder, tmp_path):
+    """When settings met the tolerance but decoded slower than ``max_decode_latency`` or were
+    larger than ``size_budget``, the summary says so instead of "missed it by 0"."""
+    from raysearch.outputs import write_outputs
+
+    path, _ = decoder
+    config = _lm_config(tmp_path, path)
+    rows = [
+        {"trial_id": t, "number": i, "status": "ok", "is_candidate": False, "metric": m,
+         "params": {}, "settings": {}, "model_size_bytes": 1000, "extra": extra}
+        for i, (t, m, extra) in enumerate([
+            ("a", 0.1, {"decode_over_bound": 1.0}),
+            ("b", 0.2, {"size_over_budget": 1.0, "decode_over_bound": 1.0}),
+            ("c", 0.9, {"decode_over_bound": 1.0}),  # outside the tolerance (0.5)
+        ])
+    ]  # fmt: skip
+    summary = write_outputs(
+        tmp_path / "out", rows, config=config, stop_reason="space_exhausted", wall_time_s=1.0
+    )
+    assert summary["n_candidates"] == 0
+    assert summary["tolerance_note"] == (
+        "no candidate: of the 2 settings that met the tolerance, 2 decoded slower than "
+        "max_decode_latency and 1 were larger than size_budget"
+    )

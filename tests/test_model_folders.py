@@ -60,6 +60,9 @@ def test_genai_feeds_come_from_genai_config_and_match_the_graph(tmp_path):
     # A decode step against the cache: the prompt, then tokens one by one.
     times = measure_decoder_latency(session, data, runs=3)
     assert times["decode_latency_ms"] > 0 and times["prefill_latency_ms"] > 0
+    # In turn with another model's steps (a bound's): both timed on the same tokens.
+    both = measure_decoder_latency(session, data, runs=3, anchor=_session(model))
+    assert both["decode_latency_ms"] > 0 and both["anchor_decode_latency_ms"] > 0
 
 
 def _symbolic_head_size(path: Path) -> Path:

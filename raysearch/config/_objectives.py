@@ -96,14 +96,18 @@ def parse_max_decode_latency(data: Mapping[str, Any]) -> float | str | None:
     """``max_decode_latency``: the slowest decode step a candidate may take, so that the
     candidates, and ``best/`` among them, decode at least that fast: ``float`` (the float
     model's decode step, timed before the search on the trials' threads; the default of a
-    language-model metric, whose trials time it, with ``measure_latency``), a number of
-    milliseconds, or null (no bound).
+    language-model metric, whose trials time it, with ``measure_latency``), ``builder`` (the
+    decode step of onnxruntime-genai's builder's int4 of the model, quantized and timed the
+    same way before the search; for ``quantizer: weight_only``), a number of milliseconds, or
+    null (no bound).
 
     Example:
         >>> parse_max_decode_latency({"metric": "kl"})
         'float'
         >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": 2.5})
         2.5
+        >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": "Builder"})
+        'builder'
         >>> parse_max_decode_latency({"metric": "kl", "max_decode_latency": None}) is None
         True
         >>> parse_max_decode_latency({"metric": "cos"}) is None
@@ -124,13 +128,14 @@ def parse_max_decode_latency(data: Mapping[str, Any]) -> float | str | None:
         )  # fmt: skip
     if data.get("measure_latency", True) is False:
         raise ConfigError("max_decode_latency", "needs measure_latency: true")
-    if isinstance(value, str) and value.lower() == "float":
-        return "float"
+    named_bound = canonical_name(value, ("float", "builder"))
+    if named_bound is not None:
+        return named_bound
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(
             "max_decode_latency",
-            f"expected 'float' (the float model's decode step) or milliseconds above 0, "
-            f"got {value!r}",
+            f"expected 'float' (the float model's decode step), 'builder' (the builder's int4's) "
+            f"or milliseconds above 0, got {value!r}",
         )
     return float(value)
 

@@ -69,7 +69,10 @@ def measure_latency(
 
 
 def measure_decoder_latency(
-    session: ort.InferenceSession, data: DataSource, runs: int = DECODER_LATENCY_RUNS
+    session: ort.InferenceSession,
+    data: DataSource,
+    runs: int = DECODER_LATENCY_RUNS,
+    anchor: ort.InferenceSession | None = None,
 ) -> dict[str, float]:
     """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: the prompt, ``[1,
     min(128, the data's sequence length)]`` tokens of the data's first sequence with an empty
@@ -78,6 +81,9 @@ def measure_decoder_latency(
     A decoder with a key/value cache (``present.*`` outputs for its ``past_key_values.*``
     inputs) is timed as a client decodes: the prompt once, then ``runs`` tokens one by one,
     each step fed the cache the step before wrote; one without a cache, on one token alone.
+    With ``anchor`` (another model of the same inputs and outputs, the one a bound is set
+    by), the two decode the same tokens step by step in turn, so that whatever else runs on
+    the machine slows both alike: its median step is ``anchor_decode_latency_ms``.
     Empty when the model cannot take such feeds (no ``input_ids``, another input, a fixed
     sequence length)."""
     from raysearch.data import latency_feeds, next_step_feed, past_outputs
@@ -88,23 +94,27 @@ def measure_decoder_latency(
     prefill = measure_latency(session, feeds["prefill"], runs=runs)
     names = [o.name for o in session.get_outputs()]
     cache = past_outputs(data.inputs, names)
+    sessions = [session] if anchor is None else [session, anchor]
+    keys = ["decode_latency_ms", "anchor_decode_latency_ms"][: len(sessions)]
+    times: dict[str, list[float]] = {k: [] for k in keys}
     if cache is None:
-        return {
-            "decode_latency_ms": measure_latency(session, feeds["decode"], runs=runs),
-            "prefill_latency_ms": prefill,
-        }
+        for _ in range(max(1, runs)):
+            for key, each in zip(keys, sessions):
+                times[key].append(measure_latency(each, feeds["decode"], runs=1))
+        return {**{k: float(np.median(v)) for k, v in times.items()}, "prefill_latency_ms": prefill}
     tokens = np.asarray(data.arrays["input_ids"])[0].ravel()
-    feed = feeds["prefill"]
-    outputs = dict(zip(names, session.run(None, feed)))
-    times = []
-    position = feed["input_ids"].shape[1]
+    first = feeds["prefill"]
+    states = [(first, dict(zip(names, each.run(None, first)))) for each in sessions]
+    position = first["input_ids"].shape[1]
     for step in range(max(1, runs) + 1):  # the first decode step is the warm-up
-        feed = next_step_feed(
-            feed, {p: outputs[o] for p, o in cache.items()}, int(tokens[position % tokens.size])
-        )
-        start = time.perf_counter()
-        outputs = dict(zip(names, session.run(None, feed)))
-        if step:
-            times.append((time.perf_counter() - start) * 1000.0)
+        token = int(tokens[position % tokens.size])
+        for i, (key, each) in enumerate(zip(keys, sessions)):
+            feed, outputs = states[i]
+            feed = next_step_feed(feed, {p: outputs[o] for p, o in cache.items()}, token)
+            start = time.perf_counter()
+            outputs = dict(zip(names, each.run(None, feed)))
+            if step:
+                times[key].append((time.perf_counter() - start) * 1000.0)
+            states[i] = (feed, outputs)
         position += 1
-    return {"decode_latency_ms": float(np.median(times)), "prefill_latency_ms": prefill}
+    return {**{k: float(np.median(v)) for k, v in times.items()}, "prefill_latency_ms": prefill}

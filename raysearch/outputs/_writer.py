@@ -216,6 +216,43 @@ def _unquantized_note(
     return fields
 
 
+#: The bounds beyond the tolerance that keep a trial from being a candidate: the record's
+#: ``extra`` flag, and how the note names the bound.
+_BOUNDS = {"decode_over_bound": "decoded slower than max_decode_latency",
+           "size_over_budget": "were larger than size_budget"}  # fmt: skip
+
+
+def _bounds_note(
+    rows: list[Mapping[str, Any]],
+    config: SearchConfig,
+    float_metric: float | None,
+    evaluator: Evaluator | None,
+) -> dict[str, Any]:
+    """The summary's words when no trial is a candidate but some met the tolerance and were
+    kept out by ``max_decode_latency`` or ``size_budget`` (``tolerance_note``), instead of
+    how far the best missed a tolerance it met; empty otherwise."""
+    if config.tolerance is None or any(is_candidate(r) for r in rows):
+        return {}
+    if evaluator is None:
+        from raysearch.evaluate import Evaluator
+
+        evaluator = Evaluator.from_config(config)
+    if evaluator.is_custom and float_metric is None:
+        return {}
+    met = [
+        r
+        for r in rows
+        if finite(r.get("metric")) is not None and evaluator.is_candidate(r["metric"], float_metric)
+    ]
+    counts = {flag: sum(1 for r in met if (r.get("extra") or {}).get(flag)) for flag in _BOUNDS}
+    said = [f"{n} {_BOUNDS[flag]}" for flag, n in counts.items() if n]
+    if not said:
+        return {}
+    note = f"no candidate: of the {len(met)} settings that met the tolerance, " + " and ".join(said)
+    _logger.warning(note)
+    return {"tolerance_note": note}
+
+
 def _missed_by(
     best: Mapping[str, Any] | None,
     config: SearchConfig,
@@ -297,6 +334,8 @@ def write_outputs(
         float_latency_ms=float_latency_ms,
     )
     summary.update(_unquantized_note(rows, best, config, float_metric, evaluator))
+    if "tolerance_note" not in summary:
+        summary.update(_bounds_note(rows, config, float_metric, evaluator))
     if summary["n_candidates"] == 0 and "best_quantized_missed_by" not in summary:
         summary["best_missed_by"] = _missed_by(best, config, float_metric, evaluator)
     summary.update(write_pareto(out, rows, config))

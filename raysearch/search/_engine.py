@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysearch.errors import InputError
 from raysearch.search.runtime.transfer import (
     ModelBlob,
     current_node_id,
@@ -65,6 +65,9 @@ class EngineSpec:
     code_dirs: tuple[str, ...] = ()
     #: The slowest decode step, in ms, a candidate may take (``max_decode_latency``).
     max_decode_latency_ms: float | None = None
+    #: The model whose decode step a candidate's may not exceed, the two timed in turn by
+    #: the trial (``max_decode_latency: builder``: the builder's int4 in the search's cache).
+    decode_anchor: ModelBlob | None = None
     #: The largest model, in bytes, a candidate may be (``size_budget``).
     max_model_size_bytes: int | None = None
 
@@ -74,12 +77,14 @@ class EngineSpec:
 
         import_plugins(self.plugins, strict=False, search_dirs=where_code_lives(self.code_dirs))
 
-        model_path, cache_dir = self.model.path, self.cache_dir
+        model_path, cache_dir, anchor = self.model.path, self.cache_dir, self.decode_anchor
         if self.driver_node is not None and current_node_id() != self.driver_node:
             # Another node: the model comes from the object store, the calibration cache
             # lives on this node (the driver's output folder need not exist here).
             model_path = materialize_model(self.model)
             cache_dir = os.fspath(node_folder_here("cache", self.cache_dir))
+            if anchor is not None:
+                anchor = ModelBlob(materialize_model(anchor))
         return TrialRunner(
             TrialSpec(
                 model_path,
@@ -100,6 +105,7 @@ class EngineSpec:
                 measure_latency=self.measure_latency,
                 rungs=self.rungs,
                 max_decode_latency_ms=self.max_decode_latency_ms,
+                decode_anchor_path=anchor.path if anchor is not None else None,
                 max_model_size_bytes=self.max_model_size_bytes,
             )
         )
@@ -136,14 +142,30 @@ def build_engine(
         gpu_fraction=config.resources.gpu_per_trial,
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
+    # The CPU threads a trial has: the float model's (or the builder's int4's) decode step is
+    # timed on them; a trial on a GPU share is not held to a CPU figure.
+    cpu, threads = config.resources.gpu_per_trial == 0, max(1, int(config.resources.cpu_per_trial))
     bound = config.max_decode_latency
-    if bound == "float":
-        # The float model's step is timed on the CPU threads a trial has; a trial on a GPU
-        # share is not held to a CPU figure.
-        cpu = config.resources.gpu_per_trial == 0
-        bound = info.get("float_decode_latency_ms") if cpu else None
+    builder = None
+    if config.size_budget == "builder" or (bound == "builder" and cpu):
+        from raysearch.search.preflight import builder_int4
+
+        builder = builder_int4(config.model, prepared.evaluation, Path(cache_dir) / "builder")
+    if bound == "builder" and cpu and builder is not None:
+        from raysearch.search.preflight import float_decoder_latency
+
+        timed = float_decoder_latency(builder, prepared.evaluation, threads)
+        if "decode_latency_ms" not in timed:
+            raise InputError(
+                "max_decode_latency: builder: the decode step of the builder's int4 could not "
+                "be timed (--log-level DEBUG says why); give milliseconds instead"
+            )
+        info["builder_decode_latency_ms"] = timed["decode_latency_ms"]
+        spec.decode_anchor = ModelBlob(str(builder))
+    if bound in ("float", "builder"):
+        bound = info.get(f"{bound}_decode_latency_ms") if cpu else None
     spec.max_decode_latency_ms = bound
-    spec.max_model_size_bytes = size_budget_bytes(config, prepared.model.weights)
+    spec.max_model_size_bytes = size_budget_bytes(config, builder)
     spec.code_dirs = tuple(os.fspath(folder) for folder in config.code_dirs)
     if pending is not None:
         spec.reference_source = _hold_pending(pending, cache_dir)
@@ -199,21 +221,17 @@ def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
     return WaitedReference(str(folder))
 
 
-def size_budget_bytes(
-    config: SearchConfig, weights: Mapping[str, Sequence[int]] | None = None
-) -> int | None:
+def size_budget_bytes(config: SearchConfig, builder: str | os.PathLike | None = None) -> int | None:
     """The config's ``size_budget`` in bytes: megabytes as given, or the size of
-    onnxruntime-genai's builder's int4 of the model (:func:`raysearch.strategies.
-    builder_bytes`, from the weight MatMuls' shapes in ``weights``, else read from the
-    model's header); None without a budget."""
+    onnxruntime-genai's builder's int4 of the model as written at ``builder``
+    (:func:`raysearch.search.preflight.builder_int4`); None without a budget."""
     value = config.size_budget
     if value is None:
         return None
     if value != "builder":
         return int(float(value) * 1e6)
     from raysearch.modelfile import model_size_bytes
-    from raysearch.strategies import ModelFacts, builder_bytes
 
-    if not weights:  # no facts read yet
-        weights = ModelFacts.of(config.model).weights
-    return builder_bytes(model_size_bytes(config.model), weights)
+    if builder is None:
+        raise ValueError("size_budget: builder needs the builder's int4 written")
+    return model_size_bytes(builder)

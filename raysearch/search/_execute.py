@@ -254,6 +254,8 @@ class Execution:
             # Actors on other nodes build the float model from these files; on one
             # machine they read it where it is (no copy of a large model in memory).
             spec.model = model_blob(spec.model.path)
+            if spec.decode_anchor is not None:
+                spec.decode_anchor = model_blob(spec.decode_anchor.path)
         n_slots, outstanding = slots(config)
         tune_environment(outstanding)
         with quiet_optuna():
@@ -473,6 +475,8 @@ class Execution:
                 # A language-model metric's float decode step and prefill (None: another).
                 "float_decode_latency_ms": run.info.get("float_decode_latency_ms"),
                 "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),
+                # The builder's int4's decode step (max_decode_latency: builder; else None).
+                "builder_decode_latency_ms": run.info.get("builder_decode_latency_ms"),
             },
             evaluator=run.spec.evaluator,
             plotted=plotted,

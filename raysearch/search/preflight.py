@@ -56,6 +56,7 @@ __all__ = [
     "start_preflight",
     "check_model",
     "float_batch_latency",
+    "builder_int4",
     "stderr_lines",
     "STDERR_LOGGER",
     "warn_if_u8s8_saturates",
@@ -398,6 +399,38 @@ def float_decoder_latency(
     except Exception as exc:  # noqa: BLE001 - never fail a search for the float latency
         _logger.debug("the float model's decoder latency could not be measured: %s", exc)
         return {}
+
+
+def builder_int4(model: str | os.PathLike, data: DataSource, folder: str | os.PathLike) -> Path:
+    """onnxruntime-genai's builder's int4 of ``model``
+    (:data:`raysearch.strategies.BUILDER_SETTINGS`: what ``size_budget: builder`` and
+    ``max_decode_latency: builder`` hold a candidate to) written as ``folder/model.onnx``, or
+    kept when it is there already (a resumed search's).
+
+    Example:
+        >>> builder_int4("lm.onnx", evaluation, "cache/builder")   # doctest: +SKIP
+        PosixPath('cache/builder/model.onnx')
+
+    Raises:
+        InputError: the model cannot be quantized so.
+    """
+    from raysearch.quantize.registry import get_backend
+    from raysearch.strategies import BUILDER_SETTINGS
+
+    out = Path(folder) / "model.onnx"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        backend = get_backend(BUILDER_SETTINGS["quantizer"])
+        with backend(model, data) as quantizer, stderr_lines():
+            quantizer.quantize(BUILDER_SETTINGS, out)
+    except Exception as exc:  # noqa: BLE001 - said in one line
+        raise InputError(
+            f"the builder's int4 of the model (size_budget or max_decode_latency: builder) could "
+            f"not be written: {type(exc).__name__}: {exc}"
+        ) from exc
+    return out
 
 
 @contextlib.contextmanager

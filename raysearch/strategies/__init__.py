@@ -5,7 +5,7 @@ The names below are defined in ``raysearch.strategies._registry``."""
 
 from __future__ import annotations
 
-from raysearch.strategies._allocation import anchor_name, builder_bytes
+from raysearch.strategies._allocation import BUILDER_SETTINGS, anchor_name, builder_bytes
 from raysearch.strategies._registry import (
     BUILTIN_STRATEGIES,
     EXHAUSTED,
@@ -42,4 +42,5 @@ __all__ = [
     "check_strategy_spaces",
     "builder_bytes",
     "anchor_name",
+    "BUILDER_SETTINGS",
 ]

@@ -38,10 +38,12 @@ from raysearch.quantize.backends.weight_only.options import NodeChoice, names_no
 __all__ = [
     "FLOAT_BYTES",
     "allocate",
+    "allocate_within_time",
     "anchor_name",
     "builder_bytes",
     "node_bytes",
     "BUILDER_CHOICE",
+    "BUILDER_SETTINGS",
 ]
 
 #: Bytes per float weight and per block scale (a float32 model's).
@@ -54,6 +56,9 @@ STEPS = 2000
 #: onnxruntime-genai's model builder's ``-p int4``: RTN, block 32, symmetric (its
 #: ``is_symmetric`` default), every weight MatMul.
 BUILDER_CHOICE = NodeChoice("rtn", 4, 32, True)
+#: The builder's ``-p int4`` as the settings of ``quantizer: weight_only`` (``accuracy_level``
+#: 4: int8 compute, as the builder writes it).
+BUILDER_SETTINGS = {"quantizer": "weight_only", **BUILDER_CHOICE.settings(), "accuracy_level": 4}
 
 
 def node_bytes(shape: Sequence[int], choice: NodeChoice | None) -> int:
@@ -74,6 +79,44 @@ def builder_bytes(float_bytes: int, weights: Mapping[str, Sequence[int]]) -> int
     ``weights`` at :data:`BUILDER_CHOICE`: what onnxruntime-genai's builder's int4 weighs."""
     saved = sum(node_bytes(s, None) - node_bytes(s, BUILDER_CHOICE) for s in weights.values())
     return int(float_bytes) - saved
+
+
+def allocate_within_time(
+    losses: Mapping[str, Mapping[Any, float]],
+    sizes: Mapping[str, Mapping[Any, int]],
+    times: Mapping[str, Mapping[Any, float]],
+    budgets: Sequence[float],
+    limit: float,
+) -> list[dict[str, Any] | None]:
+    """:func:`allocate` with a second bound: each plan's time (the sum of its choices'
+    ``times``) at most ``limit``. The time is priced in (a loss of ``price`` per unit of time,
+    for ever higher prices: Lagrangian relaxation of the knapsack) and each budget takes the
+    plan of the lowest price within ``limit``; None where even the fastest plan the prices
+    reach exceeds it. The prices find the plans on the lower convex hull of loss against
+    time; with many nodes, each a small part of the time, that is close to every plan.
+
+    Example:
+        >>> losses = {"a": {"4": 5.0, "8": 0.1}, "b": {"4": 3.0, "8": 0.1}}
+        >>> sizes = {"a": {"4": 10, "8": 20}, "b": {"4": 10, "8": 20}}
+        >>> times = {"a": {"4": 1.0, "8": 3.0}, "b": {"4": 1.0, "8": 1.5}}
+        >>> allocate_within_time(losses, sizes, times, [40, 30], limit=3.0)
+        [{'a': '4', 'b': '8'}, {'a': '4', 'b': '8'}]
+        >>> allocate_within_time(losses, sizes, times, [40], limit=1.5)
+        [None]
+    """
+    spread_loss = sum(max(v.values()) - min(v.values()) for v in losses.values())
+    spread_time = sum(max(times[n].values()) - min(times[n].values()) for n in losses)
+    scale = spread_loss / spread_time if spread_time > 0 else 1.0
+    out: list[dict[str, Any] | None] = [None for _ in budgets]
+    for price in [0.0, *(scale * 2.0**k for k in range(-12, 13))]:
+        priced = {n: {c: v + price * times[n][c] for c, v in losses[n].items()} for n in losses}
+        for i, plan in enumerate(allocate(priced, sizes, budgets)):
+            if out[i] is None and plan is not None:
+                if sum(times[n][c] for n, c in plan.items()) <= limit:
+                    out[i] = plan
+        if all(plan is not None for plan in out):
+            break
+    return out
 
 
 def allocate(

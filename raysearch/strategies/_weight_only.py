@@ -19,11 +19,16 @@ the search's stop conditions in force:
    that ends among the probes leaves the best setting of stages 1-2 in ``best/``.
    Beside them, each node alone under each other choice of the *menu* (the uniform settings
    of stages 1-2 on their size/metric front that decode at most twice as slowly as the base,
-   more accurate than the base, and the base at 8 bits): :mod:`._allocation`.
+   more accurate than the base, and the base at 8 bits): :mod:`._allocation`. With
+   ``max_decode_latency: builder`` (each trial's decode step timed in turn with the
+   builder's int4's), also the whole model at the menu's 8 bits, for its decode step.
 4. ``allocation``: for each size of a ladder (the menu's uniform settings, the builder's
    int4, ``size_budget``, and sizes between the smallest and the largest of them, none
    above ``size_budget``), the per-node choices whose probes' losses add up least within
    that size (:func:`raysearch.strategies._allocation.allocate`), as ``node_settings``.
+   With ``max_decode_latency: builder``, also within the builder's decode step: a node's
+   share of a decode step is its share of the weights times its choice's step over the
+   builder's, as the uniform models of that choice measured it (:func:`decode_ratios`).
 5. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
    one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
    node count; then the same prefixes of the nodes ordered by what a promotion gains per byte
@@ -59,7 +64,12 @@ from typing import Any
 
 from raysearch.quantize.backends.weight_only.options import NodeChoice, names_nodes, top_choice
 from raysearch.ranking import PROBE_STAGE, order
-from raysearch.strategies._allocation import allocate, builder_bytes, node_bytes
+from raysearch.strategies._allocation import (
+    allocate,
+    allocate_within_time,
+    builder_bytes,
+    node_bytes,
+)
 from raysearch.strategies._registry import (
     Phase,
     Proposal,
@@ -310,6 +320,8 @@ def probe_losses(
         plain = {k: v for k, v in settings.items() if k != _NODE_SETTINGS}
         if _base(plain) != wanted:
             continue
+        if len(per_node) > 1:  # the whole model at one choice, for its decode step
+            continue
         if per_node:
             ((node, entry),) = per_node.items()
             choice = top_choice({**wanted, **entry})
@@ -321,6 +333,52 @@ def probe_losses(
             choice = own._replace(bits=8) if key == "nodes_8bit" else own
         out.setdefault(node, {})[choice] = sign * float(r["metric"])
     return out
+
+
+def decode_ratio(record: Mapping[str, Any]) -> float | None:
+    """A trial's decode step over the builder's int4's, the two timed in turn by the trial
+    (``max_decode_latency: builder``); None when not timed so."""
+    anchor = (record.get("extra") or {}).get("builder_decode_latency_ms")
+    own = record.get("decode_latency_ms")
+    if not (_finite(anchor) and _finite(own)) or anchor <= 0:
+        return None
+    return float(own) / float(anchor)
+
+
+def uniform_choice(settings: Mapping[str, Any], nodes: Sequence[str]) -> NodeChoice | None:
+    """The one choice every node of ``nodes`` has under ``settings`` (a uniform setting, or
+    ``node_settings`` giving each node the same), else None."""
+    per_node = settings.get(_NODE_SETTINGS) or {}
+    if not per_node:
+        return None if names_nodes(settings) else top_choice(settings)
+    top = {k: v for k, v in settings.items() if k != _NODE_SETTINGS}
+    choices = {top_choice({**top, **(per_node.get(n) or {})}) for n in nodes}
+    return choices.pop() if len(choices) == 1 and set(per_node) >= set(nodes) else None
+
+
+def decode_ratios(
+    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], nodes: Sequence[str]
+) -> dict[NodeChoice, float]:
+    """Each choice's decode step over the builder's (:func:`decode_ratio`, the median of the
+    models that have every node at that choice and otherwise the base's settings)."""
+    settings = base.get("settings") or {}
+    seen: dict[NodeChoice, list[float]] = {}
+    for r in records:
+        other = r.get("settings") or {}
+        ratio = decode_ratio(r)
+        if r.get("status") != "ok" or ratio is None or not _same_but_choice(other, settings):
+            continue
+        choice = uniform_choice(other, nodes)
+        if choice is not None:
+            seen.setdefault(choice, []).append(ratio)
+    return {c: sorted(v)[len(v) // 2] for c, v in seen.items()}
+
+
+def whole_model(
+    base: Mapping[str, Any], nodes: Sequence[str], choice: NodeChoice
+) -> dict[str, Any]:
+    """``base`` with every node of ``nodes`` at ``choice`` (``node_settings``)."""
+    return {**_base(base), _NODE_SETTINGS: {n: choice.settings() for n in nodes}}
 
 
 def allocations(
@@ -355,7 +413,17 @@ def allocations(
     budgets = sorted({b for b in [*named, *ladder, largest] if smallest <= b <= largest})
     out: list[tuple[float, dict[str, Any]]] = []
     seen: set[str] = set()
-    for picked in allocate(table, sizes, [b - rest for b in budgets]):
+    plans = allocate(table, sizes, [b - rest for b in budgets])
+    ratios = decode_ratios(context.records, base, nodes) if decode_ratio(base) else {}
+    if own in ratios:
+        # within the builder's decode step: each node's share of the weights at its choice's
+        # step over the builder's, a choice no uniform model timed left out
+        total = sum(math.prod(weights[n]) for n in nodes)
+        table = {n: {c: v for c, v in table[n].items() if c in ratios} for n in nodes}
+        times = {n: {c: math.prod(weights[n]) / total * ratios[c] for c in table[n]}
+                 for n in nodes}  # fmt: skip
+        plans = allocate_within_time(table, sizes, times, [b - rest for b in budgets], 1.0)
+    for picked in plans:
         if picked is None:
             continue
         per_node = {n: c.settings() for n, c in picked.items() if c != own}
@@ -396,6 +464,11 @@ class _Sensitivity(BuiltPhase):
         )
         out = [probe(settings, nodes, node) for node in nodes]
         out += [menu_probe(settings, nodes, node, c) for c in choices[1:] for node in nodes]
+        if decode_ratio(base) is not None:
+            # the choices no uniform model of stages 1-2 timed (8 bits), whole, for their
+            # decode step over the builder's
+            timed = decode_ratios(context.records, base, nodes)
+            out += [whole_model(settings, nodes, c) for c in choices if c not in timed]
         return out
 
     def proposals(self, settings: Sequence[Mapping[str, Any]]) -> list[Proposal]:

@@ -140,6 +140,9 @@ class TrialSpec:
     rungs: EvalRungs | None = None
     #: A language model's candidates decode a step in at most this many ms (None: no bound).
     max_decode_latency_ms: float | None = None
+    #: The model a candidate must decode at least as fast as, timed step by step in turn with
+    #: the trial's (``max_decode_latency: builder``: the builder's int4; None: none).
+    decode_anchor_path: str | os.PathLike | None = None
     #: A candidate's model is at most this many bytes (``size_budget``; None: no bound).
     max_model_size_bytes: int | None = None
 
@@ -168,6 +171,8 @@ class TrialRunner:
         self.gpu_mem_limit = device.gpu_mem_limit
         self.measure_latency = spec.measure_latency
         self.max_decode_latency_ms = spec.max_decode_latency_ms
+        self.decode_anchor_path = spec.decode_anchor_path
+        self._anchor_session: Any = None
         self.max_model_size_bytes = spec.max_model_size_bytes
         if device.providers:
             self.session_providers: list[Any] = list(device.providers)
@@ -467,12 +472,20 @@ class TrialRunner:
         if session is None:
             session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
-            return measure_decoder_latency(session, data)
+            return measure_decoder_latency(session, data, anchor=self._anchor())
         except Exception as exc:  # latency is secondary: never fail a trial for it
             _logger.debug("decoder latency measurement failed: %s", exc)
             return {}
         finally:
             del session
+
+    def _anchor(self) -> Any:
+        """The session of :attr:`TrialSpec.decode_anchor_path` (opened once), or None."""
+        if self.decode_anchor_path is not None and self._anchor_session is None:
+            self._anchor_session = make_session(
+                self.decode_anchor_path, self.threads, providers=self.session_providers
+            )
+        return self._anchor_session
 
     def close(self) -> None:
         """Remove the backends' and the techniques' temporary files."""

@@ -216,6 +216,8 @@ class StagedTrial:
         result.extra = runner.trial_extra({**self.extra, **score.extra}, self.share, latency)
         result.latency_ms = latency
         result.decode_latency_ms = decoder.get("decode_latency_ms")
+        if "anchor_decode_latency_ms" in decoder:  # the bound's model, timed in turn with it
+            result.extra["builder_decode_latency_ms"] = decoder["anchor_decode_latency_ms"]
         result.prefill_latency_ms = decoder.get("prefill_latency_ms")
         result.rung, result.rungs = k, self.n_rungs
         result.eval_fraction = fraction
@@ -286,7 +288,7 @@ class StagedTrial:
             result.is_candidate, flags = decide_complete(
                 evaluator, metric, float_score, self.share, weighted
             )
-            bound = self.runner.max_decode_latency_ms
+            bound = result.extra.get("builder_decode_latency_ms", self.runner.max_decode_latency_ms)
             decode = result.decode_latency_ms
             if bound is not None and decode is not None and decode > bound:
                 flags["decode_over_bound"] = 1.0  # within the tolerance, too slow to decode

@@ -238,6 +238,53 @@ def test_allocation_plans_nothing_above_the_size_budget_and_resumes_in_its_stage
     assert [t["key"] for t in straight[:cut] + rest] == [t["key"] for t in straight]
 
 
+def _decode_ratio(settings: dict[str, Any]) -> float:
+    """The scripted decode step over the builder's: each node's share of the weights at its
+    choice's step (larger blocks a little faster, 8 bits and float slower, HQQ far slower),
+    the builder's (RTN block 32, 4 bits) 1."""
+    from raysearch.quantize.backends.weight_only.options import node_choices
+
+    def step(choice: Any) -> float:
+        if not hasattr(choice, "bits"):  # float
+            return 4.0
+        own = (1.6 if choice.bits == 8 else 1.0) + 8 / choice.block_size
+        return own + (2.0 if choice.algorithm == "hqq" else 0.0)
+
+    total = sum(a * b for a, b in SHAPES)
+    shares = {n: a * b / total for n, (a, b) in zip(NODES, SHAPES)}
+    choices = node_choices(settings, NODES)
+    return sum(shares[n] * step(choices[n]) for n in NODES) / (1.0 + 8 / 32)
+
+
+def _timed_lm(settings: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_lm` with a decode step timed in turn with the builder's (1 ms)."""
+    extra = {"builder_decode_latency_ms": 1.0}
+    return {**_lm(settings), "decode_latency_ms": _decode_ratio(settings), "extra": extra}
+
+
+def test_allocation_within_the_builders_decode_step_times_8_bits_whole_and_plans_under_it():
+    """With each trial's decode step timed against the builder's int4's
+    (``max_decode_latency: builder``), the probes add the whole model at the menu's 8 bits
+    (no uniform setting of the first stages timed it), and every allocation's decode step,
+    as the uniform models' steps predict it, is at most the builder's; without the timings
+    some plans are slower."""
+    trials = _drive(_shaped(), _timed_lm, slots=2)
+    probes = [t["settings"] for t in trials if t["stage"] == "sensitivity"]
+    whole = [p for p in probes if len(p.get("node_settings") or {}) == len(NODES)]
+    assert [{n: e["bits"] for n, e in w["node_settings"].items()} for w in whole] == [
+        dict.fromkeys(NODES, 8)
+    ]
+    planned = [t["settings"] for t in trials if t["stage"] in ("allocation", "refinement")]
+    assert planned and all(_decode_ratio(s) <= 1.0 + 1e-9 for s in planned)
+    assert any(
+        n in (s.get("node_settings") or {}) and s["node_settings"][n]["bits"] == 8
+        for s in planned for n in NODES
+    )  # fmt: skip
+    untimed = [t["settings"] for t in _drive(_shaped(), _lm, slots=2)
+               if t["stage"] in ("allocation", "refinement")]  # fmt: skip
+    assert any(_decode_ratio(s) > 1.0 for s in untimed)
+
+
 def _decoder_search(tmp_path) -> dict[str, Any]:
     """A WeightOnly search of the tiny GQA/SwiGLU decoder (one layer: 8 weight MatMuls) on 8
     sequences of 12 tokens: block 32 or 64, symmetric or not, KL within 0.02, the smallest."""

@@ -135,6 +135,8 @@ class KnownSettings:
                 # a phase may weigh size (the weight-only strategy's base), as the
                 # journal's records have it
                 "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
+                # and decoding speed (its menu, its allocation within a decode step)
+                "decode_latency_ms": None if error else (reported or {}).get("decode_latency_ms"),
                 # a result an earlier search measured (the probe cache), no trial run
                 "reused_from": (reported or {}).get("reused_from"),
             }
