@@ -403,12 +403,12 @@ def probe_additivity(trials: list[dict[str, Any]]) -> dict[str, Any]:
 
 def genai_main(args: argparse.Namespace, run: Run) -> None:
     """The ``--genai`` comparison (see the module)."""
-    source = BYTELLAMA / "genai"
+    source = args.genai_folder
     calib, data = BYTEGPT / "calib.npz", BYTEGPT / "eval.npz"
     ids = np.load(data)["input_ids"]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        int4 = args.builder_int4 or builder_int4(BYTELLAMA / "hf", folder / "genai-int4")
+        int4 = args.builder_int4 or builder_int4(args.checkpoint, folder / "genai-int4")
         folders = {
             "float (genai fp32)": source,
             "builder int4 (-p int4, accuracy_level 4)": int4,
@@ -471,6 +471,18 @@ def main() -> None:
         type=Path,
         default=None,
         help="the builder's int4 folder (else built with GENAI_PY)",
+    )
+    parser.add_argument(
+        "--genai-folder",
+        type=Path,
+        default=BYTELLAMA / "genai",
+        help="with --genai: the builder's fp32 folder of another decoder (default bytellama's)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=BYTELLAMA / "hf",
+        help="with --genai: its Hugging Face checkpoint (the builder's int4 is made from it)",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
