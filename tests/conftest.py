@@ -115,12 +115,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest test files run first (:data:`LONGEST_FILES`, then the other files that
     hold slow tests), each file's tests in their order: with the suite's two pytest-xdist
     workers taking a file at a time (``--dist loadfile``), each worker takes the next file
     when it is done with one, the many short files fill the end of the run, and no long file
     taken last keeps one worker busy while the other idles."""
-    rank = {config.rootpath / name: index for index, name in enumerate(LONGEST_FILES)}
+    rank = {REPO / name: index for index, name in enumerate(LONGEST_FILES)}
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: (rank.get(item.path, len(rank)), item.path not in slow_files))
