@@ -205,26 +205,31 @@ def records_check(run: dict[str, Any], trials: int) -> dict[str, Any]:
     }
 
 
+def report_of(run: dict[str, Any], trials: int, kill_at: int | None) -> dict[str, Any]:
+    """The benchmark's figures of one :func:`run_many_trials` run (its output folder still
+    there): ``tests/scale/test_many_trials.py`` checks them on the run its tests share."""
+    records = journal(Path(run["out"]))
+    return {
+        "trials": trials,
+        "kill_at": kill_at,
+        "nodes": run["nodes"],
+        "status": run["status"],
+        "wall_s": run["wall_s"],
+        "overhead": overhead(records, run["samples"], trials),
+        "driver_memory": driver_memory(run["samples"], trials),
+        "records": records_check(run, trials),
+        "killed": {k: v for k, v in (run["killed"] or {}).items() if k != "journaled_ids"},
+        # Every 10th sample: [seconds, trials journaled, RSS MiB, driver CPU s].
+        "samples": [[s[0], s[1], round(s[2] / MIB, 1), s[3]] for s in run["samples"][::10]],
+    }
+
+
 def measure(trials: int, kill_at: int | None, workers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rs-scale-") as folder:
         run = run_many_trials(Path(folder), trials, kill_at, workers=workers)
         if run["status"] != 0:
             raise SystemExit(f"the search exited with {run['status']}:\n{run['stderr_tail']}")
-        records = journal(Path(run["out"]))
-        report = {
-            "trials": trials,
-            "kill_at": kill_at,
-            "nodes": run["nodes"],
-            "status": run["status"],
-            "wall_s": run["wall_s"],
-            "overhead": overhead(records, run["samples"], trials),
-            "driver_memory": driver_memory(run["samples"], trials),
-            "records": records_check(run, trials),
-            "killed": {k: v for k, v in (run["killed"] or {}).items() if k != "journaled_ids"},
-            # Every 10th sample: [seconds, trials journaled, RSS MiB, driver CPU s].
-            "samples": [[s[0], s[1], round(s[2] / MIB, 1), s[3]] for s in run["samples"][::10]],
-        }
-    return report
+        return report_of(run, trials, kill_at)
 
 
 def _print(report: dict[str, Any]) -> None:

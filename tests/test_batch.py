@@ -61,7 +61,9 @@ def _rows(out) -> dict[str, dict]:
     return {r["name"]: r for r in pq.read_table(out / "batch_summary.parquet").to_pylist()}
 
 
-def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, capsys, monkeypatch):
+def test_a_batch_with_failed_models_exits_1_after_writing_everything(
+    tmp_path, capsys, monkeypatch, request
+):
     # The searches are processes of their own: they import the test's evaluator from here.
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     monkeypatch.setenv("PYTHONPATH", pythonpath)
@@ -101,6 +103,9 @@ def test_a_batch_with_failed_models_exits_1_after_writing_everything(tmp_path, c
 
     # A batch of good models only exits 0; running it where the first one ran resumes it:
     # the finished searches are kept, not rerun, and the one not run before is searched.
+    # This batch and the commands after it join the suite's Ray (ray_cluster) instead of
+    # starting and stopping one each: starting its own was the first batch's to check.
+    request.getfixturevalue("ray_cluster")
     before = (out / "mlp" / "summary.json").stat().st_mtime_ns
     again = {"name": "mlp_again", "model": "mlp.onnx", "calibration_data": "mlp.npz"}
     good = _manifest(tmp_path, [*GOOD, again], name="good.yaml")

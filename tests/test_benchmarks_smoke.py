@@ -1,6 +1,8 @@
 """The benchmarks under ``benchmarks/`` run, with their smallest settings (``--smoke``), and
 write their JSON result with the expected keys. Speed is not checked here: a loaded CI
-machine gives other numbers; ``benchmarks/README.md`` holds the measured figures."""
+machine gives other numbers; ``benchmarks/README.md`` holds the measured figures.
+``scale.py``'s smoke size is the search of ``tests/scale/test_many_trials.py``, whose last
+test checks the benchmark's figures of that run."""
 
 from __future__ import annotations
 
@@ -26,11 +28,11 @@ MACHINE_KEYS = {"cpus", "cpu_model", "memory_gib", "load_average", "load_average
 
 
 #: How long a benchmark's smoke may run at most (seconds): a bound for one that hangs, not a
-#: speed check. The smokes that start several Ray instances or nodes (``scale``: four ``ray
-#: start`` nodes and a search; ``batch``: three Ray starts and four drivers) take minutes on a
-#: loaded 2-core machine; every wait inside them is on an event (a node registered, a process
-#: ended) and fails on its own saying what did not happen. Below pytest's 600 s per test, so
-#: that a smoke past it fails with what it printed rather than pytest-timeout's stack dump.
+#: speed check. The smokes that start several Ray instances (``batch``: three Ray starts and
+#: four drivers) take minutes on a loaded 2-core machine; every wait inside them is on an
+#: event (a node registered, a process ended) and fails on its own saying what did not happen.
+#: Below pytest's 600 s per test, so that a smoke past it fails with what it printed rather
+#: than pytest-timeout's stack dump.
 SMOKE_TIMEOUT_S = 540
 
 
@@ -283,35 +285,6 @@ def test_time_to_quality(tmp_path: Path) -> None:
     assert row["time_to_goal_s"] <= row["wall_s"] + 1
     (summary,) = report["summary"]
     assert summary["reached"] == 1 and summary["seeds"] == 1
-
-
-def test_scale(tmp_path: Path) -> None:
-    # 20 trials on two one-CPU `ray start` nodes, the worker node killed at trial 10. The
-    # benchmark's --smoke size (40 trials on four nodes, one killed at 20) is the run of
-    # tests/scale/test_many_trials.py (run_many_trials; the test's ASHA keeps the best fifth
-    # at a rung, the benchmark's the default third), whose tests check its behaviour; this
-    # test checks the benchmark's script and its figures, on half the nodes and trials.
-    report = run_benchmark("scale", tmp_path, "--trials", "20", "--workers", "1")
-    assert report["trials"] == 20 and report["kill_at"] == 10
-    assert report["nodes"] == ["head", "worker1"]
-    assert report["status"] == 0 and report["killed"]["node"] == "worker1"
-    assert report["killed"]["at_trials"] >= 10 and report["killed"]["pids"]
-    records = report["records"]
-    # The claims, not only their keys: every trial once in the journal and results.parquet,
-    # none journaled before the loss missing, the count reached.
-    assert records["complete"] is True and records["not_exactly_once"] == []
-    assert records["journal_lines"] == records["results_rows"] == 20
-    assert records["lost_after_kill"] == [] and records["summary_n_trials"] == 20
-    assert records["stop_reason"] == "iteration_limit"
-    overhead, memory = report["overhead"], report["driver_memory"]
-    for window in ("early", "late"):
-        assert overhead[window]["n"] > 0 and overhead[window]["median_s"] >= 0
-        assert overhead[window]["driver_cpu_s_per_trial"] > 0
-    assert overhead["ratio"] is not None and isinstance(overhead["met"], bool)
-    # A gap before every trial but the first on each node (and one its node took with it).
-    assert len(overhead["gaps"]) >= 15
-    assert memory["range_mib"] is not None and memory["samples"] >= 2
-    assert 0 < memory["rss_mib_min"] <= memory["rss_mib_max"] <= memory["peak_mib_whole_run"]
 
 
 def test_batch(tmp_path: Path) -> None:

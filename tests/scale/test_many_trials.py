@@ -11,7 +11,9 @@ nodes, and it ends with exactly its trial count, each trial recorded once.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from tests.reliability.helpers import journal
 from tests.scale.many_trials import run_many_trials
 
 pytestmark = pytest.mark.slow
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "scale.py"
 
 TRIALS = 40
 KILL_AT = 20
@@ -88,3 +92,45 @@ def test_the_search_goes_on_on_the_surviving_nodes(search):
     for row in search["rows"]:
         if row["status"] != "ok":
             assert row["error"].startswith(("NodeLost", "TrialUnreachable")), row["error"]
+
+
+def _scale_benchmark():
+    """``benchmarks/scale.py`` as a module (it puts its own folder on ``sys.path`` for its
+    ``_common``; the test process's path is put back)."""
+    spec = importlib.util.spec_from_file_location("benchmark_scale", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path
+    return module
+
+
+def test_the_scale_benchmarks_figures_of_the_run(search):
+    """``benchmarks/scale.py``'s figures of this run, which is its ``--smoke`` size (40 trials
+    on four nodes, one killed at 20): its search and cluster are the ones checked above, so
+    its smoke test reads them here instead of starting a cluster and a search of its own."""
+    report = _scale_benchmark().report_of(search, TRIALS, KILL_AT)
+    assert report["trials"] == TRIALS and report["kill_at"] == KILL_AT
+    assert report["nodes"] == ["head", "worker1", "worker2", "worker3"]
+    assert report["status"] == 0 and report["killed"]["node"] == "worker3"
+    assert report["killed"]["at_trials"] >= KILL_AT and report["killed"]["pids"]
+    records = report["records"]
+    # The claims, not only their keys: every trial once in the journal and results.parquet,
+    # none journaled before the loss missing, the count reached.
+    assert records["complete"] is True and records["not_exactly_once"] == []
+    assert records["journal_lines"] == records["results_rows"] == TRIALS
+    assert records["lost_after_kill"] == [] and records["summary_n_trials"] == TRIALS
+    assert records["stop_reason"] == "iteration_limit"
+    overhead, memory = report["overhead"], report["driver_memory"]
+    for window in ("early", "late"):
+        assert overhead[window]["n"] > 0 and overhead[window]["median_s"] >= 0
+        assert overhead[window]["driver_cpu_s_per_trial"] > 0
+    assert overhead["ratio"] is not None and isinstance(overhead["met"], bool)
+    # A gap before every trial but the first on each of the four nodes (and the one or two
+    # trials the lost node took with it).
+    assert len(overhead["gaps"]) >= TRIALS - 7
+    assert memory["range_mib"] is not None and memory["samples"] >= 2
+    assert 0 < memory["rss_mib_min"] <= memory["rss_mib_max"] <= memory["peak_mib_whole_run"]
+    assert json.dumps(report)  # what the benchmark writes as its JSON
