@@ -299,8 +299,10 @@ def test_no_candidate_for_a_bound_says_which_bound_not_a_missed_tolerance(decode
             ("a", 0.1, {"decode_over_bound": 1.0}),
             ("b", 0.2, {"size_over_budget": 1.0, "decode_over_bound": 1.0}),
             ("c", 0.9, {"decode_over_bound": 1.0}),  # outside the tolerance (0.5)
+            ("d", 0.1, {"size_over_budget": 1.0}),  # a sensitivity probe: never a candidate
         ])
     ]  # fmt: skip
+    rows[-1]["stage"] = "sensitivity"
     summary = write_outputs(
         tmp_path / "out", rows, config=config, stop_reason="space_exhausted", wall_time_s=1.0
     )

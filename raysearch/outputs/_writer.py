@@ -28,7 +28,7 @@ from raysearch.outputs._plots import write_plots
 from raysearch.outputs._report import PLOTLY_SRC_ENV, write_report
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.outputs._tensorboard import write_tensorboard
-from raysearch.ranking import best_record, finite, is_candidate, order, unquantized
+from raysearch.ranking import best_record, finite, is_candidate, is_probe, order, unquantized
 from raysearch.space.space import json_default
 
 if TYPE_CHECKING:
@@ -242,7 +242,9 @@ def _bounds_note(
     met = [
         r
         for r in rows
-        if finite(r.get("metric")) is not None and evaluator.is_candidate(r["metric"], float_metric)
+        if finite(r.get("metric")) is not None
+        and not is_probe(r)
+        and evaluator.is_candidate(r["metric"], float_metric)
     ]
     counts = {flag: sum(1 for r in met if (r.get("extra") or {}).get(flag)) for flag in _BOUNDS}
     said = [f"{n} {_BOUNDS[flag]}" for flag, n in counts.items() if n]
