@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from raysearch.outputs import best_record, results_table
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.recorder import TrialRecorder
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model
 
 
@@ -30,7 +31,7 @@ def test_on_a_tie_the_model_kept_is_the_best_records_whichever_ends_first(tmp_pa
     for trial_id, number in (("second", 2), ("first", 1)):
         path = trials / f"{trial_id}.onnx"
         shutil.copy(model, path)
-        record = {"status": "ok", "metric": 0.99, "is_candidate": False, "model_path": str(path)}
+        record = TrialRecord(status="ok", metric=0.99, model_path=str(path))
         recorder.record(_trial(trial_id, number), record)
     best = best_record(recorder.records, higher_is_better=True)
     assert best is not None and best["trial_id"] == "first"
@@ -46,7 +47,7 @@ def _candidate(recorder: TrialRecorder, model: Path, trial_id: str, number: int,
     path = recorder.output_dir / "trials_tmp" / f"{trial_id}.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(model, path)
-    record = {"status": "ok", "metric": metric, "is_candidate": True, "model_path": str(path)}
+    record = TrialRecord(status="ok", metric=metric, is_candidate=True, model_path=str(path))
     return recorder.record(_trial(trial_id, number), record)
 
 
