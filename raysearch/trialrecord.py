@@ -1,9 +1,9 @@
 """One finished (or, between rungs, partly evaluated) trial: :class:`TrialRecord`.
 
-The trainable makes a trial's record once, from the engine's ``TrialResult`` and what the
-actor knows (node, times, rung history); the recorder completes it with the trial's config,
-its retries, where its model went and the search's elapsed time (``dataclasses.replace``: the
-record is frozen). It is serialized only at the edges: JSON text in a Tune result
+The trial engine makes a trial's record (``StagedTrial``: its outcome, timings, sizes and
+``extra``, rung by rung); the trainable adds what the actor knows (node, times, rung
+history) and the recorder the trial's config, its retries, where its model went and the
+search's elapsed time, each with :meth:`TrialRecord.replace` (the record is frozen). It is serialized only at the edges: JSON text in a Tune result
 (``search/record/reported.py``), a JSON line of the journal, a row of ``results.parquet``;
 :meth:`TrialRecord.from_dict` reads each of them back into the same type, so a resumed
 search's recorder and strategies see what a fresh one's do.

@@ -28,7 +28,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +59,7 @@ from raysearch.search.tune._rungs import (
 from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
-    from raysearch.trial import TrialEngine, TrialResult
+    from raysearch.trial import TrialEngine
 
 __all__ = [
     "QuantTrainable",
@@ -224,12 +223,11 @@ class QuantTrainable(tune.Trainable):
             **UNRANKED,
         }
 
-    def _report(self, result: TrialResult, live: _Live, done: bool) -> dict[str, Any]:
+    def _report(self, result: TrialRecord, live: _Live, done: bool) -> dict[str, Any]:
         """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
         so far, and ASHA's rung and score (see :mod:`raysearch.search.tune._rungs`)."""
         first = self._trials_run == 1
-        record = TrialRecord(
-            **asdict(result),
+        record = result.replace(
             started_at=live.started_at,
             ended_at=time.time(),
             node=self._node,
