@@ -3,8 +3,9 @@
 The trial engine makes a trial's record (``StagedTrial``: its outcome, timings, sizes and
 ``extra``, rung by rung); the trainable adds what the actor knows (node, times, rung
 history) and the recorder the trial's config, its retries, where its model went and the
-search's elapsed time, each with :meth:`TrialRecord.replace` (the record is frozen). It is serialized only at the edges: JSON text in a Tune result
-(``search/record/reported.py``), a JSON line of the journal, a row of ``results.parquet``;
+search's elapsed time, each with :meth:`TrialRecord.replace` (the record is frozen). It is
+serialized only at the edges: JSON text in a Tune result (``search/record/reported.py``), a
+JSON line of the journal, a row of ``results.parquet``;
 :meth:`TrialRecord.from_dict` reads each of them back into the same type, so a resumed
 search's recorder and strategies see what a fresh one's do.
 
@@ -61,12 +62,13 @@ class TrialRecord(Mapping[str, Any]):
     is_candidate: bool = False
     could_be_candidate: bool = False
     error: str | None = None
-    # -- timings (seconds; ``started_at``/``ended_at`` wall clock) --------------------------
-    duration_s: float = 0.0
-    calibration_s: float = 0.0
-    quantization_s: float = 0.0
-    evaluation_s: float = 0.0
-    calib_cache_hit: bool = False
+    # -- timings (seconds; ``started_at``/``ended_at`` wall clock); None where the trial's
+    # engine never reported (its process died) ------------------------------------------
+    duration_s: float | None = None
+    calibration_s: float | None = None
+    quantization_s: float | None = None
+    evaluation_s: float | None = None
+    calib_cache_hit: bool | None = None
     started_at: float | None = None
     ended_at: float | None = None
     #: The search's wall time when the recorder wrote the record.
@@ -90,7 +92,7 @@ class TrialRecord(Mapping[str, Any]):
     rung_ended_at: list[float] | None = None
     rung_metrics: list[float | None] | None = None
     # -- where it ran -----------------------------------------------------------------------
-    device: str = "cpu"
+    device: str | None = None
     node: str | None = None
     node_id: str | None = None
     gpu_id: str | None = None

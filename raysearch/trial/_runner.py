@@ -310,7 +310,15 @@ class TrialRunner:
         self, settings: Mapping[str, Any], out_path: str | os.PathLike, rungs: EvalRungs | None
     ) -> StagedTrial:
         self._helped = 0
-        start = TrialRecord(status="failed", device=self.device)
+        start = TrialRecord(
+            status="failed",
+            device=self.device,
+            duration_s=0.0,
+            calibration_s=0.0,
+            quantization_s=0.0,
+            evaluation_s=0.0,
+            calib_cache_hit=False,
+        )
         trial = StagedTrial(self, start, Path(out_path), rungs)
         guard(trial, lambda: self._quantize_trial(settings, trial))
         return trial

@@ -211,7 +211,7 @@ class StagedTrial:
             decoder = runner.decoder_latency(self.out_path, self._session) if last else {}
         finally:
             spent = time.perf_counter() - started
-            self.result = self.result.replace(evaluation_s=self.result.evaluation_s + spent)
+            self.result = self.result.replace(evaluation_s=(self.result.evaluation_s or 0) + spent)
         float_score = self.float_score if last else self._partial_float_score(fraction)
         self.result = self.result.replace(
             metric=score.metric,

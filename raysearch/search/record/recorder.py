@@ -231,10 +231,12 @@ class TrialRecorder(tune.Callback):
             sensitivity=None,
         )
         # The one rule, as the journal reads it (a probe's stage comes with the config).
-        full = full.replace(is_candidate=is_candidate(full))
+        full = full.replace(
+            is_candidate=is_candidate(full),
+            elapsed_s=None if self.clock is None else round(self.clock(), 3),
+        )
+        # Last: the record it returns is the one kept as the best (kept by identity).
         full = self._place_model(trial_id, full)
-        if self.clock is not None:
-            full = full.replace(elapsed_s=round(self.clock(), 3))
         self.journal.append(full)
         self.records.append(full)
         self.recorded.add(trial_id)
@@ -382,7 +384,7 @@ class TrialRecorder(tune.Callback):
                 record.number,
                 record.metric,
                 is_candidate(record),
-                record.duration_s,
+                record.duration_s or 0.0,
                 record.params,
             )
         else:
