@@ -377,16 +377,12 @@ def pareto_front(
 
 def stopped_at_rung(record: Mapping[str, Any]) -> int | None:
     """The rung a trial's final record ended at when that is not the last one (ASHA stopped
-    it there); None for a trial evaluated on every row, or one that failed. Reads a record or
-    a Tune result as the trainable returned it (the record under ``trial``).
+    it there); None for a trial evaluated on every row, or one that failed.
 
     Example:
-        >>> stopped_at_rung({"trial": {"status": "ok", "rung": 0, "rungs": 3}})
+        >>> stopped_at_rung({"status": "ok", "rung": 0, "rungs": 3})
         0
     """
-    nested = record.get("trial")
-    if isinstance(nested, Mapping):  # a Tune result as the trainable returned it
-        record = nested
     rung, rungs = record.get("rung"), record.get("rungs")
     if record.get("status") != "ok" or not isinstance(rung, int) or not isinstance(rungs, int):
         return None

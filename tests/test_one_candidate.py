@@ -14,6 +14,7 @@ from raysearch.search.tune._loggers import logged_result
 from raysearch.search.tune._told import candidacy
 from raysearch.search.tune.stopper import CandidateStopper
 from raysearch.strategies._setting_phase import meets_tolerance
+from raysearch.trialrecord import TrialRecord
 
 CANDIDATE = {"status": "ok", "metric": 0.01, "is_candidate": True, "extra": {}}
 #: Field set, but its setting keeps every MatMul/Gemm/Conv float: never a candidate.
@@ -38,8 +39,8 @@ def test_every_reader_agrees_with_the_one_rule(record, expected):
     assert stopper.n_candidates == int(expected)
     assert stopper.stop_all() is expected
     # What the searcher is told of a finished trial (the phases' records).
-    assert candidacy({"trial": pack_record(record)})[0] is expected
+    assert candidacy({"trial": pack_record(TrialRecord.from_dict(record))})[0] is expected
     # What the loggers (TensorBoard, CSV, MLflow, W&B) are given.
-    assert logged_result({"metric": 0.01, "trial": pack_record(record)}, {})["is_candidate"] is (
-        expected
-    )
+    assert logged_result({"metric": 0.01, "trial": pack_record(TrialRecord.from_dict(record))}, {})[
+        "is_candidate"
+    ] is (expected)

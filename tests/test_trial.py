@@ -19,7 +19,8 @@ from raysearch.providers import (
     session_options,
     session_providers,
 )
-from raysearch.trial import FloatBaseline, TrialDevice, TrialResult, TrialRunner, TrialSpec
+from raysearch.trial import FloatBaseline, TrialDevice, TrialRunner, TrialSpec
+from raysearch.trialrecord import TrialRecord
 from tests.models import (
     encoder_data,
     make_conv_model,
@@ -220,8 +221,8 @@ def test_a_model_without_weighted_nodes_keeps_the_tolerance_rule(tmp_path):
     assert "quantized_share" not in result.extra and "quantizes_nothing" not in result.extra
 
 
-def test_trial_result_to_dict_replaces_non_finite_numbers():
-    record = TrialResult(status="failed", metric=float("nan"), latency_ms=float("inf")).to_dict()
+def test_trial_record_to_dict_replaces_non_finite_numbers():
+    record = TrialRecord(status="failed", metric=float("nan"), latency_ms=float("inf")).to_dict()
     assert record["metric"] is None and record["latency_ms"] is None
 
 

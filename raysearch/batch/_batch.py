@@ -51,6 +51,7 @@ from raysearch.outputs import (
     write_batch_report,
     write_plotly_js,
 )
+from raysearch.search.record.journal import Journal
 
 __all__ = ["BatchManifest", "ModelEntry", "run_batch", "BATCH_COLUMNS"]
 
@@ -371,21 +372,12 @@ def _span(folder: Path, seen: tuple[float, float] | None) -> tuple[float, float]
     run) its trials' first start and last end in its journal; None when neither is known."""
     if seen is not None:
         return seen
-    starts, ends = [], []
     try:
-        with open(folder / JOURNAL) as fh:
-            for line in fh:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    starts.append(record.get("started_at"))
-                    ends.append(record.get("ended_at"))
+        records = Journal(folder / JOURNAL).load()
     except OSError:
         return None
-    starts = [t for t in starts if isinstance(t, (int, float))]
-    ends = [t for t in ends if isinstance(t, (int, float))]
+    starts = [r.started_at for r in records if r.started_at is not None]
+    ends = [r.ended_at for r in records if r.ended_at is not None]
     return (min(starts), max(ends)) if starts and ends else None
 
 

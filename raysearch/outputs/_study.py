@@ -35,9 +35,6 @@ __all__ = ["Figure", "study_figures", "build_study", "export_study", "MIN_IMPORT
 
 _logger = logging.getLogger("raysearch.outputs")
 
-#: A rung score at or above this is ASHA's "protected" mark, not a metric.
-_PROTECTED = 1e299
-
 
 @dataclass(frozen=True)
 class Figure:
@@ -85,24 +82,10 @@ def distribution(values: Sequence[Any]) -> Any:
     return CategoricalDistribution(list(dict.fromkeys(values)))
 
 
-def _intermediate(record: Mapping[str, Any], higher: bool) -> dict[int, float]:
-    """The metric at each rung the journal kept (``rung_metrics``); for an older record, its
-    ``rung_scores`` ("higher is better" scores, not the protected mark) and the trial's metric
-    at its last rung."""
-    steps: dict[int, float] = {}
-    metrics = record.get("rung_metrics")
-    if metrics:
-        for rung, metric in enumerate(metrics):
-            if finite(metric) is not None:
-                steps[rung] = float(metric)
-        return steps
-    for rung, score in enumerate(record.get("rung_scores") or []):
-        if isinstance(score, (int, float)) and math.isfinite(score) and score < _PROTECTED:
-            steps[rung] = float(score) if higher else -float(score)
-    metric = finite(record.get("metric"))
-    if metric is not None and int(record.get("rungs") or 1) > 1:
-        steps[int(record.get("rung") or 0)] = metric
-    return steps
+def _intermediate(record: Mapping[str, Any]) -> dict[int, float]:
+    """The metric at each rung the journal kept (``rung_metrics``)."""
+    metrics = record.get("rung_metrics") or []
+    return {rung: float(m) for rung, m in enumerate(metrics) if finite(m) is not None}
 
 
 def _when(seconds: Any) -> datetime.datetime | None:
@@ -158,7 +141,7 @@ def _trial(
             "latency_ms": finite(record.get("latency_ms")),
             "error": record.get("error"),
         },
-        intermediate_values=_intermediate(record, higher),
+        intermediate_values=_intermediate(record),
     )
     # The trial's own times (the timeline); create_trial stamps "now".
     start, end = _when(record.get("started_at")), _when(record.get("ended_at"))

@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from raysearch.search._pending_reference import PendingReference
     from raysearch.search.preflight import Prepared
     from raysearch.search.runtime import KeptWarm
+    from raysearch.trialrecord import TrialRecord
 
 __all__ = ["Execution", "most_frequent_error"]
 
@@ -522,8 +523,8 @@ class _OnRecord:
         self.reference = reference
         self.timer = timer
 
-    def __call__(self, record: dict[str, Any]) -> None:
-        self.stopper.observe(record["trial_id"], record)
+    def __call__(self, record: TrialRecord) -> None:
+        self.stopper.observe(str(record.trial_id), record)
         if not self.preloading:
             from raysearch.outputs import preload_output_modules
 

@@ -4,7 +4,6 @@ The names below are defined in ``raysearch.trial._runner``."""
 
 from __future__ import annotations
 
-from raysearch.trial._result import TrialResult
 from raysearch.trial._runner import (
     FloatBaseline,
     StagedTrial,
@@ -17,7 +16,6 @@ from raysearch.trial._runner import (
 )
 
 __all__ = [
-    "TrialResult",
     "TrialSpec",
     "TrialDevice",
     "FloatBaseline",

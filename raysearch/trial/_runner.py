@@ -8,7 +8,7 @@ techniques borrow from the trial is the trial's own quantize and score).
 :class:`~raysearch.trial._staged.StagedTrial` evaluated rung by rung on growing subsets of the
 evaluation rows (``rungs``); :meth:`TrialRunner.run` evaluates every row at once. Neither
 raises for a bad setting: whatever ONNX Runtime refuses, and any metric that cannot be
-computed, becomes a ``failed`` :class:`TrialResult` with a one-line error.
+computed, becomes a ``failed`` :class:`~raysearch.trialrecord.TrialRecord` with a one-line error.
 
 Example:
     >>> from raysearch.data._data import DataSource
@@ -52,8 +52,8 @@ from raysearch.providers import (
 from raysearch.quantize.pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_backend
 from raysearch.quantize.technique import TechniqueContext, quantize_and_score
-from raysearch.trial._result import TrialResult
 from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete, guard, one_line
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.data import DataSource
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
 __all__ = [
-    "TrialResult",
     "TrialSpec",
     "TrialDevice",
     "FloatBaseline",
@@ -300,7 +299,7 @@ class TrialRunner:
         return self._backends[key]
 
     # -- one trial ---------------------------------------------------------------------------
-    def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialResult:
+    def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialRecord:
         """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report.
         Never raises for a bad setting: failures are results with ``status="failed"``; only
         ``MemoryError`` propagates (the process, not the setting, is in trouble)."""
@@ -316,12 +315,21 @@ class TrialRunner:
         self, settings: Mapping[str, Any], out_path: str | os.PathLike, rungs: EvalRungs | None
     ) -> StagedTrial:
         self._helped = 0
-        trial = StagedTrial(self, TrialResult("failed", device=self.device), Path(out_path), rungs)
+        start = TrialRecord(
+            status="failed",
+            device=self.device,
+            duration_s=0.0,
+            calibration_s=0.0,
+            quantization_s=0.0,
+            evaluation_s=0.0,
+            calib_cache_hit=False,
+        )
+        trial = StagedTrial(self, start, Path(out_path), rungs)
         guard(trial, lambda: self._quantize_trial(settings, trial))
         return trial
 
     def _quantize_trial(self, settings: Mapping[str, Any], trial: StagedTrial) -> None:
-        result, out_path = trial.result, trial.out_path
+        out_path = trial.out_path
         name = settings.get("quantizer") or DEFAULT_BACKEND
         backend_cls = get_backend(name)
         plan = self.techniques.plan(settings)
@@ -335,7 +343,7 @@ class TrialRunner:
         # mixed precision), the same check the search applies before a setting runs.
         reason = backend_reject(dict(settings))
         if reason:
-            result.error = f"rejected: {reason}"
+            trial.result = trial.result.replace(error=f"rejected: {reason}")
             return
         # The shared values may raise for reasons that are not this setting's fault; they
         # are computed before quantizing so that such errors are not blamed on it.
@@ -346,16 +354,18 @@ class TrialRunner:
         try:
             info = self._quantize(name, plan, out_path)
         finally:
-            result.sensitivity = plan.rankings or None
+            trial.result = trial.result.replace(sensitivity=plan.rankings or None)
         if trial.reference is None and self.evaluator.needs_reference:
             # A reference still on its way (the search's first trials): quantizing did not
             # need it, evaluating does.
             trial.reference = self.float_reference
-        result.calibration_s = info.calibration_s
-        result.quantization_s = info.quantization_s
-        result.calib_cache_hit = info.calib_cache_hit
-        result.model_path = str(out_path)
-        result.model_size_bytes = model_size_bytes(out_path)
+        trial.result = trial.result.replace(
+            calibration_s=info.calibration_s,
+            quantization_s=info.quantization_s,
+            calib_cache_hit=info.calib_cache_hit,
+            model_path=str(out_path),
+            model_size_bytes=model_size_bytes(out_path),
+        )
         trial.share = (
             info.quantized_share
             if info.quantized_share is not None

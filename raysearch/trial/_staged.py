@@ -43,7 +43,7 @@ from raysearch.evaluate.subsets import GrowingOutputs, could_reach, mean_error, 
 from raysearch.metrics import METRICS, mean_metric, metric_per_sample
 from raysearch.modelgraph import quantizes_nothing
 from raysearch.providers import make_session
-from raysearch.trial._result import TrialResult
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     import numpy as np
@@ -135,7 +135,7 @@ class StagedTrial:
     """
 
     def __init__(
-        self, runner: TrialEngine, result: TrialResult, out_path: Path, rungs: EvalRungs | None
+        self, runner: TrialEngine, result: TrialRecord, out_path: Path, rungs: EvalRungs | None
     ) -> None:
         self.runner = runner
         self.result = result
@@ -161,7 +161,7 @@ class StagedTrial:
     def n_rungs(self) -> int:
         return 1 if self.rungs is None else len(self.rungs)
 
-    def step(self) -> TrialResult:
+    def step(self) -> TrialRecord:
         """Evaluate the next rung; the result so far (the trial's complete result once
         :attr:`done`). Never raises for a bad setting (as ``TrialRunner.run``)."""
         if not self.quantized:
@@ -174,7 +174,7 @@ class StagedTrial:
             self.close()
         return self.result
 
-    def finish(self) -> TrialResult:
+    def finish(self) -> TrialRecord:
         """Every rung left; the trial's complete result."""
         while not self.done:
             self.step()
@@ -193,7 +193,7 @@ class StagedTrial:
 
     # -- one rung ------------------------------------------------------------------------------
     def _evaluate(self) -> None:
-        runner, result = self.runner, self.result
+        runner = self.runner
         evaluator = runner.evaluator
         k, last = self.rung, self.rung == self.n_rungs - 1
         fraction = 1.0 if last or self.rungs is None else self.rungs.fraction(k)
@@ -210,23 +210,28 @@ class StagedTrial:
             # A language model's decode step and prefill, timed once, on the whole trial.
             decoder = runner.decoder_latency(self.out_path, self._session) if last else {}
         finally:
-            result.evaluation_s += time.perf_counter() - started
+            spent = time.perf_counter() - started
+            self.result = self.result.replace(evaluation_s=(self.result.evaluation_s or 0) + spent)
         float_score = self.float_score if last else self._partial_float_score(fraction)
-        result.metric = score.metric
-        result.extra = runner.trial_extra({**self.extra, **score.extra}, self.share, latency)
-        result.latency_ms = latency
-        result.decode_latency_ms = decoder.get("decode_latency_ms")
+        extra = runner.trial_extra({**self.extra, **score.extra}, self.share, latency)
         if "anchor_decode_latency_ms" in decoder:  # the bound's model, timed in turn with it
-            result.extra["builder_decode_latency_ms"] = decoder["anchor_decode_latency_ms"]
-        result.prefill_latency_ms = decoder.get("prefill_latency_ms")
-        result.rung, result.rungs = k, self.n_rungs
-        result.eval_fraction = fraction
-        result.eval_rows = self._rows(k, last)
-        result.objective = evaluator.sampler_objective(
-            score.metric, float_score, self.share, runner.weighted_node_count
+            extra["builder_decode_latency_ms"] = decoder["anchor_decode_latency_ms"]
+        self.result = self.result.replace(
+            metric=score.metric,
+            extra=extra,
+            latency_ms=latency,
+            decode_latency_ms=decoder.get("decode_latency_ms"),
+            prefill_latency_ms=decoder.get("prefill_latency_ms"),
+            rung=k,
+            rungs=self.n_rungs,
+            eval_fraction=fraction,
+            eval_rows=self._rows(k, last),
+            objective=evaluator.sampler_objective(
+                score.metric, float_score, self.share, runner.weighted_node_count
+            ),
         )
         self._decide(score.metric, float_score, last)
-        result.status = "ok"
+        self.result = self.result.replace(status="ok")
         self.rung += 1
         self.done = last
 
@@ -282,30 +287,31 @@ class StagedTrial:
         """Whether the result so far is a candidate and could still become one: the one place
         a trial's candidacy is decided (``TrialRunner.run`` and ``start``, every rung)."""
         result, evaluator = self.result, self.runner.evaluator
-        result.rung_error = None
+        extra, rung_error = dict(result.extra), None
         weighted = self.runner.weighted_node_count
         if last:
-            result.is_candidate, flags = decide_complete(
-                evaluator, metric, float_score, self.share, weighted
-            )
-            bound = result.extra.get("builder_decode_latency_ms", self.runner.max_decode_latency_ms)
+            candidate, flags = decide_complete(evaluator, metric, float_score, self.share, weighted)
+            bound = extra.get("builder_decode_latency_ms", self.runner.max_decode_latency_ms)
             decode = result.decode_latency_ms
             if bound is not None and decode is not None and decode > bound:
                 flags["decode_over_bound"] = 1.0  # within the tolerance, too slow to decode
-                result.is_candidate = False
+                candidate = False
             budget, size = self.runner.max_model_size_bytes, result.model_size_bytes
             if budget is not None and size is not None and size > budget:
                 flags["size_over_budget"] = 1.0  # within the tolerance, larger than allowed
-                result.is_candidate = False
-            result.extra.update(flags)
-            result.could_be_candidate = result.is_candidate
+                candidate = False
+            extra.update(flags)
+            could = candidate
         elif quantizes_nothing(self.share, weighted):
-            result.extra["quantizes_nothing"] = 1.0
-            result.is_candidate = result.could_be_candidate = False
+            extra["quantizes_nothing"] = 1.0
+            candidate = could = False
         else:
-            result.is_candidate = False  # decided on every row, never on some
-            result.could_be_candidate = self._could_be_candidate(metric, float_score)
-            result.rung_error = self._rung_error()
+            candidate = False  # decided on every row, never on some
+            could = self._could_be_candidate(metric, float_score)
+            rung_error = self._rung_error()
+        self.result = result.replace(
+            is_candidate=candidate, could_be_candidate=could, extra=extra, rung_error=rung_error
+        )
 
     def _rung_error(self) -> float | None:
         """The standard error of the metric on the rows seen (None for a custom evaluator,
@@ -364,16 +370,19 @@ def guard(trial: StagedTrial, work: Callable[[], None]) -> None:
             raise
         trial.done = True
         trial.close()
-        result = trial.result
-        result.status = "failed"
-        result.metric = result.objective = None
-        result.is_candidate = result.could_be_candidate = False
-        result.error = one_line(exc)
-        if result.model_path is not None:  # keep no half-useful model on disk
+        if trial.result.model_path is not None:  # keep no half-useful model on disk
             with contextlib.suppress(OSError):
                 trial.out_path.unlink()
-            result.model_path = None
-        _logger.info("trial failed: %s", result.error)
+        trial.result = trial.result.replace(
+            status="failed",
+            metric=None,
+            objective=None,
+            is_candidate=False,
+            could_be_candidate=False,
+            error=one_line(exc),
+            model_path=None,
+        )
+        _logger.info("trial failed: %s", trial.result.error)
         _logger.debug("trial failure", exc_info=True)
     finally:
-        trial.result.duration_s = time.perf_counter() - trial.started
+        trial.result = trial.result.replace(duration_s=time.perf_counter() - trial.started)

@@ -22,6 +22,7 @@ from typing import Any
 from raysearch.config import SearchConfig
 from raysearch.outputs import write_outputs
 from raysearch.search.record.journal import Journal
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model
 
 SIZES = (3, 5)
@@ -97,7 +98,7 @@ def main(out: Path) -> None:
         _round = round_
         n = SIZES[round_ % 2]
         write_outputs(out, records(n), config=cfg, stop_reason="space_exhausted", wall_time_s=1)
-        journal.append({"trial_id": f"r{round_}", "payload": payload})
+        journal.append(TrialRecord(trial_id=f"r{round_}", error=payload))
         if round_ == 0:
             print("ready", flush=True)
     shutil.rmtree(out)  # never reached

@@ -25,6 +25,7 @@ from raysearch.cli import main
 from raysearch.outputs import write_outputs
 from raysearch.search import AutoSearch
 from raysearch.search.record.journal import Journal
+from raysearch.trialrecord import TrialRecord
 from tests.reliability.helpers import probe_config, subprocess_env, write_config
 from tests.reliability.output_writer import HOLD, SIZES, config, records
 
@@ -89,7 +90,7 @@ def _check_whole(out: Path) -> None:
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and all(_events(p) for p in events)
     lines = Journal(out / "journal.jsonl").load()
-    assert lines and all(len(r["payload"]) == 20000 for r in lines)
+    assert lines and all(len(r.error) == 20000 for r in lines)
 
 
 def _reader(proc: subprocess.Popen) -> queue.Queue:
@@ -167,16 +168,16 @@ def test_the_journal_appends_after_a_torn_last_line(tmp_path: Path):
     # and the next record starts on a line of its own.
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
-    journal.append({"trial_id": "whole", "payload": "x" * 20000})
+    journal.append(TrialRecord(trial_id="whole", error="x" * 20000))
     journal.close()
     line = path.read_text()
     with open(path, "a") as fh:
         fh.write(line[: len(line) // 2].replace("whole", "torn"))
-    assert [r["trial_id"] for r in Journal(path).load()] == ["whole"]
+    assert [r.trial_id for r in Journal(path).load()] == ["whole"]
     journal = Journal(path)
-    journal.append({"trial_id": "after-the-crash", "payload": "x" * 20000})
+    journal.append(TrialRecord(trial_id="after-the-crash", error="x" * 20000))
     journal.close()
-    assert [r["trial_id"] for r in Journal(path).load()] == ["whole", "after-the-crash"]
+    assert [r.trial_id for r in Journal(path).load()] == ["whole", "after-the-crash"]
 
 
 def _user_files(out: Path) -> dict[str, str]:

@@ -232,13 +232,14 @@ def test_trials_on_another_node_get_the_model_and_send_back_theirs_as_files(tmp_
 def test_overwrite_removes_the_data_files_it_wrote_and_nothing_else(external, tmp_path):
     from raysearch.search.record.journal import Journal
     from raysearch.search.runner import JOURNAL, MARKER, _clean_output_dir
+    from raysearch.trialrecord import TrialRecord
 
     out = tmp_path / "out"
     out.mkdir()
     (out / MARKER).write_text("{}")
     journal = Journal(out / JOURNAL)
     for trial in ("t1", "t2"):
-        journal.append({"trial_id": trial, "status": "ok"})
+        journal.append(TrialRecord(trial_id=trial, status="ok"))
     for folder, name in (("candidates", "t1.onnx"), ("kept", "t2.onnx"), ("best", "model.onnx")):
         source = make_external_mlp(tmp_path / "src" / f"{folder}.onnx")
         place_model(source, out / folder / name, move=True)

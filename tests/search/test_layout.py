@@ -14,21 +14,22 @@ from raysearch.search.record.journal import Journal
 from raysearch.search.runner import _clean_output_dir
 from raysearch.search.tune.stopper import trial_limit
 from raysearch.space import SearchSpace
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model
 
 
-def _records(model_file: str) -> list[dict]:
+def _records(model_file: str) -> list[TrialRecord]:
     return [
-        {
-            "trial_id": f"t{i}",
-            "number": i,
-            "status": "ok",
-            "metric": 0.1 * i,
-            "is_candidate": i == 1,
-            "duration_s": 0.1,
-            "params": {"calibrate_method": ["MinMax", "Percentile"][i % 2]},
-            "model_file": model_file if i == 1 else None,
-        }
+        TrialRecord(
+            trial_id=f"t{i}",
+            number=i,
+            status="ok",
+            metric=0.1 * i,
+            is_candidate=i == 1,
+            duration_s=0.1,
+            params={"calibrate_method": ["MinMax", "Percentile"][i % 2]},
+            model_file=model_file if i == 1 else None,
+        )
         for i in (1, 2, 3)
     ]
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from raysearch.outputs import best_record, results_table
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.recorder import TrialRecorder
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model
 
 
@@ -30,7 +31,7 @@ def test_on_a_tie_the_model_kept_is_the_best_records_whichever_ends_first(tmp_pa
     for trial_id, number in (("second", 2), ("first", 1)):
         path = trials / f"{trial_id}.onnx"
         shutil.copy(model, path)
-        record = {"status": "ok", "metric": 0.99, "is_candidate": False, "model_path": str(path)}
+        record = TrialRecord(status="ok", metric=0.99, model_path=str(path))
         recorder.record(_trial(trial_id, number), record)
     best = best_record(recorder.records, higher_is_better=True)
     assert best is not None and best["trial_id"] == "first"
@@ -41,12 +42,32 @@ def test_on_a_tie_the_model_kept_is_the_best_records_whichever_ends_first(tmp_pa
     assert not list(trials.iterdir())
 
 
+def test_with_the_search_clock_the_best_trials_model_stays_kept(tmp_path: Path):
+    """The record the recorder keeps as its best is the one in its records (the search's
+    clock adds ``elapsed_s`` to every record): the best model is never deleted as unkept."""
+    model = make_mlp_model(tmp_path / "float.onnx")
+    out = tmp_path / "out"
+    recorder = TrialRecorder(
+        out, Journal(out / "journal.jsonl"), higher_is_better=True, clock=lambda: 1.5
+    )
+    for trial_id, number, metric in (("t1", 1, 0.9), ("t2", 2, 0.95)):
+        path = out / "trials_tmp" / f"{trial_id}.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(model, path)
+        record = TrialRecord(status="ok", metric=metric, model_path=str(path))
+        recorder.record(_trial(trial_id, number), record)
+    assert recorder.best is recorder.records[-1] and recorder.best.elapsed_s == 1.5
+    assert _files(out / "kept") == ["t2"]
+    assert _model_files(recorder.records) == {"t1": None, "t2": "kept/t2.onnx"}
+    recorder.journal.close()
+
+
 def _candidate(recorder: TrialRecorder, model: Path, trial_id: str, number: int, metric: float):
     """A candidate trial ending with ``metric`` (higher is better), its model in trials_tmp/."""
     path = recorder.output_dir / "trials_tmp" / f"{trial_id}.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(model, path)
-    record = {"status": "ok", "metric": metric, "is_candidate": True, "model_path": str(path)}
+    record = TrialRecord(status="ok", metric=metric, is_candidate=True, model_path=str(path))
     return recorder.record(_trial(trial_id, number), record)
 
 

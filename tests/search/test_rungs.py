@@ -26,6 +26,7 @@ from raysearch.search.tune._rungs import (
 from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.search.tune.stopper import CandidateStopper
 from raysearch.space import SearchSpace
+from raysearch.trialrecord import TrialRecord
 
 RUNGS = EvalRungs((0.1, 0.33, 1.0), (40, 132, 400), np.arange(400), reduction_factor=3.0)
 
@@ -152,11 +153,12 @@ def test_the_searcher_is_told_a_stopped_trials_partial_result_and_never_takes_it
     # What Tune hands the searcher: the last result, the record in it as JSON text.
     full = {"status": "ok", "rung": 2, "rungs": 3}
     searcher.on_trial_complete(
-        "full", {"metric": 0.8, "objective": 0.8, "trial": pack_record(full)}
+        "full", {"metric": 0.8, "objective": 0.8, "trial": pack_record(TrialRecord.from_dict(full))}
     )
     stopped = {"status": "ok", "rung": 0, "rungs": 3}
     searcher.on_trial_complete(
-        "stopped", {"metric": 0.9, "objective": 0.9, "trial": pack_record(stopped)}
+        "stopped",
+        {"metric": 0.9, "objective": 0.9, "trial": pack_record(TrialRecord.from_dict(stopped))},
     )
     records = {r["trial_id"]: r for r in searcher.context.records}
     assert records["stopped"]["stopped_at_rung"] == 0 and records["stopped"]["metric"] == 0.9

@@ -14,6 +14,7 @@ from raysearch.search.record.journal import settings_key
 from raysearch.search.record.reported import pack_record
 from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
 from raysearch.space import SearchSpace
+from raysearch.trialrecord import TrialRecord
 from tests.search.conftest import CONDITIONAL_SPACE
 
 SMALL = {"calibrate_method": ["MinMax", "Entropy"], "per_channel": [True, False]}
@@ -245,9 +246,9 @@ def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
         searcher.add_finished([{**journaled, "latency_ms": 4.0, "model_size_bytes": 2e6}])
         first, second = searcher.suggest("t0"), searcher.suggest("t1")
         # As Tune hands it (the record as JSON text), and one without a size (failed).
-        record = pack_record({"latency_ms": 2.0, "model_size_bytes": 3_000_000})
+        record = pack_record(TrialRecord(latency_ms=2.0, model_size_bytes=3_000_000))
         searcher.on_trial_complete("t0", {"metric": 0.9, "objective": 1.5, "trial": record})
-        told = {"metric": 0.9, "objective": 1.5, "trial": pack_record({"latency_ms": 2.0})}
+        told = {"metric": 0.9, "objective": 1.5, "trial": pack_record(TrialRecord(latency_ms=2.0))}
         searcher.on_trial_complete("t1", told)  # no size: told as failed
     study = searcher.phases[0].optuna._ot_study
     assert study.directions == [
@@ -270,7 +271,9 @@ def test_one_objective_tells_the_sampler_no_values():
     with quiet_optuna():
         searcher = SettingSearcher.sampler("NSGAII", [space], mode="min", seed=0, max_trials=2)
         searcher.suggest("t0")
-        searcher.on_trial_complete("t0", {"metric": 0.2, "trial": pack_record({"latency_ms": 2.0})})
+        searcher.on_trial_complete(
+            "t0", {"metric": 0.2, "trial": pack_record(TrialRecord(latency_ms=2.0))}
+        )
     assert searcher.values == {}
     assert searcher.phases[0].optuna._ot_study.trials[0].values == [0.2]
 

@@ -9,8 +9,8 @@ records, and Tune runs the trials left in a new experiment.
 Example:
     >>> import pathlib, tempfile
     >>> journal = Journal(pathlib.Path(tempfile.mkdtemp()) / "journal.jsonl")
-    >>> journal.append({"trial_id": "a1", "key": "{...}", "status": "ok", "metric": 0.1})
-    >>> [r["trial_id"] for r in Journal(journal.path).load()]
+    >>> journal.append(TrialRecord(trial_id="a1", key="{...}", status="ok", metric=0.1))
+    >>> [r.trial_id for r in Journal(journal.path).load()]
     ['a1']
 """
 
@@ -18,30 +18,18 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from raysearch.fileio import atomic_write_text
 from raysearch.space.space import json_default, settings_key
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
 
 _logger = logging.getLogger(__name__)
-
-
-def _clean(value: Any) -> Any:
-    """NaN and infinities as None: the journal is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 class Journal:
@@ -51,20 +39,20 @@ class Journal:
         self.path = Path(path)
         self._fh = None
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[TrialRecord]:
         """Every complete record, in the order written. A torn last line (the process died
         while writing it) is ignored, and so is a repeated trial id (the first one wins)."""
-        records: list[dict[str, Any]] = []
+        records: list[TrialRecord] = []
         seen: set[str] = set()
         for record in self._lines():
-            trial_id = record.get("trial_id")
+            trial_id = record.trial_id
             if trial_id in seen:
                 continue
             seen.add(trial_id)
             records.append(record)
         return records
 
-    def _lines(self) -> Iterator[dict[str, Any]]:
+    def _lines(self) -> Iterator[TrialRecord]:
         if not self.path.exists():
             return
         with open(self.path, encoding="utf-8") as fh:
@@ -73,20 +61,21 @@ class Journal:
                 if not line:
                     continue
                 try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    _logger.warning("%s:%d: ignoring a torn record", self.path, number)
+                    data = json.loads(line)
+                    record = TrialRecord.from_dict(data) if isinstance(data, dict) else None
+                except (json.JSONDecodeError, TypeError, ValueError) as exc:
+                    _logger.warning("%s:%d: ignoring a torn record (%s)", self.path, number, exc)
                     continue
-                if isinstance(record, dict) and "trial_id" in record:
+                if record is not None and record.trial_id is not None:
                     yield record
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: TrialRecord) -> None:
         """Write one record and make it durable (flush + fsync) before returning."""
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._repair_tail()
             self._fh = open(self.path, "a", encoding="utf-8")
-        line = json.dumps(_clean(record), default=json_default, allow_nan=False)
+        line = json.dumps(record.to_dict(), default=json_default, allow_nan=False)
         self._fh.write(line + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
@@ -113,17 +102,15 @@ class SessionClock:
     output folder existed count too) on.
 
     Example:
-        >>> clock = SessionClock([{"elapsed_s": 12.5}, {"elapsed_s": 30.0}])
+        >>> clock = SessionClock([TrialRecord(elapsed_s=12.5), TrialRecord(elapsed_s=30.0)])
         >>> clock.elapsed_before_s, clock.elapsed_s >= 30.0
         (30.0, True)
     """
 
     def __init__(
-        self, records: Iterable[Mapping[str, Any]] = (), *, started_at: float | None = None
+        self, records: Iterable[TrialRecord] = (), *, started_at: float | None = None
     ) -> None:
-        self.elapsed_before_s = max(
-            (float(r.get("elapsed_s") or 0.0) for r in records), default=0.0
-        )
+        self.elapsed_before_s = max((r.elapsed_s or 0.0 for r in records), default=0.0)
         self._start = time.monotonic() if started_at is None else started_at
 
     @property

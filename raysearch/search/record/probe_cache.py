@@ -43,6 +43,7 @@ from typing import Any
 
 from raysearch.fileio import atomic_write_bytes
 from raysearch.space import settings_key
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["ProbeCache", "FOLDER", "ENVIRONMENT", "enabled", "content_key", "search_probe_cache"]
 
@@ -181,7 +182,7 @@ class ProbeCache:
             return entry
         return None
 
-    def lookup(self, settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    def lookup(self, settings: Mapping[str, Any]) -> TrialRecord | None:
         """The record of an earlier search's probe of ``settings``, as this search records
         it (``status`` ok, timings 0, ``reused_from``, candidacy decided again), or None."""
         try:
@@ -204,7 +205,7 @@ class ProbeCache:
         else:
             record.update(is_candidate=bool(stored.get("is_candidate")), objective=metric)
         self.reused += 1
-        return record
+        return TrialRecord.from_dict(record)
 
     def store(self, settings: Mapping[str, Any], record: Mapping[str, Any], trial_id: str) -> bool:
         """Keep the result of the probe of ``settings`` (trial ``trial_id``) for later

@@ -25,19 +25,11 @@ the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
    completes a deletion a killed search cut short);
 4. logs the trial to ``auto_search.log``.
 
-A record: ``trial_id``, ``number``, ``phase``, ``key``, ``point``, ``params``, ``settings``,
-``status`` (ok|failed), ``metric``, ``is_candidate``, ``error``, the timings and other fields
-of the trial engine's ``TrialResult`` (``eval_rows`` and ``eval_fraction``: the rows the
-metric is over), ``stopped_at_rung`` (the rung ASHA stopped the trial at; None when it was
-evaluated on every row), ``rung_scores`` and ``rung_ended_at`` (what ASHA ranked it by at each
-rung, and when: a resumed search refills ASHA's rungs from them), ``rung_metrics`` (the metric
-at each rung, the Optuna study's intermediate values), ``node``, ``model_file``
-(relative to the output folder, or None), ``model_lost`` (only when a model to keep could not
-be kept, e.g. its node was lost before the driver fetched it: why, in one line; such a trial
-is never the best), ``retries`` and ``retried_after`` (how many times Ray Tune ran the trial
-again after its process or node failed, and after what: ``NodeLost: ...`` for a lost node;
-:mod:`raysearch.search.record.retries`) and
-``elapsed_s`` (search wall time when it ended).
+A record is a :class:`~raysearch.trialrecord.TrialRecord` (its fields say what each one
+holds): the trainable's report completed here with the trial's config, ``stopped_at_rung``,
+``retries`` and ``retried_after`` (:mod:`raysearch.search.record.retries`), ``model_file``
+(relative to the output folder, or None), ``model_lost`` (a model to keep that could not be
+kept; such a trial is never the best) and ``elapsed_s``.
 """
 
 from __future__ import annotations
@@ -76,6 +68,7 @@ from raysearch.search.record.reported import reported_record
 from raysearch.search.record.retries import RETRIES_SPENT, RetryLog
 from raysearch.search.runtime._node_loss import ModelLostError, NodeWatch, lost_trial_line
 from raysearch.search.runtime.transfer import current_node_id, drop_model, fetch_model
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
 
@@ -131,9 +124,9 @@ class TrialRecorder(tune.Callback):
         keep_candidates: int | None = None,
         select: str = "metric",
         objectives: Sequence[str] = ("metric",),
-        prior: Sequence[dict[str, Any]] = (),
+        prior: Sequence[TrialRecord] = (),
         clock: Callable[[], float] | None = None,
-        on_record: Callable[[dict[str, Any]], None] | None = None,
+        on_record: Callable[[TrialRecord], None] | None = None,
         watch_nodes: bool = False,
         max_failures: int = 0,
         client_folder: ModelFolder | None = None,
@@ -149,9 +142,9 @@ class TrialRecorder(tune.Callback):
         self.objectives = tuple(objectives)
         self.clock = clock
         self.on_record = on_record
-        self.records: list[dict[str, Any]] = list(prior)
-        self.recorded: set[str] = {str(r.get("trial_id")) for r in prior}
-        self.best: dict[str, Any] | None = None
+        self.records: list[TrialRecord] = list(prior)
+        self.recorded: set[str] = {str(r.trial_id) for r in prior}
+        self.best: TrialRecord | None = None
         self._node_id: str | None = None
         # Rows of sensitivity.parquet: the rankings trials computed, once per (base, rank_by).
         self._sensitivity = read_sensitivity_table(self.output_dir / SENSITIVITY_FILE)
@@ -169,14 +162,12 @@ class TrialRecorder(tune.Callback):
         if result.get("done", True) is False:
             return  # a rung before the last, and ASHA lets the trial go on
         check_tune_disk()
-        record = reported_record(result)
-        record["stopped_at_rung"] = stopped_at_rung(record)
-        if record.get("disk_full"):
+        record = reported_record(result) or TrialRecord()
+        if record.disk_full:
             # The trial's disk filled up: the search stops here and leaves the trial out of
             # the journal, so that resume runs it again.
-            raise DiskFullError(str(record.get("error") or "no space left on device"))
-        record.setdefault("status", "failed")
-        self.record(trial, record)
+            raise DiskFullError(record.error or "no space left on device")
+        self.record(trial, record.replace(stopped_at_rung=stopped_at_rung(record)))
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.retries.started(trial)
@@ -201,54 +192,51 @@ class TrialRecorder(tune.Callback):
             return
         text = _error_text(trial) or "the trial's actor failed"
         _logger.debug("trial %s raised:\n%s", trial.trial_id, text)
-        record = {
-            "status": "failed",
-            "metric": None,
-            "is_candidate": False,
-            "error": self.retries.line(trial.trial_id, _error_line(_last_failure(text))),
-            "node": getattr(trial, "node_ip", None),
-            "node_id": self.retries.node_of(trial.trial_id),
-        }
+        record = TrialRecord(
+            status="failed",
+            error=self.retries.line(trial.trial_id, _error_line(_last_failure(text))),
+            node=getattr(trial, "node_ip", None),
+            node_id=self.retries.node_of(trial.trial_id),
+        )
         self.record(trial, record)
 
     # -- recording -------------------------------------------------------------------------
-    def record(self, trial: Any, record: dict[str, Any]) -> dict[str, Any]:
+    def record(self, trial: Any, record: TrialRecord) -> TrialRecord:
         """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
         return self._record(trial.trial_id, trial.config, record)
 
     def record_reused(
-        self, trial_id: str, config: dict[str, Any], record: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, trial_id: str, config: dict[str, Any], record: TrialRecord
+    ) -> TrialRecord:
         """Journal a result no trial ran: an earlier search's probe of the same settings
         (``record`` holds ``reused_from``; ``config`` is what the searcher would have handed
         the trial). It has no model."""
-        return self._record(trial_id, config, {**record, "model_path": None})
+        return self._record(trial_id, config, record.replace(model_path=None))
 
-    def _record(
-        self, trial_id: str, config: dict[str, Any], record: dict[str, Any]
-    ) -> dict[str, Any]:
-        ok = record["status"] == "ok"
-        record["metric"] = _finite(record.get("metric")) if ok else None
-        record["objective"] = _finite(record.get("objective")) if ok else None
-        self._add_sensitivity(record.pop("sensitivity", None))
-        full = {
-            "trial_id": trial_id,
-            "number": config.get("number"),
-            "phase": config.get("phase"),
-            "stage": config.get("stage"),
-            "key": config.get("key"),
-            "point": config.get("point"),
-            "params": config.get("params"),
-            "settings": config.get("settings"),
+    def _record(self, trial_id: str, config: dict[str, Any], record: TrialRecord) -> TrialRecord:
+        ok = record.status == "ok"
+        self._add_sensitivity(record.sensitivity)
+        full = record.replace(
+            trial_id=trial_id,
+            number=config.get("number"),
+            phase=config.get("phase"),
+            stage=record.stage or config.get("stage"),
+            key=config.get("key"),
+            point=config.get("point"),
+            params=config.get("params"),
+            settings=config.get("settings"),
             **self.retries.fields(trial_id),
-            **record,
-        }
+            metric=_finite(record.metric) if ok else None,
+            objective=_finite(record.objective) if ok else None,
+            sensitivity=None,
+        )
         # The one rule, as the journal reads it (a probe's stage comes with the config).
-        full["is_candidate"] = is_candidate(full)
-        full["model_file"] = self._place_model(trial_id, full)
-        full.pop("model_path", None)
-        if self.clock is not None:
-            full["elapsed_s"] = round(self.clock(), 3)
+        full = full.replace(
+            is_candidate=is_candidate(full),
+            elapsed_s=None if self.clock is None else round(self.clock(), 3),
+        )
+        # Last: the record it returns is the one kept as the best (kept by identity).
+        full = self._place_model(trial_id, full)
         self.journal.append(full)
         self.records.append(full)
         self.recorded.add(trial_id)
@@ -265,50 +253,51 @@ class TrialRecorder(tune.Callback):
             self._sensitivity += new
             write_sensitivity_table(self.output_dir / SENSITIVITY_FILE, self._sensitivity)
 
-    def _better(self, record: dict[str, Any]) -> bool:
+    def _better(self, record: TrialRecord) -> bool:
         # The outputs' rule (best_record), ties to the trial started first: concurrent trials
         # end in another order than they started, and the model kept must be the best's.
         if self.best is None:
             return better(record, None, self.higher_is_better, self.select)
         return best_record([self.best, record], self.higher_is_better, self.select) is record
 
-    def _place_model(self, trial_id: str, record: dict[str, Any]) -> str | None:
-        source = record.get("model_path")
-        source = Path(source) if source else None
+    def _place_model(self, trial_id: str, record: TrialRecord) -> TrialRecord:
+        """``record`` with ``model_file``: where its model is kept (None: deleted), or with
+        ``model_lost`` when a model to keep could not be."""
+        source = Path(record.model_path) if record.model_path else None
         if source is not None and not source.is_absolute():
             source = self.output_dir / source
         # A trial on another node left its model in that node's temp folder.
-        node_id = record.get("node_id")
+        node_id = record.node_id
         remote = source is not None and node_id is not None and node_id != self._driver_node()
-        ok = record["status"] == "ok"
-        have = source is not None and ok and (remote or source.is_file())
+        have = source is not None and record.status == "ok" and (remote or source.is_file())
+        record = record.replace(model_path=None)
         kept: str | None = None
         try:
             if have and is_candidate(record) and self._among_kept(record):
                 kept = self._move(source, self._kept_path(CANDIDATES, trial_id), node_id, remote)
-            if self._better(record):
-                if have and kept is None:
-                    kept = self._move(source, self._kept_path(KEPT, trial_id), node_id, remote)
-                # The previous best's model in kept/ goes once this record is in the journal.
-                self.best = record
-                record["model_file"] = kept
+            best = self._better(record)
+            if best and have and kept is None:
+                kept = self._move(source, self._kept_path(KEPT, trial_id), node_id, remote)
         except ModelLostError as exc:  # the record says so, and the best stays a model we have
             _logger.warning("trial %s: model lost: %s", trial_id, exc)
-            record["model_lost"] = str(exc)
-            return None
+            return record.replace(model_lost=str(exc))
         if kept is None and source is not None:
             if remote:
                 drop_model(node_id, os.fspath(source))
             else:
                 remove_model(source)
-        return kept
+        record = record.replace(model_file=kept)
+        if best:
+            # The previous best's model in kept/ goes once this record is in the journal.
+            self.best = record
+        return record
 
-    def _kept_candidates(self) -> list[dict[str, Any]]:
+    def _kept_candidates(self) -> list[TrialRecord]:
         """The records whose model is under ``candidates/``."""
         prefix = CANDIDATES + "/"
-        return [r for r in self.records if str(r.get("model_file") or "").startswith(prefix)]
+        return [r for r in self.records if (r.model_file or "").startswith(prefix)]
 
-    def _among_kept(self, record: dict[str, Any]) -> bool:
+    def _among_kept(self, record: TrialRecord) -> bool:
         """Whether the candidate ``record`` is among the ``keep_candidates`` best candidates
         whose models are kept (itself included)."""
         if self.keep_candidates is None:
@@ -319,7 +308,7 @@ class TrialRecorder(tune.Callback):
         top = best_records(pool, self.keep_candidates, self.higher_is_better, self.select)
         return any(r is record for r in top)
 
-    def _front(self, records: Sequence[dict[str, Any]]) -> list[Any]:
+    def _front(self, records: Sequence[TrialRecord]) -> list[Any]:
         """The candidates of ``records`` on the Pareto front (none with one objective)."""
         if len(self.objectives) < 2:
             return []
@@ -334,15 +323,15 @@ class TrialRecorder(tune.Callback):
         if self.keep_candidates is not None:
             top = best_records(top, self.keep_candidates, self.higher_is_better, self.select)
         keep = {id(r) for r in [*top, *self._front(self.records), self.best]}
-        for record in self.records:
-            model_file = str(record.get("model_file") or "")
+        for index, record in enumerate(self.records):
+            model_file = record.model_file or ""
             if id(record) in keep:
                 continue
             if model_file.startswith((KEPT + "/", CANDIDATES + "/")):
                 self._remove_kept(self.output_dir / model_file)
-                record["model_file"] = None
+                self.records[index] = record.replace(model_file=None)
                 _logger.debug(
-                    "trial %s: its model %s is no longer kept", record["trial_id"], model_file
+                    "trial %s: its model %s is no longer kept", record.trial_id, model_file
                 )
 
     def _driver_node(self) -> str:
@@ -376,35 +365,35 @@ class TrialRecorder(tune.Callback):
             raise ModelLostError(f"the model could not be kept: {exc}") from exc
         return relative.as_posix()
 
-    def _log(self, record: dict[str, Any]) -> None:
-        if record.get("reused_from"):
+    def _log(self, record: TrialRecord) -> None:
+        if record.reused_from:
             _logger.info(
                 "trial %s (#%s) reused (no trial run): metric=%s candidate=%s, measured by %s"
                 " params=%s",
-                record["trial_id"],
-                record.get("number"),
-                record.get("metric"),
+                record.trial_id,
+                record.number,
+                record.metric,
                 is_candidate(record),
-                record["reused_from"],
-                record.get("params"),
+                record.reused_from,
+                record.params,
             )
-        elif record["status"] == "ok":
+        elif record.status == "ok":
             _logger.info(
                 "trial %s (#%s) ok: metric=%s candidate=%s %.2fs params=%s",
-                record["trial_id"],
-                record.get("number"),
-                record.get("metric"),
+                record.trial_id,
+                record.number,
+                record.metric,
                 is_candidate(record),
-                float(record.get("duration_s") or 0.0),
-                record.get("params"),
+                record.duration_s or 0.0,
+                record.params,
             )
         else:
             _logger.warning(
                 "trial %s (#%s) failed: %s params=%s",
-                record["trial_id"],
-                record.get("number"),
-                record.get("error"),
-                record.get("params"),
+                record.trial_id,
+                record.number,
+                record.error,
+                record.params,
             )
 
 

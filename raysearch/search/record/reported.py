@@ -10,13 +10,13 @@ trials"). As one string the record is none of Tune's numbers; the driver's reade
 (recorder, progress line, stopper, searcher) decode it with :func:`reported_record`.
 
 Example:
-    >>> result = {"metric": 0.9, "trial": pack_record({"status": "ok", "rung": 0})}
-    >>> reported_record(result)
-    {'status': 'ok', 'rung': 0}
-    >>> reported_record({"trial": {"status": "ok"}})  # a record passed as is
-    {'status': 'ok'}
-    >>> reported_record({"metric": None})
-    {}
+    >>> result = {"metric": 0.9, "trial": pack_record(TrialRecord(status="ok", metric=0.9))}
+    >>> reported_record(result).metric
+    0.9
+    >>> reported_record({"trial": {"status": "ok"}}).status  # a record passed as a mapping
+    'ok'
+    >>> reported_record({"metric": None}) is None
+    True
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from raysearch.space.space import json_default
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["pack_record", "reported_record", "RECORD_KEY"]
 
@@ -33,15 +34,15 @@ __all__ = ["pack_record", "reported_record", "RECORD_KEY"]
 RECORD_KEY = "trial"
 
 
-def pack_record(record: Mapping[str, Any]) -> str:
-    """``record`` as the JSON text a trainable reports (NaN kept: it reads back as NaN)."""
-    return json.dumps(record, default=json_default)
+def pack_record(record: TrialRecord) -> str:
+    """``record`` as the JSON text a trainable reports."""
+    return json.dumps(record.to_dict(), default=json_default)
 
 
-def reported_record(result: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The trial's record in a Tune result: decoded from its JSON text, or the mapping itself
-    (a record reported as a dict, or passed directly); ``{}`` when there is none."""
+def reported_record(result: Mapping[str, Any] | None) -> TrialRecord | None:
+    """The trial's record in a Tune result: decoded from its JSON text, or read from the
+    mapping itself (a record passed directly); None when there is none."""
     value = (result or {}).get(RECORD_KEY)
     if isinstance(value, str):
-        return json.loads(value)
-    return dict(value) if isinstance(value, Mapping) else {}
+        value = json.loads(value)
+    return TrialRecord.from_dict(value) if isinstance(value, Mapping) else None

@@ -37,6 +37,7 @@ from raysearch.ranking import is_candidate, objective_value
 from raysearch.search.record.reported import RECORD_KEY, reported_record
 from raysearch.search.tune._ray_loggers import log_best_model
 from raysearch.search.tune.session import lookup
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "TrialLoggers",
@@ -77,13 +78,12 @@ def logged_result(
 ) -> dict[str, Any]:
     """Tune's ``result`` of a trial (suggested as ``config``) as a logger gets it: the
     record's JSON text replaced by its fields (see the module docstring)."""
-    record = reported_record(result)
+    record = reported_record(result) or TrialRecord()
     out = {k: v for k, v in result.items() if k != RECORD_KEY}
     for key in _FIELDS:
-        if key in record:
-            out[key] = record[key]
+        out[key] = getattr(record, key)
     out["is_candidate"] = is_candidate(record)
-    stage = record.get("stage") or (config or {}).get("stage")
+    stage = record.stage or (config or {}).get("stage")
     if stage is not None:
         out["stage"] = stage
     for name in objectives:

@@ -45,6 +45,7 @@ from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
 from raysearch.evaluate.subsets import TIE_Z, EvalRungs, plan_rungs
 from raysearch.ranking import stopped_at_rung
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -82,12 +83,12 @@ def rung_clock(rung: int, reduction_factor: float) -> float:
     return float(1 * reduction_factor**rung)
 
 
-def rung_score(record: Mapping[str, Any], higher_is_better: bool) -> float | None:
+def rung_score(record: TrialRecord, higher_is_better: bool) -> float | None:
     """What ASHA ranks a trial's rung by (None: a failed trial, which ASHA never sees)."""
-    metric = record.get("metric")
-    if record.get("status") != "ok" or not isinstance(metric, (int, float)):
+    metric = record.metric
+    if record.status != "ok" or not isinstance(metric, (int, float)):
         return None
-    if record.get("could_be_candidate"):
+    if record.could_be_candidate:
         return PROTECTED
     return float(metric) if higher_is_better else -float(metric)
 

@@ -16,6 +16,7 @@ from raysearch.ranking import stopped_at_rung
 from raysearch.search.record.reported import reported_record
 from raysearch.search.tune._told import candidacy, metric_value, objective_value, sampler_values
 from raysearch.strategies import Phase, Proposal, StrategyContext
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["KnownSettings"]
 
@@ -80,7 +81,7 @@ class KnownSettings:
                     self.values[key] = sampler_values(
                         record, self.objectives[key], self.context.objectives
                     )
-            self.context.records.append(dict(record))
+            self.context.records.append(TrialRecord.from_dict(record))
             new += 1
         if new:
             self._find_holes()
@@ -109,37 +110,37 @@ class KnownSettings:
         objective = None if (error or not result) else objective_value(result, metric)
         self.done[proposal.key] = metric
         self.objectives[proposal.key] = objective
-        reported = reported_record(result)
+        reported = None if error else reported_record(result)
         told: dict[str, Any] = {"objective": objective}
         if self._several:
-            values = sampler_values(reported or result or {}, objective, self.context.objectives)
+            values = sampler_values(reported or {}, objective, self.context.objectives)
             self.values[proposal.key] = told["values"] = values
         candidate, extra = candidacy(None if error else result)
         self.context.records.append(
-            {
-                "trial_id": trial_id,
+            TrialRecord(
+                trial_id=trial_id,
                 # Ties between records go to the trial started first, as in the outputs
                 # (best_record): a phase refines around the trial best/ will hold.
-                "number": number,
-                "key": proposal.key,
-                "phase": proposal.phase,
-                "stage": proposal.stage or self._stage(position),
-                "params": proposal.params,
-                "settings": proposal.settings,
-                "metric": metric,
-                "objective": objective,
-                "status": "failed" if error or metric is None else "ok",
-                "is_candidate": candidate and metric is not None,
-                "extra": extra,
-                "stopped_at_rung": None if error else stopped_at_rung(reported or result or {}),
+                number=number,
+                key=proposal.key,
+                phase=proposal.phase,
+                stage=proposal.stage or self._stage(position),
+                params=proposal.params,
+                settings=proposal.settings,
+                metric=metric,
+                objective=objective,
+                status="failed" if error or metric is None else "ok",
+                is_candidate=candidate and metric is not None,
+                extra=extra,
+                stopped_at_rung=None if reported is None else stopped_at_rung(reported),
                 # a phase may weigh size (the weight-only strategy's base), as the
                 # journal's records have it
-                "model_size_bytes": None if error else (reported or {}).get("model_size_bytes"),
+                model_size_bytes=None if reported is None else reported.model_size_bytes,
                 # and decoding speed (its menu, its allocation within a decode step)
-                "decode_latency_ms": None if error else (reported or {}).get("decode_latency_ms"),
+                decode_latency_ms=None if reported is None else reported.decode_latency_ms,
                 # a result an earlier search measured (the probe cache), no trial run
-                "reused_from": (reported or {}).get("reused_from"),
-            }
+                reused_from=None if reported is None else reported.reused_from,
+            )
         )
         if position is not None and self.state.finish_reason != "strategy_failed":
             # ``values`` only with several objectives: a plugin's phase written for one

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from raysearch.ranking import is_candidate, is_probe
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.search.tune.session import SearchSession
@@ -40,12 +41,12 @@ class SessionLink:
         session = self._session()
         return None if session is None else session.probe_cache
 
-    def _reused(self, proposal: Proposal) -> dict[str, Any] | None:
+    def _reused(self, proposal: Proposal) -> TrialRecord | None:
         """An earlier search's result of ``proposal`` (a ``reusable`` one), or None."""
         cache = self._probe_cache()
         return None if cache is None else cache.lookup(proposal.settings)
 
-    def _record_reused(self, proposal: Proposal, record: dict[str, Any]) -> None:
+    def _record_reused(self, proposal: Proposal, record: TrialRecord) -> None:
         """Journal ``record`` as a trial of ``proposal`` that no actor runs, and tell the
         phase, as when a trial of it finishes."""
         session = self._session()
@@ -57,16 +58,18 @@ class SessionLink:
         full = session.recorder.record_reused(trial_id, suggestion, record)
         self.state.finished_ids.add(trial_id)
         # the progress line counts it with the trials that ran (a probe: never its best)
-        metric = None if is_probe(full) else full.get("metric")
-        session.progress.trial_finished(full["status"], metric, is_candidate(full))
-        result = {"metric": full.get("metric"), "objective": full.get("objective"), "trial": full}
+        metric = None if is_probe(full) else full.metric
+        session.progress.trial_finished(full.status, metric, is_candidate(full))
+        result = {"metric": full.metric, "objective": full.objective, "trial": full}
         self._completed(trial_id, proposal, position, number, result, False)
 
-    def _keep_reusable(self, proposal: Proposal, reported: Any, trial_id: str) -> None:
+    def _keep_reusable(
+        self, proposal: Proposal, reported: TrialRecord | None, trial_id: str
+    ) -> None:
         """A reusable trial that completed: its result kept for later searches of the same
         content."""
         cache = self._probe_cache()
-        if cache is not None:
+        if cache is not None and reported is not None:
             cache.store(proposal.settings, reported, trial_id)
 
     def _open_start_barrier(self) -> None:

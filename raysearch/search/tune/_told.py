@@ -79,6 +79,7 @@ def candidacy(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
         >>> candidacy(None)
         (False, {})
     """
-    trial = reported_record(result) if result else {}
-    extra = trial.get("extra")
-    return is_candidate(trial), dict(extra) if isinstance(extra, dict) else {}
+    trial = reported_record(result)
+    if trial is None:
+        return False, {}
+    return is_candidate(trial), dict(trial.extra)

@@ -29,6 +29,7 @@ from ray import tune
 
 from raysearch.ranking import is_candidate, is_probe, stopped_at_rung
 from raysearch.search.record.reported import reported_record
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["ProgressCallback"]
 
@@ -186,12 +187,12 @@ class ProgressCallback(tune.Callback):
         if result.get("done", True) is False:
             return  # a rung before the last: the trial goes on
         freed = self._stopped(trial)
-        record = reported_record(result)
+        record = reported_record(result) or TrialRecord()
         # A trial stopped at a rung has a metric over some rows only, a sensitivity probe
         # measures one node: neither is ever the best.
         ranked = stopped_at_rung(record) is None and not is_probe(record)
         self.trial_finished(
-            record.get("status", "failed"),
+            record.status,
             result.get("metric") if ranked else None,
             is_candidate(record),
             freed_slot=freed,

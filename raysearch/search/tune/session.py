@@ -92,7 +92,7 @@ class SessionStopper(Stopper):
         session = lookup(self.key)
         if session is None:
             return False
-        return session.stopper(trial_id, {**reported_record(result), **result})
+        return session.stopper(trial_id, {**(reported_record(result) or {}), **result})
 
     def stop_all(self) -> bool:
         session = lookup(self.key)

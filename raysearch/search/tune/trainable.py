@@ -56,6 +56,7 @@ from raysearch.search.tune._rungs import (
     rung_clock,
     rung_score,
 )
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.trial import TrialEngine
@@ -155,7 +156,7 @@ class QuantTrainable(tune.Trainable):
         spent = self.config.get(RETRIES_SPENT)
         if spent is not None:
             # Its process failed max_failures times already: failed, with its last error.
-            trial = {"status": "failed", "metric": None, "is_candidate": False, **spent}
+            trial = TrialRecord(status="failed", **spent)
             return {
                 "metric": None,
                 "objective": None,
@@ -176,14 +177,13 @@ class QuantTrainable(tune.Trainable):
             if not is_disk_full(exc):
                 raise
             return self._disk_full(exc, live.out_path)
-        record = result.to_dict()
         done = bool(live.trial.done)
         if done:
             self._live = None
-        if done and not record.get("model_path"):
+        if done and not result.model_path:
             # A failed trial deletes its model file; its external data goes too.
             remove_model(live.out_path)
-        return self._report(record, live, done)
+        return self._report(result, live, done)
 
     def _begin(self, trial_id: str) -> _Live | dict[str, Any]:
         """Start a trial: quantize it (its first rung follows in the same step)."""
@@ -214,7 +214,7 @@ class QuantTrainable(tune.Trainable):
         # that resume runs it again.
         remove_model(out_path)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        trial = {"status": "failed", "error": message, "disk_full": True}
+        trial = TrialRecord(status="failed", error=message, disk_full=True)
         return {
             "metric": None,
             "objective": None,
@@ -223,51 +223,51 @@ class QuantTrainable(tune.Trainable):
             **UNRANKED,
         }
 
-    def _report(self, record: dict[str, Any], live: _Live, done: bool) -> dict[str, Any]:
+    def _report(self, result: TrialRecord, live: _Live, done: bool) -> dict[str, Any]:
         """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
         so far, and ASHA's rung and score (see :mod:`raysearch.search.tune._rungs`)."""
-        record.setdefault("duration_s", time.perf_counter() - live.started)
-        record["started_at"] = live.started_at
-        record["ended_at"] = time.time()
-        record["node"] = self._node
-        record["node_id"] = self._node_id
-        record["gpu_id"] = None if self._gpu_id is None else str(self._gpu_id)
-        record["worker_pid"] = os.getpid()
-        record["actor_trials"] = self._trials_run
-        if self._trials_run == 1:
-            record["actor_setup_s"] = round(self._setup_s, 4)
-            record["actor_wait_s"] = round(self._wait_s, 4)  # at the StartBarrier
-            record["actor_wait_timed_out"] = self._wait_timed_out
+        first = self._trials_run == 1
+        record = result.replace(
+            started_at=live.started_at,
+            ended_at=time.time(),
+            node=self._node,
+            node_id=self._node_id,
+            gpu_id=None if self._gpu_id is None else str(self._gpu_id),
+            worker_pid=os.getpid(),
+            actor_trials=self._trials_run,
+            actor_setup_s=round(self._setup_s, 4) if first else None,
+            actor_wait_s=round(self._wait_s, 4) if first else None,  # at the StartBarrier
+            actor_wait_timed_out=self._wait_timed_out if first else None,
+        )
         if is_probe(self.config):
             # A sensitivity probe measures one node: no candidate, whatever its metric (the
             # progress line, the stopper and the searcher read this report).
-            record["stage"] = PROBE_STAGE
-            record["is_candidate"] = False
-        ok = record.get("status") == "ok"
+            record = record.replace(stage=PROBE_STAGE, is_candidate=False)
+        ok = record.status == "ok"
         score = rung_score(record, self._higher) if ok else None
         clock = None
-        if score is not None and int(record.get("rungs") or 1) > 1:
-            clock = rung_clock(int(record.get("rung") or 0), self._factor)
-            # Kept with the record: a resumed search puts them back into ASHA's rungs.
-            live.scores.append(score)
-            live.ended_at.append(record["ended_at"])
-            record["rung_scores"] = list(live.scores)
-            record["rung_ended_at"] = list(live.ended_at)
-            # The metric itself at each rung (a protected trial's score is only a mark): the
+        if score is not None and record.rungs > 1:
+            clock = rung_clock(record.rung, self._factor)
+            # Kept with the record: a resumed search puts them back into ASHA's rungs; the
+            # metric itself at each rung (a protected trial's score is only a mark) is the
             # Optuna study's intermediate values.
-            live.metrics.append(record.get("metric"))
-            record["rung_metrics"] = list(live.metrics)
-        metric = record.get("metric") if ok else None
-        objective = record.get("objective") if ok else None
+            live.scores.append(score)
+            live.ended_at.append(record.ended_at)
+            live.metrics.append(record.metric)
+            record = record.replace(
+                rung_scores=list(live.scores),
+                rung_ended_at=list(live.ended_at),
+                rung_metrics=list(live.metrics),
+            )
         return {
-            "metric": metric,
-            "objective": objective,
+            "metric": record.metric if ok else None,
+            "objective": record.objective if ok else None,
             # JSON text: Tune analyses every number of a result for as long as it runs.
             "trial": pack_record(record),
             "done": done,
             RUNG_CLOCK: clock,
             RUNG_SCORE: score if clock is not None else None,
-            RUNG_ERROR: record.get("rung_error") if clock is not None else None,
+            RUNG_ERROR: record.rung_error if clock is not None else None,
         }
 
     def _call(self, work: Callable[[], Any], live: _Live) -> Any:
