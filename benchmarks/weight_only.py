@@ -262,7 +262,9 @@ def search(
 def _smoke_model(folder: Path) -> tuple[Path, Path, Path]:
     from tests.lm_models import VOCAB, make_decoder_lm
 
-    model = make_decoder_lm(folder / "lm.onnx")
+    # One block (8 weight MatMuls, lm_head's among them): every stage of the strategy runs,
+    # with half the two-block decoder's sensitivity probes.
+    model = make_decoder_lm(folder / "lm.onnx", layers=1)
     ids = np.random.default_rng(5).zipf(1.5, (16, 12)).clip(1, VOCAB - 1).astype(np.int64)
     np.savez(folder / "text.npz", input_ids=ids)
     return model, folder / "text.npz", folder / "text.npz"

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from raysearch.batch._searches import LOCAL_RAY_LOST_S
 from raysearch.search.runner import search_running_in
+from tests.batch_checks import check_batch_report, last_progress, summary_rows
 from tests.models import conv_data, make_conv_model, make_mlp_model, mlp_data
 from tests.reliability.helpers import (
     PROBE,
@@ -64,6 +64,8 @@ def _manifest(folder: Path) -> tuple[Path, dict[str, str]]:
         models.append(
             {"name": f"good{i:02d}", "model": f"{kind}.onnx", "calibration_data": f"{kind}.npz"}
         )
+    # A model's own keys reach its search: good00 keeps one candidate's model.
+    models[0]["keep_candidates"] = 1
     faulty = [
         (
             {"name": "missing", "model": "nowhere.onnx", "calibration_data": "mlp.npz"},
@@ -181,7 +183,7 @@ def test_a_batch_of_twenty_with_faults_completes_and_resumes_only_the_unfinished
         assert second.wait(timeout=1800) == 1, (tmp_path / "stderr.txt").read_text()
     finally:
         stop_leftovers(second)
-    rows = {r["name"]: r for r in pq.read_table(out / "batch_summary.parquet").to_pylist()}
+    rows = summary_rows(out)
     assert len(rows) == 20
     for name, row in rows.items():
         if name in faulty:
@@ -197,5 +199,42 @@ def test_a_batch_of_twenty_with_faults_completes_and_resumes_only_the_unfinished
     for name in rows:
         trials = [r["trial_id"] for r in journal(out / name)]
         assert len(trials) == len(set(trials)), name
+    _check_what_the_resumed_batch_wrote(tmp_path, path, rows, faulty, set(done_before))
+
+
+def _check_what_the_resumed_batch_wrote(
+    tmp_path: Path, path: Path, rows: dict[str, dict], faulty: dict[str, str], kept: set[str]
+) -> None:
+    """The outputs of a batch that exits 1 with failed models, as a user reads them: each good
+    model's search whole, the failed search's log, ``batch_summary.md``, the lines printed,
+    ``batch_report.html`` (:func:`tests.batch_checks.check_batch_report`)."""
+    out = tmp_path / "out"
+    for name in set(rows) - set(faulty):
+        # Every good model's search written whole, whichever of the two batches ran it.
+        row = rows[name]
+        assert row["stop_reason"] == "space_exhausted" and row["best_metric"] > 0.9, row
+        for output in ("summary.json", "results.parquet", "best/model.onnx"):
+            assert (out / name / output).is_file(), (name, output)
+    assert len(list((out / "good00" / "candidates").glob("*.onnx"))) == 1
+    assert "the evaluator broke on purpose" in (out / "logs" / "raising.log").read_text()
     md = (out / "batch_summary.md").read_text()
     assert all(f"| {name} |" in md for name in rows)
+    assert "| missing | failed |" in md and "| raising | failed |" in md
+    # The float column: cos of the float model against itself, as the HTML report shows it.
+    assert rows["good00"]["float_metric"] == 1.0 and "| good00 | ok | 1 |" in md
+    # What the resumed batch printed: the kept searches count as done, with their trials, and
+    # the failed ones (among them the missing model, refused when the manifest is read).
+    assert (
+        f"Batch finished: {GOOD} of 20 models searched successfully."
+        in (tmp_path / "stdout.txt").read_text()
+    )
+    trials = sum(len(journal(out / name)) for name in rows)  # all_fail's failed trials too
+    assert last_progress((tmp_path / "stderr.txt").read_text()).startswith(
+        f"[batch] models {GOOD}/20 done, 0 running, 6 failed | trials {trials} done"
+    )
+    # batch_report.html: every model in the manifest's order, the searches kept from the
+    # killed batch linked as those searched now; a failed search's report, where it wrote one.
+    names = [m["name"] for m in yaml.safe_load(path.read_text())["models"]]
+    linked = [n for n in names if (out / n / "report.html").is_file()]
+    assert kept - set(faulty) <= set(linked) and set(rows) - set(faulty) <= set(linked)
+    check_batch_report(out, names, linked)
