@@ -32,10 +32,18 @@ another), whose builder also needs ``torch`` and ``transformers`` 5 for the anch
 (``--builder-int4`` gives a folder made before, e.g. by
 ``../shared/models/bytellama/make_folders.sh``).
 
+``--libraries`` (issue 55) compares the 4-bit roundings of the libraries raysearch reaches,
+each applied uniformly (every weight MatMul at group 32, ``lm_head`` too, embeddings float,
+symmetric and asymmetric) on bytellama's genai folder and on bytegpt, KL against ONNX Runtime's
+RTN at the same group: NNCF 3.4's ``compress_weights`` data-free, with AWQ, with scale
+estimation and with both, on bytegpt's calibration windows (``nncf_weight_only``). ONNX
+Runtime's GPTQ is not among them: it writes RTN's weights (``GPTQ_REFUSAL``).
+
 Usage:
     .venv/bin/python benchmarks/weight_only.py            # bytegpt, tolerance 0.00025
     .venv/bin/python benchmarks/weight_only.py --smoke    # the tiny decoder of the tests
     .venv/bin/python benchmarks/weight_only.py --genai    # bytellama's genai folder
+    .venv/bin/python benchmarks/weight_only.py --libraries  # the libraries' 4-bit roundings
 """
 
 from __future__ import annotations
@@ -62,8 +70,11 @@ from benchmarks._common import Run, print_table  # noqa: E402
 from raysearch.metrics import mean_metric, metric_interval, metric_per_sample  # noqa: E402
 from raysearch.quantize.backends.weight_only import import_quantizer  # noqa: E402
 
-BYTEGPT = ROOT.parent / "shared" / "models" / "bytegpt"
-BYTELLAMA = ROOT.parent / "shared" / "models" / "bytellama"
+#: The shared models beside the repository (``RAYSEARCH_MODELS_DIR`` names them elsewhere, e.g.
+#: from a git worktree).
+MODELS = Path(os.environ.get("RAYSEARCH_MODELS_DIR") or ROOT.parent / "shared" / "models")
+BYTEGPT = MODELS / "bytegpt"
+BYTELLAMA = MODELS / "bytellama"
 GENAI_PY = Path(os.environ.get("GENAI_PY") or ROOT / ".venv-genai" / "bin" / "python")
 ANCHORS = {
     "ort_default (block 128, asym)": {"block_size": 128, "is_symmetric": False},
@@ -460,6 +471,85 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
     )  # fmt: skip
 
 
+#: The settings ``--libraries`` writes every weight MatMul with (lm_head too, embeddings float),
+#: at group 32 symmetric and asymmetric: ONNX Runtime's RTN (raysearch's ``weight_only``) and
+#: NNCF 3.4's ``compress_weights`` data-free and with its data-aware algorithms.
+LIBRARY_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ort rtn": ("weight_only", {}),
+    "nncf data-free": ("nncf_weight_only", {}),
+    "nncf awq": ("nncf_weight_only", {"awq": True}),
+    "nncf scale_estimation": ("nncf_weight_only", {"scale_estimation": True}),
+    "nncf awq + scale_estimation": ("nncf_weight_only", {"awq": True, "scale_estimation": True}),
+}
+
+
+def library_setting(quantizer: str, extra: dict[str, Any], symmetric: bool) -> dict[str, Any]:
+    """The backend settings of one ``--libraries`` row: group 32, every weight MatMul at 4
+    bits, the embeddings float."""
+    if quantizer == "weight_only":
+        return {"block_size": 32, "symmetric": symmetric}
+    mode = "int4_sym" if symmetric else "int4_asym"
+    base = {"mode": mode, "group_size": 32, "ratio": 1.0, "all_layers": True}
+    return {**base, "quantize_embeddings": False, **extra}
+
+
+def libraries_main(args: argparse.Namespace, run: Run) -> None:
+    """``--libraries``: the 4-bit roundings of the libraries raysearch reaches, uniform at
+    group 32, whole model, on bytellama's genai folder and on bytegpt (KL on every row of the
+    evaluation data, size of the model and its data)."""
+    from raysearch.data import DataSource
+    from raysearch.modelfolder import model_folder
+    from raysearch.quantize.backends.nncf_weight_only import NncfWeightOnlyBackend
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+
+    backends = {"weight_only": WeightOnlyBackend, "nncf_weight_only": NncfWeightOnlyBackend}
+    calib = np.load(BYTEGPT / "calib.npz")["input_ids"]
+    ids = np.load(BYTEGPT / "eval.npz")["input_ids"]
+    rows: list[dict[str, Any]] = []
+    models = {
+        "bytellama genai": BYTELLAMA / "genai" / "model.onnx",
+        "bytegpt": BYTEGPT / "model.onnx",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for model_name, model in models.items():
+            genai = model_name.endswith("genai")
+            reference = _folder_logits(model, ids)
+            data = DataSource.load({"input_ids": calib}, model, batch_size=1)
+            for symmetric in (True, False):
+                for name, (quantizer, extra) in LIBRARY_SETTINGS.items():
+                    out = Path(tmp) / f"{len(rows)}" / "model.onnx"
+                    settings = library_setting(quantizer, extra, symmetric)
+                    start = time.perf_counter()
+                    with backends[quantizer](model, data) as backend:
+                        backend.quantize(settings, out)
+                    seconds = time.perf_counter() - start
+                    if genai:
+                        model_folder(model).copy_into(out.parent)
+                    row = _genai_row(name, out, reference, ids)
+                    row.update(model=model_name, symmetric=symmetric, time_s=round(seconds, 1))
+                    rows.append(row)
+                    print(
+                        f"{model_name}, {'sym' if symmetric else 'asym'}, {name}: KL "
+                        f"{row['kl'] * 1e3:.4f}e-3, {row['size_kb']} kB, {seconds:.0f} s",
+                        flush=True,
+                    )
+    for row in rows:
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
+        rtn = next(
+            r for r in rows
+            if r["model"] == row["model"] and r["symmetric"] == row["symmetric"]
+            and r["setting"] == "ort rtn"
+        )  # fmt: skip
+        row["kl_vs_rtn"] = round(row["kl"] / rtn["kl"], 3)
+    print_table(
+        rows,
+        ["model", "symmetric", "setting", "kl_1e-3", "kl_vs_rtn", "top1_agreement", "size_kb",
+         "time_s"],
+        "4-bit roundings at group 32, whole model (KL against ONNX Runtime's RTN)",
+    )  # fmt: skip
+    run.write({"rows": rows}, args.out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tolerance", type=float, default=0.00025)
@@ -471,8 +561,16 @@ def main() -> None:
         default=None,
         help="the builder's int4 folder (else built with GENAI_PY)",
     )
+    parser.add_argument(
+        "--libraries",
+        action="store_true",
+        help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.libraries:
+        libraries_main(args, Run("weight_only_libraries", args))
+        return
     run = Run("weight_only_genai" if args.genai else "weight_only", args)
     if args.genai:
         genai_main(args, run)
