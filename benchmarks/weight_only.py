@@ -550,7 +550,78 @@ def libraries_main(args: argparse.Namespace, run: Run) -> None:
     run.write({"rows": rows}, args.out)
 
 
-def main() -> None:
+#: AutoRound (Intel's auto-round, SignRound) on bytellama's Hugging Face checkpoint, 4 bits,
+#: group 32, symmetric, its "light" recipe (50 iterations a block, learning rate 5e-3), on
+#: bytegpt's 64 calibration windows, saved in GPTQ's format (what the genai builder reads).
+#: Run by ``--autoround-py``'s python: auto-round and PyTorch, in an environment of its own.
+_AUTOROUND = """
+import sys, time, numpy as np, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from auto_round import AutoRound
+checkpoint, calib, out = sys.argv[1:4]
+torch.set_num_threads(2)
+model = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32)
+ids = torch.from_numpy(np.load(calib)["input_ids"]).long()
+batches = [ids[i : i + 8] for i in range(0, len(ids), 8)]
+rounder = AutoRound(model, tokenizer=AutoTokenizer.from_pretrained(checkpoint), scheme="W4A16",
+                    bits=4, group_size=32, sym=True, dataset=batches, seqlen=ids.shape[1],
+                    nsamples=len(ids), batch_size=8, iters=50, lr=5e-3, device_map="cpu",
+                    enable_torch_compile=False)
+rounder.quantize_and_save(out, format="auto_gptq")
+"""
+
+
+def autoround_main(args: argparse.Namespace, run: Run) -> None:
+    """``--autoround-py``: AutoRound's rounding through the genai builder against the
+    builder's own int4 and ONNX Runtime's RTN at group 32 (symmetric, and asymmetric: the
+    size of AutoRound's GPTQ-format weights, which carry zero points), all at
+    ``accuracy_level`` 4 as the builder writes them, on bytellama's genai folder."""
+    import shutil
+
+    from raysearch.modelfolder import model_folder
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+
+    source = BYTELLAMA / "genai"
+    ids = np.load(BYTEGPT / "eval.npz")["input_ids"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        start = time.perf_counter()
+        subprocess.run(
+            [str(args.autoround_py), "-c", _AUTOROUND, str(BYTELLAMA / "hf"),
+             str(BYTEGPT / "calib.npz"), str(folder / "autoround")],
+            check=True, env=env, capture_output=True,
+        )  # fmt: skip
+        (checkpoint,) = (folder / "autoround").iterdir()  # auto-round's own subfolder
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(BYTELLAMA / "hf" / name, checkpoint / name)
+        rounded = builder_int4(checkpoint, folder / "genai-autoround")
+        seconds = time.perf_counter() - start
+        int4 = args.builder_int4 or builder_int4(BYTELLAMA / "hf", folder / "genai-int4")
+        folders = {"builder int4 (RTN 32, sym)": int4}
+        for symmetric in (True, False):
+            out = folder / f"rtn-{symmetric}" / "model.onnx"
+            settings = {"block_size": 32, "symmetric": symmetric, "accuracy_level": 4}
+            with WeightOnlyBackend(source / "model.onnx", None) as backend:
+                backend.quantize(settings, out)
+            model_folder(source / "model.onnx").copy_into(out.parent)
+            folders[f"ort rtn 32, {'sym' if symmetric else 'asym'}"] = out.parent
+        folders["autoround 32, sym (light) + builder"] = rounded
+        reference = _folder_logits(source / "model.onnx", ids)
+        rows = [_genai_row(n, f / "model.onnx", reference, ids) for n, f in folders.items()]
+    rows[-1]["time_s"] = round(seconds, 1)
+    for row in rows:
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
+        row["builder_kl_over"] = round(rows[0]["kl"] / row["kl"], 3)
+    print_table(
+        rows,
+        ["setting", "kl_1e-3", "builder_kl_over", "top1_agreement", "size_kb", "time_s"],
+        "AutoRound through the genai builder on bytellama (accuracy_level 4)",
+    )
+    run.write({"rows": rows}, args.out)
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tolerance", type=float, default=0.00025)
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny decoder")
@@ -566,8 +637,21 @@ def main() -> None:
         action="store_true",
         help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
     )
+    parser.add_argument(
+        "--autoround-py",
+        type=Path,
+        default=None,
+        help="a python with auto-round: its rounding through the genai builder on bytellama",
+    )
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
+    if args.autoround_py:
+        autoround_main(args, Run("weight_only_autoround", args))
+        return
     if args.libraries:
         libraries_main(args, Run("weight_only_libraries", args))
         return
