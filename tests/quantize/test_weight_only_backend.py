@@ -186,8 +186,7 @@ def test_ort_gptq_ignores_the_hessian_as_the_refusal_says(scheme):
     ``gptq`` function, away from any decoder or data reader: with a full-rank Hessian of
     strongly correlated inputs it returns exactly what it returns with the identity Hessian
     (no correlation: GPTQ is then round-to-nearest), because it never carries a rounding error
-    to the rows it has not rounded. A GPTQ that did (one reading its inverse-Hessian factor's
-    row, as GPTQ's paper does) rounds this weight with a third less output error here."""
+    to the rows it has not rounded."""
     import_quantizer()
     from onnxruntime.quantization.neural_compressor.weight_only import gptq
 
