@@ -32,10 +32,18 @@ another), whose builder also needs ``torch`` and ``transformers`` 5 for the anch
 (``--builder-int4`` gives a folder made before, e.g. by
 ``../shared/models/bytellama/make_folders.sh``).
 
+``--libraries`` (issue 55) compares the 4-bit roundings of the libraries raysearch reaches,
+each applied uniformly (every weight MatMul at group 32, ``lm_head`` too, embeddings float,
+symmetric and asymmetric) on bytellama's genai folder and on bytegpt, KL against ONNX Runtime's
+RTN at the same group: NNCF 3.4's ``compress_weights`` data-free, with AWQ, with scale
+estimation and with both, on bytegpt's calibration windows (``nncf_weight_only``). ONNX
+Runtime's GPTQ is not among them: it writes RTN's weights (``GPTQ_REFUSAL``).
+
 Usage:
     .venv/bin/python benchmarks/weight_only.py            # bytegpt, tolerance 0.00025
     .venv/bin/python benchmarks/weight_only.py --smoke    # the tiny decoder of the tests
     .venv/bin/python benchmarks/weight_only.py --genai    # bytellama's genai folder
+    .venv/bin/python benchmarks/weight_only.py --libraries  # the libraries' 4-bit roundings
 """
 
 from __future__ import annotations
@@ -62,8 +70,11 @@ from benchmarks._common import Run, print_table  # noqa: E402
 from raysearch.metrics import mean_metric, metric_interval, metric_per_sample  # noqa: E402
 from raysearch.quantize.backends.weight_only import import_quantizer  # noqa: E402
 
-BYTEGPT = ROOT.parent / "shared" / "models" / "bytegpt"
-BYTELLAMA = ROOT.parent / "shared" / "models" / "bytellama"
+#: The shared models beside the repository (``RAYSEARCH_MODELS_DIR`` names them elsewhere, e.g.
+#: from a git worktree).
+MODELS = Path(os.environ.get("RAYSEARCH_MODELS_DIR") or ROOT.parent / "shared" / "models")
+BYTEGPT = MODELS / "bytegpt"
+BYTELLAMA = MODELS / "bytellama"
 GENAI_PY = Path(os.environ.get("GENAI_PY") or ROOT / ".venv-genai" / "bin" / "python")
 ANCHORS = {
     "ort_default (block 128, asym)": {"block_size": 128, "is_symmetric": False},
@@ -463,7 +474,157 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
     )  # fmt: skip
 
 
-def main() -> None:
+#: The settings ``--libraries`` writes every weight MatMul with (lm_head too, embeddings float),
+#: at group 32 symmetric and asymmetric: ONNX Runtime's RTN (raysearch's ``weight_only``) and
+#: NNCF 3.4's ``compress_weights`` data-free and with its data-aware algorithms.
+LIBRARY_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ort rtn": ("weight_only", {}),
+    "nncf data-free": ("nncf_weight_only", {}),
+    "nncf awq": ("nncf_weight_only", {"awq": True}),
+    "nncf scale_estimation": ("nncf_weight_only", {"scale_estimation": True}),
+    "nncf awq + scale_estimation": ("nncf_weight_only", {"awq": True, "scale_estimation": True}),
+}
+
+
+def library_setting(quantizer: str, extra: dict[str, Any], symmetric: bool) -> dict[str, Any]:
+    """The backend settings of one ``--libraries`` row: group 32, every weight MatMul at 4
+    bits, the embeddings float."""
+    if quantizer == "weight_only":
+        return {"block_size": 32, "symmetric": symmetric}
+    mode = "int4_sym" if symmetric else "int4_asym"
+    base = {"mode": mode, "group_size": 32, "ratio": 1.0, "all_layers": True}
+    return {**base, "quantize_embeddings": False, **extra}
+
+
+def libraries_main(args: argparse.Namespace, run: Run) -> None:
+    """``--libraries``: the 4-bit roundings of the libraries raysearch reaches, uniform at
+    group 32, whole model, on bytellama's genai folder and on bytegpt (KL on every row of the
+    evaluation data, size of the model and its data)."""
+    from raysearch.data import DataSource
+    from raysearch.modelfolder import model_folder
+    from raysearch.quantize.backends.nncf_weight_only import NncfWeightOnlyBackend
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+
+    backends = {"weight_only": WeightOnlyBackend, "nncf_weight_only": NncfWeightOnlyBackend}
+    calib = np.load(BYTEGPT / "calib.npz")["input_ids"]
+    ids = np.load(BYTEGPT / "eval.npz")["input_ids"]
+    rows: list[dict[str, Any]] = []
+    models = {
+        "bytellama genai": BYTELLAMA / "genai" / "model.onnx",
+        "bytegpt": BYTEGPT / "model.onnx",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for model_name, model in models.items():
+            genai = model_name.endswith("genai")
+            reference = _folder_logits(model, ids)
+            data = DataSource.load({"input_ids": calib}, model, batch_size=1)
+            for symmetric in (True, False):
+                for name, (quantizer, extra) in LIBRARY_SETTINGS.items():
+                    out = Path(tmp) / f"{len(rows)}" / "model.onnx"
+                    settings = library_setting(quantizer, extra, symmetric)
+                    start = time.perf_counter()
+                    with backends[quantizer](model, data) as backend:
+                        backend.quantize(settings, out)
+                    seconds = time.perf_counter() - start
+                    if genai:
+                        model_folder(model).copy_into(out.parent)
+                    row = _genai_row(name, out, reference, ids)
+                    row.update(model=model_name, symmetric=symmetric, time_s=round(seconds, 1))
+                    rows.append(row)
+                    print(
+                        f"{model_name}, {'sym' if symmetric else 'asym'}, {name}: KL "
+                        f"{row['kl'] * 1e3:.4f}e-3, {row['size_kb']} kB, {seconds:.0f} s",
+                        flush=True,
+                    )
+    for row in rows:
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
+        rtn = next(
+            r for r in rows
+            if r["model"] == row["model"] and r["symmetric"] == row["symmetric"]
+            and r["setting"] == "ort rtn"
+        )  # fmt: skip
+        row["kl_vs_rtn"] = round(row["kl"] / rtn["kl"], 3)
+    print_table(
+        rows,
+        ["model", "symmetric", "setting", "kl_1e-3", "kl_vs_rtn", "top1_agreement", "size_kb",
+         "time_s"],
+        "4-bit roundings at group 32, whole model (KL against ONNX Runtime's RTN)",
+    )  # fmt: skip
+    run.write({"rows": rows}, args.out)
+
+
+#: AutoRound (Intel's auto-round, SignRound) on bytellama's Hugging Face checkpoint, 4 bits,
+#: group 32, symmetric, its "light" recipe (50 iterations a block, learning rate 5e-3), on
+#: bytegpt's 64 calibration windows, saved in GPTQ's format (what the genai builder reads).
+#: Run by ``--autoround-py``'s python: auto-round and PyTorch, in an environment of its own.
+_AUTOROUND = """
+import sys, time, numpy as np, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from auto_round import AutoRound
+checkpoint, calib, out = sys.argv[1:4]
+torch.set_num_threads(2)
+model = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32)
+ids = torch.from_numpy(np.load(calib)["input_ids"]).long()
+batches = [ids[i : i + 8] for i in range(0, len(ids), 8)]
+rounder = AutoRound(model, tokenizer=AutoTokenizer.from_pretrained(checkpoint), scheme="W4A16",
+                    bits=4, group_size=32, sym=True, dataset=batches, seqlen=ids.shape[1],
+                    nsamples=len(ids), batch_size=8, iters=50, lr=5e-3, device_map="cpu",
+                    enable_torch_compile=False)
+rounder.quantize_and_save(out, format="auto_gptq")
+"""
+
+
+def autoround_main(args: argparse.Namespace, run: Run) -> None:
+    """``--autoround-py``: AutoRound's rounding through the genai builder against the
+    builder's own int4 and ONNX Runtime's RTN at group 32 (symmetric, and asymmetric: the
+    size of AutoRound's GPTQ-format weights, which carry zero points), all at
+    ``accuracy_level`` 4 as the builder writes them, on bytellama's genai folder."""
+    import shutil
+
+    from raysearch.modelfolder import model_folder
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+
+    source = BYTELLAMA / "genai"
+    ids = np.load(BYTEGPT / "eval.npz")["input_ids"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        start = time.perf_counter()
+        subprocess.run(
+            [str(args.autoround_py), "-c", _AUTOROUND, str(BYTELLAMA / "hf"),
+             str(BYTEGPT / "calib.npz"), str(folder / "autoround")],
+            check=True, env=env, capture_output=True,
+        )  # fmt: skip
+        (checkpoint,) = (folder / "autoround").iterdir()  # auto-round's own subfolder
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(BYTELLAMA / "hf" / name, checkpoint / name)
+        rounded = builder_int4(checkpoint, folder / "genai-autoround")
+        seconds = time.perf_counter() - start
+        int4 = args.builder_int4 or builder_int4(BYTELLAMA / "hf", folder / "genai-int4")
+        folders = {"builder int4 (RTN 32, sym)": int4}
+        for symmetric in (True, False):
+            out = folder / f"rtn-{symmetric}" / "model.onnx"
+            settings = {"block_size": 32, "symmetric": symmetric, "accuracy_level": 4}
+            with WeightOnlyBackend(source / "model.onnx", None) as backend:
+                backend.quantize(settings, out)
+            model_folder(source / "model.onnx").copy_into(out.parent)
+            folders[f"ort rtn 32, {'sym' if symmetric else 'asym'}"] = out.parent
+        folders["autoround 32, sym (light) + builder"] = rounded
+        reference = _folder_logits(source / "model.onnx", ids)
+        rows = [_genai_row(n, f / "model.onnx", reference, ids) for n, f in folders.items()]
+    rows[-1]["time_s"] = round(seconds, 1)
+    for row in rows:
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
+        row["builder_kl_over"] = round(rows[0]["kl"] / row["kl"], 3)
+    print_table(
+        rows,
+        ["setting", "kl_1e-3", "builder_kl_over", "top1_agreement", "size_kb", "time_s"],
+        "AutoRound through the genai builder on bytellama (accuracy_level 4)",
+    )
+    run.write({"rows": rows}, args.out)
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tolerance", type=float, default=0.00025)
     parser.add_argument("--smoke", action="store_true", help="the tests' tiny decoder")
@@ -486,8 +647,29 @@ def main() -> None:
         default=BYTELLAMA / "hf",
         help="with --genai: its Hugging Face checkpoint (the builder's int4 is made from it)",
     )
+    parser.add_argument(
+        "--libraries",
+        action="store_true",
+        help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
+    )
+    parser.add_argument(
+        "--autoround-py",
+        type=Path,
+        default=None,
+        help="a python with auto-round: its rounding through the genai builder on bytellama",
+    )
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
+    if args.autoround_py:
+        autoround_main(args, Run("weight_only_autoround", args))
+        return
+    if args.libraries:
+        libraries_main(args, Run("weight_only_libraries", args))
+        return
     run = Run("weight_only_genai" if args.genai else "weight_only", args)
     if args.genai:
         genai_main(args, run)

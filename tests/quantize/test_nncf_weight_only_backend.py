@@ -248,6 +248,26 @@ def test_the_model_written_computes_the_bias_once_and_the_weights_nncf_meant(tmp
     assert np.abs((h - b1) - w1).max() < 0.1 * b1.min()  # not the bias again
 
 
+def test_a_value_info_that_contradicts_its_initializer_is_dropped_for_nncf(tmp_path):
+    """onnxruntime-genai's builder declares its constant ``[1]`` a scalar in the value infos
+    (bytellama's ``genai/model.onnx``); NNCF's shape inference refuses such a model ("differ in
+    rank: (1) vs (0)"), so every setting failed on a builder's folder. The declaration is
+    dropped (the initializer's own shape stands), and the model is compressed as without it."""
+    _biased_model(tmp_path / "biased.onnx")
+    model = onnx.load(tmp_path / "biased.onnx")
+    model.graph.value_info.append(helper.make_tensor_value_info("b1", TensorProto.FLOAT, []))
+    onnx.save(model, str(tmp_path / "declared.onnx"))
+    settings = {"mode": "int4_sym", "group_size": 16}
+    outputs = {}
+    for name in ("biased", "declared"):
+        with NncfWeightOnlyBackend(tmp_path / f"{name}.onnx", None) as backend:
+            backend.quantize(settings, tmp_path / f"q_{name}.onnx")
+        feeds = {"x": np.eye(64, dtype=np.float32)}
+        outputs[name] = _run(tmp_path / f"q_{name}.onnx", feeds, ("y",))[0]
+    np.testing.assert_array_equal(outputs["declared"], outputs["biased"])
+    assert onnx.load(tmp_path / "declared.onnx").graph.value_info[0].name == "b1"  # left alone
+
+
 def test_a_model_with_external_data_is_written_with_its_data_and_computes_the_same(
     backend, lm, tmp_path, feeds
 ):

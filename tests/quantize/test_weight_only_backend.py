@@ -180,6 +180,28 @@ def test_ort_gptq_still_writes_rtn_weights(lm):
     assert all(np.array_equal(gptq[k], rtn[k]) for k in rtn)
 
 
+@pytest.mark.parametrize("scheme", ["sym", "asym"])
+def test_ort_gptq_ignores_the_hessian_as_the_refusal_says(scheme):
+    """Why ONNX Runtime's GPTQ writes RTN's weights (:data:`GPTQ_REFUSAL`), on its own
+    ``gptq`` function, away from any decoder or data reader: with a full-rank Hessian of
+    strongly correlated inputs it returns exactly what it returns with the identity Hessian
+    (no correlation: GPTQ is then round-to-nearest), because it never carries a rounding error
+    to the rows it has not rounded."""
+    import_quantizer()
+    from onnxruntime.quantization.neural_compressor.weight_only import gptq
+
+    rng = np.random.default_rng(0)
+    inputs = rng.standard_normal((512, 64)) @ rng.standard_normal((64, 64))
+    hessian = inputs.T @ inputs
+    assert np.linalg.matrix_rank(hessian) == 64
+    weight = rng.standard_normal((64, 48)).astype(np.float32)
+    arguments = {"num_bits": 4, "group_size": 32, "scheme": scheme}
+    with_data = gptq(weight.copy(), hessian.copy(), **arguments)
+    without = gptq(weight.copy(), np.eye(64), **arguments)
+    assert not np.array_equal(with_data, weight)
+    np.testing.assert_array_equal(with_data, without)
+
+
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
@@ -275,8 +297,9 @@ def test_k_quant_with_one_block_per_column_fails_in_one_line(backend, tmp_path):
     """ONNX Runtime's 4-bit k-quant fails on a weight whose rows fit one block (a reshape
     error deep inside it): the trial fails with a line that says so, before it runs."""
     with pytest.raises(
-        ValueError, match=r"^ONNX Runtime's 4-bit k_quant fails where a weight's rows are not an "
-        r"even number of blocks \(node .*: \d+ rows, 1 of block_size 64\)"
+        ValueError,
+        match=r"^ONNX Runtime's 4-bit k_quant fails where a weight's rows are not an "
+        r"even number of blocks \(node .*: \d+ rows, 1 of block_size 64\)",
     ):
         backend.quantize({"algorithm": "k_quant", "block_size": 64}, tmp_path / "k.onnx")
 
@@ -284,7 +307,8 @@ def test_k_quant_with_one_block_per_column_fails_in_one_line(backend, tmp_path):
 def _one_matmul(rows: int, cols: int) -> onnx.ModelProto:
     weight = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, rows])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, cols])],
         [onnx.numpy_helper.from_array(weight, "w")],

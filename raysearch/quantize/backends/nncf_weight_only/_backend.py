@@ -9,7 +9,9 @@ raysearch adds: ``quantize_embeddings: false`` and ``nodes_float`` become NNCF's
 ``AdvancedCompressionParameters`` field, and the calibration data (one ``nncf.Dataset`` item per
 sample, built once) is passed where a setting reads it (AWQ, scale estimation, a sensitivity
 metric of activations): NNCF then collects its statistics on the trial's providers and threads
-(:func:`raysearch.quantize.nncf_runtime.nncf_session`). Install with
+(:func:`raysearch.quantize.nncf_runtime.nncf_session`). A value info that declares an initializer
+another shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape
+inference refuses, is dropped from the model NNCF gets. Install with
 ``pip install 'raysearch[nncf]'``; NNCF is imported only when a backend is built.
 
 Example:
@@ -86,6 +88,9 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         self.providers = self.providers or session_providers(self.gpu_id)
         self._external = has_external_data(self.model_path)
         self._model = prepare_model(self.model_path)
+        dropped = _drop_contradicting_value_infos(self._model)
+        if dropped:
+            _logger.info("value infos that contradict their initializers dropped: %s", dropped)
         self._gathers = embedding_gathers(self._model)
         self._weighted = sum(n.op_type in WEIGHTED_OP_TYPES for n in self._model.graph.node)
         self._dataset: Any = None  # built on the first setting that reads the data
@@ -226,6 +231,34 @@ def compress_arguments(
     if advanced:
         arguments["advanced_parameters"] = AdvancedCompressionParameters(**advanced)
     return arguments
+
+
+def _drop_contradicting_value_infos(model: onnx.ModelProto) -> list[str]:
+    """Drop, in place, each value info of ``model`` that declares an initializer another shape
+    or type than its own, and return their names. NNCF runs ONNX's shape inference on the
+    model, which refuses such a model; onnxruntime-genai's builder declares its constant
+    ``[1]`` a scalar. The initializer's own shape and type are what ONNX Runtime uses."""
+    inits = {t.name: t for t in model.graph.initializer}
+    dropped = []
+    for info in list(model.graph.value_info):
+        init = inits.get(info.name)
+        if init is None or not info.type.HasField("tensor_type"):
+            continue
+        declared = info.type.tensor_type
+        if declared.elem_type not in (0, init.data_type) or not _fits(declared, init.dims):
+            model.graph.value_info.remove(info)
+            dropped.append(info.name)
+    return dropped
+
+
+def _fits(declared: Any, dims: Sequence[int]) -> bool:
+    """Whether a value info's tensor type allows the shape ``dims`` (no shape allows any)."""
+    if not declared.HasField("shape"):
+        return True
+    given = declared.shape.dim
+    return len(given) == len(dims) and all(
+        not d.HasField("dim_value") or d.dim_value == n for d, n in zip(given, dims)
+    )
 
 
 def _compressed(model: onnx.ModelProto) -> int:

@@ -94,11 +94,16 @@ DEFAULTS: dict[str, Any] = {
     "quantize_embeddings": False,
     "quant_format": "QOperator",
 }
-#: Why ``algorithm: gptq`` is refused (``tests/quantize/test_weight_only_backend.py`` checks
-#: it still holds).
+#: Why ``algorithm: gptq`` is refused. ONNX Runtime 1.31's GPTQ (Neural Compressor's, vendored:
+#: ``neural_compressor/weight_only.py`` ``gptq``) carries a row's rounding error to the rows not
+#: yet rounded through the column of the upper-triangular Cholesky factor of the inverse Hessian
+#: below its diagonal, which is all zeros (GPTQ reads the factor's row): no error is ever carried,
+#: whatever the calibration data, and every row is rounded to nearest in its group, RTN's
+#: weights. ``tests/quantize/test_weight_only_backend.py`` checks that this still holds.
 GPTQ_REFUSAL = (
-    "algorithm gptq is refused: ONNX Runtime 1.31's GPTQ writes the same weights as its RTN "
-    "(it would be searched as a different setting and is not one)"
+    "algorithm gptq is refused: ONNX Runtime 1.31's GPTQ carries no rounding error to the "
+    "rows it has not rounded (it reads its inverse-Hessian factor below the diagonal, all "
+    "zeros), so it writes RTN's weights whatever the calibration data"
 )
 
 SETTINGS: dict[str, OptionSpec] = {
