@@ -786,7 +786,9 @@ def console_main() -> NoReturn:
     clearing their modules at exit takes longer than writing the outputs;
     Ray's own exit hook also sleeps 0.5 s before shutting down "so that log messages finish
     printing". So Ray is shut down here (it waits for its processes to end: nothing of it is
-    left behind), the logs and both streams are flushed, and the process ends with
+    left behind; a Ray the search started for itself began its shutdown when the trials
+    ended, while the outputs were written, and is waited for), the logs and both streams
+    are flushed, and the process ends with
     ``os._exit``. Every file raysearch writes is closed by then (the outputs are written and
     renamed before :func:`main` returns). :func:`main` itself returns normally, for callers in
     Python.
@@ -795,8 +797,11 @@ def console_main() -> NoReturn:
     the optional packages they would pull in for nothing (:mod:`raysearch._optional_imports`).
     """
     from raysearch._optional_imports import skip_unused_optional_imports
+    from raysearch.search.runtime.cluster import end_with_process
 
     skip_unused_optional_imports()
+    # A Ray the search starts for itself goes once the trials end, beside the outputs' writing.
+    end_with_process()
     status = main()
     _shut_down_ray()
     logging.shutdown()
@@ -809,7 +814,9 @@ def console_main() -> NoReturn:
 
 
 def _shut_down_ray() -> None:
-    """Shut down (or, for a joined cluster, disconnect from) the Ray this process uses.
+    """Shut down (or, for a joined cluster, disconnect from) the Ray this process uses, or
+    wait for the end of the shutdown of the search's own Ray that began when its trials ended
+    (:func:`raysearch.search.runtime.cluster.trials_ended`).
 
     The garbage collector is switched off first: a search that ended on an error leaves
     reference cycles (tracebacks, Tune's objects) holding Ray object references, and one
@@ -817,8 +824,7 @@ def _shut_down_ray() -> None:
     already been shutdown"), the exit status and the last line of stderr then Ray's instead
     of ours. With the collector off those cycles are never freed: this process ends right
     after with ``os._exit``."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
+    if "ray" in sys.modules:  # also when the search's own Ray is shutting down already
         from raysearch.search.runtime.cluster import shutdown_ray
 
         gc.disable()

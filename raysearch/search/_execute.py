@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from raysearch.errors import is_disk_full
+from raysearch.errors import InputError, is_disk_full
 from raysearch.layout import CACHE_DIR, JOURNAL, TRIALS_TMP
 from raysearch.modelfolder import model_folder
 from raysearch.quantize.registry import backend_reject
@@ -43,6 +43,8 @@ from raysearch.search.record._disk import disk_full_error
 from raysearch.search.record.journal import Journal, SessionClock
 from raysearch.search.record.output_dir import (
     begin_session,
+    read_marker,
+    restore_marker,
     search_id,
     storage_path,
     write_marker,
@@ -52,6 +54,7 @@ from raysearch.search.record.recorder import TrialRecorder
 from raysearch.search.runtime.cluster import (
     only_driver_node,
     slots,
+    trials_ended,
     trials_placeable_now,
     tune_environment,
 )
@@ -122,6 +125,8 @@ class Execution:
         self.callbacks: list[Any] = []
         #: The first wave's start barrier (None: none started yet, or one actor).
         self.barrier: Any = None
+        #: The marker as this session found it (put back when the session is refused).
+        self.marker_before: dict[str, Any] = {}
         #: Where latency is timed again after the last trial (None: nowhere, _retime).
         self.timer = LatencyTimer() if needs_retime(config) else None
 
@@ -204,6 +209,8 @@ class Execution:
             )
             run = self.start(resume, progress, prepared, started_at)
             self.fit(run)
+            self._refuse_missing_module(run)
+            self._trials_over(run)
             result = self.finish(run)
             after_search(run.session.callbacks, result.summary, folder, self.session_key)
             return result
@@ -237,6 +244,7 @@ class Execution:
         config, folder = self.config, self.output_dir
         journal = Journal(folder / JOURNAL)
         records = journal.load() if resume else []
+        self.marker_before = read_marker(folder)
         session_number = begin_session(folder, storage_path(config, folder))
         clock = SessionClock(records, started_at=started_at)
         # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
@@ -398,6 +406,49 @@ class Execution:
         finally:
             run.progress.close()
 
+    def _refuse_missing_module(self, run: _Run) -> None:
+        """Refuse the session when a phase of the strategy could not import a module before
+        any trial of it started (``searcher.missing_module``): a plugin's submodule not
+        installed, or not there yet. One line names the module; the marker is put back as
+        the session found it, and nothing else of the folder was written: resuming once the
+        module is importable goes on as if this session had not been.
+
+        Raises:
+            InputError: the module that cannot be imported.
+        """
+        missing = run.searcher.missing_module
+        if missing is None:
+            return
+        restore_marker(self.output_dir, self.marker_before)
+        raise InputError(
+            f"{self.output_dir}: the search strategy {self.config.search_algo} needs the module "
+            f"{missing.name or str(missing)!r}, which cannot be imported here ({missing}); make "
+            "it importable (install it, or put it beside the config) and resume again"
+        )
+
+    def _trials_over(self, run: _Run) -> None:
+        """Every trial has ended: the start barrier goes now, and the other nodes' folders of
+        a search that was not interrupted; then a Ray that ends with this process begins its
+        shutdown while the outputs are written
+        (:func:`~raysearch.search.runtime.cluster.trials_ended`). Nothing after this asks
+        that Ray for anything."""
+        end_barrier(self.barrier)
+        self.barrier = None
+        if _stop_reason(run.stopper, run.searcher, run.recorder) != "interrupted":
+            # The other nodes' stand-ins for trials_tmp/ and the calibration cache; an
+            # interrupted search keeps them for its resume. (A resumed search's records name
+            # the nodes of earlier sessions too: asking whether they are alive needs Ray.)
+            records = run.recorder.records
+            elsewhere = {r.get("node_id") for r in records} - {run.spec.driver_node, None}
+            remove_node_folders(
+                sorted(elsewhere),
+                [
+                    node_folder("trials", self.output_dir),
+                    node_folder("cache", run.spec.cache_dir),
+                ],
+            )
+        trials_ended()
+
     def finish(self, run: _Run) -> SearchResult:
         """Write the outputs from the journal's records and mark the search's end."""
         from raysearch.outputs import write_outputs, write_trial_plots
@@ -413,14 +464,6 @@ class Execution:
             run.info["float_latency_ms"] = self.pending_reference.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
-        if reason != "interrupted":
-            # The other nodes' stand-ins for trials_tmp/ and the calibration cache; an
-            # interrupted search keeps them for its resume.
-            elsewhere = {r.get("node_id") for r in records} - {run.spec.driver_node, None}
-            remove_node_folders(
-                sorted(elsewhere),
-                [node_folder("trials", folder), node_folder("cache", run.spec.cache_dir)],
-            )
         # Latency that decides (or that the config asks for) timed alone in the timer's
         # process, while the outputs that read no latency are written.
         plan = plan_retime(config, folder, records, run.spec.evaluation, str(config.model))

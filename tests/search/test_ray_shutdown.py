@@ -75,3 +75,17 @@ def test_a_local_ray_loses_its_monitor_first_and_leaves_nothing_behind(tmp_path)
     assert state["started_locally_after_shutdown"] is False, state
     assert state["started_locally_on_another_ray"] is False, state
     assert state["only_driver_node_on_another_ray"] is False, state
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_ray_the_search_did_not_start_outlives_its_trials(monkeypatch):
+    # The session's Ray stands for a cluster joined or a Ray started before the search: even
+    # in a process that ends with its search, its trials' end shuts nothing down.
+    import ray
+
+    from raysearch.search.runtime import cluster
+
+    monkeypatch.setattr(cluster, "_ends_with_process", True)
+    cluster.trials_ended()
+    assert cluster._ending is None
+    assert ray.is_initialized() and ray.get(ray.put(1)) == 1

@@ -18,7 +18,7 @@ import yaml
 from raysearch.config._spaces import parse_spaces, predefined_spaces
 from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace
-from raysearch.strategies import EXHAUSTED, ModelFacts, Phase, StrategyContext
+from raysearch.strategies import EXHAUSTED, ModelFacts, Phase, Proposal, StrategyContext
 from raysearch.strategies._setting_phase import setting_space
 from raysearch.strategies.grid import GridPhase
 from tests.search.test_fallback import _drive
@@ -245,6 +245,42 @@ def test_a_phase_that_raises_ends_the_search_with_the_trials_that_finished(caplo
     ) in caplog.messages
     assert searcher.suggest("later") == "FINISHED"
     assert EXHAUSTED  # the phases' end marker is unchanged
+
+
+class _NeedsModule(Phase):
+    """A phase that imports a module missing here when it starts (a plugin's submodule)."""
+
+    def start(self, context: StrategyContext) -> None:
+        import tests.search.no_such_plugin_submodule  # noqa: F401
+
+    def propose(self, trial_id: str, search: Any) -> Any:
+        return EXHAUSTED
+
+
+def test_a_module_a_phase_cannot_import_before_any_trial_refuses_the_session(caplog):
+    caplog.set_level(logging.INFO, logger="raysearch")
+    space = SearchSpace.parse({"per_channel": [True, False]})
+    # Resumed with every setting of the grid known: the phase needing the module starts first.
+    resumed = SettingSearcher(
+        [GridPhase([space], None), _NeedsModule()], mode="max", context=_context([space])
+    )
+    resumed.add_finished(
+        [
+            {"trial_id": f"t{i}", "key": key, "phase": 0, "metric": 1.0, "status": "ok"}
+            for i, key in enumerate(Proposal.of(space, 0, p).key for p in space.expand().points)
+        ]
+    )
+    assert resumed.suggest("first") == "FINISHED"
+    assert resumed.finish_reason == "missing_module"
+    assert resumed.missing_module.name == "tests.search.no_such_plugin_submodule"
+    assert not any("failed" in message for message in caplog.messages)
+    # After a trial of this session started, the same import is the strategy's failure.
+    running = SettingSearcher(
+        [GridPhase([space], None), _NeedsModule()], mode="max", context=_context([space])
+    )
+    trials = _drive(running, DynamicBest(threshold=2.0), slots=1)
+    assert len(trials) == 2 and running.finish_reason == "strategy_failed"
+    assert running.missing_module is None
 
 
 def test_setting_refusal_names_the_rule_and_the_keys():

@@ -55,6 +55,8 @@ __all__ = [
     "clean_output_dir",
     "write_marker",
     "begin_session",
+    "read_marker",
+    "restore_marker",
     "search_id",
     "write_config",
     "storage_path",
@@ -266,6 +268,18 @@ def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> 
     )
     state.update(extra)
     atomic_write_text(path, json.dumps(state, indent=1) + "\n")
+
+
+def read_marker(folder: Path) -> dict[str, Any]:
+    """``.raysearch.json`` as a dict (empty when missing or unreadable): what
+    :func:`restore_marker` puts back."""
+    return _read_marker(folder)
+
+
+def restore_marker(folder: Path, state: dict[str, Any]) -> None:
+    """Put ``.raysearch.json`` back as :func:`read_marker` read it: a session refused before
+    it ran anything (:func:`begin_session` counted it) leaves the marker as it found it."""
+    atomic_write_text(folder / MARKER, json.dumps(state, indent=1) + "\n")
 
 
 def begin_session(folder: Path, storage_path: str) -> int:

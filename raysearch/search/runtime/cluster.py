@@ -10,10 +10,12 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +33,8 @@ __all__ = [
     "cluster_address",
     "check_reachable",
     "shutdown_ray",
+    "end_with_process",
+    "trials_ended",
     "started_locally",
     "only_driver_node",
     "check_resources",
@@ -57,6 +61,11 @@ OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 #: Only the Ray up now counts (:func:`_is_local_ray`): one shut down by a plain
 #: ``ray.shutdown()`` and another started after it is not the one this names.
 _local_ray: tuple[str, str] | None = None
+#: Whether this process ends with its search (:func:`end_with_process`: the command line).
+_ends_with_process = False
+#: The thread shutting down the search's own Ray while the outputs are written (None: none
+#: started): :func:`trials_ended` starts it, :func:`shutdown_ray` waits for it.
+_ending: threading.Thread | None = None
 
 
 def tune_environment(max_pending: int) -> None:
@@ -229,8 +238,41 @@ def stop_ray() -> None:
 _MONITOR_SCRIPT = os.path.join("autoscaler", "_private", "monitor.py")
 
 
+def end_with_process() -> None:
+    """Say that this process ends with its search (the command line, ``cli.console_main``):
+    a Ray the search starts for itself (:func:`start_ray` without an address) then shuts down
+    as soon as the search's trials have ended (:func:`trials_ended`), not after its outputs
+    are written. A Ray joined or started before keeps running as without it."""
+    global _ends_with_process
+    _ends_with_process = True
+
+
+def trials_ended() -> None:
+    """The search's trials have all ended: when this process ends with the search
+    (:func:`end_with_process`) and Ray is the one-machine Ray the search started, shut it
+    down now, in a thread, while the driver writes the outputs, which need nothing of Ray;
+    :func:`shutdown_ray` waits for that thread. Else nothing.
+
+    Ray's shutdown waits on its processes' ends and the driver's core worker (about half a
+    second) and the outputs take about as long, so one overlaps the other. The garbage
+    collector is switched off first: a cycle holding a Ray object reference, freed after the
+    shutdown, would end the process (Ray's core worker is gone); this process ends soon after,
+    and never frees those cycles."""
+    global _ending, _local_ray
+    if not _ends_with_process or _ending is not None or not _is_local_ray():
+        return
+    _logger.info(
+        "the trials have ended: the search's own Ray shuts down while the outputs are written"
+    )
+    gc.disable()
+    _local_ray = None  # forgotten here, before the thread: nothing asks a Ray going down
+    _ending = threading.Thread(target=_shutdown_now, name="raysearch-ray-shutdown", daemon=True)
+    _ending.start()
+
+
 def shutdown_ray() -> None:
-    """``ray.shutdown()``, less the second it spends on a local Ray's autoscaler monitor.
+    """``ray.shutdown()``, less the second it spends on a local Ray's autoscaler monitor; when
+    :func:`trials_ended` started shutting it down already, the wait for that shutdown's end.
 
     ``ray.shutdown`` stops the GCS before the monitor; the monitor's SIGTERM handler then
     reports its own end to the stopped GCS until Ray gives up on it after 1 s and kills it,
@@ -239,6 +281,16 @@ def shutdown_ray() -> None:
     nothing to autoscale, and a killed monitor reports nothing. A joined cluster's monitor is
     no child of this process and is left alone. psutil ships with Ray
     (``ray/thirdparty_files``)."""
+    global _ending
+    if _ending is not None:
+        _ending.join()
+        _ending = None
+    _shutdown_now()
+
+
+def _shutdown_now() -> None:
+    """:func:`shutdown_ray` itself: the monitor of a Ray this process started killed, then
+    ``ray.shutdown()``."""
     import ray
 
     global _local_ray

@@ -106,6 +106,8 @@ class _State:
     waiting: bool = False
     #: The last phase whose ``start`` ran (-1: none yet).
     begun: int = -1
+    #: Trials this searcher started (``started`` also counts the journal's, on resume).
+    started_here: int = 0
     #: The numbers a resumed search gives its next trials first, in order: those of trials
     #: started before the interruption that did not finish (the phases
     #: propose those settings again first, so each gets back the number it had and ties
@@ -146,6 +148,9 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         self.max_trials = max_trials if max_trials and max_trials > 0 else None
         self.max_outstanding = max_outstanding
         self.state = _State(phase_started=[0] * len(phases))
+        #: The import a phase failed before this searcher started a trial (None: none
+        #: failed): the session is refused as a bad input, not a strategy's failure.
+        self.missing_module: ImportError | None = None
         #: key -> metric (None when the trial failed) of every finished setting.
         self.done: dict[str, float | None] = {}
         #: key -> what the samplers optimise (the trial's ``objective``, else its metric).
@@ -247,6 +252,7 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         """Count a trial started in the current phase; its number."""
         state = self.state
         state.started += 1
+        state.started_here += 1
         number = state.holes.pop(0) if state.holes else state.started
         state.phase_started[state.phase] += 1
         return number
@@ -285,7 +291,10 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
 
     def _failed(self, exc: BaseException) -> str:
         """A phase raised: the search ends (``strategy_failed``) once the trials running
-        finish, and its outputs are written from every trial that finished."""
+        finish, and its outputs are written from every trial that finished. A module it could
+        not import before this searcher started a trial is :meth:`_missing` instead."""
+        if isinstance(exc, ImportError) and not self.state.started_here:
+            return self._missing(exc)
         stage = self._stage(self.state.phase)
         named = f" (stage {stage})" if stage else ""
         _logger.error(
@@ -297,6 +306,15 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
             exc_info=exc,
         )
         return self._finish("strategy_failed")
+
+    def _missing(self, exc: ImportError) -> str:
+        """A phase could not import a module before this searcher started a trial (a
+        plugin's submodule not installed, or not there yet, say on resume): no trial runs, and
+        the search refuses the session (``missing_module``) naming the module, as a bad input
+        it can be resumed past once the module is importable."""
+        _logger.info("search phase %d cannot import a module: %s", self.state.phase, exc)
+        self.missing_module = exc
+        return self._finish("missing_module")
 
     def _stage(self, position: int | None) -> str | None:
         """The stage of the phase at ``position`` (None: not a staged strategy's)."""
