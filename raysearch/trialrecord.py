@@ -139,6 +139,11 @@ class TrialRecord(Mapping[str, Any]):
             raise ValueError(f"not fields of a trial record: {', '.join(map(str, unknown))}")
         return cls(**{k: v for k, v in data.items() if v is not None or k in _NULLABLE})
 
+    @property
+    def ok(self) -> bool:
+        """Whether the trial ended ``ok`` (its metric measured)."""
+        return self.status == "ok"
+
     def replace(self, **changes: Any) -> TrialRecord:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)

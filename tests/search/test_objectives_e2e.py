@@ -119,9 +119,10 @@ def test_pareto_front_and_select_size(pareto_search, browser):  # noqa: F811
     # timed alone after the search that summary.json holds, give the same front.
     records = Journal(out / "journal.jsonl").load()
     alone = summary["latency_retimed"]["models"]
-    for record in records:
-        if record["trial_id"] in alone:
-            record["latency_ms"] = alone[record["trial_id"]]["median_ms"]
+    records = [
+        r.replace(latency_ms=alone[r.trial_id]["median_ms"]) if r.trial_id in alone else r
+        for r in records
+    ]
     again = pareto_front(records, ["metric", "latency_ms", "model_size_mb"], False)
     assert [r["trial_id"] for r in again] == summary["pareto_trial_ids"]
 
