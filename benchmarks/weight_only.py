@@ -435,8 +435,7 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
         wall = search(source, calib, data, folder, tolerance, stop={"time_limit": 280},
-                      size_budget="builder", max_decode_latency="builder",
-                      select="metric")  # fmt: skip
+                      size_budget="builder", select="metric")  # fmt: skip
         name = "raysearch WeightOnly (best/)"
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)

@@ -26,6 +26,9 @@ __all__ = ["run_model", "measure_latency", "measure_decoder_latency", "DECODER_L
 #: The timed runs (after one warm-up) of each decoder latency (:func:`measure_decoder_latency`):
 #: a step is short, so a few more than a batch's five.
 DECODER_LATENCY_RUNS = 10
+#: How many times :data:`DECODER_LATENCY_RUNS` steps each model takes when a decode step is
+#: timed against another model's (``anchor``).
+ANCHORED_RUNS_FACTOR = 4
 
 
 def run_model(
@@ -82,8 +85,11 @@ def measure_decoder_latency(
     inputs) is timed as a client decodes: the prompt once, then ``runs`` tokens one by one,
     each step fed the cache the step before wrote; one without a cache, on one token alone.
     With ``anchor`` (another model of the same inputs and outputs, the one a bound is set
-    by), the two decode the same tokens step by step in turn, so that whatever else runs on
-    the machine slows both alike: its median step is ``anchor_decode_latency_ms``.
+    by), the two decode the same tokens step by step in turn, which of them first alternating,
+    so that whatever else runs on the machine slows both alike and neither gains from going
+    second; each takes :data:`ANCHORED_RUNS_FACTOR` times ``runs`` steps (a comparison of two
+    medians within a few percent of each other); its median step is
+    ``anchor_decode_latency_ms``.
     Empty when the model cannot take such feeds (no ``input_ids``, another input, a fixed
     sequence length)."""
     from raysearch.data import latency_feeds, next_step_feed, past_outputs
@@ -96,25 +102,32 @@ def measure_decoder_latency(
     cache = past_outputs(data.inputs, names)
     sessions = [session] if anchor is None else [session, anchor]
     keys = ["decode_latency_ms", "anchor_decode_latency_ms"][: len(sessions)]
+    runs = max(1, runs) * (1 if anchor is None else ANCHORED_RUNS_FACTOR)
     times: dict[str, list[float]] = {k: [] for k in keys}
     if cache is None:
-        for _ in range(max(1, runs)):
-            for key, each in zip(keys, sessions):
-                times[key].append(measure_latency(each, feeds["decode"], runs=1))
+        for step in range(runs):
+            for i in _turns(len(sessions), step):
+                times[keys[i]].append(measure_latency(sessions[i], feeds["decode"], runs=1))
         return {**{k: float(np.median(v)) for k, v in times.items()}, "prefill_latency_ms": prefill}
     tokens = np.asarray(data.arrays["input_ids"])[0].ravel()
     first = feeds["prefill"]
     states = [(first, dict(zip(names, each.run(None, first)))) for each in sessions]
     position = first["input_ids"].shape[1]
-    for step in range(max(1, runs) + 1):  # the first decode step is the warm-up
+    for step in range(runs + 1):  # the first decode step is the warm-up
         token = int(tokens[position % tokens.size])
-        for i, (key, each) in enumerate(zip(keys, sessions)):
+        for i in _turns(len(sessions), step):
             feed, outputs = states[i]
             feed = next_step_feed(feed, {p: outputs[o] for p, o in cache.items()}, token)
             start = time.perf_counter()
-            outputs = dict(zip(names, each.run(None, feed)))
+            outputs = dict(zip(names, sessions[i].run(None, feed)))
             if step:
-                times[key].append((time.perf_counter() - start) * 1000.0)
+                times[keys[i]].append((time.perf_counter() - start) * 1000.0)
             states[i] = (feed, outputs)
         position += 1
     return {**{k: float(np.median(v)) for k, v in times.items()}, "prefill_latency_ms": prefill}
+
+
+def _turns(count: int, step: int) -> list[int]:
+    """The order the models of a step run in: each first on every other step."""
+    order = list(range(count))
+    return order if step % 2 == 0 else order[::-1]

@@ -479,10 +479,13 @@ class TrialRunner:
         data = self.evaluation
         if not self.measure_latency or not self.evaluator.is_lm or data is None:
             return {}
-        if session is None:
+        anchor = self._anchor()
+        if session is None or anchor is not None:
+            # against an anchor, a session as fresh as the anchor's: the evaluation session
+            # has run whole batches, which leaves it slower at one-token steps
             session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
-            return measure_decoder_latency(session, data, anchor=self._anchor())
+            return measure_decoder_latency(session, data, anchor=anchor)
         except Exception as exc:  # latency is secondary: never fail a trial for it
             _logger.debug("decoder latency measurement failed: %s", exc)
             return {}
