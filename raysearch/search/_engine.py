@@ -77,14 +77,15 @@ class EngineSpec:
 
         import_plugins(self.plugins, strict=False, search_dirs=where_code_lives(self.code_dirs))
 
-        model_path, cache_dir, anchor = self.model.path, self.cache_dir, self.decode_anchor
+        model_path, cache_dir = self.model.path, self.cache_dir
+        anchor = self.decode_anchor.path if self.decode_anchor is not None else None
         if self.driver_node is not None and current_node_id() != self.driver_node:
             # Another node: the model comes from the object store, the calibration cache
             # lives on this node (the driver's output folder need not exist here).
             model_path = materialize_model(self.model)
             cache_dir = os.fspath(node_folder_here("cache", self.cache_dir))
-            if anchor is not None:
-                anchor = ModelBlob(materialize_model(anchor))
+            if self.decode_anchor is not None:
+                anchor = materialize_model(self.decode_anchor)
         return TrialRunner(
             TrialSpec(
                 model_path,
@@ -105,7 +106,7 @@ class EngineSpec:
                 measure_latency=self.measure_latency,
                 rungs=self.rungs,
                 max_decode_latency_ms=self.max_decode_latency_ms,
-                decode_anchor_path=anchor.path if anchor is not None else None,
+                decode_anchor_path=anchor,
                 max_model_size_bytes=self.max_model_size_bytes,
             )
         )
