@@ -184,10 +184,7 @@ def _unquantized_note(
     unquantized_rows = [r for r in complete if unquantized(r)]
     if not unquantized_rows:
         return {}
-    if evaluator is None:
-        from raysearch.evaluate import Evaluator
-
-        evaluator = Evaluator.from_config(config)
+    evaluator = _evaluator(config, evaluator)
     if evaluator.is_custom and float_metric is None:
         return {}  # no float score to measure a custom metric's drop against
     met = [r for r in unquantized_rows if evaluator.is_candidate(r["metric"], float_metric)]
@@ -216,6 +213,15 @@ def _unquantized_note(
     return fields
 
 
+def _evaluator(config: SearchConfig, evaluator: Evaluator | None) -> Evaluator:
+    """``evaluator``, else the config's (made here only when a note needs it)."""
+    if evaluator is not None:
+        return evaluator
+    from raysearch.evaluate import Evaluator
+
+    return Evaluator.from_config(config)
+
+
 #: The bounds beyond the tolerance that keep a trial from being a candidate: the record's
 #: ``extra`` flag, and how the note names the bound.
 _BOUNDS = {"decode_over_bound": "decoded slower than max_decode_latency",
@@ -233,10 +239,7 @@ def _bounds_note(
     how far the best missed a tolerance it met; empty otherwise."""
     if config.tolerance is None or any(is_candidate(r) for r in rows):
         return {}
-    if evaluator is None:
-        from raysearch.evaluate import Evaluator
-
-        evaluator = Evaluator.from_config(config)
+    evaluator = _evaluator(config, evaluator)
     if evaluator.is_custom and float_metric is None:
         return {}
     met = [
@@ -266,10 +269,7 @@ def _missed_by(
     best trial, a tolerance, or the float model's score a custom metric needs."""
     if best is None or config.tolerance is None:
         return None
-    if evaluator is None:
-        from raysearch.evaluate import Evaluator
-
-        evaluator = Evaluator.from_config(config)
+    evaluator = _evaluator(config, evaluator)
     if evaluator.is_custom and float_metric is None:
         return None
     return evaluator.missed_by(best.get("metric"), float_metric)
