@@ -62,7 +62,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raysearch.quantize.backends.weight_only.options import NodeChoice, names_nodes, top_choice
+from raysearch.quantize.backends.weight_only.options import (
+    NodeChoice,
+    names_nodes,
+    node_choices,
+    top_choice,
+)
 from raysearch.ranking import PROBE_STAGE, order
 from raysearch.strategies._allocation import (
     allocate,
@@ -347,13 +352,10 @@ def decode_ratio(record: Mapping[str, Any]) -> float | None:
 
 def uniform_choice(settings: Mapping[str, Any], nodes: Sequence[str]) -> NodeChoice | None:
     """The one choice every node of ``nodes`` has under ``settings`` (a uniform setting, or
-    ``node_settings`` giving each node the same), else None."""
-    per_node = settings.get(_NODE_SETTINGS) or {}
-    if not per_node:
-        return None if names_nodes(settings) else top_choice(settings)
-    top = {k: v for k, v in settings.items() if k != _NODE_SETTINGS}
-    choices = {top_choice({**top, **(per_node.get(n) or {})}) for n in nodes}
-    return choices.pop() if len(choices) == 1 and set(per_node) >= set(nodes) else None
+    one that names each node at the same choice), else None."""
+    choices = set(node_choices(settings, nodes).values())
+    choice = choices.pop() if len(choices) == 1 else None
+    return choice if isinstance(choice, NodeChoice) else None
 
 
 def decode_ratios(
@@ -413,9 +415,10 @@ def allocations(
     budgets = sorted({b for b in [*named, *ladder, largest] if smallest <= b <= largest})
     out: list[tuple[float, dict[str, Any]]] = []
     seen: set[str] = set()
-    plans = allocate(table, sizes, [b - rest for b in budgets])
     ratios = decode_ratios(context.records, base, nodes) if decode_ratio(base) else {}
-    if own in ratios:
+    if own not in ratios:
+        plans = allocate(table, sizes, [b - rest for b in budgets])
+    else:
         # within the builder's decode step: each node's share of the weights at its choice's
         # step over the builder's, a choice no uniform model timed left out
         total = sum(math.prod(weights[n]) for n in nodes)
