@@ -4,7 +4,7 @@ the builder's own ``-p int4 -e cuda``, both decoded by onnxruntime-genai's CUDA 
 
 Usage (on the GPU machine, after ``setup.sh``)::
 
-    python3 benchmarks/gpu/genai_cuda.py FLOAT_FOLDER BUILDER_INT4_FOLDER EVAL_NPZ CALIB_NPZ WORK OUT_JSON
+    python3 benchmarks/gpu/genai_cuda.py FLOAT_DIR INT4_DIR EVAL_NPZ CALIB_NPZ WORK OUT_JSON
 
 1. KL of the builder's int4 against the float folder, both run by ONNX Runtime's CUDA provider
    on the evaluation data fed as deployed (the feeds raysearch builds from ``input_ids``).
@@ -37,7 +37,6 @@ from raysearch.data import DataSource  # noqa: E402
 from raysearch.evaluate import run_model  # noqa: E402
 from raysearch.metrics import mean_metric, metric_per_sample  # noqa: E402
 from raysearch.modelfile import model_size_bytes  # noqa: E402
-
 
 #: CUDA; a dry run of the script on a machine without a GPU sets GENAI_CUDA_PROVIDER
 #: to the CPU's and GENAI_CUDA_GPU_PER_TRIAL to 0.
