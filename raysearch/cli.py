@@ -481,12 +481,17 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
     if latency is not None:
         timed = f"{_fmt(latency)} ms per batch"
     elif on_cpu is not None:  # the trials ran on a GPU: not compared (outputs._writer)
-        timed = f"{_fmt(on_cpu)} ms per batch on the driver's CPU"
+        timed = f"{_fmt(on_cpu)} ms per batch"
     else:
         timed = "latency not measured"
     for key, label, unit, _ in _LATENCIES[1:]:  # a language-model metric's decode, prefill
-        if summary.get(f"float_{key}") is not None:
-            timed += f", {label} {_fmt(summary[f'float_{key}'])} {unit}"
+        value = summary.get(f"float_{key}")
+        if value is None:
+            value = summary.get(f"float_{key.replace('_ms', '_cpu_ms')}")
+        if value is not None:
+            timed += f", {label} {_fmt(value)} {unit}"
+    if latency is None and on_cpu is not None:
+        timed += " on the driver's CPU"
     return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
 
 

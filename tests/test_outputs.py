@@ -186,7 +186,13 @@ def test_a_best_timed_on_a_gpu_is_not_set_against_the_float_model_timed_on_the_c
     on the CPU)."""
     from raysearch.cli import _against_float, _float_line
 
-    on_gpu = [dict(record(1, 0.01, candidate=True), device="cuda:0", latency_ms=1.36)]
+    on_gpu = [
+        dict(
+            record(1, 0.01, candidate=True), device="cuda:0", latency_ms=1.36,
+            decode_latency_ms=40.5, prefill_latency_ms=0.8,
+        )
+    ]  # fmt: skip
+    decoder_floats = {"float_decode_latency_ms": 2.16, "float_prefill_latency_ms": 24.1}
     summary = write_outputs(
         tmp_path / "gpu",
         on_gpu,
@@ -194,13 +200,19 @@ def test_a_best_timed_on_a_gpu_is_not_set_against_the_float_model_timed_on_the_c
         stop_reason="space_exhausted",
         wall_time_s=1.0,
         float_latency_ms=80.3,
+        extra=decoder_floats,
     )
     assert summary["float_latency_ms"] is None and summary["float_latency_cpu_ms"] == 80.3
     assert summary["best_latency_ms"] == 1.36
-    assert _float_line(summary, "L2").endswith(", 80.3 ms per batch on the driver's CPU")
-    assert not any(
-        "of the float model's" in line for line in _against_float(summary) if "latency" in line
+    # A decoder's float decode step and prefill are timed on the driver's CPU too.
+    assert summary["float_decode_latency_ms"] is None
+    assert summary["float_decode_latency_cpu_ms"] == 2.16
+    assert summary["float_prefill_latency_cpu_ms"] == 24.1
+    assert _float_line(summary, "L2").endswith(
+        ", 80.3 ms per batch, decode step 2.16 ms per token, prefill 24.1 ms per prompt on the "
+        "driver's CPU"
     )
+    assert not any("of the float model's" in line for line in _against_float(summary))
     on_cpu = write_outputs(
         tmp_path / "cpu",
         [dict(record(1, 0.01, candidate=True), latency_ms=40.0)],

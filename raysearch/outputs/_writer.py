@@ -342,6 +342,10 @@ def write_outputs(
         summary["best_missed_by"] = _missed_by(best, config, float_metric, evaluator)
     summary.update(write_pareto(out, rows, config))
     summary.update(extra or {})
+    if "float_latency_cpu_ms" in summary:  # the best ran on a GPU (_summary)
+        for key in ("float_decode_latency_ms", "float_prefill_latency_ms"):
+            if summary.get(key) is not None:  # a decoder's: timed on the driver's CPU too
+                summary[key.replace("_ms", "_cpu_ms")], summary[key] = summary[key], None
     write_parquet(results_table(rows), out / RESULTS)
     if plotted is None:
         plotted = write_trial_plots(out, rows, config, float_metric)
