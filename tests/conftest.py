@@ -92,18 +92,17 @@ LONGEST_FILES = (
     "tests/reliability/test_batch_faults.py",
     "tests/search/test_grid_counts.py",
     "tests/test_batch.py",
+    "tests/scale/test_hand_started_cluster.py",
     "tests/search/test_loggers_e2e.py",
     "tests/search/test_staged_strategies.py",
     "tests/reliability/test_resume.py",
     "tests/scale/test_cluster.py",
     "tests/scale/test_warm_cluster.py",
-    "tests/scale/test_hand_started_cluster.py",
     "tests/scale/test_many_trials.py",
     "tests/search/test_search_e2e.py",
     "tests/reliability/test_soak.py",
     "tests/search/test_large_decoder.py",
     "tests/test_packaging.py",
-    "tests/reliability/test_node_lost.py",
 )
 
 

@@ -31,21 +31,26 @@ import raysearch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Not part of a source tree: what a checkout or a run leaves beside it.
-_NOT_SOURCE = shutil.ignore_patterns(
-    ".git",
-    ".venv",
+_NOT_SOURCE_PATTERNS = shutil.ignore_patterns(
     "__pycache__",
     "*.py[cod]",
     "*.egg-info",
     "build",
     "dist",
-    ".pytest_cache",
-    ".ruff_cache",
     "raysearch_output",
-    ".gpucarry",
     "gpu_data",
     "*.tmp",
 )
+#: The one hidden folder of the source tree: CI's command, which the sdist carries.
+_HIDDEN_SOURCE = {".ci"}
+
+
+def _not_source(folder: str, names: list[str]) -> set[str]:
+    """What a copy of the tree leaves out: the patterns above, and every hidden entry but
+    :data:`_HIDDEN_SOURCE` (``.git``, the tools' caches, virtual environments such as
+    ``.venv-genai``: gigabytes a checkout may keep beside its sources, which no build reads)."""
+    hidden = {name for name in names if name.startswith(".") and name not in _HIDDEN_SOURCE}
+    return hidden | set(_NOT_SOURCE_PATTERNS(folder, names))
 
 
 def _pyproject() -> dict:
@@ -66,6 +71,29 @@ def test_the_version_is_written_once():
     assert "version" not in project and "version" in project["dynamic"]
     attr = _pyproject()["tool"]["setuptools"]["dynamic"]["version"]["attr"]
     assert attr == "raysearch.__version__"
+
+
+def test_the_copy_to_build_leaves_out_what_a_checkout_keeps_beside_its_sources(tmp_path):
+    tree = tmp_path / "tree"
+    kept = ["pyproject.toml", ".ci/run", "raysearch/__init__.py", "tests/conftest.py"]
+    left_out = [
+        ".git/HEAD",
+        ".venv/bin/python",
+        ".venv-genai/lib/big.so",
+        ".gpucarry/model.onnx",
+        ".ruff_cache/0.1/x",
+        ".grimp_cache/x.json",
+        "raysearch/__pycache__/x.pyc",
+        "raysearch.egg-info/PKG-INFO",
+        "dist/raysearch.whl",
+        "gpu_data/x.npz",
+    ]
+    for name in kept + left_out:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(name)
+    shutil.copytree(tree, tmp_path / "copy", ignore=_not_source)
+    copied = {str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*")}
+    assert {p for p in copied if (tmp_path / "copy" / p).is_file()} == set(kept)
 
 
 @dataclass
@@ -92,7 +120,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     pytest.importorskip("build", reason="the test extra installs `build`")
     work = tmp_path_factory.mktemp("build")
     source, out = work / "source", work / "dist"
-    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
+    shutil.copytree(ROOT, source, ignore=_not_source)
     command = [sys.executable, "-m", "build", "--outdir", str(out), str(source)]
     if _setuptools_can_build():  # offline and faster; else an isolated build environment
         command.insert(3, "--no-isolation")

@@ -9,7 +9,17 @@ On the same cluster, a node lost as a spot node is: a search with default settin
 worker node is killed while a trial runs there completes with no failed trial, records the
 loss and the retry, and says so in one line on the terminal; the node then rejoins (the
 README's worker step again, on the same machine's temp folder) and the next search that runs
-there removes what the lost one left in it."""
+there removes what the lost one left in it.
+
+On the same cluster again, a worker node lost while the driver fetches a model from it (issue
+17, item 1; the rejoined worker, two CPUs): its first trial hangs (still running when the node
+dies); its second one stops the node's raylet (the node hangs) and finishes with the best score
+of the search, so the driver cannot fetch that model, and the test kills the node while the
+driver waits for it. The search must complete: the trial that was running is retried on the
+surviving node (``max_failures: 3``, see :func:`_fetch_search`), the model that lived only on
+the lost node is recorded as lost, ``best/`` holds the best model that exists, a trial the lost
+node took with it says so in one line, and every trial is in the outputs once. One cluster
+serves the three searches: each node of it takes a loaded machine tens of seconds to start."""
 
 from __future__ import annotations
 
@@ -27,7 +37,13 @@ import yaml
 from tests.models import conv_data, make_conv_model
 from tests.nodes import NodeCluster, _free_port
 from tests.reliability.evaluators import NODE_ENV
-from tests.reliability.helpers import calls, probe_config, run_with_fault, write_config
+from tests.reliability.helpers import (
+    calls,
+    journal,
+    probe_config,
+    run_with_fault,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -169,10 +185,12 @@ def node_lost(hand_started) -> dict[str, Any]:
         ["run", str(path)], folder, hanging, lambda: cluster.kill("worker"), **token
     )
     left = _tmp_folders(cluster)
-    # The node comes back on the same machine (its temp folder), as the README's worker step.
-    rejoin = {**hand_started["env"], "TMPDIR": str(cluster.root / "worker-tmp")}
+    # The node comes back on the same machine (its temp folder), as the README's worker step;
+    # with two CPUs and the node faults of the search that loses it next (:func:`fetch_lost`),
+    # which the conv model's search in between, scored without the probe evaluator, never meets.
+    rejoin = {**hand_started["env"], "TMPDIR": str(cluster.root / "worker-tmp"), NODE_ENV: "lost"}
     cluster.start(
-        "worker2", num_cpus=1, script=hand_started["steps"]["worker"], cwd=work, env=rejoin
+        "worker2", num_cpus=2, script=hand_started["steps"]["worker"], cwd=work, env=rejoin
     )
     after = run_search(
         cluster,
@@ -184,6 +202,7 @@ def node_lost(hand_started) -> dict[str, Any]:
     )
     out = folder / "out"
     return {
+        "token": token,
         "status": status,
         "stderr": (folder / "stderr.txt").read_text(),
         "calls": calls(folder / "calls.jsonl"),
@@ -239,3 +258,141 @@ def test_the_next_search_on_the_node_removes_what_the_lost_one_left(node_lost):
     after = node_lost["after"]
     assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
     assert not set(node_lost["left"]) & set(node_lost["after_folders"]), node_lost
+
+
+#: The rejoined worker's first quantized call hangs, its second stops the node's raylet.
+FETCH_PLAN = {"sleep_s": 1.0, "hang_s": 600, "node_faults": {"lost": ["hang", "freeze_node"]}}
+#: What a trial that the lost node took with it is recorded with.
+LOST_TRIAL = re.compile(
+    r"^(NodeLost: the node running this trial \([0-9a-f]{12}, [\d.]+\) was lost"
+    r"|TrialUnreachable: the connection to the trial's process broke: its node was lost)"
+)
+
+
+def _driver_fetching(work: Path) -> bool:
+    """Whether the driver waits for the model of the trial that stopped the worker's raylet."""
+    frozen = [c["trial"] for c in calls(work / "calls.jsonl") if c.get("fault") == "freeze_node"]
+    log = work / "out" / "auto_search.log"
+    if not frozen or not log.exists():
+        return False
+    return re.search(rf"fetching \S*/{frozen[0]}\.onnx from node", log.read_text()) is not None
+
+
+def _fetch_search(work: Path, cluster: NodeCluster, env: dict[str, str]) -> dict[str, Any]:
+    """``raysearch run`` on the cluster; the rejoined worker node is killed while the driver
+    waits for a model on it. The exit status and the pids killed."""
+    config = probe_config(
+        work,
+        search_space=LOSS_SPACE,
+        tolerance=1000.0,
+        tolerance_mode="absolute",
+        keep_candidates=True,  # every candidate's model, wherever it was made
+        # 3, not 1: Ray Tune counts one lost node up to three times for the trial running
+        # there, within milliseconds (an ActorUnavailableError, "socket closed", then the
+        # ActorDiedError twice; seen here and in CI), which would use up a smaller
+        # max_failures before the retry.
+        max_failures=3,
+        address=cluster.address,
+        plan=FETCH_PLAN,
+    )
+    path = write_config(work / "config.yaml", config)
+    killed: list[int] = []
+    # --debug: the driver's log says when it fetches a model from another node.
+    status = run_with_fault(
+        ["--debug", "run", str(path)],
+        work,
+        lambda: _driver_fetching(work),
+        lambda: killed.extend(cluster.kill("worker2")),
+        **env,
+    )
+    return {"status": status, "killed": killed}
+
+
+@pytest.fixture(scope="module")
+def fetch_lost(hand_started, node_lost) -> dict[str, Any]:
+    """A search on the cluster whose rejoined worker node is lost while the driver fetches
+    the model of the search's best trial from it (after :func:`node_lost`'s searches)."""
+    work = hand_started["work"] / "fetch_lost"
+    work.mkdir()
+    run = _fetch_search(work, hand_started["cluster"], node_lost["token"])
+    out = work / "out"
+    assert run["status"] == 0, (work / "stderr.txt").read_text()[-3000:]
+    log = calls(work / "calls.jsonl")
+    lost = {c["node"] for c in log if c.get("fault")}
+    assert len(lost) == 1 and None not in lost  # the faults ran on the worker node only
+    return {
+        "out": out,
+        "run": run,
+        "calls": log,
+        "lost_node": lost.pop(),
+        "journal": journal(out),
+        "rows": pq.read_table(out / "results.parquet").to_pylist(),
+        "summary": json.loads((out / "summary.json").read_text()),
+    }
+
+
+def test_the_search_completes_with_every_trial_recorded_once(fetch_lost):
+    rows, summary = fetch_lost["rows"], fetch_lost["summary"]
+    assert fetch_lost["run"]["killed"]  # the worker node's processes, all gone (waited for)
+    assert summary["stop_reason"] == "space_exhausted"
+    assert summary["n_trials"] == len(rows) == len(LOSS_SPACE["calibrate_method"]) * 2
+    ids = [r["trial_id"] for r in fetch_lost["journal"]]
+    assert len(ids) == len(set(ids)) == len(rows)
+    assert {r["trial_id"] for r in rows} == set(ids)
+
+
+def test_the_running_trial_is_retried_on_the_surviving_node(fetch_lost):
+    (hung,) = [c for c in fetch_lost["calls"] if c.get("fault") == "hang"]
+    runs = [c for c in fetch_lost["calls"] if c["trial"] == hung["trial"]]
+    (row,) = [r for r in fetch_lost["rows"] if r["trial_id"] == hung["trial"]]
+    if len(runs) == 1:
+        # Ray Tune's race (about 1 run in 15 here): when it hears of the dead actor again
+        # after it queued the retry (the trial PENDING by then), it fails the trial whatever
+        # max_failures says. The trial is then recorded once, failed, with the node named.
+        log = (fetch_lost["out"] / "auto_search.log").read_text()
+        assert log.count(f"Trial task failed for trial QuantTrainable_{hung['trial']}") >= 2
+        assert row["status"] == "failed" and LOST_TRIAL.match(row["error"]), row["error"]
+        return
+    assert len(runs) == 2 and runs[1]["node"] != fetch_lost["lost_node"]
+    assert row["status"] == "ok" and row["node_id"] == runs[1]["node"]
+    assert row["model_file"] == f"candidates/{row['trial_id']}.onnx"
+
+
+def test_a_model_left_on_the_lost_node_is_recorded_as_lost(fetch_lost):
+    (frozen,) = [c for c in fetch_lost["calls"] if c.get("fault") == "freeze_node"]
+    (row,) = [r for r in fetch_lost["rows"] if r["trial_id"] == frozen["trial"]]
+    # The trial finished (its metric is the search's highest) but its model is not here,
+    # and the record says why, naming the node.
+    assert row["status"] == "ok" and row["metric"] > 999
+    assert row["model_file"] is None
+    assert not (fetch_lost["out"] / "candidates" / f"{row['trial_id']}.onnx").exists()
+    node = fetch_lost["lost_node"][:12]
+    expected = f"the node that ran this trial ({node}) was lost before its model was fetched"
+    assert row.get("model_lost") == expected
+    # Every other candidate's model is in candidates/.
+    for other in fetch_lost["rows"]:
+        if other["is_candidate"] and other is not row:
+            assert (fetch_lost["out"] / other["model_file"]).is_file(), other
+            assert other["model_lost"] is None
+
+
+def test_best_holds_the_best_model_that_exists(fetch_lost):
+    out, summary, rows = fetch_lost["out"], fetch_lost["summary"], fetch_lost["rows"]
+    kept = [r for r in rows if r["status"] == "ok" and r["model_file"]]
+    best = max(kept, key=lambda r: r["metric"])
+    assert summary["best_trial_id"] == best["trial_id"]
+    assert summary["best_metric"] == best["metric"] < 999
+    assert summary["best_model_path"] == str(out / "best" / "model.onnx")
+    best_bytes = (out / "best" / "model.onnx").read_bytes()
+    assert best_bytes == (out / best["model_file"]).read_bytes()
+    assert not (out / "kept").exists() or not any((out / "kept").iterdir())
+
+
+def test_a_trial_the_lost_node_took_is_failed_with_a_readable_reason(fetch_lost):
+    # Ray Tune hands a finished trial's actor to the next trial; when that actor's node is
+    # gone, Tune fails the trial at once, whatever max_failures says. Its reason is one line.
+    for row in fetch_lost["rows"]:
+        if row["status"] == "failed":
+            assert LOST_TRIAL.match(row["error"]), row["error"]
+            assert "\n" not in row["error"] and len(row["error"]) < 2100
+            assert row["metric"] is None and row["model_file"] is None

@@ -3,7 +3,7 @@ small size): 40 trials of a Grid with evaluation on growing subsets, four ``ray 
 of one CPU, the last worker killed once 20 trials are journaled
 (:mod:`tests.scale.many_trials`, which ``benchmarks/scale.py`` runs at 1,000).
 
-``tests/reliability/test_node_lost.py`` covers what happens to the trials a lost node was
+``tests/scale/test_hand_started_cluster.py`` covers what happens to the trials a lost node was
 running and to the models left on it; this test covers the search around it: every trial
 finished before the loss is kept as it was recorded, the search goes on on the surviving
 nodes, and it ends with exactly its trial count, each trial recorded once.

@@ -45,29 +45,6 @@ class Unreachable(Seen):
         raise ConnectionError("tracking server out of reach")
 
 
-def test_a_users_tune_callback_sees_every_trials_result(make_config):
-    seen, unreachable = Seen(), Unreachable()
-    config = make_config(search_space=FOUR, resources=ONE_AT_A_TIME)
-    result = AutoSearch(config).run(callbacks=[unreachable, seen])
-    # A callback that fails to set up is dropped with a warning; the search goes on.
-    assert not unreachable.results and not unreachable.completed
-    log = (result.output_dir / "auto_search.log").read_text()
-    assert "Unreachable failed to set up (ConnectionError" in log
-    table = result.results.to_pylist()
-    assert sorted(seen.completed) == sorted(r["trial_id"] for r in table)
-    final = {r["trial_id"]: r for r in seen.results if r.get("done")}
-    assert set(final) == {r["trial_id"] for r in table}
-    for row in table:
-        logged = final[row["trial_id"]]
-        # The record as numbers and words, not the JSON text Tune carries.
-        assert "trial" not in logged
-        assert logged["metric"] == pytest.approx(row["metric"])
-        assert logged["is_candidate"] == row["is_candidate"]
-        assert logged["model_size_bytes"] == row["model_size_bytes"]
-        assert logged["objectives/metric"] == pytest.approx(row["metric"])
-        assert logged["status"] == "ok"
-
-
 def test_a_callback_that_is_not_a_tune_callback_is_refused_before_anything_runs(
     make_config, tmp_path
 ):
@@ -148,7 +125,9 @@ NUMBERS = {
 @pytest.fixture(scope="module")
 def three_searches(mlp_files, tmp_path_factory) -> dict[str, Any]:
     """Three searches in a row (TPE, two trials each, one at a time) into one MLflow
-    experiment (SQLite) and W&B offline: each search's folder and results."""
+    experiment (SQLite) and W&B offline, the first with a user's Tune callbacks too (one that
+    fails to set up, one that sees every event): each search's folder and results, and the
+    callbacks (each search on Ray costs seconds; one serves the callbacks' test too)."""
     from mlflow.tracking import MlflowClient
 
     folder = tmp_path_factory.mktemp("loggers")
@@ -156,6 +135,7 @@ def three_searches(mlp_files, tmp_path_factory) -> dict[str, Any]:
     # Its artifacts in the test's folder (MLflow's default is ./mlruns of the working folder).
     MlflowClient(tracking).create_experiment("quant", (folder / "artifacts").as_uri())
     searches = []
+    seen, unreachable = Seen(), Unreachable()
     for n in range(3):
         config = {
             "model": str(mlp_files["model"]),
@@ -173,7 +153,7 @@ def three_searches(mlp_files, tmp_path_factory) -> dict[str, Any]:
             },
             "output_dir": str(folder / f"out{n}"),
         }
-        result = AutoSearch(config).run()
+        result = AutoSearch(config).run(callbacks=[unreachable, seen] if n == 0 else None)
         searches.append(
             {
                 "folder": result.output_dir,
@@ -183,7 +163,30 @@ def three_searches(mlp_files, tmp_path_factory) -> dict[str, Any]:
                 "best": result.summary["best_trial_id"],
             }
         )
-    return {"tracking_uri": tracking, "searches": searches}
+    return {"tracking_uri": tracking, "searches": searches, "callbacks": (seen, unreachable)}
+
+
+def test_a_users_tune_callback_sees_every_trials_result(three_searches):
+    # The first of the three searches, run with a user's callbacks beside Ray's loggers.
+    seen, unreachable = three_searches["callbacks"]
+    first = three_searches["searches"][0]
+    # A callback that fails to set up is dropped with a warning; the search goes on.
+    assert not unreachable.results and not unreachable.completed
+    log = (first["folder"] / "auto_search.log").read_text()
+    assert "Unreachable failed to set up (ConnectionError" in log
+    table = first["rows"]
+    assert sorted(seen.completed) == sorted(r["trial_id"] for r in table)
+    final = {r["trial_id"]: r for r in seen.results if r.get("done")}
+    assert set(final) == {r["trial_id"] for r in table}
+    for row in table:
+        logged = final[row["trial_id"]]
+        # The record as numbers and words, not the JSON text Tune carries.
+        assert "trial" not in logged
+        assert logged["metric"] == pytest.approx(row["metric"])
+        assert logged["is_candidate"] == row["is_candidate"]
+        assert logged["model_size_bytes"] == row["model_size_bytes"]
+        assert logged["objectives/metric"] == pytest.approx(row["metric"])
+        assert logged["status"] == "ok"
 
 
 def offline_runs(output_dir: Path) -> dict[str, Path]:
