@@ -176,6 +176,14 @@ def _location(tensor: onnx.TensorProto) -> str:
     return next((e.value for e in tensor.external_data if e.key == "location"), "")
 
 
+def _rename_locations(proto: onnx.ModelProto, renamed: dict[str, str]) -> None:
+    """Rewrite ``proto``'s ``location`` entries named in ``renamed`` to their new names."""
+    for tensor in _external_tensors(proto):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value in renamed:
+                entry.value = renamed[entry.value]
+
+
 def _locations(proto: onnx.ModelProto) -> list[str]:
     """The external-data files ``proto`` references, in order of first use."""
     found: list[str] = []
@@ -270,10 +278,7 @@ def _place_model_file(
         if source.resolve() != target.resolve():
             (_move_file if move else _copy_file)(source, target)
         return
-    for tensor in _external_tensors(proto):
-        for entry in tensor.external_data:
-            if entry.key == "location" and entry.value in renamed:
-                entry.value = renamed[entry.value]
+    _rename_locations(proto, renamed)
     atomic_write_bytes(target, proto.SerializeToString())
     if move and source.resolve() != target.resolve():
         source.unlink()
@@ -370,8 +375,18 @@ def _hash_file(digest: Any, path: Path) -> None:
 
 
 def model_size_bytes(path: str | os.PathLike) -> int:
-    """Bytes of the model file plus the external-data files it references."""
-    return sum(p.stat().st_size for p in model_files(path))
+    """Bytes of the model file plus the external-data files it references, with the data
+    named as a folder's ``model.onnx`` names it (``best/``): each external tensor's header
+    holds its file's name, so a trial's ``<trial id>.onnx`` would otherwise weigh more than the
+    same model in ``best/`` or a ``size_budget`` measured on a ``model.onnx``."""
+    files = model_files(path)
+    data = sum(p.stat().st_size for p in files[1:])
+    if not data:
+        return files[0].stat().st_size
+    proto = load_header(Path(path))
+    locations = _locations(proto)
+    _rename_locations(proto, dict(zip(locations, data_file_names("model.onnx", len(locations)))))
+    return proto.ByteSize() + data
 
 
 #: Bytes of initializers past which a written model keeps them in an external file (a

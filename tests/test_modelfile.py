@@ -13,6 +13,7 @@ from raysearch.modelfile import (
     data_file_names,
     external_data_locations,
     model_files,
+    model_size_bytes,
     place_model,
     remove_model,
 )
@@ -36,6 +37,17 @@ def test_a_copy_renames_the_data_file_and_rewrites_its_location(tmp_path):
     shutil.move(str(target.parent), str(moved))
     shutil.rmtree(tmp_path / "src")
     np.testing.assert_array_equal(_run(moved / "model.onnx"), expected)
+
+
+def test_a_models_size_does_not_depend_on_what_its_files_are_called(tmp_path):
+    """Each external tensor's header holds its data file's name: a trial's model
+    (``<trial id>.onnx``) weighs what the same model weighs in best/ (``model.onnx``), which is
+    what a size_budget measured on a model.onnx is compared with."""
+    trial = make_external_mlp(tmp_path / "trials" / "0f3a9c2e.onnx", location="0f3a9c2e.onnx.data")
+    best = place_model(trial, tmp_path / "best" / "model.onnx", move=False)
+    on_disk = [sum(p.stat().st_size for p in model_files(m)) for m in (trial, best)]
+    assert on_disk[0] > on_disk[1]  # the longer name, in every tensor's header
+    assert model_size_bytes(trial) == model_size_bytes(best) == on_disk[1]
 
 
 def test_a_move_takes_the_data_along_and_leaves_nothing_behind(tmp_path):
