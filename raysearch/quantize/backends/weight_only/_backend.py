@@ -156,7 +156,8 @@ class WeightOnlyBackend(QuantizerBackend):
             try:
                 given = source_nodes(source)
             except ValueError as exc:
-                raise ConfigError("weight_source", str(exc)) from None
+                message = str(exc).removeprefix("weight_source: ").removeprefix("weight_source ")
+                raise ConfigError("weight_source", message) from None
             if not set(given) & set(names):
                 raise ConfigError(
                     "weight_source",
