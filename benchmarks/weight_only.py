@@ -442,6 +442,7 @@ def _source_search(
     folders: dict[str, Path],
     rows: list[dict[str, Any]],
     reference: np.ndarray,
+    time_limit: float,
 ) -> dict[str, Any]:
     """The library's genai folder as it is, then the ``--genai`` search again with its weights
     a choice (:func:`source_space`), each a row and a folder; the second search's summary with
@@ -453,7 +454,7 @@ def _source_search(
     rows.append(_genai_row(name, weight_source / "model.onnx", reference, ids))
     wall = search(
         folders["float (genai fp32)"], calib, data, folder, tolerance, name="search-source",
-        stop={"time_limit": 280}, size_budget="builder", select="metric",
+        stop={"time_limit": time_limit}, size_budget="builder", select="metric",
         **source_space(weight_source),
     )  # fmt: skip
     name = "raysearch WeightOnly + weight_source (best/)"
@@ -507,7 +508,7 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # The most accurate model within the builder's size among those more accurate than
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
-        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": 280},
+        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": args.time_limit},
                       size_budget="builder", select="metric")  # fmt: skip
         name = "raysearch WeightOnly (best/)"
         folders[name] = folder / "search" / "best"
@@ -518,7 +519,7 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         sourced: dict[str, Any] = {}
         if args.weight_source:
             sourced = _source_search(
-                args.weight_source, folder, tolerance, folders, rows, reference
+                args.weight_source, folder, tolerance, folders, rows, reference, args.time_limit
             )
             walls["source_search_wall_s"] = rows[-1]["time_s"]
         decode = genai_decode_ms(list(folders.values()))
@@ -730,6 +731,13 @@ def _arguments() -> argparse.Namespace:
         type=Path,
         default=BYTELLAMA / "hf",
         help="with --genai: its Hugging Face checkpoint (the builder's int4 is made from it)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=280,
+        help="with --genai: each search's stop.time_limit in seconds (the acceptance's 5 "
+        "minutes from the command's start: 280)",
     )
     parser.add_argument(
         "--weight-source",
