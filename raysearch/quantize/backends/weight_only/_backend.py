@@ -188,16 +188,19 @@ class WeightOnlyBackend(QuantizerBackend):
         at ``algorithm: source`` that ``weight_source`` has no match for at its choice
         (:func:`~raysearch.quantize.backends.weight_only._source.source_refusal`): refused
         before anything runs, with the same line a trial would fail with."""
-        for name, choice in node_choices(settings, weights).items():
+        choices = node_choices(settings, weights)
+        nodes: Mapping[str, Any] = {}
+        if any(isinstance(c, NodeChoice) and c.algorithm == "source" for c in choices.values()):
+            try:
+                nodes = source_nodes(settings["weight_source"])  # read once per setting
+            except ValueError as exc:
+                return str(exc)
+        for name, choice in choices.items():
             if not isinstance(choice, NodeChoice):
                 continue
             if choice.algorithm == "k_quant":
                 reason = _k_quant_refusal(choice, int(weights[name][0]), name)
             elif choice.algorithm == "source":
-                try:
-                    nodes = source_nodes(settings["weight_source"])
-                except ValueError as exc:
-                    return str(exc)
                 reason = source_refusal(choice, name, weights[name], nodes)
             else:
                 reason = None
