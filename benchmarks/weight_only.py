@@ -237,9 +237,16 @@ def probe_subset_correlation(
 
 
 def search(
-    model: Path, calib: Path, data: Path, folder: Path, tolerance: float, **more: Any
+    model: Path,
+    calib: Path,
+    data: Path,
+    folder: Path,
+    tolerance: float,
+    name: str = "search",
+    **more: Any,
 ) -> float:
-    """``raysearch run`` of the WeightOnly strategy; its wall seconds from the start."""
+    """``raysearch run`` of the WeightOnly strategy into ``folder / name``; its wall seconds
+    from the start."""
     config = {
         "model": str(model),
         "calibration_data": str(calib),
@@ -249,11 +256,11 @@ def search(
         "metric": "kl",
         "tolerance": tolerance,
         "select": "size",
-        "output_dir": str(folder / "search"),
+        "output_dir": str(folder / name),
         "seed": 0,
         **more,
     }
-    path = folder / "config.json"
+    path = folder / f"{name}.json"
     path.write_text(json.dumps(config))
     start = time.perf_counter()
     proc = subprocess.run(
@@ -414,6 +421,73 @@ def probe_additivity(trials: list[dict[str, Any]]) -> dict[str, Any]:
     return {"base": label, "probes_sum": total, "base_kl": base["metric"]}
 
 
+def source_space(weight_source: Path) -> dict[str, Any]:
+    """``WEIGHT_ONLY_INT4_SEARCH`` with ``algorithm: source`` beside its others and
+    ``weight_source`` fixed (its start points as the preset's), as config keys."""
+    import yaml
+
+    from raysearch.config._spaces import predefined_spaces
+
+    preset = yaml.safe_load(predefined_spaces()["WEIGHT_ONLY_INT4_SEARCH"].read_text())
+    space = dict(preset["search_space"])
+    space["algorithm"] = [*space["algorithm"], "source"]
+    space["weight_source"] = [str(weight_source.resolve())]
+    return {"search_space": space, "points_to_evaluate": preset.get("points_to_evaluate")}
+
+
+def _source_search(
+    weight_source: Path,
+    folder: Path,
+    tolerance: float,
+    folders: dict[str, Path],
+    rows: list[dict[str, Any]],
+    reference: np.ndarray,
+    time_limit: float,
+) -> dict[str, Any]:
+    """The library's genai folder as it is, then the ``--genai`` search again with its weights
+    a choice (:func:`source_space`), each a row and a folder; the second search's summary with
+    its trials."""
+    calib, data = BYTEGPT / "calib.npz", BYTEGPT / "eval.npz"
+    ids = np.load(data)["input_ids"]
+    name = "weight_source as written"
+    folders[name] = weight_source
+    rows.append(_genai_row(name, weight_source / "model.onnx", reference, ids))
+    wall = search(
+        folders["float (genai fp32)"], calib, data, folder, tolerance, name="search-source",
+        stop={"time_limit": time_limit}, size_budget="builder", select="metric",
+        **source_space(weight_source),
+    )  # fmt: skip
+    name = "raysearch WeightOnly + weight_source (best/)"
+    folders[name] = folder / "search-source" / "best"
+    rows.append(_genai_row(name, folders[name] / "model.onnx", reference, ids))
+    rows[-1]["time_s"] = wall
+    summary = json.loads((folder / "search-source" / "summary.json").read_text())
+    summary["trials"] = pq.read_table(folder / "search-source" / "results.parquet").to_pylist()
+    return summary
+
+
+def _source_summary(sourced: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """What the search with a ``weight_source`` did, printed and returned for the results."""
+    stages: dict[str, int] = {}
+    for t in sourced["trials"]:
+        stages[t["stage"]] = stages.get(t["stage"], 0) + 1
+    allocated = [t for t in sourced["trials"] if t["stage"] in ("allocation", "refinement")]
+    with_source = sum("source" in str(t.get("params/node_settings") or "") for t in allocated)
+    print(
+        f"with weight_source: trials by stage {stages}; {with_source} of {len(allocated)} "
+        f"allocations give nodes the source's weights; builder's KL / best's: "
+        f"{row['builder_kl_over']:.2f}, best's size / builder's: {row['builder_size_over']:.3f}; "
+        f"best's settings: {sourced.get('best_params')}"
+    )
+    return {
+        "source_trials": sourced.get("n_trials"),
+        "source_best_params": sourced.get("best_params"),
+        "source_trials_by_stage": stages,
+        "source_allocations_with_source_nodes": with_source,
+        "source_allocations": len(allocated),
+    }
+
+
 def genai_main(args: argparse.Namespace, run: Run) -> None:
     """The ``--genai`` comparison (see the module)."""
     source = args.genai_folder
@@ -434,13 +508,20 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # The most accurate model within the builder's size among those more accurate than
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
-        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": 280},
+        wall = search(source, calib, data, folder, tolerance, stop={"time_limit": args.time_limit},
                       size_budget="builder", select="metric")  # fmt: skip
         name = "raysearch WeightOnly (best/)"
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
         best["time_s"] = wall
         rows.append(best)
+        walls = {"search_wall_s": wall}
+        sourced: dict[str, Any] = {}
+        if args.weight_source:
+            sourced = _source_search(
+                args.weight_source, folder, tolerance, folders, rows, reference, args.time_limit
+            )
+            walls["source_search_wall_s"] = rows[-1]["time_s"]
         decode = genai_decode_ms(list(folders.values()))
         for row, path in zip(rows, folders.values()):
             row["genai_decode_ms"] = decode[str(path)]
@@ -459,16 +540,21 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         f"(the goal: 6), best's size / builder's: {best['size_kb'] / rows[1]['size_kb']:.3f}"
     )
     for row in rows:
+        row["builder_kl_over"] = round(rows[1]["kl"] / row["kl"], 3) if row["kl"] else None
+        row["builder_size_over"] = round(row["size_kb"] / rows[1]["size_kb"], 4)
+    more = _source_summary(sourced, rows[-1]) if sourced else {}
+    for row in rows:
         row["kl_1e-3"] = round(row["kl"] * 1e3, 3)
     print_table(
         rows,
-        ["setting", "kl_1e-3", "top1_agreement", "size_kb", "genai_decode_ms", "time_s"],
+        ["setting", "kl_1e-3", "builder_kl_over", "top1_agreement", "size_kb",
+         "builder_size_over", "genai_decode_ms", "time_s"],
         f"weight-only int4 on bytellama's genai folder (tolerance {tolerance:.3g})",
-    )
+    )  # fmt: skip
     run.write(
-        {"tolerance": tolerance, "rows": rows, "search_wall_s": wall,
+        {"tolerance": tolerance, "rows": rows, **walls,
          "search_trials": summary.get("n_trials"), "best_params": summary.get("best_params"),
-         "trials_by_stage": stages, "probe_additivity": additivity},
+         "trials_by_stage": stages, "probe_additivity": additivity, **more},
         args.out,
     )  # fmt: skip
 
@@ -645,6 +731,20 @@ def _arguments() -> argparse.Namespace:
         type=Path,
         default=BYTELLAMA / "hf",
         help="with --genai: its Hugging Face checkpoint (the builder's int4 is made from it)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=280,
+        help="with --genai: each search's stop.time_limit in seconds (the acceptance's 5 "
+        "minutes from the command's start: 280)",
+    )
+    parser.add_argument(
+        "--weight-source",
+        type=Path,
+        default=None,
+        help="with --genai: a genai folder a library's rounding wrote (e.g. AutoRound's through "
+        "the builder): the search again with its weights a choice (algorithm: source)",
     )
     parser.add_argument(
         "--libraries",

@@ -19,7 +19,10 @@ the search's stop conditions in force:
    that ends among the probes leaves the best setting of stages 1-2 in ``best/``.
    Beside them, each node alone under each other choice of the *menu* (the uniform settings
    of stages 1-2 on their size/metric front that decode at most twice as slowly as the base,
-   more accurate than the base, and the base at 8 bits): :mod:`._allocation`. With
+   more accurate than the base, and the base at 8 bits): :mod:`._allocation`. A library's
+   weights (``algorithm: source`` with ``weight_source`` fixed in the space) are one more
+   uniform setting of stage 2, so where they are more accurate for their size, their
+   per-node choice is on the menu and the allocation mixes them with other nodes' 8 bits. With
    ``max_decode_latency: builder`` (each trial's decode step timed in turn with the
    builder's int4's), also the whole model at the menu's 8 bits, for its decode step.
 4. ``allocation``: for each size of a ladder (the menu's uniform settings, the builder's

@@ -5,7 +5,10 @@ GPTQ writes RTN's weights), and the quantized decoder runs with an empty past.""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import re
 import subprocess
 import sys
 
@@ -395,3 +398,148 @@ def test_a_model_with_external_data_is_written_with_its_data(tmp_path):
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+# -- algorithm: source (weights a library wrote, taken node by node) -----------------------
+
+
+def _ort_written(lm, out, config_of, exclude=()):
+    """``lm`` quantized by ONNX Runtime's own ``MatMulNBitsQuantizer`` (not raysearch's
+    backend) with the algorithm config ``config_of(mnq)``, ``exclude`` kept float."""
+    mnq = import_quantizer()
+    quantizer = mnq.MatMulNBitsQuantizer(
+        onnx.load(lm), block_size=32, is_symmetric=False, nodes_to_exclude=list(exclude),
+        algo_config=config_of(mnq),
+    )  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):
+        quantizer.process()
+    model = quantizer.model.model if hasattr(quantizer.model, "model") else quantizer.model
+    onnx.save(model, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sources(lm, tmp_path_factory):
+    """Two sources of ``lm``'s weights: ONNX Runtime's k-quant at block 32 (a rounding other
+    than RTN's, with zero points; ``lm_head`` left float), and a genai-like folder as the
+    builder writes a library's checkpoint: RTN block 32 symmetric with midpoint zero points,
+    nodes named ``.../MatMulNBits``, weights in external data."""
+    folder = tmp_path_factory.mktemp("sources")
+    names = list(WeightOnlyBackend(lm, None).choices({}))
+    per_node = {n: {"bits": 4, "group_size": 32, "scheme": "asym"} for n in names if n != HEAD}
+    kquant = _ort_written(
+        lm, folder / "kquant.onnx",
+        lambda mnq: mnq.KQuantWeightOnlyQuantConfig(customized_weight_config=per_node),
+        exclude=[HEAD],
+    )  # fmt: skip
+    rtn = onnx.load(_ort_written(
+        lm, folder / "rtn.onnx",
+        lambda mnq: mnq.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True),
+    ))  # fmt: skip
+    for node in rtn.graph.node:
+        if node.op_type == "MatMulNBits":
+            node.name = node.name[: -len("MatMul_Q4")] + "MatMulNBits"
+            n, k = _attr(node, "N"), _attr(node, "K")
+            zero_points = np.full(n * (k // 32) // 2, 0x88, np.uint8)
+            rtn.graph.initializer.append(numpy_helper.from_array(zero_points, node.name + ".zp"))
+            node.input.append(node.name + ".zp")
+    genai = folder / "genai"
+    genai.mkdir()
+    onnx.save(rtn, genai / "model.onnx", save_as_external_data=True, location="model.onnx.data")
+    (genai / "genai_config.json").write_text('{"model": {"decoder": {"filename": "model.onnx"}}}')
+    return kquant, genai
+
+
+def _initializers(model, node):
+    inits = {t.name: t for t in model.graph.initializer}
+    return [numpy_helper.to_array(inits[name]) for name in node.input[1:] if name]
+
+
+def test_a_node_at_source_takes_the_sources_weights_not_rtns(backend, lm, sources, tmp_path):
+    """The gate at ``algorithm: source`` carries the k-quant source's packed weights, scales
+    and zero points as they are (not what RTN writes at the same bits, block and symmetry);
+    every other node is the top level's RTN; the model runs."""
+    kquant, _ = sources
+    settings = {"block_size": 32, "accuracy_level": 4, "weight_source": str(kquant),
+                "node_settings": {GATE: {"algorithm": "source", "symmetric": False}}}  # fmt: skip
+    model, _, path = _quantize(backend, settings, tmp_path)
+    written = {n.name: n for n in model.graph.node if n.op_type == "MatMulNBits"}
+    source = onnx.load(kquant)
+    expected = _initializers(source, _nbits(source)[GATE + "_Q4"])
+    taken = _initializers(model, written[GATE + "_Q4"])
+    assert len(taken) == 3 and all(np.array_equal(a, b) for a, b in zip(taken, expected))
+    rtn, _, _ = _quantize(
+        backend, {"block_size": 32, "symmetric": False}, tmp_path, name="rtn.onnx"
+    )
+    assert not np.array_equal(_initializers(rtn, _nbits(rtn)[GATE + "_Q4"])[0], taken[0])
+    assert {_attr(n, "accuracy_level") for n in written.values()} == {4}
+    assert all(len(n.input) == 3 for name, n in written.items() if name != GATE + "_Q4")
+    assert np.isfinite(_logits(path, decoder_lm_data(2, 8))).all()
+
+
+def test_a_builder_folder_as_source_symmetric_drops_midpoint_zero_points(
+    backend, sources, tmp_path
+):
+    """A genai folder whose nodes the builder named ``.../MatMulNBits`` is matched to the float
+    MatMuls; its zero points, all at the midpoint, are dropped for a symmetric choice and
+    written back for an asymmetric one: the same logits as the source model, in the bytes
+    each choice counts."""
+    _, genai = sources
+    uniform = {"algorithm": "source", "block_size": 32, "weight_source": str(genai)}
+    sym, _, sym_path = _quantize(backend, uniform, tmp_path, "sym.onnx")
+    asym, _, asym_path = _quantize(backend, {**uniform, "symmetric": False}, tmp_path, "asym.onnx")
+    assert {len(n.input) for n in _nbits(sym).values()} == {3}
+    assert {len(n.input) for n in _nbits(asym).values()} == {4}
+    assert all(np.all(_initializers(asym, n)[2] == 0x88) for n in _nbits(asym).values())
+    feeds = decoder_lm_data(2, 8)
+    source = _logits(genai / "model.onnx", feeds)
+    np.testing.assert_array_equal(_logits(sym_path, feeds), source)
+    np.testing.assert_array_equal(_logits(asym_path, feeds), source)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"block_size": 64}, "wants K=64 N=128 4 bits block 64"),
+    ({"bits": 8}, "wants K=64 N=128 8 bits block 32"),
+    ({}, "has zero points other than the midpoint: node /layers.0/mlp/gate_proj/MatMul at "
+         "algorithm source needs symmetric false"),
+    ({"node": HEAD, "symmetric": False}, "weight_source has no MatMulNBits for node /lm_head"),
+    ({"weight_source": "kquant.onnx"}, "weight_source 'kquant.onnx' is relative"),
+    ({"weight_source": None}, "algorithm source takes its weights from weight_source"),
+])  # fmt: skip
+def test_a_source_node_that_does_not_match_is_refused_in_one_line(
+    lm, backend, sources, tmp_path, settings, message
+):
+    """Names, shapes, bits, block and zero points are checked before anything runs (the
+    search leaves the setting out with this line) and again by the trial, which writes
+    nothing."""
+    from raysearch.strategies import ModelFacts
+
+    settings = dict(settings)
+    node = settings.pop("node", GATE)
+    own = {"algorithm": "source", "block_size": 32, **settings}
+    source = own.pop("weight_source", str(sources[0]))
+    full = {"quantizer": "weight_only", "node_settings": {node: own}}
+    if source:
+        full["weight_source"] = source
+    reason = backend_reject(full, ModelFacts.of(lm).weights)
+    assert reason is not None and message in reason and "\n" not in reason
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        backend.quantize(full, tmp_path / "never.onnx")
+    assert not (tmp_path / "never.onnx").exists()
+
+
+def test_validate_refuses_a_weight_source_it_cannot_use(lm, sources, tmp_path):
+    kquant, genai = sources
+    WeightOnlyBackend.validate({"weight_source": str(genai)}, lm)
+    with pytest.raises(ConfigError, match="weight_source: file not found"):
+        WeightOnlyBackend.validate({"weight_source": str(tmp_path / "none.onnx")}, lm)
+    other = _ort_written(
+        make_decoder_lm(tmp_path / "one.onnx", layers=1), tmp_path / "other.onnx",
+        lambda mnq: mnq.DefaultWeightOnlyQuantConfig(block_size=32),
+    )  # fmt: skip
+    model = onnx.load(other)
+    for node in model.graph.node:
+        node.name = "renamed_" + node.name
+    onnx.save(model, other)
+    with pytest.raises(ConfigError, match="has no MatMulNBits named as a weight MatMul"):
+        WeightOnlyBackend.validate({"weight_source": str(other)}, lm)

@@ -40,7 +40,8 @@ def _factor(settings: dict[str, Any]) -> float:
     block = int(settings.get("block_size") or 128)
     factor = {32: 0.6, 64: 0.8, 128: 1.0, 256: 1.2}[block]
     factor *= 0.9 if settings.get("symmetric") is False else 1.0
-    return factor * {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95}[settings.get("algorithm") or "rtn"]
+    algorithm = settings.get("algorithm") or "rtn"
+    return factor * {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95, "source": 0.4}[algorithm]
 
 
 def _lm(settings: dict[str, Any]) -> dict[str, Any]:
@@ -283,6 +284,76 @@ def test_allocation_within_the_builders_decode_step_times_8_bits_whole_and_plans
     untimed = [t["settings"] for t in _drive(_shaped(), _lm, slots=2)
                if t["stage"] in ("allocation", "refinement")]  # fmt: skip
     assert any(_decode_ratio(s) > 1.0 for s in untimed)
+
+
+def _source_model(path) -> str:
+    """NODES as six MatMuls of SHAPES, written by ONNX Runtime's quantizer at block 32,
+    symmetric (nodes ``n0_Q4``...): a ``weight_source`` whose nodes match block 32 only."""
+    import contextlib
+    import io
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from raysearch.quantize.backends.weight_only import import_quantizer
+
+    rng = np.random.default_rng(0)
+    nodes, inputs, outputs, inits = [], [], [], []
+    for name, (rows, columns) in zip(NODES, SHAPES):
+        weight = rng.standard_normal((rows, columns)).astype(np.float32)
+        inits.append(numpy_helper.from_array(weight, f"{name}.weight"))
+        nodes.append(helper.make_node("MatMul", [f"{name}.x", f"{name}.weight"], [f"{name}.y"],
+                                      name=name))  # fmt: skip
+        inputs.append(helper.make_tensor_value_info(f"{name}.x", TensorProto.FLOAT, [1, rows]))
+        outputs.append(helper.make_tensor_value_info(f"{name}.y", TensorProto.FLOAT, [1, columns]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    mnq = import_quantizer()
+    quantizer = mnq.MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        quantizer.process()
+    onnx.save(quantizer.model.model, path)
+    return str(path)
+
+
+def test_a_weight_source_is_a_menu_choice_the_allocation_mixes_with_8_bits(tmp_path):
+    """``algorithm: source`` in the space: its settings at a block the source does not have
+    are left out before anything runs (the source's nodes are block 32); the uniform source
+    setting, the most accurate at its size, is a choice of the menu, probed per node, and the
+    allocation gives some nodes the source's 4-bit weights and others 8 bits, each setting one
+    the backend takes on this model."""
+    import functools
+
+    from raysearch.quantize.backends.weight_only.options import NodeChoice
+
+    source = _source_model(tmp_path / "source.onnx")
+    weights = dict(zip(NODES, SHAPES))
+    space = {
+        "quantizer": ["weight_only"], "bits": [4], "accuracy_level": [4],
+        "weight_source": [source], "algorithm": ["rtn", "source"], "block_size": [32, 128],
+        "rtn": {"only_if": {"algorithm": "rtn"}, "symmetric": [True, False]},
+    }  # fmt: skip
+    reject = functools.partial(backend_reject, weights=weights)
+    context = StrategyContext(
+        parse_spaces({"search_space": space}), mode="min", seed=0, reject=reject,
+        model=ModelFacts(weight_matmuls=NODES, weight_shapes=SHAPES),
+    )  # fmt: skip
+    trials = _drive(SettingSearcher.from_strategy("WeightOnly", context), _lm, slots=2)
+    uniform = [t["settings"] for t in trials if t["stage"] in ("defaults", "blocks")]
+    assert [s["block_size"] for s in uniform if s["algorithm"] == "source"] == [32]
+    records = [{**t, "status": "ok"} for t in trials]
+    base = base_record(records, higher_is_better=False)
+    sourced = NodeChoice("source", 4, 32, True)
+    assert sourced in menu(records, base, higher_is_better=False)
+    losses = probe_losses(records, base["settings"], higher_is_better=False)
+    assert all(sourced in losses[n] for n in NODES)
+    planned = [t["settings"] for t in trials if t["stage"] in ("allocation", "refinement")]
+    assert planned and all(reject(s) is None for s in planned)
+    mixed = [s for s in planned
+             if {e["algorithm"] for e in s["node_settings"].values()} >= {"source"}
+             and any(e["bits"] == 8 for e in s["node_settings"].values())]  # fmt: skip
+    assert mixed
 
 
 def _decoder_search(tmp_path) -> dict[str, Any]:

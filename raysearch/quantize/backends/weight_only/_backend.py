@@ -11,7 +11,9 @@ of another choice and those kept float. k-quant goes through ONNX Runtime's
 neural-compressor path, which reads ``bits`` and the block from a per-node configuration
 only (its global ``bits`` is ignored there): its nodes are one pass, each with its own entry.
 ``accuracy_level`` is passed to the quantizer and set on every ``MatMulNBits`` node written
-(HQQ's quantizer writes none).
+(HQQ's quantizer writes none). The nodes at ``algorithm: source`` go through no quantizer:
+their ``MatMulNBits`` are copied from ``weight_source`` after the passes
+(:mod:`~raysearch.quantize.backends.weight_only._source`).
 
 No calibration: RTN, HQQ and k-quant read the weights alone, and the backend never touches
 the calibration data or its cache.
@@ -48,6 +50,12 @@ from raysearch.errors import ConfigError, suggest
 from raysearch.modelfile import has_external_data, load_header
 from raysearch.modelgraph import embedding_gathers, weight_matmuls  # re-exported
 from raysearch.quantize.backends.weight_only._external import load_remaining, weights_on_demand
+from raysearch.quantize.backends.weight_only._source import (
+    source_model_file,
+    source_nodes,
+    source_refusal,
+    write_from_source,
+)
 from raysearch.quantize.backends.weight_only.options import (
     DEFAULTS,
     FLOAT,
@@ -100,7 +108,7 @@ class WeightOnlyBackend(QuantizerBackend):
     """ONNX Runtime's ``MatMulNBitsQuantizer`` with the trial's settings (see the module)."""
 
     catalogue: ClassVar[Catalogue | None] = WEIGHT_ONLY_CATALOGUE
-    model_settings: ClassVar[tuple[str, ...]] = NODE_KEYS
+    model_settings: ClassVar[tuple[str, ...]] = (*NODE_KEYS, "weight_source")
 
     def __init__(
         self,
@@ -129,8 +137,10 @@ class WeightOnlyBackend(QuantizerBackend):
     ) -> None:
         """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit``,
         ``nodes_float`` or ``node_settings`` that is no weight MatMul of ``model`` (with the
-        closest name)."""
-        if not names_nodes(settings):
+        closest name), and for a ``weight_source`` that cannot be read or has no
+        ``MatMulNBits`` of any weight MatMul of ``model``."""
+        source = settings.get("weight_source")
+        if not names_nodes(settings) and not source:
             return
         import onnx
 
@@ -142,6 +152,19 @@ class WeightOnlyBackend(QuantizerBackend):
         names = weight_matmuls(proto) if proto.graph.initializer else []
         if not names:  # weights not loaded: read the names of every MatMul
             names = [n.name for n in proto.graph.node if n.op_type == "MatMul"]
+        if source:
+            try:
+                given = source_nodes(source)
+            except ValueError as exc:
+                message = str(exc).removeprefix("weight_source: ").removeprefix("weight_source ")
+                raise ConfigError("weight_source", message) from None
+            if not set(given) & set(names):
+                raise ConfigError(
+                    "weight_source",
+                    f"{source_model_file(source)} has no MatMulNBits named as a weight MatMul "
+                    f"of the model (its first: {next(iter(given.values())).name}; the "
+                    f"model's: {names[0] if names else 'none'})",
+                )
         for key in NODE_KEYS:
             missing = [n for n in settings.get(key) or () if n not in names]
             if missing:
@@ -161,13 +184,28 @@ class WeightOnlyBackend(QuantizerBackend):
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
         """4-bit k-quant with a ``block_size`` that gives a weight it quantizes an odd number
-        of blocks per column (ONNX Runtime fails on it, :func:`_k_quant_refusal`): refused
+        of blocks per column (ONNX Runtime fails on it, :func:`_k_quant_refusal`), and a node
+        at ``algorithm: source`` that ``weight_source`` has no match for at its choice
+        (:func:`~raysearch.quantize.backends.weight_only._source.source_refusal`): refused
         before anything runs, with the same line a trial would fail with."""
-        for name, choice in node_choices(settings, weights).items():
-            if isinstance(choice, NodeChoice) and choice.algorithm == "k_quant":
+        choices = node_choices(settings, weights)
+        nodes: Mapping[str, Any] = {}
+        if any(isinstance(c, NodeChoice) and c.algorithm == "source" for c in choices.values()):
+            try:
+                nodes = source_nodes(settings["weight_source"])  # read once per setting
+            except ValueError as exc:
+                return str(exc)
+        for name, choice in choices.items():
+            if not isinstance(choice, NodeChoice):
+                continue
+            if choice.algorithm == "k_quant":
                 reason = _k_quant_refusal(choice, int(weights[name][0]), name)
-                if reason:
-                    return reason
+            elif choice.algorithm == "source":
+                reason = source_refusal(choice, name, weights[name], nodes)
+            else:
+                reason = None
+            if reason:
+                return reason
         return None
 
     @property
@@ -200,7 +238,7 @@ class WeightOnlyBackend(QuantizerBackend):
             model = self._k_quant(model, options, k_quant)
         groups: dict[NodeChoice, list[str]] = {}
         for name, choice in choices.items():
-            if isinstance(choice, NodeChoice) and choice.algorithm != "k_quant":
+            if isinstance(choice, NodeChoice) and choice.algorithm not in ("k_quant", "source"):
                 groups.setdefault(choice, []).append(name)
         embeddings = bool(options["quantize_embeddings"])
         if embeddings:  # with the top level's choice (rtn, 4 bits: options), nodes or none
@@ -208,6 +246,9 @@ class WeightOnlyBackend(QuantizerBackend):
         for choice, names in sorted(groups.items(), key=lambda item: -item[0].bits):
             top = embeddings and choice == top_choice(options)
             model = self._pass(model, options, choice, set(names), top)
+        sourced = {n: c for n, c in choices.items() if isinstance(c, NodeChoice)
+                   and c.algorithm == "source"}  # fmt: skip
+        write_from_source(model, sourced, settings.get("weight_source") or "")
         level = int(options["accuracy_level"])
         if level:
             _set_accuracy_level(model, level)

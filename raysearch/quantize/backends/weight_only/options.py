@@ -12,12 +12,21 @@ setting                   meaning (default)
                           ``hqq`` (half-quadratic, PyTorch; its 8-bit model does not run on
                           CPU: ``bits: 8`` is refused, and the ``nodes_8bit`` of an hqq
                           setting are rounded by RTN), ``k_quant`` (llama.cpp's k-quant
-                          scales); ``gptq`` is refused (see :data:`GPTQ_REFUSAL`)
+                          scales), ``source`` (the node's ``MatMulNBits`` as
+                          ``weight_source`` stores it: a library's rounding, e.g. AutoRound's
+                          through onnxruntime-genai's builder); ``gptq`` is refused (see
+                          :data:`GPTQ_REFUSAL`)
 ``bits``                  4 or 8: the precision of every weight MatMul the node lists below
                           do not name (4)
 ``block_size``            16-256, a power of two: weights per scale (128)
 ``symmetric``             symmetric blocks (no zero point) or not (true: ONNX Runtime's
-                          command line default); ``rtn`` only
+                          command line default); ``rtn`` and ``source`` only
+``weight_source``         an ONNX model or a client folder (absolute path) whose
+                          ``MatMulNBits`` the nodes at ``algorithm: source`` take, matched by
+                          name, shape, ``bits`` and ``block_size``
+                          (:mod:`~raysearch.quantize.backends.weight_only._source`); a fixed
+                          setting of the space's top level, so that ``node_settings`` of any
+                          setting can name it
 ``accuracy_level``        MatMulNBits' compute type: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8
                           (unset; 8-bit weights run far slower than float on CPU without 4)
 ``quantize_embeddings``   the embedding ``Gather`` as ``GatherBlockQuantized`` (false);
@@ -38,7 +47,7 @@ The module is pure data and imports neither ONNX Runtime nor PyTorch.
 
 Example:
     >>> WEIGHT_ONLY_CATALOGUE.spec("", "algorithm").choices
-    ('rtn', 'hqq', 'k_quant', 'gptq')
+    ('rtn', 'hqq', 'k_quant', 'gptq', 'source')
     >>> reject_reason({"block_size": 48})
     'block_size 48: MatMulNBits needs a power of two from 16 to 256'
     >>> reject_reason({"algorithm": "hqq", "symmetric": True})
@@ -67,6 +76,7 @@ __all__ = [
     "WEIGHT_ONLY_CATALOGUE",
     "SETTINGS",
     "ALGORITHMS",
+    "SYMMETRIC_ALGORITHMS",
     "DEFAULTS",
     "GPTQ_REFUSAL",
     "FLOAT",
@@ -81,7 +91,9 @@ __all__ = [
     "reject_reason",
 ]
 
-ALGORITHMS = ("rtn", "hqq", "k_quant", "gptq")
+ALGORITHMS = ("rtn", "hqq", "k_quant", "gptq", "source")
+#: The algorithms whose ``symmetric`` is a choice (HQQ and k-quant always write zero points).
+SYMMETRIC_ALGORITHMS = ("rtn", "source")
 #: The precision of a node kept float (``nodes_float``).
 FLOAT = "float"
 #: What a setting the space did not set means (ONNX Runtime's defaults: block 128, symmetric).
@@ -111,7 +123,10 @@ SETTINGS: dict[str, OptionSpec] = {
     "algorithm": OptionSpec("enum", "how weights are rounded to their blocks", ALGORITHMS),
     "bits": OptionSpec("enum", "bits per weight of the nodes no node list names", (4, 8)),
     "block_size": OptionSpec("int", "weights per scale (a power of two)", low=16, high=256),
-    "symmetric": OptionSpec("bool", "symmetric blocks, no zero point (rtn)"),
+    "symmetric": OptionSpec("bool", "symmetric blocks, no zero point (rtn, source)"),
+    "weight_source": OptionSpec(
+        "str", "a model or client folder whose MatMulNBits algorithm source takes"
+    ),
     "accuracy_level": OptionSpec(
         "int", "MatMulNBits compute type: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8", low=0, high=4
     ),
@@ -168,7 +183,7 @@ class NodeChoice(NamedTuple):
             "bits": self.bits,
             "block_size": self.block_size,
         }
-        if self.algorithm == "rtn":
+        if self.algorithm in SYMMETRIC_ALGORITHMS:
             out["symmetric"] = self.symmetric
         return out
 
@@ -190,7 +205,7 @@ def top_choice(settings: Mapping[str, Any]) -> NodeChoice:
     algorithm, bits = str(_get(settings, "algorithm")), int(_get(settings, "bits"))
     if algorithm == "hqq" and bits == 8:
         algorithm = "rtn"
-    symmetric = bool(_get(settings, "symmetric")) if algorithm == "rtn" else False
+    symmetric = bool(_get(settings, "symmetric")) if algorithm in SYMMETRIC_ALGORITHMS else False
     return NodeChoice(algorithm, bits, int(_get(settings, "block_size")), symmetric)
 
 
@@ -248,6 +263,19 @@ def _reject_symmetric(settings: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _reject_source(settings: Mapping[str, Any]) -> str | None:
+    per_node = settings.get("node_settings") or {}
+    algorithms = {settings.get("algorithm")} | {
+        own.get("algorithm") for own in per_node.values() if isinstance(own, Mapping)
+    }
+    if "source" in algorithms and not settings.get("weight_source"):
+        return (
+            "algorithm source takes its weights from weight_source: set it to the model or "
+            "folder whose MatMulNBits a library wrote"
+        )
+    return None
+
+
 def _reject_node_bits(settings: Mapping[str, Any]) -> str | None:
     try:
         node_precisions(settings)
@@ -276,9 +304,8 @@ def _reject_qdq(settings: Mapping[str, Any]) -> str | None:
         return None
     if _get(settings, "algorithm") != "rtn":
         algorithm = settings["algorithm"]
-        return (
-            f"quant_format QDQ needs algorithm rtn (ONNX Runtime's {algorithm} is QOperator only)"
-        )
+        return f"quant_format QDQ needs algorithm rtn ({algorithm} writes MatMulNBits only)"
+
     if int(_get(settings, "bits")) == 8 or 8 in node_precisions(settings).values():
         return "quant_format QDQ writes 4-bit weights only (ONNX Runtime): no node at 8 bits"
     if int(_get(settings, "accuracy_level")):
@@ -330,6 +357,7 @@ REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
     _reject_gptq,
     _reject_block,
     _reject_symmetric,
+    _reject_source,
     _reject_node_bits,
     _reject_node_settings,
     _reject_embeddings,

@@ -1,0 +1,286 @@
+"""Weights a library wrote (``algorithm: source``): a node's ``MatMulNBits`` taken as the model
+of ``weight_source`` stores it.
+
+Libraries that round better than round-to-nearest (AutoRound, GPTQ, AWQ) work on the Hugging
+Face checkpoint, and onnxruntime-genai's builder turns their output into a genai folder whose
+``MatMulNBits`` hold the library's 4-bit weights. Such a folder (or any ONNX model with
+``MatMulNBits`` nodes) is a source of per-node choices: a weight MatMul of the float model at
+``algorithm: source`` is replaced by the source's node of the same name, its packed weights,
+scales and zero points copied as they are. The names are matched as the tools write them: the
+same name, ONNX Runtime's quantizer's ``<name>_Q4``/``_Q8``, or the builder's ``.../MatMulNBits``
+for the float export's ``.../MatMul``.
+
+A source node is taken only where it is the node's choice exactly: the same weight shape
+(``K`` rows, ``N`` columns), ``bits`` and ``block_size``; ``symmetric`` says whether zero
+points are written. A source whose zero points are all the midpoint (``2**(bits-1)``, what
+``MatMulNBits`` assumes without them; GPTQ's format writes them so for symmetric weights) is
+symmetric: they are dropped, the same weights in fewer bytes. An asymmetric choice of a source
+node without zero points gets midpoint ones (the same weights, the bytes the choice counts).
+Anything else (another shape, bits or block, zero points elsewhere than the midpoint for a
+symmetric choice, a ``g_idx`` or bias input the float MatMul does not have) is refused in one
+line (:func:`source_refusal`) before anything runs.
+
+Example:
+    >>> float_name("/model/layers.0/attn/qkv_proj/MatMulNBits")
+    '/model/layers.0/attn/qkv_proj/MatMul'
+    >>> float_name("/lm_head/MatMul_Q4")
+    '/lm_head/MatMul'
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+from raysearch.errors import suggest
+from raysearch.modelfile import header_problem, load_header
+from raysearch.modelfolder import find_model_file
+from raysearch.quantize.backends.weight_only.options import NodeChoice
+
+__all__ = [
+    "SourceNode",
+    "float_name",
+    "source_model_file",
+    "source_nodes",
+    "source_refusal",
+    "write_from_source",
+]
+
+#: How the zero points of a source node read: none, all the midpoint, other packed values,
+#: or float (HQQ's).
+NO_ZERO_POINTS, MIDPOINT, PACKED, FLOAT_ZERO_POINTS = "none", "midpoint", "packed", "float"
+
+
+@dataclass(frozen=True)
+class SourceNode:
+    """One ``MatMulNBits`` node of a source model, as :func:`source_refusal` checks it."""
+
+    name: str
+    rows: int
+    columns: int
+    bits: int
+    block_size: int
+    #: :data:`NO_ZERO_POINTS`, :data:`MIDPOINT`, :data:`PACKED` or :data:`FLOAT_ZERO_POINTS`.
+    zero_points: str
+    #: Inputs beyond the zero points (``g_idx``, bias) that the float MatMul has no match for.
+    extra_inputs: bool
+
+
+def float_name(name: str) -> str:
+    """The float MatMul's name that the source node ``name`` replaces (see the module)."""
+    match = re.fullmatch(r"(.*)_Q\d+", name)
+    if match:
+        return match.group(1)
+    if name.endswith("/MatMulNBits"):
+        return name[: -len("NBits")]
+    return name
+
+
+def source_model_file(path: str | os.PathLike) -> Path:
+    """The model file of ``weight_source``: the path itself, or a client folder's model file.
+
+    Raises:
+        ValueError: not an absolute path, not found, or neither an ONNX model nor a folder
+            with one (one line).
+    """
+    given = Path(os.path.expanduser(os.fspath(path)))
+    if not given.is_absolute():
+        raise ValueError(
+            f"weight_source '{path}' is relative: give an absolute path (the trials read it "
+            f"from their own working folders)"
+        )
+    if given.is_dir():
+        return find_model_file(given)
+    if not given.is_file():
+        raise ValueError(f"weight_source: file not found: {given}")
+    problem = header_problem(given)
+    if problem:
+        raise ValueError(f"weight_source {given}: {problem}")
+    return given
+
+
+def _attribute(node: onnx.NodeProto, name: str) -> int | None:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return int(helper.get_attribute_value(attribute))
+    return None
+
+
+def _tensor(tensor: onnx.TensorProto, folder: Path) -> onnx.TensorProto:
+    """A copy of ``tensor`` with its data read in (from ``folder`` when external)."""
+    copy = onnx.TensorProto()
+    copy.CopyFrom(tensor)
+    if uses_external_data(copy):
+        load_external_data_for_tensor(copy, os.fspath(folder))
+        copy.data_location = onnx.TensorProto.DEFAULT
+        del copy.external_data[:]
+    return copy
+
+
+def _zero_points(tensor: onnx.TensorProto | None, bits: int, folder: Path) -> str:
+    if tensor is None:
+        return NO_ZERO_POINTS
+    if tensor.data_type != onnx.TensorProto.UINT8:
+        return FLOAT_ZERO_POINTS
+    values = numpy_helper.to_array(_tensor(tensor, folder))
+    midpoint = 1 << (bits - 1)
+    packed = (midpoint << 4) | midpoint if bits == 4 else midpoint
+    return MIDPOINT if bool(np.all(values == packed)) else PACKED
+
+
+@functools.lru_cache(maxsize=8)
+def _read(path: str, _mtime_ns: int, _size: int) -> dict[str, SourceNode]:
+    """The ``MatMulNBits`` nodes of the model at ``path`` by the float name each replaces
+    (cached by the file's time and size: a rewritten source is read again)."""
+    model = load_header(path)
+    folder = Path(path).parent
+    inits = {t.name: t for t in model.graph.initializer}
+    out: dict[str, SourceNode] = {}
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        bits = _attribute(node, "bits") or 4
+        zp_name = node.input[3] if len(node.input) > 3 else ""
+        out[float_name(node.name)] = SourceNode(
+            name=node.name,
+            rows=_attribute(node, "K") or 0,
+            columns=_attribute(node, "N") or 0,
+            bits=bits,
+            block_size=_attribute(node, "block_size") or 0,
+            zero_points=_zero_points(inits.get(zp_name) if zp_name else None, bits, folder),
+            extra_inputs=any(node.input[4:]),
+        )
+    return out
+
+
+def source_nodes(path: str | os.PathLike) -> dict[str, SourceNode]:
+    """The ``MatMulNBits`` nodes of ``weight_source`` (a model or a client folder) by the name
+    of the float MatMul each replaces.
+
+    Raises:
+        ValueError: the source cannot be read or has no ``MatMulNBits`` (one line).
+    """
+    model = source_model_file(path)
+    stat = model.stat()
+    nodes = _read(os.fspath(model), stat.st_mtime_ns, stat.st_size)
+    if not nodes:
+        raise ValueError(f"weight_source {model} has no MatMulNBits node")
+    return nodes
+
+
+def source_refusal(
+    choice: NodeChoice, node: str, shape: Sequence[int], nodes: Mapping[str, SourceNode]
+) -> str | None:
+    """Why the float MatMul ``node`` (weight ``shape``) cannot take its source node at
+    ``choice`` (one line), or None."""
+    source = nodes.get(node)
+    if source is None:
+        return f"weight_source has no MatMulNBits for node {node}{suggest(node, nodes)}"
+    rows, columns = int(shape[0]), int(shape[1])
+    facts = (source.rows, source.columns, source.bits, source.block_size)
+    wanted = (rows, columns, choice.bits, choice.block_size)
+    if facts != wanted:
+        return (
+            f"weight_source's node {source.name} is K={source.rows} N={source.columns} "
+            f"{source.bits} bits block {source.block_size}; node {node} at algorithm source "
+            f"wants K={rows} N={columns} {choice.bits} bits block {choice.block_size}"
+        )
+    if source.extra_inputs:
+        return f"weight_source's node {source.name} has a g_idx or bias input: not a MatMul's"
+    if choice.symmetric and source.zero_points in (PACKED, FLOAT_ZERO_POINTS):
+        return (
+            f"weight_source's node {source.name} has zero points other than the midpoint: "
+            f"node {node} at algorithm source needs symmetric false"
+        )
+    return None
+
+
+def _midpoint_zero_points(
+    name: str, columns: int, rows: int, choice: NodeChoice
+) -> onnx.TensorProto:
+    """Zero points at the midpoint, packed as ``MatMulNBits`` reads them: each column's blocks
+    ``8 // bits`` to a byte."""
+    blocks = -(-rows // choice.block_size)
+    midpoint = 1 << (choice.bits - 1)
+    byte = (midpoint << 4) | midpoint if choice.bits == 4 else midpoint
+    per_column = -(-blocks * choice.bits // 8)
+    return numpy_helper.from_array(np.full((columns, per_column), byte, np.uint8), name)
+
+
+def write_from_source(
+    model: onnx.ModelProto, chosen: Mapping[str, NodeChoice], source: str | os.PathLike
+) -> None:
+    """Replace each weight MatMul of ``chosen`` in ``model`` by ``source``'s ``MatMulNBits`` of
+    that node (named as ONNX Runtime's quantizer names its own, ``<name>_Q<bits>``), its
+    tensors copied; the float weight goes when no other node reads it.
+
+    Raises:
+        ValueError: a node the source cannot give at its choice (:func:`source_refusal`), or
+            whose scales are of another type than the float weight.
+    """
+    if not chosen:
+        return
+    path = source_model_file(source)
+    facts = source_nodes(path)
+    header = load_header(path)
+    folder = path.parent
+    source_inits = {t.name: t for t in header.graph.initializer}
+    by_name = {n.name: n for n in header.graph.node}
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    replaced_weights: set[str] = set()
+    for index, node in enumerate(list(graph.node)):
+        if node.name not in chosen:
+            continue
+        choice, weight = chosen[node.name], inits[node.input[1]]
+        reason = source_refusal(choice, node.name, weight.dims, facts)
+        if reason:
+            raise ValueError(reason)
+        original = by_name[facts[node.name].name]
+        packed = _tensor(source_inits[original.input[1]], folder)
+        scales = _tensor(source_inits[original.input[2]], folder)
+        if scales.data_type != weight.data_type:
+            raise ValueError(
+                f"weight_source's node {original.name} has scales of ONNX type "
+                f"{scales.data_type}, the float weight of {node.name} type {weight.data_type}"
+            )
+        packed.name = f"{weight.name}_Q{choice.bits}"
+        scales.name = f"{weight.name}_scales"
+        tensors = [packed, scales]
+        if not choice.symmetric:
+            zp_name = original.input[3] if len(original.input) > 3 else ""
+            if zp_name:
+                zero_points = _tensor(source_inits[zp_name], folder)
+                zero_points.name = f"{weight.name}_zero_points"
+            else:
+                rows, columns = int(weight.dims[0]), int(weight.dims[1])
+                zero_points = _midpoint_zero_points(
+                    f"{weight.name}_zero_points", columns, rows, choice
+                )
+            tensors.append(zero_points)
+        replaced = helper.make_node(
+            "MatMulNBits",
+            [node.input[0], *(t.name for t in tensors)],
+            list(node.output),
+            name=f"{node.name}_Q{choice.bits}",
+            domain="com.microsoft",
+            K=int(weight.dims[0]),
+            N=int(weight.dims[1]),
+            bits=choice.bits,
+            block_size=choice.block_size,
+        )
+        graph.node[index].CopyFrom(replaced)
+        graph.initializer.extend(tensors)
+        replaced_weights.add(weight.name)
+    read = {name for n in graph.node for name in n.input}
+    for tensor in [t for t in graph.initializer if t.name in replaced_weights - read]:
+        graph.initializer.remove(tensor)
