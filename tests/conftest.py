@@ -89,6 +89,7 @@ def ray_cluster():
 #: shorter since) changes only how evenly the two workers end, never what runs.
 LONGEST_FILES = (
     "tests/test_benchmarks_smoke.py",
+    "tests/scale/test_cluster.py",
     "tests/reliability/test_batch_faults.py",
     "tests/search/test_grid_counts.py",
     "tests/test_batch.py",
@@ -96,9 +97,8 @@ LONGEST_FILES = (
     "tests/search/test_loggers_e2e.py",
     "tests/search/test_staged_strategies.py",
     "tests/reliability/test_resume.py",
-    "tests/scale/test_cluster.py",
-    "tests/scale/test_warm_cluster.py",
     "tests/scale/test_many_trials.py",
+    "tests/scale/test_warm_cluster.py",
     "tests/search/test_search_e2e.py",
     "tests/reliability/test_soak.py",
     "tests/search/test_large_decoder.py",

@@ -19,17 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_driver(
-    work: Path, module: str, *argv: str
+    work: Path, module: str, *argv: str, timeout_s: float = 300
 ) -> tuple[dict[str, Any], subprocess.CompletedProcess]:
     """Run ``python -m module *argv`` from the repository root; the ``driver.json`` it wrote in
-    ``work`` and the finished process. A driver that fails fails the test with the end of its
+    ``work`` and the finished process. A driver that fails, or still runs after ``timeout_s``
+    (a bound for one that hangs, not a speed check), fails the test with the end of its
     stderr."""
     proc = subprocess.run(
         [sys.executable, "-m", module, *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout_s,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

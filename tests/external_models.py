@@ -18,12 +18,19 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import convert_model_to_external_data, uses_external_data
 
 from tests.models import IR_VERSION, OPSET
 
-__all__ = ["make_external_mlp", "external_mlp_data", "external_locations", "IN_FEATURES"]
+__all__ = [
+    "make_external_mlp",
+    "external_mlp_data",
+    "external_locations",
+    "check_whole",
+    "IN_FEATURES",
+]
 
 IN_FEATURES = 32
 
@@ -80,3 +87,10 @@ def external_locations(path: str | Path) -> list[str]:
             if location not in found:
                 found.append(location)
     return found
+
+
+def check_whole(path: Path) -> None:
+    """``path`` has its external data beside it, named after it, and ONNX Runtime loads it."""
+    assert external_locations(path) == [f"{path.name}.data"], path
+    assert (path.parent / f"{path.name}.data").stat().st_size > 0
+    ort.InferenceSession(str(path))

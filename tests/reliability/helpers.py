@@ -203,6 +203,39 @@ def stop_leftovers(proc: subprocess.Popen, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+def interrupt_after(
+    args: list[str], cwd: Path, out: Path, trials: int, sig: int, wait_s: float = 120
+) -> int:
+    """``raysearch ARGS`` (:func:`start_raysearch`) sent ``sig`` (its process group) once the
+    journal in ``out`` holds ``trials`` trials, waited for up to ``wait_s``; its exit status.
+    Nothing of its session outlives the call."""
+    proc = start_raysearch(args, cwd)
+    try:
+        wait_until(proc, lambda: len(journal(out)) >= trials, timeout=wait_s)
+        kill_group(proc, sig)
+        return proc.wait(timeout=120)
+    finally:
+        stop_leftovers(proc)
+
+
+def run_and_find_leftovers(
+    args: list[str], cwd: Path, timeout: float = 300, grace_s: float = 10, **env: str
+) -> tuple[int, dict[int, str]]:
+    """``raysearch ARGS`` (:func:`start_raysearch`) run to its end: its exit status, and what of
+    its session (the Ray it started, workers included) outlives the command after ``grace_s``,
+    a grace period for processes that were told to end. Nothing is left once the call
+    returns."""
+    proc = start_raysearch(args, cwd, **env)
+    try:
+        status = proc.wait(timeout=timeout)
+        deadline = time.monotonic() + grace_s
+        while (left := session_processes(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop_leftovers(proc)
+    return status, left
+
+
 def run_with_fault(
     args: list[str],
     cwd: Path,

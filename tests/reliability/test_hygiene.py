@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,7 @@ from tests.reliability.helpers import (
     calls,
     journal,
     probe_config,
-    session_processes,
-    start_raysearch,
-    stop_leftovers,
+    run_and_find_leftovers,
     write_config,
 )
 
@@ -45,18 +42,9 @@ def long_search(tmp_path_factory) -> dict[str, Any]:
         stop={"iteration_limit": N_TRIALS},
         measure_latency=True,
     )
-    proc = start_raysearch(
+    status, left_processes = run_and_find_leftovers(
         ["run", str(write_config(folder / "config.yaml", config))], folder, TMPDIR=str(temp)
     )
-    try:
-        status = proc.wait(timeout=300)
-        # What of its session (the Ray it started, workers included) outlives the command,
-        # after a grace period for processes that were told to end.
-        deadline = time.monotonic() + 10
-        while (left_processes := session_processes(proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        stop_leftovers(proc)
     left = sorted(p.name for p in temp.iterdir() if p.name.startswith(TEMP_PREFIXES))
     shutil.rmtree(temp, ignore_errors=True)
     return {

@@ -11,12 +11,9 @@ import pytest
 
 from raysearch.search import AutoSearch
 from tests.reliability.helpers import (
+    interrupt_after,
     journal,
-    kill_group,
     probe_config,
-    start_raysearch,
-    stop_leftovers,
-    wait_until,
     write_config,
 )
 
@@ -41,13 +38,7 @@ def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path):
     )
     path = write_config(tmp_path / "config.yaml", config)
     out = tmp_path / "out"
-    proc = start_raysearch(["run", str(path)], tmp_path)
-    try:
-        wait_until(proc, lambda: len(journal(out)) >= 5)
-        kill_group(proc, signal.SIGKILL)
-        proc.wait(timeout=120)
-    finally:
-        stop_leftovers(proc)
+    interrupt_after(["run", str(path)], tmp_path, out, 5, signal.SIGKILL)
     before = journal(out)
     assert 5 <= len(before) < LIMIT
 

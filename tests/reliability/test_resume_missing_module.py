@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,11 @@ import pytest
 
 from tests.reliability.helpers import (
     calls,
+    interrupt_after,
     journal,
-    kill_group,
     probe_config,
+    run_and_find_leftovers,
     run_raysearch,
-    session_processes,
-    start_raysearch,
-    stop_leftovers,
-    wait_until,
     write_config,
 )
 
@@ -114,13 +110,7 @@ def resumed(tmp_path_factory) -> dict[str, Any]:
     )
     path = write_config(folder / "config.yaml", config)
     out = folder / "out"
-    proc = start_raysearch(["run", str(path)], folder)
-    try:
-        wait_until(proc, lambda: len(journal(out)) >= 2)
-        kill_group(proc, signal.SIGINT)
-        interrupted = proc.wait(timeout=120)
-    finally:
-        stop_leftovers(proc)
+    interrupted = interrupt_after(["run", str(path)], folder, out, 2, signal.SIGINT)
     before = {"journal": journal(out), "files": _files(out), "marker": _marker(out)}
     evaluated = _trials_evaluated(folder)
 
@@ -130,16 +120,7 @@ def resumed(tmp_path_factory) -> dict[str, Any]:
     evaluated_refused = _trials_evaluated(folder) - evaluated
 
     (folder / "order.py").rename(package / "order.py")
-    proc = start_raysearch(["resume", str(out)], folder)
-    try:
-        status = proc.wait(timeout=300)
-        # What of its session (the Ray it started, workers included) outlives the command,
-        # after a grace period for processes that were told to end.
-        deadline = time.monotonic() + 10
-        while (left := session_processes(proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        stop_leftovers(proc)
+    status, left = run_and_find_leftovers(["resume", str(out)], folder)
     return {
         "folder": folder,
         "out": out,

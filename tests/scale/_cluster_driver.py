@@ -4,24 +4,28 @@ Tune are imported once for all of them). Usage:
 
     python -m tests.scale._cluster_driver WORKDIR PHASE...
 
-where each PHASE is ``multinode`` (a two-node cluster) or ``fakegpu:GPUS:GPU_PER_TRIAL`` (a
-one-node Ray that declares GPUS GPUs it does not have). Each phase runs in its own folder
-``WORKDIR/PHASE`` (``:`` written ``-``), with its own Ray started and shut down, and file
-descriptor 2 pointed at ``stderr.txt`` there for as long as it runs: what the phase's search
-and its Ray wrote to the console is that file. ``WORKDIR/driver.json`` maps each phase to what
-it returned, or to ``{"error": traceback}`` when it failed (the next phases still run).
+where each PHASE is ``multinode`` (a two-node cluster, on which a search of a model with
+external data follows the first search, in ``WORKDIR/multinode/external``) or
+``fakegpu:GPUS:GPU_PER_TRIAL`` (a one-node Ray that declares GPUS GPUs it does not have).
+Each phase runs in its own folder ``WORKDIR/PHASE`` (``:`` written ``-``), with its own Ray
+started and shut down, and file descriptor 2 pointed at ``stderr.txt`` there for as long as it
+runs: what the phase's searches and its Ray wrote to the console is that file.
+``WORKDIR/driver.json`` maps each phase to what it returned, or to ``{"error": traceback}``
+when it failed (the next phases still run).
 
-The searches score with the probe evaluator (``tests.reliability.evaluators``), which logs
-every call to the phase folder's ``calls.jsonl`` from the process that makes it: the model file
-it scored, the Ray node and ``CUDA_VISIBLE_DEVICES`` of that process. The tests read what
-happened during the run from that log, not from what is left after it. Ray and raysearch
-are imported by the phases, not by this module (the tests import :func:`phase_folder`).
+The searches (the external-data one aside, which scores by ``cos``) score with the probe
+evaluator (``tests.reliability.evaluators``), which logs every call to the phase folder's
+``calls.jsonl`` from the process that makes it: the model file it scored, the Ray node and
+``CUDA_VISIBLE_DEVICES`` of that process. The tests read what happened during the run from
+that log, not from what is left after it. Ray and raysearch are imported by the phases, not by
+this module (the tests import :func:`phase_folder`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -78,10 +82,51 @@ def multinode(work: Path) -> dict:
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         driver = ray.get_runtime_context().get_node_id()
         result = AutoSearch(_config(work, resources={"max_concurrent_trials": 2})).run()
-        return {"nodes": nodes, "driver_node": driver, "summary": result.summary}
+        return {
+            "nodes": nodes,
+            "driver_node": driver,
+            "summary": result.summary,
+            "external": _external_search(work / "external"),
+        }
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _external_search(work: Path) -> dict:
+    """A search of a model with external data on the running cluster: its summary, and the
+    files the second node built the float model from (its materialised copy, taken from the
+    object store)."""
+    import numpy as np
+
+    from raysearch.search import AutoSearch
+    from raysearch.search.runtime.transfer import model_blob, node_local_dir
+    from tests.external_models import external_mlp_data, make_external_mlp
+
+    model = make_external_mlp(work / "model" / "ext.onnx", location="weights.bin")
+    np.savez(work / "calib.npz", **external_mlp_data(32))
+    # The same bytes give the same folder: start without one from an earlier run.
+    copy = node_local_dir("raysearch-models") / model_blob(model).sha256[:24]
+    shutil.rmtree(copy, ignore_errors=True)
+    result = AutoSearch(
+        {
+            "model": str(model),
+            "calibration_data": str(work / "calib.npz"),
+            "search_algo": "Grid",
+            "metric": "cos",
+            "tolerance": 0.9,
+            "search_space": {
+                "activation_type": ["QUInt8", "QInt8"],
+                "per_channel": [True, False],
+            },
+            "resources": {"max_concurrent_trials": 2},
+            "output_dir": str(work / "out"),
+            "keep_candidates": True,  # the test reads every candidate's model
+        }
+    ).run()
+    shipped = sorted(p.name for p in copy.iterdir()) if copy.is_dir() else []
+    shutil.rmtree(copy, ignore_errors=True)
+    return {"summary": result.summary, "materialized": shipped}
 
 
 def fakegpu(work: Path, gpus: int, share: float) -> dict:

@@ -1,4 +1,5 @@
-"""Scale-out on real Ray clusters: several nodes, and nodes that declare GPUs they lack."""
+"""Scale-out on real Ray clusters: several nodes (a model with external data too), and nodes
+that declare GPUs they lack."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import pytest
 from raysearch.layout import CACHE_DIR
 from raysearch.search.runtime.transfer import node_folder
 from tests.drivers import run_driver
+from tests.external_models import check_whole
 from tests.reliability.helpers import calls
 from tests.scale._cluster_driver import phase_folder
 
-pytestmark = pytest.mark.slow
+# The module's searches run in the first test's setup (:func:`driven`): a bound for them that
+# hang, over pytest's default 600 s, not a speed check.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 #: The GPUs each fake-GPU search declares, and the share of one each trial asks for.
@@ -24,11 +28,15 @@ GPU_CASES = [(1, 0.25), (2, 0.5)]
 
 @pytest.fixture(scope="module")
 def driven(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
-    """Every search of this module, each on a cluster of its own, one after the other in one
-    driver process (its folder, what each phase returned, the finished process)."""
+    """Every search of this module, one after the other in one driver process, on a cluster
+    per phase (the two-node one runs two searches): its folder, what each phase returned, the
+    finished process."""
     work = tmp_path_factory.mktemp("clusters")
     phases = ["multinode", *(f"fakegpu:{gpus}:{share}" for gpus, share in GPU_CASES)]
-    result, proc = run_driver(work, "tests.scale._cluster_driver", str(work), *phases)
+    # Four searches on three Rays: on a loaded 2-core machine more than 300 s.
+    result, proc = run_driver(
+        work, "tests.scale._cluster_driver", str(work), *phases, timeout_s=840
+    )
     return work, result, proc
 
 
@@ -101,6 +109,26 @@ def test_trials_run_on_more_than_one_node_and_outputs_land_on_the_driver(driven)
             assert list(node_tmp.glob("raysearch-models/*/*.onnx"))
     assert driver in {c["node"] for c in seen.values()}
     assert {c["node"] for c in seen.values()} - {driver}
+
+
+def test_trials_on_another_node_get_the_model_and_send_back_theirs_as_files(driven):
+    """A model with external data, searched on the same two nodes after the search above."""
+    _, result, _ = _phase(driven, "multinode")
+    external = result["external"]
+    out = phase_folder(driven[0], "multinode") / "external" / "out"
+    journal = _journal(out)
+    assert len(journal) == 4 and all(r["status"] == "ok" for r in journal)
+    elsewhere = [r for r in journal if r["node_id"] != result["driver_node"]]
+    assert elsewhere and len(result["nodes"]) == 2
+    # The second node built the float model from its files in the object store.
+    assert external["materialized"] == ["ext.onnx", "weights.bin"]
+    # Its candidates came back with their data files.
+    fetched = [r for r in elsewhere if r["is_candidate"]]
+    assert fetched
+    for r in fetched:
+        check_whole(out / r["model_file"])
+    assert not (out / "trials_tmp").exists()
+    check_whole(out / "best" / "model.onnx")
 
 
 @pytest.mark.parametrize(("gpus", "share"), GPU_CASES)

@@ -6,6 +6,7 @@ The float models here are small but saved with external data; ONNX Runtime's qua
 its ``StaticQuantConfig`` does) then writes every quantized model with an external
 ``<name>.data`` file too, the same files it writes for a float model over 2 GB, so the same
 code of raysearch runs — each test checks that the quantized models do have that file.
+Trials on another node of a cluster: ``tests/scale/test_cluster.py``, on its two-node cluster.
 ``test_a_model_over_2_gb_travels_through_the_object_store`` ships a real 2 GiB weight.
 """
 
@@ -29,8 +30,11 @@ from raysearch.evaluate import compute_metric
 from raysearch.modelfile import file_hash, place_model
 from raysearch.search import AutoSearch
 from raysearch.search.runtime.transfer import materialize_model, model_blob, node_local_dir
-from tests.drivers import run_driver
-from tests.external_models import external_locations, external_mlp_data, make_external_mlp
+from tests.external_models import (
+    check_whole,
+    external_mlp_data,
+    make_external_mlp,
+)
 from tests.models import IR_VERSION, OPSET
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
@@ -60,13 +64,6 @@ def _config(files: dict[str, Path], out: Path, **extra) -> dict:
     }
 
 
-def _whole(path: Path) -> None:
-    """``path`` has its external data beside it, named after it, and ONNX Runtime loads it."""
-    assert external_locations(path) == [f"{path.name}.data"], path
-    assert (path.parent / f"{path.name}.data").stat().st_size > 0
-    ort.InferenceSession(str(path))
-
-
 def _metric(files: dict[str, Path], quantized: Path, metric: str) -> float:
     data = dict(np.load(files["data"]))
     reference = ort.InferenceSession(str(files["model"])).run(None, data)[0]
@@ -87,7 +84,7 @@ def test_a_search_keeps_every_quantized_model_with_its_external_data(external, t
     names = {p.name for p in (out / "candidates").iterdir()}
     assert names == {f"{r['trial_id']}.onnx{x}" for r in candidates for x in ("", ".data")}
     for r in candidates:
-        _whole(out / "candidates" / f"{r['trial_id']}.onnx")
+        check_whole(out / "candidates" / f"{r['trial_id']}.onnx")
     assert {r["model_file"] for r in candidates} == {
         f"candidates/{r['trial_id']}.onnx" for r in candidates
     }
@@ -99,7 +96,7 @@ def test_a_search_keeps_every_quantized_model_with_its_external_data(external, t
     assert {p.name for p in best.iterdir()} == {"model.onnx", "model.onnx.data", "config.yaml"}
     moved = Path(shutil.move(str(best), str(tmp_path / "moved_best")))
     shutil.rmtree(out / "candidates")
-    _whole(moved / "model.onnx")
+    check_whole(moved / "model.onnx")
     assert _metric(external, moved / "model.onnx", "cos") == pytest.approx(
         summary["best_metric"], rel=1e-6
     )
@@ -124,7 +121,7 @@ def test_the_best_model_that_is_no_candidate_stays_whole_in_kept(external, tmp_p
     best_id = result.summary["best_trial_id"]
     # Only the best trial's model, with its data: earlier bests went, data files included.
     assert {p.name for p in (out / "kept").iterdir()} == {f"{best_id}.onnx", f"{best_id}.onnx.data"}
-    _whole(out / "kept" / f"{best_id}.onnx")
+    check_whole(out / "kept" / f"{best_id}.onnx")
     assert not (out / "candidates").exists() and not (out / "trials_tmp").exists()
     moved = Path(shutil.copytree(out / "best", tmp_path / "copy_of_best"))
     shutil.rmtree(out)
@@ -211,24 +208,6 @@ def test_a_model_over_2_gb_travels_through_the_object_store(tmp_path):
     print(f"2 GiB shipped in {time.perf_counter() - started:.1f} s")
 
 
-def test_trials_on_another_node_get_the_model_and_send_back_theirs_as_files(tmp_path):
-    driver, _ = run_driver(tmp_path, "tests.search._external_driver", str(tmp_path))
-    out = tmp_path / "out"
-    journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
-    assert len(journal) == 8 and all(r["status"] == "ok" for r in journal)
-    elsewhere = [r for r in journal if r["node_id"] != driver["head"]]
-    assert elsewhere and len(driver["nodes"]) == 2
-    # The second node built the float model from its files in the object store.
-    assert driver["materialized"] == ["ext.onnx", "weights.bin"]
-    # Its candidates came back with their data files.
-    fetched = [r for r in elsewhere if r["is_candidate"]]
-    assert fetched
-    for r in fetched:
-        _whole(out / r["model_file"])
-    assert not (out / "trials_tmp").exists()
-    _whole(out / "best" / "model.onnx")
-
-
 def test_overwrite_removes_the_data_files_it_wrote_and_nothing_else(external, tmp_path):
     from raysearch.search.record.journal import Journal
     from raysearch.search.runner import JOURNAL, MARKER, _clean_output_dir
@@ -313,7 +292,7 @@ def test_a_trial_run_again_or_failing_leaves_no_stale_data_file(external, tmp_pa
     record = _train_once(external, out, _accept)
     assert record["status"] == "ok"
     model = trials / "default.onnx"
-    _whole(model)
+    check_whole(model)
     proto = onnx.load(str(model), load_external_data=False)
     offsets = [
         int(e.value) for t in proto.graph.initializer for e in t.external_data if e.key == "offset"
