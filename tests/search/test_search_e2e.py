@@ -92,9 +92,7 @@ def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config
     }
 
 
-def test_a_search_that_ends_its_process_draws_its_plots_beside_the_report(
-    make_config, monkeypatch
-):
+def test_a_search_that_ends_its_process_draws_its_plots_beside_the_report(make_config, monkeypatch):
     """Where the process ends with its search (the ``raysearch`` command), plots/ is drawn by a
     process of its own while the driver writes the report: the driver draws no figure, and
     plots/ is written all the same, that process ended with the search."""
