@@ -123,5 +123,8 @@ def serve_one_job(prepare: Callable[[], Callable[..., Any]]) -> None:
         answer: dict[str, Any] = {"answer": run(**job)}
     except Exception as exc:  # noqa: BLE001 - said by the driver, which decides what follows
         answer = {"error": f"{type(exc).__name__}: {exc}"}
-    pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
-    answers.flush()
+    try:
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+    except OSError:  # the driver closed the pipe (it ended, or gave up): no one to answer,
+        os._exit(0)  # and nothing to flush at the interpreter's exit into a closed pipe

@@ -130,3 +130,16 @@ def test_a_plot_process_without_an_answer_leaves_the_plots_to_the_driver(tmp_pat
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("the plot process failed (") and "plots/ drawn by the driver" in line
     assert {p.name for p in (tmp_path / "plots").iterdir()} == set(specs)
+
+
+def test_a_plot_process_whose_driver_stopped_reading_ends_quietly(tmp_path, capfd):
+    """A driver that ends (or fails) between handing the plots over and reading them closes
+    the pipe: the process ends without a traceback on the terminal it shares."""
+    from raysearch.outputs import PlotProcess
+
+    plots = PlotProcess()
+    plots.draw(_specs(tmp_path))
+    process = plots._process
+    process.stdout.close()
+    assert process.wait(timeout=120) == 0
+    assert "Error" not in capfd.readouterr().err

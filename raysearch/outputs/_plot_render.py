@@ -130,8 +130,11 @@ def _serve() -> None:
         answer: dict[str, Any] = {"answer": render(job["specs"])}
     except Exception as exc:  # noqa: BLE001 - said by the driver, which draws them itself
         answer = {"error": f"{type(exc).__name__}: {exc}"}
-    pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
-    answers.flush()
+    try:
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+    except OSError:  # the driver closed the pipe (it ended, or gave up): no one to answer,
+        os._exit(0)  # and nothing to flush at the interpreter's exit into a closed pipe
 
 
 if __name__ == "__main__":
