@@ -6,9 +6,12 @@ features raysearch does not use.
 float scalars and uses PED-ANOVA, which need neither. Where the ``gp``, ``finetune`` or
 ``nncf`` extras are installed those two imports (PyTorch, and scikit-learn with the SciPy it
 pulls in) cost the ``raysearch`` command's driver seconds of CPU while its trials run
-(``benchmarks/README.md``, "What would make raysearch faster"). Python has no switch for an
-optional import: a meta-path finder that refuses these two imports, to these two importers
-only, is the means.
+(``benchmarks/README.md``, "What would make raysearch faster"). ``optuna.visualization``
+imports matplotlib for its matplotlib figures, where the report draws its plotly ones and
+the command's ``plots/`` are drawn in a process of their own
+(:class:`~raysearch.outputs.PlotProcess`): about a second of CPU that process pays already.
+Python has no switch for an optional import: a meta-path finder that refuses these imports,
+to these importers only, is the means.
 
 The refusal is for the whole process (the modules are then imported without them), so only
 the ``raysearch`` command, whose process ends with the search, installs it; a program that
@@ -30,7 +33,13 @@ from typing import Any
 __all__ = ["skip_unused_optional_imports"]
 
 #: The package refused, and the package whose modules it is refused to.
-_REFUSED: dict[str, str] = {"torch": "tensorboardX", "sklearn": "optuna.importance"}
+_REFUSED: dict[str, str] = {
+    "torch": "tensorboardX",
+    "sklearn": "optuna.importance",
+    # Optuna's matplotlib figures: the report draws Optuna's plotly ones, and the command's
+    # plots/ are drawn in a process of their own (raysearch.outputs.PlotProcess).
+    "matplotlib": "optuna.visualization",
+}
 
 
 class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):

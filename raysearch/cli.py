@@ -787,7 +787,7 @@ def console_main() -> NoReturn:
     """The ``raysearch`` console script (and ``python -m raysearch``): :func:`main`, then an
     exit that skips the interpreter's teardown once everything is written out.
 
-    Why: after a search the process holds Ray, ONNX Runtime, matplotlib and more, and
+    Why: after a search the process holds Ray, ONNX Runtime, plotly and more, and
     clearing their modules at exit takes longer than writing the outputs;
     Ray's own exit hook also sleeps 0.5 s before shutting down "so that log messages finish
     printing". So Ray is shut down here (it waits for its processes to end: nothing of it is

@@ -136,3 +136,22 @@ def test_sensitivity_probes_are_no_input_to_the_importances():
     importances = param_importances(full + probes, higher=False)
     assert sorted(importances) == ["block_size", "symmetric"]
     assert next(iter(importances)) == "block_size"
+
+
+def test_the_report_draws_the_summarys_importances_without_computing_them_again(
+    figures, tmp_path, monkeypatch
+):
+    """The report is written after the last trial, from the summary that holds the
+    importances already: PED-ANOVA is not run a second time for its figure."""
+    from raysearch.outputs import _importance
+
+    summary: dict = {"higher_is_better": True, "metric": "cos"}
+    _plots.write_plots(_grid(), tmp_path, _config(tmp_path), None, summary)
+
+    def computed_again(rows, higher):
+        raise AssertionError("the importances were computed again")
+
+    monkeypatch.setattr(_importance, "param_importances", computed_again)
+    (figure,) = [f for f in study_figures(_grid(), summary) if f.key == "importances"]
+    (bars,) = figure.figure.data
+    assert dict(zip(bars.y, bars.x, strict=True)) == summary["param_importance"]

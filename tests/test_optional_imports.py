@@ -1,6 +1,7 @@
 """``raysearch._optional_imports``: the ``raysearch`` command imports tensorboardX without
-PyTorch and ``optuna.importance`` without scikit-learn, the outputs need neither, and every
-other importer still gets both."""
+PyTorch, ``optuna.importance`` without scikit-learn and ``optuna.visualization`` without
+matplotlib (its driver imports no matplotlib: a process of its own draws ``plots/``), the
+outputs need none of them, and every other importer still gets each."""
 
 from __future__ import annotations
 
@@ -37,11 +38,20 @@ _SCRIPT = textwrap.dedent(
     state["importance"] = optuna.importance.get_param_importances(
         study, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
     )
+    from raysearch.outputs import preload_output_modules
+
+    preload_output_modules(plots=False).join(timeout=120)
+    import optuna.visualization
+
+    state["matplotlib_after_preload"] = "matplotlib" in sys.modules
+    state["plotly_figure"] = type(optuna.visualization.plot_slice(study)).__name__
     import torch
     import sklearn
+    import matplotlib.pyplot
 
     state["torch_for_others"] = hasattr(torch, "tensor")
     state["sklearn_for_others"] = hasattr(sklearn, "__version__")
+    state["matplotlib_for_others"] = hasattr(matplotlib.pyplot, "subplots")
     print(json.dumps(state))
     """
 )
@@ -61,4 +71,7 @@ def test_output_libraries_come_without_pytorch_and_scikit_learn(tmp_path):
     assert state["torch_after_tensorboardX"] is False
     assert state["sklearn_after_importance"] is False
     assert set(state["importance"]) == {"x", "n"}
+    assert state["matplotlib_after_preload"] is False
+    assert state["plotly_figure"] == "Figure"
     assert state["torch_for_others"] and state["sklearn_for_others"]
+    assert state["matplotlib_for_others"]

@@ -78,3 +78,68 @@ def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_
     assert title.endswith(
         "(14 trials: 9 complete, 5 stopped at a rung with their scores over the rows they reached)"
     )
+
+
+def _specs(tmp_path) -> dict:
+    config = SearchConfig.from_dict(
+        {
+            "model": "m.onnx",
+            "calibration_data": "c.npz",
+            "search_space": {"calibrate_method": ["MinMax", "Percentile"]},
+            "metric": "L2",
+            "tolerance": 0.05,
+            "output_dir": str(tmp_path),
+        },
+        check_paths=False,
+    )
+    rows = [_row(i, float(m)) for i, m in enumerate(np.linspace(0.01, 0.3, 12))]
+    return _plots.plot_job(rows, config, None, {})
+
+
+def test_the_plot_process_draws_the_pngs_the_driver_would_and_the_driver_writes_them(tmp_path):
+    """The ``raysearch`` command's plots are drawn in a process of their own (matplotlib holds
+    the driver's interpreter lock while it draws, so a thread would draw after the report,
+    not beside it): the same PNGs, byte for byte, as the driver draws."""
+    from raysearch.outputs import PlotProcess
+    from raysearch.outputs._plot_render import render
+
+    specs = _specs(tmp_path)
+    assert set(specs) == {"metric_per_trial.png", "param_importance.png"}
+    plots = PlotProcess()
+    plots.start()
+    plots.draw(specs)
+    process = plots._process
+    assert not (tmp_path / "plots").exists()  # drawn meanwhile, written by wait()
+    plots.wait(tmp_path)
+    assert process.returncode == 0 and not plots.started
+    written = {p.name: p.read_bytes() for p in (tmp_path / "plots").iterdir()}
+    assert written == render(specs)
+
+
+def test_a_plot_process_without_an_answer_leaves_the_plots_to_the_driver(tmp_path, caplog):
+    from raysearch.outputs import PlotProcess
+
+    specs = _specs(tmp_path)
+    plots = PlotProcess()
+    plots.start()
+    plots._process.kill()
+    plots._process.wait()
+    with caplog.at_level("WARNING", logger="raysearch.outputs"):
+        plots.draw(specs)
+        plots.wait(tmp_path)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("the plot process failed (") and "plots/ drawn by the driver" in line
+    assert {p.name for p in (tmp_path / "plots").iterdir()} == set(specs)
+
+
+def test_a_plot_process_whose_driver_stopped_reading_ends_quietly(tmp_path, capfd):
+    """A driver that ends (or fails) between handing the plots over and reading them closes
+    the pipe: the process ends without a traceback on the terminal it shares."""
+    from raysearch.outputs import PlotProcess
+
+    plots = PlotProcess()
+    plots.draw(_specs(tmp_path))
+    process = plots._process
+    process.stdout.close()
+    assert process.wait(timeout=120) == 0
+    assert "Error" not in capfd.readouterr().err

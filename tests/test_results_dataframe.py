@@ -99,3 +99,22 @@ def test_the_readme_schema_names_every_column_of_results_parquet():
     for name, dtype in RESULT_COLUMNS.items():
         arrow_name = {"double": "float64"}.get(str(dtype), str(dtype))
         assert documented[name][0] == arrow_name, (name, documented[name])
+
+
+def test_a_search_result_reads_results_parquet_without_arrows_dataset_api(tmp_path):
+    """The result is built after the last trial, before the command ends: reading the one file
+    imports nothing of Arrow's dataset API (pyarrow.dataset, Acero), which takes longer than
+    the read. In a fresh interpreter, as the command's driver is."""
+    import subprocess
+    import sys
+
+    write_parquet(results_table(RECORDS), tmp_path / "results.parquet")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from raysearch.search._result import build_result\n"
+        f"result = build_result(Path({str(tmp_path)!r}), {{}}, [], True)\n"
+        "print(result.results.num_rows, 'pyarrow.dataset' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["3", "False"]

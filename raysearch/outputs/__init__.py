@@ -32,7 +32,8 @@ records.
   those stopped at a rung with their score over the rows they reached: the trials behind it
   in its title and in ``summary.json``'s ``param_importance_trials`` and
   ``param_importance_stopped``); :func:`write_trial_plots` writes these two alone, for a
-  search that writes them while it times latency again.
+  search that writes them while it times latency again; the ``raysearch`` command's search
+  has its plots drawn by a process of its own meanwhile (:class:`PlotProcess`).
 
 Every file is written to a temporary name in its folder and moved into place with
 ``os.replace``; a folder (``tensorboard/``) is built beside its final name and swapped in.
@@ -57,6 +58,7 @@ from raysearch.outputs._batch_report import (
     write_batch_report,
 )
 from raysearch.outputs._live_study import LiveStudy
+from raysearch.outputs._plots_process import PlotProcess
 from raysearch.outputs._report import (
     PLOTLY_JS,
     PLOTLY_SRC_ENV,
@@ -84,6 +86,7 @@ __all__ = [
     "export_study",
     "default_study_name",
     "LiveStudy",
+    "PlotProcess",
     "write_results_csv",
     "write_batch_report",
     "build_batch_report",

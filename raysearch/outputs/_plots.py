@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from raysearch.fileio import replacing
 from raysearch.layout import IMPORTANCE_PLOT, METRIC_PLOT, PLOTS
+from raysearch.outputs import _plot_render
 from raysearch.outputs._importance import (
     MIN_IMPORTANCE_TRIALS,
     param_importances,
@@ -29,32 +30,33 @@ from raysearch.ranking import finite, is_candidate
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "plot_job", "write_pngs"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
 
 def _save_figure(fig: Any, path: Path) -> None:
+    _write_png(path, _plot_render.png(fig))
+
+
+def _write_png(path: Path, data: bytes) -> None:
+    """``data`` written to ``path``, moved into place whole."""
     with replacing(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        tmp.write_bytes(data)
 
 
-def _plot_metric(
+def _metric_spec(
     rows: list[Mapping[str, Any]],
-    path: Path,
     metric_name: str,
     tolerance: float | None,
     higher: bool,
     float_metric: float | None,
     tolerance_mode: str = "absolute",
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    #: Each kind of trial in its own colour, so that the legend shows each colour it uses.
-    kinds = {
+) -> dict[str, Any]:
+    """The metric per trial as :func:`~raysearch.outputs._plot_render.figure` draws it: each
+    kind of trial in its own colour (so that the legend shows each colour it uses), the best
+    so far, the candidate bound and the float model's metric."""
+    kinds: dict[str, tuple[str, list[int], list[float]]] = {
         "candidate": ("tab:green", [], []),
         "not a candidate": ("tab:blue", [], []),
         "stopped at a rung (metric over some rows)": ("tab:gray", [], []),
@@ -81,24 +83,37 @@ def _plot_metric(
             best = metric
         best_x.append(step)
         best_y.append(best)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    failed = sum(1 for r in rows if r.get("status") != "ok")
+    return {
+        "kind": "metric",
+        "points": [(label, color, xs, ys) for label, (color, xs, ys) in kinds.items()],
+        "best_x": best_x,
+        "best_y": best_y,
+        "bound": _threshold(tolerance, tolerance_mode, float_metric, higher),
+        "float_metric": float_metric,
+        "ylabel": f"{metric_name} ({'higher' if higher else 'lower'} is better)",
+        "title": f"{metric_name} per trial ({len(rows)} trials, {failed} failed)",
+    }
+
+
+def _plot_metric(
+    rows: list[Mapping[str, Any]],
+    path: Path,
+    metric_name: str,
+    tolerance: float | None,
+    higher: bool,
+    float_metric: float | None,
+    tolerance_mode: str = "absolute",
+) -> None:
+    spec = _metric_spec(rows, metric_name, tolerance, higher, float_metric, tolerance_mode)
+    _write_figure(spec, path)
+
+
+def _write_figure(spec: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = _plot_render.figure(spec)
     try:
-        for label, (color, xs, ys) in kinds.items():
-            if xs:
-                ax.scatter(xs, ys, color=color, s=18, label=label)
-        if best_x:
-            ax.step(best_x, best_y, where="post", color="tab:orange", label="best so far")
-        line = _threshold(tolerance, tolerance_mode, float_metric, higher)
-        if line is not None:
-            ax.axhline(line, color="tab:red", linestyle="--", label=f"candidate bound {line:.6g}")
-        if float_metric is not None:
-            ax.axhline(float_metric, color="black", linestyle=":", label="float model")
-        failed = sum(1 for r in rows if r.get("status") != "ok")
-        ax.set_xlabel("trial (in start order)")
-        ax.set_ylabel(f"{metric_name} ({'higher' if higher else 'lower'} is better)")
-        ax.set_title(f"{metric_name} per trial ({len(rows)} trials, {failed} failed)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
         _save_figure(fig, path)
     finally:
         plt.close(fig)
@@ -117,25 +132,55 @@ def _threshold(
     return float_metric - drop if higher else float_metric + drop
 
 
-def _plot_importance(
-    importances: Mapping[str, float], path: Path, metric_name: str, trials: str
-) -> None:
-    import matplotlib
+def _importance_spec(
+    importances: Mapping[str, float], metric_name: str, trials: str
+) -> dict[str, Any]:
+    names = list(importances)[::-1]  # a horizontal bar chart lists bottom-up
+    return {
+        "kind": "importance",
+        "names": names,
+        "values": [importances[n] for n in names],
+        "title": f"parameter importance for {metric_name}\n({trials})",
+    }
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
 
-    names = list(importances)[::-1]
-    values = [importances[n] for n in names]
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(names) + 1.5))
-    try:
-        ax.barh(names, values, color="tab:blue")
-        ax.set_xlabel("importance (PED-ANOVA, normalized)")
-        ax.set_title(f"parameter importance for {metric_name}\n({trials})", fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-        _save_figure(fig, path)
-    finally:
-        plt.close(fig)
+def plot_job(
+    rows: list[Mapping[str, Any]],
+    config: SearchConfig,
+    float_metric: float | None,
+    summary: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """What ``plots/`` draws for ``rows`` (in start order): each file's figure as plain data
+    (:func:`~raysearch.outputs._plot_render.figure`'s spec), by its name, which a search hands
+    to its plot process (:mod:`raysearch.outputs._plots_process`). ``summary`` gets
+    ``param_importance``, ``param_importance_trials`` (the trials behind it: complete, and
+    stopped at a rung with their score over the rows they reached) and
+    ``param_importance_stopped`` (how many of those were stopped), from
+    :data:`MIN_IMPORTANCE_TRIALS` such trials on (below, ``param_importance`` is None: a
+    ranking of a few trials is mostly noise)."""
+    higher = config.metric_higher_is_better
+    specs = {
+        METRIC_PLOT: _metric_spec(
+            rows, config.metric, config.tolerance, higher, float_metric, config.tolerance_mode
+        )
+    }
+    n_scored = len(scored(rows))
+    summary["param_importance_trials"] = n_scored
+    summary["param_importance_stopped"] = stopped_count(rows)
+    summary["param_importance"] = None
+    if n_scored >= MIN_IMPORTANCE_TRIALS:
+        importances = param_importances(rows, higher)
+        summary["param_importance"] = importances or None
+        if importances:
+            specs[IMPORTANCE_PLOT] = _importance_spec(importances, config.metric, trials_text(rows))
+    return specs
+
+
+def write_pngs(out: Path, pngs: Mapping[str, bytes]) -> None:
+    """Write each PNG of ``pngs`` (by file name) into ``out``'s ``plots/``, moved into place
+    whole."""
+    for name, data in pngs.items():
+        _write_png(out / PLOTS / name, data)
 
 
 def write_plots(
@@ -145,32 +190,11 @@ def write_plots(
     float_metric: float | None,
     summary: dict[str, Any],
 ) -> None:
-    """Write ``plots/`` for ``rows`` (in start order); ``summary`` gets ``param_importance``,
-    ``param_importance_trials`` (the trials behind it: complete, and stopped at a rung with
-    their score over the rows they reached) and ``param_importance_stopped`` (how many of
-    those were stopped), from :data:`MIN_IMPORTANCE_TRIALS` such trials on (below,
-    ``param_importance`` is None: a ranking of a few trials is mostly noise). A plot that
-    fails is logged, never raised: the summary must still be written."""
-    higher = config.metric_higher_is_better
+    """Write ``plots/`` for ``rows`` (in start order), drawn here; ``summary`` gets the
+    importance fields :func:`plot_job` says. A plot that fails is logged, never raised: the
+    summary must still be written."""
     try:
-        _plot_metric(
-            rows,
-            out / PLOTS / METRIC_PLOT,
-            config.metric,
-            config.tolerance,
-            higher,
-            float_metric,
-            config.tolerance_mode,
-        )
-        n_scored = len(scored(rows))
-        summary["param_importance_trials"] = n_scored
-        summary["param_importance_stopped"] = stopped_count(rows)
-        summary["param_importance"] = None
-        if n_scored >= MIN_IMPORTANCE_TRIALS:
-            importances = param_importances(rows, higher)
-            summary["param_importance"] = importances or None
-            if importances:
-                path = out / PLOTS / IMPORTANCE_PLOT
-                _plot_importance(importances, path, config.metric, trials_text(rows))
+        for name, spec in plot_job(rows, config, float_metric, summary).items():
+            _write_figure(spec, out / PLOTS / name)
     except Exception:
         _logger.exception("writing plots/ failed")

@@ -369,17 +369,23 @@ def _quiet(make: Callable[[], Any]) -> Any:
         return make()
 
 
-def _importances(rows: Sequence[Mapping[str, Any]], higher: bool, metric: str) -> Figure | None:
-    """The importances ``summary.json`` holds (:func:`raysearch.outputs._importance.
-    param_importances`: a trial stopped at a rung counts with its score over the rows it
-    reached), as a bar chart, from :data:`MIN_IMPORTANCE_TRIALS` scored trials on."""
+def _importances(
+    rows: Sequence[Mapping[str, Any]],
+    higher: bool,
+    metric: str,
+    known: Mapping[str, float] | None = None,
+) -> Figure | None:
+    """The importances ``summary.json`` holds (``known``; computed here when it holds none:
+    :func:`raysearch.outputs._importance.param_importances`, where a trial stopped at a rung
+    counts with its score over the rows it reached), as a bar chart, from
+    :data:`MIN_IMPORTANCE_TRIALS` scored trials on."""
     import plotly.graph_objects as go
 
     from raysearch.outputs._importance import param_importances, scored, trials_text
 
     if len(scored(rows)) < MIN_IMPORTANCE_TRIALS:
         return None
-    importances = param_importances(rows, higher)
+    importances = dict(known) if known else param_importances(rows, higher)
     if not importances:
         return None
     names = list(importances)[::-1]
@@ -470,7 +476,7 @@ def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         except Exception as exc:  # one figure never costs the others
             _logger.warning("report: the %s figure failed: %s", key, exc)
     for build in (
-        lambda: _importances(rows, higher, metric),
+        lambda: _importances(rows, higher, metric, summary.get("param_importance")),
         lambda: _pareto(rows, higher, metric, summary.get("objectives") or ()),
     ):
         try:

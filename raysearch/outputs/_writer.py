@@ -24,7 +24,7 @@ from raysearch.fileio import atomic_write_text
 from raysearch.layout import ATOMIC_FILES, RESULTS, SUMMARY, TENSORBOARD
 from raysearch.outputs._best import write_best
 from raysearch.outputs._pareto import write_pareto
-from raysearch.outputs._plots import write_plots
+from raysearch.outputs._plots import plot_job, write_plots
 from raysearch.outputs._report import PLOTLY_SRC_ENV, write_report
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.outputs._tensorboard import write_tensorboard
@@ -34,6 +34,7 @@ from raysearch.space.space import json_default
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.evaluate import Evaluator
+    from raysearch.outputs._plots_process import PlotProcess
 
 __all__ = ["write_outputs", "write_trial_plots", "preload_output_modules", "running_summary"]
 
@@ -49,21 +50,27 @@ _OUTPUT_MODULES = (
     "optuna.importance",
     "optuna.visualization",
     "plotly.graph_objects",
+    "plotly.offline",
 )
+#: What only drawing ``plots/`` in the driver needs (a search with a plot process does not).
+_PLOT_MODULES = ("matplotlib.pyplot",)
 
 
-def preload_output_modules() -> threading.Thread:
+def preload_output_modules(plots: bool = True) -> threading.Thread:
     """Import, in a daemon thread, the modules :func:`write_outputs` needs: a search calls
     this once its first trial is recorded, so that it does not import them after its last
-    trial (the driver mostly waits while trials run). Returns the thread; nothing needs to
-    join it (an import still in progress when the outputs are written is waited for by
-    Python's import lock)."""
+    trial (the driver mostly waits while trials run); without ``plots``, not matplotlib (a
+    search whose plot process draws ``plots/``). Returns the thread; nothing needs to join it
+    (an import still in progress when the outputs are written is waited for by Python's
+    import lock)."""
+    names = [name for name in _OUTPUT_MODULES if plots or name not in _PLOT_MODULES]
 
     def _import_all() -> None:
-        import matplotlib
+        if plots:
+            import matplotlib
 
-        matplotlib.use("Agg", force=False)
-        for name in _OUTPUT_MODULES:
+            matplotlib.use("Agg", force=False)
+        for name in names:
             try:
                 importlib.import_module(name)
             except Exception as exc:  # the writer reports a missing module where it is used
@@ -280,21 +287,30 @@ def write_trial_plots(
     records: Sequence[Mapping[str, Any]],
     config: SearchConfig,
     float_metric: float | None = None,
+    plots: PlotProcess | None = None,
 ) -> dict[str, Any]:
     """Write ``tensorboard/`` and ``plots/``, the outputs that read neither latency nor which
     trial is ``best/``: a search writes them while the models whose latency counts are timed
     again (:mod:`raysearch.search._retime`), then hands the fields they give
-    ``summary.json`` (``param_importance``, ...) to :func:`write_outputs` as ``plotted``."""
+    ``summary.json`` (``param_importance``, ...) to :func:`write_outputs` as ``plotted``.
+    With ``plots`` (the search's plot process) the plots are handed to it to draw while the
+    caller writes the rest, and written by its ``wait``."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(out)
     rows = order(records)
     fields: dict[str, Any] = {}
+    if plots is not None:
+        try:
+            plots.draw(plot_job(rows, config, float_metric, fields))
+        except Exception:  # secondary output: never lose the summary for it
+            _logger.exception("writing plots/ failed")
     try:
         write_tensorboard(rows, out / TENSORBOARD, config.metric_higher_is_better)
     except Exception:  # secondary output: never lose the summary for it
         _logger.exception("writing tensorboard/ failed")
-    write_plots(rows, out, config, float_metric, fields)
+    if plots is None:
+        write_plots(rows, out, config, float_metric, fields)
     return fields
 
 

@@ -19,6 +19,7 @@ import functools
 import logging
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -52,6 +53,7 @@ from raysearch.search.record.output_dir import (
 from raysearch.search.record.probe_cache import search_probe_cache
 from raysearch.search.record.recorder import TrialRecorder
 from raysearch.search.runtime.cluster import (
+    ends_with_process,
     only_driver_node,
     slots,
     trials_ended,
@@ -78,6 +80,7 @@ from raysearch.strategies import ModelFacts, StrategyContext
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
+    from raysearch.outputs import PlotProcess
     from raysearch.search._pending_reference import PendingReference
     from raysearch.search.preflight import Prepared
     from raysearch.search.runtime import KeptWarm
@@ -129,6 +132,10 @@ class Execution:
         self.marker_before: dict[str, Any] = {}
         #: Where latency is timed again after the last trial (None: nowhere, _retime).
         self.timer = LatencyTimer() if needs_retime(config) else None
+        #: What draws plots/ beside the other outputs (None: the driver, after them), started
+        #: with the first record (:meth:`_start_plots`) where this process ends with the
+        #: search; elsewhere the driver's matplotlib, imported once, serves every later search.
+        self.plots: PlotProcess | None = None
 
     def _searcher(
         self,
@@ -223,8 +230,9 @@ class Execution:
             raise disk_full_error(folder, self.config, finished, expected) from exc
         finally:
             end_barrier(self.barrier)  # however the search ends: no actor of it outlives it
-            if self.timer is not None:
-                self.timer.close()
+            for process in (self.timer, self.plots):
+                if process is not None:
+                    process.close()
             release(key)
             log.close()
 
@@ -295,7 +303,13 @@ class Execution:
             objectives=config.objectives,
             prior=records,
             clock=lambda: clock.elapsed_s,
-            on_record=_OnRecord(stopper, self.kept, prepared.reference, self.timer),
+            on_record=_OnRecord(
+                stopper,
+                self.kept,
+                prepared.reference,
+                self.timer,
+                self._start_plots if ends_with_process() else None,
+            ),
             # On a cluster: which node each trial runs on, and the nodes lost meanwhile.
             watch_nodes=not one_node,
             max_failures=config.max_failures,
@@ -337,6 +351,14 @@ class Execution:
             progress_cb,
             session,
         )
+
+    def _start_plots(self) -> None:
+        """Start the process that draws plots/ (at the first record, once the outputs'
+        package is imported: not before the first trials start)."""
+        from raysearch.outputs import PlotProcess
+
+        self.plots = PlotProcess()
+        self.plots.start()
 
     def _progress(
         self,
@@ -469,7 +491,9 @@ class Execution:
         plan = plan_retime(config, folder, records, run.spec.evaluation, str(config.model))
         if plan is not None and self.timer is not None:
             self.timer.submit(plan.job)
-        plotted = write_trial_plots(folder, records, config, run.info.get("float_metric"))
+        plotted = write_trial_plots(
+            folder, records, config, run.info.get("float_metric"), plots=self.plots
+        )
         retimed = None
         if plan is not None and self.timer is not None:
             retimed = plan.apply(self.timer.result())
@@ -525,6 +549,8 @@ class Execution:
             evaluator=run.spec.evaluator,
             plotted=plotted,
         )
+        if self.plots is not None:
+            self.plots.wait(folder)  # drawn while the rest was written
         for said in ("stop_note", "latency_note"):
             if summary.get(said):
                 _say(summary[said], run.progress.stream)
@@ -548,10 +574,10 @@ class _OnRecord:
     the stopper results only: trials that raised count too); from the first one on, the
     modules that writing the outputs needs are imported in a thread, while the next trials
     run, instead of after the last one, the float reference is handed to a running
-    cluster's store (``kept``), and the process that times latency again after the last
-    trial starts (``timer``, where a figure will be timed again). Not before the first
-    record: those imports hold the driver's interpreter for seconds, and Tune's start of the
-    first trials runs there."""
+    cluster's store (``kept``), and the processes that time latency again after the last
+    trial (``timer``, where a figure will be timed again) and draw the plots (``plots``,
+    which starts it) start. Not before the first record: those imports hold the driver's
+    interpreter for seconds, and Tune's start of the first trials runs there."""
 
     def __init__(
         self,
@@ -559,12 +585,14 @@ class _OnRecord:
         kept: KeptWarm | None = None,
         reference: Any = None,
         timer: LatencyTimer | None = None,
+        plots: Callable[[], None] | None = None,
     ) -> None:
         self.stopper = stopper
         self.preloading = False
         self.kept = kept
         self.reference = reference
         self.timer = timer
+        self.plots = plots
 
     def __call__(self, record: TrialRecord) -> None:
         self.stopper.observe(str(record.trial_id), record)
@@ -572,11 +600,13 @@ class _OnRecord:
             from raysearch.outputs import preload_output_modules
 
             self.preloading = True
-            preload_output_modules()
+            preload_output_modules(plots=self.plots is None)
             if self.kept is not None:
                 self.kept.keep_reference(self.reference)
             if self.timer is not None:  # its imports while the trials run, not after
                 self.timer.start()
+            if self.plots is not None:
+                self.plots()
 
 
 def _stop_reason(

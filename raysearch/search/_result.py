@@ -125,6 +125,11 @@ def build_result(
 
     candidates = [r for r in records if is_candidate(r)]
     candidates.sort(key=lambda r: r["metric"], reverse=higher)
+    # The one file read as it is: pq.read_table goes through Arrow's dataset API, whose
+    # import (pyarrow.dataset, Acero, Substrait) takes longer than the read, after the last
+    # trial.
+    with pq.ParquetFile(folder / RESULTS) as results:
+        table = results.read()
     return SearchResult(
         best_params=summary.get("best_params"),
         best_metric=summary.get("best_metric"),
@@ -138,7 +143,7 @@ def build_result(
             for r in candidates
         ],
         summary=summary,
-        results=pq.read_table(folder / RESULTS),
+        results=table,
         output_dir=folder,
         records=list(records),
     )

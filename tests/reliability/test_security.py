@@ -86,10 +86,12 @@ def test_nothing_is_evaluated_and_only_raysearch_checkpoints_are_unpickled():
     # raysearch's own configs/ package (the predefined spaces) in a source tree not installed,
     # loaded from the file beside the package, never from a path a config names; and a metric
     # function given from Python, pickled by the driver for the trials inside the Evaluator
-    # that Ray sends them (never bytes read from a file); and the latency timer's job and
-    # answers, through the pipes between the driver and the timing process it started.
+    # that Ray sends them (never bytes read from a file); and the jobs and answers of the
+    # latency timer and the plot process, through the pipes between the driver and the
+    # process it started.
     assert found <= {
-        ("raysearch/search/_latency_timer.py", "pickle.load"),
+        ("raysearch/jobprocess.py", "pickle.load"),
+        ("raysearch/outputs/_plot_render.py", "pickle.load"),
         ("raysearch/search/tune/searchers.py", "pickle.load"),
         ("raysearch/_source_tree.py", "importlib.util.spec_from_file_location"),
         ("raysearch/evaluate/_evaluator.py", "pickle.loads"),

@@ -92,6 +92,27 @@ def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config
     }
 
 
+def test_a_search_that_ends_its_process_draws_its_plots_beside_the_report(make_config, monkeypatch):
+    """Where the process ends with its search (the ``raysearch`` command), plots/ is drawn by a
+    process of its own while the driver writes the report: the driver draws no figure, and
+    plots/ is written all the same, that process ended with the search."""
+    from raysearch.outputs import _plots
+    from raysearch.search.runtime import cluster
+
+    def drawn_by_the_driver(fig, path):
+        raise AssertionError(f"{path.name} drawn by the driver")
+
+    monkeypatch.setattr(cluster, "_ends_with_process", True)
+    monkeypatch.setattr(_plots, "_save_figure", drawn_by_the_driver)
+    space = {"per_channel": [True, False]}
+    result = AutoSearch(make_config(search_space=space, resources=ONE_AT_A_TIME)).run()
+    out = result.output_dir
+    assert result.summary["n_trials"] == 2
+    assert (out / "plots" / "metric_per_trial.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "report.html").is_file()
+    assert "writing plots/ failed" not in (out / "auto_search.log").read_text()
+
+
 def test_keep_candidates_1_keeps_the_best_model_and_every_candidates_row(make_config):
     # L2 within 10: every setting is a candidate; only the best one's model stays a file.
     config = make_config(

@@ -34,6 +34,7 @@ __all__ = [
     "check_reachable",
     "shutdown_ray",
     "end_with_process",
+    "ends_with_process",
     "trials_ended",
     "started_locally",
     "only_driver_node",
@@ -245,6 +246,12 @@ def end_with_process() -> None:
     are written. A Ray joined or started before keeps running as without it."""
     global _ends_with_process
     _ends_with_process = True
+
+
+def ends_with_process() -> bool:
+    """Whether this process ends with its search (:func:`end_with_process`): what it imports
+    or warms up serves no later search."""
+    return _ends_with_process
 
 
 def trials_ended() -> None:

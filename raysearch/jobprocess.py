@@ -1,0 +1,130 @@
+"""A Python process of its own on the driver for one job of a search's end: started while the
+trials run (its imports, and any warm-up, paid then instead of after the last trial), handed
+one pickled job, answering once.
+
+The driver's threads share one interpreter lock, so work done beside the driver's own (latency
+timed alone, plots drawn while the driver writes the report) runs in such a process instead.
+The process reads its job on standard input and answers on standard output, pickled (anything
+else written to standard output goes to standard error); it ends after its answer, or as soon
+as its standard input closes: :meth:`JobProcess.close`, or the driver's end however it comes.
+Ctrl-C reaches the terminal's whole process group: the driver ends the process, which ignores
+it.
+
+Example:
+    >>> process = JobProcess("raysearch.search._latency_timer")
+    >>> process.start()                     # while the trials run      # doctest: +SKIP
+    >>> process.submit({"models": ...})     # after the last one        # doctest: +SKIP
+    >>> process.answer()                    # {"answer": ...} or {"error": "..."} # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JobProcess", "serve_one_job"]
+
+_logger = logging.getLogger("raysearch")
+
+#: Seconds :meth:`JobProcess.close` waits for the process to end before killing it.
+CLOSE_WAIT_S = 5.0
+
+
+class JobProcess:
+    """The process that runs ``python -m module`` (whose ``__main__`` calls
+    :func:`serve_one_job`), or the script ``module`` names when it is a path (a file that
+    answers as :func:`serve_one_job` does, and imports nothing of the ``raysearch`` package,
+    whose import costs as much again); nothing runs until :meth:`start` or :meth:`submit`."""
+
+    def __init__(self, module: str | Path) -> None:
+        self.module = str(module)
+        self._command = ["-m", self.module] if isinstance(module, str) else [self.module]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the process was started and not closed yet."""
+        return self._process is not None
+
+    def start(self) -> None:
+        """Start the process (once): it imports what its job needs, then waits for it."""
+        if self._process is not None:
+            return
+        env = dict(os.environ)
+        # The raysearch this driver runs, whatever put it on the driver's path.
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self._process = subprocess.Popen(
+            [sys.executable, *self._command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+
+    def submit(self, job: Mapping[str, Any]) -> None:
+        """Hand the process its one job; it starts on it at once (started here if it was not)."""
+        self.start()
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            pickle.dump(dict(job), self._process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self._process.stdin.close()
+        except OSError as exc:  # it ended already: answer() says so
+            _logger.debug("%s took no job: %s", self.module, exc)
+
+    def answer(self) -> dict[str, Any]:
+        """Wait for the answer to the job submitted and end the process: ``{"answer": ...}``,
+        or ``{"error": "..."}`` (what the job raised, or the process's end without an
+        answer)."""
+        assert self._process is not None and self._process.stdout is not None
+        try:
+            answer = pickle.load(self._process.stdout)
+        except (EOFError, pickle.UnpicklingError, OSError) as exc:
+            answer = {"error": f"the process ended without an answer ({exc!r})"}
+        finally:
+            self.close()
+        return answer
+
+    def close(self) -> None:
+        """End the process (idle, or still working) and wait for it."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        for stream in (process.stdin, process.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+        try:
+            process.wait(timeout=CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def serve_one_job(prepare: Callable[[], Callable[..., Any]]) -> None:
+    """The process's side: ``prepare()`` (the imports and any warm-up, before the job comes)
+    returns the function the job's items are the keyword arguments of; one job is read from
+    standard input and its result, or the error it raised, answered on standard output."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    run = prepare()
+    try:
+        job = pickle.load(sys.stdin.buffer)
+    except EOFError:  # closed without a job: nothing to do
+        return
+    try:
+        answer: dict[str, Any] = {"answer": run(**job)}
+    except Exception as exc:  # noqa: BLE001 - said by the driver, which decides what follows
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+    except OSError:  # the driver closed the pipe (it ended, or gave up): no one to answer,
+        os._exit(0)  # and nothing to flush at the interpreter's exit into a closed pipe
