@@ -356,7 +356,7 @@ class Execution:
             elapsed_before_s=clock.elapsed_before_s,
             started_at=clock.started_at,  # the stopper's clock: what time_limit counts
             done_before=len(records),
-            failed_before=sum(1 for r in records if r.get("status") != "ok"),
+            failed_before=sum(1 for r in records if not r.ok),
             candidates_before=sum(1 for r in records if is_candidate(r)),
             best_before=recorder.best["metric"] if recorder.best else None,
         )

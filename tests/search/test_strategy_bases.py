@@ -21,6 +21,7 @@ from raysearch.space import SearchSpace
 from raysearch.strategies import EXHAUSTED, ModelFacts, Phase, Proposal, StrategyContext
 from raysearch.strategies._setting_phase import setting_space
 from raysearch.strategies.grid import GridPhase
+from raysearch.trialrecord import TrialRecord
 from tests.search.test_fallback import _drive
 
 RANKED = 6
@@ -266,7 +267,7 @@ def test_a_module_a_phase_cannot_import_before_any_trial_refuses_the_session(cap
     )
     resumed.add_finished(
         [
-            {"trial_id": f"t{i}", "key": key, "phase": 0, "metric": 1.0, "status": "ok"}
+            TrialRecord(trial_id=f"t{i}", key=key, phase=0, metric=1.0, status="ok")
             for i, key in enumerate(Proposal.of(space, 0, p).key for p in space.expand().points)
         ]
     )
