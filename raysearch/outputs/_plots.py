@@ -25,6 +25,7 @@ from raysearch.outputs._importance import (
     trials_text,
 )
 from raysearch.ranking import finite, is_candidate
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -40,7 +41,7 @@ def _save_figure(fig: Any, path: Path) -> None:
 
 
 def _plot_metric(
-    rows: list[Mapping[str, Any]],
+    rows: list[TrialRecord],
     path: Path,
     metric_name: str,
     tolerance: float | None,
@@ -62,10 +63,10 @@ def _plot_metric(
     best_x, best_y = [], []
     best = None
     for step, record in enumerate(rows, 1):
-        metric = finite(record.get("metric"))
-        if metric is None or record.get("status") != "ok":
+        metric = finite(record.metric)
+        if metric is None or record.status != "ok":
             continue
-        stopped = record.get("stopped_at_rung") is not None
+        stopped = record.stopped_at_rung is not None
         kind = (
             "stopped at a rung (metric over some rows)"
             if stopped
@@ -93,7 +94,7 @@ def _plot_metric(
             ax.axhline(line, color="tab:red", linestyle="--", label=f"candidate bound {line:.6g}")
         if float_metric is not None:
             ax.axhline(float_metric, color="black", linestyle=":", label="float model")
-        failed = sum(1 for r in rows if r.get("status") != "ok")
+        failed = sum(1 for r in rows if r.status != "ok")
         ax.set_xlabel("trial (in start order)")
         ax.set_ylabel(f"{metric_name} ({'higher' if higher else 'lower'} is better)")
         ax.set_title(f"{metric_name} per trial ({len(rows)} trials, {failed} failed)")
@@ -139,7 +140,7 @@ def _plot_importance(
 
 
 def write_plots(
-    rows: list[Mapping[str, Any]],
+    rows: list[TrialRecord],
     out: Path,
     config: SearchConfig,
     float_metric: float | None,
