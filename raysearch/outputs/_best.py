@@ -63,7 +63,7 @@ def write_best(out: Path, best: TrialRecord, config: SearchConfig) -> Path | Non
     text = yaml.safe_dump(_best_config(raw, best.params or {}), sort_keys=False, allow_unicode=True)
     atomic_write_text(
         best_dir / BEST_CONFIG,
-        f"# raysearch: the best setting of {out} (trial {best['trial_id']}, "
-        f"{config.metric} = {best['metric']:.6g})\n" + text,
+        f"# raysearch: the best setting of {out} (trial {best.trial_id}, "
+        f"{config.metric} = {best.metric:.6g})\n" + text,
     )
     return best_path

@@ -222,7 +222,7 @@ class TechniquesPhase(BuiltPhase):
             len(checks),
             len(proposals) - len(checks),
             len(bases),
-            ", ".join(f"trial {b.get('trial_id')} metric {b.get('metric')}" for b in bases),
+            ", ".join(f"trial {b.trial_id} metric {b.metric}" for b in bases),
         )
         return ListPhase(proposals, self.stage)
 
@@ -364,7 +364,7 @@ class FinetunePhase(BuiltPhase):
         tunable = [r for r in records if self._tunable(r.settings, context)]
         bases = best_records(tunable, TOP_K, _higher(context))
         if not bases:
-            why = self._refusal(order(records)[0]["settings"], context) if records else None
+            why = self._refusal(order(records)[0].settings, context) if records else None
             _logger.info(
                 "stage fine_tuning skipped: none of the %d finished settings can be fine-tuned%s",
                 len(records),

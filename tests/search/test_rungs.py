@@ -137,14 +137,12 @@ def test_the_stopper_counts_a_trial_once_at_its_end_and_a_stopped_one_never_as_c
     stopper = CandidateStopper(StopConfig(find_n_candidates=1), higher_is_better=True)
     # A rung before the last, even one within the tolerance on the rows seen, counts nothing.
     within = TrialRecord(status="ok", metric=0.99, is_candidate=True)
-    assert stopper("a", {"metric": 0.99, "done": False}) is False
+    assert stopper("a", {"trial": pack_record(within), "done": False}) is False
     assert stopper.n_finished == 0 and not stopper.stop_all()
     stopper.observe("b", within.replace(stopped_at_rung=0))
     assert stopper.n_finished == 1 and stopper.n_candidates == 0 and not stopper.stop_all()
-    stopper("a", {"metric": 0.99, "done": True})  # Tune's last result: a trial finished
-    assert stopper.n_finished == 2 and stopper.n_candidates == 0
-    stopper.observe("a", within)  # its record, from the recorder
-    assert stopper.n_finished == 2 and stopper.n_candidates == 1 and stopper.stop_all()
+    stopper("a", {"trial": pack_record(within), "done": True})
+    assert stopper.n_candidates == 1 and stopper.stop_all()
 
 
 def test_the_searcher_is_told_a_stopped_trials_partial_result_and_never_takes_it_as_best():

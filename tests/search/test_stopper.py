@@ -9,6 +9,7 @@ from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
 from raysearch.search import STOP_REASONS, CandidateStopper
+from raysearch.search.record.reported import pack_record
 from raysearch.trialrecord import TrialRecord
 
 
@@ -19,10 +20,10 @@ def ok(metric: float, candidate: bool, trial_id: str | None = None) -> TrialReco
 def test_is_a_tune_stopper_that_never_stops_single_trials():
     stopper = CandidateStopper(StopConfig(), higher_is_better=False)
     assert isinstance(stopper, Stopper)
-    # Tune's result carries the record as JSON text: the recorder tells the stopper the
-    # record (observe); a result only counts the trial as finished.
-    assert stopper("a", {"metric": 0.1, "done": True}) is False
-    assert not stopper.stop_all() and stopper.reason is None and stopper.n_finished == 1
+    # Tune's result carries the record as JSON text.
+    assert stopper("a", {"metric": 0.1, "done": True, "trial": pack_record(ok(0.1, True))}) is False
+    assert stopper.n_finished == stopper.n_candidates == 1
+    assert not stopper.stop_all() and stopper.reason is None
 
 
 def test_find_n_candidates_counts_each_trial_once():

@@ -21,10 +21,11 @@ sessions carried over on resume), and the search must know which condition ended
 Example:
     >>> from raysearch.config._config import StopConfig
     >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
-    >>> stopper.observe("a", TrialRecord(status="ok", metric=0.1, is_candidate=True))
-    >>> stopper("b", {"metric": 0.2}), stopper.stop_all()
+    >>> from raysearch.search.record.reported import pack_record
+    >>> a = TrialRecord(status="ok", metric=0.1, is_candidate=True)
+    >>> stopper("a", {"metric": 0.1, "trial": pack_record(a)}), stopper.stop_all()
     (False, False)
-    >>> stopper.observe("b", TrialRecord(status="ok", metric=0.2, is_candidate=True))
+    >>> stopper.observe("b", a.replace(metric=0.2))  # as the recorder tells it
     >>> stopper.stop_all(), stopper.reason
     (True, 'candidates_found')
 """
@@ -41,6 +42,7 @@ from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
 from raysearch.ranking import is_candidate
+from raysearch.search.record.reported import reported_record
 from raysearch.trialrecord import TrialRecord
 
 __all__ = ["CandidateStopper", "STOP_REASONS", "trial_limit"]
@@ -146,7 +148,7 @@ class CandidateStopper(Stopper):
         recorded (``observe``, called by the recorder), never as a candidate."""
         if result.get("done", True) is False:
             return False
-        self._finished.add(trial_id)
+        self.observe(trial_id, reported_record(result) or TrialRecord())
         return False
 
     def end(self, reason: str) -> None:
