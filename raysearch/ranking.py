@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from raysearch.trialrecord import TrialRecord
@@ -184,40 +184,54 @@ def better(
         return False  # a measurement of one node, not an answer (and a reused one: no model)
     if record.stopped_at_rung is not None:
         return False
-    if than is None:
+    if than is None or finite(than.metric) is None:
         return True
-    best = finite(than.metric)
-    if best is None:
-        return True
+    return next(
+        (v for v, _ in _rules(record, than, higher_is_better, select) if v is not None), False
+    )
+
+
+def _rules(
+    record: TrialRecord, than: TrialRecord, higher: bool, select: str
+) -> Iterator[tuple[bool | None, str]]:
+    """The rules of :func:`better` in turn, each as whether it ranks ``record`` above ``than``
+    (None: they tie on it) and its words (:func:`deciding_rule`)."""
+
+    def lower(mine: float | None, theirs: float | None) -> bool | None:
+        return None if mine == theirs else theirs is None or (mine is not None and mine < theirs)
+
     nothing = unquantized(record)
-    if nothing != unquantized(than):
-        return not nothing
+    yield (
+        None if nothing == unquantized(than) else not nothing,
+        "a setting that quantizes something ranks above one that quantizes nothing",
+    )
     candidate = is_candidate(record)
-    if candidate != is_candidate(than):
-        return candidate
+    yield (
+        None if candidate == is_candidate(than) else candidate,
+        "a candidate (within the tolerance) ranks above a trial that is not one",
+    )
+    fewer = lower(promoted(record), promoted(than))
     if candidate:
-        decided = _better_candidate(record, than, select)
-        if decided is not None:
-            return decided
-    if metric != best:
-        return metric > best if higher_is_better else metric < best
-    return promoted(record) < promoted(than)
-
-
-def _better_candidate(record: TrialRecord, than: TrialRecord, select: str) -> bool | None:
-    """:func:`better` between two candidates before their metrics: by ``select``'s figure,
-    then the quantized share, then the promotions; None on a tie of all three."""
-    if select != "metric":
-        key = _SELECT_KEY[select]
-        mine, theirs = finite(getattr(record, key)), finite(getattr(than, key))
-        if mine != theirs:
-            return theirs is None or (mine is not None and mine < theirs)
-    share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")
-    if share is not None and best_share is not None and share != best_share:
-        return share > best_share
-    if promoted(record) != promoted(than):
-        return promoted(record) < promoted(than)
-    return None
+        if select != "metric":
+            key = _SELECT_KEY[select]
+            mine, theirs = finite(getattr(record, key)), finite(getattr(than, key))
+            yield (
+                lower(mine, theirs),
+                f"select: {select}: among candidates the lower {key} ranks first",
+            )
+        share, other = _extra(record, "quantized_share"), _extra(than, "quantized_share")
+        yield (
+            None if share is None or other is None or share == other else share > other,
+            "among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first",
+        )
+        yield fewer, "among candidates fewer tensors promoted to a higher precision rank first"
+    sign = -1.0 if higher else 1.0  # the metric to minimise
+    mine, theirs = finite(record.metric), finite(than.metric)
+    yield (
+        lower(None if mine is None else sign * mine, None if theirs is None else sign * theirs),
+        "the better metric ranks first",
+    )
+    yield fewer, "fewer tensors promoted to a higher precision rank first"
 
 
 def deciding_rule(
@@ -238,31 +252,12 @@ def deciding_rule(
         ...               a.replace(extra={"quantized_share": 0.5}), True)
         'among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first'
     """  # noqa: E501
-    if unquantized(record) != unquantized(than):
-        return "a setting that quantizes something ranks above one that quantizes nothing"
-    candidate = is_candidate(record)
-    if candidate != is_candidate(than):
-        return "a candidate (within the tolerance) ranks above a trial that is not one"
-    if candidate:
-        if select != "metric":
-            key = _SELECT_KEY[select]
-            if finite(getattr(record, key)) != finite(getattr(than, key)):
-                return f"select: {select}: among candidates the lower {key} ranks first"
-        share, other = _extra(record, "quantized_share"), _extra(than, "quantized_share")
-        if share is not None and other is not None and share != other:
-            return (
-                "among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first"
-            )
-        if promoted(record) != promoted(than):
-            return "among candidates fewer tensors promoted to a higher precision rank first"
-    if finite(record.metric) != finite(than.metric):
-        return "the better metric ranks first"
-    if promoted(record) != promoted(than):
-        return "fewer tensors promoted to a higher precision rank first"
-    return (
+    words = (w for v, w in _rules(record, than, higher_is_better, select) if v is not None)
+    return next(
+        words,
         "every rule of the ranking ties (candidates first, then the larger share of "
         "MatMul/Gemm/Conv nodes quantized, then fewer tensors promoted, then the better "
-        "metric), so the trial that started first is kept"
+        "metric), so the trial that started first is kept",
     )
 
 

@@ -105,15 +105,6 @@ def study_trial(
     ``objectives``, its value of each, and a trial that is not a candidate infeasible (the
     constraint ``candidate`` above 0), so that the study's ``best_trials`` are the Pareto
     front of the candidates (``pareto.parquet``)."""
-    return _trial(record, distributions, higher, objectives)
-
-
-def _trial(
-    record: TrialRecord,
-    distributions: Mapping[str, Any],
-    higher: bool,
-    objectives: Sequence[str] = ("metric",),
-) -> Any:
     import optuna
     from optuna.trial import TrialState
 
@@ -171,7 +162,7 @@ def build_study(
         directions=study_directions(higher_is_better, objectives),
     )
     distributions = _distributions(rows)
-    study.add_trials([_trial(r, distributions, higher_is_better, objectives) for r in rows])
+    study.add_trials([study_trial(r, distributions, higher_is_better, objectives) for r in rows])
     return study
 
 

@@ -279,6 +279,8 @@ def _retimed(
     rounds: Mapping[str, Mapping[str, list[float]]],
 ) -> Retimed:
     """:class:`Retimed` from the ``rounds`` of the models of ``plans``."""
+    from raysearch.outputs import timed_alone
+
     threads = max(1, int(config.resources.cpu_per_trial))
     timed: dict[str, dict[str, dict[str, float]]] = {}
     for figure, (chosen, _) in plans.items():
@@ -286,15 +288,6 @@ def _retimed(
         for record in chosen:
             in_search = round(float(getattr(record, figure)), 4)
             timed[figure][str(record.trial_id)]["in_search_ms"] = in_search
-    out = _with_timed(records, timed)
-    if any(d for _, d in plans.values()):
-        _drop_unkept(config, folder, out)
-    float_ms = {figure: by_model["float"]["median_ms"] for figure, by_model in timed.items()}
-    best = best_record(out, config.metric_higher_is_better, config.select)
-    ratio = None
-    latency = timed.get("latency_ms", {})
-    if best is not None and str(best.trial_id) in latency and float_ms["latency_ms"] > 0:
-        ratio = round(latency[str(best.trial_id)]["median_ms"] / float_ms["latency_ms"], 4)
     n_rounds = len(next(iter(rounds.values()))["float"])
     summary: dict[str, Any] = {
         retimed_field(figure): {
@@ -306,7 +299,16 @@ def _retimed(
         }
         for figure, by_model in timed.items()
     }
-    summary["best_latency_vs_float"] = ratio
+    out = timed_alone(records, summary)
+    if any(d for _, d in plans.values()):
+        _drop_unkept(config, folder, out)
+    float_ms = {figure: by_model["float"]["median_ms"] for figure, by_model in timed.items()}
+    best = best_record(out, config.metric_higher_is_better, config.select)
+    latency = timed.get("latency_ms", {})
+    summary["best_latency_vs_float"] = None
+    if best is not None and str(best.trial_id) in latency and float_ms["latency_ms"] > 0:
+        ratio = latency[str(best.trial_id)]["median_ms"] / float_ms["latency_ms"]
+        summary["best_latency_vs_float"] = round(ratio, 4)
     for figure, by_model in timed.items():
         _logger.info(
             "%s timed again alone (%d rounds of %d runs, %d threads): %s",
@@ -348,18 +350,6 @@ def retimed_field(figure: str) -> str:
         ('latency_retimed', 'decode_latency_retimed')
     """
     return figure.removesuffix("_ms") + "_retimed"
-
-
-def _with_timed(
-    records: Sequence[TrialRecord], timed: Mapping[str, Mapping[str, Mapping[str, float]]]
-) -> list[TrialRecord]:
-    """``records`` with each figure timed alone in place of the trial's."""
-    out = []
-    for record in records:
-        name = str(record.trial_id)
-        again = {f: by[name]["median_ms"] for f, by in timed.items() if name in by}
-        out.append(record.replace(**again) if again else record)
-    return out
 
 
 def time_rounds(

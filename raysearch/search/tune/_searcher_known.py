@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from raysearch.ranking import stopped_at_rung
+from raysearch.ranking import finite, stopped_at_rung
 from raysearch.search.record.reported import reported_record
-from raysearch.search.tune._told import candidacy, metric_value, sampler_values
+from raysearch.search.tune._told import candidacy, sampler_values
 from raysearch.strategies import Phase, Proposal, StrategyContext
 from raysearch.trialrecord import TrialRecord
 
@@ -75,8 +75,8 @@ class KnownSettings:
                 self.state.phase_started[phase] += 1
             key = record.key
             if key is not None:
-                self.done[key] = metric_value(record.metric)
-                self.objectives[key] = metric_value(record.objective)
+                self.done[key] = finite(record.metric)
+                self.objectives[key] = finite(record.objective)
                 if self._several:
                     self.values[key] = sampler_values(
                         record, self.objectives[key], self.context.objectives
@@ -106,8 +106,8 @@ class KnownSettings:
     ) -> None:
         """What the search learns of a finished trial of ``proposal``: its metric and
         objective by key, its record in ``context.records``, and the phase told."""
-        metric = None if (error or not result) else metric_value(result.get("metric"))
-        objective = None if (error or not result) else metric_value(result.get("objective"))
+        metric = None if (error or not result) else finite(result.get("metric"))
+        objective = None if (error or not result) else finite(result.get("objective"))
         self.done[proposal.key] = metric
         self.objectives[proposal.key] = objective
         reported = None if error else reported_record(result)

@@ -1,32 +1,20 @@
-"""What a searcher reads of a finished trial, to tell its phases and samplers: a number
-as a sampler takes it (:func:`metric_value`), each objective's value with several
-(:func:`sampler_values`), and whether the trial is a candidate with its ``extra``. Tune hands
-the searcher a result whose record is JSON text (:mod:`raysearch.search.record.reported`),
-decoded by the caller; a resumed search reads the journal's records.
-
-Example:
-    >>> metric_value(7.5), metric_value(float("nan")), metric_value(True)
-    (7.5, None, None)
+"""What a searcher reads of a finished trial, to tell its phases and samplers beyond its
+metric and objective: each objective's value with several (:func:`sampler_values`), and
+whether the trial is a candidate with its ``extra``. Tune hands the searcher a result whose
+record is JSON text (:mod:`raysearch.search.record.reported`), decoded by the caller; a
+resumed search reads the journal's records.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-from raysearch.ranking import is_candidate
+from raysearch.ranking import is_candidate, objective_value
 from raysearch.search.record.reported import reported_record
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["candidacy", "metric_value", "sampler_values"]
-
-
-def metric_value(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+__all__ = ["candidacy", "sampler_values"]
 
 
 def sampler_values(
@@ -48,14 +36,8 @@ def sampler_values(
     """
     if objective is None or record is None:
         return None
-    values = []
-    for name in names:
-        field_name = "model_size_bytes" if name == "model_size_mb" else name
-        value = objective if name == "metric" else metric_value(getattr(record, field_name))
-        if value is None:
-            return None
-        values.append(value / 1e6 if name == "model_size_mb" else value)
-    return tuple(values)
+    values = tuple(objective if n == "metric" else objective_value(record, n) for n in names)
+    return None if None in values else values
 
 
 def candidacy(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
