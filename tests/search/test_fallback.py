@@ -4,7 +4,6 @@ tensor, h4, loses the accuracy when quantized per tensor)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -357,9 +356,10 @@ def _outlier_config(make_config, outlier_files, **overrides: Any) -> dict[str, A
     )
 
 
-def _journal(out: Path) -> list[dict[str, Any]]:
-    lines = (out / "journal.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+def _journal(out: Path) -> list[TrialRecord]:
+    from raysearch.search.record.journal import Journal
+
+    return Journal(out / "journal.jsonl").load()
 
 
 @pytest.mark.slow

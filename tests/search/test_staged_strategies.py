@@ -504,8 +504,8 @@ def _e2e_config(folder: Path, **overrides: Any) -> dict[str, Any]:
 def _stages_in_table(folder: Path) -> list[str]:
     import pyarrow.parquet as pq
 
-    rows = sorted(pq.read_table(folder / "results.parquet").to_pylist(), key=lambda r: r.number)
-    return [r.stage for r in rows]
+    rows = sorted(pq.read_table(folder / "results.parquet").to_pylist(), key=lambda r: r["number"])
+    return [r["stage"] for r in rows]
 
 
 @pytest.fixture(scope="module")
@@ -587,6 +587,6 @@ def test_a_killed_auto_search_resumes_in_its_stage_with_nothing_rerun(straight_a
     assert 7 <= len(before) < len(expected)
     result = AutoSearch.resume(work / "out")
     after = journal(work / "out")
-    assert len(after) == len({r.key for r in after})  # nothing ran twice
-    assert sorted(r.key for r in after) == sorted(expected)
+    assert len(after) == len({r["key"] for r in after})  # nothing ran twice
+    assert sorted(r["key"] for r in after) == sorted(expected)
     assert result.summary["n_trials"] == len(expected)

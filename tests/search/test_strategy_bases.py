@@ -324,11 +324,11 @@ def test_auto_on_a8w8_runs_every_stage_on_an_encoder_where_dynamic_ranks_best(tm
     result = AutoSearch(config).run()
     out = Path(result.output_dir)
     assert (out / "summary.json").is_file() and (out / "best").is_dir()
-    rows = sorted(pq.read_table(out / "results.parquet").to_pylist(), key=lambda r: r.number)
+    rows = sorted(pq.read_table(out / "results.parquet").to_pylist(), key=lambda r: r["number"])
     assert result.summary["stop_reason"] == "space_exhausted"
-    early = [r for r in rows if r.stage in ("defaults", "calibration") and r.metric]
-    assert max(early, key=lambda r: r.metric)["params/quant_mode"] == "dynamic"
-    stages = list(dict.fromkeys(r.stage for r in rows))
+    early = [r for r in rows if r["stage"] in ("defaults", "calibration") and r["metric"]]
+    assert max(early, key=lambda r: r["metric"])["params/quant_mode"] == "dynamic"
+    stages = list(dict.fromkeys(r["stage"] for r in rows))
     assert stages[:4] == ["defaults", "calibration", "reachability", "techniques"]
     assert {"fine_tuning", "float_fallback"} <= set(stages), stages
     assert len({r.key for r in result.records}) == len(rows)
