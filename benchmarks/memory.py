@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         driver_hwm = proc_status(os.getpid()).get("VmHWM", 0)
         shutdown_ray()
 
-    records = sorted(result.records, key=lambda r: r["ended_at"])
+    records = sorted((r.to_dict() for r in result.records), key=lambda r: r["ended_at"])
     ends = [r["ended_at"] for r in records]
     n = len(records)
     actors = sorted({r["worker_pid"] for r in records if r.get("worker_pid")})

@@ -91,7 +91,7 @@ def run_case(name: str, channels: int, eval_samples: int, trials: int, folder: P
     started = time.perf_counter()
     result = AutoSearch(config).run(overwrite=True)
     wall = time.perf_counter() - started
-    records = sorted(result.records, key=lambda r: r["elapsed_s"])
+    records = sorted((r.to_dict() for r in result.records), key=lambda r: r["elapsed_s"])
     ends = [r["elapsed_s"] for r in records]
     engine = [float(r.get("duration_s") or 0.0) for r in records]
     slots = int(result.summary.get("slots") or 0) or CPUS

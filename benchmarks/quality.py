@@ -139,7 +139,7 @@ def run_one(
     rows = [r for r in result.results.to_pylist() if r["status"] == "ok"]
     # The search's own choice: the most quantized candidate, else the best metric.
     chosen = best_record(result.records, higher_is_better=True)
-    best = next(r for r in rows if r["trial_id"] == chosen["trial_id"])
+    best = next(r for r in rows if r["trial_id"] == chosen.trial_id)
     quantized = [r for r in rows if (r.get("extra/quantized_share") or 0.0) == 1.0]
     # Plain ONNX Runtime: every weighted node quantized, nothing promoted, no technique.
     plain = [

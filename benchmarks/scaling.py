@@ -169,7 +169,7 @@ def run_level(
     started = time.perf_counter()
     result = AutoSearch(config).run(overwrite=True)
     wall = time.perf_counter() - started
-    records = result.records
+    records = [r.to_dict() for r in result.records]
     figures = phase_figures([{**r, "worker": r.get("worker_pid")} for r in records])
     ordered = sorted(records, key=lambda r: (r.get("number") is None, r.get("number") or 0))
     row = {

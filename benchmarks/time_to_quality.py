@@ -135,7 +135,8 @@ def run_one(
     started = time.perf_counter()
     result = AutoSearch(config).run()
     wall = time.perf_counter() - started
-    records = sorted(result.records, key=lambda r: float(r.get("elapsed_s") or 0.0))
+    records = [r.to_dict() for r in result.records]
+    records.sort(key=lambda r: float(r.get("elapsed_s") or 0.0))
     goal = next((r for r in records if _meets_goal(r)), None)
     ok = [r for r in records if r.get("status") == "ok"]
     full = [r for r in ok if float((r.get("extra") or {}).get("quantized_share") or 0) >= FULL]

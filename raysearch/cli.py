@@ -21,10 +21,13 @@ import sys
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from raysearch.errors import ConfigErrors, DiskFullError, InputError
 from raysearch.layout import LOG_FILE
+
+if TYPE_CHECKING:
+    from raysearch.trialrecord import TrialRecord
 
 __all__ = ["main"]
 
@@ -647,8 +650,6 @@ def _param_value(value: Any) -> Any:
 def _cmd_show(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
-    from raysearch.ranking import is_candidate
-
     folder = args.output_dir
     summary_path = folder / "summary.json"
     results_path = folder / "results.parquet"
@@ -682,12 +683,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 for k, v in r.items()
                 if k.startswith("params/") and v is not None
             }
-            mark = "*" if is_candidate(r) else " "
+            mark = "*" if r["is_candidate"] else " "  # results.parquet's: the one rule
             print(f" {mark} {r['trial_id']}  {_fmt(r['metric'])}  {_fmt(params)}")
     return EXIT_OK
 
 
-def _read_search(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
+def _read_search(folder: Path) -> tuple[list[TrialRecord], dict[str, Any], Any]:
     """A search folder's records (its journal), its summary (``summary.json`` when the search
     ended, else, running or killed before its outputs, what its records say) and its config
     (None when it cannot be read any more and the search ended)."""

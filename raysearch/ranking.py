@@ -1,17 +1,19 @@
 """The finished-trial records an output is written from: their order, the best one.
 
 Example:
-    >>> rows = [{"trial_id": "b", "number": 2, "status": "ok", "metric": 0.1},
-    ...         {"trial_id": "a", "number": 1, "status": "ok", "metric": 0.3}]
-    >>> [r["trial_id"] for r in order(rows)], best_record(rows, higher_is_better=True)["trial_id"]
+    >>> rows = [TrialRecord(trial_id="b", number=2, status="ok", metric=0.1),
+    ...         TrialRecord(trial_id="a", number=1, status="ok", metric=0.3)]
+    >>> [r.trial_id for r in order(rows)], best_record(rows, higher_is_better=True).trial_id
     (['a', 'b'], 'a')
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "OBJECTIVES",
@@ -58,33 +60,32 @@ def finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def order(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def order(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Records in the order their trials started (``number``), ties by trial id."""
 
-    def key(record: Mapping[str, Any]) -> tuple[int, str]:
-        number = record.get("number")
-        return (number if isinstance(number, int) else 1 << 62, str(record.get("trial_id")))
+    def key(record: TrialRecord) -> tuple[int, str]:
+        number = record.number
+        return (number if isinstance(number, int) else 1 << 62, str(record.trial_id))
 
     return sorted(records, key=key)
 
 
-def _extra(record: Mapping[str, Any], name: str) -> float | None:
-    extra = record.get("extra")
-    return finite(extra.get(name)) if isinstance(extra, Mapping) else None
+def _extra(record: TrialRecord, name: str) -> float | None:
+    return finite(record.extra.get(name))
 
 
-def promoted(record: Mapping[str, Any]) -> float:
+def promoted(record: TrialRecord) -> float:
     """How many tensors the record's setting kept at higher precision (mixed precision)."""
     return _extra(record, "promoted") or 0.0
 
 
-def unquantized(record: Mapping[str, Any]) -> bool:
+def unquantized(record: TrialRecord) -> bool:
     """Whether the record's setting keeps float every MatMul/Gemm/Conv node of a float model
     that has some (the trial's rule, :func:`raysearch.modelgraph.quantizes_nothing`): its
     ``extra.quantizes_nothing`` says so.
 
     Example:
-        >>> unquantized({"extra": {"quantizes_nothing": 1.0}}), unquantized({"extra": {}})
+        >>> unquantized(TrialRecord(extra={"quantizes_nothing": 1.0})), unquantized(TrialRecord())
         (True, False)
     """
     return bool(_extra(record, "quantizes_nothing"))
@@ -95,39 +96,35 @@ def unquantized(record: Mapping[str, Any]) -> bool:
 PROBE_STAGE = "sensitivity"
 
 
-def is_probe(record: Mapping[str, Any]) -> bool:
+def is_probe(record: TrialRecord) -> bool:
     """Whether the record is a sensitivity probe (its ``stage`` is :data:`PROBE_STAGE`): never
     a candidate, never the best, whatever its metric; it measures one node, it is no answer.
 
     Example:
-        >>> is_probe({"stage": "sensitivity"}), is_probe({"stage": "blocks"}), is_probe({})
-        (True, False, False)
+        >>> is_probe(TrialRecord(stage="sensitivity")), is_probe(TrialRecord(stage="blocks"))
+        (True, False)
     """
-    return record.get("stage") == PROBE_STAGE
+    return record.stage == PROBE_STAGE
 
 
-def is_candidate(record: Mapping[str, Any]) -> bool:
-    """Whether the record is a candidate: a complete trial within the tolerance
-    (``is_candidate``) that quantizes something and is not a sensitivity probe
-    (:func:`is_probe`): the one meaning of "candidate", which the recorder writes into each
-    record and every reader calls.
+def is_candidate(record: TrialRecord) -> bool:
+    """Whether the record is a candidate: a complete trial within the tolerance that
+    quantizes something and is not a sensitivity probe (:func:`is_probe`). The trial decides
+    it (``decide_complete``: a setting that quantizes nothing is none), and the recorder
+    writes a probe's as False, since a reused probe's stage comes with its config.
 
     Example:
-        >>> nothing = {"quantizes_nothing": 1.0}
-        >>> is_candidate({"status": "ok", "is_candidate": True, "extra": nothing})
-        False
-        >>> is_candidate({"status": "ok", "is_candidate": True, "stage": "sensitivity"})
+        >>> is_candidate(TrialRecord(status="ok", is_candidate=True))
+        True
+        >>> is_candidate(TrialRecord(status="failed", is_candidate=True))
         False
     """
-    ok = record.get("status") == "ok"
-    return (
-        ok and bool(record.get("is_candidate")) and not unquantized(record) and not is_probe(record)
-    )
+    return record.ok and record.is_candidate
 
 
 def better(
-    record: Mapping[str, Any],
-    than: Mapping[str, Any] | None,
+    record: TrialRecord,
+    than: TrialRecord | None,
     higher_is_better: bool,
     select: str = "metric",
 ) -> bool:
@@ -155,79 +152,91 @@ def better(
     ``prefill_latency_ms``; one with the figure beats one without), ties by the rule above.
 
     Example:
-        >>> a = {"status": "ok", "metric": 0.99, "is_candidate": True,
-        ...      "extra": {"promoted": 2, "quantized_share": 0.5}}
-        >>> b = {"status": "ok", "metric": 0.98, "is_candidate": True,
-        ...      "extra": {"promoted": 0, "quantized_share": 1.0}}
+        >>> a = TrialRecord(status="ok", metric=0.99, is_candidate=True,
+        ...                 extra={"promoted": 2, "quantized_share": 0.5})
+        >>> b = TrialRecord(status="ok", metric=0.98, is_candidate=True,
+        ...                 extra={"promoted": 0, "quantized_share": 1.0})
         >>> better(b, a, True), better(a, b, True)
         (True, False)
-        >>> c = {"status": "ok", "metric": 0.9, "extra": {"promoted": 0}}
-        >>> d = {"status": "ok", "metric": 0.9, "extra": {"promoted": 3}}
+        >>> c = TrialRecord(status="ok", metric=0.9, extra={"promoted": 0})
+        >>> d = TrialRecord(status="ok", metric=0.9, extra={"promoted": 3})
         >>> better(c, d, True), better(d, c, True)
         (True, False)
-        >>> better({**b, "model_lost": "its node was lost"}, None, True)
+        >>> better(b.replace(model_lost="its node was lost"), None, True)
         False
-        >>> better({**c, "stopped_at_rung": 0}, None, True)
+        >>> better(c.replace(stopped_at_rung=0), None, True)
         False
-        >>> better({**c, "stage": "sensitivity"}, None, True)
+        >>> better(c.replace(stage="sensitivity"), None, True)
         False
-        >>> float_like = {"status": "ok", "metric": 1.0, "extra": {"quantizes_nothing": 1.0}}
-        >>> far = {"status": "ok", "metric": 0.9, "extra": {"quantized_share": 1.0}}
+        >>> float_like = TrialRecord(status="ok", metric=1.0, extra={"quantizes_nothing": 1.0})
+        >>> far = TrialRecord(status="ok", metric=0.9, extra={"quantized_share": 1.0})
         >>> better(far, float_like, True), better(float_like, far, True)
         (True, False)
         >>> better(float_like, None, True)   # the only kind there is
         True
-        >>> better({**a, "model_size_bytes": 10}, {**b, "model_size_bytes": 20}, True, "size")
+        >>> better(a.replace(model_size_bytes=10), b.replace(model_size_bytes=20), True, "size")
         True
     """
-    metric = finite(record.get("metric"))
-    if record.get("status") != "ok" or metric is None or record.get("model_lost"):
+    metric = finite(record.metric)
+    if not record.ok or metric is None or record.model_lost:
         return False  # a trial whose model was lost never makes best/ point at nothing
-    if record.get("reused_from") or is_probe(record):
+    if record.reused_from or is_probe(record):
         return False  # a measurement of one node, not an answer (and a reused one: no model)
-    if record.get("stopped_at_rung") is not None:
+    if record.stopped_at_rung is not None:
         return False
-    if than is None:
+    if than is None or finite(than.metric) is None:
         return True
-    best = finite(than.get("metric"))
-    if best is None:
-        return True
+    return next(
+        (v for v, _ in _rules(record, than, higher_is_better, select) if v is not None), False
+    )
+
+
+def _rules(
+    record: TrialRecord, than: TrialRecord, higher: bool, select: str
+) -> Iterator[tuple[bool | None, str]]:
+    """The rules of :func:`better` in turn, each as whether it ranks ``record`` above ``than``
+    (None: they tie on it) and its words (:func:`deciding_rule`)."""
+
+    def lower(mine: float | None, theirs: float | None) -> bool | None:
+        return None if mine == theirs else theirs is None or (mine is not None and mine < theirs)
+
     nothing = unquantized(record)
-    if nothing != unquantized(than):
-        return not nothing
+    yield (
+        None if nothing == unquantized(than) else not nothing,
+        "a setting that quantizes something ranks above one that quantizes nothing",
+    )
     candidate = is_candidate(record)
-    if candidate != is_candidate(than):
-        return candidate
+    yield (
+        None if candidate == is_candidate(than) else candidate,
+        "a candidate (within the tolerance) ranks above a trial that is not one",
+    )
+    fewer = lower(promoted(record), promoted(than))
     if candidate:
-        decided = _better_candidate(record, than, select)
-        if decided is not None:
-            return decided
-    if metric != best:
-        return metric > best if higher_is_better else metric < best
-    return promoted(record) < promoted(than)
-
-
-def _better_candidate(
-    record: Mapping[str, Any], than: Mapping[str, Any], select: str
-) -> bool | None:
-    """:func:`better` between two candidates before their metrics: by ``select``'s figure,
-    then the quantized share, then the promotions; None on a tie of all three."""
-    if select != "metric":
-        key = _SELECT_KEY[select]
-        mine, theirs = finite(record.get(key)), finite(than.get(key))
-        if mine != theirs:
-            return theirs is None or (mine is not None and mine < theirs)
-    share, best_share = _extra(record, "quantized_share"), _extra(than, "quantized_share")
-    if share is not None and best_share is not None and share != best_share:
-        return share > best_share
-    if promoted(record) != promoted(than):
-        return promoted(record) < promoted(than)
-    return None
+        if select != "metric":
+            key = _SELECT_KEY[select]
+            mine, theirs = finite(getattr(record, key)), finite(getattr(than, key))
+            yield (
+                lower(mine, theirs),
+                f"select: {select}: among candidates the lower {key} ranks first",
+            )
+        share, other = _extra(record, "quantized_share"), _extra(than, "quantized_share")
+        yield (
+            None if share is None or other is None or share == other else share > other,
+            "among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first",
+        )
+        yield fewer, "among candidates fewer tensors promoted to a higher precision rank first"
+    sign = -1.0 if higher else 1.0  # the metric to minimise
+    mine, theirs = finite(record.metric), finite(than.metric)
+    yield (
+        lower(None if mine is None else sign * mine, None if theirs is None else sign * theirs),
+        "the better metric ranks first",
+    )
+    yield fewer, "fewer tensors promoted to a higher precision rank first"
 
 
 def deciding_rule(
-    record: Mapping[str, Any],
-    than: Mapping[str, Any],
+    record: TrialRecord,
+    than: TrialRecord,
     higher_is_better: bool,
     select: str = "metric",
 ) -> str:
@@ -236,44 +245,25 @@ def deciding_rule(
     trials with the same metric won.
 
     Example:
-        >>> a = {"status": "ok", "metric": 0.9, "is_candidate": True, "extra": {}}
-        >>> deciding_rule(a, dict(a), True)
+        >>> a = TrialRecord(status="ok", metric=0.9, is_candidate=True)
+        >>> deciding_rule(a, a.replace(), True)
         'every rule of the ranking ties (candidates first, then the larger share of MatMul/Gemm/Conv nodes quantized, then fewer tensors promoted, then the better metric), so the trial that started first is kept'
-        >>> deciding_rule({**a, "extra": {"quantized_share": 1.0}},
-        ...               {**a, "extra": {"quantized_share": 0.5}}, True)
+        >>> deciding_rule(a.replace(extra={"quantized_share": 1.0}),
+        ...               a.replace(extra={"quantized_share": 0.5}), True)
         'among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first'
     """  # noqa: E501
-    if unquantized(record) != unquantized(than):
-        return "a setting that quantizes something ranks above one that quantizes nothing"
-    candidate = is_candidate(record)
-    if candidate != is_candidate(than):
-        return "a candidate (within the tolerance) ranks above a trial that is not one"
-    if candidate:
-        if select != "metric":
-            key = _SELECT_KEY[select]
-            if finite(record.get(key)) != finite(than.get(key)):
-                return f"select: {select}: among candidates the lower {key} ranks first"
-        share, other = _extra(record, "quantized_share"), _extra(than, "quantized_share")
-        if share is not None and other is not None and share != other:
-            return (
-                "among candidates the larger share of MatMul/Gemm/Conv nodes quantized ranks first"
-            )
-        if promoted(record) != promoted(than):
-            return "among candidates fewer tensors promoted to a higher precision rank first"
-    if finite(record.get("metric")) != finite(than.get("metric")):
-        return "the better metric ranks first"
-    if promoted(record) != promoted(than):
-        return "fewer tensors promoted to a higher precision rank first"
-    return (
+    words = (w for v, w in _rules(record, than, higher_is_better, select) if v is not None)
+    return next(
+        words,
         "every rule of the ranking ties (candidates first, then the larger share of "
         "MatMul/Gemm/Conv nodes quantized, then fewer tensors promoted, then the better "
-        "metric), so the trial that started first is kept"
+        "metric), so the trial that started first is kept",
     )
 
 
 def best_record(
-    records: Sequence[Mapping[str, Any]], higher_is_better: bool, select: str = "metric"
-) -> Mapping[str, Any] | None:
+    records: Sequence[TrialRecord], higher_is_better: bool, select: str = "metric"
+) -> TrialRecord | None:
     """The best complete trial by :func:`better` (the earliest one on a tie), or None."""
     best = None
     for record in order(records):
@@ -283,15 +273,15 @@ def best_record(
 
 
 def best_records(
-    records: Sequence[Mapping[str, Any]], n: int, higher_is_better: bool, select: str = "metric"
-) -> list[Mapping[str, Any]]:
+    records: Sequence[TrialRecord], n: int, higher_is_better: bool, select: str = "metric"
+) -> list[TrialRecord]:
     """The ``n`` best complete trials, best first: :func:`best_record`, then the best of the
     others, and so on (fewer when fewer are complete).
 
     Example:
-        >>> rows = [{"trial_id": t, "number": i, "status": "ok", "metric": m}
+        >>> rows = [TrialRecord(trial_id=t, number=i, status="ok", metric=m)
         ...         for i, (t, m) in enumerate([("a", 0.1), ("b", 0.3), ("c", 0.2)])]
-        >>> [r["trial_id"] for r in best_records(rows, 2, higher_is_better=True)]
+        >>> [r.trial_id for r in best_records(rows, 2, higher_is_better=True)]
         ['b', 'c']
     """
     rest, top = list(records), []
@@ -305,14 +295,14 @@ def best_records(
 
 
 def objective_values(
-    record: Mapping[str, Any], objectives: Sequence[str], higher_is_better: bool
+    record: TrialRecord, objectives: Sequence[str], higher_is_better: bool
 ) -> tuple[float, ...]:
     """The record's value of each of ``objectives`` (:data:`OBJECTIVES`), each to minimise:
     the metric negated when higher is better, ``model_size_mb`` from ``model_size_bytes``;
     a missing value is ``inf`` (worse than any).
 
     Example:
-        >>> objective_values({"metric": 0.9, "model_size_bytes": 2_000_000},
+        >>> objective_values(TrialRecord(metric=0.9, model_size_bytes=2_000_000),
         ...                  ["metric", "latency_ms", "model_size_mb"], True)
         (-0.9, inf, 2.0)
     """
@@ -325,18 +315,18 @@ def objective_values(
     return tuple(values)
 
 
-def objective_value(record: Mapping[str, Any], name: str) -> float | None:
+def objective_value(record: TrialRecord, name: str) -> float | None:
     """The record's value of objective ``name`` as measured (the metric in its own direction,
     ``model_size_mb`` from ``model_size_bytes``); None when it has none.
 
     Example:
-        >>> objective_value({"model_size_bytes": 2_000_000}, "model_size_mb")
+        >>> objective_value(TrialRecord(model_size_bytes=2_000_000), "model_size_mb")
         2.0
     """
     if name == "model_size_mb":
-        size = finite(record.get("model_size_bytes"))
+        size = finite(record.model_size_bytes)
         return None if size is None else size / 1e6
-    return finite(record.get(name))
+    return finite(getattr(record, name))
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -353,17 +343,17 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 
 
 def pareto_front(
-    records: Sequence[Mapping[str, Any]], objectives: Sequence[str], higher_is_better: bool
-) -> list[Mapping[str, Any]]:
+    records: Sequence[TrialRecord], objectives: Sequence[str], higher_is_better: bool
+) -> list[TrialRecord]:
     """The candidates (:func:`is_candidate`) no other candidate dominates on ``objectives``
     (:func:`dominates` of :func:`objective_values`), in start order; a failed trial or one
     that quantizes nothing is never on it, and two with equal values both are.
 
     Example:
-        >>> rows = [{"trial_id": t, "number": i, "status": "ok", "is_candidate": True,
-        ...          "metric": m, "model_size_bytes": s}
+        >>> rows = [TrialRecord(trial_id=t, number=i, status="ok", is_candidate=True,
+        ...                     metric=m, model_size_bytes=s)
         ...         for i, (t, m, s) in enumerate([("a", .9, 4), ("b", .8, 2), ("c", .7, 3)])]
-        >>> [r["trial_id"] for r in pareto_front(rows, ["metric", "model_size_mb"], True)]
+        >>> [r.trial_id for r in pareto_front(rows, ["metric", "model_size_mb"], True)]
         ['a', 'b']
     """
     candidates = [r for r in order(records) if is_candidate(r)]
@@ -375,15 +365,12 @@ def pareto_front(
     ]
 
 
-def stopped_at_rung(record: Mapping[str, Any]) -> int | None:
+def stopped_at_rung(record: TrialRecord) -> int | None:
     """The rung a trial's final record ended at when that is not the last one (ASHA stopped
     it there); None for a trial evaluated on every row, or one that failed.
 
     Example:
-        >>> stopped_at_rung({"status": "ok", "rung": 0, "rungs": 3})
+        >>> stopped_at_rung(TrialRecord(status="ok", rung=0, rungs=3))
         0
     """
-    rung, rungs = record.get("rung"), record.get("rungs")
-    if record.get("status") != "ok" or not isinstance(rung, int) or not isinstance(rungs, int):
-        return None
-    return rung if rung < rungs - 1 else None
+    return record.rung if record.ok and record.rung < record.rungs - 1 else None

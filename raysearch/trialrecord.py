@@ -7,21 +7,16 @@ search's elapsed time, each with :meth:`TrialRecord.replace` (the record is froz
 serialized only at the edges: JSON text in a Tune result (``search/record/reported.py``), a
 JSON line of the journal, a row of ``results.parquet``;
 :meth:`TrialRecord.from_dict` reads each of them back into the same type, so a resumed
-search's recorder and strategies see what a fresh one's do.
-
-A record is also a read-only mapping of its fields (``record["metric"]``,
-``record.get("extra")``): the readers that still read it by key (the outputs, the
-strategies, the command line) take it as they took the dict it replaces; a field at its
-default None that a trial only sometimes has (``model_lost``, ``reused_from``, ...) is not
-among its keys, as it was not in the dict.
+search's recorder and strategies see what a fresh one's do. Every reader reads its fields
+as attributes.
 
 Example:
     >>> record = TrialRecord(trial_id="a1", status="ok", metric=0.5, extra={"promoted": 1.0})
-    >>> record.metric, record["metric"], record.get("reused_from")
-    (0.5, 0.5, None)
+    >>> record.metric, record.reused_from
+    (0.5, None)
     >>> TrialRecord.from_dict(record.to_dict()) == record
     True
-    >>> "model_lost" in record, "metric" in record
+    >>> "model_lost" in record.to_dict(), "metric" in record.to_dict()
     (False, True)
 """
 
@@ -29,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +32,7 @@ __all__ = ["TrialRecord"]
 
 
 @dataclass(frozen=True, eq=False)
-class TrialRecord(Mapping[str, Any]):
+class TrialRecord:
     """A trial's record: its setting, outcome, timings, sizes, node, errors and ``extra``.
 
     ``status`` is ``"ok"`` or ``"failed"`` (then ``error`` says why, in one line).
@@ -123,7 +118,8 @@ class TrialRecord(Mapping[str, Any]):
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-ready values (NaN and infinities as None), without the
         fields a trial only sometimes has when they are None."""
-        return {name: _finite(getattr(self, name)) for name in self}
+        values = ((name, getattr(self, name)) for name in _ORDER)
+        return {n: _finite(v) for n, v in values if v is not None or n not in _OPTIONAL}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
@@ -148,26 +144,13 @@ class TrialRecord(Mapping[str, Any]):
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 
-    # -- a read-only mapping of its fields --------------------------------------------------
-    def __getitem__(self, name: str) -> Any:
-        if name not in _FIELDS:
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return (name for name in _ORDER if name not in _OPTIONAL or getattr(self, name) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __contains__(self, name: object) -> bool:
-        return name in _FIELDS and (name not in _OPTIONAL or getattr(self, name) is not None)
-
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Mapping):
+        """Equal fields, NaN equal to None (as the journal reads it back)."""
+        if not isinstance(other, TrialRecord):
             return NotImplemented
-        return self.to_dict() == {k: _finite(v) for k, v in other.items()}
+        return self.to_dict() == other.to_dict()
 
+    #: Kept by identity (the recorder's best, the records a strategy read).
     __hash__ = object.__hash__
 
 
@@ -175,7 +158,7 @@ _ORDER = tuple(f.name for f in dataclasses.fields(TrialRecord))
 _FIELDS = frozenset(_ORDER)
 #: Fields with a default that is not None: a None read back keeps the default.
 _NULLABLE = frozenset(f.name for f in dataclasses.fields(TrialRecord) if f.default is None)
-#: Fields only some trials have: not among a record's keys while None.
+#: Fields only some trials have: left out of :meth:`TrialRecord.to_dict` while None.
 _OPTIONAL = frozenset(
     {
         "started_at",

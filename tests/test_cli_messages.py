@@ -88,7 +88,7 @@ def test_export_of_a_narrowed_preset_search_says_nothing_of_fine_tuning(
     out.mkdir()
     (out / "raysearch_config.yaml").write_text(a8w8_config.read_text())
     (out / ".raysearch.json").write_text(json.dumps({"status": "running"}))
-    (out / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    (out / "journal.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in _records()))
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     with caplog.at_level(logging.WARNING):
         assert main(["export", str(out), "--optuna", storage]) == 0

@@ -177,7 +177,7 @@ def test_a_search_from_a_model_object_and_readers_writes_every_output(mlp, tmp_p
         "output_dir": str(tmp_path / "out"),
     }
     result = AutoSearch(config).run()
-    assert [r["status"] for r in result.records] == ["ok", "ok"]
+    assert [r.status for r in result.records] == ["ok", "ok"]
     best = yaml.safe_load((result.output_dir / "best" / "config.yaml").read_text())
     assert best["calibration_data"] == "<python object: Reader>"
     assert best["eval_data"] == "<python object: GeneratorReader>"

@@ -17,6 +17,7 @@ from raysearch.evaluate import Evaluator
 from raysearch.outputs import results_table
 from raysearch.ranking import best_record, pareto_front
 from raysearch.trial import TrialDevice, TrialRunner, TrialSpec
+from raysearch.trialrecord import TrialRecord
 from tests.lm_models import VOCAB, make_decoder_lm
 
 SEQ = 12
@@ -57,7 +58,7 @@ def test_an_lm_trial_records_decode_and_prefill_latency(decoder, tmp_path):
     assert result.status == "ok", result.error
     assert result.decode_latency_ms is not None and result.decode_latency_ms > 0
     assert result.prefill_latency_ms is not None and result.prefill_latency_ms > 0
-    record = {**result.to_dict(), "trial_id": "t0", "number": 0}
+    record = result.replace(trial_id="t0", number=0)
     row = results_table([record]).to_pylist()[0]
     assert row["decode_latency_ms"] == pytest.approx(result.decode_latency_ms)
     assert row["prefill_latency_ms"] == pytest.approx(result.prefill_latency_ms)
@@ -70,7 +71,7 @@ def test_other_metrics_and_unmeasured_latency_record_neither(decoder, tmp_path):
         result = TrialRunner(spec).run({"quantizer": "weight_only"}, tmp_path / "q.onnx")
         assert result.status == "ok", result.error
         assert result.decode_latency_ms is None and result.prefill_latency_ms is None
-        row = results_table([{**result.to_dict(), "trial_id": "t", "number": 0}]).to_pylist()[0]
+        row = results_table([result.replace(trial_id="t", number=0)]).to_pylist()[0]
         assert row["decode_latency_ms"] is None and row["prefill_latency_ms"] is None
 
 
@@ -98,17 +99,18 @@ def test_decoder_latencies_are_objectives_and_selects_of_an_lm_metric():
         parse_objectives({"metric": "L2", "select": "decode_latency"})
     # The front and best/ read the figures from the records.
     rows = [
-        {"trial_id": t, "number": i, "status": "ok", "is_candidate": True, "metric": m}
-        | {"model_size_bytes": 2_000_000, "decode_latency_ms": d, "prefill_latency_ms": p}
+        TrialRecord(trial_id=t, number=i, status="ok", is_candidate=True, metric=m).replace(
+            model_size_bytes=2_000_000, decode_latency_ms=d, prefill_latency_ms=p
+        )
         for i, (t, m, d, p) in enumerate([("a", 1e-4, 0.5, 9.0), ("b", 2e-4, 0.4, 9.5)])
     ]
     front = pareto_front(rows, ["metric", "decode_latency_ms"], False)
-    assert [r["trial_id"] for r in front] == ["a", "b"]
-    assert [r["trial_id"] for r in pareto_front(rows, ["metric", "prefill_latency_ms"], False)] == [
+    assert [r.trial_id for r in front] == ["a", "b"]
+    assert [r.trial_id for r in pareto_front(rows, ["metric", "prefill_latency_ms"], False)] == [
         "a"
     ]
-    assert best_record(rows, False, "decode_latency")["trial_id"] == "b"
-    assert best_record(rows, False, "prefill_latency")["trial_id"] == "a"
+    assert best_record(rows, False, "decode_latency").trial_id == "b"
+    assert best_record(rows, False, "prefill_latency").trial_id == "a"
 
 
 def _lm_config(tmp_path, path, metric="kl"):
@@ -142,7 +144,7 @@ def test_the_float_model_and_the_best_figures_reach_the_summary(decoder, tmp_pat
     assert "float_decode_latency_ms" not in other and "float_prefill_latency_ms" not in other
     runner = TrialRunner(TrialSpec(path, data, data, Evaluator("kl", 0.5)))
     result = runner.run({"quantizer": "weight_only"}, tmp_path / "q.onnx")
-    record = {**result.to_dict(), "trial_id": "t0", "number": 0, "params": {}, "settings": {}}
+    record = result.replace(trial_id="t0", number=0, params={}, settings={})
     summary = write_outputs(
         tmp_path / "out", [record], config=config, stop_reason="space_exhausted", wall_time_s=1.0
     )
@@ -293,8 +295,8 @@ def test_no_candidate_for_a_bound_says_which_bound_not_a_missed_tolerance(decode
     path, _ = decoder
     config = _lm_config(tmp_path, path)
     rows = [
-        {"trial_id": t, "number": i, "status": "ok", "is_candidate": False, "metric": m,
-         "params": {}, "settings": {}, "model_size_bytes": 1000, "extra": extra}
+        TrialRecord(trial_id=t, number=i, status="ok", is_candidate=False, metric=m,
+                    params={}, settings={}, model_size_bytes=1000, extra=extra)
         for i, (t, m, extra) in enumerate([
             ("a", 0.1, {"decode_over_bound": 1.0}),
             ("b", 0.2, {"size_over_budget": 1.0, "decode_over_bound": 1.0}),
@@ -302,7 +304,7 @@ def test_no_candidate_for_a_bound_says_which_bound_not_a_missed_tolerance(decode
             ("d", 0.1, {"size_over_budget": 1.0}),  # a sensitivity probe: never a candidate
         ])
     ]  # fmt: skip
-    rows[-1]["stage"] = "sensitivity"
+    rows[-1] = rows[-1].replace(stage="sensitivity")
     summary = write_outputs(
         tmp_path / "out", rows, config=config, stop_reason="space_exhausted", wall_time_s=1.0
     )

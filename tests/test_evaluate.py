@@ -248,6 +248,7 @@ def test_sampler_objective_orders_trials_as_the_best_rule_does(
     import itertools
 
     from raysearch.outputs import better
+    from raysearch.trialrecord import TrialRecord
 
     evaluator = Evaluator(
         metric or (lambda path, providers: 0.0),
@@ -263,28 +264,26 @@ def test_sampler_objective_orders_trials_as_the_best_rule_does(
         candidate = evaluator.is_candidate(score, float_score)
         objective = evaluator.sampler_objective(score, float_score, share, 3)
         records.append(
-            {
-                "status": "ok",
-                "metric": score,
-                "is_candidate": candidate,
-                "objective": objective,
-                "extra": {"quantized_share": share},
-            }
+            TrialRecord(
+                status="ok",
+                metric=score,
+                is_candidate=candidate,
+                objective=objective,
+                extra={"quantized_share": share},
+            )
         )
-    assert any(r["is_candidate"] for r in records) and not all(r["is_candidate"] for r in records)
+    assert any(r.is_candidate for r in records) and not all(r.is_candidate for r in records)
     for a, b in itertools.permutations(records, 2):
-        if a["metric"] == b["metric"] and (not a["is_candidate"] or a["extra"] == b["extra"]):
+        if a.metric == b.metric and (not a.is_candidate or a.extra == b.extra):
             continue  # equal for the best rule as for the objective
-        by_objective = (
-            a["objective"] > b["objective"] if higher else a["objective"] < b["objective"]
-        )
+        by_objective = a.objective > b.objective if higher else a.objective < b.objective
         assert better(a, b, higher) == by_objective, (a, b)
     # Keeping every weighted node float is below every trial that quantizes something.
     worst = [evaluator.sampler_objective(score, float_score, 0.0, 3) for score in scores]
     if higher:
-        assert max(worst) < min(r["objective"] for r in records)
+        assert max(worst) < min(r.objective for r in records)
     else:
-        assert min(worst) > max(r["objective"] for r in records)
+        assert min(worst) > max(r.objective for r in records)
 
 
 def test_a_tolerance_met_exactly_is_met_despite_floating_point_rounding():

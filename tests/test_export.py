@@ -17,6 +17,7 @@ import yaml
 from optuna.trial import TrialState
 
 from raysearch.cli import main
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model, mlp_data
 from tests.test_outputs import config  # noqa: F401  (a fixture)
 from tests.test_report import _records
@@ -31,7 +32,7 @@ def _folder(out, config) -> None:  # noqa: F811
     out.mkdir()
     (out / "raysearch_config.yaml").write_text(yaml.safe_dump(config.raw))
     (out / ".raysearch.json").write_text(json.dumps({"status": "running"}))
-    (out / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    (out / "journal.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in _records()))
 
 
 def test_export_refuses_with_one_line_and_exit_2(config, tmp_path, capsys):  # noqa: F811
@@ -126,7 +127,7 @@ def test_a_real_search_exported_is_every_trial_of_its_results(tmp_path, capsys):
     assert any(t.intermediate_values for t in study.trials)
 
 
-def _front_records() -> list[dict]:
+def _front_records() -> list[TrialRecord]:
     """Five trials of a search over L2 (lower is better) and the model's size: three
     candidates, one of them dominated, and a non-candidate smaller than any (on Optuna's own
     Pareto front were it feasible), and a failed trial."""
@@ -137,20 +138,20 @@ def _front_records() -> list[dict]:
         ("d", 0.500, 1_000_000, False),  # the smallest, but beyond the tolerance
     ]
     records = [
-        {
-            "trial_id": t,
-            "number": i,
-            "status": "ok",
-            "metric": m,
-            "model_size_bytes": s,
-            "is_candidate": c,
-            "params": {"per_channel": i % 2 == 0},
-            "started_at": 1000.0 + i,
-            "ended_at": 1001.0 + i,
-        }
+        TrialRecord(
+            trial_id=t,
+            number=i,
+            status="ok",
+            metric=m,
+            model_size_bytes=s,
+            is_candidate=c,
+            params={"per_channel": i % 2 == 0},
+            started_at=1000.0 + i,
+            ended_at=1001.0 + i,
+        )
         for i, (t, m, s, c) in enumerate(rows)
     ]
-    records.append({"trial_id": "e", "number": 4, "status": "failed", "metric": None})
+    records.append(TrialRecord(trial_id="e", number=4, status="failed"))
     return records
 
 
@@ -161,7 +162,7 @@ def test_a_multi_objective_search_is_a_multi_objective_study_live_and_exported(t
     records = _front_records()
     objectives = ["metric", "model_size_mb"]
     summary = {"metric": "L2", "higher_is_better": False, "objectives": objectives}
-    front = [r["trial_id"] for r in pareto_front(records, objectives, False)]
+    front = [r.trial_id for r in pareto_front(records, objectives, False)]
     assert front == ["a", "b"]
     exported = export_study(records, summary, _storage(tmp_path), "exported")
     live = LiveStudy(_storage(tmp_path), "live", summary)
@@ -186,9 +187,7 @@ def test_a_multi_objective_export_ranks_latency_as_timed_alone_after_the_search(
     from raysearch.outputs import export_study
 
     records = [
-        {**r, "latency_ms": 5.0, "model_size_bytes": 1_000_000}
-        for r in _front_records()
-        if r["status"] == "ok"
+        r.replace(latency_ms=5.0, model_size_bytes=1_000_000) for r in _front_records() if r.ok
     ]
     objectives = ["metric", "latency_ms"]
     # In the search "a" looked as fast as "b"; timed alone, "b" is faster.

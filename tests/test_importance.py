@@ -14,6 +14,7 @@ import pytest
 from raysearch.config import SearchConfig
 from raysearch.outputs import _plots
 from raysearch.outputs._study import study_figures
+from raysearch.trialrecord import TrialRecord
 
 EVERY_OP = None
 MATMUL_CONV = ["MatMul", "Conv"]
@@ -41,15 +42,17 @@ def _grid() -> list[dict[str, Any]]:
         else:
             metric = 0.9997 + (0.0001 if percentile == 99.999 else 0.0) + 0.00001 * (i % 3)
         rows.append(
-            {
-                "trial_id": f"t{i}",
-                "number": i + 1,
-                "status": "ok",
-                "metric": metric,
-                "is_candidate": metric > 0.99,
-                "stopped_at_rung": 0 if ops is EVERY_OP and i != 0 else None,
-                "params": params,
-            }
+            TrialRecord.from_dict(
+                {
+                    "trial_id": f"t{i}",
+                    "number": i + 1,
+                    "status": "ok",
+                    "metric": metric,
+                    "is_candidate": metric > 0.99,
+                    "stopped_at_rung": 0 if ops is EVERY_OP and i != 0 else None,
+                    "params": params,
+                }
+            )
         )
     return rows
 
@@ -132,6 +135,8 @@ def test_sensitivity_probes_are_no_input_to_the_importances():
         }
         for i, node in enumerate(nodes)
     ]
+    full = [TrialRecord.from_dict(r) for r in full]
+    probes = [TrialRecord.from_dict(r) for r in probes]
     assert scored(full + probes) == full
     importances = param_importances(full + probes, higher=False)
     assert sorted(importances) == ["block_size", "symmetric"]

@@ -7,17 +7,18 @@ import optuna
 
 from raysearch.outputs import LiveStudy
 from raysearch.space import SearchSpace
+from raysearch.trialrecord import TrialRecord
 
 
-def record(trial_id: str, number: int, **params) -> dict:
-    return {
-        "trial_id": trial_id,
-        "number": number,
-        "status": "ok",
-        "metric": 0.1 * number,
-        "is_candidate": number % 2 == 0,
-        "params": params,
-    }
+def record(trial_id: str, number: int, **params) -> TrialRecord:
+    return TrialRecord(
+        trial_id=trial_id,
+        number=number,
+        status="ok",
+        metric=0.1 * number,
+        is_candidate=number % 2 == 0,
+        params=params,
+    )
 
 
 def test_a_parameter_outside_the_declared_distribution_is_kept_as_a_user_attribute(tmp_path):

@@ -185,11 +185,11 @@ def test_a_search_scores_every_trial_with_the_function(tmp_path):
     result = AutoSearch(config).run()
     name = f"{__name__}:mean_output"
     assert result.summary["metric"] == name
-    assert [r["status"] for r in result.records] == ["ok", "ok"]
+    assert [r.status for r in result.records] == ["ok", "ok"]
     for record in result.records:
-        expected = mean_output(str(out / record["model_file"]), ["CPUExecutionProvider"])
-        assert record["metric"] == pytest.approx(expected["metric"])
-        assert record["extra"]["pid"] != os.getpid()  # computed in a trial actor
+        expected = mean_output(str(out / record.model_file), ["CPUExecutionProvider"])
+        assert record.metric == pytest.approx(expected["metric"])
+        assert record.extra["pid"] != os.getpid()  # computed in a trial actor
     best = yaml.safe_load((out / "best" / "config.yaml").read_text())
     assert best["metric"] == f"<python function: {name}>"
     # The command line cannot import the function again: one line pointing to Python.

@@ -19,6 +19,7 @@ from raysearch.cpu import cpu_flags, cpu_info
 from raysearch.evaluate import Evaluator
 from raysearch.outputs import best_record, fixed_space, results_table, write_outputs
 from raysearch.space import SearchSpace
+from raysearch.trialrecord import TrialRecord
 from tests.external_models import external_mlp_data, make_external_mlp
 from tests.models import make_mlp_model
 
@@ -31,25 +32,25 @@ SPACE = {
 }
 
 
-def record(i: int, metric, status="ok", candidate=False, **params) -> dict:
-    return {
-        "trial_id": f"t{i}",
-        "number": i,
-        "phase": 0,
-        "status": status,
-        "metric": metric,
-        "is_candidate": candidate,
-        "duration_s": 0.1 * i,
-        "calibration_s": 0.01,
-        "quantization_s": 0.02,
-        "evaluation_s": 0.03,
-        "calib_cache_hit": i > 1,
-        "model_size_bytes": 1000 + i,
-        "node": "127.0.0.1",
-        "device": "cpu",
-        "error": None if status == "ok" else "InvalidGraph: bad",
-        "params": params,
-    }
+def record(i: int, metric, status="ok", candidate=False, **params) -> TrialRecord:
+    return TrialRecord(
+        trial_id=f"t{i}",
+        number=i,
+        phase=0,
+        status=status,
+        metric=metric,
+        is_candidate=candidate,
+        duration_s=0.1 * i,
+        calibration_s=0.01,
+        quantization_s=0.02,
+        evaluation_s=0.03,
+        calib_cache_hit=i > 1,
+        model_size_bytes=1000 + i,
+        node="127.0.0.1",
+        device="cpu",
+        error=None if status == "ok" else "InvalidGraph: bad",
+        params=params,
+    )
 
 
 @pytest.fixture
@@ -100,8 +101,8 @@ def test_results_table_types_and_json_for_mixed_columns():
 
 def test_best_record_respects_direction_and_ignores_failures():
     records = [record(1, 0.3), record(2, 0.1), record(3, None, status="failed"), record(4, 0.1)]
-    assert best_record(records, higher_is_better=False)["trial_id"] == "t2"  # earliest on a tie
-    assert best_record(records, higher_is_better=True)["trial_id"] == "t1"
+    assert best_record(records, higher_is_better=False).trial_id == "t2"  # earliest on a tie
+    assert best_record(records, higher_is_better=True).trial_id == "t1"
     assert best_record([record(1, None, status="failed")], False) is None
 
 
@@ -119,17 +120,14 @@ def test_write_outputs_writes_every_file_atomically(config, tmp_path):
     shutil.copy(config.model, out / "candidates" / "t2.onnx")
     records = [
         record(1, 0.04, candidate=True, calibrate_method="MinMax", op_types_to_quantize=None),
-        dict(
-            record(
-                2,
-                0.01,
-                candidate=True,
-                calibrate_method="Percentile",
-                op_types_to_quantize=["MatMul"],
-                **{"extra_options.pct.CalibPercentile": 99.9},
-            ),
-            model_file="candidates/t2.onnx",
-        ),
+        record(
+            2,
+            0.01,
+            candidate=True,
+            calibrate_method="Percentile",
+            op_types_to_quantize=["MatMul"],
+            **{"extra_options.pct.CalibPercentile": 99.9},
+        ).replace(model_file="candidates/t2.onnx"),
         record(
             3, None, status="failed", calibrate_method="MinMax", op_types_to_quantize=["MatMul"]
         ),
@@ -187,11 +185,10 @@ def test_a_best_timed_on_a_gpu_is_not_set_against_the_float_model_timed_on_the_c
     from raysearch.cli import _against_float, _float_line
 
     on_gpu = [
-        dict(
-            record(1, 0.01, candidate=True), device="cuda:0", latency_ms=1.36,
-            decode_latency_ms=40.5, prefill_latency_ms=0.8,
+        record(1, 0.01, candidate=True).replace(
+            device="cuda:0", latency_ms=1.36, decode_latency_ms=40.5, prefill_latency_ms=0.8
         )
-    ]  # fmt: skip
+    ]
     decoder_floats = {"float_decode_latency_ms": 2.16, "float_prefill_latency_ms": 24.1}
     summary = write_outputs(
         tmp_path / "gpu",
@@ -215,7 +212,7 @@ def test_a_best_timed_on_a_gpu_is_not_set_against_the_float_model_timed_on_the_c
     assert not any("of the float model's" in line for line in _against_float(summary))
     on_cpu = write_outputs(
         tmp_path / "cpu",
-        [dict(record(1, 0.01, candidate=True), latency_ms=40.0)],
+        [record(1, 0.01, candidate=True).replace(latency_ms=40.0)],
         config=config,
         stop_reason="space_exhausted",
         wall_time_s=1.0,
@@ -249,9 +246,8 @@ def test_best_model_keeps_its_external_data_and_loads_from_a_moved_copy(config, 
     expected = ort.InferenceSession(str(model)).run(None, data)[0]
     records = [
         record(1, 0.04, calibrate_method="MinMax"),
-        dict(
-            record(2, 0.01, candidate=True, calibrate_method="Percentile"),
-            model_file="candidates/t2.onnx",
+        record(2, 0.01, candidate=True, calibrate_method="Percentile").replace(
+            model_file="candidates/t2.onnx"
         ),
     ]
     summary = write_outputs(
@@ -270,7 +266,7 @@ def test_best_model_keeps_its_external_data_and_loads_from_a_moved_copy(config, 
     # A later best held in one file leaves no stale data file in best/.
     shutil.copy(config.model, out / "t3.onnx")
     records.append(
-        dict(record(3, 0.001, candidate=True, calibrate_method="MinMax"), model_file="t3.onnx")
+        record(3, 0.001, candidate=True, calibrate_method="MinMax").replace(model_file="t3.onnx")
     )
     write_outputs(out, records, config=config, stop_reason="space_exhausted", wall_time_s=1.0)
     assert {p.name for p in best.iterdir()} == {"model.onnx", "config.yaml"}
@@ -279,7 +275,7 @@ def test_best_model_keeps_its_external_data_and_loads_from_a_moved_copy(config, 
 def test_best_is_the_most_quantized_candidate_else_the_best_metric():
     def trial(i, metric, candidate, share=None, promoted=None):
         extra = {k: v for k, v in (("quantized_share", share), ("promoted", promoted)) if v}
-        return dict(record(i, metric, candidate=candidate), extra=extra)
+        return record(i, metric, candidate=candidate).replace(extra=extra)
 
     float_like = trial(1, 1.0, True, share=0.0, promoted=3)
     int16 = trial(2, 0.999, True, share=1.0, promoted=2)
@@ -307,13 +303,13 @@ def test_summary_says_when_only_settings_that_quantize_nothing_met_the_tolerance
     shutil.copy(config.model, out / "kept" / "t3.onnx")
 
     def trial(i, metric, share, **extra):
-        return dict(record(i, metric), extra={"quantized_share": share, **extra})
+        return record(i, metric).replace(extra={"quantized_share": share, **extra})
 
     records = [
         trial(1, 0.0, 0.0, quantizes_nothing=1.0),
-        # Marked a candidate, and its flag says it quantizes nothing: never a candidate.
-        dict(trial(2, 0.01, 0.0, quantizes_nothing=1.0), is_candidate=True),
-        dict(trial(3, 0.08, 1.0), model_file="kept/t3.onnx"),
+        # Within the tolerance, but it quantizes nothing: no candidate (decide_complete).
+        trial(2, 0.01, 0.0, quantizes_nothing=1.0, within_tolerance=1.0),
+        trial(3, 0.08, 1.0).replace(model_file="kept/t3.onnx"),
         trial(4, 0.2, 0.5),
     ]
     summary = write_outputs(
@@ -336,7 +332,7 @@ def test_summary_says_when_only_settings_that_quantize_nothing_met_the_tolerance
     assert f"Note: {note}." in capsys.readouterr().out
 
     # A quantized candidate: nothing to say.
-    records[3] = dict(records[3], metric=0.04, is_candidate=True)
+    records[3] = records[3].replace(metric=0.04, is_candidate=True)
     quiet = write_outputs(out, records, config=config, stop_reason="space_exhausted", wall_time_s=1)
     assert quiet["best_trial_id"] == "t4" and quiet["n_candidates"] == 1
     assert "tolerance_note" not in quiet and "unquantized_met_tolerance" not in quiet
@@ -363,11 +359,10 @@ def test_summary_note_measures_a_custom_metric_against_the_float_score(tmp_path)
     }
     config = SearchConfig.from_dict(raw, check_paths=False)
     records = [
-        dict(
-            record(1, 0.9, candidate=False),
-            extra={"quantized_share": 0.0, "quantizes_nothing": 1.0},
+        record(1, 0.9, candidate=False).replace(
+            extra={"quantized_share": 0.0, "quantizes_nothing": 1.0}
         ),
-        dict(record(2, 0.85, candidate=False), extra={"quantized_share": 1.0}),
+        record(2, 0.85, candidate=False).replace(extra={"quantized_share": 1.0}),
     ]
     summary = write_outputs(
         tmp_path / "out",

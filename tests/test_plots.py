@@ -11,18 +11,18 @@ from matplotlib.colors import to_rgba
 
 from raysearch.config import SearchConfig
 from raysearch.outputs import _plots
+from raysearch.trialrecord import TrialRecord
 
 
-def _row(i: int, metric: float, **extra) -> dict:
-    return {
-        "trial_id": f"t{i}",
-        "status": "ok",
-        "metric": metric,
-        "is_candidate": metric < 0.05,
-        "stopped_at_rung": None,
-        "params": {"calibrate_method": ["MinMax", "Percentile"][i % 2], "per_channel": i % 3 == 0},
+def _row(i: int, metric: float, **extra) -> TrialRecord:
+    return TrialRecord(
+        trial_id=f"t{i}",
+        status="ok",
+        metric=metric,
+        is_candidate=metric < 0.05,
+        params={"calibrate_method": ["MinMax", "Percentile"][i % 2], "per_channel": i % 3 == 0},
         **extra,
-    }
+    )
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_
         check_paths=False,
     )
     metrics = np.linspace(0.01, 0.3, 12)
-    failed = [{**_row(30 + i, 0.5), "status": "failed", "metric": None} for i in range(3)]
+    failed = [_row(30 + i, 0.5).replace(status="failed", metric=None) for i in range(3)]
     few = [_row(i, float(m)) for i, m in enumerate(metrics[:9])] + failed
     summary: dict = {}
     _plots.write_plots(few, Path(tmp_path), config, None, summary)

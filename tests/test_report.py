@@ -14,6 +14,7 @@ import yaml
 from raysearch.cli import main
 from raysearch.outputs import build_report, write_outputs, write_report
 from raysearch.outputs._study import MIN_IMPORTANCE_TRIALS
+from raysearch.trialrecord import TrialRecord
 from tests.test_outputs import config, record  # noqa: F401  (config is a fixture)
 
 SUMMARY = {
@@ -33,16 +34,16 @@ SUMMARY = {
 }
 
 
-def _records(n_ok: int = 2) -> list[dict]:
+def _records(n_ok: int = 2) -> list[TrialRecord]:
     records = [
         record(
             i, 0.01 * (n_ok + 1 - i), candidate=i == 2, calibrate_method=m, per_channel=i % 2 == 0
         )
         for i, m in zip(range(1, n_ok + 1), ["MinMax", "Percentile"] * n_ok)
     ]
-    records[0]["stage"] = "defaults"
+    records[0] = records[0].replace(stage="defaults")
     failed = record(n_ok + 1, None, status="failed", calibrate_method="Entropy")
-    failed["error"] = "the trial's process (pid 4242) died: Segmentation fault"
+    failed = failed.replace(error="the trial's process (pid 4242) died: Segmentation fault")
     return records + [failed]
 
 
@@ -122,7 +123,7 @@ def test_raysearch_report_of_a_running_search_reports_its_records(
     out.mkdir()
     (out / "raysearch_config.yaml").write_text(yaml.safe_dump(config.raw))
     (out / ".raysearch.json").write_text(json.dumps({"status": "running"}))
-    (out / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    (out / "journal.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in _records()))
     assert main(["report", str(out)]) == 0
     assert "(3 trials, running)" in capsys.readouterr().out
     text = (out / "report.html").read_text()
@@ -149,12 +150,11 @@ def test_the_sensitivity_rankings_are_charted_when_the_search_computed_them():
 
 
 # -- issue 48 item 7: what the report said wrong or not at all ---------------------------------
-def _grid_record(i: int, metric: float, **params) -> dict:
+def _grid_record(i: int, metric: float, **params) -> TrialRecord:
     """A demo-like trial: a custom metric evaluated on a share of the rows (no row count)."""
     row = record(i, metric, candidate=metric > 0.98, **params)
-    row.update(eval_rows=None, eval_fraction=1.0, extra={"quantized_share": 1.0})
-    row["settings"] = dict(params)
-    return row
+    extra = {"quantized_share": 1.0}
+    return row.replace(eval_rows=None, eval_fraction=1.0, extra=extra, settings=dict(params))
 
 
 DEMO_SUMMARY = {
@@ -174,7 +174,7 @@ DEMO_SUMMARY = {
 }
 
 
-def _demo_records() -> list[dict]:
+def _demo_records() -> list[TrialRecord]:
     mm = {"op_types_to_quantize": ["MatMul", "Conv"], "calibrate_method": "Percentile"}
     records = [
         _grid_record(1, 0.999885, activation_type="QUInt8", **mm, **{_PCT: 99.99}),
@@ -188,7 +188,7 @@ def _demo_records() -> list[dict]:
             op_types_to_quantize=None,
         ),
     ]
-    records[3].update(stopped_at_rung=0, eval_fraction=0.1)
+    records[3] = records[3].replace(stopped_at_rung=0, eval_fraction=0.1)
     return records
 
 
@@ -251,7 +251,7 @@ def test_the_space_default_is_the_first_setting_its_rules_keep(config):  # noqa:
     }
     spaced = SearchConfig.from_dict(raw, check_paths=False)
     rows = [
-        dict(record(1, 0.02, calibrate_method="MinMax", per_channel=True), stage=None),
+        record(1, 0.02, calibrate_method="MinMax", per_channel=True).replace(stage=None),
         record(2, 0.01, candidate=True, calibrate_method="Percentile", per_channel=True),
     ]
     text = build_report(rows, SUMMARY | {"best_trial_id": "t2"}, config=spaced)
@@ -280,7 +280,7 @@ def test_the_summary_says_the_metrics_range_ties_sizes_and_rows_evaluated():
     size, rows = trials[0].index("size"), trials[0].index("rows evaluated (share)")
     assert [row[size] for row in trials[1:]] == ["1 kB"] * 4
     assert [row[rows] for row in trials[1:]] == ["100%"] * 3 + ["10%"]
-    counted = [dict(r, eval_rows=40 if i == 3 else 400) for i, r in enumerate(_demo_records())]
+    counted = [r.replace(eval_rows=40 if i == 3 else 400) for i, r in enumerate(_demo_records())]
     trials = _table(build_report(counted, DEMO_SUMMARY), "trials")
     assert [row[rows] for row in trials[1:]] == ["400 (100%)"] * 3 + ["40 (10%)"]
 
@@ -296,12 +296,12 @@ def test_a_builtin_metric_says_its_range():
 def test_the_pareto_front_only_for_several_objectives_and_axes_in_full_digits():
     one = build_report(_demo_records(), DEMO_SUMMARY)
     assert "pareto" not in _charts(one)
-    many = [dict(r, model_size_bytes=1000 * r["number"]) for r in _demo_records()]
+    many = [r.replace(model_size_bytes=1000 * r.number) for r in _demo_records()]
     two = build_report(many, DEMO_SUMMARY | {"objectives": ["metric", "model_size_mb"]})
     assert _charts(two)[-1] == "pareto"
     # Three objectives: a 3-D front, tall enough and seen from far enough that no axis title
     # is cut at its edge.
-    many = [dict(r, latency_ms=100.0 + r["number"]) for r in many]
+    many = [r.replace(latency_ms=100.0 + r.number) for r in many]
     three = build_report(
         many, DEMO_SUMMARY | {"objectives": ["metric", "latency_ms", "model_size_mb"]}
     )
@@ -417,14 +417,14 @@ def test_a_custom_metric_is_described_by_its_evaluators_docstring():
     )
 
 
-def _lm_records() -> list[dict]:
+def _lm_records() -> list[TrialRecord]:
     """Two trials of a language-model metric: its three metrics with their intervals, and
     the decode step and prefill each trial timed."""
     records = []
     for i, (kl, agree, ppl) in enumerate(((0.0019, 0.989, 3.21), (0.0031, 0.981, 3.25)), 1):
         r = record(i, kl, candidate=i == 1, block_size=32 * i)
-        r["latency_ms"], r["decode_latency_ms"], r["prefill_latency_ms"] = 9.0, 0.5 * i, 4.0 * i
-        r["extra"] = {
+        r = r.replace(latency_ms=9.0, decode_latency_ms=0.5 * i, prefill_latency_ms=4.0 * i)
+        extra = {
             "quantized_share": 1.0,
             "kl": kl,
             "kl_ci_low": kl - 0.0001,
@@ -436,7 +436,7 @@ def _lm_records() -> list[dict]:
             "perplexity_ci_low": ppl - 0.05,
             "perplexity_ci_high": ppl + 0.05,
         }
-        records.append(r)
+        records.append(r.replace(extra=extra))
     return records
 
 
@@ -502,13 +502,13 @@ def test_a_language_model_search_shows_decode_prefill_and_each_metrics_interval(
     # settings one-shot tools write marked by name.
     anchored = _lm_records()
     builder = {"algorithm": "rtn", "block_size": 32, "symmetric": True, "accuracy_level": 4}
-    anchored[1]["settings"] = {"quantizer": "weight_only", "bits": 4, **builder}
+    anchored[1] = anchored[1].replace(settings={"quantizer": "weight_only", "bits": 4, **builder})
     sized = build_report(anchored, summary | {"select": "size"})
     figure = sized.split('id="fig-pareto"', 1)[1].split("</script>", 1)[0]
     assert "decode latency (ms)" in figure and "size (bytes)" in figure
     assert "onnxruntime-genai builder's int4" in figure and "one-shot tools" in figure
     reused = _lm_records()
-    reused[1].update(stage="sensitivity", reused_from="/runs/first trial 5a3c")
+    reused[1] = reused[1].replace(stage="sensitivity", reused_from="/runs/first trial 5a3c")
     table = _table(build_report(reused, summary), "trials")
     row = dict(zip(table[0], table[2]))
     assert (row["stage"], row["reused from"]) == ("sensitivity", "/runs/first trial 5a3c")

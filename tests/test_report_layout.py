@@ -16,6 +16,7 @@ from raysearch.config import load_config
 from raysearch.outputs import build_report
 from raysearch.quantize.registry import backend_reject
 from raysearch.space import expand_spaces
+from raysearch.trialrecord import TrialRecord
 from tests.browser import Browser, chromium_required, find_chromium
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
@@ -55,7 +56,7 @@ def no_overflow(browser: Browser, path: Path) -> None:
     assert seen["over"] == [] and seen["scroll"] <= seen["width"], seen
 
 
-def _demo_records() -> tuple[list[dict], dict, object]:
+def _demo_records() -> tuple[list[TrialRecord], dict, object]:
     config = load_config(QUICKSTART, check_paths=False)
     grid = expand_spaces(config.search_spaces, backend_reject)
     records = []
@@ -63,35 +64,35 @@ def _demo_records() -> tuple[list[dict], dict, object]:
         every_op = point["op_types_to_quantize"] is None
         metric = -0.99 - number / 10000 if every_op else 0.9995 + number / 100000
         records.append(
-            {
-                "trial_id": f"{number:08x}",
-                "number": number,
-                "status": "ok",
-                "metric": metric,
-                "is_candidate": not every_op,
-                "params": dict(point),
-                "settings": config.search_spaces[0].to_settings(point),
-                "model_size_bytes": 894398 if every_op else 839889,
-                "latency_ms": None if every_op else 160.0 + number,
-                "device": "cpu",
-                "node": "192.0.2.2",
-                "duration_s": 30.0 + number,
-                "eval_rows": None,
-                "eval_fraction": 0.1 if every_op else 1.0,
-                "stopped_at_rung": 0 if every_op else None,
-                "extra": {"quantized_share": 1.0},
-                "started_at": 1795786368.0 + 10 * number,
-                "ended_at": 1795786398.0 + 10 * number,
-            }
+            TrialRecord(
+                trial_id=f"{number:08x}",
+                number=number,
+                status="ok",
+                metric=metric,
+                is_candidate=not every_op,
+                params=dict(point),
+                settings=config.search_spaces[0].to_settings(point),
+                model_size_bytes=894398 if every_op else 839889,
+                latency_ms=None if every_op else 160.0 + number,
+                device="cpu",
+                node="192.0.2.2",
+                duration_s=30.0 + number,
+                eval_rows=None,
+                eval_fraction=0.1 if every_op else 1.0,
+                stopped_at_rung=0 if every_op else None,
+                extra={"quantized_share": 1.0},
+                started_at=1795786368.0 + 10 * number,
+                ended_at=1795786398.0 + 10 * number,
+            )
         )
-    best = max((r for r in records if r["is_candidate"]), key=lambda r: r["metric"])
+    best = max((r for r in records if r.is_candidate), key=lambda r: r.metric)
     summary = {
         "stop_reason": "space_exhausted",
         "n_trials": len(records),
         "n_failed": 0,
-        "n_candidates": sum(r["is_candidate"] for r in records),
-        "best_trial_id": best["trial_id"],
-        "best_metric": best["metric"],
+        "n_candidates": sum(r.is_candidate for r in records),
+        "best_trial_id": best.trial_id,
+        "best_metric": best.metric,
         "metric": config.metric,
         "higher_is_better": True,
         "tolerance": config.tolerance,

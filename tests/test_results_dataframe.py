@@ -14,25 +14,29 @@ from raysearch.cli import main
 from raysearch.outputs import results_table
 from raysearch.outputs._table import write_parquet
 from raysearch.search._result import SearchResult, results_dataframe
+from raysearch.trialrecord import TrialRecord
 
 RECORDS = [
-    {
-        "trial_id": "t1",
-        "number": 1,
-        "status": "ok",
-        "metric": 0.5,
-        "is_candidate": True,
-        "params": {"nodes_to_exclude": ["/a/MatMul", "/b/MatMul"], "per_channel": True},
-    },
-    {
-        "trial_id": "t2",
-        "number": 2,
-        "status": "ok",
-        "metric": 0.25,
-        "is_candidate": False,
-        "params": {"nodes_to_exclude": [], "per_channel": False},
-    },
-    {"trial_id": "t3", "number": 3, "status": "failed", "error": "boom", "params": {}},
+    TrialRecord.from_dict(r)
+    for r in [
+        {
+            "trial_id": "t1",
+            "number": 1,
+            "status": "ok",
+            "metric": 0.5,
+            "is_candidate": True,
+            "params": {"nodes_to_exclude": ["/a/MatMul", "/b/MatMul"], "per_channel": True},
+        },
+        {
+            "trial_id": "t2",
+            "number": 2,
+            "status": "ok",
+            "metric": 0.25,
+            "is_candidate": False,
+            "params": {"nodes_to_exclude": [], "per_channel": False},
+        },
+        {"trial_id": "t3", "number": 3, "status": "failed", "error": "boom", "params": {}},
+    ]
 ]
 
 
@@ -61,7 +65,7 @@ def test_the_dataframe_holds_python_lists_and_numbers(tmp_path):
     cells = df["params/nodes_to_exclude"].tolist()
     assert cells[:2] == [["/a/MatMul", "/b/MatMul"], []] and cells[2] is None
     assert all(type(c) is list for c in cells[:2])
-    assert df["metric"].dtype == "float64" and df["is_candidate"].tolist() == [True, False, None]
+    assert df["metric"].dtype == "float64" and df["is_candidate"].tolist() == [True, False, False]
     # A table an older search wrote (lists as JSON text) reads back the same.
     old = pa.table({"params/nodes_to_exclude": [json.dumps(["/a/MatMul"]), None]})
     assert results_dataframe(old)["params/nodes_to_exclude"].tolist() == [["/a/MatMul"], None]

@@ -121,3 +121,15 @@ def test_the_recorder_and_the_strategies_get_the_same_type_fresh_and_on_resume(t
         )
         assert record.model_size_bytes == 10
     assert again.best is prior[0]
+
+
+def test_a_record_is_read_by_attribute_only():
+    """One shape: a record is no mapping, so a reader cannot take it for the dict it replaced
+    (``record["metric"]``, ``record.get("status")``); its fields are attributes."""
+    from collections.abc import Mapping
+
+    assert not isinstance(FULL, Mapping)
+    assert not hasattr(FULL, "get") and not hasattr(FULL, "keys")
+    with pytest.raises(TypeError):
+        FULL["metric"]  # noqa: B018
+    assert FULL.metric == 0.25 and FULL.replace(metric=0.5) != FULL

@@ -98,7 +98,7 @@ class BatchProgress:
         records = Journal(path).load()
         counts = (
             len(records),
-            sum(1 for r in records if r.get("status") != "ok"),
+            sum(1 for r in records if not r.ok),
             sum(1 for r in records if is_candidate(r)),
         )
         self._journals[name] = (stamp, counts)

@@ -67,6 +67,7 @@ from raysearch.outputs._report import (
     write_report,
 )
 from raysearch.outputs._study import default_study_name, export_study
+from raysearch.outputs._study_values import timed_alone
 from raysearch.outputs._table import RESULT_COLUMNS, results_table, write_results_csv
 from raysearch.outputs._writer import (
     preload_output_modules,
@@ -95,6 +96,7 @@ __all__ = [
     "PLOTLY_JS",
     "PLOTLY_SRC_ENV",
     "running_summary",
+    "timed_alone",
     "preload_output_modules",
     "results_table",
     "fixed_space",

@@ -23,6 +23,7 @@ from raysearch.layout import BEST, BEST_CONFIG, BEST_MODEL
 from raysearch.modelfile import place_model
 from raysearch.modelfolder import model_folder
 from raysearch.space import fixed_space
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -42,13 +43,13 @@ def _best_config(raw: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str,
     return config
 
 
-def write_best(out: Path, best: Mapping[str, Any], config: SearchConfig) -> Path | None:
+def write_best(out: Path, best: TrialRecord, config: SearchConfig) -> Path | None:
     """Write ``best/model.onnx`` and ``best/config.yaml`` for the record ``best``; return the
     model's path, None when the trial's model file is missing."""
     best_path: Path | None = None
     best_dir = out / BEST
     best_dir.mkdir(exist_ok=True)
-    model_file = best.get("model_file")
+    model_file = best.model_file
     if model_file and (out / model_file).is_file():
         # With its external-data files, renamed model.onnx.data (and the location
         # inside rewritten to match).
@@ -59,12 +60,10 @@ def write_best(out: Path, best: Mapping[str, Any], config: SearchConfig) -> Path
     else:
         _logger.warning("the best trial's model file is missing; best/model.onnx not written")
     raw = config.raw or {}
-    text = yaml.safe_dump(
-        _best_config(raw, best.get("params") or {}), sort_keys=False, allow_unicode=True
-    )
+    text = yaml.safe_dump(_best_config(raw, best.params or {}), sort_keys=False, allow_unicode=True)
     atomic_write_text(
         best_dir / BEST_CONFIG,
-        f"# raysearch: the best setting of {out} (trial {best['trial_id']}, "
-        f"{config.metric} = {best['metric']:.6g})\n" + text,
+        f"# raysearch: the best setting of {out} (trial {best.trial_id}, "
+        f"{config.metric} = {best.metric:.6g})\n" + text,
     )
     return best_path

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raysearch.quantize.backends.ort.options import DEFAULTS
 from raysearch.space import Categorical
 from raysearch.space.points import agrees
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -39,7 +40,7 @@ _BACKEND_VALUES = {**DEFAULTS, "quant_mode": "static", "quantizer": "ort"}
 class DefaultSetting:
     """The trial that ran the default setting, and what the report calls that setting."""
 
-    record: Mapping[str, Any]
+    record: TrialRecord
     name: str
 
 
@@ -81,25 +82,25 @@ def _first_setting(space: SearchSpace) -> dict[str, Any]:
 
 
 def default_setting(
-    rows: Sequence[Mapping[str, Any]], config: SearchConfig | None
+    rows: Sequence[TrialRecord], config: SearchConfig | None
 ) -> DefaultSetting | None:
     """The first trial (of ``rows``, in start order) that ran ONNX Runtime's default setting
     (:func:`is_backend_default`), else Auto's ``defaults`` stage's, else the first trial whose
     setting is the first space's default (:func:`_first_setting`); None when no trial ran
     one of them."""
     for r in rows:
-        settings = r.get("settings") or r.get("params")
+        settings = r.settings or r.params
         if isinstance(settings, Mapping) and settings and is_backend_default(settings):
             return DefaultSetting(r, BACKEND_DEFAULT)
     for r in rows:
-        if r.get("stage") == "defaults":
+        if r.stage == "defaults":
             return DefaultSetting(r, SPACE_DEFAULT)
     spaces = getattr(config, "search_spaces", None) or []
     if not spaces:
         return None
     default = _first_setting(spaces[0])
     for r in rows:
-        point = r.get("point") or r.get("params") or {}
+        point = r.point or r.params or {}
         if agrees(point, default) and agrees(default, point):
             return DefaultSetting(r, SPACE_DEFAULT)
     return None

@@ -9,9 +9,9 @@ very settings that show what hurts, and the importance would go to whatever vari
 good ones.
 
 Example:
-    >>> rows = [{"status": "ok", "metric": 0.9, "stopped_at_rung": None, "params": {"a": 1}},
-    ...         {"status": "ok", "metric": 0.1, "stopped_at_rung": 0, "params": {"a": 2}},
-    ...         {"status": "failed", "metric": None, "params": {"a": 3}}]
+    >>> rows = [TrialRecord(status="ok", metric=0.9, params={"a": 1}),
+    ...         TrialRecord(status="ok", metric=0.1, stopped_at_rung=0, params={"a": 2}),
+    ...         TrialRecord(status="failed", params={"a": 3})]
     >>> len(scored(rows)), stopped_count(rows)
     (2, 1)
 """
@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from raysearch.ranking import finite, is_probe
 from raysearch.space.space import json_default
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "MIN_IMPORTANCE_TRIALS",
@@ -54,35 +55,33 @@ _FEW_VALUES = 10
 TOP_TRIALS = 5
 
 
-def scored(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def scored(rows: Sequence[TrialRecord]) -> list[TrialRecord]:
     """The trials with a metric: complete ones, and those stopped at a rung (their score over
     the rows they reached); not the sensitivity probes (:func:`raysearch.ranking.is_probe`):
     one node quantized and every other float, they score best by what they leave float, and
     their node lists would rank first for it.
 
     Example:
-        >>> len(scored([{"status": "ok", "metric": 0.1, "stage": "sensitivity"}]))
+        >>> len(scored([TrialRecord(status="ok", metric=0.1, stage="sensitivity")]))
         0
     """
     return [
-        r
-        for r in rows
-        if r.get("status") == "ok" and finite(r.get("metric")) is not None and not is_probe(r)
+        r for r in rows if r.status == "ok" and finite(r.metric) is not None and not is_probe(r)
     ]
 
 
-def stopped_count(rows: Sequence[Mapping[str, Any]]) -> int:
+def stopped_count(rows: Sequence[TrialRecord]) -> int:
     """How many of the :func:`scored` trials were stopped at a rung."""
-    return sum(r.get("stopped_at_rung") is not None for r in scored(rows))
+    return sum(r.stopped_at_rung is not None for r in scored(rows))
 
 
-def trials_text(rows: Sequence[Mapping[str, Any]]) -> str:
+def trials_text(rows: Sequence[TrialRecord]) -> str:
     """The trials behind the importances, in words.
 
     Example:
-        >>> trials_text([{"status": "ok", "metric": 1.0, "stopped_at_rung": None}] * 3)
+        >>> trials_text([TrialRecord(status="ok", metric=1.0)] * 3)
         '3 complete trials'
-        >>> trials_text([{"status": "ok", "metric": 1.0, "stopped_at_rung": r} for r in
+        >>> trials_text([TrialRecord(status="ok", metric=1.0, stopped_at_rung=r) for r in
         ...              (None, None, 0)])
         '3 trials: 2 complete, 1 stopped at a rung with its score over the rows it reached'
     """
@@ -93,7 +92,7 @@ def trials_text(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{n} trials: {n - stopped} complete, {stopped} stopped at a rung with {its} reached"
 
 
-def _encodings(ok: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _encodings(ok: Sequence[TrialRecord]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each parameter that takes more than one value: its Optuna distribution and how a value
     is written into it (a number that takes more than :data:`_FEW_VALUES` values as a float
     in a range, anything else as its JSON text among the choices seen)."""
@@ -101,13 +100,13 @@ def _encodings(ok: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[st
 
     names: list[str] = []
     for r in ok:
-        for name in r.get("params") or {}:
+        for name in r.params or {}:
             if name not in names:
                 names.append(name)
     distributions: dict[str, Any] = {}
     encode: dict[str, Any] = {}
     for name in names:
-        values = [(r.get("params") or {}).get(name) for r in ok if name in (r.get("params") or {})]
+        values = [(r.params or {}).get(name) for r in ok if name in (r.params or {})]
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         if numeric and len({float(v) for v in values}) > _FEW_VALUES:
             distributions[name] = FloatDistribution(min(values), max(values))
@@ -121,7 +120,7 @@ def _encodings(ok: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[st
     return distributions, encode
 
 
-def importance_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> Any:
+def importance_study(rows: Sequence[TrialRecord], higher: bool) -> Any:
     """An in-memory Optuna study with one complete trial per :func:`scored` row (its metric
     the value), over the parameters that vary; None when none varies."""
     import optuna
@@ -133,12 +132,12 @@ def importance_study(rows: Sequence[Mapping[str, Any]], higher: bool) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize" if higher else "minimize")
     for r in ok:
-        params = {n: encode[n](v) for n, v in (r.get("params") or {}).items() if n in encode}
+        params = {n: encode[n](v) for n, v in (r.params or {}).items() if n in encode}
         study.add_trial(
             optuna.trial.create_trial(
                 params=params,
                 distributions={n: distributions[n] for n in params},
-                value=float(r["metric"]),
+                value=float(r.metric),
             )
         )
     return study
@@ -155,7 +154,7 @@ def target_quantile(n_trials: int) -> float:
     return min(0.5, max(0.1, TOP_TRIALS / max(1, n_trials)))
 
 
-def param_importances(rows: Sequence[Mapping[str, Any]], higher: bool) -> dict[str, float]:
+def param_importances(rows: Sequence[TrialRecord], higher: bool) -> dict[str, float]:
     """Optuna's PED-ANOVA importance of each parameter over the :func:`scored` trials (top
     quantile: :func:`target_quantile`), normalised to sum to 1, highest first (empty: no
     parameter varies)."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from raysearch.outputs._study import _value, describe_study, open_storage, study_trial
 from raysearch.outputs._study_values import study_directions
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["LiveStudy", "space_distributions"]
 
@@ -96,7 +97,7 @@ class LiveStudy:
         #: The ``trial_id`` of each trial in the study.
         self._ids: set[str] = set()
 
-    def open(self, records: Iterable[Mapping[str, Any]] = ()) -> None:
+    def open(self, records: Iterable[TrialRecord] = ()) -> None:
         """Create the study, or open the one a previous session of the search wrote, and add
         the ``records`` (the journal's) it does not hold yet, in start order.
 
@@ -122,13 +123,13 @@ class LiveStudy:
         for record in order(list(records)):
             self.add(record)
 
-    def add(self, record: Mapping[str, Any]) -> None:
+    def add(self, record: TrialRecord) -> None:
         """Write ``record``'s trial into the study (once: a trial already there is skipped)."""
-        trial_id = str(record.get("trial_id"))
+        trial_id = str(record.trial_id)
         if self.study is None or trial_id in self._ids:
             return
         params, distributions, outside = {}, {}, {}
-        for name, raw in (record.get("params") or {}).items():
+        for name, raw in (record.params or {}).items():
             value = _value(raw)
             dist = self._distribution(name, value)
             if dist is None:
@@ -136,7 +137,7 @@ class LiveStudy:
             else:
                 params[name], distributions[name] = value, dist
         trial = study_trial(
-            {**record, "params": params}, distributions, self.higher, self.objectives
+            record.replace(params=params), distributions, self.higher, self.objectives
         )
         trial.user_attrs.update(outside)
         self.study.add_trial(trial)

@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from raysearch.layout import PARETO
 from raysearch.outputs._table import results_table, write_parquet
 from raysearch.ranking import pareto_front
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -27,9 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["write_pareto"]
 
 
-def write_pareto(
-    out: Path, rows: Sequence[Mapping[str, Any]], config: SearchConfig
-) -> dict[str, Any]:
+def write_pareto(out: Path, rows: Sequence[TrialRecord], config: SearchConfig) -> dict[str, Any]:
     """Write ``out/pareto.parquet`` when ``config.objectives`` holds several (remove one an
     earlier config left otherwise); return the summary's ``objectives``, ``select`` and
     ``pareto_trial_ids`` (None with one objective)."""
@@ -43,7 +42,7 @@ def write_pareto(
             (out / PARETO).unlink()
         return fields
     front = pareto_front(rows, config.objectives, config.metric_higher_is_better)
-    ids = [str(r["trial_id"]) for r in front]
+    ids = [str(r.trial_id) for r in front]
     table = results_table(rows)  # the rows of results.parquet, its columns and types
     front_rows = pc.is_in(table["trial_id"], value_set=pa.array(ids, pa.string()))
     write_parquet(table.filter(front_rows), out / PARETO)

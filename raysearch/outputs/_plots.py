@@ -26,6 +26,7 @@ from raysearch.outputs._importance import (
     trials_text,
 )
 from raysearch.ranking import finite, is_candidate
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -46,7 +47,7 @@ def _write_png(path: Path, data: bytes) -> None:
 
 
 def _metric_spec(
-    rows: list[Mapping[str, Any]],
+    rows: list[TrialRecord],
     metric_name: str,
     tolerance: float | None,
     higher: bool,
@@ -64,10 +65,10 @@ def _metric_spec(
     best_x, best_y = [], []
     best = None
     for step, record in enumerate(rows, 1):
-        metric = finite(record.get("metric"))
-        if metric is None or record.get("status") != "ok":
+        metric = finite(record.metric)
+        if metric is None or record.status != "ok":
             continue
-        stopped = record.get("stopped_at_rung") is not None
+        stopped = record.stopped_at_rung is not None
         kind = (
             "stopped at a rung (metric over some rows)"
             if stopped
@@ -83,7 +84,7 @@ def _metric_spec(
             best = metric
         best_x.append(step)
         best_y.append(best)
-    failed = sum(1 for r in rows if r.get("status") != "ok")
+    failed = sum(1 for r in rows if r.status != "ok")
     return {
         "kind": "metric",
         "points": [(label, color, xs, ys) for label, (color, xs, ys) in kinds.items()],
@@ -97,7 +98,7 @@ def _metric_spec(
 
 
 def _plot_metric(
-    rows: list[Mapping[str, Any]],
+    rows: list[TrialRecord],
     path: Path,
     metric_name: str,
     tolerance: float | None,
@@ -145,7 +146,7 @@ def _importance_spec(
 
 
 def plot_job(
-    rows: list[Mapping[str, Any]],
+    rows: list[TrialRecord],
     config: SearchConfig,
     float_metric: float | None,
     summary: dict[str, Any],
@@ -184,7 +185,7 @@ def write_pngs(out: Path, pngs: Mapping[str, bytes]) -> None:
 
 
 def write_plots(
-    rows: list[Mapping[str, Any]],
+    rows: list[TrialRecord],
     out: Path,
     config: SearchConfig,
     float_metric: float | None,

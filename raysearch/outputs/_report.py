@@ -33,6 +33,7 @@ from raysearch.outputs._study import Figure, study_figures
 from raysearch.outputs._values import NULL_WORDS, human_bytes, setting_value, show
 from raysearch.outputs._words import summary_words
 from raysearch.ranking import finite, is_candidate, order
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -76,10 +77,10 @@ def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _param_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _param_names(rows: Sequence[TrialRecord]) -> list[str]:
     names: list[str] = []
     for r in rows:
-        for name in r.get("params") or {}:
+        for name in r.params or {}:
             if name not in names:
                 names.append(name)
     return names
@@ -95,11 +96,11 @@ def _cell(value: Any, numeric: bool, text: str | None = None) -> str:
     return f"<td>{_esc(shown)}</td>"
 
 
-def _evaluated(record: Mapping[str, Any], by_rows: bool) -> str:
+def _evaluated(record: TrialRecord, by_rows: bool) -> str:
     """The rows a trial's metric is over: their number and share, or the share alone (a
     custom evaluator that takes a ``fraction`` counts its own rows); sorted by the rows when
     the search counted them (``by_rows``), else by the share."""
-    rows, share = record.get("eval_rows"), finite(record.get("eval_fraction"))
+    rows, share = record.eval_rows, finite(record.eval_fraction)
     said = f"{share:.0%}" if share is not None else ""
     if isinstance(rows, int) and not isinstance(rows, bool):
         return _cell(rows, True, f"{rows} ({said})" if said else str(rows))
@@ -112,26 +113,21 @@ def _evaluated(record: Mapping[str, Any], by_rows: bool) -> str:
 _INTERVAL = "interval:"
 
 
-def _interval_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, bool]]:
+def _interval_columns(rows: Sequence[TrialRecord]) -> list[tuple[str, str, bool]]:
     """A column per language-model metric some record holds (``extra``), with its 95 %
     interval: every one of them, whichever the search's metric is."""
     from raysearch.metrics import LM_METRICS
 
-    def extra(r: Mapping[str, Any]) -> Mapping[str, Any]:
-        held = r.get("extra")
-        return held if isinstance(held, Mapping) else {}
-
     return [
         (f"{name} [95 % interval]", _INTERVAL + name, True)
         for name in LM_METRICS
-        if any(finite(extra(r).get(name)) is not None for r in rows)
+        if any(finite(r.extra.get(name)) is not None for r in rows)
     ]
 
 
-def _interval_cell(record: Mapping[str, Any], name: str) -> str:
+def _interval_cell(record: TrialRecord, name: str) -> str:
     """``value [low, high]``, sorted by the value."""
-    extra = record.get("extra")
-    extra = extra if isinstance(extra, Mapping) else {}
+    extra = record.extra
     value = finite(extra.get(name))
     low, high = finite(extra.get(f"{name}_ci_low")), finite(extra.get(f"{name}_ci_high"))
     if value is None:
@@ -140,28 +136,28 @@ def _interval_cell(record: Mapping[str, Any], name: str) -> str:
     return _cell(value, True, f"{show(value)}{bounds}")
 
 
-def _record_cell(record: Mapping[str, Any], key: str, numeric: bool, by_rows: bool) -> str:
+def _record_cell(record: TrialRecord, key: str, numeric: bool, by_rows: bool) -> str:
     if key == "eval_rows":
         return _evaluated(record, by_rows)
     if key.startswith(_INTERVAL):
         return _interval_cell(record, key[len(_INTERVAL) :])
-    value = record.get(key)
+    value = getattr(record, key)
     if key == "model_size_bytes":
         return _cell(value, True, human_bytes(value))
     return _cell(value, numeric)
 
 
-def _param_cell(record: Mapping[str, Any], name: str) -> str:
+def _param_cell(record: TrialRecord, name: str) -> str:
     """A setting's value in its meaning (null ``op_types_to_quantize``: every op); empty for
     a parameter the trial's setting does not have."""
-    params = record.get("params") or {}
+    params = record.params or {}
     return _cell(None, False, setting_value(name, params[name]) if name in params else "")
 
 
-def _row_class(record: Mapping[str, Any]) -> str:
-    if record.get("status") != "ok":
+def _row_class(record: TrialRecord) -> str:
+    if record.status != "ok":
         return "failed"
-    if record.get("stopped_at_rung") is not None:
+    if record.stopped_at_rung is not None:
         return "stopped"
     return "candidate" if is_candidate(record) else "ok"
 
@@ -172,18 +168,18 @@ def _header(title: str) -> str:
     return re.sub(r"([_.])", r"\1<wbr>", _esc(title))
 
 
-def _columns_shown(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, bool]]:
+def _columns_shown(rows: Sequence[TrialRecord]) -> list[tuple[str, str, bool]]:
     """The fixed columns some record has a value in (a Grid search has no stage, a search
     without failures no error): an empty column only takes the page's width."""
 
     def has(key: str) -> bool:
         keys = (key, "eval_fraction") if key == "eval_rows" else (key,)
-        return any(r.get(k) is not None for r in rows for k in keys)
+        return any(getattr(r, k) is not None for r in rows for k in keys)
 
     return [c for c in _COLUMNS if c[1] in ("number", "trial_id", "status") or has(c[1])]
 
 
-def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _trials_table(rows: Sequence[TrialRecord]) -> str:
     params = _param_names(rows)
     columns = _columns_shown(rows)
     at = next(i for i, c in enumerate(columns) if c[1] == "status") + 1
@@ -195,7 +191,7 @@ def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
     )
     head += "".join(f'<th data-type="text">{_header(name)}</th>' for name in params)
     body = []
-    by_rows = any(isinstance(r.get("eval_rows"), int) for r in rows)
+    by_rows = any(isinstance(r.eval_rows, int) for r in rows)
     for r in rows:
         cells = "".join(_record_cell(r, key, numeric, by_rows) for _, key, numeric in columns)
         cells += "".join(_param_cell(r, name) for name in params)
@@ -209,22 +205,22 @@ def _trials_table(rows: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _failures(rows: Sequence[Mapping[str, Any]]) -> str:
+def _failures(rows: Sequence[TrialRecord]) -> str:
     """The failed trials grouped by their error (numbers such as process ids and sizes set
     aside), the largest group first."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[TrialRecord]] = {}
     for r in rows:
-        if r.get("status") != "ok":
-            error = str(r.get("error") or "(no error recorded)")
+        if r.status != "ok":
+            error = str(r.error or "(no error recorded)")
             groups.setdefault(re.sub(r"\d+", "N", error), []).append(r)
     if not groups:
         return "<p>No trial failed.</p>\n"
     items = []
     for trials in sorted(groups.values(), key=len, reverse=True):
-        ids = ", ".join(_esc(t.get("trial_id")) for t in trials)
+        ids = ", ".join(_esc(t.trial_id) for t in trials)
         items.append(
             f'<tr><td class="num">{len(trials)}</td><td class="error">'
-            f"{_esc(trials[0].get('error') or '(no error recorded)')}</td><td>{ids}</td></tr>"
+            f"{_esc(trials[0].error or '(no error recorded)')}</td><td>{ids}</td></tr>"
         )
     return (
         '<table id="failures"><thead><tr><th>trials</th><th>error (the first trial\'s)</th>'
@@ -232,11 +228,11 @@ def _failures(rows: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _best_vs_default(best: Mapping[str, Any] | None, default: DefaultSetting | None) -> str:
+def _best_vs_default(best: TrialRecord | None, default: DefaultSetting | None) -> str:
     if best is None:
         return "<p>No trial completed: there is no best setting.</p>\n"
-    best_params = best.get("params") or {}
-    default_params = (default.record.get("params") or {}) if default is not None else {}
+    best_params = best.params or {}
+    default_params = (default.record.params or {}) if default is not None else {}
     names = list(best_params) + [n for n in default_params if n not in best_params]
     rows = []
     for name in names:
@@ -249,10 +245,10 @@ def _best_vs_default(best: Mapping[str, Any] | None, default: DefaultSetting | N
     if default is None:
         head = "default setting (not run)"
     else:
-        head = f"{default.name} (trial {default.record.get('trial_id')})"
+        head = f"{default.name} (trial {default.record.trial_id})"
     return (
         f'<table id="best-vs-default"><thead><tr><th>parameter</th><th>{_esc(head)}</th>'
-        f"<th>best setting (trial {_esc(best.get('trial_id'))})</th></tr></thead>"
+        f"<th>best setting (trial {_esc(best.trial_id)})</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>\n"
     )
 
@@ -300,30 +296,28 @@ def _sensitivity(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return parts
 
 
-def _columns(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> dict[str, list[Any]]:
+def _columns(rows: Sequence[TrialRecord], summary: Mapping[str, Any]) -> dict[str, list[Any]]:
     """The parallel coordinates' axes' values: the metric and each parameter over the
     complete trials (None where a trial lacks the parameter)."""
     complete = [
         r
         for r in rows
-        if r.get("status") == "ok"
-        and r.get("stopped_at_rung") is None
-        and finite(r.get("metric")) is not None
+        if r.status == "ok" and r.stopped_at_rung is None and finite(r.metric) is not None
     ]
     metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
-    columns: dict[str, list[Any]] = {metric: [r.get("metric") for r in complete]}
+    columns: dict[str, list[Any]] = {metric: [r.metric for r in complete]}
     for name in _param_names(complete):
-        columns[name] = [(r.get("params") or {}).get(name) for r in complete]
+        columns[name] = [(r.params or {}).get(name) for r in complete]
     return columns
 
 
-def _in_words(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _in_words(rows: Sequence[TrialRecord]) -> list[TrialRecord]:
     """The records with each null setting that means something in its words (a null
     ``op_types_to_quantize``: ``every op``) for the charts, where Optuna would write
     ``None``, its label for a parameter a trial lacks."""
-    out: list[Mapping[str, Any]] = []
+    out: list[TrialRecord] = []
     for r in rows:
-        params = r.get("params") or {}
+        params = r.params or {}
         named = {
             k: (
                 NULL_WORDS[k.rsplit(".", 1)[-1]]
@@ -332,7 +326,7 @@ def _in_words(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             )
             for k, v in params.items()
         }
-        out.append(r if named == params else {**r, "params": named})
+        out.append(r if named == params else r.replace(params=named))
     return out
 
 
@@ -354,7 +348,7 @@ def _metric_doc(config: SearchConfig | None) -> str | None:
 
 
 def build_report(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[TrialRecord],
     summary: Mapping[str, Any],
     *,
     config: SearchConfig | None = None,
@@ -371,7 +365,7 @@ def build_report(
 
     rows = order(records)
     best_id = summary.get("best_trial_id")
-    best = next((r for r in rows if r.get("trial_id") == best_id), None)
+    best = next((r for r in rows if r.trial_id == best_id), None)
     default = default_setting(rows, config)
     figures = study_figures(_in_words(rows), summary) if rows else []
     weighed = len(summary.get("objectives") or ("metric",)) > 1 or summary.get("select") not in (
@@ -412,7 +406,7 @@ def build_report(
 
 def write_report(
     output_dir: str | Path,
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[TrialRecord],
     summary: Mapping[str, Any],
     *,
     config: SearchConfig | None = None,

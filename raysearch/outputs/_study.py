@@ -30,6 +30,7 @@ from raysearch.outputs._importance import MIN_IMPORTANCE_TRIALS
 from raysearch.outputs._study_values import objective_values, study_directions, timed_alone
 from raysearch.ranking import finite, is_candidate
 from raysearch.space.space import json_default
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["Figure", "study_figures", "build_study", "export_study", "MIN_IMPORTANCE_TRIALS"]
 
@@ -55,11 +56,11 @@ def _value(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=json_default)
 
 
-def _distributions(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _distributions(rows: Sequence[TrialRecord]) -> dict[str, Any]:
     """One distribution per parameter over every record (:func:`distribution`)."""
     seen: dict[str, list[Any]] = {}
     for r in rows:
-        for name, value in (r.get("params") or {}).items():
+        for name, value in (r.params or {}).items():
             seen.setdefault(name, []).append(_value(value))
     return {name: distribution(values) for name, values in seen.items()}
 
@@ -82,9 +83,9 @@ def distribution(values: Sequence[Any]) -> Any:
     return CategoricalDistribution(list(dict.fromkeys(values)))
 
 
-def _intermediate(record: Mapping[str, Any]) -> dict[int, float]:
+def _intermediate(record: TrialRecord) -> dict[int, float]:
     """The metric at each rung the journal kept (``rung_metrics``)."""
-    metrics = record.get("rung_metrics") or []
+    metrics = record.rung_metrics or []
     return {rung: float(m) for rung, m in enumerate(metrics) if finite(m) is not None}
 
 
@@ -95,7 +96,7 @@ def _when(seconds: Any) -> datetime.datetime | None:
 
 
 def study_trial(
-    record: Mapping[str, Any],
+    record: TrialRecord,
     distributions: Mapping[str, Any],
     higher: bool,
     objectives: Sequence[str] = ("metric",),
@@ -104,25 +105,16 @@ def study_trial(
     ``objectives``, its value of each, and a trial that is not a candidate infeasible (the
     constraint ``candidate`` above 0), so that the study's ``best_trials`` are the Pareto
     front of the candidates (``pareto.parquet``)."""
-    return _trial(record, distributions, higher, objectives)
-
-
-def _trial(
-    record: Mapping[str, Any],
-    distributions: Mapping[str, Any],
-    higher: bool,
-    objectives: Sequence[str] = ("metric",),
-) -> Any:
     import optuna
     from optuna.trial import TrialState
 
-    metric = finite(record.get("metric"))
-    ok = record.get("status") == "ok" and metric is not None
-    stopped = record.get("stopped_at_rung") is not None
+    metric = finite(record.metric)
+    ok = record.status == "ok" and metric is not None
+    stopped = record.stopped_at_rung is not None
     state = TrialState.FAIL
     if ok:
         state = TrialState.PRUNED if stopped else TrialState.COMPLETE
-    params = {k: _value(v) for k, v in (record.get("params") or {}).items()}
+    params = {k: _value(v) for k, v in (record.params or {}).items()}
     several = len(objectives) > 1
     values = None
     if state == TrialState.COMPLETE:
@@ -134,24 +126,24 @@ def _trial(
         params=params,
         distributions={k: distributions[k] for k in params},
         user_attrs={
-            "trial_id": record.get("trial_id"),
+            "trial_id": record.trial_id,
             "is_candidate": is_candidate(record),
-            "stage": record.get("stage"),
-            "model_size_bytes": record.get("model_size_bytes"),
-            "latency_ms": finite(record.get("latency_ms")),
-            "error": record.get("error"),
+            "stage": record.stage,
+            "model_size_bytes": record.model_size_bytes,
+            "latency_ms": finite(record.latency_ms),
+            "error": record.error,
         },
         intermediate_values=_intermediate(record),
     )
     # The trial's own times (the timeline); create_trial stamps "now".
-    start, end = _when(record.get("started_at")), _when(record.get("ended_at"))
+    start, end = _when(record.started_at), _when(record.ended_at)
     if start is not None and end is not None:
         trial.datetime_start, trial.datetime_complete = start, end
     return trial
 
 
 def build_study(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[TrialRecord],
     higher_is_better: bool,
     *,
     storage: Any = None,
@@ -170,12 +162,12 @@ def build_study(
         directions=study_directions(higher_is_better, objectives),
     )
     distributions = _distributions(rows)
-    study.add_trials([_trial(r, distributions, higher_is_better, objectives) for r in rows])
+    study.add_trials([study_trial(r, distributions, higher_is_better, objectives) for r in rows])
     return study
 
 
 def export_study(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[TrialRecord],
     summary: Mapping[str, Any],
     storage_url: str,
     study_name: str,
@@ -284,7 +276,7 @@ def _pareto_axes(objectives: Sequence[str] = ()) -> list[str]:
 
 
 def _pareto_study(
-    rows: Sequence[Mapping[str, Any]], higher: bool, objectives: Sequence[str] = ()
+    rows: Sequence[TrialRecord], higher: bool, objectives: Sequence[str] = ()
 ) -> tuple[Any, list[str]]:
     """The complete trials as a study of several objectives, the metric against the figures
     of :func:`_pareto_axes` (where the trials' values differ; two at most, Optuna's figure
@@ -294,17 +286,15 @@ def _pareto_study(
     complete = [
         r
         for r in rows
-        if r.get("status") == "ok"
-        and r.get("stopped_at_rung") is None
-        and finite(r.get("metric")) is not None
+        if r.status == "ok" and r.stopped_at_rung is None and finite(r.metric) is not None
     ]
     names = ["metric"]
     axes = _pareto_axes(objectives)
-    if any(finite(r.get("decode_latency_ms")) is not None for r in complete):
+    if any(finite(r.decode_latency_ms) is not None for r in complete):
         # a language model: the decode step is what its users wait on, not a batch
         axes = list(dict.fromkeys(a if a != "latency_ms" else "decode_latency_ms" for a in axes))
     for key in axes:
-        values = [finite(r.get(key)) for r in complete]
+        values = [finite(getattr(r, key)) for r in complete]
         if all(v is not None for v in values) and len(set(values)) > 1 and len(names) < 3:
             names.append(key)
     if len(names) < 2 or len(complete) < 2:
@@ -314,8 +304,8 @@ def _pareto_study(
     for r in complete:
         study.add_trial(
             optuna.trial.create_trial(
-                values=[float(r[n]) for n in names],
-                user_attrs={"trial_id": r.get("trial_id")},
+                values=[float(getattr(r, n)) for n in names],
+                user_attrs={"trial_id": r.trial_id},
             )
         )
     return study, names
@@ -370,7 +360,7 @@ def _quiet(make: Callable[[], Any]) -> Any:
 
 
 def _importances(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[TrialRecord],
     higher: bool,
     metric: str,
     known: Mapping[str, float] | None = None,
@@ -412,7 +402,7 @@ def _importances(
     )
 
 
-def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[Figure]:
+def study_figures(rows: Sequence[TrialRecord], summary: Mapping[str, Any]) -> list[Figure]:
     """The report's Optuna figures for ``rows`` (records in start order): each one that the
     records can fill. A figure that fails is logged and left out."""
     from optuna import visualization as vis
@@ -490,7 +480,7 @@ def study_figures(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
 
 
 def _pareto(
-    rows: Sequence[Mapping[str, Any]], higher: bool, metric: str, objectives: Sequence[str] = ()
+    rows: Sequence[TrialRecord], higher: bool, metric: str, objectives: Sequence[str] = ()
 ) -> Figure | None:
     from optuna.visualization import plot_pareto_front
 
@@ -518,7 +508,7 @@ def _pareto(
 
 
 def _mark_anchors(
-    fig: Any, study: Any, rows: Sequence[Mapping[str, Any]], names: Sequence[str]
+    fig: Any, study: Any, rows: Sequence[TrialRecord], names: Sequence[str]
 ) -> list[str]:
     """The trials whose setting is a one-shot tool's (:func:`raysearch.strategies.
     anchor_name`: the builder's int4, ONNX Runtime's and Olive's defaults) as a trace of
@@ -527,11 +517,11 @@ def _mark_anchors(
 
     from raysearch.strategies import anchor_name
 
-    by_id = {r.get("trial_id"): r for r in rows}
+    by_id = {r.trial_id: r for r in rows}
     points, labels = [], []
     for trial in study.trials:
-        row = by_id.get(trial.user_attrs.get("trial_id")) or {}
-        name = anchor_name(row.get("settings") or {})
+        row = by_id.get(trial.user_attrs.get("trial_id"))
+        name = None if row is None else anchor_name(row.settings or {})
         if name and name not in labels:
             points.append(trial.values)
             labels.append(name)

@@ -4,7 +4,7 @@ and, for ``raysearch export``, the latencies the search timed again alone after 
 (:func:`timed_alone`), which ``pareto.parquet`` ranks too.
 
 Example:
-    >>> objective_values({"metric": 0.5, "model_size_bytes": 2_000_000},
+    >>> objective_values(TrialRecord(metric=0.5, model_size_bytes=2_000_000),
     ...                  ("metric", "model_size_mb", "latency_ms"))
     [0.5, 2.0, inf]
 """
@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raysearch.ranking import objective_value
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["study_directions", "objective_values", "timed_alone"]
 
@@ -36,7 +37,7 @@ def study_directions(higher: bool, objectives: Sequence[str] = ("metric",)) -> l
     ]
 
 
-def objective_values(record: Mapping[str, Any], objectives: Sequence[str]) -> list[float]:
+def objective_values(record: TrialRecord, objectives: Sequence[str]) -> list[float]:
     """The record's value of each objective as the study holds it (the metric itself,
     ``model_size_mb`` from the bytes; a missing one ``inf``, worse than any: as
     :func:`raysearch.ranking.objective_values` ranks it)."""
@@ -44,29 +45,27 @@ def objective_values(record: Mapping[str, Any], objectives: Sequence[str]) -> li
     return [math.inf if value is None else value for value in values]
 
 
-def timed_alone(
-    records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]
-) -> list[Mapping[str, Any]]:
+def timed_alone(records: Sequence[TrialRecord], summary: Mapping[str, Any]) -> list[TrialRecord]:
     """``records`` (the journal's: each trial's figures as timed in the search) with the
     latencies the search timed again alone after its last trial (``summary.json``'s
     ``latency_retimed``, ``decode_latency_retimed``, ``prefill_latency_retimed``), as
     ``results.parquet`` and ``pareto.parquet`` hold them.
 
     Example:
-        >>> timed_alone([{"trial_id": "a", "latency_ms": 9.0}],
-        ...             {"latency_retimed": {"models": {"a": {"median_ms": 4.0}}}})
-        [{'trial_id': 'a', 'latency_ms': 4.0}]
+        >>> [r.latency_ms for r in timed_alone([TrialRecord(trial_id="a", latency_ms=9.0)],
+        ...  {"latency_retimed": {"models": {"a": {"median_ms": 4.0}}}})]
+        [4.0]
     """
     timed = {
         figure: (summary.get(figure.removesuffix("_ms") + "_retimed") or {}).get("models") or {}
         for figure in ("latency_ms", "decode_latency_ms", "prefill_latency_ms")
     }
-    out: list[Mapping[str, Any]] = []
+    out: list[TrialRecord] = []
     for record in records:
         again = {
-            figure: by_model[str(record.get("trial_id"))]["median_ms"]
+            figure: by_model[str(record.trial_id)]["median_ms"]
             for figure, by_model in timed.items()
-            if str(record.get("trial_id")) in by_model
+            if str(record.trial_id) in by_model
         }
-        out.append({**record, **again} if again else record)
+        out.append(record.replace(**again) if again else record)
     return out

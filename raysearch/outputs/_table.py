@@ -5,8 +5,8 @@ mappings (``nodes_to_exclude``, ``op_types_to_quantize``) are Arrow lists and st
 Arrow holds every value as it is (``list<string>`` for node names), else JSON text.
 
 Example:
-    >>> table = results_table([{"trial_id": "a", "number": 1, "status": "ok", "metric": 0.1,
-    ...                         "params": {"per_channel": True}}])
+    >>> table = results_table([TrialRecord(trial_id="a", number=1, status="ok", metric=0.1,
+    ...                                    params={"per_channel": True})])
     >>> table.num_rows, table.column("params/per_channel").to_pylist()
     (1, [True])
     >>> table.column("quantizer").to_pylist()
@@ -31,6 +31,7 @@ from raysearch.fileio import replacing
 from raysearch.ranking import finite, order
 from raysearch.space.catalogue import DEFAULT_BACKEND
 from raysearch.space.space import json_default
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["RESULT_COLUMNS", "results_table", "write_parquet", "write_results_csv"]
 
@@ -120,18 +121,16 @@ def _as_arrow(values: list[Any], present: list[Any]) -> pa.Array | None:
     return array
 
 
-def _quantizer(record: Mapping[str, Any]) -> str:
-    settings = record.get("settings")
-    chosen = settings.get("quantizer") if isinstance(settings, Mapping) else None
-    return str(record.get("quantizer") or chosen or DEFAULT_BACKEND)
+def _quantizer(record: TrialRecord) -> str:
+    return str((record.settings or {}).get("quantizer") or DEFAULT_BACKEND)
 
 
-def results_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
+def results_table(records: Sequence[TrialRecord]) -> pa.Table:
     """The ``results.parquet`` table of ``records`` (one row per trial, in start order)."""
     rows = order(records)
     columns: dict[str, pa.Array] = {}
     for name, dtype in RESULT_COLUMNS.items():
-        values = [_quantizer(r) if name == "quantizer" else r.get(name) for r in rows]
+        values = [_quantizer(r) if name == "quantizer" else getattr(r, name) for r in rows]
         if dtype == pa.float64():
             values = [finite(v) for v in values]
         elif dtype == pa.int64():
@@ -144,18 +143,16 @@ def results_table(records: Sequence[Mapping[str, Any]]) -> pa.Table:
     param_names: list[str] = []
     extra_names: list[str] = []
     for r in rows:
-        for name in r.get("params") or {}:
+        for name in r.params or {}:
             if name not in param_names:
                 param_names.append(name)
-        for name in r.get("extra") or {}:
+        for name in r.extra:
             if name not in extra_names:
                 extra_names.append(name)
     for name in param_names:
-        columns[f"params/{name}"] = _column([(r.get("params") or {}).get(name) for r in rows])
+        columns[f"params/{name}"] = _column([(r.params or {}).get(name) for r in rows])
     for name in extra_names:
-        columns[f"extra/{name}"] = pa.array(
-            [finite((r.get("extra") or {}).get(name)) for r in rows], pa.float64()
-        )
+        columns[f"extra/{name}"] = pa.array([finite(r.extra.get(name)) for r in rows], pa.float64())
     return pa.table(columns)
 
 

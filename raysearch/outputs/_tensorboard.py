@@ -19,11 +19,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from raysearch.ranking import finite, is_candidate
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["write_tensorboard"]
 
@@ -43,7 +42,7 @@ def _swap_dir(built: Path, final: Path) -> None:
     shutil.rmtree(built, ignore_errors=True)
 
 
-def write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool) -> None:
+def write_tensorboard(rows: list[TrialRecord], folder: Path, higher: bool) -> None:
     """Write the scalars of ``rows`` (in start order) beside ``folder`` and swap them in."""
     from tensorboardX import SummaryWriter
 
@@ -54,18 +53,18 @@ def write_tensorboard(rows: list[Mapping[str, Any]], folder: Path, higher: bool)
     candidates = 0
     try:
         for step, record in enumerate(rows, 1):
-            metric = finite(record.get("metric"))
+            metric = finite(record.metric)
             if is_candidate(record):
                 candidates += 1
-            if metric is not None and record.get("status") == "ok":
+            if metric is not None and record.status == "ok":
                 writer.add_scalar("trial/metric", metric, step)
-                partial = record.get("stopped_at_rung") is not None  # some rows only
+                partial = record.stopped_at_rung is not None  # some rows only
                 if not partial and (best is None or (metric > best if higher else metric < best)):
                     best = metric
             if best is not None:
                 writer.add_scalar("search/best_metric", best, step)
             writer.add_scalar("search/candidates", candidates, step)
-            duration = finite(record.get("duration_s"))
+            duration = finite(record.duration_s)
             if duration is not None:
                 writer.add_scalar("trial/duration_s", duration, step)
     finally:

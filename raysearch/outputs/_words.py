@@ -6,7 +6,7 @@ Example:
     >>> summary = {"stop_reason": "space_exhausted", "n_trials": 2, "n_failed": 0,
     ...            "n_candidates": 1, "metric": "cos", "higher_is_better": True,
     ...            "tolerance": 0.99, "search_algo": "Grid", "wall_time_s": 3.0}
-    >>> best = {"trial_id": "b", "metric": 0.995, "is_candidate": True, "params": {}}
+    >>> best = TrialRecord(trial_id="b", metric=0.995, is_candidate=True, params={})
     >>> summary_words([best], summary, best, None)[-1]
     'It stopped because the strategy had no setting left to try.'
 """
@@ -20,6 +20,7 @@ from raysearch.metrics import METRICS
 from raysearch.outputs._default import DefaultSetting
 from raysearch.outputs._values import human_bytes, setting_text
 from raysearch.ranking import deciding_rule, finite, is_candidate
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -43,12 +44,12 @@ def _num(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _searched_names(rows: Sequence[Mapping[str, Any]], config: SearchConfig | None) -> list[str]:
+def _searched_names(rows: Sequence[TrialRecord], config: SearchConfig | None) -> list[str]:
     """The parameters searched: the trials', else, when no trial ran one (none finished),
     the config's spaces'."""
     names: list[str] = []
     for r in rows:
-        names += [n for n in r.get("params") or {} if n not in names]
+        names += [n for n in r.params or {} if n not in names]
     if names:
         return names
     for space in getattr(config, "search_spaces", None) or []:
@@ -57,7 +58,7 @@ def _searched_names(rows: Sequence[Mapping[str, Any]], config: SearchConfig | No
 
 
 def _searched(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[TrialRecord],
     summary: Mapping[str, Any],
     metric: str,
     config: SearchConfig | None = None,
@@ -70,7 +71,7 @@ def _searched(
     else:
         over = "before any trial finished"
     direction = "higher" if summary.get("higher_is_better") else "lower"
-    stopped = sum(1 for r in rows if r.get("stopped_at_rung") is not None)
+    stopped = sum(1 for r in rows if r.stopped_at_rung is not None)
     counts = (
         f"{summary.get('n_trials', len(rows))} trials ({summary.get('n_failed', 0)} failed, "
         f"{summary.get('n_candidates', 0)} candidates"
@@ -89,7 +90,7 @@ def _searched(
 
 
 def _metric_range(
-    rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], metric: str
+    rows: Sequence[TrialRecord], summary: Mapping[str, Any], metric: str
 ) -> str | None:
     """What the metric's values mean: its direction, its range (a built-in metric's), where
     the float model stands and the range the complete trials scored."""
@@ -102,13 +103,9 @@ def _metric_range(
         said.append(f"the float model against itself scores {_num(float(builtin.best))}")
     elif finite(summary.get("float_metric")) is not None:
         said.append(f"the float model scores {_num(summary['float_metric'])} (a custom metric)")
-    scores = [
-        finite(r.get("metric"))
-        for r in rows
-        if r.get("status") == "ok" and finite(r.get("metric")) is not None
-    ]
+    scores = [finite(r.metric) for r in rows if r.status == "ok" and finite(r.metric) is not None]
     if scores:
-        partial = any(r.get("stopped_at_rung") is not None for r in rows)
+        partial = any(r.stopped_at_rung is not None for r in rows)
         said.append(
             f"the trials scored from {_num(min(scores))} to {_num(max(scores))}"
             + (" (some stopped at a rung: their score is over some of the rows)" if partial else "")
@@ -116,30 +113,30 @@ def _metric_range(
     return "; ".join(said) + "."
 
 
-def _won(best: Mapping[str, Any] | None, metric: str) -> str:
+def _won(best: TrialRecord | None, metric: str) -> str:
     if best is None:
         return "No trial completed, so there is no best setting."
-    params = setting_text(best.get("params") or {})
+    params = setting_text(best.params or {})
     kind = "a candidate" if is_candidate(best) else "not a candidate"
-    extra = best.get("extra")
+    extra = best.extra
     extra = extra if isinstance(extra, Mapping) else {}
     low, high = finite(extra.get(f"{metric}_ci_low")), finite(extra.get(f"{metric}_ci_high"))
     interval = f" (95 % interval {_num(low)}-{_num(high)})" if None not in (low, high) else ""
     return (
-        f"The best setting is trial {best.get('trial_id')} ({kind}): {metric} = "
-        f"{_num(best.get('metric'))}{interval}" + (f", with {params}." if params else ".")
+        f"The best setting is trial {best.trial_id} ({kind}): {metric} = "
+        f"{_num(best.metric)}{interval}" + (f", with {params}." if params else ".")
     )
 
 
 def _tie(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[TrialRecord],
     summary: Mapping[str, Any],
-    best: Mapping[str, Any] | None,
+    best: TrialRecord | None,
     metric: str,
 ) -> str | None:
     """The complete trials whose metric equals the best's exactly, and the rule of the ranking
     that put the best first (:func:`raysearch.ranking.deciding_rule`)."""
-    if best is None or finite(best.get("metric")) is None:
+    if best is None or finite(best.metric) is None:
         return None
     higher = bool(summary.get("higher_is_better"))
     select = str(summary.get("select") or "metric")
@@ -147,40 +144,38 @@ def _tie(
         r
         for r in rows
         if r is not best
-        and r.get("trial_id") != best.get("trial_id")
-        and r.get("status") == "ok"
-        and r.get("stopped_at_rung") is None
-        and finite(r.get("metric")) == finite(best.get("metric"))
+        and r.trial_id != best.trial_id
+        and r.status == "ok"
+        and r.stopped_at_rung is None
+        and finite(r.metric) == finite(best.metric)
     ]
     if not tied:
         return None
     rules = list(dict.fromkeys(deciding_rule(best, r, higher, select) for r in tied))
-    ids = ", ".join(str(r.get("trial_id")) for r in tied)
+    ids = ", ".join(str(r.trial_id) for r in tied)
     trials = "Trial" if len(tied) == 1 else "Trials"
     return (
-        f"{trials} {ids} tied with the best on {metric} = {_num(best.get('metric'))} exactly; "
-        f"the ranking kept trial {best.get('trial_id')}: {'; '.join(rules)}."
+        f"{trials} {ids} tied with the best on {metric} = {_num(best.metric)} exactly; "
+        f"the ranking kept trial {best.trial_id}: {'; '.join(rules)}."
     )
 
 
 def _against_default(
-    best: Mapping[str, Any] | None, default: DefaultSetting | None, metric: str, higher: bool
+    best: TrialRecord | None, default: DefaultSetting | None, metric: str, higher: bool
 ) -> str | None:
     if best is None:
         return None
     if default is None:
         return "The space's default setting was not run in this search: no comparison."
     record, name = default.record, default.name
-    if record.get("trial_id") == best.get("trial_id"):
+    if record.trial_id == best.trial_id:
         return f"The best setting is {name}."
-    theirs, mine = finite(record.get("metric")), finite(best.get("metric"))
-    if record.get("status") != "ok" or theirs is None or mine is None:
-        return (
-            f"{name[0].upper()}{name[1:]} (trial {record.get('trial_id')}) failed: no comparison."
-        )
+    theirs, mine = finite(record.metric), finite(best.metric)
+    if record.status != "ok" or theirs is None or mine is None:
+        return f"{name[0].upper()}{name[1:]} (trial {record.trial_id}) failed: no comparison."
     gain = mine - theirs if higher else theirs - mine
-    partial = " over some of the rows" if record.get("stopped_at_rung") is not None else ""
-    said = f"{name} (trial {record.get('trial_id')}, {metric} = {_num(theirs)}{partial})"
+    partial = " over some of the rows" if record.stopped_at_rung is not None else ""
+    said = f"{name} (trial {record.trial_id}, {metric} = {_num(theirs)}{partial})"
     if gain >= 0:
         return f"It beats {said} by {_num(gain)} in {metric}."
     # The ranking puts candidates first, and among them the most quantized.
@@ -271,9 +266,9 @@ def _sentence(note: Any) -> str | None:
 
 
 def summary_words(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[TrialRecord],
     summary: Mapping[str, Any],
-    best: Mapping[str, Any] | None,
+    best: TrialRecord | None,
     default: DefaultSetting | None,
     config: SearchConfig | None = None,
     metric_doc: str | None = None,

@@ -111,17 +111,17 @@ def _summary(
     higher = config.metric_higher_is_better
 
     def of_best(key: str) -> Any:
-        return None if best is None else best.get(key)
+        return None if best is None else getattr(best, key)
 
     summary: dict[str, Any] = {
         "stop_reason": values["stop_reason"],
         "n_trials": len(rows),
-        "n_failed": sum(1 for r in rows if r.get("status") != "ok"),
+        "n_failed": sum(1 for r in rows if r.status != "ok"),
         "n_candidates": sum(1 for r in rows if is_candidate(r)),
-        "best_metric": None if best is None else best["metric"],
+        "best_metric": None if best is None else best.metric,
         "best_params": of_best("params"),
         "best_model_path": None if best_path is None else str(best_path),
-        "best_trial_id": None if best is None else best["trial_id"],
+        "best_trial_id": None if best is None else best.trial_id,
         "float_metric": values["float_metric"],
         "wall_time_s": round(float(values["wall_time_s"]), 3),
         "metric": config.metric,
@@ -136,7 +136,7 @@ def _summary(
         "best_latency_ms": of_best("latency_ms"),
         "float_latency_ms": values["float_latency_ms"],
     }
-    if any(r.get("decode_latency_ms") is not None for r in rows):
+    if any(r.decode_latency_ms is not None for r in rows):
         # A language-model metric's search: its best's one-token decode step and prefill.
         summary["best_decode_latency_ms"] = of_best("decode_latency_ms")
         summary["best_prefill_latency_ms"] = of_best("prefill_latency_ms")
@@ -145,7 +145,7 @@ def _summary(
         # A language-model metric's 95 % interval of the best's metric (paired bootstrap).
         interval = [extra[f"{config.metric}_ci_low"], extra.get(f"{config.metric}_ci_high")]
         summary["best_metric_interval"] = interval
-    devices = sorted({str(r["device"]) for r in rows if r.get("device")})
+    devices = sorted({str(r.device) for r in rows if r.device})
     summary["device"] = ", ".join(devices) if devices else None
     if of_best("device") not in (None, "cpu") and summary["float_latency_ms"] is not None:
         # The float model is timed on the driver's CPU: a best timed on a GPU is not set
@@ -154,7 +154,7 @@ def _summary(
         summary["float_latency_ms"] = None
     # The driver's CPU: int8 results depend on its instruction set (raysearch.cpu).
     summary["cpu"] = cpu_info()
-    fallback = [r for r in rows if r.get("gpu_id") is not None and r.get("device") == "cpu"]
+    fallback = [r for r in rows if r.gpu_id is not None and r.device == "cpu"]
     if fallback:
         # Said once, here, rather than per trial: GPUs were assigned but could not be used.
         summary["gpu_note"] = (
@@ -184,9 +184,7 @@ def _unquantized_note(
     complete = [
         r
         for r in rows
-        if r.get("status") == "ok"
-        and finite(r.get("metric")) is not None
-        and r.get("stopped_at_rung") is None
+        if r.status == "ok" and finite(r.metric) is not None and r.stopped_at_rung is None
     ]
     unquantized_rows = [r for r in complete if unquantized(r)]
     if not unquantized_rows:
@@ -194,7 +192,7 @@ def _unquantized_note(
     evaluator = _evaluator(config, evaluator)
     if evaluator.is_custom and float_metric is None:
         return {}  # no float score to measure a custom metric's drop against
-    met = [r for r in unquantized_rows if evaluator.is_candidate(r["metric"], float_metric)]
+    met = [r for r in unquantized_rows if evaluator.is_candidate(r.metric, float_metric)]
     if not met:
         return {}
     name = str(config.metric).rsplit(":", 1)[-1]  # a custom evaluator by its function
@@ -210,11 +208,11 @@ def _unquantized_note(
         fields["best_quantized_missed_by"] = None
         fields["tolerance_note"] = f"{said} completed: best/ holds one that quantizes nothing"
     else:
-        missed = evaluator.missed_by(best["metric"], float_metric)
+        missed = evaluator.missed_by(best.metric, float_metric)
         fields["best_quantized_missed_by"] = missed
         fields["tolerance_note"] = (
-            f"{said} did: the best quantized setting, trial {best['trial_id']} ({name} = "
-            f"{best['metric']:.6g}, in best/), missed it by {missed:.3g}"
+            f"{said} did: the best quantized setting, trial {best.trial_id} ({name} = "
+            f"{best.metric:.6g}, in best/), missed it by {missed:.3g}"
         )
     _logger.warning(fields["tolerance_note"])
     return fields
@@ -252,11 +250,11 @@ def _bounds_note(
     met = [
         r
         for r in rows
-        if finite(r.get("metric")) is not None
+        if finite(r.metric) is not None
         and not is_probe(r)
-        and evaluator.is_candidate(r["metric"], float_metric)
+        and evaluator.is_candidate(r.metric, float_metric)
     ]
-    counts = {flag: sum(1 for r in met if (r.get("extra") or {}).get(flag)) for flag in _BOUNDS}
+    counts = {flag: sum(1 for r in met if r.extra.get(flag)) for flag in _BOUNDS}
     said = [f"{n} {_BOUNDS[flag]}" for flag, n in counts.items() if n]
     if not said:
         return {}
@@ -279,7 +277,7 @@ def _missed_by(
     evaluator = _evaluator(config, evaluator)
     if evaluator.is_custom and float_metric is None:
         return None
-    return evaluator.missed_by(best.get("metric"), float_metric)
+    return evaluator.missed_by(best.metric, float_metric)
 
 
 def write_trial_plots(
@@ -378,7 +376,7 @@ def running_summary(records: Sequence[Mapping[str, Any]], config: SearchConfig) 
     model's figures are not known here (the search writes them at its end)."""
     rows = order(records)
     best = best_record(rows, config.metric_higher_is_better, config.select)
-    elapsed = [float(r["elapsed_s"]) for r in rows if finite(r.get("elapsed_s")) is not None]
+    elapsed = [float(r.elapsed_s) for r in rows if finite(r.elapsed_s) is not None]
     summary = _summary(
         rows,
         best,

@@ -378,9 +378,9 @@ class Execution:
             elapsed_before_s=clock.elapsed_before_s,
             started_at=clock.started_at,  # the stopper's clock: what time_limit counts
             done_before=len(records),
-            failed_before=sum(1 for r in records if r.get("status") != "ok"),
+            failed_before=sum(1 for r in records if not r.ok),
             candidates_before=sum(1 for r in records if is_candidate(r)),
-            best_before=recorder.best["metric"] if recorder.best else None,
+            best_before=recorder.best.metric if recorder.best else None,
         )
 
     def fit(self, run: _Run) -> None:
@@ -461,7 +461,7 @@ class Execution:
             # interrupted search keeps them for its resume. (A resumed search's records name
             # the nodes of earlier sessions too: asking whether they are alive needs Ray.)
             records = run.recorder.records
-            elsewhere = {r.get("node_id") for r in records} - {run.spec.driver_node, None}
+            elsewhere = {r.node_id for r in records} - {run.spec.driver_node, None}
             remove_node_folders(
                 sorted(elsewhere),
                 [
@@ -520,7 +520,7 @@ class Execution:
                 "kept_warm": dict(self.kept.reused) if self.kept and self.kept.enabled else None,
                 # Nodes lost while it ran, and the trials they took with them (record.retries).
                 "lost_nodes": run.recorder.retries.lost_nodes(records),
-                "trials_retried": sum(1 for r in records if r.get("retries")),
+                "trials_retried": sum(1 for r in records if r.retries),
                 # Seconds the custom evaluator took to score the float model (None: built-in).
                 "float_score_s": _rounded(run.info.get("float_score_s")),
                 # Why the search ended without a result, when its stop reason alone misleads.
@@ -539,7 +539,7 @@ class Execution:
                 "decode_latency_retimed": timed_alone.get("decode_latency_retimed"),
                 "prefill_latency_retimed": timed_alone.get("prefill_latency_retimed"),
                 # Sensitivity probes taken from an earlier search of the same content.
-                "probes_reused": sum(1 for r in records if r.get("reused_from")),
+                "probes_reused": sum(1 for r in records if r.reused_from),
                 # A language-model metric's float decode step and prefill (None: another).
                 "float_decode_latency_ms": run.info.get("float_decode_latency_ms"),
                 "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),
@@ -697,22 +697,21 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
-def most_frequent_error(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def most_frequent_error(records: list[TrialRecord]) -> dict[str, Any] | None:
     """The error line most failed trials of ``records`` ended with, and how many did
     (``summary.json``'s ``most_frequent_error``: ``{"error": ..., "trials": n}``, the first
     seen of equally frequent ones); None when no trial failed.
 
     Example:
+        >>> from raysearch.trialrecord import TrialRecord
         >>> most_frequent_error([
-        ...     {"status": "failed", "error": "FileNotFoundError: data.npz"},
-        ...     {"status": "ok"},
-        ...     {"status": "failed", "error": "FileNotFoundError: data.npz"},
+        ...     TrialRecord(status="failed", error="FileNotFoundError: data.npz"),
+        ...     TrialRecord(status="ok"),
+        ...     TrialRecord(status="failed", error="FileNotFoundError: data.npz"),
         ... ])
         {'error': 'FileNotFoundError: data.npz', 'trials': 2}
     """
-    counts = Counter(
-        str(r.get("error") or "no error message") for r in records if r.get("status") != "ok"
-    )
+    counts = Counter(str(r.error or "no error message") for r in records if not r.ok)
     if not counts:
         return None
     error, trials = counts.most_common(1)[0]

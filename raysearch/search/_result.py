@@ -14,6 +14,7 @@ from typing import Any
 
 from raysearch.layout import RESULTS
 from raysearch.ranking import is_candidate
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["SearchResult", "build_result", "results_dataframe"]
 
@@ -32,7 +33,7 @@ class SearchResult:
         results: the ``results.parquet`` table (a ``pyarrow.Table``; :meth:`dataframe` for
             pandas).
         output_dir: the search's output folder.
-        records: every trial's record (the journal's).
+        records: every trial's :class:`~raysearch.trialrecord.TrialRecord` (the journal's).
     """
 
     best_params: dict[str, Any] | None
@@ -41,7 +42,7 @@ class SearchResult:
     summary: dict[str, Any]
     results: Any
     output_dir: Path
-    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    records: list[TrialRecord] = field(default_factory=list, repr=False)
 
     @property
     def stop_reason(self) -> str:
@@ -118,13 +119,13 @@ def _decoded(value: Any) -> Any:
 
 
 def build_result(
-    folder: Path, summary: dict[str, Any], records: list[dict[str, Any]], higher: bool
+    folder: Path, summary: dict[str, Any], records: list[TrialRecord], higher: bool
 ) -> SearchResult:
     """The result of the search in ``folder`` from its summary and its journal's records."""
     import pyarrow.parquet as pq
 
     candidates = [r for r in records if is_candidate(r)]
-    candidates.sort(key=lambda r: r["metric"], reverse=higher)
+    candidates.sort(key=lambda r: r.metric, reverse=higher)
     # The one file read as it is: pq.read_table goes through Arrow's dataset API, whose
     # import (pyarrow.dataset, Acero, Substrait) takes longer than the read, after the last
     # trial.
@@ -135,10 +136,10 @@ def build_result(
         best_metric=summary.get("best_metric"),
         candidates=[
             {
-                "trial_id": r["trial_id"],
-                "metric": r["metric"],
-                "params": r.get("params"),
-                "model_path": _model_path(folder, r.get("model_file")),
+                "trial_id": r.trial_id,
+                "metric": r.metric,
+                "params": r.params,
+                "model_path": _model_path(folder, r.model_file),
             }
             for r in candidates
         ],

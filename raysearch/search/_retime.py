@@ -25,9 +25,9 @@ best setting and the float model, and where the figure decides (``select: decode
 ``prefill_latency``, or the figure among the ``objectives``) every candidate kept; a figure
 that decides nothing is timed on the models of one that decides too (the best is one of them
 once that one is timed alone). Each figure
-timed again is recorded as ``latency_ms``'s is (the record's figure replaced, the trial's kept
-as ``<figure>_in_search``; ``summary.json``'s ``latency_retimed``,
-``decode_latency_retimed``, ``prefill_latency_retimed``).
+timed again is recorded as ``latency_ms``'s is: the record's figure replaced, the trial's kept
+in ``summary.json``'s ``latency_retimed``, ``decode_latency_retimed``,
+``prefill_latency_retimed`` (``in_search_ms`` of each model).
 
 Not done when latency is not measured (``measure_latency: false``), with ``retime_latency:
 false``, or when the trials ran on GPUs (the driver's CPU would time another device).
@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raysearch.ranking import best_record, is_candidate
+from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -111,27 +112,27 @@ def latency_timing(config: SearchConfig, retimed: bool) -> str | None:
 
 @dataclass
 class Retimed:
-    """What timing again changed: the records (each figure timed alone where it was, the
-    trial's own kept as ``<figure>_in_search``, e.g. ``latency_ms_in_search``), the float
-    model's figures timed alone (``float_ms``, by figure; ``float_latency_ms`` its
-    ``latency_ms``), and the fields it adds to ``summary.json``."""
+    """What timing again changed: the records (each figure timed alone where it was), the
+    float model's figures timed alone (``float_ms``, by figure; ``float_latency_ms`` its
+    ``latency_ms``), and the fields it adds to ``summary.json`` (with the trials' own
+    figures)."""
 
-    records: list[dict[str, Any]]
+    records: list[TrialRecord]
     float_latency_ms: float | None
     summary: dict[str, Any] = field(default_factory=dict)
     float_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _complete(record: Mapping[str, Any], figure: str = "latency_ms") -> bool:
+def _complete(record: TrialRecord, figure: str = "latency_ms") -> bool:
     return (
-        record.get("status") == "ok"
-        and record.get("stopped_at_rung") is None
-        and isinstance(record.get(figure), (int, float))
+        record.ok
+        and record.stopped_at_rung is None
+        and isinstance(getattr(record, figure), (int, float))
     )
 
 
-def _model(folder: Path, record: Mapping[str, Any]) -> Path | None:
-    name = record.get("model_file")
+def _model(folder: Path, record: TrialRecord) -> Path | None:
+    name = record.model_file
     path = folder / name if name else None
     return path if path is not None and path.is_file() else None
 
@@ -143,25 +144,23 @@ def deciding(config: SearchConfig, figure: str) -> bool:
 
 
 def _chosen(
-    config: SearchConfig, folder: Path, records: Sequence[Mapping[str, Any]], figure: str
-) -> tuple[list[Mapping[str, Any]], bool]:
+    config: SearchConfig, folder: Path, records: Sequence[TrialRecord], figure: str
+) -> tuple[list[TrialRecord], bool]:
     """The records whose models are timed again for ``figure``, and whether it decides."""
     decides = deciding(config, figure)
-    chosen: list[Mapping[str, Any]] = []
+    chosen: list[TrialRecord] = []
     if decides:
         candidates = [r for r in records if is_candidate(r) and _complete(r, figure)]
-        candidates.sort(key=lambda r: float(r[figure]))
+        candidates.sort(key=lambda r: float(getattr(r, figure)))
         chosen = [r for r in candidates if _model(folder, r) is not None][:MAX_MODELS]
     best = best_record(records, config.metric_higher_is_better, config.select)
     if best is not None and _complete(best, figure) and _model(folder, best) is not None:
-        if all(r["trial_id"] != best["trial_id"] for r in chosen):
+        if all(r.trial_id != best.trial_id for r in chosen):
             chosen.append(best)
     return chosen, decides
 
 
-def _feeds(
-    evaluation: DataSource, records: Sequence[Mapping[str, Any]]
-) -> dict[str, Mapping[str, Any]]:
+def _feeds(evaluation: DataSource, records: Sequence[TrialRecord]) -> dict[str, Mapping[str, Any]]:
     """The feed of each figure the trials measured: ``latency_ms`` the first evaluation
     batch, a decoder's decode step and prefill the feeds its trials were timed on."""
     feeds: dict[str, Mapping[str, Any]] = {"latency_ms": evaluation.batch(0)}
@@ -193,9 +192,9 @@ class RetimePlan:
 
     config: SearchConfig
     folder: Path
-    records: Sequence[Mapping[str, Any]]
+    records: Sequence[TrialRecord]
     #: Per figure, the records timed again and whether the figure decides.
-    plans: dict[str, tuple[list[Mapping[str, Any]], bool]]
+    plans: dict[str, tuple[list[TrialRecord], bool]]
     job: dict[str, Any]
 
     def apply(self, rounds: Mapping[str, Mapping[str, list[float]]] | None) -> Retimed | None:
@@ -210,7 +209,7 @@ class RetimePlan:
 def plan_retime(
     config: SearchConfig,
     folder: str | os.PathLike,
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[TrialRecord],
     evaluation: DataSource,
     float_model: str | os.PathLike,
 ) -> RetimePlan | None:
@@ -228,7 +227,7 @@ def plan_retime(
     which: dict[str, list[str]] = {"float": list(plans)}
     for figure, (chosen, _) in plans.items():
         for record in chosen:
-            name = str(record["trial_id"])
+            name = str(record.trial_id)
             paths[name] = _model(folder, record)
             which.setdefault(name, []).append(figure)
     job = {
@@ -244,7 +243,7 @@ def plan_retime(
 def retime(
     config: SearchConfig,
     folder: str | os.PathLike,
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[TrialRecord],
     evaluation: DataSource,
     float_model: str | os.PathLike,
 ) -> Retimed | None:
@@ -275,26 +274,20 @@ def retime(
 def _retimed(
     config: SearchConfig,
     folder: Path,
-    records: Sequence[Mapping[str, Any]],
-    plans: Mapping[str, tuple[list[Mapping[str, Any]], bool]],
+    records: Sequence[TrialRecord],
+    plans: Mapping[str, tuple[list[TrialRecord], bool]],
     rounds: Mapping[str, Mapping[str, list[float]]],
 ) -> Retimed:
     """:class:`Retimed` from the ``rounds`` of the models of ``plans``."""
+    from raysearch.outputs import timed_alone
+
     threads = max(1, int(config.resources.cpu_per_trial))
     timed: dict[str, dict[str, dict[str, float]]] = {}
     for figure, (chosen, _) in plans.items():
         timed[figure] = {name: _spread(values) for name, values in rounds[figure].items()}
         for record in chosen:
-            timed[figure][str(record["trial_id"])]["in_search_ms"] = round(float(record[figure]), 4)
-    out = _with_timed(records, timed)
-    if any(d for _, d in plans.values()):
-        _drop_unkept(config, folder, out)
-    float_ms = {figure: by_model["float"]["median_ms"] for figure, by_model in timed.items()}
-    best = best_record(out, config.metric_higher_is_better, config.select)
-    ratio = None
-    latency = timed.get("latency_ms", {})
-    if best is not None and str(best["trial_id"]) in latency and float_ms["latency_ms"] > 0:
-        ratio = round(latency[str(best["trial_id"])]["median_ms"] / float_ms["latency_ms"], 4)
+            in_search = round(float(getattr(record, figure)), 4)
+            timed[figure][str(record.trial_id)]["in_search_ms"] = in_search
     n_rounds = len(next(iter(rounds.values()))["float"])
     summary: dict[str, Any] = {
         retimed_field(figure): {
@@ -306,7 +299,16 @@ def _retimed(
         }
         for figure, by_model in timed.items()
     }
-    summary["best_latency_vs_float"] = ratio
+    out = timed_alone(records, summary)
+    if any(d for _, d in plans.values()):
+        _drop_unkept(config, folder, out)
+    float_ms = {figure: by_model["float"]["median_ms"] for figure, by_model in timed.items()}
+    best = best_record(out, config.metric_higher_is_better, config.select)
+    latency = timed.get("latency_ms", {})
+    summary["best_latency_vs_float"] = None
+    if best is not None and str(best.trial_id) in latency and float_ms["latency_ms"] > 0:
+        ratio = latency[str(best.trial_id)]["median_ms"] / float_ms["latency_ms"]
+        summary["best_latency_vs_float"] = round(ratio, 4)
     for figure, by_model in timed.items():
         _logger.info(
             "%s timed again alone (%d rounds of %d runs, %d threads): %s",
@@ -320,18 +322,18 @@ def _retimed(
 
 
 def _with_deciding(
-    records: Sequence[Mapping[str, Any]],
-    plans: Mapping[str, tuple[list[Mapping[str, Any]], bool]],
-) -> dict[str, tuple[list[Mapping[str, Any]], bool]]:
+    records: Sequence[TrialRecord],
+    plans: Mapping[str, tuple[list[TrialRecord], bool]],
+) -> dict[str, tuple[list[TrialRecord], bool]]:
     """``plans`` (figure -> the records timed again, whether it decides) where a figure that
     decides nothing also times the models of the figures that decide: which of them is
     ``best/`` is known only once those are timed alone. Figures with nothing to time left
     out."""
-    deciding_ones = {str(r["trial_id"]): r for chosen, d in plans.values() if d for r in chosen}
+    deciding_ones = {str(r.trial_id): r for chosen, d in plans.values() if d for r in chosen}
     out = {}
     for figure, (chosen, decides) in plans.items():
         if not decides:
-            have = {str(r["trial_id"]) for r in chosen}
+            have = {str(r.trial_id) for r in chosen}
             chosen = chosen + [
                 r for name, r in deciding_ones.items() if name not in have and _complete(r, figure)
             ]
@@ -348,23 +350,6 @@ def retimed_field(figure: str) -> str:
         ('latency_retimed', 'decode_latency_retimed')
     """
     return figure.removesuffix("_ms") + "_retimed"
-
-
-def _with_timed(
-    records: Sequence[Mapping[str, Any]], timed: Mapping[str, Mapping[str, Mapping[str, float]]]
-) -> list[dict[str, Any]]:
-    """``records`` with each figure timed alone in place of the trial's, which is kept as
-    ``<figure>_in_search``."""
-    out = []
-    for record in records:
-        record = dict(record)
-        for figure, by_model in timed.items():
-            figures = by_model.get(str(record.get("trial_id")))
-            if figures is not None:
-                record[f"{figure}_in_search"] = record.get(figure)
-                record[figure] = figures["median_ms"]
-        out.append(record)
-    return out
 
 
 def time_rounds(
@@ -396,7 +381,7 @@ def time_rounds(
     return rounds
 
 
-def _drop_unkept(config: SearchConfig, folder: Path, records: list[dict[str, Any]]) -> None:
+def _drop_unkept(config: SearchConfig, folder: Path, records: list[TrialRecord]) -> None:
     """Once latency timed alone has decided, keep under ``candidates/`` and ``kept/`` what the
     recorder keeps by the same rule (the ``keep_candidates`` best, the Pareto front, the best
     trial's), by the figures timed alone: a model kept for its figure in the search that is
@@ -408,17 +393,19 @@ def _drop_unkept(config: SearchConfig, folder: Path, records: list[dict[str, Any
 
     higher = config.metric_higher_is_better
     with_models = [r for r in records if _model(folder, r) is not None]
-    top = [r for r in with_models if str(r.get("model_file")).startswith(CANDIDATES + "/")]
+    top = [r for r in with_models if str(r.model_file).startswith(CANDIDATES + "/")]
     if config.keep_candidates is not None:
         top = best_records(top, config.keep_candidates, higher, config.select)
     front = pareto_front(records, config.objectives, higher) if len(config.objectives) > 1 else []
     keep = {id(r) for r in [*top, *front, best_record(records, higher, config.select)]}
-    for record in with_models:
-        model_file = str(record.get("model_file"))
-        if id(record) not in keep and model_file.startswith((CANDIDATES + "/", KEPT + "/")):
+    for i, record in enumerate(records):
+        model_file = str(record.model_file)
+        if id(record) in keep or _model(folder, record) is None:
+            continue
+        if model_file.startswith((CANDIDATES + "/", KEPT + "/")):
             remove_model(folder / model_file)
-            record["model_file"] = None
-            _logger.debug("trial %s: its model is no longer kept (timed alone)", record["trial_id"])
+            records[i] = record.replace(model_file=None)
+            _logger.debug("trial %s: its model is no longer kept (timed alone)", record.trial_id)
 
 
 def _spread(values: list[float]) -> dict[str, float]:

@@ -87,6 +87,7 @@ from raysearch.strategies._stages import (
     calibration_phases,
     distinct_accepted,
 )
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "REACHABILITY",
@@ -119,20 +120,19 @@ def calibration_budget(max_trials: int | None, later_stages: bool = True) -> int
     return CALIBRATION_TRIALS
 
 
-def fully_quantized_candidate(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def fully_quantized_candidate(records: Sequence[TrialRecord]) -> TrialRecord | None:
     """The first candidate (the one started first) that quantizes every MatMul/Gemm/Conv
     (None: none does)."""
     for record in order(records):
         if not is_candidate(record):
             continue
-        extra = record.get("extra")
-        share = extra.get("quantized_share") if isinstance(extra, Mapping) else None
+        share = record.extra.get("quantized_share")
         if share is None or float(share) >= _FULL_SHARE:
             return record
     return None
 
 
-def _fully_quantized_found(records: Sequence[Mapping[str, Any]], what: str) -> bool:
+def _fully_quantized_found(records: Sequence[TrialRecord], what: str) -> bool:
     """Whether a candidate of ``records`` quantizes every MatMul/Gemm/Conv (then ``what`` is
     skipped, and the log says so)."""
     found = fully_quantized_candidate(records)
@@ -141,8 +141,8 @@ def _fully_quantized_found(records: Sequence[Mapping[str, Any]], what: str) -> b
             "%s skipped: trial %s (metric %s) meets the tolerance with every MatMul/Gemm/Conv "
             "quantized",
             what,
-            found.get("trial_id"),
-            found.get("metric"),
+            found.trial_id,
+            found.metric,
         )
     return found is not None
 
@@ -151,8 +151,8 @@ def _higher(context: StrategyContext) -> bool:
     return context.mode == "max"
 
 
-def _ok(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("status") == "ok" and r.get("settings")]
+def _ok(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    return [r for r in records if r.ok and r.settings]
 
 
 class DefaultsPhase(DeferredPhase):
@@ -209,7 +209,7 @@ class TechniquesPhase(BuiltPhase):
         if not bases:
             _logger.info("stage techniques skipped: no setting finished")
             return None
-        self.bases = [dict(b["settings"]) for b in bases]
+        self.bases = [dict(b.settings) for b in bases]
         checks = [replace(p, stage=REACHABILITY) for p in self.proposals(self._checks(earlier))]
         settings = [merge_settings(base, d) for base in self.bases for d in self.deltas]
         proposals = checks + [p for p in self.proposals(settings) if p.key not in _keys(checks)]
@@ -222,11 +222,11 @@ class TechniquesPhase(BuiltPhase):
             len(checks),
             len(proposals) - len(checks),
             len(bases),
-            ", ".join(f"trial {b.get('trial_id')} metric {b.get('metric')}" for b in bases),
+            ", ".join(f"trial {b.trial_id} metric {b.metric}" for b in bases),
         )
         return ListPhase(proposals, self.stage)
 
-    def _checks(self, earlier: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def _checks(self, earlier: Sequence[TrialRecord]) -> list[dict[str, Any]]:
         """The reachability checks' settings. They run here, beside the techniques, and not
         after them: where only 16-bit promotions reach the tolerance (magika), the first
         candidate comes a stage earlier. The mixed precision stages bisect from their results
@@ -236,8 +236,8 @@ class TechniquesPhase(BuiltPhase):
         if _fully_quantized_found(earlier, "reachability checks"):
             return []
 
-        def checks(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-            settings = {k: v for k, v in record["settings"].items() if k != KEY}
+        def checks(record: TrialRecord) -> list[dict[str, Any]]:
+            settings = {k: v for k, v in record.settings.items() if k != KEY}
             return [
                 Base(settings, "int16", self.rank_by, weights).with_k(ALL)
                 for weights in self.checks
@@ -256,15 +256,15 @@ def _keys(proposals: Sequence[Proposal]) -> set[str]:
     return {p.key for p in proposals}
 
 
-def _promotes(record: Mapping[str, Any]) -> bool:
+def _promotes(record: TrialRecord) -> bool:
     """Whether a record's setting promotes tensors (mixed precision's ``top_k`` above 0)."""
-    options = (record.get("settings") or {}).get(KEY)
+    options = (record.settings or {}).get(KEY)
     return bool(isinstance(options, Mapping) and options.get("top_k")) or bool(
         extra_count(record, "promoted")
     )
 
 
-def best_unpromoted(records: Sequence[Mapping[str, Any]], higher: bool) -> Mapping[str, Any] | None:
+def best_unpromoted(records: Sequence[TrialRecord], higher: bool) -> TrialRecord | None:
     """The best record that promotes no tensor (the best of all when every one does)."""
     plain = [r for r in records if not _promotes(r)]
     return best_record(plain or list(records), higher)
@@ -277,12 +277,12 @@ class MixedPrecisionPhase(FallbackPhase):
     skipped only by a candidate whose weights all stay 8-bit: the weights check of the
     techniques stage being a candidate is what it bisects from."""
 
-    def _best(self, earlier: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    def _best(self, earlier: Sequence[TrialRecord]) -> TrialRecord | None:
         assert self.context is not None
         return best_unpromoted(earlier, _higher(self.context))
 
-    def _blocks(self, record: Mapping[str, Any]) -> bool:
-        options = (record.get("settings") or {}).get(KEY)
+    def _blocks(self, record: TrialRecord) -> bool:
+        options = (record.settings or {}).get(KEY)
         weights = isinstance(options, Mapping) and bool(options.get("promote_weights"))
         return is_candidate(record) and not (self.promote_weights and weights)
 
@@ -298,12 +298,12 @@ class CombinedPhase(BuiltPhase):
         self.techniques = techniques
 
     def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
-        by_key = {r.get("key"): r for r in _ok(context.records)}
+        by_key = {r.key: r for r in _ok(context.records)}
         higher = _higher(context)
         out: list[dict[str, Any]] = []
         for base in self.techniques.bases:
             base_record = by_key.get(_key(base))
-            helping: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+            helping: dict[str, tuple[TrialRecord, dict[str, Any]]] = {}
             for delta in self.techniques.deltas:
                 record = by_key.get(_key(merge_settings(base, delta)))
                 if record is None or base_record is None or not _beats(record, base_record, higher):
@@ -325,10 +325,10 @@ def _key(settings: Mapping[str, Any]) -> str:
     return settings_key(dict(settings))
 
 
-def _beats(record: Mapping[str, Any], base: Mapping[str, Any], higher: bool) -> bool:
+def _beats(record: TrialRecord, base: TrialRecord, higher: bool) -> bool:
     """Whether a technique's trial improved on its base: a better metric (a candidate where
     the base is none counts, as :func:`better` ranks it)."""
-    metric, base_metric = record.get("metric"), base.get("metric")
+    metric, base_metric = record.metric, base.metric
     if not isinstance(metric, (int, float)) or not isinstance(base_metric, (int, float)):
         return False
     if is_candidate(record) != is_candidate(base):
@@ -359,12 +359,12 @@ class FinetunePhase(BuiltPhase):
         earlier = records_before(context.records, self.index)
         if _fully_quantized_found(earlier, "stage fine_tuning"):
             return None
-        records = [r for r in _ok(earlier) if not r["settings"].get("include_fast_ft")]
+        records = [r for r in _ok(earlier) if not r.settings.get("include_fast_ft")]
         # Only bases that can fine-tune (not a dynamic-quantization setting: no QDQ graph).
-        tunable = [r for r in records if self._tunable(r["settings"], context)]
+        tunable = [r for r in records if self._tunable(r.settings, context)]
         bases = best_records(tunable, TOP_K, _higher(context))
         if not bases:
-            why = self._refusal(order(records)[0]["settings"], context) if records else None
+            why = self._refusal(order(records)[0].settings, context) if records else None
             _logger.info(
                 "stage fine_tuning skipped: none of the %d finished settings can be fine-tuned%s",
                 len(records),
@@ -377,7 +377,7 @@ class FinetunePhase(BuiltPhase):
             len(self.deltas),
             len(bases),
         )
-        return [merge_settings(dict(b["settings"]), d) for b in bases for d in self.deltas]
+        return [merge_settings(dict(b.settings), d) for b in bases for d in self.deltas]
 
     def _refusal(self, settings: Mapping[str, Any], context: StrategyContext) -> str | None:
         """Why no fine-tuning setting can run on ``settings`` (the first delta's reason),
@@ -396,7 +396,7 @@ class FinetunePhase(BuiltPhase):
             if base is None:
                 continue
             for record in context.records:
-                matched = base.match(record.get("settings"))
+                matched = base.match(record.settings)
                 if matched is None or matched[0] < ALL or matched[1] or is_candidate(record):
                     continue
                 what = "and its node's weight " if base.promote_weights else ""
@@ -409,7 +409,7 @@ class FinetunePhase(BuiltPhase):
                     "reachability: with every ranked activation tensor %sat 16 bits the metric "
                     "is %s (%d tensors), which misses the tolerance: %s",
                     what,
-                    record.get("metric"),
+                    record.metric,
                     extra_count(record, "ranked") or 0,
                     rest,
                 )
@@ -426,8 +426,11 @@ class TunedMixedPhase(FallbackPhase):
 
         earlier = records_before(self.context.records, self.index)
         best = best_record(earlier, _higher(self.context))
-        settings = (best or {}).get("settings") or {}
-        if best is None or not settings.get("include_fast_ft") or not is_candidate(best):
+        if (
+            best is None
+            or not (best.settings or {}).get("include_fast_ft")
+            or not is_candidate(best)
+        ):
             _logger.info("stage fine_tuned_mixed_precision skipped: no fine-tuned candidate")
             return False
         return super()._init()

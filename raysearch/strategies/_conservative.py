@@ -73,7 +73,7 @@ class ConservativePhase(RecordReader, Phase):
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         for record in self._new_records():
-            self.candidates[str(record.get("key"))] = is_candidate(record)
+            self.candidates[str(record.key)] = is_candidate(record)
         while self.base is not None and self.position < len(self.ops):
             op = self.ops[self.position]
             settings = {**self.base, "op_types_to_quantize": [*self.accepted, op]}

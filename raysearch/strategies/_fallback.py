@@ -79,6 +79,7 @@ from raysearch.strategies._setting_phase import (
     setting_refusal,
 )
 from raysearch.strategies.samplers import sampler_strategy
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "ALL",
@@ -324,7 +325,7 @@ class FallbackPhase(RecordReader, Phase):
                     "(trial %s, the best, cannot: %s)",
                     self._name,
                     len(earlier),
-                    best.get("trial_id"),
+                    best.trial_id,
                     refusal,
                 )
                 return False
@@ -332,18 +333,18 @@ class FallbackPhase(RecordReader, Phase):
                 "stage %s: trial %s (metric %s), the best, cannot promote tensors (%s); "
                 "trial %s is the best that can",
                 self._name,
-                best.get("trial_id"),
-                best.get("metric"),
+                best.trial_id,
+                best.metric,
                 refusal,
-                chosen.get("trial_id"),
+                chosen.trial_id,
             )
             best, base = chosen, self._base_of(chosen)
         self.base = base
         promote_to, rank_by, weights = base.promote_to, base.rank_by, base.promote_weights
         _logger.info(
             "fallback: from trial %s (metric %s), promoting to %s%s ranked by %s",
-            best.get("trial_id"),
-            best.get("metric"),
+            best.trial_id,
+            best.metric,
             promote_to,
             " with their nodes' weights" if weights else "",
             rank_by,
@@ -355,10 +356,10 @@ class FallbackPhase(RecordReader, Phase):
         """The stage's name in the log (a staged strategy's, else ``fallback``)."""
         return str(getattr(self, "stage", None) or "fallback")
 
-    def _base_of(self, record: Mapping[str, Any]) -> Base:
+    def _base_of(self, record: TrialRecord) -> Base:
         """The base of ``record``: its settings without mixed precision, and the promotion
         and ranking to use (its own unless ``force``)."""
-        settings = dict(record.get("settings") or {})
+        settings = dict(record.settings or {})
         own = settings.pop(KEY, None)
         own = own if isinstance(own, Mapping) and not self.force else {}
         promote_to = str(own.get("promote_to") or self.defaults[0])
@@ -366,27 +367,27 @@ class FallbackPhase(RecordReader, Phase):
         weights = bool(own.get("promote_weights", self.promote_weights))
         return Base(settings, promote_to, rank_by, weights and promote_to != "float")
 
-    def _promotable(self, record: Mapping[str, Any]) -> bool:
+    def _promotable(self, record: TrialRecord) -> bool:
         """Whether ``record`` is a finished setting whose base can promote tensors."""
-        if record.get("status") != "ok" or not record.get("settings"):
+        if not record.ok or not record.settings:
             return False
         return setting_refusal(self._base_of(record).with_k(ALL), self.context) is None
 
-    def _best(self, earlier: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    def _best(self, earlier: Sequence[TrialRecord]) -> TrialRecord | None:
         """The record to fall back from: the best of ``earlier``."""
         from raysearch.ranking import best_record
 
         assert self.context is not None
         return best_record(earlier, self.context.mode == "max")
 
-    def _blocks(self, record: Mapping[str, Any]) -> bool:
+    def _blocks(self, record: TrialRecord) -> bool:
         """Whether ``record`` skips the phase when ``only_without_candidate``: a candidate."""
         return is_candidate(record)
 
     def _absorb(self) -> None:
         assert self.base is not None
         for record in self._new_records():
-            matched = self.base.match(record.get("settings"))
+            matched = self.base.match(record.settings)
             if matched is None or matched[1]:
                 continue
             k = matched[0]
@@ -394,7 +395,7 @@ class FallbackPhase(RecordReader, Phase):
             # its metric met the tolerance is what the bisection needs to know. A record of
             # an earlier phase (a reachability check, phase A's own promotions) was known
             # before the first round.
-            given = int(record.get("phase") or 0) != self.index
+            given = int(record.phase or 0) != self.index
             self.bisection.record(
                 k, meets_tolerance(record), extra_count(record, "ranked"), given=given
             )
@@ -461,9 +462,9 @@ class RevertPhase(RecordReader, Phase):
         base = self.fallback.base
         assert base is not None
         for record in self._new_records():
-            matched = base.match(record.get("settings"))
+            matched = base.match(record.settings)
             if matched is not None and matched[0] == self.k and matched[1]:
-                self.results[matched[1]] = (is_candidate(record), record.get("metric"))
+                self.results[matched[1]] = (is_candidate(record), record.metric)
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         if self.finished:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from raysearch.errors import ConfigError, canonical_name, suggest
+from raysearch.trialrecord import TrialRecord
 from raysearch.usercode import note_plugin
 
 if TYPE_CHECKING:
@@ -279,10 +280,8 @@ class StrategyContext:
             ``expand_spaces``).
         max_trials: ``stop.iteration_limit`` (None: no limit).
         model: the float model's :class:`ModelFacts`.
-        records: every finished trial so far (journal records: ``trial_id``, ``number``,
-            ``key``, ``params``, ``settings``, ``metric``, ``objective``, ``status``,
-            ``is_candidate``, ``phase``, ``stage``), in the order they finished, kept up to
-            date by the search.
+        records: every finished trial's :class:`~raysearch.trialrecord.TrialRecord` so far,
+            in the order they finished, kept up to date by the search.
         concurrent: how many trials run at once.
         objectives: the config's ``objectives``.
         sampler: an Optuna sampler given from Python as ``search_algo``, else None.
@@ -295,7 +294,7 @@ class StrategyContext:
     reject: Reject | None = None
     max_trials: int | None = None
     model: ModelFacts = field(default_factory=ModelFacts)
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[TrialRecord] = field(default_factory=list)
     #: How many trials run at once (the search's slots): samplers fit their proposals to it.
     concurrent: int = 1
     #: The config's ``objectives`` (``metric``, ``latency_ms``, ``model_size_mb``): with
@@ -309,17 +308,16 @@ class StrategyContext:
     #: The largest model a candidate may be, in bytes (``size_budget``; None: no bound).
     size_budget_bytes: int | None = None
 
-    def best(self) -> dict[str, Any] | None:
+    def best(self) -> TrialRecord | None:
         """The best finished record so far by :func:`raysearch.ranking.better` (the most
         quantized candidate, else the best metric; the earliest started on a tie).
 
         Returns:
-            A copy of the record, or None when no record has a metric.
+            The record, or None when no record has a metric.
         """
         from raysearch.ranking import best_record
 
-        best = best_record(self.records, self.mode == "max")
-        return dict(best) if best is not None else None
+        return best_record(self.records, self.mode == "max")
 
 
 #: A strategy: the phases of a search, built from its context.

@@ -16,6 +16,7 @@ from raysearch.errors import InputError
 from raysearch.ranking import is_candidate
 from raysearch.space import SearchSpace, fixed_space
 from raysearch.strategies._registry import Proposal, StrategyContext
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "setting_space",
@@ -112,32 +113,26 @@ def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
     return Proposal.of(space, index, space.expand().points[0])
 
 
-def records_before(records: Sequence[Mapping[str, Any]], index: int) -> list[Mapping[str, Any]]:
+def records_before(records: Sequence[TrialRecord], index: int) -> list[TrialRecord]:
     """The records of the phases before the one at ``index`` (``phase`` below it). A phase
     that builds its settings from these only builds the same ones when a resumed search
     replays every record, its own included, into fresh phases."""
-    return [r for r in records if int(r.get("phase") or 0) < index]
+    return [r for r in records if int(r.phase or 0) < index]
 
 
-def meets_tolerance(record: Mapping[str, Any]) -> bool:
+def meets_tolerance(record: TrialRecord) -> bool:
     """Whether a finished record's metric is within the tolerance: a candidate, or a trial
     that quantizes nothing (never a candidate, see ``raysearch.trial``) whose metric met it
     (``extra.within_tolerance``). A bisection over promotions reads this: promoting
     everything to float quantizes nothing, and still says whether the tolerance can be met."""
     if is_candidate(record):
         return True
-    extra = record.get("extra")
-    return (
-        record.get("status") == "ok"
-        and isinstance(extra, Mapping)
-        and bool(extra.get("within_tolerance"))
-    )
+    return record.ok and bool(record.extra.get("within_tolerance"))
 
 
-def extra_count(record: Mapping[str, Any], name: str) -> int | None:
+def extra_count(record: TrialRecord, name: str) -> int | None:
     """The whole number ``extra[name]`` of a record (``promoted``, ``ranked``), or None."""
-    extra = record.get("extra")
-    value = extra.get(name) if isinstance(extra, Mapping) else None
+    value = record.extra.get(name)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

@@ -39,6 +39,7 @@ from raysearch.strategies._roles import (
     roles,
 )
 from raysearch.strategies._stages import DeferredPhase, calibration_phases, sub_phase
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["two_stage_strategy", "FinetuneStage", "stage_two_space"]
 
@@ -63,12 +64,12 @@ class FinetuneStage(DeferredPhase):
     stage = "fine_tuning"
 
     def make(self, context: StrategyContext) -> Phase | None:
-        earlier = [r for r in context.records if r.get("stage") == "calibration"]
+        earlier = [r for r in context.records if r.stage == "calibration"]
         best = best_record(earlier, context.mode == "max")
         if best is None:
             _logger.info("two_stage: stage 1 finished no trial; stage 2 skipped")
             return None
-        index = int(best.get("phase") or 0)
+        index = int(best.phase or 0)
         space = context.spaces[min(index, len(context.spaces) - 1)]
         why = _untunable(space, best, context)
         if finetuning_on(space) and why is not None:
@@ -81,26 +82,26 @@ class FinetuneStage(DeferredPhase):
                     "two_stage: stage 2 skipped: none of the %d settings of stage 1 can be "
                     "fine-tuned (trial %s, the best, cannot: %s)",
                     len(earlier),
-                    best.get("trial_id"),
+                    best.trial_id,
                     why,
                 )
                 return None
             _logger.info(
                 "two_stage: trial %s (metric %s), the best of stage 1, cannot be fine-tuned "
                 "(%s); trial %s is the best that can",
-                best.get("trial_id"),
-                best.get("metric"),
+                best.trial_id,
+                best.metric,
                 why,
-                chosen.get("trial_id"),
+                chosen.trial_id,
             )
             best = chosen
-            index = int(best.get("phase") or 0)
+            index = int(best.phase or 0)
             space = _space_of(best, context)
         if not finetuning_on(space):
             _logger.info(
                 "two_stage: the space of stage 1's best (trial %s) has no fine-tuning "
                 "(include_fast_ft: [true]); the search ends after stage 1",
-                best.get("trial_id"),
+                best.trial_id,
             )
             return None
         left = None
@@ -108,33 +109,31 @@ class FinetuneStage(DeferredPhase):
             left = max(0, context.max_trials - len(context.records))
             if left == 0:
                 return None
-        sub = stage_two_space(space, best.get("params") or {})
+        sub = stage_two_space(space, best.params or {})
         _logger.info(
             "two_stage: stage 2 fine-tunes around trial %s (metric %s)",
-            best.get("trial_id"),
-            best.get("metric"),
+            best.trial_id,
+            best.metric,
         )
         return sub_phase(context, sub, index, left, self.stage)
 
 
-def _space_of(record: Mapping[str, Any], context: StrategyContext) -> SearchSpace:
-    return context.spaces[min(int(record.get("phase") or 0), len(context.spaces) - 1)]
+def _space_of(record: TrialRecord, context: StrategyContext) -> SearchSpace:
+    return context.spaces[min(int(record.phase or 0), len(context.spaces) - 1)]
 
 
-def _untunable(
-    space: SearchSpace, record: Mapping[str, Any], context: StrategyContext
-) -> str | None:
+def _untunable(space: SearchSpace, record: TrialRecord, context: StrategyContext) -> str | None:
     """Why the stage-two space around ``record`` holds no fine-tuned setting (the validity
     rules strip the fine-tuning switch from it), None when it holds one (or has ranges)."""
     from raysearch.space.rules import RULES
 
     switches = finetuning_on(space)
-    sub = stage_two_space(space, record.get("params") or {})
+    sub = stage_two_space(space, record.params or {})
     if not switches or sub.has_ranges:
         return None
     if any(all(p.get(n) is True for n in switches) for p in sub.expand(context.reject).points):
         return None
-    point = {**complete_point(space, record.get("params") or {}), **switches}
+    point = {**complete_point(space, record.params or {}), **switches}
     said = []
     for rule in RULES:
         dropped = [k for k in rule(point) if k in switches]

@@ -86,6 +86,7 @@ from raysearch.strategies._registry import (
 )
 from raysearch.strategies._roles import complete_point
 from raysearch.strategies._stages import BuiltPhase, ListPhase, distinct_accepted, sub_phase
+from raysearch.trialrecord import TrialRecord
 
 __all__ = [
     "weight_only_strategy",
@@ -146,44 +147,42 @@ def promoted(base: Mapping[str, Any], ranked: Sequence[str], k: int) -> dict[str
     return {**_base(base), key: list(ranked[:k])}
 
 
-def base_record(
-    records: Sequence[Mapping[str, Any]], higher_is_better: bool
-) -> Mapping[str, Any] | None:
+def base_record(records: Sequence[TrialRecord], higher_is_better: bool) -> TrialRecord | None:
     """Among the finished records of :data:`BASE_STAGES` (those of :data:`SLOW_ALGORITHMS`
     only when there is no other) within :data:`SIZE_SLACK` of the smallest model, the one
     with the best metric (the earliest on a tie); None without one.
 
     Example:
-        >>> rows = [{"stage": "blocks", "status": "ok", "metric": m, "model_size_bytes": s,
-        ...          "trial_id": t} for t, m, s in [("a", 0.5, 100), ("b", 0.2, 105),
-        ...                                          ("c", 0.1, 200)]]
-        >>> base_record(rows, higher_is_better=False)["trial_id"]
+        >>> rows = [TrialRecord(stage="blocks", status="ok", metric=m, model_size_bytes=s,
+        ...                     trial_id=t) for t, m, s in [("a", 0.5, 100), ("b", 0.2, 105),
+        ...                                                 ("c", 0.1, 200)]]
+        >>> base_record(rows, higher_is_better=False).trial_id
         'b'
     """
     done = [
         r
         for r in records
-        if r.get("stage") in BASE_STAGES
-        and r.get("status") == "ok"
-        and _finite(r.get("metric"))
-        and r.get("model_size_bytes")
-        and not r.get("stopped_at_rung")
+        if r.stage in BASE_STAGES
+        and r.ok
+        and _finite(r.metric)
+        and r.model_size_bytes
+        and not r.stopped_at_rung
     ]
     if not done:
         return None
     # a base every later stage builds on decodes as fast as it can (SLOW_ALGORITHMS)
-    fast = [r for r in done if (r.get("settings") or {}).get("algorithm") not in SLOW_ALGORITHMS]
+    fast = [r for r in done if (r.settings or {}).get("algorithm") not in SLOW_ALGORITHMS]
     done = fast or done
-    smallest = min(float(r["model_size_bytes"]) for r in done)
-    small = [r for r in done if float(r["model_size_bytes"]) <= SIZE_SLACK * smallest]
+    smallest = min(float(r.model_size_bytes) for r in done)
+    small = [r for r in done if float(r.model_size_bytes) <= SIZE_SLACK * smallest]
     sign = -1.0 if higher_is_better else 1.0
     # min keeps the first of equal metrics: the trial started first, not the one that
     # finished first (the records' order).
-    return min(order(small), key=lambda r: sign * float(r["metric"]))
+    return min(order(small), key=lambda r: sign * float(r.metric))
 
 
 def ranking(
-    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
+    records: Sequence[TrialRecord], base: TrialRecord, higher_is_better: bool
 ) -> list[tuple[str, float]]:
     """The probes of ``base`` that finished, most sensitive first: ``(node, metric)``; of
     equal metrics, the probe started first first (not the one that finished first)."""
@@ -191,12 +190,12 @@ def ranking(
     wanted = _base(base)
     scored = []
     for r in order(records):
-        settings = r.get("settings") or {}
-        if r.get("stage") != PROBE_STAGE or _base(settings) != wanted:
+        settings = r.settings or {}
+        if r.stage != PROBE_STAGE or _base(settings) != wanted:
             continue
-        if r.get("status") != "ok" or not _finite(r.get("metric")):
+        if not r.ok or not _finite(r.metric):
             continue
-        scored.append((settings[key][0], float(r["metric"])))
+        scored.append((settings[key][0], float(r.metric)))
     # the worst metric first: lower is worse when higher is better
     return sorted(scored, key=lambda item: item[1] if higher_is_better else -item[1])
 
@@ -225,17 +224,15 @@ def by_gain_per_byte(
     return [node for node, _ in sorted(ranked, key=per_byte, reverse=True)]
 
 
-def reused_probes(records: Sequence[Mapping[str, Any]], base: Mapping[str, Any]) -> set[str]:
+def reused_probes(records: Sequence[TrialRecord], base: TrialRecord) -> set[str]:
     """The nodes whose probe of ``base`` an earlier search measured (``reused_from``: taken
     from the probe cache instead of run)."""
     key = "nodes_8bit" if _bits(base) == 8 else "nodes_4bit"
     wanted = _base(base)
     return {
-        (r.get("settings") or {})[key][0]
+        (r.settings or {})[key][0]
         for r in records
-        if r.get("stage") == PROBE_STAGE
-        and r.get("reused_from")
-        and _base(r.get("settings") or {}) == wanted
+        if r.stage == PROBE_STAGE and r.reused_from and _base(r.settings or {}) == wanted
     }
 
 
@@ -251,34 +248,34 @@ def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bo
 
 
 def menu(
-    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
+    records: Sequence[TrialRecord], base: TrialRecord, higher_is_better: bool
 ) -> list[NodeChoice]:
     """The choices the probes measure each node under, the base's first (see the module):
     the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
     front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
     decode step, not of :data:`SLOW_ALGORITHMS`: the most accurate, then those nearest
     halfway between it and the base in size; the base's at 8 bits."""
-    settings = base.get("settings") or {}
+    settings = base.settings or {}
     own = top_choice(settings)
     sign = -1.0 if higher_is_better else 1.0
-    decode = base.get("decode_latency_ms")
+    decode = base.decode_latency_ms
     rows = []
     for r in records:
-        other = r.get("settings") or {}
-        if r.get("stage") not in BASE_STAGES or r.get("status") != "ok":
+        other = r.settings or {}
+        if r.stage not in BASE_STAGES or not r.ok:
             continue
-        if not _finite(r.get("metric")) or not r.get("model_size_bytes") or names_nodes(other):
+        if not _finite(r.metric) or not r.model_size_bytes or names_nodes(other):
             continue
-        if r.get("stopped_at_rung") or not _same_but_choice(other, settings):
+        if r.stopped_at_rung or not _same_but_choice(other, settings):
             continue
-        slow = r.get("decode_latency_ms")
+        slow = r.decode_latency_ms
         if decode and slow and slow > MENU_DECODE_SLACK * decode:
             continue
         if other.get("algorithm") in SLOW_ALGORITHMS:
             continue
-        rows.append((float(r["model_size_bytes"]), sign * float(r["metric"]), top_choice(other)))
-    base_loss = sign * float(base["metric"])
-    base_size = float(base["model_size_bytes"])
+        rows.append((float(r.model_size_bytes), sign * float(r.metric), top_choice(other)))
+    base_loss = sign * float(base.metric)
+    base_size = float(base.model_size_bytes)
     # the front's settings more accurate than the base, the most accurate first
     better = sorted(
         (row for row in rows
@@ -310,7 +307,7 @@ def menu_probe(
 
 
 def probe_losses(
-    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], higher_is_better: bool
+    records: Sequence[TrialRecord], base: TrialRecord, higher_is_better: bool
 ) -> dict[str, dict[NodeChoice, float]]:
     """What each node's probes measured, by choice: the metric (negated when higher is
     better, so less is better), from the base's probes and the menu probes."""
@@ -319,10 +316,10 @@ def probe_losses(
     sign = -1.0 if higher_is_better else 1.0
     out: dict[str, dict[NodeChoice, float]] = {}
     for r in order(records):
-        settings = r.get("settings") or {}
-        if r.get("stage") != PROBE_STAGE or r.get("status") != "ok":
+        settings = r.settings or {}
+        if r.stage != PROBE_STAGE or not r.ok:
             continue
-        if not _finite(r.get("metric")):
+        if not _finite(r.metric):
             continue
         per_node = settings.get(_NODE_SETTINGS) or {}
         plain = {k: v for k, v in settings.items() if k != _NODE_SETTINGS}
@@ -339,15 +336,15 @@ def probe_losses(
                 continue
             node = settings[key][0]
             choice = own._replace(bits=8) if key == "nodes_8bit" else own
-        out.setdefault(node, {})[choice] = sign * float(r["metric"])
+        out.setdefault(node, {})[choice] = sign * float(r.metric)
     return out
 
 
-def decode_ratio(record: Mapping[str, Any]) -> float | None:
+def decode_ratio(record: TrialRecord) -> float | None:
     """A trial's decode step over the builder's int4's, the two timed in turn by the trial
     (``max_decode_latency: builder``); None when not timed so."""
-    anchor = (record.get("extra") or {}).get("builder_decode_latency_ms")
-    own = record.get("decode_latency_ms")
+    anchor = record.extra.get("builder_decode_latency_ms")
+    own = record.decode_latency_ms
     if not (_finite(anchor) and _finite(own)) or anchor <= 0:
         return None
     return float(own) / float(anchor)
@@ -362,16 +359,16 @@ def uniform_choice(settings: Mapping[str, Any], nodes: Sequence[str]) -> NodeCho
 
 
 def decode_ratios(
-    records: Sequence[Mapping[str, Any]], base: Mapping[str, Any], nodes: Sequence[str]
+    records: Sequence[TrialRecord], base: TrialRecord, nodes: Sequence[str]
 ) -> dict[NodeChoice, float]:
     """Each choice's decode step over the builder's (:func:`decode_ratio`, the median of the
     models that have every node at that choice and otherwise the base's settings)."""
-    settings = base.get("settings") or {}
+    settings = base.settings or {}
     seen: dict[NodeChoice, list[float]] = {}
     for r in records:
-        other = r.get("settings") or {}
+        other = r.settings or {}
         ratio = decode_ratio(r)
-        if r.get("status") != "ok" or ratio is None or not _same_but_choice(other, settings):
+        if not r.ok or ratio is None or not _same_but_choice(other, settings):
             continue
         choice = uniform_choice(other, nodes)
         if choice is not None:
@@ -387,11 +384,11 @@ def whole_model(
 
 
 def allocations(
-    context: StrategyContext, base: Mapping[str, Any], steps: int = LADDER_STEPS
+    context: StrategyContext, base: TrialRecord, steps: int = LADDER_STEPS
 ) -> list[tuple[float, dict[str, Any]]]:
     """The settings of an allocation stage with ``steps`` sizes between the ladder's
     smallest and largest, each with the size it is planned to have."""
-    settings = base.get("settings") or {}
+    settings = base.settings or {}
     weights = context.model.weights
     losses = probe_losses(context.records, settings, context.mode == "max")
     choices = menu(context.records, base, context.mode == "max")
@@ -403,7 +400,7 @@ def allocations(
         return []
     table = {n: {c: v for c, v in losses[n].items() if c in choices} for n in nodes}
     sizes = {n: {c: node_bytes(weights[n], c) for c in table[n]} for n in nodes}
-    rest = float(base["model_size_bytes"]) - sum(sizes[n][own] for n in nodes)
+    rest = float(base.model_size_bytes) - sum(sizes[n][own] for n in nodes)
     smallest = rest + sum(min(sizes[n].values()) for n in nodes)
     largest = rest + sum(max(sizes[n].values()) for n in nodes)
     named = [rest + sum(sizes[n].get(c, sizes[n][own]) for n in nodes) for c in choices]
@@ -457,15 +454,15 @@ class _Sensitivity(BuiltPhase):
                 "no setting finished" if base is None else "the model has no weight MatMul",
             )
             return None
-        settings = base.get("settings") or {}
+        settings = base.settings or {}
         # the menu's probes serve the allocation, which needs every weight's shape
         known = all(n in context.model.weights for n in nodes)
         choices = menu(context.records, base, context.mode == "max") if known else []
         _logger.info(
             "weight_only: probing %d weight MatMuls of trial %s (metric %s) under %s",
             len(nodes),
-            base.get("trial_id"),
-            base.get("metric"),
+            base.trial_id,
+            base.metric,
             ", ".join(c.label() for c in choices) or top_choice(settings).label(),
         )
         out = [probe(settings, nodes, node) for node in nodes]
@@ -496,7 +493,7 @@ class _Promotions(BuiltPhase):
         base = base_record(context.records, higher)
         if base is None:
             return None
-        settings = base.get("settings") or {}
+        settings = base.settings or {}
         ranked = ranking(context.records, settings, higher)
         if not ranked:
             _logger.info("weight_only: no probe finished; no promotions")

@@ -58,7 +58,7 @@ class RefinePhase(_ListPhase):
     def start(self, context: StrategyContext) -> None:
         self.records_at_start = len(context.records)
         best = context.best()
-        self.best_method = None if best is None else best["params"].get("calibrate_method")
+        self.best_method = None if best is None else best.params.get("calibrate_method")
         self.items = [
             (index, point)
             for index, point in _grid(context)

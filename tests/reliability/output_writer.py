@@ -31,20 +31,20 @@ HOLD = "RAYSEARCH_TEST_HOLD"
 _round = 0
 
 
-def records(n: int) -> list[dict[str, Any]]:
+def records(n: int) -> list[TrialRecord]:
     """``n`` records; the best one (the last) keeps the model ``models/m<n>.onnx``."""
     return [
-        {
-            "trial_id": f"t{i}",
-            "number": i,
-            "phase": 0,
-            "status": "ok",
-            "metric": 1.0 / i,
-            "is_candidate": 1.0 / i <= 0.3,  # L2 within the config's tolerance
-            "duration_s": 0.1 * i,
-            "params": {"calibrate_method": ["MinMax", "Percentile"][i % 2], "per_channel": i > 2},
-            "model_file": f"models/m{n}.onnx" if i == n else None,
-        }
+        TrialRecord(
+            trial_id=f"t{i}",
+            number=i,
+            phase=0,
+            status="ok",
+            metric=1.0 / i,
+            is_candidate=1.0 / i <= 0.3,  # L2 within the config's tolerance
+            duration_s=0.1 * i,
+            params={"calibrate_method": ["MinMax", "Percentile"][i % 2], "per_channel": i > 2},
+            model_file=f"models/m{n}.onnx" if i == n else None,
+        )
         for i in range(1, n + 1)
     ]
 

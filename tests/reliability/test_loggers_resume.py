@@ -43,7 +43,7 @@ def test_a_killed_search_resumed_logs_each_finished_trial_once(tmp_path: Path):
     assert 5 <= len(before) < LIMIT
 
     result = AutoSearch.resume(out)
-    ids = [r["trial_id"] for r in result.records]
+    ids = [r.trial_id for r in result.records]
     assert len(ids) == len(set(ids)) == LIMIT
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("killed").experiment_id

@@ -211,13 +211,13 @@ def test_run_and_overwrite_never_remove_files_raysearch_did_not_create(
     for name, text in mine.items():
         assert (out / name).read_text() == text, name
     journal = Journal(out / "journal.jsonl").load()
-    assert len(journal) == 2 and not {r["trial_id"] for r in journal} & {
-        r["trial_id"] for r in first.records
+    assert len(journal) == 2 and not {r.trial_id for r in journal} & {
+        r.trial_id for r in first.records
     }
     # raysearch's own files of the first search are gone or replaced.
-    assert not any((out / "candidates" / f"{r['trial_id']}.onnx").exists() for r in first.records)
+    assert not any((out / "candidates" / f"{r.trial_id}.onnx").exists() for r in first.records)
     assert json.loads((out / "summary.json").read_text())["best_trial_id"] in {
-        r["trial_id"] for r in journal
+        r.trial_id for r in journal
     }
 
 
@@ -246,7 +246,7 @@ def test_a_link_at_a_name_raysearch_writes_is_refused_and_never_followed(
     config["keep_candidates"] = True
     out = Path(config["output_dir"])
     first = AutoSearch(config).run(progress=False)  # stderr below holds the commands' only
-    trial = first.records[0]["trial_id"]
+    trial = first.records[0].trial_id
     outside = tmp_path / "outside"
     targets = {}
     for pattern, kind in LINKS.items():

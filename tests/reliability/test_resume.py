@@ -22,6 +22,7 @@ import yaml
 from raysearch.cli import main
 from raysearch.outputs import best_records
 from raysearch.search import AutoSearch
+from raysearch.trialrecord import TrialRecord
 from tests.reliability.helpers import (
     calls,
     journal,
@@ -117,9 +118,10 @@ def _check_resumed(
     # candidates/ holds the models of the best candidates of both sessions (keep_candidates,
     # 3 by default): the resume neither brought back one the first session removed nor lost
     # one of them.
-    top = best_records([r for r in after if r["is_candidate"]], 3, higher_is_better=True)
+    candidates = [TrialRecord.from_dict(r) for r in after if r["is_candidate"]]
+    top = best_records(candidates, 3, higher_is_better=True)
     kept = {r["trial_id"] for r in rows if (r["model_file"] or "").startswith("candidates/")}
-    assert kept == {r["trial_id"] for r in top}
+    assert kept == {r.trial_id for r in top}
     assert {p.stem for p in (out / "candidates").glob("*.onnx")} == kept
     # The stop condition counted the trials of both sessions, and the time of both (the
     # first one's up to its last journaled trial).

@@ -200,7 +200,7 @@ def test_the_optuna_study_holds_each_trials_metric_at_every_rung_it_reached(stra
     from raysearch.outputs import LiveStudy, export_study
     from raysearch.search.record.journal import Journal
 
-    records = {r["trial_id"]: r for r in Journal(straight / "journal.jsonl").load()}
+    records = {r.trial_id: r for r in Journal(straight / "journal.jsonl").load()}
     summary = json.loads((straight / "summary.json").read_text())
     exported = export_study(list(records.values()), summary, f"sqlite:///{tmp_path}/e.db", "e")
     live = LiveStudy(f"sqlite:///{tmp_path}/live.db", "live", summary)
@@ -210,12 +210,12 @@ def test_the_optuna_study_holds_each_trials_metric_at_every_rung_it_reached(stra
         assert len(study.trials) == SETTINGS
         for trial in study.trials:
             record = records[trial.user_attrs["trial_id"]]
-            last = record["rung"]
+            last = record.rung
             values = trial.intermediate_values
             # Every rung the trial reached, each the metric there, the last the trial's metric.
-            assert sorted(values) == list(range(last + 1)), (record["rung_scores"], values)
-            assert values[last] == pytest.approx(record["metric"])
-            for rung, score in enumerate(record["rung_scores"]):
+            assert sorted(values) == list(range(last + 1)), (record.rung_scores, values)
+            assert values[last] == pytest.approx(record.metric)
+            for rung, score in enumerate(record.rung_scores):
                 if score >= 1e299:  # ASHA's mark for a trial that could still be a candidate
                     protected += 1
                 else:  # ASHA ranks L2 negated

@@ -4,7 +4,6 @@ tensor, h4, loses the accuracy when quantized per tensor)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from raysearch.strategies import ModelFacts, StrategyContext, canonical_strategy
 from raysearch.strategies._conservative import op_order
 from raysearch.strategies._fallback import ALL, DONE, Bisection, search_budget
 from raysearch.strategies._setting_phase import setting_proposal, setting_space
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_outlier_model, outlier_data
 
 OUTLIER_SPACE = {"op_types_to_quantize": [["MatMul"]], "per_channel": [False]}
@@ -183,13 +183,13 @@ def _drive(
     stop_after: int | None = None,
     running: list[tuple[str, dict[str, Any]]] | None = None,
     newest_first: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[TrialRecord]:
     """Run ``searcher`` like Tune: up to ``slots`` trials at once, the oldest finishing first
     (``newest_first``: the one started last; ``running``: trials started before, still
     running; left there at ``stop_after``).
-    Returns ``{"trial_id", "key", "settings", "phase", ...result}`` per finished trial."""
+    Returns the record of each finished trial (its config and result)."""
     running = [] if running is None else running
-    finished: list[dict[str, Any]] = []
+    finished: list[TrialRecord] = []
     # Trial ids never repeat, also across a save and restore (running trials keep theirs).
     number = max([len(searcher.context.records) + 100, *(int(t[1:]) for t, _ in running)])
     while True:
@@ -205,8 +205,11 @@ def _drive(
         result = outcome(config["settings"])
         # A trial's record says it ended ok (what a candidate needs, ranking.is_candidate).
         trial = {"status": "ok", **result}
-        searcher.on_trial_complete(trial_id, {"metric": result["metric"], "trial": trial})
-        finished.append({"trial_id": trial_id, **config, **result})
+        objective = {"objective": result["metric"]}  # the sampler is told the metric itself
+        searcher.on_trial_complete(trial_id, {**result, **objective, "trial": trial})
+        finished.append(
+            TrialRecord.from_dict({"trial_id": trial_id, **config, **result, **objective})
+        )
 
 
 def _context(space: dict[str, Any], **overrides: Any) -> StrategyContext:
@@ -215,21 +218,21 @@ def _context(space: dict[str, Any], **overrides: Any) -> StrategyContext:
 
 
 def _fallback_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [t for t in trials if t["phase"] == 1]
+    return [t for t in trials if t.phase == 1]
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3])
 def test_fallback_phases_find_k_1_on_the_outlier_outcomes(slots):
     searcher = SettingSearcher.from_strategy("Fallback", _context(OUTLIER_SPACE))
     trials = _drive(searcher, _outlier_outcome, slots)
-    assert trials[0]["phase"] == 0 and "mixed_precision" not in trials[0]["settings"]
+    assert trials[0].phase == 0 and "mixed_precision" not in trials[0].settings
     fallback = _fallback_trials(trials)
-    assert fallback[0]["settings"]["mixed_precision"]["top_k"] == ALL
+    assert fallback[0].settings["mixed_precision"]["top_k"] == ALL
     assert len(fallback) <= math.ceil(math.log2(RANKED)) + 2
     phase = searcher.phases[1]
     assert phase.found == 1
-    assert {t["phase"] for t in trials} <= {0, 1}  # k = 1: no revert pass
-    assert len({t["key"] for t in trials}) == len(trials)
+    assert {t.phase for t in trials} <= {0, 1}  # k = 1: no revert pass
+    assert len({t.key for t in trials}) == len(trials)
 
 
 def _two_needed(settings: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +253,7 @@ def test_the_revert_pass_demotes_each_rank_then_combines_those_that_held():
     searcher = SettingSearcher.from_strategy("Fallback", _context(OUTLIER_SPACE))
     trials = _drive(searcher, _two_needed, 2)
     assert searcher.phases[1].found == 3
-    revert = [t["settings"]["mixed_precision"] for t in trials if t["phase"] == 2]
+    revert = [t.settings["mixed_precision"] for t in trials if t.phase == 2]
     demoted = [sorted(k for k in m if k[5:].isdigit()) for m in revert]
     assert demoted == [["rank_1"], ["rank_2"], ["rank_3"]]  # only rank 2 held: no combination
     assert searcher.phases[2].chosen == frozenset({2})
@@ -267,8 +270,8 @@ def test_the_revert_pass_combines_two_demotions_that_held():
     searcher = SettingSearcher.from_strategy("Fallback", _context(OUTLIER_SPACE))
     trials = _drive(searcher, outcome, 3)
     assert searcher.phases[1].found == 4
-    last = trials[-1]["settings"]["mixed_precision"]
-    assert trials[-1]["phase"] == 2
+    last = trials[-1].settings["mixed_precision"]
+    assert trials[-1].phase == 2
     assert {k for k in last if k[5:].isdigit()} == {"rank_2", "rank_3", "rank_4"}
     assert searcher.phases[2].chosen == frozenset({2, 3, 4})
 
@@ -281,11 +284,11 @@ def test_a_resumed_fallback_search_runs_exactly_the_remaining_settings(cut):
     straight = _drive(fresh(), _two_needed, 1)
     assert len(straight) > cut
     # A new searcher (a resume without Tune's state) told the first ``cut`` records.
-    before = [{**t, "status": "ok"} for t in straight[:cut]]
+    before = [t.replace(status="ok") for t in straight[:cut]]
     resumed = fresh()
     resumed.add_finished(before)
     rest = _drive(resumed, _two_needed, 1)
-    assert [t["key"] for t in before + rest] == [t["key"] for t in straight]
+    assert [t.key for t in before + rest] == [t.key for t in straight]
 
 
 @pytest.mark.parametrize("cut", [2, 4, 6])
@@ -296,14 +299,14 @@ def test_a_fallback_search_cut_with_trials_running_resumes_from_its_journal(cut)
     def fresh() -> SettingSearcher:
         return SettingSearcher.from_strategy("Fallback", _context(OUTLIER_SPACE))
 
-    straight = [t["key"] for t in _drive(fresh(), _two_needed, 2)]
+    straight = [t.key for t in _drive(fresh(), _two_needed, 2)]
     running: list[tuple[str, dict[str, Any]]] = []
     before = _drive(fresh(), _two_needed, 2, stop_after=cut, running=running)
     assert running  # stopped with trials in flight
     resumed = fresh()
-    resumed.add_finished([{**t, "status": "ok"} for t in before])
+    resumed.add_finished([t.replace(status="ok") for t in before])
     rest = _drive(resumed, _two_needed, 2)
-    assert sorted(t["key"] for t in before + rest) == sorted(straight)
+    assert sorted(t.key for t in before + rest) == sorted(straight)
     assert resumed.phases[1].found == 3 and resumed.phases[2].chosen == frozenset({2})
 
 
@@ -317,7 +320,7 @@ def test_conservative_keeps_the_op_types_that_hold_the_tolerance():
 
     searcher = SettingSearcher.from_strategy("Conservative", context)
     trials = _drive(searcher, outcome, 2)
-    ops = [t["settings"]["op_types_to_quantize"] for t in trials]
+    ops = [t.settings["op_types_to_quantize"] for t in trials]
     assert ops == [
         ["MatMul"],
         ["MatMul", "Conv"],
@@ -325,7 +328,7 @@ def test_conservative_keeps_the_op_types_that_hold_the_tolerance():
         ["MatMul", "Conv", "Relu", "Add"],
         ["MatMul", "Conv", "Relu", "Mul"],
     ]
-    assert all(t["settings"]["per_channel"] is False for t in trials)  # the first grid point
+    assert all(t.settings["per_channel"] is False for t in trials)  # the first grid point
     assert searcher.phases[0].accepted == ["MatMul", "Conv", "Relu", "Mul"]
     assert searcher.suggest("again") == "FINISHED"
 
@@ -353,9 +356,10 @@ def _outlier_config(make_config, outlier_files, **overrides: Any) -> dict[str, A
     )
 
 
-def _journal(out: Path) -> list[dict[str, Any]]:
-    lines = (out / "journal.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+def _journal(out: Path) -> list[TrialRecord]:
+    from raysearch.search.record.journal import Journal
+
+    return Journal(out / "journal.jsonl").load()
 
 
 @pytest.mark.slow
@@ -365,30 +369,30 @@ def test_fallback_finds_the_outlier_tensor_on_the_real_model(make_config, outlie
 
     result = AutoSearch(_outlier_config(make_config, outlier_files, search_algo="Fallback")).run()
     records = _journal(result.output_dir)
-    assert all(r["status"] == "ok" for r in records)
-    assert len({r["key"] for r in records}) == len(records)
-    (base,) = [r for r in records if r["phase"] == 0]
-    assert not base["is_candidate"] and base["metric"] < 0.5
+    assert all(r.status == "ok" for r in records)
+    assert len({r.key for r in records}) == len(records)
+    (base,) = [r for r in records if r.phase == 0]
+    assert not base.is_candidate and base.metric < 0.5
     # Alone at first: the searcher opened the start barrier; the actor was not held until
     # the barrier's timeout for a second one that Tune never starts.
-    assert base["actor_wait_timed_out"] is False
-    fallback = [r for r in records if r["phase"] == 1]
-    first = min(fallback, key=lambda r: r["number"])
-    assert first["settings"]["mixed_precision"]["top_k"] == ALL
-    n = int(first["extra"]["ranked"])
+    assert base.actor_wait_timed_out is False
+    fallback = [r for r in records if r.phase == 1]
+    first = min(fallback, key=lambda r: r.number)
+    assert first.settings["mixed_precision"]["top_k"] == ALL
+    n = int(first.extra["ranked"])
     assert n == RANKED
     assert len(fallback) <= math.ceil(math.log2(n)) + 2
     smallest = min(
-        (r for r in fallback if r["is_candidate"]),
-        key=lambda r: r["settings"]["mixed_precision"]["top_k"],
+        (r for r in fallback if r.is_candidate),
+        key=lambda r: r.settings["mixed_precision"]["top_k"],
     )
-    assert smallest["settings"]["mixed_precision"] == {
+    assert smallest.settings["mixed_precision"] == {
         "top_k": 1,
         "promote_to": "float",
         "rank_by": "sqnr",
     }
-    assert smallest["extra"]["promoted"] == 1 and smallest["metric"] > 0.995
-    assert not [r for r in records if r["phase"] == 2]  # k = 1: no revert pass
+    assert smallest.extra["promoted"] == 1 and smallest.metric > 0.995
+    assert not [r for r in records if r.phase == 2]  # k = 1: no revert pass
 
 
 @pytest.mark.slow
@@ -399,11 +403,11 @@ def test_conservative_leaves_the_outlier_matmuls_in_float(make_config, outlier_f
     config = _outlier_config(make_config, outlier_files, search_algo="Conservative")
     result = AutoSearch(config).run()
     records = _journal(result.output_dir)
-    assert [r["settings"]["op_types_to_quantize"] for r in records] == [["MatMul"]]
-    assert not records[0]["is_candidate"]
+    assert [r.settings["op_types_to_quantize"] for r in records] == [["MatMul"]]
+    assert not records[0].is_candidate
     # One trial at a time: the searcher opened the start barrier, and the one actor did not
     # wait out its timeout for a second one that Tune never starts.
-    assert records[0]["actor_wait_timed_out"] is False
+    assert records[0].actor_wait_timed_out is False
 
 
 @pytest.mark.slow
@@ -416,9 +420,9 @@ def test_conservative_on_the_mlp_keeps_what_holds_the_tolerance(make_config):
     )
     records = _journal(AutoSearch(config).run().output_dir)
     accepted: list[str] = []
-    for record in sorted(records, key=lambda r: r["number"]):
-        ops = record["settings"]["op_types_to_quantize"]
+    for record in sorted(records, key=lambda r: r.number):
+        ops = record.settings["op_types_to_quantize"]
         assert ops[:-1] == accepted
-        if record["is_candidate"]:
+        if record.is_candidate:
             accepted = ops
-    assert records and records[0]["settings"]["op_types_to_quantize"] == ["MatMul"]
+    assert records and records[0].settings["op_types_to_quantize"] == ["MatMul"]

@@ -24,9 +24,9 @@ def sequence(make_config, tmp_path, name: str, seed: int) -> list[tuple]:
         output_dir=str(tmp_path / name),
     )
     result = AutoSearch(config).run()
-    rows = sorted(result.records, key=lambda r: r["number"])
-    assert len(rows) == 7 and all(r["status"] == "ok" for r in rows)
-    return [tuple(sorted((k, repr(v)) for k, v in r["params"].items())) for r in rows]
+    rows = sorted(result.records, key=lambda r: r.number)
+    assert len(rows) == 7 and all(r.status == "ok" for r in rows)
+    return [tuple(sorted((k, repr(v)) for k, v in r.params.items())) for r in rows]
 
 
 def test_a_configured_tpe_sampler_runs_twice_with_identical_trial_sequences(make_config, tmp_path):

@@ -124,7 +124,7 @@ def test_pareto_front_and_select_size(pareto_search, browser):  # noqa: F811
         for r in records
     ]
     again = pareto_front(records, ["metric", "latency_ms", "model_size_mb"], False)
-    assert [r["trial_id"] for r in again] == summary["pareto_trial_ids"]
+    assert [r.trial_id for r in again] == summary["pareto_trial_ids"]
 
     # report.html of the multi-objective search: offline, clean, its front drawn, every trial.
     page = _page(browser, out / "report.html")
@@ -146,7 +146,7 @@ def test_the_optuna_study_live_and_exported_has_a_direction_per_objective_and_th
     exported = export_study(records, summary, f"sqlite:///{tmp_path / 'e.db'}", "e")
     # Live: each trial as it ended, with the latency it measured in the search.
     live = optuna.load_study(study_name=default_study_name(out, search_id(out)), storage=storage)
-    in_search = {r["trial_id"] for r in pareto_front(records, summary["objectives"], False)}
+    in_search = {r.trial_id for r in pareto_front(records, summary["objectives"], False)}
     for study, front in ((exported, pareto), (live, in_search)):
         assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 3
         assert study.metric_names == ["L2", "latency_ms", "model_size_mb"]

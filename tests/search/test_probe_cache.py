@@ -16,16 +16,17 @@ import numpy as np
 import pytest
 
 from raysearch.search.record.probe_cache import FOLDER, ProbeCache, content_key, enabled
+from raysearch.trialrecord import TrialRecord
 
 PROBE = {"quantizer": "weight_only", "bits": 4, "nodes_4bit": ["a"], "nodes_float": ["b"]}
-RECORD = {
-    "status": "ok",
-    "metric": 0.00125,
-    "extra": {"kl": 0.00125, "quantized_share": 0.5},
-    "model_size_bytes": 1234,
-    "device": "cpu",
-    "duration_s": 3.5,
-}
+RECORD = TrialRecord(
+    status="ok",
+    metric=0.00125,
+    extra={"kl": 0.00125, "quantized_share": 0.5},
+    model_size_bytes=1234,
+    device="cpu",
+    duration_s=3.5,
+)
 
 
 def _cache(folder: Path, model: str = "m1", **kwargs: Any) -> ProbeCache:
@@ -36,25 +37,25 @@ def test_a_kept_probe_is_reused_under_its_key_only(tmp_path):
     assert _cache(tmp_path).store(PROBE, RECORD, "t7")
     found = _cache(tmp_path).lookup(PROBE)
     assert found is not None
-    assert found["metric"] == RECORD["metric"] and found["model_size_bytes"] == 1234
-    assert found["reused_from"] == "first trial t7" and found["status"] == "ok"
-    assert found["duration_s"] == 0.0  # no trial ran for it
+    assert found.metric == RECORD.metric and found.model_size_bytes == 1234
+    assert found.reused_from == "first trial t7" and found.status == "ok"
+    assert found.duration_s == 0.0  # no trial ran for it
     # another model, another probe: nothing
     assert _cache(tmp_path, model="m2").lookup(PROBE) is None
     assert _cache(tmp_path).lookup({**PROBE, "nodes_4bit": ["b"], "nodes_float": ["a"]}) is None
     # the first result kept stays
-    assert not _cache(tmp_path).store(PROBE, {**RECORD, "metric": 9.0}, "t8")
-    assert _cache(tmp_path).lookup(PROBE)["metric"] == RECORD["metric"]
+    assert not _cache(tmp_path).store(PROBE, RECORD.replace(metric=9.0), "t8")
+    assert _cache(tmp_path).lookup(PROBE).metric == RECORD.metric
 
 
 def test_what_is_not_a_complete_probe_on_this_device_is_not_kept(tmp_path):
     cache = _cache(tmp_path)
-    assert not cache.store(PROBE, {**RECORD, "stopped_at_rung": 0}, "t1")
-    assert not cache.store(PROBE, {**RECORD, "status": "failed", "metric": None}, "t1")
-    assert not cache.store(PROBE, {**RECORD, "device": "cuda:0"}, "t1")
-    assert not cache.store(PROBE, {**RECORD, "reused_from": "x trial y"}, "t1")
+    assert not cache.store(PROBE, RECORD.replace(stopped_at_rung=0), "t1")
+    assert not cache.store(PROBE, RECORD.replace(status="failed", metric=None), "t1")
+    assert not cache.store(PROBE, RECORD.replace(device="cuda:0"), "t1")
+    assert not cache.store(PROBE, RECORD.replace(reused_from="x trial y"), "t1")
     assert list(tmp_path.iterdir()) == []
-    assert _cache(tmp_path, device="cuda").store(PROBE, {**RECORD, "device": "cuda:0"}, "t1")
+    assert _cache(tmp_path, device="cuda").store(PROBE, RECORD.replace(device="cuda:0"), "t1")
 
 
 def test_a_damaged_or_foreign_entry_is_ignored_and_removed(tmp_path):
@@ -82,13 +83,13 @@ def test_a_damaged_or_foreign_entry_is_ignored_and_removed(tmp_path):
 
 def test_candidacy_is_decided_again_by_this_search():
     folder = tempfile.mkdtemp()
-    _cache(Path(folder)).store(PROBE, {**RECORD, "is_candidate": True}, "t1")
+    _cache(Path(folder)).store(PROBE, RECORD.replace(is_candidate=True), "t1")
 
     def strict(metric: float, share: float | None) -> tuple[bool, dict[str, float], float]:
         return metric <= 0.001, {}, metric
 
     found = _cache(Path(folder), decide=strict).lookup(PROBE)
-    assert found is not None and found["is_candidate"] is False
+    assert found is not None and found.is_candidate is False
 
 
 def test_the_key_names_model_data_metric_device_and_versions(tmp_path):
@@ -234,27 +235,27 @@ def test_a_scripted_search_reuses_every_probe_and_its_resume_runs_none_again(tmp
     _session(tmp_path / "first", "first", cache)
     first = _drive(searcher("first"), _lm, slots=2)
     release("first")
-    probes = [t for t in first if t["stage"] == "sensitivity"]
+    probes = [t for t in first if t.stage == "sensitivity"]
     assert len(probes) == 6 and cache.kept == 6
 
     session = _session(tmp_path / "second", "second", cache)
     second = _drive(searcher("second"), _lm, slots=2)
     release("second")
-    assert not [t for t in second if t["stage"] == "sensitivity"]  # no probe ran
+    assert not [t for t in second if t.stage == "sensitivity"]  # no probe ran
     journaled = session.recorder.records
     assert len(journaled) == 6 and cache.reused == 6
-    assert {r["key"] for r in journaled} == {t["key"] for t in probes}
-    assert all(r["trial_id"].startswith("reused_") and r["reused_from"] for r in journaled)
-    promotions = [t["settings"] for t in first if t["stage"] == "promotions"]
-    assert [t["settings"] for t in second if t["stage"] == "promotions"] == promotions
+    assert {r.key for r in journaled} == {t.key for t in probes}
+    assert all(r.trial_id.startswith("reused_") and r.reused_from for r in journaled)
+    promotions = [t.settings for t in first if t.stage == "promotions"]
+    assert [t.settings for t in second if t.stage == "promotions"] == promotions
 
     # resumed after its first promotion, with the cache off: nothing reruns but what is left
-    ran = [{**t, "status": "ok"} for t in second]
-    cut = next(i for i, t in enumerate(ran) if t["stage"] == "promotions") + 1
-    before = sorted([*journaled, *ran[:cut]], key=lambda r: r["number"])
+    ran = [t.replace(status="ok") for t in second]
+    cut = next(i for i, t in enumerate(ran) if t.stage == "promotions") + 1
+    before = sorted([*journaled, *ran[:cut]], key=lambda r: r.number)
     _session(tmp_path / "resumed", "resumed", None)
     resumed = searcher("resumed")
     resumed.add_finished(before)
     rest = _drive(resumed, _lm, slots=1)
     release("resumed")
-    assert [t["key"] for t in rest] == [t["key"] for t in ran[cut:]]
+    assert [t.key for t in rest] == [t.key for t in ran[cut:]]

@@ -149,7 +149,8 @@ def test_a_sensitivity_probe_is_never_the_lines_best_nor_a_candidate():
     for trial_id, metric, stage in (("a", 0.0015, "blocks"), ("b", 0.0006, "sensitivity")):
         trial = SimpleNamespace(trial_id=trial_id)
         progress.on_trial_start(iteration=0, trials=[], trial=trial)
-        record = {"status": "ok", "is_candidate": True, "stage": stage}
+        # as the trainable reports it: a probe is never a candidate
+        record = {"status": "ok", "is_candidate": stage != "sensitivity", "stage": stage}
         progress.on_trial_result(
             iteration=0, trials=[], trial=trial, result={"metric": metric, "trial": record}
         )

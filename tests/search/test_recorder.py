@@ -34,9 +34,9 @@ def test_on_a_tie_the_model_kept_is_the_best_records_whichever_ends_first(tmp_pa
         record = TrialRecord(status="ok", metric=0.99, model_path=str(path))
         recorder.record(_trial(trial_id, number), record)
     best = best_record(recorder.records, higher_is_better=True)
-    assert best is not None and best["trial_id"] == "first"
-    assert best["model_file"] == "kept/first.onnx" and (out / best["model_file"]).is_file()
-    assert recorder.best is not None and recorder.best["trial_id"] == "first"
+    assert best is not None and best.trial_id == "first"
+    assert best.model_file == "kept/first.onnx" and (out / best.model_file).is_file()
+    assert recorder.best is not None and recorder.best.trial_id == "first"
     # The other's model is gone: one kept model, the best one.
     assert sorted(p.name for p in (out / "kept").iterdir()) == ["first.onnx"]
     assert not list(trials.iterdir())
@@ -75,8 +75,8 @@ def _files(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.onnx")) if folder.is_dir() else []
 
 
-def _model_files(records: list[dict]) -> dict[str, str | None]:
-    return {r["trial_id"]: r["model_file"] for r in records}
+def _model_files(records: list[TrialRecord]) -> dict[str, str | None]:
+    return {r.trial_id: r.model_file for r in records}
 
 
 def test_keep_candidates_keeps_the_best_models_and_a_resumed_recorder_the_same(tmp_path: Path):
@@ -96,13 +96,13 @@ def test_keep_candidates_keeps_the_best_models_and_a_resumed_recorder_the_same(t
         "t3": "candidates/t3.onnx",
         "t4": None,
     }
-    assert recorder.best is not None and recorder.best["trial_id"] == "t2"
+    assert recorder.best is not None and recorder.best.trial_id == "t2"
     assert not (out / "kept").exists() and not list((out / "trials_tmp").iterdir())
     # Every candidate stays in the journal, with its settings and metric.
     journal.close()
     prior = Journal(out / "journal.jsonl").load()
-    assert [(r["trial_id"], r["metric"], r["params"]) for r in prior] == [
-        (r["trial_id"], r["metric"], r["params"]) for r in recorder.records
+    assert [(r.trial_id, r.metric, r.params) for r in prior] == [
+        (r.trial_id, r.metric, r.params) for r in recorder.records
     ]
 
     # A session killed after t3's journal line, before t1's model was deleted, left it there:
@@ -113,7 +113,7 @@ def test_keep_candidates_keeps_the_best_models_and_a_resumed_recorder_the_same(t
     )
     assert _files(out / "candidates") == ["t2", "t3"]
     assert _model_files(resumed.records) == _model_files(recorder.records)
-    assert resumed.best is not None and resumed.best["trial_id"] == "t2"
+    assert resumed.best is not None and resumed.best.trial_id == "t2"
     # A better candidate after the resume pushes out the worst kept one, not the best.
     _candidate(resumed, model, "t5", 5, 0.995)
     assert _files(out / "candidates") == ["t2", "t5"]

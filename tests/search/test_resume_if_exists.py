@@ -42,7 +42,7 @@ def _quark_config(tmp_path, n_trials: int) -> dict:
 
 def _trials(records) -> dict[str, tuple]:
     """Each trial by its id: its setting and when it ended (a trial run again would differ)."""
-    return {r["trial_id"]: (r["key"], r["elapsed_s"], r["metric"]) for r in records}
+    return {r.trial_id: (r.key, r.elapsed_s, r.metric) for r in records}
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from raysearch.config import SearchConfig
 from raysearch.data import DataSource
 from raysearch.ranking import best_record
 from raysearch.search._retime import ROUNDS, RUNS, retime, slower_than_float_note
+from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model, mlp_data
 
 
@@ -43,17 +44,17 @@ def searched(tmp_path: Path) -> dict:
         path = tmp_path / "out" / "candidates" / f"{trial}.onnx"
         quantize_dynamic(str(model), str(path), per_channel=per_channel)
         records.append(
-            {
-                "trial_id": trial,
-                "trial_index": n,
-                "status": "ok",
-                "metric": 0.01 + n * 0.001,
-                "is_candidate": True,
-                "latency_ms": 900.0 + n,  # timed under contention
-                "model_size_bytes": path.stat().st_size,
-                "model_file": f"candidates/{trial}.onnx",
-                "params": {"per_channel": per_channel},
-            }
+            TrialRecord(
+                trial_id=trial,
+                number=n,
+                status="ok",
+                metric=0.01 + n * 0.001,
+                is_candidate=True,
+                latency_ms=900.0 + n,  # timed under contention
+                model_size_bytes=path.stat().st_size,
+                model_file=f"candidates/{trial}.onnx",
+                params={"per_channel": per_channel},
+            )
         )
     return {"model": model, "folder": tmp_path, "records": records}
 
@@ -101,10 +102,9 @@ def test_the_models_that_count_are_timed_again_alone_with_their_spread(searched,
         if name != "float":
             assert figures["in_search_ms"] == 900.0 + int(name[-1]) - 1
     assert retimed.float_latency_ms == how["models"]["float"]["median_ms"]
-    by_id = {r["trial_id"]: r for r in retimed.records}
+    by_id = {r.trial_id: r for r in retimed.records}
     for trial in timed - {"float"}:
-        assert by_id[trial]["latency_ms"] == how["models"][trial]["median_ms"]
-        assert by_id[trial]["latency_ms_in_search"] == how["models"][trial]["in_search_ms"]
+        assert by_id[trial].latency_ms == how["models"][trial]["median_ms"]
     best = (
         "aaaa0001"
         if select == "metric"
@@ -114,7 +114,7 @@ def test_the_models_that_count_are_timed_again_alone_with_their_spread(searched,
         how["models"][best]["median_ms"] / how["models"]["float"]["median_ms"], 4
     )
     # The journal's records are left as they were.
-    assert searched["records"][0]["latency_ms"] == 900.0
+    assert searched["records"][0].latency_ms == 900.0
 
 
 @pytest.mark.parametrize(
@@ -267,21 +267,21 @@ def decoder_searched(tmp_path_factory) -> dict:
         )
         assert result.status == "ok", result.error
         records.append(
-            {
-                "trial_id": trial,
-                "number": n,
-                "status": "ok",
-                "metric": 0.01 + n * 0.001,
-                "is_candidate": True,
-                "extra": {"quantized_share": 1.0},
+            TrialRecord(
+                trial_id=trial,
+                number=n,
+                status="ok",
+                metric=0.01 + n * 0.001,
+                is_candidate=True,
+                extra={"quantized_share": 1.0},
                 # timed under contention
-                "latency_ms": 900.0 + n,
-                "decode_latency_ms": 800.0 + n,
-                "prefill_latency_ms": 700.0 + n,
-                "model_size_bytes": result.model_size_bytes,
-                "model_file": f"candidates/{trial}.onnx",
-                "params": {"block_size": block},
-            }
+                latency_ms=900.0 + n,
+                decode_latency_ms=800.0 + n,
+                prefill_latency_ms=700.0 + n,
+                model_size_bytes=result.model_size_bytes,
+                model_file=f"candidates/{trial}.onnx",
+                params={"block_size": block},
+            )
         )
     return {"model": model, "folder": folder, "records": records, "data": data}
 
@@ -313,9 +313,10 @@ def test_a_decoders_decode_and_prefill_are_timed_again_alone_as_latency_is(
     )
     retimed = retime(config, config.output_dir, records, decoder_searched["data"], config.model)
     assert retimed is not None
-    by_id = {r["trial_id"]: r for r in retimed.records}
+    by_id = {r.trial_id: r for r in retimed.records}
+    journaled = {r.trial_id: r for r in records}
     # best/ by the config's select, with the figures timed alone
-    best = best_record(retimed.records, False, config.select)["trial_id"]
+    best = best_record(retimed.records, False, config.select).trial_id
     for figure, field in (
         ("latency_ms", "latency_retimed"),
         ("decode_latency_ms", "decode_latency_retimed"),
@@ -332,9 +333,9 @@ def test_a_decoders_decode_and_prefill_are_timed_again_alone_as_latency_is(
         for name, figures in how["models"].items():
             assert 0 < figures["min_ms"] <= figures["median_ms"] <= figures["max_ms"] < 700
             if name != "float":  # the trial's figure kept beside the one timed alone
-                assert by_id[name][figure] == figures["median_ms"]
-                assert by_id[name][f"{figure}_in_search"] == figures["in_search_ms"]
-    assert records[0]["decode_latency_ms"] == 800.0  # the journal's records as they were
+                assert getattr(by_id[name], figure) == figures["median_ms"]
+                assert getattr(journaled[name], figure) == figures["in_search_ms"]
+    assert records[0].decode_latency_ms == 800.0  # the journal's records as they were
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ def _run(scheduler, scores: dict[str, list[float]]) -> tuple[dict[str, int], lis
             if rung == len(values) - 1 or _report(scheduler, trial_id, rung, value) == "STOP":
                 break
         ended[trial_id] = len(kept) - 1
-        records.append({"trial_id": trial_id, "rung_scores": kept, "rung_ended_at": times})
+        records.append(TrialRecord(trial_id=trial_id, rung_scores=kept, rung_ended_at=times))
     return ended, records
 
 
@@ -117,7 +117,7 @@ def test_a_resumed_scheduler_decides_as_the_uninterrupted_one():
     _, records = _run(straight, first)
     expected, _ = _run(straight, later)
     resumed = RungScheduler(RUNGS)
-    assert resumed.seed(records) == sum(min(len(r["rung_scores"]), 2) for r in records)
+    assert resumed.seed(records) == sum(min(len(r.rung_scores), 2) for r in records)
     assert _run(resumed, later)[0] == expected
     # Without the journal's scores the decisions differ: the seed is what makes them equal.
     assert _run(RungScheduler(RUNGS), later)[0] != expected
@@ -136,12 +136,12 @@ def test_failed_results_are_not_ranked():
 def test_the_stopper_counts_a_trial_once_at_its_end_and_a_stopped_one_never_as_candidate():
     stopper = CandidateStopper(StopConfig(find_n_candidates=1), higher_is_better=True)
     # A rung before the last, even one within the tolerance on the rows seen, counts nothing.
-    within = {"status": "ok", "metric": 0.99, "is_candidate": True}
-    assert stopper("a", {**within, "done": False}) is False
+    within = TrialRecord(status="ok", metric=0.99, is_candidate=True)
+    assert stopper("a", {"trial": pack_record(within), "done": False}) is False
     assert stopper.n_finished == 0 and not stopper.stop_all()
-    stopper.observe("b", {**within, "stopped_at_rung": 0})
+    stopper.observe("b", within.replace(stopped_at_rung=0))
     assert stopper.n_finished == 1 and stopper.n_candidates == 0 and not stopper.stop_all()
-    stopper("a", {**within, "done": True})
+    stopper("a", {"trial": pack_record(within), "done": True})
     assert stopper.n_candidates == 1 and stopper.stop_all()
 
 
@@ -151,28 +151,27 @@ def test_the_searcher_is_told_a_stopped_trials_partial_result_and_never_takes_it
     for trial_id in ("full", "stopped"):
         assert isinstance(searcher.suggest(trial_id), dict)
     # What Tune hands the searcher: the last result, the record in it as JSON text.
-    full = {"status": "ok", "rung": 2, "rungs": 3}
+    full = TrialRecord(status="ok", rung=2, rungs=3)
     searcher.on_trial_complete(
-        "full", {"metric": 0.8, "objective": 0.8, "trial": pack_record(TrialRecord.from_dict(full))}
+        "full", {"metric": 0.8, "objective": 0.8, "trial": pack_record(full)}
     )
-    stopped = {"status": "ok", "rung": 0, "rungs": 3}
+    stopped = TrialRecord(status="ok", rung=0, rungs=3)
     searcher.on_trial_complete(
-        "stopped",
-        {"metric": 0.9, "objective": 0.9, "trial": pack_record(TrialRecord.from_dict(stopped))},
+        "stopped", {"metric": 0.9, "objective": 0.9, "trial": pack_record(stopped)}
     )
-    records = {r["trial_id"]: r for r in searcher.context.records}
-    assert records["stopped"]["stopped_at_rung"] == 0 and records["stopped"]["metric"] == 0.9
-    assert records["full"]["stopped_at_rung"] is None
-    assert searcher.objectives[records["stopped"]["key"]] == 0.9  # the partial objective
-    assert best_record(searcher.context.records, higher_is_better=True)["trial_id"] == "full"
+    records = {r.trial_id: r for r in searcher.context.records}
+    assert records["stopped"].stopped_at_rung == 0 and records["stopped"].metric == 0.9
+    assert records["full"].stopped_at_rung is None
+    assert searcher.objectives[records["stopped"].key] == 0.9  # the partial objective
+    assert best_record(searcher.context.records, higher_is_better=True).trial_id == "full"
 
 
 def test_the_summary_counts_rows_and_stopped_trials():
     plan = {"enabled": True, "rungs": [0.1, 0.33, 1.0], "rung_rows": [40, 132, 400]}
     records = [
-        {"status": "ok", "eval_rows": 400, "rung": 2, "rungs": 3},
-        {"status": "ok", "eval_rows": 40, "rung": 0, "rungs": 3},
-        {"status": "failed", "eval_rows": None},
+        TrialRecord(status="ok", eval_rows=400, rung=2, rungs=3),
+        TrialRecord(status="ok", eval_rows=40, rung=0, rungs=3),
+        TrialRecord(status="failed"),
     ]
     summary = early_stopping_summary(plan, records)
     assert summary["n_stopped"] == 1

@@ -32,6 +32,11 @@ def objective(params: dict) -> float:
     return score
 
 
+def told(metric: float) -> dict:
+    """A finished trial's result as Tune hands it, the sampler's objective its metric."""
+    return {"metric": metric, "objective": metric}
+
+
 def drive(searcher: SettingSearcher, n: int) -> list[dict]:
     """Suggest and complete one trial at a time until FINISHED or n trials."""
     configs = []
@@ -41,7 +46,7 @@ def drive(searcher: SettingSearcher, n: int) -> list[dict]:
             break
         assert config is not None
         configs.append(config)
-        searcher.on_trial_complete(f"t{i}", {"metric": objective(config["params"])})
+        searcher.on_trial_complete(f"t{i}", told(objective(config["params"])))
     return configs
 
 
@@ -98,9 +103,9 @@ def test_iteration_limit_caps_starts_and_outstanding_caps_queue():
     searcher = SettingSearcher.grid([space], mode="min", max_trials=3, max_outstanding=2)
     assert searcher.suggest("a") and searcher.suggest("b")
     assert searcher.suggest("c") is None  # two suggested, none finished
-    searcher.on_trial_complete("a", {"metric": 1.0})
+    searcher.on_trial_complete("a", told(1.0))
     assert searcher.suggest("c")["number"] == 3
-    searcher.on_trial_complete("b", {"metric": 1.0})
+    searcher.on_trial_complete("b", told(1.0))
     assert searcher.suggest("d") == Searcher.FINISHED
     assert searcher.finish_reason == "iteration_limit" and searcher.n_started == 3
 
@@ -112,11 +117,11 @@ def test_a_tie_goes_to_the_trial_started_first_whatever_the_trial_ids():
     searcher = SettingSearcher.grid([SearchSpace.parse(SMALL)], mode="min")
     first = searcher.suggest("ffff0001")
     second = searcher.suggest("00000002")
-    searcher.on_trial_complete("00000002", {"metric": 0.5})
-    searcher.on_trial_complete("ffff0001", {"metric": 0.5})
-    assert [r["number"] for r in searcher.context.records] == [2, 1]
+    searcher.on_trial_complete("00000002", told(0.5))
+    searcher.on_trial_complete("ffff0001", told(0.5))
+    assert [r.number for r in searcher.context.records] == [2, 1]
     best = searcher.context.best()
-    assert best["trial_id"] == "ffff0001" and best["key"] == first["key"] != second["key"]
+    assert best.trial_id == "ffff0001" and best.key == first["key"] != second["key"]
 
 
 def test_journaled_trials_are_counted_and_never_suggested_again():
@@ -124,7 +129,7 @@ def test_journaled_trials_are_counted_and_never_suggested_again():
     first = SettingSearcher.grid([space], mode="min")
     done = drive(first, 2)
     records = [
-        {"trial_id": f"old{i}", "key": c["key"], "phase": 0, "metric": 0.1}
+        TrialRecord(trial_id=f"old{i}", key=c["key"], phase=0, status="ok", metric=0.1)
         for i, c in enumerate(done)
     ]
     searcher = SettingSearcher.grid([space], mode="min", max_trials=3)
@@ -206,21 +211,21 @@ def test_sampler_factory_and_missing_packages(monkeypatch):
 
 def test_samplers_optimise_the_objective_and_journaled_trials_tell_it():
     """A sampler is told a trial's ``objective`` (quantized candidates first), not its
-    metric; a journaled record without one tells its metric."""
+    metric, a journaled record's too."""
     space = SearchSpace.parse(SMALL)
     with quiet_optuna():
         searcher = SettingSearcher.sampler("TPE", [space], mode="max", seed=0, max_trials=4)
         searcher.add_finished(
-            [{"trial_id": "old", "key": "k-old", "phase": 0, "metric": 0.5, "objective": None}]
+            [TrialRecord(trial_id="old", key="k-old", status="ok", metric=0.5, objective=0.25)]
         )
-        assert searcher.objectives["k-old"] == 0.5
+        assert searcher.objectives["k-old"] == 0.25
         config = searcher.suggest("t0")
         searcher.on_trial_complete("t0", {"metric": 1.0, "objective": 7.5})
     study = searcher.phases[0].optuna._ot_study
     assert [t.value for t in study.trials if t.value is not None] == [7.5]
     assert searcher.done[config["key"]] == 1.0
     assert searcher.objectives[config["key"]] == 7.5
-    assert searcher.context.records[-1]["objective"] == 7.5
+    assert searcher.context.records[-1].objective == 7.5
 
 
 @pytest.mark.parametrize("algo", ["NSGAII", "TPE", "Random", "QMC", "GPS"])
@@ -242,14 +247,18 @@ def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
     )
     with quiet_optuna():
         searcher = SettingSearcher.from_strategy(algo, context)
-        journaled = {"trial_id": "old", "key": "k-old", "phase": 0, "metric": 0.5}
-        searcher.add_finished([{**journaled, "latency_ms": 4.0, "model_size_bytes": 2e6}])
+        journaled = TrialRecord(trial_id="old", key="k-old", status="ok", metric=0.5, objective=0.5)
+        searcher.add_finished([journaled.replace(latency_ms=4.0, model_size_bytes=2_000_000)])
         first, second = searcher.suggest("t0"), searcher.suggest("t1")
         # As Tune hands it (the record as JSON text), and one without a size (failed).
         record = pack_record(TrialRecord(latency_ms=2.0, model_size_bytes=3_000_000))
         searcher.on_trial_complete("t0", {"metric": 0.9, "objective": 1.5, "trial": record})
-        told = {"metric": 0.9, "objective": 1.5, "trial": pack_record(TrialRecord(latency_ms=2.0))}
-        searcher.on_trial_complete("t1", told)  # no size: told as failed
+        no_size = {
+            "metric": 0.9,
+            "objective": 1.5,
+            "trial": pack_record(TrialRecord(latency_ms=2.0)),
+        }
+        searcher.on_trial_complete("t1", no_size)  # no size: told as failed
     study = searcher.phases[0].optuna._ot_study
     assert study.directions == [
         StudyDirection.MAXIMIZE,
@@ -272,7 +281,7 @@ def test_one_objective_tells_the_sampler_no_values():
         searcher = SettingSearcher.sampler("NSGAII", [space], mode="min", seed=0, max_trials=2)
         searcher.suggest("t0")
         searcher.on_trial_complete(
-            "t0", {"metric": 0.2, "trial": pack_record(TrialRecord(latency_ms=2.0))}
+            "t0", {**told(0.2), "trial": pack_record(TrialRecord(latency_ms=2.0))}
         )
     assert searcher.values == {}
     assert searcher.phases[0].optuna._ot_study.trials[0].values == [0.2]
@@ -300,7 +309,7 @@ def test_tpe_stuck_on_known_settings_is_handed_unseen_ones_and_uses_its_budget(s
                 break
             keys.append(config["key"])
             score = (zlib.crc32(config["key"].encode()) % 1000) / 1000
-            searcher.on_trial_complete(f"t{i}", {"metric": score})
+            searcher.on_trial_complete(f"t{i}", told(score))
     assert len(keys) == len(set(keys)) == 30
     assert searcher.finish_reason == "iteration_limit"
 
@@ -366,7 +375,7 @@ def test_concurrent_tpe_proposals_after_the_start_up_do_not_repeat_running_setti
             assert phase.optuna._ot_study.sampler._n_startup_trials == 3
             for i in range(3):  # the start-up trials, one after another
                 config = searcher.suggest(f"a{i}")
-                searcher.on_trial_complete(f"a{i}", {"metric": score(config["params"])})
+                searcher.on_trial_complete(f"a{i}", told(score(config["params"])))
             configs = [searcher.suggest(f"b{i}") for i in range(4)]
         return [c["key"] for c in configs], phase.optuna._ot_study
 
@@ -397,15 +406,15 @@ def test_a_tpe_search_resumed_from_its_journal_runs_the_same_remaining_settings(
             "TPE", spaces, mode="max", seed=1, max_trials=30, reject=backend_reject
         )
 
-    def run(searcher: SettingSearcher, start: int = 0) -> list[dict]:
+    def run(searcher: SettingSearcher, start: int = 0) -> list[TrialRecord]:
         records = []
         for i in range(start, 100):
             config = searcher.suggest(f"t{i}")
             if config == Searcher.FINISHED:
                 break
             metric = (zlib.crc32(config["key"].encode()) % 1000) / 1000
-            searcher.on_trial_complete(f"t{i}", {"metric": metric})
-            records.append({"trial_id": f"t{i}", "metric": metric, **config})
+            searcher.on_trial_complete(f"t{i}", told(metric))
+            records.append(TrialRecord.from_dict({"trial_id": f"t{i}", **told(metric), **config}))
         return records
 
     with quiet_optuna():
@@ -413,4 +422,4 @@ def test_a_tpe_search_resumed_from_its_journal_runs_the_same_remaining_settings(
         resumed = fresh()
         resumed.add_finished(straight[:cut])
         rest = run(resumed, start=cut)
-    assert [r["key"] for r in straight[:cut] + rest] == [r["key"] for r in straight]
+    assert [r.key for r in straight[:cut] + rest] == [r.key for r in straight]

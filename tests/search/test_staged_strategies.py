@@ -95,7 +95,7 @@ STAGE_ORDER = [
 
 
 def _stages(trials: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(t["stage"] for t in trials))
+    return list(dict.fromkeys(t.stage for t in trials))
 
 
 def test_auto_runs_its_stages_in_order_and_stops_before_fine_tuning_when_int16_reaches():
@@ -109,34 +109,34 @@ def test_auto_runs_its_stages_in_order_and_stops_before_fine_tuning_when_int16_r
         "combined",
         "mixed_precision",
     ]
-    assert len({t["key"] for t in trials}) == len(trials)
+    assert len({t.key for t in trials}) == len(trials)
     # Beside the techniques, first: every ranked tensor at int16 on the best calibration
     # setting (0.93), with and without the nodes' weights; neither reaches 0.96 there.
-    checks = [t for t in trials if t["stage"] == "reachability"]
-    assert [t["settings"]["mixed_precision"].get("promote_weights", False) for t in checks] == [
+    checks = [t for t in trials if t.stage == "reachability"]
+    assert [t.settings["mixed_precision"].get("promote_weights", False) for t in checks] == [
         False,
         True,
     ]
-    assert all(t["settings"]["mixed_precision"]["top_k"] == ALL for t in checks)
-    assert all(t["settings"]["per_channel"] and not t["is_candidate"] for t in checks)
+    assert all(t.settings["mixed_precision"]["top_k"] == ALL for t in checks)
+    assert all(t.settings["per_channel"] and not t.is_candidate for t in checks)
     # Stage 2 switches no technique on; stage 3 switches exactly one on, on the two best.
-    calibration = [t["settings"] for t in trials if t["stage"] == "calibration"]
+    calibration = [t.settings for t in trials if t.stage == "calibration"]
     assert not any(s["include_cle"] or s["mixed_precision"]["top_k"] for s in calibration)
-    techniques = [t["settings"] for t in trials if t["stage"] == "techniques"]
+    techniques = [t.settings for t in trials if t.stage == "techniques"]
     # CLE, bias correction, SmoothQuant at 0.5 and 0.8 (mixed precision is stage 4's).
     deltas = [
         d for d in role_deltas(searcher.context.spaces[0], TECHNIQUE) if "mixed_precision" not in d
     ]
     assert len(deltas) == 4 and len(techniques) == 2 * 4
     # Combined: CLE and SmoothQuant 0.8 each beat their base; bias correction did not.
-    (combined, *_) = [t["settings"] for t in trials if t["stage"] == "combined"]
+    (combined, *_) = [t.settings for t in trials if t.stage == "combined"]
     assert combined["include_cle"] and combined["extra_options"]["SmoothAlpha"] == 0.8
     assert not combined["include_bias_correction"]
     # Mixed precision: int16 only, the smallest k that holds, from the best so far.
-    mixed = [t["settings"]["mixed_precision"] for t in trials if t["stage"] == "mixed_precision"]
+    mixed = [t.settings["mixed_precision"] for t in trials if t.stage == "mixed_precision"]
     assert mixed[0]["top_k"] == ALL and {m["promote_to"] for m in mixed} == {"int16"}
     assert searcher.phases[4].found == 4  # 0.945 + 0.004 k: k = 4 reaches 0.96
-    assert not any(t["settings"].get("include_fast_ft") for t in trials)
+    assert not any(t.settings.get("include_fast_ft") for t in trials)
 
 
 def test_auto_fine_tunes_only_when_int16_does_not_reach_and_says_why(caplog):
@@ -150,14 +150,14 @@ def test_auto_fine_tunes_only_when_int16_does_not_reach_and_says_why(caplog):
         "fine_tuning",
         "fine_tuned_mixed_precision",
     ]
-    tuned = [t for t in trials if t["stage"] == "fine_tuning"]
-    assert tuned and all(t["settings"]["include_fast_ft"] for t in tuned)
+    tuned = [t for t in trials if t.stage == "fine_tuning"]
+    assert tuned and all(t.settings["include_fast_ft"] for t in tuned)
     assert len(tuned) <= 2  # the top two, one fine-tuning setting each
-    assert any(t["is_candidate"] for t in tuned)
+    assert any(t.is_candidate for t in tuned)
     # The fewest int16 promotions that hold with fine-tuning: 0.945 + 0.03 + 0.004 k >= 0.99.
     assert searcher.phases[7].found == 4
-    again = [t for t in trials if t["stage"] == "fine_tuned_mixed_precision"]
-    assert all(t["settings"]["include_fast_ft"] for t in again)
+    again = [t for t in trials if t.stage == "fine_tuned_mixed_precision"]
+    assert all(t.settings["include_fast_ft"] for t in again)
     assert "float_fallback" not in stages  # a candidate exists: no last resort
     assert "with every ranked activation tensor at 16 bits the metric" in caplog.text
     assert "the 8-bit weights lose the rest" in caplog.text
@@ -169,12 +169,12 @@ def test_auto_gives_the_promoted_nodes_16_bit_weights_before_fine_tuning():
     searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
     trials = _drive(searcher, Model(threshold=0.99, finetune=0.03, weights=0.004), slots=2)
     assert _stages(trials)[-2:] == ["mixed_precision", "mixed_precision_weights"]
-    weights = [t["settings"]["mixed_precision"] for t in trials]
-    weights = [m for t, m in zip(trials, weights) if t["stage"] == "mixed_precision_weights"]
+    weights = [t.settings["mixed_precision"] for t in trials]
+    weights = [m for t, m in zip(trials, weights) if t.stage == "mixed_precision_weights"]
     assert weights[0]["top_k"] == ALL
     assert all(m["promote_weights"] is True and m["promote_to"] == "int16" for m in weights)
     assert searcher.phases[5].found == 6
-    assert not any(t["settings"].get("include_fast_ft") for t in trials)
+    assert not any(t.settings.get("include_fast_ft") for t in trials)
 
 
 def test_a_model_only_16_bit_weights_hold_has_its_candidate_beside_the_techniques():
@@ -183,16 +183,16 @@ def test_a_model_only_16_bit_weights_hold_has_its_candidate_beside_the_technique
     # first in the techniques stage, so the first candidate comes before any technique result.
     searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
     trials = _drive(searcher, Model(threshold=0.97, weights=0.004), slots=2)
-    first = next(i for i, t in enumerate(trials) if t["is_candidate"])
-    assert trials[first]["stage"] == "reachability"
-    assert trials[first]["settings"]["mixed_precision"]["promote_weights"] is True
-    assert all(t["stage"] in ("defaults", "calibration", "reachability") for t in trials[:first])
+    first = next(i for i, t in enumerate(trials) if t.is_candidate)
+    assert trials[first].stage == "reachability"
+    assert trials[first].settings["mixed_precision"]["promote_weights"] is True
+    assert all(t.stage in ("defaults", "calibration", "reachability") for t in trials[:first])
     # The weights stage still bisects (that candidate promotes weights: it does not skip it),
     # from the best setting that promotes nothing (CLE and SmoothQuant 0.8 together, 0.945):
     # 0.945 + 0.008 k reaches 0.97 at k = 4. Int16 activations alone (0.969) do not.
     assert searcher.phases[4].found is None and searcher.phases[5].found == 4
-    weights = [t for t in trials if t["stage"] == "mixed_precision_weights"]
-    assert weights and all(t["settings"]["include_cle"] for t in weights)
+    weights = [t for t in trials if t.stage == "mixed_precision_weights"]
+    assert weights and all(t.settings["include_cle"] for t in weights)
     assert "fine_tuning" not in _stages(trials)
 
 
@@ -205,8 +205,8 @@ def test_the_mixed_precision_stage_bisects_from_a_reachability_check_it_does_not
 
     searcher = SettingSearcher.from_strategy("Auto", _context(max_trials=80))
     trials = _drive(searcher, no_technique, slots=2)
-    assert len({t["key"] for t in trials}) == len(trials)
-    mixed = [t["settings"]["mixed_precision"] for t in trials if t["stage"] == "mixed_precision"]
+    assert len({t.key for t in trials}) == len(trials)
+    mixed = [t.settings["mixed_precision"] for t in trials if t.stage == "mixed_precision"]
     assert mixed and all(m["top_k"] < ALL for m in mixed)
     assert searcher.phases[4].found == 5  # 0.93 + 0.004 k reaches 0.95 at k = 5
 
@@ -225,7 +225,7 @@ def test_auto_on_a_space_of_calibration_settings_only_uses_the_whole_iteration_l
     }
     searcher = SettingSearcher.from_strategy("Auto", _context(space, max_trials=30))
     trials = _drive(searcher, Model(threshold=2.0), slots=2)
-    assert len(trials) == 30 and len({t["key"] for t in trials}) == 30
+    assert len(trials) == 30 and len({t.key for t in trials}) == 30
     assert _stages(trials) == ["defaults", "calibration"]
 
 
@@ -264,7 +264,7 @@ def _straight_and_resumed(algo: str, model: Any, cut: int, context: Any = None):
         )
 
     straight = _drive(fresh(), model, 1)
-    before = [{**t, "status": "ok"} for t in straight[:cut]]
+    before = [t.replace(status="ok") for t in straight[:cut]]
     resumed = fresh()
     resumed.add_finished(before)
     rest = _drive(resumed, model, 1)
@@ -275,10 +275,10 @@ def _straight_and_resumed(algo: str, model: Any, cut: int, context: Any = None):
 def test_auto_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
     model = Model(threshold=0.99, finetune=0.03)
     straight = _drive(SettingSearcher.from_strategy("Auto", _context(max_trials=80)), model, 1)
-    cut = next(i for i, t in enumerate(straight) if t["stage"] == stage) + 1
+    cut = next(i for i, t in enumerate(straight) if t.stage == stage) + 1
     _, before, rest = _straight_and_resumed("Auto", model, cut)
-    assert before[-1]["stage"] == stage and rest  # cut inside the stage; the rest follows
-    assert [t["key"] for t in before + rest] == [t["key"] for t in straight]
+    assert before[-1].stage == stage and rest  # cut inside the stage; the rest follows
+    assert [t.key for t in before + rest] == [t.key for t in straight]
 
 
 def _unreachable(settings: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def _unreachable(settings: dict[str, Any]) -> dict[str, Any]:
 def _keys_by_stage(trials: list[dict[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for trial in trials:
-        out.setdefault(trial["stage"], []).append(trial["key"])
+        out.setdefault(trial.stage, []).append(trial.key)
     return {stage: sorted(keys) for stage, keys in out.items()}
 
 
@@ -319,11 +319,11 @@ def test_auto_resumed_at_any_point_of_a_concurrent_search_runs_the_same_settings
 
     straight = _drive(fresh(), _unreachable, 2)
     for cut in range(1, len(straight)):
-        before = [{**t, "status": "ok"} for t in straight[:cut]]
+        before = [t.replace(status="ok") for t in straight[:cut]]
         resumed = fresh()
         resumed.add_finished(before)
         rest = _drive(resumed, _unreachable, 2, newest_first=True)
-        assert sorted(t["key"] for t in before + rest) == sorted(t["key"] for t in straight), cut
+        assert sorted(t.key for t in before + rest) == sorted(t.key for t in straight), cut
 
 
 @pytest.mark.parametrize("cut", [1, 3, 9])
@@ -331,31 +331,29 @@ def test_an_auto_search_cut_with_trials_running_resumes_from_its_journal(cut):
     """Stopped with trials in flight (lost, as when the driver is killed): a fresh searcher
     told the finished records only runs the same settings as straight through."""
     model = Model(threshold=0.99, finetune=0.03)
-    straight = [
-        t["key"] for t in _drive(SettingSearcher.from_strategy("Auto", _context()), model, 2)
-    ]
+    straight = [t.key for t in _drive(SettingSearcher.from_strategy("Auto", _context()), model, 2)]
     searcher = SettingSearcher.from_strategy("Auto", _context())
     running: list[tuple[str, dict[str, Any]]] = []
     first = _drive(searcher, model, 2, stop_after=cut, running=running)
     assert running  # stopped with trials in flight
     resumed = SettingSearcher.from_strategy("Auto", _context())
-    resumed.add_finished([{**t, "status": "ok"} for t in first])
+    resumed.add_finished([t.replace(status="ok") for t in first])
     rest = _drive(resumed, model, 2)
-    assert sorted(t["key"] for t in first + rest) == sorted(straight)
+    assert sorted(t.key for t in first + rest) == sorted(straight)
 
 
 def test_two_stage_searches_calibration_then_fine_tuning_on_its_best():
     searcher = SettingSearcher.from_strategy("TwoStage", _context(max_trials=40))
     trials = _drive(searcher, Model(threshold=2.0, finetune=0.01), slots=2)
     assert _stages(trials) == ["calibration", "fine_tuning"]
-    first = [t for t in trials if t["stage"] == "calibration"]
-    assert not any(t["settings"].get("include_fast_ft") for t in first)
-    best = max(first, key=lambda t: t["metric"])
+    first = [t for t in trials if t.stage == "calibration"]
+    assert not any(t.settings.get("include_fast_ft") for t in first)
+    best = max(first, key=lambda t: t.metric)
     for t in trials[len(first) :]:
-        assert t["settings"]["include_fast_ft"]
+        assert t.settings["include_fast_ft"]
         held = ("include_fast_ft", "extra_options")
-        assert {k: v for k, v in t["settings"].items() if k not in held} == {
-            k: v for k, v in best["settings"].items() if k not in held
+        assert {k: v for k, v in t.settings.items() if k not in held} == {
+            k: v for k, v in best.settings.items() if k not in held
         }
 
 
@@ -363,11 +361,11 @@ def test_two_stage_resumed_in_stage_two_runs_exactly_the_remaining_settings():
     model = Model(threshold=2.0, finetune=0.01)
     ctx = lambda: _context(max_trials=40)  # noqa: E731
     straight = _drive(SettingSearcher.from_strategy("TwoStage", ctx()), model, 1)
-    cut = next(i for i, t in enumerate(straight) if t["stage"] == "fine_tuning") + 1
+    cut = next(i for i, t in enumerate(straight) if t.stage == "fine_tuning") + 1
     if cut == len(straight):  # a one-setting stage 2: cut inside stage 1 instead
         cut -= 2
     _, before, rest = _straight_and_resumed("TwoStage", model, cut, ctx)
-    assert [t["key"] for t in before + rest] == [t["key"] for t in straight]
+    assert [t.key for t in before + rest] == [t.key for t in straight]
 
 
 def test_stage_two_space_holds_the_best_and_switches_fine_tuning_on():
@@ -398,10 +396,10 @@ def test_finetune_search_reads_two_values_as_ranges_and_shares_one_sampler():
 
     searcher = SettingSearcher.from_strategy("FinetuneSearch", _context(space, max_trials=12))
     trials = _drive(searcher, outcome, slots=4)
-    assert len(trials) == 12 and {t["stage"] for t in trials} == {"fine_tuning"}
+    assert len(trials) == 12 and {t.stage for t in trials} == {"fine_tuning"}
     # One study proposed every concurrent trial: 12 distinct settings, none a repeat of
     # another process's start-up trial (Quark's per-process studies repeat their seeds').
-    assert len({t["key"] for t in trials}) == 12
+    assert len({t.key for t in trials}) == 12
     (phase,) = searcher.phases
     assert len(phase.optuna._ot_study.trials) >= 12
 
@@ -523,14 +521,14 @@ def straight_auto(ray_cluster, tmp_path_factory):
 def test_an_auto_search_records_its_stages_in_order_in_results_parquet(straight_auto):
     result = straight_auto
     stages = _stages_in_table(result.output_dir)
-    assert {r["status"] for r in result.records} == {"ok"}, [r.get("error") for r in result.records]
+    assert {r.status for r in result.records} == {"ok"}, [r.error for r in result.records]
     ranks = [STAGE_ORDER.index(s) for s in stages]
     # Stages start in order; a stage's trials may still finish while the next one's start.
     assert [STAGE_ORDER.index(s) for s in dict.fromkeys(stages)] == sorted(set(ranks))
     assert {"defaults", "calibration", "techniques", "mixed_precision", "fine_tuning"} <= set(
         stages
     )
-    assert len({r["key"] for r in result.records}) == len(stages)
+    assert len({r.key for r in result.records}) == len(stages)
 
 
 @pytest.mark.slow
@@ -574,7 +572,7 @@ def test_a_killed_auto_search_resumes_in_its_stage_with_nothing_rerun(straight_a
         write_config,
     )
 
-    expected = [r["key"] for r in sorted(straight_auto.records, key=lambda r: r["number"])]
+    expected = [r.key for r in sorted(straight_auto.records, key=lambda r: r.number)]
     work = tmp_path / "killed"
     config = write_config(work / "config.yaml", _e2e_config(work))
     proc = start_raysearch(["run", str(config)], work)

@@ -96,6 +96,6 @@ def test_the_first_wave_is_what_the_cluster_can_place_now(make_config):
         result = AutoSearch(config).run()
     finally:
         ray.kill(other)
-    records = sorted(result.records, key=lambda r: r["number"])
-    assert [r["status"] for r in records] == ["ok", "ok"]
-    assert records[0]["actor_wait_timed_out"] is False
+    records = sorted(result.records, key=lambda r: r.number)
+    assert [r.status for r in records] == ["ok", "ok"]
+    assert records[0].actor_wait_timed_out is False

@@ -21,6 +21,7 @@ from raysearch.space import SearchSpace
 from raysearch.strategies import EXHAUSTED, ModelFacts, Phase, Proposal, StrategyContext
 from raysearch.strategies._setting_phase import setting_space
 from raysearch.strategies.grid import GridPhase
+from raysearch.trialrecord import TrialRecord
 from tests.search.test_fallback import _drive
 
 RANKED = 6
@@ -61,20 +62,20 @@ def _context(spaces: list[SearchSpace], max_trials: int = 60) -> StrategyContext
     return StrategyContext(spaces, mode="max", seed=0, model=facts, max_trials=max_trials)
 
 
-def _stages(trials: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(t["stage"] for t in trials))
+def _stages(trials: list[TrialRecord]) -> list[str]:
+    return list(dict.fromkeys(t.stage for t in trials))
 
 
-def _first_best(trials: list[dict[str, Any]]) -> dict[str, Any]:
+def _first_best(trials: list[TrialRecord]) -> TrialRecord:
     """The best of ``trials``, the one started first among equals."""
-    top = max(t["metric"] for t in trials)
-    return min((t for t in trials if t["metric"] == top), key=lambda t: t["number"])
+    top = max(t.metric for t in trials)
+    return min((t for t in trials if t.metric == top), key=lambda t: t.number)
 
 
-def _all_run(trials: list[dict[str, Any]]) -> None:
+def _all_run(trials: list[TrialRecord]) -> None:
     for trial in trials:  # each a point of a one-point space the catalogues accept
-        setting_space(trial["settings"])
-    assert len({t["key"] for t in trials}) == len(trials)
+        setting_space(trial.settings)
+    assert len({t.key for t in trials}) == len(trials)
 
 
 def test_auto_promotes_from_the_best_static_setting_when_dynamic_ones_rank_best(caplog):
@@ -89,30 +90,30 @@ def test_auto_promotes_from_the_best_static_setting_when_dynamic_ones_rank_best(
         "techniques",
         "mixed_precision",
     ]
-    early = [t for t in trials if t["stage"] in ("defaults", "calibration")]
+    early = [t for t in trials if t.stage in ("defaults", "calibration")]
     dynamic = _first_best(early)
-    static = _first_best([t for t in early if t["settings"].get("quant_mode") == "static"])
-    assert dynamic["settings"]["quant_mode"] == "dynamic" and dynamic["metric"] == 0.875
-    assert static["metric"] == 0.625
+    static = _first_best([t for t in early if t.settings.get("quant_mode") == "static"])
+    assert dynamic.settings["quant_mode"] == "dynamic" and dynamic.metric == 0.875
+    assert static.metric == 0.625
 
     # The 16-bit checks beside the techniques, and the bisection, build on the best static.
-    def base(trial: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in trial["settings"].items() if k != "mixed_precision"}
+    def base(trial: TrialRecord) -> dict[str, Any]:
+        return {k: v for k, v in trial.settings.items() if k != "mixed_precision"}
 
     for trial in trials:
-        if trial["stage"] in ("reachability", "mixed_precision"):
+        if trial.stage in ("reachability", "mixed_precision"):
             assert base(trial) == base(static)
     promoted = [
-        t["settings"]["mixed_precision"]["top_k"]
+        t.settings["mixed_precision"]["top_k"]
         for t in trials
-        if t["stage"] in ("reachability", "mixed_precision")
+        if t.stage in ("reachability", "mixed_precision")
     ]
     assert 5 in promoted and 4 in promoted  # 5 is the smallest that holds, 4 misses
-    before = [t for t in trials if t["stage"] not in ("reachability", "mixed_precision")]
+    before = [t for t in trials if t.stage not in ("reachability", "mixed_precision")]
     best_before = _first_best(before)
     assert (
-        f"stage mixed_precision: trial {best_before['trial_id']} (metric 0.875), the best, "
-        f"cannot promote tensors ({DYNAMIC_DROPS}); trial {static['trial_id']} is the best "
+        f"stage mixed_precision: trial {best_before.trial_id} (metric 0.875), the best, "
+        f"cannot promote tensors ({DYNAMIC_DROPS}); trial {static.trial_id} is the best "
         "that can"
     ) in caplog.messages
     assert searcher.finish_reason == "space_exhausted"
@@ -132,10 +133,10 @@ def test_auto_runs_every_later_stage_on_the_settings_that_can_take_it(caplog):
         "float_fallback",
     ]
     # Fine-tuning is on static settings only (a dynamic one has no QDQ graph to tune).
-    tuned = [t for t in trials if t["stage"] == "fine_tuning"]
-    assert len(tuned) == 2 and {t["settings"]["quant_mode"] for t in tuned} == {"static"}
-    fallback = [t for t in trials if t["stage"] == "float_fallback"]
-    assert fallback and {t["settings"]["quant_mode"] for t in fallback} == {"static"}
+    tuned = [t for t in trials if t.stage == "fine_tuning"]
+    assert len(tuned) == 2 and {t.settings["quant_mode"] for t in tuned} == {"static"}
+    fallback = [t for t in trials if t.stage == "float_fallback"]
+    assert fallback and {t.settings["quant_mode"] for t in fallback} == {"static"}
     assert searcher.finish_reason == "space_exhausted"
 
 
@@ -160,7 +161,7 @@ def test_a_space_of_dynamic_settings_only_skips_the_later_stages_with_why(caplog
     ):
         assert (
             f"stage {stage} skipped: none of the {n} finished settings can promote tensors "
-            f"(trial {best['trial_id']}, the best, cannot: {drops})"
+            f"(trial {best.trial_id}, the best, cannot: {drops})"
         ) in caplog.messages
     # No setting of the space fine-tunes: the rules strip include_fast_ft from each.
     assert "stage fine_tuning skipped: the spaces do not fine-tune" in caplog.messages
@@ -181,8 +182,8 @@ def test_a_strategy_proposes_only_settings_that_run_when_dynamic_ranks_best(
     searcher = SettingSearcher.from_strategy(algo, _context(_a8w8(**changes), max_trials=40))
     trials = _drive(searcher, DynamicBest(threshold), slots=3)
     _all_run(trials)
-    plain = [t for t in trials if not (t["settings"].get("mixed_precision") or {}).get("top_k")]
-    assert _first_best(plain)["settings"]["quant_mode"] == "dynamic"
+    plain = [t for t in trials if not (t.settings.get("mixed_precision") or {}).get("top_k")]
+    assert _first_best(plain).settings["quant_mode"] == "dynamic"
     assert searcher.finish_reason in ("space_exhausted", "iteration_limit")
 
 
@@ -196,17 +197,17 @@ def test_two_stage_fine_tunes_around_the_best_setting_that_can_be_fine_tuned(cap
     )
     trials = _drive(searcher, DynamicBest(threshold=2.0), slots=3)
     _all_run(trials)
-    stage_one = [t for t in trials if t["stage"] == "calibration"]
+    stage_one = [t for t in trials if t.stage == "calibration"]
     best = _first_best(stage_one)
-    static = _first_best([t for t in stage_one if t["settings"]["quant_mode"] == "static"])
-    assert best["settings"]["quant_mode"] == "dynamic"
-    tuned = [t for t in trials if t["stage"] == "fine_tuning"]
-    assert tuned and all(t["settings"]["include_fast_ft"] for t in tuned)
-    assert {t["settings"]["quant_mode"] for t in tuned} == {"static"}
+    static = _first_best([t for t in stage_one if t.settings["quant_mode"] == "static"])
+    assert best.settings["quant_mode"] == "dynamic"
+    tuned = [t for t in trials if t.stage == "fine_tuning"]
+    assert tuned and all(t.settings["include_fast_ft"] for t in tuned)
+    assert {t.settings["quant_mode"] for t in tuned} == {"static"}
     assert (
-        f"two_stage: trial {best['trial_id']} (metric 0.875), the best of stage 1, cannot be "
+        f"two_stage: trial {best.trial_id} (metric 0.875), the best of stage 1, cannot be "
         "fine-tuned (static_settings_in_dynamic_mode drops include_fast_ft); trial "
-        f"{static['trial_id']} is the best that can"
+        f"{static.trial_id} is the best that can"
     ) in caplog.messages
 
 
@@ -219,7 +220,7 @@ def test_two_stage_on_dynamic_settings_only_skips_stage_two_with_why(caplog):
     best = _first_best(trials)
     assert (
         f"two_stage: stage 2 skipped: none of the {len(trials)} settings of stage 1 can be "
-        f"fine-tuned (trial {best['trial_id']}, the best, cannot: "
+        f"fine-tuned (trial {best.trial_id}, the best, cannot: "
         "static_settings_in_dynamic_mode drops include_fast_ft)"
     ) in caplog.messages
 
@@ -237,7 +238,7 @@ def test_a_phase_that_raises_ends_the_search_with_the_trials_that_finished(caplo
     context = _context([space])
     searcher = SettingSearcher([GridPhase([space], None), _Broken()], mode="max", context=context)
     trials = _drive(searcher, DynamicBest(threshold=2.0), slots=1)
-    assert [t["settings"] for t in trials] == [{"per_channel": True}, {"per_channel": False}]
+    assert [t.settings for t in trials] == [{"per_channel": True}, {"per_channel": False}]
     assert searcher.finish_reason == "strategy_failed"
     assert (
         "search phase 1 failed: KeyError: 'no such base'; the search ends with the trials "
@@ -266,7 +267,7 @@ def test_a_module_a_phase_cannot_import_before_any_trial_refuses_the_session(cap
     )
     resumed.add_finished(
         [
-            {"trial_id": f"t{i}", "key": key, "phase": 0, "metric": 1.0, "status": "ok"}
+            TrialRecord(trial_id=f"t{i}", key=key, phase=0, metric=1.0, status="ok")
             for i, key in enumerate(Proposal.of(space, 0, p).key for p in space.expand().points)
         ]
     )
@@ -330,7 +331,7 @@ def test_auto_on_a8w8_runs_every_stage_on_an_encoder_where_dynamic_ranks_best(tm
     stages = list(dict.fromkeys(r["stage"] for r in rows))
     assert stages[:4] == ["defaults", "calibration", "reachability", "techniques"]
     assert {"fine_tuning", "float_fallback"} <= set(stages), stages
-    assert len({r["key"] for r in result.records}) == len(rows)
+    assert len({r.key for r in result.records}) == len(rows)
     said = "\n".join(caplog.messages)
     assert "the best, cannot promote tensors (static_settings_in_dynamic_mode drops" in said
 

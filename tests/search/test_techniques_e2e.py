@@ -92,7 +92,7 @@ def test_a_grid_over_every_technique_runs_and_each_takes_effect(tmp_path):
     assert len(rows) == SETTINGS and {r["status"] for r in rows} == {"ok"}, [
         r.get("error") for r in rows
     ]
-    assert len({r["key"] for r in result.records}) == SETTINGS  # no setting twice
+    assert len({r.key for r in result.records}) == SETTINGS  # no setting twice
     for row in rows:
         # Each technique that was on recorded its seconds, and only those.
         for switch, name in (
@@ -112,10 +112,10 @@ def test_a_grid_over_every_technique_runs_and_each_takes_effect(tmp_path):
 def test_tpe_samples_only_active_technique_parameters(tmp_path):
     result = AutoSearch(_config(tmp_path, search_algo="TPE", stop={"iteration_limit": 6})).run()
     records = result.records
-    assert len(records) == 6 and {r["status"] for r in records} == {"ok"}
-    assert len({r["key"] for r in records}) == 6
+    assert len(records) == 6 and {r.status for r in records} == {"ok"}
+    assert len({r.key for r in records}) == 6
     for record in records:
-        settings = record["settings"]
+        settings = record.settings
         options = settings.get("extra_options", {})
         # A parameter of a group whose switch is off is never sampled.
         assert ("NumIterLR" in options) is bool(settings.get("include_fast_ft"))

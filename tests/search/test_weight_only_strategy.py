@@ -82,35 +82,35 @@ def _searcher() -> SettingSearcher:
 
 
 def _stage_order(trials: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(t["stage"] for t in trials))
+    return list(dict.fromkeys(t.stage for t in trials))
 
 
 def test_stages_in_order_probes_one_per_node_and_promotes_in_ranking_order():
     trials = _drive(_searcher(), _lm, slots=2)
     assert _stage_order(trials) == STAGES
-    defaults = [t for t in trials if t["stage"] == "defaults"]
+    defaults = [t for t in trials if t.stage == "defaults"]
     # ONNX Runtime's and Olive's default, then onnxruntime-genai's builder's int4; int8 compute
-    assert [t["settings"] for t in defaults] == [
+    assert [t.settings for t in defaults] == [
         {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
          "block_size": 128, "symmetric": True},
         {"quantizer": "weight_only", "bits": 4, "accuracy_level": 4, "algorithm": "rtn",
          "block_size": 32, "symmetric": True},
     ]  # fmt: skip
-    probes = [t for t in trials if t["stage"] == "sensitivity"]
-    assert sorted(t["settings"]["nodes_4bit"][0] for t in probes) == list(NODES)
+    probes = [t for t in trials if t.stage == "sensitivity"]
+    assert sorted(t.settings["nodes_4bit"][0] for t in probes) == list(NODES)
     for t in probes:
-        assert sorted([*t["settings"]["nodes_4bit"], *t["settings"]["nodes_float"]]) == list(NODES)
-    records = [{**t, "status": "ok"} for t in trials]
+        assert sorted([*t.settings["nodes_4bit"], *t.settings["nodes_float"]]) == list(NODES)
+    records = [t.replace(status="ok") for t in trials]
     base = base_record(records, higher_is_better=False)
     # HQQ (float zero points, a slow decode step) is never the base while another setting is
-    first = [r for r in records if r["stage"] in ("defaults", "blocks")
-             and r["settings"].get("algorithm") != "hqq"]  # fmt: skip
-    smallest = min(r["model_size_bytes"] for r in first)
-    small = [r for r in first if r["model_size_bytes"] <= SIZE_SLACK * smallest]
-    assert base is not None and base["metric"] == min(r["metric"] for r in small)
-    order = [node for node, _ in ranking(records, base["settings"], higher_is_better=False)]
+    first = [r for r in records if r.stage in ("defaults", "blocks")
+             and r.settings.get("algorithm") != "hqq"]  # fmt: skip
+    smallest = min(r.model_size_bytes for r in first)
+    small = [r for r in first if r.model_size_bytes <= SIZE_SLACK * smallest]
+    assert base is not None and base.metric == min(r.metric for r in small)
+    order = [node for node, _ in ranking(records, base.settings, higher_is_better=False)]
     assert order == ["n0", "n2", "n5", "n1", "n3", "n4"]
-    promotions = [t["settings"]["nodes_8bit"] for t in trials if t["stage"] == "promotions"]
+    promotions = [t.settings["nodes_8bit"] for t in trials if t.stage == "promotions"]
     assert promotions == [order[:k] for k in PROMOTIONS if k < len(NODES)]
 
 
@@ -125,7 +125,7 @@ def test_promotions_then_follow_the_gain_per_byte_of_each_node():
         model=ModelFacts(weight_matmuls=NODES, weight_shapes=shapes),
     )  # fmt: skip
     trials = _drive(SettingSearcher.from_strategy("WeightOnly", context), _lm, slots=2)
-    promotions = [t["settings"]["nodes_8bit"] for t in trials if t["stage"] == "promotions"]
+    promotions = [t.settings["nodes_8bit"] for t in trials if t.stage == "promotions"]
     by_sensitivity = ["n0", "n2", "n5", "n1", "n3", "n4"]
     per_byte = ["n2", "n5", "n1", "n3", "n0", "n4"]
     ks = [k for k in PROMOTIONS if k < len(NODES)]
@@ -134,24 +134,24 @@ def test_promotions_then_follow_the_gain_per_byte_of_each_node():
 
 def test_select_size_keeps_the_smallest_model_within_the_tolerance():
     trials = _drive(_searcher(), _lm, slots=3)
-    records = [{**t, "status": "ok", "number": i} for i, t in enumerate(trials)]
+    records = [t.replace(status="ok", number=i) for i, t in enumerate(trials)]
     best = best_record(records, higher_is_better=False, select="size")
-    assert best is not None and best["stage"] == "promotions"
-    assert best["metric"] <= TOLERANCE
+    assert best is not None and best.stage == "promotions"
+    assert best.metric <= TOLERANCE
     # no other candidate of the search is smaller
-    sizes = [r["model_size_bytes"] for r in records if r["is_candidate"]]
-    assert best["model_size_bytes"] == min(sizes)
-    assert best["settings"]["nodes_8bit"] == ["n0", "n2"]
+    sizes = [r.model_size_bytes for r in records if r.is_candidate]
+    assert best.model_size_bytes == min(sizes)
+    assert best.settings["nodes_8bit"] == ["n0", "n2"]
 
 
 def test_the_int8_space_probes_at_8_bits_and_keeps_the_most_sensitive_nodes_float():
     searcher = SettingSearcher.from_strategy("WeightOnly", _context("WEIGHT_ONLY_INT8_SEARCH"))
     trials = _drive(searcher, _lm, slots=2)
     assert _stage_order(trials) == STAGES
-    assert all(t["settings"]["bits"] == 8 for t in trials)
-    probes = [t["settings"] for t in trials if t["stage"] == "sensitivity"]
+    assert all(t.settings["bits"] == 8 for t in trials)
+    probes = [t.settings for t in trials if t.stage == "sensitivity"]
     assert sorted(p["nodes_8bit"][0] for p in probes) == list(NODES)
-    promotions = [t["settings"] for t in trials if t["stage"] == "promotions"]
+    promotions = [t.settings for t in trials if t.stage == "promotions"]
     assert [p["nodes_float"] for p in promotions][:2] == [["n0"], ["n0", "n2"]]
     assert all("nodes_8bit" not in p for p in promotions)
 
@@ -159,12 +159,12 @@ def test_the_int8_space_probes_at_8_bits_and_keeps_the_most_sensitive_nodes_floa
 @pytest.mark.parametrize("stage", STAGES[1:])
 def test_resumed_in_each_stage_runs_exactly_the_remaining_settings(stage):
     straight = _drive(_searcher(), _lm, 1)
-    cut = next(i for i, t in enumerate(straight) if t["stage"] == stage) + 1
-    before = [{**t, "status": "ok"} for t in straight[:cut]]
+    cut = next(i for i, t in enumerate(straight) if t.stage == stage) + 1
+    before = [t.replace(status="ok") for t in straight[:cut]]
     resumed = _searcher()
     resumed.add_finished(before)
     rest = _drive(resumed, _lm, 1)
-    assert rest and [t["key"] for t in before + rest] == [t["key"] for t in straight]
+    assert rest and [t.key for t in before + rest] == [t.key for t in straight]
 
 
 #: Weight shapes where the allocation runs: n0 is large, the others small.
@@ -188,28 +188,28 @@ def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size(
     losses at its size."""
     trials = _drive(_shaped(), _lm, slots=2)
     assert _stage_order(trials) == [*STAGES[:3], "allocation", "promotions", "refinement"]
-    records = [{**t, "status": "ok"} for t in trials]
+    records = [t.replace(status="ok") for t in trials]
     base = base_record(records, higher_is_better=False)
     choices = menu(records, base, higher_is_better=False)
-    assert choices[0] == top_choice(base["settings"]) and choices[-1].bits == 8
+    assert choices[0] == top_choice(base.settings) and choices[-1].bits == 8
     # HQQ is the most accurate here, and no menu choice: its float zero points decode slowly
     assert all(c.algorithm != "hqq" for c in choices)
     assert 3 <= len(choices) <= 2 + MENU_MORE
-    losses = probe_losses(records, base["settings"], higher_is_better=False)
+    losses = probe_losses(records, base.settings, higher_is_better=False)
     assert set(losses) == set(NODES)
     assert all(set(losses[n]) == set(choices) for n in NODES)
     # each probe measured what the scripted model says of that node alone at that choice
-    alone = {n: _lm({**base["settings"], "node_settings": {n: c.settings()},
+    alone = {n: _lm({**base.settings, "node_settings": {n: c.settings()},
                      "nodes_float": [m for m in NODES if m != n]})["metric"]
              for n in NODES for c in choices[1:2]}  # fmt: skip
     assert {n: losses[n][choices[1]] for n in NODES} == pytest.approx(alone)
-    allocated = [t["settings"] for t in trials if t["stage"] in ("allocation", "refinement")]
+    allocated = [t.settings for t in trials if t.stage in ("allocation", "refinement")]
     assert len({repr(a) for a in allocated}) == len(allocated)  # none run twice
     assert allocated and all(s.get("node_settings") for s in allocated)
     weights = dict(zip(NODES, SHAPES))
     sizes = {n: {c: node_bytes(weights[n], c) for c in choices} for n in NODES}
     for settings in allocated:
-        picked = {n: top_choice({**base["settings"], **settings["node_settings"].get(n, {})})
+        picked = {n: top_choice({**base.settings, **settings["node_settings"].get(n, {})})
                   for n in NODES}  # fmt: skip
         used = sum(sizes[n][c] for n, c in picked.items())
         # no allocation of the probes' choices within the same bytes has a smaller loss
@@ -223,20 +223,20 @@ def test_allocation_probes_each_node_under_the_menu_then_plans_within_each_size(
 
 def test_allocation_plans_nothing_above_the_size_budget_and_resumes_in_its_stage():
     base_trials = _drive(_shaped(), _lm, slots=1)
-    base = base_record([{**t, "status": "ok"} for t in base_trials], higher_is_better=False)
-    budget = int(base["model_size_bytes"]) + 2 * 64 * 64  # room for about two small nodes
+    base = base_record([t.replace(status="ok") for t in base_trials], higher_is_better=False)
+    budget = int(base.model_size_bytes) + 2 * 64 * 64  # room for about two small nodes
     straight = _drive(_shaped(budget), _lm, slots=1)
-    records = [{**t, "status": "ok"} for t in straight]
-    planned = [t for t in straight if t["stage"] == "allocation"]
+    records = [t.replace(status="ok") for t in straight]
+    planned = [t for t in straight if t.stage == "allocation"]
     assert planned
     context = _shaped(budget).context
-    context.records[:] = [r for r in records if r["stage"] != "allocation"]
+    context.records[:] = [r for r in records if r.stage != "allocation"]
     assert all(size <= budget for size, _ in allocations(context, base))
-    cut = next(i for i, t in enumerate(straight) if t["stage"] == "allocation") + 1
+    cut = next(i for i, t in enumerate(straight) if t.stage == "allocation") + 1
     resumed = _shaped(budget)
     resumed.add_finished(records[:cut])
     rest = _drive(resumed, _lm, 1)
-    assert [t["key"] for t in straight[:cut] + rest] == [t["key"] for t in straight]
+    assert [t.key for t in straight[:cut] + rest] == [t.key for t in straight]
 
 
 def _decode_ratio(settings: dict[str, Any]) -> float:
@@ -270,19 +270,19 @@ def test_allocation_within_the_builders_decode_step_times_8_bits_whole_and_plans
     as the uniform models' steps predict it, is at most the builder's; without the timings
     some plans are slower."""
     trials = _drive(_shaped(), _timed_lm, slots=2)
-    probes = [t["settings"] for t in trials if t["stage"] == "sensitivity"]
+    probes = [t.settings for t in trials if t.stage == "sensitivity"]
     whole = [p for p in probes if len(p.get("node_settings") or {}) == len(NODES)]
     assert [{n: e["bits"] for n, e in w["node_settings"].items()} for w in whole] == [
         dict.fromkeys(NODES, 8)
     ]
-    planned = [t["settings"] for t in trials if t["stage"] in ("allocation", "refinement")]
+    planned = [t.settings for t in trials if t.stage in ("allocation", "refinement")]
     assert planned and all(_decode_ratio(s) <= 1.0 + 1e-9 for s in planned)
     assert any(
         n in (s.get("node_settings") or {}) and s["node_settings"][n]["bits"] == 8
         for s in planned for n in NODES
     )  # fmt: skip
-    untimed = [t["settings"] for t in _drive(_shaped(), _lm, slots=2)
-               if t["stage"] in ("allocation", "refinement")]  # fmt: skip
+    untimed = [t.settings for t in _drive(_shaped(), _lm, slots=2)
+               if t.stage in ("allocation", "refinement")]  # fmt: skip
     assert any(_decode_ratio(s) > 1.0 for s in untimed)
 
 

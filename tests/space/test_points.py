@@ -99,7 +99,7 @@ def test_a_sampler_runs_the_start_points_first_then_samples(algo):
             config = searcher.suggest(f"t{i}")
             assert config not in (None, Searcher.FINISHED)
             params.append(config["params"])
-            searcher.on_trial_complete(f"t{i}", {"metric": 0.5})
+            searcher.on_trial_complete(f"t{i}", {"metric": 0.5, "objective": 0.5})
     assert params[0] == {"quantizer": "nncf", "nncf.model_type": "none", "nncf.preset": "mixed"}
     assert params[1] == {
         "quantizer": "ort",

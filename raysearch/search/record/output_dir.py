@@ -166,7 +166,7 @@ def _links(folder: Path) -> list[Path]:
     files of its names in the result folders (models of the journal's trials included)."""
     links = [folder / name for name in OWNED if (folder / name).is_symlink()]
     journal = folder / JOURNAL
-    trials = [] if journal.is_symlink() else [str(r["trial_id"]) for r in Journal(journal).load()]
+    trials = [] if journal.is_symlink() else [str(r.trial_id) for r in Journal(journal).load()]
     for name, patterns in RESULT_FILES.items():
         path = folder / name
         if not path.is_dir() or path.is_symlink():
@@ -223,7 +223,7 @@ def clean_output_dir(folder: Path, storage_owned: bool) -> None:
     """Remove what raysearch created in ``folder`` (never anything else): its files, its
     working folders, and in the result folders only the files it writes there (a folder left
     empty goes too); a file a user put anywhere else stays."""
-    trials = [str(r["trial_id"]) for r in Journal(folder / JOURNAL).load()]
+    trials = [str(r.trial_id) for r in Journal(folder / JOURNAL).load()]
     for name in OWNED:
         path = folder / name
         if name == RAY_RESULTS and not storage_owned:

@@ -23,9 +23,9 @@ Example:
     >>> import tempfile
     >>> cache = ProbeCache(lambda: {"model": "m1"}, tempfile.mkdtemp(), origin="out")
     >>> probe = {"bits": 4, "nodes_4bit": ["a"], "nodes_float": ["b"]}
-    >>> cache.store(probe, {"status": "ok", "metric": 0.25, "extra": {}}, "t1")
+    >>> cache.store(probe, TrialRecord(status="ok", metric=0.25), "t1")
     True
-    >>> cache.lookup(probe)["reused_from"], cache.lookup({"bits": 8}) is None
+    >>> cache.lookup(probe).reused_from, cache.lookup({"bits": 8}) is None
     ('out trial t1', True)
 """
 
@@ -207,15 +207,15 @@ class ProbeCache:
         self.reused += 1
         return TrialRecord.from_dict(record)
 
-    def store(self, settings: Mapping[str, Any], record: Mapping[str, Any], trial_id: str) -> bool:
+    def store(self, settings: Mapping[str, Any], record: TrialRecord, trial_id: str) -> bool:
         """Keep the result of the probe of ``settings`` (trial ``trial_id``) for later
         searches; False when it is not kept (not complete, another kind of device, already
         kept, or the folder could not be written)."""
-        if record.get("status") != "ok" or _finite(record.get("metric")) is None:
+        if not record.ok or _finite(record.metric) is None:
             return False
-        if record.get("stopped_at_rung") is not None or record.get("reused_from"):
+        if record.stopped_at_rung is not None or record.reused_from:
             return False
-        if str(record.get("device") or "cpu").split(":")[0] != self.device:
+        if str(record.device or "cpu").split(":")[0] != self.device:
             return False
         try:
             key, digest = self._key(settings)
@@ -224,7 +224,7 @@ class ProbeCache:
             entry = {
                 "key": key,
                 "origin": f"{self.origin} trial {trial_id}",
-                "record": {k: record.get(k) for k in _KEPT},
+                "record": {k: getattr(record, k) for k in _KEPT},
             }
             data = json.dumps(entry, sort_keys=True).encode()
             atomic_write_bytes(self.folder / f"{digest}-{_content_hash(data)}.json", data)

@@ -59,6 +59,7 @@ from raysearch.ranking import (
     best_records,
     better,
     is_candidate,
+    is_probe,
     pareto_front,
     stopped_at_rung,
 )
@@ -232,7 +233,7 @@ class TrialRecorder(tune.Callback):
         )
         # The one rule, as the journal reads it (a probe's stage comes with the config).
         full = full.replace(
-            is_candidate=is_candidate(full),
+            is_candidate=is_candidate(full) and not is_probe(full),
             elapsed_s=None if self.clock is None else round(self.clock(), 3),
         )
         # Last: the record it returns is the one kept as the best (kept by identity).

@@ -45,4 +45,4 @@ def reported_record(result: Mapping[str, Any] | None) -> TrialRecord | None:
     value = (result or {}).get(RECORD_KEY)
     if isinstance(value, str):
         value = json.loads(value)
-    return TrialRecord.from_dict(value) if isinstance(value, Mapping) else None
+    return TrialRecord.from_dict(value) if isinstance(value, (Mapping, TrialRecord)) else None

@@ -142,11 +142,11 @@ class RetryLog:
                 if any(node == node_id and _lost_kind(line) for node, line in entries)
             ]
             failed = [
-                r["trial_id"]
+                r.trial_id
                 for r in records
-                if r.get("status") == "failed"
-                and r.get("node_id") == node_id
-                and str(r.get("error") or "").startswith("NodeLost")
+                if r.status == "failed"
+                and r.node_id == node_id
+                and str(r.error or "").startswith("NodeLost")
             ]
             found.append(
                 {

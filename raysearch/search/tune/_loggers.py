@@ -208,7 +208,7 @@ class LiveStudyCallback(tune.Callback):
     def _write(self, trial: Any) -> None:
         trial_id = getattr(trial, "trial_id", None)
         for record in reversed(self.recorder.records):
-            if record.get("trial_id") == trial_id:
+            if record.trial_id == trial_id:
                 self.study.add(record)
                 return
 

@@ -27,9 +27,9 @@ only the resume and the near-tie above need adding (ASHA has no notion
 of a score's uncertainty).
 
 Example:
-    >>> rung_clock(2, 3.0), stopped_at_rung({"status": "ok", "rung": 1, "rungs": 3})
+    >>> rung_clock(2, 3.0), stopped_at_rung(TrialRecord(status="ok", rung=1, rungs=3))
     (9.0, 1)
-    >>> stopped_at_rung({"status": "ok", "rung": 2, "rungs": 3}) is None
+    >>> stopped_at_rung(TrialRecord(status="ok", rung=2, rungs=3)) is None
     True
 """
 
@@ -104,7 +104,7 @@ class RungScheduler(AsyncHyperBandScheduler):
     """Tune's ASHA over the rungs of ``rungs`` (see the module docstring), its rungs filled
     with the scores of ``records`` (the journal's, on resume)."""
 
-    def __init__(self, rungs: EvalRungs, records: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, rungs: EvalRungs, records: Iterable[TrialRecord] = ()) -> None:
         factor = rungs.reduction_factor
         super().__init__(
             time_attr=RUNG_CLOCK,
@@ -123,14 +123,14 @@ class RungScheduler(AsyncHyperBandScheduler):
         if seeded:
             _logger.info("early stopping: %d rung results of earlier sessions", seeded)
 
-    def seed(self, records: Iterable[Mapping[str, Any]]) -> int:
+    def seed(self, records: Iterable[TrialRecord]) -> int:
         """Put the rung scores of finished trials into the rungs, in the order they were
         reported (``rung_ended_at``); how many were put."""
         events = []
         for record in records:
-            scores = record.get("rung_scores") or []
-            times = record.get("rung_ended_at") or []
-            trial_id = str(record.get("trial_id"))
+            scores = record.rung_scores or []
+            times = record.rung_ended_at or []
+            trial_id = str(record.trial_id)
             # The last rung decides nothing (a trial there is done): only those before.
             for k, score in enumerate(scores[: self.n_rungs - 1]):
                 if isinstance(score, (int, float)) and math.isfinite(score):
@@ -246,24 +246,24 @@ def _probe_rows(prepared: Prepared) -> int | None:
 
 
 def early_stopping_summary(
-    plan: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
+    plan: Mapping[str, Any], records: Iterable[TrialRecord]
 ) -> dict[str, Any]:
     """``summary.json``'s ``early_stopping``: the plan, the trials stopped at a rung, and the
     evaluation rows the trials processed against what evaluating each on every row takes.
 
     Example:
         >>> early_stopping_summary({"enabled": True, "rung_rows": [10, 100]}, [
-        ...     {"status": "ok", "eval_rows": 10, "rung": 0, "rungs": 2},
-        ...     {"status": "ok", "eval_rows": 100, "rung": 1, "rungs": 2}])["rows_evaluated"]
+        ...     TrialRecord(status="ok", eval_rows=10, rung=0, rungs=2),
+        ...     TrialRecord(status="ok", eval_rows=100, rung=1, rungs=2)])["rows_evaluated"]
         110
     """
     out = dict(plan)
     if not out.get("enabled"):
         return out
-    evaluated = [r for r in records if r.get("status") == "ok"]
+    evaluated = [r for r in records if r.ok]
     out["n_stopped"] = sum(1 for r in evaluated if stopped_at_rung(r) is not None)
     rows = out.get("rung_rows")
     if rows:
-        out["rows_evaluated"] = sum(int(r.get("eval_rows") or 0) for r in evaluated)
+        out["rows_evaluated"] = sum(int(r.eval_rows or 0) for r in evaluated)
         out["rows_if_whole"] = len(evaluated) * rows[-1]
     return out

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from raysearch.ranking import stopped_at_rung
+from raysearch.ranking import finite, stopped_at_rung
 from raysearch.search.record.reported import reported_record
-from raysearch.search.tune._told import candidacy, metric_value, objective_value, sampler_values
+from raysearch.search.tune._told import candidacy, sampler_values
 from raysearch.strategies import Phase, Proposal, StrategyContext
 from raysearch.trialrecord import TrialRecord
 
@@ -58,30 +58,30 @@ class KnownSettings:
     def n_started(self) -> int:
         return self.state.started
 
-    def add_finished(self, records: Sequence[dict[str, Any]]) -> int:
+    def add_finished(self, records: Sequence[TrialRecord]) -> int:
         """Tell the search the trials of earlier sessions (the journal's records: ``trial_id``,
         ``key``, ``phase``, ``metric``, ...), before its first suggestion: they count as
         started, their settings as done, and the phases see them in ``context.records``.
         Returns how many were new."""
         new = 0
         for record in records:
-            trial_id = str(record.get("trial_id"))
+            trial_id = str(record.trial_id)
             if trial_id in self.state.finished_ids:
                 continue
             self.state.finished_ids.add(trial_id)
             self.state.started += 1
-            phase = int(record.get("phase") or 0)
+            phase = int(record.phase or 0)
             if 0 <= phase < len(self.state.phase_started):
                 self.state.phase_started[phase] += 1
-            key = record.get("key")
+            key = record.key
             if key is not None:
-                self.done[key] = metric_value(record.get("metric"))
-                self.objectives[key] = objective_value(record, self.done[key])
+                self.done[key] = finite(record.metric)
+                self.objectives[key] = finite(record.objective)
                 if self._several:
                     self.values[key] = sampler_values(
                         record, self.objectives[key], self.context.objectives
                     )
-            self.context.records.append(TrialRecord.from_dict(record))
+            self.context.records.append(record)
             new += 1
         if new:
             self._find_holes()
@@ -90,7 +90,7 @@ class KnownSettings:
     def _find_holes(self) -> None:
         """The trial numbers below the highest one known that no finished or live trial
         holds (``_State.holes``)."""
-        used = {r.get("number") for r in self.context.records}
+        used = {r.number for r in self.context.records}
         used |= set(self.state.live_number.values())
         numbers = {n for n in used if isinstance(n, int) and not isinstance(n, bool)}
         self.state.holes = [n for n in range(1, max(numbers, default=0) + 1) if n not in numbers]
@@ -106,14 +106,14 @@ class KnownSettings:
     ) -> None:
         """What the search learns of a finished trial of ``proposal``: its metric and
         objective by key, its record in ``context.records``, and the phase told."""
-        metric = None if (error or not result) else metric_value(result.get("metric"))
-        objective = None if (error or not result) else objective_value(result, metric)
+        metric = None if (error or not result) else finite(result.get("metric"))
+        objective = None if (error or not result) else finite(result.get("objective"))
         self.done[proposal.key] = metric
         self.objectives[proposal.key] = objective
         reported = None if error else reported_record(result)
         told: dict[str, Any] = {"objective": objective}
         if self._several:
-            values = sampler_values(reported or {}, objective, self.context.objectives)
+            values = sampler_values(reported, objective, self.context.objectives)
             self.values[proposal.key] = told["values"] = values
         candidate, extra = candidacy(None if error else result)
         self.context.records.append(

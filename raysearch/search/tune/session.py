@@ -19,7 +19,6 @@ from ray.tune.stopper import Stopper
 
 from raysearch.search.record.journal import Journal, SessionClock
 from raysearch.search.record.recorder import TrialRecorder
-from raysearch.search.record.reported import reported_record
 from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.stopper import CandidateStopper
 
@@ -92,7 +91,7 @@ class SessionStopper(Stopper):
         session = lookup(self.key)
         if session is None:
             return False
-        return session.stopper(trial_id, {**(reported_record(result) or {}), **result})
+        return session.stopper(trial_id, result)
 
     def stop_all(self) -> bool:
         session = lookup(self.key)

@@ -21,11 +21,13 @@ sessions carried over on resume), and the search must know which condition ended
 Example:
     >>> from raysearch.config._config import StopConfig
     >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
-    >>> stopper("a", {"status": "ok", "metric": 0.1, "is_candidate": True}), stopper.stop_all()
+    >>> from raysearch.search.record.reported import pack_record
+    >>> a = TrialRecord(status="ok", metric=0.1, is_candidate=True)
+    >>> stopper("a", {"metric": 0.1, "trial": pack_record(a)}), stopper.stop_all()
     (False, False)
-    >>> b = {"status": "ok", "metric": 0.2, "is_candidate": True}
-    >>> stopper("b", b), stopper.stop_all(), stopper.reason
-    (False, True, 'candidates_found')
+    >>> stopper.observe("b", a.replace(metric=0.2))  # as the recorder tells it
+    >>> stopper.stop_all(), stopper.reason
+    (True, 'candidates_found')
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
 from raysearch.ranking import is_candidate
+from raysearch.search.record.reported import reported_record
+from raysearch.trialrecord import TrialRecord
 
 __all__ = ["CandidateStopper", "STOP_REASONS", "trial_limit"]
 
@@ -80,8 +84,8 @@ class CandidateStopper(Stopper):
         higher_is_better: the metric's direction (for ``find_best_candidate``).
         elapsed_before_s: wall time already spent by earlier sessions of this search (resume),
             counted against ``time_limit``.
-        prior: results of trials finished in earlier sessions (dicts with ``trial_id``,
-            ``metric``, ``is_candidate``), counted as if they had been reported now.
+        prior: the records of trials finished in earlier sessions, counted as if they had
+            been reported now.
         started_at: when this session began (``time.monotonic()``); default: now.
     """
 
@@ -91,7 +95,7 @@ class CandidateStopper(Stopper):
         *,
         higher_is_better: bool,
         elapsed_before_s: float = 0.0,
-        prior: Iterable[Mapping[str, Any]] = (),
+        prior: Iterable[TrialRecord] = (),
         started_at: float | None = None,
     ) -> None:
         self.stop = stop
@@ -103,7 +107,7 @@ class CandidateStopper(Stopper):
         self._candidates: set[str] = set()
         self._best_hit: str | None = None
         for record in prior:
-            self.observe(str(record.get("trial_id")), record)
+            self.observe(str(record.trial_id), record)
 
     # -- counting --------------------------------------------------------------------------
     @property
@@ -119,14 +123,14 @@ class CandidateStopper(Stopper):
     def n_candidates(self) -> int:
         return len(self._candidates)
 
-    def observe(self, trial_id: str, result: Mapping[str, Any]) -> None:
+    def observe(self, trial_id: str, result: TrialRecord) -> None:
         """Count one finished trial's result (a trial id is counted once)."""
         self._finished.add(trial_id)
-        if not is_candidate(result) or result.get("stopped_at_rung") is not None:
+        if not is_candidate(result) or result.stopped_at_rung is not None:
             return
         self._candidates.add(trial_id)
         target = self.stop.find_best_candidate
-        metric = result.get("metric")
+        metric = result.metric
         if (
             _enabled(target)
             and self._best_hit is None
@@ -144,7 +148,7 @@ class CandidateStopper(Stopper):
         recorded (``observe``, called by the recorder), never as a candidate."""
         if result.get("done", True) is False:
             return False
-        self.observe(trial_id, result)
+        self.observe(trial_id, reported_record(result) or TrialRecord())
         return False
 
     def end(self, reason: str) -> None:

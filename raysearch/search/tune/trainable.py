@@ -37,7 +37,7 @@ from ray import tune
 from raysearch.errors import is_disk_full
 from raysearch.layout import TRIALS_TMP
 from raysearch.modelfile import remove_model
-from raysearch.ranking import PROBE_STAGE, is_probe
+from raysearch.ranking import PROBE_STAGE
 from raysearch.search.record.reported import pack_record
 from raysearch.search.record.retries import RETRIES_SPENT
 from raysearch.search.runtime._start_barrier import (
@@ -239,7 +239,7 @@ class QuantTrainable(tune.Trainable):
             actor_wait_s=round(self._wait_s, 4) if first else None,  # at the StartBarrier
             actor_wait_timed_out=self._wait_timed_out if first else None,
         )
-        if is_probe(self.config):
+        if self.config.get("stage") == PROBE_STAGE:
             # A sensitivity probe measures one node: no candidate, whatever its metric (the
             # progress line, the stopper and the searcher read this report).
             record = record.replace(stage=PROBE_STAGE, is_candidate=False)
