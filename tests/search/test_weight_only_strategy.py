@@ -340,15 +340,15 @@ def test_a_weight_source_is_a_menu_choice_the_allocation_mixes_with_8_bits(tmp_p
         model=ModelFacts(weight_matmuls=NODES, weight_shapes=SHAPES),
     )  # fmt: skip
     trials = _drive(SettingSearcher.from_strategy("WeightOnly", context), _lm, slots=2)
-    uniform = [t["settings"] for t in trials if t["stage"] in ("defaults", "blocks")]
+    uniform = [t.settings for t in trials if t.stage in ("defaults", "blocks")]
     assert [s["block_size"] for s in uniform if s["algorithm"] == "source"] == [32]
-    records = [{**t, "status": "ok"} for t in trials]
+    records = [t.replace(status="ok") for t in trials]
     base = base_record(records, higher_is_better=False)
     sourced = NodeChoice("source", 4, 32, True)
     assert sourced in menu(records, base, higher_is_better=False)
-    losses = probe_losses(records, base["settings"], higher_is_better=False)
+    losses = probe_losses(records, base.settings, higher_is_better=False)
     assert all(sourced in losses[n] for n in NODES)
-    planned = [t["settings"] for t in trials if t["stage"] in ("allocation", "refinement")]
+    planned = [t.settings for t in trials if t.stage in ("allocation", "refinement")]
     assert planned and all(reject(s) is None for s in planned)
     mixed = [s for s in planned
              if {e["algorithm"] for e in s["node_settings"].values()} >= {"source"}
