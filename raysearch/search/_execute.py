@@ -2,15 +2,9 @@
 what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
 :meth:`~raysearch.search.runner.AutoSearch.resume` run once the output folder is theirs.
 
-The steps: :meth:`Execution.start` (the journal, the engine, Ray's capacity, the searcher,
-the stop conditions, the recorder and the live session), :meth:`Execution.fit` (Tune runs the
-trials) and :meth:`Execution.finish` (the outputs from the journal, the stop reason, the
-marker). The runner checked the input (``prepared``) and started Ray before. The three steps share
-one session's state, :class:`_Run`.
-
-Example:
-    >>> Execution(config, folder).execute(resume=False, progress=None,
-    ...                                   prepared=prepared)                # doctest: +SKIP
+The steps, sharing one session's state (:class:`_Run`): :meth:`Execution.start` (journal,
+engine, searcher, stop conditions, recorder, live session), :meth:`Execution.fit` (Tune runs
+the trials) and :meth:`Execution.finish` (the outputs, the stop reason, the marker).
 """
 
 from __future__ import annotations
@@ -172,9 +166,8 @@ class Execution:
 
     @staticmethod
     def _expected_trials(searcher: SettingSearcher) -> int | None:
-        """How many trials the search runs when no other stop condition fires first: the
-        size of a strategy made of grids and the searcher's cap (``stop.iteration_limit``),
-        whichever is smaller; None when neither is known."""
+        """How many trials the search runs unless another stop condition fires: the smaller
+        of a grid strategy's size and ``stop.iteration_limit``; None when neither is known."""
         total = None
         if all(isinstance(phase, GridPhase) for phase in searcher.phases):
             total = sum(len(phase) for phase in searcher.phases)  # type: ignore[arg-type]
@@ -235,19 +228,14 @@ class Execution:
         prepared: Prepared,
         started_at: float | None,
     ) -> _Run:
-        """Everything a session needs before Tune runs: the journal read back, the engine,
-        Ray's capacity, the searcher, the stop conditions, the recorder and the live session.
-        On resume each is rebuilt from the journal's records alone: the searcher and its
-        phases are told them in the order they were written (a fresh sampler proposes again
-        what it proposed before, and is told each known result), the stop conditions count
-        them, and the elapsed time goes on from the last one's ``elapsed_s``."""
+        """Everything a session needs before Tune runs. On resume each part is rebuilt from
+        the journal's records alone, told them in the order they were written."""
         config, folder = self.config, self.output_dir
         journal = Journal(folder / JOURNAL)
         records = journal.load() if resume else []
         self.marker_before = read_marker(folder)
         session_number = begin_session(folder, storage_path(config, folder))
         clock = SessionClock(records, started_at=started_at)
-        # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
         for line in prepared.stderr_lines:  # ONNX Runtime's warnings: the log, not the terminal
             logging.getLogger(STDERR_LOGGER).info("%s", line)
         if self.kept is not None:
@@ -259,17 +247,13 @@ class Execution:
         self.pending_reference = prepared.pending_reference
         spec.driver_node = current_node_id()
         one_node = only_driver_node()
-        if not one_node:
-            # Actors on other nodes build the float model from these files; on one
-            # machine they read it where it is (no copy of a large model in memory).
+        if not one_node:  # other nodes get the files; one machine reads them in place
             spec.model = model_blob(spec.model.path)
             if spec.decode_anchor is not None:
                 spec.decode_anchor = model_blob(spec.decode_anchor.path)
         n_slots, outstanding = slots(config)
         tune_environment(outstanding)
         with quiet_optuna():
-            # Trials suggested but unfinished (up to ``outstanding``) all run in the sampler's
-            # study at once: what its constant liar is for.
             searcher = self._searcher(
                 outstanding,
                 prepared.model,
@@ -296,7 +280,6 @@ class Execution:
             prior=records,
             clock=lambda: clock.elapsed_s,
             on_record=_OnRecord(stopper, self.kept, prepared.reference, self.timer),
-            # On a cluster: which node each trial runs on, and the nodes lost meanwhile.
             watch_nodes=not one_node,
             max_failures=config.max_failures,
             client_folder=model_folder(config.model),
@@ -366,10 +349,8 @@ class Execution:
         config, folder = self.config, self.output_dir
         expected, records = run.expected, run.records
         wave = run.slots if expected is None else max(1, min(run.slots, expected - len(records)))
-        # Only actors that can be placed now: on a cluster shared with other jobs, the first
-        # would otherwise wait out the barrier's timeout for one that has no room yet.
+        # Only actors placeable now: else the first waits out the barrier for one with no room.
         wave = min(wave, trials_placeable_now(config))
-        # The searcher opens it when it waits for results before a second trial.
         run.session.start_barrier = self.barrier = barrier = start_barrier(wave)
         trainable = make_trainable(
             run.spec,
@@ -380,7 +361,6 @@ class Execution:
             barrier=barrier,
             driver_node=current_node_id(),
         )
-        # ASHA over the rungs of evaluation on growing subsets; Tune's FIFO without them.
         rungs = run.spec.rungs
         scheduler = None if rungs is None else RungScheduler(rungs, records)
         with quiet_tune():
@@ -408,10 +388,8 @@ class Execution:
 
     def _refuse_missing_module(self, run: _Run) -> None:
         """Refuse the session when a phase of the strategy could not import a module before
-        any trial of it started (``searcher.missing_module``): a plugin's submodule not
-        installed, or not there yet. One line names the module; the marker is put back as
-        the session found it, and nothing else of the folder was written: resuming once the
-        module is importable goes on as if this session had not been.
+        any trial of it started, with the marker put back: resuming once the module is
+        importable goes on as if this session had not been.
 
         Raises:
             InputError: the module that cannot be imported.
@@ -427,17 +405,12 @@ class Execution:
         )
 
     def _trials_over(self, run: _Run) -> None:
-        """Every trial has ended: the start barrier goes now, and the other nodes' folders of
-        a search that was not interrupted; then a Ray that ends with this process begins its
-        shutdown while the outputs are written
-        (:func:`~raysearch.search.runtime.cluster.trials_ended`). Nothing after this asks
-        that Ray for anything."""
+        """Every trial has ended: the start barrier goes, and the other nodes' folders unless
+        interrupted (kept for the resume); then a Ray that ends with this process begins its
+        shutdown while the outputs are written. Nothing after this asks Ray for anything."""
         end_barrier(self.barrier)
         self.barrier = None
         if _stop_reason(run.stopper, run.searcher, run.recorder) != "interrupted":
-            # The other nodes' stand-ins for trials_tmp/ and the calibration cache; an
-            # interrupted search keeps them for its resume. (A resumed search's records name
-            # the nodes of earlier sessions too: asking whether they are alive needs Ray.)
             records = run.recorder.records
             elsewhere = {r.get("node_id") for r in records} - {run.spec.driver_node, None}
             remove_node_folders(
@@ -458,14 +431,11 @@ class Execution:
         reason = _stop_reason(run.stopper, live, run.recorder)
         if self.kept is not None:
             self.kept.wait()
-        if self.pending_reference is not None:
-            # The reference the first trials started without: its latency, or its failure as
-            # the search's error.
+        if self.pending_reference is not None:  # its latency, or its failure as the error
             run.info["float_latency_ms"] = self.pending_reference.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
-        # Latency that decides (or that the config asks for) timed alone in the timer's
-        # process, while the outputs that read no latency are written.
+        # Latency timed again alone while the outputs that read no latency are written.
         plan = plan_retime(config, folder, records, run.spec.evaluation, str(config.model))
         if plan is not None and self.timer is not None:
             self.timer.submit(plan.job)
@@ -492,34 +462,24 @@ class Execution:
                 "trials_started": max(live.n_started, len(records)),
                 "slots": run.slots,
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
-                # What this search took from a running cluster's store (None: its own Ray).
                 "kept_warm": dict(self.kept.reused) if self.kept and self.kept.enabled else None,
-                # Nodes lost while it ran, and the trials they took with them (record.retries).
                 "lost_nodes": run.recorder.retries.lost_nodes(records),
                 "trials_retried": sum(1 for r in records if r.get("retries")),
-                # Seconds the custom evaluator took to score the float model (None: built-in).
                 "float_score_s": _rounded(run.info.get("float_score_s")),
-                # Why the search ended without a result, when its stop reason alone misleads.
                 "stop_note": _stop_note(reason, records, config, run.info.get("float_score_s")),
-                # The error most failed trials ended with (None: none failed).
                 "most_frequent_error": most_frequent_error(records),
-                # The best's latency over float's, each timed alone, and how (_retime).
                 "best_latency_vs_float": timed_alone.get("best_latency_vs_float"),
                 "latency_note": slower_than_float_note(
                     timed_alone.get("best_latency_vs_float"),
                     deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
                 ),
-                # How the latencies reported were timed (timed alone, or by the trials).
                 "latency_timing": latency_timing(config, retimed is not None),
                 "latency_retimed": timed_alone.get("latency_retimed"),
                 "decode_latency_retimed": timed_alone.get("decode_latency_retimed"),
                 "prefill_latency_retimed": timed_alone.get("prefill_latency_retimed"),
-                # Sensitivity probes taken from an earlier search of the same content.
                 "probes_reused": sum(1 for r in records if r.get("reused_from")),
-                # A language-model metric's float decode step and prefill (None: another).
                 "float_decode_latency_ms": run.info.get("float_decode_latency_ms"),
                 "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),
-                # The builder's int4's decode step (max_decode_latency: builder; else None).
                 "builder_decode_latency_ms": run.info.get("builder_decode_latency_ms"),
             },
             evaluator=run.spec.evaluator,
@@ -544,14 +504,10 @@ class Execution:
 
 
 class _OnRecord:
-    """What the driver does with each trial it records: the stopper observes it (Tune shows
-    the stopper results only: trials that raised count too); from the first one on, the
-    modules that writing the outputs needs are imported in a thread, while the next trials
-    run, instead of after the last one, the float reference is handed to a running
-    cluster's store (``kept``), and the process that times latency again after the last
-    trial starts (``timer``, where a figure will be timed again). Not before the first
-    record: those imports hold the driver's interpreter for seconds, and Tune's start of the
-    first trials runs there."""
+    """What the driver does with each trial it records: the stopper observes it; at the
+    first one (not before: Tune starts the first trials in this interpreter), the output
+    modules are preloaded, the float reference handed to the cluster's store and the
+    latency timer's process started, all while the next trials run."""
 
     def __init__(
         self,
@@ -654,9 +610,8 @@ def _stop_note(
 
 
 def _say(message: str, stream: TextIO | None) -> None:
-    """Log ``message`` as a WARNING (``auto_search.log``, and the terminal of a program that
-    set up logging, as the command line does); from Python without logging set up, the
-    warning would reach only the log file, so it goes to the progress stream too."""
+    """Log ``message`` as a WARNING; without logging set up (Python, not the command line)
+    it goes to the progress stream too, which would otherwise never show it."""
     _logger.warning("%s", message)
     if stream is not None and not logging.getLogger().handlers:
         stream.write(f"raysearch: {message}\n")
@@ -668,9 +623,8 @@ def _rounded(value: float | None) -> float | None:
 
 
 def most_frequent_error(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The error line most failed trials of ``records`` ended with, and how many did
-    (``summary.json``'s ``most_frequent_error``: ``{"error": ..., "trials": n}``, the first
-    seen of equally frequent ones); None when no trial failed.
+    """The error line most failed trials ended with, and how many (the first seen of equally
+    frequent ones); None when no trial failed.
 
     Example:
         >>> most_frequent_error([
