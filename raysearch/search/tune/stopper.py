@@ -1,22 +1,11 @@
 """``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper``.
 
-After every trial's last result it counts candidates per trial id (each trial once; a trial
-evaluated on some of the rows never is one) and decides whether the whole search ends
-(``stop_all``): enough candidates (``find_n_candidates``), a candidate that reaches the
-stricter target (``find_best_candidate``), every allowed trial finished (``iteration_limit``)
-or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a condition. The
-first condition that fires is kept as :attr:`CandidateStopper.reason`.
-
-``iteration_limit`` counts trials *started* and is enforced in one place: the searcher starts
-no more than :func:`trial_limit` trials (see :mod:`raysearch.search.tune.searchers`); the stopper
-only notices that the last of them finished (finished ones never outnumber started ones), and
-the runner reads the searcher's cap for Tune's sample count and the progress total.
-
-Tune's ``TimeoutStopper`` and ``CombinedStopper`` are not used for ``time_limit``: a
-``TimeoutStopper``'s budget starts at its first check and counts nothing of earlier sessions,
-while ``time_limit`` counts from the start of the first session (preflight included, earlier
-sessions carried over on resume), and the search must know which condition ended it
-(``summary.json``'s ``stop_reason``), which a ``CombinedStopper`` does not say.
+After every trial's last result it counts candidates per trial id and decides whether the
+whole search ends (``stop_all``): ``find_n_candidates``, ``find_best_candidate``,
+``iteration_limit`` (the searcher starts no more; the stopper notices the last finished) or
+``time_limit``; ``-1``/``None`` disables one. The first that fires is
+:attr:`CandidateStopper.reason`. Not Tune's ``TimeoutStopper``/``CombinedStopper``:
+``time_limit`` counts earlier sessions too, and the search must know which condition fired.
 
 Example:
     >>> from raysearch.config._config import StopConfig
@@ -138,10 +127,8 @@ class CandidateStopper(Stopper):
 
     # -- Stopper interface -----------------------------------------------------------------
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        """Count the result; never stops a single trial. A trial evaluated on growing subsets
-        reports once per rung: only its last report (``done``) counts here, and a trial that
-        ASHA stops at a rung, which Tune marks done after this call, is counted when it is
-        recorded (``observe``, called by the recorder), never as a candidate."""
+        """Count a trial's last report (``done``); never stops a single trial. One ASHA
+        stops at a rung is counted when recorded (:meth:`observe`), never as a candidate."""
         if result.get("done", True) is False:
             return False
         self.observe(trial_id, result)
@@ -149,7 +136,7 @@ class CandidateStopper(Stopper):
 
     def end(self, reason: str) -> None:
         """End the whole search at Tune's next check, for ``reason`` (a failure outside any
-        one trial, such as the float model failing on the evaluation data)."""
+        one trial)."""
         if self.reason is None:
             self.reason = reason
 
