@@ -1,11 +1,6 @@
 """The trial engine's factory (:class:`EngineSpec`), built once on the driver from what
 :func:`~raysearch.search.preflight.preflight` checked and computed, and shipped to every
-actor.
-
-Example:
-    >>> spec, info = build_engine(config, cache_dir, prepared)    # doctest: +SKIP
-    >>> runner = spec(threads=2)                                   # doctest: +SKIP
-"""
+actor."""
 
 from __future__ import annotations
 
