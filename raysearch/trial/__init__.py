@@ -1,6 +1,4 @@
-"""One trial without Ray: quantize, evaluate, decide (``TrialRunner``, ``TrialSpec``).
-
-The names below are defined in ``raysearch.trial._runner``."""
+"""One trial without Ray: quantize, evaluate, decide (``TrialRunner``, ``TrialSpec``)."""
 
 from __future__ import annotations
 
