@@ -6,10 +6,6 @@ The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2
 (``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
 the worse direction (``quant - float`` when lower is better).
 
-Scoring, the tolerance, the sampler's objective and the calls of a custom evaluator
-(raysearch's and Quark's forms) are one object's rules: each reads the same metric, direction
-and float score.
-
 Example:
     >>> ev = Evaluator("cos", tolerance=0.999)
     >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
@@ -122,8 +118,6 @@ class Evaluator:
                     f"unknown metric {metric!r}; expected {LISTED} or "
                     "'package.module:function'" + suggest(metric, BUILTIN_METRICS),
                 )
-            # The loader lives in the public module (the one place raysearch imports code by
-            # name); imported here because that module imports this one.
             from raysearch.evaluate._custom import load_custom_evaluator, takes_providers
 
             self.function = load_custom_evaluator(metric, search_dirs=search_dirs)
@@ -131,11 +125,9 @@ class Evaluator:
             self.takes_providers = takes_providers(self.function)
             self.name = metric if isinstance(metric, str) else qualified_name(metric)
             self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
-        #: A function given from Python (not named by import path): pickled by value for the
-        #: trials where its module is not installed (:func:`pickle_for_trials`).
+        #: A function given from Python (not by import path): pickled by value for the trials.
         self.given_function = self.function is not None and not isinstance(metric, str)
-        #: Where a function named by import path was looked for: a trial worker imports it
-        #: from there too (:func:`raysearch.usercode.where_code_lives`).
+        #: Where a function named by import path was looked for: a trial worker looks there too.
         self.search_dirs = tuple(os.fspath(folder) for folder in search_dirs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -145,8 +137,7 @@ class Evaluator:
 
             state["function"] = _PickledFunction(pickle_for_trials(self.function))
         elif self.function is not None:
-            # By its name: the receiving process imports it as the driver did, from where it
-            # lives (never by pickle's import, which knows no search folder).
+            # By its name: imported where it lives (pickle's import knows no search folder).
             state["function"] = _NamedFunction(self.name)
         return state
 
@@ -158,15 +149,13 @@ class Evaluator:
             from raysearch.evaluate._custom import load_custom_evaluator
             from raysearch.usercode import where_code_lives
 
-            folders = where_code_lives(state.get("search_dirs", ()))
+            folders = where_code_lives(state["search_dirs"])
             state["function"] = load_custom_evaluator(function.spec, search_dirs=folders)
         self.__dict__.update(state)
 
     @classmethod
     def from_config(cls, config: Any) -> Evaluator:
-        """Build from a :class:`raysearch.config.SearchConfig` (its ``metric`` or
-        ``metric_function``, ``tolerance``,
-        ``tolerance_mode``, ``higher_is_better``, ``metric_key`` and ``code_dirs``)."""
+        """Build from a :class:`raysearch.config.SearchConfig`'s metric settings."""
         return cls(
             getattr(config, "metric_function", None) or config.metric,
             config.tolerance,
@@ -182,9 +171,8 @@ class Evaluator:
 
     @property
     def accepts_fraction(self) -> bool:
-        """Whether the custom evaluator takes a ``fraction`` argument: then a search that
-        evaluates on growing subsets calls it with ``fraction=f`` (0 < f < 1) to score the
-        first ``f`` of its rows in a fixed order, and without it for every row."""
+        """Whether the custom evaluator takes a ``fraction`` argument: then early stopping
+        calls it with ``fraction=f`` to score the first ``f`` of its rows in a fixed order."""
         if self.function is None:
             return False
         try:
@@ -199,9 +187,8 @@ class Evaluator:
 
     @property
     def is_lm(self) -> bool:
-        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``): its trials
-        also time one-token decode and a prefill (``decode_latency_ms``,
-        ``prefill_latency_ms``)."""
+        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``), whose trials
+        also time one-token decode and a prefill."""
         metric = METRICS.get(self.name) if self.function is None else None
         return metric is not None and metric.lm
 
@@ -223,8 +210,7 @@ class Evaluator:
         """Score one model: built-ins from ``outputs`` against ``reference`` (and the data's
         ``inputs``, where perplexity reads the text); a custom evaluator by calling it with
         ``(model_path, providers)``. A language-model metric's score carries every
-        language-model metric with its 95 % interval as extras
-        (:func:`raysearch.metrics.lm_scores`).
+        language-model metric with its interval as extras.
 
         Raises:
             MetricError: the score cannot be computed (NaN outputs, a bad return value).
@@ -256,7 +242,7 @@ class Evaluator:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]
         # Quark's search_evaluator(onnx_path, **args) is told the path alone.
-        args = (providers,) if getattr(self, "takes_providers", True) else ()
+        args = (providers,) if self.takes_providers else ()
         if fraction is None:
             value = self.function(os.fspath(model_path), *args)
         else:
@@ -330,8 +316,7 @@ class Evaluator:
         """
         if self.tolerance is None or score is None or not math.isfinite(score):
             return False
-        # A bound met exactly is met: 1 - 0.998 is 0.0020000000000000018 in binary floating
-        # point, and 499 of 500 rows kept must pass a tolerance of 0.002.
+        # A bound met exactly is met, whatever binary floating point rounds it to.
         slack = _BOUND_SLACK * max(1.0, abs(self.tolerance))
         if not self.is_custom:
             if self.higher_is_better:
@@ -393,24 +378,13 @@ class Evaluator:
     ) -> float | None:
         """The value a search's sampler optimises for this trial, in the metric's direction.
 
-        The best trial of a search is the most quantized candidate
-        (:func:`raysearch.outputs.better`), so a sampler told the metric alone spends its
-        trials on settings that keep nodes float (they score best and are never the answer).
-        This is the metric for a trial that is not a candidate, and for a candidate the metric
-        moved past every trial that is not one by ``scale * quantized_share``: a candidate's
-        metric is already on the good side of the tolerance's threshold, which every other
-        trial's metric is not, so adding anything keeps candidates first; ``scale`` is larger
-        than the spread of candidates' metrics times the node count, so one more quantized
-        node outweighs any metric difference among candidates (for a metric that does not
-        beat float by more than ``1 + |float| + |tolerance|``). Optuna's samplers take one
-        number; Ray Tune's ``OptunaSearch`` passes it on unchanged.
-
-        A trial that keeps every MatMul/Gemm/Conv float
-        (:func:`~raysearch.modelgraph.quantizes_nothing`: the float model's speed, however it
-        scores) is told ``scale`` worse than its metric, below every trial that quantizes
-        something, as the best rule ranks it (it is never a candidate, nor the best while a
-        trial that quantizes something completed). Told its metric, a sampler would spend its
-        trials on promoting everything to float.
+        The best trial is the most quantized candidate, so a sampler told the metric alone
+        would spend its trials on settings that keep nodes float. A candidate's metric is
+        moved past every non-candidate's by ``scale * quantized_share``, ``scale`` larger than
+        the spread of candidates' metrics times the node count, so that one more quantized
+        node outweighs any metric difference among candidates; a non-candidate is told its
+        metric. A trial that quantizes nothing is told ``scale`` worse, below every trial that
+        quantizes something, as the best rule ranks it.
 
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)

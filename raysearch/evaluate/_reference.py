@@ -1,13 +1,7 @@
 """The float reference: the float model's outputs on the evaluation data, once per search.
 
 Built-in metrics compare every quantized model with these outputs; they are cached on disk
-under a key of the model, the data, its batching and the device kind.
-
-Example:
-    >>> ref = FloatReference.cached(cache_dir, "model.onnx", eval_data)   # doctest: +SKIP
-    >>> ref.output_names, ref.num_samples                                # doctest: +SKIP
-    (['logits'], 500)
-"""
+under a key of the model, the data, its batching and the device kind."""
 
 from __future__ import annotations
 
@@ -32,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FloatReference"]
 
-# The logger of the public module: what users filter on did not move.
+# The logger of the public module, the name users filter on.
 _logger = logging.getLogger("raysearch.evaluate")
 
 
@@ -42,12 +36,6 @@ class FloatReference:
 
     ``outputs`` maps each output name to its values concatenated over samples. Saved as one
     ``.npy`` per output (memory-mapped when loaded) plus ``meta.json`` in a folder.
-
-    Example:
-        >>> ref = FloatReference.compute("model.onnx", eval_data, threads=2)   # doctest: +SKIP
-        >>> ref.save(cache_dir / "reference" / ref.key)                        # doctest: +SKIP
-        >>> FloatReference.load(cache_dir / "reference" / ref.key).num_samples  # doctest: +SKIP
-        500
     """
 
     outputs: dict[str, np.ndarray]

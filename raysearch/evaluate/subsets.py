@@ -1,11 +1,9 @@
 """Evaluation on growing subsets: the rows each rung of a trial's evaluation adds, the float
 reference sliced alike, and whether a partly evaluated setting can still be a candidate.
 
-A search that evaluates on growing subsets (``early_stopping``) fixes one shuffled order of
-the evaluation rows (seeded, the same in every process); rung ``k`` of a trial evaluates the
-rows ``order[sizes[k-1]:sizes[k]]`` with the session of earlier rungs, so a trial that goes to
-the end has run every row exactly once. A custom evaluator that takes a ``fraction`` argument
-is called with the rung's fraction instead (raysearch does not see its rows).
+A search with ``early_stopping`` fixes one seeded shuffled order of the evaluation rows; rung
+``k`` evaluates ``order[sizes[k-1]:sizes[k]]``, so a trial that goes to the end runs every
+row once. A custom evaluator taking a ``fraction`` argument is given the rung's fraction.
 
 Example:
     >>> import numpy as np
@@ -61,10 +59,6 @@ class EvalRungs:
     def __len__(self) -> int:
         return len(self.sizes) if self.sizes is not None else len(self.fractions)
 
-    @property
-    def total_rows(self) -> int | None:
-        """Every evaluation row (None for a custom evaluator)."""
-        return None if self.sizes is None else self.sizes[-1]
 
     def rows(self, k: int) -> np.ndarray:
         """The rows (indices into the evaluation data) rung ``k`` adds."""
@@ -148,12 +142,11 @@ def plan_rungs(
 
 
 #: How many standard errors from the tolerance a partly evaluated metric must be before its
-#: setting no longer counts as one that could become a candidate: a one-sided normal tail of
-#: 3e-5 (the rows seen are a uniform sample, without replacement, of all the rows).
+#: setting no longer counts as one that could become a candidate (the rows seen are a
+#: uniform sample, without replacement, of all the rows).
 CANDIDATE_Z = 4.0
 #: How many standard errors below a rung's cutoff a partly evaluated setting's mean must be
-#: before early stopping stops it (a one-sided normal tail of 2.3 %): a near-tie on a tenth of
-#: the rows is not a ranking (:class:`raysearch.search.tune._rungs.RungScheduler`).
+#: before early stopping stops it: a near-tie on a tenth of the rows is not a ranking.
 TIE_Z = 2.0
 
 
