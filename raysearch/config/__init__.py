@@ -1,6 +1,4 @@
-"""The config stage: a search's config read, checked and resolved (``SearchConfig``).
-
-The names below are defined in ``raysearch.config._config``."""
+"""The config stage: a search's config read, checked and resolved (``SearchConfig``)."""
 
 from __future__ import annotations
 

@@ -120,48 +120,36 @@ class SearchConfig:
     batch_size: int | None = None
     trial_timeout_s: float | None = None
     max_failures: int = 0
-    #: Candidate models kept under ``candidates/``, the best ones (None: every one). Three
-    #: leave a choice beside ``best/`` (on what the ranking does not see: latency on the
-    #: target, size) at a bounded cost: every candidate's model adds up on a large model.
+    #: Candidate models kept under ``candidates/``, the best ones (None: every one): a
+    #: choice beside ``best/`` at a bounded disk cost.
     keep_candidates: int | None = 3
     measure_latency: bool = True
-    #: Whether the best setting and the float model (and, where latency decides, every kept
-    #: candidate) are timed again alone after the last trial (:mod:`raysearch.search._retime`):
-    #: None (``auto``, the default) where latency decides (``select``, ``objectives``), True
-    #: always, False never (the figures timed during the search, beside other trials).
+    #: Whether latency is timed again alone after the last trial: None (``auto``) where
+    #: latency decides (``select``, ``objectives``), True always, False never.
     retime_latency: bool | None = None
     #: The Pareto front's objectives (``pareto.parquet`` when several) and what picks
     #: ``best/`` among the candidates (:mod:`raysearch.config._objectives`).
     objectives: tuple[str, ...] = ("metric",)
     select: str = "metric"
-    #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None
-    #: (``max_decode_latency``; :func:`raysearch.config._objectives.parse_max_decode_latency`).
+    #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None.
     max_decode_latency: float | str | None = None
-    #: The largest model a candidate may be: megabytes, ``"builder"`` or None
-    #: (``size_budget``; :func:`raysearch.config._objectives.parse_size_budget`).
+    #: The largest model a candidate may be: megabytes, ``"builder"`` or None.
     size_budget: float | str | None = None
-    #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
-    #: the folder (Quark's ``load_study_if_exists``).
+    #: ``run`` continues an earlier run of this search in ``output_dir``.
     resume_if_exists: bool = False
-    #: Ray Tune's experiment loggers each trial is reported to: ``(name, settings)`` each
-    #: (``loggers``: ``mlflow``, ``wandb``; :mod:`raysearch.config._loggers`).
+    #: Ray Tune's experiment loggers, ``(name, settings)`` each (``mlflow``, ``wandb``).
     loggers: tuple[tuple[str, dict[str, Any]], ...] = ()
-    #: The Optuna sampler given as ``search_algo`` from Python (run as given; None: the
-    #: strategy's own), and ``sampler_options`` (:mod:`raysearch.config._sampler`).
+    #: The Optuna sampler given as ``search_algo`` from Python (None: the strategy's own).
     sampler: Any = field(default=None, repr=False)
     sampler_options: dict[str, Any] = field(default_factory=dict)
-    #: The Optuna storage URL the search writes its study into as each trial ends
-    #: (``optuna_storage``; None: none).
+    #: The Optuna storage URL the search writes its study into as each trial ends.
     optuna_storage: str | None = None
-    #: The config as the user wrote it (after key mapping; names in their canonical
-    #: spelling), for ``best/config.yaml``.
+    #: The config as the user wrote it (names in their canonical spelling).
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: Where a module the config names (the evaluator, plugins) is looked up when Python does
-    #: not find it: the config file's folder, then the working directory
-    #: (:mod:`raysearch.usercode`); the search ships those modules to Ray's workers.
+    #: Where a module the config names is looked up when Python does not find it: the
+    #: config file's folder, then the working directory (:mod:`raysearch.usercode`).
     code_dirs: tuple[Path, ...] = ()
-    #: The evaluator given as ``metric`` from Python (Quark's ``search_evaluator``), shipped
-    #: to the trials pickled (None: built-in or named by import path).
+    #: The evaluator given as ``metric`` from Python, shipped to the trials pickled.
     metric_function: Callable[..., Any] | None = field(default=None, repr=False)
 
     # -- derived ---------------------------------------------------------------------------
@@ -199,23 +187,17 @@ class SearchConfig:
         check_paths: bool = True,
         code_dirs: Sequence[str | os.PathLike] | None = None,
     ) -> SearchConfig:
-        """Validate ``raw`` completely and return the config. Relative paths are resolved
-        against ``base_dir`` (the config file's folder; default: the working directory); a
-        module the config names that Python does not find is looked up in ``code_dirs``
-        (default: ``base_dir``, then the working directory).
-
-        The keys are checked in a fixed order (inputs, spaces and algorithm, metric, stop,
-        resources, run options), and every mistake is reported, one line each
-        (:class:`~raysearch.errors.ConfigErrors` when there are several), always in the same
-        order.
+        """Validate ``raw`` completely and return the config; every mistake is reported, one
+        line each, always in the same order.
 
         Args:
             raw: the config's keys (README, "A complete config"), as YAML reads them or with
                 the Python objects a config from Python may hold.
-            base_dir: the folder relative input paths are read from.
+            base_dir: the folder relative input paths are read from (default: the working
+                directory).
             check_paths: whether the input files must exist (and the model be ONNX).
             code_dirs: where a module the config names is looked up when Python does not
-                find it.
+                find it (default: ``base_dir``, then the working directory).
 
         Returns:
             The checked :class:`SearchConfig`.
@@ -360,8 +342,8 @@ _TOP_LEVEL_KEYS = {
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
     """``plugins``: modules that register backends, techniques or strategies, imported before
-    the spaces and the algorithm are checked (and by every trial actor); one Python does not
-    find is looked up in ``search_dirs`` (:mod:`raysearch.usercode`)."""
+    the spaces and the algorithm are checked; one Python does not find is looked up in
+    ``search_dirs``."""
     from raysearch.usercode import import_plugins
 
     if value is None:
@@ -478,8 +460,7 @@ def _parse_run_options(
 
 
 def _keep_candidates(value: Any) -> int | None:
-    """``keep_candidates``: an integer >= 0; ``true`` (every candidate) and ``false`` (none)
-    as the key meant before it took a number."""
+    """``keep_candidates``: an integer >= 0, ``true`` (every candidate) or ``false`` (none)."""
     if isinstance(value, bool):
         return None if value else 0
     if not isinstance(value, int) or value < 0:
@@ -493,10 +474,8 @@ def _keep_candidates(value: Any) -> int | None:
 def load_config(
     path: str | Path, overrides: list[str] | None = None, *, check_paths: bool = True
 ) -> SearchConfig:
-    """Load a YAML config file, apply ``key=value`` overrides, validate everything.
-
-    Relative input paths in the file are read relative to the file's folder; ``output_dir``
-    relative to the working directory.
+    """Load a YAML config file, apply ``key=value`` overrides, validate everything. Relative
+    input paths are read relative to the file's folder, ``output_dir`` to the working one.
 
     Args:
         path: the YAML file.

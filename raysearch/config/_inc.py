@@ -1,11 +1,9 @@
 """Intel Neural Compressor's tuning settings read as raysearch's (the machinery:
 :mod:`raysearch.config._dialects`): ``PostTrainingQuantConfig``'s ``quant_level``,
 ``TuningCriterion`` (``strategy``, ``timeout``, ``max_trials``) and ``AccuracyCriterion``
-(``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys. A
-strategy name is raysearch's by the strategy registry's aliases (``hawq_v2`` refused there);
-``objective`` (top level or in ``tuning_criterion``) is ``select`` (``performance``: the
-fastest candidate, ``modelsize``: the smallest, ``accuracy``: the metric's ranking;
-``footprint`` refused); Neural Compressor's other settings are refused by name.
+(``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys; a
+strategy name by the strategy registry's aliases; ``objective`` as ``select``. Neural
+Compressor's other settings are refused by name.
 
 Example:
     >>> from raysearch.errors import ErrorCollector

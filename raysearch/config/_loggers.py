@@ -1,17 +1,10 @@
 """The ``loggers`` key: Ray Tune's own experiment loggers a search reports its trials to.
 
-``loggers`` names Ray's logger callbacks, as a list (each with Ray's defaults) or as a
-mapping of each name to its settings: ``mlflow`` (Ray's ``MLflowLoggerCallback``: its
-``tracking_uri``, ``experiment_name`` (``raysearch`` unless given here or in MLflow's
-environment: Ray's callback logs nothing without one), ``tags``, ...) and ``wandb`` (Ray's
-``WandbLoggerCallback``: its ``project``, ``group``, ... and any keyword of ``wandb.init``,
-such as ``mode: offline`` or ``dir``). Each setting is checked against the signature of the
-callback (and, for W&B, of ``wandb.init``): its name, and its value against the parameter's
-annotated type (``mode: offlin`` is refused naming W&B's modes, where W&B would ask for an
-API key and Ray's callback would log nothing), and a logger whose package is not installed is
-refused with the extra that installs it (``raysearch[mlflow]``, ``raysearch[wandb]``), so a
-search never starts to fail at its first trial. Ray and the logger's package are imported
-only when the key is given.
+``loggers`` names Ray's logger callbacks (``mlflow``, ``wandb``), as a list or as a mapping
+of each name to its settings. Each setting is checked against the callback's signature (for
+W&B, ``wandb.init``'s too), its value against the parameter's annotated type, and a logger
+whose package is missing is refused naming the extra, so that a search never starts to fail
+at its first trial. Ray and the logger's package are imported only when the key is given.
 
 Example:
     >>> parse_loggers(None)
@@ -50,9 +43,8 @@ MLFLOW_EXPERIMENT = "raysearch"
 
 
 def logger_parameters(name: str) -> dict[str, Any]:
-    """The settings logger ``name`` takes, each with its annotated type (``Any`` where none
-    is given): its Ray callback's keyword arguments and, where the callback passes the rest
-    on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
+    """The settings logger ``name`` takes, each with its annotated type: its Ray callback's
+    keyword arguments and, for W&B, ``wandb.init``'s, which the callback passes them on to."""
     import importlib
 
     module, cls, package = LOGGERS[name]

@@ -4,8 +4,7 @@ rest of the config): the Python spellings of values (``QuantType.QInt8``,
 ``calibrate_method: PowerOfTwoMethod.MinMSE`` as ``extra_options.PowerOfTwoMethod``, and an
 AutoSearchPro space (``activation``, ``weight``, their ``*_params``, ``algorithms`` with
 ``adaquant_params``/``adaround_params``) as ONNX Runtime's settings. The device fine-tuning
-infers on (``adaquant_params.infer_device``, ``FastFinetune.InferDevice``) is raysearch's
-own choice, each trial's device: accepted, and the log says so.
+infers on is each trial's own: accepted, and the log says so.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -308,9 +307,8 @@ def _algorithms(
 
 
 def _infer_device(t: Translation, choices: Any, at: str) -> None:
-    """``infer_device``: where fine-tuning runs the quantized model is raysearch's own choice,
-    each trial's device (its ONNX Runtime providers), so a device is accepted and said to be
-    decided; anything but a device name is refused."""
+    """``infer_device``: fine-tuning infers on each trial's own device, so a device name is
+    accepted and said to be decided; anything else is refused."""
     values = choices if isinstance(choices, list) else [choices]
     wrong = [v for v in values if not _is_device(v)]
     if wrong:

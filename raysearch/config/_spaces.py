@@ -4,14 +4,12 @@
 Example:
     >>> "A8W8_SEARCH" in predefined_spaces()
     True
-    >>> [s.path for s in parse_spaces({"search_space": "A8W8_SEARCH"})]  # doctest: +SKIP
-    ['search_space']
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,8 +29,7 @@ __all__ = [
     "NARROWED_LOGGER",
 ]
 
-#: The logger of a predefined space narrowed to what this install can run (a search logs it
-#: as a warning: it changes what is searched; commands that search nothing quiet it).
+#: The logger of a predefined space narrowed to what this install can run.
 NARROWED_LOGGER = "raysearch.config.narrowed"
 _narrowed = logging.getLogger(NARROWED_LOGGER)
 
@@ -185,11 +182,9 @@ def _missing_backends(values: Any) -> dict[str, str]:
 
 
 def _without_missing_backends(name: str, raw: Any, notes: list[str]) -> Any:
-    """A predefined space that searches several backends (``quantizer: [ort, nncf]``) searches
-    those that can run here, with a note (in ``notes``) naming the extra, and without the
-    groups only a missing backend activates (``only_if: {quantizer: nncf}``): the preset stays
-    usable on a lean install. A space the user writes is refused instead
-    (:func:`_check_backend_requirements`)."""
+    """A predefined space that searches several backends searches those that can run here,
+    with a note naming the extra, and without the groups only a missing backend activates:
+    the preset stays usable on a lean install (a space the user writes is refused)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("quantizer"), list):
         return raw
     missing = _missing_backends(raw["quantizer"])
@@ -206,12 +201,14 @@ def _without_missing_backends(name: str, raw: Any, notes: list[str]) -> Any:
         wanted = condition["quantizer"]
         return all(b in missing for b in (wanted if isinstance(wanted, list) else [wanted]))
 
-    def drop_groups(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        return {k: drop_groups(v) for k, v in node.items() if not only_missing(v)}
+    return {**_drop_groups(raw, only_missing), "quantizer": kept}
 
-    return {**drop_groups(raw), "quantizer": kept}
+
+def _drop_groups(node: Any, drop: Callable[[Any], bool]) -> Any:
+    """``node`` without the groups, at any depth, that ``drop`` says could never be active."""
+    if not isinstance(node, dict):
+        return node
+    return {k: _drop_groups(v, drop) for k, v in node.items() if not drop(v)}
 
 
 def _check_backend_requirements(space: SearchSpace, path: str) -> None:
@@ -237,11 +234,9 @@ def _technique_switches() -> dict[str, type]:
 
 
 def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
-    """A predefined space that searches a technique on and off (``include_fast_ft: [false,
-    true]``) searches it off only when its optional package is missing, with a note (in
-    ``notes``) naming the extra: the preset stays usable on a lean install. A preset that
-    needs the technique (``[true]``) and a space the user writes are refused instead
-    (:func:`_check_technique_requirements`)."""
+    """A predefined space that searches a technique on and off searches it off only when its
+    optional package is missing, with a note naming the extra (a preset that needs the
+    technique, or a space the user writes, is refused)."""
     switches = _technique_switches()
     off: set[str] = set()
 
@@ -264,14 +259,8 @@ def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
         names = [condition] if isinstance(condition, str) else list(condition or ())
         return any(n in off for n in names)
 
-    def drop_groups(node: Any) -> Any:
-        # A group active only with a switched-off technique would never be active.
-        if not isinstance(node, dict):
-            return node
-        return {k: drop_groups(v) for k, v in node.items() if not needs_off_switch(v)}
-
     narrowed = narrow(raw)
-    return drop_groups(narrowed) if off else narrowed
+    return _drop_groups(narrowed, needs_off_switch) if off else narrowed
 
 
 def _check_technique_requirements(space: SearchSpace, path: str) -> None:
