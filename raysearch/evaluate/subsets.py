@@ -59,7 +59,6 @@ class EvalRungs:
     def __len__(self) -> int:
         return len(self.sizes) if self.sizes is not None else len(self.fractions)
 
-
     def rows(self, k: int) -> np.ndarray:
         """The rows (indices into the evaluation data) rung ``k`` adds."""
         assert self.sizes is not None and self.order is not None
