@@ -2,14 +2,11 @@
 and the float model's tensors for them (shared by the bias-correction and power-of-two
 techniques).
 
-What ONNX Runtime 1.31 writes (``QuantFormat.QDQ``): a weight ``w`` becomes the initializer
-``w_quantized`` read by ``DequantizeLinear(w_quantized, w_scale, w_zero_point[, axis])``; an
-activation ``t`` passes ``QuantizeLinear(t, t_scale, t_zero_point)`` then ``DequantizeLinear``
-with the same scale and zero point (a graph output ``y`` is renamed
-``y_QuantizeLinear_Input`` before its pair); a Conv/Gemm bias ``b`` becomes int32
-``b_quantized`` with scale ``input_scale * weight_scale`` (shape ``[1]`` or per channel,
-``axis`` 0) and zero point 0; the constant of a MatMul's following Add is quantized like an
-activation (its own scale, activation type and zero point).
+What ONNX Runtime writes (``QuantFormat.QDQ``): a weight ``w`` becomes ``w_quantized`` read by
+``DequantizeLinear``; an activation passes a ``QuantizeLinear``/``DequantizeLinear`` pair (a
+graph output ``y`` renamed ``y_QuantizeLinear_Input`` before it); a Conv/Gemm bias becomes
+int32 with scale ``input_scale * weight_scale``; the constant of a MatMul's following Add is
+quantized like an activation.
 
 Example:
     >>> import numpy as np

@@ -2,23 +2,12 @@
 the model and data as NNCF's backends (``quantizer: nncf`` and ``quantizer: nncf_weight_only``)
 hand them to it.
 
-- :func:`import_nncf` imports NNCF once with its telemetry off: NNCF builds an OpenVINO
-  telemetry client when ``openvino_telemetry`` imports (a client id written under
-  ``~/intel`` on first use, events sent from ``nncf.quantize``); with that import refused
-  NNCF falls back to its no-op stub, so nothing is written or sent. NNCF's log records go
-  through Python's ``logging`` (logger ``nncf``, warnings and above) instead of its own
-  stdout handler.
-- :func:`nncf_session` runs one NNCF call: NNCF's ONNX engine hard-codes
-  ``CPUExecutionProvider`` with ONNX Runtime's default thread pool (every core), so its
-  calibration inference is moved to the trial's ``providers`` and ``threads``, timed
-  (:class:`EngineTime`), and its rich progress bars are silenced.
-
-Example:
-    >>> nncf = import_nncf()                                                  # doctest: +SKIP
-    >>> with nncf_session(["CPUExecutionProvider"], threads=2) as timing:     # doctest: +SKIP
-    ...     quantized = nncf.quantize(model, dataset)
-    >>> timing.sessions, round(timing.inference_s, 1)                         # doctest: +SKIP
-    (2, 4.3)
+- :func:`import_nncf` imports NNCF once with its telemetry off (``openvino_telemetry``'s
+  import refused, so NNCF uses its no-op stub and nothing is written or sent), its log
+  records through Python's ``logging``.
+- :func:`nncf_session` runs one NNCF call with its ONNX engine's inference, which hard-codes
+  the CPU and every core, moved to the trial's ``providers`` and ``threads``, timed, and its
+  progress bars silenced.
 """
 
 from __future__ import annotations

@@ -8,13 +8,6 @@ run in name order on the float model, once per process and chain of effect keys 
 tensor) and ``nodes_to_exclude`` (added to the setting's); quantized-model transforms run in
 name order on the quantized file. With no technique active the settings pass through as the
 same object and the float model is the original file, so the quantizer's output is unchanged.
-
-Example:
-    >>> pipeline = TechniquePipeline("model.onnx", calibration)                # doctest: +SKIP
-    >>> plan = pipeline.plan({"calibrate_method": "MinMax", "include_toy": True})  # doctest: +SKIP
-    >>> float_path, seconds = pipeline.float_model(plan)                      # doctest: +SKIP
-    >>> backend.quantize(pipeline.backend_settings(plan, float_path), "q.onnx")  # doctest: +SKIP
-    >>> pipeline.finish(plan, "q.onnx", float_path)                           # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Quantizer backends and their registry.
 
 A backend turns a float model, calibration data and one *settings* dict (see DEVELOPERS.md)
-into a quantized model file. ONNX Runtime's static quantizer is ``"ort"`` (the default),
-OpenVINO NNCF's ``nncf.quantize`` is ``"nncf"``, ONNX Runtime's ``MatMulNBits`` weight-only
-quantizer ``"weight_only"`` and NNCF's ``compress_weights`` ``"nncf_weight_only"``; a new
-backend is one subpackage of ``raysearch/quantize/backends/`` that decorates its class with
-:func:`register_backend`, plus one line in :data:`BUILTIN_BACKENDS` so that
-:func:`get_backend` can import it on first use.
+into a quantized model file. A new backend is one subpackage of
+``raysearch/quantize/backends/`` that decorates its class with :func:`register_backend`, plus
+one line in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first use.
 
 Example:
-    >>> from raysearch.quantize.registry import available_backends, get_backend
     >>> available_backends()
     ['nncf', 'nncf_weight_only', 'ort', 'weight_only']
-    >>> backend_cls = get_backend("ort")
-    >>> backend_cls.validate({"op_types_to_quantize": ["MatMul"]}, "model.onnx")  # doctest: +SKIP
-    >>> backend = backend_cls("model.onnx", calibration_data, cache=cache)         # doctest: +SKIP
-    >>> info = backend.quantize(settings, "out.onnx")                              # doctest: +SKIP
-    >>> info.calib_cache_hit                                                       # doctest: +SKIP
-    True
 """
 
 from __future__ import annotations
@@ -81,10 +71,8 @@ class QuantizeInfo:
         extra: the backend's own figures (NNCF's sessions and inference seconds, ...),
             recorded as the trial's ``extra/<name>``.
         quantized_share: the share of the float model's MatMul/Gemm/Conv nodes quantized,
-            for a backend whose model does not show it: a weight-only fake quantizer keeps
-            float values on integer levels, which the graph count
-            (:func:`raysearch.modelgraph.quantized_share`, used when this is None) reads as
-            nothing quantized, so such a trial would never be a candidate.
+            for a backend whose graph does not show it (a fake quantizer's float values on
+            integer levels); None: counted from the graph.
 
     Example:
         >>> QuantizeInfo(quantization_s=0.5, quantized_share=1.0).to_dict()["quantized_share"]
@@ -146,8 +134,6 @@ class QuantizerBackend(abc.ABC):
         self.cache = cache
         self.threads = threads
         self.gpu_id = gpu_id
-        # The trial's ONNX Runtime providers (options included) for any inference the
-        # backend runs, e.g. calibration; None: derive them from gpu_id.
         self.providers = list(providers) if providers else None
 
     @classmethod

@@ -1,12 +1,8 @@
-"""Private folders in the shared temporary directory: working folders for quantization, named
-after their process so that folders left behind by a killed process (a Ray actor ended without
-clean-up) are removed by the next one, and :func:`private_dir`, the one rule for a folder of
-fixed name that only this user may use.
-
-A fixed name in ``/tmp`` (the float model a node materializes, a search's trial models and
-calibration cache on another node) can be created first by anyone on a shared machine: a
-folder found there is used only when it is this user's, a real folder (no link) and writable
-by no one else; anything else is refused with :class:`UnsafeFolderError`, one line.
+"""Private folders in the shared temporary directory: working folders named after their
+process, so that those a killed process left are removed by the next one, and
+:func:`private_dir`, the one rule for a folder of fixed name: anyone may create a fixed name
+in ``/tmp`` first, so one found there is used only when it is this user's, no link and
+writable by no one else, else refused with :class:`UnsafeFolderError`.
 
 Example:
     >>> from raysearch.quantize.tempdirs import make_workdir, private_dir

@@ -1,7 +1,5 @@
 """Calibration shared between trials: activation statistics computed once per method and data,
-cached on disk (``CalibrationCache``).
-
-The names below are defined in ``raysearch.quantize.calibration._cache``."""
+cached on disk (``CalibrationCache``)."""
 
 from __future__ import annotations
 

@@ -5,12 +5,6 @@ augmented model and session serve every histogram method) as ``create_calibrator
 with the cache's intra-op threads and the trial's providers, on a private copy of the model in
 a temporary folder; it runs the calibration data through a session and counts passes and
 batches. It also keeps each model's shape-inferred proto (what decides the calibrated tensors).
-
-Example:
-    >>> calibrators = Calibrators(threads=2, stats=CacheStats())            # doctest: +SKIP
-    >>> with calibrators.open("model.onnx", ["MatMul"], CalibrationMethod.Percentile, {},
-    ...                       ["CPUExecutionProvider"]) as cal:             # doctest: +SKIP
-    ...     outputs = list(calibrators.run_all(cal.infer_session, data))
 """
 
 from __future__ import annotations

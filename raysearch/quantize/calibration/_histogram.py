@@ -1,13 +1,9 @@
 """Histogram calibration (Entropy, Percentile, Distribution) with bounded memory.
 
-Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
-(which keeps every intermediate output of every sample in memory at once), with bounded
-memory: a first pass finds each tensor's range
-(:func:`range_pass`); if the calibrated tensors of the whole data set fit in the memory budget
-they are kept and binned at once, otherwise a second inference pass bins them batch by batch
-(``np.histogram`` counts add up when the bins are fixed). Memory then stays at one batch of
-intermediate outputs plus 64 MB. The ranges come from ONNX Runtime's own
-``HistogramCollector`` (:func:`compute_ranges`).
+A first pass finds each tensor's range (:func:`range_pass`); the outputs are binned at once
+when they fit in the memory budget, else batch by batch in a second pass (counts over fixed
+bins add up). The ranges come from ONNX Runtime's own ``HistogramCollector``
+(:func:`compute_ranges`).
 
 Example:
     >>> import numpy as np

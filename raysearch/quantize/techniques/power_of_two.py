@@ -12,16 +12,12 @@ for per-channel weights):
   squared error: a weight's float values, an activation's values on the first
   :data:`MSE_BATCHES` calibration batches of the float model.
 
-Zero points become the symmetric value (0 for signed types, 128 for uint8, 32768 for uint16).
-Weights and the constants of MatMul-Add pairs are requantized from the float model's
-initializers (requantizing already-rounded values would compound the error); int32 Conv/Gemm
-biases get the scale ``input_scale * weight_scale`` of the new scales and are requantized from
-their float values too. Where an activation's range started at 0 (ONNX Runtime drops a Relu
-or Clip whose output it quantizes so, and the QuantizeLinear does the clamping), a Relu is put
-in front of its QuantizeLinear: with the symmetric zero point the negatives would pass.
-Integers that enter the model already quantized (a DequantizeLinear of a graph input) keep
-their scale, with a warning: it is part of what they mean. The transform reads the QDQ format
-only: a QOperator model (QLinear* nodes) is refused.
+Zero points become the symmetric value. Weights, the constants of MatMul-Add pairs and int32
+biases (at ``input_scale * weight_scale``) are requantized from their float values, not from
+already-rounded ones. Where an activation's range started at 0 (a Relu ONNX Runtime dropped),
+a Relu is put in front of its QuantizeLinear, since the symmetric zero point lets negatives
+pass. Integers entering the model already quantized keep their scale, with a warning. QDQ
+models only: a QOperator model is refused.
 
 Example:
     >>> nonoverflow_exponent(np.float64(-1.0), np.float64(3.0), -128, 127, 0).item()

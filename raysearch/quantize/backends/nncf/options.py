@@ -1,20 +1,12 @@
 """The NNCF backend's settings catalogue and the combinations it refuses.
 
 Every key ``quantizer: nncf`` takes is described here once, as NNCF 3.4 names it: the
-arguments of ``nncf.quantize`` (``preset``, ``model_type``, ``target_device``,
-``subset_size``, ``fast_bias_correction``, ``ignored_scope``) and the fields of its
-``AdvancedQuantizationParameters`` that change the quantized model of an ONNX model
-(SmoothQuant alphas per op type, the range estimators of activations and weights, the overflow
-fix, per-channel weights, the quantizer propagation rule, bias correction). Not offered, as a
-setting is never accepted and then ignored or bound to fail: ``disable_channel_alignment``
-(an OpenVINO-only step), ``inplace_statistics`` (speed only), ``quantize_outputs`` (NNCF 3.4
-fails on every ONNX model output: "This edge does not have end node"), activation
-quantization parameters and asymmetric or narrow-range weights (outside every ONNX hardware
-config NNCF has), ``apply_for_all_nodes`` (neither bias correction supports it) and FP8 modes.
-
-The module is pure data and imports neither NNCF nor ONNX Runtime: the space validates an
-``nncf`` point against this catalogue, and ``raysearch validate`` applies :func:`reject_reason`,
-on an install without NNCF too. ``import raysearch`` registers the catalogue.
+arguments of ``nncf.quantize`` and the fields of its ``AdvancedQuantizationParameters`` that
+change the quantized ONNX model. Not offered, being OpenVINO-only, speed-only, failing in
+NNCF 3.4 on ONNX, or outside NNCF's ONNX hardware configs: ``disable_channel_alignment``,
+``inplace_statistics``, ``quantize_outputs``, activation quantization parameters, asymmetric
+or narrow-range weights, ``apply_for_all_nodes`` and FP8 modes. The module is pure data,
+importing neither NNCF nor ONNX Runtime, so that an install without NNCF validates too.
 
 Example:
     >>> NNCF_CATALOGUE.spec("", "preset").choices

@@ -3,23 +3,15 @@ model, with every setting of :mod:`raysearch.quantize.backends.nncf_weight_only.
 passed to it, and what NNCF 3.4 writes that ONNX Runtime computes wrongly repaired
 (:mod:`~raysearch.quantize.backends.nncf_weight_only._repair`).
 
-Only the settings a point gives are passed; every other argument stays NNCF's default. What
-raysearch adds: ``quantize_embeddings: false`` and ``nodes_float`` become NNCF's
-``ignored_scope`` (node names), ``group_size_fallback_mode`` its
-``AdvancedCompressionParameters`` field, and the calibration data (one ``nncf.Dataset`` item per
-sample, built once) is passed where a setting reads it (AWQ, scale estimation, a sensitivity
-metric of activations): NNCF then collects its statistics on the trial's providers and threads
-(:func:`raysearch.quantize.nncf_runtime.nncf_session`). A value info that declares an initializer
-another shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape
-inference refuses, is dropped from the model NNCF gets. Install with
-``pip install 'raysearch[nncf]'``; NNCF is imported only when a backend is built.
+Only the settings a point gives are passed. ``quantize_embeddings: false`` and ``nodes_float``
+become NNCF's ``ignored_scope``, and the calibration data is passed where a setting reads it,
+NNCF then running on the trial's providers. A value info that declares an initializer another
+shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape inference
+refuses, is dropped. NNCF is imported only when a backend is built.
 
 Example:
-    >>> from raysearch.quantize.backends.nncf_weight_only._backend import NncfWeightOnlyBackend
     >>> NncfWeightOnlyBackend.reject({"gptq": True}).split(":")[0]
     'gptq is refused'
-    >>> with NncfWeightOnlyBackend("model.onnx", calibration) as backend:  # doctest: +SKIP
-    ...     info = backend.quantize({"mode": "int4_sym", "group_size": 32}, "int4.onnx")
 """
 
 from __future__ import annotations

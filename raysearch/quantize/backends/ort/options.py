@@ -1,11 +1,8 @@
 """The ONNX Runtime backend's settings catalogue.
 
 Every key the ``ort`` backend takes is described here once: its type, its allowed values, and
-whether it changes what calibration collects (which decides the calibration cache key). The
-space validates each point whose ``quantizer`` is ``ort`` (the default) against this
-catalogue, so an unknown key or value is a config error found before anything runs, never a
-silent no-op inside ONNX Runtime. The module is pure data and registers the catalogue when
-imported (``import raysearch`` imports it).
+whether it changes what calibration collects (the calibration cache key), so that an unknown
+key or value is a config error, never a silent no-op inside ONNX Runtime. Pure data.
 
 Example:
     >>> from raysearch.quantize.backends.ort.options import ORT_CATALOGUE

@@ -12,18 +12,11 @@ with constant weights (a MatMul's bias is the constant Add after it); a chain eq
 by pair in graph order, and ``CLESteps`` repeats that pass. Clip(0, 6) is never crossed (it is
 not positively homogeneous; Quark's ``ReplaceClip6Relu`` would change the float model).
 
-Settings (Quark's names; all but the switch in ``extra_options``, acting only with it):
-
-- ``include_cle`` (bool): the switch.
-- ``CLESteps`` (int >= 1, default 1): passes over all pairs.
-- ``CLEScaleAppendBias`` (bool, default True): the head's bias counts in ``r1`` (as one more
-  weight of its channel; Quark also divides it by a heuristic factor, raysearch does not).
-- ``CLEBalanceMethod`` (``max`` | ``avg``, default ``max``): a channel's range is its largest
-  absolute weight, or the mean absolute weight.
-- ``CLEScaleUseThreshold`` (bool, default True) and ``CLEWeightThreshold`` (float, default
-  0.5): a channel with ``r1 + r2`` below the threshold keeps scale 1 (Quark's defaults).
-- ``CLETotalLayerDiffThreshold`` (float, default 2e-7): stop repeating passes once a pass
-  changes the weights by at most this (sum over tensors of the mean absolute change).
+Settings (Quark's names, in ``extra_options``, acting only with ``include_cle``; Quark's
+defaults): ``CLESteps`` (1), ``CLEScaleAppendBias`` (True: the head's bias counts in ``r1``),
+``CLEBalanceMethod`` (``max`` or ``avg`` absolute weight), ``CLEScaleUseThreshold`` (True)
+with ``CLEWeightThreshold`` (0.5: a channel with ``r1 + r2`` below keeps scale 1), and
+``CLETotalLayerDiffThreshold`` (2e-7: passes stop once one changes the weights less).
 
 Example:
     >>> equalization_scales(np.array([[4.0, -1.0]]), np.array([[1.0]]))

@@ -1,10 +1,9 @@
 """The PyTorch half of fast fine-tuning: AdaRound and AdaQuant on one layer.
 
-Imported only when fine-tuning runs (PyTorch is an optional dependency). A layer is a Conv,
-Gemm or MatMul with a quantized constant weight ``W_q = s * (clip(q, qmin, qmax) - zp)``;
-given the layer's inputs in the quantized model ``X_q`` and its float output ``Y`` (both
-captured by ONNX Runtime), :func:`fit_layer` looks for integer weights ``q`` (and, for
-AdaQuant, a bias) minimising ``|| f(W_q, X_q) - Y ||^2``:
+Imported only when fine-tuning runs. Given a layer's inputs in the quantized model ``X_q`` and
+its float output ``Y``, :func:`fit_layer` looks for integer weights ``q`` of
+``W_q = s * (clip(q, qmin, qmax) - zp)`` (and, for AdaQuant, a bias) minimising
+``|| f(W_q, X_q) - Y ||^2``:
 
 - AdaRound (Nagel et al. 2020, "Up or Down?"): ``q = floor(W / s) + h(V) + zp`` with the
   rectified sigmoid ``h``, a rounding regulariser ``lambda * sum(1 - |2h(V) - 1|^beta)``

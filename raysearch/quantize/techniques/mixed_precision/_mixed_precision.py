@@ -2,28 +2,19 @@
 
 The ``mixed_precision`` settings (a mapping, searched like ``extra_options``):
 
-- ``top_k``: the k most sensitive entries of the ranking are promoted to ``promote_to``:
-  ``int16`` (16-bit activations of the base's signedness, ``QUInt16`` or ``QInt16``, as
-  ONNX Runtime's ``TensorQuantOverrides`` with the type conversions its
-  ``MixedPrecisionTensorQuantOverridesFixer`` inserts) or ``float`` (the entry's node in
-  ``nodes_to_exclude``).
-- ``promote_weights``: ``true`` gives the node of each entry promoted to 16 bits a 16-bit
-  weight too (``QInt16`` or ``QUInt16``, the base weight type's signedness): that node runs
-  A16W16, still quantized. Where the 8-bit weights lose the accuracy, promoting activations
-  alone cannot reach the tolerance; default ``false``.
-- ``rank_by``: ``sqnr`` (one pass, see
-  :func:`~raysearch.quantize.techniques.mixed_precision.sensitivity.sqnr_ranking`)
-  or ``metric`` (the ``candidates`` lowest-SQNR entries measured with the search's metric,
-  one promoted at a time, inside the trial).
-- ``rank_1`` ... ``rank_16``: ``int8`` (as the base setting quantizes it), ``int16`` or
-  ``float`` for the entry of that rank, over what ``top_k`` says: per-entry choices for a
-  sampler to search, and what a fallback strategy's revert pass sets.
+- ``top_k``: the k most sensitive entries are promoted to ``promote_to``: ``int16`` (16-bit
+  activations of the base's signedness, as ONNX Runtime's ``TensorQuantOverrides``) or
+  ``float`` (the entry's node in ``nodes_to_exclude``).
+- ``promote_weights``: ``true`` gives each node promoted to 16 bits a 16-bit weight too
+  (A16W16), for where the 8-bit weights lose the accuracy; default ``false``.
+- ``rank_by``: ``sqnr`` (one pass) or ``metric`` (the ``candidates`` lowest-SQNR entries
+  measured with the search's metric, one promoted at a time).
+- ``rank_1`` ... ``rank_16``: ``int8``, ``int16`` or ``float`` for the entry of that rank,
+  over what ``top_k`` says: per-entry choices for a sampler or a fallback's revert pass.
 - ``samples``: calibration samples of the SQNR pass (default 32).
 
-The ranking is computed for the trial's *base* setting (every technique's settings removed)
-on the float model the trial quantizes, once per node and key (see
-:class:`~raysearch.quantize.techniques.mixed_precision.sensitivity.SensitivityStore`).
-The trial records ``promoted`` (entries promoted) and ``ranked`` (entries ranked).
+The ranking is computed for the trial's *base* setting (every technique's settings removed),
+once per node and key; the trial records ``promoted`` and ``ranked``.
 
 Example:
     >>> precisions({"top_k": 2, "rank_2": "float", "rank_3": "int16"}, 4)

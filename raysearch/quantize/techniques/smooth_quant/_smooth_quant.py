@@ -17,16 +17,10 @@ operands that only feed the chain), Relu / LeakyRelu / Identity, or a MatMul / G
 with constant weight (its output columns and bias). Otherwise a ``Mul(X, 1 / s)`` is inserted
 before the consumers.
 
-Settings (Quark's names where Quark has one):
-
-- ``include_sq`` (bool): the switch.
-- ``extra_options.SmoothAlpha`` (float in [0, 1], default 0.5): the migration strength ``a``.
-- ``extra_options.SmoothQuantAlphas`` (dict op type -> alpha, default ``SmoothAlpha`` for
-  every op type): a group of consumers sharing ``X`` takes the alpha of its first consumer's
-  op type (graph order).
-- ``extra_options.SmoothQuantOpTypes`` (str_list of MatMul, Gemm, Conv; default
-  ``["MatMul", "Gemm"]``).
-- ``extra_options.SmoothQuantFolding`` (bool, default True): False always inserts a Mul.
+Settings (``include_sq``; in ``extra_options``): ``SmoothAlpha`` (``a``, default 0.5),
+``SmoothQuantAlphas`` (per op type; a group sharing ``X`` takes its first consumer's),
+``SmoothQuantOpTypes`` (default MatMul, Gemm) and ``SmoothQuantFolding`` (default True;
+False always inserts a Mul).
 
 Example:
     >>> smoothing_scales(np.array([4.0, 1.0]), np.array([1.0, 1.0]), 0.5).tolist()
