@@ -1,7 +1,6 @@
 """What a grid's expansion memoises (private to :mod:`raysearch.space.space`): the keys the
 validity rules strip from a point, once per distinct relevant sub-setting, and the identity a
-grid de-duplicates points on, with each value encoded once. A module of its own, so that
-``space`` holds the space itself.
+grid de-duplicates points on, with each value encoded once.
 
 Example:
     >>> identity = _PointIdentity()
@@ -30,16 +29,12 @@ _PLAIN_TYPES = frozenset({type(None), bool, int, float, str})
 
 class _Stripping:
     """The keys that ``rules``, applied in order as :meth:`SearchSpace.canonical` applies
-    them, strip from a point; remembered for one expansion only (so no memo outlives a change
-    to ``SearchSpace.rules``).
+    them, strip from a point; remembered for one expansion only.
 
-    The memo is keyed on everything the rules read, as their ``reads`` declare it
-    (:func:`raysearch.space.rules.reads`): the point's key names, in order, and the values of
-    the keys some rule reads, each with its type (``True == 1``, but a rule may test
-    ``is True``). A later rule sees the point less what earlier ones stripped, which those
-    same names and values decide. So the rules run once per distinct relevant sub-setting,
-    not once per setting. Rules of which one has no ``reads``, or a read value of another
-    type, are run as they are.
+    The memo is keyed on everything the rules read (their ``reads``): the point's key names,
+    in order, and the values of the keys some rule reads, each with its type (``True == 1``,
+    but a rule may test ``is True``). Rules of which one has no ``reads``, or a read value of
+    another type, are run as they are.
     """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
@@ -85,13 +80,9 @@ class _PointIdentity:
     """The identity a grid de-duplicates points on: the sorted numbers of the point's
     ``(key, JSON of value)`` pairs, the same number for the same pair.
 
-    It decides exactly as the points' canonical JSON (``json.dumps(point, sort_keys=True,
-    default=str)``) would: that text is the items in key order, each value written as
-    ``json.dumps`` writes it alone, and keys are distinct strings; so two points have the same
-    text exactly when they have the same set of pairs, and so the same sorted numbers (a
-    point's pairs have distinct keys, hence distinct numbers). Each value is encoded once, not
-    once per point and rule; and a tuple of numbers is an object the garbage collector stops
-    tracking, where a million tuples or sets kept alive made it half the cost of a large grid.
+    It decides exactly as the points' canonical JSON would (the same set of pairs, the same
+    text), with each value encoded once, and a tuple of numbers is an object the garbage
+    collector stops tracking.
 
     Example:
         >>> identity = _PointIdentity()

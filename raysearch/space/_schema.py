@@ -1,14 +1,9 @@
 """Checks of a search space against the settings catalogues of its backends.
 
-A key is checked against the catalogue of every backend it can be active with: all the
-``quantizer`` choices of the space, narrowed by the ``only_if: {quantizer: ...}`` conditions of
-the groups around it. So ``quantizer: [ort, nncf]`` with a group ``only_if: {quantizer: nncf}``
-holding NNCF's keys validates each backend's keys against its own catalogue, and a key of one
-backend left where the other can be active is refused with both backends named.
-
-A value from a fixed vocabulary (an enum setting's choices, a backend's name) is read in any
-case and kept as the catalogue spells it (``minmax`` is ``MinMax``):
-:func:`raysearch.errors.canonical_name`, the rule of every name a config holds.
+A key is checked against the catalogue of every backend it can be active with: the space's
+``quantizer`` choices, narrowed by the ``only_if: {quantizer: ...}`` conditions around it; a
+key of one backend where another can be active is refused with both named. A value from a
+fixed vocabulary is read in any case and kept as the catalogue spells it.
 """
 
 from __future__ import annotations

@@ -2,12 +2,8 @@
 
 A :class:`Catalogue` describes every setting one backend takes: its type, allowed values,
 aliases, and whether it changes what calibration collects (the single source of the
-calibration cache key). A search space validates each key against the catalogue of the backend
-that the point's ``quantizer`` value selects, so one space may search several backends.
-
-The space package holds the data type and the registry but imports no backend: a backend
-registers its catalogue when its module is imported (:func:`register_catalogue`, called by
-``raysearch.quantize.register_backend``), and ``import raysearch`` imports the built-in ones.
+calibration cache key). The space package imports no backend: a backend registers its
+catalogue when its module is imported.
 
 Example:
     >>> toy = Catalogue("toy", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits", low=2)})

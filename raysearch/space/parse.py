@@ -8,12 +8,9 @@ holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
 ``{type: categorical, choices: [...]}`` and joint parameters
 (``{joint: [a, b], choices: [[...], ...]}``: one choice sets several settings).
 
-Every key and value (each part of a joint parameter included) is checked against the settings
-catalogue of each backend it can be active with (:mod:`raysearch.space._schema`); unknown keys
-get the closest known key as a suggestion, and keys that name a technique raysearch does not
-have yet are refused with why. Values from a fixed vocabulary (an enum setting's choices, a
-backend's name), in choices and in ``only_if`` conditions, are read in any case and kept as
-the catalogue spells them (:func:`raysearch.errors.canonical_name`).
+Every key and value is checked against the settings catalogue of each backend it can be
+active with (:mod:`raysearch.space._schema`), unknown keys with the closest known one
+suggested.
 
 Example:
     >>> parsed = parse_space({"per_channel": [True, False], "quantizer": "ort"})

@@ -5,9 +5,8 @@ produced) returning the key paths that are meaningless in it; raysearch strips t
 ``MinMax`` with ``CalibPercentile: 99.99`` becomes plain ``MinMax``, and a grid then drops the
 duplicates this creates. The number of settings each rule dropped is reported.
 
-A rule declares with :func:`reads` which keys' values it looks at (it may look at every key's
-name): a grid memoises it on the key names and those values only, instead of calling it for
-each of tens of thousands of settings.
+A rule declares with :func:`reads` which keys' values it looks at, so that a grid memoises it
+on the key names and those values instead of calling it for every setting.
 
 Example:
     >>> percentile_without_percentile_method(

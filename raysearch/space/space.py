@@ -1,8 +1,5 @@
 """``SearchSpace``: one parsed space with grid expansion, define-by-run sampling and the
-conversion of a point into the nested settings a trial consumes.
-
-One class: the grid, the sampler and the settings conversion all walk the same parameters,
-conditions and rules of one ``SearchSpace``; what the grid memoises lives in ``_grid_memo``."""
+conversion of a point into the nested settings a trial consumes."""
 
 from __future__ import annotations
 
@@ -45,9 +42,8 @@ class Expansion:
 
 
 class SettingWithoutItsSwitch:
-    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is meaningless
-    (and stripped) while its switch is off or absent. A class, not a closure: a space travels
-    to Ray Tune's searcher by pickle."""
+    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is stripped
+    while its switch is off or absent (a class: a space travels to Tune's searcher pickled)."""
 
     __name__ = "setting_without_its_switch"
 
