@@ -2,28 +2,11 @@
 Optuna storage (``optuna_storage``) and the loggers' places (MLflow's ``tracking_uri`` and
 ``registry_uri``, W&B's ``dir``). ``raysearch validate`` and :meth:`AutoSearch.run
 <raysearch.search.AutoSearch.run>` call :func:`check_targets`, so that a target the search
-could not open is refused in one line before the output folder is claimed (a refusal after
-``auto_search.log`` and ``raysearch_config.yaml`` were written would make the corrected run
-find "a previous search" there).
-
-Nothing is created or written by the checks:
-
-- an SQLite database (Optuna's or MLflow's) that is not there yet needs its folder, existing
-  and writable (SQLite creates the file, not its folder); one that is there must be a
-  database this user may write, and an Optuna one is opened by Optuna, read-only (its schema
-  version checked);
-- another database URL (``postgresql://...``) is connected to, and a database holding
-  Optuna's tables is opened by Optuna;
-- a folder (MLflow's file store, W&B's ``dir``) must be one this user can create or write
-  in: W&B writes a run it cannot put in ``dir`` into the system temp folder instead, and
-  MLflow 3 refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``;
-- W&B online (its default mode) needs an API key where Ray's callback looks for one, which
-  otherwise logs nothing.
-
-A tracking server (MLflow's ``http://...``, W&B's) is not contacted.
-
-Example:
-    >>> check_targets(config)                                       # doctest: +SKIP
+could not open is refused in one line before the output folder is claimed. The checks create
+and write nothing: an SQLite database needs a writable folder (or to be one this user may
+write); another database URL is connected to; Optuna opens a database holding its tables
+read-only; a folder must be one this user can create or write in; W&B online needs an API key
+where Ray's callback looks for one. A tracking server is not contacted.
 """
 
 from __future__ import annotations
@@ -245,8 +228,7 @@ def _check_file_store(uri: str, key: str) -> None:
 
 def _check_wandb(settings: Mapping[str, Any]) -> None:
     """W&B's ``dir``, and for a W&B online (its default mode) an API key where Ray's
-    callback looks for one (``api_key``, ``api_key_file``, ``WANDB_API_KEY``, its key hook,
-    ``wandb login``'s): without one the callback logs nothing. W&B is not contacted.
+    callback looks for one, without which it logs nothing. W&B is not contacted.
 
     Raises:
         ConfigError: a ``dir`` that cannot be written, or no API key for a W&B online.

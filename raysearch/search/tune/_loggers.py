@@ -26,7 +26,7 @@ from ray import tune
 
 from raysearch.ranking import is_candidate, objective_value
 from raysearch.search.record.reported import RECORD_KEY, reported_record
-from raysearch.search.tune._ray_loggers import log_best_model
+from raysearch.search.tune._ray_loggers import LOGGED_NUMBERS, log_best_model
 from raysearch.search.tune.session import forwarded, lookup
 from raysearch.trialrecord import TrialRecord
 
@@ -40,25 +40,7 @@ __all__ = [
 _logger = logging.getLogger("raysearch.search")
 
 #: The record's fields a logger gets as numbers or words (beside Tune's own result keys).
-_FIELDS = (
-    "status",
-    "metric",
-    "objective",
-    "is_candidate",
-    "model_size_bytes",
-    "latency_ms",
-    "decode_latency_ms",
-    "prefill_latency_ms",
-    "duration_s",
-    "calibration_s",
-    "quantization_s",
-    "evaluation_s",
-    "eval_rows",
-    "eval_fraction",
-    "rung",
-    "rungs",
-    "error",
-)
+_FIELDS = ("status", "objective", *LOGGED_NUMBERS, "error")
 
 
 def logged_result(
