@@ -183,9 +183,7 @@ def canonical_name(
     backends, a setting's choices, ...).
 
     ``value`` itself when it is a name; else an alias (``aliases``: spelling -> name) or a name
-    written in another case (``COS``, ``minmax``). Two names that differ only in case are told
-    apart by their exact spelling only; a value that matches neither is the caller's to refuse
-    (with :func:`suggest`).
+    in another case (two names differing only in case are told apart by exact spelling).
 
     Example:
         >>> canonical_name("Cos", ["L2", "cos"]), canonical_name("minmax", ["MinMax", "Entropy"])

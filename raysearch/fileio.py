@@ -1,13 +1,5 @@
 """Atomic file writes: a reader (or a kill at any moment) sees the old file or the new one,
-never half of one; and folders built beside their final name and renamed into place whole.
-
-Example:
-    >>> atomic_write_text(tmp_path / "summary.json", "{}")            # doctest: +SKIP
-    >>> with replacing(tmp_path / "results.parquet") as tmp:          # doctest: +SKIP
-    ...     pq.write_table(table, tmp)
-    >>> with building_folder(cache / "ref", is_complete) as tmp:      # doctest: +SKIP
-    ...     (tmp / "meta.json").write_text("{}")
-"""
+never half of one; and folders built beside their final name and renamed into place whole."""
 
 from __future__ import annotations
 
@@ -121,10 +113,8 @@ def building_folder(
 def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
     """Hold an exclusive lock on the file at ``path`` (created, with its folder) for the
     block, so that processes sharing a cache folder compute an entry once. A no-op when
-    ``path`` is None or the platform has no file locks. A lock file that cannot be created
-    or locked (a read-only folder, a file system without locks) is warned about, once per
-    folder, and the block runs unlocked: the entry may then be computed twice, never read
-    half-written (each file is written whole, :func:`atomic_write_bytes`)."""
+    ``path`` is None or the platform has no file locks; a lock that cannot be taken is warned
+    about once per folder, and the entry may then be computed twice, never read half-written."""
     if path is None or fcntl is None:
         yield
         return

@@ -1,10 +1,8 @@
 """The one list of the files and folders a search owns in its ``output_dir``.
 
-Everything that creates, cleans, sweeps or names these files imports them from here: the
-runner (``overwrite`` removes only :data:`OWNED`, and in the result folders only
-:data:`RESULT_FILES`), the output writer (its temporary files, :data:`ATOMIC_FILES`), the
-recorder (``candidates/``, ``kept/``), the trainable (``trials_tmp/``) and the CLI
-(:data:`USER_OUTPUTS`). A new output is one line here.
+Everything that creates, cleans, sweeps or names these files imports them from here
+(``overwrite`` removes only :data:`OWNED`, and in the result folders only
+:data:`RESULT_FILES`); a new output is one line here.
 
 Example:
     >>> "summary.json" in OWNED and "best" in RESULT_FILES
@@ -81,8 +79,7 @@ PLOTS = "plots"
 METRIC_PLOT = "metric_per_trial.png"
 IMPORTANCE_PLOT = "param_importance.png"
 TENSORBOARD = "tensorboard"
-#: The best candidates' models (``keep_candidates`` of them, and those on the Pareto front
-#: with several ``objectives``), and the best trial's when it is not one of them.
+#: The best candidates' models, and the best trial's when it is not one of them.
 CANDIDATES = "candidates"
 KEPT = "kept"
 

@@ -34,16 +34,9 @@ perplexity       ``exp(mean -log q(next token))``, the next token read from the 
                  itself (``input_ids`` shifted by one: the last position has none)
 ================ ======================================================================= ======
 
-A language-model metric's score carries all three (perplexity when the data has
-``input_ids``) with 95 % intervals (:func:`metric_interval`: a bootstrap over sequences whose
-draws are the same for every model, so paired) as extras.
-
-Ranges (what bounds a tolerance, :attr:`BuiltinMetric.best` and :attr:`BuiltinMetric.worst`):
-L1 and L2 lie in ``[0, inf)``, cos and SSIM in ``[-1, 1]``, PSNR is at most 100 dB (and
-unbounded below).
-
-:data:`METRICS` is the only list of built-in metrics: the config stage reads names, aliases and
-directions from it (this module imports no stage), the evaluate stage its functions.
+A language-model metric's score carries all three with paired bootstrap intervals
+(:func:`metric_interval`) as extras. :data:`METRICS` is the only list of built-in metrics,
+with each one's range (:attr:`BuiltinMetric.best`, :attr:`BuiltinMetric.worst`).
 
 Example:
     >>> METRICS["cos"].higher_is_better, BUILTIN_METRICS["L2"]
@@ -99,11 +92,6 @@ class MetricError(RuntimeError):
     goes on."""
 
 
-# --------------------------------------------------------------------------------------------
-# Built-in metrics on [samples, features] arrays
-# --------------------------------------------------------------------------------------------
-
-
 def metric_l1(q: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Per-sample mean absolute error of ``[S, D]`` arrays."""
     return np.mean(np.abs(q - f), axis=1)
@@ -151,11 +139,6 @@ def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
     vf = f.var(axis=1)
     cov = np.mean((q - mq[:, None]) * (f - mf[:, None]), axis=1)
     return ((2 * mq * mf + c1) * (2 * cov + c2)) / ((mq**2 + mf**2 + c1) * (vq + vf + c2))
-
-
-# --------------------------------------------------------------------------------------------
-# Causal language models: [samples, positions, vocabulary] logits
-# --------------------------------------------------------------------------------------------
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -226,10 +209,8 @@ def _lm_rows(value: np.ndarray, start: int, stop: int, vocab: bool = True) -> np
 @dataclass(frozen=True)
 class BuiltinMetric:
     """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
-    direction and ``best``, the best value one sample can score (an identical output): what
-    bounds the mean over rows not yet evaluated (``raysearch.evaluate.subsets``); ``worst``
-    is the other end of its range (infinite where it has none): ``best`` and ``worst`` bound
-    the tolerances that mean something (``raysearch.config._metric``)."""
+    direction, and its range from ``best`` (an identical output) to ``worst`` (infinite
+    where it has none), which bound the tolerances that mean something."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -326,8 +307,7 @@ def compute_metric(
 
 
 def mean_metric(name: str, values: np.ndarray) -> float:
-    """The mean of the per-sample values of metric ``name`` (summed chunk by chunk, as
-    :func:`compute_metric` always has).
+    """The mean of the per-sample values of metric ``name``, summed chunk by chunk.
 
     Raises:
         MetricError: the mean is not finite.
@@ -433,10 +413,9 @@ def _lm_per_sample(
 def metric_interval(
     name: str, values: np.ndarray, level: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
-    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``:
-    the samples drawn with replacement ``resamples`` times, with draws that depend on the
-    sample count and ``seed`` alone, so that two models scored on the same rows are resampled
-    alike (a paired bootstrap); percentiles of the metric of each draw.
+    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``,
+    with draws that depend on the sample count and ``seed`` alone, so that two models scored
+    on the same rows are resampled alike (a paired bootstrap).
 
     Example:
         >>> low, high = metric_interval("kl", np.array([1.0, 2.0, 3.0, 4.0]))

@@ -1,14 +1,9 @@
 """An ONNX model as files on disk: its graph's tensors, the external-data files it references
 (every model over 2 GB has them), its hash and size, and moving, copying or deleting it whole.
 
-Every stage uses these: preflight checks external data, the calibration cache and the float
-reference key on :func:`file_hash`, the recorder and the outputs place models with
-:func:`place_model`, the node transfer ships :func:`model_files`.
-
 Example:
     >>> data_file_names("model.onnx", 2)
     ['model.onnx.data', 'model.onnx.data.1']
-    >>> place_model("trials/t1.onnx", "best/model.onnx", move=False)  # doctest: +SKIP
 """
 
 from __future__ import annotations

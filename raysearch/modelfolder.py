@@ -1,23 +1,12 @@
 """A language model as its client loads it: an onnxruntime-genai folder or an Optimum folder.
 
-onnxruntime-genai's ``og.Model(folder)`` reads ``genai_config.json`` (the decoder's file name,
-its inputs and outputs, the key/value cache's head count and size) and the tokenizer beside the
-model; Optimum's ``ORTModelForCausalLM.from_pretrained(folder)`` reads the Hugging Face
-``config.json`` beside ``model.onnx``. A search of such a folder quantizes its model file and
-writes every model it keeps (``best/``, ``kept/``, ``candidates/``) as the same kind of folder:
-the model with its external data named as the graph expects, and the files the client reads
-(:data:`CLIENT_FILES`) copied beside it.
-
-The key/value cache's shape is what a decoder's feeds need beyond its tokens:
-:func:`cache_dims` reads it from ``genai_config.json`` or ``config.json`` beside the model, else
-from the graph (a ``GroupQueryAttention`` node's head counts and its projection's width), since
-onnxruntime-genai's builder leaves the head size symbolic (``kv_cache_dim``) in the graph.
+A search of such a folder quantizes its model file and writes every model it keeps as the
+same kind of folder, with the files the client reads (:data:`CLIENT_FILES`) beside it. The
+key/value cache's shape, which a decoder's feeds need, comes from ``genai_config.json`` or
+``config.json`` beside the model, else from the graph (:func:`cache_dims`), since
+onnxruntime-genai's builder leaves the head size symbolic.
 
 Example:
-    >>> folder = model_folder("genai/model.onnx")          # doctest: +SKIP
-    >>> folder.kind, folder.model_name                     # doctest: +SKIP
-    ('genai', 'model.onnx')
-    >>> folder.copy_into(Path("best"))                     # doctest: +SKIP
     >>> "genai_config.json" in CLIENT_FILES
     True
 """
