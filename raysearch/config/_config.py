@@ -152,7 +152,6 @@ class SearchConfig:
     #: The evaluator given as ``metric`` from Python, shipped to the trials pickled.
     metric_function: Callable[..., Any] | None = field(default=None, repr=False)
 
-    # -- derived ---------------------------------------------------------------------------
     @property
     def is_custom_metric(self) -> bool:
         return self.metric not in BUILTIN_METRICS
@@ -177,7 +176,6 @@ class SearchConfig:
         evaluator = [self.metric.partition(":")[0]] if named else []
         return [*evaluator, *(m for m in plugins if isinstance(m, str))]
 
-    # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_dict(
         cls,

@@ -197,7 +197,6 @@ class Evaluator:
         """Built-in metrics compare against the float model's outputs."""
         return not self.is_custom
 
-    # -- scoring ---------------------------------------------------------------------------
     def score(
         self,
         model_path: str | os.PathLike | None = None,
@@ -297,7 +296,6 @@ class Evaluator:
             return Score(main, extra)
         return Score(_number(value, where))
 
-    # -- decisions -------------------------------------------------------------------------
     def drop(self, score: float, float_score: float) -> float:
         """How much worse ``score`` is than ``float_score`` (negative when better), absolute
         or relative to ``|float_score|`` per ``tolerance_mode``."""

@@ -156,7 +156,6 @@ class QdqGraph:
         self.consumers[new_name] = [node]
         return new_name
 
-    # -- Q/DQ nodes ------------------------------------------------------------------------
     def qparams(self, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int | None, int]:
         """``(scale, zero_point, axis, element type)`` of a Q/DQ node whose scale and zero
         point are initializers (a missing zero point reads as uint8 0, as in ONNX)."""

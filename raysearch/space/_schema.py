@@ -33,7 +33,6 @@ class Schema:
     def __init__(self, catalogues: Mapping[str, Catalogue]) -> None:
         self.catalogues = dict(catalogues)
 
-    # -- backends --------------------------------------------------------------------------
     def backend_choices(self, values: Sequence[Any], where: str) -> tuple[str, ...]:
         """The backends ``quantizer`` may take (their names in any case), each checked to
         have a catalogue."""
@@ -73,7 +72,6 @@ class Schema:
             f"(known: {', '.join(sorted(self.catalogues))})",
         )
 
-    # -- names -----------------------------------------------------------------------------
     def canonical(self, container: str, key: str, backends: Sequence[str], where: str) -> str:
         """The canonical name of ``key``; an alias that backends resolve differently is an
         error."""
@@ -99,7 +97,6 @@ class Schema:
                     where, f"expected a list of choices or a range for '{key}', got a mapping"
                 )
 
-    # -- parameters ------------------------------------------------------------------------
     def check_param(
         self,
         name: str,
@@ -218,7 +215,6 @@ class Schema:
                 return spec.requires
         return None
 
-    # -- messages --------------------------------------------------------------------------
     def _knows(self, container: str, name: str, backends: Sequence[str]) -> bool:
         return all(self.catalogues[b].spec(container, name) is not None for b in backends)
 

@@ -89,7 +89,6 @@ class _Parser:
     def where(self, keys: tuple[str, ...]) -> str:
         return ".".join((self.base,) + keys)
 
-    # -- the backends of the space ---------------------------------------------------------
     def quantizer_choices(self, raw: Mapping, keys: tuple[str, ...]) -> tuple[str, ...]:
         """Every backend the space's ``quantizer`` keys may select (in groups too), checked."""
         found: list[str] = []
@@ -111,7 +110,6 @@ class _Parser:
         wanted = {canonical_name(v, backends) or v for v in condition.values}
         return tuple(b for b in backends if b in wanted)
 
-    # -- groups and parameters -------------------------------------------------------------
     def group(
         self, raw: Mapping, keys: tuple[str, ...], container: str, backends: tuple[str, ...]
     ) -> Group:

@@ -155,7 +155,6 @@ class SearchSpace:
         """The validity rule for settings declared with ``OptionSpec.requires``."""
         return SettingWithoutItsSwitch(self.switches)
 
-    # -- structure -------------------------------------------------------------------------
     def _dependency_order(self) -> tuple[Param, ...]:
         """Parameters in declaration order, moved after the parameters their conditions read."""
         entries = list(self.root.walk())
@@ -185,7 +184,6 @@ class SearchSpace:
     def has_ranges(self) -> bool:
         return any(isinstance(p.domain, (IntRange, FloatRange)) for p in self.params)
 
-    # -- canonical points and settings -----------------------------------------------------
     def canonical(
         self, point: Point, rules: tuple[Rule, ...] | None = None
     ) -> tuple[Point, list[str]]:
@@ -230,7 +228,6 @@ class SearchSpace:
                 target[names[0]] = value
         return settings
 
-    # -- grid ------------------------------------------------------------------------------
     def check_grid(self) -> None:
         """Raise if the space cannot be enumerated (a range somewhere)."""
         for p in self.params:
@@ -366,7 +363,6 @@ class SearchSpace:
             partial = grown
         return sum(count for _, count in partial)
 
-    # -- define-by-run ---------------------------------------------------------------------
     def sample(self, trial: Any) -> Point:
         """Optuna define-by-run function: suggest only active, searched parameters, in
         dependency order, and return the full point (fixed settings included, and the real

@@ -200,7 +200,6 @@ class TrialRunner:
         if self.evaluator.needs_reference and self.evaluation is None:
             raise ValueError(f"{self.evaluator.name} compares outputs: it needs evaluation data")
 
-    # -- shared, computed once -----------------------------------------------------------
     @property
     def float_reference(self) -> FloatReference:
         """The float model's outputs on the evaluation data (computed or loaded on first use,
@@ -267,7 +266,6 @@ class TrialRunner:
             )
         return self._backends[key]
 
-    # -- one trial ---------------------------------------------------------------------------
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialRecord:
         """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report.
         Never raises for a bad setting: failures are results with ``status="failed"``; only

@@ -162,7 +162,6 @@ class StagedTrial:
         self._outputs = GrowingOutputs()
         gc.collect()
 
-    # -- one rung ------------------------------------------------------------------------------
     def _evaluate(self) -> None:
         runner = self.runner
         evaluator = runner.evaluator

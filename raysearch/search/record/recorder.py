@@ -132,7 +132,6 @@ class TrialRecorder(tune.Callback):
                 self.best = record
         self._drop_unkept_models()
 
-    # -- Tune Callback interface -----------------------------------------------------------
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
@@ -177,7 +176,6 @@ class TrialRecorder(tune.Callback):
         )
         self.record(trial, record)
 
-    # -- recording -------------------------------------------------------------------------
     def record(self, trial: Any, record: TrialRecord) -> TrialRecord:
         """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
         return self._record(trial.trial_id, trial.config, record)

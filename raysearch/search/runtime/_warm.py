@@ -122,7 +122,6 @@ class KeptWarm:
         #: What this search took from the store (recorded in ``summary.json``).
         self.reused: dict[str, Any] = {"float_reference": False}
 
-    # -- the gate ---------------------------------------------------------------------------
     def open(self) -> None:
         """Ray is joined: find the cluster's store (none yet: nothing to reuse)."""
         import ray
@@ -139,7 +138,6 @@ class KeptWarm:
         self.enabled = False
         self._ready.set()
 
-    # -- the float reference ------------------------------------------------------------------
     def lookup_reference(self, model: str, data: DataSource) -> FloatReference | None:
         """The float reference kept for ``model`` on ``data`` (computed on a CPU), or None."""
         from raysearch.evaluate import FloatReference
@@ -192,7 +190,6 @@ class KeptWarm:
             self._keeping.join(timeout)
             self._keeping = None
 
-    # -- the store ----------------------------------------------------------------------------
     def _get(self, key: str) -> Any:
         import ray
 

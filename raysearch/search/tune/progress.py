@@ -90,7 +90,6 @@ class ProgressCallback(tune.Callback):
         self._changed_at = time.monotonic()
         self._refill = 0
 
-    # -- what happened ---------------------------------------------------------------------
     def trial_finished(
         self, status: str, metric: float | None, is_candidate: bool, *, freed_slot: bool = False
     ) -> None:
@@ -169,7 +168,6 @@ class ProgressCallback(tune.Callback):
             self.stream.flush()
             self._drawn = False
 
-    # -- Tune Callback interface -----------------------------------------------------------
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.add(trial.trial_id)
         self._changed_at = time.monotonic()

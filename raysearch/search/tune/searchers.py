@@ -72,7 +72,6 @@ _logger = logging.getLogger(__name__)
 _BUDGET_USED = "budget_used"
 
 
-# -- the Tune searcher ---------------------------------------------------------------------------
 @dataclass
 class _State:
     started: int = 0
@@ -130,7 +129,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         #: key -> each of several ``context.objectives``' values, for a multi-objective sampler.
         self.values: dict[str, tuple[float, ...] | None] = {}
 
-    # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_strategy(
         cls, name: str, context: StrategyContext, *, max_outstanding: int = 0
@@ -178,7 +176,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         )
         return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
 
-    # -- Searcher interface ----------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         state = self.state
         if state.finish_reason is not None:

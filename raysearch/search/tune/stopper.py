@@ -94,7 +94,6 @@ class CandidateStopper(Stopper):
         for record in prior:
             self.observe(str(record.get("trial_id")), record)
 
-    # -- counting --------------------------------------------------------------------------
     @property
     def elapsed_s(self) -> float:
         """Wall time of the search so far: earlier sessions plus this one."""
@@ -125,7 +124,6 @@ class CandidateStopper(Stopper):
         ):
             self._best_hit = trial_id
 
-    # -- Stopper interface -----------------------------------------------------------------
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         """Count a trial's last report (``done``); never stops a single trial. One ASHA
         stops at a rung is counted when recorded (:meth:`observe`), never as a candidate."""

@@ -88,7 +88,6 @@ class NncfBackend(QuantizerBackend):
     def missing_requirement(cls) -> str | None:
         return missing_nncf()
 
-    # -- checks ----------------------------------------------------------------------------
     @classmethod
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
@@ -119,7 +118,6 @@ class NncfBackend(QuantizerBackend):
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
         return reject_reason(settings)
 
-    # -- quantization ----------------------------------------------------------------------
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Quantize with ``settings`` into ``out_path``. What NNCF raises is raised again as
         one readable line naming NNCF (the trial records it as a failed trial)."""
@@ -151,11 +149,6 @@ class NncfBackend(QuantizerBackend):
                 "nncf_inference_s": engine.inference_s,
             },
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
 
 
 def _check_present(key: str, requested: Sequence[str] | None, in_model: set[str]) -> None:

@@ -151,9 +151,7 @@ NNCF_CATALOGUE = register_catalogue(
 )
 
 
-# --------------------------------------------------------------------------------------------
 # Refusals: each accepts the nested settings a trial gets
-# --------------------------------------------------------------------------------------------
 
 
 def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | None:

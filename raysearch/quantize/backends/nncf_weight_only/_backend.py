@@ -91,7 +91,6 @@ class NncfWeightOnlyBackend(QuantizerBackend):
     def missing_requirement(cls) -> str | None:
         return missing_nncf("nncf_weight_only")
 
-    # -- checks ----------------------------------------------------------------------------
     @classmethod
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
@@ -141,7 +140,6 @@ class NncfWeightOnlyBackend(QuantizerBackend):
                 )
         return None
 
-    # -- quantization ----------------------------------------------------------------------
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Compress with ``settings`` into ``out_path``. What NNCF raises is raised again as
         one line naming NNCF (the trial records it as a failed trial)."""

@@ -175,7 +175,6 @@ class OrtBackend(QuantizerBackend):
             self._base.ByteSize() >= MODEL_SIZE_THRESHOLD
         )
 
-    # -- checks ----------------------------------------------------------------------------
     @classmethod
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
@@ -189,7 +188,6 @@ class OrtBackend(QuantizerBackend):
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
         return reject_reason(settings)
 
-    # -- quantization ----------------------------------------------------------------------
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Quantize with ``settings`` into ``out_path``; raises what ONNX Runtime raises."""
         reason = reject_reason(settings)

@@ -163,7 +163,6 @@ FLOAT_ACTIVATIONS = FloatActivations(
 )
 
 
-# -- the graph -----------------------------------------------------------------------------
 def _layers(
     model: onnx.ModelProto, float_model: onnx.ModelProto, ft: Any, only: list[str] | None
 ) -> tuple[list[_Layer], list[dict[str, Any]]]:
@@ -293,7 +292,6 @@ def _write(model: onnx.ModelProto, layer: _Layer, fit: Any) -> None:
     bias.CopyFrom(numpy_helper.from_array(q, layer.bias_init))
 
 
-# -- running ONNX Runtime ------------------------------------------------------------------
 def _with_outputs(model: onnx.ModelProto, names: list[str]) -> bytes:
     """``model`` serialized with ``names`` added as graph outputs."""
     copy = onnx.ModelProto()

@@ -99,7 +99,6 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# -- the layer's forward -------------------------------------------------------------------
 def layer_output(
     op_type: str,
     attrs: Mapping[str, Any],
@@ -157,7 +156,6 @@ def _channel_axis(op_type: str) -> int:
     return 1 if op_type == "Conv" else -1
 
 
-# -- fitting -------------------------------------------------------------------------------
 def fit_layer(
     problem: LayerProblem,
     x_quantized: np.ndarray,

@@ -157,7 +157,6 @@ class MixedPrecision(TensorOverrideProducer):
             result.rankings = ranking.rows()
         return result
 
-    # -- rankings ----------------------------------------------------------------------------
     def ranking(
         self, model_path: str, base: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Ranking:

@@ -95,7 +95,6 @@ class Graph:
                     d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
                 ]
 
-    # -- constants -------------------------------------------------------------------------
     def const(self, name: str) -> np.ndarray | None:
         """The value of constant ``name`` (as edited so far), None when it is not one."""
         if name in self.arrays:
@@ -128,7 +127,6 @@ class Graph:
         for node, index, factor in edits:
             self.scale(node, index, factor)
 
-    # -- shapes and uses -------------------------------------------------------------------
     def rank(self, name: str) -> int | None:
         value = self.const(name)
         if value is not None:
@@ -146,7 +144,6 @@ class Graph:
         """Whether ``name`` has exactly one consumer, a top-level node input."""
         return len(self.uses.get(name, [])) == 1 and name not in self.hidden
 
-    # -- folding ---------------------------------------------------------------------------
     def fold(self, name: str, axis: int, inv: np.ndarray) -> list[Edit] | None:
         """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold).
 
@@ -303,7 +300,6 @@ class Graph:
                 edits += inner
         return edits
 
-    # -- inserting and writing -------------------------------------------------------------
     def insert_mul(
         self, name: str, consumers: list[onnx.NodeProto], factor: np.ndarray, dtype: np.dtype
     ) -> str:
