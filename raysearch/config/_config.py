@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raysearch.config._algo import SEARCH_ALGOS
 from raysearch.config._dialects import Translation
 from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
 from raysearch.config._files import apply_overrides, read_yaml
@@ -49,9 +48,7 @@ from raysearch.config._sections import (
     parse_stop,
 )
 from raysearch.config._spaces import (
-    load_predefined_space,
     parse_spaces,
-    predefined_spaces,
     preset_search_algo,
 )
 from raysearch.config._values import check_keys, integer, number
@@ -60,20 +57,7 @@ from raysearch.metrics import BUILTIN_METRICS
 from raysearch.space import SearchSpace
 from raysearch.strategies import BUILTIN_STRATEGIES, check_strategy_spaces
 
-__all__ = [
-    "ConfigError",
-    "SearchConfig",
-    "StopConfig",
-    "ResourcesConfig",
-    "EarlyStoppingConfig",
-    "SEARCH_ALGOS",
-    "BUILTIN_METRICS",
-    "load_config",
-    "predefined_spaces",
-    "load_predefined_space",
-    "apply_overrides",
-    "read_yaml",
-]
+__all__ = ["SearchConfig", "load_config"]
 
 _T = TypeVar("_T")
 

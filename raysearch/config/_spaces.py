@@ -22,7 +22,6 @@ from raysearch.space.points import resolve_point, resolve_points
 
 __all__ = [
     "predefined_spaces",
-    "load_predefined_space",
     "runnable_predefined_space",
     "parse_spaces",
     "preset_search_algo",
@@ -43,11 +42,6 @@ def predefined_spaces() -> dict[str, Path]:
         if name.endswith(".yaml") and name[:-5].isupper():
             out[name[:-5]] = Path(str(entry))
     return dict(sorted(out.items()))
-
-
-def load_predefined_space(name: str, path: str = "search_space") -> dict[str, Any]:
-    """The raw dict of a predefined space (its file's ``search_space`` key)."""
-    return _load_predefined(name, path).get("search_space")
 
 
 def preset_search_algo(name: str) -> str | None:
