@@ -37,7 +37,7 @@ from raysearch.providers import (
 from raysearch.quantize.pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_backend
 from raysearch.quantize.technique import TechniqueContext, quantize_and_score
-from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete, guard, one_line
+from raysearch.trial._staged import StagedTrial, guard
 from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
@@ -46,16 +46,7 @@ if TYPE_CHECKING:
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
-__all__ = [
-    "TrialSpec",
-    "TrialDevice",
-    "FloatBaseline",
-    "TrialRunner",
-    "TrialEngine",
-    "StagedTrial",
-    "decide_complete",
-    "one_line",
-]
+__all__ = ["TrialSpec", "TrialDevice", "FloatBaseline", "TrialRunner"]
 
 #: ``pool(runner, float_path, settings_list) -> scores`` (:attr:`TrialRunner.score_pool`).
 ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
