@@ -47,10 +47,7 @@ from raysearch.quantize.calibration._calibrator import Calibrators
 from raysearch.quantize.calibration._histogram import bin_batches, compute_ranges, range_pass
 from raysearch.quantize.calibration._minmax import collect_minmax, minmax_ranges
 from raysearch.quantize.calibration._request import (
-    DEFAULT_OP_TYPES,
-    HISTOGRAM_METHODS,
     CalibrationRequest,
-    calibration_values,
     tensors_to_calibrate,
 )
 from raysearch.quantize.calibration._store import CacheStats, Entry, EntryStore
@@ -58,19 +55,11 @@ from raysearch.quantize.calibration._store import CacheStats, Entry, EntryStore
 if TYPE_CHECKING:
     from raysearch.data import DataSource
 
-__all__ = [
-    "CalibrationCache",
-    "CalibrationRequest",
-    "CacheStats",
-    "DEFAULT_OP_TYPES",
-    "HISTOGRAM_METHODS",
-    "calibration_values",
-    "tensors_to_calibrate",
-]
+__all__ = ["CalibrationCache"]
 
 _logger = logging.getLogger(__name__)
 
-#: Part of every cache key. 2: non-finite values left out, providers keyed by name.
+#: Part of every cache key: raised when what an entry holds changes.
 _FORMAT_VERSION = 2
 
 

@@ -23,13 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raysearch.quantize.nncf_runtime import NNCF_EXTRA, missing_nncf  # re-exported
+from raysearch.quantize.nncf_runtime import missing_nncf  # re-exported
 from raysearch.quantize.registry import first_refusal
 from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec, register_catalogue
 
 __all__ = [
     "NNCF_CATALOGUE",
-    "NNCF_EXTRA",
     "SETTINGS",
     "SMOOTH_QUANT_ALPHAS",
     "IGNORED_SCOPE",

@@ -38,7 +38,6 @@ __all__ = [
     "SETTINGS",
     "MODES",
     "INT8_MODES",
-    "FOUR_BIT_ONLY",
     "SENSITIVITY_METRICS",
     "DEFAULT_MODE",
     "DEFAULT_GROUP_SIZE",

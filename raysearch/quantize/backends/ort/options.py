@@ -19,20 +19,17 @@ from raysearch.space.catalogue import (
     QUANTIZER,
     Catalogue,
     OptionSpec,
-    check_value,
     register_catalogue,
 )
 
 __all__ = [
     "ORT_CATALOGUE",
     "DEFAULTS",
-    "OptionSpec",
     "SETTINGS",
     "EXTRA_OPTIONS",
     "ALIASES",
     "QUANT_TYPES",
     "CALIBRATION_METHODS",
-    "check_value",
 ]
 
 QUANT_TYPES = ("QInt8", "QUInt8", "QInt16", "QUInt16", "QInt4", "QUInt4", "QFLOAT8E4M3FN")
