@@ -45,6 +45,7 @@ from raysearch.search.record.output_dir import (
 )
 from raysearch.search.record.probe_cache import search_probe_cache
 from raysearch.search.record.recorder import TrialRecorder
+from raysearch.search.runtime._start_barrier import end_barrier, start_barrier
 from raysearch.search.runtime.cluster import (
     only_driver_node,
     slots,
@@ -67,7 +68,7 @@ from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
 from raysearch.search.tune.session import SearchSession, register, release
 from raysearch.search.tune.stopper import CandidateStopper, trial_limit
-from raysearch.search.tune.trainable import end_barrier, make_trainable, start_barrier
+from raysearch.search.tune.trainable import make_trainable
 from raysearch.strategies import ModelFacts, StrategyContext
 
 if TYPE_CHECKING:

@@ -20,11 +20,10 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from raysearch.fileio import atomic_write_text
-from raysearch.space.space import json_default, settings_key
+from raysearch.space.space import json_default
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
+__all__ = ["Journal", "SessionClock"]
 
 _logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ import yaml
 
 from raysearch.config import written_config
 from raysearch.errors import ConfigError, InputError
+from raysearch.fileio import atomic_write_text
 from raysearch.layout import (
     CONFIG_FILE,
     EXPERIMENT,
@@ -32,7 +33,7 @@ from raysearch.layout import (
     RESULT_FILES,
     SUMMARY,
 )
-from raysearch.search.record.journal import Journal, atomic_write_text
+from raysearch.search.record.journal import Journal
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig

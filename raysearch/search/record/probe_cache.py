@@ -117,13 +117,11 @@ class ProbeCache:
     Args:
         content: returns :func:`content_key`'s mapping, called once on first use (hashing
             a large model is slow).
-        folder: where entries live (the search passes this user's private folder).
-        origin: the search that stores a result (its output folder), named by the records
-            that reuse it.
+        origin: the search that stores a result, named by the records that reuse it.
         decide: decides a reused result's candidacy with this search's evaluator (None:
             candidacy as stored).
-        device: the kind of device this search's trials run on (``cpu``, ``cuda``): a
-            result measured on another is not kept.
+        device: the kind of device this search's trials run on: a result measured on
+            another is not kept.
     """
 
     def __init__(

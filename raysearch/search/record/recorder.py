@@ -55,7 +55,7 @@ from raysearch.search.runtime._node_loss import ModelLostError, NodeWatch, lost_
 from raysearch.search.runtime.transfer import current_node_id, drop_model, fetch_model
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
+__all__ = ["TrialRecorder"]
 
 _logger = logging.getLogger(__name__)
 
@@ -78,20 +78,14 @@ class TrialRecorder(tune.Callback):
     """Records finished trials durably; see the module docstring.
 
     Args:
-        output_dir: the search's output folder.
-        journal: where records go.
-        higher_is_better: the metric's direction (which model to keep as the best).
-        keep_candidates: how many candidates' models to keep under ``candidates/``, the best
-            ones; None: every candidate's.
-        select: what ranks the candidates for ``best/`` (config ``select``).
-        objectives: the Pareto front's objectives (config ``objectives``): with several,
-            the models of the candidates on the front are kept under ``candidates/`` too.
-        prior: records of earlier sessions (resume): their ids are not recorded twice and the
-            best of them stays the best so far.
+        keep_candidates: how many of the best candidates' models to keep (None: every one).
+        select, objectives: the config's: what ranks the candidates for ``best/``, and the
+            Pareto front whose candidates' models are kept too.
+        prior: records of earlier sessions (resume), never recorded twice.
         clock: returns the search's elapsed wall time (for ``elapsed_s``).
-        on_record: called with each new record (the stopper counts errors through it).
+        on_record: called with each new record.
         client_folder: the onnxruntime-genai or Optimum folder of the float model: each model
-            kept is written as such a folder (``candidates/<trial_id>/``, ``kept/<trial_id>/``).
+            kept is written as such a folder.
     """
 
     def __init__(

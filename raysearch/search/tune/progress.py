@@ -43,15 +43,12 @@ class ProgressCallback(tune.Callback):
 
     Args:
         stream: where to print (the CLI passes ``sys.stderr``); None logs instead.
-        metric: the metric's name, shown next to the best value.
-        higher_is_better: the metric's direction.
-        total: the number of trials expected, when known (grid size, iteration limit).
+        total: the number of trials expected, when known.
         every: on a non-terminal stream, print a line every this many finished trials.
-        elapsed_before_s: wall time of earlier sessions (resume).
+        elapsed_before_s, done_before, failed_before, candidates_before, best_before: what
+            earlier sessions (resume) took and counted.
         started_at: when this session began (``time.monotonic()``; default: now): the clock
             ``stop.time_limit`` reads.
-        done_before, failed_before, candidates_before, best_before: counts of trials that
-            finished in an earlier session (resume).
     """
 
     def __init__(

@@ -42,28 +42,23 @@ from raysearch.strategies import (
     StrategyContext,
     get_strategy,
 )
-from raysearch.strategies.grid import GridPhase, grid_strategy
+from raysearch.strategies.grid import GridPhase
 from raysearch.strategies.samplers import (
     ALGO_REQUIREMENTS,
     SAMPLER_ALGOS,
-    OptunaPhase,
     check_algo_available,
     make_sampler,
     quiet_optuna,
-    sampler_strategy,
 )
 
 __all__ = [
     "SettingSearcher",
     "GridPhase",
-    "OptunaPhase",
     "SAMPLER_ALGOS",
     "ALGO_REQUIREMENTS",
     "check_algo_available",
     "make_sampler",
     "quiet_optuna",
-    "grid_strategy",
-    "sampler_strategy",
 ]
 
 _logger = logging.getLogger(__name__)

@@ -64,14 +64,9 @@ def trial_limit(stop: StopConfig) -> int | None:
 class CandidateStopper(Stopper):
     """Ends the whole search on the first stop condition of ``stop`` that holds.
 
-    Args:
-        stop: the validated stop conditions.
-        higher_is_better: the metric's direction (for ``find_best_candidate``).
-        elapsed_before_s: wall time already spent by earlier sessions of this search (resume),
-            counted against ``time_limit``.
-        prior: results of trials finished in earlier sessions (dicts with ``trial_id``,
-            ``metric``, ``is_candidate``), counted as if they had been reported now.
-        started_at: when this session began (``time.monotonic()``); default: now.
+    ``elapsed_before_s`` and ``prior``: the wall time and the records of earlier sessions
+    (resume), counted as if this session had them; ``started_at``: when this session began
+    (``time.monotonic()``; default: now).
     """
 
     def __init__(

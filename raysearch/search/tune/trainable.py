@@ -31,13 +31,7 @@ from raysearch.modelfile import remove_model
 from raysearch.ranking import PROBE_STAGE, is_probe
 from raysearch.search.record.reported import pack_record
 from raysearch.search.record.retries import RETRIES_SPENT
-from raysearch.search.runtime._start_barrier import (
-    START_BARRIER_TIMEOUT_S,
-    StartBarrier,
-    end_barrier,
-    start_barrier,
-    wait_for_wave,
-)
+from raysearch.search.runtime._start_barrier import wait_for_wave
 from raysearch.search.runtime.transfer import current_node_id, node_folder_here
 from raysearch.search.tune._rungs import (
     RUNG_CLOCK,
@@ -52,17 +46,7 @@ from raysearch.trialrecord import TrialRecord
 if TYPE_CHECKING:
     from raysearch.trial import TrialEngine
 
-__all__ = [
-    "QuantTrainable",
-    "EngineFactory",
-    "StartBarrier",
-    "start_barrier",
-    "end_barrier",
-    "wait_for_wave",
-    "START_BARRIER_TIMEOUT_S",
-    "make_trainable",
-    "TRIALS_TMP",
-]
+__all__ = ["QuantTrainable", "EngineFactory", "make_trainable", "TRIALS_TMP"]
 
 _logger = logging.getLogger(__name__)
 
