@@ -26,7 +26,6 @@ from raysearch.fileio import readable_mode
 from raysearch.layout import CLIENT_FILES, GENAI_CONFIG, HF_CONFIG
 
 __all__ = [
-    "CLIENT_FILES",
     "CacheDims",
     "ModelFolder",
     "cache_dims",

@@ -1,15 +1,10 @@
 """Scores and the tolerance: :class:`Evaluator` scores a quantized model (a built-in metric or
 a custom evaluator) and decides whether it is a candidate.
 
-The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2 <= tol``,
-``cos >= tol``); for a custom metric it bounds the drop against the float score, ``absolute``
-(``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
-the worse direction (``quant - float`` when lower is better).
-
-Example:
-    >>> ev = Evaluator("cos", tolerance=0.999)
-    >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
-    (True, True, False)
+The tolerance (README, "A complete config"): for a built-in metric it bounds the metric
+itself (``L2 <= tol``, ``cos >= tol``); for a custom metric it bounds the drop against the
+float score, ``absolute`` (``float - quant``) or ``relative`` (``(float - quant) / |float|``),
+the drop being measured in the worse direction (``quant - float`` when lower is better).
 """
 
 from __future__ import annotations
