@@ -27,27 +27,21 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import graph_nodes, has_external_data, load_header
-from raysearch.providers import session_providers
+from raysearch.modelfile import graph_nodes, load_header
 from raysearch.quantize.backends.nncf.options import NNCF_CATALOGUE, missing_nncf, reject_reason
 from raysearch.quantize.nncf_runtime import (
-    import_nncf,
+    NncfModelBackend,
     nncf_dataset,
     nncf_session,
-    prepare_model,
-    save_model,
 )
-from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+from raysearch.quantize.registry import QuantizeInfo, register_backend
 
 if TYPE_CHECKING:
     import onnx
 
-    from raysearch.data import DataSource
-    from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
 
 __all__ = ["NncfBackend"]
@@ -56,7 +50,7 @@ _logger = logging.getLogger(__name__)
 
 
 @register_backend("nncf")
-class NncfBackend(QuantizerBackend):
+class NncfBackend(NncfModelBackend):
     """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module);
     ``options`` are the base class's (``threads``, ``gpu_id``, ``providers``)."""
 
@@ -69,20 +63,9 @@ class NncfBackend(QuantizerBackend):
         "ignored_scope.patterns",
     )
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        calibration: DataSource,
-        cache: CalibrationCache | None = None,
-        **options: Any,
-    ) -> None:
-        # ``cache`` is ONNX Runtime's calibration cache: NNCF collects its own statistics.
-        super().__init__(model_path, calibration, cache, **options)
-        self._nncf = import_nncf()
-        self.providers = self.providers or session_providers(self.gpu_id)
-        self._external = has_external_data(self.model_path)
-        self._model = prepare_model(self.model_path)
-        self._dataset = nncf_dataset(calibration)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dataset = nncf_dataset(self.calibration)
 
     @classmethod
     def missing_requirement(cls) -> str | None:
@@ -126,17 +109,15 @@ class NncfBackend(QuantizerBackend):
         reason = reject_reason(settings)
         if reason:
             raise ValueError(reason)
-        folder = str(Path(self.model_path).resolve().parent) if self._external else None
         items = self._dataset.get_length()
-        arguments = quantize_arguments(self._nncf, settings, items, folder)
+        arguments = quantize_arguments(self._nncf, settings, items, self._data_dir)
         start = time.perf_counter()
         with nncf_session(self.providers, self.threads) as engine:
             try:
                 quantized = self._nncf.quantize(self._model, self._dataset, **arguments)
             except Exception as exc:  # NNCF's own failures: one line, the search goes on
                 raise ValueError(_failure_line(exc)) from exc
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        save_model(quantized, out_path, self._external)
+        self._save(quantized, out_path)
         total = time.perf_counter() - start
         return QuantizeInfo(
             calibration_s=engine.total_s,

@@ -26,9 +26,8 @@ _capped: set[tuple[int, int]] = set()
 def quantize_arguments(
     nncf: ModuleType, settings: Mapping[str, Any], items: int, external_data_dir: str | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments of ``nncf.quantize`` for ``settings`` (the backend's, techniques
-    removed), with calibration data of ``items`` feeds. ``subset_size`` beyond the data is
-    the data's size (NNCF would use no more, and warn on every trial)."""
+    """Keyword arguments of ``nncf.quantize`` for ``settings``, with calibration data of
+    ``items`` feeds (``subset_size`` at most that: NNCF would warn on every trial)."""
     extra = settings.get("extra_options") or {}
     if extra:  # the techniques' keys are removed before; what is left would be dropped
         raise ValueError(f"quantizer nncf cannot apply extra_options {', '.join(sorted(extra))}")

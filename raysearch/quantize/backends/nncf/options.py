@@ -42,9 +42,8 @@ __all__ = [
     "missing_nncf",
 ]
 
-#: ``RangeEstimatorParametersSet`` members, lower case. For weights NNCF collects one sample,
-#: so the mean, median and outlier-free aggregations equal ``minmax`` there, and its
-#: histogram falls back to ``minmax`` for per-channel weights: only the two that differ.
+#: ``RangeEstimatorParametersSet`` members, lower case; for weights only the two that differ
+#: (NNCF collects one sample of a weight, where the others equal ``minmax``).
 ACTIVATION_ESTIMATORS = (
     "minmax",
     "mean_minmax",
@@ -115,8 +114,7 @@ SETTINGS: dict[str, OptionSpec] = {
         "enum", "how quantizers merge across branches", PROPAGATION_RULES
     ),
     "ignored_scope": OptionSpec("dict", "nodes NNCF leaves in float (see its keys)"),
-    # No NNCF setting lives here: the techniques' options do (SmoothAlpha, PowerOfTwoMethod,
-    # ...), added by each technique as in every backend's catalogue.
+    # No NNCF setting lives here: the techniques add theirs.
     "extra_options": OptionSpec("dict", "the techniques' options (raysearch's, not NNCF's)"),
 }
 
@@ -168,10 +166,9 @@ def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | Non
 
 
 def reject_mixed_precision(settings: Mapping[str, Any]) -> str | None:
-    """Mixed precision ranks tensors with ONNX Runtime's ``qdq_loss_debug``, which matches
-    the Q/DQ pairs by ONNX Runtime's names; NNCF names them otherwise, so the ranking would be
-    empty and nothing promoted. A setting that promotes something is refused (NNCF keeps
-    nodes float with ``ignored_scope``)."""
+    """Mixed precision's ranking matches Q/DQ pairs by ONNX Runtime's names, which NNCF does
+    not write: a setting that promotes something is refused (``ignored_scope`` keeps nodes
+    float)."""
     options = settings.get("mixed_precision")
     if not isinstance(options, Mapping):
         return None

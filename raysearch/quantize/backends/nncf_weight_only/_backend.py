@@ -20,13 +20,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import has_external_data, load_header
+from raysearch.modelfile import load_header
 from raysearch.modelgraph import WEIGHTED_OP_TYPES, embedding_gathers, weight_matmuls
-from raysearch.providers import session_providers
 from raysearch.quantize.backends.nncf_weight_only._repair import repair_matmul_nbits
 from raysearch.quantize.backends.nncf_weight_only.options import (
     DEFAULT_GROUP_SIZE,
@@ -37,20 +35,16 @@ from raysearch.quantize.backends.nncf_weight_only.options import (
     reject_reason,
 )
 from raysearch.quantize.nncf_runtime import (
-    import_nncf,
+    NncfModelBackend,
     missing_nncf,
     nncf_dataset,
     nncf_session,
-    prepare_model,
-    save_model,
 )
-from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+from raysearch.quantize.registry import QuantizeInfo, register_backend
 
 if TYPE_CHECKING:
     import onnx
 
-    from raysearch.data import DataSource
-    from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
 
 __all__ = ["NncfWeightOnlyBackend", "compress_arguments"]
@@ -61,25 +55,15 @@ _NNCF_SUBSET = 128
 
 
 @register_backend("nncf_weight_only")
-class NncfWeightOnlyBackend(QuantizerBackend):
+class NncfWeightOnlyBackend(NncfModelBackend):
     """NNCF's ``compress_weights`` with the trial's settings (see the module); ``options``
     are the base class's (``threads``, ``gpu_id``, ``providers``)."""
 
     catalogue: ClassVar[Catalogue | None] = NNCF_WEIGHT_ONLY_CATALOGUE
     model_settings: ClassVar[tuple[str, ...]] = ("nodes_float",)
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        calibration: DataSource | None,
-        cache: CalibrationCache | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(model_path, calibration, cache, **options)
-        self._nncf = import_nncf()
-        self.providers = self.providers or session_providers(self.gpu_id)
-        self._external = has_external_data(self.model_path)
-        self._model = prepare_model(self.model_path)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         dropped = _drop_contradicting_value_infos(self._model)
         if dropped:
             _logger.info("value infos that contradict their initializers dropped: %s", dropped)
@@ -149,12 +133,10 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         start = time.perf_counter()
         if is_data_aware(settings) and self._dataset is None:
             self._dataset = nncf_dataset(self.calibration)
-        folder = str(Path(self.model_path).resolve().parent) if self._external else None
-        arguments = compress_arguments(self._nncf, settings, self._gathers, folder)
+        arguments = compress_arguments(self._nncf, settings, self._gathers, self._data_dir)
         if is_data_aware(settings):
             arguments["dataset"] = self._dataset
-            # NNCF reads at most subset_size (128) samples and warns on every trial where the
-            # data holds fewer; it reads the same samples at this bound
+            # NNCF warns on every trial where the data holds fewer than subset_size
             items = self._dataset.get_length()
             arguments["subset_size"] = min(_NNCF_SUBSET, items or _NNCF_SUBSET)
         with nncf_session(self.providers, self.threads) as engine:
@@ -169,8 +151,7 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         data_s = engine.total_s  # NNCF's ONNX Runtime sessions and inference on the data
         repaired = repair_matmul_nbits(compressed)
         _logger.debug("repaired NNCF's MatMulNBits: %s", repaired)
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        save_model(compressed, out_path, self._external)
+        self._save(compressed, out_path)
         share = _compressed(compressed) / self._weighted if self._weighted else None
         return QuantizeInfo(
             calibration_s=data_s,
@@ -225,9 +206,8 @@ def compress_arguments(
 
 def _drop_contradicting_value_infos(model: onnx.ModelProto) -> list[str]:
     """Drop, in place, each value info of ``model`` that declares an initializer another shape
-    or type than its own, and return their names. NNCF runs ONNX's shape inference on the
-    model, which refuses such a model; onnxruntime-genai's builder declares its constant
-    ``[1]`` a scalar. The initializer's own shape and type are what ONNX Runtime uses."""
+    or type than its own (which NNCF's shape inference refuses, and ONNX Runtime ignores);
+    their names."""
     inits = {t.name: t for t in model.graph.initializer}
     dropped = []
     for info in list(model.graph.value_info):
@@ -253,8 +233,7 @@ def _fits(declared: Any, dims: Sequence[int]) -> bool:
 
 def _compressed(model: onnx.ModelProto) -> int:
     """Weight MatMuls NNCF compressed: each ``MatMulNBits``, and each MatMul whose weight a
-    ``DequantizeLinear`` writes (its activation stays float, so the graph count of
-    :func:`raysearch.modelgraph.quantized_share` would read none)."""
+    ``DequantizeLinear`` writes (which the graph count would not read as quantized)."""
     nodes = list(model.graph.node)
     dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
     return sum(
