@@ -1,9 +1,5 @@
 """An ONNX model as files on disk: its graph's tensors, the external-data files it references
 (every model over 2 GB has them), its hash and size, and moving, copying or deleting it whole.
-
-Example:
-    >>> data_file_names("model.onnx", 2)
-    ['model.onnx.data', 'model.onnx.data.1']
 """
 
 from __future__ import annotations
@@ -39,11 +35,6 @@ __all__ = [
     "place_model",
     "remove_model",
 ]
-
-# A model over 2 GB keeps its weights in external-data files that its ``.onnx`` names by a
-# ``location`` relative to its own folder; such a model is only whole with those files beside
-# it. Models raysearch places name them ``<model file name>.data`` (ONNX Runtime's quantizer
-# does the same), so the data of ``candidates/t1.onnx`` is ``candidates/t1.onnx.data``.
 
 
 def load_header(path: str | os.PathLike) -> onnx.ModelProto:
@@ -275,17 +266,11 @@ def _place_model_file(
 
 
 def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: bool) -> Path:
-    """Move (or copy) the model ``source`` with its external-data files to ``target``.
-
-    The data files land beside ``target`` as :func:`data_file_names` calls them; when that
-    changes a name, ``target``'s ``location`` entries are rewritten to match, so the model
-    loads from wherever its folder is moved. The data files are placed before the model
-    file, each atomically: a model file, once there, has its data. Files of ``target``'s data
-    names that the new model does not use (an earlier model's) are removed. The placed files
-    get the mode a plain ``open`` gives (a trial writes its model privately).
-
-    Returns ``target``.
-    """
+    """Move (or copy) the model ``source`` with its external-data files to ``target``; returns
+    ``target``. The data files land beside it named by :func:`data_file_names` (the model's
+    ``location`` entries rewritten to match), each atomically and before the model file, so
+    that a model file once there has its data; stale data files of ``target``'s names are
+    removed, and the files get the mode a plain ``open`` gives."""
     source, target = Path(source), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     proto = load_header(source)

@@ -48,10 +48,8 @@ def plain_copy(value: Any) -> Any:
 
 def is_model_object(value: Any) -> bool:
     """Whether ``value`` is an ``onnx.ModelProto``."""
-    try:
-        import onnx
-    except ImportError:  # pragma: no cover - onnx is a dependency
-        return False
+    import onnx
+
     return isinstance(value, onnx.ModelProto)
 
 

@@ -6,7 +6,6 @@ A search with ``early_stopping`` fixes one seeded shuffled order of the evaluati
 row once. A custom evaluator taking a ``fraction`` argument is given the rung's fraction.
 
 Example:
-    >>> import numpy as np
     >>> rungs = EvalRungs((0.1, 0.33, 1.0), sizes=(50, 165, 500),
     ...                   order=np.random.default_rng(0).permutation(500))
     >>> len(rungs), len(rungs.rows(1)), rungs.fraction(1)

@@ -9,7 +9,6 @@ int32 with scale ``input_scale * weight_scale``; the constant of a MatMul's foll
 quantized like an activation.
 
 Example:
-    >>> import numpy as np
     >>> q = quantize(np.array([0.5, -1.0, 3.0]), np.float32(0.5), np.int8(0), -128, 127)
     >>> q.tolist(), dequantize(q, np.float32(0.5), np.int8(0)).tolist()
     ([1, -2, 6], [0.5, -1.0, 3.0])

@@ -4,10 +4,6 @@ A backend turns a float model, calibration data and one *settings* dict (see DEV
 into a quantized model file. A new backend is one subpackage of
 ``raysearch/quantize/backends/`` that decorates its class with :func:`register_backend`, plus
 one line in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first use.
-
-Example:
-    >>> available_backends()
-    ['nncf', 'nncf_weight_only', 'ort', 'weight_only']
 """
 
 from __future__ import annotations

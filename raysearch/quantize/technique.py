@@ -17,7 +17,6 @@ inactive for these settings). A new technique is one module of
 in :data:`BUILTIN_TECHNIQUES`.
 
 Example:
-    >>> from raysearch.space.catalogue import OptionSpec
     >>> @register_technique("keep_last_float")                             # doctest: +SKIP
     ... class KeepLastFloat(TensorOverrideProducer):
     ...     settings = {"include_keep_last_float": OptionSpec("bool", "keep the last node float")}

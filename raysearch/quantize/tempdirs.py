@@ -5,7 +5,6 @@ in ``/tmp`` first, so one found there is used only when it is this user's, no li
 writable by no one else, else refused with :class:`UnsafeFolderError`.
 
 Example:
-    >>> from raysearch.quantize.tempdirs import make_workdir, private_dir
     >>> folder = make_workdir("raysearch-doc")
     >>> folder.name.startswith(f"raysearch-doc-{os.getpid()}-")
     True

@@ -1,12 +1,6 @@
 """What a grid's expansion memoises (private to :mod:`raysearch.space.space`): the keys the
 validity rules strip from a point, once per distinct relevant sub-setting, and the identity a
-grid de-duplicates points on, with each value encoded once.
-
-Example:
-    >>> identity = _PointIdentity()
-    >>> identity({"a": 1}) == identity({"a": 1})
-    True
-"""
+grid de-duplicates points on, with each value encoded once."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ bins add up). The ranges come from ONNX Runtime's own ``HistogramCollector``
 (:func:`compute_ranges`).
 
 Example:
-    >>> import numpy as np
     >>> hist, edges = bin_values(np.array([-1.0, 0.5, 1.0]), "value", 4, (-1.0, 1.0))
     >>> hist.tolist()
     [1, 0, 0, 2]

@@ -6,7 +6,6 @@ applied afterwards with ONNX Runtime's own formula, :func:`symmetrise`) except w
 ``CalibStridedMinMax``, where ONNX Runtime symmetrises each stride before merging.
 
 Example:
-    >>> import numpy as np
     >>> ranges = TensorsData(CalibrationMethod.MinMax, {"x": (np.float32(-1), np.float32(3))})
     >>> [float(v) for v in symmetrise(ranges)["x"].range_value]
     [-3.0, 3.0]

@@ -12,7 +12,6 @@ at ``stop.iteration_limit`` and keeps at most ``max_outstanding`` suggested but 
 (so that Tune always has a queued trial for a finished actor).
 
 Example:
-    >>> from raysearch.space import SearchSpace
     >>> space = SearchSpace.parse({"per_channel": [True, False]})
     >>> searcher = SettingSearcher.grid([space], mode="min")
     >>> [searcher.suggest(str(i))["params"] for i in range(2)]

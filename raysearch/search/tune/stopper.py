@@ -8,7 +8,6 @@ whole search ends (``stop_all``): ``find_n_candidates``, ``find_best_candidate``
 ``time_limit`` counts earlier sessions too, and the search must know which condition fired.
 
 Example:
-    >>> from raysearch.config._config import StopConfig
     >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
     >>> stopper("a", {"status": "ok", "metric": 0.1, "is_candidate": True}), stopper.stop_all()
     (False, False)

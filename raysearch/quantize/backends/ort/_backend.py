@@ -11,12 +11,7 @@ opset is raised for 16-bit, 4-bit block and float8 types exactly as ``quantize_s
 Settings are ``quantize_static``'s arguments; ``extra_options`` keys that shape calibration
 go to the calibrator (:data:`CALIBRATION_OPTIONS`), every other key to the quantizer's
 ``extra_options``. The refusal rules live in ``_rules``, the checks against a model in
-``_checks``.
-
-Example:
-    >>> reject_reason({"quant_format": "QOperator", "activation_type": "QUInt16"})
-    'QOperator format supports 8-bit types only; QUInt16 needs quant_format QDQ'
-"""
+``_checks``."""
 
 from __future__ import annotations
 

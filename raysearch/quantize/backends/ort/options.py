@@ -5,7 +5,6 @@ whether it changes what calibration collects (the calibration cache key), so tha
 key or value is a config error, never a silent no-op inside ONNX Runtime. Pure data.
 
 Example:
-    >>> from raysearch.quantize.backends.ort.options import ORT_CATALOGUE
     >>> ORT_CATALOGUE.spec("", "calibrate_method").choices
     ('MinMax', 'Entropy', 'Percentile', 'Distribution')
     >>> ORT_CATALOGUE.canonical("extra_options", "Percentile")
