@@ -62,8 +62,7 @@ def cpu_flags() -> tuple[str, ...]:
 
 def u8s8_saturates() -> bool:
     """Whether ONNX Runtime's CPU kernels add uint8 x int8 products through saturating int16
-    sums here: x86-64 without AVX512-VNNI or AVX-VNNI (int8 activations are shifted to uint8
-    by the same kernels, so they are concerned too)."""
+    sums here (int8 activations too): x86-64 without AVX512-VNNI or AVX-VNNI."""
     if platform.machine().lower() not in _X86:
         return False
     flags = set(cpu_flags())

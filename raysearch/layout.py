@@ -85,8 +85,8 @@ KEPT = "kept"
 
 GENAI_CONFIG = "genai_config.json"
 HF_CONFIG = "config.json"
-#: The files beside a model that onnxruntime-genai or Optimum read (glob patterns): its
-#: configs, its tokenizer and its chat template. A kept model's folder gets a copy of each.
+#: The files beside a model that onnxruntime-genai or Optimum read (glob patterns), copied
+#: beside every model kept.
 CLIENT_FILES: tuple[str, ...] = (
     GENAI_CONFIG,
     HF_CONFIG,

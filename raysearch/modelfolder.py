@@ -77,9 +77,8 @@ class ModelFolder:
         return list(found.values())
 
     def copy_into(self, target: Path, model_name: str | None = None) -> None:
-        """Copy the client's files into ``target`` (created), with the mode a plain ``open``
-        gives; when the model there is named ``model_name``, not as in this folder,
-        ``genai_config.json`` names it."""
+        """Copy the client's files into ``target`` (created), ``genai_config.json`` naming
+        the model ``model_name`` there."""
         target.mkdir(parents=True, exist_ok=True)
         for source in self.client_files():
             dest = target / source.name
@@ -120,8 +119,7 @@ def find_model_file(folder: str | os.PathLike) -> Path:
 
 def model_folder(model: str | os.PathLike) -> ModelFolder | None:
     """The client's folder the model file ``model`` is in: onnxruntime-genai's when a
-    ``genai_config.json`` beside it names it as the decoder, Optimum's when a Hugging Face
-    ``config.json`` (with a ``model_type``) is beside it; else None."""
+    ``genai_config.json`` beside names it, Optimum's with a Hugging Face ``config.json``."""
     path = Path(model)
     folder = path.parent
     decoder = _genai_decoder(folder)
@@ -209,8 +207,7 @@ def cache_dims(
     model: str | os.PathLike | None, proto: onnx.ModelProto | None = None
 ) -> CacheDims | None:
     """The key/value cache's head count and head size of the decoder at ``model`` (or of
-    ``proto``): from ``genai_config.json`` beside it, else a Hugging Face ``config.json``
-    beside it, else its graph's ``GroupQueryAttention``; None when none of them says."""
+    ``proto``), from the client's config beside it, else its graph; None when none says."""
     if model is not None:
         folder = Path(model).parent
         dims = _from_genai(folder) or (_from_hf(folder) if _is_hf_config(folder) else None)

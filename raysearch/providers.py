@@ -138,8 +138,7 @@ def session_providers(
     gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
 ) -> list[Any]:
     """ONNX Runtime's ``providers`` argument for a trial's sessions, with the provider options
-    of :func:`execution_providers` folded in: ``["CPUExecutionProvider"]`` or
-    ``[("CUDAExecutionProvider", {"device_id": ..., ...}), "CPUExecutionProvider"]``."""
+    of :func:`execution_providers` folded in."""
     providers, options, _ = execution_providers(gpu_id, gpu_mem_limit)
     return [(name, opts) if opts else name for name, opts in zip(providers, options)]
 
@@ -175,8 +174,8 @@ def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
 
 
 def session_options(threads: int | None = 1) -> ort.SessionOptions:
-    """Session options with ``threads`` intra-op threads (the CPUs given to the trial; see
-    :func:`set_threads`) and one inter-op thread; ONNX Runtime's own logging is kept to errors.
+    """Session options with ``threads`` intra-op threads (:func:`set_threads`), one inter-op
+    thread and ONNX Runtime's logging kept to errors.
 
     Example:
         >>> session_options(2).get_session_config_entry("session.intra_op.allow_spinning")
@@ -227,9 +226,8 @@ def _gpu_total_bytes(index: int) -> int | None:
 
 
 def gpu_memory_limit(gpu_id: int | str | None, fraction: float) -> int | None:
-    """The CUDA arena limit (bytes) for a trial given ``fraction`` of a GPU: that share of the
-    GPU's memory, so co-located trials cannot starve each other; None for whole GPUs, for CPU
-    trials, or when the GPU's size cannot be read."""
+    """The CUDA arena limit (bytes) for a trial given ``fraction`` of a GPU, so that trials
+    sharing it cannot starve each other; None for whole GPUs, CPU trials, or an unknown size."""
     if gpu_id is None or not 0 < fraction < 1 or not cuda_available():
         return None
     total = _gpu_total_bytes(local_device_index(gpu_id))

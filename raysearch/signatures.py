@@ -42,9 +42,8 @@ _TYPING_NAMES: dict[str, Any] = {
 
 
 def parameter_types(function: Any) -> dict[str, Any]:
-    """Each annotated parameter of ``function`` and its annotation as a type; a parameter
-    whose annotation cannot be evaluated (a name imported only for type checkers) is left
-    out, so it is not checked."""
+    """Each annotated parameter of ``function`` and its annotation as a type; one whose
+    annotation cannot be evaluated (a type-checking-only name) is left out, unchecked."""
     try:
         hints = typing.get_type_hints(function)
         hints.pop("return", None)

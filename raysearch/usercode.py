@@ -107,8 +107,7 @@ def _locations(module: ModuleType) -> list[Path]:
 
 def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     """The file or package folder of each imported module of ``names`` (by its top-level
-    module) that lies directly in one of ``search_dirs``: what a worker on another machine
-    lacks. Modules not imported yet, and those installed elsewhere, are not listed."""
+    module) that lies directly in one of ``search_dirs``: what a worker elsewhere lacks."""
     folders = {os.path.realpath(folder) for folder in search_dirs}
     found: dict[Path, None] = {}
     for name in names:
@@ -129,9 +128,8 @@ def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]
 
 
 def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The search folders holding a module of ``names`` that :func:`local_modules` lists:
-    what a search that joins a Ray cluster ships to its other nodes, each whole (the files a
-    module reads beside itself go with it)."""
+    """The search folders holding a module :func:`local_modules` lists: what a search that
+    joins a Ray cluster ships to its other nodes, each whole."""
     return list(dict.fromkeys(location.parent for location in local_modules(names, search_dirs)))
 
 
@@ -182,8 +180,7 @@ def check_shippable(
     modules: Sequence[str] = (),
 ) -> None:
     """Refuse a code folder too large to ship to a Ray cluster's other nodes (``excluded``:
-    what the search ships otherwise, or never needs there: its model, its data, its output
-    folder).
+    the model, the data and the output folder, which are not shipped with it).
 
     Raises:
         ConfigError: (key ``metric``) the folder holds more than ``limit`` bytes.
@@ -226,10 +223,8 @@ def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def qualified_name(func: object) -> str:
-    """``module:qualname`` of a function (``my_eval:top1``, ``__main__:<lambda>``,
-    ``tests.x:test.<locals>.score``): the name a function given from Python goes by in a
-    search's outputs; an object without a ``__qualname__`` (a callable instance) is named by
-    its class."""
+    """``module:qualname`` of a function (``my_eval:top1``): the name a function given from
+    Python goes by in a search's outputs (a callable instance: its class's)."""
     named = func if hasattr(func, "__qualname__") else type(func)
     module = getattr(named, "__module__", None) or "?"
     return f"{module}:{getattr(named, '__qualname__', repr(named))}"

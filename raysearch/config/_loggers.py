@@ -37,8 +37,7 @@ LOGGERS: dict[str, tuple[str, str, str]] = {
     "wandb": ("ray.air.integrations.wandb", "WandbLoggerCallback", "wandb"),
 }
 _ALIASES = {"weights_and_biases": "wandb", "w&b": "wandb"}
-#: MLflow's experiment when neither the config nor ``MLFLOW_EXPERIMENT_NAME``/``_ID`` names
-#: one: Ray's callback logs nothing without an experiment (W&B's project defaults likewise).
+#: MLflow's experiment when nothing names one: Ray's callback logs nothing without one.
 MLFLOW_EXPERIMENT = "raysearch"
 
 
@@ -76,9 +75,8 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
     """``loggers``: ``(name, settings)`` for each logger, in the order given.
 
     Raises:
-        ConfigError: not a list or a mapping, an unknown logger, a setting the logger does
-            not take (with the closest one suggested) or a value not of the type it takes,
-            or its package missing (with the extra that installs it).
+        ConfigError: not a list or a mapping, an unknown logger, a setting or value it does
+            not take, or its package missing.
     """
     if value is None:
         return ()
@@ -125,8 +123,7 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _with_defaults(name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` with what Ray's callback cannot do without: MLflow's experiment
-    (:data:`MLFLOW_EXPERIMENT` unless the config or MLflow's environment names one)."""
+    """``settings`` with MLflow's experiment, which Ray's callback cannot do without."""
     if name == "mlflow" and settings.get("experiment_name") is None:
         if not (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")):
             settings["experiment_name"] = MLFLOW_EXPERIMENT

@@ -45,9 +45,8 @@ _logger = logging.getLogger("raysearch.config._config")
 #: The values of ``tolerance_mode``.
 TOLERANCE_MODES = ("absolute", "relative")
 
-#: The lowest tolerance of these metrics that does not look like a drop: a built-in metric's
-#: tolerance bounds the metric itself, so ``tolerance: 0.01`` with cos (every model meets it)
-#: more likely meant a drop; one warning line says so.
+#: The lowest tolerance of these metrics that does not look like a drop (a built-in metric's
+#: tolerance bounds the metric itself): below it, one warning line.
 _DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
 
 
@@ -180,9 +179,8 @@ def _check_builtin(metric: str, data: Mapping[str, Any], hib: bool | None) -> No
 def check_evaluator(
     spec: str | Callable[..., Any], path: str, search_dirs: Sequence[str | os.PathLike] = ()
 ) -> Any:
-    """Import ``package.module:function`` (from ``search_dirs`` when not installed), or take
-    the function ``spec``, and check it takes ``(model_path, providers)`` (a function given,
-    that it can be pickled for the trials); returns the function.
+    """The function ``spec`` names (imported from ``search_dirs`` when not installed) or is,
+    checked to take ``(model_path, providers)`` (a function given: to pickle for the trials).
 
     Raises:
         ConfigError: (at ``path``) as :func:`raysearch.evaluate.load_custom_evaluator`.

@@ -65,8 +65,7 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
 
 def parse_retime_latency(data: Mapping[str, Any]) -> bool | None:
     """``retime_latency``: whether the best setting and the float model are timed again alone
-    after the last trial: ``auto`` (None, the default: where latency decides), ``true`` or
-    ``false``.
+    after the last trial: ``auto`` (None: where latency decides), ``true`` or ``false``.
 
     Example:
         >>> parse_retime_latency({}), parse_retime_latency({"retime_latency": "AUTO"})

@@ -37,8 +37,7 @@ MODEL_FOLDER = "raysearch-models"
 
 def plain_copy(value: Any) -> Any:
     """``value`` with its dicts and lists copied (the config is rewritten in place while it is
-    read), other objects as they are: a reader or a model object is used, never copied (a
-    reader over a generator cannot be)."""
+    read), other objects (a reader, a model) as they are."""
     if isinstance(value, Mapping):
         return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -101,8 +100,7 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
     """Every feed of ``reader`` as one array per input of ``model``, read once.
 
     Raises:
-        ConfigError: (at ``key``) the reader raised, yielded nothing (one already read to its
-            end yields nothing again: give a fresh one, or arrays), or its feeds do not fit
+        ConfigError: (at ``key``) the reader raised, yielded nothing, or its feeds do not fit
             the model.
     """
     from raysearch.data import DataSource
@@ -120,9 +118,8 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
 
 
 def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``raw`` as a config file can hold it: each top-level value YAML cannot write (a reader,
-    a model object) replaced by ``"<python object: Type>"``, a function by
-    ``"<python function: module:qualname>"``, and those keys.
+    """``raw`` as a config file can hold it, each top-level value YAML cannot write replaced
+    by words, and those keys.
 
     Example:
         >>> written_config({"metric": "cos", "calibration_data": object()})

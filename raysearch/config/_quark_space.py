@@ -160,9 +160,8 @@ def _pot_method(value: Any) -> str | None:
 
 
 def _power_of_two(t: Translation, space: dict[str, Any], path: str) -> None:
-    """``calibrate_method`` of power-of-two methods only: raysearch's MinMax calibration with
-    ``extra_options.PowerOfTwoMethod`` (what Quark's methods compute); mixed with ONNX
-    Runtime's methods, refused with the rewrite (two spaces)."""
+    """``calibrate_method`` of power-of-two methods only: MinMax with
+    ``extra_options.PowerOfTwoMethod``; mixed with ONNX Runtime's methods, refused."""
     where = f"{path}.calibrate_method"
     written = space["calibrate_method"]
     values = written if isinstance(written, list) else [written]

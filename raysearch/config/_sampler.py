@@ -33,8 +33,7 @@ _logger = logging.getLogger("raysearch.config")
 
 
 def given_sampler(value: Any) -> Any:
-    """``value`` when it is an Optuna sampler instance, else None (Optuna is not imported for
-    a name: an instance means Optuna is imported already)."""
+    """``value`` when it is an Optuna sampler instance, else None (without importing Optuna)."""
     samplers = sys.modules.get("optuna.samplers")
     if samplers is not None and isinstance(value, samplers.BaseSampler):
         return value
@@ -110,9 +109,8 @@ def parse_sampler_options(value: Any, algo: str, sampler: Any) -> dict[str, Any]
     """``sampler_options`` for the search's ``algo`` (``sampler``: the instance given, if any).
 
     Raises:
-        ConfigError: options beside a sampler instance (it runs as given), for a strategy
-            that is no Optuna sampler's, or an argument the sampler does not take (the
-            closest one suggested) or refuses.
+        ConfigError: options beside a sampler instance, for a strategy that is no Optuna
+            sampler's, or an argument the sampler does not take or refuses.
     """
     if value is None:
         return {}

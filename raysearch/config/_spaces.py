@@ -45,8 +45,7 @@ def predefined_spaces() -> dict[str, Path]:
 
 
 def preset_search_algo(name: str) -> str | None:
-    """The ``search_algo`` a predefined space's file names as its default (None: none; the
-    weight-only presets name ``WeightOnly``).
+    """The ``search_algo`` a predefined space's file names as its default (None: none).
 
     Example:
         >>> preset_search_algo("WEIGHT_ONLY_INT4_SEARCH"), preset_search_algo("A8W8_SEARCH")
@@ -112,9 +111,8 @@ def _parse_one(raw: Any, path: str) -> SearchSpace:
 
 
 def runnable_predefined_space(name: str) -> tuple[Any, list[str]]:
-    """The predefined space ``name``'s ``search_space`` as a search here runs it: narrowed to
-    the backends and techniques whose optional packages are installed; and, one line each,
-    what was narrowed and why (empty when it runs whole).
+    """The predefined space ``name``'s ``search_space`` narrowed to the backends and
+    techniques installed here, and what was narrowed and why, one line each.
 
     Example:
         >>> raw, notes = runnable_predefined_space("MATMUL_CONV_INT8_SEARCH")
@@ -131,8 +129,7 @@ def _runnable(name: str, raw: Any) -> tuple[Any, list[str]]:
 
 
 def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
-    """A predefined space's start points without those of a backend this install lacks (its
-    choice was narrowed away by :func:`_without_missing_backends`)."""
+    """A predefined space's start points without those of a backend narrowed away."""
     backends = raw.get("quantizer") if isinstance(raw, dict) else None
     if not isinstance(backends, list):
         return starts
@@ -142,8 +139,7 @@ def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
 
 
 def _add_config_starts(spaces: list[SearchSpace], raws: Any) -> None:
-    """The config's own ``points_to_evaluate``: each point goes to the first space it is a
-    point of, and runs before that space's predefined start points."""
+    """The config's ``points_to_evaluate``, each run first in the first space it fits."""
     if raws is None:
         return
     if not isinstance(raws, list) or not raws:
@@ -206,8 +202,7 @@ def _drop_groups(node: Any, drop: Callable[[Any], bool]) -> Any:
 
 
 def _check_backend_requirements(space: SearchSpace, path: str) -> None:
-    """ConfigError when the space can select a backend whose optional package is missing
-    (``quantizer: nncf`` without NNCF): said before anything runs, naming the extra."""
+    """ConfigError, naming the extra, when the space can select a backend not installed."""
     for param in space.params:
         if param.leaf == "quantizer":
             missing = _missing_backends(list(getattr(param.domain, "choices", ())))
@@ -258,8 +253,7 @@ def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
 
 
 def _check_technique_requirements(space: SearchSpace, path: str) -> None:
-    """ConfigError when the space can switch on a technique whose optional package is missing
-    (fine-tuning without PyTorch): said before any trial runs, naming the extra."""
+    """ConfigError, naming the extra, when the space can switch on a technique not installed."""
     switches = _technique_switches()
     for param in space.params:
         cls = switches.get(param.leaf)

@@ -56,8 +56,7 @@ def is_builtin(value: object) -> bool:
 
 
 def resolve_builtin(name: str) -> Path:
-    """The path behind a ``builtin:`` name (the ``builtin:`` prefix is optional; the name in
-    any case).
+    """The path behind a ``builtin:`` name (prefix optional, the name in any case).
 
     Raises:
         KeyError: no such built-in (the name without its prefix).

@@ -61,11 +61,9 @@ class Score:
 class Evaluator:
     """Scores a quantized model and decides whether it is a candidate.
 
-    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``; for causal
-    language models ``kl``, ``top1_agreement``, ``perplexity``; or an alias, in any case), a
-    callable or ``"package.module:function"`` (its module, when not installed,
-    from the first of ``search_dirs`` holding it). ``higher_is_better`` is fixed for built-ins
-    and defaults to True for custom metrics.
+    ``metric`` is a built-in name (or an alias, in any case), a callable or
+    ``"package.module:function"`` (its module, when not installed, from ``search_dirs``).
+    ``higher_is_better`` is fixed for built-ins and defaults to True for custom metrics.
 
     Example:
         >>> ev = Evaluator("L2", tolerance=0.01)
@@ -201,10 +199,9 @@ class Evaluator:
         providers: Sequence[Any] | None = None,
         inputs: Mapping[str, np.ndarray] | None = None,
     ) -> Score:
-        """Score one model: built-ins from ``outputs`` against ``reference`` (and the data's
-        ``inputs``, where perplexity reads the text); a custom evaluator by calling it with
-        ``(model_path, providers)``. A language-model metric's score carries every
-        language-model metric with its interval as extras.
+        """Score one model: built-ins from ``outputs`` against ``reference`` (and ``inputs``,
+        where perplexity reads the text), a language-model metric with every language-model
+        metric and its interval as extras; a custom evaluator by calling it.
 
         Raises:
             MetricError: the score cannot be computed (NaN outputs, a bad return value).
@@ -230,8 +227,8 @@ class Evaluator:
         *,
         fraction: float | None = None,
     ) -> Score:
-        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its
-        rows when given: see :attr:`accepts_fraction`) and read its result."""
+        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its rows
+        when given) and read its result."""
         if self.function is None:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]
@@ -292,8 +289,7 @@ class Evaluator:
         return Score(_number(value, where))
 
     def drop(self, score: float, float_score: float) -> float:
-        """How much worse ``score`` is than ``float_score`` (negative when better), absolute
-        or relative to ``|float_score|`` per ``tolerance_mode``."""
+        """How much worse ``score`` is than ``float_score``, per ``tolerance_mode``."""
         diff = (float_score - score) if self.higher_is_better else (score - float_score)
         if self.tolerance_mode == "absolute":
             return diff
@@ -321,8 +317,7 @@ class Evaluator:
 
     def threshold(self, float_score: float | None = None) -> float | None:
         """The metric value where candidates begin: the tolerance itself for a built-in
-        metric; for a custom one the float model's score less the drop the tolerance allows
-        (absolute, or relative to ``|float_score|``). None without a tolerance.
+        metric, else the float model's score less the drop it allows; None without one.
 
         Raises:
             ValueError: a custom metric without the float model's score.
@@ -345,9 +340,8 @@ class Evaluator:
         return float_score - allowed if self.higher_is_better else float_score + allowed
 
     def missed_by(self, score: float | None, float_score: float | None = None) -> float | None:
-        """How far ``score`` falls short of the :meth:`threshold`, in the metric's own units
-        (for a custom metric, its :meth:`drop` past the tolerance, scaled back to the metric);
-        0 when it meets the tolerance; None without a tolerance or a finite score.
+        """How far ``score`` falls short of the :meth:`threshold`, in the metric's units; 0
+        when it meets the tolerance; None without a tolerance or a finite score.
 
         Example:
             >>> round(Evaluator("cos", tolerance=0.999).missed_by(0.996), 6)

@@ -32,11 +32,9 @@ _logger = logging.getLogger("raysearch.evaluate")
 
 @dataclass
 class FloatReference:
-    """The float model's outputs on the evaluation data, computed once per search.
-
-    ``outputs`` maps each output name to its values concatenated over samples. Saved as one
-    ``.npy`` per output (memory-mapped when loaded) plus ``meta.json`` in a folder.
-    """
+    """The float model's outputs on the evaluation data (``outputs``: each output's values
+    over samples), computed once per search; saved as one ``.npy`` per output (memory-mapped
+    when loaded) and ``meta.json``."""
 
     outputs: dict[str, np.ndarray]
     key: str = ""
@@ -71,8 +69,7 @@ class FloatReference:
         model_hash: str | None = None,
         providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Run the float model once over ``data``, on ``providers`` (a trial's
-        ``session_providers``, options included) or else on ``gpu_id``'s device.
+        """Run the float model once over ``data``, on ``providers``, else on ``gpu_id``'s.
 
         Raises:
             EvaluatorError: the float model's own outputs hold NaN or inf.

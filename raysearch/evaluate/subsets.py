@@ -41,14 +41,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EvalRungs:
-    """The rungs of a trial's evaluation.
-
-    ``fractions``: the configured fractions of the rows after each rung (the last is 1.0).
-    ``sizes``: the rows evaluated once each rung is done (built-in metrics; the last is every
-    row); None for a custom evaluator, which is given the fraction. ``order``: the fixed
-    shuffled order of the rows (built-in metrics). ``reduction_factor``: a rung keeps the best
-    ``1 / reduction_factor`` of the trials that reach it.
-    """
+    """The rungs of a trial's evaluation: the configured ``fractions`` of the rows (the last
+    1.0); for built-in metrics the rows evaluated after each rung (``sizes``) in a fixed
+    shuffled ``order``; and the ``reduction_factor`` (a rung keeps the best ``1 / r``)."""
 
     fractions: tuple[float, ...]
     sizes: tuple[int, ...] | None = None
@@ -111,10 +106,9 @@ def plan_rungs(
 ) -> tuple[EvalRungs | None, str | None]:
     """The rungs of this search's evaluation, or None and why it evaluates every row at once.
 
-    Built-in metrics: the rows of each rung (whole static batches), at least ``min_rows`` in
-    the first one, in a shuffled order seeded by ``seed``. A custom evaluator: the fractions,
-    when it takes a ``fraction`` argument. ``reference_rows``: the rows ``reference`` was
-    computed on, when not every row (the first batch of a reference still being computed).
+    Built-in metrics: whole static batches, at least ``min_rows`` in the first rung, in a
+    seeded shuffled order (``reference_rows``: the rows a partial reference covers). A custom
+    evaluator: the fractions, when it takes a ``fraction`` argument.
     """
     if evaluator.is_custom:
         if not evaluator.accepts_fraction:
@@ -159,9 +153,8 @@ def could_reach(
     """Whether a metric averaged over ``total`` rows, whose first rows (a uniform random
     sample of them) score ``values``, could still meet the tolerance (``meets``) over all.
 
-    No, when it cannot: the rows not seen scoring ``best`` (the best one row can score) would
-    not bring it there. No, when its mean is more than :data:`CANDIDATE_Z` standard errors
-    (finite-population corrected) on the wrong side. Yes otherwise.
+    No when the rows not seen scoring ``best`` would not bring it there, or when its mean is
+    more than :data:`CANDIDATE_Z` standard errors on the wrong side; yes otherwise.
 
     Example:
         >>> meets = lambda m: m >= 0.999                         # cos within 0.999

@@ -105,11 +105,8 @@ def dequantize(
 
 
 class QdqGraph:
-    """An index over a QDQ model's main graph: initializers by name, producers, consumers.
-
-    Initializers are read with :meth:`array` and replaced (same name, new values) with
-    :meth:`set_array`; :meth:`clone_input` gives one node its own copy of a shared one.
-    """
+    """An index over a QDQ model's main graph: initializers by name (read with :meth:`array`,
+    replaced with :meth:`set_array`), producers and consumers."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
@@ -220,8 +217,7 @@ def constant_float_values(
     graph: QdqGraph, dq: onnx.NodeProto, float_inits: Mapping[str, np.ndarray]
 ) -> np.ndarray:
     """The float values a constant DequantizeLinear stands for: the float model's initializer
-    of the name ONNX Runtime quantized (``w`` for ``w_quantized``), else the dequantized ones
-    (requantizing rounded values compounds the error, so the float model comes first)."""
+    (``w`` for ``w_quantized``), else the dequantized ones."""
     qname = dq.input[0]
     if qname.endswith(_QUANTIZED_SUFFIX):
         original = float_inits.get(qname[: -len(_QUANTIZED_SUFFIX)])

@@ -86,24 +86,19 @@ class QuantizeInfo:
 
 
 class QuantizerBackend(abc.ABC):
-    """One quantizer. Constructed once per process (a Ray actor) with the float model and the
-    calibration data, then called once per trial.
-
-    Subclasses set :attr:`catalogue` and implement :meth:`validate` (settings errors found
-    before any trial, as :class:`~raysearch.errors.ConfigError`), :meth:`quantize`, and
-    optionally :meth:`reject` (combinations the quantizer is known to refuse, as a reason
-    string), :meth:`reject_on_model` and :meth:`missing_requirement` (an optional package
-    it needs). The search constructs it; a plugin does not.
+    """One quantizer, constructed by the search once per process (a Ray actor) with the float
+    model and the calibration data, then called once per trial. Subclasses set
+    :attr:`catalogue` and implement :meth:`validate` and :meth:`quantize`, optionally
+    :meth:`reject`, :meth:`reject_on_model` and :meth:`missing_requirement`.
 
     Args:
         model_path: the float model (or a technique's transform of it).
-        calibration: the calibration data (:class:`raysearch.data.DataSource`: ``batches()``
-            yields the model's input feeds).
+        calibration: the calibration data (``batches()`` yields the model's input feeds).
         cache: the search's calibration cache, shared by the trials of a node (None: none).
         threads: the CPU threads a trial may use.
         gpu_id: the trial's GPU, or None.
         providers: the trial's ONNX Runtime execution providers, for any inference the
-            backend runs (calibration); None: derived from ``gpu_id``.
+            backend runs; None: derived from ``gpu_id``.
     """
 
     #: The registry key, set by :func:`register_backend`.
@@ -166,9 +161,8 @@ class QuantizerBackend(abc.ABC):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject`. The
-        search and ``raysearch validate`` leave such settings out of the space before anything
-        runs; ``raysearch spaces``, which has no model, cannot.
+        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject` (left
+        out of the space before anything runs, as :meth:`reject`'s are).
 
         Args:
             settings: one setting's nested settings.
@@ -181,8 +175,7 @@ class QuantizerBackend(abc.ABC):
 
     @classmethod
     def missing_requirement(cls) -> str | None:
-        """Whether this backend can run in this environment. A config that selects it is
-        refused when it is parsed, before anything runs.
+        """Whether this backend can run here (a config that selects it is refused otherwise).
 
         Returns:
             Why it cannot (an optional package that is not installed, with the extra that
@@ -192,9 +185,8 @@ class QuantizerBackend(abc.ABC):
 
     @abc.abstractmethod
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
-        """Write the model quantized with ``settings`` to ``out_path``. A setting the
-        quantizer fails on may raise: the trial is recorded as failed, with the error's first
-        line, and the search goes on.
+        """Write the model quantized with ``settings`` to ``out_path``; what it raises fails
+        the trial (with the error's first line), and the search goes on.
 
         Args:
             settings: one setting's nested settings (only the keys the space set; defaults
@@ -221,8 +213,7 @@ _B = TypeVar("_B", bound=type[QuantizerBackend])
 
 def register_backend(name: str) -> Callable[[_B], _B]:
     """Class decorator registering a :class:`QuantizerBackend` under ``name``, with its
-    catalogue (every space is checked against it), and recording its module for the trial
-    actors to import (README, "Plugins", has a complete backend).
+    catalogue, and recording its module for the trial actors to import.
 
     Args:
         name: the backend's name, as a space's ``quantizer`` selects it.
@@ -297,10 +288,9 @@ def available_backends() -> list[str]:
 def backend_reject(
     settings: dict[str, Any], weights: Mapping[str, Sequence[int]] | None = None
 ) -> str | None:
-    """Why the backend that ``settings`` select (``quantizer``) would refuse them, or None: the
-    one check the search, ``raysearch validate`` and ``raysearch spaces`` all apply; with the
-    model's ``weights`` (weight MatMul -> shape: the search and ``validate``), also what the
-    backend refuses on that model (:meth:`QuantizerBackend.reject_on_model`).
+    """Why the backend that ``settings`` select would refuse them, or None: the one check the
+    search, ``validate`` and ``spaces`` apply; with the model's ``weights`` (weight MatMul ->
+    shape), what it refuses on that model too.
 
     Example:
         >>> backend_reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
@@ -318,8 +308,8 @@ def backend_reject(
 def first_refusal(
     rules: Iterable[Callable[[Mapping[str, Any]], str | None]], settings: Mapping[str, Any]
 ) -> str | None:
-    """The first of ``rules`` that refuses ``settings`` (its one line), or None: how a
-    backend's options module turns its refusal rules into :meth:`QuantizerBackend.reject`.
+    """The first of ``rules`` that refuses ``settings`` (its one line), or None: a backend's
+    :meth:`QuantizerBackend.reject` from its refusal rules.
 
     Args:
         rules: functions of the settings, each returning why it refuses them or None.

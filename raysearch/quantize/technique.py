@@ -113,8 +113,8 @@ class TechniqueContext:
     def score_each(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """Score several backend settings of one float model, through :attr:`score_settings`
-        when set (several at once on Ray).
+        """Score several backend settings of one float model (through :attr:`score_settings`
+        when set).
 
         Args:
             float_path: the float model (or a transform of it).
@@ -145,15 +145,12 @@ def quantize_and_score(
 
 
 class Technique(abc.ABC):
-    """One technique: subclass one of its kinds (:class:`FloatModelTransform`,
-    :class:`TensorOverrideProducer`, :class:`QuantizedModelTransform`), declare ``settings``
-    and implement :meth:`effect_key`. Constructed once per process (a trial runner), then
-    asked for each trial's :meth:`effect_key`.
+    """One technique: subclass one of its kinds, declare ``settings`` and implement
+    :meth:`effect_key`; constructed once per process, then asked each trial's effect key.
 
     Args:
         providers: the trial's ONNX Runtime providers, kept when ``devices`` includes their
-            device (``"gpu"`` for CUDA), else the CPU's: a CPU-only technique never lands on a
-            GPU (None: the CPU's).
+            device, else the CPU's (None: the CPU's).
         threads: the CPU threads a trial may use.
     """
 
@@ -184,8 +181,7 @@ class Technique(abc.ABC):
 
     @classmethod
     def missing_requirement(cls) -> str | None:
-        """Whether this technique can run in this environment. Checked when a config that
-        switches it on is loaded, before anything runs.
+        """Whether this technique can run here (a config switching it on is refused otherwise).
 
         Returns:
             Why it cannot (an optional package that is not installed, with the extra that
@@ -329,8 +325,7 @@ _T = TypeVar("_T", bound=type[Technique])
 
 def register_technique(name: str) -> Callable[[_T], _T]:
     """Class decorator registering a :class:`Technique` under ``name`` and its settings in
-    every backend's catalogue, and recording its module for the trial actors to import
-    (README, "Plugins", has a complete technique).
+    every backend's catalogue, and recording its module for the trial actors to import.
 
     Args:
         name: the technique's name.

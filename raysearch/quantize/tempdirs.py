@@ -97,12 +97,7 @@ def _user_name(uid: int) -> str:
 
 def check_private(path: str | os.PathLike) -> None:
     """Refuse ``path`` unless it is a folder (not a link) of this user that no one else may
-    write to.
-
-    Raises:
-        UnsafeFolderError: it is a link or not a folder, another user owns it, or its group
-            or others may write to it.
-    """
+    write to (:class:`UnsafeFolderError`)."""
     path = Path(path)
     uid = _uid()
     if uid is None:  # no owners to check (Windows): the user's own TEMP folder
@@ -127,8 +122,7 @@ def check_private(path: str | os.PathLike) -> None:
 
 def private_dir(name: str | None = None, *, root: str | os.PathLike | None = None) -> Path:
     """This user's folder ``<tmp>/raysearch-<uid>/<name>`` (``root``: instead of the temp
-    dir; no ``name``: the user's folder itself), created with mode 0700 where missing, each
-    level checked with :func:`check_private` (found or made).
+    dir; no ``name``: the user's folder), created with mode 0700, each level checked.
 
     Raises:
         UnsafeFolderError: a level that is not this user's private folder.

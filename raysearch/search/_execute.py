@@ -388,9 +388,8 @@ class Execution:
             run.progress.close()
 
     def _refuse_missing_module(self, run: _Run) -> None:
-        """Refuse the session when a phase of the strategy could not import a module before
-        any trial of it started, with the marker put back: resuming once the module is
-        importable goes on as if this session had not been.
+        """Refuse the session when a phase could not import a module before any trial, with
+        the marker put back, so that a resume goes on as if this session had not been.
 
         Raises:
             InputError: the module that cannot be imported.
@@ -407,8 +406,7 @@ class Execution:
 
     def _trials_over(self, run: _Run) -> None:
         """Every trial has ended: the start barrier goes, and the other nodes' folders unless
-        interrupted (kept for the resume); then a Ray that ends with this process begins its
-        shutdown while the outputs are written. Nothing after this asks Ray for anything."""
+        interrupted; then a Ray that ends with this process begins its shutdown."""
         end_barrier(self.barrier)
         self.barrier = None
         if _stop_reason(run.stopper, run.searcher, run.recorder) != "interrupted":
@@ -506,9 +504,8 @@ class Execution:
 
 class _OnRecord:
     """What the driver does with each trial it records: the stopper observes it; at the
-    first one (not before: Tune starts the first trials in this interpreter), the output
-    modules are preloaded, the float reference handed to the cluster's store and the
-    latency timer's process started, all while the next trials run."""
+    first one (after Tune started the first trials here), the output modules are preloaded,
+    the float reference kept on the cluster and the latency timer started."""
 
     def __init__(
         self,
@@ -549,8 +546,7 @@ def _stop_reason(
     return "interrupted"
 
 
-#: The share of ``stop.time_limit`` the float model's scoring may take before the search says
-#: so: each trial scores a model as the float model was, so few trials can finish after it.
+#: The share of ``stop.time_limit`` a custom evaluator's float score may take unremarked.
 FLOAT_SHARE_WARNING = 0.25
 
 

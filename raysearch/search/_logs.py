@@ -19,9 +19,8 @@ _TUNE_STATE_LOGGER = "ray.tune.execution.experiment_state"
 
 
 class _LogFile(logging.FileHandler):
-    """``auto_search.log``. On a full disk a record that cannot be written is dropped
-    silently: the log is a convenience, the journal is the record, and the search reports
-    the full disk in one line of its own rather than logging's tracebacks."""
+    """``auto_search.log``, whose records are dropped silently on a full disk (the journal is
+    the record, and the search reports the full disk in one line of its own)."""
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         if not is_disk_full(sys.exc_info()[1]):

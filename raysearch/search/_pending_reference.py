@@ -103,8 +103,7 @@ class PendingReference:
             self.future.set_result(reference)
 
 
-#: The niceness the rest of the float reference runs at (Linux: per thread; ONNX Runtime's
-#: intra-op threads, created by it, inherit it).
+#: The niceness the rest of the float reference runs at (Linux: per thread, inherited).
 NICENESS = 10
 
 

@@ -54,8 +54,7 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
-#: The logger (at INFO: ``auto_search.log``, not the terminal) of what code run on the driver
-#: for the search wrote to standard error (:attr:`Prepared.stderr_lines`).
+#: The logger (at INFO: ``auto_search.log``) of :attr:`Prepared.stderr_lines`.
 STDERR_LOGGER = "raysearch.stderr"
 
 
@@ -167,9 +166,8 @@ def _backend_names(space: SearchSpace) -> list[str]:
 
 
 def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSpace]) -> None:
-    """Each backend a space can select checks every model-dependent choice of the space (its
-    ``model_settings``: op types, node names; ``op_types_to_quantize: null`` too) against the
-    model."""
+    """Each backend a space can select checks every choice of its ``model_settings`` (op
+    types, node names) against the model."""
     from raysearch.quantize.registry import get_backend
 
     for space in spaces:
@@ -204,9 +202,8 @@ def may_saturate(space: SearchSpace) -> bool:
 
 def warn_if_u8s8_saturates(spaces: Iterable[SearchSpace]) -> bool:
     """Say in one log line when this CPU adds uint8 x int8 products in saturating int16 sums
-    and a space can select such a setting; the choice is the user's (``reduce_range`` and
-    ``weight_type`` are settings of the space), so nothing is changed. Returns whether it
-    warned."""
+    and a space can select such a setting (nothing is changed: the choice is the user's).
+    Returns whether it warned."""
     from raysearch.cpu import u8s8_saturates
 
     if not u8s8_saturates() or not any(may_saturate(space) for space in spaces):
@@ -394,10 +391,9 @@ def builder_int4(model: str | os.PathLike, data: DataSource, folder: str | os.Pa
 
 @contextlib.contextmanager
 def stderr_lines() -> Iterator[list[str]]:
-    """Collect what is written to this process's standard error (file descriptor 2: ONNX
-    Runtime's C++ logger writes there, below Python) within the block, as the lines of the
-    list it yields, instead of the terminal. When the block raises, the lines are written to
-    standard error after all: they may say why.
+    """Collect what is written to file descriptor 2 (where ONNX Runtime's C++ logger writes)
+    within the block, as the lines of the list it yields; when the block raises, they are
+    written to standard error after all: they may say why.
 
     Example:
         >>> with stderr_lines() as lines:

@@ -43,8 +43,8 @@ def check_targets(config: Any) -> None:
 
 
 def check_optuna_storage(url: str, key: str = "optuna_storage") -> None:
-    """Check that Optuna can open the RDB storage ``url`` and write a study into it (see the
-    module docstring: nothing is created).
+    """Check that Optuna can open the RDB storage ``url`` and write a study into it, creating
+    nothing.
 
     Raises:
         ConfigError: it cannot, with the reason.
@@ -78,12 +78,7 @@ def _sqlite_file(url: str) -> Path | None:
 
 def _sqlite_tables(path: Path) -> set[str] | None:
     """The tables of the SQLite database ``path``, None when it is not there yet (and its
-    folder can hold it).
-
-    Raises:
-        _Refused: no folder for it, a folder or file this user cannot write, or a file that
-            is no SQLite database.
-    """
+    folder can hold it); :class:`_Refused` when it cannot be written or is no database."""
     if not path.exists():
         if not path.parent.is_dir():
             raise _Refused(f"no folder {path.parent} for its database file")
@@ -110,11 +105,7 @@ def _sqlite_tables(path: Path) -> set[str] | None:
 
 def _check_database(url: str) -> None:
     """Connect to the database ``url`` (no write) and, when it holds Optuna's tables, open
-    it with Optuna.
-
-    Raises:
-        _Refused: SQLAlchemy cannot connect, or Optuna cannot read the storage.
-    """
+    it with Optuna; :class:`_Refused` when either fails."""
     import sqlalchemy
 
     try:
@@ -129,12 +120,8 @@ def _check_database(url: str) -> None:
 
 
 def _open_with_optuna(url: str) -> None:
-    """Open the Optuna storage ``url`` without creating tables (the schema's version is
-    checked against the installed Optuna's) and list its studies.
-
-    Raises:
-        _Refused: Optuna cannot.
-    """
+    """Open the Optuna storage ``url`` without creating tables (its schema's version checked)
+    and list its studies; :class:`_Refused` when Optuna cannot."""
     import optuna
 
     try:
@@ -174,13 +161,8 @@ def check_folder(folder: str, key: str) -> None:
 
 
 def _check_mlflow(settings: Mapping[str, Any]) -> None:
-    """MLflow's tracking and registry URIs: an SQLite database, a file store's folder or
-    another database, each as MLflow would open it (the tracking URI MLflow takes when none
-    is given: ``MLFLOW_TRACKING_URI``, else MLflow's default).
-
-    Raises:
-        ConfigError: one MLflow could not open or write.
-    """
+    """MLflow's tracking and registry URIs (the tracking URI MLflow takes when none is given
+    included), each as MLflow would open it; ConfigError for one it could not open or write."""
     for setting in ("tracking_uri", "registry_uri"):
         uri = settings.get(setting)
         if uri is None and setting == "tracking_uri":
@@ -208,12 +190,8 @@ def _check_mlflow(settings: Mapping[str, Any]) -> None:
 
 
 def _check_file_store(uri: str, key: str) -> None:
-    """MLflow's file store at ``uri`` (a path or ``file://`` URI): allowed by MLflow 3 only
-    with ``MLFLOW_ALLOW_FILE_STORE=true``, in a folder this user can write.
-
-    Raises:
-        ConfigError: MLflow would refuse it, or the folder cannot be written.
-    """
+    """MLflow's file store at ``uri``: allowed by MLflow 3 only with
+    ``MLFLOW_ALLOW_FILE_STORE=true``, in a folder this user can write (else ConfigError)."""
     from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
 
     if not MLFLOW_ALLOW_FILE_STORE.get():

@@ -118,9 +118,8 @@ class Schema:
         return domain
 
     def canonical_value(self, name: str, specs: Sequence[OptionSpec], value: Any) -> Any:
-        """``value`` of setting ``name`` as the catalogue spells it: one of an enum's choices,
-        or a backend's name, in any case (``minmax`` is ``MinMax``); else ``value`` itself,
-        left to the checks to refuse."""
+        """``value`` of setting ``name`` as the catalogue spells it (an enum's choice or a
+        backend's name, in any case); else ``value`` itself, left to the checks."""
         if name == QUANTIZER_KEY:
             return self.backend_name(value)
         for spec in specs:

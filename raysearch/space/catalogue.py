@@ -43,18 +43,14 @@ class OptionSpec:
 
     Attributes:
         kind: ``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``, ``num_list``,
-            ``dict`` (a group of further settings) or ``mapping`` (a value that is a
-            mapping, as ``node_settings``).
+            ``dict`` (a group of further settings) or ``mapping`` (a value that is a mapping).
         doc: what the setting does, in a few words (``raysearch spaces`` shows it).
         choices: an enum's values.
-        low: a number's least value (None: no bound).
-        high: a number's greatest value (None: no bound).
+        low, high: a number's bounds (None: no bound).
         nullable: whether None is a value.
-        affects_calibration: whether it changes the calibration (part of the calibration
-            cache's key).
+        affects_calibration: whether it changes the calibration (the calibration cache's key).
         requires: a switch key (``include_cle``) this setting only acts with: with the switch
-            off or absent, the setting is meaningless and the validity rule
-            ``setting_without_its_switch`` strips it.
+            off, the validity rule ``setting_without_its_switch`` strips it.
 
     Example:
         >>> OptionSpec("int", "weight bits", low=2, high=8).high
@@ -80,13 +76,11 @@ class Catalogue:
     """The settings of one backend (``QuantizerBackend.catalogue``).
 
     Attributes:
-        backend: the backend's name (``register_backend`` sets it to the registered name).
-        settings: top-level setting name -> :class:`OptionSpec`; ``"quantizer":
-            QUANTIZER`` lets a space select the backend.
-        containers: a key whose value is a mapping of further settings (ONNX Runtime's
-            ``extra_options``) -> those settings' specs.
-        aliases: per container (``""`` for the top level): accepted spelling -> canonical
-            name.
+        backend: the backend's name (``register_backend`` sets it).
+        settings: top-level setting name -> :class:`OptionSpec` (``"quantizer": QUANTIZER``
+            lets a space select the backend).
+        containers: a key holding further settings (``extra_options``) -> their specs.
+        aliases: per container (``""``: the top level), accepted spelling -> canonical name.
 
     Example:
         >>> mine = Catalogue("mine", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits")})

@@ -38,9 +38,9 @@ Rule = Callable[[Point], list[str]]
 
 
 def reads(test: Callable[[str], bool]) -> Callable[[Rule], Rule]:
-    """Declare the keys whose values a rule reads (``test(key)`` is true for each of them; more
-    is allowed, fewer is a bug): its result is a function of the point's key names, in order,
-    and of those values. A rule without the declaration is called for every point.
+    """Declare the keys whose values a rule reads (``test(key)`` true for each; more is
+    allowed, fewer is a bug), so that a grid memoises it on them; a rule without the
+    declaration is called for every point.
 
     Example:
         >>> percentile_without_percentile_method.reads("calibrate_method")

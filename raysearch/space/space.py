@@ -59,8 +59,7 @@ class SettingWithoutItsSwitch:
         return key.rsplit(".", 1)[-1] in self.switches.values()
 
 
-#: Points and their identities (:class:`_PointIdentity`), as two lists of the same length (not
-#: a list of pairs: fewer objects for the garbage collector to walk).
+#: Points and their identities, as two lists (fewer objects for the collector than pairs).
 _Points = tuple[list[Point], list[tuple[int, ...]]]
 #: Where a parameter's value goes in the settings: its container (None: the top level), the
 #: setting names it sets and whether it is joint (one value per name).
@@ -240,11 +239,8 @@ class SearchSpace:
 
     def expand(self, reject: Reject | None = None) -> Expansion:
         """All settings of the space for grid search: the cartesian product over active groups
-        only, with validity rules applied and duplicates removed, in declaration order.
-
-        ``reject`` is an extra check on each point's nested settings (a backend's list of
-        combinations it refuses); it is counted like a rule under the name it returns.
-        """
+        only, with validity rules applied and duplicates removed, in declaration order;
+        ``reject`` refuses settings too (counted like a rule under the reason it returns)."""
         return self._expand(reject)[0]
 
     def _expand(self, reject: Reject | None, keyed: bool = False) -> tuple[Expansion, list[str]]:
@@ -326,8 +322,7 @@ class SearchSpace:
 
     def _enumerate(self) -> list[Point]:
         """Every combination of the active parameters' choices, the first parameter varying
-        slowest. Built a parameter at a time, not by recursive generators (every point passed
-        up through one generator per parameter)."""
+        slowest, built a parameter at a time (not through one generator per parameter)."""
         points: list[Point] = [{}]
         for param in self.params:
             name, choices = param.name, param.domain.choices
@@ -365,8 +360,8 @@ class SearchSpace:
 
     def sample(self, trial: Any) -> Point:
         """Optuna define-by-run function: suggest only active, searched parameters, in
-        dependency order, and return the full point (fixed settings included, and the real
-        values of choices Optuna only sees as labels), as Ray Tune's ``OptunaSearch`` expects.
+        dependency order, and return the full point (fixed settings and real values included),
+        as Ray Tune's ``OptunaSearch`` expects.
 
         Example:
             >>> import optuna
@@ -399,9 +394,8 @@ class SearchSpace:
 
 def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -> Expansion:
     """The grid of several spaces searched in order: each space expanded with the validity rules
-    and ``reject``, and a setting an earlier space already has dropped as ``duplicate``. This is
-    exactly what a Grid search runs, so ``raysearch validate`` and ``raysearch spaces`` count
-    with it too.
+    and ``reject``, a setting an earlier space already has dropped as ``duplicate``: what a
+    Grid search runs, and what ``raysearch validate`` and ``raysearch spaces`` count.
 
     Args:
         spaces: the spaces, in order (``StrategyContext.spaces``).

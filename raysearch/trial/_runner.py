@@ -61,10 +61,8 @@ def _same_kind(device: str, other: str) -> bool:
 
 @dataclass(frozen=True)
 class TrialDevice:
-    """Where a trial runs: ``threads`` CPUs (intra-op threads of every session), the GPU it
-    was given (``gpu_id``, None: the CPU) and ``gpu_mem_limit``, its share of that GPU's
-    memory; ``providers`` (ONNX Runtime's ``providers`` argument, options included), when
-    given, replace those of ``gpu_id`` and ``gpu_mem_limit``."""
+    """Where a trial runs: ``threads`` CPUs, the GPU it was given (``gpu_id``, None: the CPU)
+    and ``gpu_mem_limit``, its share of that GPU's memory, or ``providers`` given whole."""
 
     threads: int = 1
     gpu_id: int | None = None
@@ -91,7 +89,6 @@ class TrialSpec:
     the caller instead of one in ``cache_dir``; ``rungs`` None: every row at once.
 
     Example:
-        >>> from raysearch.evaluate import Evaluator
         >>> spec = TrialSpec("model.onnx", None, None, Evaluator("cos", 0.999),
         ...                  device=TrialDevice(threads=2))
         >>> spec.device.threads, spec.baseline.reference is None, spec.measure_latency
@@ -236,8 +233,7 @@ class TrialRunner:
 
     def backend(self, name: str | None = None, model_path: str | None = None) -> QuantizerBackend:
         """The quantizer backend ``name`` for ``model_path`` (default: this runner's float
-        model; a technique's transformed model otherwise) and this data, created on first
-        use."""
+        model) and this data, created on first use."""
         name = name or DEFAULT_BACKEND
         model_path = model_path or self.model_path
         key = (name, model_path)
@@ -258,15 +254,13 @@ class TrialRunner:
         return self._backends[key]
 
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialRecord:
-        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report.
-        Never raises for a bad setting: failures are results with ``status="failed"``; only
-        ``MemoryError`` propagates (the process, not the setting, is in trouble)."""
+        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report;
+        a failure is a result with ``status="failed"`` (only ``MemoryError`` propagates)."""
         return self._start(settings, out_path, None).finish()
 
     def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
         """Quantize with ``settings`` into ``out_path``; the trial, to be evaluated rung by
-        rung on :attr:`rungs` (every row at once without them) with ``step()``. Never raises
-        for a bad setting (as :meth:`run`)."""
+        rung with ``step()``, failing as :meth:`run` does."""
         return self._start(settings, out_path, self.rungs)
 
     def _start(

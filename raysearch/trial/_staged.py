@@ -134,8 +134,7 @@ class StagedTrial:
         return 1 if self.rungs is None else len(self.rungs)
 
     def step(self) -> TrialRecord:
-        """Evaluate the next rung; the result so far (the trial's complete result once
-        :attr:`done`). Never raises for a bad setting (as ``TrialRunner.run``)."""
+        """Evaluate the next rung; the result so far (complete once :attr:`done`)."""
         if not self.quantized:
             self.done = True
         if not self.done:
@@ -247,8 +246,7 @@ class StagedTrial:
         return len(data)
 
     def _partial_float_score(self, fraction: float) -> float | None:
-        """The float model's score on the same rows (custom evaluators; None for built-ins,
-        whose float reference is sliced instead)."""
+        """A custom evaluator's float score on the same rows (None for built-ins)."""
         if not self.runner.evaluator.is_custom:
             return None
         return self.runner.partial_float_score(fraction)
@@ -284,8 +282,7 @@ class StagedTrial:
         )
 
     def _rung_error(self) -> float | None:
-        """The standard error of the metric on the rows seen (None for a custom evaluator,
-        whose rows raysearch does not see); early stopping keeps a near-tie going."""
+        """The standard error of the metric on the rows seen (None for a custom evaluator)."""
         rungs = self.rungs
         if self.runner.evaluator.is_custom or rungs is None or rungs.sizes is None:
             return None
@@ -315,7 +312,7 @@ class StagedTrial:
 
 
 def one_line(exc: BaseException) -> str:
-    """``"Type: first line of the message"``, shortened to 300 characters."""
+    """``"Type: first line of the message"`` in at most 300 characters."""
     text = str(exc).strip().splitlines()
     message = text[0] if text else ""
     if isinstance(exc, (MetricError, ValueError)) and message:

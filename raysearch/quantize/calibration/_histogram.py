@@ -46,11 +46,8 @@ def range_pass(
     memory_budget: int,
 ) -> tuple[dict[str, tuple[Any, ...]], list[dict[str, np.ndarray]] | None]:
     """Pass one: per tensor (min, max, min |x|, max |x|) over every calibration sample,
-    non-finite values left out (their count is logged).
-
-    When the calibrated tensors of the whole data set fit in ``memory_budget`` (judged from
-    the first batch), the flattened outputs are kept and returned so that binning needs no
-    second inference pass; otherwise the second element is None."""
+    non-finite values left out; and the flattened outputs, kept when they fit in
+    ``memory_budget`` (judged from the first batch), else None."""
     ranges: dict[str, list[Any]] = {}
     dropped: dict[str, int] = {}
     kept: list[dict[str, np.ndarray]] | None = []
@@ -113,11 +110,9 @@ def bin_batches(
     ranges: Mapping[str, tuple[Any, ...]],
     request: CalibrationRequest,
 ) -> dict[str, tuple[Any, ...]]:
-    """Bin every batch into each tensor's final bins. Counts add up over pieces because
-    the bins are fixed; pieces under 4 MB are grouped (up to 64 MB, or
-    ``CalibMaxIntermediateOutputs`` batches) so that tiny tensors cost few numpy calls.
-    Non-finite values fall outside the bins' finite range, so ``np.histogram`` leaves them
-    out; a tensor with no usable value at all (no |x| range) gets the empty histogram."""
+    """Bin every batch into each tensor's final bins (small pieces grouped, so that tiny
+    tensors cost few numpy calls); non-finite values fall outside the bins, and a tensor with
+    no usable value gets the empty histogram."""
     kind, bins = request.histogram_kind, request.bins
     counts: dict[str, np.ndarray] = {}
     edges: dict[str, np.ndarray] = {}

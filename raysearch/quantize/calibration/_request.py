@@ -78,9 +78,8 @@ def calibration_values(
 class CalibrationRequest:
     """The settings that decide calibration, read from a settings dict.
 
-    ``op_types`` is what ``quantize_static`` calibrates: the setting's ``op_types_to_quantize``
-    or, when that is empty, every op type ONNX Runtime quantizes. ``symmetric`` is
-    ``CalibTensorRangeSymmetric`` (``None``: the method's default, true for Percentile).
+    ``op_types``: the setting's ``op_types_to_quantize``, else every op type ONNX Runtime
+    quantizes. ``symmetric``: ``CalibTensorRangeSymmetric`` (None: the method's default).
     ``max_intermediate_outputs`` only bounds memory: the batches buffered before histogram
     counts are merged (MinMax ranges always cover every batch).
     """

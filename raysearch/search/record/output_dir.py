@@ -78,9 +78,8 @@ def check_output_dir(folder: Path, *, overwrite: bool) -> bool:
     """Whether ``folder`` holds an earlier search (that ``overwrite`` allows to replace).
 
     Raises:
-        ConfigError: files of raysearch's names that raysearch did not create are there (a
-            symbolic link at one of them too), or an earlier search and ``overwrite`` is
-            False.
+        ConfigError: files of raysearch's names it did not create are there, or an earlier
+            search without ``overwrite``.
         FolderInUse: a search is running in ``folder``.
     """
     foreign = foreign_names(folder)
@@ -126,8 +125,7 @@ def _try_lock(handle: Any, folder: Path) -> None:
 
 
 def check_not_in_use(folder: Path) -> None:
-    """Refuse ``folder`` now if a running search holds it, creating nothing (the folder is
-    the user's until the checks of the input passed)."""
+    """Refuse ``folder`` now if a running search holds it, creating nothing."""
     try:
         handle = open(folder / LOCK)  # noqa: SIM115 - closed below
     except OSError:
@@ -154,8 +152,8 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
 
 
 def _links(folder: Path) -> list[Path]:
-    """Symbolic links where raysearch writes or removes: its names in ``folder``, and the
-    files of its names in the result folders (models of the journal's trials included)."""
+    """Symbolic links where raysearch writes or removes: its names in ``folder`` and in the
+    result folders."""
     links = [folder / name for name in OWNED if (folder / name).is_symlink()]
     journal = folder / JOURNAL
     trials = [] if journal.is_symlink() else [str(r["trial_id"]) for r in Journal(journal).load()]
@@ -211,9 +209,8 @@ def _clean_result_folder(path: Path, patterns: tuple[str, ...], trials: list[str
 
 
 def clean_output_dir(folder: Path, storage_owned: bool) -> None:
-    """Remove what raysearch created in ``folder`` (never anything else): its files, its
-    working folders, and in the result folders only the files it writes there (a folder left
-    empty goes too); a file a user put anywhere else stays."""
+    """Remove what raysearch created in ``folder``, never anything else (in the result
+    folders only the files it writes there; a folder left empty goes too)."""
     trials = [str(r["trial_id"]) for r in Journal(folder / JOURNAL).load()]
     for name in OWNED:
         path = folder / name
@@ -348,8 +345,7 @@ def continued_folder(config: SearchConfig) -> Path | None:
     (``resume_if_exists``) and the folder holds one; else None.
 
     Raises:
-        ConfigError: (``resume_if_exists``) the folder holds another search (its model,
-            spaces, algorithm, metric or tolerance differ from ``config``'s).
+        ConfigError: (``resume_if_exists``) the folder holds another search.
     """
     folder = Path(config.output_dir).resolve()
     if not config.resume_if_exists or not holds_search(folder):

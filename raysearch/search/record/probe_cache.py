@@ -197,8 +197,7 @@ class ProbeCache:
 
     def store(self, settings: Mapping[str, Any], record: Mapping[str, Any], trial_id: str) -> bool:
         """Keep the result of the probe of ``settings`` (trial ``trial_id``) for later
-        searches; False when it is not kept (not complete, another kind of device, already
-        kept, or the folder could not be written)."""
+        searches; False when it is not kept."""
         if record.get("status") != "ok" or finite(record.get("metric")) is None:
             return False
         if record.get("stopped_at_rung") is not None or record.get("reused_from"):

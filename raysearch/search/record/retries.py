@@ -64,8 +64,7 @@ class RetryLog:
         self._spent: set[str] = set()
 
     def started(self, trial: Any) -> None:
-        """Ask the actor Tune started (or reused) for ``trial`` which node it runs on: its
-        first task, answered before the trial's own work begins."""
+        """Ask the actor Tune started (or reused) for ``trial`` which node it runs on."""
         if self.watch is None:
             return
         # Ray Tune's handle of the trial's actor (tests/test_library_contracts.py).
@@ -118,8 +117,7 @@ class RetryLog:
         return {"retries": len(lines), "retried_after": SEPARATOR.join(lines) or None}
 
     def lost_nodes(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each node lost while the search ran: its id, IP and the trials it took with it
-        that ran again (``trials_retried``) or failed (``trials_failed``)."""
+        """Each node lost while the search ran: its id, IP and the trials it took with it."""
         if self.watch is None:
             return []
         self.watch.poll(force=True)

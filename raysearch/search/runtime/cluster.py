@@ -50,8 +50,7 @@ OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 _local_ray: tuple[str, str] | None = None
 #: Whether this process ends with its search (:func:`end_with_process`: the command line).
 _ends_with_process = False
-#: The thread shutting down the search's own Ray while the outputs are written (None: none
-#: started): :func:`trials_ended` starts it, :func:`shutdown_ray` waits for it.
+#: The thread shutting down the search's own Ray while the outputs are written (None: none).
 _ending: threading.Thread | None = None
 
 
@@ -68,8 +67,7 @@ def tune_environment(max_pending: int) -> None:
 
 
 def cluster_address(address: str | None) -> str | None:
-    """The cluster a search joins: ``address``, else ``RAY_ADDRESS`` as Ray programs (a
-    Tuner too) read it; None: the search starts a Ray of its own.
+    """The cluster a search joins: ``address``, else ``RAY_ADDRESS``; None: a Ray of its own.
 
     Example:
         >>> cluster_address("auto")
@@ -83,10 +81,9 @@ def start_ray(
     py_modules: Sequence[str | os.PathLike] = (),
     excluded: Sequence[str | os.PathLike] = (),
 ) -> bool:
-    """Join the Ray cluster at ``address`` (else at ``RAY_ADDRESS``), or start a local one
-    of the search's own with this machine's CPUs, even when another Ray runs on this machine;
-    nothing when Ray is already initialised (but for refusing an ``address`` nothing answers
-    at). Returns whether this call started Ray.
+    """Join the Ray cluster at ``address`` (else ``RAY_ADDRESS``), or start a local one of
+    the search's own with this machine's CPUs; nothing when Ray is already initialised.
+    Returns whether this call started Ray.
 
     ``py_modules`` (:func:`raysearch.usercode.code_folders`) are shipped to a joined
     cluster's nodes as the job's ``runtime_env``, each whole but for the ``excluded`` paths
@@ -122,8 +119,7 @@ def start_ray(
         check_reachable(address)
         ray.init(address=address, **kwargs)
     else:
-        # "local": a Ray of the search's own. Without it ray.init joins a Ray that `ray start`
-        # left running on this machine (and then refuses num_cpus, or finds several).
+        # "local": a Ray of the search's own, not one `ray start` left running here.
         ray.init(
             address="local",
             num_cpus=os.cpu_count(),
@@ -219,13 +215,10 @@ def end_with_process() -> None:
 
 
 def trials_ended() -> None:
-    """The search's trials have all ended: when this process ends with the search
-    (:func:`end_with_process`) and Ray is the one-machine Ray the search started, shut it
-    down now, in a thread, while the driver writes the outputs, which need nothing of Ray;
-    :func:`shutdown_ray` waits for that thread. Else nothing.
-
-    The garbage collector is switched off first: a cycle holding a Ray object reference,
-    freed after the shutdown, would end the process (Ray's core worker is gone)."""
+    """The search's trials have all ended: when this process ends with the search and Ray is
+    the one it started, shut Ray down in a thread while the driver writes the outputs
+    (:func:`shutdown_ray` waits for it). The garbage collector is switched off first: a cycle
+    holding a Ray object reference, freed after the shutdown, would end the process."""
     global _ending, _local_ray
     if not _ends_with_process or _ending is not None or not _is_local_ray():
         return
@@ -335,10 +328,9 @@ def _no_node_message(config: SearchConfig, nodes: list[dict[str, Any]]) -> str:
 
 
 def check_resources(config: SearchConfig) -> None:
-    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial
-    (``resources.cpu_per_trial`` CPUs and ``resources.gpu_per_trial`` GPUs on one node): its
-    trials would wait for ever. A cluster joined with ``address`` may grow (the autoscaler of
-    ``cluster.yaml`` adds GPU workers when trials wait), so there it is only a warning."""
+    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial (its
+    trials would wait for ever); only a warning on a cluster joined with ``address``, which
+    its autoscaler may grow."""
     import ray
 
     res = config.resources
@@ -371,9 +363,7 @@ def slots(config: SearchConfig) -> tuple[int, int]:
 
 
 def trials_placeable_now(config: SearchConfig) -> int:
-    """How many trials the cluster's free resources hold right now (at least 1): fewer than
-    :func:`slots` says where other jobs hold part of a shared cluster, or nodes are still to
-    come from its autoscaler."""
+    """How many trials the cluster's free resources hold right now (at least 1)."""
     import ray
 
     return _trials_held(config, ray.available_resources(), cpu_default=0)

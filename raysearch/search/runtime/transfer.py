@@ -171,8 +171,8 @@ _NODE_FOLDER_KINDS = ("trials", "cache")
 
 def node_folder_here(kind: str, driver_path: str | os.PathLike) -> Path:
     """This node's folder of ``kind`` for the search's folder ``driver_path``, created, with
-    this node's id written beside it (``<name>.node``). First the node folders left by nodes
-    the cluster counts dead (a machine lost, then back as a new node) are removed."""
+    this node's id beside it, after removing the folders left by nodes the cluster counts
+    dead."""
     name = node_folder(kind, driver_path)
     folder = node_local_dir(name)
     here = current_node_id()

@@ -4,15 +4,13 @@ Ray's callbacks log a trial's whole ``config`` (the setting three times over, wi
 searcher's bookkeeping) and every number of each result (ASHA's ``rung_score``, the sampler's
 ``objective``, Tune's clocks). The subclasses here log instead:
 
-- each setting once, as the trial ran it: ``settings/<key>`` (:func:`trial_settings`; W&B's
-  config ``settings``);
+- each setting once, as the trial ran it (``settings/<key>``);
 - per result, the documented numbers (:data:`LOGGED_NUMBERS`, ``objectives/<name>``), stepped
-  by Tune's ``training_iteration`` (one result per rung);
-- the trial's words: ``trial_id``, ``trial_number``, ``stage`` (a staged strategy's),
-  ``status`` (``ok``/``failed``) and ``error``, as MLflow tags or in W&B's config;
-- the search: its id as the tag ``search_id`` (a W&B tag), its name (:func:`~raysearch.outputs.
-  default_study_name`) as the tag ``search`` (W&B's group unless the config names one), and each
-  run named ``<search> trial <number>``.
+  by Tune's ``training_iteration``;
+- the trial's words (``trial_id``, ``trial_number``, ``stage``, ``status``, ``error``), as
+  MLflow tags or in W&B's config;
+- the search's id and name as tags (W&B's group: the name), each run named
+  ``<search> trial <number>``.
 
 W&B's runs are written in Tune's staging folder, which Tune copies to the output folder
 before the runs finish, and Ray's callback kills a run's actor before W&B's service has

@@ -1,8 +1,7 @@
 """Live progress of a search as one compact line.
 
-On a terminal the line is redrawn in place (``\\r``) at most a few times a second; into a file
-or pipe a line is written every ``every`` finished trials (and at the end). Without a stream
-the same lines go to the ``raysearch`` logger at INFO.
+On a terminal the line is redrawn in place a few times a second at most; into a file or pipe a
+line is written every ``every`` finished trials; without a stream, to the logger at INFO.
 
 A line a finished trial makes due waits until Tune fills its slot again (or :data:`SETTLE_S`
 passed): written at once, it would read one trial short of what runs.

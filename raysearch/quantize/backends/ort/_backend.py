@@ -174,9 +174,8 @@ class OrtBackend(QuantizerBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that are
-        no ONNX op (ONNX Runtime would ignore them silently) and node names not in the
-        model."""
+        """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that
+        are no ONNX op and node names not in the model."""
         check_settings(settings, model)
 
     @classmethod
@@ -265,8 +264,7 @@ class OrtBackend(QuantizerBackend):
     ) -> tuple[onnx.ModelProto, Path, int]:
         """The model ``quantize_static`` would quantize for these types: the shape-inferred
         float model, or its opset-raised version (16-bit, float8, block-wise types; and opset
-        13 for per-channel QDQ weights, which ``quantize_static`` leaves out: below 13 a
-        DequantizeLinear has no ``axis`` and ONNX Runtime refuses the model it wrote)."""
+        13 for per-channel QDQ weights, below which a DequantizeLinear has no ``axis``)."""
         overrides = extra.get("TensorQuantOverrides")
         key = (
             weight == QuantType.QFLOAT8E4M3FN,
@@ -318,9 +316,8 @@ def _hint_once(message: str) -> None:
 
 
 def _copy_model(source: str, folder: Path) -> Path:
-    """Copy the model file into ``folder``; a model with external data is re-saved there with
-    its weights in one external file (as ``quantize_static`` does for in-memory models), and
-    ``Constant`` nodes holding tensors become initializers."""
+    """Copy the model file into ``folder`` (with external data: re-saved with its weights in
+    one file), ``Constant`` nodes holding tensors made initializers."""
     target = folder / "model.onnx"
     full = onnx.load(source)
     # Weights held by Constant nodes would be quantized like activations: made initializers,

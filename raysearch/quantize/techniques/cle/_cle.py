@@ -81,9 +81,8 @@ class CLEOptions:
         )
 
     def key(self) -> str:
-        """A string that differs exactly when the options change the result: a threshold
-        that cannot act (the weight threshold when unused, the stop threshold with one
-        pass) is left out."""
+        """A string that differs exactly when the options change the result (a threshold
+        that cannot act is left out)."""
         values: dict[str, Any] = {
             "steps": self.steps,
             "append_bias": self.append_bias,
@@ -113,10 +112,9 @@ def equalization_scales(
     balance_method: str = "max",
     weight_threshold: float | None = None,
 ) -> np.ndarray:
-    """``s`` per channel: head channel ``i`` (row ``i`` of ``head_rows``) is divided by
-    ``s_i``, tail input channel ``i`` (row ``i`` of ``tail_rows``) multiplied by it, so
-    both ranges become ``sqrt(r1_i * r2_i)``. A channel with a zero range, or (with
-    ``weight_threshold``) with ``r1 + r2`` below it, gets 1."""
+    """``s`` per channel (head row ``i`` divided by ``s_i``, tail row ``i`` multiplied), so
+    both ranges become ``sqrt(r1_i * r2_i)``; 1 for a zero range or ``r1 + r2`` below
+    ``weight_threshold``."""
     r1 = channel_ranges(head_rows, balance_method)
     r2 = channel_ranges(tail_rows, balance_method)
     usable = (r1 > 0) & (r2 > 0)

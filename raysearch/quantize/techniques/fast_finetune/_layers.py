@@ -117,9 +117,8 @@ def finetune_model(
 
 class FloatActivations:
     """The float model's layer inputs and outputs on the calibration data, kept in this
-    process for the next trial that fine-tunes the same float model (trials differ in their
-    quantization, not in the float layers' activations), least recently used first out past
-    ``max_bytes``. Keyed by the float model's content hash, the data's hash and ``DataSize``."""
+    process for the next trial fine-tuning the same float model (by its hash, the data's and
+    ``DataSize``), least recently used first out past ``max_bytes``."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes

@@ -70,8 +70,7 @@ def activation_errors(
         with np.errstate(divide="ignore", invalid="ignore"):
             weights = debug.compute_weight_error(
                 debug.create_weight_matching(os.fspath(float_path), os.fspath(quantized_path)),
-                # ONNX Runtime 1.31's own error function fails on a scalar weight (len() of a
-                # numpy scalar): the same SQNR on 1-D views.
+                # ONNX Runtime's own error function fails on a scalar weight: 1-D views.
                 lambda a, b: debug.compute_signal_to_quantization_noice_ratio(
                     np.atleast_1d(a), np.atleast_1d(b)
                 ),

@@ -296,9 +296,8 @@ def _fixed_overrides(
 def _weight_overrides(
     model_path: str, base: Mapping[str, Any], nodes: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs
-    other than a bias: input 1 of MatMul/Gemm/Conv, input 0 of a MatMul whose first operand
-    is the constant) the 16-bit type of the base weight type's signedness."""
+    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs but
+    a bias) the 16-bit type of the base weight type's signedness."""
     if not nodes:
         return {}
     import onnx

@@ -127,8 +127,7 @@ class Ranking:
 
 class SensitivityStore:
     """Rankings by key, in memory and (with ``cache_dir``) on disk as JSON files, computed
-    once under a file lock so that the processes sharing the folder wait for one another
-    instead of computing the same ranking."""
+    once under a file lock by the processes sharing the folder."""
 
     def __init__(self, cache_dir: str | os.PathLike | None) -> None:
         self.cache_dir = Path(cache_dir) / "sensitivity" if cache_dir else None
@@ -230,9 +229,8 @@ def sqnr_ranking(
     samples: int = 32,
     providers: Sequence[Any] | None = None,
 ) -> Ranking:
-    """Rank the quantized activation tensors of ``quantized_path`` (a QDQ model of
-    ``float_path``) by their SQNR, lowest first, on the first ``samples`` samples of
-    ``data``."""
+    """Rank the quantized activation tensors of ``quantized_path`` by their SQNR, lowest
+    first, on the first ``samples`` samples of ``data``."""
     import onnx
 
     float_model = onnx.load(os.fspath(float_path), load_external_data=False)

@@ -145,9 +145,8 @@ class Graph:
         return len(self.uses.get(name, [])) == 1 and name not in self.hidden
 
     def fold(self, name: str, axis: int, inv: np.ndarray) -> list[Edit] | None:
-        """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold).
-
-        The caller checks that every consumer of ``name`` is one of the smoothed ones."""
+        """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold); the
+        caller checks that every consumer of ``name`` is a smoothed one."""
         node = self.producer.get(name)
         if node is None or name in self.hidden:
             return None
