@@ -61,8 +61,7 @@ __all__ = ["SearchConfig", "load_config"]
 
 _T = TypeVar("_T")
 
-#: The modules of the strategies that take ``points_to_evaluate``: Grid, the Optuna samplers
-#: and the staged strategies (Auto runs them as its first stage).
+#: The modules of the strategies that take ``points_to_evaluate``.
 _TAKE_START_POINTS = (
     "raysearch.strategies.grid",
     "raysearch.strategies.samplers",
@@ -323,9 +322,8 @@ _TOP_LEVEL_KEYS = {
 
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
-    """``plugins``: modules that register backends, techniques or strategies, imported before
-    the spaces and the algorithm are checked; one Python does not find is looked up in
-    ``search_dirs``."""
+    """``plugins``: modules that register plugins, imported (from ``search_dirs`` where
+    Python does not find them) before the spaces and the algorithm are checked."""
     from raysearch.usercode import import_plugins
 
     if value is None:
@@ -341,8 +339,8 @@ def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ..
 
 
 def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: str) -> None:
-    """Write the names ``data`` spells in another case or as an alias in their canonical
-    spelling (``COS`` as ``cos``), so that the outputs hold one name for each."""
+    """Write the names ``data`` spells in another case or as an alias canonically (``COS``
+    as ``cos``), so that the outputs hold one name for each."""
     for key, name in (("metric", metric), ("search_algo", algo), ("tolerance_mode", mode)):
         if key in data and isinstance(data[key], str):
             data[key] = name
@@ -364,8 +362,8 @@ def _default_algo(data: Mapping[str, Any]) -> str:
 def _parse_search(
     data: Mapping[str, Any], search_dirs: Sequence[Path], errors: ErrorCollector
 ) -> tuple[list[SearchSpace], str | None, int | None]:
-    """The plugins, the spaces, the algorithm (a grid must be finite) and the seed; the
-    spaces and the algorithm are not checked when the plugins that may define them failed."""
+    """The plugins, the spaces, the algorithm and the seed (spaces and algorithm unchecked
+    when the plugins that may define them failed)."""
     plugins_ok = len(errors.errors)
     _checked(errors, _load_plugins, data.get("plugins"), search_dirs)
     spaces: list[SearchSpace] | None = None
@@ -383,8 +381,8 @@ def _parse_search(
 
 
 def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSpace]) -> None:
-    """What the algorithm needs of the spaces: a grid finite, a strategy's own checks, and
-    ``points_to_evaluate`` only for the strategies that take them."""
+    """What the algorithm needs of the spaces: a finite grid, its own checks, and
+    ``points_to_evaluate`` only where it takes them."""
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
@@ -401,8 +399,7 @@ def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSp
 def _parse_run_options(
     data: Mapping[str, Any], check_paths: bool, errors: ErrorCollector
 ) -> dict[str, Any]:
-    """The keys of how a search runs: cluster, outputs, batching, timeouts, failures, flags
-    (each checked on its own; the mistakes go to ``errors``)."""
+    """The keys of how a search runs, each checked on its own (mistakes go to ``errors``)."""
     address = data.get("address")
     if address is not None and not isinstance(address, str):
         errors.add(

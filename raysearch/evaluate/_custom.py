@@ -153,11 +153,7 @@ def _installed(module: ModuleType) -> bool:
 
 def pickle_for_trials(func: Callable[..., Any]) -> bytes:
     """``func`` pickled as the trials receive it (Ray's cloudpickle), its module's code by
-    value unless the module is installed (see the module).
-
-    Raises:
-        Exception: whatever pickling raises (an unpicklable object the function holds).
-    """
+    value unless the module is installed; raises whatever pickling raises."""
     from ray import cloudpickle
 
     module = sys.modules.get(getattr(func, "__module__", None) or "")

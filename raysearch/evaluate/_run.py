@@ -17,8 +17,7 @@ __all__ = ["run_model", "measure_latency", "measure_decoder_latency", "DECODER_L
 
 #: The timed runs (after one warm-up) of each decoder latency: a step is short.
 DECODER_LATENCY_RUNS = 10
-#: How many times :data:`DECODER_LATENCY_RUNS` steps each model takes when a decode step is
-#: timed against another model's (``anchor``).
+#: How many times the steps each model takes when timed against an ``anchor``.
 ANCHORED_RUNS_FACTOR = 4
 
 
@@ -68,9 +67,9 @@ def measure_decoder_latency(
     runs: int = DECODER_LATENCY_RUNS,
     anchor: ort.InferenceSession | None = None,
 ) -> dict[str, float]:
-    """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: the prompt, ``[1,
-    min(128, the data's sequence length)]`` tokens of the data's first sequence with an empty
-    past) and of a decode step (``decode_latency_ms``), each after one warm-up run.
+    """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: up to 128 tokens
+    of the data's first sequence) and of a decode step (``decode_latency_ms``), each after one
+    warm-up run.
 
     A decoder with a key/value cache is timed as a client decodes: the prompt once, then
     ``runs`` tokens one by one, each fed the cache the step before wrote; one without a

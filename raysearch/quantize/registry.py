@@ -61,11 +61,10 @@ class QuantizeInfo:
     """What one :meth:`QuantizerBackend.quantize` call cost and did.
 
     Attributes:
-        calibration_s: seconds in calibration (0 on a cache hit).
-        quantization_s: seconds in the quantizer itself.
+        calibration_s, quantization_s: seconds in calibration (0 on a cache hit) and in the
+            quantizer itself.
         calib_cache_hit: whether the calibration came from the cache.
-        extra: the backend's own figures (NNCF's sessions and inference seconds, ...),
-            recorded as the trial's ``extra/<name>``.
+        extra: the backend's own figures, recorded as the trial's ``extra/<name>``.
         quantized_share: the share of the float model's MatMul/Gemm/Conv nodes quantized,
             for a backend whose graph does not show it (a fake quantizer's float values on
             integer levels); None: counted from the graph.

@@ -92,12 +92,10 @@ class TechniqueContext:
 
     Attributes:
         quantize: ``quantize(float_path, backend_settings, out_path)`` runs the trial's
-            backend (with its calibration cache).
-        score: ``score(model_path)``, the search's metric on the evaluation data (None when
-            it cannot be computed).
-        calibration: the calibration data.
-        higher_is_better: the metric's direction.
-        cache_dir: the folder the processes of a node share (None: nothing is kept on disk).
+            backend.
+        score: ``score(model_path)``, the search's metric (None when it cannot be computed).
+        calibration, higher_is_better: the calibration data and the metric's direction.
+        cache_dir: the folder the processes of a node share (None: nothing kept on disk).
         score_settings: ``score_settings(float_path, settings_list)``: the metric of
             ``float_path`` quantized with each backend setting (None where it fails), in
             order, several at once on Ray; None: one after another (:meth:`score_each`).

@@ -33,7 +33,7 @@ KV_NAMESPACE = "raysearch"
 @dataclass(frozen=True)
 class StartBarrier:
     """The first wave of ``wave`` actors, counted under ``prefix`` in the cluster's key-value
-    store. Small and picklable: it travels inside the search's trainable to every actor."""
+    store (picklable: it travels inside the trainable)."""
 
     wave: int
     prefix: str = field(default_factory=lambda: f"start-barrier/{uuid.uuid4().hex}/")
@@ -77,8 +77,7 @@ def start_barrier(wave: int) -> StartBarrier | None:
 
 
 def end_barrier(barrier: StartBarrier | None) -> None:
-    """End ``barrier`` with the search that started it (None: nothing to end), so that its
-    keys do not outlive the search on a cluster that does."""
+    """End ``barrier`` (None: nothing to end), so that its keys do not outlive the search."""
     import ray
 
     if barrier is not None and ray.is_initialized():

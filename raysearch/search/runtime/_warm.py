@@ -110,9 +110,8 @@ def _reference_key(key: str) -> str:
 
 
 class KeptWarm:
-    """The driver's side of the cluster's store for one search. :meth:`lookup_reference`
-    (the preflight thread) waits for :meth:`open` (Ray joined) or :meth:`close` (nothing
-    kept)."""
+    """The driver's side of the cluster's store for one search; :meth:`lookup_reference`
+    waits for :meth:`open` or :meth:`close`."""
 
     def __init__(self) -> None:
         self._ready = threading.Event()

@@ -80,8 +80,7 @@ class KnownSettings:
         return new
 
     def _find_holes(self) -> None:
-        """The trial numbers below the highest one known that no finished or live trial
-        holds (``_State.holes``)."""
+        """The trial numbers below the highest one known that no trial holds."""
         used = {r.get("number") for r in self.context.records}
         used |= set(self.state.live_number.values())
         numbers = {n for n in used if isinstance(n, int) and not isinstance(n, bool)}

@@ -19,8 +19,7 @@ _logger = logging.getLogger("raysearch.search.tune.searchers")
 
 
 class SessionLink:
-    """The searcher's side of the live session (a mixin of ``SettingSearcher``, which defines
-    ``_start_one``, ``_suggestion`` and ``_completed``)."""
+    """The searcher's side of the live session (a mixin of ``SettingSearcher``)."""
 
     session_key: str | None
 
@@ -59,8 +58,7 @@ class SessionLink:
     def _keep_reusable(
         self, proposal: Proposal, reported: TrialRecord | None, trial_id: str
     ) -> None:
-        """A reusable trial that completed: its result kept for later searches of the same
-        content."""
+        """A reusable trial that completed: its result kept for later searches."""
         cache = self._probe_cache()
         if cache is not None and reported is not None:
             cache.store(proposal.settings, reported, trial_id)

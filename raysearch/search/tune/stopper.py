@@ -127,8 +127,7 @@ class CandidateStopper(Stopper):
         return False
 
     def end(self, reason: str) -> None:
-        """End the whole search at Tune's next check, for ``reason`` (a failure outside any
-        one trial)."""
+        """End the whole search at Tune's next check, for ``reason``."""
         if self.reason is None:
             self.reason = reason
 

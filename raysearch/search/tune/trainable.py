@@ -76,8 +76,7 @@ class QuantTrainable(tune.Trainable):
         self._timeout_s = timeout_s
         self._node = ray.util.get_node_ip_address()
         self._node_id = current_node_id()
-        # Trials on the driver's node write straight into the output folder; elsewhere into
-        # this node's temp folder, from which the driver fetches the models it keeps.
+        # On another node, models go to its temp folder, where the driver fetches them.
         self._local = driver_node is None or driver_node == self._node_id
         if not self._local:
             self._trials_dir = node_folder_here("trials", self._output_dir)
@@ -173,8 +172,7 @@ class QuantTrainable(tune.Trainable):
         return _failed(TrialRecord(status="failed", error=message, disk_full=True))
 
     def _report(self, result: TrialRecord, live: _Live, done: bool) -> dict[str, Any]:
-        """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
-        so far, and ASHA's rung and score (see :mod:`raysearch.search.tune._rungs`)."""
+        """What Tune gets for one rung: metric, objective, the record so far, ASHA's rung."""
         first = self._trials_run == 1
         record = result.replace(
             started_at=live.started_at,
@@ -281,8 +279,7 @@ class TrialTimeoutError(TimeoutError):
 
 
 def _score_pool(factory_ref: Any, threads: int, resources: Mapping[str, float] | None) -> Any:
-    """The trial engine's score pool: helpers with the trial's resources, as many as this
-    node has room for besides this trial."""
+    """The trial engine's score pool: as many helpers as this node has room for."""
     from raysearch.search.runtime._score_pool import ScorePool
 
     resources = dict(resources or {"num_cpus": float(threads)})
