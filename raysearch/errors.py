@@ -171,8 +171,7 @@ def canonical_name(
     value: object, names: Iterable[str], aliases: Mapping[str, str] | None = None
 ) -> str | None:
     """The name of ``names`` that ``value`` spells, or None: the one rule for every value a
-    user writes from a fixed vocabulary (metrics, search algorithms, predefined spaces,
-    backends, a setting's choices, ...).
+    user writes from a fixed vocabulary.
 
     ``value`` itself when it is a name; else an alias (``aliases``: spelling -> name) or a name
     in another case (two names differing only in case are told apart by exact spelling).

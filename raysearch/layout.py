@@ -48,8 +48,7 @@ __all__ = [
 # -- the search's own files (raysearch's alone: removed whole by ``overwrite``) -------------------
 #: Marks a folder as a raysearch search (status, Tune's storage path).
 MARKER = ".raysearch.json"
-#: Locked (``flock``) by the search running in the folder, released when it ends or dies: a
-#: second ``run`` or ``resume`` there is refused. Not in :data:`OWNED`: ``overwrite`` keeps it.
+#: Locked (``flock``) by the search running in the folder; not in :data:`OWNED`.
 LOCK = ".raysearch.lock"
 #: The config, paths made absolute: what ``raysearch resume`` reads.
 CONFIG_FILE = "raysearch_config.yaml"
@@ -133,8 +132,7 @@ RESULT_FILES: dict[str, tuple[str, ...]] = {
     TENSORBOARD: ("events.out.tfevents.*",),
 }
 
-#: Files written to a temporary name beside them and moved into place, by folder ("" is
-#: ``output_dir``) and stem: a writer killed mid-write leaves ``.<stem>.*tmp*`` behind.
+#: Files written to a temporary name beside them and moved into place, by folder and stem.
 ATOMIC_FILES: dict[str, tuple[str, ...]] = {
     "": (SUMMARY, RESULTS, PARETO, REPORT, TENSORBOARD, MARKER, CONFIG_FILE),
     BEST: (BEST_MODEL, BEST_CONFIG),

@@ -1,42 +1,14 @@
-"""The built-in metrics: one table of name, function and direction, and the metric maths.
+"""The built-in metrics: one table of name, function, direction and range (:data:`METRICS`),
+and the metric maths.
 
-Built-in metrics compare the quantized model's outputs with the float model's on the
-evaluation data. Each sample's outputs are flattened and concatenated (in the float model's
-output order) into one vector ``q`` (quantized) and ``f`` (float) of length ``D``; a metric is
-computed per sample in float64 and averaged over the samples:
-
-====== ============================================================================ ==========
-metric per sample                                                                  better
-====== ============================================================================ ==========
-L1     ``mean_j |q_j - f_j|`` (mean absolute error)                                 lower
-L2     ``sqrt(mean_j (q_j - f_j)^2)`` (root mean squared error)                      lower
-cos    ``q.f / (|q| |f|)``; 1 when both are zero vectors, 0 when only one is          higher
-PSNR   ``10 log10(peak^2 / mse)``, ``peak = max_j |f_j|`` (1 if 0), capped at 100 dB  higher
-SSIM   global single-window SSIM (below)                                            higher
-====== ============================================================================ ==========
-
-SSIM is ``((2 mq mf + C1)(2 cov + C2)) / ((mq^2 + mf^2 + C1)(vq + vf + C2))`` over the whole
-vector (means, population variances and covariance), with ``C1 = (0.01 L)^2``,
-``C2 = (0.03 L)^2`` and ``L = max_j f_j - min_j f_j`` the float sample's dynamic range (1 if 0).
-When the outputs disagree on the number of samples (their first axes differ), all outputs
-together are one sample.
-
-Causal language models (``[batch, seq, vocab]`` logits: the output named ``logits``, else the
-floating-point output of rank 3 (else more) with the longest last axis, the vocabulary) have three
-metrics of their own, each a mean over every position of each sequence (a sample), in float64:
-
-================ ======================================================================= ======
-kl               ``KL(p || q)`` of the next-token distributions, ``p = softmax(float)``,  lower
-                 ``q = softmax(quantized)``: ``sum_v p_v (log p_v - log q_v)``
-top1_agreement   the share of positions whose most likely next token is the float        higher
-                 model's
-perplexity       ``exp(mean -log q(next token))``, the next token read from the text     lower
-                 itself (``input_ids`` shifted by one: the last position has none)
-================ ======================================================================= ======
-
-A language-model metric's score carries all three with paired bootstrap intervals
-(:func:`metric_interval`) as extras. :data:`METRICS` is the only list of built-in metrics,
-with each one's range (:attr:`BuiltinMetric.best`, :attr:`BuiltinMetric.worst`).
+Built-in metrics compare the quantized model's outputs with the float model's on the evaluation
+data: each sample's outputs are flattened and concatenated into one vector ``q`` (quantized)
+and ``f`` (float), a metric is computed per sample in float64 (the ``metric_*`` functions) and
+averaged over the samples; when the outputs disagree on the number of samples, all outputs
+together are one sample. The language-model metrics (``kl``, ``top1_agreement``,
+``perplexity``) read the next-token logits (:func:`logits_output`), each a mean over every
+position of each sequence; a score carries all three with paired bootstrap intervals
+(:func:`metric_interval`) as extras.
 
 Example:
     >>> METRICS["cos"].higher_is_better, BUILTIN_METRICS["L2"]
@@ -127,8 +99,10 @@ def metric_psnr(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample global (single-window) SSIM of ``[S, D]`` arrays with ``C1 = (0.01 L)^2``,
-    ``C2 = (0.03 L)^2``, ``L`` = the float sample's ``max - min`` (1 when zero)."""
+    """Per-sample global (single-window) SSIM of ``[S, D]`` arrays,
+    ``((2 mq mf + C1)(2 cov + C2)) / ((mq^2 + mf^2 + C1)(vq + vf + C2))`` with
+    ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2``, ``L`` = the float sample's ``max - min`` (1 when
+    zero)."""
     dynamic = np.max(f, axis=1) - np.min(f, axis=1)
     dynamic = np.where(dynamic > 0, dynamic, 1.0)
     c1 = (0.01 * dynamic) ** 2
@@ -219,8 +193,7 @@ class BuiltinMetric:
     worst: float
     #: A language-model metric: computed on the logits output alone, ``[S, T, V]``.
     lm: bool = False
-    #: The mean of the per-sample values is turned into the metric by this (perplexity:
-    #: ``exp`` of the mean negative log-likelihood); None: the mean is the metric.
+    #: Turns the mean of the per-sample values into the metric (perplexity: ``exp``); None.
     finish: Callable[[float], float] | None = None
     #: The best value of one sample's value where it differs from ``best`` (the metric's).
     sample_best: float | None = None

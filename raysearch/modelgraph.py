@@ -60,8 +60,7 @@ def quantized_share(
     float_model: str | os.PathLike | onnx.ModelProto | int,
 ) -> float | None:
     """The share of ``float_model``'s MatMul/Gemm/Conv/ConvTranspose nodes (or of that many,
-    ``weighted_nodes(float_model)`` given as an int) that run quantized in ``model`` (a QDQ
-    node reads a dequantized input, or an integer op replaced it); None when there are none.
+    given as an int) that run quantized in ``model``; None when there are none.
 
     Example:
         >>> from onnx import TensorProto, helper

@@ -54,11 +54,9 @@ _logger = logging.getLogger(__name__)
 #: The modules that registered a plugin, in order (see :func:`note_plugin`).
 _MODULES: dict[str, None] = {}
 
-#: The most a folder of code may hold to be shipped to the other nodes of a Ray cluster (Ray
-#: zips it into one gRPC message of its control store).
+#: The most a folder of code may hold to be shipped to the other nodes of a Ray cluster.
 SHIP_LIMIT_BYTES = 100 * 2**20
-#: The prefix of the folder Ray unpacks a shipped package into on each node, on its workers'
-#: ``sys.path`` (Ray's ``RAY_PKG_PREFIX``).
+#: The prefix of the folder Ray unpacks a shipped package into (Ray's ``RAY_PKG_PREFIX``).
 RAY_PKG_PREFIX = "_ray_pkg_"
 
 

@@ -70,8 +70,7 @@ _TAKE_START_POINTS = (
     "raysearch.strategies._finetune_search",
     "raysearch.strategies._weight_only",
 )
-#: ``search_algo`` when a config names none: the ordered strategy for a predefined space
-#: (its stages read the preset's techniques), TPE for a space written out.
+#: ``search_algo`` when a config names none: Auto for a predefined space, TPE for another.
 DEFAULT_ALGO_PREDEFINED = "Auto"
 DEFAULT_ALGO = "TPE"
 
@@ -86,8 +85,7 @@ class SearchConfig:
     eval_data: Any = None
     search_algo: str = "TPE"
     seed: int | None = None
-    #: A built-in metric's name, a custom evaluator's import path, or the ``module:qualname``
-    #: of :attr:`metric_function`.
+    #: A built-in metric's name, or a custom evaluator's import path or ``module:qualname``.
     metric: str = "L2"
     metric_key: str | None = None
     tolerance: float | None = None
@@ -103,15 +101,13 @@ class SearchConfig:
     batch_size: int | None = None
     trial_timeout_s: float | None = None
     max_failures: int = 0
-    #: Candidate models kept under ``candidates/``, the best ones (None: every one): a
-    #: choice beside ``best/`` at a bounded disk cost.
+    #: Candidate models kept under ``candidates/``, the best ones (None: every one).
     keep_candidates: int | None = 3
     measure_latency: bool = True
     #: Whether latency is timed again alone after the last trial: None (``auto``) where
     #: latency decides (``select``, ``objectives``), True always, False never.
     retime_latency: bool | None = None
-    #: The Pareto front's objectives (``pareto.parquet`` when several) and what picks
-    #: ``best/`` among the candidates (:mod:`raysearch.config._objectives`).
+    #: The Pareto front's objectives and what picks ``best/`` among the candidates.
     objectives: tuple[str, ...] = ("metric",)
     select: str = "metric"
     #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None.
@@ -129,8 +125,7 @@ class SearchConfig:
     optuna_storage: str | None = None
     #: The config as the user wrote it (names in their canonical spelling).
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: Where a module the config names is looked up when Python does not find it: the
-    #: config file's folder, then the working directory (:mod:`raysearch.usercode`).
+    #: Where a module the config names is looked up when Python does not find it.
     code_dirs: tuple[Path, ...] = ()
     #: The evaluator given as ``metric`` from Python, shipped to the trials pickled.
     metric_function: Callable[..., Any] | None = field(default=None, repr=False)

@@ -1,10 +1,8 @@
 """Scoring quantized models: built-in metrics, custom evaluators, the tolerance.
 
-A custom evaluator is ``fn(model_path: str, providers: list) -> float | dict``, given as a
-callable or as ``"package.module:function"`` (a module that is not installed is looked up in
-the config's folder, then the working directory: :mod:`raysearch.usercode`). A dict names its
-main metric by ``metric_key``, else by the key ``"metric"``, else by being its only key; other
-numeric keys are recorded as extra metrics. The float model is scored once with the same function.
+A custom evaluator (:class:`raysearch.CustomEvaluator`) returns a float or a dict, whose main
+metric is ``metric_key``, else ``"metric"``, else its only key; other numeric keys are
+recorded as extra metrics. The float model is scored once with the same function.
 
 Example:
     >>> from raysearch.evaluate import Evaluator

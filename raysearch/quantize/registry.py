@@ -102,11 +102,10 @@ class QuantizerBackend(abc.ABC):
 
     #: The registry key, set by :func:`register_backend`.
     name: ClassVar[str] = ""
-    #: Every setting this backend takes (names, types, choices, aliases, which change
-    #: calibration): search spaces are validated against it. Registered with the backend.
+    #: Every setting this backend takes: search spaces are validated against it.
     catalogue: ClassVar[Catalogue | None] = None
-    #: The settings :meth:`validate` checks against the model, as dotted key paths
-    #: (``"ignored_scope.names"``): the search checks every choice of them before it starts.
+    #: The settings :meth:`validate` checks against the model, as dotted key paths: the
+    #: search checks every choice of them before it starts.
     model_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(

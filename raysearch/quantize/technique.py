@@ -17,13 +17,6 @@ inactive for these settings). A new technique is one module of
 in :data:`BUILTIN_TECHNIQUES`.
 
 Example:
-    >>> @register_technique("keep_last_float")                             # doctest: +SKIP
-    ... class KeepLastFloat(TensorOverrideProducer):
-    ...     settings = {"include_keep_last_float": OptionSpec("bool", "keep the last node float")}
-    ...     def effect_key(self, settings):
-    ...         return "on" if settings.get("include_keep_last_float") else None
-    ...     def overrides(self, model_path, settings):
-    ...         return TensorOverrides(nodes_to_exclude=["fc2"])
     >>> sorted(BUILTIN_TECHNIQUES)
     ['bias_correction', 'cle', 'fast_finetune', 'mixed_precision', 'power_of_two', 'smooth_quant']
 """
@@ -165,8 +158,7 @@ class Technique(abc.ABC):
     #: Where the technique runs among the active ones of its kind: lower first, then by name
     #: (power-of-two 10, fine-tuning 20 for the final scales, bias correction 30 last).
     order: ClassVar[int] = 50
-    #: Whether the technique reads or rewrites Q/DQ pairs: a setting that switches it on with
-    #: ``quant_format: QOperator`` is refused before it runs (:meth:`reject`).
+    #: Whether the technique reads or rewrites Q/DQ pairs (refused with QOperator).
     needs_qdq: ClassVar[bool] = False
 
     def __init__(self, *, providers: Sequence[Any] | None = None, threads: int = 1) -> None:

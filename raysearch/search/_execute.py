@@ -388,12 +388,8 @@ class Execution:
             run.progress.close()
 
     def _refuse_missing_module(self, run: _Run) -> None:
-        """Refuse the session when a phase could not import a module before any trial, with
-        the marker put back, so that a resume goes on as if this session had not been.
-
-        Raises:
-            InputError: the module that cannot be imported.
-        """
+        """Refuse the session (InputError) when a phase could not import a module before any
+        trial, with the marker put back, so that a resume goes on as if it had not been."""
         missing = run.searcher.missing_module
         if missing is None:
             return
@@ -552,19 +548,7 @@ FLOAT_SHARE_WARNING = 0.25
 
 def _float_share_warning(config: SearchConfig, float_score_s: float | None) -> str | None:
     """The warning when a custom evaluator's score of the float model took at least
-    :data:`FLOAT_SHARE_WARNING` of ``stop.time_limit`` (None otherwise).
-
-    Example:
-        >>> from raysearch.config._config import StopConfig
-        >>> class Config:
-        ...     stop = StopConfig(time_limit=180)
-        >>> _float_share_warning(Config(), 98.0)  # doctest: +NORMALIZE_WHITESPACE
-        "the custom evaluator's score of the float model took 98.0 s, 54% of stop.time_limit
-        (180 s): every trial scores its model as long, so few trials, or none, can finish
-        in time; raise stop.time_limit or let the evaluator score fewer rows"
-        >>> _float_share_warning(Config(), 10.0) is None
-        True
-    """
+    :data:`FLOAT_SHARE_WARNING` of ``stop.time_limit`` (None otherwise)."""
     limit = config.stop.time_limit
     if float_score_s is None or limit is None or limit <= 0:
         return None
@@ -585,17 +569,7 @@ def _stop_note(
     float_score_s: float | None,
 ) -> str | None:
     """``summary.json``'s ``stop_note``: why a search ended without a single finished trial,
-    which its ``stop_reason`` alone does not say (None when a trial finished).
-
-    Example:
-        >>> from raysearch.config._config import StopConfig
-        >>> class Config:
-        ...     stop = StopConfig(time_limit=180)
-        >>> _stop_note("time_limit", [], Config(), 98.04)
-        "no trial finished within the time limit (180 s; the custom evaluator's score of the float model took 98.0 s of it)"
-        >>> _stop_note("time_limit", [{"trial_id": "a"}], Config(), 98.0) is None
-        True
-    """  # noqa: E501
+    which its ``stop_reason`` alone does not say (None when a trial finished)."""
     if records or reason != "time_limit":
         return None
     note = f"no trial finished within the time limit ({config.stop.time_limit:g} s"

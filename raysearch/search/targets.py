@@ -206,11 +206,7 @@ def _check_file_store(uri: str, key: str) -> None:
 
 def _check_wandb(settings: Mapping[str, Any]) -> None:
     """W&B's ``dir``, and for a W&B online (its default mode) an API key where Ray's
-    callback looks for one, without which it logs nothing. W&B is not contacted.
-
-    Raises:
-        ConfigError: a ``dir`` that cannot be written, or no API key for a W&B online.
-    """
+    callback looks for one (ConfigError without); W&B is not contacted."""
     if settings.get("dir") is not None:
         check_folder(str(settings["dir"]), "loggers.wandb.dir")
     mode = settings.get("mode") or os.environ.get("WANDB_MODE") or "online"

@@ -15,9 +15,8 @@ __all__ = ["_PointIdentity", "_Stripping"]
 Point = dict[str, Any]
 
 
-#: The value types a memoised rule may be keyed on: for these, two values of the same type that
-#: are equal (``==``) behave the same in every comparison a rule makes (``==``, ``is True``,
-#: ``in``, ``<``, truth). Other values (lists, mappings, numpy scalars) call the rules.
+#: The value types a memoised rule may be keyed on: two equal values of one of these types
+#: behave the same in every comparison a rule makes; other values call the rules.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, str})
 
 
@@ -89,9 +88,8 @@ class _PointIdentity:
     def __init__(self) -> None:
         #: (key, JSON of value) -> its number
         self._numbers: dict[tuple[str, str], int] = {}
-        #: (key, id(value)) -> the number of (key, JSON of value), for the values in ``_held``:
-        #: kept alive, such an id names no other object while this lives (and an expansion
-        #: mutates no value).
+        #: (key, id(value)) -> the number of (key, JSON of value), for the values ``_held``
+        #: alive (so that an id names no other object while this lives).
         self._known: dict[tuple[str, int], int] = {}
         self._held: list[Any] = []
 

@@ -239,9 +239,8 @@ _FINETUNE = (
     "DataSize, OptimDevice, FixedSeed"
 )
 
-#: Spellings of techniques that raysearch refuses (other tools' names, in any container),
-#: with why and what to write instead: a setting is never accepted and then silently dropped.
-#: A catalogue that knows one of these names (a technique registered since) takes precedence.
+#: Spellings of techniques that raysearch refuses (other tools' names), with why and what to
+#: write instead; a catalogue that knows one of these names takes precedence.
 UNAVAILABLE: dict[str, str] = {
     **dict.fromkeys(("algorithm", "finetune", "num_iterations", "learning_rate"), _FINETUNE),
     "InferDevice": "not a raysearch setting; fine-tuning infers on the trial's device "

@@ -219,7 +219,6 @@ def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
     return _keys(point, "fast_bias_correction") + _keys(point, "bias_correction_threshold")
 
 
-#: Every rule, in the order they are applied. A rule's name is its function name.
 #: ``nncf_weight_only``'s keys that act with a 4-bit ``mode`` only (no other catalogue has
 #: them; the backend's options refuse them with an 8-bit mode).
 FOUR_BIT_ONLY = (
@@ -259,6 +258,7 @@ def weight_compression_settings_without_effect(point: Point) -> list[str]:
     return []
 
 
+#: Every rule, in the order they are applied. A rule's name is its function name.
 RULES: tuple[Rule, ...] = (
     moving_average_constant_without_moving_average,
     percentile_without_percentile_method,

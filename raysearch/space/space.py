@@ -341,9 +341,8 @@ class SearchSpace:
 
     def grid_size(self) -> int:
         """The number of raw combinations before rules and de-duplication."""
-        # Counted without listing them: which parameters are active depends only on the values
-        # of the parameters an only_if reads, so a partial point keeps those values alone,
-        # with the number of combinations it stands for.
+        # Counted without listing them: a partial point keeps the values only_if reads, with
+        # the number of combinations it stands for.
         refs = {c.ref for conds in self._conditions.values() for c in conds}
         partial: list[tuple[Point, int]] = [({}, 1)]
         for param in self.params:

@@ -4,10 +4,8 @@
 ``extra_options.PowerOfTwoMethod`` (absent: off) picks the exponent of each scale (per channel
 for per-channel weights):
 
-- ``NonOverflow``: the smallest power of two whose symmetric range covers the tensor's range.
-  For an activation the range is recovered from its calibrated scale ``s`` and zero point
-  ``z``: ``rmin = (qmin - z) * s``, ``rmax = (qmax - z) * s``; for a weight it is the range of
-  its float values.
+- ``NonOverflow``: the smallest power of two whose symmetric range covers the tensor's range
+  (an activation's from its calibrated scale and zero point, a weight's from its values).
 - ``MinMSE``: that exponent or one or two lower, whichever quantizes the tensor with the least
   squared error: a weight's float values, an activation's values on the first
   :data:`MSE_BATCHES` calibration batches of the float model.

@@ -326,8 +326,8 @@ def rewrite_config(folder: Path, config: SearchConfig) -> None:
     _write_config_file(folder, raw)
 
 
-#: What makes a search the same one (``resume_if_exists``): its model and what it searches
-#: and how it ranks (the stop conditions, resources and outputs may change).
+#: What makes a search the same one (``resume_if_exists``): its model, what it searches and
+#: how it ranks.
 SAME_SEARCH = ("model", "search_space", "search_spaces", "search_algo", "metric", "tolerance")
 
 

@@ -42,8 +42,7 @@ _logger = logging.getLogger("raysearch.search")
 CONFIRM_S = 45.0
 #: Seconds between two looks at the cluster's nodes while the search runs.
 WATCH_PERIOD_S = 2.0
-#: The start of the line for a trial whose connection to its process broke (see
-#: :func:`lost_trial_line`).
+#: The start of the line for a trial whose connection to its process broke.
 _UNREACHABLE = "TrialUnreachable: "
 
 _NODE_DIED = re.compile(r"its node has died\. Node Id: ([0-9a-f]+)[^\n]*(?:\n\s*(.*))?")

@@ -40,10 +40,8 @@ _logger = logging.getLogger("raysearch.search")
 EXPERIMENT_CHECKPOINT_S = 60
 #: Seconds a cluster's ``host:port`` may take to accept a connection before the search gives up.
 CLUSTER_WAIT_S = 10.0
-#: Ray's settings for the one-machine Ray that :func:`start_ray` starts: no idle worker
-#: process per CPU, which no trial would use (Tune's actors each have a ``runtime_env``) and
-#: whose start competes with the first trials'. An unknown key stops Ray's start, so a
-#: rename in Ray fails loudly.
+#: Ray's settings for the one-machine Ray that :func:`start_ray` starts: no idle worker per
+#: CPU, which no trial would use (Tune's actors each have a ``runtime_env``).
 OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 #: The one-machine Ray that :func:`start_ray` started, as :func:`_ray_now` names it (None:
 #: none, or Ray was started or joined elsewhere).

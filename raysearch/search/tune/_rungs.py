@@ -1,17 +1,12 @@
 """Evaluation on growing subsets, on Ray Tune: the plan of rungs, what a trial reports per
 rung, and Tune's ``ASHAScheduler`` deciding which trials go on.
 
-A trial quantizes once and reports once per rung (a growing prefix of a fixed shuffled order
-of the evaluation rows, :mod:`raysearch.evaluate.subsets`). :class:`RungScheduler` is Tune's
-ASHA with one bracket whose milestones are the rungs: rung ``k`` reports ``rung_clock = r**k``,
-and at each ASHA stops a trial below the best ``1/r`` of those that reached it. It adds what
-Tune's class lacks: on resume its rungs are filled from the journal's records; and a trial
-within :data:`~raysearch.evaluate.subsets.TIE_Z` standard errors of the cutoff goes on (on a
-tenth of the rows a near-tie is no ranking).
-
-ASHA ranks (``rung_score``) the metric as "higher is better", except that a trial that could
-still become a candidate reports :data:`PROTECTED`, above any cutoff, so it is decided on
-every row.
+:class:`RungScheduler` is Tune's ASHA with one bracket whose milestones are the rungs (rung
+``k`` reports ``rung_clock = r**k``), stopping at each a trial below the best ``1/r`` of those
+that reached it. It adds what Tune's class lacks: on resume its rungs are filled from the
+journal; a trial within :data:`~raysearch.evaluate.subsets.TIE_Z` standard errors of the
+cutoff goes on. ASHA ranks the metric as "higher is better" (``rung_score``), except that a
+trial that could still become a candidate reports :data:`PROTECTED`, above any cutoff.
 
 Example:
     >>> rung_clock(2, 3.0), stopped_at_rung({"status": "ok", "rung": 1, "rungs": 3})

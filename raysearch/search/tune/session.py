@@ -50,8 +50,7 @@ class SearchSession:
     progress: ProgressCallback
     #: The searcher Tune is using.
     searcher: Any = None
-    #: The first wave's start barrier (None: one actor), opened by the searcher when it waits
-    #: for results before proposing more.
+    #: The first wave's start barrier (None: one actor), which the searcher opens.
     start_barrier: Any = None
     #: The user's Tune callbacks and the config's loggers, and the ``objectives`` they get.
     callbacks: list[Any] = field(default_factory=list)

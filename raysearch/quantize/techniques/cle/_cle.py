@@ -7,10 +7,9 @@ output channel ``i`` of the head (weights and bias) is divided by ``s_i`` and in
 ``i`` of the tail multiplied by it, with ``s_i = sqrt(r1_i / r2_i)`` (``r1_i``, ``r2_i``: the
 channel's ranges in head and tail), so both ranges become ``sqrt(r1_i * r2_i)``. The float
 function is unchanged; per-tensor quantization then wastes fewer levels on unequal channels.
-Pairs are ``Conv`` -> ``Conv`` (any ``group``) and ``Gemm``/``MatMul`` -> ``Gemm``/``MatMul``
-with constant weights (a MatMul's bias is the constant Add after it); a chain equalizes pair
-by pair in graph order, and ``CLESteps`` repeats that pass. Clip(0, 6) is never crossed (it is
-not positively homogeneous; Quark's ``ReplaceClip6Relu`` would change the float model).
+Pairs are ``Conv`` -> ``Conv`` and ``Gemm``/``MatMul`` -> ``Gemm``/``MatMul`` with constant
+weights, equalized pair by pair in graph order (``CLESteps`` repeats the pass). Clip(0, 6) is
+never crossed: it is not positively homogeneous.
 
 Settings (Quark's names, in ``extra_options``, acting only with ``include_cle``; Quark's
 defaults): ``CLESteps`` (1), ``CLEScaleAppendBias`` (True: the head's bias counts in ``r1``),

@@ -6,12 +6,10 @@ in ``extra_options.FastFinetune``, which is accepted too; a flat key wins):
 - ``OptimAlgorithm``: ``adaround`` (learn to round each weight up or down) or ``adaquant``
   (learn the weights and the bias with straight-through rounding). Default ``adaround``.
 - ``NumIterations`` (default 1000) and ``LearningRate`` (default 0.1 for AdaRound, 1e-5 for
-  AdaQuant, Quark's defaults), or both at once as ``NumIterLR: [iterations, rate]``.
-- ``BatchSize``: calibration samples per step (default 2, Quark's auto-search preset).
-- ``DataSize``: the first calibration samples used (default: all).
-- ``OptimDevice``: where PyTorch optimises: ``cpu``, ``cuda`` or ``cuda:<i>`` (default: the
-  trial's GPU when it runs on CUDA and PyTorch sees one, else ``cpu``).
-- ``FixedSeed``: seed of the batch sampling (default 0: the result is deterministic).
+  AdaQuant), or both as ``NumIterLR: [iterations, rate]``.
+- ``BatchSize`` (default 2), ``DataSize`` (the first calibration samples used; default all)
+  and ``FixedSeed`` (default 0: deterministic).
+- ``OptimDevice``: ``cpu``, ``cuda`` or ``cuda:<i>`` (default: the trial's GPU, else ``cpu``).
 
 Layer by layer, in graph order, over the Conv, Gemm and MatMul nodes with a quantized constant
 weight, it minimises ``|| f(W_q, X_q) - f(W, X) ||^2``: ``X_q`` the layer's input in the

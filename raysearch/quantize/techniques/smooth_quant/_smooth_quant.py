@@ -10,12 +10,10 @@ same while ``X'`` has flatter channels for per-tensor activation quantization. C
 sharing ``X`` (Q, K, V after one LayerNorm) share one ``s``, with ``m_w`` the maximum over
 all their weights.
 
-``1 / s`` is folded into the producer of ``X`` where that changes nothing else: a
-LayerNormalization (gamma, beta), a Mul / Div / Add / Sub by a per-channel constant (the
-Mul gamma and Add beta ending a decomposed LayerNorm, through non-constant Mul, Add and Sub
-operands that only feed the chain), Relu / LeakyRelu / Identity, or a MatMul / Gemm / Conv
-with constant weight (its output columns and bias). Otherwise a ``Mul(X, 1 / s)`` is inserted
-before the consumers.
+``1 / s`` is folded into the producer of ``X`` where that changes nothing else (a
+LayerNormalization, a Mul / Div / Add / Sub by a per-channel constant as a decomposed
+LayerNorm ends, Relu / LeakyRelu / Identity, a MatMul / Gemm / Conv with constant weight),
+else a ``Mul(X, 1 / s)`` is inserted before the consumers.
 
 Settings (``include_sq``; in ``extra_options``): ``SmoothAlpha`` (``a``, default 0.5),
 ``SmoothQuantAlphas`` (per op type; a group sharing ``X`` takes its first consumer's),
