@@ -92,8 +92,7 @@ _PRO_KEYS = {"activation", "weight", "activation_params", "weight_params", "algo
 def quark_space(t: Translation, space: dict[str, Any], path: str) -> dict[str, Any]:
     """One space: Python spellings of values, power-of-two methods, AutoSearchPro's keys."""
     space = _spelled(t, space, path)
-    if _POT_KEY_PRESENT(space):
-        _power_of_two(t, space, path)
+    _power_of_two(t, space, path)
     if _PRO_KEYS & space.keys():
         space = _pro_space(t, space, path)
     options = space.get("extra_options")
@@ -144,12 +143,6 @@ def _spelled(t: Translation, node: Any, path: str) -> Any:
     return name
 
 
-def _POT_KEY_PRESENT(space: dict[str, Any]) -> bool:  # noqa: N802 - reads as a constant test
-    methods = space.get("calibrate_method")
-    values = methods if isinstance(methods, list) else [methods]
-    return any(_pot_method(v) for v in values)
-
-
 def _pot_method(value: Any) -> str | None:
     """The power-of-two method ``value`` spells (``PowerOfTwoMethod.MinMSE``, ``MinMSE``)."""
     value = _name(value)
@@ -162,10 +155,12 @@ def _pot_method(value: Any) -> str | None:
 def _power_of_two(t: Translation, space: dict[str, Any], path: str) -> None:
     """``calibrate_method`` of power-of-two methods only: MinMax with
     ``extra_options.PowerOfTwoMethod``; mixed with ONNX Runtime's methods, refused."""
-    where = f"{path}.calibrate_method"
-    written = space["calibrate_method"]
+    written = space.get("calibrate_method")
     values = written if isinstance(written, list) else [written]
     methods = [_pot_method(v) for v in values]
+    if not any(methods):
+        return
+    where = f"{path}.calibrate_method"
     extra = space.setdefault("extra_options", {})
     if not all(methods) or not isinstance(extra, dict) or _POT in extra:
         space.pop("calibrate_method")
