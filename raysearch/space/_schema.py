@@ -132,7 +132,7 @@ class Schema:
         self, name: str, key: str, container: str, backends: Sequence[str], where: str
     ) -> list[OptionSpec]:
         """The spec of ``name`` in each backend's catalogue; ConfigError when one lacks it."""
-        known = [b for b in backends if self._knows(container, name, [b])]
+        known = [b for b in backends if self.catalogues[b].spec(container, name) is not None]
         if len(known) < len(backends):
             missing = next(b for b in backends if b not in known)
             if known:
@@ -213,9 +213,6 @@ class Schema:
             if spec is not None and spec.requires:
                 return spec.requires
         return None
-
-    def _knows(self, container: str, name: str, backends: Sequence[str]) -> bool:
-        return all(self.catalogues[b].spec(container, name) is not None for b in backends)
 
     @staticmethod
     def _names(backends: Sequence[str]) -> str:

@@ -121,7 +121,9 @@ class SearchSpace:
         self.switches = dict(switches or {})
         self._conditions: dict[str, tuple[Condition, ...]] = {}
         self.params: tuple[Param, ...] = self._dependency_order()
-        self.rules: tuple[Rule, ...] = RULES + ((self._switch_rule(),) if self.switches else ())
+        self.rules: tuple[Rule, ...] = RULES + (
+            (SettingWithoutItsSwitch(self.switches),) if self.switches else ()
+        )
         #: Points the searcher runs first (``raysearch.space.points``), maybe partial.
         self.points_to_evaluate: list[Point] = []
 
@@ -149,10 +151,6 @@ class SearchSpace:
         """
         parsed = parse_space(raw, path=path, catalogues=catalogues)
         return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
-
-    def _switch_rule(self) -> Rule:
-        """The validity rule for settings declared with ``OptionSpec.requires``."""
-        return SettingWithoutItsSwitch(self.switches)
 
     def _dependency_order(self) -> tuple[Param, ...]:
         """Parameters in declaration order, moved after the parameters their conditions read."""
