@@ -44,7 +44,9 @@ class StartBarrier:
         return self.ready()
 
     def ready(self) -> bool:
-        keys = _kv_keys(self.prefix)
+        from ray.experimental.internal_kv import _internal_kv_list
+
+        keys = _internal_kv_list(self.prefix, namespace=KV_NAMESPACE)
         opened = f"{self.prefix}open".encode()
         return opened in keys or len(keys) >= self.wave
 
@@ -63,12 +65,6 @@ def _kv_put(key: str) -> None:
     from ray.experimental.internal_kv import _internal_kv_put
 
     _internal_kv_put(key, b"", namespace=KV_NAMESPACE)
-
-
-def _kv_keys(prefix: str) -> list[bytes]:
-    from ray.experimental.internal_kv import _internal_kv_list
-
-    return _internal_kv_list(prefix, namespace=KV_NAMESPACE)
 
 
 def start_barrier(wave: int) -> StartBarrier | None:

@@ -5,6 +5,7 @@ are rebuilt from the journal, and Tune runs the trials left."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import signal
 import threading
 from collections.abc import Iterator
@@ -49,10 +50,6 @@ def restored_signal_handlers() -> Iterator[None]:
                 signal.signal(number, handler)
 
 
-def _trial_dirname(trial: Any) -> str:
-    return trial.trial_id
-
-
 def make_tuner(
     trainable: Any,
     searcher: SettingSearcher,
@@ -85,7 +82,7 @@ def make_tuner(
         search_alg=searcher,
         num_samples=searcher.max_trials or -1,
         reuse_actors=True,
-        trial_dirname_creator=_trial_dirname,
+        trial_dirname_creator=operator.attrgetter("trial_id"),
         scheduler=scheduler,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
