@@ -152,10 +152,6 @@ def _conv(
     return conv(x, weight, bias, strides, padding, dilations, int(attrs.get("group", 1)))
 
 
-def _channel_axis(op_type: str) -> int:
-    return 1 if op_type == "Conv" else -1
-
-
 def fit_layer(
     problem: LayerProblem,
     x_quantized: np.ndarray,
@@ -222,7 +218,7 @@ class _LayerData:
         self.xf = torch.from_numpy(np.ascontiguousarray(x_float, dtype=np.float32))
         self.target = torch.from_numpy(np.ascontiguousarray(target, dtype=np.float32))
         self.samples = int(self.xq.shape[0])
-        self.axis = _channel_axis(problem.op_type)
+        self.axis = 1 if problem.op_type == "Conv" else -1
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array, dtype=np.float32), device=self.device)

@@ -117,7 +117,8 @@ class MixedPrecision(TensorOverrideProducer):
         options = settings.get(KEY)
         if not isinstance(options, Mapping):
             return None
-        if all(p == "int8" for p in precisions(options, max(PER_RANK, _top_k(options)))):
+        ranks = max(PER_RANK, int(options.get("top_k") or 0))
+        if all(p == "int8" for p in precisions(options, ranks)):
             return None
         return json.dumps({**_DEFAULTS, **options}, sort_keys=True)
 
@@ -245,10 +246,6 @@ class MixedPrecision(TensorOverrideProducer):
         if folder not in self._stores:
             self._stores[folder] = SensitivityStore(folder)
         return self._stores[folder]
-
-
-def _top_k(options: Mapping[str, Any]) -> int:
-    return int(options.get("top_k") or 0)
 
 
 def _base_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
