@@ -158,15 +158,11 @@ def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [t for t in graph_tensors(proto.graph) if uses_external_data(t)]
 
 
-def _location(tensor: onnx.TensorProto) -> str:
-    return next((e.value for e in tensor.external_data if e.key == "location"), "")
-
-
 def _locations(proto: onnx.ModelProto) -> list[str]:
     """The external-data files ``proto`` references, in order of first use."""
     found: list[str] = []
     for tensor in _external_tensors(proto):
-        location = _location(tensor)
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         if location and location not in found:
             found.append(location)
     return found
