@@ -1,21 +1,13 @@
 """Importing the output writers' libraries without the optional packages they try for
 features raysearch does not use.
 
-``tensorboardX`` imports PyTorch when it is installed, only to accept PyTorch tensors, and
-``optuna.importance`` imports scikit-learn for its fANOVA and MDI evaluators; raysearch writes
-float scalars and uses PED-ANOVA, which need neither. Where the ``gp``, ``finetune`` or
-``nncf`` extras are installed those two imports (PyTorch, and scikit-learn with the SciPy it
-pulls in) cost the ``raysearch`` command's driver seconds of CPU while its trials run
-(``benchmarks/README.md``, "What would make raysearch faster"). ``optuna.visualization``
-imports matplotlib for its matplotlib figures, where the report draws its plotly ones and
-the command's ``plots/`` are drawn in a process of their own
-(:class:`~raysearch.outputs.PlotProcess`): about a second of CPU that process pays already.
-Python has no switch for an optional import: a meta-path finder that refuses these imports,
-to these importers only, is the means.
-
-The refusal is for the whole process (the modules are then imported without them), so only
-the ``raysearch`` command, whose process ends with the search, installs it; a program that
-calls :class:`~raysearch.search.AutoSearch` keeps its libraries whole.
+``tensorboardX`` imports PyTorch when installed, only to accept PyTorch tensors,
+``optuna.importance`` scikit-learn for evaluators raysearch does not use, and
+``optuna.visualization`` matplotlib for figures the report does not draw (the command's
+``plots/`` are drawn in a process of their own, :class:`~raysearch.outputs.PlotProcess`):
+heavy imports in the driver while its trials run. A meta-path finder refuses those imports to
+those importers only. It holds for the whole process, so only the ``raysearch`` command,
+whose process ends with the search, installs it.
 
 Example:
     >>> skip_unused_optional_imports()
@@ -44,8 +36,8 @@ _REFUSED: dict[str, str] = {
 
 class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):
     """Raises ``ModuleNotFoundError`` when a module of :data:`_REFUSED` imports the package
-    refused to it; every other import goes on to the next finder. Both importers catch the
-    error (``try: import torch`` / Optuna's ``try_import``) and go on without the package."""
+    refused to it (both importers go on without it); every other import goes to the next
+    finder."""
 
     def find_spec(
         self,

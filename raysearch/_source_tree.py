@@ -1,10 +1,8 @@
 """raysearch run from a source tree without being installed (a checkout or an unpacked sdist
 on ``sys.path``): ``raysearch.configs`` is the tree's ``configs/`` folder.
 
-An install maps that package onto ``configs/`` (pyproject's ``package-dir``: a wheel holds
-``raysearch/configs/``, an editable install maps the name to the folder); a source tree has no
-``raysearch/configs/``, so without this the predefined spaces and the demo's config
-(``importlib.resources.files("raysearch.configs")``) would not be found there.
+An install maps that package onto ``configs/`` (pyproject's ``package-dir``); a source tree
+has no ``raysearch/configs/``, where the predefined spaces would not be found without this.
 
 Example:
     >>> import raysearch, importlib.resources

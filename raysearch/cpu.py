@@ -1,16 +1,9 @@
 """What the CPU offers ONNX Runtime's integer kernels, and where their results differ.
 
-ONNX Runtime's CPU kernels for int8 MatMul/Conv/Gemm (MLAS) are chosen at run time by the
-instruction set. Without VNNI, x86-64 multiplies uint8 activations by int8 weights with
-``vpmaddubsw``, which adds pairs of products into int16 and saturates: a quantized model's
-outputs, and so its accuracy, differ from those on a CPU with VNNI (ONNX Runtime's
-quantization documentation names the remedies: ``reduce_range`` or uint8 weights). The same
-quantized model scores differently by CPU, and so can the best setting of a search: the
-CPU's flags are recorded with every search and benchmark.
-
-The flags come from NumPy's run-time CPU detection (the CPUID instruction itself, so what a
-process sees even under an emulator), with ``/proc/cpuinfo`` for AVX-VNNI, which NumPy does
-not name.
+Without VNNI, x86-64 adds pairs of uint8 x int8 products into saturating int16 sums, so a
+quantized model scores differently by CPU, and so can a search's best setting: the CPU's
+flags are recorded with every search and benchmark. They come from NumPy's run-time CPU
+detection, with ``/proc/cpuinfo`` for AVX-VNNI, which NumPy does not name.
 
 Example:
     >>> info = cpu_info()
@@ -69,8 +62,7 @@ def cpu_flags() -> tuple[str, ...]:
 
 def u8s8_saturates() -> bool:
     """Whether ONNX Runtime's CPU kernels add uint8 x int8 products through saturating int16
-    sums here: x86-64 without AVX512-VNNI or AVX-VNNI (int8 activations are shifted to uint8
-    by the same kernels, so they are concerned too)."""
+    sums here (int8 activations too): x86-64 without AVX512-VNNI or AVX-VNNI."""
     if platform.machine().lower() not in _X86:
         return False
     flags = set(cpu_flags())

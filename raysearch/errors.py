@@ -30,11 +30,8 @@ class InputError(ValueError):
 
 
 class ConfigError(InputError):
-    """A config, search space or input that cannot be used, with the key path it concerns.
-
-    ``str(error)`` is one line: ``"search_space.calibrate_metod: unknown key (did you mean
-    'calibrate_method'?)"``.
-    """
+    """A config, search space or input that cannot be used, with the key path it concerns;
+    ``str(error)`` is one line, ``"<path>: <message>"``."""
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path
@@ -44,9 +41,7 @@ class ConfigError(InputError):
 
 class ConfigErrors(ConfigError):
     """Several :class:`ConfigError` found in one reading of a config, in the order found:
-    ``str(error)`` is one line per error, ``errors`` the single errors (nested ones
-    flattened). :class:`ErrorCollector` raises one only for two errors or more; a single error
-    is raised as itself.
+    ``str(error)`` is one line per error, ``errors`` the single errors (nested ones flattened).
 
     Example:
         >>> both = ConfigErrors([ConfigError("a", "bad"), ConfigError("b", "worse")])
@@ -110,10 +105,7 @@ class ErrorCollector:
 
 
 class DataError(InputError):
-    """Calibration or evaluation data that does not fit the model; the message is one line.
-
-    ``DataError`` is a ``ValueError`` (through :class:`raysearch.errors.InputError`).
-    """
+    """Calibration or evaluation data that does not fit the model; the message is one line."""
 
 
 class EvaluatorError(InputError):
@@ -179,13 +171,10 @@ def canonical_name(
     value: object, names: Iterable[str], aliases: Mapping[str, str] | None = None
 ) -> str | None:
     """The name of ``names`` that ``value`` spells, or None: the one rule for every value a
-    user writes from a fixed vocabulary (metrics, search algorithms, predefined spaces,
-    backends, a setting's choices, ...).
+    user writes from a fixed vocabulary.
 
     ``value`` itself when it is a name; else an alias (``aliases``: spelling -> name) or a name
-    written in another case (``COS``, ``minmax``). Two names that differ only in case are told
-    apart by their exact spelling only; a value that matches neither is the caller's to refuse
-    (with :func:`suggest`).
+    in another case (two names differing only in case are told apart by exact spelling).
 
     Example:
         >>> canonical_name("Cos", ["L2", "cos"]), canonical_name("minmax", ["MinMax", "Entropy"])

@@ -1,13 +1,5 @@
 """Atomic file writes: a reader (or a kill at any moment) sees the old file or the new one,
-never half of one; and folders built beside their final name and renamed into place whole.
-
-Example:
-    >>> atomic_write_text(tmp_path / "summary.json", "{}")            # doctest: +SKIP
-    >>> with replacing(tmp_path / "results.parquet") as tmp:          # doctest: +SKIP
-    ...     pq.write_table(table, tmp)
-    >>> with building_folder(cache / "ref", is_complete) as tmp:      # doctest: +SKIP
-    ...     (tmp / "meta.json").write_text("{}")
-"""
+never half of one; and folders built beside their final name and renamed into place whole."""
 
 from __future__ import annotations
 
@@ -57,10 +49,8 @@ def readable_mode() -> int:
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block ends, it replaces ``path``
-    (``os.replace``, atomic on one file system), with the mode a plain ``open`` gives (0666
-    less the umask). On an error the temporary file is removed and ``path`` is left as it
-    was."""
+    """Yield a temporary path beside ``path`` that atomically replaces it when the block ends,
+    with the mode a plain ``open`` gives; on an error ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # ".<name>.<random>.tmp<suffix>": hidden, recognisable as this file's leftover, and with
@@ -71,8 +61,7 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     try:
-        # mkstemp makes the file 0600; the file in place gets the mode a plain open() gives
-        # (0666 less the umask), as the models beside it have.
+        # mkstemp makes the file 0600; the file in place gets a plain open()'s mode.
         os.chmod(tmp, readable_mode())
         yield tmp
         os.replace(tmp, path)
@@ -99,10 +88,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def building_folder(
     folder: str | os.PathLike, is_complete: Callable[[Path], bool]
 ) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``folder``; when the block ends it is renamed to
-    ``folder`` whole, so readers see no folder or a complete one. When the rename fails
-    because another process renamed its own copy first (``is_complete(folder)``), that copy
-    stays. The temporary folder is removed in every case."""
+    """Yield an empty temporary folder beside ``folder``, renamed to ``folder`` whole when the
+    block ends (another process's copy renamed first, ``is_complete(folder)``, stays)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
@@ -121,10 +108,8 @@ def building_folder(
 def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
     """Hold an exclusive lock on the file at ``path`` (created, with its folder) for the
     block, so that processes sharing a cache folder compute an entry once. A no-op when
-    ``path`` is None or the platform has no file locks. A lock file that cannot be created
-    or locked (a read-only folder, a file system without locks) is warned about, once per
-    folder, and the block runs unlocked: the entry may then be computed twice, never read
-    half-written (each file is written whole, :func:`atomic_write_bytes`)."""
+    ``path`` is None or the platform has no file locks; a lock that cannot be taken is warned
+    about once per folder, and the entry may then be computed twice, never read half-written."""
     if path is None or fcntl is None:
         yield
         return

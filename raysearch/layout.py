@@ -1,10 +1,8 @@
 """The one list of the files and folders a search owns in its ``output_dir``.
 
-Everything that creates, cleans, sweeps or names these files imports them from here: the
-runner (``overwrite`` removes only :data:`OWNED`, and in the result folders only
-:data:`RESULT_FILES`), the output writer (its temporary files, :data:`ATOMIC_FILES`), the
-recorder (``candidates/``, ``kept/``), the trainable (``trials_tmp/``) and the CLI
-(:data:`USER_OUTPUTS`). A new output is one line here.
+Everything that creates, cleans, sweeps or names these files imports them from here
+(``overwrite`` removes only :data:`OWNED`, and in the result folders only
+:data:`RESULT_FILES`); a new output is one line here.
 
 Example:
     >>> "summary.json" in OWNED and "best" in RESULT_FILES
@@ -50,8 +48,7 @@ __all__ = [
 # -- the search's own files (raysearch's alone: removed whole by ``overwrite``) -------------------
 #: Marks a folder as a raysearch search (status, Tune's storage path).
 MARKER = ".raysearch.json"
-#: Locked (``flock``) by the search running in the folder, released when it ends or dies: a
-#: second ``run`` or ``resume`` there is refused. Not in :data:`OWNED`: ``overwrite`` keeps it.
+#: Locked (``flock``) by the search running in the folder; not in :data:`OWNED`.
 LOCK = ".raysearch.lock"
 #: The config, paths made absolute: what ``raysearch resume`` reads.
 CONFIG_FILE = "raysearch_config.yaml"
@@ -81,15 +78,14 @@ PLOTS = "plots"
 METRIC_PLOT = "metric_per_trial.png"
 IMPORTANCE_PLOT = "param_importance.png"
 TENSORBOARD = "tensorboard"
-#: The best candidates' models (``keep_candidates`` of them, and those on the Pareto front
-#: with several ``objectives``), and the best trial's when it is not one of them.
+#: The best candidates' models, and the best trial's when it is not one of them.
 CANDIDATES = "candidates"
 KEPT = "kept"
 
 GENAI_CONFIG = "genai_config.json"
 HF_CONFIG = "config.json"
-#: The files beside a model that onnxruntime-genai or Optimum read (glob patterns): its
-#: configs, its tokenizer and its chat template. A kept model's folder gets a copy of each.
+#: The files beside a model that onnxruntime-genai or Optimum read (glob patterns), copied
+#: beside every model kept.
 CLIENT_FILES: tuple[str, ...] = (
     GENAI_CONFIG,
     HF_CONFIG,
@@ -136,8 +132,7 @@ RESULT_FILES: dict[str, tuple[str, ...]] = {
     TENSORBOARD: ("events.out.tfevents.*",),
 }
 
-#: Files written to a temporary name beside them and moved into place, by folder ("" is
-#: ``output_dir``) and stem: a writer killed mid-write leaves ``.<stem>.*tmp*`` behind.
+#: Files written to a temporary name beside them and moved into place, by folder and stem.
 ATOMIC_FILES: dict[str, tuple[str, ...]] = {
     "": (SUMMARY, RESULTS, PARETO, REPORT, TENSORBOARD, MARKER, CONFIG_FILE),
     BEST: (BEST_MODEL, BEST_CONFIG),

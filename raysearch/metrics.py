@@ -1,49 +1,14 @@
-"""The built-in metrics: one table of name, function and direction, and the metric maths.
+"""The built-in metrics: one table of name, function, direction and range (:data:`METRICS`),
+and the metric maths.
 
-Built-in metrics compare the quantized model's outputs with the float model's on the
-evaluation data. Each sample's outputs are flattened and concatenated (in the float model's
-output order) into one vector ``q`` (quantized) and ``f`` (float) of length ``D``; a metric is
-computed per sample in float64 and averaged over the samples:
-
-====== ============================================================================ ==========
-metric per sample                                                                  better
-====== ============================================================================ ==========
-L1     ``mean_j |q_j - f_j|`` (mean absolute error)                                 lower
-L2     ``sqrt(mean_j (q_j - f_j)^2)`` (root mean squared error)                      lower
-cos    ``q.f / (|q| |f|)``; 1 when both are zero vectors, 0 when only one is          higher
-PSNR   ``10 log10(peak^2 / mse)``, ``peak = max_j |f_j|`` (1 if 0), capped at 100 dB  higher
-SSIM   global single-window SSIM (below)                                            higher
-====== ============================================================================ ==========
-
-SSIM is ``((2 mq mf + C1)(2 cov + C2)) / ((mq^2 + mf^2 + C1)(vq + vf + C2))`` over the whole
-vector (means, population variances and covariance), with ``C1 = (0.01 L)^2``,
-``C2 = (0.03 L)^2`` and ``L = max_j f_j - min_j f_j`` the float sample's dynamic range (1 if 0).
-When the outputs disagree on the number of samples (their first axes differ), all outputs
-together are one sample.
-
-Causal language models (``[batch, seq, vocab]`` logits: the output named ``logits``, else the
-floating-point output of rank 3 (else more) with the longest last axis, the vocabulary) have three
-metrics of their own, each a mean over every position of each sequence (a sample), in float64:
-
-================ ======================================================================= ======
-kl               ``KL(p || q)`` of the next-token distributions, ``p = softmax(float)``,  lower
-                 ``q = softmax(quantized)``: ``sum_v p_v (log p_v - log q_v)``
-top1_agreement   the share of positions whose most likely next token is the float        higher
-                 model's
-perplexity       ``exp(mean -log q(next token))``, the next token read from the text     lower
-                 itself (``input_ids`` shifted by one: the last position has none)
-================ ======================================================================= ======
-
-A language-model metric's score carries all three (perplexity when the data has
-``input_ids``) with 95 % intervals (:func:`metric_interval`: a bootstrap over sequences whose
-draws are the same for every model, so paired) as extras.
-
-Ranges (what bounds a tolerance, :attr:`BuiltinMetric.best` and :attr:`BuiltinMetric.worst`):
-L1 and L2 lie in ``[0, inf)``, cos and SSIM in ``[-1, 1]``, PSNR is at most 100 dB (and
-unbounded below).
-
-:data:`METRICS` is the only list of built-in metrics: the config stage reads names, aliases and
-directions from it (this module imports no stage), the evaluate stage its functions.
+Built-in metrics compare the quantized model's outputs with the float model's on the evaluation
+data: each sample's outputs are flattened and concatenated into one vector ``q`` (quantized)
+and ``f`` (float), a metric is computed per sample in float64 (the ``metric_*`` functions) and
+averaged over the samples; when the outputs disagree on the number of samples, all outputs
+together are one sample. The language-model metrics (``kl``, ``top1_agreement``,
+``perplexity``) read the next-token logits (:func:`logits_output`), each a mean over every
+position of each sequence; a score carries all three with paired bootstrap intervals
+(:func:`metric_interval`) as extras.
 
 Example:
     >>> METRICS["cos"].higher_is_better, BUILTIN_METRICS["L2"]
@@ -99,11 +64,6 @@ class MetricError(RuntimeError):
     goes on."""
 
 
-# --------------------------------------------------------------------------------------------
-# Built-in metrics on [samples, features] arrays
-# --------------------------------------------------------------------------------------------
-
-
 def metric_l1(q: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Per-sample mean absolute error of ``[S, D]`` arrays."""
     return np.mean(np.abs(q - f), axis=1)
@@ -139,8 +99,10 @@ def metric_psnr(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample global (single-window) SSIM of ``[S, D]`` arrays with ``C1 = (0.01 L)^2``,
-    ``C2 = (0.03 L)^2``, ``L`` = the float sample's ``max - min`` (1 when zero)."""
+    """Per-sample global (single-window) SSIM of ``[S, D]`` arrays,
+    ``((2 mq mf + C1)(2 cov + C2)) / ((mq^2 + mf^2 + C1)(vq + vf + C2))`` with
+    ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2``, ``L`` = the float sample's ``max - min`` (1 when
+    zero)."""
     dynamic = np.max(f, axis=1) - np.min(f, axis=1)
     dynamic = np.where(dynamic > 0, dynamic, 1.0)
     c1 = (0.01 * dynamic) ** 2
@@ -151,11 +113,6 @@ def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
     vf = f.var(axis=1)
     cov = np.mean((q - mq[:, None]) * (f - mf[:, None]), axis=1)
     return ((2 * mq * mf + c1) * (2 * cov + c2)) / ((mq**2 + mf**2 + c1) * (vq + vf + c2))
-
-
-# --------------------------------------------------------------------------------------------
-# Causal language models: [samples, positions, vocabulary] logits
-# --------------------------------------------------------------------------------------------
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -226,10 +183,8 @@ def _lm_rows(value: np.ndarray, start: int, stop: int, vocab: bool = True) -> np
 @dataclass(frozen=True)
 class BuiltinMetric:
     """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
-    direction and ``best``, the best value one sample can score (an identical output): what
-    bounds the mean over rows not yet evaluated (``raysearch.evaluate.subsets``); ``worst``
-    is the other end of its range (infinite where it has none): ``best`` and ``worst`` bound
-    the tolerances that mean something (``raysearch.config._metric``)."""
+    direction, and its range from ``best`` (an identical output) to ``worst`` (infinite
+    where it has none), which bound the tolerances that mean something."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -238,8 +193,7 @@ class BuiltinMetric:
     worst: float
     #: A language-model metric: computed on the logits output alone, ``[S, T, V]``.
     lm: bool = False
-    #: The mean of the per-sample values is turned into the metric by this (perplexity:
-    #: ``exp`` of the mean negative log-likelihood); None: the mean is the metric.
+    #: Turns the mean of the per-sample values into the metric (perplexity: ``exp``); None.
     finish: Callable[[float], float] | None = None
     #: The best value of one sample's value where it differs from ``best`` (the metric's).
     sample_best: float | None = None
@@ -326,8 +280,7 @@ def compute_metric(
 
 
 def mean_metric(name: str, values: np.ndarray) -> float:
-    """The mean of the per-sample values of metric ``name`` (summed chunk by chunk, as
-    :func:`compute_metric` always has).
+    """The mean of the per-sample values of metric ``name``, summed chunk by chunk.
 
     Raises:
         MetricError: the mean is not finite.
@@ -433,10 +386,9 @@ def _lm_per_sample(
 def metric_interval(
     name: str, values: np.ndarray, level: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
-    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``:
-    the samples drawn with replacement ``resamples`` times, with draws that depend on the
-    sample count and ``seed`` alone, so that two models scored on the same rows are resampled
-    alike (a paired bootstrap); percentiles of the metric of each draw.
+    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``,
+    with draws that depend on the sample count and ``seed`` alone, so that two models scored
+    on the same rows are resampled alike (a paired bootstrap).
 
     Example:
         >>> low, high = metric_interval("kl", np.array([1.0, 2.0, 3.0, 4.0]))

@@ -1,14 +1,5 @@
 """An ONNX model as files on disk: its graph's tensors, the external-data files it references
 (every model over 2 GB has them), its hash and size, and moving, copying or deleting it whole.
-
-Every stage uses these: preflight checks external data, the calibration cache and the float
-reference key on :func:`file_hash`, the recorder and the outputs place models with
-:func:`place_model`, the node transfer ships :func:`model_files`.
-
-Example:
-    >>> data_file_names("model.onnx", 2)
-    ['model.onnx.data', 'model.onnx.data.1']
-    >>> place_model("trials/t1.onnx", "best/model.onnx", move=False)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -44,11 +35,6 @@ __all__ = [
     "place_model",
     "remove_model",
 ]
-
-# A model over 2 GB keeps its weights in external-data files that its ``.onnx`` names by a
-# ``location`` relative to its own folder; such a model is only whole with those files beside
-# it. Models raysearch places name them ``<model file name>.data`` (ONNX Runtime's quantizer
-# does the same), so the data of ``candidates/t1.onnx`` is ``candidates/t1.onnx.data``.
 
 
 def load_header(path: str | os.PathLike) -> onnx.ModelProto:
@@ -172,10 +158,6 @@ def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [t for t in graph_tensors(proto.graph) if uses_external_data(t)]
 
 
-def _location(tensor: onnx.TensorProto) -> str:
-    return next((e.value for e in tensor.external_data if e.key == "location"), "")
-
-
 def _rename_locations(proto: onnx.ModelProto, renamed: dict[str, str]) -> None:
     """Rewrite ``proto``'s ``location`` entries named in ``renamed`` to their new names."""
     for tensor in _external_tensors(proto):
@@ -188,7 +170,7 @@ def _locations(proto: onnx.ModelProto) -> list[str]:
     """The external-data files ``proto`` references, in order of first use."""
     found: list[str] = []
     for tensor in _external_tensors(proto):
-        location = _location(tensor)
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         if location and location not in found:
             found.append(location)
     return found
@@ -285,17 +267,11 @@ def _place_model_file(
 
 
 def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: bool) -> Path:
-    """Move (or copy) the model ``source`` with its external-data files to ``target``.
-
-    The data files land beside ``target`` as :func:`data_file_names` calls them; when that
-    changes a name, ``target``'s ``location`` entries are rewritten to match, so the model
-    loads from wherever its folder is moved. The data files are placed before the model
-    file, each atomically: a model file, once there, has its data. Files of ``target``'s data
-    names that the new model does not use (an earlier model's) are removed. The placed files
-    get the mode a plain ``open`` gives (a trial writes its model privately).
-
-    Returns ``target``.
-    """
+    """Move (or copy) the model ``source`` with its external-data files to ``target``; returns
+    ``target``. The data files land beside it named by :func:`data_file_names` (the model's
+    ``location`` entries rewritten to match), each atomically and before the model file, so
+    that a model file once there has its data; stale data files of ``target``'s names are
+    removed, and the files get the mode a plain ``open`` gives."""
     source, target = Path(source), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     proto = load_header(source)

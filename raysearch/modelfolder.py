@@ -1,23 +1,12 @@
 """A language model as its client loads it: an onnxruntime-genai folder or an Optimum folder.
 
-onnxruntime-genai's ``og.Model(folder)`` reads ``genai_config.json`` (the decoder's file name,
-its inputs and outputs, the key/value cache's head count and size) and the tokenizer beside the
-model; Optimum's ``ORTModelForCausalLM.from_pretrained(folder)`` reads the Hugging Face
-``config.json`` beside ``model.onnx``. A search of such a folder quantizes its model file and
-writes every model it keeps (``best/``, ``kept/``, ``candidates/``) as the same kind of folder:
-the model with its external data named as the graph expects, and the files the client reads
-(:data:`CLIENT_FILES`) copied beside it.
-
-The key/value cache's shape is what a decoder's feeds need beyond its tokens:
-:func:`cache_dims` reads it from ``genai_config.json`` or ``config.json`` beside the model, else
-from the graph (a ``GroupQueryAttention`` node's head counts and its projection's width), since
-onnxruntime-genai's builder leaves the head size symbolic (``kv_cache_dim``) in the graph.
+A search of such a folder quantizes its model file and writes every model it keeps as the
+same kind of folder, with the files the client reads (:data:`CLIENT_FILES`) beside it. The
+key/value cache's shape, which a decoder's feeds need, comes from ``genai_config.json`` or
+``config.json`` beside the model, else from the graph (:func:`cache_dims`), since
+onnxruntime-genai's builder leaves the head size symbolic.
 
 Example:
-    >>> folder = model_folder("genai/model.onnx")          # doctest: +SKIP
-    >>> folder.kind, folder.model_name                     # doctest: +SKIP
-    ('genai', 'model.onnx')
-    >>> folder.copy_into(Path("best"))                     # doctest: +SKIP
     >>> "genai_config.json" in CLIENT_FILES
     True
 """
@@ -37,7 +26,6 @@ from raysearch.fileio import readable_mode
 from raysearch.layout import CLIENT_FILES, GENAI_CONFIG, HF_CONFIG
 
 __all__ = [
-    "CLIENT_FILES",
     "CacheDims",
     "ModelFolder",
     "cache_dims",
@@ -89,9 +77,8 @@ class ModelFolder:
         return list(found.values())
 
     def copy_into(self, target: Path, model_name: str | None = None) -> None:
-        """Copy the client's files into ``target`` (created), with the mode a plain ``open``
-        gives; when the model there is named ``model_name``, not as in this folder,
-        ``genai_config.json`` names it."""
+        """Copy the client's files into ``target`` (created), ``genai_config.json`` naming
+        the model ``model_name`` there."""
         target.mkdir(parents=True, exist_ok=True)
         for source in self.client_files():
             dest = target / source.name
@@ -132,8 +119,7 @@ def find_model_file(folder: str | os.PathLike) -> Path:
 
 def model_folder(model: str | os.PathLike) -> ModelFolder | None:
     """The client's folder the model file ``model`` is in: onnxruntime-genai's when a
-    ``genai_config.json`` beside it names it as the decoder, Optimum's when a Hugging Face
-    ``config.json`` (with a ``model_type``) is beside it; else None."""
+    ``genai_config.json`` beside names it, Optimum's with a Hugging Face ``config.json``."""
     path = Path(model)
     folder = path.parent
     decoder = _genai_decoder(folder)
@@ -221,8 +207,7 @@ def cache_dims(
     model: str | os.PathLike | None, proto: onnx.ModelProto | None = None
 ) -> CacheDims | None:
     """The key/value cache's head count and head size of the decoder at ``model`` (or of
-    ``proto``): from ``genai_config.json`` beside it, else a Hugging Face ``config.json``
-    beside it, else its graph's ``GroupQueryAttention``; None when none of them says."""
+    ``proto``), from the client's config beside it, else its graph; None when none says."""
     if model is not None:
         folder = Path(model).parent
         dims = _from_genai(folder) or (_from_hf(folder) if _is_hf_config(folder) else None)

@@ -60,8 +60,7 @@ def quantized_share(
     float_model: str | os.PathLike | onnx.ModelProto | int,
 ) -> float | None:
     """The share of ``float_model``'s MatMul/Gemm/Conv/ConvTranspose nodes (or of that many,
-    ``weighted_nodes(float_model)`` given as an int) that run quantized in ``model`` (a QDQ
-    node reads a dequantized input, or an integer op replaced it); None when there are none.
+    given as an int) that run quantized in ``model``; None when there are none.
 
     Example:
         >>> from onnx import TensorProto, helper
@@ -96,10 +95,7 @@ def quantized_share(
 def quantizes_nothing(share: float | None, weighted: int) -> bool:
     """Whether a quantized model whose :func:`quantized_share` is ``share`` keeps every one of
     the float model's ``weighted`` MatMul/Gemm/Conv nodes float: the float model with extra
-    nodes, at the float model's speed, however well it scores. Such a model is never a
-    candidate (:class:`raysearch.trial.StagedTrial`) and the samplers rank it below every model
-    that quantizes something. False for a model without such nodes (``weighted`` 0, ``share``
-    None): there is nothing it could have quantized.
+    nodes, never a candidate however well it scores. False for a model without such nodes.
 
     Example:
         >>> quantizes_nothing(0.0, 2), quantizes_nothing(0.5, 2), quantizes_nothing(None, 0)
@@ -110,11 +106,9 @@ def quantizes_nothing(share: float | None, weighted: int) -> bool:
 
 def constants_to_initializers(model: onnx.ModelProto, keep_inputs_of: Collection[str] = ()) -> int:
     """Turn the main graph's ``Constant`` nodes that hold a tensor (``value``) into
-    initializers of the same name, in place; how many. Exporters (PaddlePaddle's, older
-    PyTorch) store weights that way, and a float transform that looks for constant weights
-    among the initializers would otherwise find none. A Constant read by a node of an op type
-    in ``keep_inputs_of`` stays a node (NNCF 3.4 reads the type of a ``Cast``'s input from the
-    graph's value infos, which an initializer lacks).
+    initializers of the same name, in place (some exporters store weights so); how many. A
+    Constant read by a node of an op type in ``keep_inputs_of`` stays a node (NNCF 3.4 reads
+    a ``Cast``'s input type from the value infos, which an initializer lacks).
 
     Example:
         >>> from onnx import TensorProto, helper

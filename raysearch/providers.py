@@ -1,22 +1,16 @@
 """ONNX Runtime execution providers and sessions for one trial.
 
-CPU by default. CUDA when the trial was given a GPU *and* the CUDA provider really loads: the
-``onnxruntime-gpu`` wheel lists ``CUDAExecutionProvider`` even where the CUDA libraries are
-missing, and prints a red loader error for every session that asks for it. raysearch probes
-once per process with ONNX Runtime's logging silenced, remembers the answer, and otherwise
-runs on the CPU without printing anything.
-
-Every session of a trial (calibration, the float reference, evaluation) is created with the
-same :func:`session_providers` list, CUDA provider options included.
+CPU by default; CUDA when the trial was given a GPU *and* the CUDA provider really loads
+(``onnxruntime-gpu`` lists it even without the CUDA libraries, and prints a loader error for
+every session asking for it): probed once per process, quietly. Every session of a trial is
+created with the same :func:`session_providers` list.
 
 Example:
-    >>> from raysearch.providers import execution_providers, make_session, session_providers
     >>> providers, options, device = execution_providers(gpu_id=None)
     >>> providers, device
     (['CPUExecutionProvider'], 'cpu')
     >>> session_providers(gpu_id=None)
     ['CPUExecutionProvider']
-    >>> session = make_session("model.onnx", threads=2)       # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -58,11 +52,8 @@ _cuda_ok: bool | None = None
 
 
 def cuda_available() -> bool:
-    """Whether the CUDA execution provider actually loads in this process.
-
-    The first call creates a one-node session with ONNX Runtime's logging silenced (severity
-    4) and checks which provider it got; the answer is remembered for the process.
-    """
+    """Whether the CUDA execution provider actually loads in this process: a one-node session
+    made quietly, once per process."""
     global _cuda_ok
     with _probe_lock:
         if _cuda_ok is None:
@@ -100,12 +91,8 @@ def _probe_cuda() -> bool:
 
 
 def _preload_cuda_libraries() -> None:
-    """Load CUDA and cuDNN from the ``nvidia-*`` pip packages (PyTorch's), where installed.
-
-    ``onnxruntime-gpu`` does not find them on its own unless they are on the loader's path;
-    its ``preload_dlls`` does, but prints what it could not load, so its output goes to the
-    debug log instead of the console.
-    """
+    """Load CUDA and cuDNN from the ``nvidia-*`` pip packages, where installed, with
+    ``onnxruntime-gpu``'s ``preload_dlls``, its printing sent to the debug log."""
     preload = getattr(ort, "preload_dlls", None)
     if preload is None:  # onnxruntime older than 1.21
         return
@@ -120,12 +107,8 @@ def _preload_cuda_libraries() -> None:
 
 
 def local_device_index(gpu_id: int | str) -> int:
-    """The CUDA device index this process sees for the GPU ``gpu_id`` it was assigned.
-
-    Ray assigns GPUs by their physical id and sets ``CUDA_VISIBLE_DEVICES`` to them, so inside
-    the worker the device is the id's position in that list (``"3"`` in ``"3"`` is device 0).
-    Without ``CUDA_VISIBLE_DEVICES`` the id is the index.
-    """
+    """The CUDA device index this process sees for the GPU ``gpu_id`` it was assigned: its
+    position in ``CUDA_VISIBLE_DEVICES`` (which Ray sets), else the id itself."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
     if str(gpu_id) in ids:
@@ -136,12 +119,8 @@ def local_device_index(gpu_id: int | str) -> int:
 def execution_providers(
     gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
 ) -> tuple[list[str], list[dict[str, Any]], str]:
-    """``(providers, provider_options, device_label)`` for a trial.
-
-    ``gpu_id`` is the GPU the trial was given (``None``: none). The device label is ``"cpu"``
-    or ``"cuda:<index>"``. ``gpu_mem_limit`` (bytes) bounds CUDA's memory arena, so several
-    trials can share one GPU.
-    """
+    """``(providers, provider_options, device_label)`` for a trial given GPU ``gpu_id`` (None:
+    none); ``gpu_mem_limit`` (bytes) bounds CUDA's arena, so that trials can share a GPU."""
     if gpu_id is None or not cuda_available():
         if gpu_id is not None:
             _logger.info("GPU %s was assigned but CUDA does not load here; running on CPU", gpu_id)
@@ -159,8 +138,7 @@ def session_providers(
     gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
 ) -> list[Any]:
     """ONNX Runtime's ``providers`` argument for a trial's sessions, with the provider options
-    of :func:`execution_providers` folded in: ``["CPUExecutionProvider"]`` or
-    ``[("CUDAExecutionProvider", {"device_id": ..., ...}), "CPUExecutionProvider"]``."""
+    of :func:`execution_providers` folded in."""
     providers, options, _ = execution_providers(gpu_id, gpu_mem_limit)
     return [(name, opts) if opts else name for name, opts in zip(providers, options)]
 
@@ -185,10 +163,8 @@ def device_label(providers: Sequence[Any]) -> str:
 
 
 def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
-    """``threads`` intra-op threads (None: ONNX Runtime's default), which wait without
-    spinning. ONNX Runtime's idle pool threads spin by default, which takes CPU from the trials,
-    the driver and Ray beside them, and finishes no sooner (``benchmarks/README.md``, "What
-    would make raysearch faster")."""
+    """``threads`` intra-op threads (None: ONNX Runtime's default) that wait without spinning,
+    which would take CPU from the trials, the driver and Ray beside them."""
     if not threads:
         return
     count = max(1, int(threads))
@@ -198,8 +174,8 @@ def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
 
 
 def session_options(threads: int | None = 1) -> ort.SessionOptions:
-    """Session options with ``threads`` intra-op threads (the CPUs given to the trial; see
-    :func:`set_threads`) and one inter-op thread; ONNX Runtime's own logging is kept to errors.
+    """Session options with ``threads`` intra-op threads (:func:`set_threads`), one inter-op
+    thread and ONNX Runtime's logging kept to errors.
 
     Example:
         >>> session_options(2).get_session_config_entry("session.intra_op.allow_spinning")
@@ -221,13 +197,7 @@ def make_session(
     providers: Sequence[Any] | None = None,
 ) -> ort.InferenceSession:
     """An ``InferenceSession`` for ``model`` (a path or serialized bytes) on the trial's device:
-    ``providers`` when given (a trial's :func:`session_providers`), else those of ``gpu_id``.
-
-    Example:
-        >>> session = make_session("model.onnx", threads=2)    # doctest: +SKIP
-        >>> session.get_providers()                            # doctest: +SKIP
-        ['CPUExecutionProvider']
-    """
+    ``providers`` when given (a trial's :func:`session_providers`), else those of ``gpu_id``."""
     if providers is None:
         providers = session_providers(gpu_id, gpu_mem_limit)
     source = model if isinstance(model, bytes) else os.fspath(model)
@@ -256,9 +226,8 @@ def _gpu_total_bytes(index: int) -> int | None:
 
 
 def gpu_memory_limit(gpu_id: int | str | None, fraction: float) -> int | None:
-    """The CUDA arena limit (bytes) for a trial given ``fraction`` of a GPU: that share of the
-    GPU's memory, so co-located trials cannot starve each other; None for whole GPUs, for CPU
-    trials, or when the GPU's size cannot be read."""
+    """The CUDA arena limit (bytes) for a trial given ``fraction`` of a GPU, so that trials
+    sharing it cannot starve each other; None for whole GPUs, CPU trials, or an unknown size."""
     if gpu_id is None or not 0 < fraction < 1 or not cuda_available():
         return None
     total = _gpu_total_bytes(local_device_index(gpu_id))

@@ -1,14 +1,9 @@
-"""A value checked against the annotated type of the parameter it is passed to: what a
-library's own signature says each keyword takes (Optuna's samplers for ``sampler_options``,
-Ray's logger callbacks and ``wandb.init`` for ``loggers``), read from the installed version,
-so that a config's wrong value is refused in one line before anything runs instead of failing
-inside the library later (``n_startup_trials: five`` ends in Optuna's ``TypeError`` at the
-first trial; ``mode: offlin`` makes W&B ask for an API key and log nothing).
-
-Only what an annotation says for certain is checked: ``bool``, ``int``, ``float``, ``str``,
-``None``, ``Literal[...]``, ``Callable``, unions of these, and plain classes (``list``,
-``dict``, ``os.PathLike``). An annotation naming something that exists only for type checkers
-or a type variable is not checked (the library checks those itself).
+"""A value checked against the annotated type of the library parameter it is passed to
+(Optuna's samplers for ``sampler_options``, Ray's logger callbacks and ``wandb.init`` for
+``loggers``), read from the installed version, so that a wrong value is refused in one line
+before anything runs rather than failing inside the library later. Only what an annotation
+says for certain is checked (builtins, ``None``, ``Literal``, ``Callable``, unions, plain
+classes); the rest is the library's to check.
 
 Example:
     >>> from typing import Literal, Optional
@@ -47,9 +42,8 @@ _TYPING_NAMES: dict[str, Any] = {
 
 
 def parameter_types(function: Any) -> dict[str, Any]:
-    """Each annotated parameter of ``function`` and its annotation as a type; a parameter
-    whose annotation cannot be evaluated (a name imported only for type checkers) is left
-    out, so it is not checked."""
+    """Each annotated parameter of ``function`` and its annotation as a type; one whose
+    annotation cannot be evaluated (a type-checking-only name) is left out, unchecked."""
     try:
         hints = typing.get_type_hints(function)
         hints.pop("return", None)

@@ -1,28 +1,16 @@
 """Code a config names: its custom evaluator (``metric: "module:function"``) and ``plugins``.
 
-A plugin (:mod:`raysearch.plugins`) registers itself when its module is imported. The
-driver imported it, but a trial runs in a Ray actor, often on another node, that has not: the
-registries record each module that registered something from outside raysearch
-(:func:`note_plugin`), the search ships those names to every actor, and the actor imports them
-before its first trial (:func:`import_plugins`).
+A plugin registers itself when its module is imported; the registries record each module that
+registered something from outside raysearch (:func:`note_plugin`), and every trial actor
+imports them before its first trial (:func:`import_plugins`).
 
-A module is imported as Python imports it (installed, or on ``PYTHONPATH``); a top-level
-module or package that Python does not find is looked up in the config's folder, then in the
-working directory (the *search folders*), as a script finds the modules beside it. Only the
-module named comes from there: no folder is put on ``sys.path``, so nothing else in it can
-shadow an installed module, in the driver or in the workers.
-
-A function given as the evaluator from Python is named by :func:`qualified_name`
-(``module:qualname``) wherever the search writes its name.
-
-A module runs where it lives on every machine that has it: a trial worker imports it from
-the same search folders (:func:`where_code_lives`), so its ``__file__`` is the driver's and
-the files it opens beside itself (``data.npz`` next to ``my_metric.py``) are there. Other
-machines of a Ray cluster may lack those folders, so a search that joins a cluster ships the
-folder holding each such module (:func:`code_folders`, size-checked by
-:func:`check_shippable`), whole, as its job's ``runtime_env`` ``py_modules``
-(:func:`raysearch.search.runtime.cluster.start_ray`); a worker where the folder does not exist
-imports the module from the copy Ray unpacked there, beside the files it shipped with it.
+A module is imported as Python imports it; a top-level module Python does not find is looked
+up in the config's folder, then the working directory (the *search folders*), without putting
+any folder on ``sys.path``, so that nothing else there can shadow an installed module. A
+trial worker imports it from the same folders (:func:`where_code_lives`), so the files it
+opens beside itself are there; a search that joins a cluster ships each such folder
+(:func:`code_folders`, size-checked by :func:`check_shippable`) as its job's ``py_modules``,
+for the nodes without it.
 
 Example:
     >>> import_named("json").__name__
@@ -66,13 +54,9 @@ _logger = logging.getLogger(__name__)
 #: The modules that registered a plugin, in order (see :func:`note_plugin`).
 _MODULES: dict[str, None] = {}
 
-#: The most a folder of code may hold to be shipped to the other nodes of a Ray cluster: Ray
-#: zips it into its control store (a gRPC message, 512 MiB at most) and every node unpacks
-#: a copy; a folder that also holds large models or data is better split.
+#: The most a folder of code may hold to be shipped to the other nodes of a Ray cluster.
 SHIP_LIMIT_BYTES = 100 * 2**20
-#: The prefix of the folder Ray unpacks a shipped package into on each node, which it puts on
-#: its workers' ``sys.path`` (``ray._private.runtime_env.packaging.RAY_PKG_PREFIX``; checked
-#: by ``tests/test_library_contracts.py``).
+#: The prefix of the folder Ray unpacks a shipped package into (Ray's ``RAY_PKG_PREFIX``).
 RAY_PKG_PREFIX = "_ray_pkg_"
 
 
@@ -121,8 +105,7 @@ def _locations(module: ModuleType) -> list[Path]:
 
 def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     """The file or package folder of each imported module of ``names`` (by its top-level
-    module) that lies directly in one of ``search_dirs``: what a worker on another machine
-    lacks. Modules not imported yet, and those installed elsewhere, are not listed."""
+    module) that lies directly in one of ``search_dirs``: what a worker elsewhere lacks."""
     folders = {os.path.realpath(folder) for folder in search_dirs}
     found: dict[Path, None] = {}
     for name in names:
@@ -143,19 +126,15 @@ def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]
 
 
 def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The search folders holding a module of ``names`` that :func:`local_modules` lists:
-    what a search that joins a Ray cluster ships to its other nodes, each whole (the files a
-    module reads beside itself go with it)."""
+    """The search folders holding a module :func:`local_modules` lists: what a search that
+    joins a Ray cluster ships to its other nodes, each whole."""
     return list(dict.fromkeys(location.parent for location in local_modules(names, search_dirs)))
 
 
 def shipped_bytes(folder: str | os.PathLike, excluded: Iterable[str | os.PathLike] = ()) -> int:
     """Bytes of the files Ray uploads when it ships ``folder`` as ``py_modules`` with the
-    ``excluded`` paths as ``excludes``: counted by Ray's own walk of a package
-    (``ray._private.runtime_env.packaging._dir_travel``, checked by
-    ``tests/test_library_contracts.py``), so what its ``.gitignore`` and ``.rayignore`` files
-    leave out (a virtual environment, a ``.git`` folder listed there) is left out here too,
-    unless ``RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1`` tells Ray to ship what ``.gitignore`` lists.
+    ``excluded`` paths as ``excludes``, counted by Ray's own walk of a package, so that what
+    ``.gitignore`` and ``.rayignore`` leave out is left out here too.
 
     Example:
         >>> import tempfile
@@ -199,8 +178,7 @@ def check_shippable(
     modules: Sequence[str] = (),
 ) -> None:
     """Refuse a code folder too large to ship to a Ray cluster's other nodes (``excluded``:
-    what the search ships otherwise, or never needs there: its model, its data, its output
-    folder).
+    the model, the data and the output folder, which are not shipped with it).
 
     Raises:
         ConfigError: (key ``metric``) the folder holds more than ``limit`` bytes.
@@ -223,9 +201,7 @@ def check_shippable(
 
 def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     """The search folders to import a config's modules from on this machine: each that
-    exists here, else the copy of it Ray unpacked here when the search shipped it (a folder
-    of that name in a ``_ray_pkg_*`` entry of ``sys.path``), so that a module's ``__file__``
-    and the files beside it are those it was shipped with.
+    exists here, else the copy Ray unpacked here when the search shipped it.
 
     Example:
         >>> where_code_lives(["."]) == [Path(".")]
@@ -245,10 +221,8 @@ def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def qualified_name(func: object) -> str:
-    """``module:qualname`` of a function (``my_eval:top1``, ``__main__:<lambda>``,
-    ``tests.x:test.<locals>.score``): the name a function given from Python goes by in a
-    search's outputs; an object without a ``__qualname__`` (a callable instance) is named by
-    its class."""
+    """``module:qualname`` of a function (``my_eval:top1``): the name a function given from
+    Python goes by in a search's outputs (a callable instance: its class's)."""
     named = func if hasattr(func, "__qualname__") else type(func)
     module = getattr(named, "__module__", None) or "?"
     return f"{module}:{getattr(named, '__qualname__', repr(named))}"
@@ -273,11 +247,9 @@ def import_plugins(
     strict: bool = True,
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> None:
-    """Import ``modules`` (registering their plugins in this process); one Python does not find
-    from the first of ``search_dirs`` holding it (:func:`import_named`). With ``strict=False``
-    (an actor importing what the driver recorded) a module that cannot be imported here is
-    logged and skipped: a trial that needs its plugin then fails with one line naming the
-    unknown backend or setting, and every other trial runs."""
+    """Import ``modules`` (registering their plugins in this process), from ``search_dirs``
+    where Python does not find one. With ``strict=False`` (an actor) a module that cannot be
+    imported is logged and skipped: only the trials that need its plugin fail."""
     for module in modules:
         try:
             import_named(module, search_dirs)

@@ -191,7 +191,7 @@ sys.meta_path[:] = [
 ]
 from importlib import resources
 import raysearch
-from raysearch.config._config import predefined_spaces
+from raysearch.config import predefined_spaces
 print(json.dumps({
     "raysearch": raysearch.__file__,
     "spaces": {name: str(path) for name, path in predefined_spaces().items()},

@@ -1,25 +1,16 @@
-"""The config stage: a search's config read, checked and resolved (``SearchConfig``).
-
-The names below are defined in ``raysearch.config._config``."""
+"""The config stage: a search's config read, checked and resolved (``SearchConfig``)."""
 
 from __future__ import annotations
 
-from raysearch.config._config import (
-    BUILTIN_METRICS,
-    SEARCH_ALGOS,
-    ConfigError,
-    EarlyStoppingConfig,
-    ResourcesConfig,
-    SearchConfig,
-    StopConfig,
-    apply_overrides,
-    load_config,
-    load_predefined_space,
-    predefined_spaces,
-    read_yaml,
-)
+from raysearch.config._algo import SEARCH_ALGOS
+from raysearch.config._config import SearchConfig, load_config
+from raysearch.config._early_stopping import EarlyStoppingConfig
+from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._objects import written_config
-from raysearch.config._spaces import NARROWED_LOGGER, runnable_predefined_space
+from raysearch.config._sections import ResourcesConfig, StopConfig
+from raysearch.config._spaces import NARROWED_LOGGER, predefined_spaces, runnable_predefined_space
+from raysearch.errors import ConfigError
+from raysearch.metrics import BUILTIN_METRICS
 
 __all__ = [
     "ConfigError",
@@ -31,7 +22,6 @@ __all__ = [
     "BUILTIN_METRICS",
     "load_config",
     "predefined_spaces",
-    "load_predefined_space",
     "runnable_predefined_space",
     "NARROWED_LOGGER",
     "apply_overrides",

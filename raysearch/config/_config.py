@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raysearch.config._algo import SEARCH_ALGOS
 from raysearch.config._dialects import Translation
 from raysearch.config._early_stopping import EarlyStoppingConfig, parse_early_stopping
 from raysearch.config._files import apply_overrides, read_yaml
@@ -49,9 +48,7 @@ from raysearch.config._sections import (
     parse_stop,
 )
 from raysearch.config._spaces import (
-    load_predefined_space,
     parse_spaces,
-    predefined_spaces,
     preset_search_algo,
 )
 from raysearch.config._values import check_keys, integer, number
@@ -60,25 +57,11 @@ from raysearch.metrics import BUILTIN_METRICS
 from raysearch.space import SearchSpace
 from raysearch.strategies import BUILTIN_STRATEGIES, check_strategy_spaces
 
-__all__ = [
-    "ConfigError",
-    "SearchConfig",
-    "StopConfig",
-    "ResourcesConfig",
-    "EarlyStoppingConfig",
-    "SEARCH_ALGOS",
-    "BUILTIN_METRICS",
-    "load_config",
-    "predefined_spaces",
-    "load_predefined_space",
-    "apply_overrides",
-    "read_yaml",
-]
+__all__ = ["SearchConfig", "load_config"]
 
 _T = TypeVar("_T")
 
-#: The modules of the strategies that take ``points_to_evaluate``: Grid, the Optuna samplers
-#: and the staged strategies (Auto runs them as its first stage).
+#: The modules of the strategies that take ``points_to_evaluate``.
 _TAKE_START_POINTS = (
     "raysearch.strategies.grid",
     "raysearch.strategies.samplers",
@@ -87,8 +70,7 @@ _TAKE_START_POINTS = (
     "raysearch.strategies._finetune_search",
     "raysearch.strategies._weight_only",
 )
-#: ``search_algo`` when a config names none: the ordered strategy for a predefined space
-#: (its stages read the preset's techniques), TPE for a space written out.
+#: ``search_algo`` when a config names none: Auto for a predefined space, TPE for another.
 DEFAULT_ALGO_PREDEFINED = "Auto"
 DEFAULT_ALGO = "TPE"
 
@@ -103,8 +85,7 @@ class SearchConfig:
     eval_data: Any = None
     search_algo: str = "TPE"
     seed: int | None = None
-    #: A built-in metric's name, a custom evaluator's import path, or the ``module:qualname``
-    #: of :attr:`metric_function`.
+    #: A built-in metric's name, or a custom evaluator's import path or ``module:qualname``.
     metric: str = "L2"
     metric_key: str | None = None
     tolerance: float | None = None
@@ -120,51 +101,35 @@ class SearchConfig:
     batch_size: int | None = None
     trial_timeout_s: float | None = None
     max_failures: int = 0
-    #: Candidate models kept under ``candidates/``, the best ones (None: every one). Three
-    #: leave a choice beside ``best/`` (on what the ranking does not see: latency on the
-    #: target, size) at a bounded cost: every candidate's model adds up on a large model.
+    #: Candidate models kept under ``candidates/``, the best ones (None: every one).
     keep_candidates: int | None = 3
     measure_latency: bool = True
-    #: Whether the best setting and the float model (and, where latency decides, every kept
-    #: candidate) are timed again alone after the last trial (:mod:`raysearch.search._retime`):
-    #: None (``auto``, the default) where latency decides (``select``, ``objectives``), True
-    #: always, False never (the figures timed during the search, beside other trials).
+    #: Whether latency is timed again alone after the last trial: None (``auto``) where
+    #: latency decides (``select``, ``objectives``), True always, False never.
     retime_latency: bool | None = None
-    #: The Pareto front's objectives (``pareto.parquet`` when several) and what picks
-    #: ``best/`` among the candidates (:mod:`raysearch.config._objectives`).
+    #: The Pareto front's objectives and what picks ``best/`` among the candidates.
     objectives: tuple[str, ...] = ("metric",)
     select: str = "metric"
-    #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None
-    #: (``max_decode_latency``; :func:`raysearch.config._objectives.parse_max_decode_latency`).
+    #: The slowest decode step a candidate may take: ``"float"``, milliseconds or None.
     max_decode_latency: float | str | None = None
-    #: The largest model a candidate may be: megabytes, ``"builder"`` or None
-    #: (``size_budget``; :func:`raysearch.config._objectives.parse_size_budget`).
+    #: The largest model a candidate may be: megabytes, ``"builder"`` or None.
     size_budget: float | str | None = None
-    #: ``run`` continues an earlier run of this search in ``output_dir`` instead of refusing
-    #: the folder (Quark's ``load_study_if_exists``).
+    #: ``run`` continues an earlier run of this search in ``output_dir``.
     resume_if_exists: bool = False
-    #: Ray Tune's experiment loggers each trial is reported to: ``(name, settings)`` each
-    #: (``loggers``: ``mlflow``, ``wandb``; :mod:`raysearch.config._loggers`).
+    #: Ray Tune's experiment loggers, ``(name, settings)`` each (``mlflow``, ``wandb``).
     loggers: tuple[tuple[str, dict[str, Any]], ...] = ()
-    #: The Optuna sampler given as ``search_algo`` from Python (run as given; None: the
-    #: strategy's own), and ``sampler_options`` (:mod:`raysearch.config._sampler`).
+    #: The Optuna sampler given as ``search_algo`` from Python (None: the strategy's own).
     sampler: Any = field(default=None, repr=False)
     sampler_options: dict[str, Any] = field(default_factory=dict)
-    #: The Optuna storage URL the search writes its study into as each trial ends
-    #: (``optuna_storage``; None: none).
+    #: The Optuna storage URL the search writes its study into as each trial ends.
     optuna_storage: str | None = None
-    #: The config as the user wrote it (after key mapping; names in their canonical
-    #: spelling), for ``best/config.yaml``.
+    #: The config as the user wrote it (names in their canonical spelling).
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: Where a module the config names (the evaluator, plugins) is looked up when Python does
-    #: not find it: the config file's folder, then the working directory
-    #: (:mod:`raysearch.usercode`); the search ships those modules to Ray's workers.
+    #: Where a module the config names is looked up when Python does not find it.
     code_dirs: tuple[Path, ...] = ()
-    #: The evaluator given as ``metric`` from Python (Quark's ``search_evaluator``), shipped
-    #: to the trials pickled (None: built-in or named by import path).
+    #: The evaluator given as ``metric`` from Python, shipped to the trials pickled.
     metric_function: Callable[..., Any] | None = field(default=None, repr=False)
 
-    # -- derived ---------------------------------------------------------------------------
     @property
     def is_custom_metric(self) -> bool:
         return self.metric not in BUILTIN_METRICS
@@ -189,7 +154,6 @@ class SearchConfig:
         evaluator = [self.metric.partition(":")[0]] if named else []
         return [*evaluator, *(m for m in plugins if isinstance(m, str))]
 
-    # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_dict(
         cls,
@@ -199,23 +163,17 @@ class SearchConfig:
         check_paths: bool = True,
         code_dirs: Sequence[str | os.PathLike] | None = None,
     ) -> SearchConfig:
-        """Validate ``raw`` completely and return the config. Relative paths are resolved
-        against ``base_dir`` (the config file's folder; default: the working directory); a
-        module the config names that Python does not find is looked up in ``code_dirs``
-        (default: ``base_dir``, then the working directory).
-
-        The keys are checked in a fixed order (inputs, spaces and algorithm, metric, stop,
-        resources, run options), and every mistake is reported, one line each
-        (:class:`~raysearch.errors.ConfigErrors` when there are several), always in the same
-        order.
+        """Validate ``raw`` completely and return the config; every mistake is reported, one
+        line each, always in the same order.
 
         Args:
             raw: the config's keys (README, "A complete config"), as YAML reads them or with
                 the Python objects a config from Python may hold.
-            base_dir: the folder relative input paths are read from.
+            base_dir: the folder relative input paths are read from (default: the working
+                directory).
             check_paths: whether the input files must exist (and the model be ONNX).
             code_dirs: where a module the config names is looked up when Python does not
-                find it.
+                find it (default: ``base_dir``, then the working directory).
 
         Returns:
             The checked :class:`SearchConfig`.
@@ -359,9 +317,8 @@ _TOP_LEVEL_KEYS = {
 
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
-    """``plugins``: modules that register backends, techniques or strategies, imported before
-    the spaces and the algorithm are checked (and by every trial actor); one Python does not
-    find is looked up in ``search_dirs`` (:mod:`raysearch.usercode`)."""
+    """``plugins``: modules that register plugins, imported (from ``search_dirs`` where
+    Python does not find them) before the spaces and the algorithm are checked."""
     from raysearch.usercode import import_plugins
 
     if value is None:
@@ -377,8 +334,8 @@ def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ..
 
 
 def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: str) -> None:
-    """Write the names ``data`` spells in another case or as an alias in their canonical
-    spelling (``COS`` as ``cos``), so that the outputs hold one name for each."""
+    """Write the names ``data`` spells in another case or as an alias canonically (``COS``
+    as ``cos``), so that the outputs hold one name for each."""
     for key, name in (("metric", metric), ("search_algo", algo), ("tolerance_mode", mode)):
         if key in data and isinstance(data[key], str):
             data[key] = name
@@ -400,8 +357,8 @@ def _default_algo(data: Mapping[str, Any]) -> str:
 def _parse_search(
     data: Mapping[str, Any], search_dirs: Sequence[Path], errors: ErrorCollector
 ) -> tuple[list[SearchSpace], str | None, int | None]:
-    """The plugins, the spaces, the algorithm (a grid must be finite) and the seed; the
-    spaces and the algorithm are not checked when the plugins that may define them failed."""
+    """The plugins, the spaces, the algorithm and the seed (spaces and algorithm unchecked
+    when the plugins that may define them failed)."""
     plugins_ok = len(errors.errors)
     _checked(errors, _load_plugins, data.get("plugins"), search_dirs)
     spaces: list[SearchSpace] | None = None
@@ -419,8 +376,8 @@ def _parse_search(
 
 
 def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSpace]) -> None:
-    """What the algorithm needs of the spaces: a grid finite, a strategy's own checks, and
-    ``points_to_evaluate`` only for the strategies that take them."""
+    """What the algorithm needs of the spaces: a finite grid, its own checks, and
+    ``points_to_evaluate`` only where it takes them."""
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
@@ -437,8 +394,7 @@ def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSp
 def _parse_run_options(
     data: Mapping[str, Any], check_paths: bool, errors: ErrorCollector
 ) -> dict[str, Any]:
-    """The keys of how a search runs: cluster, outputs, batching, timeouts, failures, flags
-    (each checked on its own; the mistakes go to ``errors``)."""
+    """The keys of how a search runs, each checked on its own (mistakes go to ``errors``)."""
     address = data.get("address")
     if address is not None and not isinstance(address, str):
         errors.add(
@@ -478,8 +434,7 @@ def _parse_run_options(
 
 
 def _keep_candidates(value: Any) -> int | None:
-    """``keep_candidates``: an integer >= 0; ``true`` (every candidate) and ``false`` (none)
-    as the key meant before it took a number."""
+    """``keep_candidates``: an integer >= 0, ``true`` (every candidate) or ``false`` (none)."""
     if isinstance(value, bool):
         return None if value else 0
     if not isinstance(value, int) or value < 0:
@@ -493,10 +448,8 @@ def _keep_candidates(value: Any) -> int | None:
 def load_config(
     path: str | Path, overrides: list[str] | None = None, *, check_paths: bool = True
 ) -> SearchConfig:
-    """Load a YAML config file, apply ``key=value`` overrides, validate everything.
-
-    Relative input paths in the file are read relative to the file's folder; ``output_dir``
-    relative to the working directory.
+    """Load a YAML config file, apply ``key=value`` overrides, validate everything. Relative
+    input paths are read relative to the file's folder, ``output_dir`` to the working one.
 
     Args:
         path: the YAML file.

@@ -2,9 +2,8 @@
 AutoSearch (v1) and AutoSearchPro (:mod:`raysearch.config._quark`), Intel Neural Compressor's
 tuning settings (:mod:`raysearch.config._inc`).
 
-Each name of theirs is either mapped to raysearch's (every mapping of a config logged in one
-INFO line of the logger ``raysearch.config.dialects``, which the command line shows without
-``--debug``) or refused with one line naming the key and why; none is accepted and ignored.
+Each name of theirs is either mapped to raysearch's (logged in one INFO line of
+``raysearch.config.dialects``) or refused with one line naming the key and why.
 
 Example:
     >>> t = Translation({"n_trials": 5}, ErrorCollector())

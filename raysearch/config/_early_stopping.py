@@ -36,15 +36,9 @@ _KEY = "early_stopping"
 
 @dataclass(frozen=True)
 class EarlyStoppingConfig:
-    """Evaluation on growing subsets (see the module docstring).
-
-    The defaults: rows grow about 3x per rung and a rung keeps the best third, ASHA's usual
-    pairing (the rows a full trial costs and the trials that get them shrink alike).
-    ``min_rows`` 32: the first rung's metric is a mean over its rows, and below about 30 rows
-    its standard error (18 % of the rows' spread at 32) makes the ranking mostly noise; it is
-    also two batches of the default batch size, so a rung is never a sliver of one batch.
-    With the default rungs this is off below 320 evaluation rows.
-    """
+    """Evaluation on growing subsets (see the module docstring). The defaults: rows grow
+    about 3x per rung and a rung keeps the best third, ASHA's usual pairing; below
+    ``min_rows`` the first rung's mean is too noisy to rank by."""
 
     enabled: bool = True
     rungs: tuple[float, ...] = (0.1, 0.33, 1.0)

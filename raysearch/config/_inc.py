@@ -1,11 +1,9 @@
 """Intel Neural Compressor's tuning settings read as raysearch's (the machinery:
 :mod:`raysearch.config._dialects`): ``PostTrainingQuantConfig``'s ``quant_level``,
 ``TuningCriterion`` (``strategy``, ``timeout``, ``max_trials``) and ``AccuracyCriterion``
-(``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys. A
-strategy name is raysearch's by the strategy registry's aliases (``hawq_v2`` refused there);
-``objective`` (top level or in ``tuning_criterion``) is ``select`` (``performance``: the
-fastest candidate, ``modelsize``: the smallest, ``accuracy``: the metric's ranking;
-``footprint`` refused); Neural Compressor's other settings are refused by name.
+(``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys; a
+strategy name by the strategy registry's aliases; ``objective`` as ``select``. Neural
+Compressor's other settings are refused by name.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -98,35 +96,28 @@ def _objective(t: Translation, value: Any, source: str) -> None:
 def _quant_level(t: Translation, level: Any) -> None:
     """0: Conservative; 1: the strategy given (default basic, raysearch's Auto); auto: Auto."""
     chosen = "search_algo" in t.data
-    if level == 0:
-        if chosen:
-            t.errors.add(
-                ConfigError(
-                    "quant_level",
-                    "0 is the conservative strategy; a "
-                    "strategy (search_algo) is given too: keep one",
-                )
-            )
-            return
-        t.move("quant_level", "search_algo", value="Conservative", source="quant_level: 0")
-    elif level == 1:
+    if level == 1:
         if chosen:
             t.notes.append("quant_level: 1: the strategy given")
         else:
             t.move("quant_level", "search_algo", value="Auto", source="quant_level: 1 (basic)")
+        return
+    if level == 0:
+        strategy, written, clash = "Conservative", "0", "0 is the conservative strategy"
     elif level == "auto":
-        if chosen:
-            t.errors.add(
-                ConfigError(
-                    "quant_level",
-                    "auto chooses its own strategy; a strategy "
-                    "(search_algo) is given too: keep one, or quant_level: 1",
-                )
-            )
-            return
-        t.move("quant_level", "search_algo", value="Auto", source="quant_level: auto")
+        strategy, written, clash = "Auto", "auto", "auto chooses its own strategy"
     else:
         t.errors.add(ConfigError("quant_level", f"expected 0, 1 or auto, got {level!r}"))
+        return
+    if chosen:
+        also = ", or quant_level: 1" if strategy == "Auto" else ""
+        t.errors.add(
+            ConfigError(
+                "quant_level", f"{clash}; a strategy (search_algo) is given too: keep one{also}"
+            )
+        )
+        return
+    t.move("quant_level", "search_algo", value=strategy, source=f"quant_level: {written}")
 
 
 def _tuning_criterion(t: Translation, criterion: Any) -> None:

@@ -1,17 +1,10 @@
 """The ``loggers`` key: Ray Tune's own experiment loggers a search reports its trials to.
 
-``loggers`` names Ray's logger callbacks, as a list (each with Ray's defaults) or as a
-mapping of each name to its settings: ``mlflow`` (Ray's ``MLflowLoggerCallback``: its
-``tracking_uri``, ``experiment_name`` (``raysearch`` unless given here or in MLflow's
-environment: Ray's callback logs nothing without one), ``tags``, ...) and ``wandb`` (Ray's
-``WandbLoggerCallback``: its ``project``, ``group``, ... and any keyword of ``wandb.init``,
-such as ``mode: offline`` or ``dir``). Each setting is checked against the signature of the
-callback (and, for W&B, of ``wandb.init``): its name, and its value against the parameter's
-annotated type (``mode: offlin`` is refused naming W&B's modes, where W&B would ask for an
-API key and Ray's callback would log nothing), and a logger whose package is not installed is
-refused with the extra that installs it (``raysearch[mlflow]``, ``raysearch[wandb]``), so a
-search never starts to fail at its first trial. Ray and the logger's package are imported
-only when the key is given.
+``loggers`` names Ray's logger callbacks (``mlflow``, ``wandb``), as a list or as a mapping
+of each name to its settings. Each setting is checked against the callback's signature (for
+W&B, ``wandb.init``'s too), its value against the parameter's annotated type, and a logger
+whose package is missing is refused naming the extra, so that a search never starts to fail
+at its first trial. Ray and the logger's package are imported only when the key is given.
 
 Example:
     >>> parse_loggers(None)
@@ -44,15 +37,13 @@ LOGGERS: dict[str, tuple[str, str, str]] = {
     "wandb": ("ray.air.integrations.wandb", "WandbLoggerCallback", "wandb"),
 }
 _ALIASES = {"weights_and_biases": "wandb", "w&b": "wandb"}
-#: MLflow's experiment when neither the config nor ``MLFLOW_EXPERIMENT_NAME``/``_ID`` names
-#: one: Ray's callback logs nothing without an experiment (W&B's project defaults likewise).
+#: MLflow's experiment when nothing names one: Ray's callback logs nothing without one.
 MLFLOW_EXPERIMENT = "raysearch"
 
 
 def logger_parameters(name: str) -> dict[str, Any]:
-    """The settings logger ``name`` takes, each with its annotated type (``Any`` where none
-    is given): its Ray callback's keyword arguments and, where the callback passes the rest
-    on (W&B's ``**kwargs`` to ``wandb.init``), those of that call."""
+    """The settings logger ``name`` takes, each with its annotated type: its Ray callback's
+    keyword arguments and, for W&B, ``wandb.init``'s, which the callback passes them on to."""
     import importlib
 
     module, cls, package = LOGGERS[name]
@@ -84,9 +75,8 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
     """``loggers``: ``(name, settings)`` for each logger, in the order given.
 
     Raises:
-        ConfigError: not a list or a mapping, an unknown logger, a setting the logger does
-            not take (with the closest one suggested) or a value not of the type it takes,
-            or its package missing (with the extra that installs it).
+        ConfigError: not a list or a mapping, an unknown logger, a setting or value it does
+            not take, or its package missing.
     """
     if value is None:
         return ()
@@ -133,8 +123,7 @@ def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _with_defaults(name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` with what Ray's callback cannot do without: MLflow's experiment
-    (:data:`MLFLOW_EXPERIMENT` unless the config or MLflow's environment names one)."""
+    """``settings`` with MLflow's experiment, which Ray's callback cannot do without."""
     if name == "mlflow" and settings.get("experiment_name") is None:
         if not (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")):
             settings["experiment_name"] = MLFLOW_EXPERIMENT

@@ -1,14 +1,10 @@
 """The metric keys of a config: ``metric``, ``tolerance``, ``tolerance_mode``,
 ``higher_is_better`` and ``metric_key``, checked together.
 
-Built-in metric names, aliases, directions and ranges come from :mod:`raysearch.metrics` (the
-one table); names are matched in any case (``COS`` is ``cos``). A tolerance that no trial can
-meet, or that every trial meets, is refused; one that is merely odd is logged. A custom
-evaluator is checked by the evaluate stage's own loader, imported only when a config names
-one, so that loading a config with a built-in metric imports no later stage. From Python the
-metric may be a function (Quark's ``search_evaluator``): it is checked as an evaluator named
-by import path is, and pickled once to prove it can reach the trials; the config names it
-``module:qualname``.
+Names come from :mod:`raysearch.metrics` and are matched in any case. A tolerance that no
+trial can meet, or that every trial meets, is refused; one that is merely odd is logged. A
+custom evaluator (an import path, or from Python a function, named ``module:qualname``) is
+checked by the evaluate stage's loader, imported only then.
 
 Example:
     >>> parse_metric_settings({"metric": "COSINE", "tolerance": 0.99})
@@ -43,18 +39,14 @@ __all__ = [
     "check_evaluator",
 ]
 
-# The logger of the public module: what users filter on did not move.
+# The logger of the public module, the name users filter on.
 _logger = logging.getLogger("raysearch.config._config")
 
 #: The values of ``tolerance_mode``.
 TOLERANCE_MODES = ("absolute", "relative")
 
-#: The lowest tolerance of these metrics that does not look like a drop. The tolerance of a
-#: built-in metric bounds the metric itself (``cos >= 0.999``), not its drop against the float
-#: model: ``tolerance: 0.01`` with cos reads "cos >= 0.01", which every quantized model that
-#: works at all meets. That is a valid bound, so it is not refused, but it is far more likely a
-#: drop (0.99 meant): one warning line says so. cos and SSIM of 0.5 are outputs far apart (60
-#: degrees for cos); 10 dB of PSNR is an error a third of the output's peak.
+#: The lowest tolerance of these metrics that does not look like a drop (a built-in metric's
+#: tolerance bounds the metric itself): below it, one warning line.
 _DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
 
 
@@ -97,10 +89,8 @@ def parse_metric(value: Any) -> str:
 def parse_metric_settings(
     data: Mapping[str, Any], search_dirs: Sequence[str | os.PathLike] = ()
 ) -> MetricSettings:
-    """Check the metric keys of ``data`` (a whole config) and, for a custom metric, that its
-    evaluator imports (from ``search_dirs`` too: :mod:`raysearch.usercode`) and takes
-    ``(model_path, providers)``; a function given from Python, that it takes them and can be
-    pickled for the trials."""
+    """Check the metric keys of ``data`` (a whole config) and a custom metric's evaluator
+    (:func:`check_evaluator`)."""
     written_metric = data.get("metric", "L2")
     metric = parse_metric(written_metric)
     function = written_metric if callable(written_metric) else None
@@ -135,20 +125,9 @@ def _range_text(name: str) -> str:
 
 
 def check_tolerance(metric: str, tolerance: float) -> None:
-    """Refuse a ``tolerance`` of built-in ``metric`` that makes "candidate" meaningless; log
-    one warning for one that is valid but odd.
-
-    A built-in metric's tolerance bounds the metric itself: a trial is a candidate when
-    ``metric >= tolerance`` (cos, PSNR, SSIM) or ``metric <= tolerance`` (L1, L2).
-
-    - Past the best value the metric can take (cos above 1, PSNR above its 100 dB cap, L2
-      below 0): no trial can ever be a candidate, so ``stop.find_n_candidates`` never stops
-      the search and the best rule's preference for candidates never applies: refused.
-    - At or past the worst value (cos or SSIM at most -1): every trial that scores is a
-      candidate, whatever its outputs: refused. (L1, L2 and PSNR have no worst value.)
-    - Exactly the best value: possible (a setting that reproduces the float model's outputs
-      exactly), but no usual quantized model does: a warning.
-    - A bound that looks like a drop (:data:`_DROP_LIKE_BELOW`): a warning.
+    """Refuse a ``tolerance`` of built-in ``metric`` past its best value (no trial is ever a
+    candidate) or at or past its worst (every trial is); warn at exactly its best value, or
+    for a bound that looks like a drop (:data:`_DROP_LIKE_BELOW`).
 
     Raises:
         ConfigError: (``tolerance``) naming the metric and its range.
@@ -200,16 +179,12 @@ def _check_builtin(metric: str, data: Mapping[str, Any], hib: bool | None) -> No
 def check_evaluator(
     spec: str | Callable[..., Any], path: str, search_dirs: Sequence[str | os.PathLike] = ()
 ) -> Any:
-    """Import ``package.module:function`` (a module that is not installed is looked up in
-    ``search_dirs``: the config's folder, the working directory), or take the function
-    ``spec``, and check it can be called with ``(model_path, providers)`` (a function given,
-    that it can be pickled for the trials); returns the function.
+    """The function ``spec`` names (imported from ``search_dirs`` when not installed) or is,
+    checked to take ``(model_path, providers)`` (a function given: to pickle for the trials).
 
     Raises:
         ConfigError: (at ``path``) as :func:`raysearch.evaluate.load_custom_evaluator`.
     """
-    # The evaluate stage's loader is the one place raysearch imports an evaluator by name;
-    # imported here, when a config names a custom evaluator, rather than with the config stage.
     from raysearch.evaluate import load_custom_evaluator, takes_providers
 
     function = load_custom_evaluator(spec, key=path, search_dirs=search_dirs)

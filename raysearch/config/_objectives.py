@@ -1,21 +1,13 @@
 """``objectives`` and ``select``: what the Pareto front of the candidates is over, and which
 candidate ``best/`` holds.
 
-``objectives`` lists any of ``metric`` (its own direction), ``latency_ms`` and
-``model_size_mb`` (both minimised), and with a language-model metric (``kl``,
-``top1_agreement``, ``perplexity``) ``decode_latency_ms`` and ``prefill_latency_ms`` (what its
-trials time besides a batch: a one-token decode step and a prefill); ``metric`` must be one of
-them (the tolerance decides the candidates by it). ``select`` picks ``best/`` among the
-candidates: ``metric`` (the ranking of :func:`raysearch.ranking.better`, the default),
-``latency`` (the fastest), ``size`` (the smallest), or with a language-model metric
-``decode_latency`` or ``prefill_latency``. ``retime_latency`` says whether the latencies that
-decide nothing are timed again alone after the search too (:func:`parse_retime_latency`).
-
-With several objectives, the Optuna samplers that take several (``StrategyInfo
-.multi_objective``: NSGA-II, TPE, GP, random, QMC) sample on every one; CMA-ES takes one and is
-refused; the other strategies (Grid, Auto, Fallback, ...) order their trials by the metric.
-One INFO line of the config's reading notes (``raysearch.config.dialects``, shown by the
-command line) says which (:func:`check_objectives_algo`).
+``objectives`` lists any of ``metric`` (required: the tolerance decides the candidates by
+it), ``latency_ms`` and ``model_size_mb``, and with a language-model metric
+``decode_latency_ms`` and ``prefill_latency_ms``. ``select`` picks ``best/`` among the
+candidates: ``metric`` (the default), ``latency``, ``size``, or with a language-model metric
+``decode_latency`` or ``prefill_latency``. With several objectives the multi-objective Optuna
+samplers sample on every one, CMA-ES is refused, and the other strategies order their trials
+by the metric (:func:`check_objectives_algo` says which in one line).
 
 Example:
     >>> parse_objectives({"objectives": ["metric", "model_size_mb"], "select": "size"})
@@ -73,8 +65,7 @@ def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
 
 def parse_retime_latency(data: Mapping[str, Any]) -> bool | None:
     """``retime_latency``: whether the best setting and the float model are timed again alone
-    after the last trial: ``auto`` (None, the default: where latency decides, by ``select``
-    or ``objectives``), ``true`` (always) or ``false`` (never: the figures of the search).
+    after the last trial: ``auto`` (None: where latency decides), ``true`` or ``false``.
 
     Example:
         >>> parse_retime_latency({}), parse_retime_latency({"retime_latency": "AUTO"})
@@ -93,13 +84,9 @@ def parse_retime_latency(data: Mapping[str, Any]) -> bool | None:
 
 
 def parse_max_decode_latency(data: Mapping[str, Any]) -> float | str | None:
-    """``max_decode_latency``: the slowest decode step a candidate may take, so that the
-    candidates, and ``best/`` among them, decode at least that fast: ``float`` (the float
-    model's decode step, timed before the search on the trials' threads; the default of a
-    language-model metric, whose trials time it, with ``measure_latency``), ``builder`` (the
-    decode step of onnxruntime-genai's builder's int4 of the model, quantized and timed the
-    same way before the search; for ``quantizer: weight_only``), a number of milliseconds, or
-    null (no bound).
+    """``max_decode_latency``: the slowest decode step a candidate may take: ``float`` (the
+    float model's, the default of a language-model metric), ``builder`` (onnxruntime-genai's
+    builder's int4's), milliseconds, or null (no bound).
 
     Example:
         >>> parse_max_decode_latency({"metric": "kl"})
@@ -179,7 +166,6 @@ def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:
 
 
 def _objectives(value: Any, measured: bool, lm: bool) -> tuple[str, ...]:
-    # The names a message lists: the decoder latencies only where they can be measured.
     names = ", ".join(n for n in OBJECTIVES if lm or n not in DECODER_LATENCIES)
     if not isinstance(value, list) or not value:
         raise ConfigError("objectives", f"expected a list of {names}, got {value!r}")
@@ -217,12 +203,8 @@ def _select(value: Any, measured: bool, lm: bool) -> str:
 
 
 def parse_size_budget(data: Mapping[str, Any]) -> float | str | None:
-    """``size_budget``: the largest model a candidate may be, so that ``best/`` is the most
-    accurate (or, with ``select: size``, the smallest) model within it: megabytes (10**6
-    bytes, as ``model_size_mb``), ``builder`` (the size of onnxruntime-genai's builder's int4
-    of the model: every weight MatMul at RTN 4 bits, block 32, symmetric; for
-    ``quantizer: weight_only``), or null (no bound, the default). The ``WeightOnly``
-    strategy's allocation stage plans no model above it.
+    """``size_budget``: the largest model a candidate may be: megabytes (10**6 bytes),
+    ``builder`` (onnxruntime-genai's builder's int4's size), or null (no bound, the default).
 
     Example:
         >>> parse_size_budget({"size_budget": 5})

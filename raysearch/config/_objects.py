@@ -3,10 +3,8 @@ Python API takes them: an ``onnx.ModelProto`` as ``model`` (Quark's ``model_inpu
 ONNX Runtime ``CalibrationDataReader`` objects as ``calibration_data``/``eval_data`` (Quark's
 ``calib_data_reader``/``eval_data_reader``).
 
-The search reads files and ships arrays to its trials, so a model object is saved once to a
-file named by its content (the same model, the same file: nothing is overwritten), and a
-reader is read once, when the config is read, into one array per model input: a reader can
-be read only once, and the same one often serves as calibration and evaluation data.
+A model object is saved once to a file named by its content, and a reader is read once, when
+the config is read, into one array per model input (a reader can be read only once).
 
 Example:
     >>> plain_copy({"a": [1, {"b": 2}], "reader": object})["a"]
@@ -39,8 +37,7 @@ MODEL_FOLDER = "raysearch-models"
 
 def plain_copy(value: Any) -> Any:
     """``value`` with its dicts and lists copied (the config is rewritten in place while it is
-    read), other objects as they are: a reader or a model object is used, never copied (a
-    reader over a generator cannot be)."""
+    read), other objects (a reader, a model) as they are."""
     if isinstance(value, Mapping):
         return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -50,19 +47,15 @@ def plain_copy(value: Any) -> Any:
 
 def is_model_object(value: Any) -> bool:
     """Whether ``value`` is an ``onnx.ModelProto``."""
-    try:
-        import onnx
-    except ImportError:  # pragma: no cover - onnx is a dependency
-        return False
+    import onnx
+
     return isinstance(value, onnx.ModelProto)
 
 
 def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Path:
-    """The file holding ``model`` (an ``onnx.ModelProto``): saved once under ``folder``
-    (default this user's private ``$TMPDIR/raysearch-<uid>/raysearch-models``) with its
-    content's SHA-256 as its name, so the same model reuses its file (when it holds exactly
-    this model) and another never overwrites it. A model too large for one protobuf (2 GB)
-    cannot be given as an object: save it with external data and name the file."""
+    """The file holding ``model`` (an ``onnx.ModelProto``), saved once under ``folder``
+    (default this user's private folder) named by its content's SHA-256, so that the same
+    model reuses its file and another never overwrites it."""
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf refuses messages over 2 GB
@@ -86,8 +79,7 @@ def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Pa
     if target.is_file() and target.read_bytes() == data:  # used only when it is this model
         return target
     try:
-        # Written beside, then renamed: a concurrent search saving the same model never
-        # reads half a file.
+        # Written beside, then renamed: a concurrent search never reads half a file.
         fd, partial = tempfile.mkstemp(dir=target_folder, suffix=".partial")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -108,8 +100,7 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
     """Every feed of ``reader`` as one array per input of ``model``, read once.
 
     Raises:
-        ConfigError: (at ``key``) the reader raised, yielded nothing (one already read to its
-            end yields nothing again: give a fresh one, or arrays), or its feeds do not fit
+        ConfigError: (at ``key``) the reader raised, yielded nothing, or its feeds do not fit
             the model.
     """
     from raysearch.data import DataSource
@@ -117,8 +108,7 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
     try:
         return dict(DataSource.load(reader, model, label=key).arrays)
     except InputError as exc:
-        # The data error names its source first ("calibration_data (Reader): ..."); the
-        # ConfigError names the key itself.
+        # The ConfigError names the key itself, the data error its source.
         message = str(exc).partition(": ")[2] or str(exc)
         raise ConfigError(key, f"{type(reader).__name__}: {message}") from None
     except Exception as exc:  # the user's reader raised
@@ -128,9 +118,8 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
 
 
 def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``raw`` as a config file can hold it: each top-level value YAML cannot write (a reader,
-    a model object) replaced by ``"<python object: Type>"``, a function by
-    ``"<python function: module:qualname>"``, and those keys.
+    """``raw`` as a config file can hold it, each top-level value YAML cannot write replaced
+    by words, and those keys.
 
     Example:
         >>> written_config({"metric": "cos", "calibration_data": object()})

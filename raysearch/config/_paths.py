@@ -29,8 +29,8 @@ __all__ = ["input_path", "model_path", "output_dir"]
 def input_path(
     data: Mapping[str, Any], key: str, required: bool, base: Path, check_paths: bool
 ) -> Any:
-    """The input at ``key``: a checked path, a ``builtin:`` path resolved, a Python object
-    (a ``CalibrationDataReader``) as it is, or None when absent and not ``required``."""
+    """The input at ``key``: a checked path, a ``builtin:`` path resolved, a Python object as
+    it is, or None when absent and not ``required``."""
     value = data.get(key)
     if value is None:
         if required:
@@ -53,10 +53,8 @@ def input_path(
 
 
 def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
-    """The ``model`` key: a path to an ONNX model file (checked from its header: a data file or
-    anything else named here is refused before anything runs), an onnxruntime-genai or Optimum
-    folder (its model file), or an ``onnx.ModelProto`` given from Python, saved once to a file
-    named by its content."""
+    """The ``model`` key: a path to an ONNX model file (checked from its header), an
+    onnxruntime-genai or Optimum folder, or an ``onnx.ModelProto`` given from Python."""
     from raysearch.config._objects import is_model_object, model_object_path
 
     if is_model_object(data.get("model")):

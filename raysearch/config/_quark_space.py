@@ -4,8 +4,7 @@ rest of the config): the Python spellings of values (``QuantType.QInt8``,
 ``calibrate_method: PowerOfTwoMethod.MinMSE`` as ``extra_options.PowerOfTwoMethod``, and an
 AutoSearchPro space (``activation``, ``weight``, their ``*_params``, ``algorithms`` with
 ``adaquant_params``/``adaround_params``) as ONNX Runtime's settings. The device fine-tuning
-infers on (``adaquant_params.infer_device``, ``FastFinetune.InferDevice``) is raysearch's
-own choice, each trial's device: accepted, and the log says so.
+infers on is each trial's own: accepted, and the log says so.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -93,8 +92,7 @@ _PRO_KEYS = {"activation", "weight", "activation_params", "weight_params", "algo
 def quark_space(t: Translation, space: dict[str, Any], path: str) -> dict[str, Any]:
     """One space: Python spellings of values, power-of-two methods, AutoSearchPro's keys."""
     space = _spelled(t, space, path)
-    if _POT_KEY_PRESENT(space):
-        _power_of_two(t, space, path)
+    _power_of_two(t, space, path)
     if _PRO_KEYS & space.keys():
         space = _pro_space(t, space, path)
     options = space.get("extra_options")
@@ -145,12 +143,6 @@ def _spelled(t: Translation, node: Any, path: str) -> Any:
     return name
 
 
-def _POT_KEY_PRESENT(space: dict[str, Any]) -> bool:  # noqa: N802 - reads as a constant test
-    methods = space.get("calibrate_method")
-    values = methods if isinstance(methods, list) else [methods]
-    return any(_pot_method(v) for v in values)
-
-
 def _pot_method(value: Any) -> str | None:
     """The power-of-two method ``value`` spells (``PowerOfTwoMethod.MinMSE``, ``MinMSE``)."""
     value = _name(value)
@@ -161,13 +153,14 @@ def _pot_method(value: Any) -> str | None:
 
 
 def _power_of_two(t: Translation, space: dict[str, Any], path: str) -> None:
-    """``calibrate_method`` of power-of-two methods only: raysearch's MinMax calibration with
-    ``extra_options.PowerOfTwoMethod`` (what Quark's methods compute); mixed with ONNX
-    Runtime's methods, refused with the rewrite (two spaces)."""
-    where = f"{path}.calibrate_method"
-    written = space["calibrate_method"]
+    """``calibrate_method`` of power-of-two methods only: MinMax with
+    ``extra_options.PowerOfTwoMethod``; mixed with ONNX Runtime's methods, refused."""
+    written = space.get("calibrate_method")
     values = written if isinstance(written, list) else [written]
     methods = [_pot_method(v) for v in values]
+    if not any(methods):
+        return
+    where = f"{path}.calibrate_method"
     extra = space.setdefault("extra_options", {})
     if not all(methods) or not isinstance(extra, dict) or _POT in extra:
         space.pop("calibrate_method")
@@ -308,9 +301,8 @@ def _algorithms(
 
 
 def _infer_device(t: Translation, choices: Any, at: str) -> None:
-    """``infer_device``: where fine-tuning runs the quantized model is raysearch's own choice,
-    each trial's device (its ONNX Runtime providers), so a device is accepted and said to be
-    decided; anything but a device name is refused."""
+    """``infer_device``: fine-tuning infers on each trial's own device, so a device name is
+    accepted and said to be decided; anything else is refused."""
     values = choices if isinstance(choices, list) else [choices]
     wrong = [v for v in values if not _is_device(v)]
     if wrong:

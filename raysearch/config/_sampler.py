@@ -1,18 +1,11 @@
 """An Optuna sampler of the user's: ``search_algo`` given as a sampler instance from Python, and
 ``sampler_options``, the keyword arguments of the sampler a ``search_algo`` name builds.
 
-A sampler instance (``search_algo=TPESampler(multivariate=True, group=True, seed=3)``) runs
-as given inside Ray Tune's ``OptunaSearch`` over the space's define-by-run sampling (its
-conditional groups included); the search names it after the built-in sampler strategy of its
-class (``TPE`` for a ``TPESampler`` or a subclass of one), ``Sampler`` for any other
-``BaseSampler``. It is neither fitted to the budget nor reseeded by ``seed``. A config file
-cannot hold one: such a search is resumed from Python (``AutoSearch.resume(dir,
-config=...)``).
-
-``sampler_options`` (``{multivariate: true, n_startup_trials: 5}``) go to the sampler that a
-sampler strategy's name builds (``TPE``, ``GPS``, ...), over what raysearch fitted, each checked
-against the sampler class's signature. The staged strategies (``Auto``, ``TwoStage``, ...)
-keep their fitted samplers, and take none.
+A sampler instance runs as given inside Ray Tune's ``OptunaSearch`` (neither fitted to the
+budget nor reseeded), named after the built-in sampler strategy of its class (``TPE`` for a
+``TPESampler``), ``Sampler`` for any other. ``sampler_options`` go to the sampler a sampler
+strategy's name builds, over what raysearch fitted, each checked against the class's
+signature; the staged strategies keep their fitted samplers and take none.
 
 Example:
     >>> parse_sampler_options(None, "Auto", None)
@@ -40,8 +33,7 @@ _logger = logging.getLogger("raysearch.config")
 
 
 def given_sampler(value: Any) -> Any:
-    """``value`` when it is an Optuna sampler instance, else None (Optuna is not imported for
-    a name: an instance means Optuna is imported already)."""
+    """``value`` when it is an Optuna sampler instance, else None (without importing Optuna)."""
     samplers = sys.modules.get("optuna.samplers")
     if samplers is not None and isinstance(value, samplers.BaseSampler):
         return value
@@ -87,10 +79,8 @@ _DATA = (str, int, float, bool, list, tuple, dict, type(None))
 
 
 def _not_a_sampler(value: Any) -> str | None:
-    """Why ``value``, an object given from Python, is no ``search_algo`` (an Optuna sampler
-    class instead of an instance, a Ray Tune searcher, any other object), naming what was
-    given and that a sampler instance works; None for a sampler instance or a config's
-    value (a name, read by :func:`choose_algo`)."""
+    """Why ``value``, an object given from Python, is no ``search_algo`` (a sampler class, a
+    Ray Tune searcher, any other object); None for a sampler instance or a config's value."""
     if isinstance(value, _DATA):
         return None
     samplers = sys.modules.get("optuna.samplers")
@@ -119,9 +109,8 @@ def parse_sampler_options(value: Any, algo: str, sampler: Any) -> dict[str, Any]
     """``sampler_options`` for the search's ``algo`` (``sampler``: the instance given, if any).
 
     Raises:
-        ConfigError: options beside a sampler instance (it runs as given), for a strategy
-            that is no Optuna sampler's, or an argument the sampler does not take (the
-            closest one suggested) or refuses.
+        ConfigError: options beside a sampler instance, for a strategy that is no Optuna
+            sampler's, or an argument the sampler does not take or refuses.
     """
     if value is None:
         return {}

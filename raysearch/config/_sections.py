@@ -21,11 +21,8 @@ __all__ = ["StopConfig", "ResourcesConfig", "parse_stop", "parse_resources"]
 
 @dataclass
 class StopConfig:
-    """Stop conditions; ``-1`` (or absent) disables one.
-
-    ``find_best_candidate`` is a target stricter than the tolerance, in the metric's units
-    (``cos >= 0.9999``): the search ends at the first candidate that reaches it.
-    """
+    """Stop conditions; ``-1`` (or absent) disables one. ``find_best_candidate``: a target
+    stricter than the tolerance, in the metric's units, that ends the search when reached."""
 
     find_n_candidates: int = -1
     find_best_candidate: float | None = None

@@ -4,14 +4,12 @@
 Example:
     >>> "A8W8_SEARCH" in predefined_spaces()
     True
-    >>> [s.path for s in parse_spaces({"search_space": "A8W8_SEARCH"})]  # doctest: +SKIP
-    ['search_space']
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,15 +22,13 @@ from raysearch.space.points import resolve_point, resolve_points
 
 __all__ = [
     "predefined_spaces",
-    "load_predefined_space",
     "runnable_predefined_space",
     "parse_spaces",
     "preset_search_algo",
     "NARROWED_LOGGER",
 ]
 
-#: The logger of a predefined space narrowed to what this install can run (a search logs it
-#: as a warning: it changes what is searched; commands that search nothing quiet it).
+#: The logger of a predefined space narrowed to what this install can run.
 NARROWED_LOGGER = "raysearch.config.narrowed"
 _narrowed = logging.getLogger(NARROWED_LOGGER)
 
@@ -48,14 +44,8 @@ def predefined_spaces() -> dict[str, Path]:
     return dict(sorted(out.items()))
 
 
-def load_predefined_space(name: str, path: str = "search_space") -> dict[str, Any]:
-    """The raw dict of a predefined space (its file's ``search_space`` key)."""
-    return _load_predefined(name, path).get("search_space")
-
-
 def preset_search_algo(name: str) -> str | None:
-    """The ``search_algo`` a predefined space's file names as its default (None: none; the
-    weight-only presets name ``WeightOnly``).
+    """The ``search_algo`` a predefined space's file names as its default (None: none).
 
     Example:
         >>> preset_search_algo("WEIGHT_ONLY_INT4_SEARCH"), preset_search_algo("A8W8_SEARCH")
@@ -121,9 +111,8 @@ def _parse_one(raw: Any, path: str) -> SearchSpace:
 
 
 def runnable_predefined_space(name: str) -> tuple[Any, list[str]]:
-    """The predefined space ``name``'s ``search_space`` as a search here runs it: narrowed to
-    the backends and techniques whose optional packages are installed; and, one line each,
-    what was narrowed and why (empty when it runs whole).
+    """The predefined space ``name``'s ``search_space`` narrowed to the backends and
+    techniques installed here, and what was narrowed and why, one line each.
 
     Example:
         >>> raw, notes = runnable_predefined_space("MATMUL_CONV_INT8_SEARCH")
@@ -140,8 +129,7 @@ def _runnable(name: str, raw: Any) -> tuple[Any, list[str]]:
 
 
 def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
-    """A predefined space's start points without those of a backend this install lacks (its
-    choice was narrowed away by :func:`_without_missing_backends`)."""
+    """A predefined space's start points without those of a backend narrowed away."""
     backends = raw.get("quantizer") if isinstance(raw, dict) else None
     if not isinstance(backends, list):
         return starts
@@ -151,8 +139,7 @@ def _runnable_starts(starts: list[Any], raw: Any) -> list[Any]:
 
 
 def _add_config_starts(spaces: list[SearchSpace], raws: Any) -> None:
-    """The config's own ``points_to_evaluate``: each point goes to the first space it is a
-    point of, and runs before that space's predefined start points."""
+    """The config's ``points_to_evaluate``, each run first in the first space it fits."""
     if raws is None:
         return
     if not isinstance(raws, list) or not raws:
@@ -185,11 +172,9 @@ def _missing_backends(values: Any) -> dict[str, str]:
 
 
 def _without_missing_backends(name: str, raw: Any, notes: list[str]) -> Any:
-    """A predefined space that searches several backends (``quantizer: [ort, nncf]``) searches
-    those that can run here, with a note (in ``notes``) naming the extra, and without the
-    groups only a missing backend activates (``only_if: {quantizer: nncf}``): the preset stays
-    usable on a lean install. A space the user writes is refused instead
-    (:func:`_check_backend_requirements`)."""
+    """A predefined space that searches several backends searches those that can run here,
+    with a note naming the extra, and without the groups only a missing backend activates:
+    the preset stays usable on a lean install (a space the user writes is refused)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("quantizer"), list):
         return raw
     missing = _missing_backends(raw["quantizer"])
@@ -206,17 +191,18 @@ def _without_missing_backends(name: str, raw: Any, notes: list[str]) -> Any:
         wanted = condition["quantizer"]
         return all(b in missing for b in (wanted if isinstance(wanted, list) else [wanted]))
 
-    def drop_groups(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        return {k: drop_groups(v) for k, v in node.items() if not only_missing(v)}
+    return {**_drop_groups(raw, only_missing), "quantizer": kept}
 
-    return {**drop_groups(raw), "quantizer": kept}
+
+def _drop_groups(node: Any, drop: Callable[[Any], bool]) -> Any:
+    """``node`` without the groups, at any depth, that ``drop`` says could never be active."""
+    if not isinstance(node, dict):
+        return node
+    return {k: _drop_groups(v, drop) for k, v in node.items() if not drop(v)}
 
 
 def _check_backend_requirements(space: SearchSpace, path: str) -> None:
-    """ConfigError when the space can select a backend whose optional package is missing
-    (``quantizer: nncf`` without NNCF): said before anything runs, naming the extra."""
+    """ConfigError, naming the extra, when the space can select a backend not installed."""
     for param in space.params:
         if param.leaf == "quantizer":
             missing = _missing_backends(list(getattr(param.domain, "choices", ())))
@@ -237,11 +223,9 @@ def _technique_switches() -> dict[str, type]:
 
 
 def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
-    """A predefined space that searches a technique on and off (``include_fast_ft: [false,
-    true]``) searches it off only when its optional package is missing, with a note (in
-    ``notes``) naming the extra: the preset stays usable on a lean install. A preset that
-    needs the technique (``[true]``) and a space the user writes are refused instead
-    (:func:`_check_technique_requirements`)."""
+    """A predefined space that searches a technique on and off searches it off only when its
+    optional package is missing, with a note naming the extra (a preset that needs the
+    technique, or a space the user writes, is refused)."""
     switches = _technique_switches()
     off: set[str] = set()
 
@@ -264,19 +248,12 @@ def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
         names = [condition] if isinstance(condition, str) else list(condition or ())
         return any(n in off for n in names)
 
-    def drop_groups(node: Any) -> Any:
-        # A group active only with a switched-off technique would never be active.
-        if not isinstance(node, dict):
-            return node
-        return {k: drop_groups(v) for k, v in node.items() if not needs_off_switch(v)}
-
     narrowed = narrow(raw)
-    return drop_groups(narrowed) if off else narrowed
+    return _drop_groups(narrowed, needs_off_switch) if off else narrowed
 
 
 def _check_technique_requirements(space: SearchSpace, path: str) -> None:
-    """ConfigError when the space can switch on a technique whose optional package is missing
-    (fine-tuning without PyTorch): said before any trial runs, naming the extra."""
+    """ConfigError, naming the extra, when the space can switch on a technique not installed."""
     switches = _technique_switches()
     for param in space.params:
         cls = switches.get(param.leaf)

@@ -1,8 +1,7 @@
 """``builtin:`` paths: names a config may give instead of a file, for data raysearch ships.
 
-This module is the table of those names; what is behind each is built by its owner only when a
-path is resolved (the demo's magika model and its data, built on first use). The config stage
-imports this module, never the demo itself.
+What is behind each name is built only when a path is resolved (the demo's magika model and
+data); the config stage never imports the demo itself.
 
 Example:
     >>> is_builtin("builtin:magika"), is_builtin("model.onnx")
@@ -57,8 +56,7 @@ def is_builtin(value: object) -> bool:
 
 
 def resolve_builtin(name: str) -> Path:
-    """The path behind a ``builtin:`` name (the ``builtin:`` prefix is optional; the name in
-    any case).
+    """The path behind a ``builtin:`` name (prefix optional, the name in any case).
 
     Raises:
         KeyError: no such built-in (the name without its prefix).

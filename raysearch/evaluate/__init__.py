@@ -1,29 +1,14 @@
 """Scoring quantized models: built-in metrics, custom evaluators, the tolerance.
 
-The public face of the evaluate stage. Its parts, one concept each:
-
-- :mod:`raysearch.metrics`: the table of built-in metrics (L1, L2, cos, PSNR, SSIM: name,
-  function, direction) and their maths (:func:`compute_metric`),
-- ``raysearch.evaluate._run``: running a model over the data and timing it,
-- ``raysearch.evaluate._reference``: the float model's outputs (:class:`FloatReference`),
-- ``raysearch.evaluate._evaluator``: scores and the tolerance (:class:`Evaluator`),
-- ``raysearch.evaluate._custom``: loading a custom evaluator by import path
-  (:func:`load_custom_evaluator`), alone so that the one place raysearch imports code by name
-  for scoring is easy to audit.
-
-A custom evaluator is ``fn(model_path: str, providers: list) -> float | dict``, given as a
-callable or as ``"package.module:function"`` (a module that is not installed is looked up in
-the config's folder, then the working directory: :mod:`raysearch.usercode`). A dict names its
-main metric by ``metric_key``, else by the key ``"metric"``, else by being its only key; other
-numeric keys are recorded as extra metrics. The float model is scored once with the same function.
+A custom evaluator (:class:`raysearch.CustomEvaluator`) returns a float or a dict, whose main
+metric is ``metric_key``, else ``"metric"``, else its only key; other numeric keys are
+recorded as extra metrics. The float model is scored once with the same function.
 
 Example:
     >>> from raysearch.evaluate import Evaluator
     >>> ev = Evaluator("cos", tolerance=0.999)
     >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
     (True, True, False)
-    >>> top1 = Evaluator("my_pkg.evals:top1", tolerance=0.01,        # doctest: +SKIP
-    ...                  tolerance_mode="relative", higher_is_better=True)
 """
 
 from __future__ import annotations

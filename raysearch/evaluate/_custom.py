@@ -1,14 +1,7 @@
-"""Loading a custom evaluator by import path: the one place raysearch imports code by name for
-scoring, kept alone so that it is easy to audit (the import itself is
-:func:`raysearch.usercode.import_named`); and a function given from Python, pickled for the
-trials.
-
-A function given as the evaluator (Quark's ``search_evaluator`` from Python) reaches the trial
-actors pickled with Ray's cloudpickle. Its module's code goes by value, unless the module is
-installed (site-packages, the standard library): a Ray worker cannot import a test module, a
-module of the user's project or ``__main__``, and pickled by reference they would fail there.
-A function that cannot be pickled (a closure over a lock, an open file, a session) is refused
-when the config is read, not when the first trial starts.
+"""Loading a custom evaluator by import path (kept alone, to be easy to audit), and a function
+given from Python, pickled for the trials: its module's code by value unless the module is
+installed, since a Ray worker cannot import a test module, the user's project or ``__main__``.
+A function that cannot be pickled is refused when the config is read.
 
 Example:
     >>> import threading
@@ -41,10 +34,8 @@ def load_custom_evaluator(
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> Callable[..., Any]:
     """The function named by ``"package.module:function"`` (or ``spec`` itself when callable),
-    checked to accept ``(model_path, providers)``, or to be Quark's
-    ``search_evaluator(onnx_path, **args)`` (called with the path alone:
-    :func:`takes_providers`). A module Python does not find is imported from the first of
-    ``search_dirs`` holding it (:func:`raysearch.usercode.import_named`).
+    checked to accept ``(model_path, providers)`` or be Quark's ``(onnx_path, **args)``; a
+    module Python does not find is imported from the first of ``search_dirs`` holding it.
 
     Raises:
         ConfigError: (at ``key``) the module cannot be imported, has no such function, or the
@@ -85,9 +76,8 @@ def load_custom_evaluator(
 
 
 def takes_providers(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` is called ``(model_path, providers)`` (raysearch's convention) rather
-    than with the path alone, as Quark's ``search_evaluator(onnx_path, **args)`` is written
-    (:func:`is_quark_evaluator`): the first unless it is Quark's form.
+    """Whether ``func`` is called ``(model_path, providers)`` rather than with the path alone
+    (Quark's form, :func:`is_quark_evaluator`).
 
     Example:
         >>> takes_providers(lambda path, providers: 1.0), takes_providers(lambda path, **a: 1.0)
@@ -97,9 +87,8 @@ def takes_providers(func: Callable[..., Any]) -> bool:
 
 
 def is_quark_evaluator(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` has the form of Quark's custom evaluator, ``(onnx_path, **args)``: it
-    cannot take ``(model_path, providers)`` but takes the path alone and keyword arguments.
-    A plain one-argument function is not: its signature is more likely a mistake.
+    """Whether ``func`` has the form of Quark's custom evaluator, ``(onnx_path, **args)``,
+    and cannot take ``(model_path, providers)`` (a plain one-argument function is a mistake).
 
     Example:
         >>> is_quark_evaluator(lambda onnx_path, **args: 1.0), is_quark_evaluator(len)
@@ -152,8 +141,7 @@ def _check_picklable(func: Callable[..., Any], label: str, key: str) -> None:
 
 
 def _installed(module: ModuleType) -> bool:
-    """Whether ``module`` is importable on every Ray worker as it is here: built in, or a file
-    of the standard library or site-packages."""
+    """Whether ``module`` is built in, or a file of the standard library or site-packages."""
     file = getattr(module, "__file__", None)
     if not file:
         return module.__name__ != "__main__"
@@ -165,11 +153,7 @@ def _installed(module: ModuleType) -> bool:
 
 def pickle_for_trials(func: Callable[..., Any]) -> bytes:
     """``func`` pickled as the trials receive it (Ray's cloudpickle), its module's code by
-    value unless the module is installed (see the module).
-
-    Raises:
-        Exception: whatever pickling raises (an unpicklable object the function holds).
-    """
+    value unless the module is installed; raises whatever pickling raises."""
     from ray import cloudpickle
 
     module = sys.modules.get(getattr(func, "__module__", None) or "")

@@ -1,19 +1,10 @@
 """Scores and the tolerance: :class:`Evaluator` scores a quantized model (a built-in metric or
 a custom evaluator) and decides whether it is a candidate.
 
-The tolerance (SPEC.md): for a built-in metric it bounds the metric itself (``L2 <= tol``,
-``cos >= tol``); for a custom metric it bounds the drop against the float score, ``absolute``
-(``float - quant``) or ``relative`` (``(float - quant) / |float|``), the drop being measured in
-the worse direction (``quant - float`` when lower is better).
-
-Scoring, the tolerance, the sampler's objective and the calls of a custom evaluator
-(raysearch's and Quark's forms) are one object's rules: each reads the same metric, direction
-and float score.
-
-Example:
-    >>> ev = Evaluator("cos", tolerance=0.999)
-    >>> ev.higher_is_better, ev.is_candidate(0.9995), ev.is_candidate(0.99)
-    (True, True, False)
+The tolerance (README, "A complete config"): for a built-in metric it bounds the metric
+itself (``L2 <= tol``, ``cos >= tol``); for a custom metric it bounds the drop against the
+float score, ``absolute`` (``float - quant``) or ``relative`` (``(float - quant) / |float|``),
+the drop being measured in the worse direction (``quant - float`` when lower is better).
 """
 
 from __future__ import annotations
@@ -70,11 +61,9 @@ class Score:
 class Evaluator:
     """Scores a quantized model and decides whether it is a candidate.
 
-    ``metric`` is a built-in name (``L1``, ``L2``, ``cos``, ``PSNR``, ``SSIM``; for causal
-    language models ``kl``, ``top1_agreement``, ``perplexity``; or an alias, in any case), a
-    callable or ``"package.module:function"`` (its module, when not installed,
-    from the first of ``search_dirs`` holding it). ``higher_is_better`` is fixed for built-ins
-    and defaults to True for custom metrics.
+    ``metric`` is a built-in name (or an alias, in any case), a callable or
+    ``"package.module:function"`` (its module, when not installed, from ``search_dirs``).
+    ``higher_is_better`` is fixed for built-ins and defaults to True for custom metrics.
 
     Example:
         >>> ev = Evaluator("L2", tolerance=0.01)
@@ -122,8 +111,6 @@ class Evaluator:
                     f"unknown metric {metric!r}; expected {LISTED} or "
                     "'package.module:function'" + suggest(metric, BUILTIN_METRICS),
                 )
-            # The loader lives in the public module (the one place raysearch imports code by
-            # name); imported here because that module imports this one.
             from raysearch.evaluate._custom import load_custom_evaluator, takes_providers
 
             self.function = load_custom_evaluator(metric, search_dirs=search_dirs)
@@ -131,11 +118,9 @@ class Evaluator:
             self.takes_providers = takes_providers(self.function)
             self.name = metric if isinstance(metric, str) else qualified_name(metric)
             self.higher_is_better = True if higher_is_better is None else bool(higher_is_better)
-        #: A function given from Python (not named by import path): pickled by value for the
-        #: trials where its module is not installed (:func:`pickle_for_trials`).
+        #: A function given from Python (not by import path): pickled by value for the trials.
         self.given_function = self.function is not None and not isinstance(metric, str)
-        #: Where a function named by import path was looked for: a trial worker imports it
-        #: from there too (:func:`raysearch.usercode.where_code_lives`).
+        #: Where a function named by import path was looked for: a trial worker looks there too.
         self.search_dirs = tuple(os.fspath(folder) for folder in search_dirs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -145,8 +130,7 @@ class Evaluator:
 
             state["function"] = _PickledFunction(pickle_for_trials(self.function))
         elif self.function is not None:
-            # By its name: the receiving process imports it as the driver did, from where it
-            # lives (never by pickle's import, which knows no search folder).
+            # By its name: imported where it lives (pickle's import knows no search folder).
             state["function"] = _NamedFunction(self.name)
         return state
 
@@ -158,15 +142,13 @@ class Evaluator:
             from raysearch.evaluate._custom import load_custom_evaluator
             from raysearch.usercode import where_code_lives
 
-            folders = where_code_lives(state.get("search_dirs", ()))
+            folders = where_code_lives(state["search_dirs"])
             state["function"] = load_custom_evaluator(function.spec, search_dirs=folders)
         self.__dict__.update(state)
 
     @classmethod
     def from_config(cls, config: Any) -> Evaluator:
-        """Build from a :class:`raysearch.config.SearchConfig` (its ``metric`` or
-        ``metric_function``, ``tolerance``,
-        ``tolerance_mode``, ``higher_is_better``, ``metric_key`` and ``code_dirs``)."""
+        """Build from a :class:`raysearch.config.SearchConfig`'s metric settings."""
         return cls(
             getattr(config, "metric_function", None) or config.metric,
             config.tolerance,
@@ -182,9 +164,8 @@ class Evaluator:
 
     @property
     def accepts_fraction(self) -> bool:
-        """Whether the custom evaluator takes a ``fraction`` argument: then a search that
-        evaluates on growing subsets calls it with ``fraction=f`` (0 < f < 1) to score the
-        first ``f`` of its rows in a fixed order, and without it for every row."""
+        """Whether the custom evaluator takes a ``fraction`` argument: then early stopping
+        calls it with ``fraction=f`` to score the first ``f`` of its rows in a fixed order."""
         if self.function is None:
             return False
         try:
@@ -199,9 +180,8 @@ class Evaluator:
 
     @property
     def is_lm(self) -> bool:
-        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``): its trials
-        also time one-token decode and a prefill (``decode_latency_ms``,
-        ``prefill_latency_ms``)."""
+        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``), whose trials
+        also time one-token decode and a prefill."""
         metric = METRICS.get(self.name) if self.function is None else None
         return metric is not None and metric.lm
 
@@ -210,7 +190,6 @@ class Evaluator:
         """Built-in metrics compare against the float model's outputs."""
         return not self.is_custom
 
-    # -- scoring ---------------------------------------------------------------------------
     def score(
         self,
         model_path: str | os.PathLike | None = None,
@@ -220,11 +199,9 @@ class Evaluator:
         providers: Sequence[Any] | None = None,
         inputs: Mapping[str, np.ndarray] | None = None,
     ) -> Score:
-        """Score one model: built-ins from ``outputs`` against ``reference`` (and the data's
-        ``inputs``, where perplexity reads the text); a custom evaluator by calling it with
-        ``(model_path, providers)``. A language-model metric's score carries every
-        language-model metric with its 95 % interval as extras
-        (:func:`raysearch.metrics.lm_scores`).
+        """Score one model: built-ins from ``outputs`` against ``reference`` (and ``inputs``,
+        where perplexity reads the text), a language-model metric with every language-model
+        metric and its interval as extras; a custom evaluator by calling it.
 
         Raises:
             MetricError: the score cannot be computed (NaN outputs, a bad return value).
@@ -250,13 +227,13 @@ class Evaluator:
         *,
         fraction: float | None = None,
     ) -> Score:
-        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its
-        rows when given: see :attr:`accepts_fraction`) and read its result."""
+        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its rows
+        when given) and read its result."""
         if self.function is None:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]
         # Quark's search_evaluator(onnx_path, **args) is told the path alone.
-        args = (providers,) if getattr(self, "takes_providers", True) else ()
+        args = (providers,) if self.takes_providers else ()
         if fraction is None:
             value = self.function(os.fspath(model_path), *args)
         else:
@@ -311,10 +288,8 @@ class Evaluator:
             return Score(main, extra)
         return Score(_number(value, where))
 
-    # -- decisions -------------------------------------------------------------------------
     def drop(self, score: float, float_score: float) -> float:
-        """How much worse ``score`` is than ``float_score`` (negative when better), absolute
-        or relative to ``|float_score|`` per ``tolerance_mode``."""
+        """How much worse ``score`` is than ``float_score``, per ``tolerance_mode``."""
         diff = (float_score - score) if self.higher_is_better else (score - float_score)
         if self.tolerance_mode == "absolute":
             return diff
@@ -330,8 +305,7 @@ class Evaluator:
         """
         if self.tolerance is None or score is None or not math.isfinite(score):
             return False
-        # A bound met exactly is met: 1 - 0.998 is 0.0020000000000000018 in binary floating
-        # point, and 499 of 500 rows kept must pass a tolerance of 0.002.
+        # A bound met exactly is met, whatever binary floating point rounds it to.
         slack = _BOUND_SLACK * max(1.0, abs(self.tolerance))
         if not self.is_custom:
             if self.higher_is_better:
@@ -343,8 +317,7 @@ class Evaluator:
 
     def threshold(self, float_score: float | None = None) -> float | None:
         """The metric value where candidates begin: the tolerance itself for a built-in
-        metric; for a custom one the float model's score less the drop the tolerance allows
-        (absolute, or relative to ``|float_score|``). None without a tolerance.
+        metric, else the float model's score less the drop it allows; None without one.
 
         Raises:
             ValueError: a custom metric without the float model's score.
@@ -367,9 +340,8 @@ class Evaluator:
         return float_score - allowed if self.higher_is_better else float_score + allowed
 
     def missed_by(self, score: float | None, float_score: float | None = None) -> float | None:
-        """How far ``score`` falls short of the :meth:`threshold`, in the metric's own units
-        (for a custom metric, its :meth:`drop` past the tolerance, scaled back to the metric);
-        0 when it meets the tolerance; None without a tolerance or a finite score.
+        """How far ``score`` falls short of the :meth:`threshold`, in the metric's units; 0
+        when it meets the tolerance; None without a tolerance or a finite score.
 
         Example:
             >>> round(Evaluator("cos", tolerance=0.999).missed_by(0.996), 6)
@@ -393,24 +365,13 @@ class Evaluator:
     ) -> float | None:
         """The value a search's sampler optimises for this trial, in the metric's direction.
 
-        The best trial of a search is the most quantized candidate
-        (:func:`raysearch.outputs.better`), so a sampler told the metric alone spends its
-        trials on settings that keep nodes float (they score best and are never the answer).
-        This is the metric for a trial that is not a candidate, and for a candidate the metric
-        moved past every trial that is not one by ``scale * quantized_share``: a candidate's
-        metric is already on the good side of the tolerance's threshold, which every other
-        trial's metric is not, so adding anything keeps candidates first; ``scale`` is larger
-        than the spread of candidates' metrics times the node count, so one more quantized
-        node outweighs any metric difference among candidates (for a metric that does not
-        beat float by more than ``1 + |float| + |tolerance|``). Optuna's samplers take one
-        number; Ray Tune's ``OptunaSearch`` passes it on unchanged.
-
-        A trial that keeps every MatMul/Gemm/Conv float
-        (:func:`~raysearch.modelgraph.quantizes_nothing`: the float model's speed, however it
-        scores) is told ``scale`` worse than its metric, below every trial that quantizes
-        something, as the best rule ranks it (it is never a candidate, nor the best while a
-        trial that quantizes something completed). Told its metric, a sampler would spend its
-        trials on promoting everything to float.
+        The best trial is the most quantized candidate, so a sampler told the metric alone
+        would spend its trials on settings that keep nodes float. A candidate's metric is
+        moved past every non-candidate's by ``scale * quantized_share``, ``scale`` larger than
+        the spread of candidates' metrics times the node count, so that one more quantized
+        node outweighs any metric difference among candidates; a non-candidate is told its
+        metric. A trial that quantizes nothing is told ``scale`` worse, below every trial that
+        quantizes something, as the best rule ranks it.
 
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)

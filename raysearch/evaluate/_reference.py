@@ -1,13 +1,7 @@
 """The float reference: the float model's outputs on the evaluation data, once per search.
 
 Built-in metrics compare every quantized model with these outputs; they are cached on disk
-under a key of the model, the data, its batching and the device kind.
-
-Example:
-    >>> ref = FloatReference.cached(cache_dir, "model.onnx", eval_data)   # doctest: +SKIP
-    >>> ref.output_names, ref.num_samples                                # doctest: +SKIP
-    (['logits'], 500)
-"""
+under a key of the model, the data, its batching and the device kind."""
 
 from __future__ import annotations
 
@@ -32,23 +26,15 @@ if TYPE_CHECKING:
 
 __all__ = ["FloatReference"]
 
-# The logger of the public module: what users filter on did not move.
+# The logger of the public module, the name users filter on.
 _logger = logging.getLogger("raysearch.evaluate")
 
 
 @dataclass
 class FloatReference:
-    """The float model's outputs on the evaluation data, computed once per search.
-
-    ``outputs`` maps each output name to its values concatenated over samples. Saved as one
-    ``.npy`` per output (memory-mapped when loaded) plus ``meta.json`` in a folder.
-
-    Example:
-        >>> ref = FloatReference.compute("model.onnx", eval_data, threads=2)   # doctest: +SKIP
-        >>> ref.save(cache_dir / "reference" / ref.key)                        # doctest: +SKIP
-        >>> FloatReference.load(cache_dir / "reference" / ref.key).num_samples  # doctest: +SKIP
-        500
-    """
+    """The float model's outputs on the evaluation data (``outputs``: each output's values
+    over samples), computed once per search; saved as one ``.npy`` per output (memory-mapped
+    when loaded) and ``meta.json``."""
 
     outputs: dict[str, np.ndarray]
     key: str = ""
@@ -83,8 +69,7 @@ class FloatReference:
         model_hash: str | None = None,
         providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Run the float model once over ``data``, on ``providers`` (a trial's
-        ``session_providers``, options included) or else on ``gpu_id``'s device.
+        """Run the float model once over ``data``, on ``providers``, else on ``gpu_id``'s.
 
         Raises:
             EvaluatorError: the float model's own outputs hold NaN or inf.

@@ -1,12 +1,4 @@
-"""Running a model over evaluation data, and timing it.
-
-Example:
-    >>> outputs, latencies = run_model(session, data)    # doctest: +SKIP
-    >>> measure_latency(session, data.batch(0), runs=5)   # doctest: +SKIP
-    1.7
-    >>> measure_decoder_latency(session, data)             # doctest: +SKIP
-    {'decode_latency_ms': 0.52, 'prefill_latency_ms': 9.3}
-"""
+"""Running a model over evaluation data, and timing it."""
 
 from __future__ import annotations
 
@@ -23,11 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["run_model", "measure_latency", "measure_decoder_latency", "DECODER_LATENCY_RUNS"]
 
-#: The timed runs (after one warm-up) of each decoder latency (:func:`measure_decoder_latency`):
-#: a step is short, so a few more than a batch's five.
+#: The timed runs (after one warm-up) of each decoder latency: a step is short.
 DECODER_LATENCY_RUNS = 10
-#: How many times :data:`DECODER_LATENCY_RUNS` steps each model takes when a decode step is
-#: timed against another model's (``anchor``).
+#: How many times the steps each model takes when timed against an ``anchor``.
 ANCHORED_RUNS_FACTOR = 4
 
 
@@ -77,21 +67,16 @@ def measure_decoder_latency(
     runs: int = DECODER_LATENCY_RUNS,
     anchor: ort.InferenceSession | None = None,
 ) -> dict[str, float]:
-    """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: the prompt, ``[1,
-    min(128, the data's sequence length)]`` tokens of the data's first sequence with an empty
-    past) and of a decode step (``decode_latency_ms``), each after one warm-up run.
+    """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: up to 128 tokens
+    of the data's first sequence) and of a decode step (``decode_latency_ms``), each after one
+    warm-up run.
 
-    A decoder with a key/value cache (``present.*`` outputs for its ``past_key_values.*``
-    inputs) is timed as a client decodes: the prompt once, then ``runs`` tokens one by one,
-    each step fed the cache the step before wrote; one without a cache, on one token alone.
-    With ``anchor`` (another model of the same inputs and outputs, the one a bound is set
-    by), the two decode the same tokens step by step in turn, which of them first alternating,
-    so that whatever else runs on the machine slows both alike and neither gains from going
-    second; each takes :data:`ANCHORED_RUNS_FACTOR` times ``runs`` steps (a comparison of two
-    medians within a few percent of each other); its median step is
-    ``anchor_decode_latency_ms``.
-    Empty when the model cannot take such feeds (no ``input_ids``, another input, a fixed
-    sequence length)."""
+    A decoder with a key/value cache is timed as a client decodes: the prompt once, then
+    ``runs`` tokens one by one, each fed the cache the step before wrote; one without a
+    cache, on one token alone. With ``anchor`` (the model a bound is set by) the two decode
+    the same tokens in turn, which first alternating, so that the machine's load slows both
+    alike; each takes :data:`ANCHORED_RUNS_FACTOR` times the steps, the anchor's median
+    being ``anchor_decode_latency_ms``. Empty when the model cannot take such feeds."""
     from raysearch.data import latency_feeds, next_step_feed, past_outputs
 
     feeds = latency_feeds(data.arrays, data.inputs)

@@ -1,14 +1,11 @@
 """Evaluation on growing subsets: the rows each rung of a trial's evaluation adds, the float
 reference sliced alike, and whether a partly evaluated setting can still be a candidate.
 
-A search that evaluates on growing subsets (``early_stopping``) fixes one shuffled order of
-the evaluation rows (seeded, the same in every process); rung ``k`` of a trial evaluates the
-rows ``order[sizes[k-1]:sizes[k]]`` with the session of earlier rungs, so a trial that goes to
-the end has run every row exactly once. A custom evaluator that takes a ``fraction`` argument
-is called with the rung's fraction instead (raysearch does not see its rows).
+A search with ``early_stopping`` fixes one seeded shuffled order of the evaluation rows; rung
+``k`` evaluates ``order[sizes[k-1]:sizes[k]]``, so a trial that goes to the end runs every
+row once. A custom evaluator taking a ``fraction`` argument is given the rung's fraction.
 
 Example:
-    >>> import numpy as np
     >>> rungs = EvalRungs((0.1, 0.33, 1.0), sizes=(50, 165, 500),
     ...                   order=np.random.default_rng(0).permutation(500))
     >>> len(rungs), len(rungs.rows(1)), rungs.fraction(1)
@@ -44,14 +41,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EvalRungs:
-    """The rungs of a trial's evaluation.
-
-    ``fractions``: the configured fractions of the rows after each rung (the last is 1.0).
-    ``sizes``: the rows evaluated once each rung is done (built-in metrics; the last is every
-    row); None for a custom evaluator, which is given the fraction. ``order``: the fixed
-    shuffled order of the rows (built-in metrics). ``reduction_factor``: a rung keeps the best
-    ``1 / reduction_factor`` of the trials that reach it.
-    """
+    """The rungs of a trial's evaluation: the configured ``fractions`` of the rows (the last
+    1.0); for built-in metrics the rows evaluated after each rung (``sizes``) in a fixed
+    shuffled ``order``; and the ``reduction_factor`` (a rung keeps the best ``1 / r``)."""
 
     fractions: tuple[float, ...]
     sizes: tuple[int, ...] | None = None
@@ -60,11 +52,6 @@ class EvalRungs:
 
     def __len__(self) -> int:
         return len(self.sizes) if self.sizes is not None else len(self.fractions)
-
-    @property
-    def total_rows(self) -> int | None:
-        """Every evaluation row (None for a custom evaluator)."""
-        return None if self.sizes is None else self.sizes[-1]
 
     def rows(self, k: int) -> np.ndarray:
         """The rows (indices into the evaluation data) rung ``k`` adds."""
@@ -119,10 +106,9 @@ def plan_rungs(
 ) -> tuple[EvalRungs | None, str | None]:
     """The rungs of this search's evaluation, or None and why it evaluates every row at once.
 
-    Built-in metrics: the rows of each rung (whole static batches), at least ``min_rows`` in
-    the first one, in a shuffled order seeded by ``seed``. A custom evaluator: the fractions,
-    when it takes a ``fraction`` argument. ``reference_rows``: the rows ``reference`` was
-    computed on, when not every row (the first batch of a reference still being computed).
+    Built-in metrics: whole static batches, at least ``min_rows`` in the first rung, in a
+    seeded shuffled order (``reference_rows``: the rows a partial reference covers). A custom
+    evaluator: the fractions, when it takes a ``fraction`` argument.
     """
     if evaluator.is_custom:
         if not evaluator.accepts_fraction:
@@ -148,12 +134,11 @@ def plan_rungs(
 
 
 #: How many standard errors from the tolerance a partly evaluated metric must be before its
-#: setting no longer counts as one that could become a candidate: a one-sided normal tail of
-#: 3e-5 (the rows seen are a uniform sample, without replacement, of all the rows).
+#: setting no longer counts as one that could become a candidate (the rows seen are a
+#: uniform sample, without replacement, of all the rows).
 CANDIDATE_Z = 4.0
 #: How many standard errors below a rung's cutoff a partly evaluated setting's mean must be
-#: before early stopping stops it (a one-sided normal tail of 2.3 %): a near-tie on a tenth of
-#: the rows is not a ranking (:class:`raysearch.search.tune._rungs.RungScheduler`).
+#: before early stopping stops it: a near-tie on a tenth of the rows is not a ranking.
 TIE_Z = 2.0
 
 
@@ -168,9 +153,8 @@ def could_reach(
     """Whether a metric averaged over ``total`` rows, whose first rows (a uniform random
     sample of them) score ``values``, could still meet the tolerance (``meets``) over all.
 
-    No, when it cannot: the rows not seen scoring ``best`` (the best one row can score) would
-    not bring it there. No, when its mean is more than :data:`CANDIDATE_Z` standard errors
-    (finite-population corrected) on the wrong side. Yes otherwise.
+    No when the rows not seen scoring ``best`` would not bring it there, or when its mean is
+    more than :data:`CANDIDATE_Z` standard errors on the wrong side; yes otherwise.
 
     Example:
         >>> meets = lambda m: m >= 0.999                         # cos within 0.999

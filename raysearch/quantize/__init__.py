@@ -1,11 +1,6 @@
 """Quantization: backends and techniques in registries, the shared calibration cache, the
-settings catalogue. This package's face is the backends' registry; the techniques' is
-:mod:`raysearch.quantize.technique`, the calibration cache's
-:mod:`raysearch.quantize.calibration`, and a plugin's :mod:`raysearch.plugins`.
-
-``raysearch.quantize.backends.ort.options`` (the catalogue) and the registry import nothing
-heavy, so the config and space stages stay fast; ONNX Runtime's quantizer is imported when a
-backend or the cache is first used.
+settings catalogue. This package's face is the backends' registry; the catalogue and the
+registry import nothing heavy, ONNX Runtime's quantizer only when a backend is first used.
 
 Example:
     >>> from raysearch.quantize import get_backend, available_backends

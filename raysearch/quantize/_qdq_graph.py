@@ -2,17 +2,13 @@
 and the float model's tensors for them (shared by the bias-correction and power-of-two
 techniques).
 
-What ONNX Runtime 1.31 writes (``QuantFormat.QDQ``): a weight ``w`` becomes the initializer
-``w_quantized`` read by ``DequantizeLinear(w_quantized, w_scale, w_zero_point[, axis])``; an
-activation ``t`` passes ``QuantizeLinear(t, t_scale, t_zero_point)`` then ``DequantizeLinear``
-with the same scale and zero point (a graph output ``y`` is renamed
-``y_QuantizeLinear_Input`` before its pair); a Conv/Gemm bias ``b`` becomes int32
-``b_quantized`` with scale ``input_scale * weight_scale`` (shape ``[1]`` or per channel,
-``axis`` 0) and zero point 0; the constant of a MatMul's following Add is quantized like an
-activation (its own scale, activation type and zero point).
+What ONNX Runtime writes (``QuantFormat.QDQ``): a weight ``w`` becomes ``w_quantized`` read by
+``DequantizeLinear``; an activation passes a ``QuantizeLinear``/``DequantizeLinear`` pair (a
+graph output ``y`` renamed ``y_QuantizeLinear_Input`` before it); a Conv/Gemm bias becomes
+int32 with scale ``input_scale * weight_scale``; the constant of a MatMul's following Add is
+quantized like an activation.
 
 Example:
-    >>> import numpy as np
     >>> q = quantize(np.array([0.5, -1.0, 3.0]), np.float32(0.5), np.int8(0), -128, 127)
     >>> q.tolist(), dequantize(q, np.float32(0.5), np.int8(0)).tolist()
     ([1, -2, 6], [0.5, -1.0, 3.0])
@@ -109,11 +105,8 @@ def dequantize(
 
 
 class QdqGraph:
-    """An index over a QDQ model's main graph: initializers by name, producers, consumers.
-
-    Initializers are read with :meth:`array` and replaced (same name, new values) with
-    :meth:`set_array`; :meth:`clone_input` gives one node its own copy of a shared one.
-    """
+    """An index over a QDQ model's main graph: initializers by name (read with :meth:`array`,
+    replaced with :meth:`set_array`), producers and consumers."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
@@ -159,7 +152,6 @@ class QdqGraph:
         self.consumers[new_name] = [node]
         return new_name
 
-    # -- Q/DQ nodes ------------------------------------------------------------------------
     def qparams(self, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int | None, int]:
         """``(scale, zero_point, axis, element type)`` of a Q/DQ node whose scale and zero
         point are initializers (a missing zero point reads as uint8 0, as in ONNX)."""
@@ -225,8 +217,7 @@ def constant_float_values(
     graph: QdqGraph, dq: onnx.NodeProto, float_inits: Mapping[str, np.ndarray]
 ) -> np.ndarray:
     """The float values a constant DequantizeLinear stands for: the float model's initializer
-    of the name ONNX Runtime quantized (``w`` for ``w_quantized``), else the dequantized ones
-    (requantizing rounded values compounds the error, so the float model comes first)."""
+    (``w`` for ``w_quantized``), else the dequantized ones."""
     qname = dq.input[0]
     if qname.endswith(_QUANTIZED_SUFFIX):
         original = float_inits.get(qname[: -len(_QUANTIZED_SUFFIX)])

@@ -2,23 +2,12 @@
 the model and data as NNCF's backends (``quantizer: nncf`` and ``quantizer: nncf_weight_only``)
 hand them to it.
 
-- :func:`import_nncf` imports NNCF once with its telemetry off: NNCF builds an OpenVINO
-  telemetry client when ``openvino_telemetry`` imports (a client id written under
-  ``~/intel`` on first use, events sent from ``nncf.quantize``); with that import refused
-  NNCF falls back to its no-op stub, so nothing is written or sent. NNCF's log records go
-  through Python's ``logging`` (logger ``nncf``, warnings and above) instead of its own
-  stdout handler.
-- :func:`nncf_session` runs one NNCF call: NNCF's ONNX engine hard-codes
-  ``CPUExecutionProvider`` with ONNX Runtime's default thread pool (every core), so its
-  calibration inference is moved to the trial's ``providers`` and ``threads``, timed
-  (:class:`EngineTime`), and its rich progress bars are silenced.
-
-Example:
-    >>> nncf = import_nncf()                                                  # doctest: +SKIP
-    >>> with nncf_session(["CPUExecutionProvider"], threads=2) as timing:     # doctest: +SKIP
-    ...     quantized = nncf.quantize(model, dataset)
-    >>> timing.sessions, round(timing.inference_s, 1)                         # doctest: +SKIP
-    (2, 4.3)
+- :func:`import_nncf` imports NNCF once with its telemetry off (``openvino_telemetry``'s
+  import refused, so NNCF uses its no-op stub and nothing is written or sent), its log
+  records through Python's ``logging``.
+- :func:`nncf_session` runs one NNCF call with its ONNX engine's inference, which hard-codes
+  the CPU and every core, moved to the trial's ``providers`` and ``threads``, timed, and its
+  progress bars silenced.
 """
 
 from __future__ import annotations
@@ -33,18 +22,22 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from raysearch.modelfile import has_external_data
-from raysearch.providers import session_options
+from raysearch.providers import session_options, session_providers
+from raysearch.quantize.registry import QuantizerBackend
 
 if TYPE_CHECKING:
     import onnx
 
     from raysearch.data import DataSource
+    from raysearch.quantize.calibration import CalibrationCache
 
 __all__ = [
+    "NncfModelBackend",
     "EngineTime",
     "NNCF_EXTRA",
     "import_nncf",
@@ -84,9 +77,8 @@ def import_nncf() -> ModuleType:
     reason = missing_nncf()
     if reason:
         raise ImportError(reason)
-    # A None entry makes ``import openvino_telemetry`` raise ImportError: NNCF then uses its
-    # telemetry stub (nncf/telemetry/wrapper.py) and never builds the real client. OpenVINO
-    # may have imported the package already: its entry is put back afterwards.
+    # A None entry makes ``import openvino_telemetry`` raise ImportError, so NNCF uses its
+    # stub; an entry OpenVINO imported already is put back afterwards.
     previous = sys.modules.get("openvino_telemetry")
     sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
     try:
@@ -115,9 +107,8 @@ def import_nncf() -> ModuleType:
 
 @dataclass
 class EngineTime:
-    """Where an NNCF call spent its ONNX Runtime time: ``sessions`` built (one per
-    statistics pass or bias-correction subgraph) and the seconds building them, and
-    ``inferences`` run and the seconds running them."""
+    """Where an NNCF call spent its ONNX Runtime time: ``sessions`` built and ``inferences``
+    run, with the seconds of each."""
 
     sessions: int = 0
     session_s: float = 0.0
@@ -197,10 +188,9 @@ def _quiet_progress() -> Iterator[None]:
 
 
 def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """The float model at ``path`` as the backends give it to NNCF on every trial (NNCF
-    copies it before changing it): ``Constant`` weights as initializers, and opset 13 where
-    the model's is lower. A model with external data is loaded without it (NNCF reads the
-    weights from the model's folder, ``BackendParameters.EXTERNAL_DATA_DIR``)."""
+    """The float model at ``path`` as the backends give it to NNCF on every trial:
+    ``Constant`` weights as initializers, opset 13 at least, external data left on disk
+    (NNCF reads it from the model's folder)."""
     import onnx
 
     from raysearch.modelgraph import constants_to_initializers
@@ -217,10 +207,8 @@ def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def calibration_items(data: DataSource) -> list[dict[str, Any]]:
-    """One feed per calibration sample, as NNCF's statistics expect: NNCF averages per-item
-    minima and maxima, so a batch of 32 as one item would average over 7 items, not 200
-    samples. A model with a static batch axis (or data of whole feeds) gets its feeds. The
-    feeds are views of the source's arrays: nothing is copied."""
+    """One feed per calibration sample, as NNCF averages per-item minima and maxima (a model
+    with a static batch axis, or data of whole feeds, gets its feeds); views, not copies."""
     first = data.inputs[0]
     static = bool(first.shape) and isinstance(first.shape[0], int)
     if data.sample_is_feed or static:
@@ -237,8 +225,7 @@ def nncf_dataset(data: DataSource) -> Any:
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, external: bool) -> None:
     """Write the model NNCF returned to ``path``; with ``external`` (the float model had
-    external data, which NNCF loaded back: over 2 GB one file cannot hold it) its weights go
-    to ``<file name>.data`` beside it."""
+    external data) its weights go to ``<file name>.data`` beside it."""
     import onnx
 
     path = os.fspath(path)
@@ -247,3 +234,31 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, external: bool) 
         onnx.save_model(model, path, save_as_external_data=True, location=location)
     else:
         onnx.save_model(model, path)
+
+
+class NncfModelBackend(QuantizerBackend):
+    """What both NNCF backends build once per process: NNCF imported, the trial's providers
+    and the float model prepared (:func:`prepare_model`); ``options`` are the base class's."""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        calibration: DataSource | None,
+        cache: CalibrationCache | None = None,
+        **options: Any,
+    ) -> None:
+        # ``cache`` is ONNX Runtime's calibration cache: NNCF collects its own statistics.
+        super().__init__(model_path, calibration, cache, **options)
+        self._nncf = import_nncf()
+        self.providers = self.providers or session_providers(self.gpu_id)
+        self._external = has_external_data(self.model_path)
+        self._model = prepare_model(self.model_path)
+
+    @property
+    def _data_dir(self) -> str | None:
+        """The folder NNCF reads the float model's external data from (None: it has none)."""
+        return str(Path(self.model_path).resolve().parent) if self._external else None
+
+    def _save(self, model: onnx.ModelProto, out_path: str | os.PathLike) -> None:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        save_model(model, out_path, self._external)

@@ -8,13 +8,6 @@ run in name order on the float model, once per process and chain of effect keys 
 tensor) and ``nodes_to_exclude`` (added to the setting's); quantized-model transforms run in
 name order on the quantized file. With no technique active the settings pass through as the
 same object and the float model is the original file, so the quantizer's output is unchanged.
-
-Example:
-    >>> pipeline = TechniquePipeline("model.onnx", calibration)                # doctest: +SKIP
-    >>> plan = pipeline.plan({"calibrate_method": "MinMax", "include_toy": True})  # doctest: +SKIP
-    >>> float_path, seconds = pipeline.float_model(plan)                      # doctest: +SKIP
-    >>> backend.quantize(pipeline.backend_settings(plan, float_path), "q.onnx")  # doctest: +SKIP
-    >>> pipeline.finish(plan, "q.onnx", float_path)                           # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -70,8 +63,7 @@ class Plan:
     override_steps: list[tuple[TensorOverrideProducer, str]] = field(default_factory=list)
     quantized_steps: list[tuple[QuantizedModelTransform, str]] = field(default_factory=list)
     settings: Mapping[str, Any] = field(default_factory=dict)
-    #: What the override producers reported (``promoted``, ...), merged; filled by
-    #: :meth:`TechniquePipeline.backend_settings`.
+    #: What the override producers reported, merged (:meth:`TechniquePipeline.backend_settings`).
     report: dict[str, float] = field(default_factory=dict)
     #: Rows of the sensitivity rankings the producers used.
     rankings: list[dict[str, Any]] = field(default_factory=list)
@@ -110,9 +102,8 @@ def strip_technique_settings(
 
 
 def unknown_settings(settings: Mapping[str, Any], catalogue: Catalogue | None) -> list[str]:
-    """The keys of ``settings`` (technique keys already stripped) that ``catalogue`` does not
-    know, as dotted paths: a technique whose module this process did not import leaves its
-    keys behind, and they must fail the trial rather than be ignored by the backend.
+    """The keys of ``settings`` (technique keys stripped) that ``catalogue`` does not know, as
+    dotted paths: what a technique not imported here leaves behind fails the trial.
 
     Example:
         >>> from raysearch.space.catalogue import QUANTIZER, Catalogue
@@ -201,9 +192,8 @@ class TechniquePipeline:
         return plan
 
     def float_model(self, plan: Plan) -> tuple[str, float]:
-        """The float model the backend quantizes for ``plan`` (the original file when no
-        float transform is active) and the seconds spent transforming it now (0 when it was
-        already computed in this process)."""
+        """The float model the backend quantizes for ``plan`` (the original without a float
+        transform) and the seconds spent transforming it now."""
         if not plan.float_steps:
             return self.model_path, 0.0
         start = time.perf_counter()

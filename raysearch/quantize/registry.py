@@ -1,23 +1,9 @@
 """Quantizer backends and their registry.
 
 A backend turns a float model, calibration data and one *settings* dict (see DEVELOPERS.md)
-into a quantized model file. ONNX Runtime's static quantizer is ``"ort"`` (the default),
-OpenVINO NNCF's ``nncf.quantize`` is ``"nncf"``, ONNX Runtime's ``MatMulNBits`` weight-only
-quantizer ``"weight_only"`` and NNCF's ``compress_weights`` ``"nncf_weight_only"``; a new
-backend is one subpackage of ``raysearch/quantize/backends/`` that decorates its class with
-:func:`register_backend`, plus one line in :data:`BUILTIN_BACKENDS` so that
-:func:`get_backend` can import it on first use.
-
-Example:
-    >>> from raysearch.quantize.registry import available_backends, get_backend
-    >>> available_backends()
-    ['nncf', 'nncf_weight_only', 'ort', 'weight_only']
-    >>> backend_cls = get_backend("ort")
-    >>> backend_cls.validate({"op_types_to_quantize": ["MatMul"]}, "model.onnx")  # doctest: +SKIP
-    >>> backend = backend_cls("model.onnx", calibration_data, cache=cache)         # doctest: +SKIP
-    >>> info = backend.quantize(settings, "out.onnx")                              # doctest: +SKIP
-    >>> info.calib_cache_hit                                                       # doctest: +SKIP
-    True
+into a quantized model file. A new backend is one subpackage of
+``raysearch/quantize/backends/`` that decorates its class with :func:`register_backend`, plus
+one line in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first use.
 """
 
 from __future__ import annotations
@@ -75,16 +61,13 @@ class QuantizeInfo:
     """What one :meth:`QuantizerBackend.quantize` call cost and did.
 
     Attributes:
-        calibration_s: seconds in calibration (0 on a cache hit).
-        quantization_s: seconds in the quantizer itself.
+        calibration_s, quantization_s: seconds in calibration (0 on a cache hit) and in the
+            quantizer itself.
         calib_cache_hit: whether the calibration came from the cache.
-        extra: the backend's own figures (NNCF's sessions and inference seconds, ...),
-            recorded as the trial's ``extra/<name>``.
+        extra: the backend's own figures, recorded as the trial's ``extra/<name>``.
         quantized_share: the share of the float model's MatMul/Gemm/Conv nodes quantized,
-            for a backend whose model does not show it: a weight-only fake quantizer keeps
-            float values on integer levels, which the graph count
-            (:func:`raysearch.modelgraph.quantized_share`, used when this is None) reads as
-            nothing quantized, so such a trial would never be a candidate.
+            for a backend whose graph does not show it (a fake quantizer's float values on
+            integer levels); None: counted from the graph.
 
     Example:
         >>> QuantizeInfo(quantization_s=0.5, quantized_share=1.0).to_dict()["quantized_share"]
@@ -102,33 +85,27 @@ class QuantizeInfo:
 
 
 class QuantizerBackend(abc.ABC):
-    """One quantizer. Constructed once per process (a Ray actor) with the float model and the
-    calibration data, then called once per trial.
-
-    Subclasses set :attr:`catalogue` and implement :meth:`validate` (settings errors found
-    before any trial, as :class:`~raysearch.errors.ConfigError`), :meth:`quantize`, and
-    optionally :meth:`reject` (combinations the quantizer is known to refuse, as a reason
-    string), :meth:`reject_on_model` and :meth:`missing_requirement` (an optional package
-    it needs). The search constructs it; a plugin does not.
+    """One quantizer, constructed by the search once per process (a Ray actor) with the float
+    model and the calibration data, then called once per trial. Subclasses set
+    :attr:`catalogue` and implement :meth:`validate` and :meth:`quantize`, optionally
+    :meth:`reject`, :meth:`reject_on_model` and :meth:`missing_requirement`.
 
     Args:
         model_path: the float model (or a technique's transform of it).
-        calibration: the calibration data (:class:`raysearch.data.DataSource`: ``batches()``
-            yields the model's input feeds).
+        calibration: the calibration data (``batches()`` yields the model's input feeds).
         cache: the search's calibration cache, shared by the trials of a node (None: none).
         threads: the CPU threads a trial may use.
         gpu_id: the trial's GPU, or None.
         providers: the trial's ONNX Runtime execution providers, for any inference the
-            backend runs (calibration); None: derived from ``gpu_id``.
+            backend runs; None: derived from ``gpu_id``.
     """
 
     #: The registry key, set by :func:`register_backend`.
     name: ClassVar[str] = ""
-    #: Every setting this backend takes (names, types, choices, aliases, which change
-    #: calibration): search spaces are validated against it. Registered with the backend.
+    #: Every setting this backend takes: search spaces are validated against it.
     catalogue: ClassVar[Catalogue | None] = None
-    #: The settings :meth:`validate` checks against the model, as dotted key paths
-    #: (``"ignored_scope.names"``): the search checks every choice of them before it starts.
+    #: The settings :meth:`validate` checks against the model, as dotted key paths: the
+    #: search checks every choice of them before it starts.
     model_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -146,8 +123,6 @@ class QuantizerBackend(abc.ABC):
         self.cache = cache
         self.threads = threads
         self.gpu_id = gpu_id
-        # The trial's ONNX Runtime providers (options included) for any inference the
-        # backend runs, e.g. calibration; None: derive them from gpu_id.
         self.providers = list(providers) if providers else None
 
     @classmethod
@@ -184,9 +159,8 @@ class QuantizerBackend(abc.ABC):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject`. The
-        search and ``raysearch validate`` leave such settings out of the space before anything
-        runs; ``raysearch spaces``, which has no model, cannot.
+        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject` (left
+        out of the space before anything runs, as :meth:`reject`'s are).
 
         Args:
             settings: one setting's nested settings.
@@ -199,8 +173,7 @@ class QuantizerBackend(abc.ABC):
 
     @classmethod
     def missing_requirement(cls) -> str | None:
-        """Whether this backend can run in this environment. A config that selects it is
-        refused when it is parsed, before anything runs.
+        """Whether this backend can run here (a config that selects it is refused otherwise).
 
         Returns:
             Why it cannot (an optional package that is not installed, with the extra that
@@ -210,9 +183,8 @@ class QuantizerBackend(abc.ABC):
 
     @abc.abstractmethod
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
-        """Write the model quantized with ``settings`` to ``out_path``. A setting the
-        quantizer fails on may raise: the trial is recorded as failed, with the error's first
-        line, and the search goes on.
+        """Write the model quantized with ``settings`` to ``out_path``; what it raises fails
+        the trial (with the error's first line), and the search goes on.
 
         Args:
             settings: one setting's nested settings (only the keys the space set; defaults
@@ -239,8 +211,7 @@ _B = TypeVar("_B", bound=type[QuantizerBackend])
 
 def register_backend(name: str) -> Callable[[_B], _B]:
     """Class decorator registering a :class:`QuantizerBackend` under ``name``, with its
-    catalogue (every space is checked against it), and recording its module for the trial
-    actors to import (README, "Plugins", has a complete backend).
+    catalogue, and recording its module for the trial actors to import.
 
     Args:
         name: the backend's name, as a space's ``quantizer`` selects it.
@@ -315,10 +286,9 @@ def available_backends() -> list[str]:
 def backend_reject(
     settings: dict[str, Any], weights: Mapping[str, Sequence[int]] | None = None
 ) -> str | None:
-    """Why the backend that ``settings`` select (``quantizer``) would refuse them, or None: the
-    one check the search, ``raysearch validate`` and ``raysearch spaces`` all apply; with the
-    model's ``weights`` (weight MatMul -> shape: the search and ``validate``), also what the
-    backend refuses on that model (:meth:`QuantizerBackend.reject_on_model`).
+    """Why the backend that ``settings`` select would refuse them, or None: the one check the
+    search, ``validate`` and ``spaces`` apply; with the model's ``weights`` (weight MatMul ->
+    shape), what it refuses on that model too.
 
     Example:
         >>> backend_reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
@@ -336,8 +306,8 @@ def backend_reject(
 def first_refusal(
     rules: Iterable[Callable[[Mapping[str, Any]], str | None]], settings: Mapping[str, Any]
 ) -> str | None:
-    """The first of ``rules`` that refuses ``settings`` (its one line), or None: how a
-    backend's options module turns its refusal rules into :meth:`QuantizerBackend.reject`.
+    """The first of ``rules`` that refuses ``settings`` (its one line), or None: a backend's
+    :meth:`QuantizerBackend.reject` from its refusal rules.
 
     Args:
         rules: functions of the settings, each returning why it refuses them or None.

@@ -3,35 +3,20 @@
 A technique is one of three kinds, each a subclass of :class:`Technique`:
 
 - :class:`FloatModelTransform` rewrites the float model before calibration (CLE,
-  SmoothQuant, bias-correction preparation). The trial computes the transformed model once per
-  process and effect key and builds the quantizer backend on that file, so the calibration
-  cache keys on the transformed model (its file hash differs) and every trial sharing the key
-  reuses it.
+  SmoothQuant), once per process and effect key; the calibration cache keys on the
+  transformed file, so every trial sharing the key reuses it.
 - :class:`TensorOverrideProducer` says which tensors get which quantization type or stay in
-  float (mixed precision); the trial merges what it produces into the settings the backend
-  gets (ONNX Runtime's ``extra_options.TensorQuantOverrides`` and ``nodes_to_exclude``).
+  float (mixed precision), merged into the settings the backend gets.
 - :class:`QuantizedModelTransform` rewrites the quantized model after the quantizer
-  (AdaRound/AdaQuant weight rounding, power-of-two scales).
+  (AdaRound/AdaQuant, power-of-two scales, bias correction).
 
-Each technique declares its ``settings`` (catalogue entries, registered with
-:func:`~raysearch.space.catalogue.register_shared_settings` so every backend's catalogue
-accepts them; a setting that only acts with a switch such as ``include_cle`` sets
-``OptionSpec(requires="include_cle")``), the ``devices`` it can use (``"cpu"``, ``"gpu"``:
-it is given the trial's providers when they are of a device it can use, else the CPU) and
-:meth:`Technique.effect_key` (None: inactive for these settings). Its settings never reach the
-backend. A new technique is one module (or subpackage) of ``raysearch/quantize/techniques/``
-that decorates its class with :func:`register_technique`, plus one line in
-:data:`BUILTIN_TECHNIQUES`.
+Each technique declares its ``settings`` (registered in every backend's catalogue, never
+reaching the backend), the ``devices`` it can use and :meth:`Technique.effect_key` (None:
+inactive for these settings). A new technique is one module of
+``raysearch/quantize/techniques/`` registered with :func:`register_technique`, plus one line
+in :data:`BUILTIN_TECHNIQUES`.
 
 Example:
-    >>> from raysearch.space.catalogue import OptionSpec
-    >>> @register_technique("keep_last_float")                             # doctest: +SKIP
-    ... class KeepLastFloat(TensorOverrideProducer):
-    ...     settings = {"include_keep_last_float": OptionSpec("bool", "keep the last node float")}
-    ...     def effect_key(self, settings):
-    ...         return "on" if settings.get("include_keep_last_float") else None
-    ...     def overrides(self, model_path, settings):
-    ...         return TensorOverrides(nodes_to_exclude=["fc2"])
     >>> sorted(BUILTIN_TECHNIQUES)
     ['bias_correction', 'cle', 'fast_finetune', 'mixed_precision', 'power_of_two', 'smooth_quant']
 """
@@ -100,16 +85,13 @@ class TechniqueContext:
 
     Attributes:
         quantize: ``quantize(float_path, backend_settings, out_path)`` runs the trial's
-            backend (with its calibration cache).
-        score: ``score(model_path)``, the search's metric on the evaluation data (None when
-            it cannot be computed).
-        calibration: the calibration data.
-        higher_is_better: the metric's direction.
-        cache_dir: the folder the processes of a node share (None: nothing is kept on disk).
+            backend.
+        score: ``score(model_path)``, the search's metric (None when it cannot be computed).
+        calibration, higher_is_better: the calibration data and the metric's direction.
+        cache_dir: the folder the processes of a node share (None: nothing kept on disk).
         score_settings: ``score_settings(float_path, settings_list)``: the metric of
-            ``float_path`` quantized with each backend setting of the list (None where it
-            fails), in the list's order; on Ray several at once (the trial's actor and helper
-            tasks). None: quantize and score each in turn (:meth:`score_each` does either).
+            ``float_path`` quantized with each backend setting (None where it fails), in
+            order, several at once on Ray; None: one after another (:meth:`score_each`).
     """
 
     quantize: Callable[[str, Mapping[str, Any], str], None]
@@ -122,8 +104,8 @@ class TechniqueContext:
     def score_each(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """Score several backend settings of one float model, through :attr:`score_settings`
-        when set (several at once on Ray).
+        """Score several backend settings of one float model (through :attr:`score_settings`
+        when set).
 
         Args:
             float_path: the float model (or a transform of it).
@@ -154,15 +136,12 @@ def quantize_and_score(
 
 
 class Technique(abc.ABC):
-    """One technique: subclass one of its kinds (:class:`FloatModelTransform`,
-    :class:`TensorOverrideProducer`, :class:`QuantizedModelTransform`), declare ``settings``
-    and implement :meth:`effect_key`. Constructed once per process (a trial runner), then
-    asked for each trial's :meth:`effect_key`.
+    """One technique: subclass one of its kinds, declare ``settings`` and implement
+    :meth:`effect_key`; constructed once per process, then asked each trial's effect key.
 
     Args:
         providers: the trial's ONNX Runtime providers, kept when ``devices`` includes their
-            device (``"gpu"`` for CUDA), else the CPU's: a CPU-only technique never lands on a
-            GPU (None: the CPU's).
+            device, else the CPU's (None: the CPU's).
         threads: the CPU threads a trial may use.
     """
 
@@ -177,11 +156,9 @@ class Technique(abc.ABC):
     #: Devices the technique can run inference or optimisation on.
     devices: ClassVar[frozenset[str]] = frozenset({"cpu"})
     #: Where the technique runs among the active ones of its kind: lower first, then by name
-    #: (power-of-two scales 10 before fine-tuning 20 learns the rounding for the final scales,
-    #: before bias correction 30 corrects what is left).
+    #: (power-of-two 10, fine-tuning 20 for the final scales, bias correction 30 last).
     order: ClassVar[int] = 50
-    #: Whether the technique reads or rewrites Q/DQ pairs: a setting that switches it on with
-    #: ``quant_format: QOperator`` is refused before it runs (:meth:`reject`).
+    #: Whether the technique reads or rewrites Q/DQ pairs (refused with QOperator).
     needs_qdq: ClassVar[bool] = False
 
     def __init__(self, *, providers: Sequence[Any] | None = None, threads: int = 1) -> None:
@@ -189,14 +166,12 @@ class Technique(abc.ABC):
         on_gpu = any(name != "CPUExecutionProvider" for name in provider_names(given))
         self.providers = given if not on_gpu or "gpu" in self.devices else ["CPUExecutionProvider"]
         self.threads = threads
-        #: Set by the trial before each use; None outside a trial (a technique that needs it
-        #: raises then).
+        #: Set by the trial before each use; None outside a trial.
         self.context: TechniqueContext | None = None
 
     @classmethod
     def missing_requirement(cls) -> str | None:
-        """Whether this technique can run in this environment. Checked when a config that
-        switches it on is loaded, before anything runs.
+        """Whether this technique can run here (a config switching it on is refused otherwise).
 
         Returns:
             Why it cannot (an optional package that is not installed, with the extra that
@@ -232,10 +207,8 @@ class Technique(abc.ABC):
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
-        """Why this technique cannot apply to ``settings``. Checked with the backend's
-        refusals (:func:`raysearch.quantize.registry.backend_reject`), so a search skips such
-        a setting and ``validate`` does not count it; by default, ``needs_qdq`` refuses
-        ``quant_format: QOperator``.
+        """Why this technique cannot apply to ``settings`` (checked with the backend's
+        refusals before a setting runs); by default, ``needs_qdq`` refuses QOperator.
 
         Args:
             settings: one setting's nested settings.
@@ -292,9 +265,7 @@ class TensorOverrides:
 
     tensor_quant_overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     nodes_to_exclude: list[str] = field(default_factory=list)
-    #: Numbers the trial records in its result (``promoted``: tensors promoted, ...).
     report: dict[str, float] = field(default_factory=dict)
-    #: Rows of the sensitivity rankings used (the search writes them to sensitivity.parquet).
     rankings: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -344,8 +315,7 @@ _T = TypeVar("_T", bound=type[Technique])
 
 def register_technique(name: str) -> Callable[[_T], _T]:
     """Class decorator registering a :class:`Technique` under ``name`` and its settings in
-    every backend's catalogue, and recording its module for the trial actors to import
-    (README, "Plugins", has a complete technique).
+    every backend's catalogue, and recording its module for the trial actors to import.
 
     Args:
         name: the technique's name.

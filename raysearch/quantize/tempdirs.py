@@ -1,15 +1,10 @@
-"""Private folders in the shared temporary directory: working folders for quantization, named
-after their process so that folders left behind by a killed process (a Ray actor ended without
-clean-up) are removed by the next one, and :func:`private_dir`, the one rule for a folder of
-fixed name that only this user may use.
-
-A fixed name in ``/tmp`` (the float model a node materializes, a search's trial models and
-calibration cache on another node) can be created first by anyone on a shared machine: a
-folder found there is used only when it is this user's, a real folder (no link) and writable
-by no one else; anything else is refused with :class:`UnsafeFolderError`, one line.
+"""Private folders in the shared temporary directory: working folders named after their
+process, so that those a killed process left are removed by the next one, and
+:func:`private_dir`, the one rule for a folder of fixed name: anyone may create a fixed name
+in ``/tmp`` first, so one found there is used only when it is this user's, no link and
+writable by no one else, else refused with :class:`UnsafeFolderError`.
 
 Example:
-    >>> from raysearch.quantize.tempdirs import make_workdir, private_dir
     >>> folder = make_workdir("raysearch-doc")
     >>> folder.name.startswith(f"raysearch-doc-{os.getpid()}-")
     True
@@ -102,12 +97,7 @@ def _user_name(uid: int) -> str:
 
 def check_private(path: str | os.PathLike) -> None:
     """Refuse ``path`` unless it is a folder (not a link) of this user that no one else may
-    write to.
-
-    Raises:
-        UnsafeFolderError: it is a link or not a folder, another user owns it, or its group
-            or others may write to it.
-    """
+    write to (:class:`UnsafeFolderError`)."""
     path = Path(path)
     uid = _uid()
     if uid is None:  # no owners to check (Windows): the user's own TEMP folder
@@ -132,8 +122,7 @@ def check_private(path: str | os.PathLike) -> None:
 
 def private_dir(name: str | None = None, *, root: str | os.PathLike | None = None) -> Path:
     """This user's folder ``<tmp>/raysearch-<uid>/<name>`` (``root``: instead of the temp
-    dir; no ``name``: the user's folder itself), created with mode 0700 where missing, each
-    level checked with :func:`check_private` (found or made).
+    dir; no ``name``: the user's folder), created with mode 0700, each level checked.
 
     Raises:
         UnsafeFolderError: a level that is not this user's private folder.

@@ -4,11 +4,6 @@ The names below are imported on first use: ``import raysearch.search.preflight``
 light module of the package) does not import Ray Tune, so the ``raysearch`` command can start
 checking the input and computing the float reference while it imports Ray Tune
 (:func:`~raysearch.search.preflight.start_preflight`).
-
-Example:
-    >>> from raysearch.search import AutoSearch
-    >>> result = AutoSearch("config.yaml").run()            # doctest: +SKIP
-    >>> result.summary["stop_reason"], result.best_params   # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The trial engine's factory (:class:`EngineSpec`), built once on the driver from what
 :func:`~raysearch.search.preflight.preflight` checked and computed, and shipped to every
-actor.
-
-Example:
-    >>> spec, info = build_engine(config, cache_dir, prepared)    # doctest: +SKIP
-    >>> runner = spec(threads=2)                                   # doctest: +SKIP
-"""
+actor."""
 
 from __future__ import annotations
 
@@ -39,8 +34,7 @@ _logger = logging.getLogger("raysearch.search")
 @dataclass
 class EngineSpec:
     """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor from read-only inputs
-    computed once on the driver (shipped through the object store; the float model as its
-    files, external data included, see :mod:`raysearch.search.runtime.transfer`)."""
+    computed once on the driver and shipped through the object store."""
 
     model: ModelBlob
     calibration: Any
@@ -50,23 +44,19 @@ class EngineSpec:
     reference: Any = None
     float_score: float | None = None
     measure_latency: bool = True
-    #: Where the trials take a float reference still being computed on the driver (see
-    #: :mod:`raysearch.search.runtime._reference_handoff`), when ``reference`` is None.
+    #: Where the trials take a float reference still being computed, when ``reference`` is None.
     reference_source: Any = None
     driver_node: str | None = None
     gpu_fraction: float = 0.0
     #: The rungs a trial's evaluation runs through (None: every row at once).
     rungs: EvalRungs | None = None
-    #: Modules that registered a backend, technique or strategy in the driver: the actor
-    #: imports them before its first trial (see :mod:`raysearch.usercode`).
+    #: Modules that registered a plugin in the driver: the actor imports them first.
     plugins: tuple[str, ...] = field(default_factory=plugin_modules)
-    #: The config's search folders, where a plugin module found beside it lives (see
-    #: :func:`raysearch.usercode.where_code_lives`).
+    #: The config's search folders, where a plugin module found beside it lives.
     code_dirs: tuple[str, ...] = ()
     #: The slowest decode step, in ms, a candidate may take (``max_decode_latency``).
     max_decode_latency_ms: float | None = None
-    #: The model whose decode step a candidate's may not exceed, the two timed in turn by
-    #: the trial (``max_decode_latency: builder``: the builder's int4 in the search's cache).
+    #: The model whose decode step a candidate's may not exceed, timed in turn with it.
     decode_anchor: ModelBlob | None = None
     #: The largest model, in bytes, a candidate may be (``size_budget``).
     max_model_size_bytes: int | None = None
@@ -115,10 +105,9 @@ class EngineSpec:
 def build_engine(
     config: SearchConfig, cache_dir: str, prepared: Prepared
 ) -> tuple[EngineSpec, dict[str, Any]]:
-    """The trial engine's factory from what :func:`preflight` checked and computed once on
-    the driver (a float reference computed before the output folder existed is saved in its
-    cache now), with the rungs of its evaluation; ``info["early_stopping"]`` says what they
-    are, or why every trial is evaluated whole."""
+    """The trial engine's factory from what :func:`preflight` computed once on the driver
+    (its float reference saved in the search's cache now), with the rungs of its evaluation
+    (``info["early_stopping"]``)."""
     if prepared.reference is not None:
         _save_reference(prepared.reference, cache_dir)
     reference, float_score = prepared.reference, prepared.float_score
@@ -190,9 +179,8 @@ def _save_reference(reference: Any, cache_dir: str) -> None:
 
 def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
     """The trials' source of a float reference still being computed: the search's cache, which
-    the driver fills when the run ends (:mod:`raysearch.search.runtime._reference_handoff`);
-    the search puts its latency into the summary once the run ended. None when a trial may run
-    on another node: the driver then waits for the reference (:func:`build_engine`)."""
+    the driver fills when the run ends; None when a trial may run on another node (the driver
+    then waits for the reference)."""
     from raysearch.search.runtime._reference_handoff import (
         HANDOFF,
         WaitedReference,
@@ -223,9 +211,8 @@ def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
 
 
 def size_budget_bytes(config: SearchConfig, builder: str | os.PathLike | None = None) -> int | None:
-    """The config's ``size_budget`` in bytes: megabytes as given, or the size of
-    onnxruntime-genai's builder's int4 of the model as written at ``builder``
-    (:func:`raysearch.search.preflight.builder_int4`); None without a budget."""
+    """The config's ``size_budget`` in bytes: megabytes as given, or the size of the builder's
+    int4 of the model (``builder``); None without a budget."""
     value = config.size_budget
     if value is None:
         return None

@@ -2,15 +2,9 @@
 what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
 :meth:`~raysearch.search.runner.AutoSearch.resume` run once the output folder is theirs.
 
-The steps: :meth:`Execution.start` (the journal, the engine, Ray's capacity, the searcher,
-the stop conditions, the recorder and the live session), :meth:`Execution.fit` (Tune runs the
-trials) and :meth:`Execution.finish` (the outputs from the journal, the stop reason, the
-marker). The runner checked the input (``prepared``) and started Ray before. The three steps share
-one session's state, :class:`_Run`.
-
-Example:
-    >>> Execution(config, folder).execute(resume=False, progress=None,
-    ...                                   prepared=prepared)                # doctest: +SKIP
+The steps, sharing one session's state (:class:`_Run`): :meth:`Execution.start` (journal,
+engine, searcher, stop conditions, recorder, live session), :meth:`Execution.fit` (Tune runs
+the trials) and :meth:`Execution.finish` (the outputs, the stop reason, the marker).
 """
 
 from __future__ import annotations
@@ -52,6 +46,7 @@ from raysearch.search.record.output_dir import (
 )
 from raysearch.search.record.probe_cache import search_probe_cache
 from raysearch.search.record.recorder import TrialRecorder
+from raysearch.search.runtime._start_barrier import end_barrier, start_barrier
 from raysearch.search.runtime.cluster import (
     ends_with_process,
     only_driver_node,
@@ -75,7 +70,7 @@ from raysearch.search.tune.progress import ProgressCallback
 from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
 from raysearch.search.tune.session import SearchSession, register, release
 from raysearch.search.tune.stopper import CandidateStopper, trial_limit
-from raysearch.search.tune.trainable import end_barrier, make_trainable, start_barrier
+from raysearch.search.tune.trainable import make_trainable
 from raysearch.strategies import ModelFacts, StrategyContext
 
 if TYPE_CHECKING:
@@ -179,9 +174,8 @@ class Execution:
 
     @staticmethod
     def _expected_trials(searcher: SettingSearcher) -> int | None:
-        """How many trials the search runs when no other stop condition fires first: the
-        size of a strategy made of grids and the searcher's cap (``stop.iteration_limit``),
-        whichever is smaller; None when neither is known."""
+        """How many trials the search runs unless another stop condition fires: the smaller
+        of a grid strategy's size and ``stop.iteration_limit``; None when neither is known."""
         total = None
         if all(isinstance(phase, GridPhase) for phase in searcher.phases):
             total = sum(len(phase) for phase in searcher.phases)  # type: ignore[arg-type]
@@ -243,19 +237,14 @@ class Execution:
         prepared: Prepared,
         started_at: float | None,
     ) -> _Run:
-        """Everything a session needs before Tune runs: the journal read back, the engine,
-        Ray's capacity, the searcher, the stop conditions, the recorder and the live session.
-        On resume each is rebuilt from the journal's records alone: the searcher and its
-        phases are told them in the order they were written (a fresh sampler proposes again
-        what it proposed before, and is told each known result), the stop conditions count
-        them, and the elapsed time goes on from the last one's ``elapsed_s``."""
+        """Everything a session needs before Tune runs. On resume each part is rebuilt from
+        the journal's records alone, told them in the order they were written."""
         config, folder = self.config, self.output_dir
         journal = Journal(folder / JOURNAL)
         records = journal.load() if resume else []
         self.marker_before = read_marker(folder)
         session_number = begin_session(folder, storage_path(config, folder))
         clock = SessionClock(records, started_at=started_at)
-        # ``prepared`` and Ray come from the runner, which checked the input while Ray started.
         for line in prepared.stderr_lines:  # ONNX Runtime's warnings: the log, not the terminal
             logging.getLogger(STDERR_LOGGER).info("%s", line)
         if self.kept is not None:
@@ -267,17 +256,13 @@ class Execution:
         self.pending_reference = prepared.pending_reference
         spec.driver_node = current_node_id()
         one_node = only_driver_node()
-        if not one_node:
-            # Actors on other nodes build the float model from these files; on one
-            # machine they read it where it is (no copy of a large model in memory).
+        if not one_node:  # other nodes get the files; one machine reads them in place
             spec.model = model_blob(spec.model.path)
             if spec.decode_anchor is not None:
                 spec.decode_anchor = model_blob(spec.decode_anchor.path)
         n_slots, outstanding = slots(config)
         tune_environment(outstanding)
         with quiet_optuna():
-            # Trials suggested but unfinished (up to ``outstanding``) all run in the sampler's
-            # study at once: what its constant liar is for.
             searcher = self._searcher(
                 outstanding,
                 prepared.model,
@@ -388,10 +373,8 @@ class Execution:
         config, folder = self.config, self.output_dir
         expected, records = run.expected, run.records
         wave = run.slots if expected is None else max(1, min(run.slots, expected - len(records)))
-        # Only actors that can be placed now: on a cluster shared with other jobs, the first
-        # would otherwise wait out the barrier's timeout for one that has no room yet.
+        # Only actors placeable now: else the first waits out the barrier for one with no room.
         wave = min(wave, trials_placeable_now(config))
-        # The searcher opens it when it waits for results before a second trial.
         run.session.start_barrier = self.barrier = barrier = start_barrier(wave)
         trainable = make_trainable(
             run.spec,
@@ -402,7 +385,6 @@ class Execution:
             barrier=barrier,
             driver_node=current_node_id(),
         )
-        # ASHA over the rungs of evaluation on growing subsets; Tune's FIFO without them.
         rungs = run.spec.rungs
         scheduler = None if rungs is None else RungScheduler(rungs, records)
         with quiet_tune():
@@ -429,15 +411,8 @@ class Execution:
             run.progress.close()
 
     def _refuse_missing_module(self, run: _Run) -> None:
-        """Refuse the session when a phase of the strategy could not import a module before
-        any trial of it started (``searcher.missing_module``): a plugin's submodule not
-        installed, or not there yet. One line names the module; the marker is put back as
-        the session found it, and nothing else of the folder was written: resuming once the
-        module is importable goes on as if this session had not been.
-
-        Raises:
-            InputError: the module that cannot be imported.
-        """
+        """Refuse the session (InputError) when a phase could not import a module before any
+        trial, with the marker put back, so that a resume goes on as if it had not been."""
         missing = run.searcher.missing_module
         if missing is None:
             return
@@ -449,17 +424,11 @@ class Execution:
         )
 
     def _trials_over(self, run: _Run) -> None:
-        """Every trial has ended: the start barrier goes now, and the other nodes' folders of
-        a search that was not interrupted; then a Ray that ends with this process begins its
-        shutdown while the outputs are written
-        (:func:`~raysearch.search.runtime.cluster.trials_ended`). Nothing after this asks
-        that Ray for anything."""
+        """Every trial has ended: the start barrier goes, and the other nodes' folders unless
+        interrupted; then a Ray that ends with this process begins its shutdown."""
         end_barrier(self.barrier)
         self.barrier = None
         if _stop_reason(run.stopper, run.searcher, run.recorder) != "interrupted":
-            # The other nodes' stand-ins for trials_tmp/ and the calibration cache; an
-            # interrupted search keeps them for its resume. (A resumed search's records name
-            # the nodes of earlier sessions too: asking whether they are alive needs Ray.)
             records = run.recorder.records
             elsewhere = {r.node_id for r in records} - {run.spec.driver_node, None}
             remove_node_folders(
@@ -480,14 +449,11 @@ class Execution:
         reason = _stop_reason(run.stopper, live, run.recorder)
         if self.kept is not None:
             self.kept.wait()
-        if self.pending_reference is not None:
-            # The reference the first trials started without: its latency, or its failure as
-            # the search's error.
+        if self.pending_reference is not None:  # its latency, or its failure as the error
             run.info["float_latency_ms"] = self.pending_reference.result().latency_ms
         shutil.rmtree(folder / TRIALS_TMP, ignore_errors=True)
         records = run.recorder.records
-        # Latency that decides (or that the config asks for) timed alone in the timer's
-        # process, while the outputs that read no latency are written.
+        # Latency timed again alone while the outputs that read no latency are written.
         plan = plan_retime(config, folder, records, run.spec.evaluation, str(config.model))
         if plan is not None and self.timer is not None:
             self.timer.submit(plan.job)
@@ -516,24 +482,18 @@ class Execution:
                 "trials_started": max(live.n_started, len(records)),
                 "slots": run.slots,
                 "early_stopping": early_stopping_summary(run.info["early_stopping"], records),
-                # What this search took from a running cluster's store (None: its own Ray).
                 "kept_warm": dict(self.kept.reused) if self.kept and self.kept.enabled else None,
-                # Nodes lost while it ran, and the trials they took with them (record.retries).
                 "lost_nodes": run.recorder.retries.lost_nodes(records),
                 "trials_retried": sum(1 for r in records if r.retries),
                 # Seconds the custom evaluator took to score the float model (None: built-in).
                 "float_score_s": _rounded(run.info.get("float_score_s")),
-                # Why the search ended without a result, when its stop reason alone misleads.
                 "stop_note": _stop_note(reason, records, config, run.info.get("float_score_s")),
-                # The error most failed trials ended with (None: none failed).
                 "most_frequent_error": most_frequent_error(records),
-                # The best's latency over float's, each timed alone, and how (_retime).
                 "best_latency_vs_float": timed_alone.get("best_latency_vs_float"),
                 "latency_note": slower_than_float_note(
                     timed_alone.get("best_latency_vs_float"),
                     deciding=bool((timed_alone.get("latency_retimed") or {}).get("decides")),
                 ),
-                # How the latencies reported were timed (timed alone, or by the trials).
                 "latency_timing": latency_timing(config, retimed is not None),
                 "latency_retimed": timed_alone.get("latency_retimed"),
                 "decode_latency_retimed": timed_alone.get("decode_latency_retimed"),
@@ -543,7 +503,6 @@ class Execution:
                 # A language-model metric's float decode step and prefill (None: another).
                 "float_decode_latency_ms": run.info.get("float_decode_latency_ms"),
                 "float_prefill_latency_ms": run.info.get("float_prefill_latency_ms"),
-                # The builder's int4's decode step (max_decode_latency: builder; else None).
                 "builder_decode_latency_ms": run.info.get("builder_decode_latency_ms"),
             },
             evaluator=run.spec.evaluator,
@@ -570,14 +529,10 @@ class Execution:
 
 
 class _OnRecord:
-    """What the driver does with each trial it records: the stopper observes it (Tune shows
-    the stopper results only: trials that raised count too); from the first one on, the
-    modules that writing the outputs needs are imported in a thread, while the next trials
-    run, instead of after the last one, the float reference is handed to a running
-    cluster's store (``kept``), and the processes that time latency again after the last
-    trial (``timer``, where a figure will be timed again) and draw the plots (``plots``,
-    which starts it) start. Not before the first record: those imports hold the driver's
-    interpreter for seconds, and Tune's start of the first trials runs there."""
+    """What the driver does with each trial it records: the stopper observes it; at the
+    first one (after Tune started the first trials here), the output modules are preloaded,
+    the float reference kept on the cluster, and the latency timer and the plot
+    process started."""
 
     def __init__(
         self,
@@ -622,26 +577,13 @@ def _stop_reason(
     return "interrupted"
 
 
-#: The share of ``stop.time_limit`` the float model's scoring may take before the search says
-#: so: each trial scores a model as the float model was, so few trials can finish after it.
+#: The share of ``stop.time_limit`` a custom evaluator's float score may take unremarked.
 FLOAT_SHARE_WARNING = 0.25
 
 
 def _float_share_warning(config: SearchConfig, float_score_s: float | None) -> str | None:
     """The warning when a custom evaluator's score of the float model took at least
-    :data:`FLOAT_SHARE_WARNING` of ``stop.time_limit`` (None otherwise).
-
-    Example:
-        >>> from raysearch.config._config import StopConfig
-        >>> class Config:
-        ...     stop = StopConfig(time_limit=180)
-        >>> _float_share_warning(Config(), 98.0)  # doctest: +NORMALIZE_WHITESPACE
-        "the custom evaluator's score of the float model took 98.0 s, 54% of stop.time_limit
-        (180 s): every trial scores its model as long, so few trials, or none, can finish
-        in time; raise stop.time_limit or let the evaluator score fewer rows"
-        >>> _float_share_warning(Config(), 10.0) is None
-        True
-    """
+    :data:`FLOAT_SHARE_WARNING` of ``stop.time_limit`` (None otherwise)."""
     limit = config.stop.time_limit
     if float_score_s is None or limit is None or limit <= 0:
         return None
@@ -662,17 +604,7 @@ def _stop_note(
     float_score_s: float | None,
 ) -> str | None:
     """``summary.json``'s ``stop_note``: why a search ended without a single finished trial,
-    which its ``stop_reason`` alone does not say (None when a trial finished).
-
-    Example:
-        >>> from raysearch.config._config import StopConfig
-        >>> class Config:
-        ...     stop = StopConfig(time_limit=180)
-        >>> _stop_note("time_limit", [], Config(), 98.04)
-        "no trial finished within the time limit (180 s; the custom evaluator's score of the float model took 98.0 s of it)"
-        >>> _stop_note("time_limit", [{"trial_id": "a"}], Config(), 98.0) is None
-        True
-    """  # noqa: E501
+    which its ``stop_reason`` alone does not say (None when a trial finished)."""
     if records or reason != "time_limit":
         return None
     note = f"no trial finished within the time limit ({config.stop.time_limit:g} s"
@@ -684,9 +616,8 @@ def _stop_note(
 
 
 def _say(message: str, stream: TextIO | None) -> None:
-    """Log ``message`` as a WARNING (``auto_search.log``, and the terminal of a program that
-    set up logging, as the command line does); from Python without logging set up, the
-    warning would reach only the log file, so it goes to the progress stream too."""
+    """Log ``message`` as a WARNING; without logging set up (Python, not the command line)
+    it goes to the progress stream too, which would otherwise never show it."""
     _logger.warning("%s", message)
     if stream is not None and not logging.getLogger().handlers:
         stream.write(f"raysearch: {message}\n")
@@ -698,9 +629,8 @@ def _rounded(value: float | None) -> float | None:
 
 
 def most_frequent_error(records: list[TrialRecord]) -> dict[str, Any] | None:
-    """The error line most failed trials of ``records`` ended with, and how many did
-    (``summary.json``'s ``most_frequent_error``: ``{"error": ..., "trials": n}``, the first
-    seen of equally frequent ones); None when no trial failed.
+    """The error line most failed trials ended with, and how many (the first seen of equally
+    frequent ones); None when no trial failed.
 
     Example:
         >>> from raysearch.trialrecord import TrialRecord

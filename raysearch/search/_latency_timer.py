@@ -1,21 +1,12 @@
 """Latency timed again after the last trial in a process of its own on the driver, so that the
 search writes its plots meanwhile (:mod:`raysearch.search._retime`).
 
-A thread of the driver would not do: a thread timing ``session.run`` waits for Python's lock
-after each run while another thread draws the plots (up to the interpreter's switch interval,
-5 ms, or a whole C call of matplotlib's), which would count in the figure. The process is
-started while the trials run (its imports, about a second of one CPU, then it waits on its
-standard input), is handed one job (:attr:`RetimePlan.job
-<raysearch.search._retime.RetimePlan.job>`, pickled) and answers with the rounds
-(:func:`~raysearch.search._retime.time_rounds`), or with the error ONNX Runtime raised. It
-ends after its answer, or as soon as its standard input closes: :meth:`LatencyTimer.close`,
-or the driver's end however it comes (:class:`raysearch.jobprocess.JobProcess`).
-
-Example:
-    >>> timer = LatencyTimer()
-    >>> timer.start()                       # while the trials run      # doctest: +SKIP
-    >>> timer.submit(plan.job)              # after the last one        # doctest: +SKIP
-    >>> rounds = timer.result()             # after writing the plots   # doctest: +SKIP
+Not a thread: one timing ``session.run`` would wait for Python's lock while another draws
+the plots, which would count in the figure. The process is started while the trials run,
+handed one pickled job (:attr:`RetimePlan.job <raysearch.search._retime.RetimePlan.job>`)
+and answers with the rounds, or the error ONNX Runtime raised; it ends after its answer or
+as soon as its standard input closes
+(:class:`raysearch.jobprocess.JobProcess`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """Where a search's log records go: ``auto_search.log`` in the output folder, and what of Ray
-Tune's own logging is silenced.
-
-Example:
-    >>> log = LogSetup(folder)        # doctest: +SKIP
-    >>> with quiet_tune():            # doctest: +SKIP
-    ...     tuner.fit()
-    >>> log.close()                   # doctest: +SKIP
-"""
+Tune's own logging is silenced."""
 
 from __future__ import annotations
 
@@ -26,9 +19,8 @@ _TUNE_STATE_LOGGER = "ray.tune.execution.experiment_state"
 
 
 class _LogFile(logging.FileHandler):
-    """``auto_search.log``. On a full disk a record that cannot be written is dropped
-    silently: the log is a convenience, the journal is the record, and the search reports
-    the full disk in one line of its own rather than logging's tracebacks."""
+    """``auto_search.log``, whose records are dropped silently on a full disk (the journal is
+    the record, and the search reports the full disk in one line of its own)."""
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         if not is_disk_full(sys.exc_info()[1]):
@@ -60,15 +52,12 @@ class _TuneDiskFull(logging.Filter):
 
 _TUNE_DISK = _TuneDiskFull()
 
-#: Ray Tune's loggers of its notes that a step of its own loop took long ("The
-#: `process_trial_result` operation took 0.750 s, which may be a performance bottleneck";
-#: its experiment state's save), each note with this word: for whoever tunes Tune, so
-#: ``auto_search.log`` keeps them and the terminal does not show them.
+#: Ray Tune's loggers of its notes that a step of its own loop took long (each with this
+#: word): ``auto_search.log`` keeps them, the terminal does not show them.
 _TUNE_SLOW = ("ray.tune.utils.util", "ray.tune.execution.tune_controller", _TUNE_STATE_LOGGER)
 _SLOW_WORD = "bottleneck"
-#: Ray Tune's reports of a trial's failure, with Ray's traceback (and, for a lost node, the
-#: raylet's state), and of the trials that failed, at the end: ``auto_search.log`` keeps them;
-#: the terminal has raysearch's line for each failed trial and for each node lost.
+#: Ray Tune's reports of a trial's failure, with Ray's traceback: ``auto_search.log`` keeps
+#: them; the terminal has raysearch's line for each failed trial and node lost.
 _TUNE_FAILURES = {
     "ray.tune.execution.tune_controller": "Trial task failed for trial",
     "ray.tune.tune": "Trials did not complete",
@@ -100,10 +89,8 @@ def check_tune_disk() -> None:
 
 class LogSetup:
     """``auto_search.log`` gets every ``raysearch`` record from INFO on (DEBUG when the
-    ``raysearch`` logger is set to it), while the console keeps the verbosity its owner chose:
-    a root handler without a level of its own gets the root logger's level for the search.
-    Ray Tune's records go there too, and its notes on slow steps of its own loop go there
-    only."""
+    ``raysearch`` logger is set to it) and Ray Tune's, while the console keeps the verbosity
+    its owner chose."""
 
     def __init__(self, folder: Path) -> None:
         self.handler = _LogFile(folder / LOG_FILE, encoding="utf-8")
@@ -143,9 +130,9 @@ class LogSetup:
 
 @contextlib.contextmanager
 def quiet_tune() -> Iterator[None]:
-    """Silence what Tune logs that raysearch makes moot: the per-trial result files it no
-    longer writes (raysearch keeps its own), its end-of-run notes, and its traceback when
-    its state cannot be saved on a full disk (:func:`check_tune_disk` then raises)."""
+    """Silence what Tune logs that raysearch makes moot: notes on the per-trial result files
+    it does not write, its end-of-run notes, and its traceback on a full disk
+    (:func:`check_tune_disk` then raises)."""
     names = ("ray.tune.analysis.experiment_analysis", "ray.tune.tune", "ray.tune.result_grid")
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]

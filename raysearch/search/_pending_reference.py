@@ -1,17 +1,9 @@
 """The float reference computed while the search starts: :class:`PendingReference`.
 
-The float model's run over every evaluation row takes seconds on a cold start, beside Ray's
-start, and a trial needs the reference only when it evaluates, after it has calibrated and
-quantized. So :func:`preflight` runs the float model on the first evaluation batch (which
-proves ONNX Runtime can run it on that data) and leaves the rest to a thread of its own, so
-that the first trials need not wait for it; the trials take the reference when it is there
-(:mod:`raysearch.search.runtime._reference_handoff`). Evaluation data holding NaN or inf is
-run whole before the search, so that a float model that turns it into NaN is refused at once.
-
-Example:
-    >>> pending = PendingReference(model, evaluation, threads=2)  # doctest: +SKIP
-    >>> pending.future.result().latency_ms                         # doctest: +SKIP
-    0.84
+A trial needs the reference only when it evaluates, after quantizing, so preflight runs the
+float model on the first evaluation batch (proving ONNX Runtime runs it) and leaves the rest
+to a thread, which the first trials need not wait for. Evaluation data holding NaN or inf is
+run whole before the search, so that a float model turning it into NaN is refused at once.
 """
 
 from __future__ import annotations
@@ -72,8 +64,7 @@ class PendingReference:
         self.future: Future[FloatReference] = Future()
         self.started = time.perf_counter()
         self.took_s: float | None = None
-        #: Set by the search when the reference could not be handed to its trials
-        #: (:mod:`raysearch.search.runtime._reference_handoff`): the search ends with it.
+        #: Set by the search when the reference could not be handed to its trials.
         self.hand_over_error: OSError | None = None
         self._args = (model, evaluation, threads, to_error)
         threading.Thread(target=self._run, name="raysearch-reference", daemon=True).start()
@@ -112,15 +103,13 @@ class PendingReference:
             self.future.set_result(reference)
 
 
-#: The niceness the rest of the float reference runs at (Linux: per thread; ONNX Runtime's
-#: intra-op threads, created by it, inherit it).
+#: The niceness the rest of the float reference runs at (Linux: per thread, inherited).
 NICENESS = 10
 
 
 def _lower_priority() -> None:
-    """Lower this thread's CPU priority: Ray's start and the first trials' imports and
-    calibration come first on a small machine; the rest of the reference is needed only when
-    the first trial evaluates."""
+    """Lower this thread's CPU priority: Ray's start and the first trials come first; the
+    rest of the reference is needed only when the first trial evaluates."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
     except (AttributeError, OSError) as exc:  # not Linux, or not allowed

@@ -3,24 +3,14 @@
 :func:`preflight` reads the model, the data and the evaluator of a validated
 :class:`~raysearch.config.SearchConfig` and computes what every trial shares, writing nothing:
 
-1. the model: an ONNX file that parses, whose external-data files are all there and long
-   enough, and that holds an op the space's ``op_types_to_quantize`` choices would quantize
-   (the quantizer backend's own checks of op types and node names included);
-2. the calibration and evaluation data, loaded and checked against the model's inputs;
-3. the evaluator: the float model's outputs on the evaluation data (built-in metrics; this also
-   proves ONNX Runtime can run the model) or the custom evaluator's score of the float model.
-   A fresh search checks the float model on the first evaluation batch only and computes the
-   rest while it starts (:mod:`raysearch.search._pending_reference`).
+1. the model: an ONNX file that parses, with its external data, holding an op the spaces
+   would quantize (the backends' checks of op types and node names included);
+2. the calibration and evaluation data, checked against the model's inputs;
+3. the evaluator: the float reference (which proves ONNX Runtime runs the model; a fresh
+   search computes past the first batch while it starts) or a custom evaluator's float score.
 
-Any problem is an :class:`~raysearch.errors.InputError` with a one-line message naming it, so
-a search with bad input fails at once and leaves the output folder as it was. The checks and
-the thread that runs them beside Ray's start are one module: they share the order in which a
-bad input is reported.
-
-Example:
-    >>> prepared = preflight(config)                                # doctest: +SKIP
-    >>> prepared.float_score, len(prepared.calibration)             # doctest: +SKIP
-    (0.734, 64)
+Any problem is a one-line :class:`~raysearch.errors.InputError`, so bad input fails at once
+and leaves the output folder as it was.
 """
 
 from __future__ import annotations
@@ -64,8 +54,7 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
-#: The logger (at INFO: ``auto_search.log``, not the terminal) of what code run on the driver
-#: for the search wrote to standard error (:attr:`Prepared.stderr_lines`).
+#: The logger (at INFO: ``auto_search.log``) of :attr:`Prepared.stderr_lines`.
 STDERR_LOGGER = "raysearch.stderr"
 
 
@@ -81,14 +70,10 @@ class Prepared:
     info: dict[str, Any] = field(default_factory=dict)
     #: Node and tensor names and op types of the float model, for the search strategy.
     model: ModelFacts = field(default_factory=ModelFacts)
-    #: The float reference still being computed (its first batch is ``probe``): the search
-    #: starts meanwhile and its trials take it when they evaluate (see
-    #: :mod:`raysearch.search._pending_reference`).
+    #: The float reference still being computed (its first batch is ``probe``).
     pending_reference: PendingReference | None = None
     probe: FloatReference | None = None
-    #: What the float model's run by a custom evaluator wrote to the process's standard
-    #: error (ONNX Runtime's warnings, one line per unused initializer and session): logged
-    #: to ``auto_search.log`` by the search (:data:`STDERR_LOGGER`), kept off the terminal.
+    #: What a custom evaluator's float run wrote to standard error, for the log only.
     stderr_lines: list[str] = field(default_factory=list)
 
 
@@ -181,9 +166,8 @@ def _backend_names(space: SearchSpace) -> list[str]:
 
 
 def _check_quantizable(proto: onnx.ModelProto, path: Path, spaces: list[SearchSpace]) -> None:
-    """Each backend a space can select checks every model-dependent choice of the space (its
-    ``model_settings``: op types, node names; ``op_types_to_quantize: null`` too) against the
-    model."""
+    """Each backend a space can select checks every choice of its ``model_settings`` (op
+    types, node names) against the model."""
     from raysearch.quantize.registry import get_backend
 
     for space in spaces:
@@ -218,9 +202,8 @@ def may_saturate(space: SearchSpace) -> bool:
 
 def warn_if_u8s8_saturates(spaces: Iterable[SearchSpace]) -> bool:
     """Say in one log line when this CPU adds uint8 x int8 products in saturating int16 sums
-    and a space can select such a setting; the choice is the user's (``reduce_range`` and
-    ``weight_type`` are settings of the space), so nothing is changed. Returns whether it
-    warned."""
+    and a space can select such a setting (nothing is changed: the choice is the user's).
+    Returns whether it warned."""
     from raysearch.cpu import u8s8_saturates
 
     if not u8s8_saturates() or not any(may_saturate(space) for space in spaces):
@@ -243,18 +226,11 @@ def preflight(
     check_only: bool = False,
 ) -> Prepared:
     """Check the model, data and evaluator of ``config`` and compute the float reference or
-    the float model's score. Nothing is written unless ``cache_dir`` is given (the float
-    reference is then read from, or saved to, that cache). ``kept(model, evaluation data)``
-    is asked for the reference first (one a running cluster kept from an earlier search of
-    the same model and data: ``runtime.KeptWarm.lookup_reference``). With
-    ``defer_reference`` (and neither a cache nor a kept reference), the float model runs on
-    the first evaluation batch here and on every row in a thread of its own
-    (:attr:`Prepared.pending_reference`) when the data allows it
-    (:func:`~raysearch.search._pending_reference.deferrable`). With ``check_only``
-    (``raysearch validate``), the float model runs on the first evaluation batch only, as
-    the checks of a search started with ``defer_reference`` do before Ray starts, and the
-    rest is not computed (:attr:`Prepared.reference` stays None; :attr:`Prepared.probe` holds
-    that batch's reference); a custom evaluator scores the float model as a search does.
+    the float model's score, writing nothing but ``cache_dir``'s reference. ``kept(model,
+    data)`` is asked first (a running cluster's reference of an earlier search). With
+    ``defer_reference`` (no cache, nothing kept), only the first evaluation batch runs here
+    and the rest in a thread (:attr:`Prepared.pending_reference`); with ``check_only``
+    (``raysearch validate``) the first batch alone (:attr:`Prepared.probe`).
 
     Raises:
         InputError: a one-line message naming what is wrong.
@@ -281,19 +257,16 @@ def preflight(
     threads = max(1, min(os.cpu_count() or 1, 4))
     started = time.perf_counter()
     if not check_only and evaluator.is_lm and config.measure_latency:
-        # What a language-model metric's trials time besides a batch, on the float model:
-        # before the reference's session opens (one float session at a time).
+        # Before the reference's session opens: one float session at a time.
         trial_threads = max(1, int(config.resources.cpu_per_trial))
         for name, value in float_decoder_latency(model, evaluation, trial_threads).items():
             prepared.info[f"float_{name}"] = value
-    # One a running cluster kept from an earlier search of the same model and data.
     reference = kept(model, evaluation) if kept and evaluator.needs_reference else None
     if reference is not None:
         prepared.reference = reference
         prepared.info["float_latency_ms"] = reference.latency_ms
     elif evaluator.needs_reference:
         later = defer_reference and cache_dir is None and deferrable(evaluation)
-        # ``check_only``: the first batch alone, what a search checks before Ray starts.
         _reference(
             prepared, model, cache_dir, threads, later=later or check_only, rest=not check_only
         )
@@ -360,14 +333,9 @@ def _cannot_run(exc: Exception) -> ConfigError:
 def float_batch_latency(
     model: str | os.PathLike, data: DataSource, threads: int = 1
 ) -> float | None:
-    """The float model's median milliseconds for the first batch of ``data`` on the CPU and
-    ``threads`` threads, after one warm-up run: how a trial times a model a custom evaluator
-    scores. None (and a DEBUG line) when ONNX Runtime cannot time it: latency is secondary.
-
-    Example:
-        >>> float_batch_latency("model.onnx", evaluation, threads=1)   # doctest: +SKIP
-        0.42
-    """
+    """The float model's median milliseconds for the first batch of ``data`` on the CPU, as
+    a trial times a model a custom evaluator scores; None (and a DEBUG line) when ONNX
+    Runtime cannot time it: latency is secondary."""
     from raysearch.evaluate import measure_latency
     from raysearch.providers import make_session
 
@@ -382,15 +350,8 @@ def float_batch_latency(
 def float_decoder_latency(
     model: str | os.PathLike, data: DataSource, threads: int = 1
 ) -> dict[str, float]:
-    """The float model's one-token decode and prefill latency on the CPU and ``threads``
-    threads, as a language-model metric's trial times its model
-    (:func:`raysearch.evaluate.measure_decoder_latency`); empty (and a DEBUG line) when ONNX
-    Runtime cannot time it.
-
-    Example:
-        >>> float_decoder_latency("lm.onnx", evaluation, threads=1)   # doctest: +SKIP
-        {'decode_latency_ms': 0.84, 'prefill_latency_ms': 9.4}
-    """
+    """The float model's one-token decode and prefill latency on the CPU, as a language-model
+    metric's trial times its model; empty (and a DEBUG line) when ONNX Runtime cannot."""
     from raysearch.evaluate import measure_decoder_latency
     from raysearch.providers import make_session
 
@@ -402,14 +363,9 @@ def float_decoder_latency(
 
 
 def builder_int4(model: str | os.PathLike, data: DataSource, folder: str | os.PathLike) -> Path:
-    """onnxruntime-genai's builder's int4 of ``model``
-    (:data:`raysearch.strategies.BUILDER_SETTINGS`: what ``size_budget: builder`` and
-    ``max_decode_latency: builder`` hold a candidate to) written as ``folder/model.onnx``, or
-    kept when it is there already (a resumed search's).
-
-    Example:
-        >>> builder_int4("lm.onnx", evaluation, "cache/builder")   # doctest: +SKIP
-        PosixPath('cache/builder/model.onnx')
+    """onnxruntime-genai's builder's int4 of ``model`` (what ``size_budget: builder`` and
+    ``max_decode_latency: builder`` hold a candidate to) as ``folder/model.onnx``, kept when
+    there already (a resumed search's).
 
     Raises:
         InputError: the model cannot be quantized so.
@@ -435,10 +391,9 @@ def builder_int4(model: str | os.PathLike, data: DataSource, folder: str | os.Pa
 
 @contextlib.contextmanager
 def stderr_lines() -> Iterator[list[str]]:
-    """Collect what is written to this process's standard error (file descriptor 2: ONNX
-    Runtime's C++ logger writes there, below Python) within the block, as the lines of the
-    list it yields, instead of the terminal. When the block raises, the lines are written to
-    standard error after all: they may say why.
+    """Collect what is written to file descriptor 2 (where ONNX Runtime's C++ logger writes)
+    within the block, as the lines of the list it yields; when the block raises, they are
+    written to standard error after all: they may say why.
 
     Example:
         >>> with stderr_lines() as lines:
@@ -476,21 +431,11 @@ def start_preflight(
     config: SearchConfig,
     kept: Callable[[str, DataSource], FloatReference | None] | None = None,
 ) -> Future[Prepared] | None:
-    """:func:`preflight` of ``config`` in a daemon thread, started now; None (nothing started)
-    for a custom evaluator, whose code the caller's thread runs later instead.
-
-    The ``raysearch`` command calls this before it imports Ray Tune (seconds of imports on one
-    core): the float model then runs on the other core, and mostly outside the interpreter's
-    lock, while the imports hold it. What :func:`preflight` imports (the data, evaluation and
-    model modules, the backends the spaces select) is imported first, in the calling thread,
-    so that the two threads never import the same module at once (the thread's own imports
-    are then ONNX's and ONNX Runtime's, which Ray Tune's imports do not touch). A custom
-    evaluator's code may import anything, so it is not run beside other imports.
-
-    Example:
-        >>> pending = start_preflight(config)                           # doctest: +SKIP
-        >>> prepared = pending.result() if pending else preflight(config)  # doctest: +SKIP
-    """
+    """:func:`preflight` of ``config`` in a daemon thread, started now, so that the float
+    model runs while the command imports Ray Tune; None (nothing started) for a custom
+    evaluator, whose code may import anything and so runs later in the caller's thread.
+    What :func:`preflight` imports is imported first, here, so that the two threads never
+    import the same module at once."""
     from raysearch.evaluate import Evaluator
 
     if not Evaluator.from_config(config).needs_reference:

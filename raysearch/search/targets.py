@@ -2,28 +2,11 @@
 Optuna storage (``optuna_storage``) and the loggers' places (MLflow's ``tracking_uri`` and
 ``registry_uri``, W&B's ``dir``). ``raysearch validate`` and :meth:`AutoSearch.run
 <raysearch.search.AutoSearch.run>` call :func:`check_targets`, so that a target the search
-could not open is refused in one line before the output folder is claimed (a refusal after
-``auto_search.log`` and ``raysearch_config.yaml`` were written would make the corrected run
-find "a previous search" there).
-
-Nothing is created or written by the checks:
-
-- an SQLite database (Optuna's or MLflow's) that is not there yet needs its folder, existing
-  and writable (SQLite creates the file, not its folder); one that is there must be a
-  database this user may write, and an Optuna one is opened by Optuna, read-only (its schema
-  version checked);
-- another database URL (``postgresql://...``) is connected to, and a database holding
-  Optuna's tables is opened by Optuna;
-- a folder (MLflow's file store, W&B's ``dir``) must be one this user can create or write
-  in: W&B writes a run it cannot put in ``dir`` into the system temp folder instead, and
-  MLflow 3 refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``;
-- W&B online (its default mode) needs an API key where Ray's callback looks for one, which
-  otherwise logs nothing.
-
-A tracking server (MLflow's ``http://...``, W&B's) is not contacted.
-
-Example:
-    >>> check_targets(config)                                       # doctest: +SKIP
+could not open is refused in one line before the output folder is claimed. The checks create
+and write nothing: an SQLite database needs a writable folder (or to be one this user may
+write); another database URL is connected to; Optuna opens a database holding its tables
+read-only; a folder must be one this user can create or write in; W&B online needs an API key
+where Ray's callback looks for one. A tracking server is not contacted.
 """
 
 from __future__ import annotations
@@ -60,8 +43,8 @@ def check_targets(config: Any) -> None:
 
 
 def check_optuna_storage(url: str, key: str = "optuna_storage") -> None:
-    """Check that Optuna can open the RDB storage ``url`` and write a study into it (see the
-    module docstring: nothing is created).
+    """Check that Optuna can open the RDB storage ``url`` and write a study into it, creating
+    nothing.
 
     Raises:
         ConfigError: it cannot, with the reason.
@@ -95,12 +78,7 @@ def _sqlite_file(url: str) -> Path | None:
 
 def _sqlite_tables(path: Path) -> set[str] | None:
     """The tables of the SQLite database ``path``, None when it is not there yet (and its
-    folder can hold it).
-
-    Raises:
-        _Refused: no folder for it, a folder or file this user cannot write, or a file that
-            is no SQLite database.
-    """
+    folder can hold it); :class:`_Refused` when it cannot be written or is no database."""
     if not path.exists():
         if not path.parent.is_dir():
             raise _Refused(f"no folder {path.parent} for its database file")
@@ -127,11 +105,7 @@ def _sqlite_tables(path: Path) -> set[str] | None:
 
 def _check_database(url: str) -> None:
     """Connect to the database ``url`` (no write) and, when it holds Optuna's tables, open
-    it with Optuna.
-
-    Raises:
-        _Refused: SQLAlchemy cannot connect, or Optuna cannot read the storage.
-    """
+    it with Optuna; :class:`_Refused` when either fails."""
     import sqlalchemy
 
     try:
@@ -146,12 +120,8 @@ def _check_database(url: str) -> None:
 
 
 def _open_with_optuna(url: str) -> None:
-    """Open the Optuna storage ``url`` without creating tables (the schema's version is
-    checked against the installed Optuna's) and list its studies.
-
-    Raises:
-        _Refused: Optuna cannot.
-    """
+    """Open the Optuna storage ``url`` without creating tables (its schema's version checked)
+    and list its studies; :class:`_Refused` when Optuna cannot."""
     import optuna
 
     try:
@@ -191,13 +161,8 @@ def check_folder(folder: str, key: str) -> None:
 
 
 def _check_mlflow(settings: Mapping[str, Any]) -> None:
-    """MLflow's tracking and registry URIs: an SQLite database, a file store's folder or
-    another database, each as MLflow would open it (the tracking URI MLflow takes when none
-    is given: ``MLFLOW_TRACKING_URI``, else MLflow's default).
-
-    Raises:
-        ConfigError: one MLflow could not open or write.
-    """
+    """MLflow's tracking and registry URIs (the tracking URI MLflow takes when none is given
+    included), each as MLflow would open it; ConfigError for one it could not open or write."""
     for setting in ("tracking_uri", "registry_uri"):
         uri = settings.get(setting)
         if uri is None and setting == "tracking_uri":
@@ -225,12 +190,8 @@ def _check_mlflow(settings: Mapping[str, Any]) -> None:
 
 
 def _check_file_store(uri: str, key: str) -> None:
-    """MLflow's file store at ``uri`` (a path or ``file://`` URI): allowed by MLflow 3 only
-    with ``MLFLOW_ALLOW_FILE_STORE=true``, in a folder this user can write.
-
-    Raises:
-        ConfigError: MLflow would refuse it, or the folder cannot be written.
-    """
+    """MLflow's file store at ``uri``: allowed by MLflow 3 only with
+    ``MLFLOW_ALLOW_FILE_STORE=true``, in a folder this user can write (else ConfigError)."""
     from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
 
     if not MLFLOW_ALLOW_FILE_STORE.get():
@@ -245,12 +206,7 @@ def _check_file_store(uri: str, key: str) -> None:
 
 def _check_wandb(settings: Mapping[str, Any]) -> None:
     """W&B's ``dir``, and for a W&B online (its default mode) an API key where Ray's
-    callback looks for one (``api_key``, ``api_key_file``, ``WANDB_API_KEY``, its key hook,
-    ``wandb login``'s): without one the callback logs nothing. W&B is not contacted.
-
-    Raises:
-        ConfigError: a ``dir`` that cannot be written, or no API key for a W&B online.
-    """
+    callback looks for one (ConfigError without); W&B is not contacted."""
     if settings.get("dir") is not None:
         check_folder(str(settings["dir"]), "loggers.wandb.dir")
     mode = settings.get("mode") or os.environ.get("WANDB_MODE") or "online"

@@ -1,13 +1,6 @@
 """What a grid's expansion memoises (private to :mod:`raysearch.space.space`): the keys the
 validity rules strip from a point, once per distinct relevant sub-setting, and the identity a
-grid de-duplicates points on, with each value encoded once. A module of its own, so that
-``space`` holds the space itself.
-
-Example:
-    >>> identity = _PointIdentity()
-    >>> identity({"a": 1}) == identity({"a": 1})
-    True
-"""
+grid de-duplicates points on, with each value encoded once."""
 
 from __future__ import annotations
 
@@ -22,24 +15,19 @@ __all__ = ["_PointIdentity", "_Stripping"]
 Point = dict[str, Any]
 
 
-#: The value types a memoised rule may be keyed on: for these, two values of the same type that
-#: are equal (``==``) behave the same in every comparison a rule makes (``==``, ``is True``,
-#: ``in``, ``<``, truth). Other values (lists, mappings, numpy scalars) call the rules.
+#: The value types a memoised rule may be keyed on: two equal values of one of these types
+#: behave the same in every comparison a rule makes; other values call the rules.
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, str})
 
 
 class _Stripping:
     """The keys that ``rules``, applied in order as :meth:`SearchSpace.canonical` applies
-    them, strip from a point; remembered for one expansion only (so no memo outlives a change
-    to ``SearchSpace.rules``).
+    them, strip from a point; remembered for one expansion only.
 
-    The memo is keyed on everything the rules read, as their ``reads`` declare it
-    (:func:`raysearch.space.rules.reads`): the point's key names, in order, and the values of
-    the keys some rule reads, each with its type (``True == 1``, but a rule may test
-    ``is True``). A later rule sees the point less what earlier ones stripped, which those
-    same names and values decide. So the rules run once per distinct relevant sub-setting,
-    not once per setting. Rules of which one has no ``reads``, or a read value of another
-    type, are run as they are.
+    The memo is keyed on everything the rules read (their ``reads``): the point's key names,
+    in order, and the values of the keys some rule reads, each with its type (``True == 1``,
+    but a rule may test ``is True``). Rules of which one has no ``reads``, or a read value of
+    another type, are run as they are.
     """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
@@ -85,13 +73,9 @@ class _PointIdentity:
     """The identity a grid de-duplicates points on: the sorted numbers of the point's
     ``(key, JSON of value)`` pairs, the same number for the same pair.
 
-    It decides exactly as the points' canonical JSON (``json.dumps(point, sort_keys=True,
-    default=str)``) would: that text is the items in key order, each value written as
-    ``json.dumps`` writes it alone, and keys are distinct strings; so two points have the same
-    text exactly when they have the same set of pairs, and so the same sorted numbers (a
-    point's pairs have distinct keys, hence distinct numbers). Each value is encoded once, not
-    once per point and rule; and a tuple of numbers is an object the garbage collector stops
-    tracking, where a million tuples or sets kept alive made it half the cost of a large grid.
+    It decides exactly as the points' canonical JSON would (the same set of pairs, the same
+    text), with each value encoded once, and a tuple of numbers is an object the garbage
+    collector stops tracking.
 
     Example:
         >>> identity = _PointIdentity()
@@ -104,9 +88,8 @@ class _PointIdentity:
     def __init__(self) -> None:
         #: (key, JSON of value) -> its number
         self._numbers: dict[tuple[str, str], int] = {}
-        #: (key, id(value)) -> the number of (key, JSON of value), for the values in ``_held``:
-        #: kept alive, such an id names no other object while this lives (and an expansion
-        #: mutates no value).
+        #: (key, id(value)) -> the number of (key, JSON of value), for the values ``_held``
+        #: alive (so that an id names no other object while this lives).
         self._known: dict[tuple[str, int], int] = {}
         self._held: list[Any] = []
 

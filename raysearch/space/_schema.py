@@ -1,14 +1,9 @@
 """Checks of a search space against the settings catalogues of its backends.
 
-A key is checked against the catalogue of every backend it can be active with: all the
-``quantizer`` choices of the space, narrowed by the ``only_if: {quantizer: ...}`` conditions of
-the groups around it. So ``quantizer: [ort, nncf]`` with a group ``only_if: {quantizer: nncf}``
-holding NNCF's keys validates each backend's keys against its own catalogue, and a key of one
-backend left where the other can be active is refused with both backends named.
-
-A value from a fixed vocabulary (an enum setting's choices, a backend's name) is read in any
-case and kept as the catalogue spells it (``minmax`` is ``MinMax``):
-:func:`raysearch.errors.canonical_name`, the rule of every name a config holds.
+A key is checked against the catalogue of every backend it can be active with: the space's
+``quantizer`` choices, narrowed by the ``only_if: {quantizer: ...}`` conditions around it; a
+key of one backend where another can be active is refused with both named. A value from a
+fixed vocabulary is read in any case and kept as the catalogue spells it.
 """
 
 from __future__ import annotations
@@ -38,7 +33,6 @@ class Schema:
     def __init__(self, catalogues: Mapping[str, Catalogue]) -> None:
         self.catalogues = dict(catalogues)
 
-    # -- backends --------------------------------------------------------------------------
     def backend_choices(self, values: Sequence[Any], where: str) -> tuple[str, ...]:
         """The backends ``quantizer`` may take (their names in any case), each checked to
         have a catalogue."""
@@ -78,7 +72,6 @@ class Schema:
             f"(known: {', '.join(sorted(self.catalogues))})",
         )
 
-    # -- names -----------------------------------------------------------------------------
     def canonical(self, container: str, key: str, backends: Sequence[str], where: str) -> str:
         """The canonical name of ``key``; an alias that backends resolve differently is an
         error."""
@@ -104,7 +97,6 @@ class Schema:
                     where, f"expected a list of choices or a range for '{key}', got a mapping"
                 )
 
-    # -- parameters ------------------------------------------------------------------------
     def check_param(
         self,
         name: str,
@@ -126,9 +118,8 @@ class Schema:
         return domain
 
     def canonical_value(self, name: str, specs: Sequence[OptionSpec], value: Any) -> Any:
-        """``value`` of setting ``name`` as the catalogue spells it: one of an enum's choices,
-        or a backend's name, in any case (``minmax`` is ``MinMax``); else ``value`` itself,
-        left to the checks to refuse."""
+        """``value`` of setting ``name`` as the catalogue spells it (an enum's choice or a
+        backend's name, in any case); else ``value`` itself, left to the checks."""
         if name == QUANTIZER_KEY:
             return self.backend_name(value)
         for spec in specs:
@@ -141,7 +132,7 @@ class Schema:
         self, name: str, key: str, container: str, backends: Sequence[str], where: str
     ) -> list[OptionSpec]:
         """The spec of ``name`` in each backend's catalogue; ConfigError when one lacks it."""
-        known = [b for b in backends if self._knows(container, name, [b])]
+        known = [b for b in backends if self.catalogues[b].spec(container, name) is not None]
         if len(known) < len(backends):
             missing = next(b for b in backends if b not in known)
             if known:
@@ -222,10 +213,6 @@ class Schema:
             if spec is not None and spec.requires:
                 return spec.requires
         return None
-
-    # -- messages --------------------------------------------------------------------------
-    def _knows(self, container: str, name: str, backends: Sequence[str]) -> bool:
-        return all(self.catalogues[b].spec(container, name) is not None for b in backends)
 
     @staticmethod
     def _names(backends: Sequence[str]) -> str:

@@ -2,12 +2,8 @@
 
 A :class:`Catalogue` describes every setting one backend takes: its type, allowed values,
 aliases, and whether it changes what calibration collects (the single source of the
-calibration cache key). A search space validates each key against the catalogue of the backend
-that the point's ``quantizer`` value selects, so one space may search several backends.
-
-The space package holds the data type and the registry but imports no backend: a backend
-registers its catalogue when its module is imported (:func:`register_catalogue`, called by
-``raysearch.quantize.register_backend``), and ``import raysearch`` imports the built-in ones.
+calibration cache key). The space package imports no backend: a backend registers its
+catalogue when its module is imported.
 
 Example:
     >>> toy = Catalogue("toy", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits", low=2)})
@@ -47,18 +43,14 @@ class OptionSpec:
 
     Attributes:
         kind: ``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``, ``num_list``,
-            ``dict`` (a group of further settings) or ``mapping`` (a value that is a
-            mapping, as ``node_settings``).
+            ``dict`` (a group of further settings) or ``mapping`` (a value that is a mapping).
         doc: what the setting does, in a few words (``raysearch spaces`` shows it).
         choices: an enum's values.
-        low: a number's least value (None: no bound).
-        high: a number's greatest value (None: no bound).
+        low, high: a number's bounds (None: no bound).
         nullable: whether None is a value.
-        affects_calibration: whether it changes the calibration (part of the calibration
-            cache's key).
+        affects_calibration: whether it changes the calibration (the calibration cache's key).
         requires: a switch key (``include_cle``) this setting only acts with: with the switch
-            off or absent, the setting is meaningless and the validity rule
-            ``setting_without_its_switch`` strips it.
+            off, the validity rule ``setting_without_its_switch`` strips it.
 
     Example:
         >>> OptionSpec("int", "weight bits", low=2, high=8).high
@@ -84,13 +76,11 @@ class Catalogue:
     """The settings of one backend (``QuantizerBackend.catalogue``).
 
     Attributes:
-        backend: the backend's name (``register_backend`` sets it to the registered name).
-        settings: top-level setting name -> :class:`OptionSpec`; ``"quantizer":
-            QUANTIZER`` lets a space select the backend.
-        containers: a key whose value is a mapping of further settings (ONNX Runtime's
-            ``extra_options``) -> those settings' specs.
-        aliases: per container (``""`` for the top level): accepted spelling -> canonical
-            name.
+        backend: the backend's name (``register_backend`` sets it).
+        settings: top-level setting name -> :class:`OptionSpec` (``"quantizer": QUANTIZER``
+            lets a space select the backend).
+        containers: a key holding further settings (``extra_options``) -> their specs.
+        aliases: per container (``""``: the top level), accepted spelling -> canonical name.
 
     Example:
         >>> mine = Catalogue("mine", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits")})
@@ -249,9 +239,8 @@ _FINETUNE = (
     "DataSize, OptimDevice, FixedSeed"
 )
 
-#: Spellings of techniques that raysearch refuses (other tools' names, in any container),
-#: with why and what to write instead: a setting is never accepted and then silently dropped.
-#: A catalogue that knows one of these names (a technique registered since) takes precedence.
+#: Spellings of techniques that raysearch refuses (other tools' names), with why and what to
+#: write instead; a catalogue that knows one of these names takes precedence.
 UNAVAILABLE: dict[str, str] = {
     **dict.fromkeys(("algorithm", "finetune", "num_iterations", "learning_rate"), _FINETUNE),
     "InferDevice": "not a raysearch setting; fine-tuning infers on the trial's device "

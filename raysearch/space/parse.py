@@ -8,12 +8,9 @@ holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
 ``{type: categorical, choices: [...]}`` and joint parameters
 (``{joint: [a, b], choices: [[...], ...]}``: one choice sets several settings).
 
-Every key and value (each part of a joint parameter included) is checked against the settings
-catalogue of each backend it can be active with (:mod:`raysearch.space._schema`); unknown keys
-get the closest known key as a suggestion, and keys that name a technique raysearch does not
-have yet are refused with why. Values from a fixed vocabulary (an enum setting's choices, a
-backend's name), in choices and in ``only_if`` conditions, are read in any case and kept as
-the catalogue spells them (:func:`raysearch.errors.canonical_name`).
+Every key and value is checked against the settings catalogue of each backend it can be
+active with (:mod:`raysearch.space._schema`), unknown keys with the closest known one
+suggested.
 
 Example:
     >>> parsed = parse_space({"per_channel": [True, False], "quantizer": "ort"})
@@ -92,7 +89,6 @@ class _Parser:
     def where(self, keys: tuple[str, ...]) -> str:
         return ".".join((self.base,) + keys)
 
-    # -- the backends of the space ---------------------------------------------------------
     def quantizer_choices(self, raw: Mapping, keys: tuple[str, ...]) -> tuple[str, ...]:
         """Every backend the space's ``quantizer`` keys may select (in groups too), checked."""
         found: list[str] = []
@@ -114,7 +110,6 @@ class _Parser:
         wanted = {canonical_name(v, backends) or v for v in condition.values}
         return tuple(b for b in backends if b in wanted)
 
-    # -- groups and parameters -------------------------------------------------------------
     def group(
         self, raw: Mapping, keys: tuple[str, ...], container: str, backends: tuple[str, ...]
     ) -> Group:

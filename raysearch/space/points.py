@@ -3,14 +3,8 @@
 A start point names some or all of a space's parameters, by their full dotted name
 (``nncf.model_type``) or, where it is unambiguous in that point, by a shorter dotted suffix
 (``model_type``); nested mappings are read as dotted names. Each value must be one of the
-parameter's choices (or inside its range; a name in any case is the choice it spells, as
-everywhere in a config). Parameters the point leaves out are chosen by the
-searcher: Optuna samples them (``study.enqueue_trial`` takes partial parameters), and a grid
-runs first its first setting that agrees with the point.
-
-This is how the tools raysearch replaces start: Intel Neural Compressor's strategies evaluate
-the default configuration first, and a user who knows a good setting (a backend's recommended
-one shot) wants it run, not hoped for.
+parameter's choices (or inside its range). Parameters the point leaves out are chosen by the
+searcher: Optuna samples them, and a grid runs first its first setting that agrees.
 
 Example:
     >>> space = SearchSpace.parse({

@@ -5,9 +5,8 @@ produced) returning the key paths that are meaningless in it; raysearch strips t
 ``MinMax`` with ``CalibPercentile: 99.99`` becomes plain ``MinMax``, and a grid then drops the
 duplicates this creates. The number of settings each rule dropped is reported.
 
-A rule declares with :func:`reads` which keys' values it looks at (it may look at every key's
-name): a grid memoises it on the key names and those values only, instead of calling it for
-each of tens of thousands of settings.
+A rule declares with :func:`reads` which keys' values it looks at, so that a grid memoises it
+on the key names and those values instead of calling it for every setting.
 
 Example:
     >>> percentile_without_percentile_method(
@@ -39,9 +38,9 @@ Rule = Callable[[Point], list[str]]
 
 
 def reads(test: Callable[[str], bool]) -> Callable[[Rule], Rule]:
-    """Declare the keys whose values a rule reads (``test(key)`` is true for each of them; more
-    is allowed, fewer is a bug): its result is a function of the point's key names, in order,
-    and of those values. A rule without the declaration is called for every point.
+    """Declare the keys whose values a rule reads (``test(key)`` true for each; more is
+    allowed, fewer is a bug), so that a grid memoises it on them; a rule without the
+    declaration is called for every point.
 
     Example:
         >>> percentile_without_percentile_method.reads("calibrate_method")
@@ -220,7 +219,6 @@ def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
     return _keys(point, "fast_bias_correction") + _keys(point, "bias_correction_threshold")
 
 
-#: Every rule, in the order they are applied. A rule's name is its function name.
 #: ``nncf_weight_only``'s keys that act with a 4-bit ``mode`` only (no other catalogue has
 #: them; the backend's options refuse them with an 8-bit mode).
 FOUR_BIT_ONLY = (
@@ -260,6 +258,7 @@ def weight_compression_settings_without_effect(point: Point) -> list[str]:
     return []
 
 
+#: Every rule, in the order they are applied. A rule's name is its function name.
 RULES: tuple[Rule, ...] = (
     moving_average_constant_without_moving_average,
     percentile_without_percentile_method,

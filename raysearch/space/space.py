@@ -1,8 +1,5 @@
 """``SearchSpace``: one parsed space with grid expansion, define-by-run sampling and the
-conversion of a point into the nested settings a trial consumes.
-
-One class: the grid, the sampler and the settings conversion all walk the same parameters,
-conditions and rules of one ``SearchSpace``; what the grid memoises lives in ``_grid_memo``."""
+conversion of a point into the nested settings a trial consumes."""
 
 from __future__ import annotations
 
@@ -45,9 +42,8 @@ class Expansion:
 
 
 class SettingWithoutItsSwitch:
-    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is meaningless
-    (and stripped) while its switch is off or absent. A class, not a closure: a space travels
-    to Ray Tune's searcher by pickle."""
+    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is stripped
+    while its switch is off or absent (a class: a space travels to Tune's searcher pickled)."""
 
     __name__ = "setting_without_its_switch"
 
@@ -63,8 +59,7 @@ class SettingWithoutItsSwitch:
         return key.rsplit(".", 1)[-1] in self.switches.values()
 
 
-#: Points and their identities (:class:`_PointIdentity`), as two lists of the same length (not
-#: a list of pairs: fewer objects for the garbage collector to walk).
+#: Points and their identities, as two lists (fewer objects for the collector than pairs).
 _Points = tuple[list[Point], list[tuple[int, ...]]]
 #: Where a parameter's value goes in the settings: its container (None: the top level), the
 #: setting names it sets and whether it is joint (one value per name).
@@ -126,7 +121,9 @@ class SearchSpace:
         self.switches = dict(switches or {})
         self._conditions: dict[str, tuple[Condition, ...]] = {}
         self.params: tuple[Param, ...] = self._dependency_order()
-        self.rules: tuple[Rule, ...] = RULES + ((self._switch_rule(),) if self.switches else ())
+        self.rules: tuple[Rule, ...] = RULES + (
+            (SettingWithoutItsSwitch(self.switches),) if self.switches else ()
+        )
         #: Points the searcher runs first (``raysearch.space.points``), maybe partial.
         self.points_to_evaluate: list[Point] = []
 
@@ -155,11 +152,6 @@ class SearchSpace:
         parsed = parse_space(raw, path=path, catalogues=catalogues)
         return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
 
-    def _switch_rule(self) -> Rule:
-        """The validity rule for settings declared with ``OptionSpec.requires``."""
-        return SettingWithoutItsSwitch(self.switches)
-
-    # -- structure -------------------------------------------------------------------------
     def _dependency_order(self) -> tuple[Param, ...]:
         """Parameters in declaration order, moved after the parameters their conditions read."""
         entries = list(self.root.walk())
@@ -189,7 +181,6 @@ class SearchSpace:
     def has_ranges(self) -> bool:
         return any(isinstance(p.domain, (IntRange, FloatRange)) for p in self.params)
 
-    # -- canonical points and settings -----------------------------------------------------
     def canonical(
         self, point: Point, rules: tuple[Rule, ...] | None = None
     ) -> tuple[Point, list[str]]:
@@ -234,7 +225,6 @@ class SearchSpace:
                 target[names[0]] = value
         return settings
 
-    # -- grid ------------------------------------------------------------------------------
     def check_grid(self) -> None:
         """Raise if the space cannot be enumerated (a range somewhere)."""
         for p in self.params:
@@ -247,11 +237,8 @@ class SearchSpace:
 
     def expand(self, reject: Reject | None = None) -> Expansion:
         """All settings of the space for grid search: the cartesian product over active groups
-        only, with validity rules applied and duplicates removed, in declaration order.
-
-        ``reject`` is an extra check on each point's nested settings (a backend's list of
-        combinations it refuses); it is counted like a rule under the name it returns.
-        """
+        only, with validity rules applied and duplicates removed, in declaration order;
+        ``reject`` refuses settings too (counted like a rule under the reason it returns)."""
         return self._expand(reject)[0]
 
     def _expand(self, reject: Reject | None, keyed: bool = False) -> tuple[Expansion, list[str]]:
@@ -333,8 +320,7 @@ class SearchSpace:
 
     def _enumerate(self) -> list[Point]:
         """Every combination of the active parameters' choices, the first parameter varying
-        slowest. Built a parameter at a time, not by recursive generators (every point passed
-        up through one generator per parameter)."""
+        slowest, built a parameter at a time (not through one generator per parameter)."""
         points: list[Point] = [{}]
         for param in self.params:
             name, choices = param.name, param.domain.choices
@@ -353,9 +339,8 @@ class SearchSpace:
 
     def grid_size(self) -> int:
         """The number of raw combinations before rules and de-duplication."""
-        # Counted without listing them: which parameters are active depends only on the values
-        # of the parameters an only_if reads, so a partial point keeps those values alone,
-        # with the number of combinations it stands for.
+        # Counted without listing them: a partial point keeps the values only_if reads, with
+        # the number of combinations it stands for.
         refs = {c.ref for conds in self._conditions.values() for c in conds}
         partial: list[tuple[Point, int]] = [({}, 1)]
         for param in self.params:
@@ -370,11 +355,10 @@ class SearchSpace:
             partial = grown
         return sum(count for _, count in partial)
 
-    # -- define-by-run ---------------------------------------------------------------------
     def sample(self, trial: Any) -> Point:
         """Optuna define-by-run function: suggest only active, searched parameters, in
-        dependency order, and return the full point (fixed settings included, and the real
-        values of choices Optuna only sees as labels), as Ray Tune's ``OptunaSearch`` expects.
+        dependency order, and return the full point (fixed settings and real values included),
+        as Ray Tune's ``OptunaSearch`` expects.
 
         Example:
             >>> import optuna
@@ -407,9 +391,8 @@ class SearchSpace:
 
 def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -> Expansion:
     """The grid of several spaces searched in order: each space expanded with the validity rules
-    and ``reject``, and a setting an earlier space already has dropped as ``duplicate``. This is
-    exactly what a Grid search runs, so ``raysearch validate`` and ``raysearch spaces`` count
-    with it too.
+    and ``reject``, a setting an earlier space already has dropped as ``duplicate``: what a
+    Grid search runs, and what ``raysearch validate`` and ``raysearch spaces`` count.
 
     Args:
         spaces: the spaces, in order (``StrategyContext.spaces``).

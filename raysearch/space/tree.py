@@ -73,9 +73,8 @@ Domain = Categorical | IntRange | FloatRange
 
 @dataclass(frozen=True)
 class Param:
-    """One searched key. ``path`` is the key path inside the space (group names included);
-    ``joint`` names the settings a joint parameter sets at once (``NumIterLR`` ->
-    ``("NumIterations", "LearningRate")``)."""
+    """One searched key at ``path`` in the space (group names included); ``joint`` names the
+    settings a joint parameter sets at once."""
 
     path: tuple[str, ...]
     domain: Domain

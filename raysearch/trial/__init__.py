@@ -1,19 +1,9 @@
-"""One trial without Ray: quantize, evaluate, decide (``TrialRunner``, ``TrialSpec``).
-
-The names below are defined in ``raysearch.trial._runner``."""
+"""One trial without Ray: quantize, evaluate, decide (``TrialRunner``, ``TrialSpec``)."""
 
 from __future__ import annotations
 
-from raysearch.trial._runner import (
-    FloatBaseline,
-    StagedTrial,
-    TrialDevice,
-    TrialEngine,
-    TrialRunner,
-    TrialSpec,
-    decide_complete,
-    one_line,
-)
+from raysearch.trial._runner import FloatBaseline, TrialDevice, TrialRunner, TrialSpec
+from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete, one_line
 
 __all__ = [
     "TrialSpec",

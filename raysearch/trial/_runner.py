@@ -1,26 +1,11 @@
 """One trial, end to end, without Ray: quantize, evaluate, decide.
 
-A :class:`TrialRunner` is built once per process (a Ray actor reuses it for many trials) with
-the float model, the calibration and evaluation data, the evaluator and a cache directory. It
-keeps the quantizer backend, the calibration cache and the float reference between trials (what
-techniques borrow from the trial is the trial's own quantize and score).
+A :class:`TrialRunner` is built once per process (a Ray actor reuses it for many trials) and
+keeps the quantizer backends, the calibration cache and the float reference between trials.
 :meth:`TrialRunner.start` quantizes once and hands back a
-:class:`~raysearch.trial._staged.StagedTrial` evaluated rung by rung on growing subsets of the
-evaluation rows (``rungs``); :meth:`TrialRunner.run` evaluates every row at once. Neither
-raises for a bad setting: whatever ONNX Runtime refuses, and any metric that cannot be
-computed, becomes a ``failed`` :class:`~raysearch.trialrecord.TrialRecord` with a one-line error.
-
-Example:
-    >>> from raysearch.data._data import DataSource
-    >>> from raysearch.evaluate import Evaluator
-    >>> from raysearch.trial._runner import TrialDevice, TrialRunner, TrialSpec
-    >>> calib = DataSource.load("calib.npz", "model.onnx")                 # doctest: +SKIP
-    >>> spec = TrialSpec("model.onnx", calib, calib, Evaluator("cos", 0.999),
-    ...                  cache_dir="/tmp/rs-cache", device=TrialDevice(threads=2))  # doctest: +SKIP
-    >>> runner = TrialRunner(spec)                                         # doctest: +SKIP
-    >>> result = runner.run({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
-    >>> result.status, result.metric, result.is_candidate                  # doctest: +SKIP
-    ('ok', 0.99962, True)
+:class:`~raysearch.trial._staged.StagedTrial` evaluated rung by rung; :meth:`TrialRunner.run`
+evaluates every row at once. Neither raises for a bad setting: it becomes a ``failed``
+:class:`~raysearch.trialrecord.TrialRecord` with a one-line error.
 """
 
 from __future__ import annotations
@@ -52,7 +37,7 @@ from raysearch.providers import (
 from raysearch.quantize.pipeline import Plan, TechniquePipeline, unknown_settings
 from raysearch.quantize.registry import DEFAULT_BACKEND, backend_reject, get_backend
 from raysearch.quantize.technique import TechniqueContext, quantize_and_score
-from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete, guard, one_line
+from raysearch.trial._staged import StagedTrial, guard
 from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
@@ -61,16 +46,7 @@ if TYPE_CHECKING:
     from raysearch.quantize.calibration import CalibrationCache
     from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend
 
-__all__ = [
-    "TrialSpec",
-    "TrialDevice",
-    "FloatBaseline",
-    "TrialRunner",
-    "TrialEngine",
-    "StagedTrial",
-    "decide_complete",
-    "one_line",
-]
+__all__ = ["TrialSpec", "TrialDevice", "FloatBaseline", "TrialRunner"]
 
 #: ``pool(runner, float_path, settings_list) -> scores`` (:attr:`TrialRunner.score_pool`).
 ScorePoolFn = Callable[["TrialRunner", str, Sequence[Mapping[str, Any]]], list["float | None"]]
@@ -85,10 +61,8 @@ def _same_kind(device: str, other: str) -> bool:
 
 @dataclass(frozen=True)
 class TrialDevice:
-    """Where a trial runs: ``threads`` CPUs (intra-op threads of every session), the GPU it
-    was given (``gpu_id``, None: the CPU) and ``gpu_mem_limit``, its share of that GPU's
-    memory; ``providers`` (ONNX Runtime's ``providers`` argument, options included), when
-    given, replace those of ``gpu_id`` and ``gpu_mem_limit``."""
+    """Where a trial runs: ``threads`` CPUs, the GPU it was given (``gpu_id``, None: the CPU)
+    and ``gpu_mem_limit``, its share of that GPU's memory, or ``providers`` given whole."""
 
     threads: int = 1
     gpu_id: int | None = None
@@ -98,29 +72,23 @@ class TrialDevice:
 
 @dataclass(frozen=True)
 class FloatBaseline:
-    """What the float model scored, when already known: the float reference (built-in
-    metrics) or the float model's score (custom evaluators) and the kind of device that score
-    was computed on. A baseline from another kind of device than the trial's is computed again
-    on the trial's, so that quantized and float models are compared on the same kernels."""
+    """What the float model scored, when already known (the float reference, or a custom
+    evaluator's score), and on which kind of device: one from another kind is computed again
+    on the trial's, so that both models are compared on the same kernels."""
 
     reference: FloatReference | None = None
     score: float | None = None
     score_device: str = "cpu"
-    #: Where a reference still being computed elsewhere comes from (called at the first
-    #: evaluation, not before: the trial quantizes meanwhile), when ``reference`` is None.
+    #: Where a reference still being computed comes from (called at the first evaluation).
     reference_source: Callable[[], FloatReference] | None = None
 
 
 @dataclass(frozen=True)
 class TrialSpec:
-    """Everything a :class:`TrialRunner` needs: the float model, the calibration and
-    evaluation data, the evaluator, the device, the float baseline when known, where its
-    calibration cache lives (``cache_dir``, or a ``cache`` object shared with the caller),
-    whether to record the median latency per evaluation batch, and the rungs of evaluation on
-    growing subsets (None: every row at once).
+    """Everything a :class:`TrialRunner` needs; ``cache``: a calibration cache shared with
+    the caller instead of one in ``cache_dir``; ``rungs`` None: every row at once.
 
     Example:
-        >>> from raysearch.evaluate import Evaluator
         >>> spec = TrialSpec("model.onnx", None, None, Evaluator("cos", 0.999),
         ...                  device=TrialDevice(threads=2))
         >>> spec.device.threads, spec.baseline.reference is None, spec.measure_latency
@@ -139,21 +107,15 @@ class TrialSpec:
     rungs: EvalRungs | None = None
     #: A language model's candidates decode a step in at most this many ms (None: no bound).
     max_decode_latency_ms: float | None = None
-    #: The model a candidate must decode at least as fast as, timed step by step in turn with
-    #: the trial's (``max_decode_latency: builder``: the builder's int4; None: none).
+    #: The model a candidate must decode at least as fast as, timed in turn with the trial's.
     decode_anchor_path: str | os.PathLike | None = None
     #: A candidate's model is at most this many bytes (``size_budget``; None: no bound).
     max_model_size_bytes: int | None = None
 
 
 class TrialRunner:
-    """Runs trials of one :class:`TrialSpec` in one process.
-
-    Every session of the trial (calibration, the float reference, evaluation) runs on the
-    same :attr:`session_providers` (see :class:`TrialDevice`). The float reference or the float
-    model's score is computed on first need unless the spec's :class:`FloatBaseline` gives one
-    computed on this kind of device.
-    """
+    """Runs trials of one :class:`TrialSpec` in one process, every session on the same
+    :attr:`session_providers`; the float baseline is computed on first need unless given."""
 
     def __init__(self, spec: TrialSpec) -> None:
         from raysearch.quantize.calibration import CalibrationCache
@@ -181,8 +143,7 @@ class TrialRunner:
             self.device = execution_providers(device.gpu_id, device.gpu_mem_limit)[2]
         #: The providers' names, as custom evaluators receive them.
         self.providers = provider_names(self.session_providers)
-        # A cache given by the caller may have been made for another device: every call
-        # passes this trial's providers (the backend's), so calibration runs here anyway.
+        # A given cache may be another device's: each call passes this trial's providers.
         self.cache = spec.cache or CalibrationCache(
             self.cache_dir, threads=self.threads, providers=self.session_providers
         )
@@ -197,8 +158,7 @@ class TrialRunner:
         if float_score is not None and not _same_kind(baseline.score_device, self.device):
             float_score = None
         self._reference = float_reference
-        # A reference on its way is the driver's, computed on its CPU: a trial on a GPU
-        # computes its own instead of waiting for it.
+        # A reference on its way is computed on the driver's CPU: a GPU trial computes its own.
         waits = float_reference is None and _same_kind("cpu", self.device)
         self._reference_source = baseline.reference_source if waits else None
         self._float_score = float_score
@@ -219,9 +179,7 @@ class TrialRunner:
             cache_dir=os.fspath(self.cache_dir) if self.cache_dir else None,
         )
         self._float_latency: float | None = None
-        #: Set by the Ray trainable (``raysearch.search.runtime._score_pool``):
-        #: ``pool(runner, float_path, settings_list)`` scores many settings at once, this
-        #: process and helper tasks together. None: one after another, here.
+        #: Set by the Ray trainable: scores many settings at once with helper tasks.
         self.score_pool: ScorePoolFn | None = None
         self._helped = 0
         #: The rungs :meth:`start` evaluates on (None: every row at once).
@@ -230,7 +188,6 @@ class TrialRunner:
         if self.evaluator.needs_reference and self.evaluation is None:
             raise ValueError(f"{self.evaluator.name} compares outputs: it needs evaluation data")
 
-    # -- shared, computed once -----------------------------------------------------------
     @property
     def float_reference(self) -> FloatReference:
         """The float model's outputs on the evaluation data (computed or loaded on first use,
@@ -276,14 +233,12 @@ class TrialRunner:
 
     def backend(self, name: str | None = None, model_path: str | None = None) -> QuantizerBackend:
         """The quantizer backend ``name`` for ``model_path`` (default: this runner's float
-        model; a technique's transformed model otherwise) and this data, created on first
-        use."""
+        model) and this data, created on first use."""
         name = name or DEFAULT_BACKEND
         model_path = model_path or self.model_path
         key = (name, model_path)
         if key not in self._backends:
-            # The model asked for stays too: a helper process scores a trial's transformed
-            # model, which its own pipeline does not hold.
+            # The model asked for stays: a helper scores models its pipeline does not hold.
             live = self.techniques.live_models() | {model_path}
             for old in [k for k in self._backends if k[1] not in live]:
                 with contextlib.suppress(Exception):
@@ -298,17 +253,14 @@ class TrialRunner:
             )
         return self._backends[key]
 
-    # -- one trial ---------------------------------------------------------------------------
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialRecord:
-        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report.
-        Never raises for a bad setting: failures are results with ``status="failed"``; only
-        ``MemoryError`` propagates (the process, not the setting, is in trouble)."""
+        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report;
+        a failure is a result with ``status="failed"`` (only ``MemoryError`` propagates)."""
         return self._start(settings, out_path, None).finish()
 
     def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
         """Quantize with ``settings`` into ``out_path``; the trial, to be evaluated rung by
-        rung on :attr:`rungs` (every row at once without them) with ``step()``. Never raises
-        for a bad setting (as :meth:`run`)."""
+        rung with ``step()``, failing as :meth:`run` does."""
         return self._start(settings, out_path, self.rungs)
 
     def _start(
@@ -339,14 +291,12 @@ class TrialRunner:
                 f"{', '.join(unknown)}: not a setting of backend '{name}' nor of a technique "
                 "registered in this process (was the module that registers it imported?)"
             )
-        # The whole settings: a backend may refuse a technique it cannot honour (NNCF and
-        # mixed precision), the same check the search applies before a setting runs.
+        # The whole settings: a backend may refuse a technique it cannot honour.
         reason = backend_reject(dict(settings))
         if reason:
             trial.result = trial.result.replace(error=f"rejected: {reason}")
             return
-        # The shared values may raise for reasons that are not this setting's fault; they
-        # are computed before quantizing so that such errors are not blamed on it.
+        # The shared values first: their failures are not this setting's.
         if not self.evaluator.needs_reference:
             trial.float_score = self.float_score
         elif self._reference_source is None:
@@ -355,9 +305,7 @@ class TrialRunner:
             info = self._quantize(name, plan, out_path)
         finally:
             trial.result = trial.result.replace(sensitivity=plan.rankings or None)
-        if trial.reference is None and self.evaluator.needs_reference:
-            # A reference still on its way (the search's first trials): quantizing did not
-            # need it, evaluating does.
+        if trial.reference is None and self.evaluator.needs_reference:  # it was on its way
             trial.reference = self.float_reference
         trial.result = trial.result.replace(
             calibration_s=info.calibration_s,
@@ -379,7 +327,6 @@ class TrialRunner:
     ) -> dict[str, float]:
         """The result's ``extra`` beside the metric's and the techniques' own figures."""
         if share is not None:
-            # What "the most quantized setting within the tolerance" (outputs.better) reads.
             extra["quantized_share"] = share
         if self._helped:  # settings a technique had scored by the pool's helper tasks
             extra["scored_by_helpers"] = float(self._helped)
@@ -387,15 +334,13 @@ class TrialRunner:
         if ratio is not None:
             extra["latency_vs_float"] = ratio
         data = self.evaluation or self.calibration
-        if latency is not None and data is not None:
-            # The samples in the batch(es) latency_ms times (the first feed's).
+        if latency is not None and data is not None:  # the samples latency_ms times
             extra["latency_batch_size"] = float(min(len(data), data.samples_per_batch))
         return extra
 
     def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:
-        """The backend's quantization with the plan's techniques around it: the float model
-        transformed before (its time counted as calibration), overrides merged into the
-        settings, the quantized model transformed after (counted as quantization)."""
+        """The backend's quantization with the plan's techniques around it (a float transform
+        counted as calibration, a quantized transform as quantization)."""
         float_path, transform_s = self.techniques.float_model(plan)
         settings = self.techniques.backend_settings(plan, float_path)
         info = self.backend(name, float_path).quantize(settings, out_path)
@@ -413,9 +358,8 @@ class TrialRunner:
     def score_settings(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """The metric of ``float_path`` quantized with each backend setting of
-        ``settings_list`` (None where it fails), in order: through :attr:`score_pool` when the
-        trial runs on Ray and there is more than one, else here, one after another."""
+        """The metric of ``float_path`` quantized with each backend setting (None where it
+        fails), in order: through :attr:`score_pool` on Ray, else here one after another."""
         if self.score_pool is not None and len(settings_list) > 1:
             scores = self.score_pool(self, float_path, settings_list)
             self._helped += getattr(self.score_pool, "last_helped", 0)
@@ -443,9 +387,8 @@ class TrialRunner:
         return self.evaluator.score_model(path, self.providers).metric
 
     def _latency_vs_float(self, latency: float) -> float | None:
-        """``latency`` (the quantized model's, already measured) over the float model's,
-        timed the same way: the float reference's median batch latency for built-in metrics,
-        else one batch timed once per process."""
+        """``latency`` over the float model's, timed the same way (the float reference's, or
+        one batch timed once per process)."""
         if self.evaluator.needs_reference:
             base = self.float_reference.latency_ms
         else:
@@ -470,19 +413,16 @@ class TrialRunner:
     def decoder_latency(
         self, model_path: str | os.PathLike, session: Any = None
     ) -> dict[str, float]:
-        """A language-model metric's trial (:attr:`Evaluator.is_lm`): the median latency of a
-        one-token decode step and of a prefill (:func:`raysearch.evaluate
-        .measure_decoder_latency`) on the trial's device and threads (on ``session`` when
-        given: the trial's evaluation session of that model). Empty when latency is not
-        measured, the metric is not a language model's, or the model cannot take such a
-        feed."""
+        """A language-model metric's median one-token decode step and prefill latency on the
+        trial's device (on ``session`` when given); empty when latency is not measured, the
+        metric is not a language model's, or the model cannot take such a feed."""
         data = self.evaluation
         if not self.measure_latency or not self.evaluator.is_lm or data is None:
             return {}
         anchor = self._anchor()
         if session is None or anchor is not None:
-            # against an anchor, a session as fresh as the anchor's: the evaluation session
-            # has run whole batches, which leaves it slower at one-token steps
+            # Against an anchor, a session as fresh as the anchor's (the evaluation session
+            # is slower at one-token steps after whole batches).
             session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
             return measure_decoder_latency(session, data, anchor=anchor)

@@ -1,28 +1,11 @@
 """One trial's quantized model, evaluated rung by rung: :class:`StagedTrial`.
 
-:meth:`TrialRunner.start <raysearch.trial.TrialRunner.start>` quantizes once and returns the
-trial; each :meth:`StagedTrial.step` evaluates the next rung (a growing prefix of a fixed
-shuffled order of the evaluation rows, see :mod:`raysearch.evaluate.subsets`) with the
-session of the rungs before, and returns the result so far. Without rungs there is one step:
-every row in the data's order, exactly as a trial evaluated whole.
-
-A result before the last rung has the metric over the rows seen (``eval_rows``,
-``eval_fraction``), is never a candidate, and says whether it could still become one
-(``could_be_candidate``, :func:`~raysearch.evaluate.subsets.could_reach`: the rows not
-seen yet could bring it within the tolerance, at their best and within 4 standard errors of the
-mean so far; a custom evaluator's: within the tolerance of the float model's score on the same
-fraction); the last rung's result is the trial's complete one. A setting that keeps every
-MatMul/Gemm/Conv float (:func:`~raysearch.modelgraph.quantizes_nothing`) is neither a candidate
-nor could become one at any rung, however it scores; its ``extra`` says so
-(``quantizes_nothing``), and at the last rung whether its metric alone met the tolerance
-(``within_tolerance``).
-
-Example:
-    >>> trial = runner.start({"calibrate_method": "MinMax"}, "trial_0.onnx")  # doctest: +SKIP
-    >>> while not trial.done:                                                 # doctest: +SKIP
-    ...     result = trial.step()
-    >>> result.eval_fraction, result.is_candidate                             # doctest: +SKIP
-    (1.0, True)
+Each :meth:`StagedTrial.step` evaluates the next rung (a growing prefix of a fixed shuffled
+order of the evaluation rows, :mod:`raysearch.evaluate.subsets`) with the session of the rungs
+before, and returns the result so far; without rungs, one step over every row. A result before
+the last rung has the metric over the rows seen, is never a candidate, and says whether it
+could still become one (``could_be_candidate``). A setting that keeps every MatMul/Gemm/Conv
+float is never a candidate (``extra`` ``quantizes_nothing``).
 """
 
 from __future__ import annotations
@@ -53,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StagedTrial", "TrialEngine", "decide_complete", "guard", "one_line"]
 
-# The trial engine's logger: what users filter on did not move.
+# The trial engine's logger, the name users filter on.
 _logger = logging.getLogger("raysearch.trial._runner")
 
 
@@ -61,14 +44,9 @@ def decide_complete(
     evaluator: Any, metric: float, float_score: float | None, share: float | None, weighted: int
 ) -> tuple[bool, dict[str, float]]:
     """Whether a trial evaluated on every row is a candidate, and the flags its ``extra``
-    gets: the one rule, for a trial that ran and for a result reused from an earlier search.
-
-    ``evaluator`` decides the tolerance (:meth:`Evaluator.is_candidate`); ``share`` is the
-    trial's ``quantized_share`` of the float model's ``weighted`` MatMul/Gemm/Conv nodes. A
-    setting that quantizes nothing is the float model with extra nodes: near float by
-    construction, no faster, so never the answer (``quantizes_nothing``), and
-    ``within_tolerance`` says what the tolerance makes of its metric alone, for a strategy
-    that promotes everything to learn whether the tolerance can be reached at all.
+    gets: the one rule, for a trial that ran and for a reused result. A setting that
+    quantizes nothing (``share`` of ``weighted`` nodes) is the float model with extra nodes,
+    never the answer; ``within_tolerance`` then says what the tolerance makes of its metric.
 
     Example:
         >>> from raysearch.evaluate import Evaluator
@@ -83,9 +61,8 @@ def decide_complete(
 
 
 class TrialEngine(Protocol):
-    """The trial engine (:class:`~raysearch.trial.TrialRunner`): everything the Ray trainable
-    (``raysearch.search.tune.trainable``) calls on it in an actor, and everything a
-    :class:`StagedTrial` reads from the engine that quantized it."""
+    """The trial engine (:class:`~raysearch.trial.TrialRunner`) as the Ray trainable and a
+    :class:`StagedTrial` use it."""
 
     evaluator: Any
     evaluation: Any
@@ -99,8 +76,7 @@ class TrialEngine(Protocol):
     max_model_size_bytes: int | None
     #: The rungs a trial is evaluated on (None: every row at once).
     rungs: EvalRungs | None
-    #: Scores a technique's settings on helper processes beside the trial (set by the
-    #: trainable on Ray; None: the trial scores them alone).
+    #: Scores a technique's settings with helper processes (None: the trial alone).
     score_pool: Callable[..., list[float | None]] | None
 
     @property
@@ -127,12 +103,8 @@ class TrialEngine(Protocol):
 
 
 class StagedTrial:
-    """A quantized model and its evaluation so far (see the module docstring).
-
-    The runner's quantization fills in ``reference`` (built-in metrics) or ``float_score``,
-    ``share`` (the quantized share of MatMul/Gemm/Conv nodes) and ``extra``, and sets
-    ``quantized``; a setting that failed to quantize is ``done`` at its first step.
-    """
+    """A quantized model and its evaluation so far; the runner's quantization fills in
+    ``reference`` or ``float_score``, ``share`` and ``extra``, and sets ``quantized``."""
 
     def __init__(
         self, runner: TrialEngine, result: TrialRecord, out_path: Path, rungs: EvalRungs | None
@@ -162,8 +134,7 @@ class StagedTrial:
         return 1 if self.rungs is None else len(self.rungs)
 
     def step(self) -> TrialRecord:
-        """Evaluate the next rung; the result so far (the trial's complete result once
-        :attr:`done`). Never raises for a bad setting (as ``TrialRunner.run``)."""
+        """Evaluate the next rung; the result so far (complete once :attr:`done`)."""
         if not self.quantized:
             self.done = True
         if not self.done:
@@ -181,9 +152,8 @@ class StagedTrial:
         return self.result
 
     def close(self) -> None:
-        """Let go of the evaluation session and the outputs kept between rungs, once: the
-        trial's end (its last rung, its failure, or ASHA stopping it), where the garbage of
-        its ONNX Runtime sessions is collected, once per trial."""
+        """Let go of the evaluation session and outputs at the trial's end, and collect the
+        garbage of its ONNX Runtime sessions, once per trial."""
         if self._closed:
             return
         self._closed = True
@@ -191,7 +161,6 @@ class StagedTrial:
         self._outputs = GrowingOutputs()
         gc.collect()
 
-    # -- one rung ------------------------------------------------------------------------------
     def _evaluate(self) -> None:
         runner = self.runner
         evaluator = runner.evaluator
@@ -277,15 +246,14 @@ class StagedTrial:
         return len(data)
 
     def _partial_float_score(self, fraction: float) -> float | None:
-        """The float model's score on the same rows (custom evaluators; None for built-ins,
-        whose float reference is sliced instead)."""
+        """A custom evaluator's float score on the same rows (None for built-ins)."""
         if not self.runner.evaluator.is_custom:
             return None
         return self.runner.partial_float_score(fraction)
 
     def _decide(self, metric: float, float_score: float | None, last: bool) -> None:
         """Whether the result so far is a candidate and could still become one: the one place
-        a trial's candidacy is decided (``TrialRunner.run`` and ``start``, every rung)."""
+        a trial's candidacy is decided, at every rung."""
         result, evaluator = self.result, self.runner.evaluator
         extra, rung_error = dict(result.extra), None
         weighted = self.runner.weighted_node_count
@@ -314,8 +282,7 @@ class StagedTrial:
         )
 
     def _rung_error(self) -> float | None:
-        """The standard error of the metric on the rows seen (None for a custom evaluator,
-        whose rows raysearch does not see); early stopping keeps a near-tie going."""
+        """The standard error of the metric on the rows seen (None for a custom evaluator)."""
         rungs = self.rungs
         if self.runner.evaluator.is_custom or rungs is None or rungs.sizes is None:
             return None
@@ -345,7 +312,7 @@ class StagedTrial:
 
 
 def one_line(exc: BaseException) -> str:
-    """``"Type: first line of the message"``, shortened to 300 characters."""
+    """``"Type: first line of the message"`` in at most 300 characters."""
     text = str(exc).strip().splitlines()
     message = text[0] if text else ""
     if isinstance(exc, (MetricError, ValueError)) and message:
@@ -357,13 +324,11 @@ def one_line(exc: BaseException) -> str:
 
 def guard(trial: StagedTrial, work: Callable[[], None]) -> None:
     """Run one part of ``trial`` (its quantization, a rung); whatever it raises but
-    ``MemoryError`` or a full disk fails the trial with a one-line error (and closes it). The
-    trial's duration is brought up to date either way."""
+    ``MemoryError`` (the process's trouble) or a full disk fails the trial with a one-line
+    error. The trial's duration is brought up to date either way."""
     try:
         work()
     except MemoryError:
-        # Out of memory says more about this process than about the setting: the caller (a
-        # Ray actor) fails the trial and replaces the process (retried with max_failures).
         raise
     except Exception as exc:  # a trial reports its failure; the search goes on
         if is_disk_full(exc):  # the disk's fault, not the setting's: the search stops

@@ -312,7 +312,8 @@ def test_nncf_is_silent_and_sends_nothing(tmp_path):
     its telemetry off under pytest."""
     code = """
 from raysearch.data._data import DataSource
-from raysearch.quantize.backends.nncf._backend import NncfBackend, import_nncf
+from raysearch.quantize.backends.nncf._backend import NncfBackend
+from raysearch.quantize.nncf_runtime import import_nncf
 from tests.models import make_mlp_model, mlp_data
 import_nncf()
 from nncf.telemetry import decorator, wrapper

@@ -10,10 +10,9 @@ from ray.tune.search import Searcher
 
 from raysearch.errors import ConfigError
 from raysearch.search import SettingSearcher, check_algo_available, make_sampler
-from raysearch.search.record.journal import settings_key
 from raysearch.search.record.reported import pack_record
 from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
-from raysearch.space import SearchSpace
+from raysearch.space import SearchSpace, settings_key
 from raysearch.trialrecord import TrialRecord
 from tests.search.conftest import CONDITIONAL_SPACE
 

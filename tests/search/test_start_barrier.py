@@ -8,8 +8,8 @@ import pytest
 import ray
 from ray.experimental.internal_kv import _internal_kv_list
 
-from raysearch.search.runtime._start_barrier import KV_NAMESPACE
-from raysearch.search.tune.trainable import (
+from raysearch.search.runtime._start_barrier import (
+    KV_NAMESPACE,
     StartBarrier,
     end_barrier,
     start_barrier,

@@ -1,64 +1,29 @@
 """``CalibrationCache``: calibrate once, quantize many times.
 
-ONNX Runtime's ``quantize_static`` runs calibration inference for every call. Most settings of
-a search differ only in what happens *after* calibration (quant types, symmetry, per-channel,
-excluded nodes, the percentile of a histogram...), so raysearch calibrates once per distinct
-*calibration* and hands the ranges (ONNX Runtime's ``TensorsData``) to the quantizer.
+ONNX Runtime's ``quantize_static`` calibrates on every call; most settings of a search differ
+only after calibration, so raysearch calibrates once per distinct *calibration* and hands the
+ranges (ONNX Runtime's ``TensorsData``) to the quantizer. Shared:
 
-What is shared:
+- **MinMax**: one collection per (moving average, its constant, ``CalibStridedMinMax``);
+  ``CalibTensorRangeSymmetric`` is applied afterwards with ONNX Runtime's formula (except
+  with strides, which ONNX Runtime symmetrises one by one).
+- **Histograms**: one per histogram kind (absolute for symmetric Percentile, signed for the
+  rest) and bin count; ``num_quantized_bins``, ``CalibPercentile`` and ``scenario`` never
+  cause inference.
+- **Tensor sets**: an entry covering a superset of the tensors a setting needs serves it.
 
-- **MinMax**: one collection per (moving average, its constant, ``CalibStridedMinMax``).
-  ``CalibTensorRangeSymmetric`` is applied afterwards with ONNX Runtime's own formula, so
-  symmetric and asymmetric settings share it (except with ``CalibStridedMinMax``, where ONNX
-  Runtime symmetrises each stride before merging).
-- **Histograms** (Entropy, Percentile, Distribution): one collection per histogram *kind* and
-  bin count. ONNX Runtime builds an absolute-value histogram for symmetric Percentile (its
-  default) and a signed one for everything else, so Entropy, Distribution and asymmetric
-  Percentile with the same ``num_bins`` share one histogram, and every percentile value is
-  computed from it without inference. ``num_quantized_bins``, ``CalibPercentile`` and
-  ``scenario`` never cause calibration inference.
-- **Tensor sets**: ``op_types_to_quantize`` decides which tensors are calibrated. An entry
-  that covers a superset of the tensors a setting needs serves it (per-tensor statistics do not
-  depend on which other tensors are collected).
-
-Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
-(which keeps every intermediate output of every sample in memory at once), with bounded
-memory: a first pass finds each tensor's range; if
-the calibrated tensors of the whole data set fit in ``memory_budget`` they are kept and binned
-at once, otherwise a second inference pass bins them batch by batch (``np.histogram`` counts
-add up when the bins are fixed). Memory then stays at one batch of intermediate outputs plus
-64 MB. Pass-one ranges are cached too, so another histogram kind or bin count needs one pass.
-
-Non-finite activations: NaN, +-inf and +-the float type's largest value (what additive
-attention masks hold: ``-inf``, or ``torch.finfo(float32).min`` in Hugging Face models) are
-left out of ranges and histograms, and their count is logged. Without that, a masked tensor's
-range is infinite: MinMax gives infinite scales and every histogram method fails. MinMax keeps
-ONNX Runtime's in-graph ``ReduceMin``/``ReduceMax`` pass; only the tensors whose range comes out
-non-finite get a second pass that reads them whole and drops those values.
-
-Calibration inference runs on the execution providers it is given (a trial's providers, CUDA
-options included), as the trial's evaluation does. The cache key holds the providers' names
-but not their options, so trials on the same kind of device share entries whatever their GPU
-index or memory share; CPU and CUDA entries are kept apart because their kernels may round
-differently, as the float reference's key does.
-
-Entries live in memory (a bounded LRU per process) and, given a ``cache_dir``, on disk
-(MinMax as ONNX Runtime's ``save_tensors_data`` JSON, histograms as ``.npz``), written to a
-temporary file and renamed, under a per-key file lock so concurrent processes calibrate once.
-
-The parts live in private modules of one concept each: ``_request`` (what a setting asks
-calibration to collect, keyed by the catalogue's ``affects_calibration`` flags), ``_store``
-(memory and disk entries, the file lock), ``_calibrator`` (ONNX Runtime's calibrators and
-sessions), ``_minmax``, ``_histogram`` and ``_nonfinite``; this module ties them together.
+Histograms are bit-identical to ONNX Runtime's on finite data with bounded memory: a first
+pass finds each tensor's range, then the outputs are binned at once when they fit in
+``memory_budget``, else batch by batch in a second pass. Non-finite activations (NaN, +-inf,
++-the type's largest value: attention masks) are left out of ranges and histograms, and
+counted in the log. The key holds the providers' names, not their options: CPU and CUDA
+entries stay apart, since their kernels may round differently. Entries live in a bounded
+in-memory LRU and, given a ``cache_dir``, on disk under a per-key file lock, so that
+concurrent processes calibrate once.
 
 Example:
-    >>> from raysearch.quantize.calibration._cache import CalibrationCache, CalibrationRequest
-    >>> cache = CalibrationCache("~/.cache/raysearch")                         # doctest: +SKIP
     >>> request = CalibrationRequest.from_settings({"calibrate_method": "Percentile",
     ...                                             "extra_options": {"CalibPercentile": 99.99}})
-    >>> ranges, hit = cache.tensors_range("model.onnx", data, request)         # doctest: +SKIP
-    >>> cache.stats["calibrations"]                                            # doctest: +SKIP
-    1
 """
 
 from __future__ import annotations
@@ -82,10 +47,7 @@ from raysearch.quantize.calibration._calibrator import Calibrators
 from raysearch.quantize.calibration._histogram import bin_batches, compute_ranges, range_pass
 from raysearch.quantize.calibration._minmax import collect_minmax, minmax_ranges
 from raysearch.quantize.calibration._request import (
-    DEFAULT_OP_TYPES,
-    HISTOGRAM_METHODS,
     CalibrationRequest,
-    calibration_values,
     tensors_to_calibrate,
 )
 from raysearch.quantize.calibration._store import CacheStats, Entry, EntryStore
@@ -93,19 +55,11 @@ from raysearch.quantize.calibration._store import CacheStats, Entry, EntryStore
 if TYPE_CHECKING:
     from raysearch.data import DataSource
 
-__all__ = [
-    "CalibrationCache",
-    "CalibrationRequest",
-    "CacheStats",
-    "DEFAULT_OP_TYPES",
-    "HISTOGRAM_METHODS",
-    "calibration_values",
-    "tensors_to_calibrate",
-]
+__all__ = ["CalibrationCache"]
 
 _logger = logging.getLogger(__name__)
 
-#: Part of every cache key. 2: non-finite values left out, providers keyed by name.
+#: Part of every cache key: raised when what an entry holds changes.
 _FORMAT_VERSION = 2
 
 
@@ -113,17 +67,9 @@ class CalibrationCache:
     """Calibration results shared by every setting that needs the same statistics.
 
     ``cache_dir`` (optional) keeps entries on disk for other processes and resumed searches;
-    ``max_entries`` bounds the entries kept in memory. ``threads`` sets the calibration
-    sessions' intra-op threads; ``providers`` (ONNX Runtime's ``providers`` argument, names or
-    ``(name, options)`` pairs) is where they run unless a call says otherwise (a trial passes its
-    own, see :meth:`tensors_range`). ``memory_budget`` (bytes) bounds the intermediate
-    outputs a histogram collection keeps: when the calibrated tensors of the whole data set fit,
-    one inference pass is enough; otherwise a second pass bins them batch by batch.
-
-    Example:
-        >>> cache = CalibrationCache(cache_dir="/tmp/rs-cache", threads=2)     # doctest: +SKIP
-        >>> ranges, hit = cache.tensors_range("model.onnx", data,             # doctest: +SKIP
-        ...     CalibrationRequest(method="MinMax", op_types=("MatMul",)))
+    ``max_entries`` bounds the entries kept in memory; ``providers`` is where calibration runs
+    unless a call says otherwise; ``memory_budget`` (bytes) bounds the intermediate outputs a
+    histogram collection keeps before it needs a second pass.
     """
 
     def __init__(
@@ -186,8 +132,7 @@ class CalibrationCache:
                 data.content_hash,
                 data.batch_size,
                 data.sample_is_feed,
-                # Names, not options: trials on one kind of device share entries whatever
-                # their GPU index or memory share; CPU and CUDA kernels may round differently.
+                # Names, not options: one kind of device shares entries whatever its GPU.
                 tuple(provider_names(providers)),
             )
             if request.method == "MinMax":
@@ -209,8 +154,7 @@ class CalibrationCache:
         entry, hit = self._store.lookup(key, "minmax", names)
         if entry is None:
             with self._store.lock(key):
-                # Found after waiting on the lock: another trial calibrated while this one
-                # waited, which is no cache hit (the wait is in this trial's calibration time).
+                # Found after waiting: another trial calibrated meanwhile, no cache hit.
                 entry, hit = self._store.lookup(key, "minmax", names, waited=True)
                 if entry is None:
                     start = time.perf_counter()

@@ -5,12 +5,6 @@ augmented model and session serve every histogram method) as ``create_calibrator
 with the cache's intra-op threads and the trial's providers, on a private copy of the model in
 a temporary folder; it runs the calibration data through a session and counts passes and
 batches. It also keeps each model's shape-inferred proto (what decides the calibrated tensors).
-
-Example:
-    >>> calibrators = Calibrators(threads=2, stats=CacheStats())            # doctest: +SKIP
-    >>> with calibrators.open("model.onnx", ["MatMul"], CalibrationMethod.Percentile, {},
-    ...                       ["CPUExecutionProvider"]) as cal:             # doctest: +SKIP
-    ...     outputs = list(calibrators.run_all(cal.infer_session, data))
 """
 
 from __future__ import annotations
@@ -93,9 +87,8 @@ class Calibrators:
         options: dict[str, Any],
         providers: list[Any],
     ) -> Iterator[Any]:
-        """An ONNX Runtime calibrator over ``model_path``, built as ``create_calibrator``
-        builds it but with these threads and the given providers; its augmented model lives
-        in a temporary directory that is removed afterwards."""
+        """An ONNX Runtime calibrator over ``model_path`` as ``create_calibrator`` builds it,
+        with these threads and providers, its augmented model in a temporary folder."""
         workdir = str(make_workdir("raysearch-calib"))
         try:
             source, external = self._private_source(model_path, Path(workdir))
@@ -129,8 +122,7 @@ class Calibrators:
     def _private_source(self, model_path: str, workdir: Path) -> tuple[Path, bool]:
         """The model path the calibrator reads, and whether the model has external data."""
         source = Path(model_path)
-        # A model with external data (every model over 2 GB) makes an augmented model that
-        # protobuf cannot serialize inline: ONNX Runtime must write its weights aside too.
+        # A model with external data makes an augmented model with external data too.
         external = self.has_external_data(model_path)
         if not external:
             # ONNX Runtime writes a shape-inferred copy next to the model it reads (and

@@ -1,16 +1,11 @@
 """Histogram calibration (Entropy, Percentile, Distribution) with bounded memory.
 
-Histograms are bit-identical to ONNX Runtime's single ``collect_data`` call on finite data
-(which keeps every intermediate output of every sample in memory at once), with bounded
-memory: a first pass finds each tensor's range
-(:func:`range_pass`); if the calibrated tensors of the whole data set fit in the memory budget
-they are kept and binned at once, otherwise a second inference pass bins them batch by batch
-(``np.histogram`` counts add up when the bins are fixed). Memory then stays at one batch of
-intermediate outputs plus 64 MB. The ranges come from ONNX Runtime's own
-``HistogramCollector`` (:func:`compute_ranges`).
+A first pass finds each tensor's range (:func:`range_pass`); the outputs are binned at once
+when they fit in the memory budget, else batch by batch in a second pass (counts over fixed
+bins add up). The ranges come from ONNX Runtime's own ``HistogramCollector``
+(:func:`compute_ranges`).
 
 Example:
-    >>> import numpy as np
     >>> hist, edges = bin_values(np.array([-1.0, 0.5, 1.0]), "value", 4, (-1.0, 1.0))
     >>> hist.tolist()
     [1, 0, 0, 2]
@@ -51,11 +46,8 @@ def range_pass(
     memory_budget: int,
 ) -> tuple[dict[str, tuple[Any, ...]], list[dict[str, np.ndarray]] | None]:
     """Pass one: per tensor (min, max, min |x|, max |x|) over every calibration sample,
-    non-finite values left out (their count is logged).
-
-    When the calibrated tensors of the whole data set fit in ``memory_budget`` (judged from
-    the first batch), the flattened outputs are kept and returned so that binning needs no
-    second inference pass; otherwise the second element is None."""
+    non-finite values left out; and the flattened outputs, kept when they fit in
+    ``memory_budget`` (judged from the first batch), else None."""
     ranges: dict[str, list[Any]] = {}
     dropped: dict[str, int] = {}
     kept: list[dict[str, np.ndarray]] | None = []
@@ -118,11 +110,9 @@ def bin_batches(
     ranges: Mapping[str, tuple[Any, ...]],
     request: CalibrationRequest,
 ) -> dict[str, tuple[Any, ...]]:
-    """Bin every batch into each tensor's final bins. Counts add up over pieces because
-    the bins are fixed; pieces under 4 MB are grouped (up to 64 MB, or
-    ``CalibMaxIntermediateOutputs`` batches) so that tiny tensors cost few numpy calls.
-    Non-finite values fall outside the bins' finite range, so ``np.histogram`` leaves them
-    out; a tensor with no usable value at all (no |x| range) gets the empty histogram."""
+    """Bin every batch into each tensor's final bins (small pieces grouped, so that tiny
+    tensors cost few numpy calls); non-finite values fall outside the bins, and a tensor with
+    no usable value gets the empty histogram."""
     kind, bins = request.histogram_kind, request.bins
     counts: dict[str, np.ndarray] = {}
     edges: dict[str, np.ndarray] = {}

@@ -6,7 +6,6 @@ applied afterwards with ONNX Runtime's own formula, :func:`symmetrise`) except w
 ``CalibStridedMinMax``, where ONNX Runtime symmetrises each stride before merging.
 
 Example:
-    >>> import numpy as np
     >>> ranges = TensorsData(CalibrationMethod.MinMax, {"x": (np.float32(-1), np.float32(3))})
     >>> [float(v) for v in symmetrise(ranges)["x"].range_value]
     [-3.0, 3.0]
@@ -94,10 +93,8 @@ def _finite_minmax(
     ranges: TensorsData,
     names: list[str],
 ) -> None:
-    """Replace the ranges of ``names`` (non-finite after ONNX Runtime's in-graph
-    ``ReduceMin``/``ReduceMax``) by ranges over their usable values only, with ONNX
-    Runtime's merging: min/max or mean over the batches (``CalibMovingAverage``), per
-    stride and then across strides (``CalibStridedMinMax``)."""
+    """Replace the non-finite ranges of ``names`` by ranges over their usable values only,
+    merged as ONNX Runtime merges them (moving average, strides)."""
     lows: dict[str, list[np.ndarray]] = {name: [] for name in names}
     highs: dict[str, list[np.ndarray]] = {name: [] for name in names}
     dropped: dict[str, int] = {}

@@ -6,7 +6,6 @@ histograms, and their count is logged. Without that, a masked tensor's range is 
 MinMax gives infinite scales and every histogram method fails.
 
 Example:
-    >>> import numpy as np
     >>> usable(np.array([1.0, np.inf, np.nan, np.finfo(np.float32).min], np.float32)).tolist()
     [True, False, False, False]
 """

@@ -78,13 +78,10 @@ def calibration_values(
 class CalibrationRequest:
     """The settings that decide calibration, read from a settings dict.
 
-    ``op_types`` is what ``quantize_static`` calibrates: the setting's ``op_types_to_quantize``
-    or, when that is empty, every op type ONNX Runtime quantizes. ``symmetric`` is
-    ``CalibTensorRangeSymmetric`` (``None``: the method's default, true for Percentile).
-    ``max_intermediate_outputs`` (``CalibMaxIntermediateOutputs``) only bounds memory: it is the
-    number of batches buffered before histogram counts are merged. (ONNX Runtime 1.31's
-    ``MinMaxCalibrater`` discards the buffered outputs when that count is reached instead of
-    merging them; raysearch keeps MinMax ranges over every batch.)
+    ``op_types``: the setting's ``op_types_to_quantize``, else every op type ONNX Runtime
+    quantizes. ``symmetric``: ``CalibTensorRangeSymmetric`` (None: the method's default).
+    ``max_intermediate_outputs`` only bounds memory: the batches buffered before histogram
+    counts are merged (MinMax ranges always cover every batch).
     """
 
     method: str = "MinMax"
@@ -104,11 +101,7 @@ class CalibrationRequest:
         cls, settings: Mapping[str, Any], catalogue: Catalogue | None = None
     ) -> CalibrationRequest:
         """Read the collection fields from the catalogue's calibration keys
-        (:func:`calibration_values`: ``calibrate_method``, ``op_types_to_quantize``,
-        ``CalibTensorRangeSymmetric``, ``CalibMovingAverage``, ``CalibMovingAverageConstant``,
-        ``CalibStridedMinMax``, ``num_bins``) and the computation fields from ``extra_options``
-        (``CalibPercentile``, ``CalibMaxIntermediateOutputs``, ``num_quantized_bins``,
-        ``scenario``)."""
+        (:func:`calibration_values`) and the computation fields from ``extra_options``."""
         collected = calibration_values(settings, catalogue)
         extra = dict(settings.get("extra_options") or {})
         method = collected.get("calibrate_method") or "MinMax"

@@ -77,10 +77,8 @@ class EntryStore:
     def lookup(
         self, key: tuple[Any, ...], kind: str, names: frozenset[str], *, waited: bool = False
     ) -> tuple[Entry | None, bool]:
-        """An entry covering ``names``: from memory, else from disk (then kept in memory), and
-        whether that was a cache hit. ``waited``: looked up again after waiting on the key's
-        lock, so an entry found is another trial's fresh calibration (``lock_waits``), no hit.
-        """
+        """An entry covering ``names``, from memory or disk, and whether that was a cache hit
+        (``waited``: after waiting on the key's lock, another trial's calibration, no hit)."""
         for slot, entry in self._entries.items():
             if slot[0] == key and entry.kind == kind and names <= entry.names:
                 self._entries.move_to_end(slot)

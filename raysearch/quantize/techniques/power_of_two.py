@@ -4,24 +4,18 @@
 ``extra_options.PowerOfTwoMethod`` (absent: off) picks the exponent of each scale (per channel
 for per-channel weights):
 
-- ``NonOverflow``: the smallest power of two whose symmetric range covers the tensor's range.
-  For an activation the range is recovered from its calibrated scale ``s`` and zero point
-  ``z``: ``rmin = (qmin - z) * s``, ``rmax = (qmax - z) * s``; for a weight it is the range of
-  its float values.
+- ``NonOverflow``: the smallest power of two whose symmetric range covers the tensor's range
+  (an activation's from its calibrated scale and zero point, a weight's from its values).
 - ``MinMSE``: that exponent or one or two lower, whichever quantizes the tensor with the least
   squared error: a weight's float values, an activation's values on the first
   :data:`MSE_BATCHES` calibration batches of the float model.
 
-Zero points become the symmetric value (0 for signed types, 128 for uint8, 32768 for uint16).
-Weights and the constants of MatMul-Add pairs are requantized from the float model's
-initializers (requantizing already-rounded values would compound the error); int32 Conv/Gemm
-biases get the scale ``input_scale * weight_scale`` of the new scales and are requantized from
-their float values too. Where an activation's range started at 0 (ONNX Runtime drops a Relu
-or Clip whose output it quantizes so, and the QuantizeLinear does the clamping), a Relu is put
-in front of its QuantizeLinear: with the symmetric zero point the negatives would pass.
-Integers that enter the model already quantized (a DequantizeLinear of a graph input) keep
-their scale, with a warning: it is part of what they mean. The transform reads the QDQ format
-only: a QOperator model (QLinear* nodes) is refused.
+Zero points become the symmetric value. Weights, the constants of MatMul-Add pairs and int32
+biases (at ``input_scale * weight_scale``) are requantized from their float values, not from
+already-rounded ones. Where an activation's range started at 0 (a Relu ONNX Runtime dropped),
+a Relu is put in front of its QuantizeLinear, since the symmetric zero point lets negatives
+pass. Integers entering the model already quantized keep their scale, with a warning. QDQ
+models only: a QOperator model is refused.
 
 Example:
     >>> nonoverflow_exponent(np.float64(-1.0), np.float64(3.0), -128, 127, 0).item()

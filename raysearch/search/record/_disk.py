@@ -1,9 +1,8 @@
 """What a search says when its output folder's disk is full: where, how much is free, about
 how much more the search needs there, and how to go on.
 
-The estimate counts what the search still writes in the folder: a model per trial still to
-run (written before it is kept or dropped; kept for up to ``keep_candidates`` candidates),
-the best model, a journal line per trial and the outputs.
+The estimate counts what the search still writes there: a model per trial to run, up to
+``keep_candidates`` kept ones, the best model, journal lines and the outputs.
 
 Example:
     >>> _size(3 * 1024 * 1024)
@@ -31,11 +30,11 @@ _JOURNAL_LINE = 4 * 1024
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
+    return f"{n:.1f} GiB"
 
 
 def disk_full_error(

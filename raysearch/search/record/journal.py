@@ -1,10 +1,7 @@
 """The durable record of a search: one JSON line per finished trial, written the moment it ends.
 
-The driver appends each finished trial (``ok`` or ``failed``) to ``journal.jsonl`` in the
-output folder, flushed and ``fsync``-ed before the search goes on. The journal (with the saved
-config) is all a resume reads: the searcher, the strategy's phases, the rungs' scores, the stop
-conditions' counts and the elapsed time (each record's ``elapsed_s``) are rebuilt from its
-records, and Tune runs the trials left in a new experiment.
+The driver appends each finished trial to ``journal.jsonl``, flushed and ``fsync``-ed before
+the search goes on. The journal (with the saved config) is all a resume reads.
 
 Example:
     >>> import pathlib, tempfile
@@ -23,11 +20,10 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from raysearch.fileio import atomic_write_text
-from raysearch.space.space import json_default, settings_key
+from raysearch.space.space import json_default
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["Journal", "SessionClock", "settings_key", "atomic_write_text", "json_default"]
+__all__ = ["Journal", "SessionClock"]
 
 _logger = logging.getLogger(__name__)
 
@@ -96,10 +92,8 @@ class Journal:
 
 
 class SessionClock:
-    """The search's wall time: ``elapsed_before_s``, what its earlier sessions took up to
-    their last finished trial (the largest ``elapsed_s`` of the journal's ``records``), plus
-    this session's, from ``started_at`` (``time.monotonic()``; the checks that ran before the
-    output folder existed count too) on.
+    """The search's wall time: ``elapsed_before_s`` (the largest ``elapsed_s`` of the
+    journal's ``records``) plus this session's, from ``started_at`` (``time.monotonic()``).
 
     Example:
         >>> clock = SessionClock([TrialRecord(elapsed_s=12.5), TrialRecord(elapsed_s=30.0)])

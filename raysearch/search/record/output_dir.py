@@ -1,14 +1,7 @@
 """The output folder's ownership: claiming it for a search, refusing what raysearch did not
 create, removing an earlier search on ``overwrite`` (only what raysearch created there), and
 the marker and config files that make it resumable, and whether a config continues the search
-a folder holds (``resume_if_exists``).
-
-Which files are raysearch's is :mod:`raysearch.layout`.
-
-Example:
-    >>> previous = check_output_dir(folder, overwrite=True)          # doctest: +SKIP
-    >>> if previous:                                                 # doctest: +SKIP
-    ...     clean_output_dir(folder, storage_owned=True)
+a folder holds (``resume_if_exists``). Which files are raysearch's is :mod:`raysearch.layout`.
 """
 
 from __future__ import annotations
@@ -28,6 +21,7 @@ import yaml
 
 from raysearch.config import written_config
 from raysearch.errors import ConfigError, InputError
+from raysearch.fileio import atomic_write_text
 from raysearch.layout import (
     CONFIG_FILE,
     EXPERIMENT,
@@ -39,7 +33,7 @@ from raysearch.layout import (
     RESULT_FILES,
     SUMMARY,
 )
-from raysearch.search.record.journal import Journal, atomic_write_text
+from raysearch.search.record.journal import Journal
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -84,9 +78,8 @@ def check_output_dir(folder: Path, *, overwrite: bool) -> bool:
     """Whether ``folder`` holds an earlier search (that ``overwrite`` allows to replace).
 
     Raises:
-        ConfigError: files of raysearch's names that raysearch did not create are there (a
-            symbolic link at one of them too), or an earlier search and ``overwrite`` is
-            False.
+        ConfigError: files of raysearch's names it did not create are there, or an earlier
+            search without ``overwrite``.
         FolderInUse: a search is running in ``folder``.
     """
     foreign = foreign_names(folder)
@@ -132,8 +125,7 @@ def _try_lock(handle: Any, folder: Path) -> None:
 
 
 def check_not_in_use(folder: Path) -> None:
-    """Refuse ``folder`` now if a running search holds it, creating nothing (the folder is
-    the user's until the checks of the input passed)."""
+    """Refuse ``folder`` now if a running search holds it, creating nothing."""
     try:
         handle = open(folder / LOCK)  # noqa: SIM115 - closed below
     except OSError:
@@ -144,10 +136,8 @@ def check_not_in_use(folder: Path) -> None:
 
 @contextlib.contextmanager
 def hold_output_dir(folder: Path) -> Iterator[None]:
-    """Hold ``folder``'s :data:`LOCK` for the block: a second search there (``run``,
-    ``run --overwrite`` or ``resume``) is refused with :class:`FolderInUse` while this one
-    runs. ``flock`` locks go with the process: a search that is killed leaves none behind.
-    (Ray Tune locks nothing in the output folder, so this is ours.)"""
+    """Hold ``folder``'s :data:`LOCK` for the block: a second search there is refused with
+    :class:`FolderInUse` while this one runs (``flock``: a killed search leaves no lock)."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
         handle = open(folder / LOCK, "a")  # noqa: SIM115 - closed below
@@ -162,8 +152,8 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
 
 
 def _links(folder: Path) -> list[Path]:
-    """Symbolic links where raysearch writes or removes: its names in ``folder``, and the
-    files of its names in the result folders (models of the journal's trials included)."""
+    """Symbolic links where raysearch writes or removes: its names in ``folder`` and in the
+    result folders."""
     links = [folder / name for name in OWNED if (folder / name).is_symlink()]
     journal = folder / JOURNAL
     trials = [] if journal.is_symlink() else [str(r.trial_id) for r in Journal(journal).load()]
@@ -179,8 +169,7 @@ def _links(folder: Path) -> list[Path]:
 
 def refuse_links(folder: Path) -> None:
     """Refuse a search folder where a symbolic link stands at a name raysearch writes or
-    removes: raysearch creates no links, so such a link is the user's, and writing through it
-    (or removing it) would touch what raysearch did not create.
+    removes: raysearch creates no links, so it is the user's.
 
     Raises:
         ConfigError: naming the first link, where it points, and how many there are.
@@ -220,9 +209,8 @@ def _clean_result_folder(path: Path, patterns: tuple[str, ...], trials: list[str
 
 
 def clean_output_dir(folder: Path, storage_owned: bool) -> None:
-    """Remove what raysearch created in ``folder`` (never anything else): its files, its
-    working folders, and in the result folders only the files it writes there (a folder left
-    empty goes too); a file a user put anywhere else stays."""
+    """Remove what raysearch created in ``folder``, never anything else (in the result
+    folders only the files it writes there; a folder left empty goes too)."""
     trials = [str(r.trial_id) for r in Journal(folder / JOURNAL).load()]
     for name in OWNED:
         path = folder / name
@@ -243,7 +231,7 @@ def storage_path(config: SearchConfig, folder: Path) -> str:
     return config.storage_path or str(folder / RAY_RESULTS)
 
 
-def _read_marker(folder: Path) -> dict[str, Any]:
+def read_marker(folder: Path) -> dict[str, Any]:
     """``.raysearch.json`` as a dict; empty when it is missing or unreadable."""
     try:
         state = json.loads((folder / MARKER).read_text())
@@ -255,7 +243,7 @@ def _read_marker(folder: Path) -> dict[str, Any]:
 def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> None:
     """Update ``.raysearch.json``: the search's status and where Tune keeps its experiment."""
     path = folder / MARKER
-    state = _read_marker(folder)
+    state = read_marker(folder)
     state.update(
         {
             "tool": "raysearch",
@@ -270,22 +258,16 @@ def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> 
     atomic_write_text(path, json.dumps(state, indent=1) + "\n")
 
 
-def read_marker(folder: Path) -> dict[str, Any]:
-    """``.raysearch.json`` as a dict (empty when missing or unreadable): what
-    :func:`restore_marker` puts back."""
-    return _read_marker(folder)
-
-
 def restore_marker(folder: Path, state: dict[str, Any]) -> None:
-    """Put ``.raysearch.json`` back as :func:`read_marker` read it: a session refused before
-    it ran anything (:func:`begin_session` counted it) leaves the marker as it found it."""
+    """Put ``.raysearch.json`` back as :func:`read_marker` read it (a session refused before
+    it ran anything)."""
     atomic_write_text(folder / MARKER, json.dumps(state, indent=1) + "\n")
 
 
 def begin_session(folder: Path, storage_path: str) -> int:
     """Mark the search in ``folder`` running again and count this session in its marker
     (``sessions``, what ``summary.json`` reports); this session's number, 1 for the first."""
-    session = int(_read_marker(folder).get("sessions") or 0) + 1
+    session = int(read_marker(folder).get("sessions") or 0) + 1
     write_marker(folder, "running", storage_path, sessions=session)
     return session
 
@@ -303,18 +285,15 @@ def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
 
 
 def search_id(folder: Path) -> str:
-    """The search's own key, from its marker: what Tune's proxies, the searcher and the
-    loggers find its live session by, and what names its live study and loggers' runs in
-    every session. It stays when the folder is moved (a search marked before ids were
-    written is keyed by its folder)."""
-    value = _read_marker(folder).get("search_id")
+    """The search's own key, from its marker: what its live session is found by and its
+    study and loggers' runs are named by; the folder where the marker holds none."""
+    value = read_marker(folder).get("search_id")
     return str(value) if value else str(folder)
 
 
 def write_config(folder: Path, config: SearchConfig, storage_path: str) -> None:
-    """Claim ``folder`` for a new search: the marker first (whatever follows in this folder
-    is raysearch's, with a new ``search_id``), then the config that ``raysearch resume``
-    reads."""
+    """Claim ``folder`` for a new search: the marker first (with a new ``search_id``), then
+    the config that ``raysearch resume`` reads."""
     raw, unserializable = _raw_for_resume(config)
     write_marker(
         folder,
@@ -335,10 +314,9 @@ def _write_config_file(folder: Path, raw: dict[str, Any]) -> None:
 
 def rewrite_config(folder: Path, config: SearchConfig) -> None:
     """Save ``config`` as the config of the search in ``folder``, which goes on with other
-    stop conditions (its marker's keys holding Python objects with it; its id and status
-    stay)."""
+    stop conditions (its id and status stay)."""
     raw, unserializable = _raw_for_resume(config)
-    state = _read_marker(folder)
+    state = read_marker(folder)
     write_marker(
         folder,
         str(state.get("status", "running")),
@@ -348,8 +326,8 @@ def rewrite_config(folder: Path, config: SearchConfig) -> None:
     _write_config_file(folder, raw)
 
 
-#: What makes a search the same one (``resume_if_exists``): its model and what it searches
-#: and how it ranks (the stop conditions, resources and outputs may change).
+#: What makes a search the same one (``resume_if_exists``): its model, what it searches and
+#: how it ranks.
 SAME_SEARCH = ("model", "search_space", "search_spaces", "search_algo", "metric", "tolerance")
 
 
@@ -364,12 +342,10 @@ def _saved_config(folder: Path) -> dict[str, Any]:
 
 def continued_folder(config: SearchConfig) -> Path | None:
     """The output folder when ``config`` asks to continue an earlier run of itself there
-    (``resume_if_exists``, Quark's ``load_study_if_exists``) and the folder holds one; None
-    when it does not ask, or the folder holds no search (a new one starts there).
+    (``resume_if_exists``) and the folder holds one; else None.
 
     Raises:
-        ConfigError: (``resume_if_exists``) the folder holds another search (its model,
-            spaces, algorithm, metric or tolerance differ from ``config``'s).
+        ConfigError: (``resume_if_exists``) the folder holds another search.
     """
     folder = Path(config.output_dir).resolve()
     if not config.resume_if_exists or not holds_search(folder):

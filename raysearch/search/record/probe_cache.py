@@ -1,23 +1,16 @@
 """Sensitivity probes kept across searches, by content: :class:`ProbeCache`.
 
-A sensitivity probe (``WeightOnly``'s stage ``sensitivity``: one weight MatMul at the low
-precision, every other one float) scores the same whenever the same float model is probed
-with the same settings on the same data by the same metric and the same versions of
-raysearch, ONNX Runtime and ONNX. A later search with all of these equal takes the probe's
-result from here instead of running it again: the searcher journals it as a trial of the
-probe's stage, with ``reused_from`` naming the search and trial that measured it (so
-``results.parquet`` and the ranking hold it as a probe), and runs no trial for it. The
-tolerance is not part of the key: whether a reused result is a candidate, and what the
-samplers are told of it, are decided again with this search's evaluator
-(:func:`raysearch.trial.decide_complete`, the rule a trial applies). A reused probe has no
-model, so it is never ``best/`` (:func:`raysearch.ranking.better`).
+A sensitivity probe (``WeightOnly``'s stage ``sensitivity``) scores the same whenever the same
+float model is probed with the same settings on the same data by the same metric and versions
+of raysearch, ONNX Runtime and ONNX. A later search with all of these equal takes the result
+from here: the searcher journals it with ``reused_from`` naming the trial that measured it,
+and runs no trial. Candidacy is decided again with this search's evaluator; a reused probe
+has no model, so it is never ``best/``.
 
-Entries live in this user's private folder ``<tmp>/raysearch-<uid>/raysearch-probes/``
-(:func:`raysearch.quantize.tempdirs.private_dir`: mode 0700, refused when another user's,
-a link or writable by others), one JSON file per probe named by the hash of its key and the
-hash of its own bytes. A file whose bytes are not what its name says, or that holds another
-key, is ignored and removed; only a probe evaluated on every row (not stopped at a rung) on
-the search's kind of device is kept. ``RAYSEARCH_PROBE_CACHE=0`` keeps and reuses nothing.
+Entries live in this user's private folder (``raysearch-probes/``), one JSON file per probe
+named by the hash of its key and of its own bytes; a file that is not what its name says is
+removed. Only a probe evaluated on every row on the search's kind of device is kept.
+``RAYSEARCH_PROBE_CACHE=0`` keeps and reuses nothing.
 
 Example:
     >>> import tempfile
@@ -35,13 +28,13 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from raysearch.fileio import atomic_write_bytes
+from raysearch.ranking import finite
 from raysearch.space import settings_key
 from raysearch.trialrecord import TrialRecord
 
@@ -92,10 +85,7 @@ def content_key(
     device: str,
     measure_latency: bool,
 ) -> dict[str, Any]:
-    """What a probe's result depends on besides its settings: the float model's bytes (with
-    its external data), the evaluation data's (and calibration data's) content, batching,
-    the metric, the kind of device, whether latency is timed, and the versions of raysearch,
-    ONNX Runtime and ONNX."""
+    """What a probe's result depends on besides its settings (see the module)."""
     import importlib.metadata
 
     import onnx
@@ -125,15 +115,13 @@ class ProbeCache:
     """Probe results by content (see the module).
 
     Args:
-        content: returns :func:`content_key`'s mapping, called once on first use (hashing a
-            large model takes seconds: a search that probes nothing never pays for it).
-        folder: where entries live (the search passes this user's private folder).
-        origin: the search that stores a result (its output folder), named by the records
-            that reuse it.
+        content: returns :func:`content_key`'s mapping, called once on first use (hashing
+            a large model is slow).
+        origin: the search that stores a result, named by the records that reuse it.
         decide: decides a reused result's candidacy with this search's evaluator (None:
             candidacy as stored).
-        device: the kind of device this search's trials run on (``cpu``, ``cuda``): a
-            result measured on another is not kept.
+        device: the kind of device this search's trials run on: a result measured on
+            another is not kept.
     """
 
     def __init__(
@@ -172,7 +160,7 @@ class ProbeCache:
                 entry = json.loads(data)
                 if entry.get("key") != key:
                     raise ValueError("it holds another key")
-                if _finite(entry["record"].get("metric")) is None:
+                if finite(entry["record"].get("metric")) is None:
                     raise ValueError("it holds no metric")
             except Exception as exc:  # a damaged or foreign file is measured again, never read
                 _logger.warning("ignoring probe cache file %s: %s", path, exc)
@@ -199,7 +187,7 @@ class ProbeCache:
         record.update({k: 0.0 for k in _TIMINGS})
         record.update(status="ok", metric=metric, extra=extra, reused_from=entry.get("origin"))
         if self.decide is not None:
-            candidate, flags, objective = self.decide(metric, _finite(extra.get("quantized_share")))
+            candidate, flags, objective = self.decide(metric, finite(extra.get("quantized_share")))
             extra.update(flags)
             record.update(is_candidate=candidate, objective=objective)
         else:
@@ -209,9 +197,8 @@ class ProbeCache:
 
     def store(self, settings: Mapping[str, Any], record: TrialRecord, trial_id: str) -> bool:
         """Keep the result of the probe of ``settings`` (trial ``trial_id``) for later
-        searches; False when it is not kept (not complete, another kind of device, already
-        kept, or the folder could not be written)."""
-        if not record.ok or _finite(record.metric) is None:
+        searches; False when it is not kept."""
+        if not record.ok or finite(record.metric) is None:
             return False
         if record.stopped_at_rung is not None or record.reused_from:
             return False
@@ -246,9 +233,8 @@ def search_probe_cache(
     gpu: bool,
     origin: str,
 ) -> ProbeCache | None:
-    """A search's probe cache, in this user's private folder; None when
-    ``RAYSEARCH_PROBE_CACHE`` turns it off, for a custom evaluator (its code may change
-    under the same name), or when the private folder is refused (logged)."""
+    """A search's probe cache; None when turned off, for a custom evaluator (its code may
+    change under the same name), or when the private folder is refused (logged)."""
     from raysearch.modelfile import cached_file_hash
     from raysearch.modelgraph import weighted_nodes
     from raysearch.quantize.tempdirs import UnsafeFolderError, private_dir
@@ -287,9 +273,3 @@ def search_probe_cache(
 
 def _content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None

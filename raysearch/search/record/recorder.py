@@ -1,41 +1,25 @@
 """``TrialRecorder``: the Tune callback that records every finished trial the moment it ends.
 
-For each finished trial (its last result, or an exception/crash/timeout reported by Tune; a
-trial evaluated on growing subsets reports once per rung and is recorded at its last report:
-the last rung, or the rung where ASHA stopped it, ``stopped_at_rung``) it
+For each finished trial (its last report, the last rung or where ASHA stopped it, or an error
+Tune reported) it
 
-1. decides where the quantized model goes: ``candidates/<trial_id>.onnx`` (for a model of an
-   onnxruntime-genai or Optimum folder, ``candidates/<trial_id>/`` holding the model under
-   its name and the files its client reads: :mod:`raysearch.modelfolder`) for a candidate
-   among the ``keep_candidates`` best candidates so far (ranked as the best trial is,
-   :func:`raysearch.outputs.best_record` with the config's ``select``) or, with several
-   ``objectives``, on their Pareto front so far (:func:`raysearch.ranking.pareto_front`),
-   ``kept/<trial_id>.onnx`` for the best trial so far
-   when it is not kept there, otherwise deleted at once; so the disk holds the best
-   candidates, one best model and the models of running trials, never one per trial. A model
-   with external data (ONNX Runtime writes one for a float model over 2 GB, or one with
-   external data) moves, or is deleted, together with its ``<name>.data`` files: nothing a
-   kept model needs stays in the trial folder, which is deleted at the end;
-2. appends one record to the journal (flush + fsync) — see :mod:`raysearch.search.record.journal`;
-3. deletes the models no longer kept, never the best trial's: the previous best's in
-   ``kept/``, the candidate's this one pushed out of the ``keep_candidates`` best (and off
-   the front: a candidate off it never comes back, one that dominates it stays). Their
-   records' ``model_file`` becomes None (in the outputs; a journal line keeps where its model
-   was put, and a resumed search derives the same from the journal's records, which also
-   completes a deletion a killed search cut short);
+1. keeps the quantized model (with its external data, or as a client's folder,
+   :mod:`raysearch.modelfolder`) under ``candidates/`` for a candidate among the
+   ``keep_candidates`` best so far (ranked by ``select``) or on the Pareto front of several
+   ``objectives``, under ``kept/`` for the best trial so far, else deletes it at once: the
+   disk never holds one model per trial;
+2. appends the record to the journal (flush + fsync);
+3. deletes the models no longer kept (never the best's), their records' ``model_file`` then
+   None; a resumed search derives the same from the journal;
 4. logs the trial to ``auto_search.log``.
 
-A record is a :class:`~raysearch.trialrecord.TrialRecord` (its fields say what each one
-holds): the trainable's report completed here with the trial's config, ``stopped_at_rung``,
-``retries`` and ``retried_after`` (:mod:`raysearch.search.record.retries`), ``model_file``
-(relative to the output folder, or None), ``model_lost`` (a model to keep that could not be
-kept; such a trial is never the best) and ``elapsed_s``.
+The record is the trainable's :class:`~raysearch.trialrecord.TrialRecord` completed with the
+trial's config, retries, ``model_file`` (or ``model_lost``) and ``elapsed_s``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import shutil
@@ -58,6 +42,7 @@ from raysearch.ranking import (
     best_record,
     best_records,
     better,
+    finite,
     is_candidate,
     is_probe,
     pareto_front,
@@ -71,20 +56,14 @@ from raysearch.search.runtime._node_loss import ModelLostError, NodeWatch, lost_
 from raysearch.search.runtime.transfer import current_node_id, drop_model, fetch_model
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["TrialRecorder", "CANDIDATES", "KEPT"]
+__all__ = ["TrialRecorder"]
 
 _logger = logging.getLogger(__name__)
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _error_line(text: str) -> str:
-    """The most telling line of an error text (the last ``Name: message`` line); for a trial
-    whose process died, what killed it; for one whose node was lost, that."""
+    """The most telling line of an error text (the last ``Name: message`` line), or what
+    killed the trial's process or node."""
     died = lost_trial_line(str(text)) or _process_death(str(text))
     if died is not None:
         return died
@@ -100,20 +79,14 @@ class TrialRecorder(tune.Callback):
     """Records finished trials durably; see the module docstring.
 
     Args:
-        output_dir: the search's output folder.
-        journal: where records go.
-        higher_is_better: the metric's direction (which model to keep as the best).
-        keep_candidates: how many candidates' models to keep under ``candidates/``, the best
-            ones; None: every candidate's.
-        select: what ranks the candidates for ``best/`` (config ``select``).
-        objectives: the Pareto front's objectives (config ``objectives``): with several,
-            the models of the candidates on the front are kept under ``candidates/`` too.
-        prior: records of earlier sessions (resume): their ids are not recorded twice and the
-            best of them stays the best so far.
+        keep_candidates: how many of the best candidates' models to keep (None: every one).
+        select, objectives: the config's: what ranks the candidates for ``best/``, and the
+            Pareto front whose candidates' models are kept too.
+        prior: records of earlier sessions (resume), never recorded twice.
         clock: returns the search's elapsed wall time (for ``elapsed_s``).
-        on_record: called with each new record (the stopper counts errors through it).
+        on_record: called with each new record.
         client_folder: the onnxruntime-genai or Optimum folder of the float model: each model
-            kept is written as such a folder (``candidates/<trial_id>/``, ``kept/<trial_id>/``).
+            kept is written as such a folder.
     """
 
     def __init__(
@@ -154,7 +127,6 @@ class TrialRecorder(tune.Callback):
                 self.best = record
         self._drop_unkept_models()
 
-    # -- Tune Callback interface -----------------------------------------------------------
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
@@ -164,9 +136,7 @@ class TrialRecorder(tune.Callback):
             return  # a rung before the last, and ASHA lets the trial go on
         check_tune_disk()
         record = reported_record(result) or TrialRecord()
-        if record.disk_full:
-            # The trial's disk filled up: the search stops here and leaves the trial out of
-            # the journal, so that resume runs it again.
+        if record.disk_full:  # the search stops, the trial unjournaled: resume reruns it
             raise DiskFullError(record.error or "no space left on device")
         self.record(trial, record.replace(stopped_at_rung=stopped_at_rung(record)))
 
@@ -174,7 +144,7 @@ class TrialRecorder(tune.Callback):
         self.retries.started(trial)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        # Tune runs the trial again (max_failures): its last failure, one line, for its record.
+        # Tune runs the trial again (max_failures).
         text = _last_failure(_error_text(trial) or "the trial's actor failed")
         spent = self.retries.failed(trial.trial_id, _error_line(text))
         if spent is None:
@@ -201,7 +171,6 @@ class TrialRecorder(tune.Callback):
         )
         self.record(trial, record)
 
-    # -- recording -------------------------------------------------------------------------
     def record(self, trial: Any, record: TrialRecord) -> TrialRecord:
         """Complete ``record`` with the trial's config, keep or delete its model, journal it."""
         return self._record(trial.trial_id, trial.config, record)
@@ -209,9 +178,8 @@ class TrialRecorder(tune.Callback):
     def record_reused(
         self, trial_id: str, config: dict[str, Any], record: TrialRecord
     ) -> TrialRecord:
-        """Journal a result no trial ran: an earlier search's probe of the same settings
-        (``record`` holds ``reused_from``; ``config`` is what the searcher would have handed
-        the trial). It has no model."""
+        """Journal a result no trial ran (an earlier search's probe of the same settings,
+        without a model); ``config`` is what the searcher would have handed the trial."""
         return self._record(trial_id, config, record.replace(model_path=None))
 
     def _record(self, trial_id: str, config: dict[str, Any], record: TrialRecord) -> TrialRecord:
@@ -227,8 +195,8 @@ class TrialRecorder(tune.Callback):
             params=config.get("params"),
             settings=config.get("settings"),
             **self.retries.fields(trial_id),
-            metric=_finite(record.metric) if ok else None,
-            objective=_finite(record.objective) if ok else None,
+            metric=finite(record.metric) if ok else None,
+            objective=finite(record.objective) if ok else None,
             sensitivity=None,
         )
         # The one rule, as the journal reads it (a probe's stage comes with the config).
@@ -255,8 +223,7 @@ class TrialRecorder(tune.Callback):
             write_sensitivity_table(self.output_dir / SENSITIVITY_FILE, self._sensitivity)
 
     def _better(self, record: TrialRecord) -> bool:
-        # The outputs' rule (best_record), ties to the trial started first: concurrent trials
-        # end in another order than they started, and the model kept must be the best's.
+        # The outputs' rule, ties to the trial started first, whatever order trials end in.
         if self.best is None:
             return better(record, None, self.higher_is_better, self.select)
         return best_record([self.best, record], self.higher_is_better, self.select) is record
@@ -316,10 +283,8 @@ class TrialRecorder(tune.Callback):
         return pareto_front(records, self.objectives, self.higher_is_better)
 
     def _drop_unkept_models(self) -> None:
-        """Delete the models no longer kept: under ``kept/`` all but the best trial's, under
-        ``candidates/`` all but the ``keep_candidates`` best and those on the Pareto front
-        (and never the best trial's: ``best/`` is written from it). Their records say
-        ``model_file`` None."""
+        """Delete the models no longer kept (never the best trial's, which ``best/`` is
+        written from); their records say ``model_file`` None."""
         top = self._kept_candidates()
         if self.keep_candidates is not None:
             top = best_records(top, self.keep_candidates, self.higher_is_better, self.select)
@@ -418,9 +383,8 @@ def _error_text(trial: Any) -> str | None:
 
 
 def _process_death(text: str) -> str | None:
-    """One line for a trial whose actor process died (Ray's ``ActorDiedError``): the fatal
-    error the process wrote to its Ray log when there is one (a segfault), else that it was
-    killed or crashed without a word (SIGKILL, e.g. from the out-of-memory killer)."""
+    """One line for a trial whose actor process died: the fatal error in its Ray log (a
+    segfault), else that it was killed or crashed without a word."""
     if "actor died unexpectedly" not in text and "worker process has died" not in text:
         return None
     match = re.search(r"\bpid: (\d+)", text)
@@ -443,8 +407,6 @@ def _fatal_error(pid: int) -> str | None:
     try:
         import ray
 
-        # The session's log folder from Ray's public runtime context (Ray writes worker logs
-        # to <temp dir>/<session name>/logs).
         context = ray.get_runtime_context()
         logs = Path(context.get_temp_dir()) / context.get_session_name() / "logs"
         for path in logs.glob(f"worker-*-{pid}.err"):

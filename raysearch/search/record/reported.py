@@ -1,13 +1,8 @@
 """A trial's record as Ray Tune carries it: JSON text, not a nested dict.
 
-Tune keeps, for every trial of an experiment until it ends, its last result and an analysis of
-each number in it (max, min, mean, last, the means of the last 5 and 10: ``metric_analysis``,
-nested dicts flattened first), and caches the trial's state as JSON for its experiment
-checkpoint. Reported as a dict, each of a record's 20-30 numbers (timings, sizes, rung scores,
-``extra``) would get that analysis, which nothing of raysearch reads, and the driver would hold
-it for every trial of the search (``benchmarks/README.md``, section 14, "What grew with
-trials"). As one string the record is none of Tune's numbers; the driver's readers
-(recorder, progress line, stopper, searcher) decode it with :func:`reported_record`.
+Tune keeps an analysis of each number of every trial's results until the experiment ends;
+nothing reads it for a record's many numbers. As one string the record is none of Tune's
+numbers; the driver's readers decode it with :func:`reported_record`.
 
 Example:
     >>> result = {"metric": 0.9, "trial": pack_record(TrialRecord(status="ok", metric=0.9))}

@@ -1,22 +1,13 @@
 """Where each trial's process runs, and what a trial was run again after: a lost node, or its
 process failing (``max_failures``), as its record and the summary keep it.
 
-Ray Tune reruns a trial whose actor failed, up to ``FailureConfig.max_failures`` times, and
-tells its callbacks ``on_trial_recover``; the error is in the trial's error file. Ray Tune
-counts every failure alike; raysearch tells them apart. A trial lost with its node (a spot
-node preempted) is no failure of its setting: it runs again, up to :data:`NODE_LOSS_RETRIES`
-times, whatever ``max_failures`` says, which counts only the failures of the trial's own
-process (it crashed, ran out of memory, timed out). Tune's budget is both together; a trial
-whose own failures used up ``max_failures`` is handed back to Tune marked
-(:data:`RETRIES_SPENT` in its config), and its next run ends at once as failed with its last
-error (:mod:`raysearch.search.tune.trainable`). A setting that raises is a failed result of
-the trial, not a failure of its process: it never runs again.
-
-A trial lost with its node reaches the driver first as a broken connection
-(``TrialUnreachable``): which node it ran on is asked of the trial's actor when it starts, and
-whether that node is lost is the cluster's verdict
-(:class:`~raysearch.search.runtime._node_loss.NodeWatch`), so the record says ``NodeLost`` with
-the node, as a trial whose actor Ray reported dead with its node does.
+Ray Tune counts every failure of a trial's actor alike; raysearch tells them apart. A trial
+lost with its node is no failure of its setting: it runs again up to
+:data:`NODE_LOSS_RETRIES` times, whatever ``max_failures`` says, which counts only its own
+process's failures. Tune's budget is both together, so a trial whose own failures used up
+``max_failures`` is handed back marked (:data:`RETRIES_SPENT`) and its next run ends at once,
+failed with its last error. A broken connection to a trial's process is said as ``NodeLost``
+when the cluster confirms its node (asked of the actor when it starts) is lost.
 
 Example:
     >>> log = RetryLog(None, max_failures=1)
@@ -60,9 +51,8 @@ def _lost_kind(line: str) -> bool:
 
 
 class RetryLog:
-    """Each trial's node (asked of its actor when it starts) and the failures Ray Tune ran it
-    again after. ``watch``: the cluster's nodes (None on a Ray of the search's own, where
-    every trial runs on the driver's node and no node is lost)."""
+    """Each trial's node and the failures Ray Tune ran it again after. ``watch``: the
+    cluster's nodes (None on a Ray of the search's own, where no node is lost)."""
 
     def __init__(self, watch: NodeWatch | None, max_failures: int = 0) -> None:
         self.watch = watch
@@ -74,8 +64,7 @@ class RetryLog:
         self._spent: set[str] = set()
 
     def started(self, trial: Any) -> None:
-        """Ask the actor Tune started (or reused) for ``trial`` which node it runs on: its
-        first task, answered before the trial's own work begins."""
+        """Ask the actor Tune started (or reused) for ``trial`` which node it runs on."""
         if self.watch is None:
             return
         # Ray Tune's handle of the trial's actor (tests/test_library_contracts.py).
@@ -95,10 +84,9 @@ class RetryLog:
         return self._nodes.get(trial_id)
 
     def failed(self, trial_id: str, line: str) -> str | None:
-        """Tune runs ``trial_id`` again after a failure, ``line`` (one line). None when it
-        may; the line its next run must end with when its own failures (not its node's loss)
-        used up ``max_failures``. Tune may hear of one lost node up to three times for the
-        trial running there: one loss is kept once."""
+        """Tune runs ``trial_id`` again after a failure, ``line``. None when it may; the line
+        its next run must end with when its own failures used up ``max_failures``. One lost
+        node, which Tune may report several times, is kept once."""
         node = self.node_of(trial_id)
         entries = self._failures.setdefault(trial_id, [])
         if entries and entries[-1][0] == node and _lost_kind(entries[-1][1]) and _lost_kind(line):
@@ -129,8 +117,7 @@ class RetryLog:
         return {"retries": len(lines), "retried_after": SEPARATOR.join(lines) or None}
 
     def lost_nodes(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each node lost while the search ran: its id, IP and the trials it took with it
-        that ran again (``trials_retried``) or failed (``trials_failed``)."""
+        """Each node lost while the search ran: its id, IP and the trials it took with it."""
         if self.watch is None:
             return []
         self.watch.poll(force=True)

@@ -1,13 +1,9 @@
 """A node of the Ray cluster lost mid-search: one readable line for what it took with it.
 
-Two things can go with a node. A trial running there: its actor's task fails and Ray Tune
-records Ray's error, ``ActorDiedError`` ("The actor died because its node has died. Node Id:
-...") once the cluster has marked the node dead, or ``ActorUnavailableError`` ("The actor ...
-is unavailable: ... Socket closed") when the driver's connection broke first (the cluster
-marks a node dead only after it missed several health checks). And a model a finished trial
-left in that node's temp folder, not yet fetched by the driver (see
-:mod:`raysearch.search.runtime.transfer`): it cannot be fetched any more, and the trial's record says
-so (``model_lost``) rather than point at a file that does not exist.
+Two things can go with a node: a trial running there (Tune records Ray's
+``ActorDiedError`` once the cluster marked the node dead, or ``ActorUnavailableError`` when
+the connection broke first), and a finished trial's model not yet fetched (the record says
+``model_lost`` rather than point at a missing file).
 
 Example:
     >>> text = ("The actor died unexpectedly before finishing this task.\\n\\tip: 10.0.0.2\\n"
@@ -41,14 +37,12 @@ __all__ = [
 
 _logger = logging.getLogger("raysearch.search")
 
-#: Seconds the driver waits for the cluster to say whether the node of a trial whose connection
-#: broke is dead: Ray marks a node dead once it has missed its health checks (about 15 s with
-#: Ray's defaults: one every 3 s, 5 missed).
+#: Seconds the driver waits for the cluster to say whether the node of a trial whose
+#: connection broke is dead (Ray's health checks mark it dead after several misses).
 CONFIRM_S = 45.0
 #: Seconds between two looks at the cluster's nodes while the search runs.
 WATCH_PERIOD_S = 2.0
-#: The start of the line for a trial whose connection to its process broke (see
-#: :func:`lost_trial_line`).
+#: The start of the line for a trial whose connection to its process broke.
 _UNREACHABLE = "TrialUnreachable: "
 
 _NODE_DIED = re.compile(r"its node has died\. Node Id: ([0-9a-f]+)[^\n]*(?:\n\s*(.*))?")
@@ -120,13 +114,8 @@ def broke_connection(line: str) -> bool:
 
 
 class NodeWatch:
-    """The cluster's nodes as a search sees them: which of those alive while it ran were lost.
-    Each loss is said once, in one warning line (the terminal's; Ray Tune's tracebacks of the
-    trials it took go to ``auto_search.log``).
-
-    Ray marks a node dead only after it missed its health checks, seconds after a trial's
-    connection to it broke: :meth:`confirm` waits for that verdict (at most ``CONFIRM_S``).
-    """
+    """Which of the nodes alive while the search ran were lost, each said once in a warning
+    line; :meth:`confirm` waits for the cluster's verdict on one."""
 
     def __init__(self, period_s: float = WATCH_PERIOD_S) -> None:
         self.period_s = period_s

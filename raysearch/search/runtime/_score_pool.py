@@ -1,33 +1,14 @@
 """Score many settings of one trial at once: the trial's actor and helper Ray tasks.
 
-A technique that measures many settings before its trial can go on (the precise sensitivity
-ranking: the metric with each of 16 entries promoted in turn) asks its trial for all of them
-at once (``TrialRunner.score_settings``). On Ray the :class:`ScorePool` puts them on a
-:class:`WorkBoard` (a small actor) and starts helper tasks on the trial's node, each with the
-trial's resources; the trial's actor and the helpers take settings from the board until none
-is left.
+A technique that measures many settings before its trial goes on (the precise sensitivity
+ranking) asks its trial for all at once (``TrialRunner.score_settings``). The
+:class:`ScorePool` puts them on a :class:`WorkBoard` (a small actor) and starts helper tasks
+on the trial's node (its transformed float model may be in that node's temp folder) with the
+trial's resources; the trial's actor and the helpers take settings until none is left.
 
-Why the actor works too, rather than wait: Ray Tune places a trial's actor in a placement
-group whose CPUs are the trial's alone, and helpers outside that group only start on CPUs
-nobody holds. The actor scoring in its own thread never depends on a free CPU (no deadlock
-when every CPU is held by trials) and each helper that finds one speeds the ranking up. A
-helper that starts after the board is empty ends at once without building anything; one
-that dies leaves its setting to the actor, which scores what no one finished.
-
-Helpers run on the trial's node (``NodeAffinitySchedulingStrategy``, hard): the setting's
-float model may be a technique's transform in that node's temporary folder. Each helper
-process builds the trial engine once from the search's engine factory (in the object store)
-and keeps it for later helpers of the same search.
-
-Ray has no primitive for "these tasks and the caller share a list of work": ``ray.util.queue``
-would do the taking but not who took what, which a helper's death needs; so the board here
-holds the settings, who took each and what came back.
-
-Example:
-    >>> pool = ScorePool(factory_ref, threads=1, num_cpus=1.0)          # doctest: +SKIP
-    >>> runner.score_pool = pool                                        # doctest: +SKIP
-    >>> runner.score_settings("model.onnx", [settings_a, settings_b])    # doctest: +SKIP
-    [0.9981, 0.9712]
+The actor works too: helpers outside the trial's placement group start only on free CPUs, so
+the ranking never waits on one. A helper that dies leaves its setting to the actor. The board
+records who took what (``ray.util.queue`` does not), which a helper's death needs.
 """
 
 from __future__ import annotations
@@ -104,11 +85,9 @@ def _help(
 
 class ScorePool:
     """``pool(runner, float_path, settings_list)``: the scores of ``settings_list`` in order,
-    measured by ``runner`` (the trial's engine, in the calling process) and up to
-    ``helpers`` helper tasks with ``num_cpus``/``num_gpus`` each (the trial's resources), each
-    building its engine from ``factory_ref`` with ``threads`` threads.
-
-    ``last_helped`` is how many settings helpers scored in the latest call."""
+    measured by ``runner`` (the trial's engine) and up to ``helpers`` helper tasks, each
+    building its engine from ``factory_ref``. ``last_helped``: how many the helpers scored
+    in the latest call."""
 
     def __init__(
         self,

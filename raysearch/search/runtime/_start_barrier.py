@@ -1,30 +1,15 @@
 """The start barrier of a search's first wave of trial actors: :class:`StartBarrier`.
 
-Tune starts the actors of the trials that run in parallel one after another, each start
-taking seconds on a loaded machine; the first actor's first trial can end before the second
-actor has started, and Tune then hands the finished actor the second trial and removes the
-starting one, over and over. The actors of the first wave therefore wait at the barrier
-(:func:`wait_for_wave`, in ``QuantTrainable.setup``) until all of them are there, or until the
-search says no more are coming at first (:meth:`StartBarrier.open`): a strategy that proposes
-one trial and waits for its result (Conservative, Fallback's first trial) starts one actor,
-which would otherwise wait out the timeout for a second one that Tune never starts. The wave
-is only as large as the cluster's free resources hold when the search starts (another job on
-a shared cluster, or nodes its autoscaler has yet to add, would otherwise hold the first actor
-for the whole timeout).
+Tune starts the parallel trials' actors one after another; the first actor's first trial
+can end before the second actor has started, and Tune then hands the finished actor the
+second trial and removes the starting one, over and over. So the first wave's actors wait
+(:func:`wait_for_wave`) until all are there, or the search says no more come at first
+(:meth:`StartBarrier.open`: a strategy waiting for its first result).
 
-The barrier is a few keys in the Ray cluster's key-value store (the GCS's, which every driver
-and worker of the cluster reaches), not an actor: an actor would be one more worker process
-per search (its start, Ray's import and its resident memory) for a counter. Each arriving
-actor writes a key of its own under the barrier's prefix, so no update is lost without a
-transaction; the wave goes when the prefix holds ``wave`` of them, or the ``open`` key. The
-search deletes the prefix when it ends, however it ends (:func:`end_barrier`); only a driver
-killed outright leaves its few bytes, on a cluster that outlives it.
-
-Example:
-    >>> barrier = start_barrier(2)                                            # doctest: +SKIP
-    >>> barrier.arrive(), barrier.arrive()                                    # doctest: +SKIP
-    (False, True)
-    >>> end_barrier(barrier)            # when the search ends, however it ends  # doctest: +SKIP
+The barrier is a few keys in the cluster's key-value store, not an actor (one more worker
+process for a counter): each arriving actor writes a key of its own under the barrier's
+prefix, so no update is lost; the wave goes when the prefix holds ``wave`` of them, or the
+``open`` key. :func:`end_barrier` deletes them however the search ends.
 """
 
 from __future__ import annotations
@@ -48,7 +33,7 @@ KV_NAMESPACE = "raysearch"
 @dataclass(frozen=True)
 class StartBarrier:
     """The first wave of ``wave`` actors, counted under ``prefix`` in the cluster's key-value
-    store. Small and picklable: it travels inside the search's trainable to every actor."""
+    store (picklable: it travels inside the trainable)."""
 
     wave: int
     prefix: str = field(default_factory=lambda: f"start-barrier/{uuid.uuid4().hex}/")
@@ -59,7 +44,9 @@ class StartBarrier:
         return self.ready()
 
     def ready(self) -> bool:
-        keys = _kv_keys(self.prefix)
+        from ray.experimental.internal_kv import _internal_kv_list
+
+        keys = _internal_kv_list(self.prefix, namespace=KV_NAMESPACE)
         opened = f"{self.prefix}open".encode()
         return opened in keys or len(keys) >= self.wave
 
@@ -80,22 +67,13 @@ def _kv_put(key: str) -> None:
     _internal_kv_put(key, b"", namespace=KV_NAMESPACE)
 
 
-def _kv_keys(prefix: str) -> list[bytes]:
-    from ray.experimental.internal_kv import _internal_kv_list
-
-    return _internal_kv_list(prefix, namespace=KV_NAMESPACE)
-
-
 def start_barrier(wave: int) -> StartBarrier | None:
     """The :class:`StartBarrier` of a first wave of ``wave`` actors; None for one."""
     return StartBarrier(wave) if wave > 1 else None
 
 
 def end_barrier(barrier: StartBarrier | None) -> None:
-    """End ``barrier`` with the search that started it (None: nothing to end).
-
-    Its keys would otherwise stay in a cluster that outlives the search, a few per search, in
-    a process that runs search after search on one Ray."""
+    """End ``barrier`` (None: nothing to end), so that its keys do not outlive the search."""
     import ray
 
     if barrier is not None and ray.is_initialized():

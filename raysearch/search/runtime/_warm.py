@@ -1,28 +1,13 @@
 """What a running Ray cluster keeps warm between searches: the float reference of a model
 already searched.
 
-A search that joins a cluster (``address`` or ``RAY_ADDRESS``, or a Ray started before it
-from Python) outlives nothing of itself but what it hands to the cluster. raysearch keeps, in
-one detached actor per cluster (:data:`STORE_NAME` in the namespace :data:`STORE_NAMESPACE`,
-no CPU reserved), the float model's outputs on the evaluation data
-(:class:`~raysearch.evaluate.FloatReference`), under the reference's own key (the model's
-bytes with its external data, the data's content, batching and device kind) and ONNX
-Runtime's version: what a later search of the same model and data needs again before its
-first trial. (Calibration statistics are not kept yet: their cache keys are content hashes
-too, so the same store could hold them.)
-
-Every key is a hash of content: a changed model or data set is another key, so a stale entry
-is never served. The store lives in the cluster's memory and dies with the cluster (``ray
-stop``); nothing is written to disk. It holds at most ``RAYSEARCH_WARM_MAX_MB`` megabytes
-(default 1024; least recently used entries go first; ``0`` keeps nothing and looks nothing
-up). A search on a Ray that raysearch started itself keeps nothing: that Ray ends with the
-search.
-
-Example:
-    >>> warm = KeptWarm()                                          # doctest: +SKIP
-    >>> warm.open()               # once Ray is joined             # doctest: +SKIP
-    >>> warm.lookup_reference("model.onnx", data) is None   # a new model   # doctest: +SKIP
-    True
+A search that joins a cluster keeps, in one detached actor per cluster (:data:`STORE_NAME`,
+no CPU reserved), the float model's outputs on the evaluation data under the reference's
+content key and ONNX Runtime's version, for a later search of the same model and data. A
+changed model or data set is another key, so a stale entry is never served. The store lives
+in the cluster's memory and dies with it; it holds at most ``RAYSEARCH_WARM_MAX_MB``
+megabytes (default 1024, least recently used first out; ``0``: off). A Ray the search
+started itself keeps nothing: it ends with the search.
 """
 
 from __future__ import annotations
@@ -80,8 +65,7 @@ class _Store:
     def put(self, key: str, value: Any, nbytes: int) -> bool:
         if nbytes > self.limit or key in self.entries:
             return key in self.entries
-        # Owned by this process: an argument's buffers belong to the search that sent it,
-        # which ends long before the cluster.
+        # Owned here: an argument's buffers belong to the search that sent it.
         value = _copy_arrays(value)
         self.entries[key] = (value, nbytes)
         self.size += nbytes
@@ -126,11 +110,8 @@ def _reference_key(key: str) -> str:
 
 
 class KeptWarm:
-    """The driver's side of the cluster's store for one search.
-
-    :meth:`lookup_reference` may be called (by the preflight thread) before Ray is joined: it
-    waits until :meth:`open` (Ray joined: the store is looked up) or :meth:`close` (nothing to
-    keep: Ray was started by this search, or the store is off)."""
+    """The driver's side of the cluster's store for one search; :meth:`lookup_reference`
+    waits for :meth:`open` or :meth:`close`."""
 
     def __init__(self) -> None:
         self._ready = threading.Event()
@@ -140,7 +121,6 @@ class KeptWarm:
         #: What this search took from the store (recorded in ``summary.json``).
         self.reused: dict[str, Any] = {"float_reference": False}
 
-    # -- the gate ---------------------------------------------------------------------------
     def open(self) -> None:
         """Ray is joined: find the cluster's store (none yet: nothing to reuse)."""
         import ray
@@ -157,10 +137,8 @@ class KeptWarm:
         self.enabled = False
         self._ready.set()
 
-    # -- the float reference ------------------------------------------------------------------
     def lookup_reference(self, model: str, data: DataSource) -> FloatReference | None:
-        """The float reference kept for ``model`` on ``data`` (as computed on this driver's
-        CPU, under :meth:`FloatReference.cache_key`), or None."""
+        """The float reference kept for ``model`` on ``data`` (computed on a CPU), or None."""
         from raysearch.evaluate import FloatReference
         from raysearch.modelfile import file_hash
 
@@ -179,8 +157,7 @@ class KeptWarm:
         )
 
     def log_reused(self) -> None:
-        """Say in the search's log what it took from the cluster (the lookup runs before the
-        log exists)."""
+        """Say in the search's log (opened after the lookup) what it took from the cluster."""
         if self.reused["float_reference"]:
             _logger.info(
                 "float reference reused from the cluster (kept by an earlier search, %s)",
@@ -206,13 +183,12 @@ class KeptWarm:
         self._keeping.start()
 
     def wait(self, timeout: float = 30.0) -> None:
-        """Wait until what :meth:`keep_reference` sent is held by the store: an argument sent
-        by this process is lost when it ends before the store took it."""
+        """Wait until the store holds what :meth:`keep_reference` sent (lost if this process
+        ends first)."""
         if self._keeping is not None:
             self._keeping.join(timeout)
             self._keeping = None
 
-    # -- the store ----------------------------------------------------------------------------
     def _get(self, key: str) -> Any:
         import ray
 
@@ -239,8 +215,7 @@ class KeptWarm:
 
 
 def _where_kept() -> str:
-    """Where the cluster keeps entries between searches, and its bound, for the log lines
-    that keep or reuse one."""
+    """Where the cluster keeps entries, and its bound, for the log lines."""
     return (
         f"in the actor {STORE_NAME}, namespace {STORE_NAMESPACE}, at most "
         f"{max_bytes() >> 20} MB: RAYSEARCH_WARM_MAX_MB"

@@ -1,12 +1,5 @@
 """Ray for a search: start or join it (with the modules beside the config shipped to every
-worker), check it can hold a trial, and how many trials run at once.
-
-Example:
-    >>> start_ray(None)                                   # doctest: +SKIP
-    True
-    >>> slots(config)                                     # doctest: +SKIP
-    (8, 16)
-"""
+worker), check it can hold a trial, and how many trials run at once."""
 
 from __future__ import annotations
 
@@ -48,24 +41,15 @@ _logger = logging.getLogger("raysearch.search")
 EXPERIMENT_CHECKPOINT_S = 60
 #: Seconds a cluster's ``host:port`` may take to accept a connection before the search gives up.
 CLUSTER_WAIT_S = 10.0
-#: Ray's settings for the one-machine Ray that :func:`start_ray` starts. Ray starts one idle
-#: worker process per CPU when the first driver connects, for tasks and actors without a
-#: ``runtime_env``; Ray Tune creates every trial actor with a ``runtime_env`` of its own
-#: (``env_vars``), so no trial ever runs in one of them: on a 64-core workstation they would be
-#: 64 idle processes held for the whole search (``benchmarks/README.md``, "What would make
-#: raysearch faster", has what each holds), and their start competes with the first trials'.
-#: An unknown key stops Ray's start (its GCS refuses it), so a rename in Ray fails loudly;
-#: ``tests/test_library_contracts.py`` checks that none is started.
+#: Ray's settings for the one-machine Ray that :func:`start_ray` starts: no idle worker per
+#: CPU, which no trial would use (Tune's actors each have a ``runtime_env``).
 OWN_RAY_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 #: The one-machine Ray that :func:`start_ray` started, as :func:`_ray_now` names it (None:
-#: none, or Ray was started or joined elsewhere): there every trial runs on the driver's node.
-#: Only the Ray up now counts (:func:`_is_local_ray`): one shut down by a plain
-#: ``ray.shutdown()`` and another started after it is not the one this names.
+#: none, or Ray was started or joined elsewhere).
 _local_ray: tuple[str, str] | None = None
 #: Whether this process ends with its search (:func:`end_with_process`: the command line).
 _ends_with_process = False
-#: The thread shutting down the search's own Ray while the outputs are written (None: none
-#: started): :func:`trials_ended` starts it, :func:`shutdown_ray` waits for it.
+#: The thread shutting down the search's own Ray while the outputs are written (None: none).
 _ending: threading.Thread | None = None
 
 
@@ -76,15 +60,13 @@ def tune_environment(max_pending: int) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(EXPERIMENT_CHECKPOINT_S))
     os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = str(max(1, max_pending))
-    # One report at a time: a trial's next rung must wait for ASHA's verdict on this one
-    # (buffered, an actor would run the rungs ASHA then stops, for nothing).
+    # One report at a time: a trial's next rung waits for ASHA's verdict on this one.
     os.environ["TUNE_RESULT_BUFFER_LENGTH"] = "1"
     os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 
 def cluster_address(address: str | None) -> str | None:
-    """The cluster a search joins: ``address``, else ``RAY_ADDRESS`` as Ray programs (a
-    Tuner too) read it; None: the search starts a Ray of its own.
+    """The cluster a search joins: ``address``, else ``RAY_ADDRESS``; None: a Ray of its own.
 
     Example:
         >>> cluster_address("auto")
@@ -98,19 +80,13 @@ def start_ray(
     py_modules: Sequence[str | os.PathLike] = (),
     excluded: Sequence[str | os.PathLike] = (),
 ) -> bool:
-    """Join the Ray cluster at ``address`` (else at ``RAY_ADDRESS``), or start a local one
-    of the search's own with this machine's CPUs, even when another Ray runs on this machine;
-    nothing when Ray is already initialised (but for refusing an ``address`` nothing answers
-    at). Returns whether this call started Ray.
+    """Join the Ray cluster at ``address`` (else ``RAY_ADDRESS``), or start a local one of
+    the search's own with this machine's CPUs; nothing when Ray is already initialised.
+    Returns whether this call started Ray.
 
-    ``py_modules`` (:func:`raysearch.usercode.code_folders`: the folders of the evaluator's
-    or a plugin's module found beside the config or in the working directory) are shipped,
-    each whole but for the ``excluded`` paths (the model, the data and the output folder,
-    which the search handles itself), as the job's ``runtime_env`` ``py_modules`` when the
-    search joins a cluster: Ray uploads them once and unpacks them on each node, where a
-    worker without the folder imports the module from that copy, beside the files shipped
-    with it (:func:`raysearch.usercode.where_code_lives`). A local Ray's workers run on this
-    machine and import the modules where they live: nothing is shipped.
+    ``py_modules`` (:func:`raysearch.usercode.code_folders`) are shipped to a joined
+    cluster's nodes as the job's ``runtime_env``, each whole but for the ``excluded`` paths
+    (model, data, output folder); a local Ray's workers import them where they live.
     """
     import ray
 
@@ -120,10 +96,7 @@ def start_ray(
             check_reachable(address)
         _warn_unshipped(py_modules)
         return False
-    # Token authentication stays on (Ray's default); its notice about that default on every
-    # start is noise for a local search. (Setting RAY_AUTH_MODE here would be too late: Ray
-    # reads it at import, and a mismatch locks the driver out of its own cluster.) Ray has no
-    # public switch for that notice: its logger is named here, nothing of ray._private is read.
+    # Token authentication stays on (Ray's default); only its notice on every start is quiet.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
         logging.ERROR
     )
@@ -145,8 +118,7 @@ def start_ray(
         check_reachable(address)
         ray.init(address=address, **kwargs)
     else:
-        # "local": a Ray of the search's own. Without it ray.init joins a Ray that `ray start`
-        # left running on this machine (and then refuses num_cpus, or finds several).
+        # "local": a Ray of the search's own, not one `ray start` left running here.
         ray.init(
             address="local",
             num_cpus=os.cpu_count(),
@@ -180,9 +152,8 @@ def shipped_code(
 
 
 def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
-    """Say which of ``py_modules`` (code folders) the workers of a Ray started before the
-    search import only where the folder exists (this machine's workers: a shared file system
-    too): that Ray has its job's ``runtime_env`` already, so nothing can be shipped."""
+    """Warn that a Ray started before the search cannot be given ``py_modules``: its other
+    machines' workers import them only where the folder exists."""
     import ray
 
     if py_modules and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
@@ -195,14 +166,9 @@ def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
 
 
 def check_reachable(address: str, wait_s: float = CLUSTER_WAIT_S) -> None:
-    """Fail fast when nothing listens at a ``host:port`` cluster address.
-
-    ``ray.init`` tries a GCS that does not answer again and again, each try a long
-    timeout: a search resumed on the address of a cluster that is gone (its saved address)
-    would hang for many minutes before Ray's own error. Ray has no shorter switch for a driver (its
-    ``RAY_gcs_server_port_wait_time_s`` sets the number of tries, not their length), so a
-    plain TCP connection is tried here, for up to ``wait_s`` seconds (a head that is
-    starting). ``auto`` and ``ray://`` addresses are Ray's to check.
+    """Fail fast when nothing listens at a ``host:port`` cluster address, which ``ray.init``
+    would retry for many minutes: a TCP connection is tried for up to ``wait_s`` seconds (a
+    head that is starting). ``auto`` and ``ray://`` addresses are Ray's to check.
 
     Raises:
         ConfigError: no process accepts connections at ``address``.
@@ -240,10 +206,9 @@ _MONITOR_SCRIPT = os.path.join("autoscaler", "_private", "monitor.py")
 
 
 def end_with_process() -> None:
-    """Say that this process ends with its search (the command line, ``cli.console_main``):
-    a Ray the search starts for itself (:func:`start_ray` without an address) then shuts down
-    as soon as the search's trials have ended (:func:`trials_ended`), not after its outputs
-    are written. A Ray joined or started before keeps running as without it."""
+    """Say that this process ends with its search (the command line): a Ray the search
+    starts for itself then shuts down as soon as the trials have ended
+    (:func:`trials_ended`), not after the outputs are written."""
     global _ends_with_process
     _ends_with_process = True
 
@@ -255,16 +220,10 @@ def ends_with_process() -> bool:
 
 
 def trials_ended() -> None:
-    """The search's trials have all ended: when this process ends with the search
-    (:func:`end_with_process`) and Ray is the one-machine Ray the search started, shut it
-    down now, in a thread, while the driver writes the outputs, which need nothing of Ray;
-    :func:`shutdown_ray` waits for that thread. Else nothing.
-
-    Ray's shutdown waits on its processes' ends and the driver's core worker (about half a
-    second) and the outputs take about as long, so one overlaps the other. The garbage
-    collector is switched off first: a cycle holding a Ray object reference, freed after the
-    shutdown, would end the process (Ray's core worker is gone); this process ends soon after,
-    and never frees those cycles."""
+    """The search's trials have all ended: when this process ends with the search and Ray is
+    the one it started, shut Ray down in a thread while the driver writes the outputs
+    (:func:`shutdown_ray` waits for it). The garbage collector is switched off first: a cycle
+    holding a Ray object reference, freed after the shutdown, would end the process."""
     global _ending, _local_ray
     if not _ends_with_process or _ending is not None or not _is_local_ray():
         return
@@ -278,16 +237,10 @@ def trials_ended() -> None:
 
 
 def shutdown_ray() -> None:
-    """``ray.shutdown()``, less the second it spends on a local Ray's autoscaler monitor; when
-    :func:`trials_ended` started shutting it down already, the wait for that shutdown's end.
-
-    ``ray.shutdown`` stops the GCS before the monitor; the monitor's SIGTERM handler then
-    reports its own end to the stopped GCS until Ray gives up on it after 1 s and kills it,
-    most of the time a shutdown takes (``benchmarks/README.md``, section 1). The monitor of a
-    Ray this process started (its child) is killed first instead: a one-machine Ray has
-    nothing to autoscale, and a killed monitor reports nothing. A joined cluster's monitor is
-    no child of this process and is left alone. psutil ships with Ray
-    (``ray/thirdparty_files``)."""
+    """``ray.shutdown()``, with the autoscaler monitor of a Ray this process started (its
+    child) killed first: ``ray.shutdown`` stops the GCS before the monitor, whose SIGTERM
+    handler then reports to the stopped GCS until Ray gives up and kills it. When
+    :func:`trials_ended` started the shutdown already, the wait for its end."""
     global _ending
     if _ending is not None:
         _ending.join()
@@ -296,8 +249,7 @@ def shutdown_ray() -> None:
 
 
 def _shutdown_now() -> None:
-    """:func:`shutdown_ray` itself: the monitor of a Ray this process started killed, then
-    ``ray.shutdown()``."""
+    """:func:`shutdown_ray` itself."""
     import ray
 
     global _local_ray
@@ -317,8 +269,7 @@ def _shutdown_now() -> None:
                     killed.append(child)
             except psutil.Error:  # it ended meanwhile, or is not ours to read
                 continue
-        # SIGKILL is delivered asynchronously: reap the monitor (milliseconds) so that it is
-        # gone when the GCS stops, not merely signalled.
+        # SIGKILL is asynchronous: reap the monitor so that it is gone when the GCS stops.
         psutil.wait_procs(killed, timeout=1.0)
     ray.shutdown()
 
@@ -347,8 +298,7 @@ def _is_local_ray() -> bool:
 
 def only_driver_node() -> bool:
     """Whether every trial runs on the driver's node: Ray is the one-machine instance
-    :func:`start_ray` started (a cluster joined, or a Ray started elsewhere, may have or gain
-    other nodes)."""
+    :func:`start_ray` started."""
     import ray
 
     if not _is_local_ray():
@@ -383,10 +333,9 @@ def _no_node_message(config: SearchConfig, nodes: list[dict[str, Any]]) -> str:
 
 
 def check_resources(config: SearchConfig) -> None:
-    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial
-    (``resources.cpu_per_trial`` CPUs and ``resources.gpu_per_trial`` GPUs on one node): its
-    trials would wait for ever. A cluster joined with ``address`` may grow (the autoscaler of
-    ``cluster.yaml`` adds GPU workers when trials wait), so there it is only a warning."""
+    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial (its
+    trials would wait for ever); only a warning on a cluster joined with ``address``, which
+    its autoscaler may grow."""
     import ray
 
     res = config.resources
@@ -405,13 +354,8 @@ def check_resources(config: SearchConfig) -> None:
 
 
 def slots(config: SearchConfig) -> tuple[int, int]:
-    """(trials that run at once, trials kept suggested but unfinished).
-
-    Tune's ``ConcurrencyLimiter`` (``TuneConfig.max_concurrent_trials``) is not used: the
-    searcher itself keeps at most the second number suggested and unfinished
-    (``max_outstanding``), and Tune's pending-trial bound (``TUNE_MAX_PENDING_TRIALS_PG``)
-    follows it.
-    """
+    """(trials that run at once, trials kept suggested but unfinished: the searcher's
+    ``max_outstanding``, which Tune's pending-trial bound follows)."""
     import ray
 
     check_resources(config)
@@ -424,9 +368,7 @@ def slots(config: SearchConfig) -> tuple[int, int]:
 
 
 def trials_placeable_now(config: SearchConfig) -> int:
-    """How many trials the cluster's free resources hold right now (at least 1): fewer than
-    :func:`slots` says where other jobs hold part of a shared cluster, or nodes are still to
-    come from its autoscaler."""
+    """How many trials the cluster's free resources hold right now (at least 1)."""
     import ray
 
     return _trials_held(config, ray.available_resources(), cpu_default=0)

@@ -1,22 +1,13 @@
 """Moving models between the nodes of a Ray cluster, so worker nodes need no shared disk.
 
-A model travels as the files it is on disk: the ``.onnx`` and the external-data files it
-references (every model over 2 GB has them), under the same names, so the ``location`` entries
-inside still point at its data and the model's hash is the same on every node. Nothing is
-loaded into one protobuf on the way (protobuf cannot serialize a model over 2 GB).
+A model travels as its files on disk, the ``.onnx`` and its external-data files under the
+same names, never loaded into one protobuf (which cannot hold a model over 2 GB); its hash is
+the same on every node.
 
 The driver puts the float model's files into the object store in chunks (:func:`model_blob`);
 an actor on another node writes them into that node's temp folder (:func:`materialize_model`).
-A trial that ran on another node leaves its quantized model (and its data files) in that
-node's temp folder; the driver fetches it in chunks (:func:`fetch_model`) — or has it deleted
-(:func:`drop_model`) — with tasks pinned to that node. A model whose node was lost before the
-driver fetched it raises :class:`~raysearch.search.runtime._node_loss.ModelLostError`. On the
-one-machine Ray that raysearch starts itself nothing is shipped: every trial reads the float
-model where it is.
-
-Example:
-    >>> blob = model_blob("model.onnx")                     # doctest: +SKIP
-    >>> path = materialize_model(blob)                      # on a worker node  # doctest: +SKIP
+The driver fetches a quantized model from the node its trial ran on (:func:`fetch_model`), or
+has it deleted (:func:`drop_model`), with tasks pinned to that node.
 """
 
 from __future__ import annotations
@@ -57,8 +48,7 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
-#: Bytes per object-store object when a file travels: a few of them in memory at a time,
-#: whatever the file's size.
+#: Bytes per object-store object when a file travels.
 CHUNK_BYTES = 64 << 20
 #: Chunk reads in flight while a model is fetched from another node.
 _WINDOW = 4
@@ -68,8 +58,8 @@ _TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class ShippedFile:
-    """One file of a model in the object store: its name relative to the model's folder (the
-    model file's own name, or an external-data ``location``), its size and its chunks."""
+    """One file of a model in the object store: its name relative to the model's folder, its
+    size and its chunks."""
 
     name: str
     size: int
@@ -156,17 +146,14 @@ def model_blob(path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES) -> Mo
 
 
 def node_local_dir(name: str) -> Path:
-    """This user's private folder ``name`` in this node's temp directory (created; see
-    :func:`~raysearch.quantize.tempdirs.private_dir`: another user's, or one others may write
-    to, is refused)."""
+    """This user's private folder ``name`` in this node's temp directory, created."""
     return private_dir(name)
 
 
 def node_folder(kind: str, driver_path: str | os.PathLike) -> str:
-    """The name of the node-local folder of ``kind`` (``trials``: the models of the trials
-    that run there; ``cache``: their calibration cache) that stands, on a node other than the
-    driver's, for the search's folder ``driver_path`` on the driver's node: named after it, so
-    that a resumed search finds it again.
+    """The name of the node-local folder of ``kind`` (``trials`` or ``cache``) that stands,
+    on another node, for the search's folder ``driver_path``: named after it, so that a
+    resumed search finds it again.
 
     Example:
         >>> node_folder("cache", "/data/out/calibration_cache")
@@ -183,14 +170,9 @@ _NODE_FOLDER_KINDS = ("trials", "cache")
 
 
 def node_folder_here(kind: str, driver_path: str | os.PathLike) -> Path:
-    """This node's folder of ``kind`` for the search's folder ``driver_path`` (see
-    :func:`node_folder`), created, with this node's id written beside it
-    (``<name>.node``); first the node folders of searches whose node the cluster counts
-    dead are removed from this machine's temp folder. A search removes its node folders
-    from every node when it finishes (:func:`remove_node_folders`), but not from a node
-    that was lost meanwhile: when that machine comes back into the cluster as a new node,
-    the next search that runs there removes them. A folder of a node the cluster does not
-    know (another cluster's, on the same machine) is left alone."""
+    """This node's folder of ``kind`` for the search's folder ``driver_path``, created, with
+    this node's id beside it, after removing the folders left by nodes the cluster counts
+    dead."""
     name = node_folder(kind, driver_path)
     folder = node_local_dir(name)
     here = current_node_id()
@@ -235,10 +217,8 @@ def _remove_node_folders(names: list[str]) -> None:
 
 
 def remove_node_folders(node_ids: Iterable[str], names: Sequence[str]) -> None:
-    """Remove this user's node-local folders ``names`` (see :func:`node_folder`) on each node
-    of ``node_ids`` that is alive, waiting at most a node's answer time for them: what a
-    finished search leaves on the nodes its trials ran on would otherwise stay in their temp
-    folders for as long as the cluster lives, a calibration cache per search."""
+    """Remove this user's node-local folders ``names`` on each live node of ``node_ids``,
+    waiting at most a node's answer time: else they stay as long as the cluster lives."""
     pending = [
         _remove_node_folders.options(scheduling_strategy=_pinned(node)).remote(list(names))
         for node in node_ids
@@ -277,10 +257,9 @@ def _intact(folder: Path, blob: ModelBlob) -> bool:
 
 
 def materialize_model(blob: ModelBlob) -> str:
-    """The model as files on this node: written once per node from the object store into
-    this user's private ``raysearch-models/<hash>/`` under their own names; the path of its
-    model file. Files found there are used only when their hash is the blob's; others are
-    replaced."""
+    """The path of the model as files on this node, written once per node from the object
+    store into ``raysearch-models/<hash>/``; files found there are used only when their hash
+    is the blob's."""
     if not blob.shipped:
         return blob.path
     folder = node_local_dir("raysearch-models") / blob.sha256[:24]
@@ -294,8 +273,7 @@ def materialize_model(blob: ModelBlob) -> str:
             blob.sha256[:24],
         )
         _discard(folder)
-    # Built beside its final name and renamed into place whole: actors of one node starting
-    # together never see half a model, and the first rename wins.
+    # Built beside and renamed into place whole: no actor sees half a model; the first wins.
     build = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         for shipped in blob.files:
@@ -385,10 +363,8 @@ def _fetch(node_id: str, path: str, folder: Path) -> Path | None:
 
 
 def fetch_model(node_id: str, path: str, folder: str | os.PathLike) -> Path:
-    """Fetch the model ``path`` and its external-data files from node ``node_id`` into
-    ``folder`` (same names), remove them there, and return the model file's local path. A
-    model that cannot be fetched (its node was lost, or the model is gone) raises
-    :class:`~raysearch.search.runtime._node_loss.ModelLostError` saying why."""
+    """Move the model ``path`` with its data files from node ``node_id`` into ``folder``;
+    the local model file's path. :class:`ModelLostError` says why it cannot."""
     _logger.debug("fetching %s from node %s", path, node_id[:12])
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -409,6 +385,5 @@ def fetch_model(node_id: str, path: str, folder: str | os.PathLike) -> Path:
 
 
 def drop_model(node_id: str, path: str) -> None:
-    """Remove the model ``path`` and its external-data files on node ``node_id``."""
-    # Deletion needs no answer.
+    """Remove the model ``path`` and its external-data files on node ``node_id`` (no wait)."""
     _remove_model.options(scheduling_strategy=_pinned(node_id)).remote(path)

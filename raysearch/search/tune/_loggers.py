@@ -2,20 +2,11 @@
 and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``,
 :mod:`~raysearch.search.tune._ray_loggers`).
 
-Tune holds one proxy, :class:`TrialLoggers`, which holds only the search's key and hands
-every event to the callbacks of the live session (:attr:`SearchSession.callbacks
-<raysearch.search.tune.session.SearchSession>`): Ray Tune pickles a Tuner's callbacks into
-its experiment, and a user's callback need not pickle.
-
-What a user's callback sees of a trial: ``trial.config`` is what the searcher suggested (the
-trial's ``settings``, ``params``, ``stage``, ``number``, ``phase``), and each result is Tune's
-with the trial's record read out of its JSON text into numbers and words
-(:func:`logged_result`): ``metric``, ``objective``, ``objectives/<name>`` for each of the
-config's ``objectives``, ``stage``, ``model_size_bytes``, ``latency_ms`` (a language model's
-``decode_latency_ms`` and ``prefill_latency_ms`` too), ``is_candidate``, ``status``, ``rung``.
-Ray's MLflow and W&B loggers log less of it: each setting once, the documented numbers and the
-trial's words (:mod:`~raysearch.search.tune._ray_loggers`). A resumed search's Tune
-experiment runs only the trials left, so no finished trial is logged twice.
+Tune holds one proxy, :class:`TrialLoggers`, holding only the search's key, which hands every
+event to the live session's callbacks: Tune pickles a Tuner's callbacks, and a user's
+callback need not pickle. A user's callback sees ``trial.config`` as the searcher suggested
+it, and each result with the trial's record read out of its JSON text into numbers and words
+(:func:`logged_result`).
 
 Example:
     >>> logged_result({"metric": 0.5, "trial": '{"status": "ok", "is_candidate": true,'
@@ -35,8 +26,8 @@ from ray import tune
 
 from raysearch.ranking import is_candidate, objective_value
 from raysearch.search.record.reported import RECORD_KEY, reported_record
-from raysearch.search.tune._ray_loggers import log_best_model
-from raysearch.search.tune.session import lookup
+from raysearch.search.tune._ray_loggers import LOGGED_NUMBERS, log_best_model
+from raysearch.search.tune.session import forwarded, lookup
 from raysearch.trialrecord import TrialRecord
 
 __all__ = [
@@ -49,25 +40,7 @@ __all__ = [
 _logger = logging.getLogger("raysearch.search")
 
 #: The record's fields a logger gets as numbers or words (beside Tune's own result keys).
-_FIELDS = (
-    "status",
-    "metric",
-    "objective",
-    "is_candidate",
-    "model_size_bytes",
-    "latency_ms",
-    "decode_latency_ms",
-    "prefill_latency_ms",
-    "duration_s",
-    "calibration_s",
-    "quantization_s",
-    "evaluation_s",
-    "eval_rows",
-    "eval_fraction",
-    "rung",
-    "rungs",
-    "error",
-)
+_FIELDS = ("status", "objective", *LOGGED_NUMBERS, "error")
 
 
 def logged_result(
@@ -106,7 +79,7 @@ class TrialLoggers(tune.Callback):
             return [], ()
         return list(session.callbacks), session.objectives
 
-    def _each(self, trial: Any, call: Callable[[tune.Callback], None]) -> None:
+    def _each(self, call: Callable[[tune.Callback], None]) -> None:
         callbacks, _ = self._live()
         for callback in callbacks:
             try:
@@ -115,9 +88,8 @@ class TrialLoggers(tune.Callback):
                 _logger.warning("Tune callback %s failed", type(callback).__name__, exc_info=True)
 
     def setup(self, **info: Any) -> None:
-        """Each callback's setup; one that fails (a tracking server out of reach, a missing
-        API key) is dropped for the session, with one warning, rather than failing at every
-        trial after."""
+        """Each callback's setup; one that fails (a tracking server out of reach) is dropped
+        for the session with one warning, rather than failing at every trial after."""
         session = lookup(self.key)
         for callback in list(session.callbacks if session is not None else ()):
             try:
@@ -132,28 +104,18 @@ class TrialLoggers(tune.Callback):
                 )
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        self._each(None, lambda c: c.on_step_begin(iteration=iteration, trials=trials, **info))
+        self._each(lambda c: c.on_step_begin(iteration=iteration, trials=trials, **info))
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        self._each(None, lambda c: c.on_step_end(iteration=iteration, trials=trials, **info))
+        self._each(lambda c: c.on_step_end(iteration=iteration, trials=trials, **info))
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_trial_start(iteration=iteration, trials=trials, trial=trial, **info),
-        )
-
-    def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_trial_restore(iteration=iteration, trials=trials, trial=trial, **info),
-        )
-
-    def on_trial_save(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_trial_save(iteration=iteration, trials=trials, trial=trial, **info),
-        )
+    on_trial_start = forwarded("on_trial_start")
+    on_trial_restore = forwarded("on_trial_restore")
+    on_trial_save = forwarded("on_trial_save")
+    on_trial_complete = forwarded("on_trial_complete")
+    on_trial_recover = forwarded("on_trial_recover")
+    on_trial_error = forwarded("on_trial_error")
+    on_checkpoint = forwarded("on_checkpoint")
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
@@ -161,45 +123,18 @@ class TrialLoggers(tune.Callback):
         objectives = self._live()[1] or ("metric",)
         logged = logged_result(result, getattr(trial, "config", None), objectives=objectives)
         self._each(
-            trial,
             lambda c: c.on_trial_result(
                 iteration=iteration, trials=trials, trial=trial, result=logged, **info
             ),
         )
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_trial_complete(iteration=iteration, trials=trials, trial=trial, **info),
-        )
-
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_trial_recover(iteration=iteration, trials=trials, trial=trial, **info),
-        )
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_trial_error(iteration=iteration, trials=trials, trial=trial, **info),
-        )
-
-    def on_checkpoint(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            trial,
-            lambda c: c.on_checkpoint(iteration=iteration, trials=trials, trial=trial, **info),
-        )
-
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._each(None, lambda c: c.on_experiment_end(trials=trials, **info))
+        self._each(lambda c: c.on_experiment_end(trials=trials, **info))
 
 
 class LiveStudyCallback(tune.Callback):
-    """Writes each trial the search records into its live Optuna study
-    (:class:`~raysearch.outputs.LiveStudy`, config ``optuna_storage``): Tune's end of a
-    trial (complete, stopped at a rung, or failed for good) comes after the session's
-    recorder journaled it, whose record is what the study gets."""
+    """Writes each trial's journaled record into the live Optuna study (config
+    ``optuna_storage``) when Tune ends the trial."""
 
     def __init__(self, study: Any, recorder: Any) -> None:
         self.study = study
@@ -223,8 +158,7 @@ def make_live_study(
     config: Any, folder: Path, key: str, records: Sequence[Mapping[str, Any]], recorder: Any
 ) -> list[tune.Callback]:
     """The live Optuna study's callback of a search whose config names ``optuna_storage``
-    (none without), the study opened (a resumed search's: the ``records`` journaled before
-    it that the study lacks are added) and named as ``raysearch export`` names it.
+    (none without), the study opened with the ``records`` it lacks added.
 
     Raises:
         InputError: Optuna cannot open the storage.
@@ -257,9 +191,8 @@ def make_live_study(
 def after_search(
     callbacks: Sequence[Any], summary: Mapping[str, Any], folder: Path, search_id: str
 ) -> None:
-    """What the loggers get once the outputs are written: the best model's files
-    (:func:`~raysearch.search.tune._ray_loggers.log_best_model`) and the live study's final
-    attributes."""
+    """What the loggers get once the outputs are written: the best model's files and the
+    live study's final attributes."""
     from raysearch.layout import BEST
 
     log_best_model(callbacks, summary.get("best_trial_id"), folder / BEST, search_id)

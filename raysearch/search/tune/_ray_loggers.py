@@ -1,33 +1,22 @@
 """Ray's MLflow and W&B logger callbacks (config ``loggers``), told what a search's trial is.
 
-Ray's callbacks log a trial's ``config`` as its parameters and every number of each result as a
-metric. A search's trial config holds the setting three times over (``point``, ``params``,
-``settings``) with the searcher's bookkeeping (``key``, ``phase``), and its results hold ASHA's
-``rung_score`` (:data:`~raysearch.search.tune._rungs.PROTECTED`, 1e300, for a trial that could
-still become a candidate), the sampler's ``objective`` (the metric shifted to rank candidates
-first) and Tune's own config and clocks. The subclasses here log instead:
+Ray's callbacks log a trial's whole ``config`` (the setting three times over, with the
+searcher's bookkeeping) and every number of each result (ASHA's ``rung_score``, the sampler's
+``objective``, Tune's clocks). The subclasses here log instead:
 
-- each setting once, as the trial ran it: ``settings/<key>`` (:func:`trial_settings`; W&B's
-  config ``settings``);
+- each setting once, as the trial ran it (``settings/<key>``);
 - per result, the documented numbers (:data:`LOGGED_NUMBERS`, ``objectives/<name>``), stepped
-  by Tune's ``training_iteration`` (one result per rung);
-- the trial's words: ``trial_id``, ``trial_number``, ``stage`` (a staged strategy's),
-  ``status`` (``ok``/``failed``) and ``error``, as MLflow tags or in W&B's config;
-- the search: its id as the tag ``search_id`` (a W&B tag), its name (:func:`~raysearch.outputs.
-  default_study_name`) as the tag ``search`` (W&B's group unless the config names one), and each
-  run named ``<search> trial <number>``.
+  by Tune's ``training_iteration``;
+- the trial's words (``trial_id``, ``trial_number``, ``stage``, ``status``, ``error``), as
+  MLflow tags or in W&B's config;
+- the search's id and name as tags (W&B's group: the name), each run named
+  ``<search> trial <number>``.
 
-W&B's runs: Ray's callback runs each trial's ``wandb.init`` in an actor whose working folder is
-the trial's folder in Tune's staging area, which Tune copies to the experiment's folder
-(``<output_dir>/ray_results/search/<trial>/``) for the last time *before* it tells the
-callbacks the experiment ended; only then does Ray's callback wait for the runs to finish. So
-the last trial's run reached the output folder unfinished (its header only) or not at all.
-And Ray's callback kills a run's actor as soon as its ``wandb.finish`` returned, which is
-before W&B's service process (a child of the actor) has written the run's last records: a run
-whose actor was killed then keeps its 7-byte header only, even in the staging folder. So each
-run's actor waits for W&B's service (``wandb.teardown``) before it returns, and
-:class:`WandbTrialLogger` copies each trial's ``wandb/`` folder into the output folder once
-every run ended.
+W&B's runs are written in Tune's staging folder, which Tune copies to the output folder
+before the runs finish, and Ray's callback kills a run's actor before W&B's service has
+written the run's last records. So each run's actor waits for W&B's service
+(``wandb.teardown``), and :class:`WandbTrialLogger` copies each trial's ``wandb/`` folder
+into the output folder once every run ended.
 
 Example:
     >>> trial_settings({"settings": {"calibrate_method": "MinMax",
@@ -199,9 +188,9 @@ def _mlflow_logger(settings: dict[str, Any], search_id: str, search_name: str) -
 
 
 def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) -> LoggerCallback:
-    """Ray's ``WandbLoggerCallback``; ``project`` defaults to ``raysearch``. In ``mode:
-    offline`` (or ``disabled``) no API key is asked for: Ray reads the mode only from the
-    environment (``WANDB_MODE``), which is set for the callback's setup alone."""
+    """Ray's ``WandbLoggerCallback``; ``project`` defaults to ``raysearch``. ``mode: offline``
+    (or ``disabled``) is set as ``WANDB_MODE`` for the callback's setup alone, where Ray
+    reads it, so that no API key is asked for."""
     import os
 
     from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
@@ -209,10 +198,8 @@ def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) ->
     mode = settings.get("mode")
 
     class WandbRunActor(_WandbLoggingActor):
-        """Ray's actor of one trial's W&B run, which returns once W&B has written the run
-        whole: ``wandb.finish`` returns before W&B's service process has written the run's
-        last records, and Ray's callback kills the actor (and that process with it) as soon
-        as ``run`` returns; ``wandb.teardown`` waits for the service to finish."""
+        """Ray's actor of one trial's W&B run, returning only once W&B's service has written
+        the run whole (``wandb.teardown``): Ray kills the actor as soon as ``run`` returns."""
 
         def run(self) -> None:
             import wandb
@@ -224,8 +211,7 @@ def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) ->
 
     class WandbTrialLogger(WandbLoggerCallback):
         """Ray's ``WandbLoggerCallback``: one run per trial, logged as the module docstring
-        says, each run written whole (:class:`WandbRunActor`) and its folder copied into the
-        trial's experiment folder once it ended."""
+        says, its folder copied into the trial's experiment folder once it ended."""
 
         _logger_actor_cls = WandbRunActor
 
@@ -302,12 +288,10 @@ def _copy_runs(trial: Any) -> None:
 def log_best_model(
     callbacks: Sequence[Any], trial_id: str | None, folder: Path, search_id: str
 ) -> None:
-    """The best model's files (``folder``: ``best/``) as artifacts of the best trial's run (of
-    the search ``search_id``), for
-    each logger that keeps files of a finished run (MLflow's); W&B's runs end in their own
-    processes, whose files Ray's callback does not reopen."""
-    # Ray's MLflow integration imports MLflow (seconds of CPU): a callback can be an
-    # instance of its class only if something imported it already.
+    """The best model's files (``folder``) as artifacts of the best trial's run, for each
+    logger that keeps files of a finished run (MLflow's; W&B's runs end in their own
+    processes, which Ray's callback does not reopen)."""
+    # A callback is an instance of Ray's MLflow class only if something imported it.
     integration = sys.modules.get("ray.air.integrations.mlflow")
     if integration is None or trial_id is None or not folder.is_dir():
         return

@@ -1,30 +1,12 @@
 """Evaluation on growing subsets, on Ray Tune: the plan of rungs, what a trial reports per
 rung, and Tune's ``ASHAScheduler`` deciding which trials go on.
 
-A trial quantizes once and reports once per rung (a growing prefix of a fixed shuffled order
-of the evaluation rows, :mod:`raysearch.evaluate.subsets`); the trainable keeps its session
-between rungs. :class:`RungScheduler` is Tune's ``AsyncHyperBandScheduler`` (ASHA) with one
-bracket whose milestones are the rungs: rung ``k`` reports ``rung_clock = r**k`` (``r`` the
-reduction factor), so ASHA's milestones ``r**0, r**1, ...`` fall exactly on them whatever the
-rungs' fractions, and at each one ASHA stops a trial below the best ``1/r`` of those that
-reached it. It adds two things Tune's class does not do:
-
-- resume: a resumed search's new Tune experiment would judge its next trials against empty
-  rungs; the scheduler fills its rungs from the journal's records (each keeps the scores it
-  reported, in the order they came) when it is made.
-
-What ASHA ranks (``rung_score``) is the metric in the "higher is better" direction, except for
-a trial that could still become a candidate (``could_be_candidate``: the rows not seen yet
-could bring it within the tolerance, see :func:`raysearch.evaluate.subsets.could_reach`): it
-reports :data:`PROTECTED`, above any cutoff, so such a setting always reaches the last rung
-and is decided on every row. A trial ASHA would stop whose score is within
-:data:`~raysearch.evaluate.subsets.TIE_Z` standard errors (``rung_error``, from the per-row
-values) of the rung's cutoff goes on too: on a tenth of the rows a near-tie is no ranking.
-
-Why Tune's ASHA and no rule of raysearch's own: its rule (stop below the best ``1/r`` at a
-rung) is the one wanted, the rungs map onto its milestones exactly, and protection is a score;
-only the resume and the near-tie above need adding (ASHA has no notion
-of a score's uncertainty).
+:class:`RungScheduler` is Tune's ASHA with one bracket whose milestones are the rungs (rung
+``k`` reports ``rung_clock = r**k``), stopping at each a trial below the best ``1/r`` of those
+that reached it. It adds what Tune's class lacks: on resume its rungs are filled from the
+journal; a trial within :data:`~raysearch.evaluate.subsets.TIE_Z` standard errors of the
+cutoff goes on. ASHA ranks the metric as "higher is better" (``rung_score``), except that a
+trial that could still become a candidate reports :data:`PROTECTED`, above any cutoff.
 
 Example:
     >>> rung_clock(2, 3.0), stopped_at_rung(TrialRecord(status="ok", rung=1, rungs=3))
@@ -160,10 +142,7 @@ class RungScheduler(AsyncHyperBandScheduler):
             and math.isfinite(error)
             and float(result[RUNG_SCORE]) + TIE_Z * float(error) >= cutoff
         ):
-            # A near-tie: within TIE_Z standard errors of the cutoff on the rows seen, its
-            # rank among the rung's trials is noise (ASHA's rule alone can stop a grid's best
-            # setting on a tenth of the rows). It goes on, and the next rung, on more rows,
-            # decides.
+            # A near-tie is noise on the rows seen: the next rung, on more rows, decides.
             self._num_stopped -= 1
             _logger.debug(
                 "early stopping: trial %s kept (%.6g within %g standard errors of the cutoff %.6g)",
@@ -197,8 +176,7 @@ class RungScheduler(AsyncHyperBandScheduler):
 
 
 def _ranked(result: Mapping[str, Any]) -> bool:
-    """Whether a result carries a rung and a score (every result has both keys, which Tune
-    requires of a scheduler's metric; a failed one holds None)."""
+    """Whether a result carries a rung and a score (a failed one holds None)."""
     clock, score = result.get(RUNG_CLOCK), result.get(RUNG_SCORE)
     return isinstance(clock, (int, float)) and isinstance(score, (int, float))
 

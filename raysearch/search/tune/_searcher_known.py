@@ -1,11 +1,6 @@
 """What a search knows of its settings: each finished one's metric, objective and values by
-key (a setting runs at most once across all phases), the running ones, the records the phases
-read (``StrategyContext.records``), and the trial numbers a resumed search gives back first.
-
-:class:`KnownSettings` is a mixin of :class:`~raysearch.search.tune.searchers.SettingSearcher`
-(which holds ``state``, ``context``, ``phases`` and ``done``/``objectives``/``values``, and
-defines ``_stage`` and ``_failed``).
-"""
+key, the running ones, the records the phases read, and the trial numbers a resumed search
+gives back first: :class:`KnownSettings`, a mixin of ``SettingSearcher``."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ class KnownSettings:
         return set(self.done) | self.live_keys
 
     def knows(self, key: str) -> bool:
-        # Not ``key in self.known_keys``: that copies every finished key, and this is asked
-        # once per setting, so a large grid would cost the driver time quadratic in its size.
+        # Not ``key in self.known_keys``, which copies every key: quadratic over a grid.
         return key in self.done or any(p.key == key for p in self.state.live.values())
 
     @property
@@ -59,10 +53,8 @@ class KnownSettings:
         return self.state.started
 
     def add_finished(self, records: Sequence[TrialRecord]) -> int:
-        """Tell the search the trials of earlier sessions (the journal's records: ``trial_id``,
-        ``key``, ``phase``, ``metric``, ...), before its first suggestion: they count as
-        started, their settings as done, and the phases see them in ``context.records``.
-        Returns how many were new."""
+        """Tell the search the journal's records before its first suggestion: they count as
+        started, their settings as done, and the phases see them. Returns how many were new."""
         new = 0
         for record in records:
             trial_id = str(record.trial_id)
@@ -88,8 +80,7 @@ class KnownSettings:
         return new
 
     def _find_holes(self) -> None:
-        """The trial numbers below the highest one known that no finished or live trial
-        holds (``_State.holes``)."""
+        """The trial numbers below the highest one known that no trial holds."""
         used = {r.number for r in self.context.records}
         used |= set(self.state.live_number.values())
         numbers = {n for n in used if isinstance(n, int) and not isinstance(n, bool)}
@@ -119,9 +110,7 @@ class KnownSettings:
         self.context.records.append(
             TrialRecord(
                 trial_id=trial_id,
-                # Ties between records go to the trial started first, as in the outputs
-                # (best_record): a phase refines around the trial best/ will hold.
-                number=number,
+                number=number,  # ties go to the trial started first, as in the outputs
                 key=proposal.key,
                 phase=proposal.phase,
                 stage=proposal.stage or self._stage(position),
@@ -133,18 +122,13 @@ class KnownSettings:
                 is_candidate=candidate and metric is not None,
                 extra=extra,
                 stopped_at_rung=None if reported is None else stopped_at_rung(reported),
-                # a phase may weigh size (the weight-only strategy's base), as the
-                # journal's records have it
                 model_size_bytes=None if reported is None else reported.model_size_bytes,
-                # and decoding speed (its menu, its allocation within a decode step)
                 decode_latency_ms=None if reported is None else reported.decode_latency_ms,
-                # a result an earlier search measured (the probe cache), no trial run
                 reused_from=None if reported is None else reported.reused_from,
             )
         )
         if position is not None and self.state.finish_reason != "strategy_failed":
-            # ``values`` only with several objectives: a plugin's phase written for one
-            # objective need not take it.
+            # ``values`` only with several objectives: a plugin's phase need not take it.
             try:
                 self.phases[position].completed(proposal, metric, error, **told)
             except Exception as exc:  # as in suggest: the trials that ran are kept

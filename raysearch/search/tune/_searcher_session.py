@@ -1,12 +1,5 @@
-"""What the searcher reaches of the live session (:mod:`raysearch.search.tune.session`), by
-the search's id: the probe cache (a ``reusable`` proposal's result kept by an earlier
-search, journaled through the recorder instead of run again; a reusable trial that
-completes is kept there), the progress line, and the start barrier.
-
-The searcher holds only the session's key and looks the session up where it runs
-(:meth:`SessionLink._session`): None when the search runs without one (a searcher built by
-hand, a test).
-"""
+"""What the searcher reaches of the live session by the search's id: the probe cache, the
+progress line and the start barrier; nothing for a searcher built without a session."""
 
 from __future__ import annotations
 
@@ -26,8 +19,7 @@ _logger = logging.getLogger("raysearch.search.tune.searchers")
 
 
 class SessionLink:
-    """The searcher's side of the live session (a mixin of ``SettingSearcher``, which defines
-    ``_start_one``, ``_suggestion`` and ``_completed``)."""
+    """The searcher's side of the live session (a mixin of ``SettingSearcher``)."""
 
     session_key: str | None
 
@@ -66,15 +58,13 @@ class SessionLink:
     def _keep_reusable(
         self, proposal: Proposal, reported: TrialRecord | None, trial_id: str
     ) -> None:
-        """A reusable trial that completed: its result kept for later searches of the same
-        content."""
+        """A reusable trial that completed: its result kept for later searches."""
         cache = self._probe_cache()
         if cache is not None and reported is not None:
             cache.store(proposal.settings, reported, trial_id)
 
     def _open_start_barrier(self) -> None:
-        """The phase waits for results: no other actor starts before they come, so the
-        actors already started must not wait for one (see ``StartBarrier``)."""
+        """The phase waits for results: the actors started must not wait for more."""
         session = self._session()
         if session is not None and session.start_barrier is not None:
             session.start_barrier.open()

@@ -1,15 +1,11 @@
 """Ray Tune's ``Tuner`` for one session of a search: always a new Tune experiment. Tune's
 saved experiment is never restored: a resumed search's searcher, scheduler and stop conditions
-are rebuilt from the journal (:mod:`raysearch.search._execute`), and Tune runs the trials left.
-
-Example:
-    >>> tuner = make_tuner(trainable, searcher, config, storage, key=key)  # doctest: +SKIP
-    >>> tuner.fit()                                                      # doctest: +SKIP
-"""
+are rebuilt from the journal, and Tune runs the trials left."""
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import signal
 import threading
 from collections.abc import Iterator
@@ -30,12 +26,9 @@ __all__ = ["make_tuner", "restored_signal_handlers"]
 
 @contextlib.contextmanager
 def restored_signal_handlers() -> Iterator[None]:
-    """Put back the process's SIGINT and SIGUSR1 handlers after the block (a Tune run).
-
-    Ray Tune's run installs its own handlers for both (the first Ctrl-C ends the run
-    gracefully) and never puts the previous ones back once the run ends, so in a notebook or
-    a service that runs search after search, a later Ctrl-C only ended an earlier search's
-    run. Signal handlers belong to the main thread: elsewhere this does nothing.
+    """Put back the process's SIGINT and SIGUSR1 handlers after the block (a Tune run),
+    which Tune replaces and never restores (a later Ctrl-C would end no later search). Only
+    in the main thread, which signal handlers belong to.
 
     Example:
         >>> before = signal.getsignal(signal.SIGINT)
@@ -57,10 +50,6 @@ def restored_signal_handlers() -> Iterator[None]:
                 signal.signal(number, handler)
 
 
-def _trial_dirname(trial: Any) -> str:
-    return trial.trial_id
-
-
 def make_tuner(
     trainable: Any,
     searcher: SettingSearcher,
@@ -71,29 +60,19 @@ def make_tuner(
     session: int = 1,
     scheduler: Any = None,
 ) -> Any:
-    """A new Tune experiment for the search's ``session`` (1 the first) under ``storage``:
-    the first session's named ``search``, a later one's ``search-<session>``, each its own.
-    ``searcher`` already knows the journal's trials; ``scheduler`` (ASHA over the rungs of
-    evaluation on growing subsets) is Tune's FIFO when None.
-
-    Tune's ``TimeoutStopper`` does not replace ``time_limit``: its budget starts at its first
-    check and knows nothing of earlier sessions, while ``time_limit`` counts from the start
-    of the first session (see :class:`~raysearch.search.tune.stopper.CandidateStopper`), so the
-    one ``SessionStopper`` asks the stopper of the live session.
-    """
+    """A new Tune experiment for the search's ``session`` (1 the first) under ``storage``,
+    named ``search``, then ``search-<session>``. ``searcher`` already knows the journal's
+    trials; ``scheduler`` (ASHA over the rungs) is Tune's FIFO when None."""
     from ray import tune
 
     run_config = tune.RunConfig(
         name=EXPERIMENT if session == 1 else f"{EXPERIMENT}-{session}",
         storage_path=storage,
         stop=SessionStopper(key),
-        # The user's callbacks and the config's loggers are the live session's, reached
-        # through TrialLoggers.
         callbacks=[SessionCallback(key), TrialLoggers(key), FinishedTrialCompactor()],
         verbose=0,
         log_to_file=False,
-        # The trial's own failures (config max_failures) and its node's losses: the recorder
-        # tells them apart (search/record/retries.py).
+        # A trial's own failures and its node's losses: the recorder tells them apart.
         failure_config=tune.FailureConfig(
             max_failures=tune_max_failures(config.max_failures), fail_fast=False
         ),
@@ -101,11 +80,9 @@ def make_tuner(
     )
     tune_config = tune.TuneConfig(
         search_alg=searcher,
-        # stop.iteration_limit is the searcher's (it caps the trials started); Tune's sample
-        # count only mirrors it.
         num_samples=searcher.max_trials or -1,
         reuse_actors=True,
-        trial_dirname_creator=_trial_dirname,
+        trial_dirname_creator=operator.attrgetter("trial_id"),
         scheduler=scheduler,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)

@@ -1,16 +1,9 @@
 """Ray's usage tag of a run's callbacks, recorded without importing every logger integration.
 
-When a run starts, Ray Tune records which callbacks it was given (``ray.air._internal.usage.
-tag_callbacks``, called by ``tune.run``): each callback's class name if it is one of Ray's
-built-in loggers, else ``CustomCallback`` or ``CustomLoggerCallback``. To know the built-in
-names it imports the MLflow, Weights & Biases, Comet and Aim integrations, which import their
-libraries where they are installed: seconds of CPU in every search's driver, for a telemetry
-tag. raysearch gives Tune only callbacks of its own (the
-user's callbacks and the config's loggers run inside :class:`~raysearch.search.tune._loggers.
-TrialLoggers`), none of them a built-in, so :func:`own_callbacks_tagged` records the very tag
-Ray would, counted without those imports; any other callback goes to Ray's own function.
-``tests/test_library_contracts.py`` checks that Tune still calls that function and that both
-record the same tag.
+Ray Tune's ``tag_callbacks`` imports the MLflow, W&B, Comet and Aim integrations (their
+libraries where installed) to name the built-in loggers among a run's callbacks. raysearch
+gives Tune only callbacks of its own, none a built-in, so :func:`own_callbacks_tagged`
+records the very tag Ray would without those imports; any other callback goes to Ray's.
 
 Example:
     >>> with own_callbacks_tagged():

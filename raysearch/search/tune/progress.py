@@ -1,13 +1,10 @@
 """Live progress of a search as one compact line.
 
-On a terminal the line is redrawn in place (``\\r``) at most a few times a second; into a file
-or pipe a line is written every ``every`` finished trials (and at the end). Without a stream
-the same lines go to the ``raysearch`` logger at INFO.
+On a terminal the line is redrawn in place a few times a second at most; into a file or pipe a
+line is written every ``every`` finished trials; without a stream, to the logger at INFO.
 
-The running count is the trials Tune has started and not yet finished. A trial's end frees its
-slot a moment before Tune starts the next trial there, so a line that a finished trial makes
-due waits until the slot is taken again (or :data:`SETTLE_S` passed, when no trial follows):
-written at the finish itself, it would always read one trial short of what runs.
+A line a finished trial makes due waits until Tune fills its slot again (or :data:`SETTLE_S`
+passed): written at once, it would read one trial short of what runs.
 
 Example:
     >>> import io
@@ -45,16 +42,12 @@ class ProgressCallback(tune.Callback):
 
     Args:
         stream: where to print (the CLI passes ``sys.stderr``); None logs instead.
-        metric: the metric's name, shown next to the best value.
-        higher_is_better: the metric's direction.
-        total: the number of trials expected, when known (grid size, iteration limit).
+        total: the number of trials expected, when known.
         every: on a non-terminal stream, print a line every this many finished trials.
-        elapsed_before_s: wall time of earlier sessions (resume).
-        started_at: when this session began (``time.monotonic()``; default: now): the
-            search's clock, which ``stop.time_limit`` counts from (the checks before Ray's
-            start included), so the elapsed time shown is the one the time limit reads.
-        done_before, failed_before, candidates_before, best_before: counts of trials that
-            finished in an earlier session (resume).
+        elapsed_before_s, done_before, failed_before, candidates_before, best_before: what
+            earlier sessions (resume) took and counted.
+        started_at: when this session began (``time.monotonic()``; default: now): the clock
+            ``stop.time_limit`` reads.
     """
 
     def __init__(
@@ -89,17 +82,14 @@ class ProgressCallback(tune.Callback):
         self._tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
         self._drawn = False
         self._done_before = done_before
-        #: When the running trials last changed, and the running count that refills the slots
-        #: the trials finished since the last line freed (a line on a file or pipe waits).
+        #: When the running trials last changed, and the count that refills the freed slots.
         self._changed_at = time.monotonic()
         self._refill = 0
 
-    # -- what happened ---------------------------------------------------------------------
     def trial_finished(
         self, status: str, metric: float | None, is_candidate: bool, *, freed_slot: bool = False
     ) -> None:
-        """Count one finished trial and redraw; ``freed_slot``: it was running (a line it
-        makes due on a file or pipe waits for Tune to start the next trial in its slot)."""
+        """Count one finished trial and redraw; ``freed_slot``: it was running."""
         if freed_slot:
             self._refill = max(self._refill, len(self.running) + 1)
         self.done += 1
@@ -155,10 +145,9 @@ class ProgressCallback(tune.Callback):
         self._last_draw = now
 
     def _line_ready(self, now: float) -> bool:
-        """Whether a line on a file or pipe is due now: the first one once trials run, then
-        one every ``every`` finished trials; either once the slots that finished trials freed
-        run again, or once the running count held for :data:`SETTLE_S` (Tune starts nothing
-        there: the search is ending, or its strategy waits for these results)."""
+        """Whether a line on a file or pipe is due now: the first once trials run, then one
+        every ``every`` finished trials, once the freed slots run again or the running count
+        held for :data:`SETTLE_S`."""
         if self._last_count < 0 and self.done == self._done_before:
             return bool(self.running) and now - self._changed_at >= SETTLE_S
         last = max(self._last_count, self._done_before)
@@ -175,7 +164,6 @@ class ProgressCallback(tune.Callback):
             self.stream.flush()
             self._drawn = False
 
-    # -- Tune Callback interface -----------------------------------------------------------
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.running.add(trial.trial_id)
         self._changed_at = time.monotonic()
@@ -188,8 +176,7 @@ class ProgressCallback(tune.Callback):
             return  # a rung before the last: the trial goes on
         freed = self._stopped(trial)
         record = reported_record(result) or TrialRecord()
-        # A trial stopped at a rung has a metric over some rows only, a sensitivity probe
-        # measures one node: neither is ever the best.
+        # A trial stopped at a rung, or a sensitivity probe, is never the best.
         ranked = stopped_at_rung(record) is None and not is_probe(record)
         self.trial_finished(
             record.status,

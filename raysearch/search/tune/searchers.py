@@ -2,35 +2,16 @@
 sampler inside Tune's ``OptunaSearch``, or any strategy registered in :mod:`raysearch.strategies`),
 wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
 
-:class:`SettingSearcher` is the searcher Tune sees. It runs the strategy's *phases* in order;
-each phase's ``start`` sees the records finished before it. ``Grid`` is one phase over every
-valid setting of every space, in order; the Optuna samplers one ``OptunaSearch`` per space
-(define-by-run over ``SearchSpace.sample``: a group whose ``only_if`` does not hold is never
-sampled), ``stop.iteration_limit`` split evenly between the spaces, a space without it run
-until exhausted. What it reads of a finished trial is :mod:`raysearch.search.tune._told`; what
-it knows of finished and running settings, :mod:`raysearch.search.tune._searcher_known`; what
-it reaches of the live session (the journal, the probe cache, the progress line, the start
-barrier), :mod:`raysearch.search.tune._searcher_session`.
-
-Across all phases a setting (its nested settings as canonical JSON) runs at most once. When a
-sampler proposes a setting that already finished, the searcher tells the sampler the known
-result and asks again, without starting a trial; when it proposes one that is running, it tells
-the sampler that proposal failed and asks again. A finite space whose settings were all seen
-ends its phase (``space_exhausted`` when it was the last).
-
-A ``reusable`` proposal (``WeightOnly``'s sensitivity probes) whose result an earlier search
-of the same content kept (the session's probe cache,
-:mod:`raysearch.search.record.probe_cache`) runs no trial: the searcher journals that result
-through the recorder as a trial of its own number (``reused_<number>``, ``reused_from``), tells
-the phase, and asks it again; it counts as a trial started, as on resume. A reusable trial
-that completes is kept there for later searches.
-
-The searcher also caps the number of trials *started* at ``stop.iteration_limit`` and keeps at
-most ``max_outstanding`` trials suggested but unfinished (running plus queued, so that Tune
-always has a queued trial to hand a finished actor to; see :mod:`raysearch.search.runner`).
+:class:`SettingSearcher` runs the strategy's *phases* in order, each phase's ``start`` seeing
+the records finished before it. Across all phases a setting runs at most once: a sampler
+proposing a finished setting is told its result and asked again; one proposing a running
+setting is told the proposal failed. A ``reusable`` proposal whose result the probe cache
+kept (:mod:`raysearch.search.record.probe_cache`) runs no trial: the searcher journals that
+result as a trial of its own number and asks again. The searcher caps the trials *started*
+at ``stop.iteration_limit`` and keeps at most ``max_outstanding`` suggested but unfinished
+(so that Tune always has a queued trial for a finished actor).
 
 Example:
-    >>> from raysearch.space import SearchSpace
     >>> space = SearchSpace.parse({"per_channel": [True, False]})
     >>> searcher = SettingSearcher.grid([space], mode="min")
     >>> [searcher.suggest(str(i))["params"] for i in range(2)]
@@ -60,28 +41,23 @@ from raysearch.strategies import (
     StrategyContext,
     get_strategy,
 )
-from raysearch.strategies.grid import GridPhase, grid_strategy
+from raysearch.strategies.grid import GridPhase
 from raysearch.strategies.samplers import (
     ALGO_REQUIREMENTS,
     SAMPLER_ALGOS,
-    OptunaPhase,
     check_algo_available,
     make_sampler,
     quiet_optuna,
-    sampler_strategy,
 )
 
 __all__ = [
     "SettingSearcher",
     "GridPhase",
-    "OptunaPhase",
     "SAMPLER_ALGOS",
     "ALGO_REQUIREMENTS",
     "check_algo_available",
     "make_sampler",
     "quiet_optuna",
-    "grid_strategy",
-    "sampler_strategy",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -90,7 +66,6 @@ _logger = logging.getLogger(__name__)
 _BUDGET_USED = "budget_used"
 
 
-# -- the Tune searcher ---------------------------------------------------------------------------
 @dataclass
 class _State:
     started: int = 0
@@ -108,10 +83,8 @@ class _State:
     begun: int = -1
     #: Trials this searcher started (``started`` also counts the journal's, on resume).
     started_here: int = 0
-    #: The numbers a resumed search gives its next trials first, in order: those of trials
-    #: started before the interruption that did not finish (the phases
-    #: propose those settings again first, so each gets back the number it had and ties
-    #: between records go where they went in the uninterrupted search).
+    #: The numbers of trials started before an interruption that did not finish: a resumed
+    #: search gives them to its next trials first, which propose those settings again.
     holes: list[int] = field(default_factory=list)
 
 
@@ -119,14 +92,8 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
     """Ray Tune ``Searcher`` over the phases of a search (see the module docstring).
 
     Each suggestion is a trial config ``{"number", "phase", "stage", "point", "params",
-    "settings", "key"}``: ``params`` is ``space.canonical(point)[0]`` (what is recorded),
-    ``settings`` is ``space.to_settings(point)`` (what the trial runs), ``key`` their identity,
-    ``stage`` a staged strategy's stage (None for the others).
-
-    Build one with :meth:`from_strategy` (any registered strategy), or :meth:`grid` /
-    :meth:`sampler`. :meth:`add_finished` tells it about trials finished outside Tune's
-    knowledge (journal records on resume); every finished record also lands in
-    ``context.records``, which the phases see.
+    "settings", "key"}``: ``params`` what is recorded, ``settings`` what the trial runs,
+    ``key`` their identity. :meth:`add_finished` tells it the journal's records on resume.
     """
 
     def __init__(
@@ -142,24 +109,20 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         super().__init__(metric="metric", mode=mode)
         self.phases = list(phases)
         self.context = context or StrategyContext([], mode=mode, max_trials=max_trials)
-        #: The search's id, to find its live session (probe cache, start barrier, recorder);
-        #: see :mod:`raysearch.search.tune.session`.
+        #: The search's id, to find its live session (:mod:`raysearch.search.tune.session`).
         self.session_key = session_key
         self.max_trials = max_trials if max_trials and max_trials > 0 else None
         self.max_outstanding = max_outstanding
         self.state = _State(phase_started=[0] * len(phases))
-        #: The import a phase failed before this searcher started a trial (None: none
-        #: failed): the session is refused as a bad input, not a strategy's failure.
+        #: The import a phase failed before any trial started: refused as a bad input.
         self.missing_module: ImportError | None = None
         #: key -> metric (None when the trial failed) of every finished setting.
         self.done: dict[str, float | None] = {}
         #: key -> what the samplers optimise (the trial's ``objective``, else its metric).
         self.objectives: dict[str, float | None] = {}
-        #: key -> each of ``context.objectives``' values (the objective in the metric's
-        #: place), kept when there are several: what a multi-objective sampler is told.
+        #: key -> each of several ``context.objectives``' values, for a multi-objective sampler.
         self.values: dict[str, tuple[float, ...] | None] = {}
 
-    # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_strategy(
         cls, name: str, context: StrategyContext, *, max_outstanding: int = 0
@@ -207,7 +170,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         )
         return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
 
-    # -- Searcher interface ----------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         state = self.state
         if state.finish_reason is not None:
@@ -290,9 +252,8 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         return phase.propose(trial_id, self)
 
     def _failed(self, exc: BaseException) -> str:
-        """A phase raised: the search ends (``strategy_failed``) once the trials running
-        finish, and its outputs are written from every trial that finished. A module it could
-        not import before this searcher started a trial is :meth:`_missing` instead."""
+        """A phase raised: the search ends (``strategy_failed``) with the trials that
+        finished; an import that failed before any trial is :meth:`_missing` instead."""
         if isinstance(exc, ImportError) and not self.state.started_here:
             return self._missing(exc)
         stage = self._stage(self.state.phase)
@@ -308,10 +269,8 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         return self._finish("strategy_failed")
 
     def _missing(self, exc: ImportError) -> str:
-        """A phase could not import a module before this searcher started a trial (a
-        plugin's submodule not installed, or not there yet, say on resume): no trial runs, and
-        the search refuses the session (``missing_module``) naming the module, as a bad input
-        it can be resumed past once the module is importable."""
+        """A phase could not import a module before any trial started: the session is
+        refused (``missing_module``) as a bad input, resumable once the module imports."""
         _logger.info("search phase %d cannot import a module: %s", self.state.phase, exc)
         self.missing_module = exc
         return self._finish("missing_module")
@@ -348,5 +307,4 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         self._completed(trial_id, proposal, position, number, result, error)
 
     def save(self, checkpoint_path: str) -> None:
-        """Nothing: the journal is the search's record, and a resume rebuilds the searcher
-        from it (Tune's copy of a searcher is never read, so none is written)."""
+        """Nothing: a resume rebuilds the searcher from the journal."""

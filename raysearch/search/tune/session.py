@@ -1,16 +1,15 @@
 """The live state of one search on the driver, and the thin Tune objects that reach it.
 
-Ray Tune pickles the stopper and the callbacks into its experiment folder when a Tuner is
-built. raysearch therefore hands Tune small proxies (:class:`SessionStopper`,
-:class:`SessionCallback`) that hold only the search's key (its ``search_id``, kept in the
-output folder's marker); each call looks up the :class:`SearchSession` registered under that
-key in this process, which holds the live counts, clock, progress stream and journal handle.
+Ray Tune pickles the stopper and the callbacks into its experiment folder, so Tune gets small
+proxies (:class:`SessionStopper`, :class:`SessionCallback`) holding only the search's key;
+each call looks up the :class:`SearchSession` registered under it in this process.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +28,7 @@ __all__ = [
     "register",
     "lookup",
     "release",
+    "forwarded",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -49,17 +49,12 @@ class SearchSession:
     progress: ProgressCallback
     #: The searcher Tune is using.
     searcher: Any = None
-    #: The first wave's :class:`~raysearch.search.tune.trainable.StartBarrier` (None: one actor),
-    #: which the searcher opens when it waits for results before proposing more.
+    #: The first wave's start barrier (None: one actor), which the searcher opens.
     start_barrier: Any = None
-    #: The Tune callbacks of this session (``run(callbacks=...)`` and the config's
-    #: ``loggers``), each handed every event by ``_loggers.TrialLoggers``, and the
-    #: ``objectives`` they get each trial's value of.
+    #: The user's Tune callbacks and the config's loggers, and the ``objectives`` they get.
     callbacks: list[Any] = field(default_factory=list)
     objectives: tuple[str, ...] = ("metric",)
-    #: Results of sensitivity probes kept across searches by content
-    #: (:class:`~raysearch.search.record.probe_cache.ProbeCache`; None: none kept), which the
-    #: searcher reuses instead of running a probe again.
+    #: Sensitivity probes' results kept across searches (None: none kept).
     probe_cache: Any = None
 
 
@@ -79,6 +74,18 @@ def release(key: str) -> None:
         session = _SESSIONS.pop(key, None)
     if session is not None:
         session.journal.close()
+
+
+def forwarded(name: str) -> Callable[..., None]:
+    """A Tune callback's method handing the trial event ``name`` to each callback its class
+    reaches (its ``_each``)."""
+
+    def forward(self: Any, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._each(
+            lambda c: getattr(c, name)(iteration=iteration, trials=trials, trial=trial, **info)
+        )
+
+    return forward
 
 
 class SessionStopper(Stopper):
@@ -104,33 +111,24 @@ class SessionCallback(tune.Callback):
     def __init__(self, key: str) -> None:
         self.key = key
 
-    def _targets(self) -> tuple[tune.Callback, ...]:
+    def _each(self, call: Callable[[tune.Callback], None]) -> None:
         session = lookup(self.key)
-        return () if session is None else (session.recorder, session.progress)
+        for target in () if session is None else (session.recorder, session.progress):
+            call(target)
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        for target in self._targets():
-            target.on_trial_start(iteration=iteration, trials=trials, trial=trial, **info)
+    on_trial_start = forwarded("on_trial_start")
+    on_trial_recover = forwarded("on_trial_recover")
+    on_trial_error = forwarded("on_trial_error")
+    on_trial_complete = forwarded("on_trial_complete")
 
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
-        for target in self._targets():
-            target.on_trial_result(
+        self._each(
+            lambda c: c.on_trial_result(
                 iteration=iteration, trials=trials, trial=trial, result=result, **info
             )
-
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        for target in self._targets():
-            target.on_trial_recover(iteration=iteration, trials=trials, trial=trial, **info)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        for target in self._targets():
-            target.on_trial_error(iteration=iteration, trials=trials, trial=trial, **info)
-
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        for target in self._targets():
-            target.on_trial_complete(iteration=iteration, trials=trials, trial=trial, **info)
+        )
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         session = lookup(self.key)

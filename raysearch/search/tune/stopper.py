@@ -1,25 +1,13 @@
 """``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper``.
 
-After every trial's last result it counts candidates per trial id (each trial once; a trial
-evaluated on some of the rows never is one) and decides whether the whole search ends
-(``stop_all``): enough candidates (``find_n_candidates``), a candidate that reaches the
-stricter target (``find_best_candidate``), every allowed trial finished (``iteration_limit``)
-or the wall-time budget spent (``time_limit``). ``-1``/``None`` disables a condition. The
-first condition that fires is kept as :attr:`CandidateStopper.reason`.
-
-``iteration_limit`` counts trials *started* and is enforced in one place: the searcher starts
-no more than :func:`trial_limit` trials (see :mod:`raysearch.search.tune.searchers`); the stopper
-only notices that the last of them finished (finished ones never outnumber started ones), and
-the runner reads the searcher's cap for Tune's sample count and the progress total.
-
-Tune's ``TimeoutStopper`` and ``CombinedStopper`` are not used for ``time_limit``: a
-``TimeoutStopper``'s budget starts at its first check and counts nothing of earlier sessions,
-while ``time_limit`` counts from the start of the first session (preflight included, earlier
-sessions carried over on resume), and the search must know which condition ended it
-(``summary.json``'s ``stop_reason``), which a ``CombinedStopper`` does not say.
+After every trial's last result it counts candidates per trial id and decides whether the
+whole search ends (``stop_all``): ``find_n_candidates``, ``find_best_candidate``,
+``iteration_limit`` (the searcher starts no more; the stopper notices the last finished) or
+``time_limit``; ``-1``/``None`` disables one. The first that fires is
+:attr:`CandidateStopper.reason`. Not Tune's ``TimeoutStopper``/``CombinedStopper``:
+``time_limit`` counts earlier sessions too, and the search must know which condition fired.
 
 Example:
-    >>> from raysearch.config._config import StopConfig
     >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
     >>> from raysearch.search.record.reported import pack_record
     >>> a = TrialRecord(status="ok", metric=0.1, is_candidate=True)
@@ -109,7 +97,6 @@ class CandidateStopper(Stopper):
         for record in prior:
             self.observe(str(record.trial_id), record)
 
-    # -- counting --------------------------------------------------------------------------
     @property
     def elapsed_s(self) -> float:
         """Wall time of the search so far: earlier sessions plus this one."""
@@ -140,20 +127,16 @@ class CandidateStopper(Stopper):
         ):
             self._best_hit = trial_id
 
-    # -- Stopper interface -----------------------------------------------------------------
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        """Count the result; never stops a single trial. A trial evaluated on growing subsets
-        reports once per rung: only its last report (``done``) counts here, and a trial that
-        ASHA stops at a rung, which Tune marks done after this call, is counted when it is
-        recorded (``observe``, called by the recorder), never as a candidate."""
+        """Count a trial's last report (``done``); never stops a single trial. One ASHA
+        stops at a rung is counted when recorded (:meth:`observe`), never as a candidate."""
         if result.get("done", True) is False:
             return False
         self.observe(trial_id, reported_record(result) or TrialRecord())
         return False
 
     def end(self, reason: str) -> None:
-        """End the whole search at Tune's next check, for ``reason`` (a failure outside any
-        one trial, such as the float model failing on the evaluation data)."""
+        """End the whole search at Tune's next check, for ``reason``."""
         if self.reason is None:
             self.reason = reason
 

@@ -1,22 +1,13 @@
 """The Ray Tune trainable: one actor keeps one trial engine across many trials.
 
-:class:`QuantTrainable` is a class ``Trainable`` whose ``reset_config`` returns True, so with
-``reuse_actors=True`` Tune hands a finished actor the next trial and the engine it built in
-``setup`` (calibration cache, float reference, ONNX Runtime state) serves every trial the actor
-runs. A trial quantizes once and reports once per rung of its evaluation (growing subsets of
-the evaluation rows, :mod:`raysearch.search.tune._rungs`): one ``step`` per rung, the quantized
-model's session kept in the actor between them; the last rung's step returns ``done=True``.
-Without rungs a trial is one step. Tune's ``ASHAScheduler`` may stop a trial after any rung
-but the last; the actor then drops what it kept when Tune hands it the next trial
-(``reset_config``). ``trial_timeout_s`` bounds the trial's steps together.
-
-Read-only data reaches the actors through ``tune.with_parameters`` (the Ray object store, put
-once), never through trial configs: the engine factory (model path, calibration and evaluation
-arrays, the float reference computed once on the driver) and the start barrier.
-
-Example:
-    >>> trainable = make_trainable(factory, output_dir, cpu_per_trial=1)     # doctest: +SKIP
-    >>> tune.Tuner(trainable, ...)                                           # doctest: +SKIP
+:class:`QuantTrainable`'s ``reset_config`` returns True, so with ``reuse_actors=True`` the
+engine an actor built in ``setup`` (calibration cache, float reference, ONNX Runtime state)
+serves every trial it runs. A trial quantizes once and reports once per rung of its
+evaluation (:mod:`raysearch.search.tune._rungs`), one ``step`` each, the quantized model's
+session kept between them; ASHA may stop it after any rung but the last, and
+``reset_config`` drops what it kept. ``trial_timeout_s`` bounds a trial's steps together.
+Read-only data (the engine factory, the start barrier) reaches the actors through
+``tune.with_parameters``, never through trial configs.
 """
 
 from __future__ import annotations
@@ -40,13 +31,7 @@ from raysearch.modelfile import remove_model
 from raysearch.ranking import PROBE_STAGE
 from raysearch.search.record.reported import pack_record
 from raysearch.search.record.retries import RETRIES_SPENT
-from raysearch.search.runtime._start_barrier import (
-    START_BARRIER_TIMEOUT_S,
-    StartBarrier,
-    end_barrier,
-    start_barrier,
-    wait_for_wave,
-)
+from raysearch.search.runtime._start_barrier import wait_for_wave
 from raysearch.search.runtime.transfer import current_node_id, node_folder_here
 from raysearch.search.tune._rungs import (
     RUNG_CLOCK,
@@ -61,17 +46,7 @@ from raysearch.trialrecord import TrialRecord
 if TYPE_CHECKING:
     from raysearch.trial import TrialEngine
 
-__all__ = [
-    "QuantTrainable",
-    "EngineFactory",
-    "StartBarrier",
-    "start_barrier",
-    "end_barrier",
-    "wait_for_wave",
-    "START_BARRIER_TIMEOUT_S",
-    "make_trainable",
-    "TRIALS_TMP",
-]
+__all__ = ["QuantTrainable", "EngineFactory", "make_trainable", "TRIALS_TMP"]
 
 _logger = logging.getLogger(__name__)
 
@@ -86,7 +61,6 @@ class QuantTrainable(tune.Trainable):
     def setup(
         self,
         config: dict[str, Any],
-        factory: EngineFactory | None = None,
         output_dir: str = "",
         threads: int = 1,
         timeout_s: float | None = None,
@@ -95,16 +69,14 @@ class QuantTrainable(tune.Trainable):
         factory_box: list[Any] | None = None,
         helper_resources: Mapping[str, float] | None = None,
     ) -> None:
-        if factory is None and factory_box:
-            factory = ray.get(factory_box[0])
-        if factory is None:
+        if not factory_box:
             raise ValueError("QuantTrainable needs an engine factory (tune.with_parameters)")
+        factory = ray.get(factory_box[0])
         self._output_dir = Path(output_dir)
         self._timeout_s = timeout_s
         self._node = ray.util.get_node_ip_address()
         self._node_id = current_node_id()
-        # Trials on the driver's node write straight into the output folder; elsewhere into
-        # this node's temp folder, from which the driver fetches the models it keeps.
+        # On another node, models go to its temp folder, where the driver fetches them.
         self._local = driver_node is None or driver_node == self._node_id
         if not self._local:
             self._trials_dir = node_folder_here("trials", self._output_dir)
@@ -114,35 +86,29 @@ class QuantTrainable(tune.Trainable):
         self._gpu_id = gpu_ids[0] if gpu_ids else None
         started = time.perf_counter()
         self._engine = factory(threads=threads, gpu_id=self._gpu_id)
-        if factory_box:
-            self._engine.score_pool = _score_pool(factory_box[0], threads, helper_resources)
+        self._engine.score_pool = _score_pool(factory_box[0], threads, helper_resources)
         self._setup_s = time.perf_counter() - started
         self._trials_run = 0
         self._poisoned = False
         rungs = self._engine.rungs
         self._factor = rungs.reduction_factor if rungs is not None else 1.0
         self._higher = self._engine.evaluator.higher_is_better
-        #: The trial being evaluated rung by rung: its id, the engine's trial, when it
-        #: started (wall clock and perf counter) and the ASHA scores and times of its rungs.
+        #: The trial being evaluated rung by rung.
         self._live: _Live | None = None
-        # Everything alive now (Ray, ONNX Runtime, the engine, the shared arrays) lives as
-        # long as the actor: keep it out of the garbage collector's full passes, which the
-        # trial engine runs after every trial and which would otherwise walk it each time.
+        # What is alive now lives as long as the actor: out of the collector's full passes,
+        # which the engine runs after every trial.
         gc.freeze()
         started = time.perf_counter()
-        #: Whether this actor waited out the barrier's timeout (the wave never came together
-        #: nor did the search open it), rather than going with its wave or without a barrier.
+        #: Whether this actor waited out the barrier's timeout.
         self._wait_timed_out = barrier is not None and not wait_for_wave(barrier)
         self._wait_s = time.perf_counter() - started
 
     def node_id(self) -> str:
-        """The Ray node this actor runs on (the driver asks it when a trial starts: a trial
-        lost with its node is recorded with the node)."""
+        """The Ray node this actor runs on (a trial lost with its node is recorded with it)."""
         return self._node_id
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        # Keep the engine (and its caches) for the next trial; nothing depends on the config.
-        # A trial the scheduler stopped at a rung left its session here: let it go.
+        # The engine stays for the next trial; a trial ASHA stopped leaves its session.
         self._drop_live()
         return not self._poisoned
 
@@ -154,16 +120,8 @@ class QuantTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         trial_id = self.trial_id
         spent = self.config.get(RETRIES_SPENT)
-        if spent is not None:
-            # Its process failed max_failures times already: failed, with its last error.
-            trial = TrialRecord(status="failed", **spent)
-            return {
-                "metric": None,
-                "objective": None,
-                "trial": pack_record(trial),
-                "done": True,
-                **UNRANKED,
-            }
+        if spent is not None:  # its process failed max_failures times already
+            return _failed(TrialRecord(status="failed", **spent))
         live = self._live
         if live is None or live.trial_id != trial_id:
             self._drop_live()
@@ -188,15 +146,13 @@ class QuantTrainable(tune.Trainable):
     def _begin(self, trial_id: str) -> _Live | dict[str, Any]:
         """Start a trial: quantize it (its first rung follows in the same step)."""
         config = self.config
-        # Tune moves the actor into the trial's folder; a custom evaluator's relative paths
-        # mean the driver's working directory.
+        # A custom evaluator's relative paths mean the driver's working directory.
         home = os.environ.get("TUNE_ORIG_WORKING_DIR")
         if home and os.getcwd() != home:
             os.chdir(home)
         self._trials_dir.mkdir(parents=True, exist_ok=True)
         out_path = self._trials_dir / f"{trial_id}.onnx"
-        # A trial run again after a kill finds what its first run left: ONNX Runtime would
-        # append the external data to the old data file.
+        # What a killed first run left: ONNX Runtime would append to its external data.
         remove_model(out_path)
         live = _Live(trial_id, out_path)
         self._trials_run += 1
@@ -210,22 +166,13 @@ class QuantTrainable(tune.Trainable):
         return live
 
     def _disk_full(self, exc: BaseException, out_path: Path) -> dict[str, Any]:
-        # Not the setting's failure: the driver stops the search without recording it, so
-        # that resume runs it again.
+        # Not the setting's failure: the driver stops the search unrecorded; resume reruns it.
         remove_model(out_path)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        trial = TrialRecord(status="failed", error=message, disk_full=True)
-        return {
-            "metric": None,
-            "objective": None,
-            "trial": pack_record(trial),
-            "done": True,
-            **UNRANKED,
-        }
+        return _failed(TrialRecord(status="failed", error=message, disk_full=True))
 
     def _report(self, result: TrialRecord, live: _Live, done: bool) -> dict[str, Any]:
-        """What Tune gets for one rung: the metric, the sampler's objective, the trial's record
-        so far, and ASHA's rung and score (see :mod:`raysearch.search.tune._rungs`)."""
+        """What Tune gets for one rung: metric, objective, the record so far, ASHA's rung."""
         first = self._trials_run == 1
         record = result.replace(
             started_at=live.started_at,
@@ -239,18 +186,14 @@ class QuantTrainable(tune.Trainable):
             actor_wait_s=round(self._wait_s, 4) if first else None,  # at the StartBarrier
             actor_wait_timed_out=self._wait_timed_out if first else None,
         )
-        if self.config.get("stage") == PROBE_STAGE:
-            # A sensitivity probe measures one node: no candidate, whatever its metric (the
-            # progress line, the stopper and the searcher read this report).
+        if self.config.get("stage") == PROBE_STAGE:  # a sensitivity probe is never a candidate
             record = record.replace(stage=PROBE_STAGE, is_candidate=False)
         ok = record.status == "ok"
         score = rung_score(record, self._higher) if ok else None
         clock = None
         if score is not None and record.rungs > 1:
             clock = rung_clock(record.rung, self._factor)
-            # Kept with the record: a resumed search puts them back into ASHA's rungs; the
-            # metric itself at each rung (a protected trial's score is only a mark) is the
-            # Optuna study's intermediate values.
+            # A resumed search puts these back into ASHA's rungs and the study's values.
             live.scores.append(score)
             live.ended_at.append(record.ended_at)
             live.metrics.append(record.metric)
@@ -305,6 +248,17 @@ class QuantTrainable(tune.Trainable):
             _logger.debug("closing the trial engine failed", exc_info=True)
 
 
+def _failed(trial: TrialRecord) -> dict[str, Any]:
+    """The last report of a trial that failed before any rung."""
+    return {
+        "metric": None,
+        "objective": None,
+        "trial": pack_record(trial),
+        "done": True,
+        **UNRANKED,
+    }
+
+
 class _Live:
     """The trial an actor is evaluating rung by rung."""
 
@@ -325,8 +279,7 @@ class TrialTimeoutError(TimeoutError):
 
 
 def _score_pool(factory_ref: Any, threads: int, resources: Mapping[str, float] | None) -> Any:
-    """The trial engine's :class:`~raysearch.search.runtime._score_pool.ScorePool`: helpers with the
-    trial's resources, at most as many as this node has room for trials besides this one."""
+    """The trial engine's score pool: as many helpers as this node has room for."""
     from raysearch.search.runtime._score_pool import ScorePool
 
     resources = dict(resources or {"num_cpus": float(threads)})
@@ -349,15 +302,11 @@ def make_trainable(
     barrier: Any = None,
     driver_node: str | None = None,
 ) -> Any:
-    """``QuantTrainable`` with its read-only inputs in the object store and its resources.
-
-    ``barrier`` (:func:`start_barrier`) makes the actors of the first wave (the trials that
-    run in parallel) start their first trials together.
-    """
+    """``QuantTrainable`` with its read-only inputs in the object store and its resources;
+    ``barrier`` (:func:`start_barrier`) starts the first wave's trials together."""
     trainable = tune.with_parameters(
         QuantTrainable,
-        # Put once, boxed so that the actor gets the reference too: its helper tasks
-        # (``_score_pool``) build their engines from it.
+        # Boxed: the actor gets the reference, which its helper tasks build engines from.
         factory_box=[ray.put(factory)],
         helper_resources={"num_cpus": cpu_per_trial, "num_gpus": gpu_per_trial},
         output_dir=os.fspath(output_dir),

@@ -1,37 +1,23 @@
 """The ``"nncf"`` backend: OpenVINO NNCF's post-training quantization of the ONNX model.
 
-``nncf.quantize`` runs on the ONNX model itself (no OpenVINO runtime) and writes a QDQ model
-that ONNX Runtime evaluates like the ``ort`` backend's. Its settings are NNCF's own
-(``raysearch.quantize.backends.nncf.options``): ``preset``, ``model_type``, ``target_device``,
-``subset_size``, ``fast_bias_correction``, ``smooth_quant_alphas``, range estimators,
-``overflow_fix``, ``ignored_scope`` and the other advanced parameters that change the result.
-Install it with ``pip install 'raysearch[nncf]'``; this module imports NNCF only when a
-backend is built, so a config naming ``quantizer: nncf`` is checked (and refused, naming the
-extra, when NNCF is missing) without it.
+``nncf.quantize`` runs on the ONNX model itself and writes a QDQ model that ONNX Runtime
+evaluates like the ``ort`` backend's; its settings are NNCF's own
+(``raysearch.quantize.backends.nncf.options``). NNCF is imported only when a backend is
+built, so a config naming ``quantizer: nncf`` is checked without it.
 
-What is reused across the trials of a process: the float model, prepared once (``Constant``
-weights as initializers; opset raised to 13, where per-channel weights exist: below it NNCF
-quantizes weights per tensor, which costs PP-OCR's recognizer nearly all its accuracy), and
-the calibration data as one ``nncf.Dataset`` of per-sample feeds. NNCF 3.4 offers statistics
-caching for weight compression only, not for ``nncf.quantize`` on ONNX: every trial collects
-its statistics again (on the trial's providers and threads; see
-:mod:`raysearch.quantize.nncf_runtime`), and its
-:class:`~raysearch.quantize.registry.QuantizeInfo` says where the time went
-(``calibration_s``: ONNX Runtime sessions and inference; ``quantization_s``: the rest).
+Reused across the trials of a process: the float model, prepared once (``Constant`` weights
+as initializers; opset raised to 13, below which NNCF quantizes weights per tensor), and the
+calibration data as one ``nncf.Dataset``. NNCF 3.4 caches no statistics for ``nncf.quantize``
+on ONNX: every trial collects them again, on its providers
+(:mod:`raysearch.quantize.nncf_runtime`).
 
-Techniques: float-model transforms (CLE, SmoothQuant) apply as with any backend, and
-quantized-model transforms (bias correction, power-of-two scales, fine-tuning) rewrite NNCF's
-QDQ output as they rewrite ONNX Runtime's. Mixed precision is refused
-(:func:`~raysearch.quantize.backends.nncf.options.reject_mixed_precision`: its ranking reads ONNX
-Runtime's Q/DQ names); node names a tensor-override technique keeps float join
-``ignored_scope.names``.
+Techniques rewrite NNCF's QDQ output as they rewrite ONNX Runtime's; mixed precision is
+refused (its ranking reads ONNX Runtime's Q/DQ names); node names a tensor-override
+technique keeps float join ``ignored_scope.names``.
 
 Example:
-    >>> from raysearch.quantize.backends.nncf._backend import NncfBackend
     >>> NncfBackend.reject({"model_type": "transformer", "fast_bias_correction": False})[:35]
     "NNCF 3.4's BiasCorrection (fast_bia"
-    >>> with NncfBackend("model.onnx", calibration) as backend:               # doctest: +SKIP
-    ...     info = backend.quantize({"model_type": "transformer"}, "int8.onnx")
 """
 
 from __future__ import annotations
@@ -41,36 +27,30 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import graph_nodes, has_external_data, load_header
-from raysearch.providers import session_providers
+from raysearch.modelfile import graph_nodes, load_header
 from raysearch.quantize.backends.nncf.options import NNCF_CATALOGUE, missing_nncf, reject_reason
-from raysearch.quantize.nncf_runtime import (  # re-exported
-    import_nncf,
+from raysearch.quantize.nncf_runtime import (
+    NncfModelBackend,
     nncf_dataset,
     nncf_session,
-    prepare_model,
-    save_model,
 )
-from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+from raysearch.quantize.registry import QuantizeInfo, register_backend
 
 if TYPE_CHECKING:
     import onnx
 
-    from raysearch.data import DataSource
-    from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
 
-__all__ = ["NncfBackend", "prepare_model", "nncf_dataset", "import_nncf", "nncf_session"]
+__all__ = ["NncfBackend"]
 
 _logger = logging.getLogger(__name__)
 
 
 @register_backend("nncf")
-class NncfBackend(QuantizerBackend):
+class NncfBackend(NncfModelBackend):
     """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module);
     ``options`` are the base class's (``threads``, ``gpu_id``, ``providers``)."""
 
@@ -83,29 +63,14 @@ class NncfBackend(QuantizerBackend):
         "ignored_scope.patterns",
     )
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        calibration: DataSource,
-        cache: CalibrationCache | None = None,
-        **options: Any,
-    ) -> None:
-        # ``cache`` is ONNX Runtime's calibration cache: NNCF collects its own statistics.
-        super().__init__(model_path, calibration, cache, **options)
-        self._nncf = import_nncf()
-        self.providers = self.providers or session_providers(self.gpu_id)
-        start = time.perf_counter()
-        self._external = has_external_data(self.model_path)
-        self._model = prepare_model(self.model_path)
-        self._dataset = nncf_dataset(calibration)
-        #: Seconds this process spent preparing the model and the data (once).
-        self.setup_s = time.perf_counter() - start
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dataset = nncf_dataset(self.calibration)
 
     @classmethod
     def missing_requirement(cls) -> str | None:
         return missing_nncf()
 
-    # -- checks ----------------------------------------------------------------------------
     @classmethod
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
@@ -136,7 +101,6 @@ class NncfBackend(QuantizerBackend):
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
         return reject_reason(settings)
 
-    # -- quantization ----------------------------------------------------------------------
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Quantize with ``settings`` into ``out_path``. What NNCF raises is raised again as
         one readable line naming NNCF (the trial records it as a failed trial)."""
@@ -145,17 +109,15 @@ class NncfBackend(QuantizerBackend):
         reason = reject_reason(settings)
         if reason:
             raise ValueError(reason)
-        folder = str(Path(self.model_path).resolve().parent) if self._external else None
         items = self._dataset.get_length()
-        arguments = quantize_arguments(self._nncf, settings, items, folder)
+        arguments = quantize_arguments(self._nncf, settings, items, self._data_dir)
         start = time.perf_counter()
         with nncf_session(self.providers, self.threads) as engine:
             try:
                 quantized = self._nncf.quantize(self._model, self._dataset, **arguments)
             except Exception as exc:  # NNCF's own failures: one line, the search goes on
                 raise ValueError(_failure_line(exc)) from exc
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        save_model(quantized, out_path, self._external)
+        self._save(quantized, out_path)
         total = time.perf_counter() - start
         return QuantizeInfo(
             calibration_s=engine.total_s,
@@ -168,11 +130,6 @@ class NncfBackend(QuantizerBackend):
                 "nncf_inference_s": engine.inference_s,
             },
         )
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
 
 
 def _check_present(key: str, requested: Sequence[str] | None, in_model: set[str]) -> None:

@@ -1,18 +1,9 @@
 """The ``nncf`` backend's settings as ``nncf.quantize`` arguments (its calibration data as an
 ``nncf.Dataset``: :func:`raysearch.quantize.nncf_runtime.nncf_dataset`).
 
-Only the settings a point gives are passed: every other argument stays NNCF's default (the
-catalogue, ``raysearch.quantize.backends.nncf.options``, says which they are). ``nodes_to_exclude``
-(what a tensor-override technique keeps float, merged in by the trial) joins
-``ignored_scope.names``; ONNX Runtime's ``extra_options`` (``TensorQuantOverrides``) cannot be
-expressed and raise.
-
-Example:
-    >>> nncf = import_nncf()                                                  # doctest: +SKIP
-    >>> arguments = quantize_arguments(nncf, {"preset": "mixed", "subset_size": 500}, 200)
-    ...                                                                       # doctest: +SKIP
-    >>> arguments["preset"], arguments["subset_size"]                        # doctest: +SKIP
-    (<QuantizationPreset.MIXED: 'mixed'>, 200)
+Only the settings a point gives are passed. ``nodes_to_exclude`` (what a tensor-override
+technique keeps float) joins ``ignored_scope.names``; ONNX Runtime's ``extra_options`` cannot
+be expressed and raise.
 """
 
 from __future__ import annotations
@@ -35,9 +26,8 @@ _capped: set[tuple[int, int]] = set()
 def quantize_arguments(
     nncf: ModuleType, settings: Mapping[str, Any], items: int, external_data_dir: str | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments of ``nncf.quantize`` for ``settings`` (the backend's, techniques
-    removed), with calibration data of ``items`` feeds. ``subset_size`` beyond the data is
-    the data's size (NNCF would use no more, and warn on every trial)."""
+    """Keyword arguments of ``nncf.quantize`` for ``settings``, with calibration data of
+    ``items`` feeds (``subset_size`` at most that: NNCF would warn on every trial)."""
     extra = settings.get("extra_options") or {}
     if extra:  # the techniques' keys are removed before; what is left would be dropped
         raise ValueError(f"quantizer nncf cannot apply extra_options {', '.join(sorted(extra))}")

@@ -1,20 +1,12 @@
 """The NNCF backend's settings catalogue and the combinations it refuses.
 
 Every key ``quantizer: nncf`` takes is described here once, as NNCF 3.4 names it: the
-arguments of ``nncf.quantize`` (``preset``, ``model_type``, ``target_device``,
-``subset_size``, ``fast_bias_correction``, ``ignored_scope``) and the fields of its
-``AdvancedQuantizationParameters`` that change the quantized model of an ONNX model
-(SmoothQuant alphas per op type, the range estimators of activations and weights, the overflow
-fix, per-channel weights, the quantizer propagation rule, bias correction). Not offered, as a
-setting is never accepted and then ignored or bound to fail: ``disable_channel_alignment``
-(an OpenVINO-only step), ``inplace_statistics`` (speed only), ``quantize_outputs`` (NNCF 3.4
-fails on every ONNX model output: "This edge does not have end node"), activation
-quantization parameters and asymmetric or narrow-range weights (outside every ONNX hardware
-config NNCF has), ``apply_for_all_nodes`` (neither bias correction supports it) and FP8 modes.
-
-The module is pure data and imports neither NNCF nor ONNX Runtime: the space validates an
-``nncf`` point against this catalogue, and ``raysearch validate`` applies :func:`reject_reason`,
-on an install without NNCF too. ``import raysearch`` registers the catalogue.
+arguments of ``nncf.quantize`` and the fields of its ``AdvancedQuantizationParameters`` that
+change the quantized ONNX model. Not offered, being OpenVINO-only, speed-only, failing in
+NNCF 3.4 on ONNX, or outside NNCF's ONNX hardware configs: ``disable_channel_alignment``,
+``inplace_statistics``, ``quantize_outputs``, activation quantization parameters, asymmetric
+or narrow-range weights, ``apply_for_all_nodes`` and FP8 modes. The module is pure data,
+importing neither NNCF nor ONNX Runtime, so that an install without NNCF validates too.
 
 Example:
     >>> NNCF_CATALOGUE.spec("", "preset").choices
@@ -31,13 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raysearch.quantize.nncf_runtime import NNCF_EXTRA, missing_nncf  # re-exported
+from raysearch.quantize.nncf_runtime import missing_nncf  # re-exported
 from raysearch.quantize.registry import first_refusal
 from raysearch.space.catalogue import QUANTIZER, Catalogue, OptionSpec, register_catalogue
 
 __all__ = [
     "NNCF_CATALOGUE",
-    "NNCF_EXTRA",
     "SETTINGS",
     "SMOOTH_QUANT_ALPHAS",
     "IGNORED_SCOPE",
@@ -51,9 +42,8 @@ __all__ = [
     "missing_nncf",
 ]
 
-#: ``RangeEstimatorParametersSet`` members, lower case. For weights NNCF collects one sample,
-#: so the mean, median and outlier-free aggregations equal ``minmax`` there, and its
-#: histogram falls back to ``minmax`` for per-channel weights: only the two that differ.
+#: ``RangeEstimatorParametersSet`` members, lower case; for weights only the two that differ
+#: (NNCF collects one sample of a weight, where the others equal ``minmax``).
 ACTIVATION_ESTIMATORS = (
     "minmax",
     "mean_minmax",
@@ -124,8 +114,7 @@ SETTINGS: dict[str, OptionSpec] = {
         "enum", "how quantizers merge across branches", PROPAGATION_RULES
     ),
     "ignored_scope": OptionSpec("dict", "nodes NNCF leaves in float (see its keys)"),
-    # No NNCF setting lives here: the techniques' options do (SmoothAlpha, PowerOfTwoMethod,
-    # ...), added by each technique as in every backend's catalogue.
+    # No NNCF setting lives here: the techniques add theirs.
     "extra_options": OptionSpec("dict", "the techniques' options (raysearch's, not NNCF's)"),
 }
 
@@ -159,9 +148,7 @@ NNCF_CATALOGUE = register_catalogue(
 )
 
 
-# --------------------------------------------------------------------------------------------
 # Refusals: each accepts the nested settings a trial gets
-# --------------------------------------------------------------------------------------------
 
 
 def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | None:
@@ -179,10 +166,9 @@ def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | Non
 
 
 def reject_mixed_precision(settings: Mapping[str, Any]) -> str | None:
-    """Mixed precision ranks tensors with ONNX Runtime's ``qdq_loss_debug``, which matches
-    the Q/DQ pairs by ONNX Runtime's names; NNCF names them otherwise, so the ranking would be
-    empty and nothing promoted. A setting that promotes something is refused (NNCF keeps
-    nodes float with ``ignored_scope``)."""
+    """Mixed precision's ranking matches Q/DQ pairs by ONNX Runtime's names, which NNCF does
+    not write: a setting that promotes something is refused (``ignored_scope`` keeps nodes
+    float)."""
     options = settings.get("mixed_precision")
     if not isinstance(options, Mapping):
         return None

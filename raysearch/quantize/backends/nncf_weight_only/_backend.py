@@ -3,23 +3,15 @@ model, with every setting of :mod:`raysearch.quantize.backends.nncf_weight_only.
 passed to it, and what NNCF 3.4 writes that ONNX Runtime computes wrongly repaired
 (:mod:`~raysearch.quantize.backends.nncf_weight_only._repair`).
 
-Only the settings a point gives are passed; every other argument stays NNCF's default. What
-raysearch adds: ``quantize_embeddings: false`` and ``nodes_float`` become NNCF's
-``ignored_scope`` (node names), ``group_size_fallback_mode`` its
-``AdvancedCompressionParameters`` field, and the calibration data (one ``nncf.Dataset`` item per
-sample, built once) is passed where a setting reads it (AWQ, scale estimation, a sensitivity
-metric of activations): NNCF then collects its statistics on the trial's providers and threads
-(:func:`raysearch.quantize.nncf_runtime.nncf_session`). A value info that declares an initializer
-another shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape
-inference refuses, is dropped from the model NNCF gets. Install with
-``pip install 'raysearch[nncf]'``; NNCF is imported only when a backend is built.
+Only the settings a point gives are passed. ``quantize_embeddings: false`` and ``nodes_float``
+become NNCF's ``ignored_scope``, and the calibration data is passed where a setting reads it,
+NNCF then running on the trial's providers. A value info that declares an initializer another
+shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape inference
+refuses, is dropped. NNCF is imported only when a backend is built.
 
 Example:
-    >>> from raysearch.quantize.backends.nncf_weight_only._backend import NncfWeightOnlyBackend
     >>> NncfWeightOnlyBackend.reject({"gptq": True}).split(":")[0]
     'gptq is refused'
-    >>> with NncfWeightOnlyBackend("model.onnx", calibration) as backend:  # doctest: +SKIP
-    ...     info = backend.quantize({"mode": "int4_sym", "group_size": 32}, "int4.onnx")
 """
 
 from __future__ import annotations
@@ -28,13 +20,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysearch.errors import ConfigError, suggest
-from raysearch.modelfile import has_external_data, load_header
+from raysearch.modelfile import load_header
 from raysearch.modelgraph import WEIGHTED_OP_TYPES, embedding_gathers, weight_matmuls
-from raysearch.providers import session_providers
 from raysearch.quantize.backends.nncf_weight_only._repair import repair_matmul_nbits
 from raysearch.quantize.backends.nncf_weight_only.options import (
     DEFAULT_GROUP_SIZE,
@@ -45,20 +35,16 @@ from raysearch.quantize.backends.nncf_weight_only.options import (
     reject_reason,
 )
 from raysearch.quantize.nncf_runtime import (
-    import_nncf,
+    NncfModelBackend,
     missing_nncf,
     nncf_dataset,
     nncf_session,
-    prepare_model,
-    save_model,
 )
-from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register_backend
+from raysearch.quantize.registry import QuantizeInfo, register_backend
 
 if TYPE_CHECKING:
     import onnx
 
-    from raysearch.data import DataSource
-    from raysearch.quantize.calibration import CalibrationCache
     from raysearch.space.catalogue import Catalogue
 
 __all__ = ["NncfWeightOnlyBackend", "compress_arguments"]
@@ -69,25 +55,15 @@ _NNCF_SUBSET = 128
 
 
 @register_backend("nncf_weight_only")
-class NncfWeightOnlyBackend(QuantizerBackend):
+class NncfWeightOnlyBackend(NncfModelBackend):
     """NNCF's ``compress_weights`` with the trial's settings (see the module); ``options``
     are the base class's (``threads``, ``gpu_id``, ``providers``)."""
 
     catalogue: ClassVar[Catalogue | None] = NNCF_WEIGHT_ONLY_CATALOGUE
     model_settings: ClassVar[tuple[str, ...]] = ("nodes_float",)
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        calibration: DataSource | None,
-        cache: CalibrationCache | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(model_path, calibration, cache, **options)
-        self._nncf = import_nncf()
-        self.providers = self.providers or session_providers(self.gpu_id)
-        self._external = has_external_data(self.model_path)
-        self._model = prepare_model(self.model_path)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         dropped = _drop_contradicting_value_infos(self._model)
         if dropped:
             _logger.info("value infos that contradict their initializers dropped: %s", dropped)
@@ -99,7 +75,6 @@ class NncfWeightOnlyBackend(QuantizerBackend):
     def missing_requirement(cls) -> str | None:
         return missing_nncf("nncf_weight_only")
 
-    # -- checks ----------------------------------------------------------------------------
     @classmethod
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
@@ -149,7 +124,6 @@ class NncfWeightOnlyBackend(QuantizerBackend):
                 )
         return None
 
-    # -- quantization ----------------------------------------------------------------------
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Compress with ``settings`` into ``out_path``. What NNCF raises is raised again as
         one line naming NNCF (the trial records it as a failed trial)."""
@@ -159,12 +133,10 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         start = time.perf_counter()
         if is_data_aware(settings) and self._dataset is None:
             self._dataset = nncf_dataset(self.calibration)
-        folder = str(Path(self.model_path).resolve().parent) if self._external else None
-        arguments = compress_arguments(self._nncf, settings, self._gathers, folder)
+        arguments = compress_arguments(self._nncf, settings, self._gathers, self._data_dir)
         if is_data_aware(settings):
             arguments["dataset"] = self._dataset
-            # NNCF reads at most subset_size (128) samples and warns on every trial where the
-            # data holds fewer; it reads the same samples at this bound
+            # NNCF warns on every trial where the data holds fewer than subset_size
             items = self._dataset.get_length()
             arguments["subset_size"] = min(_NNCF_SUBSET, items or _NNCF_SUBSET)
         with nncf_session(self.providers, self.threads) as engine:
@@ -179,8 +151,7 @@ class NncfWeightOnlyBackend(QuantizerBackend):
         data_s = engine.total_s  # NNCF's ONNX Runtime sessions and inference on the data
         repaired = repair_matmul_nbits(compressed)
         _logger.debug("repaired NNCF's MatMulNBits: %s", repaired)
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        save_model(compressed, out_path, self._external)
+        self._save(compressed, out_path)
         share = _compressed(compressed) / self._weighted if self._weighted else None
         return QuantizeInfo(
             calibration_s=data_s,
@@ -235,9 +206,8 @@ def compress_arguments(
 
 def _drop_contradicting_value_infos(model: onnx.ModelProto) -> list[str]:
     """Drop, in place, each value info of ``model`` that declares an initializer another shape
-    or type than its own, and return their names. NNCF runs ONNX's shape inference on the
-    model, which refuses such a model; onnxruntime-genai's builder declares its constant
-    ``[1]`` a scalar. The initializer's own shape and type are what ONNX Runtime uses."""
+    or type than its own (which NNCF's shape inference refuses, and ONNX Runtime ignores);
+    their names."""
     inits = {t.name: t for t in model.graph.initializer}
     dropped = []
     for info in list(model.graph.value_info):
@@ -263,8 +233,7 @@ def _fits(declared: Any, dims: Sequence[int]) -> bool:
 
 def _compressed(model: onnx.ModelProto) -> int:
     """Weight MatMuls NNCF compressed: each ``MatMulNBits``, and each MatMul whose weight a
-    ``DequantizeLinear`` writes (its activation stays float, so the graph count of
-    :func:`raysearch.modelgraph.quantized_share` would read none)."""
+    ``DequantizeLinear`` writes (which the graph count would not read as quantized)."""
     nodes = list(model.graph.node)
     dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
     return sum(

@@ -4,26 +4,14 @@ wrongly or refuses, put right in the written model.
 NNCF replaces a weight MatMul by a ``MatMulNBits`` (4-bit groups, opset below 21) in
 ``ONNXWeightCompressionAlgoBackend._replace_matmul_with_matmulnbits``, and there:
 
-- **the bias counted twice**: where NNCF's graph reads the ``Add`` after a MatMul as the
-  MatMul's bias, it passes that bias as the ``MatMulNBits`` bias input but keeps the ``Add``,
-  so the output carries the bias twice (its cost on bytegpt at ``int4_sym``:
-  ``benchmarks/README.md``, section 16).
-  :func:`repair_matmul_nbits` drops the bias input where an ``Add`` after the node adds the
-  same tensor: the graph is then what ONNX Runtime's own quantizer writes (``MatMulNBits``
-  then the model's ``Add``).
+- **the bias counted twice**: NNCF passes the ``Add`` after a MatMul as the
+  ``MatMulNBits`` bias input but keeps the ``Add``; :func:`repair_matmul_nbits` drops the
+  bias input where an ``Add`` after the node adds the same tensor.
 - **zero points one per byte** (``int4_asym``): ``MatMulNBits`` reads 4-bit zero points two
-  per byte, ``[N, ceil(blocks / 2)]``; NNCF writes one per byte, ``[N, blocks]``, which ONNX
-  Runtime 1.31 refuses at load where a weight has more than one block ("zero_points
-  initializer shape {768,2} does not match attribute-derived shape") and, with one block,
-  reads as intended. :func:`repair_matmul_nbits` packs them (low nibble first).
+  per byte; NNCF writes one per byte, which ONNX Runtime refuses where a weight has more than
+  one block. :func:`repair_matmul_nbits` packs them (low nibble first).
 
-``tests/quantize/test_nncf_weight_only_backend.py`` checks both on ONNX Runtime's output. An
-NNCF that writes either correctly leaves nothing to repair (no ``Add`` repeats the bias, the
-zero points are packed), and the model is then left as written.
-
-Example:
-    >>> repair_matmul_nbits(model)     # bytegpt at int4_asym               # doctest: +SKIP
-    {'biases_dropped': 16, 'zero_points_packed': 16}
+An NNCF that writes either correctly leaves nothing to repair.
 """
 
 from __future__ import annotations

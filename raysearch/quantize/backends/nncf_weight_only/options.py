@@ -1,65 +1,19 @@
 """The ``nncf_weight_only`` backend's settings catalogue and the combinations it refuses.
 
 ``quantizer: nncf_weight_only`` is OpenVINO NNCF 3.4's ``nncf.compress_weights`` on the ONNX
-model: 4-bit weights in ONNX Runtime's ``MatMulNBits`` (the model's opset is below 21) and
-8-bit per-channel weights in ``DequantizeLinear``, activations left float. Each key is one
-``compress_weights`` argument, named and valued as NNCF names it; a key NNCF cannot honour with
-the others on an ONNX model, or where ONNX Runtime cannot run what NNCF writes, is refused by
-:func:`reject_reason` in one line before anything runs.
+model: 4-bit weights in ONNX Runtime's ``MatMulNBits`` and 8-bit per-channel weights in
+``DequantizeLinear``, activations left float. Each key is one ``compress_weights`` argument,
+named and valued as NNCF names it (:data:`SETTINGS`; ``nodes_float`` is its
+``ignored_scope``); a combination NNCF cannot honour on an ONNX model, or whose output ONNX
+Runtime cannot run, is refused by :func:`reject_reason` in one line before anything runs.
 
-============================ ================================================================
-setting                      meaning (NNCF's default)
-============================ ================================================================
-``mode``                     ``int4_sym``, ``int4_asym`` (4-bit ``MatMulNBits`` for the
-                             ratio's layers, the rest at ``backup_mode``), ``int8_sym``,
-                             ``int8_asym`` (every weight at 8 bits per output channel)
-                             (``int8_asym``)
-``group_size``               weights per scale of the 4-bit layers: a power of two, 16-256 (128)
-``ratio``                    share of the ratio-defining layers (every weight MatMul but the
-                             last) at 4 bits, the rest at ``backup_mode`` (1)
-``sensitivity_metric``       how NNCF picks the layers ``ratio`` keeps at 4 bits:
-                             ``weight_quantization_error`` (data-free), or one of the
-                             activation statistics of the calibration data
-                             (``weight_quantization_error``; with ``awq`` or
-                             ``scale_estimation``, which bring the data:
-                             ``max_activation_variance``)
-``backup_mode``              the layers not at 4 bits: ``int8_asym``, ``int8_sym`` or ``none``
-                             (float) (``int8_asym``)
-``all_layers``               the last MatMul (``lm_head``) at 4 bits too, and in the ratio
-                             (false); needs ``quantize_embeddings: false``
-``quantize_embeddings``      the embedding ``Gather``\\ s compressed (at ``backup_mode``) or
-                             kept float (raysearch's: NNCF's ``ignored_scope``) (true)
-``awq``                      NNCF's AWQ on the calibration data (false)
-``scale_estimation``         NNCF's scale estimation on the calibration data (false)
-``group_size_fallback_mode`` a weight whose rows ``group_size`` does not divide: ``error``
-                             (refused before the search), ``ignore`` (kept float),
-                             ``adjust`` (a smaller power of two, at least 32) (``error``)
-``nodes_float``              weight MatMul or embedding Gather names kept float (NNCF's
-                             ``ignored_scope``)
-``gptq``, ``lora_correction`` refused: NNCF 3.4's ``compress_weights`` runs neither on ONNX
-============================ ================================================================
-
-Refused, with why: ``gptq`` and ``lora_correction`` (NNCF refuses them for ONNX models),
-``all_layers`` with embeddings compressed (NNCF 3.4 writes a 4-bit embedding ``Gather`` as a
-``MatMulNBits`` that reads the int64 token ids, which ONNX Runtime refuses), the 4-bit-only
-keys with an 8-bit mode (NNCF refuses them), a ``group_size`` that is no ``MatMulNBits`` block,
-``sensitivity_metric`` with ``ratio`` 1 (it would rank layers nobody moves). Not offered:
-NNCF's float and codebook modes (it refuses ``nf4``, ``mxfp4``, ``fp4``, ``nvfp4`` and the
-codebooks on ONNX; its ``fp8_e4m3`` mode and backup fail inside NNCF 3.4 on ONNX: "Raw data
-size does not match tensor's size"), ``group_size: -1`` with a 4-bit mode (a per-channel
-int4 ``DequantizeLinear`` needs opset 21, which NNCF does not raise to), statistics caching
-(NNCF: not on ONNX), ``compression_format`` (NNCF writes only its ``DQ`` format on ONNX) and
-``subset_size``: the data-aware settings read up to 128 samples of the calibration data
-(NNCF's default), the calibration data's size decides below that.
-A model at opset 21 or above gets blocked ``DequantizeLinear`` instead of ``MatMulNBits``
-from NNCF: the tests here run opset 17 models, as ``torch.onnx.export`` writes them.
-
-What NNCF 3.4 writes that ONNX Runtime computes wrongly or refuses is repaired by the backend
-(:mod:`raysearch.quantize.backends.nncf_weight_only._repair`): the bias a MatMul's ``Add`` still
-adds, which NNCF also folds into the ``MatMulNBits`` (counted twice), and ``int4_asym``'s zero
-points, written one per byte where ``MatMulNBits`` reads two per byte.
-
-The module is pure data: it imports neither NNCF nor ONNX Runtime.
+Not offered: NNCF's float and codebook modes and ``gptq``/``lora_correction`` (refused or
+broken on ONNX in NNCF 3.4), ``group_size: -1`` with a 4-bit mode (a per-channel int4
+``DequantizeLinear`` needs opset 21, which NNCF does not raise to), ``compression_format``
+(NNCF writes only ``DQ`` on ONNX) and ``subset_size`` (the data-aware settings read up to
+128 calibration samples). What NNCF 3.4 writes wrongly into ``MatMulNBits`` is repaired by
+the backend (:mod:`raysearch.quantize.backends.nncf_weight_only._repair`). The module imports
+neither NNCF nor ONNX Runtime.
 
 Example:
     >>> NNCF_WEIGHT_ONLY_CATALOGUE.spec("", "mode").choices
@@ -84,7 +38,6 @@ __all__ = [
     "SETTINGS",
     "MODES",
     "INT8_MODES",
-    "FOUR_BIT_ONLY",
     "SENSITIVITY_METRICS",
     "DEFAULT_MODE",
     "DEFAULT_GROUP_SIZE",

@@ -1,14 +1,15 @@
 """The ONNX Runtime backend (``quantizer: ort``): ``quantize_static``/``quantize_dynamic`` with
-raysearch's shared calibration, its settings catalogue and its refusals.
-
-The names below are defined in ``raysearch.quantize.backends.ort._backend``."""
+raysearch's shared calibration, its settings catalogue and its refusals."""
 
 from __future__ import annotations
 
 from raysearch.quantize.backends.ort._backend import (
     CALIBRATION_OPTIONS,
-    REJECT_RULES,
     OrtBackend,
+    split_extra_options,
+)
+from raysearch.quantize.backends.ort._rules import (
+    REJECT_RULES,
     reject_distribution_few_bins,
     reject_entropy_quantized_bins_over_bins,
     reject_float8_mixed,
@@ -18,7 +19,6 @@ from raysearch.quantize.backends.ort._backend import (
     reject_qoperator_16bit,
     reject_qoperator_float8,
     reject_reason,
-    split_extra_options,
 )
 
 __all__ = [

@@ -8,27 +8,10 @@ opset is raised for 16-bit, 4-bit block and float8 types exactly as ``quantize_s
 (``update_opset_version``), once per process and target opset. The output is the same model
 ``quantize_static`` writes for the same settings and data.
 
-Settings map to ONNX Runtime as follows: ``quant_format``, ``calibrate_method``,
-``activation_type``, ``weight_type``, ``per_channel``, ``reduce_range``,
-``op_types_to_quantize`` (``None``: every op type ONNX Runtime quantizes),
-``nodes_to_quantize`` and ``nodes_to_exclude`` are ``quantize_static``'s arguments.
-``extra_options`` keys that shape calibration (``CalibTensorRangeSymmetric``,
-``CalibMovingAverage``, ``CalibMovingAverageConstant``, ``CalibPercentile``,
-``CalibStridedMinMax``, ``CalibMaxIntermediateOutputs``, ``num_bins``, ``num_quantized_bins``,
-``scenario``) go to the calibrator (see :data:`CALIBRATION_OPTIONS`); every other key goes to
-the quantizer's ``extra_options``.
-
-The refusal rules live in ``_rules`` (re-exported here) and the settings checks against a
-model in ``_checks``; this module is the backend itself: static and dynamic quantization
-share its copy of the model and its working folder.
-
-Example:
-    >>> from raysearch.quantize.backends.ort._backend import OrtBackend, reject_reason
-    >>> reject_reason({"quant_format": "QOperator", "activation_type": "QUInt16"})
-    'QOperator format supports 8-bit types only; QUInt16 needs quant_format QDQ'
-    >>> with OrtBackend("model.onnx", calib_data, cache) as backend:          # doctest: +SKIP
-    ...     info = backend.quantize({"calibrate_method": "MinMax"}, "int8.onnx")
-"""
+Settings are ``quantize_static``'s arguments; ``extra_options`` keys that shape calibration
+go to the calibrator (:data:`CALIBRATION_OPTIONS`), every other key to the quantizer's
+``extra_options``. The refusal rules live in ``_rules``, the checks against a model in
+``_checks``."""
 
 from __future__ import annotations
 
@@ -60,18 +43,7 @@ from raysearch.modelfile import cached_file_hash, has_external_data
 from raysearch.modelgraph import constants_to_initializers
 from raysearch.providers import session_providers
 from raysearch.quantize.backends.ort._checks import check_settings, enum_value
-from raysearch.quantize.backends.ort._rules import (  # re-exported: imported from here
-    REJECT_RULES,
-    reject_distribution_few_bins,
-    reject_entropy_quantized_bins_over_bins,
-    reject_float8_mixed,
-    reject_float8_without_distribution,
-    reject_int8_activation_uint8_weight,
-    reject_qoperator_4bit,
-    reject_qoperator_16bit,
-    reject_qoperator_float8,
-    reject_reason,
-)
+from raysearch.quantize.backends.ort._rules import reject_reason
 from raysearch.quantize.backends.ort.options import ORT_CATALOGUE
 from raysearch.quantize.calibration import (
     DEFAULT_OP_TYPES,
@@ -86,22 +58,7 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
     from raysearch.space.catalogue import Catalogue
 
-__all__ = [
-    "OrtBackend",
-    "CALIBRATION_OPTIONS",
-    "split_extra_options",
-    # Re-exported from _rules (tests and callers import them from here).
-    "REJECT_RULES",
-    "reject_reason",
-    "reject_qoperator_16bit",
-    "reject_qoperator_4bit",
-    "reject_qoperator_float8",
-    "reject_int8_activation_uint8_weight",
-    "reject_float8_mixed",
-    "reject_float8_without_distribution",
-    "reject_entropy_quantized_bins_over_bins",
-    "reject_distribution_few_bins",
-]
+__all__ = ["OrtBackend", "CALIBRATION_OPTIONS", "split_extra_options"]
 
 _logger = logging.getLogger(__name__)
 
@@ -146,11 +103,9 @@ def static_quantizer_arguments(
     types: tuple[QuantType, QuantType],
     ranges: Any,
 ) -> dict[str, Any]:
-    """The keyword arguments of ONNX Runtime's static quantizer for ``quant_format``
-    (``QDQQuantizer``; ``ONNXQuantizer`` for QOperator) with ``settings``, ``(weight,
-    activation)`` types and the calibrated ``ranges``. By keyword, ONNX Runtime's names
-    (``tests/test_library_contracts.py`` binds them to both signatures): a reordered signature
-    cannot shift a value into another parameter."""
+    """The keyword arguments of ONNX Runtime's static quantizer for ``quant_format`` with
+    ``settings``, ``(weight, activation)`` types and the calibrated ``ranges``; by keyword, so
+    that a reordered signature cannot shift a value into another parameter."""
     _, quantizer_options = split_extra_options(dict(settings.get("extra_options") or {}))
     arguments: dict[str, Any] = {
         "model": model,
@@ -171,15 +126,10 @@ def static_quantizer_arguments(
 
 @register_backend("ort")
 class OrtBackend(QuantizerBackend):
-    """ONNX Runtime static quantization (QDQ by default) with cached calibration.
-
-    Calibration inference runs on ``providers`` (ONNX Runtime's ``providers`` argument with
-    options, a trial's :func:`~raysearch.providers.session_providers`), by default those of
-    ``gpu_id`` (the CPU when it is None or CUDA does not load), whatever providers the shared
-    ``cache`` was created with. The float model is copied once into a private temporary
-    directory (ONNX Runtime writes shape-inferred copies next to the model it reads);
-    :meth:`close` removes it.
-    """
+    """ONNX Runtime static quantization (QDQ by default) with cached calibration, run on
+    ``providers`` (default: ``gpu_id``'s). The float model is copied once into a private
+    temporary folder (ONNX Runtime writes shape-inferred copies next to the model it reads);
+    :meth:`close` removes it."""
 
     #: The settings this backend takes (``raysearch.quantize.backends.ort.options``).
     catalogue: ClassVar[Catalogue | None] = ORT_CATALOGUE
@@ -214,28 +164,24 @@ class OrtBackend(QuantizerBackend):
         self._base = load_model_with_shape_infer(self._model_copy)
         self._base_opset = get_opset_version(self._base)
         self._variants: dict[tuple[Any, ...], tuple[onnx.ModelProto, Path, int]] = {}
-        # Quantized models get external data as ONNX Runtime's StaticQuantConfig decides: when
-        # the float model has external data (every model over 2 GB) or reaches the threshold.
-        # Only a model in one file is measured: ByteSize() raises over 2 GB.
+        # External data as ONNX Runtime's StaticQuantConfig decides (ByteSize() raises over
+        # 2 GB, so only a model in one file is measured).
         self._large = has_external_data(self._model_copy) or (
             self._base.ByteSize() >= MODEL_SIZE_THRESHOLD
         )
 
-    # -- checks ----------------------------------------------------------------------------
     @classmethod
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that are
-        no ONNX op (ONNX Runtime would ignore them silently) and node names not in the
-        model."""
+        """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that
+        are no ONNX op and node names not in the model."""
         check_settings(settings, model)
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
         return reject_reason(settings)
 
-    # -- quantization ----------------------------------------------------------------------
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
         """Quantize with ``settings`` into ``out_path``; raises what ONNX Runtime raises."""
         reason = reject_reason(settings)
@@ -318,8 +264,7 @@ class OrtBackend(QuantizerBackend):
     ) -> tuple[onnx.ModelProto, Path, int]:
         """The model ``quantize_static`` would quantize for these types: the shape-inferred
         float model, or its opset-raised version (16-bit, float8, block-wise types; and opset
-        13 for per-channel QDQ weights, which ``quantize_static`` leaves out: below 13 a
-        DequantizeLinear has no ``axis`` and ONNX Runtime refuses the model it wrote)."""
+        13 for per-channel QDQ weights, below which a DequantizeLinear has no ``axis``)."""
         overrides = extra.get("TensorQuantOverrides")
         key = (
             weight == QuantType.QFLOAT8E4M3FN,
@@ -357,11 +302,6 @@ class OrtBackend(QuantizerBackend):
         self._cleanup()
 
 
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
 _HINTS: set[str] = set()
 
 
@@ -376,15 +316,12 @@ def _hint_once(message: str) -> None:
 
 
 def _copy_model(source: str, folder: Path) -> Path:
-    """Copy the model file into ``folder``; a model with external data is re-saved there with
-    its weights in one external file (as ``quantize_static`` does for in-memory models), and
-    ``Constant`` nodes holding tensors become initializers."""
+    """Copy the model file into ``folder`` (with external data: re-saved with its weights in
+    one file), ``Constant`` nodes holding tensors made initializers."""
     target = folder / "model.onnx"
     full = onnx.load(source)
-    # Weights held by Constant nodes (PaddlePaddle's and older exporters) are node outputs to
-    # ONNX Runtime's quantizer: calibrated and quantized per tensor like activations, their
-    # biases left float. ONNX Runtime's pre-processing (quant_pre_process) makes them
-    # initializers; this does that one step, so per-channel weights and int32 biases apply.
+    # Weights held by Constant nodes would be quantized like activations: made initializers,
+    # as ONNX Runtime's quant_pre_process does.
     moved = constants_to_initializers(full)
     if not has_external_data(source) and not moved:
         shutil.copyfile(source, target)

@@ -160,8 +160,7 @@ REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
 def reject_reason(settings: Mapping[str, Any]) -> str | None:
     """The first reason ONNX Runtime would refuse ``settings``, or None."""
     if _get(settings, "quant_mode") == "dynamic":
-        # The other rules are about static settings (format, activation type, calibration),
-        # which dynamic quantization does not read.
+        # The other rules are about static settings, which dynamic quantization ignores.
         return reject_dynamic_weight_type(settings)
     for rule in REJECT_RULES:
         reason = rule(settings)

@@ -1,14 +1,10 @@
 """The ONNX Runtime backend's settings catalogue.
 
 Every key the ``ort`` backend takes is described here once: its type, its allowed values, and
-whether it changes what calibration collects (which decides the calibration cache key). The
-space validates each point whose ``quantizer`` is ``ort`` (the default) against this
-catalogue, so an unknown key or value is a config error found before anything runs, never a
-silent no-op inside ONNX Runtime. The module is pure data and registers the catalogue when
-imported (``import raysearch`` imports it).
+whether it changes what calibration collects (the calibration cache key), so that an unknown
+key or value is a config error, never a silent no-op inside ONNX Runtime. Pure data.
 
 Example:
-    >>> from raysearch.quantize.backends.ort.options import ORT_CATALOGUE
     >>> ORT_CATALOGUE.spec("", "calibrate_method").choices
     ('MinMax', 'Entropy', 'Percentile', 'Distribution')
     >>> ORT_CATALOGUE.canonical("extra_options", "Percentile")
@@ -22,20 +18,17 @@ from raysearch.space.catalogue import (
     QUANTIZER,
     Catalogue,
     OptionSpec,
-    check_value,
     register_catalogue,
 )
 
 __all__ = [
     "ORT_CATALOGUE",
     "DEFAULTS",
-    "OptionSpec",
     "SETTINGS",
     "EXTRA_OPTIONS",
     "ALIASES",
     "QUANT_TYPES",
     "CALIBRATION_METHODS",
-    "check_value",
 ]
 
 QUANT_TYPES = ("QInt8", "QUInt8", "QInt16", "QUInt16", "QInt4", "QUInt4", "QFLOAT8E4M3FN")

@@ -1,24 +1,16 @@
 """Empirical bias correction (NNCF's fast bias correction) of a quantized QDQ model.
 
-Quantization shifts a layer's outputs on average (weights that round the same way, clipped
-activations). With ``include_bias_correction``, each layer with a bias (a Conv or Gemm with
-its bias input, a MatMul followed by an Add of a constant) gets that shift subtracted from its
-bias: the layer's *float* input (from the float model, on the calibration data) goes through
-the quantized layer (its input's QuantizeLinear/DequantizeLinear, weights and bias as
-quantized; a one-layer model run with the optimizations the evaluator's sessions use, so on
-the integer kernels of the machine that corrects it, which on x86-64 without VNNI saturate u8s8
-products: ``raysearch.cpu``) and is compared with the float layer's output; the mean of
-``y_quantized - y_float`` per output channel (over samples and spatial positions) is the
-correction. Every layer is measured from
-float inputs, so one pass over the data does (with running sums: memory stays one batch).
+Quantization shifts a layer's outputs on average. With ``include_bias_correction``, each layer
+with a bias (Conv, Gemm, a MatMul followed by an Add of a constant) gets that shift subtracted
+from its bias: the layer's *float* input goes through the quantized layer (a one-layer model
+on this machine's integer kernels) and the mean of ``y_quantized - y_float`` per output
+channel is the correction; one pass over the data, with running sums.
 
-The corrected bias is written as the model stores it: an int32 bias is requantized with its
-scale (values past int32 are clamped, with a warning); a constant quantized like an activation
-(ONNX Runtime's MatMul-Add bias) is requantized, with a new scale and zero point when the
-corrected values leave its range (a power of two when the old scale was one, so it keeps
-``power_of_two``'s scales); a float bias is corrected in float. Layers without a bias are left
-as they are (no bias is added). ``extra_options.BiasCorrectionSamples`` limits the calibration
-samples used (default: all; rounded up to whole feeds).
+The corrected bias is written as the model stores it: an int32 bias requantized (clamped,
+with a warning), a bias quantized like an activation requantized with a new scale where it
+leaves its range (a power of two where the old one was), a float bias in float. Layers
+without a bias are left as they are. ``extra_options.BiasCorrectionSamples`` limits the
+calibration samples used (default: all).
 
 Example:
     >>> BiasCorrection().effect_key({"include_bias_correction": True})

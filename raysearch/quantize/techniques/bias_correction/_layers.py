@@ -36,10 +36,8 @@ class Layer:
     bias: str
     channel_axis: int
     #: The tensor measured: on a CPU whose int8 kernels saturate, a Conv's output past its
-    #: QuantizeLinear/DequantizeLinear pair (ONNX Runtime runs a Conv on integers only with its
-    #: output quantized); else ``output`` (MatMul and Gemm have integer kernels with a float
-    #: output, and where nothing saturates the Conv's integer result is the Q/DQ math, whose
-    #: mean moves with the bias exactly, not in the output's rounding steps).
+    #: Q/DQ pair (ONNX Runtime runs a Conv on integers only with its output quantized); else
+    #: ``output``, whose mean moves with the bias exactly.
     measured: str = ""
     #: The output's QuantizeLinear when ``measured`` is past it: the float reference goes
     #: through the same rounding and clipping (a Relu ONNX Runtime folded into it included).

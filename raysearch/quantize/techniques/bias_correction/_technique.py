@@ -112,9 +112,7 @@ class BiasCorrection(QuantizedModelTransform):
         save_model(model, quantized_path)
 
     def _layer_session(self, model: bytes) -> ort.InferenceSession:
-        # Optimized as the evaluator's sessions are: ONNX Runtime fuses the layer's Q/DQ into
-        # integer kernels whose results depend on the CPU (u8s8 products saturate on x86-64
-        # without VNNI, and the shift they add is what the model shows there), so the
-        # correction is measured with the kernels the model runs on this machine.
+        # Optimized as the evaluator's sessions are, so that the correction is measured on
+        # the integer kernels (saturating or not) the model runs on this machine.
         options = session_options(self.threads)
         return ort.InferenceSession(model, options, providers=list(self.providers))

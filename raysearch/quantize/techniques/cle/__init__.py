@@ -1,6 +1,4 @@
-"""Cross-layer equalization (``include_cle``).
-
-The names below are defined in ``raysearch.quantize.techniques.cle._cle``."""
+"""Cross-layer equalization (``include_cle``)."""
 
 from __future__ import annotations
 

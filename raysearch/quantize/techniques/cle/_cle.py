@@ -7,23 +7,15 @@ output channel ``i`` of the head (weights and bias) is divided by ``s_i`` and in
 ``i`` of the tail multiplied by it, with ``s_i = sqrt(r1_i / r2_i)`` (``r1_i``, ``r2_i``: the
 channel's ranges in head and tail), so both ranges become ``sqrt(r1_i * r2_i)``. The float
 function is unchanged; per-tensor quantization then wastes fewer levels on unequal channels.
-Pairs are ``Conv`` -> ``Conv`` (any ``group``) and ``Gemm``/``MatMul`` -> ``Gemm``/``MatMul``
-with constant weights (a MatMul's bias is the constant Add after it); a chain equalizes pair
-by pair in graph order, and ``CLESteps`` repeats that pass. Clip(0, 6) is never crossed (it is
-not positively homogeneous; Quark's ``ReplaceClip6Relu`` would change the float model).
+Pairs are ``Conv`` -> ``Conv`` and ``Gemm``/``MatMul`` -> ``Gemm``/``MatMul`` with constant
+weights, equalized pair by pair in graph order (``CLESteps`` repeats the pass). Clip(0, 6) is
+never crossed: it is not positively homogeneous.
 
-Settings (Quark's names; all but the switch in ``extra_options``, acting only with it):
-
-- ``include_cle`` (bool): the switch.
-- ``CLESteps`` (int >= 1, default 1): passes over all pairs.
-- ``CLEScaleAppendBias`` (bool, default True): the head's bias counts in ``r1`` (as one more
-  weight of its channel; Quark also divides it by a heuristic factor, raysearch does not).
-- ``CLEBalanceMethod`` (``max`` | ``avg``, default ``max``): a channel's range is its largest
-  absolute weight, or the mean absolute weight.
-- ``CLEScaleUseThreshold`` (bool, default True) and ``CLEWeightThreshold`` (float, default
-  0.5): a channel with ``r1 + r2`` below the threshold keeps scale 1 (Quark's defaults).
-- ``CLETotalLayerDiffThreshold`` (float, default 2e-7): stop repeating passes once a pass
-  changes the weights by at most this (sum over tensors of the mean absolute change).
+Settings (Quark's names, in ``extra_options``, acting only with ``include_cle``; Quark's
+defaults): ``CLESteps`` (1), ``CLEScaleAppendBias`` (True: the head's bias counts in ``r1``),
+``CLEBalanceMethod`` (``max`` or ``avg`` absolute weight), ``CLEScaleUseThreshold`` (True)
+with ``CLEWeightThreshold`` (0.5: a channel with ``r1 + r2`` below keeps scale 1), and
+``CLETotalLayerDiffThreshold`` (2e-7: passes stop once one changes the weights less).
 
 Example:
     >>> equalization_scales(np.array([[4.0, -1.0]]), np.array([[1.0]]))
@@ -88,9 +80,8 @@ class CLEOptions:
         )
 
     def key(self) -> str:
-        """A string that differs exactly when the options change the result: a threshold
-        that cannot act (the weight threshold when unused, the stop threshold with one
-        pass) is left out."""
+        """A string that differs exactly when the options change the result (a threshold
+        that cannot act is left out)."""
         values: dict[str, Any] = {
             "steps": self.steps,
             "append_bias": self.append_bias,
@@ -120,10 +111,9 @@ def equalization_scales(
     balance_method: str = "max",
     weight_threshold: float | None = None,
 ) -> np.ndarray:
-    """``s`` per channel: head channel ``i`` (row ``i`` of ``head_rows``) is divided by
-    ``s_i``, tail input channel ``i`` (row ``i`` of ``tail_rows``) multiplied by it, so
-    both ranges become ``sqrt(r1_i * r2_i)``. A channel with a zero range, or (with
-    ``weight_threshold``) with ``r1 + r2`` below it, gets 1."""
+    """``s`` per channel (head row ``i`` divided by ``s_i``, tail row ``i`` multiplied), so
+    both ranges become ``sqrt(r1_i * r2_i)``; 1 for a zero range or ``r1 + r2`` below
+    ``weight_threshold``."""
     r1 = channel_ranges(head_rows, balance_method)
     r2 = channel_ranges(tail_rows, balance_method)
     usable = (r1 > 0) & (r2 > 0)

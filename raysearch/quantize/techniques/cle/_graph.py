@@ -177,8 +177,7 @@ class _Graph:
             return sum(1 for o in node.output if o) == 1
         if node.op_type != "Clip":
             return False
-        # Clip is homogeneous only as Relu (min 0) or identity (no min), with no max:
-        # Clip(0, 6) of a scaled channel clips at another point.
+        # Clip commutes with a scale only as Relu (min 0) or identity, with no max.
         if any(a.name in ("min", "max") for a in node.attribute):  # opset < 11
             low, high = _attr(node, "min", None), _attr(node, "max", None)
         else:

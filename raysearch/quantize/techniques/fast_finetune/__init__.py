@@ -1,6 +1,4 @@
-"""Fast fine-tuning: AdaRound and AdaQuant layer by layer (``include_fast_ft``; PyTorch).
-
-The names below are defined in ``raysearch.quantize.techniques.fast_finetune._fast_finetune``."""
+"""Fast fine-tuning: AdaRound and AdaQuant layer by layer (``include_fast_ft``; PyTorch)."""
 
 from __future__ import annotations
 

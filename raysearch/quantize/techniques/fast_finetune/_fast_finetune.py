@@ -6,24 +6,18 @@ in ``extra_options.FastFinetune``, which is accepted too; a flat key wins):
 - ``OptimAlgorithm``: ``adaround`` (learn to round each weight up or down) or ``adaquant``
   (learn the weights and the bias with straight-through rounding). Default ``adaround``.
 - ``NumIterations`` (default 1000) and ``LearningRate`` (default 0.1 for AdaRound, 1e-5 for
-  AdaQuant, Quark's defaults), or both at once as ``NumIterLR: [iterations, rate]``.
-- ``BatchSize``: calibration samples per step (default 2, Quark's auto-search preset).
-- ``DataSize``: the first calibration samples used (default: all).
-- ``OptimDevice``: where PyTorch optimises: ``cpu``, ``cuda`` or ``cuda:<i>`` (default: the
-  trial's GPU when it runs on CUDA and PyTorch sees one, else ``cpu``).
-- ``FixedSeed``: seed of the batch sampling (default 0: the result is deterministic).
+  AdaQuant), or both as ``NumIterLR: [iterations, rate]``.
+- ``BatchSize`` (default 2), ``DataSize`` (the first calibration samples used; default all)
+  and ``FixedSeed`` (default 0: deterministic).
+- ``OptimDevice``: ``cpu``, ``cuda`` or ``cuda:<i>`` (default: the trial's GPU, else ``cpu``).
 
-Layer by layer, in graph order, over the Conv, Gemm and MatMul nodes whose weight is a
-quantized constant (``DequantizeLinear`` of an integer initializer, per tensor or per
-channel, as ONNX Runtime's QDQ quantizer writes it), it minimises the layer's reconstruction
-error ``|| f(W_q, X_q) - f(W, X) ||^2``: ``X_q`` is the layer's input in the quantized model
-(earlier layers already fine-tuned, as NNCF's and Quark's AdaRound do, so each layer corrects
-the error that reaches it) and ``f(W, X)`` the layer's output in the float model at
-``float_path``, both captured by ONNX Runtime on the calibration data, one layer at a time;
-``W`` is the float initializer of the same node. The new integer weights (and, for AdaQuant,
-the bias, requantized to int32 with its scale ``s_in * s_w``) replace the old ones; scales,
-zero points and the graph are unchanged. PyTorch does the optimisation (see
-:mod:`raysearch.quantize.techniques.fast_finetune._torch`).
+Layer by layer, in graph order, over the Conv, Gemm and MatMul nodes with a quantized constant
+weight, it minimises ``|| f(W_q, X_q) - f(W, X) ||^2``: ``X_q`` the layer's input in the
+quantized model (earlier layers already fine-tuned, so each corrects the error that reaches
+it), ``f(W, X)`` its output in the float model, both captured by ONNX Runtime on the
+calibration data. The new integer weights (and AdaQuant's int32 bias) replace the old ones;
+scales, zero points and the graph are unchanged. PyTorch does the optimisation
+(:mod:`raysearch.quantize.techniques.fast_finetune._torch`).
 
 Example:
     >>> options = finetune_options({"include_fast_ft": True,

@@ -117,9 +117,8 @@ def finetune_model(
 
 class FloatActivations:
     """The float model's layer inputs and outputs on the calibration data, kept in this
-    process for the next trial that fine-tunes the same float model (trials differ in their
-    quantization, not in the float layers' activations), least recently used first out past
-    ``max_bytes``. Keyed by the float model's content hash, the data's hash and ``DataSize``."""
+    process for the next trial fine-tuning the same float model (by its hash, the data's and
+    ``DataSize``), least recently used first out past ``max_bytes``."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -163,7 +162,6 @@ FLOAT_ACTIVATIONS = FloatActivations(
 )
 
 
-# -- the graph -----------------------------------------------------------------------------
 def _layers(
     model: onnx.ModelProto, float_model: onnx.ModelProto, ft: Any, only: list[str] | None
 ) -> tuple[list[_Layer], list[dict[str, Any]]]:
@@ -293,7 +291,6 @@ def _write(model: onnx.ModelProto, layer: _Layer, fit: Any) -> None:
     bias.CopyFrom(numpy_helper.from_array(q, layer.bias_init))
 
 
-# -- running ONNX Runtime ------------------------------------------------------------------
 def _with_outputs(model: onnx.ModelProto, names: list[str]) -> bytes:
     """``model`` serialized with ``names`` added as graph outputs."""
     copy = onnx.ModelProto()

@@ -1,10 +1,9 @@
 """The PyTorch half of fast fine-tuning: AdaRound and AdaQuant on one layer.
 
-Imported only when fine-tuning runs (PyTorch is an optional dependency). A layer is a Conv,
-Gemm or MatMul with a quantized constant weight ``W_q = s * (clip(q, qmin, qmax) - zp)``;
-given the layer's inputs in the quantized model ``X_q`` and its float output ``Y`` (both
-captured by ONNX Runtime), :func:`fit_layer` looks for integer weights ``q`` (and, for
-AdaQuant, a bias) minimising ``|| f(W_q, X_q) - Y ||^2``:
+Imported only when fine-tuning runs. Given a layer's inputs in the quantized model ``X_q`` and
+its float output ``Y``, :func:`fit_layer` looks for integer weights ``q`` of
+``W_q = s * (clip(q, qmin, qmax) - zp)`` (and, for AdaQuant, a bias) minimising
+``|| f(W_q, X_q) - Y ||^2``:
 
 - AdaRound (Nagel et al. 2020, "Up or Down?"): ``q = floor(W / s) + h(V) + zp`` with the
   rectified sigmoid ``h``, a rounding regulariser ``lambda * sum(1 - |2h(V) - 1|^beta)``
@@ -100,7 +99,6 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# -- the layer's forward -------------------------------------------------------------------
 def layer_output(
     op_type: str,
     attrs: Mapping[str, Any],
@@ -154,11 +152,6 @@ def _conv(
     return conv(x, weight, bias, strides, padding, dilations, int(attrs.get("group", 1)))
 
 
-def _channel_axis(op_type: str) -> int:
-    return 1 if op_type == "Conv" else -1
-
-
-# -- fitting -------------------------------------------------------------------------------
 def fit_layer(
     problem: LayerProblem,
     x_quantized: np.ndarray,
@@ -225,7 +218,7 @@ class _LayerData:
         self.xf = torch.from_numpy(np.ascontiguousarray(x_float, dtype=np.float32))
         self.target = torch.from_numpy(np.ascontiguousarray(target, dtype=np.float32))
         self.samples = int(self.xq.shape[0])
-        self.axis = _channel_axis(problem.op_type)
+        self.axis = 1 if problem.op_type == "Conv" else -1
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array, dtype=np.float32), device=self.device)

@@ -1,7 +1,4 @@
-"""Mixed precision: the few most sensitive tensors promoted to a higher precision.
-
-The names below are defined in
-``raysearch.quantize.techniques.mixed_precision._mixed_precision``."""
+"""Mixed precision: the few most sensitive tensors promoted to a higher precision."""
 
 from __future__ import annotations
 

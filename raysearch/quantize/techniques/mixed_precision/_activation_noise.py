@@ -51,9 +51,8 @@ def activation_errors(
     try:
         sessions = {}
         for label, path in (("float", float_path), ("qdq", quantized_path)):
-            # ONNX Runtime's augmenter writes a shape-inferred copy beside its input and
-            # deletes it: given the user's file, it would write into their folder, and two
-            # processes would delete each other's copy. It gets a private copy instead.
+            # ONNX Runtime's augmenter writes and deletes a copy beside its input: it gets a
+            # private copy, not the user's file.
             local = os.path.join(workdir, f"{label}-input.onnx")
             onnx.save(onnx.load(os.fspath(path)), local, save_as_external_data=True)
             augmented = os.path.join(workdir, f"{label}.onnx")
@@ -61,9 +60,8 @@ def activation_errors(
                 local, augmented, save_as_external_data=True
             )
             sessions[label] = _debug_session(augmented, providers)
-        # ONNX Runtime's collect_activations keeps every tensor of every batch (gigabytes for
-        # a transformer): the same outputs are run here a few samples at a time and only
-        # per-channel sums of squares are kept.
+        # Not ONNX Runtime's collect_activations, which keeps every tensor of every batch:
+        # a few samples at a time, only per-channel sums of squares kept.
         for feed in _slices(data, samples):
             outputs = {label: _saved(session, feed) for label, session in sessions.items()}
             matching = debug.create_activation_matching(outputs["qdq"], outputs["float"])
@@ -72,8 +70,7 @@ def activation_errors(
         with np.errstate(divide="ignore", invalid="ignore"):
             weights = debug.compute_weight_error(
                 debug.create_weight_matching(os.fspath(float_path), os.fspath(quantized_path)),
-                # ONNX Runtime 1.31's own error function fails on a scalar weight (len() of a
-                # numpy scalar): the same SQNR on 1-D views.
+                # ONNX Runtime's own error function fails on a scalar weight: 1-D views.
                 lambda a, b: debug.compute_signal_to_quantization_noice_ratio(
                     np.atleast_1d(a), np.atleast_1d(b)
                 ),

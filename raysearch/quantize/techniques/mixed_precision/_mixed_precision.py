@@ -2,28 +2,19 @@
 
 The ``mixed_precision`` settings (a mapping, searched like ``extra_options``):
 
-- ``top_k``: the k most sensitive entries of the ranking are promoted to ``promote_to``:
-  ``int16`` (16-bit activations of the base's signedness, ``QUInt16`` or ``QInt16``, as
-  ONNX Runtime's ``TensorQuantOverrides`` with the type conversions its
-  ``MixedPrecisionTensorQuantOverridesFixer`` inserts) or ``float`` (the entry's node in
-  ``nodes_to_exclude``).
-- ``promote_weights``: ``true`` gives the node of each entry promoted to 16 bits a 16-bit
-  weight too (``QInt16`` or ``QUInt16``, the base weight type's signedness): that node runs
-  A16W16, still quantized. Where the 8-bit weights lose the accuracy, promoting activations
-  alone cannot reach the tolerance; default ``false``.
-- ``rank_by``: ``sqnr`` (one pass, see
-  :func:`~raysearch.quantize.techniques.mixed_precision.sensitivity.sqnr_ranking`)
-  or ``metric`` (the ``candidates`` lowest-SQNR entries measured with the search's metric,
-  one promoted at a time, inside the trial).
-- ``rank_1`` ... ``rank_16``: ``int8`` (as the base setting quantizes it), ``int16`` or
-  ``float`` for the entry of that rank, over what ``top_k`` says: per-entry choices for a
-  sampler to search, and what a fallback strategy's revert pass sets.
+- ``top_k``: the k most sensitive entries are promoted to ``promote_to``: ``int16`` (16-bit
+  activations of the base's signedness, as ONNX Runtime's ``TensorQuantOverrides``) or
+  ``float`` (the entry's node in ``nodes_to_exclude``).
+- ``promote_weights``: ``true`` gives each node promoted to 16 bits a 16-bit weight too
+  (A16W16), for where the 8-bit weights lose the accuracy; default ``false``.
+- ``rank_by``: ``sqnr`` (one pass) or ``metric`` (the ``candidates`` lowest-SQNR entries
+  measured with the search's metric, one promoted at a time).
+- ``rank_1`` ... ``rank_16``: ``int8``, ``int16`` or ``float`` for the entry of that rank,
+  over what ``top_k`` says: per-entry choices for a sampler or a fallback's revert pass.
 - ``samples``: calibration samples of the SQNR pass (default 32).
 
-The ranking is computed for the trial's *base* setting (every technique's settings removed)
-on the float model the trial quantizes, once per node and key (see
-:class:`~raysearch.quantize.techniques.mixed_precision.sensitivity.SensitivityStore`).
-The trial records ``promoted`` (entries promoted) and ``ranked`` (entries ranked).
+The ranking is computed for the trial's *base* setting (every technique's settings removed),
+once per node and key; the trial records ``promoted`` and ``ranked``.
 
 Example:
     >>> precisions({"top_k": 2, "rank_2": "float", "rank_3": "int16"}, 4)
@@ -126,7 +117,8 @@ class MixedPrecision(TensorOverrideProducer):
         options = settings.get(KEY)
         if not isinstance(options, Mapping):
             return None
-        if all(p == "int8" for p in precisions(options, max(PER_RANK, _top_k(options)))):
+        ranks = max(PER_RANK, int(options.get("top_k") or 0))
+        if all(p == "int8" for p in precisions(options, ranks)):
             return None
         return json.dumps({**_DEFAULTS, **options}, sort_keys=True)
 
@@ -166,7 +158,6 @@ class MixedPrecision(TensorOverrideProducer):
             result.rankings = ranking.rows()
         return result
 
-    # -- rankings ----------------------------------------------------------------------------
     def ranking(
         self, model_path: str, base: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Ranking:
@@ -257,10 +248,6 @@ class MixedPrecision(TensorOverrideProducer):
         return self._stores[folder]
 
 
-def _top_k(options: Mapping[str, Any]) -> int:
-    return int(options.get("top_k") or 0)
-
-
 def _base_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     from raysearch.quantize.pipeline import strip_technique_settings
 
@@ -306,9 +293,8 @@ def _fixed_overrides(
 def _weight_overrides(
     model_path: str, base: Mapping[str, Any], nodes: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs
-    other than a bias: input 1 of MatMul/Gemm/Conv, input 0 of a MatMul whose first operand
-    is the constant) the 16-bit type of the base weight type's signedness."""
+    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs but
+    a bias) the 16-bit type of the base weight type's signedness."""
     if not nodes:
         return {}
     import onnx

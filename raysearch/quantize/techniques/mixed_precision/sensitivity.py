@@ -4,29 +4,17 @@ For a *base* setting (a quantized model), every quantized activation tensor is r
 much its quantization costs:
 
 - :func:`sqnr_ranking`, one pass: the signal-to-quantization-noise ratio of each tensor
-  against its own quantize-dequantize in the base model (ONNX Runtime's
-  ``qdq_loss_debug``: ``modify_model_output_intermediate_tensors``,
-  ``create_activation_matching``, ``compute_activation_error``, ``compute_weight_error``), on a
-  subset of the calibration data, streamed a few samples at a time
-  (:mod:`raysearch.quantize.techniques.mixed_precision._activation_noise`). Lowest SQNR
-  first. Where the tensor's shape is known, the SQNR is the median over its channels (axis 1
-  of a 4-D tensor, the last axis otherwise): a whole-tensor SQNR is dominated by an outlier
-  channel, which quantizes well, while the channels it crushes are what the model loses.
-- :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time
-  (16-bit or float), for the ``candidates`` lowest-SQNR entries; best metric first. The
-  entries are independent: on Ray a trial scores them in parallel (its actor and helper
-  tasks, :mod:`raysearch.search.runtime._score_pool`).
+  against its own quantize-dequantize in the base model (ONNX Runtime's ``qdq_loss_debug``),
+  streamed over a subset of the calibration data; lowest first. The SQNR is the median over
+  the tensor's channels: a whole-tensor SQNR is dominated by an outlier channel, which
+  quantizes well, while the channels it crushes are what the model loses.
+- :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time,
+  for the ``candidates`` lowest-SQNR entries; best first (on Ray, scored in parallel).
 
-A ranking is computed once per (model, data, base setting, method) and kept on disk by
-:class:`SensitivityStore` (a file lock per key, so the actors of a node compute it once), and
-the search writes every ranking its trials computed to ``sensitivity.parquet``
-(:func:`write_sensitivity_table`, :func:`read_sensitivity_table`).
-
-Each entry names the node that promoting acts on: the tensor's producer when the base
-quantizes that node, else its first consumer that the base quantizes (a graph input, or the
-output of an op type left unquantized). ``group`` is the block the node lies in: blocks are
-separated by normalisations (``LayerNormalization`` and its fused forms, or a decomposed
-``x - mean(x)``), the unit of Intel Neural Compressor's block-wise fallback.
+A ranking is computed once per (model, data, base setting, method), kept on disk by
+:class:`SensitivityStore`, and written to ``sensitivity.parquet``. Each entry names the node
+that promoting acts on (the tensor's quantized producer, else its first quantized consumer)
+and ``group``, its block between normalisations (Neural Compressor's block-wise fallback).
 
 Example:
     >>> entry = SensitivityEntry("t", "mm", "MatMul", "block0", sqnr_db=12.5)
@@ -81,10 +69,9 @@ _MEANS = frozenset({"ReduceMean", "ReduceSum"})
 @dataclass(frozen=True)
 class SensitivityEntry:
     """One quantized activation tensor: the ``node`` promoting acts on, its ``op_type`` and
-    ``group``; ``sqnr_db`` of the tensor against its own quantize-dequantize (lower: more
-    sensitive), ``float_sqnr_db`` against the float model's tensor (the error accumulated up
-    to it), ``weight_sqnr_db`` of the node's weight (None: no quantized weight) and ``metric``:
-    the search's metric with this entry alone promoted (None: not measured)."""
+    ``group``; ``sqnr_db`` against its own quantize-dequantize (lower: more sensitive),
+    ``float_sqnr_db`` against the float model's tensor, ``weight_sqnr_db`` of the node's weight
+    and ``metric`` with this entry alone promoted (None: not measured)."""
 
     tensor: str
     node: str
@@ -140,8 +127,7 @@ class Ranking:
 
 class SensitivityStore:
     """Rankings by key, in memory and (with ``cache_dir``) on disk as JSON files, computed
-    once under a file lock so that the processes sharing the folder wait for one another
-    instead of computing the same ranking."""
+    once under a file lock by the processes sharing the folder."""
 
     def __init__(self, cache_dir: str | os.PathLike | None) -> None:
         self.cache_dir = Path(cache_dir) / "sensitivity" if cache_dir else None
@@ -243,9 +229,8 @@ def sqnr_ranking(
     samples: int = 32,
     providers: Sequence[Any] | None = None,
 ) -> Ranking:
-    """Rank the quantized activation tensors of ``quantized_path`` (a QDQ model of
-    ``float_path``) by their SQNR, lowest first, on the first ``samples`` samples of
-    ``data``."""
+    """Rank the quantized activation tensors of ``quantized_path`` by their SQNR, lowest
+    first, on the first ``samples`` samples of ``data``."""
     import onnx
 
     float_model = onnx.load(os.fspath(float_path), load_external_data=False)
@@ -296,10 +281,9 @@ def metric_ranking(
     higher_is_better: bool,
     candidates: int = 16,
 ) -> Ranking:
-    """``ranking`` with its first ``candidates`` entries measured by ``score_all`` (given
-    those entries, the search's metric with each alone promoted, in their order: the caller
-    may measure them in parallel) and reordered best metric first; an entry whose score fails
-    goes after those measured, the rest keep their order behind them."""
+    """``ranking`` with its first ``candidates`` entries measured by ``score_all`` (the
+    metric with each alone promoted, maybe in parallel) and reordered best first; a failed
+    entry goes after those measured, the rest keep their order behind them."""
     head = ranking.entries[: max(0, candidates)]
     scores = list(score_all(list(head))) if head else []
     if len(scores) != len(head):

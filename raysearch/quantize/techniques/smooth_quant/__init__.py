@@ -1,6 +1,4 @@
-"""SmoothQuant (``include_sq``).
-
-The names below are defined in ``raysearch.quantize.techniques.smooth_quant._smooth_quant``."""
+"""SmoothQuant (``include_sq``)."""
 
 from __future__ import annotations
 

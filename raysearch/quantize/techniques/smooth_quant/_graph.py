@@ -95,7 +95,6 @@ class Graph:
                     d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
                 ]
 
-    # -- constants -------------------------------------------------------------------------
     def const(self, name: str) -> np.ndarray | None:
         """The value of constant ``name`` (as edited so far), None when it is not one."""
         if name in self.arrays:
@@ -128,7 +127,6 @@ class Graph:
         for node, index, factor in edits:
             self.scale(node, index, factor)
 
-    # -- shapes and uses -------------------------------------------------------------------
     def rank(self, name: str) -> int | None:
         value = self.const(name)
         if value is not None:
@@ -146,11 +144,9 @@ class Graph:
         """Whether ``name`` has exactly one consumer, a top-level node input."""
         return len(self.uses.get(name, [])) == 1 and name not in self.hidden
 
-    # -- folding ---------------------------------------------------------------------------
     def fold(self, name: str, axis: int, inv: np.ndarray) -> list[Edit] | None:
-        """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold).
-
-        The caller checks that every consumer of ``name`` is one of the smoothed ones."""
+        """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold); the
+        caller checks that every consumer of ``name`` is a smoothed one."""
         node = self.producer.get(name)
         if node is None or name in self.hidden:
             return None
@@ -303,7 +299,6 @@ class Graph:
                 edits += inner
         return edits
 
-    # -- inserting and writing -------------------------------------------------------------
     def insert_mul(
         self, name: str, consumers: list[onnx.NodeProto], factor: np.ndarray, dtype: np.dtype
     ) -> str:

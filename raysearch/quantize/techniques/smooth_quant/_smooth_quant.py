@@ -10,23 +10,15 @@ same while ``X'`` has flatter channels for per-tensor activation quantization. C
 sharing ``X`` (Q, K, V after one LayerNorm) share one ``s``, with ``m_w`` the maximum over
 all their weights.
 
-``1 / s`` is folded into the producer of ``X`` where that changes nothing else: a
-LayerNormalization (gamma, beta), a Mul / Div / Add / Sub by a per-channel constant (the
-Mul gamma and Add beta ending a decomposed LayerNorm, through non-constant Mul, Add and Sub
-operands that only feed the chain), Relu / LeakyRelu / Identity, or a MatMul / Gemm / Conv
-with constant weight (its output columns and bias). Otherwise a ``Mul(X, 1 / s)`` is inserted
-before the consumers.
+``1 / s`` is folded into the producer of ``X`` where that changes nothing else (a
+LayerNormalization, a Mul / Div / Add / Sub by a per-channel constant as a decomposed
+LayerNorm ends, Relu / LeakyRelu / Identity, a MatMul / Gemm / Conv with constant weight),
+else a ``Mul(X, 1 / s)`` is inserted before the consumers.
 
-Settings (Quark's names where Quark has one):
-
-- ``include_sq`` (bool): the switch.
-- ``extra_options.SmoothAlpha`` (float in [0, 1], default 0.5): the migration strength ``a``.
-- ``extra_options.SmoothQuantAlphas`` (dict op type -> alpha, default ``SmoothAlpha`` for
-  every op type): a group of consumers sharing ``X`` takes the alpha of its first consumer's
-  op type (graph order).
-- ``extra_options.SmoothQuantOpTypes`` (str_list of MatMul, Gemm, Conv; default
-  ``["MatMul", "Gemm"]``).
-- ``extra_options.SmoothQuantFolding`` (bool, default True): False always inserts a Mul.
+Settings (``include_sq``; in ``extra_options``): ``SmoothAlpha`` (``a``, default 0.5),
+``SmoothQuantAlphas`` (per op type; a group sharing ``X`` takes its first consumer's),
+``SmoothQuantOpTypes`` (default MatMul, Gemm) and ``SmoothQuantFolding`` (default True;
+False always inserts a Mul).
 
 Example:
     >>> smoothing_scales(np.array([4.0, 1.0]), np.array([1.0, 1.0]), 0.5).tolist()
