@@ -146,12 +146,13 @@ def test_asha_ranks_seeded_and_unseen_trials_through_those_internals():
     from ray.tune.schedulers import TrialScheduler
 
     from raysearch.search.tune._rungs import RUNG_CLOCK, RUNG_SCORE, rung_clock
+    from raysearch.trialrecord import TrialRecord
 
     ray = _version("ray")
     scheduler = _scheduler()
     # Seeded from the journal: Tune's on_trial_add/on_trial_result/on_trial_remove on stand-ins.
     records = [
-        {"trial_id": f"old{i}", "rung_scores": [0.9 + i / 100], "rung_ended_at": [float(i)]}
+        TrialRecord(trial_id=f"old{i}", rung_scores=[0.9 + i / 100], rung_ended_at=[float(i)])
         for i in range(3)
     ]
     assert scheduler.seed(records) == 3
