@@ -180,6 +180,7 @@ def init_ray(cpus: int = CPUS) -> None:
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # its own, never a `ray start` cluster running on this machine
             num_cpus=cpus,
             include_dashboard=False,
             log_to_driver=False,

@@ -17,7 +17,8 @@ _RAY_FLOOR = """
 import time, sys
 started = float(sys.argv[1])
 import ray
-ray.init(num_cpus=%d, include_dashboard=False, log_to_driver=False, logging_level=30)
+ray.init(address="local", num_cpus=%d, include_dashboard=False, log_to_driver=False,
+         logging_level=30)
 initialised = time.time()
 @ray.remote(num_cpus=1)
 class Probe:
@@ -35,7 +36,8 @@ import sys, tempfile, time
 started = float(sys.argv[1])
 import ray
 from ray import tune
-ray.init(num_cpus=%d, include_dashboard=False, log_to_driver=False, logging_level=30)
+ray.init(address="local", num_cpus=%d, include_dashboard=False, log_to_driver=False,
+         logging_level=30)
 class Nothing(tune.Trainable):
     def step(self):
         return {"done": True, "at": time.time()}

@@ -228,6 +228,7 @@ def start_ray() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     sys.path[:0] = [str(HERE), str(SHARED / "ppocr_rec")]
     ray.init(
+        address="local",
         num_cpus=os.cpu_count() or 2,
         include_dashboard=False,
         log_to_driver=False,

@@ -30,6 +30,7 @@ from raysearch.evaluate import compute_metric
 from raysearch.modelfile import file_hash, place_model
 from raysearch.search import AutoSearch
 from raysearch.search.runtime.transfer import materialize_model, model_blob, node_local_dir
+from raysearch.trialrecord import TrialRecord
 from tests.external_models import (
     check_whole,
     external_mlp_data,
@@ -211,7 +212,6 @@ def test_a_model_over_2_gb_travels_through_the_object_store(tmp_path):
 def test_overwrite_removes_the_data_files_it_wrote_and_nothing_else(external, tmp_path):
     from raysearch.search.record.journal import Journal
     from raysearch.search.runner import JOURNAL, MARKER, _clean_output_dir
-    from raysearch.trialrecord import TrialRecord
 
     out = tmp_path / "out"
     out.mkdir()
@@ -246,7 +246,7 @@ def test_external_data_outside_the_models_folder_is_named_before_the_search(exte
     assert not out.exists()
 
 
-def _train_once(external: dict[str, Path], out: Path, evaluator) -> dict:
+def _train_once(external: dict[str, Path], out: Path, evaluator) -> TrialRecord:
     """One trial of a real :class:`QuantTrainable` (in this process) scored by ``evaluator``."""
     import gc
 
@@ -290,7 +290,7 @@ def test_a_trial_run_again_or_failing_leaves_no_stale_data_file(external, tmp_pa
     stale = b"stale" * 1000
     (trials / "default.onnx.data").write_bytes(stale)
     record = _train_once(external, out, _accept)
-    assert record["status"] == "ok"
+    assert record.status == "ok"
     model = trials / "default.onnx"
     check_whole(model)
     proto = onnx.load(str(model), load_external_data=False)
@@ -302,5 +302,5 @@ def test_a_trial_run_again_or_failing_leaves_no_stale_data_file(external, tmp_pa
     # ONNX Runtime writes the model with its data file, then the evaluator fails: the trial
     # engine deletes the model file, and the data file goes with it.
     record = _train_once(external, out, _refuse)
-    assert record["status"] == "failed" and "scores nothing" in record["error"]
+    assert record.status == "failed" and "scores nothing" in record.error
     assert list(trials.iterdir()) == []
