@@ -47,8 +47,9 @@ def test_each_legend_entry_has_the_colour_of_its_points(figures, tmp_path):
     assert to_rgba("tab:green") == tuple(points["candidate"].get_facecolor()[0])
 
 
-def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_path):
-    config = SearchConfig.from_dict(
+def _config(tmp_path) -> SearchConfig:
+    """An L2 search of two calibration methods writing into ``tmp_path``."""
+    return SearchConfig.from_dict(
         {
             "model": "m.onnx",
             "calibration_data": "c.npz",
@@ -59,6 +60,10 @@ def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_
         },
         check_paths=False,
     )
+
+
+def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_path):
+    config = _config(tmp_path)
     metrics = np.linspace(0.01, 0.3, 12)
     failed = [_row(30 + i, 0.5).replace(status="failed", metric=None) for i in range(3)]
     few = [_row(i, float(m)) for i, m in enumerate(metrics[:9])] + failed
@@ -81,17 +86,7 @@ def test_importances_only_from_ten_scored_trials_with_their_number(figures, tmp_
 
 
 def _specs(tmp_path) -> dict:
-    config = SearchConfig.from_dict(
-        {
-            "model": "m.onnx",
-            "calibration_data": "c.npz",
-            "search_space": {"calibrate_method": ["MinMax", "Percentile"]},
-            "metric": "L2",
-            "tolerance": 0.05,
-            "output_dir": str(tmp_path),
-        },
-        check_paths=False,
-    )
+    config = _config(tmp_path)
     rows = [_row(i, float(m)) for i, m in enumerate(np.linspace(0.01, 0.3, 12))]
     return _plots.plot_job(rows, config, None, {})
 
