@@ -147,11 +147,6 @@ def _summary(
         summary["best_metric_interval"] = interval
     devices = sorted({str(r.device) for r in rows if r.device})
     summary["device"] = ", ".join(devices) if devices else None
-    if of_best("device") not in (None, "cpu") and summary["float_latency_ms"] is not None:
-        # The float model is timed on the driver's CPU: a best timed on a GPU is not set
-        # against it (every reader compares best_latency_ms with float_latency_ms).
-        summary["float_latency_cpu_ms"] = summary["float_latency_ms"]
-        summary["float_latency_ms"] = None
     # The driver's CPU: int8 results depend on its instruction set (raysearch.cpu).
     summary["cpu"] = cpu_info()
     fallback = [r for r in rows if r.gpu_id is not None and r.device == "cpu"]
@@ -356,9 +351,12 @@ def write_outputs(
         summary["best_missed_by"] = _missed_by(best, config, float_metric, evaluator)
     summary.update(write_pareto(out, rows, config))
     summary.update(extra or {})
-    if "float_latency_cpu_ms" in summary:  # the best ran on a GPU (_summary)
-        for key in ("float_decode_latency_ms", "float_prefill_latency_ms"):
-            if summary.get(key) is not None:  # a decoder's: timed on the driver's CPU too
+    if best is not None and best.device not in (None, "cpu"):
+        # The float model is timed on the driver's CPU (its batch, and a decoder's decode
+        # step and prefill): a best timed on a GPU is not set against it (every reader
+        # compares best_<figure> with float_<figure>).
+        for key in ("float_latency_ms", "float_decode_latency_ms", "float_prefill_latency_ms"):
+            if summary.get(key) is not None:
                 summary[key.replace("_ms", "_cpu_ms")], summary[key] = summary[key], None
     write_parquet(results_table(rows), out / RESULTS)
     if plotted is None:
