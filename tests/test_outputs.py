@@ -396,3 +396,15 @@ def test_preload_output_modules_imports_what_writing_the_outputs_needs() -> None
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[-2] == "True False [] True"
+
+
+def test_warming_the_reports_figures_up_builds_each_without_a_failure(caplog) -> None:
+    """The warm-up a command's search runs while its trials run builds the report's figures
+    for made-up trials: none of them fails (a failure is logged as a warning and skipped)."""
+    import logging
+
+    from raysearch.outputs._study import warm_up
+
+    with caplog.at_level(logging.WARNING, logger="raysearch.outputs"):
+        warm_up()
+    assert [r.getMessage() for r in caplog.records] == []

@@ -44,13 +44,13 @@ def figure(spec: Mapping[str, Any]) -> Any:
     plt = _pyplot()
     if spec["kind"] == "importance":
         names = list(spec["names"])
-        fig, ax = plt.subplots(figsize=(8, 0.4 * len(names) + 1.5))
+        fig, ax = plt.subplots(figsize=(8, 0.4 * len(names) + 1.5), layout="constrained")
         ax.barh(names, list(spec["values"]), color="tab:blue")
         ax.set_xlabel("importance (PED-ANOVA, normalized)")
         ax.set_title(spec["title"], fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         return fig
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
     for label, color, xs, ys in spec["points"]:
         if xs:
             ax.scatter(xs, ys, color=color, s=18, label=label)
@@ -71,9 +71,10 @@ def figure(spec: Mapping[str, Any]) -> Any:
 
 
 def png(fig: Any) -> bytes:
-    """``fig`` as PNG bytes, cropped to what it draws."""
+    """``fig`` as PNG bytes. The figures are laid out by matplotlib's constrained layout, in
+    the one drawing that writes them; ``bbox_inches="tight"`` would draw each twice."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
 
 

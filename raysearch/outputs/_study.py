@@ -32,7 +32,14 @@ from raysearch.ranking import finite, is_candidate
 from raysearch.space.space import json_default
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["Figure", "study_figures", "build_study", "export_study", "MIN_IMPORTANCE_TRIALS"]
+__all__ = [
+    "Figure",
+    "study_figures",
+    "warm_up",
+    "build_study",
+    "export_study",
+    "MIN_IMPORTANCE_TRIALS",
+]
 
 _logger = logging.getLogger("raysearch.outputs")
 
@@ -477,6 +484,19 @@ def study_figures(rows: Sequence[TrialRecord], summary: Mapping[str, Any]) -> li
         if figure is not None:
             figures.insert(1 if figure.key == "importances" else len(figures), figure)
     return figures
+
+
+def warm_up() -> None:
+    """Build the report's figures once for two made-up trials, figures discarded: the first
+    figures a process builds load plotly's validators and Optuna's plotting modules (about
+    as much work again as the figures themselves), which the report's figures built after
+    the last trial then find loaded."""
+    rows = [
+        TrialRecord(trial_id=str(i), number=i, status="ok", metric=0.5 + i, params={"p": p},
+                    settings={"p": p}, started_at=float(i), ended_at=i + 1.0)  # fmt: skip
+        for i, p in enumerate(("a", "b"))
+    ]
+    study_figures(rows, {"higher_is_better": True, "metric": "metric"})
 
 
 def _pareto(

@@ -56,13 +56,17 @@ _OUTPUT_MODULES = (
 _PLOT_MODULES = ("matplotlib.pyplot",)
 
 
-def preload_output_modules(plots: bool = True) -> threading.Thread:
-    """Import, in a daemon thread, the modules :func:`write_outputs` needs: a search calls
-    this once its first trial is recorded, so that it does not import them after its last
-    trial (the driver mostly waits while trials run); without ``plots``, not matplotlib (a
-    search whose plot process draws ``plots/``). Returns the thread; nothing needs to join it
-    (an import still in progress when the outputs are written is waited for by Python's
-    import lock)."""
+def preload_output_modules(plots: bool = True, figures: bool = False) -> threading.Thread:
+    """Import, in a daemon thread, the modules :func:`write_outputs` needs, and with
+    ``figures`` build the report's figures once (:func:`raysearch.outputs._study.warm_up`): a
+    search calls this once its first trial is recorded, so that it does not pay for them after
+    its last trial (the driver mostly waits while trials run); without ``plots``, not
+    matplotlib (a search whose plot process draws ``plots/``). ``figures`` is for a process
+    that ends with its search: the warm-up sets warnings filters (not thread-safe), which a
+    program running searches and checking warnings of its own could see change under it, and
+    a program running several searches has its figures' modules warm from the first. Returns
+    the thread; nothing needs to join it (an import still in progress when the outputs are
+    written is waited for by Python's import lock)."""
     names = [name for name in _OUTPUT_MODULES if plots or name not in _PLOT_MODULES]
 
     def _import_all() -> None:
@@ -75,6 +79,14 @@ def preload_output_modules(plots: bool = True) -> threading.Thread:
                 importlib.import_module(name)
             except Exception as exc:  # the writer reports a missing module where it is used
                 _logger.debug("preloading %s: %s", name, exc)
+        if not figures:
+            return
+        try:
+            from raysearch.outputs._study import warm_up
+
+            warm_up()
+        except Exception as exc:  # the report says what fails where it is written
+            _logger.debug("warming the report's figures up: %s", exc)
 
     thread = threading.Thread(target=_import_all, name="raysearch-preload-outputs", daemon=True)
     thread.start()

@@ -555,7 +555,7 @@ class _OnRecord:
             from raysearch.outputs import preload_output_modules
 
             self.preloading = True
-            preload_output_modules(plots=self.plots is None)
+            preload_output_modules(plots=self.plots is None, figures=ends_with_process())
             if self.kept is not None:
                 self.kept.keep_reference(self.reference)
             if self.timer is not None:  # its imports while the trials run, not after
