@@ -1,16 +1,10 @@
 """Code a config names: its custom evaluator (``metric: "module:function"``) and ``plugins``.
 
-A plugin registers itself when its module is imported; the registries record each module that
-registered something from outside raysearch (:func:`note_plugin`), and every trial actor
-imports them before its first trial (:func:`import_plugins`).
-
-A module is imported as Python imports it; a top-level module Python does not find is looked
-up in the config's folder, then the working directory (the *search folders*), without putting
-any folder on ``sys.path``, so that nothing else there can shadow an installed module. A
-trial worker imports it from the same folders (:func:`where_code_lives`), so the files it
-opens beside itself are there; a search that joins a cluster ships each such folder
-(:func:`code_folders`, size-checked by :func:`check_shippable`) as its job's ``py_modules``,
-for the nodes without it.
+The registries record each module from outside raysearch that registered something
+(:func:`note_plugin`); every trial actor imports them first (:func:`import_plugins`). A
+top-level module Python does not find is looked up in the config's folder, then the working
+directory, without touching ``sys.path``; a search joining a cluster ships those folders as
+its job's ``py_modules`` (:func:`code_folders`, :func:`check_shippable`).
 
 Example:
     >>> import_named("json").__name__

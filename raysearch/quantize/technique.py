@@ -1,20 +1,10 @@
-"""Quantization techniques: transforms with a key of their effect, and their registry.
+"""Quantization techniques and their registry.
 
-A technique is one of three kinds, each a subclass of :class:`Technique`:
-
-- :class:`FloatModelTransform` rewrites the float model before calibration (CLE,
-  SmoothQuant), once per process and effect key; the calibration cache keys on the
-  transformed file, so every trial sharing the key reuses it.
-- :class:`TensorOverrideProducer` says which tensors get which quantization type or stay in
-  float (mixed precision), merged into the settings the backend gets.
-- :class:`QuantizedModelTransform` rewrites the quantized model after the quantizer
-  (AdaRound/AdaQuant, power-of-two scales, bias correction).
-
-Each technique declares its ``settings`` (registered in every backend's catalogue, never
-reaching the backend), the ``devices`` it can use and :meth:`Technique.effect_key` (None:
-inactive for these settings). A new technique is one module of
-``raysearch/quantize/techniques/`` registered with :func:`register_technique`, plus one line
-in :data:`BUILTIN_TECHNIQUES`.
+A technique is a :class:`FloatModelTransform` (before calibration: CLE, SmoothQuant), a
+:class:`TensorOverrideProducer` (per-tensor types or float nodes: mixed precision) or a
+:class:`QuantizedModelTransform` (after the quantizer: AdaRound/AdaQuant, power-of-two
+scales, bias correction). Shipped ones are a module of ``techniques/`` plus a line in
+:data:`BUILTIN_TECHNIQUES`.
 
 Example:
     >>> sorted(BUILTIN_TECHNIQUES)
@@ -104,15 +94,14 @@ class TechniqueContext:
     def score_each(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """Score several backend settings of one float model (through :attr:`score_settings`
-        when set).
+        """Score several backend settings of one float model (through :attr:`score_settings`).
 
         Args:
             float_path: the float model (or a transform of it).
             settings_list: backend settings to quantize it with, one each.
 
         Returns:
-            The metric of each, in the list's order (None where quantizing or scoring fails).
+            The metric of each, in order (None where quantizing or scoring fails).
         """
         if self.score_settings is not None:
             return self.score_settings(float_path, settings_list)
@@ -122,9 +111,7 @@ class TechniqueContext:
 def quantize_and_score(
     context: TechniqueContext, float_path: str, settings: Mapping[str, Any]
 ) -> float | None:
-    """``float_path`` quantized with ``settings`` into a temporary file and scored; None (and
-    a log line) when either step fails: one setting that cannot be scored is not fatal to
-    the technique that asked."""
+    """``float_path`` quantized with ``settings`` and scored; None (logged) when either fails."""
     with tempfile.TemporaryDirectory(prefix="raysearch-score-") as folder:
         out = os.path.join(folder, "scored.onnx")
         try:
@@ -181,21 +168,18 @@ class Technique(abc.ABC):
 
     @abc.abstractmethod
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
-        """The identity of this technique's effect: trials whose keys are equal share its
-        work (a transformed float model, calibration).
+        """The identity of this technique's effect: trials with equal keys share its work.
 
         Args:
             settings: one setting's nested settings.
 
         Returns:
-            A string that differs exactly when the effect differs; None when ``settings``
-            leave the technique off.
+            A string that differs exactly when the effect differs; None: the technique is off.
         """
 
     @classmethod
     def switched_on(cls, settings: Mapping[str, Any]) -> bool:
-        """Whether ``settings`` switch this technique on, read without constructing it: its
-        ``include_*`` switch where it has one, else any of its settings being given."""
+        """Whether ``settings`` switch this technique on (its ``include_*`` switch or a setting)."""
         switches = [key for key in cls.settings if key.startswith("include_")]
         if switches:
             return any(bool(settings.get(key)) for key in switches)
@@ -207,8 +191,7 @@ class Technique(abc.ABC):
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
-        """Why this technique cannot apply to ``settings`` (checked with the backend's
-        refusals before a setting runs); by default, ``needs_qdq`` refuses QOperator.
+        """Why this technique cannot apply to ``settings`` (``needs_qdq`` refuses QOperator).
 
         Args:
             settings: one setting's nested settings.
@@ -315,17 +298,13 @@ _T = TypeVar("_T", bound=type[Technique])
 
 def register_technique(name: str) -> Callable[[_T], _T]:
     """Class decorator registering a :class:`Technique` under ``name`` and its settings in
-    every backend's catalogue, and recording its module for the trial actors to import.
+    every backend's catalogue.
 
     Args:
         name: the technique's name.
 
     Returns:
         The decorator, which returns the class registered.
-
-    Raises:
-        TypeError: the decorated object is not a subclass of one of the kinds.
-        ValueError: another class is registered as ``name`` already.
 
     Example:
         >>> register_technique("mine")(Technique)
@@ -353,8 +332,7 @@ def get_technique(name: str) -> type[Technique]:
     """The technique class registered as ``name``, importing a built-in one on first use.
 
     Raises:
-        ConfigError: no such technique (with the closest name), or its module cannot be
-            imported (a missing optional dependency).
+        ConfigError: no such technique, or its module cannot be imported.
     """
     if name not in _REGISTRY and name in BUILTIN_TECHNIQUES:
         try:
@@ -375,8 +353,7 @@ def available_techniques() -> list[str]:
 
 
 def technique_reject(settings: Mapping[str, Any]) -> str | None:
-    """The first refusal of a registered technique for ``settings`` (see
-    :meth:`Technique.reject`), or None.
+    """The first refusal of a registered technique for ``settings``, or None.
 
     Example:
         >>> technique_reject({"quant_format": "QOperator", "include_bias_correction": True})
@@ -390,8 +367,7 @@ def technique_reject(settings: Mapping[str, Any]) -> str | None:
 
 
 def registered_techniques() -> list[type[Technique]]:
-    """Every technique class, built-in ones imported (a built-in one whose optional
-    dependency is missing is left out: its settings are then unknown keys)."""
+    """Every technique class (a built-in one whose optional dependency is missing left out)."""
     for name in BUILTIN_TECHNIQUES:
         if name not in _REGISTRY:
             try:

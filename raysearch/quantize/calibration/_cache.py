@@ -1,25 +1,14 @@
-"""``CalibrationCache``: calibrate once, quantize many times.
+"""``CalibrationCache``: calibrate once per distinct *calibration*, quantize many times.
 
-ONNX Runtime's ``quantize_static`` calibrates on every call; most settings of a search differ
-only after calibration, so raysearch calibrates once per distinct *calibration* and hands the
-ranges (ONNX Runtime's ``TensorsData``) to the quantizer. Shared:
+Settings that differ only after calibration share the ranges (ONNX Runtime's
+``TensorsData``): MinMax per (moving average, its constant, ``CalibStridedMinMax``), with
+``CalibTensorRangeSymmetric`` applied afterwards; histograms per kind (absolute or signed)
+and bin count; an entry covering a superset of the tensors a setting needs serves it.
 
-- **MinMax**: one collection per (moving average, its constant, ``CalibStridedMinMax``);
-  ``CalibTensorRangeSymmetric`` is applied afterwards with ONNX Runtime's formula (except
-  with strides, which ONNX Runtime symmetrises one by one).
-- **Histograms**: one per histogram kind (absolute for symmetric Percentile, signed for the
-  rest) and bin count; ``num_quantized_bins``, ``CalibPercentile`` and ``scenario`` never
-  cause inference.
-- **Tensor sets**: an entry covering a superset of the tensors a setting needs serves it.
-
-Histograms are bit-identical to ONNX Runtime's on finite data with bounded memory: a first
-pass finds each tensor's range, then the outputs are binned at once when they fit in
-``memory_budget``, else batch by batch in a second pass. Non-finite activations (NaN, +-inf,
-+-the type's largest value: attention masks) are left out of ranges and histograms, and
-counted in the log. The key holds the providers' names, not their options: CPU and CUDA
-entries stay apart, since their kernels may round differently. Entries live in a bounded
-in-memory LRU and, given a ``cache_dir``, on disk under a per-key file lock, so that
-concurrent processes calibrate once.
+Histograms are bit-identical to ONNX Runtime's on finite data, binned at once within
+``memory_budget``, else in a second pass. Non-finite activations (and +-the type's largest
+value) are left out and counted. The key holds the providers' names: CPU and CUDA entries stay
+apart. Entries live in a bounded LRU and, given a ``cache_dir``, on disk under a per-key lock.
 
 Example:
     >>> request = CalibrationRequest.from_settings({"calibrate_method": "Percentile",

@@ -1,36 +1,19 @@
-"""The ``"weight_only"`` backend: ONNX Runtime's ``MatMulNBitsQuantizer`` (weight-only blocked
-4/8-bit weights, float activations), with every setting of
-:mod:`raysearch.quantize.backends.weight_only.options` passed to it.
+"""The ``"weight_only"`` backend: ONNX Runtime's ``MatMulNBitsQuantizer`` (blocked 4/8-bit
+weights, float activations), with every setting of ``weight_only.options``.
 
-Per-node choices: ONNX Runtime's blocked RTN and HQQ quantize every selected node at one
-``bits``, ``block_size`` and symmetry, so a model whose nodes differ (node lists,
-``node_settings``) is one pass of the quantizer per distinct choice (the 8-bit nodes of an HQQ
-setting are rounded by RTN: HQQ's 8-bit MatMulNBits does not run on CPU): a node quantized in
-one pass is a ``MatMulNBits`` the later passes leave alone, and each pass excludes every node
-of another choice and those kept float. k-quant goes through ONNX Runtime's
-neural-compressor path, which reads ``bits`` and the block from a per-node configuration
-only (its global ``bits`` is ignored there): its nodes are one pass, each with its own entry.
-``accuracy_level`` is passed to the quantizer and set on every ``MatMulNBits`` node written
-(HQQ's quantizer writes none). The nodes at ``algorithm: source`` go through no quantizer:
-their ``MatMulNBits`` are copied from ``weight_source`` after the passes
-(:mod:`~raysearch.quantize.backends.weight_only._source`).
+RTN and HQQ quantize every selected node at one choice, so nodes that differ are one pass per
+distinct choice, each excluding the nodes of other choices and those kept float. k-quant reads
+``bits`` and the block from a per-node configuration only: its nodes are one pass. The nodes
+at ``algorithm: source`` are copied from ``weight_source`` after the passes (``_source``).
+No calibration: the weights alone are read.
 
-No calibration: RTN, HQQ and k-quant read the weights alone, and the backend never touches
-the calibration data or its cache.
-
-A float model with external data (every model over 2 GB) is never held whole: the backend
-keeps its graph without the weights, and RTN and HQQ read each weight from the file as they
-rewrite its node and drop it after
-(:mod:`~raysearch.quantize.backends.weight_only._external`), so a trial holds one float
-weight at a time beside the quantized model it writes (with its own ``<name>.data`` file).
-k-quant, which quantizes the whole model at once, reads the weights in for its pass.
+A float model with external data is never held whole: RTN and HQQ read each weight as they
+rewrite its node (``_external``); k-quant reads the weights in for its pass.
 
 Example:
     >>> from raysearch.quantize.backends.weight_only._backend import WeightOnlyBackend
     >>> WeightOnlyBackend.reject({"algorithm": "gptq"})[:40]
     'algorithm gptq is refused: ONNX Runtime '
-    >>> with WeightOnlyBackend("model.onnx", calibration) as backend:   # doctest: +SKIP
-    ...     info = backend.quantize({"block_size": 32, "symmetric": False}, "int4.onnx")
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""A float model with external data (every model over 2 GB) quantized without holding its
-weights: each weight is read from its file when ONNX Runtime's quantizer rewrites its node,
-into a graph of its own that is dropped once the node is rewritten.
+"""A float model with external data quantized without holding its weights.
 
-``MatMulNBitsQuantizer`` walks the graph and hands each node it quantizes to its node
-quantizer (``node_quantizer.quantize(node, graph_stack)``), which looks the node's weight up
-in the graphs of ``graph_stack``, innermost first, and adds the quantized weight to the graph
-it found it in. :func:`weights_on_demand` wraps that call: the node's external tensors are
-read into a scratch graph put innermost on the stack, so the quantizer reads them there and
-writes its quantized tensors there; those are moved to the graph of the float weight, and the
-scratch graph, with the float data, goes. The float weight in the model stays a reference
-into the float model's file that nothing reads any more (the quantizer's
-``clean_initializers`` drops it). A separate graph, not the model's own tensor read and
-cleared: ``protobuf``'s arena keeps the bytes of a cleared field until the whole message goes.
-What no pass rewrote (embeddings, nodes kept float) is read in by :func:`load_remaining`
-before the model is written.
+:func:`weights_on_demand` wraps ``MatMulNBitsQuantizer``'s node quantizer: the node's
+external tensors are read into a scratch graph put innermost on ``graph_stack``, where the
+quantizer reads them and writes its quantized tensors; those move to the float weight's graph
+and the scratch graph goes (a separate graph: protobuf's arena keeps a cleared field's bytes).
+What no pass rewrote is read in by :func:`load_remaining` before the model is written.
 
 Example:
     >>> import onnx

@@ -1,24 +1,12 @@
-"""Weights a library wrote (``algorithm: source``): a node's ``MatMulNBits`` taken as the model
-of ``weight_source`` stores it.
+"""Weights a library wrote (``algorithm: source``): a node's ``MatMulNBits`` taken from
+``weight_source`` (an ONNX model or an onnxruntime-genai folder, e.g. AutoRound's through the
+builder).
 
-Libraries that round better than round-to-nearest (AutoRound, GPTQ, AWQ) work on the Hugging
-Face checkpoint, and onnxruntime-genai's builder turns their output into a genai folder whose
-``MatMulNBits`` hold the library's 4-bit weights. Such a folder (or any ONNX model with
-``MatMulNBits`` nodes) is a source of per-node choices: a weight MatMul of the float model at
-``algorithm: source`` is replaced by the source's node of the same name, its packed weights,
-scales and zero points copied as they are. The names are matched as the tools write them: the
-same name, ONNX Runtime's quantizer's ``<name>_Q4``/``_Q8``, or the builder's ``.../MatMulNBits``
-for the float export's ``.../MatMul``.
-
-A source node is taken only where it is the node's choice exactly: the same weight shape
-(``K`` rows, ``N`` columns), ``bits`` and ``block_size``; ``symmetric`` says whether zero
-points are written. A source whose zero points are all the midpoint (``2**(bits-1)``, what
-``MatMulNBits`` assumes without them; GPTQ's format writes them so for symmetric weights) is
-symmetric: they are dropped, the same weights in fewer bytes. An asymmetric choice of a source
-node without zero points gets midpoint ones (the same weights, the bytes the choice counts).
-Anything else (another shape, bits or block, zero points elsewhere than the midpoint for a
-symmetric choice, a ``g_idx`` or bias input the float MatMul does not have) is refused in one
-line (:func:`source_refusal`) before anything runs.
+A float MatMul is matched by name (the same, ``<name>_Q4``/``_Q8``, or ``.../MatMulNBits`` for
+``.../MatMul``) and taken only where its weight shape, ``bits`` and ``block_size`` match the
+choice. Zero points all at the midpoint are dropped for a symmetric choice; an asymmetric
+choice without zero points gets midpoint ones. Anything else is refused in one line
+(:func:`source_refusal`) before anything runs.
 
 Example:
     >>> float_name("/model/layers.0/attn/qkv_proj/MatMulNBits")

@@ -1,20 +1,11 @@
 """Sensitivity analysis: which tensors lose the accuracy when quantized.
 
-For a *base* setting (a quantized model), every quantized activation tensor is ranked by how
-much its quantization costs:
-
-- :func:`sqnr_ranking`, one pass: the signal-to-quantization-noise ratio of each tensor
-  against its own quantize-dequantize in the base model (ONNX Runtime's ``qdq_loss_debug``),
-  streamed over a subset of the calibration data; lowest first. The SQNR is the median over
-  the tensor's channels: a whole-tensor SQNR is dominated by an outlier channel, which
-  quantizes well, while the channels it crushes are what the model loses.
-- :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time,
-  for the ``candidates`` lowest-SQNR entries; best first (on Ray, scored in parallel).
-
-A ranking is computed once per (model, data, base setting, method), kept on disk by
-:class:`SensitivityStore`, and written to ``sensitivity.parquet``. Each entry names the node
-that promoting acts on (the tensor's quantized producer, else its first quantized consumer)
-and ``group``, its block between normalisations (Neural Compressor's block-wise fallback).
+For a base setting, each quantized activation tensor is ranked by :func:`sqnr_ranking` (one
+pass: the median over channels of the SQNR against its own quantize-dequantize, ONNX Runtime's
+``qdq_loss_debug``; lowest first) or :func:`metric_ranking` (the search's metric with one
+entry promoted at a time, for the ``candidates`` lowest-SQNR entries; best first). A ranking
+is kept by :class:`SensitivityStore` and written to ``sensitivity.parquet``; each entry names
+the node promoting acts on and ``group``, its block between normalisations.
 
 Example:
     >>> entry = SensitivityEntry("t", "mm", "MatMul", "block0", sqnr_db=12.5)
