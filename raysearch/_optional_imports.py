@@ -1,17 +1,10 @@
-"""Importing the output writers' libraries without the optional packages they try for
-features raysearch does not use.
-
-``tensorboardX`` imports PyTorch when installed, only to accept PyTorch tensors,
-``optuna.importance`` scikit-learn for evaluators raysearch does not use, and
-``optuna.visualization`` matplotlib for figures the report does not draw (the command's
-``plots/`` are drawn in a process of their own, :class:`~raysearch.outputs.PlotProcess`):
-heavy imports in the driver while its trials run. A meta-path finder refuses those imports to
-those importers only. It holds for the whole process, so only the ``raysearch`` command,
-whose process ends with the search, installs it.
+"""The output writers' libraries imported without the heavy optional packages they try for
+features raysearch does not use (PyTorch for tensorboardX, scikit-learn and matplotlib for
+Optuna): a meta-path finder refuses those imports to those importers, for the whole process,
+so only the ``raysearch`` command installs it.
 
 Example:
     >>> skip_unused_optional_imports()
-    >>> skip_unused_optional_imports()  # once is enough; a second call changes nothing
 """
 
 from __future__ import annotations

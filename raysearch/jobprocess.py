@@ -1,20 +1,7 @@
-"""A Python process of its own on the driver for one job of a search's end: started while the
-trials run (its imports, and any warm-up, paid then instead of after the last trial), handed
-one pickled job, answering once.
-
-The driver's threads share one interpreter lock, so work done beside the driver's own (latency
-timed alone, plots drawn while the driver writes the report) runs in such a process instead.
-The process reads its job on standard input and answers on standard output, pickled (anything
-else written to standard output goes to standard error); it ends after its answer, or as soon
-as its standard input closes: :meth:`JobProcess.close`, or the driver's end however it comes.
-Ctrl-C reaches the terminal's whole process group: the driver ends the process, which ignores
-it.
-
-Example:
-    >>> process = JobProcess("raysearch.search._latency_timer")
-    >>> process.start()                     # while the trials run      # doctest: +SKIP
-    >>> process.submit({"models": ...})     # after the last one        # doctest: +SKIP
-    >>> process.answer()                    # {"answer": ...} or {"error": "..."} # doctest: +SKIP
+"""A process of the driver's own for one job of a search's end, started while the trials run,
+handed one pickled job on standard input, answering once on standard output (the driver's
+threads share one interpreter lock). It ends after its answer or when its input closes, and
+ignores Ctrl-C (the driver ends it).
 """
 
 from __future__ import annotations

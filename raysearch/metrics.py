@@ -1,14 +1,8 @@
-"""The built-in metrics: one table of name, function, direction and range (:data:`METRICS`),
-and the metric maths.
+"""The built-in metrics (:data:`METRICS`: name, function, direction, range) and their maths.
 
-Built-in metrics compare the quantized model's outputs with the float model's on the evaluation
-data: each sample's outputs are flattened and concatenated into one vector ``q`` (quantized)
-and ``f`` (float), a metric is computed per sample in float64 (the ``metric_*`` functions) and
-averaged over the samples; when the outputs disagree on the number of samples, all outputs
-together are one sample. The language-model metrics (``kl``, ``top1_agreement``,
-``perplexity``) read the next-token logits (:func:`logits_output`), each a mean over every
-position of each sequence; a score carries all three with paired bootstrap intervals
-(:func:`metric_interval`) as extras.
+Each sample's outputs are flattened into one vector, a metric is computed per sample in
+float64 and averaged (outputs that disagree on the sample count are one sample). The
+language-model metrics read the next-token logits (:func:`logits_output`).
 
 Example:
     >>> METRICS["cos"].higher_is_better, BUILTIN_METRICS["L2"]

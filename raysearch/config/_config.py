@@ -1,10 +1,4 @@
-"""``SearchConfig``: one typed, fully validated config, loaded from YAML or a dict.
-
-Everything is checked before Ray starts: unknown keys (with the closest known key suggested),
-types, ranges, the search spaces, the model file's header, the evaluator's import path. Names
-from a fixed vocabulary (metrics, algorithms, predefined spaces, a setting's choices) are read
-in any case and kept as their canonical spelling. Every error is a
-:class:`~raysearch.errors.ConfigError` whose message names the key path.
+"""``SearchConfig``: one typed config from YAML or a dict, every key checked before Ray starts.
 
 Example:
     >>> cfg = SearchConfig.from_dict({

@@ -1,19 +1,10 @@
-"""The ``loggers`` key: Ray Tune's own experiment loggers a search reports its trials to.
-
-``loggers`` names Ray's logger callbacks (``mlflow``, ``wandb``), as a list or as a mapping
-of each name to its settings. Each setting is checked against the callback's signature (for
-W&B, ``wandb.init``'s too), its value against the parameter's annotated type, and a logger
-whose package is missing is refused naming the extra, so that a search never starts to fail
-at its first trial. Ray and the logger's package are imported only when the key is given.
+"""The ``loggers`` key: Ray Tune's MLflow and W&B logger callbacks, as a list or a mapping to
+their settings, each checked against the callback's signature (and ``wandb.init``'s) and a
+missing package refused naming the extra. Ray is imported only when the key is given.
 
 Example:
     >>> parse_loggers(None)
     ()
-    >>> try:
-    ...     parse_loggers(["tensorboard"])
-    ... except ConfigError as exc:
-    ...     print(exc)
-    loggers[0]: unknown logger 'tensorboard'; expected one of mlflow, wandb
 """
 
 from __future__ import annotations

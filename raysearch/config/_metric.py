@@ -1,10 +1,6 @@
 """The metric keys of a config: ``metric``, ``tolerance``, ``tolerance_mode``,
-``higher_is_better`` and ``metric_key``, checked together.
-
-Names come from :mod:`raysearch.metrics` and are matched in any case. A tolerance that no
-trial can meet, or that every trial meets, is refused; one that is merely odd is logged. A
-custom evaluator (an import path, or from Python a function, named ``module:qualname``) is
-checked by the evaluate stage's loader, imported only then.
+``higher_is_better`` and ``metric_key``, checked together (a tolerance no trial or every
+trial meets is refused).
 
 Example:
     >>> parse_metric_settings({"metric": "COSINE", "tolerance": 0.99})

@@ -1,21 +1,12 @@
-"""``objectives`` and ``select``: what the Pareto front of the candidates is over, and which
-candidate ``best/`` holds.
-
-``objectives`` lists any of ``metric`` (required: the tolerance decides the candidates by
-it), ``latency_ms`` and ``model_size_mb``, and with a language-model metric
-``decode_latency_ms`` and ``prefill_latency_ms``. ``select`` picks ``best/`` among the
-candidates: ``metric`` (the default), ``latency``, ``size``, or with a language-model metric
-``decode_latency`` or ``prefill_latency``. With several objectives the multi-objective Optuna
-samplers sample on every one, CMA-ES is refused, and the other strategies order their trials
-by the metric (:func:`check_objectives_algo` says which in one line).
+"""``objectives`` (the Pareto front's axes: ``metric`` first, ``latency_ms``, ``model_size_mb``,
+and for a language model ``decode_latency_ms``, ``prefill_latency_ms``) and ``select`` (which
+candidate ``best/`` holds).
 
 Example:
     >>> parse_objectives({"objectives": ["metric", "model_size_mb"], "select": "size"})
     (('metric', 'model_size_mb'), 'size')
     >>> parse_objectives({})
     (('metric',), 'metric')
-    >>> parse_objectives({"metric": "kl", "objectives": ["metric", "decode_latency_ms"]})
-    (('metric', 'decode_latency_ms'), 'metric')
 """
 
 from __future__ import annotations

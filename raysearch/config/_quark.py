@@ -1,11 +1,5 @@
-"""AMD Quark's AutoSearch (v1) and AutoSearchPro configs read as raysearch's (the machinery:
-:mod:`raysearch.config._dialects`).
-
-Top-level names are mapped (``search_metric`` -> ``metric``, ``n_trials`` ->
-``stop.iteration_limit``, ``model_input`` -> ``model``, ``two_stage_search: true`` ->
-``search_algo: TwoStage``, ...), dropped when they ask for what raysearch does anyway
-(``base_framework: onnx``, ``search_evaluator: None``) or refused with why. Spaces are read
-by :mod:`raysearch.config._quark_space`.
+"""AMD Quark's AutoSearch (v1) and AutoSearchPro configs read as raysearch's: top-level names
+mapped, dropped when raysearch does them anyway, or refused with why; spaces by ``_quark_space``.
 
 Example:
     >>> from raysearch.errors import ErrorCollector

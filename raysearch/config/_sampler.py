@@ -1,20 +1,10 @@
-"""An Optuna sampler of the user's: ``search_algo`` given as a sampler instance from Python, and
-``sampler_options``, the keyword arguments of the sampler a ``search_algo`` name builds.
-
-A sampler instance runs as given inside Ray Tune's ``OptunaSearch`` (neither fitted to the
-budget nor reseeded), named after the built-in sampler strategy of its class (``TPE`` for a
-``TPESampler``), ``Sampler`` for any other. ``sampler_options`` go to the sampler a sampler
-strategy's name builds, over what raysearch fitted, each checked against the class's
-signature; the staged strategies keep their fitted samplers and take none.
+"""``search_algo`` as an Optuna sampler instance (run as given, named after its class's
+strategy) and ``sampler_options`` (keyword arguments of the sampler a name builds, checked
+against its signature; the staged strategies take none).
 
 Example:
     >>> parse_sampler_options(None, "Auto", None)
     {}
-    >>> try:
-    ...     parse_sampler_options({"n_startup_trials": 5}, "Auto", None)
-    ... except ConfigError as exc:
-    ...     print(exc.path)
-    sampler_options
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""``builtin:`` paths: names a config may give instead of a file, for data raysearch ships.
-
-What is behind each name is built only when a path is resolved (the demo's magika model and
-data); the config stage never imports the demo itself.
+"""``builtin:`` paths: names a config may give instead of a file, built when resolved.
 
 Example:
     >>> is_builtin("builtin:magika"), is_builtin("model.onnx")
     (True, False)
     >>> resolve_builtin("builtin:magika").name
     'model.onnx'
-    >>> resolve_builtin("builtin:nope")
-    Traceback (most recent call last):
-    ...
-    KeyError: 'nope'
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Reading and rewriting ONNX Runtime's QDQ models: quantized constants, scales, zero points,
-and the float model's tensors for them (shared by the bias-correction and power-of-two
-techniques).
-
-What ONNX Runtime writes (``QuantFormat.QDQ``): a weight ``w`` becomes ``w_quantized`` read by
-``DequantizeLinear``; an activation passes a ``QuantizeLinear``/``DequantizeLinear`` pair (a
-graph output ``y`` renamed ``y_QuantizeLinear_Input`` before it); a Conv/Gemm bias becomes
-int32 with scale ``input_scale * weight_scale``; the constant of a MatMul's following Add is
-quantized like an activation.
+"""Reading and rewriting ONNX Runtime's QDQ models (``w_quantized`` read by
+``DequantizeLinear``, Q/DQ pairs on activations, int32 biases): shared by the bias-correction
+and power-of-two techniques.
 
 Example:
     >>> q = quantize(np.array([0.5, -1.0, 3.0]), np.float32(0.5), np.int8(0), -128, 127)

@@ -1,15 +1,13 @@
-"""Private folders in the shared temporary directory: working folders named after their
-process, so that those a killed process left are removed by the next one, and
-:func:`private_dir`, the one rule for a folder of fixed name: anyone may create a fixed name
-in ``/tmp`` first, so one found there is used only when it is this user's, no link and
-writable by no one else, else refused with :class:`UnsafeFolderError`.
+"""Private folders in the shared temp dir: working folders named after their process (a killed
+process's are removed by the next), and :func:`private_dir` for a fixed name: used only when
+this user's, no link and writable by no one else, else :class:`UnsafeFolderError`.
 
 Example:
     >>> folder = make_workdir("raysearch-doc")
     >>> folder.name.startswith(f"raysearch-doc-{os.getpid()}-")
     True
     >>> shutil.rmtree(folder)
-    >>> root = tempfile.mkdtemp()            # the temp dir, by default
+    >>> root = tempfile.mkdtemp()
     >>> mine = private_dir("raysearch-models", root=root)
     >>> oct(mine.stat().st_mode & 0o777), mine.parent.name == f"raysearch-{os.getuid()}"
     ('0o700', True)

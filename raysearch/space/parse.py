@@ -1,16 +1,9 @@
 """Parse both search-space dialects into one :mod:`~raysearch.space.tree`.
 
-Flat dialect: nested dicts of lists. Each key's list holds its choices; a nested dict is a group
-whose keys vary independently; a single-choice list (or a bare scalar) is a fixed setting.
-
-Conditional dialect: the same, plus groups holding ``only_if`` (active only when the condition
-holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
-``{type: categorical, choices: [...]}`` and joint parameters
-(``{joint: [a, b], choices: [[...], ...]}``: one choice sets several settings).
-
-Every key and value is checked against the settings catalogue of each backend it can be
-active with (:mod:`raysearch.space._schema`), unknown keys with the closest known one
-suggested.
+Flat: nested dicts of lists (a list's choices; a nested dict a group; a scalar fixed).
+Conditional: the same, plus ``only_if`` groups, ranges ``{type, low, high, step?, log?}``,
+``{type: categorical, choices}`` and joint parameters ``{joint: [a, b], choices}``. Keys and
+values are checked against the catalogue of each backend they can be active with.
 
 Example:
     >>> parsed = parse_space({"per_channel": [True, False], "quantizer": "ort"})

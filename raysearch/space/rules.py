@@ -1,12 +1,6 @@
-"""Validity rules: settings that cannot be meant, found before they run.
-
-Each rule is a named function of a point (the flat ``{key path: value}`` dict a searcher
-produced) returning the key paths that are meaningless in it; raysearch strips those keys, so
-``MinMax`` with ``CalibPercentile: 99.99`` becomes plain ``MinMax``, and a grid then drops the
-duplicates this creates. The number of settings each rule dropped is reported.
-
-A rule declares with :func:`reads` which keys' values it looks at, so that a grid memoises it
-on the key names and those values instead of calling it for every setting.
+"""Validity rules: each a function of a point returning the key paths meaningless in it, which
+are stripped (``MinMax`` with ``CalibPercentile`` is plain ``MinMax``). :func:`reads` names
+the keys a rule looks at, so a grid memoises it on them.
 
 Example:
     >>> percentile_without_percentile_method(

@@ -1,19 +1,9 @@
-"""The ``"nncf"`` backend: OpenVINO NNCF's post-training quantization of the ONNX model.
+"""The ``"nncf"`` backend: OpenVINO NNCF's ``nncf.quantize`` on the ONNX model, a QDQ model out.
 
-``nncf.quantize`` runs on the ONNX model itself and writes a QDQ model that ONNX Runtime
-evaluates like the ``ort`` backend's; its settings are NNCF's own
-(``raysearch.quantize.backends.nncf.options``). NNCF is imported only when a backend is
-built, so a config naming ``quantizer: nncf`` is checked without it.
-
-Reused across the trials of a process: the float model, prepared once (``Constant`` weights
-as initializers; opset raised to 13, below which NNCF quantizes weights per tensor), and the
-calibration data as one ``nncf.Dataset``. NNCF 3.4 caches no statistics for ``nncf.quantize``
-on ONNX: every trial collects them again, on its providers
-(:mod:`raysearch.quantize.nncf_runtime`).
-
-Techniques rewrite NNCF's QDQ output as they rewrite ONNX Runtime's; mixed precision is
-refused (its ranking reads ONNX Runtime's Q/DQ names); node names a tensor-override
-technique keeps float join ``ignored_scope.names``.
+NNCF is imported only when a backend is built. The prepared float model (``Constant`` weights
+as initializers, opset at least 13) and the ``nncf.Dataset`` are reused across a process's
+trials; the statistics are collected again each trial (NNCF caches none on ONNX). Mixed
+precision is refused; nodes a technique keeps float join ``ignored_scope.names``.
 
 Example:
     >>> NncfBackend.reject({"model_type": "transformer", "fast_bias_correction": False})[:35]

@@ -1,13 +1,7 @@
-"""The ``"nncf_weight_only"`` backend: OpenVINO NNCF's ``nncf.compress_weights`` on the ONNX
-model, with every setting of :mod:`raysearch.quantize.backends.nncf_weight_only.options`
-passed to it, and what NNCF 3.4 writes that ONNX Runtime computes wrongly repaired
-(:mod:`~raysearch.quantize.backends.nncf_weight_only._repair`).
-
-Only the settings a point gives are passed. ``quantize_embeddings: false`` and ``nodes_float``
-become NNCF's ``ignored_scope``, and the calibration data is passed where a setting reads it,
-NNCF then running on the trial's providers. A value info that declares an initializer another
-shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape inference
-refuses, is dropped. NNCF is imported only when a backend is built.
+"""The ``"nncf_weight_only"`` backend: NNCF's ``nncf.compress_weights`` on the ONNX model, with
+the settings a point gives (``quantize_embeddings: false`` and ``nodes_float`` as its
+``ignored_scope``; calibration data where a setting reads it), its output repaired
+(``_repair``). A value info shaped unlike its initializer is dropped (NNCF refuses it).
 
 Example:
     >>> NncfWeightOnlyBackend.reject({"gptq": True}).split(":")[0]

@@ -1,19 +1,10 @@
-"""The PyTorch half of fast fine-tuning: AdaRound and AdaQuant on one layer.
+"""The PyTorch half of fast fine-tuning (imported only when it runs): :func:`fit_layer` learns a
+layer's integer weights minimising ``|| f(W_q, X_q) - Y ||^2``.
 
-Imported only when fine-tuning runs. Given a layer's inputs in the quantized model ``X_q`` and
-its float output ``Y``, :func:`fit_layer` looks for integer weights ``q`` of
-``W_q = s * (clip(q, qmin, qmax) - zp)`` (and, for AdaQuant, a bias) minimising
-``|| f(W_q, X_q) - Y ||^2``:
-
-- AdaRound (Nagel et al. 2020, "Up or Down?"): ``q = floor(W / s) + h(V) + zp`` with the
-  rectified sigmoid ``h``, a rounding regulariser ``lambda * sum(1 - |2h(V) - 1|^beta)``
-  (lambda 0.01, off for the first 20% of iterations, then beta annealed linearly from 20 to
-  2) and, at the end, ``h(V) >= 0.5`` rounds up.
-- AdaQuant (Hubara et al. 2021): the float weight and the bias are learned directly, with
-  straight-through rounding.
-
-Both start from nearest rounding, and a layer keeps its current weights when the result does
-not lower the reconstruction error on the data it was fitted on.
+AdaRound (Nagel et al. 2020): ``q = floor(W / s) + h(V) + zp`` with a rounding regulariser
+(lambda 0.01, off for the first 20% of iterations, beta annealed 20 -> 2). AdaQuant (Hubara
+et al. 2021): weight and bias learned with straight-through rounding. Both start from nearest
+rounding; a layer keeps its weights when the result does not lower the error.
 """
 
 from __future__ import annotations

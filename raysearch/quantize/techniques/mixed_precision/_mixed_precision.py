@@ -1,20 +1,10 @@
 """Mixed precision: the most sensitive tensors get 16-bit activations or stay in float.
 
-The ``mixed_precision`` settings (a mapping, searched like ``extra_options``):
-
-- ``top_k``: the k most sensitive entries are promoted to ``promote_to``: ``int16`` (16-bit
-  activations of the base's signedness, as ONNX Runtime's ``TensorQuantOverrides``) or
-  ``float`` (the entry's node in ``nodes_to_exclude``).
-- ``promote_weights``: ``true`` gives each node promoted to 16 bits a 16-bit weight too
-  (A16W16), for where the 8-bit weights lose the accuracy; default ``false``.
-- ``rank_by``: ``sqnr`` (one pass) or ``metric`` (the ``candidates`` lowest-SQNR entries
-  measured with the search's metric, one promoted at a time).
-- ``rank_1`` ... ``rank_16``: ``int8``, ``int16`` or ``float`` for the entry of that rank,
-  over what ``top_k`` says: per-entry choices for a sampler or a fallback's revert pass.
-- ``samples``: calibration samples of the SQNR pass (default 32).
-
-The ranking is computed for the trial's *base* setting (every technique's settings removed),
-once per node and key; the trial records ``promoted`` and ``ranked``.
+The ``mixed_precision`` settings: ``top_k`` (the k most sensitive entries promoted to
+``promote_to``: ``int16`` or ``float``), ``promote_weights`` (16-bit weights too; false),
+``rank_by`` (``sqnr`` or ``metric``), ``rank_1`` ... ``rank_16`` (a per-entry choice over
+``top_k``'s) and ``samples`` (of the SQNR pass; 32). The ranking is for the trial's base
+setting (every technique removed); the trial records ``promoted`` and ``ranked``.
 
 Example:
     >>> precisions({"top_k": 2, "rank_2": "float", "rank_3": "int16"}, 4)
