@@ -55,8 +55,7 @@ _KEEP = 4
 
 @dataclass
 class Plan:
-    """The active techniques of one trial, by kind, with their effect keys, and the settings
-    the backend gets (every technique's settings removed)."""
+    """One trial's active techniques by kind, with effect keys, and the backend's settings."""
 
     backend_settings: Mapping[str, Any]
     float_steps: list[tuple[FloatModelTransform, str]] = field(default_factory=list)
@@ -150,8 +149,7 @@ def merge_overrides(settings: Mapping[str, Any], overrides: TensorOverrides) -> 
 
 
 class TechniquePipeline:
-    """Applies techniques for the trials of one process on the float model at
-    ``model_path`` with ``calibration``; techniques get ``providers`` and ``threads``."""
+    """Applies techniques for one process's trials on the float model at ``model_path``."""
 
     def __init__(
         self,

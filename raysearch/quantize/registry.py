@@ -182,8 +182,7 @@ class QuantizerBackend(abc.ABC):
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
-        """Release temporary files and sessions (called when the process is done); by default
-        nothing."""
+        """Release temporary files and sessions when the process is done; by default nothing."""
 
     def __enter__(self) -> QuantizerBackend:
         return self

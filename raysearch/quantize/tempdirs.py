@@ -32,8 +32,7 @@ _swept: set[str] = set()
 
 
 def make_workdir(prefix: str) -> Path:
-    """A new folder ``<tmp>/<prefix>-<pid>-<random>``; the first call per prefix and process
-    also removes folders of that prefix whose process no longer exists."""
+    """A new folder ``<tmp>/<prefix>-<pid>-<random>``, stale ones of the prefix swept first."""
     if prefix not in _swept:
         _swept.add(prefix)
         sweep_stale(prefix)
@@ -41,8 +40,7 @@ def make_workdir(prefix: str) -> Path:
 
 
 def sweep_stale(prefix: str, root: str | os.PathLike | None = None) -> int:
-    """Remove ``<prefix>-<pid>-*`` folders under ``root`` (default: the temp dir) whose process
-    is gone; returns how many were removed."""
+    """Remove ``<prefix>-<pid>-*`` folders under ``root`` whose process is gone; how many."""
     folder = Path(root or tempfile.gettempdir())
     removed = 0
     try:
@@ -75,8 +73,7 @@ def _alive(pid: int) -> bool:
 
 
 class UnsafeFolderError(InputError):
-    """A temporary folder of fixed name that this user must not trust: another user's, a link,
-    or writable by others (one line naming the folder and why)."""
+    """A fixed-name temp folder not to trust: another user's, a link, or writable by others."""
 
 
 def _uid() -> int | None:
@@ -94,8 +91,7 @@ def _user_name(uid: int) -> str:
 
 
 def check_private(path: str | os.PathLike) -> None:
-    """Refuse ``path`` unless it is a folder (not a link) of this user that no one else may
-    write to (:class:`UnsafeFolderError`)."""
+    """Refuse ``path`` unless it is a folder (no link) of this user no one else may write to."""
     path = Path(path)
     uid = _uid()
     if uid is None:  # no owners to check (Windows): the user's own TEMP folder

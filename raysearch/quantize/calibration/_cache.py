@@ -85,8 +85,7 @@ class CalibrationCache:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """``calibrations``, ``inference_passes``, ``inference_batches``, ``memory_hits``,
-        ``disk_hits``, ``lock_waits``, ``calibration_s``."""
+        """The counters and ``calibration_s``."""
         return asdict(self._stats)
 
     @property
@@ -195,9 +194,7 @@ class CalibrationCache:
         names: frozenset[str],
         providers: list[Any],
     ) -> dict[str, tuple[Any, ...]]:
-        """Histograms of ``names``: pass one's ranges (cached under their own key, shared by
-        every histogram kind and bin count), then the binning, from the outputs pass one kept
-        when they fitted in ``memory_budget`` or from a second pass."""
+        """Histograms of ``names``: pass one's ranges (cached on their own), then the binning."""
         start = time.perf_counter()
         stats_key = (*base, "stats")
         method = CalibrationMethod[request.method]

@@ -100,8 +100,7 @@ class CalibrationRequest:
     def from_settings(
         cls, settings: Mapping[str, Any], catalogue: Catalogue | None = None
     ) -> CalibrationRequest:
-        """Read the collection fields from the catalogue's calibration keys
-        (:func:`calibration_values`) and the computation fields from ``extra_options``."""
+        """Read the collection fields from the calibration keys, the rest from ``extra_options``."""
         collected = calibration_values(settings, catalogue)
         extra = dict(settings.get("extra_options") or {})
         method = collected.get("calibrate_method") or "MinMax"
@@ -162,9 +161,7 @@ class CalibrationRequest:
 
 
 def tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
-    """The tensors ONNX Runtime calibrates for ``op_types`` on a shape-inferred ``model``:
-    float and float16 inputs and outputs of the nodes of those op types, initializers excluded
-    (the rule of ``CalibraterBase.select_tensors_to_calibrate``), sorted."""
+    """The tensors ONNX Runtime calibrates for ``op_types`` (``select_tensors_to_calibrate``)."""
     value_infos = {vi.name: vi for vi in model.graph.value_info}
     value_infos.update({o.name: o for o in model.graph.output})
     value_infos.update({i.name: i for i in model.graph.input})

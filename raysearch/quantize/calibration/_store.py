@@ -60,8 +60,7 @@ class CacheStats:
 
 
 class EntryStore:
-    """Entries by key, in memory (at most ``max_entries``) and under ``cache_dir`` (None: in
-    memory only); hits are counted in ``stats``."""
+    """Entries by key, in memory (at most ``max_entries``) and under ``cache_dir``."""
 
     def __init__(self, cache_dir: Path | None, max_entries: int, stats: CacheStats) -> None:
         self.cache_dir = cache_dir
@@ -77,8 +76,7 @@ class EntryStore:
     def lookup(
         self, key: tuple[Any, ...], kind: str, names: frozenset[str], *, waited: bool = False
     ) -> tuple[Entry | None, bool]:
-        """An entry covering ``names``, from memory or disk, and whether that was a cache hit
-        (``waited``: after waiting on the key's lock, another trial's calibration, no hit)."""
+        """An entry covering ``names`` from memory or disk, and whether that was a cache hit."""
         for slot, entry in self._entries.items():
             if slot[0] == key and entry.kind == kind and names <= entry.names:
                 self._entries.move_to_end(slot)
@@ -95,8 +93,7 @@ class EntryStore:
         return not waited
 
     def store(self, key: tuple[Any, ...], entry: Entry) -> None:
-        """Keep ``entry`` in memory and, with a ``cache_dir``, on disk (a failed write is
-        logged: the entry is still served from memory)."""
+        """Keep ``entry`` in memory and, with a ``cache_dir``, on disk (a failed write is logged)."""
         self._remember(key, entry)
         if self.cache_dir is not None:
             try:

@@ -55,8 +55,7 @@ def nonoverflow_exponent(
     rmin: np.ndarray, rmax: np.ndarray, qmin: int, qmax: int, zero_point: int,
     fallback: np.ndarray | float = 0.0,
 ) -> np.ndarray:  # fmt: skip
-    """The smallest ``e`` (elementwise) with ``(qmin - zp) * 2**e <= rmin`` and
-    ``(qmax - zp) * 2**e >= rmax``; ``fallback`` where the range is all zero."""
+    """The smallest ``e`` whose symmetric range covers ``[rmin, rmax]``; ``fallback`` for zeros."""
     rmin = np.minimum(np.asarray(rmin, np.float64), 0.0)
     rmax = np.maximum(np.asarray(rmax, np.float64), 0.0)
     need = np.maximum(rmax / (qmax - zero_point), rmin / (qmin - zero_point))
@@ -79,8 +78,7 @@ def _reduce(values: np.ndarray, axis: int | None, per_channel: bool) -> tuple[np
 
 
 def _sse(values: np.ndarray, exponent: np.ndarray, elem: int, axis: int | None) -> np.ndarray:
-    """Squared error of quantizing ``values`` with scales ``2**exponent`` and the symmetric
-    zero point, per channel when ``exponent`` has more than one entry."""
+    """Squared error of quantizing ``values`` at scales ``2**exponent`` (per channel)."""
     qmin, qmax, zp = QTYPES[elem]
     # Dividing and multiplying by a power of two is exact: float32 loses nothing here.
     dtype = np.float64 if values.dtype == np.float64 else np.float32
@@ -214,8 +212,7 @@ def _weight(graph: QdqGraph, dq: onnx.NodeProto, values: np.ndarray, method: str
 def _write_constant(
     graph: QdqGraph, dq: onnx.NodeProto, values: np.ndarray, scale: np.ndarray, elem: int
 ) -> int:
-    """Write ``values`` quantized with ``scale`` and the symmetric zero point into ``dq``'s
-    own initializers; how many values saturated."""
+    """Write ``values`` quantized at ``scale`` into ``dq``'s own initializers; the saturated."""
     qmin, qmax, zp = QTYPES[elem]
     axis = next((a.i for a in dq.attribute if a.name == "axis"), None)
     if np.size(scale) > 1 and axis is None:
@@ -237,8 +234,7 @@ def to_power_of_two(
     float_inits: Mapping[str, np.ndarray],
     measure: Callable[[Mapping[str, _Activation]], None] | None = None,
 ) -> dict[str, int]:
-    """Rewrite every scale of ``graph`` to a power of two (``method``: NonOverflow or
-    MinMSE); ``measure(groups)`` sets MinMSE's activation exponents. Counts of what changed."""
+    """Rewrite every scale of ``graph`` to a power of two; counts of what changed."""
     groups = _activations(graph)
     if method == "MinMSE" and measure is not None:
         measure(groups)
@@ -286,8 +282,7 @@ def to_power_of_two(
 
 
 def _bias_sources(graph: QdqGraph, dq: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(input scale, weight scale)`` when ``dq`` is an int32 Conv/Gemm bias whose input and
-    weight are quantized, else None."""
+    """``(input scale, weight scale)`` of an int32 Conv/Gemm bias, else None."""
     if graph.elem_type(dq.input[0]) != onnx.TensorProto.INT32:
         return None
     for node in graph.consumers.get(dq.output[0], []):

@@ -143,9 +143,9 @@ NNCF_CATALOGUE = register_catalogue(
 
 
 def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | None:
-    """NNCF 3.4's BiasCorrection extracts a subgraph per biased layer; where one activation
-    feeds several biased MatMuls (attention's Q, K and V projections) after SmoothQuant, the
-    subgraph defines ``<tensor>/nncf_smooth_quant_output`` twice and ONNX Runtime refuses it."""
+    """NNCF 3.4's BiasCorrection after SmoothQuant defines a tensor twice where one feeds several
+    biased MatMuls (attention's Q, K, V): ONNX Runtime refuses the model.
+    """
     if settings.get("model_type") != "transformer":
         return None
     if settings.get("fast_bias_correction") is not False or settings.get("disable_bias_correction"):
@@ -157,9 +157,7 @@ def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | Non
 
 
 def reject_mixed_precision(settings: Mapping[str, Any]) -> str | None:
-    """Mixed precision's ranking matches Q/DQ pairs by ONNX Runtime's names, which NNCF does
-    not write: a setting that promotes something is refused (``ignored_scope`` keeps nodes
-    float)."""
+    """Mixed precision's ranking reads ONNX Runtime's Q/DQ names, which NNCF does not write."""
     options = settings.get("mixed_precision")
     if not isinstance(options, Mapping):
         return None

@@ -14,8 +14,7 @@ __all__ = ["repair_matmul_nbits"]
 
 
 def repair_matmul_nbits(model: onnx.ModelProto) -> dict[str, int]:
-    """Repair ``model``'s ``MatMulNBits`` nodes in place (see the module); how many biases were
-    dropped and how many zero-point tensors packed."""
+    """Repair ``model``'s ``MatMulNBits`` in place; the biases dropped and zero points packed."""
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -33,8 +32,7 @@ def repair_matmul_nbits(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _drop_repeated_bias(node: onnx.NodeProto, consumers: list[onnx.NodeProto]) -> bool:
-    """Inputs: A, B, scales, zero_points, g_idx, bias. A bias an ``Add`` after the node adds
-    again is dropped (with the empty inputs before it)."""
+    """Drop the bias input (A, B, scales, zero_points, g_idx, bias) a following ``Add`` adds."""
     if len(node.input) < 6 or not node.input[5]:
         return False
     bias = node.input[5]

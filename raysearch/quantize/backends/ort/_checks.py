@@ -37,8 +37,7 @@ _QUANTIZABLE_OPS = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
 
 
 def check_settings(settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto) -> None:
-    """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that are
-    no ONNX op (ONNX Runtime would ignore them silently) and node names not in ``model``."""
+    """Refuse values ONNX Runtime does not know, unknown op types and node names not in ``model``."""
     for key, enum in ENUMS.items():
         enum_value(settings, key, enum)
     op_types, node_names = _model_names(model)
@@ -62,8 +61,7 @@ ENUMS: dict[str, Any] = {
 
 
 def enum_value(settings: Mapping[str, Any], key: str, enum: Any) -> Any:
-    """The enum member named by ``settings[key]`` (default: quantize_static's), or a
-    :class:`ConfigError` naming the closest valid value."""
+    """The enum member ``settings[key]`` names (default: quantize_static's), or a ConfigError."""
     value = settings.get(key) or DEFAULTS[key]
     if value not in enum.__members__:
         names = list(enum.__members__)

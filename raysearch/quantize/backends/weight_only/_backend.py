@@ -66,9 +66,9 @@ _logger = logging.getLogger(__name__)
 
 
 def import_quantizer() -> Any:
-    """ONNX Runtime's ``matmul_nbits_quantizer`` module, imported without the
-    ``logging.basicConfig(level=INFO)`` it runs at import (which would configure the root
-    logger of the whole process), its own logger at WARNING (it logs every node at INFO)."""
+    """ONNX Runtime's ``matmul_nbits_quantizer`` imported without its root ``basicConfig``, its
+    logger at WARNING.
+    """
     import sys
 
     name = "onnxruntime.quantization.matmul_nbits_quantizer"
@@ -256,8 +256,7 @@ class WeightOnlyBackend(QuantizerBackend):
         chosen: set[str],
         embeddings: bool,
     ) -> onnx.ModelProto:
-        """One quantizer pass (RTN or HQQ) over the nodes of ``chosen`` at ``choice``, and the
-        embedding Gathers with ``embeddings``."""
+        """One RTN or HQQ pass over the nodes of ``chosen`` at ``choice`` (and ``embeddings``)."""
         from onnxruntime.quantization.quant_utils import QuantFormat
 
         mnq = import_quantizer()
@@ -312,8 +311,7 @@ class WeightOnlyBackend(QuantizerBackend):
         options: Mapping[str, Any],
         chosen: Mapping[str, NodeChoice],
     ) -> onnx.ModelProto:
-        """k-quant in one pass over ``chosen``: each node's bits and block through ONNX
-        Runtime's per-node config."""
+        """k-quant in one pass over ``chosen``, each node through ONNX Runtime's per-node config."""
         mnq = import_quantizer()
         inits = {t.name: t for t in model.graph.initializer}
         for node in model.graph.node:
@@ -343,8 +341,7 @@ class WeightOnlyBackend(QuantizerBackend):
 
 @contextlib.contextmanager
 def _quiet(torch_threads: int | None) -> Iterator[None]:
-    """The quantizer without its progress bar on stdout and PyTorch's warning about the
-    read-only weight arrays HQQ wraps (it only reads them), on ``torch_threads`` threads."""
+    """The quantizer without its progress bar and HQQ's read-only warning, on ``torch_threads``."""
     previous = None
     if torch_threads:
         import torch
@@ -374,9 +371,9 @@ def _set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
 
 
 def _k_quant_refusal(choice: NodeChoice, rows: int, node: str) -> str | None:
-    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``choice``, or None:
-    at 4 bits it packs two zero points a byte across the whole weight, then reshapes them to
-    one row per column, which fails unless each column has an even number of blocks."""
+    """Why ONNX Runtime's k-quant fails on a ``rows``-row weight at ``choice`` (at 4 bits a
+    column needs an even number of blocks), or None.
+    """
     block = choice.block_size
     blocks = -(-rows // block)
     if choice.bits != 4 or blocks % 2 == 0:

@@ -43,9 +43,7 @@ def _initializer(
 
 @contextmanager
 def weights_on_demand(quantizer: Any, base_dir: str | os.PathLike) -> Iterator[None]:
-    """While ``quantizer`` (a ``MatMulNBitsQuantizer`` over a model loaded without its
-    external data, which is in ``base_dir``) runs, each node's external tensors are read when
-    its node quantizer rewrites it, into a scratch graph dropped after (see the module)."""
+    """While ``quantizer`` runs, read each node's external tensors from ``base_dir`` on demand."""
     node_quantizer, folder = quantizer.node_quantizer, os.fspath(base_dir)
     original = node_quantizer.quantize
 
@@ -75,6 +73,5 @@ def weights_on_demand(quantizer: Any, base_dir: str | os.PathLike) -> Iterator[N
 
 
 def load_remaining(model: onnx.ModelProto, base_dir: str | os.PathLike) -> None:
-    """Read in every tensor of ``model`` still in an external file of ``base_dir`` (what no
-    pass rewrote), so that the model is written whole with its own data file."""
+    """Read in every tensor of ``model`` still external in ``base_dir`` (what no pass rewrote)."""
     load_external_data_for_model(model, os.fspath(base_dir))

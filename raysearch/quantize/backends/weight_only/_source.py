@@ -127,8 +127,7 @@ def _zero_points(tensor: onnx.TensorProto | None, bits: int, folder: Path) -> st
 
 @functools.lru_cache(maxsize=8)
 def _read(path: str, _mtime_ns: int, _size: int) -> dict[str, SourceNode]:
-    """The ``MatMulNBits`` nodes of the model at ``path`` by the float name each replaces
-    (cached by the file's time and size: a rewritten source is read again)."""
+    """The ``MatMulNBits`` nodes at ``path`` by float name (cached by the file's time and size)."""
     model = load_header(path)
     folder = Path(path).parent
     inits = {t.name: t for t in model.graph.initializer}
@@ -195,8 +194,7 @@ def source_refusal(
 def _midpoint_zero_points(
     name: str, columns: int, rows: int, choice: NodeChoice
 ) -> onnx.TensorProto:
-    """Zero points at the midpoint, packed as ``MatMulNBits`` reads them: each column's blocks
-    ``8 // bits`` to a byte."""
+    """Midpoint zero points packed as ``MatMulNBits`` reads them (``8 // bits`` to a byte)."""
     blocks = -(-rows // choice.block_size)
     midpoint = 1 << (choice.bits - 1)
     byte = (midpoint << 4) | midpoint if choice.bits == 4 else midpoint

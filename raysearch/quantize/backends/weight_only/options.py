@@ -292,8 +292,7 @@ _NODE_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
 
 
 def _reject_node_settings(settings: Mapping[str, Any]) -> str | None:
-    """A ``node_settings`` entry that is no mapping of :data:`NODE_SETTINGS`, names a node a
-    node list names, or that the top-level rules refuse for that node."""
+    """A ``node_settings`` entry that is malformed, in a node list, or refused for that node."""
     per_node = settings.get("node_settings") or {}
     listed = node_precisions(settings)
     for name, own in per_node.items():

@@ -75,8 +75,7 @@ class CLEOptions:
         )
 
     def key(self) -> str:
-        """A string that differs exactly when the options change the result (a threshold
-        that cannot act is left out)."""
+        """A string that differs exactly when the options change the result."""
         values: dict[str, Any] = {
             "steps": self.steps,
             "append_bias": self.append_bias,
@@ -90,8 +89,7 @@ class CLEOptions:
 
 
 def channel_ranges(rows: np.ndarray, balance_method: str = "max") -> np.ndarray:
-    """Each row's range: its largest absolute value (``max``) or mean absolute value
-    (``avg``)."""
+    """Each row's largest (``max``) or mean (``avg``) absolute value."""
     if balance_method == "max":
         return np.abs(rows).max(axis=1)
     if balance_method == "avg":
@@ -106,9 +104,7 @@ def equalization_scales(
     balance_method: str = "max",
     weight_threshold: float | None = None,
 ) -> np.ndarray:
-    """``s`` per channel (head row ``i`` divided by ``s_i``, tail row ``i`` multiplied), so
-    both ranges become ``sqrt(r1_i * r2_i)``; 1 for a zero range or ``r1 + r2`` below
-    ``weight_threshold``."""
+    """``s`` per channel so both ranges become ``sqrt(r1 * r2)``; 1 below ``weight_threshold``."""
     r1 = channel_ranges(head_rows, balance_method)
     r2 = channel_ranges(tail_rows, balance_method)
     usable = (r1 > 0) & (r2 > 0)
@@ -143,8 +139,7 @@ def _equalize_pair(
 
 
 def equalize_model(model: onnx.ModelProto, options: CLEOptions | None = None) -> dict[str, float]:
-    """Equalize ``model``'s qualifying layer pairs in place. Returns ``pairs`` (how many
-    qualified) and ``passes`` (how many ran)."""
+    """Equalize ``model``'s layer pairs in place; ``pairs`` and ``passes`` counts."""
     options = options or CLEOptions()
     if options.steps < 1:
         raise ValueError(f"CLESteps must be >= 1, got {options.steps}")

@@ -42,9 +42,7 @@ class LayerMismatch(ValueError):
 
 @dataclass
 class LayerProblem:
-    """One layer: its op, attributes, float weight and quantization grid (``scale`` and
-    ``zero_point`` broadcast against ``weight``), its current integer weights, and its bias
-    (float, and as the quantized model has it; None without one)."""
+    """One layer: op, attributes, float weight, quantization grid, integer weights and bias."""
 
     op_type: str
     attrs: Mapping[str, Any]
@@ -60,8 +58,7 @@ class LayerProblem:
 
 @dataclass
 class FitResult:
-    """Integer weights, the learned bias (AdaQuant with a bias, else None), the
-    reconstruction MSE of the current and of the new weights, and whether they changed."""
+    """New integer weights, AdaQuant's bias, the MSE before and after, and whether changed."""
 
     weight: np.ndarray
     bias: np.ndarray | None
@@ -73,8 +70,7 @@ class FitResult:
 
 @contextlib.contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
-    """Run torch with ``threads`` intra-op threads and cuDNN's deterministic kernels, then
-    restore what was set before."""
+    """Run torch on ``threads`` threads with deterministic cuDNN, then restore."""
     before = torch.get_num_threads()
     cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     torch.set_num_threads(max(1, int(threads)))

@@ -59,8 +59,7 @@ _DEFAULTS = {
 
 
 def precisions(options: Mapping[str, Any], ranked: int) -> list[str]:
-    """The precision of each of the ``ranked`` entries: ``int8`` (unchanged), ``int16``
-    (``QUInt16``/``QInt16`` as given) or ``float``."""
+    """The precision of each of the ``ranked`` entries: ``int8``, ``int16`` or ``float``."""
     top_k = int(options.get("top_k") or 0)
     promote = str(options.get("promote_to") or "int16")
     out = [promote if i < top_k else "int8" for i in range(ranked)]
@@ -260,8 +259,7 @@ def _activation_type(base: Mapping[str, Any]) -> str:
 def _fixed_overrides(
     model_path: str, base: Mapping[str, Any], tensors: list[str], sixteen: str
 ) -> dict[str, list[dict[str, Any]]]:
-    """``TensorQuantOverrides`` giving ``tensors`` the 16-bit type ``sixteen``, with the type
-    conversions around them that ONNX Runtime's fixer adds."""
+    """``TensorQuantOverrides`` giving ``tensors`` 16-bit type ``sixteen``, with conversions."""
     if not tensors:
         return {}
     import onnx
@@ -283,8 +281,7 @@ def _fixed_overrides(
 def _weight_overrides(
     model_path: str, base: Mapping[str, Any], nodes: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs but
-    a bias) the 16-bit type of the base weight type's signedness."""
+    """``TensorQuantOverrides`` giving the weights of ``nodes`` the 16-bit type."""
     if not nodes:
         return {}
     import onnx

@@ -79,8 +79,7 @@ class SensitivityEntry:
 
 @dataclass
 class Ranking:
-    """Entries most sensitive first, for the base setting whose identity is ``base_key``,
-    ranked ``by`` ``"sqnr"`` or ``"metric"``."""
+    """Entries most sensitive first, for base ``base_key``, ranked ``by`` sqnr or metric."""
 
     base_key: str
     by: str
@@ -117,8 +116,7 @@ class Ranking:
 
 
 class SensitivityStore:
-    """Rankings by key, in memory and (with ``cache_dir``) on disk as JSON files, computed
-    once under a file lock by the processes sharing the folder."""
+    """Rankings by key, in memory and on disk under ``cache_dir``, computed once under a lock."""
 
     def __init__(self, cache_dir: str | os.PathLike | None) -> None:
         self.cache_dir = Path(cache_dir) / "sensitivity" if cache_dir else None
@@ -154,8 +152,7 @@ def _read(path: Path | None) -> Ranking | None:
 
 
 def node_groups(model: onnx.ModelProto) -> dict[str, str]:
-    """Node name -> ``block<i>``: ``i`` counts the normalisations before the node in graph
-    order (a ``LayerNormalization`` or a decomposed one, seen as ``Sub(x, mean(x))``)."""
+    """Node name -> ``block<i>``, ``i`` the normalisations before it in graph order."""
     producers = {o: n for n in model.graph.node for o in n.output}
 
     def mean_of(tensor: str, source: str) -> bool:
@@ -183,8 +180,7 @@ def node_groups(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _quantized_nodes(qdq_model: onnx.ModelProto) -> set[str]:
-    """Names of the nodes of the QDQ model that read a DequantizeLinear output (the nodes the
-    quantizer quantized; their names are the float model's)."""
+    """Names of the QDQ model's nodes that read a DequantizeLinear output."""
     dq_outputs = {
         o for n in qdq_model.graph.node if n.op_type == "DequantizeLinear" for o in n.output
     }
@@ -220,8 +216,7 @@ def sqnr_ranking(
     samples: int = 32,
     providers: Sequence[Any] | None = None,
 ) -> Ranking:
-    """Rank the quantized activation tensors of ``quantized_path`` by their SQNR, lowest
-    first, on the first ``samples`` samples of ``data``."""
+    """Rank the quantized activation tensors by SQNR, lowest first, on ``samples`` samples."""
     import onnx
 
     float_model = onnx.load(os.fspath(float_path), load_external_data=False)
@@ -272,9 +267,7 @@ def metric_ranking(
     higher_is_better: bool,
     candidates: int = 16,
 ) -> Ranking:
-    """``ranking`` with its first ``candidates`` entries measured by ``score_all`` (the
-    metric with each alone promoted, maybe in parallel) and reordered best first; a failed
-    entry goes after those measured, the rest keep their order behind them."""
+    """``ranking`` with its first ``candidates`` entries measured by ``score_all``, best first."""
     head = ranking.entries[: max(0, candidates)]
     scores = list(score_all(list(head))) if head else []
     if len(scores) != len(head):
@@ -289,8 +282,7 @@ def metric_ranking(
 
 
 def write_sensitivity_table(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Write ranking rows (:meth:`Ranking.rows`: rank, base, rank_by and the entry's fields)
-    to a Parquet file at ``path``, atomically."""
+    """Write ranking rows to a Parquet file at ``path``, atomically."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

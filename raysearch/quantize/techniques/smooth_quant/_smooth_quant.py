@@ -104,8 +104,7 @@ def _alpha(value: Any, path: str) -> float:
 
 
 def smoothing_scales(m_x: np.ndarray, m_w: np.ndarray, alpha: float) -> np.ndarray:
-    """``s = m_x^alpha / m_w^(1 - alpha)`` per channel; 1 where either maximum is 0 (or not
-    finite), clipped to :data:`S_RANGE`."""
+    """``s = m_x^alpha / m_w^(1 - alpha)``; 1 where either is 0, clipped to :data:`S_RANGE`."""
     m_x = np.asarray(m_x, np.float64)
     m_w = np.asarray(m_w, np.float64)
     ok = (m_x > 0) & (m_w > 0) & np.isfinite(m_x) & np.isfinite(m_w)
@@ -236,8 +235,7 @@ def smooth_model(
     providers: Sequence[Any] | None = None,
     threads: int = 1,
 ) -> dict[str, int]:
-    """Smooth ``model`` in place; returns counts: ``smoothed`` groups, ``folded`` (1/s in a
-    producer), ``inserted`` (a Mul) and ``consumers`` (weights scaled)."""
+    """Smooth ``model`` in place; counts ``smoothed``, ``folded``, ``inserted``, ``consumers``."""
     graph = Graph(model)
     runner = _Runner(model, providers or ["CPUExecutionProvider"], threads)
     groups = _groups(graph, options)
@@ -286,8 +284,7 @@ def _fold_plans(
     runner: _Runner,
     calibration: DataSource,
 ) -> dict[int, list]:
-    """A fold plan per group that has one; tensors of unknown shape a plan goes through are
-    probed on one batch and the plans made again."""
+    """A fold plan per group; tensors of unknown shape are probed on one batch first."""
     probed: set[str] = set()
     plans: dict[int, list] = {}
     for round_ in range(_PROBE_ROUNDS + 1):
