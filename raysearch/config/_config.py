@@ -141,8 +141,7 @@ class SearchConfig:
         return check_evaluator(self.metric_function or self.metric, "metric", self.code_dirs)
 
     def code_modules(self) -> list[str]:
-        """The modules this config names: the custom evaluator's (not a function given from
-        Python: its code travels pickled) and the ``plugins``."""
+        """The modules this config names: the custom evaluator's (by path) and the ``plugins``."""
         plugins = self.raw.get("plugins") or []
         named = self.is_custom_metric and self.metric_function is None
         evaluator = [self.metric.partition(":")[0]] if named else []
@@ -254,8 +253,7 @@ class SearchConfig:
 
 
 def _read_dialects(data: dict[str, Any], errors: ErrorCollector) -> dict[str, Any]:
-    """``data`` with Quark's and Neural Compressor's names read as raysearch's (logged once);
-    their refusals go to ``errors``."""
+    """``data`` with Quark's and Neural Compressor's names read as raysearch's."""
     translation = Translation(data, errors)
     translate_quark(translation)
     translate_inc(translation)
@@ -311,8 +309,7 @@ _TOP_LEVEL_KEYS = {
 
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
-    """``plugins``: modules that register plugins, imported (from ``search_dirs`` where
-    Python does not find them) before the spaces and the algorithm are checked."""
+    """Import the ``plugins`` before the spaces and the algorithm are checked."""
     from raysearch.usercode import import_plugins
 
     if value is None:
@@ -328,16 +325,14 @@ def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ..
 
 
 def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: str) -> None:
-    """Write the names ``data`` spells in another case or as an alias canonically (``COS``
-    as ``cos``), so that the outputs hold one name for each."""
+    """Write the names ``data`` spells in another case or as an alias canonically."""
     for key, name in (("metric", metric), ("search_algo", algo), ("tolerance_mode", mode)):
         if key in data and isinstance(data[key], str):
             data[key] = name
 
 
 def _default_algo(data: Mapping[str, Any]) -> str:
-    """:data:`DEFAULT_ALGO_PREDEFINED` when every space is a predefined one (named by a
-    string), else :data:`DEFAULT_ALGO`."""
+    """:data:`DEFAULT_ALGO_PREDEFINED` when every space is predefined, else :data:`DEFAULT_ALGO`."""
     raws = data.get("search_spaces", [data.get("search_space")])
     if isinstance(raws, list) and raws and all(isinstance(r, str) for r in raws):
         try:  # a preset may name its own strategy (the weight-only ones: WeightOnly)
@@ -351,8 +346,7 @@ def _default_algo(data: Mapping[str, Any]) -> str:
 def _parse_search(
     data: Mapping[str, Any], search_dirs: Sequence[Path], errors: ErrorCollector
 ) -> tuple[list[SearchSpace], str | None, int | None]:
-    """The plugins, the spaces, the algorithm and the seed (spaces and algorithm unchecked
-    when the plugins that may define them failed)."""
+    """The plugins, spaces, algorithm and seed (unchecked when the plugins failed)."""
     plugins_ok = len(errors.errors)
     _checked(errors, _load_plugins, data.get("plugins"), search_dirs)
     spaces: list[SearchSpace] | None = None
@@ -370,8 +364,7 @@ def _parse_search(
 
 
 def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSpace]) -> None:
-    """What the algorithm needs of the spaces: a finite grid, its own checks, and
-    ``points_to_evaluate`` only where it takes them."""
+    """What the algorithm needs of the spaces (a finite grid, ``points_to_evaluate``)."""
     if algo == "Grid":
         for space in spaces:
             space.check_grid()

@@ -30,8 +30,7 @@ _UNSET: Any = object()
 
 @dataclass
 class Translation:
-    """A config being read as raysearch's: the data (changed in place), what was mapped
-    (``notes``, logged once) and the refusals (``errors``)."""
+    """A config being read as raysearch's: its data, the ``notes`` (logged once) and ``errors``."""
 
     data: dict[str, Any]
     errors: ErrorCollector
@@ -40,8 +39,7 @@ class Translation:
     def move(
         self, key: str, target: str, *, value: Any = _UNSET, source: str | None = None
     ) -> None:
-        """Set the dotted ``target`` to ``data[key]`` (removed), or to ``value`` when given;
-        a ``target`` the config gives too is refused (keep one of them)."""
+        """Set dotted ``target`` to ``data[key]`` (removed) or ``value``; refused if also given."""
         given = value is not _UNSET
         if not given:
             value = self.data.pop(key)

@@ -25,9 +25,7 @@ _KEY = "early_stopping"
 
 @dataclass(frozen=True)
 class EarlyStoppingConfig:
-    """Evaluation on growing subsets (see the module docstring). The defaults: rows grow
-    about 3x per rung and a rung keeps the best third, ASHA's usual pairing; below
-    ``min_rows`` the first rung's mean is too noisy to rank by."""
+    """Evaluation on growing subsets; the defaults are ASHA's usual (3x rows, keep a third)."""
 
     enabled: bool = True
     rungs: tuple[float, ...] = (0.1, 0.33, 1.0)

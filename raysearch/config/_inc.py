@@ -146,8 +146,7 @@ def _tuning_criterion(t: Translation, criterion: Any) -> None:
 
 
 def _accuracy_criterion(t: Translation, accuracy: Any) -> None:
-    """``criterion`` relative/absolute and ``tolerable_loss`` (2.x), or 1.x's ``relative:`` /
-    ``absolute:`` loss; ``higher_is_better``."""
+    """``criterion`` and ``tolerable_loss`` (2.x) or 1.x's ``relative:``/``absolute:`` loss."""
     where = "accuracy_criterion"
     if not isinstance(accuracy, Mapping):
         t.errors.add(ConfigError(where, f"expected a mapping, got {accuracy!r}"))

@@ -33,8 +33,7 @@ MLFLOW_EXPERIMENT = "raysearch"
 
 
 def logger_parameters(name: str) -> dict[str, Any]:
-    """The settings logger ``name`` takes, each with its annotated type: its Ray callback's
-    keyword arguments and, for W&B, ``wandb.init``'s, which the callback passes them on to."""
+    """The settings logger ``name`` takes and their types (its callback's, and ``wandb.init``'s)."""
     import importlib
 
     module, cls, package = LOGGERS[name]
@@ -48,8 +47,7 @@ def logger_parameters(name: str) -> dict[str, Any]:
 
 
 def _keywords(function: Any) -> tuple[dict[str, Any], bool]:
-    """The keyword parameters of ``function`` with their types, and whether it takes
-    ``**kwargs``."""
+    """The keyword parameters of ``function`` with their types, and whether it has ``**kwargs``."""
     from raysearch.signatures import parameter_types
 
     params = inspect.signature(function).parameters.values()

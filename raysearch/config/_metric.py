@@ -48,8 +48,7 @@ _DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
 
 @dataclass(frozen=True)
 class MetricSettings:
-    """The checked metric keys of a config (``metric``: a built-in name, an import path, or
-    the ``module:qualname`` of ``function``, a function given from Python)."""
+    """The checked metric keys of a config (``metric``: a built-in name or ``module:qualname``)."""
 
     metric: str
     metric_key: str | None
@@ -60,8 +59,7 @@ class MetricSettings:
 
 
 def parse_metric(value: Any) -> str:
-    """The canonical built-in name of ``value``, ``value`` itself for an import path, the
-    ``module:qualname`` of a function."""
+    """The canonical built-in name, the import path, or a function's ``module:qualname``."""
     if callable(value) and not isinstance(value, str):
         return qualified_name(value)
     if not isinstance(value, str) or not value:
@@ -85,8 +83,7 @@ def parse_metric(value: Any) -> str:
 def parse_metric_settings(
     data: Mapping[str, Any], search_dirs: Sequence[str | os.PathLike] = ()
 ) -> MetricSettings:
-    """Check the metric keys of ``data`` (a whole config) and a custom metric's evaluator
-    (:func:`check_evaluator`)."""
+    """Check the metric keys of ``data`` and a custom metric's evaluator."""
     written_metric = data.get("metric", "L2")
     metric = parse_metric(written_metric)
     function = written_metric if callable(written_metric) else None

@@ -43,8 +43,7 @@ _DECODER_SELECTS = ("decode_latency", "prefill_latency")
 
 
 def parse_objectives(data: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
-    """``(objectives, select)`` of ``data``, each checked; a mistake is one ConfigError
-    naming the key."""
+    """``(objectives, select)`` of ``data``, each checked."""
     measured = data.get("measure_latency", True) is not False
     metric = data.get("metric")
     named = canonical_metric(metric) if isinstance(metric, str) else None

@@ -36,8 +36,7 @@ MODEL_FOLDER = "raysearch-models"
 
 
 def plain_copy(value: Any) -> Any:
-    """``value`` with its dicts and lists copied (the config is rewritten in place while it is
-    read), other objects (a reader, a model) as they are."""
+    """``value`` with its dicts and lists copied, other objects (a reader, a model) as they are."""
     if isinstance(value, Mapping):
         return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -53,9 +52,7 @@ def is_model_object(value: Any) -> bool:
 
 
 def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Path:
-    """The file holding ``model`` (an ``onnx.ModelProto``), saved once under ``folder``
-    (default this user's private folder) named by its content's SHA-256, so that the same
-    model reuses its file and another never overwrites it."""
+    """The file holding ``model``, saved once under ``folder`` named by its content's SHA-256."""
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf refuses messages over 2 GB

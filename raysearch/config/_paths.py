@@ -29,8 +29,7 @@ __all__ = ["input_path", "model_path", "output_dir"]
 def input_path(
     data: Mapping[str, Any], key: str, required: bool, base: Path, check_paths: bool
 ) -> Any:
-    """The input at ``key``: a checked path, a ``builtin:`` path resolved, a Python object as
-    it is, or None when absent and not ``required``."""
+    """The input at ``key``: a checked path, a ``builtin:`` resolved, a Python object, or None."""
     value = data.get(key)
     if value is None:
         if required:
@@ -53,8 +52,7 @@ def input_path(
 
 
 def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
-    """The ``model`` key: a path to an ONNX model file (checked from its header), an
-    onnxruntime-genai or Optimum folder, or an ``onnx.ModelProto`` given from Python."""
+    """The ``model`` key: an ONNX file, a genai or Optimum folder, or an ``onnx.ModelProto``."""
     from raysearch.config._objects import is_model_object, model_object_path
 
     if is_model_object(data.get("model")):

@@ -101,8 +101,7 @@ def _devices(t: Translation) -> None:
 
 
 def _evaluator(t: Translation) -> None:
-    """``search_evaluator``: None is the built-in metric, an import path or (from Python) a
-    function the metric."""
+    """``search_evaluator``: None is the built-in metric, else the metric."""
     if "search_evaluator" not in t.data:
         return
     evaluator = t.data["search_evaluator"]
@@ -119,8 +118,7 @@ def _evaluator(t: Translation) -> None:
 
 
 def _switch(t: Translation, key: str, on: str | None, off_refused: str | None) -> None:
-    """A true/false key: ``load_study_if_exists`` is raysearch's ``resume_if_exists``;
-    ``plot_results`` true is what raysearch does (``on``), false refused."""
+    """A true/false key: ``load_study_if_exists``, ``plot_results`` (false refused)."""
     if key not in t.data:
         return
     value = t.data[key]
@@ -135,8 +133,7 @@ def _switch(t: Translation, key: str, on: str | None, off_refused: str | None) -
 
 
 def _direction(t: Translation, value: Any, source: str) -> None:
-    """``direction: minimize|maximize``: a custom metric's ``higher_is_better``; for a
-    built-in metric it must agree with the metric's own direction."""
+    """``direction``: a custom metric's ``higher_is_better``; a built-in's must agree."""
     from raysearch.metrics import BUILTIN_METRICS, canonical_metric
 
     if value not in ("minimize", "maximize"):

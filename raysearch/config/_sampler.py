@@ -69,8 +69,7 @@ _DATA = (str, int, float, bool, list, tuple, dict, type(None))
 
 
 def _not_a_sampler(value: Any) -> str | None:
-    """Why ``value``, an object given from Python, is no ``search_algo`` (a sampler class, a
-    Ray Tune searcher, any other object); None for a sampler instance or a config's value."""
+    """Why ``value``, given from Python, is no ``search_algo``; None for a sampler instance."""
     if isinstance(value, _DATA):
         return None
     samplers = sys.modules.get("optuna.samplers")

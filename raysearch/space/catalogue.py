@@ -116,8 +116,7 @@ class Catalogue:
         return check_value(spec, value)
 
     def calibration_keys(self) -> Iterator[tuple[str, str]]:
-        """``(container, name)`` of every setting that changes what calibration collects: the
-        calibration cache keys on exactly these."""
+        """``(container, name)`` of every setting that changes calibration (the cache's key)."""
         for name, spec in self.settings.items():
             if spec.affects_calibration:
                 yield "", name
@@ -195,8 +194,7 @@ _SHARED: dict[str, tuple[frozenset[str] | None, Catalogue]] = {}
 
 
 def register_catalogue(catalogue: Catalogue) -> Catalogue:
-    """Make ``catalogue`` the one that validates settings of its backend (replacing an earlier
-    registration of the same backend, so a re-imported module does not fail)."""
+    """Make ``catalogue`` its backend's (replacing an earlier one, for a re-imported module)."""
     _CATALOGUES[catalogue.backend] = catalogue
     return catalogue
 
@@ -208,16 +206,13 @@ def register_shared_settings(
     containers: Mapping[str, Mapping[str, OptionSpec]] | None = None,
     backends: frozenset[str] | set[str] | None = None,
 ) -> None:
-    """Add settings that ``owner`` (a technique) understands to the catalogue of every backend
-    (or of ``backends`` only); registering the same owner again replaces its settings."""
+    """Add ``owner``'s (a technique's) settings to every backend's (or ``backends``') catalogue."""
     fragment = Catalogue(owner, dict(settings), dict(containers or {}))
     _SHARED[owner] = (None if backends is None else frozenset(backends), fragment)
 
 
 def get_catalogue(backend: str | None, *, shared: bool = True) -> Catalogue | None:
-    """The catalogue of ``backend`` (default ``ort``) with the shared settings that apply to
-    it (``shared=False``: as the backend registered it), or None when no such backend
-    registered one."""
+    """The catalogue of ``backend`` with the shared settings (``shared=False``: without) or None."""
     name = backend or DEFAULT_BACKEND
     catalogue = _CATALOGUES.get(name)
     if catalogue is None or not shared:

@@ -64,8 +64,7 @@ def _check_value(param: Param, value: Any, where: str) -> Any:
 
 
 def resolve_point(space: SearchSpace, raw: Any, path: str = "points_to_evaluate[0]") -> Point:
-    """``raw`` (a mapping) as a point of ``space``: full parameter names, values checked, fixed
-    settings filled in; inactive or unknown keys refused with the closest name suggested."""
+    """``raw`` as a point of ``space``: full names, values checked, fixed settings filled in."""
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError(path, "expected a mapping of parameters to values")
     given = _flatten(raw)

@@ -122,8 +122,7 @@ def mixed_precision_without_promotion(point: Point) -> list[str]:
 
 
 def _sixteen_bit_promotion(point: Point, prefix: str, top_k: int) -> bool:
-    """Whether a ``mixed_precision`` point promotes any entry to 16 bits (what
-    ``promote_weights`` acts on)."""
+    """Whether a ``mixed_precision`` point promotes any entry to 16 bits."""
     if top_k > 0 and point.get(prefix + "promote_to", "int16") != "float":
         return True
     return any(
@@ -206,8 +205,7 @@ def smooth_quant_alphas_without_transformer(point: Point) -> list[str]:
 
 @reads(_leaf_in("disable_bias_correction"))
 def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
-    """NNCF's ``fast_bias_correction`` and ``bias_correction_threshold`` choose and bound a
-    bias correction that ``disable_bias_correction: true`` skips."""
+    """NNCF's bias correction settings with ``disable_bias_correction: true``."""
     if _value(point, "disable_bias_correction") is not True:
         return []
     return _keys(point, "fast_bias_correction") + _keys(point, "bias_correction_threshold")

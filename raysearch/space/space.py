@@ -28,9 +28,7 @@ Reject = Callable[[dict[str, Any]], "str | None"]
 
 @dataclass
 class Expansion:
-    """The result of :meth:`SearchSpace.expand` (or :func:`expand_spaces`): the points to run,
-    in order, the index of the space each came from, and how many settings each validity rule,
-    backend refusal and plain duplication dropped."""
+    """:meth:`SearchSpace.expand`'s points, their spaces, and the settings each rule dropped."""
 
     points: list[Point]
     total: int
@@ -42,8 +40,7 @@ class Expansion:
 
 
 class SettingWithoutItsSwitch:
-    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is stripped
-    while its switch is off or absent (a class: a space travels to Tune's searcher pickled)."""
+    """Validity rule: a setting with ``requires=switch`` is stripped while its switch is off."""
 
     __name__ = "setting_without_its_switch"
 
@@ -184,8 +181,7 @@ class SearchSpace:
     def canonical(
         self, point: Point, rules: tuple[Rule, ...] | None = None
     ) -> tuple[Point, list[str]]:
-        """Return ``point`` with the keys that validity rules call meaningless stripped, and the
-        names of the rules that stripped something."""
+        """``point`` without the keys the validity rules strip, and the rules that stripped."""
         rules = self.rules if rules is None else rules
         point = dict(point)
         fired: list[str] = []
@@ -198,19 +194,16 @@ class SearchSpace:
         return point, fired
 
     def to_settings(self, point: Point) -> dict[str, Any]:
-        """Nested quantization settings for one sampled point: group names removed (containers
-        such as ``extra_options`` kept), joint parameters split, meaningless keys stripped."""
+        """The nested settings of one point (DEVELOPERS.md, "A point and its settings")."""
         point, _ = self.canonical(point)
         return self._nest(point, self._placements())
 
     def _placements(self) -> dict[str, _Placement]:
-        """Where each parameter's value goes in the settings (worked out once per expansion,
-        not once per setting)."""
+        """Where each parameter's value goes in the settings (once per expansion)."""
         return {p.name: _placement(p.path, p.joint, self.containers) for p in self.params}
 
     def _nest(self, point: Point, placements: Mapping[str, _Placement]) -> dict[str, Any]:
-        """The nested settings of a canonical ``point``; a key that is no parameter goes by its
-        dotted path."""
+        """The nested settings of a canonical ``point``."""
         settings: dict[str, Any] = {}
         for name, value in point.items():
             place = placements.get(name)
@@ -236,14 +229,11 @@ class SearchSpace:
                 )
 
     def expand(self, reject: Reject | None = None) -> Expansion:
-        """All settings of the space for grid search: the cartesian product over active groups
-        only, with validity rules applied and duplicates removed, in declaration order;
-        ``reject`` refuses settings too (counted like a rule under the reason it returns)."""
+        """The grid: active combinations, rules applied, refusals and duplicates dropped."""
         return self._expand(reject)[0]
 
     def _expand(self, reject: Reject | None, keyed: bool = False) -> tuple[Expansion, list[str]]:
-        """:meth:`expand`, and with ``keyed`` the :func:`settings_key` of each point kept (for
-        :func:`expand_spaces`, which would otherwise build every point's settings again)."""
+        """:meth:`expand`, with each point's :func:`settings_key` when ``keyed``."""
         self.check_grid()
         dropped: dict[str, int] = {}
         raw = self._enumerate()
@@ -264,8 +254,7 @@ class SearchSpace:
 
     @staticmethod
     def _strip(grid: _Points, stripping: _Stripping, identity: _PointIdentity) -> _Points:
-        """Each point as ``canonical`` with the rules of ``stripping`` makes it, with its
-        identity (a point they leave alone keeps both: no copy, no new identity)."""
+        """Each point as ``canonical`` with ``stripping`` makes it (unchanged: the same object)."""
         points, idents = [], []
         for point, ident in zip(*grid):
             gone = stripping(point)
@@ -297,9 +286,7 @@ class SearchSpace:
         keyed: bool,
         dropped: dict[str, int],
     ) -> tuple[list[Point], list[str]]:
-        """The points ``reject`` does not refuse (each refusal counted under its reason), with
-        their :func:`settings_key` when ``keyed``. Each point's settings are built once, as
-        :meth:`to_settings` builds them, and keyed before ``reject`` sees them."""
+        """The points ``reject`` does not refuse, keyed when ``keyed``."""
         placements = self._placements()
         stripping = _Stripping(self.rules)
         kept: list[Point] = []
@@ -319,8 +306,7 @@ class SearchSpace:
         return kept, keys
 
     def _enumerate(self) -> list[Point]:
-        """Every combination of the active parameters' choices, the first parameter varying
-        slowest, built a parameter at a time (not through one generator per parameter)."""
+        """Every combination of the active parameters' choices, the first varying slowest."""
         points: list[Point] = [{}]
         for param in self.params:
             name, choices = param.name, param.domain.choices

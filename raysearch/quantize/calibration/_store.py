@@ -93,7 +93,7 @@ class EntryStore:
         return not waited
 
     def store(self, key: tuple[Any, ...], entry: Entry) -> None:
-        """Keep ``entry`` in memory and, with a ``cache_dir``, on disk (a failed write is logged)."""
+        """Keep ``entry`` in memory and, with ``cache_dir``, on disk (a failed write is logged)."""
         self._remember(key, entry)
         if self.cache_dir is not None:
             try:

@@ -64,7 +64,7 @@ class NncfBackend(NncfModelBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Refuse an ``ignored_scope`` that matches nothing in ``model`` (NNCF would, every trial)."""
+        """Refuse an ``ignored_scope`` that matches nothing in ``model`` (NNCF would refuse it)."""
         scope = settings.get("ignored_scope") or {}
         if not any(scope.get(k) for k in ("types", "names", "patterns")):
             return

@@ -72,7 +72,7 @@ class NncfWeightOnlyBackend(NncfModelBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Refuse a ``nodes_float`` name that is no weight MatMul or embedding Gather of ``model``."""
+        """Refuse a ``nodes_float`` name that is no weight MatMul or embedding Gather."""
         names = settings.get("nodes_float")
         if not names:
             return
@@ -93,7 +93,7 @@ class NncfWeightOnlyBackend(NncfModelBackend):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """A 4-bit ``group_size`` not dividing a 4-bit weight's rows (NNCF refuses it by default)."""
+        """A 4-bit ``group_size`` not dividing a 4-bit weight's rows (NNCF refuses it)."""
         if mode(settings) in INT8_MODES or settings.get("group_size_fallback_mode") not in (
             None,
             "error",

@@ -103,7 +103,7 @@ def static_quantizer_arguments(
     types: tuple[QuantType, QuantType],
     ranges: Any,
 ) -> dict[str, Any]:
-    """The static quantizer's keyword arguments for ``quant_format``, ``settings`` and ``ranges``."""
+    """The static quantizer's keyword arguments for ``quant_format``, settings and ranges."""
     _, quantizer_options = split_extra_options(dict(settings.get("extra_options") or {}))
     arguments: dict[str, Any] = {
         "model": model,

@@ -37,7 +37,7 @@ _QUANTIZABLE_OPS = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
 
 
 def check_settings(settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto) -> None:
-    """Refuse values ONNX Runtime does not know, unknown op types and node names not in ``model``."""
+    """Refuse values ONNX Runtime does not know, unknown op types and unknown node names."""
     for key, enum in ENUMS.items():
         enum_value(settings, key, enum)
     op_types, node_names = _model_names(model)
