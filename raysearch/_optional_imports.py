@@ -28,9 +28,7 @@ _REFUSED: dict[str, str] = {
 
 
 class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):
-    """Raises ``ModuleNotFoundError`` when a module of :data:`_REFUSED` imports the package
-    refused to it (both importers go on without it); every other import goes to the next
-    finder."""
+    """Raises ``ModuleNotFoundError`` for a refused package imported by its refused importer."""
 
     def find_spec(
         self,
@@ -50,8 +48,7 @@ class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):
 
 
 def _importing_module() -> str:
-    """``__name__`` of the module whose code runs the import being resolved: the innermost
-    frame of this thread outside this module and the import machinery."""
+    """``__name__`` of the module running the import being resolved."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")

@@ -50,8 +50,7 @@ def _proc_cpuinfo() -> tuple[str, frozenset[str]]:
 
 @functools.cache
 def cpu_flags() -> tuple[str, ...]:
-    """The CPU features that decide ONNX Runtime's integer kernels, sorted (NumPy's names;
-    ``AVX_VNNI`` from ``/proc/cpuinfo``)."""
+    """The CPU features that decide ONNX Runtime's integer kernels, sorted."""
     from numpy._core._multiarray_umath import __cpu_features__  # NumPy's CPUID reading
 
     found = {name for name in _RELEVANT if __cpu_features__.get(name)}
@@ -61,8 +60,7 @@ def cpu_flags() -> tuple[str, ...]:
 
 
 def u8s8_saturates() -> bool:
-    """Whether ONNX Runtime's CPU kernels add uint8 x int8 products through saturating int16
-    sums here (int8 activations too): x86-64 without AVX512-VNNI or AVX-VNNI."""
+    """Whether ONNX Runtime's u8s8 CPU kernels saturate here (x86-64 without a VNNI)."""
     if platform.machine().lower() not in _X86:
         return False
     flags = set(cpu_flags())

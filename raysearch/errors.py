@@ -25,13 +25,11 @@ _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
 
 
 class InputError(ValueError):
-    """Bad input from the user (config, model, data, evaluator): the command line prints its
-    one-line message and exits with status 2."""
+    """Bad input from the user: the command line prints its one line and exits 2."""
 
 
 class ConfigError(InputError):
-    """A config, search space or input that cannot be used, with the key path it concerns;
-    ``str(error)`` is one line, ``"<path>: <message>"``."""
+    """A config, space or input that cannot be used: ``str(error)`` is ``"<path>: <message>"``."""
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path
@@ -113,9 +111,7 @@ class EvaluatorError(InputError):
 
 
 class DiskFullError(RuntimeError):
-    """The search's output folder ran out of space: the search stopped with its journal
-    intact (resume it once space is freed). The command line prints the one-line message and
-    exits with status 1."""
+    """The output folder ran out of space: the search stopped, its journal intact (exit 1)."""
 
 
 def is_disk_full(exc: BaseException | None) -> bool:

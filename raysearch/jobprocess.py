@@ -65,9 +65,7 @@ class JobProcess:
             _logger.debug("%s took no job: %s", self.module, exc)
 
     def answer(self) -> dict[str, Any]:
-        """Wait for the answer to the job submitted and end the process: ``{"answer": ...}``,
-        or ``{"error": "..."}`` (what the job raised, or the process's end without an
-        answer)."""
+        """Wait for the answer and end the process: ``{"answer": ...}`` or ``{"error": "..."}``."""
         assert self._process is not None and self._process.stdout is not None
         try:
             answer = pickle.load(self._process.stdout)
@@ -93,9 +91,7 @@ class JobProcess:
 
 
 def serve_one_job(prepare: Callable[[], Callable[..., Any]]) -> None:
-    """The process's side: ``prepare()`` (the imports and any warm-up, before the job comes)
-    returns the function the job's items are the keyword arguments of; one job is read from
-    standard input and its result, or the error it raised, answered on standard output."""
+    """The process's side: ``prepare()`` returns the function, then one job is answered."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -53,9 +53,7 @@ _SAMPLES_PER_CHUNK = 256
 
 
 class MetricError(RuntimeError):
-    """A score that cannot be computed for one quantized model (its outputs hold NaN, the
-    custom evaluator returned something that is not a number...). The trial fails; the search
-    goes on."""
+    """A score that cannot be computed for one model: the trial fails, the search goes on."""
 
 
 def metric_l1(q: np.ndarray, f: np.ndarray) -> np.ndarray:
@@ -69,8 +67,7 @@ def metric_l2(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_cos(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample cosine similarity of ``[S, D]`` arrays (1 for two zero vectors, 0 when only
-    one is zero)."""
+    """Per-sample cosine similarity (1 for two zero vectors, 0 when only one is zero)."""
     nq = np.linalg.norm(q, axis=1)
     nf = np.linalg.norm(f, axis=1)
     dot = np.einsum("ij,ij->i", q, f)
@@ -82,8 +79,7 @@ def metric_cos(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_psnr(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample PSNR in dB of ``[S, D]`` arrays, peak = the float sample's ``max |f|`` (1 when
-    zero), capped at :data:`PSNR_CAP_DB`."""
+    """Per-sample PSNR in dB, peak the float's ``max |f|``, capped at :data:`PSNR_CAP_DB`."""
     mse = np.mean((q - f) ** 2, axis=1)
     peak = np.max(np.abs(f), axis=1)
     peak = np.where(peak > 0, peak, 1.0)
@@ -116,21 +112,18 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def metric_kl(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample mean over positions of ``KL(softmax(f) || softmax(q))`` of ``[S, T, V]``
-    logits."""
+    """Per-sample mean over positions of ``KL(softmax(f) || softmax(q))``."""
     lf, lq = _log_softmax(f), _log_softmax(q)
     return np.maximum((np.exp(lf) * (lf - lq)).sum(axis=-1), 0.0).mean(axis=1)
 
 
 def metric_top1_agreement(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample share of positions where ``[S, T, V]`` logits ``q`` and ``f`` pick the same
-    most likely token."""
+    """Per-sample share of positions where ``q`` and ``f`` pick the same token."""
     return (np.argmax(q, axis=-1) == np.argmax(f, axis=-1)).mean(axis=1)
 
 
 def metric_nll(q: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Per-sample mean negative log-likelihood of each next token ``ids[:, t + 1]`` under
-    ``[S, T, V]`` logits ``q`` at position ``t`` (the log of the sample's perplexity)."""
+    """Per-sample mean negative log-likelihood of each next token (log perplexity)."""
     if ids.shape[1] < 2:
         raise MetricError("perplexity needs sequences of at least two tokens")
     lq = _log_softmax(q[:, :-1])
@@ -176,9 +169,7 @@ def _lm_rows(value: np.ndarray, start: int, stop: int, vocab: bool = True) -> np
 
 @dataclass(frozen=True)
 class BuiltinMetric:
-    """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
-    direction, and its range from ``best`` (an identical output) to ``worst`` (infinite
-    where it has none), which bound the tolerances that mean something."""
+    """One built-in metric: name, per-sample function, direction, and ``best``/``worst`` range."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -248,8 +239,7 @@ METRIC_ALIASES = {
 
 
 def canonical_metric(name: str) -> str | None:
-    """The built-in metric ``name`` stands for (itself or an alias, in any case:
-    :func:`raysearch.errors.canonical_name`), or None when it names no built-in metric."""
+    """The built-in metric ``name`` stands for (any case, aliases), or None."""
     return canonical_name(name, METRICS, METRIC_ALIASES)
 
 
@@ -408,8 +398,7 @@ def lm_scores(
     reference: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """Every language-model metric (perplexity when ``inputs`` has ``input_ids``) with its
-    95 % interval: ``{kl, kl_ci_low, kl_ci_high, top1_agreement, ...}``."""
+    """Every language-model metric with its 95 % interval (perplexity with ``input_ids``)."""
     out: dict[str, float] = {}
     for name in LM_METRICS:
         if METRICS[name].needs_input_ids and (not inputs or "input_ids" not in inputs):

@@ -38,8 +38,7 @@ __all__ = [
 
 
 def load_header(path: str | os.PathLike) -> onnx.ModelProto:
-    """The model at ``path`` without its external data (its graph, names and small tensors;
-    the weights an external file holds stay on disk)."""
+    """The model at ``path`` without its external data."""
     return onnx.load(os.fspath(path), load_external_data=False)
 
 
@@ -89,8 +88,7 @@ def header_problem(path: str | os.PathLike) -> str | None:
 
 
 def _field_end(fh: Any, wire: int, size: int) -> int:
-    """Where the value of a field of wire type ``wire`` that starts at ``fh``'s position ends
-    (past ``size`` when the file ends first)."""
+    """Where a field of wire type ``wire`` starting at ``fh``'s position ends."""
     if wire in (_FIXED64, _FIXED32):
         return fh.tell() + (8 if wire == _FIXED64 else 4)
     value = _read_varint(fh)
@@ -100,8 +98,7 @@ def _field_end(fh: Any, wire: int, size: int) -> int:
 
 
 def _read_varint(fh: Any) -> int | None:
-    """A protocol-buffer varint read from ``fh`` (None: the file ends first, or it runs past
-    ten bytes)."""
+    """A protocol-buffer varint read from ``fh`` (None: end of file, or past ten bytes)."""
     value = 0
     for shift in range(0, 70, 7):
         byte = fh.read(1)
@@ -137,8 +134,7 @@ def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 
 def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor of ``graph`` that may hold data: initializers (sparse ones included),
-    tensors in node attributes, and the same in subgraphs."""
+    """Every tensor of ``graph`` that may hold data, subgraphs included."""
     yield from graph.initializer
     for sparse in graph.sparse_initializer:
         yield sparse.values
@@ -177,15 +173,13 @@ def _locations(proto: onnx.ModelProto) -> list[str]:
 
 
 def has_external_data(model: str | os.PathLike | onnx.ModelProto) -> bool:
-    """Whether the model (a path, or a proto loaded without its external data) keeps any tensor
-    in an external-data file."""
+    """Whether the model keeps any tensor in an external-data file."""
     proto = model if isinstance(model, onnx.ModelProto) else load_header(model)
     return bool(_external_tensors(proto))
 
 
 def external_data_locations(path: str | os.PathLike) -> list[str]:
-    """The external-data files the model at ``path`` references (``location`` entries,
-    relative to its folder), in order of first use; ``[]`` for a model held in one file."""
+    """The external-data files the model at ``path`` references, in order of first use."""
     return _locations(load_header(Path(path)))
 
 
@@ -227,8 +221,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _copy_file(source: Path, target: Path) -> None:
-    """``target`` becomes a copy of ``source`` atomically: a hard link where the file system
-    allows one (no bytes copied: a model's data may be gigabytes), else a real copy."""
+    """``target`` becomes a copy of ``source`` atomically (a hard link where allowed)."""
     if _same_file(source, target):
         return  # linked before; renaming a link onto its twin would do nothing at all
     with replacing(target) as tmp:
@@ -254,8 +247,7 @@ def _move_file(source: Path, target: Path) -> None:
 def _place_model_file(
     source: Path, target: Path, proto: onnx.ModelProto, renamed: dict[str, str], *, move: bool
 ) -> None:
-    """Put the model file itself at ``target``: moved or linked when its data files keep their
-    names, else written anew with its ``location`` entries renamed."""
+    """Put the model file at ``target``, its ``location`` entries renamed where needed."""
     if all(old == new for old, new in renamed.items()):
         if source.resolve() != target.resolve():
             (_move_file if move else _copy_file)(source, target)
@@ -294,8 +286,7 @@ def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: b
 
 
 def remove_model(path: str | os.PathLike) -> None:
-    """Delete the model ``path`` and its external-data files (those it references inside its
-    folder, and files named as its data would be, left by a model file already deleted)."""
+    """Delete the model ``path`` and its external-data files."""
     path = Path(path)
     doomed = set(_data_siblings(path))
     if path.is_file():
@@ -321,8 +312,7 @@ def file_hash(path: str | os.PathLike) -> str:
 
 
 class FileHashes:
-    """:func:`file_hash` remembered per file (its real path, modification time and size), so
-    a process that asks for the same model many times reads it once."""
+    """:func:`file_hash` remembered per file (real path, mtime and size)."""
 
     def __init__(self) -> None:
         self._hashes: dict[tuple[str, int, int], str] = {}
@@ -339,8 +329,7 @@ _FILE_HASHES = FileHashes()
 
 
 def cached_file_hash(path: str | os.PathLike) -> str:
-    """:func:`file_hash` remembered for this process: the calibration cache, the sensitivity
-    rankings and fine-tuning all key on the same float model, which is then read once."""
+    """:func:`file_hash` remembered for this process."""
     return _FILE_HASHES(path)
 
 
@@ -371,8 +360,7 @@ EXTERNAL_DATA_BYTES = 1_800_000_000
 
 
 def write_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Save ``model`` (a transformed float model) to ``path``: in one file, or with its
-    weights in ``<file name>.data`` beside it when they pass :data:`EXTERNAL_DATA_BYTES`."""
+    """Save ``model`` to ``path``, its weights in ``<file name>.data`` past the threshold."""
     path = os.fspath(path)
     if sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES:
         onnx.save_model(

@@ -140,8 +140,7 @@ def constants_to_initializers(model: onnx.ModelProto, keep_inputs_of: Collection
 
 
 def weight_matmuls(model: onnx.ModelProto) -> list[str]:
-    """Names of the main graph's MatMul nodes whose second input is a 2-D float initializer
-    (the nodes a weight-only quantizer can rewrite), in graph order."""
+    """Names of the MatMul nodes with a 2-D float initializer weight, in graph order."""
     inits = {t.name: t for t in model.graph.initializer}
     out = []
     for node in model.graph.node:

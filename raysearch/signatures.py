@@ -37,8 +37,7 @@ _TYPING_NAMES: dict[str, Any] = {
 
 
 def parameter_types(function: Any) -> dict[str, Any]:
-    """Each annotated parameter of ``function`` and its annotation as a type; one whose
-    annotation cannot be evaluated (a type-checking-only name) is left out, unchecked."""
+    """Each annotated parameter of ``function`` and its type (unevaluable ones left out)."""
     try:
         hints = typing.get_type_hints(function)
         hints.pop("return", None)
@@ -66,9 +65,7 @@ def parameter_types(function: Any) -> dict[str, Any]:
 
 
 def expected_instead(value: Any, annotation: Any) -> str | None:
-    """None when ``value`` fits ``annotation`` (or the annotation says nothing this module
-    checks), else what the annotation expects, in words (``"an integer"``, ``"one of
-    'online', 'offline' or null"``)."""
+    """None when ``value`` fits ``annotation``, else what it expects, in words."""
     return None if _fits(value, annotation) is not False else _describe(annotation)
 
 

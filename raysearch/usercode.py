@@ -98,8 +98,7 @@ def _locations(module: ModuleType) -> list[Path]:
 
 
 def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The file or package folder of each imported module of ``names`` (by its top-level
-    module) that lies directly in one of ``search_dirs``: what a worker elsewhere lacks."""
+    """The file or package folder of each module of ``names`` lying in ``search_dirs``."""
     folders = {os.path.realpath(folder) for folder in search_dirs}
     found: dict[Path, None] = {}
     for name in names:
@@ -120,8 +119,7 @@ def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]
 
 
 def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The search folders holding a module :func:`local_modules` lists: what a search that
-    joins a Ray cluster ships to its other nodes, each whole."""
+    """The search folders holding a module :func:`local_modules` lists (shipped to the nodes)."""
     return list(dict.fromkeys(location.parent for location in local_modules(names, search_dirs)))
 
 
@@ -215,16 +213,14 @@ def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def qualified_name(func: object) -> str:
-    """``module:qualname`` of a function (``my_eval:top1``): the name a function given from
-    Python goes by in a search's outputs (a callable instance: its class's)."""
+    """``module:qualname`` of a function (a callable instance: its class's)."""
     named = func if hasattr(func, "__qualname__") else type(func)
     module = getattr(named, "__module__", None) or "?"
     return f"{module}:{getattr(named, '__qualname__', repr(named))}"
 
 
 def note_plugin(module: str) -> None:
-    """Record that ``module`` registered something (raysearch's own modules excepted, and
-    ``__main__``, which no other process can import)."""
+    """Record that ``module`` registered something (not raysearch's own, nor ``__main__``)."""
     if module == "raysearch" or module.startswith("raysearch.") or module == "__main__":
         return
     _MODULES[module] = None
@@ -241,9 +237,9 @@ def import_plugins(
     strict: bool = True,
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> None:
-    """Import ``modules`` (registering their plugins in this process), from ``search_dirs``
-    where Python does not find one. With ``strict=False`` (an actor) a module that cannot be
-    imported is logged and skipped: only the trials that need its plugin fail."""
+    """Import ``modules``, from ``search_dirs`` where Python does not find one; with
+    ``strict=False`` a failure is logged and skipped.
+    """
     for module in modules:
         try:
             import_named(module, search_dirs)

@@ -152,8 +152,7 @@ def _installed(module: ModuleType) -> bool:
 
 
 def pickle_for_trials(func: Callable[..., Any]) -> bytes:
-    """``func`` pickled as the trials receive it (Ray's cloudpickle), its module's code by
-    value unless the module is installed; raises whatever pickling raises."""
+    """``func`` pickled by Ray's cloudpickle, its module by value unless installed."""
     from ray import cloudpickle
 
     module = sys.modules.get(getattr(func, "__module__", None) or "")

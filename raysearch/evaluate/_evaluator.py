@@ -164,8 +164,9 @@ class Evaluator:
 
     @property
     def accepts_fraction(self) -> bool:
-        """Whether the custom evaluator takes a ``fraction`` argument: then early stopping
-        calls it with ``fraction=f`` to score the first ``f`` of its rows in a fixed order."""
+        """Whether the custom evaluator takes ``fraction`` (early stopping's first
+        ``f`` of rows).
+        """
         if self.function is None:
             return False
         try:
@@ -180,8 +181,7 @@ class Evaluator:
 
     @property
     def is_lm(self) -> bool:
-        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``), whose trials
-        also time one-token decode and a prefill."""
+        """A language-model metric, whose trials also time a decode step and a prefill."""
         metric = METRICS.get(self.name) if self.function is None else None
         return metric is not None and metric.lm
 
@@ -227,8 +227,7 @@ class Evaluator:
         *,
         fraction: float | None = None,
     ) -> Score:
-        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its rows
-        when given) and read its result."""
+        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its rows)."""
         if self.function is None:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]

@@ -24,9 +24,9 @@ ANCHORED_RUNS_FACTOR = 4
 def run_model(
     session: ort.InferenceSession, data: DataSource
 ) -> tuple[dict[str, np.ndarray], list[float]]:
-    """Run ``session`` over every batch of ``data``: ``({output name: outputs concatenated over
-    samples}, per-batch latencies in ms)``. When each sample is one feed, outputs are stacked
-    on a new first axis."""
+    """Run ``session`` over every batch of ``data``: outputs concatenated over samples (stacked
+    when each sample is one feed), and per-batch latencies in ms.
+    """
     names = [o.name for o in session.get_outputs()]
     pieces: dict[str, list[np.ndarray]] = {n: [] for n in names}
     latencies: list[float] = []

@@ -41,9 +41,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EvalRungs:
-    """The rungs of a trial's evaluation: the configured ``fractions`` of the rows (the last
-    1.0); for built-in metrics the rows evaluated after each rung (``sizes``) in a fixed
-    shuffled ``order``; and the ``reduction_factor`` (a rung keeps the best ``1 / r``)."""
+    """The rungs of a trial's evaluation: ``fractions`` of the rows, the rows after each rung
+    (``sizes``) in a fixed ``order``, and ASHA's ``reduction_factor``.
+    """
 
     fractions: tuple[float, ...]
     sizes: tuple[int, ...] | None = None
@@ -60,8 +60,7 @@ class EvalRungs:
         return self.order[first : self.sizes[k]]
 
     def fraction(self, k: int) -> float:
-        """The share of the rows evaluated once rung ``k`` is done: rows over all rows for a
-        built-in metric (rounded to whole batches), the configured fraction otherwise."""
+        """The share of the rows evaluated once rung ``k`` is done (in whole batches)."""
         if self.sizes is None:
             return self.fractions[k]
         return round(self.sizes[k] / self.sizes[-1], 6)
