@@ -38,16 +38,12 @@ class ConfigError(InputError):
 
 
 class ConfigErrors(ConfigError):
-    """Several :class:`ConfigError` found in one reading of a config, in the order found:
-    ``str(error)`` is one line per error, ``errors`` the single errors (nested ones flattened).
+    """Several :class:`ConfigError` of one config: one line each, ``errors`` flattened.
 
     Example:
-        >>> both = ConfigErrors([ConfigError("a", "bad"), ConfigError("b", "worse")])
-        >>> print(both)
+        >>> print(ConfigErrors([ConfigError("a", "bad"), ConfigError("b", "worse")]))
         a: bad
         b: worse
-        >>> [e.path for e in both.errors], both.path
-        (['a', 'b'], 'a')
     """
 
     def __init__(self, errors: Iterable[ConfigError]) -> None:
@@ -63,17 +59,12 @@ class ConfigErrors(ConfigError):
 
 
 class ErrorCollector:
-    """Collects the :class:`ConfigError` of independent checks, so that a config reports every
-    mistake at once (one line each) instead of its first.
+    """Collects the :class:`ConfigError` of independent checks, to report every mistake at once.
 
     Example:
         >>> errors = ErrorCollector()
         >>> with errors.check():
         ...     raise ConfigError("seed", "expected an integer")
-        >>> with errors.check():
-        ...     pass
-        >>> len(errors.errors)
-        1
         >>> errors.raise_any()
         Traceback (most recent call last):
         ...
@@ -115,17 +106,11 @@ class DiskFullError(RuntimeError):
 
 
 def is_disk_full(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an exception it was raised from or during, is a full disk (an
-    ``OSError`` with ``ENOSPC``/``EDQUOT``, or a library's error quoting its message: ONNX
-    Runtime and pyarrow re-raise the operating system's text in their own types).
+    """Whether ``exc`` or its cause is a full disk (``ENOSPC``/``EDQUOT``, or its text quoted).
 
     Example:
-        >>> is_disk_full(OSError(28, "No space left on device"))
-        True
         >>> is_disk_full(RuntimeError("[ONNXRuntimeError] : 1 : FAIL : No space left on device"))
         True
-        >>> is_disk_full(ValueError("bad setting"))
-        False
     """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -144,8 +129,6 @@ def suggest(word: str, candidates: Iterable[str]) -> str:
     Example:
         >>> suggest("calibrate_metod", ["calibrate_method", "per_channel"])
         " (did you mean 'calibrate_method'?)"
-        >>> suggest("COSS", ["L2", "cos"])
-        " (did you mean 'cos'?)"
     """
     pool = list(candidates)
     match = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)

@@ -156,17 +156,13 @@ class SearchConfig:
         check_paths: bool = True,
         code_dirs: Sequence[str | os.PathLike] | None = None,
     ) -> SearchConfig:
-        """Validate ``raw`` completely and return the config; every mistake is reported, one
-        line each, always in the same order.
+        """Validate ``raw`` completely; every mistake is reported, one line each.
 
         Args:
-            raw: the config's keys (README, "A complete config"), as YAML reads them or with
-                the Python objects a config from Python may hold.
-            base_dir: the folder relative input paths are read from (default: the working
-                directory).
+            raw: the config's keys (README, "A complete config"), Python objects allowed.
+            base_dir: the folder relative input paths are read from (default: the working one).
             check_paths: whether the input files must exist (and the model be ONNX).
-            code_dirs: where a module the config names is looked up when Python does not
-                find it (default: ``base_dir``, then the working directory).
+            code_dirs: where a module the config names is looked up (default: ``base_dir``, cwd).
 
         Returns:
             The checked :class:`SearchConfig`.
@@ -435,8 +431,8 @@ def _keep_candidates(value: Any) -> int | None:
 def load_config(
     path: str | Path, overrides: list[str] | None = None, *, check_paths: bool = True
 ) -> SearchConfig:
-    """Load a YAML config file, apply ``key=value`` overrides, validate everything. Relative
-    input paths are read relative to the file's folder, ``output_dir`` to the working one.
+    """Load a YAML config, apply ``key=value`` overrides, validate everything (input paths
+    relative to the file's folder, ``output_dir`` to the working one).
 
     Args:
         path: the YAML file.
@@ -445,9 +441,6 @@ def load_config(
 
     Returns:
         The checked :class:`SearchConfig`.
-
-    Raises:
-        ConfigError: a mistake (``ConfigErrors``: several), each naming its key path.
     """
     path = Path(path)
     data = apply_overrides(read_yaml(path), overrides or [])

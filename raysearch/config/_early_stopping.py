@@ -49,11 +49,7 @@ def _rungs(value: Any) -> tuple[float, ...]:
 
 
 def parse_early_stopping(raw: Any) -> EarlyStoppingConfig:
-    """The ``early_stopping`` key (``None``: on, with the defaults).
-
-    Raises:
-        ConfigError: (at ``early_stopping`` or one of its keys) a value it cannot be.
-    """
+    """The ``early_stopping`` key (``None``: on, with the defaults)."""
     if raw is None or raw is True:
         return EarlyStoppingConfig()
     if raw is False:

@@ -61,12 +61,7 @@ def _keywords(function: Any) -> tuple[dict[str, Any], bool]:
 
 
 def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
-    """``loggers``: ``(name, settings)`` for each logger, in the order given.
-
-    Raises:
-        ConfigError: not a list or a mapping, an unknown logger, a setting or value it does
-            not take, or its package missing.
-    """
+    """``loggers``: ``(name, settings)`` for each logger, in order (ConfigError otherwise)."""
     if value is None:
         return ()
     if isinstance(value, list):

@@ -118,12 +118,8 @@ def _range_text(name: str) -> str:
 
 
 def check_tolerance(metric: str, tolerance: float) -> None:
-    """Refuse a ``tolerance`` of built-in ``metric`` past its best value (no trial is ever a
-    candidate) or at or past its worst (every trial is); warn at exactly its best value, or
-    for a bound that looks like a drop (:data:`_DROP_LIKE_BELOW`).
-
-    Raises:
-        ConfigError: (``tolerance``) naming the metric and its range.
+    """Refuse a built-in metric's ``tolerance`` past its best or at its worst; warn at its best
+    or for one that looks like a drop.
     """
     m = METRICS[metric]
     relation = ">=" if m.higher_is_better else "<="
@@ -172,12 +168,7 @@ def _check_builtin(metric: str, data: Mapping[str, Any], hib: bool | None) -> No
 def check_evaluator(
     spec: str | Callable[..., Any], path: str, search_dirs: Sequence[str | os.PathLike] = ()
 ) -> Any:
-    """The function ``spec`` names (imported from ``search_dirs`` when not installed) or is,
-    checked to take ``(model_path, providers)`` (a function given: to pickle for the trials).
-
-    Raises:
-        ConfigError: (at ``path``) as :func:`raysearch.evaluate.load_custom_evaluator`.
-    """
+    """The function ``spec`` names or is, checked to take ``(model_path, providers)``."""
     from raysearch.evaluate import load_custom_evaluator, takes_providers
 
     function = load_custom_evaluator(spec, key=path, search_dirs=search_dirs)

@@ -115,14 +115,11 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
 
 
 def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``raw`` as a config file can hold it, each top-level value YAML cannot write replaced
-    by words, and those keys.
+    """``raw`` as a config file can hold it (what YAML cannot write in words), and those keys.
 
     Example:
         >>> written_config({"metric": "cos", "calibration_data": object()})
         ({'metric': 'cos', 'calibration_data': '<python object: object>'}, ['calibration_data'])
-        >>> written_config({"metric": len})[0]
-        {'metric': '<python function: builtins:len>'}
     """
     import yaml
 

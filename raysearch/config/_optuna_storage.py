@@ -26,12 +26,7 @@ _KEY = "optuna_storage"
 
 
 def parse_optuna_storage(value: Any) -> str | None:
-    """``optuna_storage``: the URL, or None.
-
-    Raises:
-        ConfigError: not a URL (``scheme://...``), or SQLAlchemy (Optuna's RDB storage) is
-            not installed.
-    """
+    """``optuna_storage``: the URL or None (refused: no ``scheme://``, or no SQLAlchemy)."""
     if value is None:
         return None
     if not isinstance(value, str) or "://" not in value:

@@ -31,12 +31,7 @@ def given_sampler(value: Any) -> Any:
 
 
 def algo_of(value: Any) -> str:
-    """The strategy ``search_algo`` names: a name read by :func:`choose_algo`, or for a sampler
-    instance the sampler strategy it runs as.
-
-    Raises:
-        ConfigError: an unknown name, or ``Sampler`` named without an instance.
-    """
+    """The strategy ``search_algo`` names (a sampler instance: its sampler strategy)."""
     from raysearch.strategies.samplers import GIVEN_SAMPLER, sampler_algo
 
     sampler = given_sampler(value)
@@ -95,12 +90,7 @@ def _not_a_sampler(value: Any) -> str | None:
 
 
 def parse_sampler_options(value: Any, algo: str, sampler: Any) -> dict[str, Any]:
-    """``sampler_options`` for the search's ``algo`` (``sampler``: the instance given, if any).
-
-    Raises:
-        ConfigError: options beside a sampler instance, for a strategy that is no Optuna
-            sampler's, or an argument the sampler does not take or refuses.
-    """
+    """``sampler_options`` for ``algo``, each checked against the sampler's signature."""
     if value is None:
         return {}
     from raysearch.strategies.samplers import SAMPLER_ALGOS, check_sampler_options

@@ -109,14 +109,7 @@ def _parse_one(raw: Any, path: str) -> SearchSpace:
 
 
 def runnable_predefined_space(name: str) -> tuple[Any, list[str]]:
-    """The predefined space ``name``'s ``search_space`` narrowed to the backends and
-    techniques installed here, and what was narrowed and why, one line each.
-
-    Example:
-        >>> raw, notes = runnable_predefined_space("MATMUL_CONV_INT8_SEARCH")
-        >>> notes
-        []
-    """
+    """The predefined space ``name`` narrowed to what is installed, and notes on what was."""
     return _runnable(name, _load_predefined(name, "search_space")["search_space"])
 
 

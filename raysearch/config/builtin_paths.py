@@ -49,11 +49,7 @@ def is_builtin(value: object) -> bool:
 
 
 def resolve_builtin(name: str) -> Path:
-    """The path behind a ``builtin:`` name (prefix optional, the name in any case).
-
-    Raises:
-        KeyError: no such built-in (the name without its prefix).
-    """
+    """The path behind a ``builtin:`` name (any case; KeyError: no such built-in)."""
     name = name[len(BUILTIN_PREFIX) :] if name.startswith(BUILTIN_PREFIX) else name
     known = canonical_name(name, _RESOLVERS)
     if known is None:

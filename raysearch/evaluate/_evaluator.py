@@ -59,19 +59,13 @@ class Score:
 
 
 class Evaluator:
-    """Scores a quantized model and decides whether it is a candidate.
-
-    ``metric`` is a built-in name (or an alias, in any case), a callable or
-    ``"package.module:function"`` (its module, when not installed, from ``search_dirs``).
-    ``higher_is_better`` is fixed for built-ins and defaults to True for custom metrics.
+    """Scores a quantized model and decides whether it is a candidate; ``metric``: a built-in
+    name, a callable or ``"package.module:function"``.
 
     Example:
         >>> ev = Evaluator("L2", tolerance=0.01)
         >>> ev.is_candidate(0.005), ev.better(0.004, 0.005)
         (True, True)
-        >>> acc = Evaluator(lambda path, providers: 0.9, tolerance=0.02)
-        >>> acc.is_candidate(0.89, float_score=0.9)
-        True
     """
 
     def __init__(
@@ -199,12 +193,8 @@ class Evaluator:
         providers: Sequence[Any] | None = None,
         inputs: Mapping[str, np.ndarray] | None = None,
     ) -> Score:
-        """Score one model: built-ins from ``outputs`` against ``reference`` (and ``inputs``,
-        where perplexity reads the text), a language-model metric with every language-model
-        metric and its interval as extras; a custom evaluator by calling it.
-
-        Raises:
-            MetricError: the score cannot be computed (NaN outputs, a bad return value).
+        """Score one model: built-ins from ``outputs`` against ``reference`` (language-model ones
+        with the others and intervals as extras); a custom evaluator by calling it.
         """
         if self.function is None:
             if outputs is None or reference is None:
@@ -242,11 +232,7 @@ class Evaluator:
     def score_float(
         self, model_path: str | os.PathLike, providers: Sequence[Any] | None = None
     ) -> float:
-        """The custom evaluator's score of the float model (once per search).
-
-        Raises:
-            EvaluatorError: the evaluator fails or returns no usable number on the float model.
-        """
+        """The custom evaluator's score of the float model (EvaluatorError when unusable)."""
         try:
             return self.score_model(model_path, providers).metric
         except MetricError as exc:
@@ -297,10 +283,8 @@ class Evaluator:
         return diff / abs(float_score)
 
     def is_candidate(self, score: float | None, float_score: float | None = None) -> bool:
-        """Whether ``score`` is within the tolerance (False without a tolerance or a score).
-
-        Raises:
-            ValueError: a custom metric without the float model's score.
+        """Whether ``score`` is within the tolerance (ValueError: custom, without
+        ``float_score``).
         """
         if self.tolerance is None or score is None or not math.isfinite(score):
             return False
@@ -315,15 +299,9 @@ class Evaluator:
         return self.drop(score, float_score) <= self.tolerance + slack
 
     def threshold(self, float_score: float | None = None) -> float | None:
-        """The metric value where candidates begin: the tolerance itself for a built-in
-        metric, else the float model's score less the drop it allows; None without one.
-
-        Raises:
-            ValueError: a custom metric without the float model's score.
+        """The metric value where candidates begin (None without a tolerance).
 
         Example:
-            >>> Evaluator("cos", tolerance=0.999).threshold()
-            0.999
             >>> Evaluator(lambda p, providers: 0.0, 0.1, "relative").threshold(0.8)
             0.72
         """
@@ -339,14 +317,11 @@ class Evaluator:
         return float_score - allowed if self.higher_is_better else float_score + allowed
 
     def missed_by(self, score: float | None, float_score: float | None = None) -> float | None:
-        """How far ``score`` falls short of the :meth:`threshold`, in the metric's units; 0
-        when it meets the tolerance; None without a tolerance or a finite score.
+        """How far ``score`` falls short of the :meth:`threshold` (0: it meets it; None: unknown).
 
         Example:
             >>> round(Evaluator("cos", tolerance=0.999).missed_by(0.996), 6)
             0.003
-            >>> Evaluator("L2", tolerance=0.01).missed_by(0.005)
-            0.0
         """
         threshold = self.threshold(float_score)
         if threshold is None or score is None or not math.isfinite(score):
@@ -362,24 +337,15 @@ class Evaluator:
         quantized_share: float | None,
         weighted_nodes: int,
     ) -> float | None:
-        """The value a search's sampler optimises for this trial, in the metric's direction.
-
-        The best trial is the most quantized candidate, so a sampler told the metric alone
-        would spend its trials on settings that keep nodes float. A candidate's metric is
-        moved past every non-candidate's by ``scale * quantized_share``, ``scale`` larger than
-        the spread of candidates' metrics times the node count, so that one more quantized
-        node outweighs any metric difference among candidates; a non-candidate is told its
-        metric. A trial that quantizes nothing is told ``scale`` worse, below every trial that
-        quantizes something, as the best rule ranks it.
+        """The value a sampler optimises for this trial, in the metric's direction: a candidate's
+        metric moved past every non-candidate's by ``scale * quantized_share`` (one more quantized
+        node outweighs any metric difference), a non-candidate's metric, and ``scale`` worse for a
+        trial that quantizes nothing.
 
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)
             >>> ev.sampler_objective(0.995, None, 0.5, 2) > ev.sampler_objective(1.0, None, 0.25, 2)
             True
-            >>> ev.sampler_objective(1.0, None, 0.0, 2) < ev.sampler_objective(0.5, None, 1.0, 2)
-            True
-            >>> ev.sampler_objective(0.98, None, 1.0, 2)   # not a candidate: its metric
-            0.98
         """
         if score is None or not math.isfinite(score):
             return None

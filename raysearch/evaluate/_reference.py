@@ -69,11 +69,7 @@ class FloatReference:
         model_hash: str | None = None,
         providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Run the float model once over ``data``, on ``providers``, else on ``gpu_id``'s.
-
-        Raises:
-            EvaluatorError: the float model's own outputs hold NaN or inf.
-        """
+        """Run the float model once over ``data`` (EvaluatorError: its outputs hold NaN or inf)."""
         from raysearch.providers import make_session
 
         device = _device(gpu_id, providers)

@@ -103,11 +103,8 @@ def plan_rungs(
     reduction_factor: float,
     reference_rows: int | None = None,
 ) -> tuple[EvalRungs | None, str | None]:
-    """The rungs of this search's evaluation, or None and why it evaluates every row at once.
-
-    Built-in metrics: whole static batches, at least ``min_rows`` in the first rung, in a
-    seeded shuffled order (``reference_rows``: the rows a partial reference covers). A custom
-    evaluator: the fractions, when it takes a ``fraction`` argument.
+    """The rungs of this search's evaluation, or None and why every row is evaluated at once
+    (built-in metrics: whole static batches in a seeded order; custom: with ``fraction``).
     """
     if evaluator.is_custom:
         if not evaluator.accepts_fraction:
@@ -149,20 +146,14 @@ def could_reach(
     higher_is_better: bool,
     meets: Callable[[float], bool],
 ) -> bool:
-    """Whether a metric averaged over ``total`` rows, whose first rows (a uniform random
-    sample of them) score ``values``, could still meet the tolerance (``meets``) over all.
-
-    No when the rows not seen scoring ``best`` would not bring it there, or when its mean is
-    more than :data:`CANDIDATE_Z` standard errors on the wrong side; yes otherwise.
+    """Whether a metric whose first (uniformly sampled) rows of ``total`` score ``values`` could
+    still meet the tolerance: not if the rest scoring ``best`` would not bring it there, or its
+    mean is :data:`CANDIDATE_Z` standard errors on the wrong side.
 
     Example:
-        >>> meets = lambda m: m >= 0.999                         # cos within 0.999
-        >>> far = np.full(50, 0.95)                              # 0.995 at best
-        >>> could_reach(far, 500, best=1.0, higher_is_better=True, meets=meets)
+        >>> meets = lambda m: m >= 0.999
+        >>> could_reach(np.full(50, 0.95), 500, best=1.0, higher_is_better=True, meets=meets)
         False
-        >>> near = np.array([0.9985, 0.9995] * 25)               # 0.999 within noise
-        >>> could_reach(near, 500, best=1.0, higher_is_better=True, meets=meets)
-        True
     """
     n = len(values)
     mean = float(np.mean(values)) if n else math.nan
@@ -176,8 +167,7 @@ def could_reach(
 
 
 def mean_error(values: np.ndarray, total: int) -> float:
-    """The standard error of the mean of ``values``, a uniform sample without replacement of
-    ``total`` rows (finite-population corrected; inf with fewer than two values).
+    """The finite-population standard error of the mean of ``values`` out of ``total`` rows.
 
     Example:
         >>> round(mean_error(np.array([0.99, 1.0] * 25), 500), 6)
@@ -204,9 +194,7 @@ class GrowingOutputs:
     Example:
         >>> grown = GrowingOutputs()
         >>> grown.add({"y": np.array([[3.0], [1.0]])}); grown.add({"y": np.array([[2.0]])})
-        >>> grown.prefix()["y"].ravel().tolist()
-        [3.0, 1.0, 2.0]
-        >>> grown.in_order(np.array([2, 0, 1]))["y"].ravel().tolist()   # rows 2, 0, 1
+        >>> grown.in_order(np.array([2, 0, 1]))["y"].ravel().tolist()
         [1.0, 2.0, 3.0]
     """
 

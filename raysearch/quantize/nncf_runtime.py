@@ -67,11 +67,8 @@ def missing_nncf(backend: str = "nncf") -> str | None:
 
 @functools.cache
 def import_nncf() -> ModuleType:
-    """The ``nncf`` module, imported on first call with its telemetry off and its logging
-    routed through ``logging``.
-
-    Raises:
-        ImportError: NNCF is not installed (the message names ``raysearch[nncf]``).
+    """The ``nncf`` module, telemetry off, logging routed (ImportError names
+    ``raysearch[nncf]``).
     """
     reason = missing_nncf()
     if reason:

@@ -101,8 +101,7 @@ def strip_technique_settings(
 
 
 def unknown_settings(settings: Mapping[str, Any], catalogue: Catalogue | None) -> list[str]:
-    """The keys of ``settings`` (technique keys stripped) that ``catalogue`` does not know, as
-    dotted paths: what a technique not imported here leaves behind fails the trial.
+    """The keys of ``settings`` that ``catalogue`` does not know, as dotted paths.
 
     Example:
         >>> from raysearch.space.catalogue import QUANTIZER, Catalogue
@@ -127,8 +126,7 @@ def unknown_settings(settings: Mapping[str, Any], catalogue: Catalogue | None) -
 
 
 def merge_overrides(settings: Mapping[str, Any], overrides: TensorOverrides) -> dict[str, Any]:
-    """``settings`` with ``overrides`` merged into ``extra_options.TensorQuantOverrides`` (a
-    technique's entry replaces the setting's for the same tensor) and ``nodes_to_exclude``.
+    """``settings`` with ``overrides`` merged into ``TensorQuantOverrides``, ``nodes_to_exclude``.
 
     Example:
         >>> merge_overrides({"nodes_to_exclude": ["a"]}, TensorOverrides(nodes_to_exclude=["b"]))

@@ -77,10 +77,8 @@ class QuantizeInfo:
 
 
 class QuantizerBackend(abc.ABC):
-    """One quantizer, constructed by the search once per process (a Ray actor) with the float
-    model and the calibration data, then called once per trial. Subclasses set
-    :attr:`catalogue` and implement :meth:`validate` and :meth:`quantize`, optionally
-    :meth:`reject`, :meth:`reject_on_model` and :meth:`missing_requirement`.
+    """One quantizer, built once per process with the float model and the calibration data, then
+    called once per trial.
 
     Args:
         model_path: the float model (or a technique's transform of it).
@@ -88,8 +86,7 @@ class QuantizerBackend(abc.ABC):
         cache: the search's calibration cache, shared by the trials of a node (None: none).
         threads: the CPU threads a trial may use.
         gpu_id: the trial's GPU, or None.
-        providers: the trial's ONNX Runtime execution providers, for any inference the
-            backend runs; None: derived from ``gpu_id``.
+        providers: the trial's ONNX Runtime providers; None: derived from ``gpu_id``.
     """
 
     #: The registry key, set by :func:`register_backend`.
@@ -164,8 +161,7 @@ class QuantizerBackend(abc.ABC):
         """Whether this backend can run here (a config that selects it is refused otherwise).
 
         Returns:
-            Why it cannot (an optional package that is not installed, with the extra that
-            installs it), or None.
+            Why it cannot (a missing package, naming the extra), or None.
         """
         return None
 

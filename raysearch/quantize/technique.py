@@ -71,17 +71,15 @@ _REGISTRY: dict[str, type[Technique]] = {}
 
 @dataclass
 class TechniqueContext:
-    """What a trial lends its techniques (set as :attr:`Technique.context` before a trial).
+    """What a trial lends its techniques (:attr:`Technique.context`).
 
     Attributes:
-        quantize: ``quantize(float_path, backend_settings, out_path)`` runs the trial's
-            backend.
+        quantize: ``quantize(float_path, backend_settings, out_path)``, the trial's backend.
         score: ``score(model_path)``, the search's metric (None when it cannot be computed).
         calibration, higher_is_better: the calibration data and the metric's direction.
         cache_dir: the folder the processes of a node share (None: nothing kept on disk).
-        score_settings: ``score_settings(float_path, settings_list)``: the metric of
-            ``float_path`` quantized with each backend setting (None where it fails), in
-            order, several at once on Ray; None: one after another (:meth:`score_each`).
+        score_settings: ``score_settings(float_path, settings_list)``, several at once on Ray;
+            None: one after another (:meth:`score_each`).
     """
 
     quantize: Callable[[str, Mapping[str, Any], str], None]
@@ -161,8 +159,7 @@ class Technique(abc.ABC):
         """Whether this technique can run here (a config switching it on is refused otherwise).
 
         Returns:
-            Why it cannot (an optional package that is not installed, with the extra that
-            installs it), or None.
+            Why it cannot (a missing package, naming the extra), or None.
         """
         return None
 
@@ -239,11 +236,10 @@ class TensorOverrides:
     """What a :class:`TensorOverrideProducer` asks of the quantizer.
 
     Attributes:
-        tensor_quant_overrides: ONNX Runtime's ``TensorQuantOverrides``: tensor name -> list
-            of override dicts.
+        tensor_quant_overrides: ONNX Runtime's ``TensorQuantOverrides``.
         nodes_to_exclude: node names kept in float.
         report: numbers the trial records (``extra/<name>``).
-        rankings: rows of sensitivity rankings (written to ``sensitivity.parquet``).
+        rankings: rows of sensitivity rankings (``sensitivity.parquet``).
     """
 
     tensor_quant_overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

@@ -115,11 +115,8 @@ def check_private(path: str | os.PathLike) -> None:
 
 
 def private_dir(name: str | None = None, *, root: str | os.PathLike | None = None) -> Path:
-    """This user's folder ``<tmp>/raysearch-<uid>/<name>`` (``root``: instead of the temp
-    dir; no ``name``: the user's folder), created with mode 0700, each level checked.
-
-    Raises:
-        UnsafeFolderError: a level that is not this user's private folder.
+    """This user's folder ``<tmp>/raysearch-<uid>/<name>``, mode 0700, each level checked
+    (:class:`UnsafeFolderError` otherwise).
     """
     uid = _uid()
     base = Path(root or tempfile.gettempdir()) / f"raysearch-{uid if uid is not None else 'user'}"

@@ -39,22 +39,16 @@ DEFAULT_BACKEND = "ort"
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One setting of a catalogue: a space's values for it are checked against it.
+    """One setting of a catalogue.
 
     Attributes:
         kind: ``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``, ``num_list``,
-            ``dict`` (a group of further settings) or ``mapping`` (a value that is a mapping).
+            ``dict`` (a group of settings) or ``mapping`` (a mapping value).
         doc: what the setting does, in a few words (``raysearch spaces`` shows it).
-        choices: an enum's values.
-        low, high: a number's bounds (None: no bound).
+        choices: an enum's values; low, high: a number's bounds (None: none).
         nullable: whether None is a value.
-        affects_calibration: whether it changes the calibration (the calibration cache's key).
-        requires: a switch key (``include_cle``) this setting only acts with: with the switch
-            off, the validity rule ``setting_without_its_switch`` strips it.
-
-    Example:
-        >>> OptionSpec("int", "weight bits", low=2, high=8).high
-        8
+        affects_calibration: whether it changes the calibration (the cache's key).
+        requires: a switch key (``include_cle``) without which it is stripped.
     """
 
     kind: str
@@ -77,10 +71,9 @@ class Catalogue:
 
     Attributes:
         backend: the backend's name (``register_backend`` sets it).
-        settings: top-level setting name -> :class:`OptionSpec` (``"quantizer": QUANTIZER``
-            lets a space select the backend).
+        settings: top-level name -> :class:`OptionSpec` (``"quantizer": QUANTIZER`` selects it).
         containers: a key holding further settings (``extra_options``) -> their specs.
-        aliases: per container (``""``: the top level), accepted spelling -> canonical name.
+        aliases: per container (``""``: the top level), spelling -> canonical name.
 
     Example:
         >>> mine = Catalogue("mine", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits")})
@@ -251,12 +244,9 @@ UNAVAILABLE: dict[str, str] = {
 
 
 def unavailable_reason(key: str, catalogues: Iterable[Catalogue] = ()) -> str | None:
-    """Why ``key`` names a technique raysearch refuses for now, or None (also when one of
-    ``catalogues`` knows the key, in any container).
+    """Why ``key`` names a technique raysearch refuses for now, or None.
 
     Example:
-        >>> unavailable_reason("SmoothQuant").split(";")[0]
-        "ONNX Runtime's SmoothQuant needs neural-compressor 2.x, which raysearch does not install"
         >>> unavailable_reason("per_channel") is None
         True
     """

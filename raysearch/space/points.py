@@ -105,8 +105,7 @@ def agrees(point: Point, start: Point) -> bool:
 
 
 def first_agreeing(points: Sequence[Point], starts: Sequence[Point]) -> list[int]:
-    """Indices of ``points`` in run order: for each start point in turn, the first point that
-    agrees with it (and is not taken yet), then every other point in its own order.
+    """Indices of ``points`` in run order: the first agreeing with each start point, then the rest.
 
     Example:
         >>> first_agreeing([{"a": 1}, {"a": 2}, {"a": 3}], [{"a": 3}, {"a": 9}])
@@ -121,8 +120,7 @@ def first_agreeing(points: Sequence[Point], starts: Sequence[Point]) -> list[int
 
 
 def fixed_space(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A flat-dialect search space with one choice per key: ``params`` (dotted key paths)
-    nested back into groups, every value wrapped in a one-element list.
+    """A flat-dialect space with one choice per key of ``params`` (dotted paths nested back).
 
     Example:
         >>> fixed_space({"calibrate_method": "MinMax", "extra_options.WeightSymmetric": True})

@@ -132,8 +132,7 @@ class SearchSpace:
         path: str = "search_space",
         catalogues: Mapping[str, Catalogue] | None = None,
     ) -> SearchSpace:
-        """Parse ``raw`` and validate it against the catalogues of its backends (default:
-        every registered backend's).
+        """Parse ``raw`` and validate it against its backends' catalogues (default: all registered).
 
         Args:
             raw: the space in either dialect (README, "Search-space language").
@@ -142,9 +141,6 @@ class SearchSpace:
 
         Returns:
             The :class:`SearchSpace`.
-
-        Raises:
-            ConfigError: a mistake, naming its key path.
         """
         parsed = parse_space(raw, path=path, catalogues=catalogues)
         return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
@@ -342,16 +338,8 @@ class SearchSpace:
         return sum(count for _, count in partial)
 
     def sample(self, trial: Any) -> Point:
-        """Optuna define-by-run function: suggest only active, searched parameters, in
-        dependency order, and return the full point (fixed settings and real values included),
-        as Ray Tune's ``OptunaSearch`` expects.
-
-        Example:
-            >>> import optuna
-            >>> space = SearchSpace.parse({"per_channel": [True, False], "reduce_range": [False]})
-            >>> study = optuna.create_study()
-            >>> sorted(space.sample(study.ask()))
-            ['per_channel', 'reduce_range']
+        """Optuna define-by-run function: suggest the active parameters in dependency order and
+        return the full point, as Ray Tune's ``OptunaSearch`` expects.
         """
         point: Point = {}
         for param in self.params:
@@ -376,18 +364,15 @@ class SearchSpace:
 
 
 def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -> Expansion:
-    """The grid of several spaces searched in order: each space expanded with the validity rules
-    and ``reject``, a setting an earlier space already has dropped as ``duplicate``: what a
-    Grid search runs, and what ``raysearch validate`` and ``raysearch spaces`` count.
+    """The grid of several spaces searched in order, a setting an earlier space has dropped as
+    ``duplicate``: what a Grid search runs and ``validate``/``spaces`` count.
 
     Args:
         spaces: the spaces, in order (``StrategyContext.spaces``).
-        reject: a check of a point's settings that returns why it is refused, or None
-            (``StrategyContext.reject``: the backends' and techniques' refusals).
+        reject: why a point's settings are refused, or None (``StrategyContext.reject``).
 
     Returns:
-        The :class:`Expansion`: ``points`` in order, each one's ``space_index``, and the
-        count of each reason a setting was dropped.
+        The :class:`Expansion`.
 
     Example:
         >>> a = SearchSpace.parse({"per_channel": [True, False]}, path="a")

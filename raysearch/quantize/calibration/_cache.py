@@ -53,12 +53,8 @@ _FORMAT_VERSION = 2
 
 
 class CalibrationCache:
-    """Calibration results shared by every setting that needs the same statistics.
-
-    ``cache_dir`` (optional) keeps entries on disk for other processes and resumed searches;
-    ``max_entries`` bounds the entries kept in memory; ``providers`` is where calibration runs
-    unless a call says otherwise; ``memory_budget`` (bytes) bounds the intermediate outputs a
-    histogram collection keeps before it needs a second pass.
+    """Calibration results shared by every setting that needs the same statistics, on disk in
+    ``cache_dir`` too, ``memory_budget`` bounding the outputs a histogram pass keeps.
     """
 
     def __init__(
@@ -102,11 +98,8 @@ class CalibrationCache:
         model_hash: str | None = None,
         providers: Sequence[Any] | None = None,
     ) -> tuple[TensorsData, bool]:
-        """The calibrated ranges ``quantize_static`` would compute for ``request`` on the model
-        at ``model_path`` with ``data``, and whether they came from the cache (no inference).
-
-        Calibration inference runs on ``providers`` (default: the cache's). The returned
-        ``TensorsData`` is a fresh copy: the quantizer may modify it.
+        """``quantize_static``'s ranges for ``request`` (a fresh copy) and whether they
+        were cached.
         """
         model_path = os.fspath(model_path)
         providers = list(providers) if providers else self.providers

@@ -42,13 +42,7 @@ _DEFAULT_PERCENTILE = 99.999
 
 
 def calibration_catalogue(backend: str | None = None) -> Catalogue:
-    """The catalogue (shared settings included) whose ``affects_calibration`` flags decide the
-    calibration cache key of ``backend`` (default ``ort``).
-
-    Example:
-        >>> ("", "calibrate_method") in set(calibration_catalogue().calibration_keys())
-        True
-    """
+    """The catalogue whose ``affects_calibration`` flags key ``backend``'s calibration."""
     catalogue = get_catalogue(backend)  # ``import raysearch`` registered the built-in ones
     if catalogue is None:
         raise ValueError(f"no settings catalogue is registered for backend {backend!r}")
@@ -58,8 +52,7 @@ def calibration_catalogue(backend: str | None = None) -> Catalogue:
 def calibration_values(
     settings: Mapping[str, Any], catalogue: Catalogue | None = None
 ) -> dict[str, Any]:
-    """The values of ``settings`` that change what calibration collects, by setting name
-    (top level and ``extra_options`` alike): exactly the catalogue's calibration keys.
+    """The values of ``settings`` that change calibration, by setting name.
 
     Example:
         >>> calibration_values({"per_channel": True, "calibrate_method": "MinMax"})
@@ -76,12 +69,8 @@ def calibration_values(
 
 @dataclass(frozen=True)
 class CalibrationRequest:
-    """The settings that decide calibration, read from a settings dict.
-
-    ``op_types``: the setting's ``op_types_to_quantize``, else every op type ONNX Runtime
-    quantizes. ``symmetric``: ``CalibTensorRangeSymmetric`` (None: the method's default).
-    ``max_intermediate_outputs`` only bounds memory: the batches buffered before histogram
-    counts are merged (MinMax ranges always cover every batch).
+    """The settings that decide calibration (``op_types`` None: every op type ONNX Runtime
+    quantizes; ``max_intermediate_outputs`` only bounds memory).
     """
 
     method: str = "MinMax"

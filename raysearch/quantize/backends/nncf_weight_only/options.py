@@ -86,13 +86,9 @@ def mode(settings: Mapping[str, Any]) -> str:
 
 
 def is_data_aware(settings: Mapping[str, Any]) -> bool:
-    """Whether ``settings`` need the calibration data: AWQ, scale estimation, or a sensitivity
-    metric of activations choosing the 4-bit layers (``ratio`` below 1).
+    """Whether ``settings`` need calibration data (AWQ, scale estimation, an activation metric).
 
     Example:
-        >>> is_data_aware({"mode": "int4_sym", "ratio": 0.8,
-        ...                "sensitivity_metric": "hessian_input_activation"})
-        True
         >>> is_data_aware({"mode": "int4_sym", "ratio": 0.8})
         False
     """

@@ -124,10 +124,9 @@ def static_quantizer_arguments(
 
 @register_backend("ort")
 class OrtBackend(QuantizerBackend):
-    """ONNX Runtime static quantization (QDQ by default) with cached calibration, run on
-    ``providers`` (default: ``gpu_id``'s). The float model is copied once into a private
-    temporary folder (ONNX Runtime writes shape-inferred copies next to the model it reads);
-    :meth:`close` removes it."""
+    """ONNX Runtime static quantization with cached calibration, on a private copy of the float
+    model (ONNX Runtime writes beside the model it reads); :meth:`close` removes it.
+    """
 
     #: The settings this backend takes (``raysearch.quantize.backends.ort.options``).
     catalogue: ClassVar[Catalogue | None] = ORT_CATALOGUE

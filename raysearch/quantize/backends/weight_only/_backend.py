@@ -118,10 +118,9 @@ class WeightOnlyBackend(QuantizerBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit``,
-        ``nodes_float`` or ``node_settings`` that is no weight MatMul of ``model`` (with the
-        closest name), and for a ``weight_source`` that cannot be read or has no
-        ``MatMulNBits`` of any weight MatMul of ``model``."""
+        """Refuse node names that are no weight MatMul of ``model`` and an unusable
+        ``weight_source``.
+        """
         source = settings.get("weight_source")
         if not names_nodes(settings) and not source:
             return
@@ -166,11 +165,7 @@ class WeightOnlyBackend(QuantizerBackend):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """4-bit k-quant with a ``block_size`` that gives a weight it quantizes an odd number
-        of blocks per column (ONNX Runtime fails on it, :func:`_k_quant_refusal`), and a node
-        at ``algorithm: source`` that ``weight_source`` has no match for at its choice
-        (:func:`~raysearch.quantize.backends.weight_only._source.source_refusal`): refused
-        before anything runs, with the same line a trial would fail with."""
+        """4-bit k-quant with an odd block count per column, and a source node with no match."""
         choices = node_choices(settings, weights)
         nodes: Mapping[str, Any] = {}
         if any(isinstance(c, NodeChoice) and c.algorithm == "source" for c in choices.values()):

@@ -74,12 +74,7 @@ def float_name(name: str) -> str:
 
 
 def source_model_file(path: str | os.PathLike) -> Path:
-    """The model file of ``weight_source``: the path itself, or a client folder's model file.
-
-    Raises:
-        ValueError: not an absolute path, not found, or neither an ONNX model nor a folder
-            with one (one line).
-    """
+    """The model file of ``weight_source`` (a path or a client folder's); ValueError otherwise."""
     given = Path(os.path.expanduser(os.fspath(path)))
     if not given.is_absolute():
         raise ValueError(
@@ -150,12 +145,7 @@ def _read(path: str, _mtime_ns: int, _size: int) -> dict[str, SourceNode]:
 
 
 def source_nodes(path: str | os.PathLike) -> dict[str, SourceNode]:
-    """The ``MatMulNBits`` nodes of ``weight_source`` (a model or a client folder) by the name
-    of the float MatMul each replaces.
-
-    Raises:
-        ValueError: the source cannot be read or has no ``MatMulNBits`` (one line).
-    """
+    """The ``MatMulNBits`` of ``weight_source`` by float name; ValueError when there are none."""
     model = source_model_file(path)
     stat = model.stat()
     nodes = _read(os.fspath(model), stat.st_mtime_ns, stat.st_size)
@@ -205,13 +195,8 @@ def _midpoint_zero_points(
 def write_from_source(
     model: onnx.ModelProto, chosen: Mapping[str, NodeChoice], source: str | os.PathLike
 ) -> None:
-    """Replace each weight MatMul of ``chosen`` in ``model`` by ``source``'s ``MatMulNBits`` of
-    that node (named as ONNX Runtime's quantizer names its own, ``<name>_Q<bits>``), its
-    tensors copied; the float weight goes when no other node reads it.
-
-    Raises:
-        ValueError: a node the source cannot give at its choice (:func:`source_refusal`), or
-            whose scales are of another type than the float weight.
+    """Replace each MatMul of ``chosen`` by ``source``'s ``MatMulNBits`` (``<name>_Q<bits>``);
+    ValueError for a node the source cannot give.
     """
     if not chosen:
         return

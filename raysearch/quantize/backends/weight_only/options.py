@@ -121,8 +121,7 @@ WEIGHT_ONLY_CATALOGUE = register_catalogue(Catalogue("weight_only", SETTINGS))
 
 
 def node_precisions(settings: Mapping[str, Any]) -> dict[str, int | str]:
-    """The precision ``nodes_4bit``, ``nodes_8bit`` and ``nodes_float`` give each node they
-    name: 4, 8 or :data:`FLOAT` (ValueError for a node in two of them).
+    """Each listed node's precision: 4, 8 or :data:`FLOAT` (ValueError for a node in two lists).
 
     Example:
         >>> node_precisions({"nodes_8bit": ["a"], "nodes_float": ["b"]})
@@ -164,9 +163,7 @@ class NodeChoice(NamedTuple):
 
 
 def top_choice(settings: Mapping[str, Any]) -> NodeChoice:
-    """The choice of a node that no node list or ``node_settings`` names under ``settings``:
-    :data:`DEFAULTS` for what is unset; an HQQ setting's 8-bit nodes are RTN's (HQQ's 8-bit
-    model does not run on CPU).
+    """The choice of a node nothing names: :data:`DEFAULTS` for what is unset (HQQ's 8 bits: RTN).
 
     Example:
         >>> top_choice({"algorithm": "k_quant", "block_size": 32})
@@ -185,8 +182,7 @@ def names_nodes(settings: Mapping[str, Any]) -> bool:
 
 
 def node_choices(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, NodeChoice | str]:
-    """Each of ``names``' choice under ``settings``: its ``node_settings`` over the top level,
-    its node list's bits, or :data:`FLOAT` (:func:`top_choice` of what applies to it).
+    """Each of ``names``' choice: ``node_settings`` over its node list over the top level.
 
     Example:
         >>> node_choices({"algorithm": "hqq", "nodes_8bit": ["a"]}, ["a"])["a"].algorithm

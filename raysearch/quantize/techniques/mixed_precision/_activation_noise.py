@@ -38,10 +38,9 @@ def activation_errors(
     samples: int,
     providers: Sequence[Any] | None,
 ) -> tuple[dict[str, dict[str, float | None]], dict[str, float]]:
-    """Per quantized activation tensor: ``qdq_err`` (SQNR in dB against its own
-    quantize-dequantize), ``xmodel_err`` (against the float model's tensor) and
-    ``channel_err`` (the median over channels of the first, None without a known shape), on
-    the first ``samples`` samples of ``data``; and the SQNR of each quantized weight."""
+    """Per quantized activation: ``qdq_err``, ``xmodel_err`` and ``channel_err`` (SQNR, dB) on
+    the first ``samples`` samples; and each quantized weight's SQNR.
+    """
     import onnx
     from onnxruntime.quantization import qdq_loss_debug as debug
 

@@ -59,10 +59,9 @@ _MEANS = frozenset({"ReduceMean", "ReduceSum"})
 
 @dataclass(frozen=True)
 class SensitivityEntry:
-    """One quantized activation tensor: the ``node`` promoting acts on, its ``op_type`` and
-    ``group``; ``sqnr_db`` against its own quantize-dequantize (lower: more sensitive),
-    ``float_sqnr_db`` against the float model's tensor, ``weight_sqnr_db`` of the node's weight
-    and ``metric`` with this entry alone promoted (None: not measured)."""
+    """One quantized activation: the node promoting acts on, its SQNRs (lower: more sensitive)
+    and ``metric`` with it alone promoted (None: not measured).
+    """
 
     tensor: str
     node: str
