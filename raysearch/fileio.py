@@ -103,10 +103,9 @@ def building_folder(
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
-    """Hold an exclusive lock on the file at ``path`` (created, with its folder) for the
-    block, so that processes sharing a cache folder compute an entry once. A no-op when
-    ``path`` is None or the platform has no file locks; a lock that cannot be taken is warned
-    about once per folder, and the entry may then be computed twice, never read half-written."""
+    """Hold an exclusive lock on ``path`` for the block (a no-op for None or no locks; a lock
+    not taken is warned about once per folder).
+    """
     if path is None or fcntl is None:
         yield
         return

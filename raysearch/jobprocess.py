@@ -24,10 +24,9 @@ CLOSE_WAIT_S = 5.0
 
 
 class JobProcess:
-    """The process that runs ``python -m module`` (whose ``__main__`` calls
-    :func:`serve_one_job`), or the script ``module`` names when it is a path (a file that
-    answers as :func:`serve_one_job` does, and imports nothing of the ``raysearch`` package,
-    whose import costs as much again); nothing runs until :meth:`start` or :meth:`submit`."""
+    """The process that runs ``python -m module``, or the script ``module`` names (importing
+    nothing of raysearch); nothing runs until :meth:`start` or :meth:`submit`.
+    """
 
     def __init__(self, module: str | Path) -> None:
         self.module = str(module)

@@ -89,10 +89,9 @@ def metric_psnr(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample global (single-window) SSIM of ``[S, D]`` arrays,
-    ``((2 mq mf + C1)(2 cov + C2)) / ((mq^2 + mf^2 + C1)(vq + vf + C2))`` with
-    ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2``, ``L`` = the float sample's ``max - min`` (1 when
-    zero)."""
+    """Per-sample global SSIM, ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2``, ``L`` the float
+    sample's ``max - min`` (1 when zero).
+    """
     dynamic = np.max(f, axis=1) - np.min(f, axis=1)
     dynamic = np.where(dynamic > 0, dynamic, 1.0)
     c1 = (0.01 * dynamic) ** 2
@@ -132,12 +131,8 @@ def metric_nll(q: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def logits_output(outputs: Mapping[str, np.ndarray]) -> str:
-    """The name of the next-token logits among ``outputs``: ``logits`` when there is one,
-    else the floating-point output of rank 3 (else of a higher rank: a key/value cache is
-    rank 4) with the longest last (vocabulary) axis.
-
-    Raises:
-        MetricError: no output has a vocabulary axis.
+    """The next-token logits among ``outputs``: ``logits``, else the float output of rank 3 (or
+    higher) with the longest last axis (MetricError: none).
 
     Example:
         >>> logits_output({"present.0.key": np.zeros((1, 2, 3, 16)), "out": np.zeros((1, 3, 50))})
@@ -249,11 +244,8 @@ def compute_metric(
     reference: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray] | None = None,
 ) -> float:
-    """The built-in metric ``name`` of quantized outputs against float outputs (both
-    ``{output name: array with samples on axis 0}``), averaged over samples.
-
-    Raises:
-        MetricError: missing outputs, shape mismatches, NaN or inf in the quantized outputs.
+    """The built-in metric ``name`` of quantized against float outputs, averaged over samples
+    (MetricError: missing outputs, mismatched shapes, NaN or inf).
 
     Example:
         >>> f = {"y": np.array([[1.0, 0.0], [0.0, 2.0]])}
@@ -264,11 +256,7 @@ def compute_metric(
 
 
 def mean_metric(name: str, values: np.ndarray) -> float:
-    """The mean of the per-sample values of metric ``name``, summed chunk by chunk.
-
-    Raises:
-        MetricError: the mean is not finite.
-    """
+    """The mean of the per-sample values of ``name``, chunk by chunk (MetricError: not finite)."""
     total = 0.0
     for start in range(0, len(values), _SAMPLES_PER_CHUNK):
         total += float(np.sum(values[start : start + _SAMPLES_PER_CHUNK]))
@@ -286,16 +274,8 @@ def metric_per_sample(
     reference: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """The built-in metric ``name`` of each sample (float64, one value per sample: one in
-    all when the outputs disagree on the number of samples).
-
-    Raises:
-        MetricError: missing outputs, shape mismatches, NaN or inf in the quantized outputs.
-
-    Example:
-        >>> f = {"y": np.array([[1.0, 0.0], [0.0, 2.0]])}
-        >>> metric_per_sample("L1", {"y": np.array([[1.0, 1.0], [0.0, 2.0]])}, f).tolist()
-        [0.5, 0.0]
+    """The built-in metric ``name`` of each sample, float64 (MetricError as
+    :func:`compute_metric`).
     """
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; built-in metrics are {', '.join(METRICS)}")
@@ -370,9 +350,8 @@ def _lm_per_sample(
 def metric_interval(
     name: str, values: np.ndarray, level: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
-    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``,
-    with draws that depend on the sample count and ``seed`` alone, so that two models scored
-    on the same rows are resampled alike (a paired bootstrap).
+    """The ``level`` paired-bootstrap interval of ``name`` from per-sample ``values`` (the draws
+    depend on the sample count and ``seed`` alone).
 
     Example:
         >>> low, high = metric_interval("kl", np.array([1.0, 2.0, 3.0, 4.0]))

@@ -47,10 +47,8 @@ _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
 def header_problem(path: str | os.PathLike) -> str | None:
-    """Why the file at ``path`` is not an ONNX model, or None, judged from the tags and
-    lengths of its top-level fields alone: the graph and its weights are skipped, not read,
-    so a model of any size is checked in a few reads. A file that passes can still hold a
-    graph that does not parse (:func:`load_header` finds that).
+    """Why the file at ``path`` is not an ONNX model, or None, from its top-level fields' tags
+    and lengths alone (a model of any size is checked in a few reads).
 
     Example:
         >>> import tempfile
@@ -119,14 +117,7 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
 
 
 def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and of its subgraphs, each node before its subgraphs' nodes.
-
-    Example:
-        >>> from onnx import helper
-        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [], [])
-        >>> [n.op_type for n in graph_nodes(g)]
-        ['Relu']
-    """
+    """Every node of ``graph`` and of its subgraphs, each node before its subgraphs' nodes."""
     for node in graph.node:
         yield node
         for sub in _subgraphs(node):
@@ -259,11 +250,9 @@ def _place_model_file(
 
 
 def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: bool) -> Path:
-    """Move (or copy) the model ``source`` with its external-data files to ``target``; returns
-    ``target``. The data files land beside it named by :func:`data_file_names` (the model's
-    ``location`` entries rewritten to match), each atomically and before the model file, so
-    that a model file once there has its data; stale data files of ``target``'s names are
-    removed, and the files get the mode a plain ``open`` gives."""
+    """Move (or copy) the model ``source`` with its data files (named by
+    :func:`data_file_names`, each placed atomically before the model file) to ``target``.
+    """
     source, target = Path(source), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     proto = load_header(source)
@@ -340,10 +329,9 @@ def _hash_file(digest: Any, path: Path) -> None:
 
 
 def model_size_bytes(path: str | os.PathLike) -> int:
-    """Bytes of the model file plus the external-data files it references, with the data
-    named as a folder's ``model.onnx`` names it (``best/``): each external tensor's header
-    holds its file's name, so a trial's ``<trial id>.onnx`` would otherwise weigh more than the
-    same model in ``best/`` or a ``size_budget`` measured on a ``model.onnx``."""
+    """Bytes of the model file plus its external data, the data named as ``model.onnx`` names it
+    (so a trial's file weighs what the same model in ``best/`` does).
+    """
     files = model_files(path)
     data = sum(p.stat().st_size for p in files[1:])
     if not data:

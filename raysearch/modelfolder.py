@@ -94,12 +94,7 @@ class ModelFolder:
 
 
 def find_model_file(folder: str | os.PathLike) -> Path:
-    """The model file of a client's folder: ``genai_config.json``'s decoder file, or an
-    Optimum folder's ``model.onnx``.
-
-    Raises:
-        ValueError: ``folder`` is neither kind of folder; the message says what it lacks.
-    """
+    """The model file of a genai or Optimum folder (ValueError, saying what it lacks)."""
     folder = Path(folder)
     decoder = _genai_decoder(folder)
     if decoder is not None:

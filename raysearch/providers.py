@@ -166,13 +166,7 @@ def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
 
 
 def session_options(threads: int | None = 1) -> ort.SessionOptions:
-    """Session options with ``threads`` intra-op threads (:func:`set_threads`), one inter-op
-    thread and ONNX Runtime's logging kept to errors.
-
-    Example:
-        >>> session_options(2).get_session_config_entry("session.intra_op.allow_spinning")
-        '0'
-    """
+    """Session options: ``threads`` intra-op threads, one inter-op, logging kept to errors."""
     options = ort.SessionOptions()
     set_threads(options, threads)
     options.inter_op_num_threads = 1

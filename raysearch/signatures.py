@@ -70,13 +70,8 @@ def expected_instead(value: Any, annotation: Any) -> str | None:
 
 
 def wrong_value(value: Any, annotation: Any) -> str | None:
-    """None when ``value`` fits ``annotation``, else the words an error message ends with:
-    what is expected, what was given, and the closest allowed word to a mistyped one.
-
-    Example:
-        >>> from typing import Literal
-        >>> wrong_value("offlin", Literal["online", "offline"])
-        "one of 'online', 'offline', got 'offlin' (did you mean 'offline'?)"
+    """None when ``value`` fits ``annotation``, else what is expected, what was given, and the
+    closest allowed word.
     """
     from raysearch.errors import suggest
 
@@ -89,13 +84,7 @@ def wrong_value(value: Any, annotation: Any) -> str | None:
 
 
 def literal_choices(annotation: Any) -> list[Any]:
-    """The values a ``Literal`` in ``annotation`` (or a union holding one) allows.
-
-    Example:
-        >>> from typing import Literal, Optional
-        >>> literal_choices(Optional[Literal["a", "b"]]), literal_choices(int)
-        (['a', 'b'], [])
-    """
+    """The values a ``Literal`` in ``annotation`` (or a union holding one) allows."""
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return list(typing.get_args(annotation))

@@ -55,13 +55,7 @@ RAY_PKG_PREFIX = "_ray_pkg_"
 
 
 def import_named(name: str, search_dirs: Sequence[str | os.PathLike] = ()) -> ModuleType:
-    """Import module ``name`` (dotted); when Python finds no top-level module of that name,
-    from the first of ``search_dirs`` that holds it (a ``.py`` file or a package folder).
-
-    Raises:
-        ImportError: as :func:`importlib.import_module` (``ModuleNotFoundError`` when no
-            search folder holds it either).
-    """
+    """Import module ``name``; a top-level module Python does not find, from ``search_dirs``."""
     top = name.partition(".")[0]
     if search_dirs and top and top not in sys.modules and importlib.util.find_spec(top) is None:
         folders = [os.fspath(folder) for folder in search_dirs]
@@ -124,18 +118,8 @@ def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike])
 
 
 def shipped_bytes(folder: str | os.PathLike, excluded: Iterable[str | os.PathLike] = ()) -> int:
-    """Bytes of the files Ray uploads when it ships ``folder`` as ``py_modules`` with the
-    ``excluded`` paths as ``excludes``, counted by Ray's own walk of a package, so that what
-    ``.gitignore`` and ``.rayignore`` leave out is left out here too.
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     _ = (Path(folder) / "my_metric.py").write_text("x = 1\\n")
-        ...     _ = (Path(folder) / "big.bin").write_bytes(bytes(1000))
-        ...     _ = (Path(folder) / ".gitignore").write_text("big.bin\\n")
-        ...     shipped_bytes(folder)  # my_metric.py and .gitignore: 6 + 8 bytes
-        14
+    """Bytes Ray uploads when it ships ``folder`` as ``py_modules`` (``excluded`` left out),
+    counted by Ray's own walk (``.gitignore`` and ``.rayignore`` apply).
     """
     from ray._private.runtime_env import packaging
 
@@ -169,11 +153,8 @@ def check_shippable(
     limit: int = SHIP_LIMIT_BYTES,
     modules: Sequence[str] = (),
 ) -> None:
-    """Refuse a code folder too large to ship to a Ray cluster's other nodes (``excluded``:
-    the model, the data and the output folder, which are not shipped with it).
-
-    Raises:
-        ConfigError: (key ``metric``) the folder holds more than ``limit`` bytes.
+    """Refuse a code folder over ``limit`` bytes to ship to the cluster (ConfigError at
+    ``metric``).
     """
     from raysearch.errors import ConfigError
 
@@ -192,12 +173,9 @@ def check_shippable(
 
 
 def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The search folders to import a config's modules from on this machine: each that
-    exists here, else the copy Ray unpacked here when the search shipped it.
+    """The search folders on this machine: each that exists, else Ray's unpacked copy.
 
     Example:
-        >>> where_code_lives(["."]) == [Path(".")]
-        True
         >>> where_code_lives(["/no/such/folder"])
         []
     """

@@ -43,10 +43,8 @@ _logger = logging.getLogger("raysearch.trial._runner")
 def decide_complete(
     evaluator: Any, metric: float, float_score: float | None, share: float | None, weighted: int
 ) -> tuple[bool, dict[str, float]]:
-    """Whether a trial evaluated on every row is a candidate, and the flags its ``extra``
-    gets: the one rule, for a trial that ran and for a reused result. A setting that
-    quantizes nothing (``share`` of ``weighted`` nodes) is the float model with extra nodes,
-    never the answer; ``within_tolerance`` then says what the tolerance makes of its metric.
+    """Whether a trial evaluated on every row is a candidate, and its ``extra`` flags: the one
+    rule. A setting that quantizes nothing is never one (``within_tolerance`` says the rest).
 
     Example:
         >>> from raysearch.evaluate import Evaluator
