@@ -1,16 +1,9 @@
-"""What the CPU offers ONNX Runtime's integer kernels, and where their results differ.
-
-Without VNNI, x86-64 adds pairs of uint8 x int8 products into saturating int16 sums, so a
-quantized model scores differently by CPU, and so can a search's best setting: the CPU's
-flags are recorded with every search and benchmark. They come from NumPy's run-time CPU
-detection, with ``/proc/cpuinfo`` for AVX-VNNI, which NumPy does not name.
+"""What the CPU offers ONNX Runtime's integer kernels: without VNNI, x86-64 saturates uint8 x
+int8 sums, so scores differ by CPU; the flags are recorded with every search.
 
 Example:
-    >>> info = cpu_info()
-    >>> sorted(info)
+    >>> sorted(cpu_info())
     ['arch', 'flags', 'model', 'u8s8_saturates']
-    >>> isinstance(u8s8_saturates(), bool)
-    True
 """
 
 from __future__ import annotations

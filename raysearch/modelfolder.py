@@ -1,14 +1,6 @@
-"""A language model as its client loads it: an onnxruntime-genai folder or an Optimum folder.
-
-A search of such a folder quantizes its model file and writes every model it keeps as the
-same kind of folder, with the files the client reads (:data:`CLIENT_FILES`) beside it. The
-key/value cache's shape, which a decoder's feeds need, comes from ``genai_config.json`` or
-``config.json`` beside the model, else from the graph (:func:`cache_dims`), since
-onnxruntime-genai's builder leaves the head size symbolic.
-
-Example:
-    >>> "genai_config.json" in CLIENT_FILES
-    True
+"""A language model as its client loads it: an onnxruntime-genai or Optimum folder, kept with
+the client's files (:data:`CLIENT_FILES`); its key/value cache's shape from the config
+beside it, else the graph (:func:`cache_dims`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""ONNX Runtime execution providers and sessions for one trial.
-
-CPU by default; CUDA when the trial was given a GPU *and* the CUDA provider really loads
-(``onnxruntime-gpu`` lists it even without the CUDA libraries, and prints a loader error for
-every session asking for it): probed once per process, quietly. Every session of a trial is
-created with the same :func:`session_providers` list.
+"""ONNX Runtime execution providers and sessions for one trial: the CPU, or CUDA when the trial
+has a GPU and the provider really loads (probed once, quietly).
 
 Example:
     >>> providers, options, device = execution_providers(gpu_id=None)
     >>> providers, device
     (['CPUExecutionProvider'], 'cpu')
-    >>> session_providers(gpu_id=None)
-    ['CPUExecutionProvider']
 """
 
 from __future__ import annotations

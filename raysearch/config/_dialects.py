@@ -1,9 +1,5 @@
-"""Configs written for the systems raysearch replaces, read as raysearch's: AMD Quark's
-AutoSearch (v1) and AutoSearchPro (:mod:`raysearch.config._quark`), Intel Neural Compressor's
-tuning settings (:mod:`raysearch.config._inc`).
-
-Each name of theirs is either mapped to raysearch's (logged in one INFO line of
-``raysearch.config.dialects``) or refused with one line naming the key and why.
+"""Configs of Quark (``_quark``) and Neural Compressor (``_inc``) read as raysearch's: each of
+their names mapped (one INFO line) or refused with why.
 
 Example:
     >>> t = Translation({"n_trials": 5}, ErrorCollector())

@@ -1,10 +1,6 @@
-"""Python objects a config given from Python may hold where a file would be named, as Quark's
-Python API takes them: an ``onnx.ModelProto`` as ``model`` (Quark's ``model_input``) and
-ONNX Runtime ``CalibrationDataReader`` objects as ``calibration_data``/``eval_data`` (Quark's
-``calib_data_reader``/``eval_data_reader``).
-
-A model object is saved once to a file named by its content, and a reader is read once, when
-the config is read, into one array per model input (a reader can be read only once).
+"""Python objects a config may hold where a file would be named, as Quark's API takes them: an
+``onnx.ModelProto`` (saved once, named by its content) and ``CalibrationDataReader`` objects
+(read once, into one array per model input).
 
 Example:
     >>> plain_copy({"a": [1, {"b": 2}], "reader": object})["a"]

@@ -1,14 +1,9 @@
-"""Paths in a config: the input files (``builtin:`` names included) and the output folder.
-
-Relative input paths are read against the config file's folder; ``output_dir`` against the
-working directory. The model file must be an ONNX model, judged from its header alone (the
-search's preflight parses its graph later).
+"""Paths in a config: inputs relative to the config's folder (``builtin:`` names included; the
+model checked from its header), ``output_dir`` relative to the working directory.
 
 Example:
     >>> input_path({"model": "builtin:magika"}, "model", True, Path("."), True).name
     'model.onnx'
-    >>> input_path({}, "eval_data", False, Path("."), True) is None
-    True
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""AMD Quark's search spaces read as raysearch's (:mod:`raysearch.config._quark` reads the
-rest of the config): the Python spellings of values (``QuantType.QInt8``,
-``CalibrationMethod.MinMax``, the enum objects themselves) as their names,
-``calibrate_method: PowerOfTwoMethod.MinMSE`` as ``extra_options.PowerOfTwoMethod``, and an
-AutoSearchPro space (``activation``, ``weight``, their ``*_params``, ``algorithms`` with
-``adaquant_params``/``adaround_params``) as ONNX Runtime's settings. The device fine-tuning
-infers on is each trial's own: accepted, and the log says so.
+"""AMD Quark's search spaces read as raysearch's: Python spellings of values (and enum
+objects) as names, ``PowerOfTwoMethod`` as ``extra_options.PowerOfTwoMethod``, and an
+AutoSearchPro space as ONNX Runtime's settings.
 
 Example:
     >>> from raysearch.errors import ErrorCollector

@@ -1,10 +1,6 @@
-"""Scores and the tolerance: :class:`Evaluator` scores a quantized model (a built-in metric or
-a custom evaluator) and decides whether it is a candidate.
-
-The tolerance (README, "A complete config"): for a built-in metric it bounds the metric
-itself (``L2 <= tol``, ``cos >= tol``); for a custom metric it bounds the drop against the
-float score, ``absolute`` (``float - quant``) or ``relative`` (``(float - quant) / |float|``),
-the drop being measured in the worse direction (``quant - float`` when lower is better).
+""":class:`Evaluator` scores a quantized model and decides whether it is a candidate: a
+built-in metric's tolerance bounds the metric; a custom one's bounds the drop from the float
+score, ``absolute`` or ``relative``, measured in the worse direction.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Evaluation on growing subsets: the rows each rung of a trial's evaluation adds, the float
-reference sliced alike, and whether a partly evaluated setting can still be a candidate.
-
-A search with ``early_stopping`` fixes one seeded shuffled order of the evaluation rows; rung
-``k`` evaluates ``order[sizes[k-1]:sizes[k]]``, so a trial that goes to the end runs every
-row once. A custom evaluator taking a ``fraction`` argument is given the rung's fraction.
+"""Evaluation on growing subsets: rung ``k`` evaluates ``order[sizes[k-1]:sizes[k]]`` of one
+seeded order (a custom evaluator with ``fraction`` gets the rung's), and whether a partly
+evaluated setting can still be a candidate.
 
 Example:
     >>> rungs = EvalRungs((0.1, 0.33, 1.0), sizes=(50, 165, 500),

@@ -1,13 +1,7 @@
-"""NNCF in a trial's process: imported quietly, its inference on the trial's device, and
-the model and data as NNCF's backends (``quantizer: nncf`` and ``quantizer: nncf_weight_only``)
-hand them to it.
-
-- :func:`import_nncf` imports NNCF once with its telemetry off (``openvino_telemetry``'s
-  import refused, so NNCF uses its no-op stub and nothing is written or sent), its log
-  records through Python's ``logging``.
-- :func:`nncf_session` runs one NNCF call with its ONNX engine's inference, which hard-codes
-  the CPU and every core, moved to the trial's ``providers`` and ``threads``, timed, and its
-  progress bars silenced.
+"""NNCF in a trial's process: imported with telemetry off and logging routed
+(:func:`import_nncf`); its ONNX inference, which hard-codes the CPU and every core, moved to
+the trial's providers and threads (:func:`nncf_session`); the model and data as both NNCF
+backends hand them to it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""How a trial applies the techniques its settings switch on (see ``technique.py``).
-
-:meth:`TechniquePipeline.plan` finds the active techniques (those whose ``effect_key`` is not
-None) and strips every technique's settings from what the backend gets. Float-model transforms
-run in name order on the float model, once per process and chain of effect keys (an LRU of
-:data:`_KEEP` transformed models, files in a private folder); tensor overrides are merged into
-``extra_options.TensorQuantOverrides`` (a technique's entry replaces the setting's for the same
-tensor) and ``nodes_to_exclude`` (added to the setting's); quantized-model transforms run in
-name order on the quantized file. With no technique active the settings pass through as the
-same object and the float model is the original file, so the quantizer's output is unchanged.
+"""How a trial applies the techniques its settings switch on: :meth:`TechniquePipeline.plan`
+finds them and strips their settings; float transforms run once per process and chain of
+effect keys (an LRU of :data:`_KEEP`), overrides merge into the settings, quantized
+transforms run on the file. With none active the quantizer's input is unchanged.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Settings catalogues: the keys each quantizer backend understands, and their registry.
-
-A :class:`Catalogue` describes every setting one backend takes: its type, allowed values,
-aliases, and whether it changes what calibration collects (the single source of the
-calibration cache key). The space package imports no backend: a backend registers its
-catalogue when its module is imported.
+"""Settings catalogues: the keys each backend understands (types, values, aliases, and which
+change calibration: the cache key's one source), registered by the backend's module.
 
 Example:
     >>> toy = Catalogue("toy", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits", low=2)})
-    >>> toy.spec("", "bits").low
-    2
     >>> toy.check("", "bits", 1)
     'expected a value >= 2, got 1'
 """

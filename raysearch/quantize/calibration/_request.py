@@ -1,10 +1,6 @@
-"""What calibration collects: :class:`CalibrationRequest`, read from a settings dict.
-
-The settings that change what calibration *collects* (and so the cache key) are the ones the
-backend's catalogue flags ``affects_calibration`` (:func:`calibration_values`); the request
-reads its collection fields from those only, so a setting the catalogue does not flag can
-never split or merge cache entries. The other fields (percentile, quantized bins, scenario,
-the memory bound) are applied to collected statistics and never cause calibration inference.
+"""What calibration collects: :class:`CalibrationRequest`, its collection fields read only from
+the settings the catalogue flags ``affects_calibration``; the others apply to collected
+statistics and never cause inference.
 
 Example:
     >>> request = CalibrationRequest.from_settings({"calibrate_method": "Entropy"})

@@ -1,10 +1,6 @@
-"""The calibration cache's entries: a bounded LRU in memory and, optionally, files on disk.
-
-An entry is one collection (MinMax ranges, pass-one statistics or histograms) over a set of
-tensors; a lookup is served by any entry of the same key and kind whose tensors cover the ones
-asked for. On disk, MinMax ranges are ONNX Runtime's ``save_tensors_data`` JSON and the others
-``.npz`` archives, written to a temporary file and renamed, in one folder per key with a file
-lock (:meth:`EntryStore.lock`) so that concurrent processes compute a key once.
+"""The calibration cache's entries: a bounded LRU in memory and, optionally, files on disk (one
+folder per key, under a file lock); an entry of the same key and kind whose tensors cover
+those asked for serves a lookup.
 
 Example:
     >>> store = EntryStore(None, max_entries=2, stats=CacheStats())
