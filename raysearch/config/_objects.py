@@ -90,12 +90,7 @@ def is_reader(value: Any) -> bool:
 
 
 def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
-    """Every feed of ``reader`` as one array per input of ``model``, read once.
-
-    Raises:
-        ConfigError: (at ``key``) the reader raised, yielded nothing, or its feeds do not fit
-            the model.
-    """
+    """Every feed of ``reader`` as one array per input of ``model`` (ConfigError at ``key``)."""
     from raysearch.data import DataSource
 
     try:

@@ -152,12 +152,8 @@ def fit_layer(
     seed: int,
     device: str,
 ) -> FitResult:
-    """Fit ``problem``'s integer weights (see the module) on samples along the first axis of
-    ``x_quantized`` (its inputs in the quantized model), ``x_float`` (in the float model)
-    and ``target`` (its float outputs).
-
-    Raises:
-        LayerMismatch: the torch forward does not reproduce ``target`` from ``x_float``.
+    """Fit ``problem``'s integer weights on its inputs in the quantized model, in the float model,
+    and its float outputs (LayerMismatch: the forward does not reproduce ``target``).
     """
     dev = torch.device(device)
     data = _LayerData(problem, x_quantized, x_float, target, dev)

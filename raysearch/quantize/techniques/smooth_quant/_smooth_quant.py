@@ -66,10 +66,8 @@ class SmoothOptions:
 
 
 def smooth_options(settings: Mapping[str, Any]) -> SmoothOptions | None:
-    """The SmoothQuant options of ``settings``, None when off (or no op type is smoothed).
-
-    Raises:
-        ConfigError: an alpha outside [0, 1] or an op type SmoothQuant does not know.
+    """The SmoothQuant options of ``settings``, None when off (ConfigError: a bad alpha
+    or op type).
     """
     if not settings.get(SWITCH):
         return None
