@@ -1,19 +1,11 @@
 """raysearch: scalable search for the best post-training quantization of ONNX models.
 
-The public API is what :data:`__all__` lists, importable from ``raysearch`` itself and stable
-between releases: :class:`AutoSearch` (run or resume a search), :class:`SearchConfig` and
-:func:`load_config` (a checked config), :class:`SearchResult` (what a search returns),
-:class:`SearchSpace`, the errors :class:`ConfigError` and :class:`InputError`, the plugin
-decorators :func:`register_backend`, :func:`register_technique` and
-:func:`register_strategy`, and :class:`CustomEvaluator`, the signature of a custom evaluator.
-The plugin API, the base classes those decorators take and what their methods get, is the
-module :mod:`raysearch.plugins` (its ``__all__``). Everything else (every other
-``raysearch.<package>`` module, and each name starting with ``_``) is internal and may change.
+The public API is what :data:`__all__` lists; the plugin API is :mod:`raysearch.plugins`.
+Everything else is internal.
 
 Example:
     >>> from raysearch import AutoSearch                       # doctest: +SKIP
     >>> result = AutoSearch("configs/quickstart.yaml").run()   # doctest: +SKIP
-    >>> result.best_params, result.best_metric                 # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Importing the output writers' libraries without the optional packages they try for
-features raysearch does not use.
-
-``tensorboardX`` imports PyTorch when installed, only to accept PyTorch tensors,
-``optuna.importance`` scikit-learn for evaluators raysearch does not use, and
-``optuna.visualization`` matplotlib for figures the report does not draw (the command's
-``plots/`` are drawn in a process of their own, :class:`~raysearch.outputs.PlotProcess`):
-heavy imports in the driver while its trials run. A meta-path finder refuses those imports to
-those importers only. It holds for the whole process, so only the ``raysearch`` command,
-whose process ends with the search, installs it.
+"""The output writers' libraries imported without the heavy optional packages they try for
+features raysearch does not use (PyTorch for tensorboardX, scikit-learn and matplotlib for
+Optuna): a meta-path finder refuses those imports to those importers, for the whole process,
+so only the ``raysearch`` command installs it.
 
 Example:
     >>> skip_unused_optional_imports()
-    >>> skip_unused_optional_imports()  # once is enough; a second call changes nothing
 """
 
 from __future__ import annotations
@@ -35,9 +28,7 @@ _REFUSED: dict[str, str] = {
 
 
 class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):
-    """Raises ``ModuleNotFoundError`` when a module of :data:`_REFUSED` imports the package
-    refused to it (both importers go on without it); every other import goes to the next
-    finder."""
+    """Raises ``ModuleNotFoundError`` for a refused package imported by its refused importer."""
 
     def find_spec(
         self,
@@ -57,8 +48,7 @@ class _RefuseUnusedOptional(importlib.abc.MetaPathFinder):
 
 
 def _importing_module() -> str:
-    """``__name__`` of the module whose code runs the import being resolved: the innermost
-    frame of this thread outside this module and the import machinery."""
+    """``__name__`` of the module running the import being resolved."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")

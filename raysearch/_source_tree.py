@@ -22,8 +22,7 @@ _NAME = "raysearch.configs"
 
 
 def use_source_tree_configs(package: Path) -> bool:
-    """Make ``raysearch.configs`` the ``configs/`` folder beside ``package`` (the raysearch
-    package folder) when no installed layout provides it; whether it did so."""
+    """Make ``raysearch.configs`` the ``configs/`` beside ``package`` if none is installed."""
     folder = package.parent / "configs"
     init = folder / "__init__.py"
     if _NAME in sys.modules or (package / "configs").is_dir() or not init.is_file():

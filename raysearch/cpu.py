@@ -1,16 +1,9 @@
-"""What the CPU offers ONNX Runtime's integer kernels, and where their results differ.
-
-Without VNNI, x86-64 adds pairs of uint8 x int8 products into saturating int16 sums, so a
-quantized model scores differently by CPU, and so can a search's best setting: the CPU's
-flags are recorded with every search and benchmark. They come from NumPy's run-time CPU
-detection, with ``/proc/cpuinfo`` for AVX-VNNI, which NumPy does not name.
+"""What the CPU offers ONNX Runtime's integer kernels: without VNNI, x86-64 saturates uint8 x
+int8 sums, so scores differ by CPU; the flags are recorded with every search.
 
 Example:
-    >>> info = cpu_info()
-    >>> sorted(info)
+    >>> sorted(cpu_info())
     ['arch', 'flags', 'model', 'u8s8_saturates']
-    >>> isinstance(u8s8_saturates(), bool)
-    True
 """
 
 from __future__ import annotations
@@ -50,8 +43,7 @@ def _proc_cpuinfo() -> tuple[str, frozenset[str]]:
 
 @functools.cache
 def cpu_flags() -> tuple[str, ...]:
-    """The CPU features that decide ONNX Runtime's integer kernels, sorted (NumPy's names;
-    ``AVX_VNNI`` from ``/proc/cpuinfo``)."""
+    """The CPU features that decide ONNX Runtime's integer kernels, sorted."""
     from numpy._core._multiarray_umath import __cpu_features__  # NumPy's CPUID reading
 
     found = {name for name in _RELEVANT if __cpu_features__.get(name)}
@@ -61,8 +53,7 @@ def cpu_flags() -> tuple[str, ...]:
 
 
 def u8s8_saturates() -> bool:
-    """Whether ONNX Runtime's CPU kernels add uint8 x int8 products through saturating int16
-    sums here (int8 activations too): x86-64 without AVX512-VNNI or AVX-VNNI."""
+    """Whether ONNX Runtime's u8s8 CPU kernels saturate here (x86-64 without a VNNI)."""
     if platform.machine().lower() not in _X86:
         return False
     flags = set(cpu_flags())

@@ -29,8 +29,7 @@ except ImportError:  # pragma: no cover - Windows
 
 
 def _umask() -> int:
-    """The process's umask, read without changing it where Linux shows it (``/proc``); else
-    set and restored at once."""
+    """The process's umask, read from ``/proc`` where Linux shows it, else set and restored."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -49,8 +48,7 @@ def readable_mode() -> int:
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` that atomically replaces it when the block ends,
-    with the mode a plain ``open`` gives; on an error ``path`` is left as it was."""
+    """Yield a temporary path that atomically replaces ``path`` when the block ends."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # ".<name>.<random>.tmp<suffix>": hidden, recognisable as this file's leftover, and with
@@ -88,8 +86,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def building_folder(
     folder: str | os.PathLike, is_complete: Callable[[Path], bool]
 ) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``folder``, renamed to ``folder`` whole when the
-    block ends (another process's copy renamed first, ``is_complete(folder)``, stays)."""
+    """Yield a temporary folder renamed to ``folder`` at the end (a copy renamed first stays)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
@@ -106,10 +103,9 @@ def building_folder(
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
-    """Hold an exclusive lock on the file at ``path`` (created, with its folder) for the
-    block, so that processes sharing a cache folder compute an entry once. A no-op when
-    ``path`` is None or the platform has no file locks; a lock that cannot be taken is warned
-    about once per folder, and the entry may then be computed twice, never read half-written."""
+    """Hold an exclusive lock on ``path`` for the block (a no-op for None or no locks; a lock
+    not taken is warned about once per folder).
+    """
     if path is None or fcntl is None:
         yield
         return

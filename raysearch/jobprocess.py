@@ -1,20 +1,7 @@
-"""A Python process of its own on the driver for one job of a search's end: started while the
-trials run (its imports, and any warm-up, paid then instead of after the last trial), handed
-one pickled job, answering once.
-
-The driver's threads share one interpreter lock, so work done beside the driver's own (latency
-timed alone, plots drawn while the driver writes the report) runs in such a process instead.
-The process reads its job on standard input and answers on standard output, pickled (anything
-else written to standard output goes to standard error); it ends after its answer, or as soon
-as its standard input closes: :meth:`JobProcess.close`, or the driver's end however it comes.
-Ctrl-C reaches the terminal's whole process group: the driver ends the process, which ignores
-it.
-
-Example:
-    >>> process = JobProcess("raysearch.search._latency_timer")
-    >>> process.start()                     # while the trials run      # doctest: +SKIP
-    >>> process.submit({"models": ...})     # after the last one        # doctest: +SKIP
-    >>> process.answer()                    # {"answer": ...} or {"error": "..."} # doctest: +SKIP
+"""A process of the driver's own for one job of a search's end, started while the trials run,
+handed one pickled job on standard input, answering once on standard output (the driver's
+threads share one interpreter lock). It ends after its answer or when its input closes, and
+ignores Ctrl-C (the driver ends it).
 """
 
 from __future__ import annotations
@@ -37,10 +24,9 @@ CLOSE_WAIT_S = 5.0
 
 
 class JobProcess:
-    """The process that runs ``python -m module`` (whose ``__main__`` calls
-    :func:`serve_one_job`), or the script ``module`` names when it is a path (a file that
-    answers as :func:`serve_one_job` does, and imports nothing of the ``raysearch`` package,
-    whose import costs as much again); nothing runs until :meth:`start` or :meth:`submit`."""
+    """The process that runs ``python -m module``, or the script ``module`` names (importing
+    nothing of raysearch); nothing runs until :meth:`start` or :meth:`submit`.
+    """
 
     def __init__(self, module: str | Path) -> None:
         self.module = str(module)
@@ -78,9 +64,7 @@ class JobProcess:
             _logger.debug("%s took no job: %s", self.module, exc)
 
     def answer(self) -> dict[str, Any]:
-        """Wait for the answer to the job submitted and end the process: ``{"answer": ...}``,
-        or ``{"error": "..."}`` (what the job raised, or the process's end without an
-        answer)."""
+        """Wait for the answer and end the process: ``{"answer": ...}`` or ``{"error": "..."}``."""
         assert self._process is not None and self._process.stdout is not None
         try:
             answer = pickle.load(self._process.stdout)
@@ -106,9 +90,7 @@ class JobProcess:
 
 
 def serve_one_job(prepare: Callable[[], Callable[..., Any]]) -> None:
-    """The process's side: ``prepare()`` (the imports and any warm-up, before the job comes)
-    returns the function the job's items are the keyword arguments of; one job is read from
-    standard input and its result, or the error it raised, answered on standard output."""
+    """The process's side: ``prepare()`` returns the function, then one job is answered."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,14 +1,8 @@
-"""The built-in metrics: one table of name, function, direction and range (:data:`METRICS`),
-and the metric maths.
+"""The built-in metrics (:data:`METRICS`: name, function, direction, range) and their maths.
 
-Built-in metrics compare the quantized model's outputs with the float model's on the evaluation
-data: each sample's outputs are flattened and concatenated into one vector ``q`` (quantized)
-and ``f`` (float), a metric is computed per sample in float64 (the ``metric_*`` functions) and
-averaged over the samples; when the outputs disagree on the number of samples, all outputs
-together are one sample. The language-model metrics (``kl``, ``top1_agreement``,
-``perplexity``) read the next-token logits (:func:`logits_output`), each a mean over every
-position of each sequence; a score carries all three with paired bootstrap intervals
-(:func:`metric_interval`) as extras.
+Each sample's outputs are flattened into one vector, a metric is computed per sample in
+float64 and averaged (outputs that disagree on the sample count are one sample). The
+language-model metrics read the next-token logits (:func:`logits_output`).
 
 Example:
     >>> METRICS["cos"].higher_is_better, BUILTIN_METRICS["L2"]
@@ -59,9 +53,7 @@ _SAMPLES_PER_CHUNK = 256
 
 
 class MetricError(RuntimeError):
-    """A score that cannot be computed for one quantized model (its outputs hold NaN, the
-    custom evaluator returned something that is not a number...). The trial fails; the search
-    goes on."""
+    """A score that cannot be computed for one model: the trial fails, the search goes on."""
 
 
 def metric_l1(q: np.ndarray, f: np.ndarray) -> np.ndarray:
@@ -75,8 +67,7 @@ def metric_l2(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_cos(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample cosine similarity of ``[S, D]`` arrays (1 for two zero vectors, 0 when only
-    one is zero)."""
+    """Per-sample cosine similarity (1 for two zero vectors, 0 when only one is zero)."""
     nq = np.linalg.norm(q, axis=1)
     nf = np.linalg.norm(f, axis=1)
     dot = np.einsum("ij,ij->i", q, f)
@@ -88,8 +79,7 @@ def metric_cos(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_psnr(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample PSNR in dB of ``[S, D]`` arrays, peak = the float sample's ``max |f|`` (1 when
-    zero), capped at :data:`PSNR_CAP_DB`."""
+    """Per-sample PSNR in dB, peak the float's ``max |f|``, capped at :data:`PSNR_CAP_DB`."""
     mse = np.mean((q - f) ** 2, axis=1)
     peak = np.max(np.abs(f), axis=1)
     peak = np.where(peak > 0, peak, 1.0)
@@ -99,10 +89,9 @@ def metric_psnr(q: np.ndarray, f: np.ndarray) -> np.ndarray:
 
 
 def metric_ssim(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample global (single-window) SSIM of ``[S, D]`` arrays,
-    ``((2 mq mf + C1)(2 cov + C2)) / ((mq^2 + mf^2 + C1)(vq + vf + C2))`` with
-    ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2``, ``L`` = the float sample's ``max - min`` (1 when
-    zero)."""
+    """Per-sample global SSIM, ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2``, ``L`` the float
+    sample's ``max - min`` (1 when zero).
+    """
     dynamic = np.max(f, axis=1) - np.min(f, axis=1)
     dynamic = np.where(dynamic > 0, dynamic, 1.0)
     c1 = (0.01 * dynamic) ** 2
@@ -122,21 +111,18 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def metric_kl(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample mean over positions of ``KL(softmax(f) || softmax(q))`` of ``[S, T, V]``
-    logits."""
+    """Per-sample mean over positions of ``KL(softmax(f) || softmax(q))``."""
     lf, lq = _log_softmax(f), _log_softmax(q)
     return np.maximum((np.exp(lf) * (lf - lq)).sum(axis=-1), 0.0).mean(axis=1)
 
 
 def metric_top1_agreement(q: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Per-sample share of positions where ``[S, T, V]`` logits ``q`` and ``f`` pick the same
-    most likely token."""
+    """Per-sample share of positions where ``q`` and ``f`` pick the same token."""
     return (np.argmax(q, axis=-1) == np.argmax(f, axis=-1)).mean(axis=1)
 
 
 def metric_nll(q: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Per-sample mean negative log-likelihood of each next token ``ids[:, t + 1]`` under
-    ``[S, T, V]`` logits ``q`` at position ``t`` (the log of the sample's perplexity)."""
+    """Per-sample mean negative log-likelihood of each next token (log perplexity)."""
     if ids.shape[1] < 2:
         raise MetricError("perplexity needs sequences of at least two tokens")
     lq = _log_softmax(q[:, :-1])
@@ -145,12 +131,8 @@ def metric_nll(q: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def logits_output(outputs: Mapping[str, np.ndarray]) -> str:
-    """The name of the next-token logits among ``outputs``: ``logits`` when there is one,
-    else the floating-point output of rank 3 (else of a higher rank: a key/value cache is
-    rank 4) with the longest last (vocabulary) axis.
-
-    Raises:
-        MetricError: no output has a vocabulary axis.
+    """The next-token logits among ``outputs``: ``logits``, else the float output of rank 3 (or
+    higher) with the longest last axis (MetricError: none).
 
     Example:
         >>> logits_output({"present.0.key": np.zeros((1, 2, 3, 16)), "out": np.zeros((1, 3, 50))})
@@ -182,9 +164,7 @@ def _lm_rows(value: np.ndarray, start: int, stop: int, vocab: bool = True) -> np
 
 @dataclass(frozen=True)
 class BuiltinMetric:
-    """One built-in metric: its name, its per-sample function of ``[S, D]`` arrays, its
-    direction, and its range from ``best`` (an identical output) to ``worst`` (infinite
-    where it has none), which bound the tolerances that mean something."""
+    """One built-in metric: name, per-sample function, direction, and ``best``/``worst`` range."""
 
     name: str
     function: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -254,8 +234,7 @@ METRIC_ALIASES = {
 
 
 def canonical_metric(name: str) -> str | None:
-    """The built-in metric ``name`` stands for (itself or an alias, in any case:
-    :func:`raysearch.errors.canonical_name`), or None when it names no built-in metric."""
+    """The built-in metric ``name`` stands for (any case, aliases), or None."""
     return canonical_name(name, METRICS, METRIC_ALIASES)
 
 
@@ -265,11 +244,8 @@ def compute_metric(
     reference: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray] | None = None,
 ) -> float:
-    """The built-in metric ``name`` of quantized outputs against float outputs (both
-    ``{output name: array with samples on axis 0}``), averaged over samples.
-
-    Raises:
-        MetricError: missing outputs, shape mismatches, NaN or inf in the quantized outputs.
+    """The built-in metric ``name`` of quantized against float outputs, averaged over samples
+    (MetricError: missing outputs, mismatched shapes, NaN or inf).
 
     Example:
         >>> f = {"y": np.array([[1.0, 0.0], [0.0, 2.0]])}
@@ -280,11 +256,7 @@ def compute_metric(
 
 
 def mean_metric(name: str, values: np.ndarray) -> float:
-    """The mean of the per-sample values of metric ``name``, summed chunk by chunk.
-
-    Raises:
-        MetricError: the mean is not finite.
-    """
+    """The mean of the per-sample values of ``name``, chunk by chunk (MetricError: not finite)."""
     total = 0.0
     for start in range(0, len(values), _SAMPLES_PER_CHUNK):
         total += float(np.sum(values[start : start + _SAMPLES_PER_CHUNK]))
@@ -302,16 +274,8 @@ def metric_per_sample(
     reference: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """The built-in metric ``name`` of each sample (float64, one value per sample: one in
-    all when the outputs disagree on the number of samples).
-
-    Raises:
-        MetricError: missing outputs, shape mismatches, NaN or inf in the quantized outputs.
-
-    Example:
-        >>> f = {"y": np.array([[1.0, 0.0], [0.0, 2.0]])}
-        >>> metric_per_sample("L1", {"y": np.array([[1.0, 1.0], [0.0, 2.0]])}, f).tolist()
-        [0.5, 0.0]
+    """The built-in metric ``name`` of each sample, float64 (MetricError as
+    :func:`compute_metric`).
     """
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; built-in metrics are {', '.join(METRICS)}")
@@ -386,9 +350,8 @@ def _lm_per_sample(
 def metric_interval(
     name: str, values: np.ndarray, level: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
-    """The ``level`` bootstrap interval of metric ``name`` from its per-sample ``values``,
-    with draws that depend on the sample count and ``seed`` alone, so that two models scored
-    on the same rows are resampled alike (a paired bootstrap).
+    """The ``level`` paired-bootstrap interval of ``name`` from per-sample ``values`` (the draws
+    depend on the sample count and ``seed`` alone).
 
     Example:
         >>> low, high = metric_interval("kl", np.array([1.0, 2.0, 3.0, 4.0]))
@@ -414,8 +377,7 @@ def lm_scores(
     reference: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """Every language-model metric (perplexity when ``inputs`` has ``input_ids``) with its
-    95 % interval: ``{kl, kl_ci_low, kl_ci_high, top1_agreement, ...}``."""
+    """Every language-model metric with its 95 % interval (perplexity with ``input_ids``)."""
     out: dict[str, float] = {}
     for name in LM_METRICS:
         if METRICS[name].needs_input_ids and (not inputs or "input_ids" not in inputs):

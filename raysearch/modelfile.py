@@ -38,8 +38,7 @@ __all__ = [
 
 
 def load_header(path: str | os.PathLike) -> onnx.ModelProto:
-    """The model at ``path`` without its external data (its graph, names and small tensors;
-    the weights an external file holds stay on disk)."""
+    """The model at ``path`` without its external data."""
     return onnx.load(os.fspath(path), load_external_data=False)
 
 
@@ -48,10 +47,8 @@ _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
 def header_problem(path: str | os.PathLike) -> str | None:
-    """Why the file at ``path`` is not an ONNX model, or None, judged from the tags and
-    lengths of its top-level fields alone: the graph and its weights are skipped, not read,
-    so a model of any size is checked in a few reads. A file that passes can still hold a
-    graph that does not parse (:func:`load_header` finds that).
+    """Why the file at ``path`` is not an ONNX model, or None, from its top-level fields' tags
+    and lengths alone (a model of any size is checked in a few reads).
 
     Example:
         >>> import tempfile
@@ -89,8 +86,7 @@ def header_problem(path: str | os.PathLike) -> str | None:
 
 
 def _field_end(fh: Any, wire: int, size: int) -> int:
-    """Where the value of a field of wire type ``wire`` that starts at ``fh``'s position ends
-    (past ``size`` when the file ends first)."""
+    """Where a field of wire type ``wire`` starting at ``fh``'s position ends."""
     if wire in (_FIXED64, _FIXED32):
         return fh.tell() + (8 if wire == _FIXED64 else 4)
     value = _read_varint(fh)
@@ -100,8 +96,7 @@ def _field_end(fh: Any, wire: int, size: int) -> int:
 
 
 def _read_varint(fh: Any) -> int | None:
-    """A protocol-buffer varint read from ``fh`` (None: the file ends first, or it runs past
-    ten bytes)."""
+    """A protocol-buffer varint read from ``fh`` (None: end of file, or past ten bytes)."""
     value = 0
     for shift in range(0, 70, 7):
         byte = fh.read(1)
@@ -122,14 +117,7 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
 
 
 def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and of its subgraphs, each node before its subgraphs' nodes.
-
-    Example:
-        >>> from onnx import helper
-        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [], [])
-        >>> [n.op_type for n in graph_nodes(g)]
-        ['Relu']
-    """
+    """Every node of ``graph`` and of its subgraphs, each node before its subgraphs' nodes."""
     for node in graph.node:
         yield node
         for sub in _subgraphs(node):
@@ -137,8 +125,7 @@ def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 
 def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor of ``graph`` that may hold data: initializers (sparse ones included),
-    tensors in node attributes, and the same in subgraphs."""
+    """Every tensor of ``graph`` that may hold data, subgraphs included."""
     yield from graph.initializer
     for sparse in graph.sparse_initializer:
         yield sparse.values
@@ -177,15 +164,13 @@ def _locations(proto: onnx.ModelProto) -> list[str]:
 
 
 def has_external_data(model: str | os.PathLike | onnx.ModelProto) -> bool:
-    """Whether the model (a path, or a proto loaded without its external data) keeps any tensor
-    in an external-data file."""
+    """Whether the model keeps any tensor in an external-data file."""
     proto = model if isinstance(model, onnx.ModelProto) else load_header(model)
     return bool(_external_tensors(proto))
 
 
 def external_data_locations(path: str | os.PathLike) -> list[str]:
-    """The external-data files the model at ``path`` references (``location`` entries,
-    relative to its folder), in order of first use; ``[]`` for a model held in one file."""
+    """The external-data files the model at ``path`` references, in order of first use."""
     return _locations(load_header(Path(path)))
 
 
@@ -227,8 +212,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _copy_file(source: Path, target: Path) -> None:
-    """``target`` becomes a copy of ``source`` atomically: a hard link where the file system
-    allows one (no bytes copied: a model's data may be gigabytes), else a real copy."""
+    """``target`` becomes a copy of ``source`` atomically (a hard link where allowed)."""
     if _same_file(source, target):
         return  # linked before; renaming a link onto its twin would do nothing at all
     with replacing(target) as tmp:
@@ -254,8 +238,7 @@ def _move_file(source: Path, target: Path) -> None:
 def _place_model_file(
     source: Path, target: Path, proto: onnx.ModelProto, renamed: dict[str, str], *, move: bool
 ) -> None:
-    """Put the model file itself at ``target``: moved or linked when its data files keep their
-    names, else written anew with its ``location`` entries renamed."""
+    """Put the model file at ``target``, its ``location`` entries renamed where needed."""
     if all(old == new for old, new in renamed.items()):
         if source.resolve() != target.resolve():
             (_move_file if move else _copy_file)(source, target)
@@ -267,11 +250,9 @@ def _place_model_file(
 
 
 def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: bool) -> Path:
-    """Move (or copy) the model ``source`` with its external-data files to ``target``; returns
-    ``target``. The data files land beside it named by :func:`data_file_names` (the model's
-    ``location`` entries rewritten to match), each atomically and before the model file, so
-    that a model file once there has its data; stale data files of ``target``'s names are
-    removed, and the files get the mode a plain ``open`` gives."""
+    """Move (or copy) the model ``source`` with its data files (named by
+    :func:`data_file_names`, each placed atomically before the model file) to ``target``.
+    """
     source, target = Path(source), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     proto = load_header(source)
@@ -294,8 +275,7 @@ def place_model(source: str | os.PathLike, target: str | os.PathLike, *, move: b
 
 
 def remove_model(path: str | os.PathLike) -> None:
-    """Delete the model ``path`` and its external-data files (those it references inside its
-    folder, and files named as its data would be, left by a model file already deleted)."""
+    """Delete the model ``path`` and its external-data files."""
     path = Path(path)
     doomed = set(_data_siblings(path))
     if path.is_file():
@@ -321,8 +301,7 @@ def file_hash(path: str | os.PathLike) -> str:
 
 
 class FileHashes:
-    """:func:`file_hash` remembered per file (its real path, modification time and size), so
-    a process that asks for the same model many times reads it once."""
+    """:func:`file_hash` remembered per file (real path, mtime and size)."""
 
     def __init__(self) -> None:
         self._hashes: dict[tuple[str, int, int], str] = {}
@@ -339,8 +318,7 @@ _FILE_HASHES = FileHashes()
 
 
 def cached_file_hash(path: str | os.PathLike) -> str:
-    """:func:`file_hash` remembered for this process: the calibration cache, the sensitivity
-    rankings and fine-tuning all key on the same float model, which is then read once."""
+    """:func:`file_hash` remembered for this process."""
     return _FILE_HASHES(path)
 
 
@@ -351,10 +329,9 @@ def _hash_file(digest: Any, path: Path) -> None:
 
 
 def model_size_bytes(path: str | os.PathLike) -> int:
-    """Bytes of the model file plus the external-data files it references, with the data
-    named as a folder's ``model.onnx`` names it (``best/``): each external tensor's header
-    holds its file's name, so a trial's ``<trial id>.onnx`` would otherwise weigh more than the
-    same model in ``best/`` or a ``size_budget`` measured on a ``model.onnx``."""
+    """Bytes of the model file plus its external data, the data named as ``model.onnx`` names it
+    (so a trial's file weighs what the same model in ``best/`` does).
+    """
     files = model_files(path)
     data = sum(p.stat().st_size for p in files[1:])
     if not data:
@@ -371,8 +348,7 @@ EXTERNAL_DATA_BYTES = 1_800_000_000
 
 
 def write_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Save ``model`` (a transformed float model) to ``path``: in one file, or with its
-    weights in ``<file name>.data`` beside it when they pass :data:`EXTERNAL_DATA_BYTES`."""
+    """Save ``model`` to ``path``, its weights in ``<file name>.data`` past the threshold."""
     path = os.fspath(path)
     if sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES:
         onnx.save_model(

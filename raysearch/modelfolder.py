@@ -1,14 +1,6 @@
-"""A language model as its client loads it: an onnxruntime-genai folder or an Optimum folder.
-
-A search of such a folder quantizes its model file and writes every model it keeps as the
-same kind of folder, with the files the client reads (:data:`CLIENT_FILES`) beside it. The
-key/value cache's shape, which a decoder's feeds need, comes from ``genai_config.json`` or
-``config.json`` beside the model, else from the graph (:func:`cache_dims`), since
-onnxruntime-genai's builder leaves the head size symbolic.
-
-Example:
-    >>> "genai_config.json" in CLIENT_FILES
-    True
+"""A language model as its client loads it: an onnxruntime-genai or Optimum folder, kept with
+the client's files (:data:`CLIENT_FILES`); its key/value cache's shape from the config
+beside it, else the graph (:func:`cache_dims`).
 """
 
 from __future__ import annotations
@@ -77,8 +69,7 @@ class ModelFolder:
         return list(found.values())
 
     def copy_into(self, target: Path, model_name: str | None = None) -> None:
-        """Copy the client's files into ``target`` (created), ``genai_config.json`` naming
-        the model ``model_name`` there."""
+        """Copy the client's files into ``target``, ``genai_config.json`` naming ``model_name``."""
         target.mkdir(parents=True, exist_ok=True)
         for source in self.client_files():
             dest = target / source.name
@@ -95,12 +86,7 @@ class ModelFolder:
 
 
 def find_model_file(folder: str | os.PathLike) -> Path:
-    """The model file of a client's folder: ``genai_config.json``'s decoder file, or an
-    Optimum folder's ``model.onnx``.
-
-    Raises:
-        ValueError: ``folder`` is neither kind of folder; the message says what it lacks.
-    """
+    """The model file of a genai or Optimum folder (ValueError, saying what it lacks)."""
     folder = Path(folder)
     decoder = _genai_decoder(folder)
     if decoder is not None:
@@ -118,8 +104,7 @@ def find_model_file(folder: str | os.PathLike) -> Path:
 
 
 def model_folder(model: str | os.PathLike) -> ModelFolder | None:
-    """The client's folder the model file ``model`` is in: onnxruntime-genai's when a
-    ``genai_config.json`` beside names it, Optimum's with a Hugging Face ``config.json``."""
+    """The onnxruntime-genai or Optimum client folder the model file ``model`` is in."""
     path = Path(model)
     folder = path.parent
     decoder = _genai_decoder(folder)
@@ -168,8 +153,7 @@ def _attribute(node: onnx.NodeProto, name: str) -> Any:
 
 
 def _output_width(graph: onnx.GraphProto, name: str) -> int | None:
-    """The last axis of tensor ``name`` when a weight MatMul (float or ``MatMulNBits``)
-    writes it, through a bias ``Add``."""
+    """The last axis of tensor ``name`` when a weight MatMul writes it (through a bias Add)."""
     producers = {out: node for node in graph.node for out in node.output}
     shapes = {init.name: list(init.dims) for init in graph.initializer}
     node = producers.get(name)
@@ -206,8 +190,7 @@ def _from_graph(proto: onnx.ModelProto) -> CacheDims | None:
 def cache_dims(
     model: str | os.PathLike | None, proto: onnx.ModelProto | None = None
 ) -> CacheDims | None:
-    """The key/value cache's head count and head size of the decoder at ``model`` (or of
-    ``proto``), from the client's config beside it, else its graph; None when none says."""
+    """The key/value cache's head count and size (client's config, else graph), or None."""
     if model is not None:
         folder = Path(model).parent
         dims = _from_genai(folder) or (_from_hf(folder) if _is_hf_config(folder) else None)

@@ -1,30 +1,11 @@
 """The plugin API: a quantizer backend, a technique or a search strategy written outside raysearch.
 
-What :data:`__all__` lists here is public and stable, as ``raysearch.__all__`` is: the base
-classes a plugin subclasses, what their methods take and return, and the registries'
-decorators. A plugin is a module that registers its classes when it is imported; a config
-names it (``plugins: [my_backend]``), and the search imports it in the driver and in every
-trial actor (found as installed, else beside the config or in the working directory, and
-shipped to the other nodes of a cluster). README, "Plugins", has a worked backend, technique
-and strategy, which ``tests/plugins/test_readme_plugins.py`` runs.
-
-- **Backend**: subclass :class:`QuantizerBackend`, give it a :class:`Catalogue` of its
-  settings (with ``"quantizer": QUANTIZER``), implement ``validate`` and ``quantize`` (which
-  returns a :class:`QuantizeInfo`), and decorate it with :func:`register_backend`.
-- **Technique**: subclass one of its three kinds, :class:`FloatModelTransform`,
-  :class:`TensorOverrideProducer` (returns :class:`TensorOverrides`) or
-  :class:`QuantizedModelTransform`; declare its ``settings`` (:class:`OptionSpec`, a switch
-  named ``include_<name>``) and ``effect_key``; decorate it with :func:`register_technique`.
-  ``self.context`` (a :class:`TechniqueContext`) lends it the trial's quantizer and metric.
-- **Strategy**: a builder ``(StrategyContext) -> list[Phase]`` decorated with
-  :func:`register_strategy`; each :class:`Phase` ``propose``-s a :class:`Proposal` at a time
-  (None: wait for a running trial; :data:`EXHAUSTED`: done), reading the search through a
-  :class:`SearchView`; its ``start`` sees the :class:`StrategyContext` (the spaces,
-  the records finished so far, the model's :class:`ModelFacts`).
+What :data:`__all__` lists is public and stable. A plugin module registers its classes when
+imported; a config names it (``plugins: [my_backend]``) and the search imports it in the
+driver and every trial actor. README, "Plugins", has one of each.
 
 Example:
-    A phase driven by hand, as the search drives it (a strategy registered under a name a
-    config's ``search_algo`` spells runs such phases):
+    A phase driven by hand, as the search drives it:
 
     >>> from raysearch import SearchSpace
     >>> class EveryOther(Phase):

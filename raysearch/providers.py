@@ -1,16 +1,10 @@
-"""ONNX Runtime execution providers and sessions for one trial.
-
-CPU by default; CUDA when the trial was given a GPU *and* the CUDA provider really loads
-(``onnxruntime-gpu`` lists it even without the CUDA libraries, and prints a loader error for
-every session asking for it): probed once per process, quietly. Every session of a trial is
-created with the same :func:`session_providers` list.
+"""ONNX Runtime execution providers and sessions for one trial: the CPU, or CUDA when the trial
+has a GPU and the provider really loads (probed once, quietly).
 
 Example:
     >>> providers, options, device = execution_providers(gpu_id=None)
     >>> providers, device
     (['CPUExecutionProvider'], 'cpu')
-    >>> session_providers(gpu_id=None)
-    ['CPUExecutionProvider']
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ _cuda_ok: bool | None = None
 
 
 def cuda_available() -> bool:
-    """Whether the CUDA execution provider actually loads in this process: a one-node session
-    made quietly, once per process."""
+    """Whether the CUDA provider loads in this process (checked once)."""
     global _cuda_ok
     with _probe_lock:
         if _cuda_ok is None:
@@ -91,8 +84,7 @@ def _probe_cuda() -> bool:
 
 
 def _preload_cuda_libraries() -> None:
-    """Load CUDA and cuDNN from the ``nvidia-*`` pip packages, where installed, with
-    ``onnxruntime-gpu``'s ``preload_dlls``, its printing sent to the debug log."""
+    """Load CUDA and cuDNN from the ``nvidia-*`` pip packages, where installed."""
     preload = getattr(ort, "preload_dlls", None)
     if preload is None:  # onnxruntime older than 1.21
         return
@@ -107,8 +99,7 @@ def _preload_cuda_libraries() -> None:
 
 
 def local_device_index(gpu_id: int | str) -> int:
-    """The CUDA device index this process sees for the GPU ``gpu_id`` it was assigned: its
-    position in ``CUDA_VISIBLE_DEVICES`` (which Ray sets), else the id itself."""
+    """The CUDA index this process sees for ``gpu_id`` (its place in ``CUDA_VISIBLE_DEVICES``)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
     if str(gpu_id) in ids:
@@ -119,8 +110,7 @@ def local_device_index(gpu_id: int | str) -> int:
 def execution_providers(
     gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
 ) -> tuple[list[str], list[dict[str, Any]], str]:
-    """``(providers, provider_options, device_label)`` for a trial given GPU ``gpu_id`` (None:
-    none); ``gpu_mem_limit`` (bytes) bounds CUDA's arena, so that trials can share a GPU."""
+    """``(providers, provider_options, device_label)`` for GPU ``gpu_id`` (None: CPU)."""
     if gpu_id is None or not cuda_available():
         if gpu_id is not None:
             _logger.info("GPU %s was assigned but CUDA does not load here; running on CPU", gpu_id)
@@ -137,21 +127,18 @@ def execution_providers(
 def session_providers(
     gpu_id: int | str | None = None, gpu_mem_limit: int | None = None
 ) -> list[Any]:
-    """ONNX Runtime's ``providers`` argument for a trial's sessions, with the provider options
-    of :func:`execution_providers` folded in."""
+    """ONNX Runtime's ``providers`` argument for a trial's sessions, options folded in."""
     providers, options, _ = execution_providers(gpu_id, gpu_mem_limit)
     return [(name, opts) if opts else name for name, opts in zip(providers, options)]
 
 
 def provider_names(providers: Sequence[Any]) -> list[str]:
-    """The names in an ONNX Runtime ``providers`` list (entries are names or
-    ``(name, options)`` pairs)."""
+    """The names in an ONNX Runtime ``providers`` list."""
     return [p if isinstance(p, str) else str(p[0]) for p in providers]
 
 
 def device_label(providers: Sequence[Any]) -> str:
-    """``"cuda:<device_id>"`` when the first provider is CUDA, ``"cpu"`` for the CPU, else the
-    provider's short lower-case name (``"tensorrt"``)."""
+    """``"cuda:<id>"``, ``"cpu"``, else the provider's short lower-case name."""
     if not providers:
         return "cpu"
     first = providers[0]
@@ -163,8 +150,7 @@ def device_label(providers: Sequence[Any]) -> str:
 
 
 def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
-    """``threads`` intra-op threads (None: ONNX Runtime's default) that wait without spinning,
-    which would take CPU from the trials, the driver and Ray beside them."""
+    """``threads`` intra-op threads (None: the default) that wait without spinning."""
     if not threads:
         return
     count = max(1, int(threads))
@@ -174,13 +160,7 @@ def set_threads(options: ort.SessionOptions, threads: int | None) -> None:
 
 
 def session_options(threads: int | None = 1) -> ort.SessionOptions:
-    """Session options with ``threads`` intra-op threads (:func:`set_threads`), one inter-op
-    thread and ONNX Runtime's logging kept to errors.
-
-    Example:
-        >>> session_options(2).get_session_config_entry("session.intra_op.allow_spinning")
-        '0'
-    """
+    """Session options: ``threads`` intra-op threads, one inter-op, logging kept to errors."""
     options = ort.SessionOptions()
     set_threads(options, threads)
     options.inter_op_num_threads = 1
@@ -196,8 +176,7 @@ def make_session(
     *,
     providers: Sequence[Any] | None = None,
 ) -> ort.InferenceSession:
-    """An ``InferenceSession`` for ``model`` (a path or serialized bytes) on the trial's device:
-    ``providers`` when given (a trial's :func:`session_providers`), else those of ``gpu_id``."""
+    """An ``InferenceSession`` for ``model`` on ``providers``, else those of ``gpu_id``."""
     if providers is None:
         providers = session_providers(gpu_id, gpu_mem_limit)
     source = model if isinstance(model, bytes) else os.fspath(model)
@@ -226,8 +205,7 @@ def _gpu_total_bytes(index: int) -> int | None:
 
 
 def gpu_memory_limit(gpu_id: int | str | None, fraction: float) -> int | None:
-    """The CUDA arena limit (bytes) for a trial given ``fraction`` of a GPU, so that trials
-    sharing it cannot starve each other; None for whole GPUs, CPU trials, or an unknown size."""
+    """The CUDA arena limit for ``fraction`` of a GPU; None when not shared or unknown."""
     if gpu_id is None or not 0 < fraction < 1 or not cuda_available():
         return None
     total = _gpu_total_bytes(local_device_index(gpu_id))

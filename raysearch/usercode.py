@@ -1,16 +1,10 @@
 """Code a config names: its custom evaluator (``metric: "module:function"``) and ``plugins``.
 
-A plugin registers itself when its module is imported; the registries record each module that
-registered something from outside raysearch (:func:`note_plugin`), and every trial actor
-imports them before its first trial (:func:`import_plugins`).
-
-A module is imported as Python imports it; a top-level module Python does not find is looked
-up in the config's folder, then the working directory (the *search folders*), without putting
-any folder on ``sys.path``, so that nothing else there can shadow an installed module. A
-trial worker imports it from the same folders (:func:`where_code_lives`), so the files it
-opens beside itself are there; a search that joins a cluster ships each such folder
-(:func:`code_folders`, size-checked by :func:`check_shippable`) as its job's ``py_modules``,
-for the nodes without it.
+The registries record each module from outside raysearch that registered something
+(:func:`note_plugin`); every trial actor imports them first (:func:`import_plugins`). A
+top-level module Python does not find is looked up in the config's folder, then the working
+directory, without touching ``sys.path``; a search joining a cluster ships those folders as
+its job's ``py_modules`` (:func:`code_folders`, :func:`check_shippable`).
 
 Example:
     >>> import_named("json").__name__
@@ -61,13 +55,7 @@ RAY_PKG_PREFIX = "_ray_pkg_"
 
 
 def import_named(name: str, search_dirs: Sequence[str | os.PathLike] = ()) -> ModuleType:
-    """Import module ``name`` (dotted); when Python finds no top-level module of that name,
-    from the first of ``search_dirs`` that holds it (a ``.py`` file or a package folder).
-
-    Raises:
-        ImportError: as :func:`importlib.import_module` (``ModuleNotFoundError`` when no
-            search folder holds it either).
-    """
+    """Import module ``name``; a top-level module Python does not find, from ``search_dirs``."""
     top = name.partition(".")[0]
     if search_dirs and top and top not in sys.modules and importlib.util.find_spec(top) is None:
         folders = [os.fspath(folder) for folder in search_dirs]
@@ -104,8 +92,7 @@ def _locations(module: ModuleType) -> list[Path]:
 
 
 def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The file or package folder of each imported module of ``names`` (by its top-level
-    module) that lies directly in one of ``search_dirs``: what a worker elsewhere lacks."""
+    """The file or package folder of each module of ``names`` lying in ``search_dirs``."""
     folders = {os.path.realpath(folder) for folder in search_dirs}
     found: dict[Path, None] = {}
     for name in names:
@@ -126,24 +113,13 @@ def local_modules(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]
 
 
 def code_folders(names: Iterable[str], search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The search folders holding a module :func:`local_modules` lists: what a search that
-    joins a Ray cluster ships to its other nodes, each whole."""
+    """The search folders holding a module :func:`local_modules` lists (shipped to the nodes)."""
     return list(dict.fromkeys(location.parent for location in local_modules(names, search_dirs)))
 
 
 def shipped_bytes(folder: str | os.PathLike, excluded: Iterable[str | os.PathLike] = ()) -> int:
-    """Bytes of the files Ray uploads when it ships ``folder`` as ``py_modules`` with the
-    ``excluded`` paths as ``excludes``, counted by Ray's own walk of a package, so that what
-    ``.gitignore`` and ``.rayignore`` leave out is left out here too.
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     _ = (Path(folder) / "my_metric.py").write_text("x = 1\\n")
-        ...     _ = (Path(folder) / "big.bin").write_bytes(bytes(1000))
-        ...     _ = (Path(folder) / ".gitignore").write_text("big.bin\\n")
-        ...     shipped_bytes(folder)  # my_metric.py and .gitignore: 6 + 8 bytes
-        14
+    """Bytes Ray uploads when it ships ``folder`` as ``py_modules`` (``excluded`` left out),
+    counted by Ray's own walk (``.gitignore`` and ``.rayignore`` apply).
     """
     from ray._private.runtime_env import packaging
 
@@ -177,11 +153,8 @@ def check_shippable(
     limit: int = SHIP_LIMIT_BYTES,
     modules: Sequence[str] = (),
 ) -> None:
-    """Refuse a code folder too large to ship to a Ray cluster's other nodes (``excluded``:
-    the model, the data and the output folder, which are not shipped with it).
-
-    Raises:
-        ConfigError: (key ``metric``) the folder holds more than ``limit`` bytes.
+    """Refuse a code folder over ``limit`` bytes to ship to the cluster (ConfigError at
+    ``metric``).
     """
     from raysearch.errors import ConfigError
 
@@ -200,12 +173,9 @@ def check_shippable(
 
 
 def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The search folders to import a config's modules from on this machine: each that
-    exists here, else the copy Ray unpacked here when the search shipped it.
+    """The search folders on this machine: each that exists, else Ray's unpacked copy.
 
     Example:
-        >>> where_code_lives(["."]) == [Path(".")]
-        True
         >>> where_code_lives(["/no/such/folder"])
         []
     """
@@ -221,16 +191,14 @@ def where_code_lives(search_dirs: Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def qualified_name(func: object) -> str:
-    """``module:qualname`` of a function (``my_eval:top1``): the name a function given from
-    Python goes by in a search's outputs (a callable instance: its class's)."""
+    """``module:qualname`` of a function (a callable instance: its class's)."""
     named = func if hasattr(func, "__qualname__") else type(func)
     module = getattr(named, "__module__", None) or "?"
     return f"{module}:{getattr(named, '__qualname__', repr(named))}"
 
 
 def note_plugin(module: str) -> None:
-    """Record that ``module`` registered something (raysearch's own modules excepted, and
-    ``__main__``, which no other process can import)."""
+    """Record that ``module`` registered something (not raysearch's own, nor ``__main__``)."""
     if module == "raysearch" or module.startswith("raysearch.") or module == "__main__":
         return
     _MODULES[module] = None
@@ -247,9 +215,9 @@ def import_plugins(
     strict: bool = True,
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> None:
-    """Import ``modules`` (registering their plugins in this process), from ``search_dirs``
-    where Python does not find one. With ``strict=False`` (an actor) a module that cannot be
-    imported is logged and skipped: only the trials that need its plugin fail."""
+    """Import ``modules``, from ``search_dirs`` where Python does not find one; with
+    ``strict=False`` a failure is logged and skipped.
+    """
     for module in modules:
         try:
             import_named(module, search_dirs)

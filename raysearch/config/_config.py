@@ -1,10 +1,4 @@
-"""``SearchConfig``: one typed, fully validated config, loaded from YAML or a dict.
-
-Everything is checked before Ray starts: unknown keys (with the closest known key suggested),
-types, ranges, the search spaces, the model file's header, the evaluator's import path. Names
-from a fixed vocabulary (metrics, algorithms, predefined spaces, a setting's choices) are read
-in any case and kept as their canonical spelling. Every error is a
-:class:`~raysearch.errors.ConfigError` whose message names the key path.
+"""``SearchConfig``: one typed config from YAML or a dict, every key checked before Ray starts.
 
 Example:
     >>> cfg = SearchConfig.from_dict({
@@ -147,8 +141,7 @@ class SearchConfig:
         return check_evaluator(self.metric_function or self.metric, "metric", self.code_dirs)
 
     def code_modules(self) -> list[str]:
-        """The modules this config names: the custom evaluator's (not a function given from
-        Python: its code travels pickled) and the ``plugins``."""
+        """The modules this config names: the custom evaluator's (by path) and the ``plugins``."""
         plugins = self.raw.get("plugins") or []
         named = self.is_custom_metric and self.metric_function is None
         evaluator = [self.metric.partition(":")[0]] if named else []
@@ -163,17 +156,13 @@ class SearchConfig:
         check_paths: bool = True,
         code_dirs: Sequence[str | os.PathLike] | None = None,
     ) -> SearchConfig:
-        """Validate ``raw`` completely and return the config; every mistake is reported, one
-        line each, always in the same order.
+        """Validate ``raw`` completely; every mistake is reported, one line each.
 
         Args:
-            raw: the config's keys (README, "A complete config"), as YAML reads them or with
-                the Python objects a config from Python may hold.
-            base_dir: the folder relative input paths are read from (default: the working
-                directory).
+            raw: the config's keys (README, "A complete config"), Python objects allowed.
+            base_dir: the folder relative input paths are read from (default: the working one).
             check_paths: whether the input files must exist (and the model be ONNX).
-            code_dirs: where a module the config names is looked up when Python does not
-                find it (default: ``base_dir``, then the working directory).
+            code_dirs: where a module the config names is looked up (default: ``base_dir``, cwd).
 
         Returns:
             The checked :class:`SearchConfig`.
@@ -260,8 +249,7 @@ class SearchConfig:
 
 
 def _read_dialects(data: dict[str, Any], errors: ErrorCollector) -> dict[str, Any]:
-    """``data`` with Quark's and Neural Compressor's names read as raysearch's (logged once);
-    their refusals go to ``errors``."""
+    """``data`` with Quark's and Neural Compressor's names read as raysearch's."""
     translation = Translation(data, errors)
     translate_quark(translation)
     translate_inc(translation)
@@ -317,8 +305,7 @@ _TOP_LEVEL_KEYS = {
 
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
-    """``plugins``: modules that register plugins, imported (from ``search_dirs`` where
-    Python does not find them) before the spaces and the algorithm are checked."""
+    """Import the ``plugins`` before the spaces and the algorithm are checked."""
     from raysearch.usercode import import_plugins
 
     if value is None:
@@ -334,16 +321,14 @@ def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ..
 
 
 def _keep_canonical_names(data: dict[str, Any], metric: str, algo: str, mode: str) -> None:
-    """Write the names ``data`` spells in another case or as an alias canonically (``COS``
-    as ``cos``), so that the outputs hold one name for each."""
+    """Write the names ``data`` spells in another case or as an alias canonically."""
     for key, name in (("metric", metric), ("search_algo", algo), ("tolerance_mode", mode)):
         if key in data and isinstance(data[key], str):
             data[key] = name
 
 
 def _default_algo(data: Mapping[str, Any]) -> str:
-    """:data:`DEFAULT_ALGO_PREDEFINED` when every space is a predefined one (named by a
-    string), else :data:`DEFAULT_ALGO`."""
+    """:data:`DEFAULT_ALGO_PREDEFINED` when every space is predefined, else :data:`DEFAULT_ALGO`."""
     raws = data.get("search_spaces", [data.get("search_space")])
     if isinstance(raws, list) and raws and all(isinstance(r, str) for r in raws):
         try:  # a preset may name its own strategy (the weight-only ones: WeightOnly)
@@ -357,8 +342,7 @@ def _default_algo(data: Mapping[str, Any]) -> str:
 def _parse_search(
     data: Mapping[str, Any], search_dirs: Sequence[Path], errors: ErrorCollector
 ) -> tuple[list[SearchSpace], str | None, int | None]:
-    """The plugins, the spaces, the algorithm and the seed (spaces and algorithm unchecked
-    when the plugins that may define them failed)."""
+    """The plugins, spaces, algorithm and seed (unchecked when the plugins failed)."""
     plugins_ok = len(errors.errors)
     _checked(errors, _load_plugins, data.get("plugins"), search_dirs)
     spaces: list[SearchSpace] | None = None
@@ -376,8 +360,7 @@ def _parse_search(
 
 
 def _check_algo_spaces(data: Mapping[str, Any], algo: str, spaces: list[SearchSpace]) -> None:
-    """What the algorithm needs of the spaces: a finite grid, its own checks, and
-    ``points_to_evaluate`` only where it takes them."""
+    """What the algorithm needs of the spaces (a finite grid, ``points_to_evaluate``)."""
     if algo == "Grid":
         for space in spaces:
             space.check_grid()
@@ -448,8 +431,8 @@ def _keep_candidates(value: Any) -> int | None:
 def load_config(
     path: str | Path, overrides: list[str] | None = None, *, check_paths: bool = True
 ) -> SearchConfig:
-    """Load a YAML config file, apply ``key=value`` overrides, validate everything. Relative
-    input paths are read relative to the file's folder, ``output_dir`` to the working one.
+    """Load a YAML config, apply ``key=value`` overrides, validate everything (input paths
+    relative to the file's folder, ``output_dir`` to the working one).
 
     Args:
         path: the YAML file.
@@ -458,9 +441,6 @@ def load_config(
 
     Returns:
         The checked :class:`SearchConfig`.
-
-    Raises:
-        ConfigError: a mistake (``ConfigErrors``: several), each naming its key path.
     """
     path = Path(path)
     data = apply_overrides(read_yaml(path), overrides or [])

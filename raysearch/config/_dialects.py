@@ -1,9 +1,5 @@
-"""Configs written for the systems raysearch replaces, read as raysearch's: AMD Quark's
-AutoSearch (v1) and AutoSearchPro (:mod:`raysearch.config._quark`), Intel Neural Compressor's
-tuning settings (:mod:`raysearch.config._inc`).
-
-Each name of theirs is either mapped to raysearch's (logged in one INFO line of
-``raysearch.config.dialects``) or refused with one line naming the key and why.
+"""Configs of Quark (``_quark``) and Neural Compressor (``_inc``) read as raysearch's: each of
+their names mapped (one INFO line) or refused with why.
 
 Example:
     >>> t = Translation({"n_trials": 5}, ErrorCollector())
@@ -30,8 +26,7 @@ _UNSET: Any = object()
 
 @dataclass
 class Translation:
-    """A config being read as raysearch's: the data (changed in place), what was mapped
-    (``notes``, logged once) and the refusals (``errors``)."""
+    """A config being read as raysearch's: its data, the ``notes`` (logged once) and ``errors``."""
 
     data: dict[str, Any]
     errors: ErrorCollector
@@ -40,8 +35,7 @@ class Translation:
     def move(
         self, key: str, target: str, *, value: Any = _UNSET, source: str | None = None
     ) -> None:
-        """Set the dotted ``target`` to ``data[key]`` (removed), or to ``value`` when given;
-        a ``target`` the config gives too is refused (keep one of them)."""
+        """Set dotted ``target`` to ``data[key]`` (removed) or ``value``; refused if also given."""
         given = value is not _UNSET
         if not given:
             value = self.data.pop(key)

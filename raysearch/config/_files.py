@@ -17,8 +17,7 @@ from raysearch.errors import ConfigError
 
 
 class _Loader(yaml.SafeLoader):
-    """``yaml.safe_load`` reading ``1e-3`` as the number it is (YAML 1.2, and Python, as
-    Quark's configs write learning rates), not as the string YAML 1.1 makes of it."""
+    """``yaml.safe_load`` reading ``1e-3`` as a number (YAML 1.2), not a string."""
 
 
 _Loader.add_implicit_resolver(

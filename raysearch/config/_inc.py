@@ -1,9 +1,5 @@
-"""Intel Neural Compressor's tuning settings read as raysearch's (the machinery:
-:mod:`raysearch.config._dialects`): ``PostTrainingQuantConfig``'s ``quant_level``,
-``TuningCriterion`` (``strategy``, ``timeout``, ``max_trials``) and ``AccuracyCriterion``
-(``criterion``, ``tolerable_loss``, ``higher_is_better``), written as top-level keys; a
-strategy name by the strategy registry's aliases; ``objective`` as ``select``. Neural
-Compressor's other settings are refused by name.
+"""Intel Neural Compressor's tuning settings (``quant_level``, ``TuningCriterion``,
+``AccuracyCriterion``, ``objective``) read as raysearch's; its other settings are refused.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -150,8 +146,7 @@ def _tuning_criterion(t: Translation, criterion: Any) -> None:
 
 
 def _accuracy_criterion(t: Translation, accuracy: Any) -> None:
-    """``criterion`` relative/absolute and ``tolerable_loss`` (2.x), or 1.x's ``relative:`` /
-    ``absolute:`` loss; ``higher_is_better``."""
+    """``criterion`` and ``tolerable_loss`` (2.x) or 1.x's ``relative:``/``absolute:`` loss."""
     where = "accuracy_criterion"
     if not isinstance(accuracy, Mapping):
         t.errors.add(ConfigError(where, f"expected a mapping, got {accuracy!r}"))

@@ -1,19 +1,10 @@
-"""The ``loggers`` key: Ray Tune's own experiment loggers a search reports its trials to.
-
-``loggers`` names Ray's logger callbacks (``mlflow``, ``wandb``), as a list or as a mapping
-of each name to its settings. Each setting is checked against the callback's signature (for
-W&B, ``wandb.init``'s too), its value against the parameter's annotated type, and a logger
-whose package is missing is refused naming the extra, so that a search never starts to fail
-at its first trial. Ray and the logger's package are imported only when the key is given.
+"""The ``loggers`` key: Ray Tune's MLflow and W&B logger callbacks, as a list or a mapping to
+their settings, each checked against the callback's signature (and ``wandb.init``'s) and a
+missing package refused naming the extra. Ray is imported only when the key is given.
 
 Example:
     >>> parse_loggers(None)
     ()
-    >>> try:
-    ...     parse_loggers(["tensorboard"])
-    ... except ConfigError as exc:
-    ...     print(exc)
-    loggers[0]: unknown logger 'tensorboard'; expected one of mlflow, wandb
 """
 
 from __future__ import annotations
@@ -42,8 +33,7 @@ MLFLOW_EXPERIMENT = "raysearch"
 
 
 def logger_parameters(name: str) -> dict[str, Any]:
-    """The settings logger ``name`` takes, each with its annotated type: its Ray callback's
-    keyword arguments and, for W&B, ``wandb.init``'s, which the callback passes them on to."""
+    """The settings logger ``name`` takes and their types (its callback's, and ``wandb.init``'s)."""
     import importlib
 
     module, cls, package = LOGGERS[name]
@@ -57,8 +47,7 @@ def logger_parameters(name: str) -> dict[str, Any]:
 
 
 def _keywords(function: Any) -> tuple[dict[str, Any], bool]:
-    """The keyword parameters of ``function`` with their types, and whether it takes
-    ``**kwargs``."""
+    """The keyword parameters of ``function`` with their types, and whether it has ``**kwargs``."""
     from raysearch.signatures import parameter_types
 
     params = inspect.signature(function).parameters.values()
@@ -72,12 +61,7 @@ def _keywords(function: Any) -> tuple[dict[str, Any], bool]:
 
 
 def parse_loggers(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
-    """``loggers``: ``(name, settings)`` for each logger, in the order given.
-
-    Raises:
-        ConfigError: not a list or a mapping, an unknown logger, a setting or value it does
-            not take, or its package missing.
-    """
+    """``loggers``: ``(name, settings)`` for each logger, in order (ConfigError otherwise)."""
     if value is None:
         return ()
     if isinstance(value, list):

@@ -1,10 +1,6 @@
 """The metric keys of a config: ``metric``, ``tolerance``, ``tolerance_mode``,
-``higher_is_better`` and ``metric_key``, checked together.
-
-Names come from :mod:`raysearch.metrics` and are matched in any case. A tolerance that no
-trial can meet, or that every trial meets, is refused; one that is merely odd is logged. A
-custom evaluator (an import path, or from Python a function, named ``module:qualname``) is
-checked by the evaluate stage's loader, imported only then.
+``higher_is_better`` and ``metric_key``, checked together (a tolerance no trial or every
+trial meets is refused).
 
 Example:
     >>> parse_metric_settings({"metric": "COSINE", "tolerance": 0.99})
@@ -52,8 +48,7 @@ _DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
 
 @dataclass(frozen=True)
 class MetricSettings:
-    """The checked metric keys of a config (``metric``: a built-in name, an import path, or
-    the ``module:qualname`` of ``function``, a function given from Python)."""
+    """The checked metric keys of a config (``metric``: a built-in name or ``module:qualname``)."""
 
     metric: str
     metric_key: str | None
@@ -64,8 +59,7 @@ class MetricSettings:
 
 
 def parse_metric(value: Any) -> str:
-    """The canonical built-in name of ``value``, ``value`` itself for an import path, the
-    ``module:qualname`` of a function."""
+    """The canonical built-in name, the import path, or a function's ``module:qualname``."""
     if callable(value) and not isinstance(value, str):
         return qualified_name(value)
     if not isinstance(value, str) or not value:
@@ -89,8 +83,7 @@ def parse_metric(value: Any) -> str:
 def parse_metric_settings(
     data: Mapping[str, Any], search_dirs: Sequence[str | os.PathLike] = ()
 ) -> MetricSettings:
-    """Check the metric keys of ``data`` (a whole config) and a custom metric's evaluator
-    (:func:`check_evaluator`)."""
+    """Check the metric keys of ``data`` and a custom metric's evaluator."""
     written_metric = data.get("metric", "L2")
     metric = parse_metric(written_metric)
     function = written_metric if callable(written_metric) else None
@@ -125,12 +118,8 @@ def _range_text(name: str) -> str:
 
 
 def check_tolerance(metric: str, tolerance: float) -> None:
-    """Refuse a ``tolerance`` of built-in ``metric`` past its best value (no trial is ever a
-    candidate) or at or past its worst (every trial is); warn at exactly its best value, or
-    for a bound that looks like a drop (:data:`_DROP_LIKE_BELOW`).
-
-    Raises:
-        ConfigError: (``tolerance``) naming the metric and its range.
+    """Refuse a built-in metric's ``tolerance`` past its best or at its worst; warn at its best
+    or for one that looks like a drop.
     """
     m = METRICS[metric]
     relation = ">=" if m.higher_is_better else "<="
@@ -179,12 +168,7 @@ def _check_builtin(metric: str, data: Mapping[str, Any], hib: bool | None) -> No
 def check_evaluator(
     spec: str | Callable[..., Any], path: str, search_dirs: Sequence[str | os.PathLike] = ()
 ) -> Any:
-    """The function ``spec`` names (imported from ``search_dirs`` when not installed) or is,
-    checked to take ``(model_path, providers)`` (a function given: to pickle for the trials).
-
-    Raises:
-        ConfigError: (at ``path``) as :func:`raysearch.evaluate.load_custom_evaluator`.
-    """
+    """The function ``spec`` names or is, checked to take ``(model_path, providers)``."""
     from raysearch.evaluate import load_custom_evaluator, takes_providers
 
     function = load_custom_evaluator(spec, key=path, search_dirs=search_dirs)

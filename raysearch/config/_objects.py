@@ -1,10 +1,6 @@
-"""Python objects a config given from Python may hold where a file would be named, as Quark's
-Python API takes them: an ``onnx.ModelProto`` as ``model`` (Quark's ``model_input``) and
-ONNX Runtime ``CalibrationDataReader`` objects as ``calibration_data``/``eval_data`` (Quark's
-``calib_data_reader``/``eval_data_reader``).
-
-A model object is saved once to a file named by its content, and a reader is read once, when
-the config is read, into one array per model input (a reader can be read only once).
+"""Python objects a config may hold where a file would be named, as Quark's API takes them: an
+``onnx.ModelProto`` (saved once, named by its content) and ``CalibrationDataReader`` objects
+(read once, into one array per model input).
 
 Example:
     >>> plain_copy({"a": [1, {"b": 2}], "reader": object})["a"]
@@ -36,8 +32,7 @@ MODEL_FOLDER = "raysearch-models"
 
 
 def plain_copy(value: Any) -> Any:
-    """``value`` with its dicts and lists copied (the config is rewritten in place while it is
-    read), other objects (a reader, a model) as they are."""
+    """``value`` with its dicts and lists copied, other objects (a reader, a model) as they are."""
     if isinstance(value, Mapping):
         return {k: plain_copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -53,9 +48,7 @@ def is_model_object(value: Any) -> bool:
 
 
 def model_object_path(model: Any, folder: str | os.PathLike | None = None) -> Path:
-    """The file holding ``model`` (an ``onnx.ModelProto``), saved once under ``folder``
-    (default this user's private folder) named by its content's SHA-256, so that the same
-    model reuses its file and another never overwrites it."""
+    """The file holding ``model``, saved once under ``folder`` named by its content's SHA-256."""
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf refuses messages over 2 GB
@@ -97,12 +90,7 @@ def is_reader(value: Any) -> bool:
 
 
 def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
-    """Every feed of ``reader`` as one array per input of ``model``, read once.
-
-    Raises:
-        ConfigError: (at ``key``) the reader raised, yielded nothing, or its feeds do not fit
-            the model.
-    """
+    """Every feed of ``reader`` as one array per input of ``model`` (ConfigError at ``key``)."""
     from raysearch.data import DataSource
 
     try:
@@ -118,14 +106,11 @@ def read_reader(reader: Any, model: Path, key: str) -> dict[str, Any]:
 
 
 def written_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``raw`` as a config file can hold it, each top-level value YAML cannot write replaced
-    by words, and those keys.
+    """``raw`` as a config file can hold it (what YAML cannot write in words), and those keys.
 
     Example:
         >>> written_config({"metric": "cos", "calibration_data": object()})
         ({'metric': 'cos', 'calibration_data': '<python object: object>'}, ['calibration_data'])
-        >>> written_config({"metric": len})[0]
-        {'metric': '<python function: builtins:len>'}
     """
     import yaml
 

@@ -1,16 +1,9 @@
-"""The ``optuna_storage`` key: an Optuna storage URL (any RDB URL Optuna opens:
-``sqlite:///study.db``, ``postgresql://...``) the search writes its Optuna study into as each
-trial ends, for ``optuna-dashboard`` to show it live (:mod:`raysearch.outputs._live_study`).
-The storage is opened when the search starts; here only its form is checked.
+"""The ``optuna_storage`` key: an Optuna RDB storage URL the search writes its study into as
+each trial ends (opened when the search starts; here only its form is checked).
 
 Example:
     >>> parse_optuna_storage("sqlite:///study.db"), parse_optuna_storage(None)
     ('sqlite:///study.db', None)
-    >>> try:
-    ...     parse_optuna_storage("study.db")
-    ... except ConfigError as exc:
-    ...     print(exc)
-    optuna_storage: expected an Optuna storage URL such as sqlite:///study.db, got 'study.db'
 """
 
 from __future__ import annotations
@@ -26,12 +19,7 @@ _KEY = "optuna_storage"
 
 
 def parse_optuna_storage(value: Any) -> str | None:
-    """``optuna_storage``: the URL, or None.
-
-    Raises:
-        ConfigError: not a URL (``scheme://...``), or SQLAlchemy (Optuna's RDB storage) is
-            not installed.
-    """
+    """``optuna_storage``: the URL or None (refused: no ``scheme://``, or no SQLAlchemy)."""
     if value is None:
         return None
     if not isinstance(value, str) or "://" not in value:

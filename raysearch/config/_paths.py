@@ -1,14 +1,9 @@
-"""Paths in a config: the input files (``builtin:`` names included) and the output folder.
-
-Relative input paths are read against the config file's folder; ``output_dir`` against the
-working directory. The model file must be an ONNX model, judged from its header alone (the
-search's preflight parses its graph later).
+"""Paths in a config: inputs relative to the config's folder (``builtin:`` names included; the
+model checked from its header), ``output_dir`` relative to the working directory.
 
 Example:
     >>> input_path({"model": "builtin:magika"}, "model", True, Path("."), True).name
     'model.onnx'
-    >>> input_path({}, "eval_data", False, Path("."), True) is None
-    True
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ __all__ = ["input_path", "model_path", "output_dir"]
 def input_path(
     data: Mapping[str, Any], key: str, required: bool, base: Path, check_paths: bool
 ) -> Any:
-    """The input at ``key``: a checked path, a ``builtin:`` path resolved, a Python object as
-    it is, or None when absent and not ``required``."""
+    """The input at ``key``: a checked path, a ``builtin:`` resolved, a Python object, or None."""
     value = data.get(key)
     if value is None:
         if required:
@@ -53,8 +47,7 @@ def input_path(
 
 
 def model_path(data: Mapping[str, Any], base: Path, check_paths: bool) -> Path:
-    """The ``model`` key: a path to an ONNX model file (checked from its header), an
-    onnxruntime-genai or Optimum folder, or an ``onnx.ModelProto`` given from Python."""
+    """The ``model`` key: an ONNX file, a genai or Optimum folder, or an ``onnx.ModelProto``."""
     from raysearch.config._objects import is_model_object, model_object_path
 
     if is_model_object(data.get("model")):

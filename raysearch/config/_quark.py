@@ -1,11 +1,5 @@
-"""AMD Quark's AutoSearch (v1) and AutoSearchPro configs read as raysearch's (the machinery:
-:mod:`raysearch.config._dialects`).
-
-Top-level names are mapped (``search_metric`` -> ``metric``, ``n_trials`` ->
-``stop.iteration_limit``, ``model_input`` -> ``model``, ``two_stage_search: true`` ->
-``search_algo: TwoStage``, ...), dropped when they ask for what raysearch does anyway
-(``base_framework: onnx``, ``search_evaluator: None``) or refused with why. Spaces are read
-by :mod:`raysearch.config._quark_space`.
+"""AMD Quark's AutoSearch (v1) and AutoSearchPro configs read as raysearch's: top-level names
+mapped, dropped when raysearch does them anyway, or refused with why; spaces by ``_quark_space``.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -107,8 +101,7 @@ def _devices(t: Translation) -> None:
 
 
 def _evaluator(t: Translation) -> None:
-    """``search_evaluator``: None is the built-in metric, an import path or (from Python) a
-    function the metric."""
+    """``search_evaluator``: None is the built-in metric, else the metric."""
     if "search_evaluator" not in t.data:
         return
     evaluator = t.data["search_evaluator"]
@@ -125,8 +118,7 @@ def _evaluator(t: Translation) -> None:
 
 
 def _switch(t: Translation, key: str, on: str | None, off_refused: str | None) -> None:
-    """A true/false key: ``load_study_if_exists`` is raysearch's ``resume_if_exists``;
-    ``plot_results`` true is what raysearch does (``on``), false refused."""
+    """A true/false key: ``load_study_if_exists``, ``plot_results`` (false refused)."""
     if key not in t.data:
         return
     value = t.data[key]
@@ -141,8 +133,7 @@ def _switch(t: Translation, key: str, on: str | None, off_refused: str | None) -
 
 
 def _direction(t: Translation, value: Any, source: str) -> None:
-    """``direction: minimize|maximize``: a custom metric's ``higher_is_better``; for a
-    built-in metric it must agree with the metric's own direction."""
+    """``direction``: a custom metric's ``higher_is_better``; a built-in's must agree."""
     from raysearch.metrics import BUILTIN_METRICS, canonical_metric
 
     if value not in ("minimize", "maximize"):

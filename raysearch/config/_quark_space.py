@@ -1,10 +1,6 @@
-"""AMD Quark's search spaces read as raysearch's (:mod:`raysearch.config._quark` reads the
-rest of the config): the Python spellings of values (``QuantType.QInt8``,
-``CalibrationMethod.MinMax``, the enum objects themselves) as their names,
-``calibrate_method: PowerOfTwoMethod.MinMSE`` as ``extra_options.PowerOfTwoMethod``, and an
-AutoSearchPro space (``activation``, ``weight``, their ``*_params``, ``algorithms`` with
-``adaquant_params``/``adaround_params``) as ONNX Runtime's settings. The device fine-tuning
-infers on is each trial's own: accepted, and the log says so.
+"""AMD Quark's search spaces read as raysearch's: Python spellings of values (and enum
+objects) as names, ``PowerOfTwoMethod`` as ``extra_options.PowerOfTwoMethod``, and an
+AutoSearchPro space as ONNX Runtime's settings.
 
 Example:
     >>> from raysearch.errors import ErrorCollector
@@ -118,8 +114,7 @@ def _name(value: Any) -> Any:
 
 
 def _spelled(t: Translation, node: Any, path: str) -> Any:
-    """``node`` with ``QuantType.QInt8``-style values (and enum objects) read as their names;
-    a data type ONNX Runtime cannot write is refused, its key removed."""
+    """``node`` with ``QuantType.QInt8``-style values as names; unwritable types refused."""
     if isinstance(node, dict):
         out = {}
         for key, value in node.items():
@@ -153,8 +148,7 @@ def _pot_method(value: Any) -> str | None:
 
 
 def _power_of_two(t: Translation, space: dict[str, Any], path: str) -> None:
-    """``calibrate_method`` of power-of-two methods only: MinMax with
-    ``extra_options.PowerOfTwoMethod``; mixed with ONNX Runtime's methods, refused."""
+    """Power-of-two ``calibrate_method``: MinMax with ``PowerOfTwoMethod`` (mixed: refused)."""
     written = space.get("calibrate_method")
     values = written if isinstance(written, list) else [written]
     methods = [_pot_method(v) for v in values]
@@ -301,8 +295,7 @@ def _algorithms(
 
 
 def _infer_device(t: Translation, choices: Any, at: str) -> None:
-    """``infer_device``: fine-tuning infers on each trial's own device, so a device name is
-    accepted and said to be decided; anything else is refused."""
+    """``infer_device``: a device name is accepted (each trial's own decides); else refused."""
     values = choices if isinstance(choices, list) else [choices]
     wrong = [v for v in values if not _is_device(v)]
     if wrong:

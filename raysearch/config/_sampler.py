@@ -1,20 +1,10 @@
-"""An Optuna sampler of the user's: ``search_algo`` given as a sampler instance from Python, and
-``sampler_options``, the keyword arguments of the sampler a ``search_algo`` name builds.
-
-A sampler instance runs as given inside Ray Tune's ``OptunaSearch`` (neither fitted to the
-budget nor reseeded), named after the built-in sampler strategy of its class (``TPE`` for a
-``TPESampler``), ``Sampler`` for any other. ``sampler_options`` go to the sampler a sampler
-strategy's name builds, over what raysearch fitted, each checked against the class's
-signature; the staged strategies keep their fitted samplers and take none.
+"""``search_algo`` as an Optuna sampler instance (run as given, named after its class's
+strategy) and ``sampler_options`` (keyword arguments of the sampler a name builds, checked
+against its signature; the staged strategies take none).
 
 Example:
     >>> parse_sampler_options(None, "Auto", None)
     {}
-    >>> try:
-    ...     parse_sampler_options({"n_startup_trials": 5}, "Auto", None)
-    ... except ConfigError as exc:
-    ...     print(exc.path)
-    sampler_options
 """
 
 from __future__ import annotations
@@ -41,12 +31,7 @@ def given_sampler(value: Any) -> Any:
 
 
 def algo_of(value: Any) -> str:
-    """The strategy ``search_algo`` names: a name read by :func:`choose_algo`, or for a sampler
-    instance the sampler strategy it runs as.
-
-    Raises:
-        ConfigError: an unknown name, or ``Sampler`` named without an instance.
-    """
+    """The strategy ``search_algo`` names (a sampler instance: its sampler strategy)."""
     from raysearch.strategies.samplers import GIVEN_SAMPLER, sampler_algo
 
     sampler = given_sampler(value)
@@ -79,8 +64,7 @@ _DATA = (str, int, float, bool, list, tuple, dict, type(None))
 
 
 def _not_a_sampler(value: Any) -> str | None:
-    """Why ``value``, an object given from Python, is no ``search_algo`` (a sampler class, a
-    Ray Tune searcher, any other object); None for a sampler instance or a config's value."""
+    """Why ``value``, given from Python, is no ``search_algo``; None for a sampler instance."""
     if isinstance(value, _DATA):
         return None
     samplers = sys.modules.get("optuna.samplers")
@@ -106,12 +90,7 @@ def _not_a_sampler(value: Any) -> str | None:
 
 
 def parse_sampler_options(value: Any, algo: str, sampler: Any) -> dict[str, Any]:
-    """``sampler_options`` for the search's ``algo`` (``sampler``: the instance given, if any).
-
-    Raises:
-        ConfigError: options beside a sampler instance, for a strategy that is no Optuna
-            sampler's, or an argument the sampler does not take or refuses.
-    """
+    """``sampler_options`` for ``algo``, each checked against the sampler's signature."""
     if value is None:
         return {}
     from raysearch.strategies.samplers import SAMPLER_ALGOS, check_sampler_options

@@ -21,8 +21,7 @@ __all__ = ["StopConfig", "ResourcesConfig", "parse_stop", "parse_resources"]
 
 @dataclass
 class StopConfig:
-    """Stop conditions; ``-1`` (or absent) disables one. ``find_best_candidate``: a target
-    stricter than the tolerance, in the metric's units, that ends the search when reached."""
+    """Stop conditions (``-1`` or absent: off); ``find_best_candidate`` ends on a target."""
 
     find_n_candidates: int = -1
     find_best_candidate: float | None = None
@@ -40,8 +39,7 @@ class ResourcesConfig:
 
 
 def _given(raw: Any, section: type, key: str, expected: str) -> bool:
-    """Whether the section at ``key`` is given (not None), checked to be a mapping of the keys
-    of ``section`` (a dataclass)."""
+    """Whether the section at ``key`` is given, checked against ``section``'s fields."""
     if raw is None:
         return False
     if not isinstance(raw, Mapping):

@@ -55,8 +55,7 @@ def preset_search_algo(name: str) -> str | None:
 
 
 def _load_predefined(name: str, path: str) -> dict[str, Any]:
-    """A predefined space's file (``search_space`` and maybe ``points_to_evaluate``) by its
-    name in any case (``a8w8_search``)."""
+    """A predefined space's file by its name in any case."""
     spaces = predefined_spaces()
     name = canonical_name(name, spaces) or name
     if name not in spaces:
@@ -71,8 +70,7 @@ def _load_predefined(name: str, path: str) -> dict[str, Any]:
 
 
 def parse_spaces(data: Mapping[str, Any]) -> list[SearchSpace]:
-    """The ``search_space`` (one) or ``search_spaces`` (a list) of a config, parsed; a string
-    names a predefined space."""
+    """The config's ``search_space`` or ``search_spaces``, parsed (a string: a predefined space)."""
     if "search_space" in data and "search_spaces" in data:
         raise ConfigError("search_spaces", "give either search_space or search_spaces, not both")
     if "search_spaces" in data:
@@ -111,14 +109,7 @@ def _parse_one(raw: Any, path: str) -> SearchSpace:
 
 
 def runnable_predefined_space(name: str) -> tuple[Any, list[str]]:
-    """The predefined space ``name``'s ``search_space`` narrowed to the backends and
-    techniques installed here, and what was narrowed and why, one line each.
-
-    Example:
-        >>> raw, notes = runnable_predefined_space("MATMUL_CONV_INT8_SEARCH")
-        >>> notes
-        []
-    """
+    """The predefined space ``name`` narrowed to what is installed, and notes on what was."""
     return _runnable(name, _load_predefined(name, "search_space")["search_space"])
 
 
@@ -162,8 +153,7 @@ def _add_config_starts(spaces: list[SearchSpace], raws: Any) -> None:
 
 
 def _missing_backends(values: Any) -> dict[str, str]:
-    """The backends among ``values`` (a ``quantizer`` choice or list) that cannot run here,
-    with why (the extra that installs them)."""
+    """The backends among ``values`` that cannot run here, with why."""
     from raysearch.quantize.registry import backend_missing_requirement
 
     names = values if isinstance(values, list) else [values]
@@ -172,9 +162,7 @@ def _missing_backends(values: Any) -> dict[str, str]:
 
 
 def _without_missing_backends(name: str, raw: Any, notes: list[str]) -> Any:
-    """A predefined space that searches several backends searches those that can run here,
-    with a note naming the extra, and without the groups only a missing backend activates:
-    the preset stays usable on a lean install (a space the user writes is refused)."""
+    """A preset searching several backends narrowed to those that can run here, with a note."""
     if not isinstance(raw, dict) or not isinstance(raw.get("quantizer"), list):
         return raw
     missing = _missing_backends(raw["quantizer"])
@@ -223,9 +211,7 @@ def _technique_switches() -> dict[str, type]:
 
 
 def _without_missing_techniques(name: str, raw: Any, notes: list[str]) -> Any:
-    """A predefined space that searches a technique on and off searches it off only when its
-    optional package is missing, with a note naming the extra (a preset that needs the
-    technique, or a space the user writes, is refused)."""
+    """A preset searching a technique on and off searches it off when its package is missing."""
     switches = _technique_switches()
     off: set[str] = set()
 

@@ -21,8 +21,7 @@ __all__ = ["check_keys", "number", "integer"]
 
 
 def check_keys(data: Mapping[str, Any], known: Iterable[str], prefix: str) -> None:
-    """Refuse every key of ``data`` not in ``known`` (one line each), suggesting the closest
-    one."""
+    """Refuse every key of ``data`` not in ``known``, suggesting the closest one."""
     known = set(known)
     errors = ErrorCollector()
     for key in data:
@@ -50,8 +49,7 @@ def integer(
     low: int | None = None,
     prefix: str = "",
 ) -> Any:
-    """``data[key]`` (else ``default``) checked to be an integer (not a bool) or None, at least
-    ``low`` unless it is -1 (the "disabled" of stop conditions)."""
+    """``data[key]`` (else ``default``): an integer or None, at least ``low`` unless -1."""
     value = data.get(key, default)
     if value is None:
         return None

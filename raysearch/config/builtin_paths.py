@@ -1,17 +1,10 @@
-"""``builtin:`` paths: names a config may give instead of a file, for data raysearch ships.
-
-What is behind each name is built only when a path is resolved (the demo's magika model and
-data); the config stage never imports the demo itself.
+"""``builtin:`` paths: names a config may give instead of a file, built when resolved.
 
 Example:
     >>> is_builtin("builtin:magika"), is_builtin("model.onnx")
     (True, False)
     >>> resolve_builtin("builtin:magika").name
     'model.onnx'
-    >>> resolve_builtin("builtin:nope")
-    Traceback (most recent call last):
-    ...
-    KeyError: 'nope'
 """
 
 from __future__ import annotations
@@ -56,11 +49,7 @@ def is_builtin(value: object) -> bool:
 
 
 def resolve_builtin(name: str) -> Path:
-    """The path behind a ``builtin:`` name (prefix optional, the name in any case).
-
-    Raises:
-        KeyError: no such built-in (the name without its prefix).
-    """
+    """The path behind a ``builtin:`` name (any case; KeyError: no such built-in)."""
     name = name[len(BUILTIN_PREFIX) :] if name.startswith(BUILTIN_PREFIX) else name
     known = canonical_name(name, _RESOLVERS)
     if known is None:

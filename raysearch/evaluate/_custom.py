@@ -33,13 +33,8 @@ def load_custom_evaluator(
     key: str = "metric",
     search_dirs: Sequence[str | os.PathLike] = (),
 ) -> Callable[..., Any]:
-    """The function named by ``"package.module:function"`` (or ``spec`` itself when callable),
-    checked to accept ``(model_path, providers)`` or be Quark's ``(onnx_path, **args)``; a
-    module Python does not find is imported from the first of ``search_dirs`` holding it.
-
-    Raises:
-        ConfigError: (at ``key``) the module cannot be imported, has no such function, or the
-            function takes neither ``(model_path, providers)`` nor ``(onnx_path, **args)``.
+    """The function ``"package.module:function"`` names (or ``spec`` if callable), checked to take
+    ``(model_path, providers)`` or Quark's ``(onnx_path, **args)``.
     """
     if callable(spec):
         func, label = spec, qualified_name(spec)
@@ -76,8 +71,7 @@ def load_custom_evaluator(
 
 
 def takes_providers(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` is called ``(model_path, providers)`` rather than with the path alone
-    (Quark's form, :func:`is_quark_evaluator`).
+    """Whether ``func`` takes ``(model_path, providers)`` rather than Quark's form.
 
     Example:
         >>> takes_providers(lambda path, providers: 1.0), takes_providers(lambda path, **a: 1.0)
@@ -87,8 +81,7 @@ def takes_providers(func: Callable[..., Any]) -> bool:
 
 
 def is_quark_evaluator(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` has the form of Quark's custom evaluator, ``(onnx_path, **args)``,
-    and cannot take ``(model_path, providers)`` (a plain one-argument function is a mistake).
+    """Whether ``func`` has Quark's ``(onnx_path, **args)`` form only.
 
     Example:
         >>> is_quark_evaluator(lambda onnx_path, **args: 1.0), is_quark_evaluator(len)
@@ -152,8 +145,7 @@ def _installed(module: ModuleType) -> bool:
 
 
 def pickle_for_trials(func: Callable[..., Any]) -> bytes:
-    """``func`` pickled as the trials receive it (Ray's cloudpickle), its module's code by
-    value unless the module is installed; raises whatever pickling raises."""
+    """``func`` pickled by Ray's cloudpickle, its module by value unless installed."""
     from ray import cloudpickle
 
     module = sys.modules.get(getattr(func, "__module__", None) or "")

@@ -1,10 +1,6 @@
-"""Scores and the tolerance: :class:`Evaluator` scores a quantized model (a built-in metric or
-a custom evaluator) and decides whether it is a candidate.
-
-The tolerance (README, "A complete config"): for a built-in metric it bounds the metric
-itself (``L2 <= tol``, ``cos >= tol``); for a custom metric it bounds the drop against the
-float score, ``absolute`` (``float - quant``) or ``relative`` (``(float - quant) / |float|``),
-the drop being measured in the worse direction (``quant - float`` when lower is better).
+""":class:`Evaluator` scores a quantized model and decides whether it is a candidate: a
+built-in metric's tolerance bounds the metric; a custom one's bounds the drop from the float
+score, ``absolute`` or ``relative``, measured in the worse direction.
 """
 
 from __future__ import annotations
@@ -59,19 +55,13 @@ class Score:
 
 
 class Evaluator:
-    """Scores a quantized model and decides whether it is a candidate.
-
-    ``metric`` is a built-in name (or an alias, in any case), a callable or
-    ``"package.module:function"`` (its module, when not installed, from ``search_dirs``).
-    ``higher_is_better`` is fixed for built-ins and defaults to True for custom metrics.
+    """Scores a quantized model and decides whether it is a candidate; ``metric``: a built-in
+    name, a callable or ``"package.module:function"``.
 
     Example:
         >>> ev = Evaluator("L2", tolerance=0.01)
         >>> ev.is_candidate(0.005), ev.better(0.004, 0.005)
         (True, True)
-        >>> acc = Evaluator(lambda path, providers: 0.9, tolerance=0.02)
-        >>> acc.is_candidate(0.89, float_score=0.9)
-        True
     """
 
     def __init__(
@@ -164,8 +154,9 @@ class Evaluator:
 
     @property
     def accepts_fraction(self) -> bool:
-        """Whether the custom evaluator takes a ``fraction`` argument: then early stopping
-        calls it with ``fraction=f`` to score the first ``f`` of its rows in a fixed order."""
+        """Whether the custom evaluator takes ``fraction`` (early stopping's first
+        ``f`` of rows).
+        """
         if self.function is None:
             return False
         try:
@@ -180,8 +171,7 @@ class Evaluator:
 
     @property
     def is_lm(self) -> bool:
-        """A language-model metric (``kl``, ``top1_agreement``, ``perplexity``), whose trials
-        also time one-token decode and a prefill."""
+        """A language-model metric, whose trials also time a decode step and a prefill."""
         metric = METRICS.get(self.name) if self.function is None else None
         return metric is not None and metric.lm
 
@@ -199,12 +189,8 @@ class Evaluator:
         providers: Sequence[Any] | None = None,
         inputs: Mapping[str, np.ndarray] | None = None,
     ) -> Score:
-        """Score one model: built-ins from ``outputs`` against ``reference`` (and ``inputs``,
-        where perplexity reads the text), a language-model metric with every language-model
-        metric and its interval as extras; a custom evaluator by calling it.
-
-        Raises:
-            MetricError: the score cannot be computed (NaN outputs, a bad return value).
+        """Score one model: built-ins from ``outputs`` against ``reference`` (language-model ones
+        with the others and intervals as extras); a custom evaluator by calling it.
         """
         if self.function is None:
             if outputs is None or reference is None:
@@ -227,8 +213,7 @@ class Evaluator:
         *,
         fraction: float | None = None,
     ) -> Score:
-        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its rows
-        when given) and read its result."""
+        """Call the custom evaluator on ``model_path`` (on the first ``fraction`` of its rows)."""
         if self.function is None:
             raise ValueError(f"{self.name} is a built-in metric; use score(outputs=...)")
         providers = list(providers) if providers else ["CPUExecutionProvider"]
@@ -243,11 +228,7 @@ class Evaluator:
     def score_float(
         self, model_path: str | os.PathLike, providers: Sequence[Any] | None = None
     ) -> float:
-        """The custom evaluator's score of the float model (once per search).
-
-        Raises:
-            EvaluatorError: the evaluator fails or returns no usable number on the float model.
-        """
+        """The custom evaluator's score of the float model (EvaluatorError when unusable)."""
         try:
             return self.score_model(model_path, providers).metric
         except MetricError as exc:
@@ -298,10 +279,8 @@ class Evaluator:
         return diff / abs(float_score)
 
     def is_candidate(self, score: float | None, float_score: float | None = None) -> bool:
-        """Whether ``score`` is within the tolerance (False without a tolerance or a score).
-
-        Raises:
-            ValueError: a custom metric without the float model's score.
+        """Whether ``score`` is within the tolerance (ValueError: custom, without
+        ``float_score``).
         """
         if self.tolerance is None or score is None or not math.isfinite(score):
             return False
@@ -316,15 +295,9 @@ class Evaluator:
         return self.drop(score, float_score) <= self.tolerance + slack
 
     def threshold(self, float_score: float | None = None) -> float | None:
-        """The metric value where candidates begin: the tolerance itself for a built-in
-        metric, else the float model's score less the drop it allows; None without one.
-
-        Raises:
-            ValueError: a custom metric without the float model's score.
+        """The metric value where candidates begin (None without a tolerance).
 
         Example:
-            >>> Evaluator("cos", tolerance=0.999).threshold()
-            0.999
             >>> Evaluator(lambda p, providers: 0.0, 0.1, "relative").threshold(0.8)
             0.72
         """
@@ -340,14 +313,11 @@ class Evaluator:
         return float_score - allowed if self.higher_is_better else float_score + allowed
 
     def missed_by(self, score: float | None, float_score: float | None = None) -> float | None:
-        """How far ``score`` falls short of the :meth:`threshold`, in the metric's units; 0
-        when it meets the tolerance; None without a tolerance or a finite score.
+        """How far ``score`` falls short of the :meth:`threshold` (0: it meets it; None: unknown).
 
         Example:
             >>> round(Evaluator("cos", tolerance=0.999).missed_by(0.996), 6)
             0.003
-            >>> Evaluator("L2", tolerance=0.01).missed_by(0.005)
-            0.0
         """
         threshold = self.threshold(float_score)
         if threshold is None or score is None or not math.isfinite(score):
@@ -363,24 +333,15 @@ class Evaluator:
         quantized_share: float | None,
         weighted_nodes: int,
     ) -> float | None:
-        """The value a search's sampler optimises for this trial, in the metric's direction.
-
-        The best trial is the most quantized candidate, so a sampler told the metric alone
-        would spend its trials on settings that keep nodes float. A candidate's metric is
-        moved past every non-candidate's by ``scale * quantized_share``, ``scale`` larger than
-        the spread of candidates' metrics times the node count, so that one more quantized
-        node outweighs any metric difference among candidates; a non-candidate is told its
-        metric. A trial that quantizes nothing is told ``scale`` worse, below every trial that
-        quantizes something, as the best rule ranks it.
+        """The value a sampler optimises for this trial, in the metric's direction: a candidate's
+        metric moved past every non-candidate's by ``scale * quantized_share`` (one more quantized
+        node outweighs any metric difference), a non-candidate's metric, and ``scale`` worse for a
+        trial that quantizes nothing.
 
         Example:
             >>> ev = Evaluator("cos", tolerance=0.99)
             >>> ev.sampler_objective(0.995, None, 0.5, 2) > ev.sampler_objective(1.0, None, 0.25, 2)
             True
-            >>> ev.sampler_objective(1.0, None, 0.0, 2) < ev.sampler_objective(0.5, None, 1.0, 2)
-            True
-            >>> ev.sampler_objective(0.98, None, 1.0, 2)   # not a candidate: its metric
-            0.98
         """
         if score is None or not math.isfinite(score):
             return None

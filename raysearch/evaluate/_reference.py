@@ -32,9 +32,9 @@ _logger = logging.getLogger("raysearch.evaluate")
 
 @dataclass
 class FloatReference:
-    """The float model's outputs on the evaluation data (``outputs``: each output's values
-    over samples), computed once per search; saved as one ``.npy`` per output (memory-mapped
-    when loaded) and ``meta.json``."""
+    """The float model's outputs on the evaluation data, computed once per search; saved as one
+    ``.npy`` per output (memory-mapped when loaded) and ``meta.json``.
+    """
 
     outputs: dict[str, np.ndarray]
     key: str = ""
@@ -69,11 +69,7 @@ class FloatReference:
         model_hash: str | None = None,
         providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Run the float model once over ``data``, on ``providers``, else on ``gpu_id``'s.
-
-        Raises:
-            EvaluatorError: the float model's own outputs hold NaN or inf.
-        """
+        """Run the float model once over ``data`` (EvaluatorError: its outputs hold NaN or inf)."""
         from raysearch.providers import make_session
 
         device = _device(gpu_id, providers)
@@ -102,8 +98,7 @@ class FloatReference:
         gpu_id: int | None = None,
         providers: Sequence[Any] | None = None,
     ) -> FloatReference:
-        """Load the reference from ``cache_dir/reference/<key>`` or compute and save it (on
-        ``providers``, else on ``gpu_id``'s device, as :meth:`compute`)."""
+        """Load the reference from ``cache_dir/reference/<key>`` or compute and save it."""
 
         model_hash = file_hash(model_path)
         options = {"threads": threads, "gpu_id": gpu_id, "providers": providers}
@@ -124,8 +119,9 @@ class FloatReference:
         return reference
 
     def save(self, folder: str | os.PathLike) -> Path:
-        """Write ``meta.json`` and ``output_<i>.npy`` into ``folder`` (atomically: a temporary
-        folder renamed into place; if another process got there first, its copy stays)."""
+        """Write ``meta.json`` and ``output_<i>.npy`` into ``folder`` atomically (first
+        one stays).
+        """
         folder = Path(folder)
         with building_folder(folder, lambda f: (f / "meta.json").is_file()) as tmp:
             files = []
@@ -145,8 +141,7 @@ class FloatReference:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, mmap: bool = True) -> FloatReference:
-        """Read a reference written by :meth:`save` (arrays memory-mapped unless ``mmap`` is
-        False)."""
+        """Read a reference written by :meth:`save` (memory-mapped unless ``mmap`` is False)."""
         folder = Path(folder)
         meta = json.loads((folder / "meta.json").read_text())
         outputs = {

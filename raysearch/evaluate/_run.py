@@ -24,9 +24,9 @@ ANCHORED_RUNS_FACTOR = 4
 def run_model(
     session: ort.InferenceSession, data: DataSource
 ) -> tuple[dict[str, np.ndarray], list[float]]:
-    """Run ``session`` over every batch of ``data``: ``({output name: outputs concatenated over
-    samples}, per-batch latencies in ms)``. When each sample is one feed, outputs are stacked
-    on a new first axis."""
+    """Run ``session`` over every batch of ``data``: outputs concatenated over samples (stacked
+    when each sample is one feed), and per-batch latencies in ms.
+    """
     names = [o.name for o in session.get_outputs()]
     pieces: dict[str, list[np.ndarray]] = {n: [] for n in names}
     latencies: list[float] = []
@@ -67,16 +67,12 @@ def measure_decoder_latency(
     runs: int = DECODER_LATENCY_RUNS,
     anchor: ort.InferenceSession | None = None,
 ) -> dict[str, float]:
-    """A decoder's median milliseconds of a prefill (``prefill_latency_ms``: up to 128 tokens
-    of the data's first sequence) and of a decode step (``decode_latency_ms``), each after one
-    warm-up run.
-
-    A decoder with a key/value cache is timed as a client decodes: the prompt once, then
-    ``runs`` tokens one by one, each fed the cache the step before wrote; one without a
-    cache, on one token alone. With ``anchor`` (the model a bound is set by) the two decode
-    the same tokens in turn, which first alternating, so that the machine's load slows both
-    alike; each takes :data:`ANCHORED_RUNS_FACTOR` times the steps, the anchor's median
-    being ``anchor_decode_latency_ms``. Empty when the model cannot take such feeds."""
+    """A decoder's median prefill (``prefill_latency_ms``, up to 128 tokens) and decode step
+    (``decode_latency_ms``), after a warm-up: with a key/value cache as a client decodes,
+    else on one token. With ``anchor`` both decode the same tokens in turn
+    (:data:`ANCHORED_RUNS_FACTOR` times the steps; ``anchor_decode_latency_ms``). Empty when
+    the model cannot take such feeds.
+    """
     from raysearch.data import latency_feeds, next_step_feed, past_outputs
 
     feeds = latency_feeds(data.arrays, data.inputs)

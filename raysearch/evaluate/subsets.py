@@ -1,9 +1,6 @@
-"""Evaluation on growing subsets: the rows each rung of a trial's evaluation adds, the float
-reference sliced alike, and whether a partly evaluated setting can still be a candidate.
-
-A search with ``early_stopping`` fixes one seeded shuffled order of the evaluation rows; rung
-``k`` evaluates ``order[sizes[k-1]:sizes[k]]``, so a trial that goes to the end runs every
-row once. A custom evaluator taking a ``fraction`` argument is given the rung's fraction.
+"""Evaluation on growing subsets: rung ``k`` evaluates ``order[sizes[k-1]:sizes[k]]`` of one
+seeded order (a custom evaluator with ``fraction`` gets the rung's), and whether a partly
+evaluated setting can still be a candidate.
 
 Example:
     >>> rungs = EvalRungs((0.1, 0.33, 1.0), sizes=(50, 165, 500),
@@ -41,9 +38,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class EvalRungs:
-    """The rungs of a trial's evaluation: the configured ``fractions`` of the rows (the last
-    1.0); for built-in metrics the rows evaluated after each rung (``sizes``) in a fixed
-    shuffled ``order``; and the ``reduction_factor`` (a rung keeps the best ``1 / r``)."""
+    """The rungs of a trial's evaluation: ``fractions`` of the rows, the rows after each rung
+    (``sizes``) in a fixed ``order``, and ASHA's ``reduction_factor``.
+    """
 
     fractions: tuple[float, ...]
     sizes: tuple[int, ...] | None = None
@@ -60,8 +57,7 @@ class EvalRungs:
         return self.order[first : self.sizes[k]]
 
     def fraction(self, k: int) -> float:
-        """The share of the rows evaluated once rung ``k`` is done: rows over all rows for a
-        built-in metric (rounded to whole batches), the configured fraction otherwise."""
+        """The share of the rows evaluated once rung ``k`` is done (in whole batches)."""
         if self.sizes is None:
             return self.fractions[k]
         return round(self.sizes[k] / self.sizes[-1], 6)
@@ -104,11 +100,8 @@ def plan_rungs(
     reduction_factor: float,
     reference_rows: int | None = None,
 ) -> tuple[EvalRungs | None, str | None]:
-    """The rungs of this search's evaluation, or None and why it evaluates every row at once.
-
-    Built-in metrics: whole static batches, at least ``min_rows`` in the first rung, in a
-    seeded shuffled order (``reference_rows``: the rows a partial reference covers). A custom
-    evaluator: the fractions, when it takes a ``fraction`` argument.
+    """The rungs of this search's evaluation, or None and why every row is evaluated at once
+    (built-in metrics: whole static batches in a seeded order; custom: with ``fraction``).
     """
     if evaluator.is_custom:
         if not evaluator.accepts_fraction:
@@ -150,20 +143,14 @@ def could_reach(
     higher_is_better: bool,
     meets: Callable[[float], bool],
 ) -> bool:
-    """Whether a metric averaged over ``total`` rows, whose first rows (a uniform random
-    sample of them) score ``values``, could still meet the tolerance (``meets``) over all.
-
-    No when the rows not seen scoring ``best`` would not bring it there, or when its mean is
-    more than :data:`CANDIDATE_Z` standard errors on the wrong side; yes otherwise.
+    """Whether a metric whose first (uniformly sampled) rows of ``total`` score ``values`` could
+    still meet the tolerance: not if the rest scoring ``best`` would not bring it there, or its
+    mean is :data:`CANDIDATE_Z` standard errors on the wrong side.
 
     Example:
-        >>> meets = lambda m: m >= 0.999                         # cos within 0.999
-        >>> far = np.full(50, 0.95)                              # 0.995 at best
-        >>> could_reach(far, 500, best=1.0, higher_is_better=True, meets=meets)
+        >>> meets = lambda m: m >= 0.999
+        >>> could_reach(np.full(50, 0.95), 500, best=1.0, higher_is_better=True, meets=meets)
         False
-        >>> near = np.array([0.9985, 0.9995] * 25)               # 0.999 within noise
-        >>> could_reach(near, 500, best=1.0, higher_is_better=True, meets=meets)
-        True
     """
     n = len(values)
     mean = float(np.mean(values)) if n else math.nan
@@ -177,8 +164,7 @@ def could_reach(
 
 
 def mean_error(values: np.ndarray, total: int) -> float:
-    """The standard error of the mean of ``values``, a uniform sample without replacement of
-    ``total`` rows (finite-population corrected; inf with fewer than two values).
+    """The finite-population standard error of the mean of ``values`` out of ``total`` rows.
 
     Example:
         >>> round(mean_error(np.array([0.99, 1.0] * 25), 500), 6)
@@ -205,9 +191,7 @@ class GrowingOutputs:
     Example:
         >>> grown = GrowingOutputs()
         >>> grown.add({"y": np.array([[3.0], [1.0]])}); grown.add({"y": np.array([[2.0]])})
-        >>> grown.prefix()["y"].ravel().tolist()
-        [3.0, 1.0, 2.0]
-        >>> grown.in_order(np.array([2, 0, 1]))["y"].ravel().tolist()   # rows 2, 0, 1
+        >>> grown.in_order(np.array([2, 0, 1]))["y"].ravel().tolist()
         [1.0, 2.0, 3.0]
     """
 

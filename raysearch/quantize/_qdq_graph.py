@@ -1,12 +1,6 @@
-"""Reading and rewriting ONNX Runtime's QDQ models: quantized constants, scales, zero points,
-and the float model's tensors for them (shared by the bias-correction and power-of-two
-techniques).
-
-What ONNX Runtime writes (``QuantFormat.QDQ``): a weight ``w`` becomes ``w_quantized`` read by
-``DequantizeLinear``; an activation passes a ``QuantizeLinear``/``DequantizeLinear`` pair (a
-graph output ``y`` renamed ``y_QuantizeLinear_Input`` before it); a Conv/Gemm bias becomes
-int32 with scale ``input_scale * weight_scale``; the constant of a MatMul's following Add is
-quantized like an activation.
+"""Reading and rewriting ONNX Runtime's QDQ models (``w_quantized`` read by
+``DequantizeLinear``, Q/DQ pairs on activations, int32 biases): shared by the bias-correction
+and power-of-two techniques.
 
 Example:
     >>> q = quantize(np.array([0.5, -1.0, 3.0]), np.float32(0.5), np.int8(0), -128, 127)
@@ -48,8 +42,7 @@ _OUTPUT_SUFFIX = "_QuantizeLinear_Input"
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """The model at ``path`` with its external data loaded, weights that ``Constant`` nodes
-    hold turned into initializers (where the layers' float weights are looked up)."""
+    """The model at ``path`` with its external data, ``Constant`` weights as initializers."""
     model = onnx.load(os.fspath(path))
     constants_to_initializers(model)
     return model
@@ -69,8 +62,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
 
 
 def bcast(param: np.ndarray, axis: int | None, ndim: int) -> np.ndarray:
-    """A scale or zero point shaped to broadcast against a tensor of rank ``ndim``: a scalar
-    (or size-1) one as a scalar, a per-channel one along ``axis``."""
+    """A scale or zero point shaped to broadcast against a rank-``ndim`` tensor along ``axis``."""
     param = np.asarray(param)
     if param.size == 1 or ndim == 0:
         return param.reshape(())
@@ -105,8 +97,7 @@ def dequantize(
 
 
 class QdqGraph:
-    """An index over a QDQ model's main graph: initializers by name (read with :meth:`array`,
-    replaced with :meth:`set_array`), producers and consumers."""
+    """An index over a QDQ model's main graph: initializers by name, producers and consumers."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
@@ -134,8 +125,7 @@ class QdqGraph:
         old.CopyFrom(new)
 
     def clone_input(self, node: onnx.NodeProto, index: int, suffix: str) -> str:
-        """Give ``node`` its own copy of the initializer at input ``index`` when other nodes
-        read it too (so changing it changes only this node); the name it reads now."""
+        """Give ``node`` its own copy of a shared initializer at input ``index``; its name."""
         name = node.input[index]
         if len(self.consumers.get(name, [])) <= 1:
             return name
@@ -153,8 +143,7 @@ class QdqGraph:
         return new_name
 
     def qparams(self, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray, int | None, int]:
-        """``(scale, zero_point, axis, element type)`` of a Q/DQ node whose scale and zero
-        point are initializers (a missing zero point reads as uint8 0, as in ONNX)."""
+        """``(scale, zero_point, axis, element type)`` of a Q/DQ node (no zero point: uint8 0)."""
         scale = self.array(node.input[1])
         if len(node.input) > 2 and node.input[2]:
             zero_point, elem = self.array(node.input[2]), self.elem_type(node.input[2])
@@ -216,8 +205,7 @@ def float_initializers(float_path: str | os.PathLike) -> dict[str, np.ndarray]:
 def constant_float_values(
     graph: QdqGraph, dq: onnx.NodeProto, float_inits: Mapping[str, np.ndarray]
 ) -> np.ndarray:
-    """The float values a constant DequantizeLinear stands for: the float model's initializer
-    (``w`` for ``w_quantized``), else the dequantized ones."""
+    """The float values a constant DequantizeLinear stands for (float model's, else dequantized)."""
     qname = dq.input[0]
     if qname.endswith(_QUANTIZED_SUFFIX):
         original = float_inits.get(qname[: -len(_QUANTIZED_SUFFIX)])
@@ -229,9 +217,7 @@ def constant_float_values(
 
 
 def float_tensor_name(graph: QdqGraph, name: str, float_names: set[str]) -> str | None:
-    """The float model's tensor that quantized-model tensor ``name`` carries (walking back
-    through Q/DQ conversions, and from ``y_QuantizeLinear_Input`` to a renamed output ``y``),
-    or None."""
+    """The float model's tensor that quantized-model tensor ``name`` carries, or None."""
     seen = set()
     while name not in seen:
         seen.add(name)
@@ -265,8 +251,7 @@ def run_with_outputs(
     providers: Sequence[Any] | None,
     threads: int,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Run the float model on ``feeds`` with ``names`` as extra outputs; yield
-    ``{name: array}`` per feed (one batch at a time, so memory stays bounded)."""
+    """Run the float model on ``feeds`` with ``names`` as extra outputs, one batch at a time."""
     model = load_model(float_path)
     inputs = {i.name for i in model.graph.input}
     present = {o.name for o in model.graph.output}

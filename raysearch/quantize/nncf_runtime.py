@@ -1,13 +1,7 @@
-"""NNCF in a trial's process: imported quietly, its inference on the trial's device, and
-the model and data as NNCF's backends (``quantizer: nncf`` and ``quantizer: nncf_weight_only``)
-hand them to it.
-
-- :func:`import_nncf` imports NNCF once with its telemetry off (``openvino_telemetry``'s
-  import refused, so NNCF uses its no-op stub and nothing is written or sent), its log
-  records through Python's ``logging``.
-- :func:`nncf_session` runs one NNCF call with its ONNX engine's inference, which hard-codes
-  the CPU and every core, moved to the trial's ``providers`` and ``threads``, timed, and its
-  progress bars silenced.
+"""NNCF in a trial's process: imported with telemetry off and logging routed
+(:func:`import_nncf`); its ONNX inference, which hard-codes the CPU and every core, moved to
+the trial's providers and threads (:func:`nncf_session`); the model and data as both NNCF
+backends hand them to it.
 """
 
 from __future__ import annotations
@@ -59,8 +53,7 @@ _PER_CHANNEL_OPSET = 13
 
 
 def missing_nncf(backend: str = "nncf") -> str | None:
-    """Why ``quantizer: <backend>`` cannot run here (NNCF is not installed), or None. Looked
-    up without importing NNCF (seconds), so configs are checked fast."""
+    """Why ``quantizer: <backend>`` cannot run here (NNCF not installed), looked up unimported."""
     if importlib.util.find_spec("nncf") is not None:
         return None
     return f"quantizer {backend} needs OpenVINO NNCF: pip install '{NNCF_EXTRA}'"
@@ -68,11 +61,8 @@ def missing_nncf(backend: str = "nncf") -> str | None:
 
 @functools.cache
 def import_nncf() -> ModuleType:
-    """The ``nncf`` module, imported on first call with its telemetry off and its logging
-    routed through ``logging``.
-
-    Raises:
-        ImportError: NNCF is not installed (the message names ``raysearch[nncf]``).
+    """The ``nncf`` module, telemetry off, logging routed (ImportError names
+    ``raysearch[nncf]``).
     """
     reason = missing_nncf()
     if reason:
@@ -107,8 +97,7 @@ def import_nncf() -> ModuleType:
 
 @dataclass
 class EngineTime:
-    """Where an NNCF call spent its ONNX Runtime time: ``sessions`` built and ``inferences``
-    run, with the seconds of each."""
+    """NNCF's ONNX Runtime time: ``sessions`` built and ``inferences`` run, with their seconds."""
 
     sessions: int = 0
     session_s: float = 0.0
@@ -122,8 +111,7 @@ class EngineTime:
 
 @contextlib.contextmanager
 def nncf_session(providers: Sequence[Any], threads: int = 1) -> Iterator[EngineTime]:
-    """Inside the block, NNCF's ONNX engine runs on ``providers`` with ``threads`` intra-op
-    threads and is timed; NNCF's progress bars print nothing."""
+    """Inside the block, NNCF's engine runs timed on ``providers`` and ``threads``, bars muted."""
     import_nncf()
     from nncf.onnx import engine as engine_module
 
@@ -140,8 +128,7 @@ def nncf_session(providers: Sequence[Any], threads: int = 1) -> Iterator[EngineT
 
 
 def _engine_class(base: type, providers: list[Any], threads: int, timing: EngineTime) -> type:
-    """A subclass of NNCF's ``ONNXEngine`` whose sessions use ``providers`` and ``threads``
-    (and NNCF's external-data folder, as its own engine does)."""
+    """A subclass of NNCF's ``ONNXEngine`` whose sessions use ``providers`` and ``threads``."""
     import onnxruntime as ort
     from nncf.onnx.graph.model_metadata import MetadataKey, get_metadata
 
@@ -174,8 +161,7 @@ def _engine_class(base: type, providers: list[Any], threads: int, timing: Engine
 
 @contextlib.contextmanager
 def _quiet_progress() -> Iterator[None]:
-    """NNCF's ``track`` draws rich progress bars on rich's global console (stdout, every
-    trial, into Ray's logs): mute that console for the call."""
+    """Mute rich's global console, where NNCF's ``track`` draws progress bars, for the call."""
     from rich import get_console
 
     console = get_console()
@@ -188,9 +174,7 @@ def _quiet_progress() -> Iterator[None]:
 
 
 def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """The float model at ``path`` as the backends give it to NNCF on every trial:
-    ``Constant`` weights as initializers, opset 13 at least, external data left on disk
-    (NNCF reads it from the model's folder)."""
+    """The float model as NNCF gets it: ``Constant`` weights as initializers, opset 13 at least."""
     import onnx
 
     from raysearch.modelgraph import constants_to_initializers
@@ -207,8 +191,7 @@ def prepare_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def calibration_items(data: DataSource) -> list[dict[str, Any]]:
-    """One feed per calibration sample, as NNCF averages per-item minima and maxima (a model
-    with a static batch axis, or data of whole feeds, gets its feeds); views, not copies."""
+    """One feed per calibration sample (NNCF averages per-item ranges); views, not copies."""
     first = data.inputs[0]
     static = bool(first.shape) and isinstance(first.shape[0], int)
     if data.sample_is_feed or static:
@@ -224,8 +207,7 @@ def nncf_dataset(data: DataSource) -> Any:
 
 
 def save_model(model: onnx.ModelProto, path: str | os.PathLike, external: bool) -> None:
-    """Write the model NNCF returned to ``path``; with ``external`` (the float model had
-    external data) its weights go to ``<file name>.data`` beside it."""
+    """Write NNCF's model to ``path``; with ``external``, its weights to ``<file name>.data``."""
     import onnx
 
     path = os.fspath(path)
@@ -237,8 +219,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, external: bool) 
 
 
 class NncfModelBackend(QuantizerBackend):
-    """What both NNCF backends build once per process: NNCF imported, the trial's providers
-    and the float model prepared (:func:`prepare_model`); ``options`` are the base class's."""
+    """What both NNCF backends build once per process: NNCF, the providers and the model."""
 
     def __init__(
         self,

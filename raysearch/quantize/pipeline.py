@@ -1,13 +1,7 @@
-"""How a trial applies the techniques its settings switch on (see ``technique.py``).
-
-:meth:`TechniquePipeline.plan` finds the active techniques (those whose ``effect_key`` is not
-None) and strips every technique's settings from what the backend gets. Float-model transforms
-run in name order on the float model, once per process and chain of effect keys (an LRU of
-:data:`_KEEP` transformed models, files in a private folder); tensor overrides are merged into
-``extra_options.TensorQuantOverrides`` (a technique's entry replaces the setting's for the same
-tensor) and ``nodes_to_exclude`` (added to the setting's); quantized-model transforms run in
-name order on the quantized file. With no technique active the settings pass through as the
-same object and the float model is the original file, so the quantizer's output is unchanged.
+"""How a trial applies the techniques its settings switch on: :meth:`TechniquePipeline.plan`
+finds them and strips their settings; float transforms run once per process and chain of
+effect keys (an LRU of :data:`_KEEP`), overrides merge into the settings, quantized
+transforms run on the file. With none active the quantizer's input is unchanged.
 """
 
 from __future__ import annotations
@@ -55,8 +49,7 @@ _KEEP = 4
 
 @dataclass
 class Plan:
-    """The active techniques of one trial, by kind, with their effect keys, and the settings
-    the backend gets (every technique's settings removed)."""
+    """One trial's active techniques by kind, with effect keys, and the backend's settings."""
 
     backend_settings: Mapping[str, Any]
     float_steps: list[tuple[FloatModelTransform, str]] = field(default_factory=list)
@@ -102,8 +95,7 @@ def strip_technique_settings(
 
 
 def unknown_settings(settings: Mapping[str, Any], catalogue: Catalogue | None) -> list[str]:
-    """The keys of ``settings`` (technique keys stripped) that ``catalogue`` does not know, as
-    dotted paths: what a technique not imported here leaves behind fails the trial.
+    """The keys of ``settings`` that ``catalogue`` does not know, as dotted paths.
 
     Example:
         >>> from raysearch.space.catalogue import QUANTIZER, Catalogue
@@ -128,8 +120,7 @@ def unknown_settings(settings: Mapping[str, Any], catalogue: Catalogue | None) -
 
 
 def merge_overrides(settings: Mapping[str, Any], overrides: TensorOverrides) -> dict[str, Any]:
-    """``settings`` with ``overrides`` merged into ``extra_options.TensorQuantOverrides`` (a
-    technique's entry replaces the setting's for the same tensor) and ``nodes_to_exclude``.
+    """``settings`` with ``overrides`` merged into ``TensorQuantOverrides``, ``nodes_to_exclude``.
 
     Example:
         >>> merge_overrides({"nodes_to_exclude": ["a"]}, TensorOverrides(nodes_to_exclude=["b"]))
@@ -150,8 +141,7 @@ def merge_overrides(settings: Mapping[str, Any], overrides: TensorOverrides) -> 
 
 
 class TechniquePipeline:
-    """Applies techniques for the trials of one process on the float model at
-    ``model_path`` with ``calibration``; techniques get ``providers`` and ``threads``."""
+    """Applies techniques for one process's trials on the float model at ``model_path``."""
 
     def __init__(
         self,

@@ -1,10 +1,4 @@
-"""Quantizer backends and their registry.
-
-A backend turns a float model, calibration data and one *settings* dict (see DEVELOPERS.md)
-into a quantized model file. A new backend is one subpackage of
-``raysearch/quantize/backends/`` that decorates its class with :func:`register_backend`, plus
-one line in :data:`BUILTIN_BACKENDS` so that :func:`get_backend` can import it on first use.
-"""
+"""Quantizer backends and their registry (see DEVELOPERS.md, "Add a backend")."""
 
 from __future__ import annotations
 
@@ -61,13 +55,11 @@ class QuantizeInfo:
     """What one :meth:`QuantizerBackend.quantize` call cost and did.
 
     Attributes:
-        calibration_s, quantization_s: seconds in calibration (0 on a cache hit) and in the
-            quantizer itself.
+        calibration_s, quantization_s: seconds in calibration (0 on a cache hit) and quantizing.
         calib_cache_hit: whether the calibration came from the cache.
         extra: the backend's own figures, recorded as the trial's ``extra/<name>``.
-        quantized_share: the share of the float model's MatMul/Gemm/Conv nodes quantized,
-            for a backend whose graph does not show it (a fake quantizer's float values on
-            integer levels); None: counted from the graph.
+        quantized_share: the share of MatMul/Gemm/Conv nodes quantized, for a backend whose
+            graph does not show it; None: counted from the graph.
 
     Example:
         >>> QuantizeInfo(quantization_s=0.5, quantized_share=1.0).to_dict()["quantized_share"]
@@ -85,10 +77,8 @@ class QuantizeInfo:
 
 
 class QuantizerBackend(abc.ABC):
-    """One quantizer, constructed by the search once per process (a Ray actor) with the float
-    model and the calibration data, then called once per trial. Subclasses set
-    :attr:`catalogue` and implement :meth:`validate` and :meth:`quantize`, optionally
-    :meth:`reject`, :meth:`reject_on_model` and :meth:`missing_requirement`.
+    """One quantizer, built once per process with the float model and the calibration data, then
+    called once per trial.
 
     Args:
         model_path: the float model (or a technique's transform of it).
@@ -96,8 +86,7 @@ class QuantizerBackend(abc.ABC):
         cache: the search's calibration cache, shared by the trials of a node (None: none).
         threads: the CPU threads a trial may use.
         gpu_id: the trial's GPU, or None.
-        providers: the trial's ONNX Runtime execution providers, for any inference the
-            backend runs; None: derived from ``gpu_id``.
+        providers: the trial's ONNX Runtime providers; None: derived from ``gpu_id``.
     """
 
     #: The registry key, set by :func:`register_backend`.
@@ -130,28 +119,25 @@ class QuantizerBackend(abc.ABC):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Check ``settings`` against ``model`` before any trial runs (the search checks every
-        choice of :attr:`model_settings`; the catalogue has checked names, types and bounds).
+        """Check ``settings`` against ``model`` before any trial runs.
 
         Args:
             settings: one setting's nested settings (DEVELOPERS.md, "A point and its settings").
             model: the float model, as a path or an ``onnx.ModelProto``.
 
         Raises:
-            ConfigError: a setting that cannot apply to ``model`` (unknown op types or node
-                names, values the backend does not know).
+            ConfigError: a setting that cannot apply to ``model``.
         """
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
-        """Why the backend would refuse ``settings``: such a setting is left out of the space
-        before anything runs, and counted by ``raysearch validate``.
+        """Why the backend would refuse ``settings`` (left out of the space before anything runs).
 
         Args:
             settings: one setting's nested settings.
 
         Returns:
-            The reason, one line, or None when the backend would not refuse them.
+            The reason, one line, or None.
         """
         return None
 
@@ -159,15 +145,14 @@ class QuantizerBackend(abc.ABC):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject` (left
-        out of the space before anything runs, as :meth:`reject`'s are).
+        """Why the backend would refuse ``settings`` on a model, beyond :meth:`reject`.
 
         Args:
             settings: one setting's nested settings.
             weights: the model's weight MatMuls: node name -> weight shape.
 
         Returns:
-            The reason, one line, or None when the backend would not refuse them.
+            The reason, one line, or None.
         """
         return None
 
@@ -176,19 +161,16 @@ class QuantizerBackend(abc.ABC):
         """Whether this backend can run here (a config that selects it is refused otherwise).
 
         Returns:
-            Why it cannot (an optional package that is not installed, with the extra that
-            installs it), or None.
+            Why it cannot (a missing package, naming the extra), or None.
         """
         return None
 
     @abc.abstractmethod
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
-        """Write the model quantized with ``settings`` to ``out_path``; what it raises fails
-        the trial (with the error's first line), and the search goes on.
+        """Write the model quantized with ``settings`` to ``out_path`` (an error fails the trial).
 
         Args:
-            settings: one setting's nested settings (only the keys the space set; defaults
-                are the backend's).
+            settings: one setting's nested settings (only the keys the space set).
             out_path: where to write the quantized model.
 
         Returns:
@@ -196,8 +178,7 @@ class QuantizerBackend(abc.ABC):
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
-        """Release temporary files and sessions (called when the process is done); by default
-        nothing."""
+        """Release temporary files and sessions when the process is done; by default nothing."""
 
     def __enter__(self) -> QuantizerBackend:
         return self
@@ -210,18 +191,13 @@ _B = TypeVar("_B", bound=type[QuantizerBackend])
 
 
 def register_backend(name: str) -> Callable[[_B], _B]:
-    """Class decorator registering a :class:`QuantizerBackend` under ``name``, with its
-    catalogue, and recording its module for the trial actors to import.
+    """Class decorator registering a :class:`QuantizerBackend` under ``name``, with its catalogue.
 
     Args:
         name: the backend's name, as a space's ``quantizer`` selects it.
 
     Returns:
         The decorator, which returns the class registered.
-
-    Raises:
-        TypeError: the decorated object is not a :class:`QuantizerBackend` subclass.
-        ValueError: another class is registered as ``name`` already.
 
     Example:
         >>> register_backend("mine")(object)
@@ -251,12 +227,10 @@ def register_backend(name: str) -> Callable[[_B], _B]:
 
 
 def get_backend(name: str | None = None) -> type[QuantizerBackend]:
-    """The backend class registered as ``name`` (default ``"ort"``), importing a built-in
-    backend's module on first use.
+    """The backend class registered as ``name`` (default ``"ort"``), imported on first use.
 
     Raises:
-        ConfigError: (key ``quantizer``) no such backend, with the closest name; or its
-            module cannot be imported (a missing optional dependency).
+        ConfigError: (key ``quantizer``) no such backend, or its module cannot be imported.
     """
     name = name or DEFAULT_BACKEND
     if name not in _REGISTRY and name in BUILTIN_BACKENDS:
@@ -286,9 +260,7 @@ def available_backends() -> list[str]:
 def backend_reject(
     settings: dict[str, Any], weights: Mapping[str, Sequence[int]] | None = None
 ) -> str | None:
-    """Why the backend that ``settings`` select would refuse them, or None: the one check the
-    search, ``validate`` and ``spaces`` apply; with the model's ``weights`` (weight MatMul ->
-    shape), what it refuses on that model too.
+    """Why the backend ``settings`` select would refuse them (on a model with ``weights``), or None.
 
     Example:
         >>> backend_reject({"activation_type": "QInt8", "weight_type": "QUInt8"})
@@ -306,22 +278,12 @@ def backend_reject(
 def first_refusal(
     rules: Iterable[Callable[[Mapping[str, Any]], str | None]], settings: Mapping[str, Any]
 ) -> str | None:
-    """The first of ``rules`` that refuses ``settings`` (its one line), or None: a backend's
-    :meth:`QuantizerBackend.reject` from its refusal rules.
-
-    Args:
-        rules: functions of the settings, each returning why it refuses them or None.
-        settings: one trial's settings.
-
-    Returns:
-        The first reason a rule gives, or None when none refuses.
+    """The first of ``rules`` that refuses ``settings`` (its one line), or None.
 
     Example:
         >>> rules = [lambda s: None, lambda s: "bits 3 is refused" if s.get("bits") == 3 else None]
         >>> first_refusal(rules, {"bits": 3})
         'bits 3 is refused'
-        >>> first_refusal(rules, {"bits": 4}) is None
-        True
     """
     for rule in rules:
         reason = rule(settings)
@@ -331,8 +293,7 @@ def first_refusal(
 
 
 def backend_missing_requirement(name: str | None) -> str | None:
-    """Why backend ``name`` cannot run here (a missing optional package, naming the extra),
-    or None; an unknown name is the space's to report.
+    """Why backend ``name`` cannot run here (a missing package, naming the extra), or None.
 
     Example:
         >>> backend_missing_requirement("ort") is None

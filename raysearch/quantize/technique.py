@@ -1,20 +1,10 @@
-"""Quantization techniques: transforms with a key of their effect, and their registry.
+"""Quantization techniques and their registry.
 
-A technique is one of three kinds, each a subclass of :class:`Technique`:
-
-- :class:`FloatModelTransform` rewrites the float model before calibration (CLE,
-  SmoothQuant), once per process and effect key; the calibration cache keys on the
-  transformed file, so every trial sharing the key reuses it.
-- :class:`TensorOverrideProducer` says which tensors get which quantization type or stay in
-  float (mixed precision), merged into the settings the backend gets.
-- :class:`QuantizedModelTransform` rewrites the quantized model after the quantizer
-  (AdaRound/AdaQuant, power-of-two scales, bias correction).
-
-Each technique declares its ``settings`` (registered in every backend's catalogue, never
-reaching the backend), the ``devices`` it can use and :meth:`Technique.effect_key` (None:
-inactive for these settings). A new technique is one module of
-``raysearch/quantize/techniques/`` registered with :func:`register_technique`, plus one line
-in :data:`BUILTIN_TECHNIQUES`.
+A technique is a :class:`FloatModelTransform` (before calibration: CLE, SmoothQuant), a
+:class:`TensorOverrideProducer` (per-tensor types or float nodes: mixed precision) or a
+:class:`QuantizedModelTransform` (after the quantizer: AdaRound/AdaQuant, power-of-two
+scales, bias correction). Shipped ones are a module of ``techniques/`` plus a line in
+:data:`BUILTIN_TECHNIQUES`.
 
 Example:
     >>> sorted(BUILTIN_TECHNIQUES)
@@ -81,17 +71,15 @@ _REGISTRY: dict[str, type[Technique]] = {}
 
 @dataclass
 class TechniqueContext:
-    """What a trial lends its techniques (set as :attr:`Technique.context` before a trial).
+    """What a trial lends its techniques (:attr:`Technique.context`).
 
     Attributes:
-        quantize: ``quantize(float_path, backend_settings, out_path)`` runs the trial's
-            backend.
+        quantize: ``quantize(float_path, backend_settings, out_path)``, the trial's backend.
         score: ``score(model_path)``, the search's metric (None when it cannot be computed).
         calibration, higher_is_better: the calibration data and the metric's direction.
         cache_dir: the folder the processes of a node share (None: nothing kept on disk).
-        score_settings: ``score_settings(float_path, settings_list)``: the metric of
-            ``float_path`` quantized with each backend setting (None where it fails), in
-            order, several at once on Ray; None: one after another (:meth:`score_each`).
+        score_settings: ``score_settings(float_path, settings_list)``, several at once on Ray;
+            None: one after another (:meth:`score_each`).
     """
 
     quantize: Callable[[str, Mapping[str, Any], str], None]
@@ -104,15 +92,14 @@ class TechniqueContext:
     def score_each(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """Score several backend settings of one float model (through :attr:`score_settings`
-        when set).
+        """Score several backend settings of one float model (through :attr:`score_settings`).
 
         Args:
             float_path: the float model (or a transform of it).
             settings_list: backend settings to quantize it with, one each.
 
         Returns:
-            The metric of each, in the list's order (None where quantizing or scoring fails).
+            The metric of each, in order (None where quantizing or scoring fails).
         """
         if self.score_settings is not None:
             return self.score_settings(float_path, settings_list)
@@ -122,9 +109,7 @@ class TechniqueContext:
 def quantize_and_score(
     context: TechniqueContext, float_path: str, settings: Mapping[str, Any]
 ) -> float | None:
-    """``float_path`` quantized with ``settings`` into a temporary file and scored; None (and
-    a log line) when either step fails: one setting that cannot be scored is not fatal to
-    the technique that asked."""
+    """``float_path`` quantized with ``settings`` and scored; None (logged) when either fails."""
     with tempfile.TemporaryDirectory(prefix="raysearch-score-") as folder:
         out = os.path.join(folder, "scored.onnx")
         try:
@@ -174,28 +159,24 @@ class Technique(abc.ABC):
         """Whether this technique can run here (a config switching it on is refused otherwise).
 
         Returns:
-            Why it cannot (an optional package that is not installed, with the extra that
-            installs it), or None.
+            Why it cannot (a missing package, naming the extra), or None.
         """
         return None
 
     @abc.abstractmethod
     def effect_key(self, settings: Mapping[str, Any]) -> str | None:
-        """The identity of this technique's effect: trials whose keys are equal share its
-        work (a transformed float model, calibration).
+        """The identity of this technique's effect: trials with equal keys share its work.
 
         Args:
             settings: one setting's nested settings.
 
         Returns:
-            A string that differs exactly when the effect differs; None when ``settings``
-            leave the technique off.
+            A string that differs exactly when the effect differs; None: the technique is off.
         """
 
     @classmethod
     def switched_on(cls, settings: Mapping[str, Any]) -> bool:
-        """Whether ``settings`` switch this technique on, read without constructing it: its
-        ``include_*`` switch where it has one, else any of its settings being given."""
+        """Whether ``settings`` switch this technique on (its ``include_*`` switch or a setting)."""
         switches = [key for key in cls.settings if key.startswith("include_")]
         if switches:
             return any(bool(settings.get(key)) for key in switches)
@@ -207,8 +188,7 @@ class Technique(abc.ABC):
 
     @classmethod
     def reject(cls, settings: Mapping[str, Any]) -> str | None:
-        """Why this technique cannot apply to ``settings`` (checked with the backend's
-        refusals before a setting runs); by default, ``needs_qdq`` refuses QOperator.
+        """Why this technique cannot apply to ``settings`` (``needs_qdq`` refuses QOperator).
 
         Args:
             settings: one setting's nested settings.
@@ -256,11 +236,10 @@ class TensorOverrides:
     """What a :class:`TensorOverrideProducer` asks of the quantizer.
 
     Attributes:
-        tensor_quant_overrides: ONNX Runtime's ``TensorQuantOverrides``: tensor name -> list
-            of override dicts.
+        tensor_quant_overrides: ONNX Runtime's ``TensorQuantOverrides``.
         nodes_to_exclude: node names kept in float.
         report: numbers the trial records (``extra/<name>``).
-        rankings: rows of sensitivity rankings (written to ``sensitivity.parquet``).
+        rankings: rows of sensitivity rankings (``sensitivity.parquet``).
     """
 
     tensor_quant_overrides: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -315,17 +294,13 @@ _T = TypeVar("_T", bound=type[Technique])
 
 def register_technique(name: str) -> Callable[[_T], _T]:
     """Class decorator registering a :class:`Technique` under ``name`` and its settings in
-    every backend's catalogue, and recording its module for the trial actors to import.
+    every backend's catalogue.
 
     Args:
         name: the technique's name.
 
     Returns:
         The decorator, which returns the class registered.
-
-    Raises:
-        TypeError: the decorated object is not a subclass of one of the kinds.
-        ValueError: another class is registered as ``name`` already.
 
     Example:
         >>> register_technique("mine")(Technique)
@@ -353,8 +328,7 @@ def get_technique(name: str) -> type[Technique]:
     """The technique class registered as ``name``, importing a built-in one on first use.
 
     Raises:
-        ConfigError: no such technique (with the closest name), or its module cannot be
-            imported (a missing optional dependency).
+        ConfigError: no such technique, or its module cannot be imported.
     """
     if name not in _REGISTRY and name in BUILTIN_TECHNIQUES:
         try:
@@ -375,8 +349,7 @@ def available_techniques() -> list[str]:
 
 
 def technique_reject(settings: Mapping[str, Any]) -> str | None:
-    """The first refusal of a registered technique for ``settings`` (see
-    :meth:`Technique.reject`), or None.
+    """The first refusal of a registered technique for ``settings``, or None.
 
     Example:
         >>> technique_reject({"quant_format": "QOperator", "include_bias_correction": True})
@@ -390,8 +363,7 @@ def technique_reject(settings: Mapping[str, Any]) -> str | None:
 
 
 def registered_techniques() -> list[type[Technique]]:
-    """Every technique class, built-in ones imported (a built-in one whose optional
-    dependency is missing is left out: its settings are then unknown keys)."""
+    """Every technique class (a built-in one whose optional dependency is missing left out)."""
     for name in BUILTIN_TECHNIQUES:
         if name not in _REGISTRY:
             try:

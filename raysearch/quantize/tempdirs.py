@@ -1,15 +1,13 @@
-"""Private folders in the shared temporary directory: working folders named after their
-process, so that those a killed process left are removed by the next one, and
-:func:`private_dir`, the one rule for a folder of fixed name: anyone may create a fixed name
-in ``/tmp`` first, so one found there is used only when it is this user's, no link and
-writable by no one else, else refused with :class:`UnsafeFolderError`.
+"""Private folders in the shared temp dir: working folders named after their process (a killed
+process's are removed by the next), and :func:`private_dir` for a fixed name: used only when
+this user's, no link and writable by no one else, else :class:`UnsafeFolderError`.
 
 Example:
     >>> folder = make_workdir("raysearch-doc")
     >>> folder.name.startswith(f"raysearch-doc-{os.getpid()}-")
     True
     >>> shutil.rmtree(folder)
-    >>> root = tempfile.mkdtemp()            # the temp dir, by default
+    >>> root = tempfile.mkdtemp()
     >>> mine = private_dir("raysearch-models", root=root)
     >>> oct(mine.stat().st_mode & 0o777), mine.parent.name == f"raysearch-{os.getuid()}"
     ('0o700', True)
@@ -34,8 +32,7 @@ _swept: set[str] = set()
 
 
 def make_workdir(prefix: str) -> Path:
-    """A new folder ``<tmp>/<prefix>-<pid>-<random>``; the first call per prefix and process
-    also removes folders of that prefix whose process no longer exists."""
+    """A new folder ``<tmp>/<prefix>-<pid>-<random>``, stale ones of the prefix swept first."""
     if prefix not in _swept:
         _swept.add(prefix)
         sweep_stale(prefix)
@@ -43,8 +40,7 @@ def make_workdir(prefix: str) -> Path:
 
 
 def sweep_stale(prefix: str, root: str | os.PathLike | None = None) -> int:
-    """Remove ``<prefix>-<pid>-*`` folders under ``root`` (default: the temp dir) whose process
-    is gone; returns how many were removed."""
+    """Remove ``<prefix>-<pid>-*`` folders under ``root`` whose process is gone; how many."""
     folder = Path(root or tempfile.gettempdir())
     removed = 0
     try:
@@ -77,8 +73,7 @@ def _alive(pid: int) -> bool:
 
 
 class UnsafeFolderError(InputError):
-    """A temporary folder of fixed name that this user must not trust: another user's, a link,
-    or writable by others (one line naming the folder and why)."""
+    """A fixed-name temp folder not to trust: another user's, a link, or writable by others."""
 
 
 def _uid() -> int | None:
@@ -96,8 +91,7 @@ def _user_name(uid: int) -> str:
 
 
 def check_private(path: str | os.PathLike) -> None:
-    """Refuse ``path`` unless it is a folder (not a link) of this user that no one else may
-    write to (:class:`UnsafeFolderError`)."""
+    """Refuse ``path`` unless it is a folder (no link) of this user no one else may write to."""
     path = Path(path)
     uid = _uid()
     if uid is None:  # no owners to check (Windows): the user's own TEMP folder
@@ -121,11 +115,8 @@ def check_private(path: str | os.PathLike) -> None:
 
 
 def private_dir(name: str | None = None, *, root: str | os.PathLike | None = None) -> Path:
-    """This user's folder ``<tmp>/raysearch-<uid>/<name>`` (``root``: instead of the temp
-    dir; no ``name``: the user's folder), created with mode 0700, each level checked.
-
-    Raises:
-        UnsafeFolderError: a level that is not this user's private folder.
+    """This user's folder ``<tmp>/raysearch-<uid>/<name>``, mode 0700, each level checked
+    (:class:`UnsafeFolderError` otherwise).
     """
     uid = _uid()
     base = Path(root or tempfile.gettempdir()) / f"raysearch-{uid if uid is not None else 'user'}"

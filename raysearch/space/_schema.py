@@ -34,8 +34,7 @@ class Schema:
         self.catalogues = dict(catalogues)
 
     def backend_choices(self, values: Sequence[Any], where: str) -> tuple[str, ...]:
-        """The backends ``quantizer`` may take (their names in any case), each checked to
-        have a catalogue."""
+        """The backends ``quantizer`` may take, each checked to have a catalogue."""
         known = sorted(self.catalogues)
         names = []
         for value in values:
@@ -60,8 +59,7 @@ class Schema:
         return {c for b in backends for c in self.catalogues[b].containers}
 
     def default_backends(self) -> tuple[str, ...]:
-        """The backend of a space that sets no ``quantizer``: the default one, or the only
-        catalogue the space is checked against."""
+        """The backend of a space that sets no ``quantizer``."""
         if DEFAULT_BACKEND in self.catalogues:
             return (DEFAULT_BACKEND,)
         if len(self.catalogues) == 1:
@@ -73,8 +71,7 @@ class Schema:
         )
 
     def canonical(self, container: str, key: str, backends: Sequence[str], where: str) -> str:
-        """The canonical name of ``key``; an alias that backends resolve differently is an
-        error."""
+        """The canonical name of ``key``; an alias backends resolve differently is an error."""
         names = {self.catalogues[b].canonical(container, key) for b in backends}
         if len(names) > 1:
             raise ConfigError(
@@ -106,8 +103,7 @@ class Schema:
         backends: Sequence[str],
         where: str,
     ) -> Domain:
-        """``name`` is a setting of every backend in ``backends`` and each choice fits it;
-        returns ``domain`` with its choices spelled as the catalogues spell them."""
+        """Check ``name`` against every backend of ``backends``; ``domain`` canonically spelled."""
         specs = self.specs(name, key, container, backends, where)
         if isinstance(domain, Categorical):
             domain = Categorical(
@@ -118,8 +114,7 @@ class Schema:
         return domain
 
     def canonical_value(self, name: str, specs: Sequence[OptionSpec], value: Any) -> Any:
-        """``value`` of setting ``name`` as the catalogue spells it (an enum's choice or a
-        backend's name, in any case); else ``value`` itself, left to the checks."""
+        """``value`` of setting ``name`` as the catalogue spells it, else as it is."""
         if name == QUANTIZER_KEY:
             return self.backend_name(value)
         for spec in specs:
@@ -156,8 +151,7 @@ class Schema:
         backends: Sequence[str],
         where: str,
     ) -> Categorical:
-        """Each part of a joint parameter is a known setting and each value fits its part;
-        returns ``domain`` with its values spelled as the catalogues spell them."""
+        """Check each part of a joint parameter; ``domain`` canonically spelled."""
         if not isinstance(domain, Categorical):
             raise ConfigError(where, "a joint parameter needs a list of choices")
         if len(set(joint)) != len(joint):

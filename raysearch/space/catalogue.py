@@ -1,14 +1,8 @@
-"""Settings catalogues: the keys each quantizer backend understands, and their registry.
-
-A :class:`Catalogue` describes every setting one backend takes: its type, allowed values,
-aliases, and whether it changes what calibration collects (the single source of the
-calibration cache key). The space package imports no backend: a backend registers its
-catalogue when its module is imported.
+"""Settings catalogues: the keys each backend understands (types, values, aliases, and which
+change calibration: the cache key's one source), registered by the backend's module.
 
 Example:
     >>> toy = Catalogue("toy", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits", low=2)})
-    >>> toy.spec("", "bits").low
-    2
     >>> toy.check("", "bits", 1)
     'expected a value >= 2, got 1'
 """
@@ -39,22 +33,16 @@ DEFAULT_BACKEND = "ort"
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One setting of a catalogue: a space's values for it are checked against it.
+    """One setting of a catalogue.
 
     Attributes:
         kind: ``enum``, ``bool``, ``int``, ``float``, ``str``, ``str_list``, ``num_list``,
-            ``dict`` (a group of further settings) or ``mapping`` (a value that is a mapping).
+            ``dict`` (a group of settings) or ``mapping`` (a mapping value).
         doc: what the setting does, in a few words (``raysearch spaces`` shows it).
-        choices: an enum's values.
-        low, high: a number's bounds (None: no bound).
+        choices: an enum's values; low, high: a number's bounds (None: none).
         nullable: whether None is a value.
-        affects_calibration: whether it changes the calibration (the calibration cache's key).
-        requires: a switch key (``include_cle``) this setting only acts with: with the switch
-            off, the validity rule ``setting_without_its_switch`` strips it.
-
-    Example:
-        >>> OptionSpec("int", "weight bits", low=2, high=8).high
-        8
+        affects_calibration: whether it changes the calibration (the cache's key).
+        requires: a switch key (``include_cle``) without which it is stripped.
     """
 
     kind: str
@@ -77,10 +65,9 @@ class Catalogue:
 
     Attributes:
         backend: the backend's name (``register_backend`` sets it).
-        settings: top-level setting name -> :class:`OptionSpec` (``"quantizer": QUANTIZER``
-            lets a space select the backend).
+        settings: top-level name -> :class:`OptionSpec` (``"quantizer": QUANTIZER`` selects it).
         containers: a key holding further settings (``extra_options``) -> their specs.
-        aliases: per container (``""``: the top level), accepted spelling -> canonical name.
+        aliases: per container (``""``: the top level), spelling -> canonical name.
 
     Example:
         >>> mine = Catalogue("mine", {"quantizer": QUANTIZER, "bits": OptionSpec("int", "bits")})
@@ -116,8 +103,7 @@ class Catalogue:
         return check_value(spec, value)
 
     def calibration_keys(self) -> Iterator[tuple[str, str]]:
-        """``(container, name)`` of every setting that changes what calibration collects: the
-        calibration cache keys on exactly these."""
+        """``(container, name)`` of every setting that changes calibration (the cache's key)."""
         for name, spec in self.settings.items():
             if spec.affects_calibration:
                 yield "", name
@@ -195,8 +181,7 @@ _SHARED: dict[str, tuple[frozenset[str] | None, Catalogue]] = {}
 
 
 def register_catalogue(catalogue: Catalogue) -> Catalogue:
-    """Make ``catalogue`` the one that validates settings of its backend (replacing an earlier
-    registration of the same backend, so a re-imported module does not fail)."""
+    """Make ``catalogue`` its backend's (replacing an earlier one, for a re-imported module)."""
     _CATALOGUES[catalogue.backend] = catalogue
     return catalogue
 
@@ -208,16 +193,13 @@ def register_shared_settings(
     containers: Mapping[str, Mapping[str, OptionSpec]] | None = None,
     backends: frozenset[str] | set[str] | None = None,
 ) -> None:
-    """Add settings that ``owner`` (a technique) understands to the catalogue of every backend
-    (or of ``backends`` only); registering the same owner again replaces its settings."""
+    """Add ``owner``'s (a technique's) settings to every backend's (or ``backends``') catalogue."""
     fragment = Catalogue(owner, dict(settings), dict(containers or {}))
     _SHARED[owner] = (None if backends is None else frozenset(backends), fragment)
 
 
 def get_catalogue(backend: str | None, *, shared: bool = True) -> Catalogue | None:
-    """The catalogue of ``backend`` (default ``ort``) with the shared settings that apply to
-    it (``shared=False``: as the backend registered it), or None when no such backend
-    registered one."""
+    """The catalogue of ``backend`` with the shared settings (``shared=False``: without) or None."""
     name = backend or DEFAULT_BACKEND
     catalogue = _CATALOGUES.get(name)
     if catalogue is None or not shared:
@@ -256,12 +238,9 @@ UNAVAILABLE: dict[str, str] = {
 
 
 def unavailable_reason(key: str, catalogues: Iterable[Catalogue] = ()) -> str | None:
-    """Why ``key`` names a technique raysearch refuses for now, or None (also when one of
-    ``catalogues`` knows the key, in any container).
+    """Why ``key`` names a technique raysearch refuses for now, or None.
 
     Example:
-        >>> unavailable_reason("SmoothQuant").split(";")[0]
-        "ONNX Runtime's SmoothQuant needs neural-compressor 2.x, which raysearch does not install"
         >>> unavailable_reason("per_channel") is None
         True
     """

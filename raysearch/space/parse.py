@@ -1,16 +1,9 @@
 """Parse both search-space dialects into one :mod:`~raysearch.space.tree`.
 
-Flat dialect: nested dicts of lists. Each key's list holds its choices; a nested dict is a group
-whose keys vary independently; a single-choice list (or a bare scalar) is a fixed setting.
-
-Conditional dialect: the same, plus groups holding ``only_if`` (active only when the condition
-holds), ranges ``{type: int|float, low, high, step?, log?}``, explicit choices
-``{type: categorical, choices: [...]}`` and joint parameters
-(``{joint: [a, b], choices: [[...], ...]}``: one choice sets several settings).
-
-Every key and value is checked against the settings catalogue of each backend it can be
-active with (:mod:`raysearch.space._schema`), unknown keys with the closest known one
-suggested.
+Flat: nested dicts of lists (a list's choices; a nested dict a group; a scalar fixed).
+Conditional: the same, plus ``only_if`` groups, ranges ``{type, low, high, step?, log?}``,
+``{type: categorical, choices}`` and joint parameters ``{joint: [a, b], choices}``. Keys and
+values are checked against the catalogue of each backend they can be active with.
 
 Example:
     >>> parsed = parse_space({"per_channel": [True, False], "quantizer": "ort"})
@@ -46,8 +39,7 @@ _SPEC_KEYS = {"type", "choices", "joint"}
 
 @dataclass(frozen=True)
 class Parsed:
-    """A parsed space: its tree, the keys that are containers of settings (kept nested in the
-    settings, such as ``extra_options``), and the switch each setting only acts with."""
+    """A parsed space: its tree, its container keys and the switch each setting acts with."""
 
     root: Group
     containers: frozenset[str]
@@ -57,8 +49,7 @@ class Parsed:
 def parse_space(
     raw: Any, *, path: str = "search_space", catalogues: Mapping[str, Catalogue] | None = None
 ) -> Parsed:
-    """Parse one space (a dict in either dialect) into its tree, validating it completely
-    against ``catalogues`` (default: every registered backend's)."""
+    """Parse one space into its tree, validated against ``catalogues`` (default: all)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(path, f"expected a mapping of settings, got {_kind(raw)}")
     if not raw:
@@ -289,8 +280,7 @@ def _range(value: Mapping, kind: str, where: str) -> IntRange | FloatRange:
 def _condition_values(
     values: tuple[Any, ...] | None, domain: Domain, ref: str, where: str
 ) -> tuple[Any, ...] | None:
-    """The values an ``only_if`` asks of ``ref``, each as one of its choices (a name in any
-    case is its choice's spelling); ConfigError for a value it never takes."""
+    """The values an ``only_if`` asks of ``ref``, each as one of its choices."""
     if values is None or not isinstance(domain, Categorical):
         return values
     names = [c for c in domain.choices if isinstance(c, str)]
@@ -309,8 +299,7 @@ def _condition_values(
 
 
 def _resolve_conditions(root: Group, base: str) -> Group:
-    """Point each ``only_if`` at the full key path of the parameter it names; check that it
-    exists, is unambiguous, can take the values asked for, and that conditions have no cycle."""
+    """Point each ``only_if`` at its parameter's full path, checked, and refuse cycles."""
     params = {p.name: p for p, _ in root.walk()}
     by_leaf: dict[str, list[str]] = {}
     for name, p in params.items():

@@ -1,12 +1,6 @@
-"""Validity rules: settings that cannot be meant, found before they run.
-
-Each rule is a named function of a point (the flat ``{key path: value}`` dict a searcher
-produced) returning the key paths that are meaningless in it; raysearch strips those keys, so
-``MinMax`` with ``CalibPercentile: 99.99`` becomes plain ``MinMax``, and a grid then drops the
-duplicates this creates. The number of settings each rule dropped is reported.
-
-A rule declares with :func:`reads` which keys' values it looks at, so that a grid memoises it
-on the key names and those values instead of calling it for every setting.
+"""Validity rules: each a function of a point returning the key paths meaningless in it, which
+are stripped (``MinMax`` with ``CalibPercentile`` is plain ``MinMax``). :func:`reads` names
+the keys a rule looks at, so a grid memoises it on them.
 
 Example:
     >>> percentile_without_percentile_method(
@@ -38,15 +32,11 @@ Rule = Callable[[Point], list[str]]
 
 
 def reads(test: Callable[[str], bool]) -> Callable[[Rule], Rule]:
-    """Declare the keys whose values a rule reads (``test(key)`` true for each; more is
-    allowed, fewer is a bug), so that a grid memoises it on them; a rule without the
-    declaration is called for every point.
+    """Declare the keys whose values a rule reads, so that a grid memoises it on them.
 
     Example:
         >>> percentile_without_percentile_method.reads("calibrate_method")
         True
-        >>> percentile_without_percentile_method.reads("extra_options.CalibPercentile")
-        False
     """
 
     def declare(rule: Rule) -> Rule:
@@ -89,14 +79,10 @@ def percentile_without_percentile_method(point: Point) -> list[str]:
 
 @reads(lambda key: key.startswith("mixed_precision."))
 def mixed_precision_without_promotion(point: Point) -> list[str]:
-    """``mixed_precision``: ``rank_<i>: int8`` beyond ``top_k`` is the default, with
-    nothing promoted (``top_k: 0``, no ``rank_<i>`` promoting) the other keys do nothing, and
-    with nothing promoted to 16 bits ``promote_weights`` does nothing.
+    """``mixed_precision`` keys that do nothing: ``rank_<i>: int8`` past ``top_k``, the rest
+    with nothing promoted, ``promote_weights`` with nothing at 16 bits.
 
     Example:
-        >>> mixed_precision_without_promotion({"mixed_precision.top_k": 0,
-        ...     "mixed_precision.promote_to": "float", "mixed_precision.rank_3": "int8"})
-        ['mixed_precision.promote_to', 'mixed_precision.rank_3']
         >>> mixed_precision_without_promotion({"mixed_precision.top_k": 2,
         ...     "mixed_precision.promote_to": "float", "mixed_precision.promote_weights": True})
         ['mixed_precision.promote_weights']
@@ -128,8 +114,7 @@ def mixed_precision_without_promotion(point: Point) -> list[str]:
 
 
 def _sixteen_bit_promotion(point: Point, prefix: str, top_k: int) -> bool:
-    """Whether a ``mixed_precision`` point promotes any entry to 16 bits (what
-    ``promote_weights`` acts on)."""
+    """Whether a ``mixed_precision`` point promotes any entry to 16 bits."""
     if top_k > 0 and point.get(prefix + "promote_to", "int16") != "float":
         return True
     return any(
@@ -175,9 +160,7 @@ _STATIC_ONLY = frozenset(
 
 @reads(_leaf_in("quant_mode"))
 def static_settings_in_dynamic_mode(point: Point) -> list[str]:
-    """``quant_mode: dynamic`` (ONNX Runtime's ``quantize_dynamic``) calibrates nothing and
-    writes no QDQ graph: calibration, activation and QDQ settings, mixed precision and the
-    techniques that rewrite a QDQ graph do nothing there.
+    """``quant_mode: dynamic`` calibrates nothing and writes no QDQ graph: those settings go.
 
     Example:
         >>> static_settings_in_dynamic_mode({"quant_mode": "dynamic", "per_channel": True,
@@ -197,14 +180,7 @@ def static_settings_in_dynamic_mode(point: Point) -> list[str]:
 
 @reads(_leaf_in("model_type"))
 def smooth_quant_alphas_without_transformer(point: Point) -> list[str]:
-    """NNCF runs SmoothQuant only with ``model_type: transformer``: elsewhere its
-    ``smooth_quant_alphas`` do nothing.
-
-    Example:
-        >>> smooth_quant_alphas_without_transformer({"quantizer": "nncf",
-        ...     "model_type": "none", "smooth_quant_alphas.matmul": 0.5})
-        ['smooth_quant_alphas.matmul']
-    """
+    """NNCF runs SmoothQuant only with ``model_type: transformer``."""
     if _value(point, "model_type") == "transformer":
         return []
     return [k for k in point if "smooth_quant_alphas" in k.split(".")[:-1]]
@@ -212,8 +188,7 @@ def smooth_quant_alphas_without_transformer(point: Point) -> list[str]:
 
 @reads(_leaf_in("disable_bias_correction"))
 def bias_correction_settings_without_bias_correction(point: Point) -> list[str]:
-    """NNCF's ``fast_bias_correction`` and ``bias_correction_threshold`` choose and bound a
-    bias correction that ``disable_bias_correction: true`` skips."""
+    """NNCF's bias correction settings with ``disable_bias_correction: true``."""
     if _value(point, "disable_bias_correction") is not True:
         return []
     return _keys(point, "fast_bias_correction") + _keys(point, "bias_correction_threshold")
@@ -235,18 +210,13 @@ FOUR_BIT_ONLY = (
 
 @reads(_leaf_in("mode", "ratio"))
 def weight_compression_settings_without_effect(point: Point) -> list[str]:
-    """NNCF's ``compress_weights`` (``quantizer: nncf_weight_only``): an 8-bit ``mode`` (its
-    default, ``int8_asym``, where the point sets none) puts every weight at 8 bits per output
-    channel, so the 4-bit modes' keys do nothing (NNCF refuses them); with ``ratio`` 1 every
-    ratio-defining layer is at 4 bits and ``sensitivity_metric`` ranks layers nothing moves.
+    """NNCF ``compress_weights``: an 8-bit ``mode`` (the default) makes the 4-bit keys do
+    nothing; ``ratio`` 1 makes ``sensitivity_metric`` do nothing.
 
     Example:
         >>> weight_compression_settings_without_effect({"mode": "int8_sym",
         ...     "group_size": 32, "ratio": 0.8})
         ['group_size', 'ratio']
-        >>> weight_compression_settings_without_effect({"mode": "int4_sym",
-        ...     "ratio": 1.0, "sensitivity_metric": "hessian_input_activation"})
-        ['sensitivity_metric']
     """
     present = [k for k in point if k.rsplit(".", 1)[-1] in FOUR_BIT_ONLY]
     if not present:

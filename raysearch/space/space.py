@@ -28,9 +28,7 @@ Reject = Callable[[dict[str, Any]], "str | None"]
 
 @dataclass
 class Expansion:
-    """The result of :meth:`SearchSpace.expand` (or :func:`expand_spaces`): the points to run,
-    in order, the index of the space each came from, and how many settings each validity rule,
-    backend refusal and plain duplication dropped."""
+    """:meth:`SearchSpace.expand`'s points, their spaces, and the settings each rule dropped."""
 
     points: list[Point]
     total: int
@@ -42,8 +40,7 @@ class Expansion:
 
 
 class SettingWithoutItsSwitch:
-    """Validity rule: a setting declared with ``OptionSpec(requires=switch)`` is stripped
-    while its switch is off or absent (a class: a space travels to Tune's searcher pickled)."""
+    """Validity rule: a setting with ``requires=switch`` is stripped while its switch is off."""
 
     __name__ = "setting_without_its_switch"
 
@@ -135,8 +132,7 @@ class SearchSpace:
         path: str = "search_space",
         catalogues: Mapping[str, Catalogue] | None = None,
     ) -> SearchSpace:
-        """Parse ``raw`` and validate it against the catalogues of its backends (default:
-        every registered backend's).
+        """Parse ``raw`` and validate it against its backends' catalogues (default: all registered).
 
         Args:
             raw: the space in either dialect (README, "Search-space language").
@@ -145,9 +141,6 @@ class SearchSpace:
 
         Returns:
             The :class:`SearchSpace`.
-
-        Raises:
-            ConfigError: a mistake, naming its key path.
         """
         parsed = parse_space(raw, path=path, catalogues=catalogues)
         return cls(parsed.root, name=path, containers=parsed.containers, switches=parsed.switches)
@@ -184,8 +177,7 @@ class SearchSpace:
     def canonical(
         self, point: Point, rules: tuple[Rule, ...] | None = None
     ) -> tuple[Point, list[str]]:
-        """Return ``point`` with the keys that validity rules call meaningless stripped, and the
-        names of the rules that stripped something."""
+        """``point`` without the keys the validity rules strip, and the rules that stripped."""
         rules = self.rules if rules is None else rules
         point = dict(point)
         fired: list[str] = []
@@ -198,19 +190,16 @@ class SearchSpace:
         return point, fired
 
     def to_settings(self, point: Point) -> dict[str, Any]:
-        """Nested quantization settings for one sampled point: group names removed (containers
-        such as ``extra_options`` kept), joint parameters split, meaningless keys stripped."""
+        """The nested settings of one point (DEVELOPERS.md, "A point and its settings")."""
         point, _ = self.canonical(point)
         return self._nest(point, self._placements())
 
     def _placements(self) -> dict[str, _Placement]:
-        """Where each parameter's value goes in the settings (worked out once per expansion,
-        not once per setting)."""
+        """Where each parameter's value goes in the settings (once per expansion)."""
         return {p.name: _placement(p.path, p.joint, self.containers) for p in self.params}
 
     def _nest(self, point: Point, placements: Mapping[str, _Placement]) -> dict[str, Any]:
-        """The nested settings of a canonical ``point``; a key that is no parameter goes by its
-        dotted path."""
+        """The nested settings of a canonical ``point``."""
         settings: dict[str, Any] = {}
         for name, value in point.items():
             place = placements.get(name)
@@ -236,14 +225,11 @@ class SearchSpace:
                 )
 
     def expand(self, reject: Reject | None = None) -> Expansion:
-        """All settings of the space for grid search: the cartesian product over active groups
-        only, with validity rules applied and duplicates removed, in declaration order;
-        ``reject`` refuses settings too (counted like a rule under the reason it returns)."""
+        """The grid: active combinations, rules applied, refusals and duplicates dropped."""
         return self._expand(reject)[0]
 
     def _expand(self, reject: Reject | None, keyed: bool = False) -> tuple[Expansion, list[str]]:
-        """:meth:`expand`, and with ``keyed`` the :func:`settings_key` of each point kept (for
-        :func:`expand_spaces`, which would otherwise build every point's settings again)."""
+        """:meth:`expand`, with each point's :func:`settings_key` when ``keyed``."""
         self.check_grid()
         dropped: dict[str, int] = {}
         raw = self._enumerate()
@@ -264,8 +250,7 @@ class SearchSpace:
 
     @staticmethod
     def _strip(grid: _Points, stripping: _Stripping, identity: _PointIdentity) -> _Points:
-        """Each point as ``canonical`` with the rules of ``stripping`` makes it, with its
-        identity (a point they leave alone keeps both: no copy, no new identity)."""
+        """Each point as ``canonical`` with ``stripping`` makes it (unchanged: the same object)."""
         points, idents = [], []
         for point, ident in zip(*grid):
             gone = stripping(point)
@@ -297,9 +282,7 @@ class SearchSpace:
         keyed: bool,
         dropped: dict[str, int],
     ) -> tuple[list[Point], list[str]]:
-        """The points ``reject`` does not refuse (each refusal counted under its reason), with
-        their :func:`settings_key` when ``keyed``. Each point's settings are built once, as
-        :meth:`to_settings` builds them, and keyed before ``reject`` sees them."""
+        """The points ``reject`` does not refuse, keyed when ``keyed``."""
         placements = self._placements()
         stripping = _Stripping(self.rules)
         kept: list[Point] = []
@@ -319,8 +302,7 @@ class SearchSpace:
         return kept, keys
 
     def _enumerate(self) -> list[Point]:
-        """Every combination of the active parameters' choices, the first parameter varying
-        slowest, built a parameter at a time (not through one generator per parameter)."""
+        """Every combination of the active parameters' choices, the first varying slowest."""
         points: list[Point] = [{}]
         for param in self.params:
             name, choices = param.name, param.domain.choices
@@ -356,16 +338,8 @@ class SearchSpace:
         return sum(count for _, count in partial)
 
     def sample(self, trial: Any) -> Point:
-        """Optuna define-by-run function: suggest only active, searched parameters, in
-        dependency order, and return the full point (fixed settings and real values included),
-        as Ray Tune's ``OptunaSearch`` expects.
-
-        Example:
-            >>> import optuna
-            >>> space = SearchSpace.parse({"per_channel": [True, False], "reduce_range": [False]})
-            >>> study = optuna.create_study()
-            >>> sorted(space.sample(study.ask()))
-            ['per_channel', 'reduce_range']
+        """Optuna define-by-run function: suggest the active parameters in dependency order and
+        return the full point, as Ray Tune's ``OptunaSearch`` expects.
         """
         point: Point = {}
         for param in self.params:
@@ -390,18 +364,15 @@ class SearchSpace:
 
 
 def expand_spaces(spaces: Sequence[SearchSpace], reject: Reject | None = None) -> Expansion:
-    """The grid of several spaces searched in order: each space expanded with the validity rules
-    and ``reject``, a setting an earlier space already has dropped as ``duplicate``: what a
-    Grid search runs, and what ``raysearch validate`` and ``raysearch spaces`` count.
+    """The grid of several spaces searched in order, a setting an earlier space has dropped as
+    ``duplicate``: what a Grid search runs and ``validate``/``spaces`` count.
 
     Args:
         spaces: the spaces, in order (``StrategyContext.spaces``).
-        reject: a check of a point's settings that returns why it is refused, or None
-            (``StrategyContext.reject``: the backends' and techniques' refusals).
+        reject: why a point's settings are refused, or None (``StrategyContext.reject``).
 
     Returns:
-        The :class:`Expansion`: ``points`` in order, each one's ``space_index``, and the
-        count of each reason a setting was dropped.
+        The :class:`Expansion`.
 
     Example:
         >>> a = SearchSpace.parse({"per_channel": [True, False]}, path="a")

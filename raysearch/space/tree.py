@@ -38,8 +38,7 @@ class Categorical:
 
     @property
     def labels(self) -> tuple[Any, ...]:
-        """Optuna-compatible stand-ins: the choices themselves, or their JSON text where a choice
-        is not a primitive (a list of op types, a joint pair)."""
+        """Optuna-compatible stand-ins: the choices, or their JSON text where not primitive."""
         if all(isinstance(c, PRIMITIVE_TYPES) for c in self.choices):
             return self.choices
         return tuple(json.dumps(c) for c in self.choices)
@@ -73,8 +72,7 @@ Domain = Categorical | IntRange | FloatRange
 
 @dataclass(frozen=True)
 class Param:
-    """One searched key at ``path`` in the space (group names included); ``joint`` names the
-    settings a joint parameter sets at once."""
+    """One searched key at ``path``; ``joint`` names the settings a joint parameter sets."""
 
     path: tuple[str, ...]
     domain: Domain
@@ -91,8 +89,7 @@ class Param:
 
 @dataclass(frozen=True)
 class Condition:
-    """``only_if``: the group is active when parameter ``ref`` is active and its value is one of
-    ``values`` — or, when ``values`` is None, when it is truthy."""
+    """``only_if``: active when ``ref`` is active with one of ``values`` (None: truthy)."""
 
     ref: str
     values: tuple[Any, ...] | None
@@ -114,8 +111,7 @@ class Group:
     condition: Condition | None = None
 
     def walk(self, conditions: tuple[Condition, ...] = ()):
-        """Yield ``(param, conditions)`` for every parameter, with the conditions of every
-        enclosing group (all must hold for the parameter to be active)."""
+        """Yield ``(param, conditions)`` for every parameter, with its groups' conditions."""
         conds = conditions + ((self.condition,) if self.condition else ())
         for p in self.params:
             yield p, conds

@@ -61,8 +61,9 @@ def _same_kind(device: str, other: str) -> bool:
 
 @dataclass(frozen=True)
 class TrialDevice:
-    """Where a trial runs: ``threads`` CPUs, the GPU it was given (``gpu_id``, None: the CPU)
-    and ``gpu_mem_limit``, its share of that GPU's memory, or ``providers`` given whole."""
+    """Where a trial runs: ``threads``, ``gpu_id`` (None: CPU) with ``gpu_mem_limit``, or
+    ``providers``.
+    """
 
     threads: int = 1
     gpu_id: int | None = None
@@ -72,9 +73,9 @@ class TrialDevice:
 
 @dataclass(frozen=True)
 class FloatBaseline:
-    """What the float model scored, when already known (the float reference, or a custom
-    evaluator's score), and on which kind of device: one from another kind is computed again
-    on the trial's, so that both models are compared on the same kernels."""
+    """The float model's known reference or score and its device kind (another kind's is
+    computed again, so both models run on the same kernels).
+    """
 
     reference: FloatReference | None = None
     score: float | None = None
@@ -114,8 +115,7 @@ class TrialSpec:
 
 
 class TrialRunner:
-    """Runs trials of one :class:`TrialSpec` in one process, every session on the same
-    :attr:`session_providers`; the float baseline is computed on first need unless given."""
+    """Runs trials of one :class:`TrialSpec` in one process, on :attr:`session_providers`."""
 
     def __init__(self, spec: TrialSpec) -> None:
         from raysearch.quantize.calibration import CalibrationCache
@@ -190,8 +190,7 @@ class TrialRunner:
 
     @property
     def float_reference(self) -> FloatReference:
-        """The float model's outputs on the evaluation data (computed or loaded on first use,
-        or taken from the baseline's ``reference_source``)."""
+        """The float model's outputs on the evaluation data, computed or loaded on first use."""
         if self._reference is None and self._reference_source is not None:
             source, self._reference_source = self._reference_source, None
             reference = source()
@@ -217,8 +216,7 @@ class TrialRunner:
         return self._float_score
 
     def partial_float_score(self, fraction: float) -> float:
-        """The custom evaluator's score of the float model on the first ``fraction`` of its
-        rows (computed once per process and fraction)."""
+        """The custom evaluator's float score on the first ``fraction`` of its rows (cached)."""
         if fraction not in self._partial_float:
             score = self.evaluator.score_model(self.model_path, self.providers, fraction=fraction)
             self._partial_float[fraction] = score.metric
@@ -232,8 +230,7 @@ class TrialRunner:
         return self._weighted_nodes
 
     def backend(self, name: str | None = None, model_path: str | None = None) -> QuantizerBackend:
-        """The quantizer backend ``name`` for ``model_path`` (default: this runner's float
-        model) and this data, created on first use."""
+        """The quantizer backend ``name`` for ``model_path``, created on first use."""
         name = name or DEFAULT_BACKEND
         model_path = model_path or self.model_path
         key = (name, model_path)
@@ -254,13 +251,13 @@ class TrialRunner:
         return self._backends[key]
 
     def run(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> TrialRecord:
-        """Quantize with ``settings`` into ``out_path``, evaluate on every row, and report;
-        a failure is a result with ``status="failed"`` (only ``MemoryError`` propagates)."""
+        """Quantize and evaluate on every row; a failure is a ``failed`` record (not
+        ``MemoryError``).
+        """
         return self._start(settings, out_path, None).finish()
 
     def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
-        """Quantize with ``settings`` into ``out_path``; the trial, to be evaluated rung by
-        rung with ``step()``, failing as :meth:`run` does."""
+        """Quantize; the trial is evaluated rung by rung with ``step()``, failing as :meth:`run`."""
         return self._start(settings, out_path, self.rungs)
 
     def _start(
@@ -339,8 +336,7 @@ class TrialRunner:
         return extra
 
     def _quantize(self, name: str, plan: Plan, out_path: Path) -> QuantizeInfo:
-        """The backend's quantization with the plan's techniques around it (a float transform
-        counted as calibration, a quantized transform as quantization)."""
+        """The backend's quantization with the plan's techniques around it, timed."""
         float_path, transform_s = self.techniques.float_model(plan)
         settings = self.techniques.backend_settings(plan, float_path)
         info = self.backend(name, float_path).quantize(settings, out_path)
@@ -358,8 +354,7 @@ class TrialRunner:
     def score_settings(
         self, float_path: str, settings_list: Sequence[Mapping[str, Any]]
     ) -> list[float | None]:
-        """The metric of ``float_path`` quantized with each backend setting (None where it
-        fails), in order: through :attr:`score_pool` on Ray, else here one after another."""
+        """The metric of ``float_path`` quantized with each setting (through :attr:`score_pool`)."""
         if self.score_pool is not None and len(settings_list) > 1:
             scores = self.score_pool(self, float_path, settings_list)
             self._helped += getattr(self.score_pool, "last_helped", 0)
@@ -387,8 +382,7 @@ class TrialRunner:
         return self.evaluator.score_model(path, self.providers).metric
 
     def _latency_vs_float(self, latency: float) -> float | None:
-        """``latency`` over the float model's, timed the same way (the float reference's, or
-        one batch timed once per process)."""
+        """``latency`` over the float model's, timed the same way."""
         if self.evaluator.needs_reference:
             base = self.float_reference.latency_ms
         else:
@@ -398,8 +392,7 @@ class TrialRunner:
         return latency / base if base else None
 
     def latency(self, model_path: str | os.PathLike) -> float | None:
-        """The median latency of one evaluation batch on the model at ``model_path``: one
-        warm-up run, then the median of five, on the trial's device and threads."""
+        """The median latency of one evaluation batch (after a warm-up) on the trial's device."""
         data = self.evaluation or self.calibration
         session = make_session(model_path, self.threads, providers=self.session_providers)
         try:
@@ -413,9 +406,9 @@ class TrialRunner:
     def decoder_latency(
         self, model_path: str | os.PathLike, session: Any = None
     ) -> dict[str, float]:
-        """A language-model metric's median one-token decode step and prefill latency on the
-        trial's device (on ``session`` when given); empty when latency is not measured, the
-        metric is not a language model's, or the model cannot take such a feed."""
+        """A language model's median decode step and prefill latency; empty when not measured or
+        not a language model's.
+        """
         data = self.evaluation
         if not self.measure_latency or not self.evaluator.is_lm or data is None:
             return {}

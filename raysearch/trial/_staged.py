@@ -43,10 +43,8 @@ _logger = logging.getLogger("raysearch.trial._runner")
 def decide_complete(
     evaluator: Any, metric: float, float_score: float | None, share: float | None, weighted: int
 ) -> tuple[bool, dict[str, float]]:
-    """Whether a trial evaluated on every row is a candidate, and the flags its ``extra``
-    gets: the one rule, for a trial that ran and for a reused result. A setting that
-    quantizes nothing (``share`` of ``weighted`` nodes) is the float model with extra nodes,
-    never the answer; ``within_tolerance`` then says what the tolerance makes of its metric.
+    """Whether a trial evaluated on every row is a candidate, and its ``extra`` flags: the one
+    rule. A setting that quantizes nothing is never one (``within_tolerance`` says the rest).
 
     Example:
         >>> from raysearch.evaluate import Evaluator
@@ -61,8 +59,7 @@ def decide_complete(
 
 
 class TrialEngine(Protocol):
-    """The trial engine (:class:`~raysearch.trial.TrialRunner`) as the Ray trainable and a
-    :class:`StagedTrial` use it."""
+    """The trial engine as the Ray trainable and a :class:`StagedTrial` use it."""
 
     evaluator: Any
     evaluation: Any
@@ -83,8 +80,7 @@ class TrialEngine(Protocol):
     def weighted_node_count(self) -> int: ...
 
     def start(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> StagedTrial:
-        """Quantize with ``settings`` into ``out_path``: the trial, evaluated rung by rung by
-        its ``step()`` (``done`` after the last); never raises for a bad setting."""
+        """Quantize; the trial, evaluated rung by rung by ``step()``; never raises for a setting."""
         ...
 
     def latency(self, model_path: Any) -> float | None: ...
@@ -103,8 +99,7 @@ class TrialEngine(Protocol):
 
 
 class StagedTrial:
-    """A quantized model and its evaluation so far; the runner's quantization fills in
-    ``reference`` or ``float_score``, ``share`` and ``extra``, and sets ``quantized``."""
+    """A quantized model and its evaluation so far."""
 
     def __init__(
         self, runner: TrialEngine, result: TrialRecord, out_path: Path, rungs: EvalRungs | None
@@ -152,8 +147,7 @@ class StagedTrial:
         return self.result
 
     def close(self) -> None:
-        """Let go of the evaluation session and outputs at the trial's end, and collect the
-        garbage of its ONNX Runtime sessions, once per trial."""
+        """Let go of the session and outputs at the trial's end and collect their garbage."""
         if self._closed:
             return
         self._closed = True
@@ -252,8 +246,9 @@ class StagedTrial:
         return self.runner.partial_float_score(fraction)
 
     def _decide(self, metric: float, float_score: float | None, last: bool) -> None:
-        """Whether the result so far is a candidate and could still become one: the one place
-        a trial's candidacy is decided, at every rung."""
+        """Whether the result so far is a candidate and could become one (the one place,
+        each rung).
+        """
         result, evaluator = self.result, self.runner.evaluator
         extra, rung_error = dict(result.extra), None
         weighted = self.runner.weighted_node_count
@@ -323,9 +318,9 @@ def one_line(exc: BaseException) -> str:
 
 
 def guard(trial: StagedTrial, work: Callable[[], None]) -> None:
-    """Run one part of ``trial`` (its quantization, a rung); whatever it raises but
-    ``MemoryError`` (the process's trouble) or a full disk fails the trial with a one-line
-    error. The trial's duration is brought up to date either way."""
+    """Run one part of ``trial``; what it raises (but ``MemoryError``, a full disk) fails it
+    in one line. The duration is brought up to date either way.
+    """
     try:
         work()
     except MemoryError:

@@ -1,25 +1,14 @@
-"""``CalibrationCache``: calibrate once, quantize many times.
+"""``CalibrationCache``: calibrate once per distinct *calibration*, quantize many times.
 
-ONNX Runtime's ``quantize_static`` calibrates on every call; most settings of a search differ
-only after calibration, so raysearch calibrates once per distinct *calibration* and hands the
-ranges (ONNX Runtime's ``TensorsData``) to the quantizer. Shared:
+Settings that differ only after calibration share the ranges (ONNX Runtime's
+``TensorsData``): MinMax per (moving average, its constant, ``CalibStridedMinMax``), with
+``CalibTensorRangeSymmetric`` applied afterwards; histograms per kind (absolute or signed)
+and bin count; an entry covering a superset of the tensors a setting needs serves it.
 
-- **MinMax**: one collection per (moving average, its constant, ``CalibStridedMinMax``);
-  ``CalibTensorRangeSymmetric`` is applied afterwards with ONNX Runtime's formula (except
-  with strides, which ONNX Runtime symmetrises one by one).
-- **Histograms**: one per histogram kind (absolute for symmetric Percentile, signed for the
-  rest) and bin count; ``num_quantized_bins``, ``CalibPercentile`` and ``scenario`` never
-  cause inference.
-- **Tensor sets**: an entry covering a superset of the tensors a setting needs serves it.
-
-Histograms are bit-identical to ONNX Runtime's on finite data with bounded memory: a first
-pass finds each tensor's range, then the outputs are binned at once when they fit in
-``memory_budget``, else batch by batch in a second pass. Non-finite activations (NaN, +-inf,
-+-the type's largest value: attention masks) are left out of ranges and histograms, and
-counted in the log. The key holds the providers' names, not their options: CPU and CUDA
-entries stay apart, since their kernels may round differently. Entries live in a bounded
-in-memory LRU and, given a ``cache_dir``, on disk under a per-key file lock, so that
-concurrent processes calibrate once.
+Histograms are bit-identical to ONNX Runtime's on finite data, binned at once within
+``memory_budget``, else in a second pass. Non-finite activations (and +-the type's largest
+value) are left out and counted. The key holds the providers' names: CPU and CUDA entries stay
+apart. Entries live in a bounded LRU and, given a ``cache_dir``, on disk under a per-key lock.
 
 Example:
     >>> request = CalibrationRequest.from_settings({"calibrate_method": "Percentile",
@@ -64,12 +53,8 @@ _FORMAT_VERSION = 2
 
 
 class CalibrationCache:
-    """Calibration results shared by every setting that needs the same statistics.
-
-    ``cache_dir`` (optional) keeps entries on disk for other processes and resumed searches;
-    ``max_entries`` bounds the entries kept in memory; ``providers`` is where calibration runs
-    unless a call says otherwise; ``memory_budget`` (bytes) bounds the intermediate outputs a
-    histogram collection keeps before it needs a second pass.
+    """Calibration results shared by every setting that needs the same statistics, on disk in
+    ``cache_dir`` too, ``memory_budget`` bounding the outputs a histogram pass keeps.
     """
 
     def __init__(
@@ -96,8 +81,7 @@ class CalibrationCache:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """``calibrations``, ``inference_passes``, ``inference_batches``, ``memory_hits``,
-        ``disk_hits``, ``lock_waits``, ``calibration_s``."""
+        """The counters and ``calibration_s``."""
         return asdict(self._stats)
 
     @property
@@ -114,11 +98,8 @@ class CalibrationCache:
         model_hash: str | None = None,
         providers: Sequence[Any] | None = None,
     ) -> tuple[TensorsData, bool]:
-        """The calibrated ranges ``quantize_static`` would compute for ``request`` on the model
-        at ``model_path`` with ``data``, and whether they came from the cache (no inference).
-
-        Calibration inference runs on ``providers`` (default: the cache's). The returned
-        ``TensorsData`` is a fresh copy: the quantizer may modify it.
+        """``quantize_static``'s ranges for ``request`` (a fresh copy) and whether they
+        were cached.
         """
         model_path = os.fspath(model_path)
         providers = list(providers) if providers else self.providers
@@ -206,9 +187,7 @@ class CalibrationCache:
         names: frozenset[str],
         providers: list[Any],
     ) -> dict[str, tuple[Any, ...]]:
-        """Histograms of ``names``: pass one's ranges (cached under their own key, shared by
-        every histogram kind and bin count), then the binning, from the outputs pass one kept
-        when they fitted in ``memory_budget`` or from a second pass."""
+        """Histograms of ``names``: pass one's ranges (cached on their own), then the binning."""
         start = time.perf_counter()
         stats_key = (*base, "stats")
         method = CalibrationMethod[request.method]

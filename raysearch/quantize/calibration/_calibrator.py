@@ -58,8 +58,7 @@ class CountingReader:
 
 
 class Calibrators:
-    """Calibrators and inference passes with ``threads`` intra-op threads, counted in
-    ``stats``."""
+    """Calibrators and inference passes on ``threads`` intra-op threads, counted in ``stats``."""
 
     def __init__(self, threads: int | None, stats: CacheStats) -> None:
         self.threads = threads
@@ -87,8 +86,7 @@ class Calibrators:
         options: dict[str, Any],
         providers: list[Any],
     ) -> Iterator[Any]:
-        """An ONNX Runtime calibrator over ``model_path`` as ``create_calibrator`` builds it,
-        with these threads and providers, its augmented model in a temporary folder."""
+        """ONNX Runtime's calibrator over ``model_path``, as ``create_calibrator`` builds it."""
         workdir = str(make_workdir("raysearch-calib"))
         try:
             source, external = self._private_source(model_path, Path(workdir))

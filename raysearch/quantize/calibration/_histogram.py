@@ -45,9 +45,9 @@ def range_pass(
     selected: list[tuple[int, str]],
     memory_budget: int,
 ) -> tuple[dict[str, tuple[Any, ...]], list[dict[str, np.ndarray]] | None]:
-    """Pass one: per tensor (min, max, min |x|, max |x|) over every calibration sample,
-    non-finite values left out; and the flattened outputs, kept when they fit in
-    ``memory_budget`` (judged from the first batch), else None."""
+    """Pass one: each tensor's (min, max, min |x|, max |x|), and the outputs if they fit in
+    ``memory_budget`` (else None).
+    """
     ranges: dict[str, list[Any]] = {}
     dropped: dict[str, int] = {}
     kept: list[dict[str, np.ndarray]] | None = []
@@ -110,9 +110,7 @@ def bin_batches(
     ranges: Mapping[str, tuple[Any, ...]],
     request: CalibrationRequest,
 ) -> dict[str, tuple[Any, ...]]:
-    """Bin every batch into each tensor's final bins (small pieces grouped, so that tiny
-    tensors cost few numpy calls); non-finite values fall outside the bins, and a tensor with
-    no usable value gets the empty histogram."""
+    """Bin every batch into each tensor's final bins (non-finite values outside them)."""
     kind, bins = request.histogram_kind, request.bins
     counts: dict[str, np.ndarray] = {}
     edges: dict[str, np.ndarray] = {}
@@ -158,8 +156,7 @@ def _finish(
     counts: dict[str, np.ndarray],
     edges: dict[str, np.ndarray],
 ) -> dict[str, tuple[Any, ...]]:
-    """The histograms in ``HistogramCollector``'s layout, an empty one where nothing was
-    binned."""
+    """The histograms in ``HistogramCollector``'s layout, empty where nothing was binned."""
     histograms: dict[str, tuple[Any, ...]] = {}
     for _, name in selected:
         low, high = ranges[name][0], ranges[name][1]
@@ -177,9 +174,7 @@ def _finish(
 def bin_values(
     values: np.ndarray, kind: str | None, bins: int, ranges: tuple[Any, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Histogram ``values`` exactly as ONNX Runtime's ``HistogramCollector`` does on the whole
-    data: the absolute values over ``[min |x|, max |x|]``, or the signed values over
-    ``[-threshold, threshold]``."""
+    """Histogram ``values`` exactly as ONNX Runtime's ``HistogramCollector`` does."""
     if kind == "abs":
         absolute = np.absolute(values)
         if ranges[2] is None:

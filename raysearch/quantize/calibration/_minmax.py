@@ -36,8 +36,7 @@ def collect_minmax(
     request: CalibrationRequest,
     providers: list[Any],
 ) -> TensorsData:
-    """The MinMax ranges of every calibrated tensor over ``data`` (per stride, then merged,
-    with ``CalibStridedMinMax``), non-finite values left out."""
+    """The MinMax ranges of every calibrated tensor over ``data``, non-finite values left out."""
     options = {
         "symmetric": bool(request.strided and request.is_symmetric),
         "moving_average": request.moving_average,
@@ -93,8 +92,7 @@ def _finite_minmax(
     ranges: TensorsData,
     names: list[str],
 ) -> None:
-    """Replace the non-finite ranges of ``names`` by ranges over their usable values only,
-    merged as ONNX Runtime merges them (moving average, strides)."""
+    """Replace non-finite ranges of ``names`` by ranges over their usable values."""
     lows: dict[str, list[np.ndarray]] = {name: [] for name in names}
     highs: dict[str, list[np.ndarray]] = {name: [] for name in names}
     dropped: dict[str, int] = {}
@@ -152,8 +150,7 @@ def _merge_strides(
 def _reduce_batches(
     lows: list[np.ndarray], highs: list[np.ndarray], moving_average: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``MinMaxCalibrater.compute_data``'s reduction of per-batch ranges: the mean with a
-    moving average, else min and max; batches without a usable value (NaN) are skipped."""
+    """``MinMaxCalibrater.compute_data``'s reduction of per-batch ranges, NaN batches skipped."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: handled by the caller
         if moving_average:
@@ -162,8 +159,7 @@ def _reduce_batches(
 
 
 def _average(old: np.ndarray, new: np.ndarray, constant: float) -> np.ndarray:
-    """``MinMaxCalibrater.merge_range``'s moving average, where NaN (no usable value) is
-    skipped on either side."""
+    """``MinMaxCalibrater.merge_range``'s moving average, NaN skipped on either side."""
     moved = old + constant * (new - old)
     return np.where(np.isnan(old), new, np.where(np.isnan(new), old, moved)).astype(old.dtype)
 

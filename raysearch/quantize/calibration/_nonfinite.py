@@ -24,8 +24,7 @@ _logger = logging.getLogger("raysearch.quantize.calibration._cache")
 
 
 def usable(values: np.ndarray) -> np.ndarray:
-    """Which values calibration takes in: finite and below the float type's largest
-    magnitude (masks use that value, ``torch.finfo(dtype).min``, as a finite -inf)."""
+    """Which values calibration takes in: finite and below the type's largest magnitude (masks)."""
     return np.abs(values) < np.finfo(values.dtype).max  # False for NaN and +-inf too
 
 

@@ -1,10 +1,6 @@
-"""What calibration collects: :class:`CalibrationRequest`, read from a settings dict.
-
-The settings that change what calibration *collects* (and so the cache key) are the ones the
-backend's catalogue flags ``affects_calibration`` (:func:`calibration_values`); the request
-reads its collection fields from those only, so a setting the catalogue does not flag can
-never split or merge cache entries. The other fields (percentile, quantized bins, scenario,
-the memory bound) are applied to collected statistics and never cause calibration inference.
+"""What calibration collects: :class:`CalibrationRequest`, its collection fields read only from
+the settings the catalogue flags ``affects_calibration``; the others apply to collected
+statistics and never cause inference.
 
 Example:
     >>> request = CalibrationRequest.from_settings({"calibrate_method": "Entropy"})
@@ -42,13 +38,7 @@ _DEFAULT_PERCENTILE = 99.999
 
 
 def calibration_catalogue(backend: str | None = None) -> Catalogue:
-    """The catalogue (shared settings included) whose ``affects_calibration`` flags decide the
-    calibration cache key of ``backend`` (default ``ort``).
-
-    Example:
-        >>> ("", "calibrate_method") in set(calibration_catalogue().calibration_keys())
-        True
-    """
+    """The catalogue whose ``affects_calibration`` flags key ``backend``'s calibration."""
     catalogue = get_catalogue(backend)  # ``import raysearch`` registered the built-in ones
     if catalogue is None:
         raise ValueError(f"no settings catalogue is registered for backend {backend!r}")
@@ -58,8 +48,7 @@ def calibration_catalogue(backend: str | None = None) -> Catalogue:
 def calibration_values(
     settings: Mapping[str, Any], catalogue: Catalogue | None = None
 ) -> dict[str, Any]:
-    """The values of ``settings`` that change what calibration collects, by setting name
-    (top level and ``extra_options`` alike): exactly the catalogue's calibration keys.
+    """The values of ``settings`` that change calibration, by setting name.
 
     Example:
         >>> calibration_values({"per_channel": True, "calibrate_method": "MinMax"})
@@ -76,12 +65,8 @@ def calibration_values(
 
 @dataclass(frozen=True)
 class CalibrationRequest:
-    """The settings that decide calibration, read from a settings dict.
-
-    ``op_types``: the setting's ``op_types_to_quantize``, else every op type ONNX Runtime
-    quantizes. ``symmetric``: ``CalibTensorRangeSymmetric`` (None: the method's default).
-    ``max_intermediate_outputs`` only bounds memory: the batches buffered before histogram
-    counts are merged (MinMax ranges always cover every batch).
+    """The settings that decide calibration (``op_types`` None: every op type ONNX Runtime
+    quantizes; ``max_intermediate_outputs`` only bounds memory).
     """
 
     method: str = "MinMax"
@@ -100,8 +85,7 @@ class CalibrationRequest:
     def from_settings(
         cls, settings: Mapping[str, Any], catalogue: Catalogue | None = None
     ) -> CalibrationRequest:
-        """Read the collection fields from the catalogue's calibration keys
-        (:func:`calibration_values`) and the computation fields from ``extra_options``."""
+        """Read the collection fields from the calibration keys, the rest from ``extra_options``."""
         collected = calibration_values(settings, catalogue)
         extra = dict(settings.get("extra_options") or {})
         method = collected.get("calibrate_method") or "MinMax"
@@ -162,9 +146,7 @@ class CalibrationRequest:
 
 
 def tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
-    """The tensors ONNX Runtime calibrates for ``op_types`` on a shape-inferred ``model``:
-    float and float16 inputs and outputs of the nodes of those op types, initializers excluded
-    (the rule of ``CalibraterBase.select_tensors_to_calibrate``), sorted."""
+    """The tensors ONNX Runtime calibrates for ``op_types`` (``select_tensors_to_calibrate``)."""
     value_infos = {vi.name: vi for vi in model.graph.value_info}
     value_infos.update({o.name: o for o in model.graph.output})
     value_infos.update({i.name: i for i in model.graph.input})

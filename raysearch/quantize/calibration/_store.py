@@ -1,10 +1,6 @@
-"""The calibration cache's entries: a bounded LRU in memory and, optionally, files on disk.
-
-An entry is one collection (MinMax ranges, pass-one statistics or histograms) over a set of
-tensors; a lookup is served by any entry of the same key and kind whose tensors cover the ones
-asked for. On disk, MinMax ranges are ONNX Runtime's ``save_tensors_data`` JSON and the others
-``.npz`` archives, written to a temporary file and renamed, in one folder per key with a file
-lock (:meth:`EntryStore.lock`) so that concurrent processes compute a key once.
+"""The calibration cache's entries: a bounded LRU in memory and, optionally, files on disk (one
+folder per key, under a file lock); an entry of the same key and kind whose tensors cover
+those asked for serves a lookup.
 
 Example:
     >>> store = EntryStore(None, max_entries=2, stats=CacheStats())
@@ -60,8 +56,7 @@ class CacheStats:
 
 
 class EntryStore:
-    """Entries by key, in memory (at most ``max_entries``) and under ``cache_dir`` (None: in
-    memory only); hits are counted in ``stats``."""
+    """Entries by key, in memory (at most ``max_entries``) and under ``cache_dir``."""
 
     def __init__(self, cache_dir: Path | None, max_entries: int, stats: CacheStats) -> None:
         self.cache_dir = cache_dir
@@ -77,8 +72,7 @@ class EntryStore:
     def lookup(
         self, key: tuple[Any, ...], kind: str, names: frozenset[str], *, waited: bool = False
     ) -> tuple[Entry | None, bool]:
-        """An entry covering ``names``, from memory or disk, and whether that was a cache hit
-        (``waited``: after waiting on the key's lock, another trial's calibration, no hit)."""
+        """An entry covering ``names`` from memory or disk, and whether that was a cache hit."""
         for slot, entry in self._entries.items():
             if slot[0] == key and entry.kind == kind and names <= entry.names:
                 self._entries.move_to_end(slot)
@@ -95,8 +89,7 @@ class EntryStore:
         return not waited
 
     def store(self, key: tuple[Any, ...], entry: Entry) -> None:
-        """Keep ``entry`` in memory and, with a ``cache_dir``, on disk (a failed write is
-        logged: the entry is still served from memory)."""
+        """Keep ``entry`` in memory and, with ``cache_dir``, on disk (a failed write is logged)."""
         self._remember(key, entry)
         if self.cache_dir is not None:
             try:

@@ -1,27 +1,16 @@
 """Power-of-two scales: every scale of the quantized QDQ model becomes ``2**e`` (Quark's
 ``PowerOfTwoMethod``), so integer back ends can rescale with shifts.
 
-``extra_options.PowerOfTwoMethod`` (absent: off) picks the exponent of each scale (per channel
-for per-channel weights):
-
-- ``NonOverflow``: the smallest power of two whose symmetric range covers the tensor's range
-  (an activation's from its calibrated scale and zero point, a weight's from its values).
-- ``MinMSE``: that exponent or one or two lower, whichever quantizes the tensor with the least
-  squared error: a weight's float values, an activation's values on the first
-  :data:`MSE_BATCHES` calibration batches of the float model.
-
-Zero points become the symmetric value. Weights, the constants of MatMul-Add pairs and int32
-biases (at ``input_scale * weight_scale``) are requantized from their float values, not from
-already-rounded ones. Where an activation's range started at 0 (a Relu ONNX Runtime dropped),
-a Relu is put in front of its QuantizeLinear, since the symmetric zero point lets negatives
-pass. Integers entering the model already quantized keep their scale, with a warning. QDQ
-models only: a QOperator model is refused.
+``extra_options.PowerOfTwoMethod`` picks each exponent (per channel for per-channel weights):
+``NonOverflow``, the smallest power of two whose symmetric range covers the tensor's; or
+``MinMSE``, that or one or two lower, whichever has the least squared error (activations on
+the first :data:`MSE_BATCHES` calibration batches). Zero points become symmetric; weights and
+biases are requantized from their float values; a Relu is put back where an activation's range
+started at 0. QDQ models only.
 
 Example:
     >>> nonoverflow_exponent(np.float64(-1.0), np.float64(3.0), -128, 127, 0).item()
     -5.0
-    >>> 2.0**-5 * 127 >= 3.0 > 2.0**-6 * 127
-    True
 """
 
 from __future__ import annotations
@@ -66,8 +55,7 @@ def nonoverflow_exponent(
     rmin: np.ndarray, rmax: np.ndarray, qmin: int, qmax: int, zero_point: int,
     fallback: np.ndarray | float = 0.0,
 ) -> np.ndarray:  # fmt: skip
-    """The smallest ``e`` (elementwise) with ``(qmin - zp) * 2**e <= rmin`` and
-    ``(qmax - zp) * 2**e >= rmax``; ``fallback`` where the range is all zero."""
+    """The smallest ``e`` whose symmetric range covers ``[rmin, rmax]``; ``fallback`` for zeros."""
     rmin = np.minimum(np.asarray(rmin, np.float64), 0.0)
     rmax = np.maximum(np.asarray(rmax, np.float64), 0.0)
     need = np.maximum(rmax / (qmax - zero_point), rmin / (qmin - zero_point))
@@ -90,8 +78,7 @@ def _reduce(values: np.ndarray, axis: int | None, per_channel: bool) -> tuple[np
 
 
 def _sse(values: np.ndarray, exponent: np.ndarray, elem: int, axis: int | None) -> np.ndarray:
-    """Squared error of quantizing ``values`` with scales ``2**exponent`` and the symmetric
-    zero point, per channel when ``exponent`` has more than one entry."""
+    """Squared error of quantizing ``values`` at scales ``2**exponent`` (per channel)."""
     qmin, qmax, zp = QTYPES[elem]
     # Dividing and multiplying by a power of two is exact: float32 loses nothing here.
     dtype = np.float64 if values.dtype == np.float64 else np.float32
@@ -225,8 +212,7 @@ def _weight(graph: QdqGraph, dq: onnx.NodeProto, values: np.ndarray, method: str
 def _write_constant(
     graph: QdqGraph, dq: onnx.NodeProto, values: np.ndarray, scale: np.ndarray, elem: int
 ) -> int:
-    """Write ``values`` quantized with ``scale`` and the symmetric zero point into ``dq``'s
-    own initializers; how many values saturated."""
+    """Write ``values`` quantized at ``scale`` into ``dq``'s own initializers; the saturated."""
     qmin, qmax, zp = QTYPES[elem]
     axis = next((a.i for a in dq.attribute if a.name == "axis"), None)
     if np.size(scale) > 1 and axis is None:
@@ -248,8 +234,7 @@ def to_power_of_two(
     float_inits: Mapping[str, np.ndarray],
     measure: Callable[[Mapping[str, _Activation]], None] | None = None,
 ) -> dict[str, int]:
-    """Rewrite every scale of ``graph`` to a power of two (``method``: NonOverflow or
-    MinMSE); ``measure(groups)`` sets MinMSE's activation exponents. Counts of what changed."""
+    """Rewrite every scale of ``graph`` to a power of two; counts of what changed."""
     groups = _activations(graph)
     if method == "MinMSE" and measure is not None:
         measure(groups)
@@ -297,8 +282,7 @@ def to_power_of_two(
 
 
 def _bias_sources(graph: QdqGraph, dq: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(input scale, weight scale)`` when ``dq`` is an int32 Conv/Gemm bias whose input and
-    weight are quantized, else None."""
+    """``(input scale, weight scale)`` of an int32 Conv/Gemm bias, else None."""
     if graph.elem_type(dq.input[0]) != onnx.TensorProto.INT32:
         return None
     for node in graph.consumers.get(dq.output[0], []):

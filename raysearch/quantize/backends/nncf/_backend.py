@@ -1,19 +1,9 @@
-"""The ``"nncf"`` backend: OpenVINO NNCF's post-training quantization of the ONNX model.
+"""The ``"nncf"`` backend: OpenVINO NNCF's ``nncf.quantize`` on the ONNX model, a QDQ model out.
 
-``nncf.quantize`` runs on the ONNX model itself and writes a QDQ model that ONNX Runtime
-evaluates like the ``ort`` backend's; its settings are NNCF's own
-(``raysearch.quantize.backends.nncf.options``). NNCF is imported only when a backend is
-built, so a config naming ``quantizer: nncf`` is checked without it.
-
-Reused across the trials of a process: the float model, prepared once (``Constant`` weights
-as initializers; opset raised to 13, below which NNCF quantizes weights per tensor), and the
-calibration data as one ``nncf.Dataset``. NNCF 3.4 caches no statistics for ``nncf.quantize``
-on ONNX: every trial collects them again, on its providers
-(:mod:`raysearch.quantize.nncf_runtime`).
-
-Techniques rewrite NNCF's QDQ output as they rewrite ONNX Runtime's; mixed precision is
-refused (its ranking reads ONNX Runtime's Q/DQ names); node names a tensor-override
-technique keeps float join ``ignored_scope.names``.
+NNCF is imported only when a backend is built. The prepared float model (``Constant`` weights
+as initializers, opset at least 13) and the ``nncf.Dataset`` are reused across a process's
+trials; the statistics are collected again each trial (NNCF caches none on ONNX). Mixed
+precision is refused; nodes a technique keeps float join ``ignored_scope.names``.
 
 Example:
     >>> NncfBackend.reject({"model_type": "transformer", "fast_bias_correction": False})[:35]
@@ -51,8 +41,7 @@ _logger = logging.getLogger(__name__)
 
 @register_backend("nncf")
 class NncfBackend(NncfModelBackend):
-    """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module);
-    ``options`` are the base class's (``threads``, ``gpu_id``, ``providers``)."""
+    """NNCF's ``nncf.quantize`` with the trial's providers and threads (see the module)."""
 
     #: The settings this backend takes (``raysearch.quantize.backends.nncf.options``).
     catalogue: ClassVar[Catalogue | None] = NNCF_CATALOGUE
@@ -75,9 +64,7 @@ class NncfBackend(NncfModelBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for an ``ignored_scope`` that matches nothing in
-        ``model`` (NNCF refuses it on every trial): op types and node names it lacks, with
-        the closest, and patterns that are no regular expression or match no node."""
+        """Refuse an ``ignored_scope`` that matches nothing in ``model`` (NNCF would refuse it)."""
         scope = settings.get("ignored_scope") or {}
         if not any(scope.get(k) for k in ("types", "names", "patterns")):
             return
@@ -102,8 +89,7 @@ class NncfBackend(NncfModelBackend):
         return reject_reason(settings)
 
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
-        """Quantize with ``settings`` into ``out_path``. What NNCF raises is raised again as
-        one readable line naming NNCF (the trial records it as a failed trial)."""
+        """Quantize with ``settings`` into ``out_path``; NNCF's errors as one line naming NNCF."""
         from raysearch.quantize.backends.nncf._params import quantize_arguments
 
         reason = reject_reason(settings)
@@ -141,9 +127,7 @@ def _check_present(key: str, requested: Sequence[str] | None, in_model: set[str]
 
 
 def _failure_line(exc: BaseException) -> str:
-    """``NNCF <version> failed in <step> (<type>): <first line>``: the step is the NNCF
-    algorithm the error came from (``bias_correction``, ``smooth_quant``, ...), and ONNX
-    Runtime's ``[ONNXRuntimeError] : 1 : FAIL :`` prefix is dropped."""
+    """``NNCF <version> failed in <step> (<type>): <first line>``, ONNX Runtime's prefix dropped."""
     from nncf import __version__
 
     step = ""

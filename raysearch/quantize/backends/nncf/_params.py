@@ -26,8 +26,7 @@ _capped: set[tuple[int, int]] = set()
 def quantize_arguments(
     nncf: ModuleType, settings: Mapping[str, Any], items: int, external_data_dir: str | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments of ``nncf.quantize`` for ``settings``, with calibration data of
-    ``items`` feeds (``subset_size`` at most that: NNCF would warn on every trial)."""
+    """Keyword arguments of ``nncf.quantize`` for ``settings`` (``subset_size`` <= ``items``)."""
     extra = settings.get("extra_options") or {}
     if extra:  # the techniques' keys are removed before; what is left would be dropped
         raise ValueError(f"quantizer nncf cannot apply extra_options {', '.join(sorted(extra))}")

@@ -1,21 +1,12 @@
-"""The NNCF backend's settings catalogue and the combinations it refuses.
-
-Every key ``quantizer: nncf`` takes is described here once, as NNCF 3.4 names it: the
-arguments of ``nncf.quantize`` and the fields of its ``AdvancedQuantizationParameters`` that
-change the quantized ONNX model. Not offered, being OpenVINO-only, speed-only, failing in
-NNCF 3.4 on ONNX, or outside NNCF's ONNX hardware configs: ``disable_channel_alignment``,
-``inplace_statistics``, ``quantize_outputs``, activation quantization parameters, asymmetric
-or narrow-range weights, ``apply_for_all_nodes`` and FP8 modes. The module is pure data,
-importing neither NNCF nor ONNX Runtime, so that an install without NNCF validates too.
+"""The NNCF backend's settings catalogue (NNCF 3.4's names: ``nncf.quantize``'s arguments and
+the ``AdvancedQuantizationParameters`` that change an ONNX model) and its refusals. Pure data,
+so that an install without NNCF validates too.
 
 Example:
     >>> NNCF_CATALOGUE.spec("", "preset").choices
     ('performance', 'mixed')
     >>> NNCF_CATALOGUE.check("smooth_quant_alphas", "matmul", 1.5)
     'expected a value <= 1.0, got 1.5'
-    >>> reject_reason({"quantizer": "nncf", "model_type": "transformer",
-    ...                "fast_bias_correction": False}).split(" (a ")[0]
-    "NNCF 3.4's BiasCorrection (fast_bias_correction: false) fails on transformer models"
 """
 
 from __future__ import annotations
@@ -152,9 +143,9 @@ NNCF_CATALOGUE = register_catalogue(
 
 
 def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | None:
-    """NNCF 3.4's BiasCorrection extracts a subgraph per biased layer; where one activation
-    feeds several biased MatMuls (attention's Q, K and V projections) after SmoothQuant, the
-    subgraph defines ``<tensor>/nncf_smooth_quant_output`` twice and ONNX Runtime refuses it."""
+    """NNCF 3.4's BiasCorrection after SmoothQuant defines a tensor twice where one feeds several
+    biased MatMuls (attention's Q, K, V): ONNX Runtime refuses the model.
+    """
     if settings.get("model_type") != "transformer":
         return None
     if settings.get("fast_bias_correction") is not False or settings.get("disable_bias_correction"):
@@ -166,9 +157,7 @@ def reject_transformer_bias_correction(settings: Mapping[str, Any]) -> str | Non
 
 
 def reject_mixed_precision(settings: Mapping[str, Any]) -> str | None:
-    """Mixed precision's ranking matches Q/DQ pairs by ONNX Runtime's names, which NNCF does
-    not write: a setting that promotes something is refused (``ignored_scope`` keeps nodes
-    float)."""
+    """Mixed precision's ranking reads ONNX Runtime's Q/DQ names, which NNCF does not write."""
     options = settings.get("mixed_precision")
     if not isinstance(options, Mapping):
         return None

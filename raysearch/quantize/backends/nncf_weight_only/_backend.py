@@ -1,13 +1,7 @@
-"""The ``"nncf_weight_only"`` backend: OpenVINO NNCF's ``nncf.compress_weights`` on the ONNX
-model, with every setting of :mod:`raysearch.quantize.backends.nncf_weight_only.options`
-passed to it, and what NNCF 3.4 writes that ONNX Runtime computes wrongly repaired
-(:mod:`~raysearch.quantize.backends.nncf_weight_only._repair`).
-
-Only the settings a point gives are passed. ``quantize_embeddings: false`` and ``nodes_float``
-become NNCF's ``ignored_scope``, and the calibration data is passed where a setting reads it,
-NNCF then running on the trial's providers. A value info that declares an initializer another
-shape than its own (onnxruntime-genai's builder writes one), which NNCF's shape inference
-refuses, is dropped. NNCF is imported only when a backend is built.
+"""The ``"nncf_weight_only"`` backend: NNCF's ``nncf.compress_weights`` on the ONNX model, with
+the settings a point gives (``quantize_embeddings: false`` and ``nodes_float`` as its
+``ignored_scope``; calibration data where a setting reads it), its output repaired
+(``_repair``). A value info shaped unlike its initializer is dropped (NNCF refuses it).
 
 Example:
     >>> NncfWeightOnlyBackend.reject({"gptq": True}).split(":")[0]
@@ -56,8 +50,7 @@ _NNCF_SUBSET = 128
 
 @register_backend("nncf_weight_only")
 class NncfWeightOnlyBackend(NncfModelBackend):
-    """NNCF's ``compress_weights`` with the trial's settings (see the module); ``options``
-    are the base class's (``threads``, ``gpu_id``, ``providers``)."""
+    """NNCF's ``compress_weights`` with the trial's settings (see the module)."""
 
     catalogue: ClassVar[Catalogue | None] = NNCF_WEIGHT_ONLY_CATALOGUE
     model_settings: ClassVar[tuple[str, ...]] = ("nodes_float",)
@@ -79,8 +72,7 @@ class NncfWeightOnlyBackend(NncfModelBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for a ``nodes_float`` name that is no weight MatMul or
-        embedding Gather of ``model`` (with the closest name)."""
+        """Refuse a ``nodes_float`` name that is no weight MatMul or embedding Gather."""
         names = settings.get("nodes_float")
         if not names:
             return
@@ -101,9 +93,7 @@ class NncfWeightOnlyBackend(NncfModelBackend):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """A 4-bit ``group_size`` that does not divide the rows of a weight NNCF puts at 4
-        bits (every weight MatMul but the last, the last too with ``all_layers``), with
-        ``group_size_fallback_mode`` ``error`` (NNCF's default): NNCF refuses it."""
+        """A 4-bit ``group_size`` not dividing a 4-bit weight's rows (NNCF refuses it)."""
         if mode(settings) in INT8_MODES or settings.get("group_size_fallback_mode") not in (
             None,
             "error",
@@ -125,8 +115,7 @@ class NncfWeightOnlyBackend(NncfModelBackend):
         return None
 
     def quantize(self, settings: Mapping[str, Any], out_path: str | os.PathLike) -> QuantizeInfo:
-        """Compress with ``settings`` into ``out_path``. What NNCF raises is raised again as
-        one line naming NNCF (the trial records it as a failed trial)."""
+        """Compress with ``settings`` into ``out_path``; NNCF's errors as one line naming NNCF."""
         reason = self.reject(settings)
         if reason:
             raise ValueError(reason)
@@ -168,9 +157,7 @@ def compress_arguments(
     embeddings: Sequence[str],
     external_data_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``nncf.compress_weights`` for ``settings`` (only the keys they
-    set), the model's embedding Gathers ``embeddings`` ignored where ``quantize_embeddings``
-    is false; the calibration data is the caller's to add."""
+    """Keyword arguments of ``nncf.compress_weights`` for ``settings`` (calibration data aside)."""
     from nncf.onnx.quantization.backend_parameters import BackendParameters
     from nncf.quantization.advanced_parameters import (
         AdvancedCompressionParameters,
@@ -205,9 +192,7 @@ def compress_arguments(
 
 
 def _drop_contradicting_value_infos(model: onnx.ModelProto) -> list[str]:
-    """Drop, in place, each value info of ``model`` that declares an initializer another shape
-    or type than its own (which NNCF's shape inference refuses, and ONNX Runtime ignores);
-    their names."""
+    """Drop, in place, value infos shaped or typed unlike their initializer; their names."""
     inits = {t.name: t for t in model.graph.initializer}
     dropped = []
     for info in list(model.graph.value_info):
@@ -232,8 +217,7 @@ def _fits(declared: Any, dims: Sequence[int]) -> bool:
 
 
 def _compressed(model: onnx.ModelProto) -> int:
-    """Weight MatMuls NNCF compressed: each ``MatMulNBits``, and each MatMul whose weight a
-    ``DequantizeLinear`` writes (which the graph count would not read as quantized)."""
+    """Weight MatMuls NNCF compressed: each ``MatMulNBits``, and each MatMul fed by a DQ weight."""
     nodes = list(model.graph.node)
     dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
     return sum(

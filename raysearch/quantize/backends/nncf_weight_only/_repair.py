@@ -1,17 +1,6 @@
-"""What NNCF 3.4's ``compress_weights`` writes into ``MatMulNBits`` that ONNX Runtime computes
-wrongly or refuses, put right in the written model.
-
-NNCF replaces a weight MatMul by a ``MatMulNBits`` (4-bit groups, opset below 21) in
-``ONNXWeightCompressionAlgoBackend._replace_matmul_with_matmulnbits``, and there:
-
-- **the bias counted twice**: NNCF passes the ``Add`` after a MatMul as the
-  ``MatMulNBits`` bias input but keeps the ``Add``; :func:`repair_matmul_nbits` drops the
-  bias input where an ``Add`` after the node adds the same tensor.
-- **zero points one per byte** (``int4_asym``): ``MatMulNBits`` reads 4-bit zero points two
-  per byte; NNCF writes one per byte, which ONNX Runtime refuses where a weight has more than
-  one block. :func:`repair_matmul_nbits` packs them (low nibble first).
-
-An NNCF that writes either correctly leaves nothing to repair.
+"""What NNCF 3.4's ``compress_weights`` writes wrongly into ``MatMulNBits``, put right: the bias
+of a following ``Add`` passed again as the bias input (dropped), and 4-bit zero points one per
+byte (packed two per byte, low nibble first).
 """
 
 from __future__ import annotations
@@ -25,8 +14,7 @@ __all__ = ["repair_matmul_nbits"]
 
 
 def repair_matmul_nbits(model: onnx.ModelProto) -> dict[str, int]:
-    """Repair ``model``'s ``MatMulNBits`` nodes in place (see the module); how many biases were
-    dropped and how many zero-point tensors packed."""
+    """Repair ``model``'s ``MatMulNBits`` in place; the biases dropped and zero points packed."""
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -44,8 +32,7 @@ def repair_matmul_nbits(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _drop_repeated_bias(node: onnx.NodeProto, consumers: list[onnx.NodeProto]) -> bool:
-    """Inputs: A, B, scales, zero_points, g_idx, bias. A bias an ``Add`` after the node adds
-    again is dropped (with the empty inputs before it)."""
+    """Drop the bias input (A, B, scales, zero_points, g_idx, bias) a following ``Add`` adds."""
     if len(node.input) < 6 or not node.input[5]:
         return False
     bias = node.input[5]

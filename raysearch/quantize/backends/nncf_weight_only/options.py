@@ -1,27 +1,18 @@
 """The ``nncf_weight_only`` backend's settings catalogue and the combinations it refuses.
 
-``quantizer: nncf_weight_only`` is OpenVINO NNCF 3.4's ``nncf.compress_weights`` on the ONNX
-model: 4-bit weights in ONNX Runtime's ``MatMulNBits`` and 8-bit per-channel weights in
-``DequantizeLinear``, activations left float. Each key is one ``compress_weights`` argument,
-named and valued as NNCF names it (:data:`SETTINGS`; ``nodes_float`` is its
-``ignored_scope``); a combination NNCF cannot honour on an ONNX model, or whose output ONNX
-Runtime cannot run, is refused by :func:`reject_reason` in one line before anything runs.
-
-Not offered: NNCF's float and codebook modes and ``gptq``/``lora_correction`` (refused or
-broken on ONNX in NNCF 3.4), ``group_size: -1`` with a 4-bit mode (a per-channel int4
-``DequantizeLinear`` needs opset 21, which NNCF does not raise to), ``compression_format``
-(NNCF writes only ``DQ`` on ONNX) and ``subset_size`` (the data-aware settings read up to
-128 calibration samples). What NNCF 3.4 writes wrongly into ``MatMulNBits`` is repaired by
-the backend (:mod:`raysearch.quantize.backends.nncf_weight_only._repair`). The module imports
-neither NNCF nor ONNX Runtime.
+``quantizer: nncf_weight_only`` is NNCF 3.4's ``nncf.compress_weights`` on the ONNX model
+(4-bit ``MatMulNBits``, 8-bit per-channel ``DequantizeLinear``, float activations). Each key
+is one ``compress_weights`` argument as NNCF names it (:data:`SETTINGS`; ``nodes_float`` is
+its ``ignored_scope``); what NNCF or ONNX Runtime cannot do is refused by
+:func:`reject_reason`. Not offered: float and codebook modes, ``gptq``/``lora_correction``,
+``group_size: -1`` at 4 bits, ``compression_format`` and ``subset_size``. Imports neither
+NNCF nor ONNX Runtime.
 
 Example:
     >>> NNCF_WEIGHT_ONLY_CATALOGUE.spec("", "mode").choices
     ('int4_sym', 'int4_asym', 'int8_sym', 'int8_asym')
     >>> reject_reason({"mode": "int4_sym", "group_size": 48})
     'group_size 48: MatMulNBits needs a power of two from 16 to 256'
-    >>> reject_reason({"mode": "int8_asym", "ratio": 0.8}).split(":")[0]
-    'mode int8_asym compresses every weight per output channel at 8 bits'
 """
 
 from __future__ import annotations
@@ -95,13 +86,9 @@ def mode(settings: Mapping[str, Any]) -> str:
 
 
 def is_data_aware(settings: Mapping[str, Any]) -> bool:
-    """Whether ``settings`` need the calibration data: AWQ, scale estimation, or a sensitivity
-    metric of activations choosing the 4-bit layers (``ratio`` below 1).
+    """Whether ``settings`` need calibration data (AWQ, scale estimation, an activation metric).
 
     Example:
-        >>> is_data_aware({"mode": "int4_sym", "ratio": 0.8,
-        ...                "sensitivity_metric": "hessian_input_activation"})
-        True
         >>> is_data_aware({"mode": "int4_sym", "ratio": 0.8})
         False
     """

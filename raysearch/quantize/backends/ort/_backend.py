@@ -103,9 +103,7 @@ def static_quantizer_arguments(
     types: tuple[QuantType, QuantType],
     ranges: Any,
 ) -> dict[str, Any]:
-    """The keyword arguments of ONNX Runtime's static quantizer for ``quant_format`` with
-    ``settings``, ``(weight, activation)`` types and the calibrated ``ranges``; by keyword, so
-    that a reordered signature cannot shift a value into another parameter."""
+    """The static quantizer's keyword arguments for ``quant_format``, settings and ranges."""
     _, quantizer_options = split_extra_options(dict(settings.get("extra_options") or {}))
     arguments: dict[str, Any] = {
         "model": model,
@@ -126,10 +124,9 @@ def static_quantizer_arguments(
 
 @register_backend("ort")
 class OrtBackend(QuantizerBackend):
-    """ONNX Runtime static quantization (QDQ by default) with cached calibration, run on
-    ``providers`` (default: ``gpu_id``'s). The float model is copied once into a private
-    temporary folder (ONNX Runtime writes shape-inferred copies next to the model it reads);
-    :meth:`close` removes it."""
+    """ONNX Runtime static quantization with cached calibration, on a private copy of the float
+    model (ONNX Runtime writes beside the model it reads); :meth:`close` removes it.
+    """
 
     #: The settings this backend takes (``raysearch.quantize.backends.ort.options``).
     catalogue: ClassVar[Catalogue | None] = ORT_CATALOGUE
@@ -174,8 +171,7 @@ class OrtBackend(QuantizerBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for values ONNX Runtime does not know, op types that
-        are no ONNX op and node names not in the model."""
+        """Refuse values ONNX Runtime does not know, unknown op types and node names."""
         check_settings(settings, model)
 
     @classmethod
@@ -233,8 +229,7 @@ class OrtBackend(QuantizerBackend):
     def _quantize_dynamic(
         self, settings: Mapping[str, Any], out_path: str | os.PathLike
     ) -> QuantizeInfo:
-        """ONNX Runtime's ``quantize_dynamic``: 8-bit weights, activation ranges computed at
-        run time (MatMulInteger, ConvInteger, DynamicQuantizeLinear); nothing is calibrated."""
+        """ONNX Runtime's ``quantize_dynamic``: 8-bit weights, activation ranges at run time."""
         from onnxruntime.quantization import quantize_dynamic
 
         start = time.perf_counter()
@@ -262,9 +257,9 @@ class OrtBackend(QuantizerBackend):
         extra: Mapping[str, Any],
         per_channel_qdq: bool = False,
     ) -> tuple[onnx.ModelProto, Path, int]:
-        """The model ``quantize_static`` would quantize for these types: the shape-inferred
-        float model, or its opset-raised version (16-bit, float8, block-wise types; and opset
-        13 for per-channel QDQ weights, below which a DequantizeLinear has no ``axis``)."""
+        """The model ``quantize_static`` quantizes for these types: shape-inferred, opset raised
+        where the types need it (16-bit, float8, block-wise; 13 for per-channel QDQ).
+        """
         overrides = extra.get("TensorQuantOverrides")
         key = (
             weight == QuantType.QFLOAT8E4M3FN,
@@ -316,8 +311,7 @@ def _hint_once(message: str) -> None:
 
 
 def _copy_model(source: str, folder: Path) -> Path:
-    """Copy the model file into ``folder`` (with external data: re-saved with its weights in
-    one file), ``Constant`` nodes holding tensors made initializers."""
+    """Copy the model into ``folder`` in one file, ``Constant`` tensors made initializers."""
     target = folder / "model.onnx"
     full = onnx.load(source)
     # Weights held by Constant nodes would be quantized like activations: made initializers,

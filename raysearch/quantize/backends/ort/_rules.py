@@ -79,8 +79,7 @@ def reject_qoperator_4bit(settings: Mapping[str, Any]) -> str | None:
 
 
 def reject_qoperator_float8(settings: Mapping[str, Any]) -> str | None:
-    """QOperator format with float8 (the model it writes references an op that does not
-    exist)."""
+    """QOperator with float8 (the model references an op that does not exist)."""
     if _get(settings, "quant_format") == "QOperator" and _FLOAT8 in _types(settings):
         return f"QOperator format does not support {_FLOAT8}; use quant_format QDQ"
     return None
@@ -94,8 +93,7 @@ def reject_int8_activation_uint8_weight(settings: Mapping[str, Any]) -> str | No
 
 
 def reject_dynamic_weight_type(settings: Mapping[str, Any]) -> str | None:
-    """Dynamic quantization with a weight type other than 8 bits (``quantize_dynamic``
-    builds MatMulInteger/ConvInteger, 8-bit only)."""
+    """Dynamic quantization with weights other than 8 bits (MatMulInteger is 8-bit only)."""
     weight = _get(settings, "weight_type", DEFAULTS["weight_type"])
     if _get(settings, "quant_mode") == "dynamic" and weight not in ("QInt8", "QUInt8"):
         return f"quant_mode dynamic supports weight_type QInt8 or QUInt8 only, got {weight}"
@@ -114,8 +112,7 @@ def reject_float8_mixed(settings: Mapping[str, Any]) -> str | None:
 
 
 def reject_float8_without_distribution(settings: Mapping[str, Any]) -> str | None:
-    """Float8 with a calibration method other than Distribution (``quantize_static``
-    refuses)."""
+    """Float8 with a calibration method other than Distribution (``quantize_static`` refuses)."""
     method = _get(settings, "calibrate_method")
     if _FLOAT8 in _types(settings) and method != "Distribution":
         return f"{_FLOAT8} needs calibrate_method Distribution, got {method}"

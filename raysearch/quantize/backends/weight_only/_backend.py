@@ -1,36 +1,19 @@
-"""The ``"weight_only"`` backend: ONNX Runtime's ``MatMulNBitsQuantizer`` (weight-only blocked
-4/8-bit weights, float activations), with every setting of
-:mod:`raysearch.quantize.backends.weight_only.options` passed to it.
+"""The ``"weight_only"`` backend: ONNX Runtime's ``MatMulNBitsQuantizer`` (blocked 4/8-bit
+weights, float activations), with every setting of ``weight_only.options``.
 
-Per-node choices: ONNX Runtime's blocked RTN and HQQ quantize every selected node at one
-``bits``, ``block_size`` and symmetry, so a model whose nodes differ (node lists,
-``node_settings``) is one pass of the quantizer per distinct choice (the 8-bit nodes of an HQQ
-setting are rounded by RTN: HQQ's 8-bit MatMulNBits does not run on CPU): a node quantized in
-one pass is a ``MatMulNBits`` the later passes leave alone, and each pass excludes every node
-of another choice and those kept float. k-quant goes through ONNX Runtime's
-neural-compressor path, which reads ``bits`` and the block from a per-node configuration
-only (its global ``bits`` is ignored there): its nodes are one pass, each with its own entry.
-``accuracy_level`` is passed to the quantizer and set on every ``MatMulNBits`` node written
-(HQQ's quantizer writes none). The nodes at ``algorithm: source`` go through no quantizer:
-their ``MatMulNBits`` are copied from ``weight_source`` after the passes
-(:mod:`~raysearch.quantize.backends.weight_only._source`).
+RTN and HQQ quantize every selected node at one choice, so nodes that differ are one pass per
+distinct choice, each excluding the nodes of other choices and those kept float. k-quant reads
+``bits`` and the block from a per-node configuration only: its nodes are one pass. The nodes
+at ``algorithm: source`` are copied from ``weight_source`` after the passes (``_source``).
+No calibration: the weights alone are read.
 
-No calibration: RTN, HQQ and k-quant read the weights alone, and the backend never touches
-the calibration data or its cache.
-
-A float model with external data (every model over 2 GB) is never held whole: the backend
-keeps its graph without the weights, and RTN and HQQ read each weight from the file as they
-rewrite its node and drop it after
-(:mod:`~raysearch.quantize.backends.weight_only._external`), so a trial holds one float
-weight at a time beside the quantized model it writes (with its own ``<name>.data`` file).
-k-quant, which quantizes the whole model at once, reads the weights in for its pass.
+A float model with external data is never held whole: RTN and HQQ read each weight as they
+rewrite its node (``_external``); k-quant reads the weights in for its pass.
 
 Example:
     >>> from raysearch.quantize.backends.weight_only._backend import WeightOnlyBackend
     >>> WeightOnlyBackend.reject({"algorithm": "gptq"})[:40]
     'algorithm gptq is refused: ONNX Runtime '
-    >>> with WeightOnlyBackend("model.onnx", calibration) as backend:   # doctest: +SKIP
-    ...     info = backend.quantize({"block_size": 32, "symmetric": False}, "int4.onnx")
 """
 
 from __future__ import annotations
@@ -83,9 +66,9 @@ _logger = logging.getLogger(__name__)
 
 
 def import_quantizer() -> Any:
-    """ONNX Runtime's ``matmul_nbits_quantizer`` module, imported without the
-    ``logging.basicConfig(level=INFO)`` it runs at import (which would configure the root
-    logger of the whole process), its own logger at WARNING (it logs every node at INFO)."""
+    """ONNX Runtime's ``matmul_nbits_quantizer`` imported without its root ``basicConfig``, its
+    logger at WARNING.
+    """
     import sys
 
     name = "onnxruntime.quantization.matmul_nbits_quantizer"
@@ -135,10 +118,9 @@ class WeightOnlyBackend(QuantizerBackend):
     def validate(
         cls, settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto
     ) -> None:
-        """Raise :class:`ConfigError` for a name in ``nodes_4bit``, ``nodes_8bit``,
-        ``nodes_float`` or ``node_settings`` that is no weight MatMul of ``model`` (with the
-        closest name), and for a ``weight_source`` that cannot be read or has no
-        ``MatMulNBits`` of any weight MatMul of ``model``."""
+        """Refuse node names that are no weight MatMul of ``model`` and an unusable
+        ``weight_source``.
+        """
         source = settings.get("weight_source")
         if not names_nodes(settings) and not source:
             return
@@ -183,11 +165,7 @@ class WeightOnlyBackend(QuantizerBackend):
     def reject_on_model(
         cls, settings: Mapping[str, Any], weights: Mapping[str, Sequence[int]]
     ) -> str | None:
-        """4-bit k-quant with a ``block_size`` that gives a weight it quantizes an odd number
-        of blocks per column (ONNX Runtime fails on it, :func:`_k_quant_refusal`), and a node
-        at ``algorithm: source`` that ``weight_source`` has no match for at its choice
-        (:func:`~raysearch.quantize.backends.weight_only._source.source_refusal`): refused
-        before anything runs, with the same line a trial would fail with."""
+        """4-bit k-quant with an odd block count per column, and a source node with no match."""
         choices = node_choices(settings, weights)
         nodes: Mapping[str, Any] = {}
         if any(isinstance(c, NodeChoice) and c.algorithm == "source" for c in choices.values()):
@@ -273,8 +251,7 @@ class WeightOnlyBackend(QuantizerBackend):
         chosen: set[str],
         embeddings: bool,
     ) -> onnx.ModelProto:
-        """One quantizer pass (RTN or HQQ) over the nodes of ``chosen`` at ``choice``, and the
-        embedding Gathers with ``embeddings``."""
+        """One RTN or HQQ pass over the nodes of ``chosen`` at ``choice`` (and ``embeddings``)."""
         from onnxruntime.quantization.quant_utils import QuantFormat
 
         mnq = import_quantizer()
@@ -329,8 +306,7 @@ class WeightOnlyBackend(QuantizerBackend):
         options: Mapping[str, Any],
         chosen: Mapping[str, NodeChoice],
     ) -> onnx.ModelProto:
-        """k-quant in one pass over ``chosen``: each node's bits and block through ONNX
-        Runtime's per-node config."""
+        """k-quant in one pass over ``chosen``, each node through ONNX Runtime's per-node config."""
         mnq = import_quantizer()
         inits = {t.name: t for t in model.graph.initializer}
         for node in model.graph.node:
@@ -360,8 +336,7 @@ class WeightOnlyBackend(QuantizerBackend):
 
 @contextlib.contextmanager
 def _quiet(torch_threads: int | None) -> Iterator[None]:
-    """The quantizer without its progress bar on stdout and PyTorch's warning about the
-    read-only weight arrays HQQ wraps (it only reads them), on ``torch_threads`` threads."""
+    """The quantizer without its progress bar and HQQ's read-only warning, on ``torch_threads``."""
     previous = None
     if torch_threads:
         import torch
@@ -391,9 +366,9 @@ def _set_accuracy_level(model: onnx.ModelProto, level: int) -> None:
 
 
 def _k_quant_refusal(choice: NodeChoice, rows: int, node: str) -> str | None:
-    """Why ONNX Runtime's k-quant fails on a weight of ``rows`` rows at ``choice``, or None:
-    at 4 bits it packs two zero points a byte across the whole weight, then reshapes them to
-    one row per column, which fails unless each column has an even number of blocks."""
+    """Why ONNX Runtime's k-quant fails on a ``rows``-row weight at ``choice`` (at 4 bits a
+    column needs an even number of blocks), or None.
+    """
     block = choice.block_size
     blocks = -(-rows // block)
     if choice.bits != 4 or blocks % 2 == 0:

@@ -1,19 +1,10 @@
-"""A float model with external data (every model over 2 GB) quantized without holding its
-weights: each weight is read from its file when ONNX Runtime's quantizer rewrites its node,
-into a graph of its own that is dropped once the node is rewritten.
+"""A float model with external data quantized without holding its weights.
 
-``MatMulNBitsQuantizer`` walks the graph and hands each node it quantizes to its node
-quantizer (``node_quantizer.quantize(node, graph_stack)``), which looks the node's weight up
-in the graphs of ``graph_stack``, innermost first, and adds the quantized weight to the graph
-it found it in. :func:`weights_on_demand` wraps that call: the node's external tensors are
-read into a scratch graph put innermost on the stack, so the quantizer reads them there and
-writes its quantized tensors there; those are moved to the graph of the float weight, and the
-scratch graph, with the float data, goes. The float weight in the model stays a reference
-into the float model's file that nothing reads any more (the quantizer's
-``clean_initializers`` drops it). A separate graph, not the model's own tensor read and
-cleared: ``protobuf``'s arena keeps the bytes of a cleared field until the whole message goes.
-What no pass rewrote (embeddings, nodes kept float) is read in by :func:`load_remaining`
-before the model is written.
+:func:`weights_on_demand` wraps ``MatMulNBitsQuantizer``'s node quantizer: the node's
+external tensors are read into a scratch graph put innermost on ``graph_stack``, where the
+quantizer reads them and writes its quantized tensors; those move to the float weight's graph
+and the scratch graph goes (a separate graph: protobuf's arena keeps a cleared field's bytes).
+What no pass rewrote is read in by :func:`load_remaining` before the model is written.
 
 Example:
     >>> import onnx
@@ -52,9 +43,7 @@ def _initializer(
 
 @contextmanager
 def weights_on_demand(quantizer: Any, base_dir: str | os.PathLike) -> Iterator[None]:
-    """While ``quantizer`` (a ``MatMulNBitsQuantizer`` over a model loaded without its
-    external data, which is in ``base_dir``) runs, each node's external tensors are read when
-    its node quantizer rewrites it, into a scratch graph dropped after (see the module)."""
+    """While ``quantizer`` runs, read each node's external tensors from ``base_dir`` on demand."""
     node_quantizer, folder = quantizer.node_quantizer, os.fspath(base_dir)
     original = node_quantizer.quantize
 
@@ -84,6 +73,5 @@ def weights_on_demand(quantizer: Any, base_dir: str | os.PathLike) -> Iterator[N
 
 
 def load_remaining(model: onnx.ModelProto, base_dir: str | os.PathLike) -> None:
-    """Read in every tensor of ``model`` still in an external file of ``base_dir`` (what no
-    pass rewrote), so that the model is written whole with its own data file."""
+    """Read in every tensor of ``model`` still external in ``base_dir`` (what no pass rewrote)."""
     load_external_data_for_model(model, os.fspath(base_dir))

@@ -1,24 +1,12 @@
-"""Weights a library wrote (``algorithm: source``): a node's ``MatMulNBits`` taken as the model
-of ``weight_source`` stores it.
+"""Weights a library wrote (``algorithm: source``): a node's ``MatMulNBits`` taken from
+``weight_source`` (an ONNX model or an onnxruntime-genai folder, e.g. AutoRound's through the
+builder).
 
-Libraries that round better than round-to-nearest (AutoRound, GPTQ, AWQ) work on the Hugging
-Face checkpoint, and onnxruntime-genai's builder turns their output into a genai folder whose
-``MatMulNBits`` hold the library's 4-bit weights. Such a folder (or any ONNX model with
-``MatMulNBits`` nodes) is a source of per-node choices: a weight MatMul of the float model at
-``algorithm: source`` is replaced by the source's node of the same name, its packed weights,
-scales and zero points copied as they are. The names are matched as the tools write them: the
-same name, ONNX Runtime's quantizer's ``<name>_Q4``/``_Q8``, or the builder's ``.../MatMulNBits``
-for the float export's ``.../MatMul``.
-
-A source node is taken only where it is the node's choice exactly: the same weight shape
-(``K`` rows, ``N`` columns), ``bits`` and ``block_size``; ``symmetric`` says whether zero
-points are written. A source whose zero points are all the midpoint (``2**(bits-1)``, what
-``MatMulNBits`` assumes without them; GPTQ's format writes them so for symmetric weights) is
-symmetric: they are dropped, the same weights in fewer bytes. An asymmetric choice of a source
-node without zero points gets midpoint ones (the same weights, the bytes the choice counts).
-Anything else (another shape, bits or block, zero points elsewhere than the midpoint for a
-symmetric choice, a ``g_idx`` or bias input the float MatMul does not have) is refused in one
-line (:func:`source_refusal`) before anything runs.
+A float MatMul is matched by name (the same, ``<name>_Q4``/``_Q8``, or ``.../MatMulNBits`` for
+``.../MatMul``) and taken only where its weight shape, ``bits`` and ``block_size`` match the
+choice. Zero points all at the midpoint are dropped for a symmetric choice; an asymmetric
+choice without zero points gets midpoint ones. Anything else is refused in one line
+(:func:`source_refusal`) before anything runs.
 
 Example:
     >>> float_name("/model/layers.0/attn/qkv_proj/MatMulNBits")
@@ -86,12 +74,7 @@ def float_name(name: str) -> str:
 
 
 def source_model_file(path: str | os.PathLike) -> Path:
-    """The model file of ``weight_source``: the path itself, or a client folder's model file.
-
-    Raises:
-        ValueError: not an absolute path, not found, or neither an ONNX model nor a folder
-            with one (one line).
-    """
+    """The model file of ``weight_source`` (a path or a client folder's); ValueError otherwise."""
     given = Path(os.path.expanduser(os.fspath(path)))
     if not given.is_absolute():
         raise ValueError(
@@ -139,8 +122,7 @@ def _zero_points(tensor: onnx.TensorProto | None, bits: int, folder: Path) -> st
 
 @functools.lru_cache(maxsize=8)
 def _read(path: str, _mtime_ns: int, _size: int) -> dict[str, SourceNode]:
-    """The ``MatMulNBits`` nodes of the model at ``path`` by the float name each replaces
-    (cached by the file's time and size: a rewritten source is read again)."""
+    """The ``MatMulNBits`` nodes at ``path`` by float name (cached by the file's time and size)."""
     model = load_header(path)
     folder = Path(path).parent
     inits = {t.name: t for t in model.graph.initializer}
@@ -163,12 +145,7 @@ def _read(path: str, _mtime_ns: int, _size: int) -> dict[str, SourceNode]:
 
 
 def source_nodes(path: str | os.PathLike) -> dict[str, SourceNode]:
-    """The ``MatMulNBits`` nodes of ``weight_source`` (a model or a client folder) by the name
-    of the float MatMul each replaces.
-
-    Raises:
-        ValueError: the source cannot be read or has no ``MatMulNBits`` (one line).
-    """
+    """The ``MatMulNBits`` of ``weight_source`` by float name; ValueError when there are none."""
     model = source_model_file(path)
     stat = model.stat()
     nodes = _read(os.fspath(model), stat.st_mtime_ns, stat.st_size)
@@ -207,8 +184,7 @@ def source_refusal(
 def _midpoint_zero_points(
     name: str, columns: int, rows: int, choice: NodeChoice
 ) -> onnx.TensorProto:
-    """Zero points at the midpoint, packed as ``MatMulNBits`` reads them: each column's blocks
-    ``8 // bits`` to a byte."""
+    """Midpoint zero points packed as ``MatMulNBits`` reads them (``8 // bits`` to a byte)."""
     blocks = -(-rows // choice.block_size)
     midpoint = 1 << (choice.bits - 1)
     byte = (midpoint << 4) | midpoint if choice.bits == 4 else midpoint
@@ -219,13 +195,8 @@ def _midpoint_zero_points(
 def write_from_source(
     model: onnx.ModelProto, chosen: Mapping[str, NodeChoice], source: str | os.PathLike
 ) -> None:
-    """Replace each weight MatMul of ``chosen`` in ``model`` by ``source``'s ``MatMulNBits`` of
-    that node (named as ONNX Runtime's quantizer names its own, ``<name>_Q<bits>``), its
-    tensors copied; the float weight goes when no other node reads it.
-
-    Raises:
-        ValueError: a node the source cannot give at its choice (:func:`source_refusal`), or
-            whose scales are of another type than the float weight.
+    """Replace each MatMul of ``chosen`` by ``source``'s ``MatMulNBits`` (``<name>_Q<bits>``);
+    ValueError for a node the source cannot give.
     """
     if not chosen:
         return

@@ -1,49 +1,21 @@
 """The weight-only backend's settings catalogue and the combinations it refuses.
 
-``quantizer: weight_only`` writes ONNX Runtime's ``MatMulNBits`` (blocked 4- or 8-bit weights,
-float activations) with ``onnxruntime.quantization.matmul_nbits_quantizer``. Every key is
-described here once; a key the quantizer cannot honour with the others is refused by
-:func:`reject_reason` in one line before anything runs, never accepted and ignored.
+``quantizer: weight_only`` writes ONNX Runtime's ``MatMulNBits`` (blocked 4- or 8-bit
+weights, float activations). A key the quantizer cannot honour with the others is refused by
+:func:`reject_reason` in one line before anything runs. Pure data: imports neither ONNX
+Runtime nor PyTorch.
 
-========================= ===================================================================
-setting                   meaning (default)
-========================= ===================================================================
-``algorithm``             ``rtn`` (ONNX Runtime's blocked round-to-nearest, its default),
-                          ``hqq`` (half-quadratic, PyTorch; its 8-bit model does not run on
-                          CPU: ``bits: 8`` is refused, and the ``nodes_8bit`` of an hqq
-                          setting are rounded by RTN), ``k_quant`` (llama.cpp's k-quant
-                          scales), ``source`` (the node's ``MatMulNBits`` as
-                          ``weight_source`` stores it: a library's rounding, e.g. AutoRound's
-                          through onnxruntime-genai's builder); ``gptq`` is refused (see
-                          :data:`GPTQ_REFUSAL`)
-``bits``                  4 or 8: the precision of every weight MatMul the node lists below
-                          do not name (4)
-``block_size``            16-256, a power of two: weights per scale (128)
-``symmetric``             symmetric blocks (no zero point) or not (true: ONNX Runtime's
-                          command line default); ``rtn`` and ``source`` only
-``weight_source``         an ONNX model or a client folder (absolute path) whose
-                          ``MatMulNBits`` the nodes at ``algorithm: source`` take, matched by
-                          name, shape, ``bits`` and ``block_size``
-                          (:mod:`~raysearch.quantize.backends.weight_only._source`); a fixed
-                          setting of the space's top level, so that ``node_settings`` of any
-                          setting can name it
-``accuracy_level``        MatMulNBits' compute type: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8
-                          (unset; 8-bit weights run far slower than float on CPU without 4)
-``quantize_embeddings``   the embedding ``Gather`` as ``GatherBlockQuantized`` (false);
-                          ``rtn``, 4 bits, QOperator
-``quant_format``          ``QOperator`` (MatMulNBits) or ``QDQ`` (DequantizeLinear + MatMul,
-                          ``rtn`` at 4 bits only)
-``nodes_4bit``,           per-node precision: MatMul node names at 4 bits, at 8 bits, or
-``nodes_8bit``,           kept float (a node in none of them is at ``bits``; in two of them,
-``nodes_float``           refused)
-``node_settings``         per-node settings: a weight MatMul's name to its own ``algorithm``,
-                          ``bits``, ``block_size`` and ``symmetric`` (each unset one is the
-                          top level's); a node named here is in no node list. What the
-                          ``WeightOnly`` strategy's allocation stage writes: every node at
-                          the choice a knapsack over the probes' KL gain per byte gave it
-========================= ===================================================================
-
-The module is pure data and imports neither ONNX Runtime nor PyTorch.
+- ``algorithm``: ``rtn`` (default), ``hqq`` (its 8-bit nodes are rounded by RTN; ``bits: 8``
+  is refused), ``k_quant``, ``source`` (the node's ``MatMulNBits`` from ``weight_source``);
+  ``gptq`` is refused (:data:`GPTQ_REFUSAL`).
+- ``bits`` 4 or 8 (4); ``block_size`` 16-256, a power of two (128); ``symmetric`` (true;
+  ``rtn`` and ``source`` only); ``accuracy_level`` 0-4 (unset).
+- ``weight_source``: an ONNX model or client folder, a fixed top-level setting.
+- ``quantize_embeddings``: the embedding ``Gather`` as ``GatherBlockQuantized`` (``rtn``, 4
+  bits, QOperator); ``quant_format``: ``QOperator`` or ``QDQ`` (``rtn`` at 4 bits only).
+- ``nodes_4bit``, ``nodes_8bit``, ``nodes_float``: per-node precision (a node in two is
+  refused); ``node_settings``: a node's own ``algorithm``, ``bits``, ``block_size`` and
+  ``symmetric`` (what the ``WeightOnly`` strategy's allocation stage writes).
 
 Example:
     >>> WEIGHT_ONLY_CATALOGUE.spec("", "algorithm").choices
@@ -54,8 +26,6 @@ Example:
     'algorithm hqq has no symmetric form (its zero points are float): leave symmetric unset'
     >>> node_choices({"block_size": 64, "node_settings": {"a": {"bits": 8}}}, ["a", "b"])["a"]
     NodeChoice(algorithm='rtn', bits=8, block_size=64, symmetric=True)
-    >>> reject_reason({"node_settings": {"a": {"block_size": 48}}})
-    "node_settings 'a': block_size 48: MatMulNBits needs a power of two from 16 to 256"
 """
 
 from __future__ import annotations
@@ -151,8 +121,7 @@ WEIGHT_ONLY_CATALOGUE = register_catalogue(Catalogue("weight_only", SETTINGS))
 
 
 def node_precisions(settings: Mapping[str, Any]) -> dict[str, int | str]:
-    """The precision ``nodes_4bit``, ``nodes_8bit`` and ``nodes_float`` give each node they
-    name: 4, 8 or :data:`FLOAT` (ValueError for a node in two of them).
+    """Each listed node's precision: 4, 8 or :data:`FLOAT` (ValueError for a node in two lists).
 
     Example:
         >>> node_precisions({"nodes_8bit": ["a"], "nodes_float": ["b"]})
@@ -194,9 +163,7 @@ class NodeChoice(NamedTuple):
 
 
 def top_choice(settings: Mapping[str, Any]) -> NodeChoice:
-    """The choice of a node that no node list or ``node_settings`` names under ``settings``:
-    :data:`DEFAULTS` for what is unset; an HQQ setting's 8-bit nodes are RTN's (HQQ's 8-bit
-    model does not run on CPU).
+    """The choice of a node nothing names: :data:`DEFAULTS` for what is unset (HQQ's 8 bits: RTN).
 
     Example:
         >>> top_choice({"algorithm": "k_quant", "block_size": 32})
@@ -215,8 +182,7 @@ def names_nodes(settings: Mapping[str, Any]) -> bool:
 
 
 def node_choices(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, NodeChoice | str]:
-    """Each of ``names``' choice under ``settings``: its ``node_settings`` over the top level,
-    its node list's bits, or :data:`FLOAT` (:func:`top_choice` of what applies to it).
+    """Each of ``names``' choice: ``node_settings`` over its node list over the top level.
 
     Example:
         >>> node_choices({"algorithm": "hqq", "nodes_8bit": ["a"]}, ["a"])["a"].algorithm
@@ -322,8 +288,7 @@ _NODE_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
 
 
 def _reject_node_settings(settings: Mapping[str, Any]) -> str | None:
-    """A ``node_settings`` entry that is no mapping of :data:`NODE_SETTINGS`, names a node a
-    node list names, or that the top-level rules refuse for that node."""
+    """A ``node_settings`` entry that is malformed, in a node list, or refused for that node."""
     per_node = settings.get("node_settings") or {}
     listed = node_precisions(settings)
     for name, own in per_node.items():

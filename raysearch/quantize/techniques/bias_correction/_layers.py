@@ -27,8 +27,7 @@ _REMOVABLE = {"Relu", "Clip"}  # ONNX Runtime drops these when it quantizes thei
 
 @dataclass
 class Layer:
-    """One layer to correct: its quantized node (the Add for MatMul-Add), the tensor the
-    quantized layer starts from, its bias tensor, and its float counterpart's tensors."""
+    """One layer to correct: its quantized node, its input, its bias, and the float tensors."""
 
     name: str
     source: str
@@ -68,8 +67,7 @@ def _source(graph: QdqGraph, name: str) -> str:
 
 
 def _bias_add(graph: QdqGraph, matmul: onnx.NodeProto) -> tuple[onnx.NodeProto, str] | None:
-    """The Add of a constant after ``matmul`` (through its output's Q/DQ pair) and the
-    constant's name."""
+    """The constant Add after ``matmul`` (past its Q/DQ pair) and the constant's name."""
     name = matmul.output[0]
     for _ in range(3):
         users = graph.consumers.get(name, [])
@@ -107,9 +105,7 @@ def find_layers(graph: QdqGraph) -> list[Layer]:
 
 
 def requantized(graph: QdqGraph, layer: Layer, saturates: bool) -> None:
-    """Set ``layer.measured`` (and ``output_q``) past a Conv's output QuantizeLinear and
-    DequantizeLinear when that pair is its only consumer and the CPU's int8 kernels saturate,
-    else to the output itself."""
+    """Set ``layer.measured`` past a Conv's output Q/DQ where the CPU's int8 kernels saturate."""
     layer.measured, layer.output_q = layer.output, None
     if not saturates or graph.producer[layer.output].op_type != "Conv":
         return
@@ -132,8 +128,7 @@ def through_output_q(graph: QdqGraph, layer: Layer, y_float: np.ndarray) -> np.n
 
 
 def subgraph(graph: QdqGraph, layer: Layer) -> list[onnx.NodeProto] | None:
-    """The nodes computing ``layer.measured`` from ``layer.source`` and initializers (None
-    when it needs another tensor)."""
+    """The nodes computing ``layer.measured`` from ``layer.source`` (None: needs more)."""
     needed, stack = set(), [layer.measured]
     while stack:
         name = stack.pop()
@@ -149,8 +144,7 @@ def subgraph(graph: QdqGraph, layer: Layer) -> list[onnx.NodeProto] | None:
 
 
 def match_float(layer: Layer, graph: QdqGraph, float_model: onnx.ModelProto) -> bool:
-    """Find the float node of ``layer`` (same name and type; else by output tensor, past a
-    Relu/Clip ONNX Runtime removed) and set its input and output tensors."""
+    """Find ``layer``'s float node (by name, else by output, past a removed Relu/Clip)."""
     by_output = {o: n for n in float_model.graph.node for o in n.output}
     quantized = graph.producer[layer.output]
     node = next(

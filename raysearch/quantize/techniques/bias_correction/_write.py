@@ -19,9 +19,9 @@ _logger = logging.getLogger("raysearch.quantize.techniques.bias_correction")
 
 
 def kernel_bias_scale(graph: QdqGraph, layer: Layer) -> np.ndarray | None:
-    """The scale ONNX Runtime's fused integer kernels read an int32 bias with (input scale *
-    weight scale) when the model's bias has another (ONNX Runtime's quantizer writes one for
-    a Gemm with beta != 1: the fused kernels then add a wrong bias); None when they agree."""
+    """The scale fused integer kernels read an int32 bias with (input * weight scale) where the
+    model's bias has another (a Gemm with beta != 1), else None.
+    """
     dq = graph.constant_dq(layer.bias)
     if dq is None or graph.elem_type(dq.input[0]) != TensorProto.INT32:
         return None
@@ -42,9 +42,7 @@ def kernel_bias_scale(graph: QdqGraph, layer: Layer) -> np.ndarray | None:
 def corrected_bias_values(
     graph: QdqGraph, bias: str, delta: np.ndarray
 ) -> tuple[np.ndarray, onnx.NodeProto | None] | None:
-    """``(bias - delta, its DequantizeLinear or None for a float bias)``; None when the bias
-    is neither a constant nor a quantized constant, or ``delta`` has neither one value per
-    channel nor one value for all."""
+    """``(bias - delta, its DequantizeLinear or None)``; None when it cannot be corrected."""
     dq = graph.constant_dq(bias)
     if dq is not None:
         scale, zero_point, axis, _ = graph.qparams(dq)
@@ -61,9 +59,9 @@ def corrected_bias_values(
 def _covering(
     values: np.ndarray, scale: float, zero_point: int, qmin: int, qmax: int, symmetric: int
 ) -> tuple[float, int]:
-    """A per-tensor scale and zero point covering ``values`` (ONNX Runtime's rule: symmetric
-    when the zero point was, else the range with 0 in it); a power of two when ``scale`` was
-    one (so bias correction after power-of-two scales keeps them)."""
+    """A per-tensor scale and zero point covering ``values`` (ONNX Runtime's rule; a power of
+    two when ``scale`` was one).
+    """
     low, high = min(0.0, float(values.min())), max(0.0, float(values.max()))
     if zero_point == symmetric:
         new = max(high / (qmax - symmetric), -low / (symmetric - qmin))

@@ -1,21 +1,16 @@
-"""Cross-layer equalization (CLE): balance per-channel weight ranges of consecutive layers.
+"""Cross-layer equalization (Nagel et al. 2019): balance per-channel weight ranges of
+consecutive layers.
 
-Nagel et al. 2019, "Data-Free Quantization Through Weight Equalization and Bias Correction".
-For a head layer whose output channel ``i`` feeds a tail layer's input channel ``i`` through
-ops that commute with a positive scale (Relu, LeakyRelu, Clip with min 0 and no max, pools),
-output channel ``i`` of the head (weights and bias) is divided by ``s_i`` and input channel
-``i`` of the tail multiplied by it, with ``s_i = sqrt(r1_i / r2_i)`` (``r1_i``, ``r2_i``: the
-channel's ranges in head and tail), so both ranges become ``sqrt(r1_i * r2_i)``. The float
-function is unchanged; per-tensor quantization then wastes fewer levels on unequal channels.
-Pairs are ``Conv`` -> ``Conv`` and ``Gemm``/``MatMul`` -> ``Gemm``/``MatMul`` with constant
-weights, equalized pair by pair in graph order (``CLESteps`` repeats the pass). Clip(0, 6) is
-never crossed: it is not positively homogeneous.
+A head's output channel ``i`` that feeds a tail's input channel ``i`` through ops commuting
+with a positive scale (Relu, LeakyRelu, Clip(0, inf), pools; never Clip(0, 6)) is divided by
+``s_i = sqrt(r1_i / r2_i)`` and the tail's multiplied by it, so both ranges become
+``sqrt(r1_i * r2_i)`` and the float function is unchanged. Pairs: Conv -> Conv and
+Gemm/MatMul -> Gemm/MatMul with constant weights, in graph order.
 
-Settings (Quark's names, in ``extra_options``, acting only with ``include_cle``; Quark's
-defaults): ``CLESteps`` (1), ``CLEScaleAppendBias`` (True: the head's bias counts in ``r1``),
-``CLEBalanceMethod`` (``max`` or ``avg`` absolute weight), ``CLEScaleUseThreshold`` (True)
-with ``CLEWeightThreshold`` (0.5: a channel with ``r1 + r2`` below keeps scale 1), and
-``CLETotalLayerDiffThreshold`` (2e-7: passes stop once one changes the weights less).
+Settings (Quark's, in ``extra_options``, with ``include_cle``): ``CLESteps`` (1),
+``CLEScaleAppendBias`` (True), ``CLEBalanceMethod`` (``max``/``avg``),
+``CLEScaleUseThreshold`` (True) with ``CLEWeightThreshold`` (0.5), and
+``CLETotalLayerDiffThreshold`` (2e-7).
 
 Example:
     >>> equalization_scales(np.array([[4.0, -1.0]]), np.array([[1.0]]))
@@ -80,8 +75,7 @@ class CLEOptions:
         )
 
     def key(self) -> str:
-        """A string that differs exactly when the options change the result (a threshold
-        that cannot act is left out)."""
+        """A string that differs exactly when the options change the result."""
         values: dict[str, Any] = {
             "steps": self.steps,
             "append_bias": self.append_bias,
@@ -95,8 +89,7 @@ class CLEOptions:
 
 
 def channel_ranges(rows: np.ndarray, balance_method: str = "max") -> np.ndarray:
-    """Each row's range: its largest absolute value (``max``) or mean absolute value
-    (``avg``)."""
+    """Each row's largest (``max``) or mean (``avg``) absolute value."""
     if balance_method == "max":
         return np.abs(rows).max(axis=1)
     if balance_method == "avg":
@@ -111,9 +104,7 @@ def equalization_scales(
     balance_method: str = "max",
     weight_threshold: float | None = None,
 ) -> np.ndarray:
-    """``s`` per channel (head row ``i`` divided by ``s_i``, tail row ``i`` multiplied), so
-    both ranges become ``sqrt(r1_i * r2_i)``; 1 for a zero range or ``r1 + r2`` below
-    ``weight_threshold``."""
+    """``s`` per channel so both ranges become ``sqrt(r1 * r2)``; 1 below ``weight_threshold``."""
     r1 = channel_ranges(head_rows, balance_method)
     r2 = channel_ranges(tail_rows, balance_method)
     usable = (r1 > 0) & (r2 > 0)
@@ -148,8 +139,7 @@ def _equalize_pair(
 
 
 def equalize_model(model: onnx.ModelProto, options: CLEOptions | None = None) -> dict[str, float]:
-    """Equalize ``model``'s qualifying layer pairs in place. Returns ``pairs`` (how many
-    qualified) and ``passes`` (how many ran)."""
+    """Equalize ``model``'s layer pairs in place; ``pairs`` and ``passes`` counts."""
     options = options or CLEOptions()
     if options.steps < 1:
         raise ValueError(f"CLESteps must be >= 1, got {options.steps}")

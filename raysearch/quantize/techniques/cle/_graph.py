@@ -28,8 +28,7 @@ _CLIP_OPEN = 3.0e38  # Clip's attribute defaults (opset < 11) are +-FLT_MAX: "no
 
 @dataclass
 class Layer:
-    """One linear layer: ``kind`` is ``conv``, ``gemm`` or ``matmul``; ``weight`` and
-    ``bias`` name initializers (``bias`` of a MatMul is the constant of the Add after it)."""
+    """One linear layer (``conv``, ``gemm``, ``matmul``); a MatMul's ``bias`` is its Add's."""
 
     node: onnx.NodeProto
     kind: str
@@ -81,8 +80,7 @@ class Layer:
 
 
 def channel_last(bias: np.ndarray, channels: int) -> np.ndarray | None:
-    """``bias`` with its last axis spelled out to ``channels`` (a scalar or a last axis of 1
-    broadcasts), or None when its last axis is another size."""
+    """``bias`` with its last axis spelled out to ``channels``, or None."""
     if bias.ndim == 0:
         return np.full(channels, bias, bias.dtype)
     if bias.shape[-1] == channels:
@@ -190,8 +188,7 @@ class _Graph:
 
 
 def find_pairs(model: onnx.ModelProto) -> list[tuple[Layer, Layer]]:
-    """The (head, tail) layer pairs of ``model``'s main graph that may be equalized, in graph
-    order; a layer may be the tail of one pair and the head of the next."""
+    """The (head, tail) layer pairs that may be equalized, in graph order."""
     graph = _Graph(model.graph)
     by_node: dict[int, Layer] = {}
     for node in model.graph.node:

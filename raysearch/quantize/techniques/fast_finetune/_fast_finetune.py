@@ -1,23 +1,16 @@
 """Fast fine-tuning: AdaRound or AdaQuant weight rounding of the quantized model.
 
-Switched on by ``include_fast_ft``; its parameters live in ``extra_options`` (Quark nests them
-in ``extra_options.FastFinetune``, which is accepted too; a flat key wins):
+Switched on by ``include_fast_ft``; parameters in ``extra_options`` (or Quark's
+``extra_options.FastFinetune``; a flat key wins): ``OptimAlgorithm`` (``adaround``, default,
+or ``adaquant``: weights and bias with straight-through rounding), ``NumIterations`` (1000),
+``LearningRate`` (0.1 AdaRound, 1e-5 AdaQuant) or both as ``NumIterLR``, ``BatchSize`` (2),
+``DataSize`` (default all), ``FixedSeed`` (0), ``OptimDevice`` (default: the trial's GPU,
+else ``cpu``).
 
-- ``OptimAlgorithm``: ``adaround`` (learn to round each weight up or down) or ``adaquant``
-  (learn the weights and the bias with straight-through rounding). Default ``adaround``.
-- ``NumIterations`` (default 1000) and ``LearningRate`` (default 0.1 for AdaRound, 1e-5 for
-  AdaQuant), or both as ``NumIterLR: [iterations, rate]``.
-- ``BatchSize`` (default 2), ``DataSize`` (the first calibration samples used; default all)
-  and ``FixedSeed`` (default 0: deterministic).
-- ``OptimDevice``: ``cpu``, ``cuda`` or ``cuda:<i>`` (default: the trial's GPU, else ``cpu``).
-
-Layer by layer, in graph order, over the Conv, Gemm and MatMul nodes with a quantized constant
-weight, it minimises ``|| f(W_q, X_q) - f(W, X) ||^2``: ``X_q`` the layer's input in the
-quantized model (earlier layers already fine-tuned, so each corrects the error that reaches
-it), ``f(W, X)`` its output in the float model, both captured by ONNX Runtime on the
-calibration data. The new integer weights (and AdaQuant's int32 bias) replace the old ones;
-scales, zero points and the graph are unchanged. PyTorch does the optimisation
-(:mod:`raysearch.quantize.techniques.fast_finetune._torch`).
+Layer by layer in graph order (Conv, Gemm, MatMul with a quantized constant weight), it
+minimises ``|| f(W_q, X_q) - f(W, X) ||^2`` with ``X_q`` the input in the quantized model
+(earlier layers already tuned) and ``f(W, X)`` the float output, both captured by ONNX Runtime
+on the calibration data; only the integer weights (and AdaQuant's bias) change.
 
 Example:
     >>> options = finetune_options({"include_fast_ft": True,

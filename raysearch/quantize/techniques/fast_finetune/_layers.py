@@ -57,9 +57,7 @@ def finetune_model(
     threads: int = 1,
     nodes: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Fine-tune the QDQ model at ``quantized_path`` in place (only the nodes named in
-    ``nodes`` when given) and return one row per layer: ``node``, ``op_type``, ``mse_before``,
-    ``mse_after``, ``changed`` (or ``skipped`` with why)."""
+    """Fine-tune the QDQ model at ``quantized_path`` in place; one row per layer."""
     from raysearch.quantize.techniques.fast_finetune import _torch as ft
 
     if options.device.startswith("cuda") and not ft.cuda_available():
@@ -116,9 +114,9 @@ def finetune_model(
 
 
 class FloatActivations:
-    """The float model's layer inputs and outputs on the calibration data, kept in this
-    process for the next trial fine-tuning the same float model (by its hash, the data's and
-    ``DataSize``), least recently used first out past ``max_bytes``."""
+    """The float model's layer inputs and outputs, kept for the next trial of the same model
+    and data (least recently used out past ``max_bytes``).
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes

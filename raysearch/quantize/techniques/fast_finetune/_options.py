@@ -42,12 +42,8 @@ class FinetuneOptions:
 def finetune_options(
     settings: Mapping[str, Any], default_device: str = "cpu", samples: int | None = None
 ) -> FinetuneOptions:
-    """The fine-tuning parameters of trial ``settings`` (defaults filled in; ``samples``, the
-    calibration size when known, caps ``DataSize``).
-
-    Raises:
-        ValueError: a parameter out of range, or ``NumIterLR`` not ``[iterations, rate]`` or
-            contradicting ``NumIterations``/``LearningRate``.
+    """The fine-tuning parameters of ``settings``, defaults filled in, ``DataSize`` capped at
+    ``samples`` (ValueError for one out of range or contradicting another).
     """
     extra = settings.get("extra_options") or {}
     nested = extra.get(GROUP) or {}

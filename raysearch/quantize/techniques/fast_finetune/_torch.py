@@ -1,19 +1,10 @@
-"""The PyTorch half of fast fine-tuning: AdaRound and AdaQuant on one layer.
+"""The PyTorch half of fast fine-tuning (imported only when it runs): :func:`fit_layer` learns a
+layer's integer weights minimising ``|| f(W_q, X_q) - Y ||^2``.
 
-Imported only when fine-tuning runs. Given a layer's inputs in the quantized model ``X_q`` and
-its float output ``Y``, :func:`fit_layer` looks for integer weights ``q`` of
-``W_q = s * (clip(q, qmin, qmax) - zp)`` (and, for AdaQuant, a bias) minimising
-``|| f(W_q, X_q) - Y ||^2``:
-
-- AdaRound (Nagel et al. 2020, "Up or Down?"): ``q = floor(W / s) + h(V) + zp`` with the
-  rectified sigmoid ``h``, a rounding regulariser ``lambda * sum(1 - |2h(V) - 1|^beta)``
-  (lambda 0.01, off for the first 20% of iterations, then beta annealed linearly from 20 to
-  2) and, at the end, ``h(V) >= 0.5`` rounds up.
-- AdaQuant (Hubara et al. 2021): the float weight and the bias are learned directly, with
-  straight-through rounding.
-
-Both start from nearest rounding, and a layer keeps its current weights when the result does
-not lower the reconstruction error on the data it was fitted on.
+AdaRound (Nagel et al. 2020): ``q = floor(W / s) + h(V) + zp`` with a rounding regulariser
+(lambda 0.01, off for the first 20% of iterations, beta annealed 20 -> 2). AdaQuant (Hubara
+et al. 2021): weight and bias learned with straight-through rounding. Both start from nearest
+rounding; a layer keeps its weights when the result does not lower the error.
 """
 
 from __future__ import annotations
@@ -51,9 +42,7 @@ class LayerMismatch(ValueError):
 
 @dataclass
 class LayerProblem:
-    """One layer: its op, attributes, float weight and quantization grid (``scale`` and
-    ``zero_point`` broadcast against ``weight``), its current integer weights, and its bias
-    (float, and as the quantized model has it; None without one)."""
+    """One layer: op, attributes, float weight, quantization grid, integer weights and bias."""
 
     op_type: str
     attrs: Mapping[str, Any]
@@ -69,8 +58,7 @@ class LayerProblem:
 
 @dataclass
 class FitResult:
-    """Integer weights, the learned bias (AdaQuant with a bias, else None), the
-    reconstruction MSE of the current and of the new weights, and whether they changed."""
+    """New integer weights, AdaQuant's bias, the MSE before and after, and whether changed."""
 
     weight: np.ndarray
     bias: np.ndarray | None
@@ -82,8 +70,7 @@ class FitResult:
 
 @contextlib.contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
-    """Run torch with ``threads`` intra-op threads and cuDNN's deterministic kernels, then
-    restore what was set before."""
+    """Run torch on ``threads`` threads with deterministic cuDNN, then restore."""
     before = torch.get_num_threads()
     cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     torch.set_num_threads(max(1, int(threads)))
@@ -165,12 +152,8 @@ def fit_layer(
     seed: int,
     device: str,
 ) -> FitResult:
-    """Fit ``problem``'s integer weights (see the module) on samples along the first axis of
-    ``x_quantized`` (its inputs in the quantized model), ``x_float`` (in the float model)
-    and ``target`` (its float outputs).
-
-    Raises:
-        LayerMismatch: the torch forward does not reproduce ``target`` from ``x_float``.
+    """Fit ``problem``'s integer weights on its inputs in the quantized model, in the float model,
+    and its float outputs (LayerMismatch: the forward does not reproduce ``target``).
     """
     dev = torch.device(device)
     data = _LayerData(problem, x_quantized, x_float, target, dev)

@@ -38,10 +38,9 @@ def activation_errors(
     samples: int,
     providers: Sequence[Any] | None,
 ) -> tuple[dict[str, dict[str, float | None]], dict[str, float]]:
-    """Per quantized activation tensor: ``qdq_err`` (SQNR in dB against its own
-    quantize-dequantize), ``xmodel_err`` (against the float model's tensor) and
-    ``channel_err`` (the median over channels of the first, None without a known shape), on
-    the first ``samples`` samples of ``data``; and the SQNR of each quantized weight."""
+    """Per quantized activation: ``qdq_err``, ``xmodel_err`` and ``channel_err`` (SQNR, dB) on
+    the first ``samples`` samples; and each quantized weight's SQNR.
+    """
     import onnx
     from onnxruntime.quantization import qdq_loss_debug as debug
 
@@ -82,8 +81,7 @@ def activation_errors(
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape without its first (batch) dimension, for the tensors whose other
-    dimensions shape inference knows."""
+    """Tensor name -> shape without the batch dimension, where shape inference knows it."""
     import onnx
 
     try:
@@ -144,8 +142,7 @@ def _saved(session: Any, feed: Mapping[str, np.ndarray]) -> dict[str, list[np.nd
 
 
 class _NoiseSums:
-    """Sums of squares per tensor (and per channel where the shape is known) of the signal
-    and of its quantization noise (``pre_qdq - post_qdq``) and of the error against float."""
+    """Sums of squares per tensor (and channel) of signal, quantization noise and float error."""
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
         self.shapes = shapes
@@ -180,8 +177,7 @@ class _NoiseSums:
             sums["channel_noise"] = sums.get("channel_noise", 0.0) + noise
 
     def errors(self) -> dict[str, dict[str, float | None]]:
-        """Per tensor: ``qdq_err`` (dB, whole tensor), ``xmodel_err`` (dB, against float) and
-        ``channel_err`` (dB, median over channels; None without a known shape)."""
+        """Per tensor: ``qdq_err``, ``xmodel_err`` and ``channel_err`` (median), in dB."""
         eps = float(np.finfo(np.float32).eps) ** 2
         out: dict[str, dict[str, float | None]] = {}
         for tensor, sums in self.sums.items():

@@ -1,20 +1,10 @@
 """Mixed precision: the most sensitive tensors get 16-bit activations or stay in float.
 
-The ``mixed_precision`` settings (a mapping, searched like ``extra_options``):
-
-- ``top_k``: the k most sensitive entries are promoted to ``promote_to``: ``int16`` (16-bit
-  activations of the base's signedness, as ONNX Runtime's ``TensorQuantOverrides``) or
-  ``float`` (the entry's node in ``nodes_to_exclude``).
-- ``promote_weights``: ``true`` gives each node promoted to 16 bits a 16-bit weight too
-  (A16W16), for where the 8-bit weights lose the accuracy; default ``false``.
-- ``rank_by``: ``sqnr`` (one pass) or ``metric`` (the ``candidates`` lowest-SQNR entries
-  measured with the search's metric, one promoted at a time).
-- ``rank_1`` ... ``rank_16``: ``int8``, ``int16`` or ``float`` for the entry of that rank,
-  over what ``top_k`` says: per-entry choices for a sampler or a fallback's revert pass.
-- ``samples``: calibration samples of the SQNR pass (default 32).
-
-The ranking is computed for the trial's *base* setting (every technique's settings removed),
-once per node and key; the trial records ``promoted`` and ``ranked``.
+The ``mixed_precision`` settings: ``top_k`` (the k most sensitive entries promoted to
+``promote_to``: ``int16`` or ``float``), ``promote_weights`` (16-bit weights too; false),
+``rank_by`` (``sqnr`` or ``metric``), ``rank_1`` ... ``rank_16`` (a per-entry choice over
+``top_k``'s) and ``samples`` (of the SQNR pass; 32). The ranking is for the trial's base
+setting (every technique removed); the trial records ``promoted`` and ``ranked``.
 
 Example:
     >>> precisions({"top_k": 2, "rank_2": "float", "rank_3": "int16"}, 4)
@@ -69,8 +59,7 @@ _DEFAULTS = {
 
 
 def precisions(options: Mapping[str, Any], ranked: int) -> list[str]:
-    """The precision of each of the ``ranked`` entries: ``int8`` (unchanged), ``int16``
-    (``QUInt16``/``QInt16`` as given) or ``float``."""
+    """The precision of each of the ``ranked`` entries: ``int8``, ``int16`` or ``float``."""
     top_k = int(options.get("top_k") or 0)
     promote = str(options.get("promote_to") or "int16")
     out = [promote if i < top_k else "int8" for i in range(ranked)]
@@ -270,8 +259,7 @@ def _activation_type(base: Mapping[str, Any]) -> str:
 def _fixed_overrides(
     model_path: str, base: Mapping[str, Any], tensors: list[str], sixteen: str
 ) -> dict[str, list[dict[str, Any]]]:
-    """``TensorQuantOverrides`` giving ``tensors`` the 16-bit type ``sixteen``, with the type
-    conversions around them that ONNX Runtime's fixer adds."""
+    """``TensorQuantOverrides`` giving ``tensors`` 16-bit type ``sixteen``, with conversions."""
     if not tensors:
         return {}
     import onnx
@@ -293,8 +281,7 @@ def _fixed_overrides(
 def _weight_overrides(
     model_path: str, base: Mapping[str, Any], nodes: list[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """``TensorQuantOverrides`` giving the weights of ``nodes`` (their initializer inputs but
-    a bias) the 16-bit type of the base weight type's signedness."""
+    """``TensorQuantOverrides`` giving the weights of ``nodes`` the 16-bit type."""
     if not nodes:
         return {}
     import onnx

@@ -1,20 +1,11 @@
 """Sensitivity analysis: which tensors lose the accuracy when quantized.
 
-For a *base* setting (a quantized model), every quantized activation tensor is ranked by how
-much its quantization costs:
-
-- :func:`sqnr_ranking`, one pass: the signal-to-quantization-noise ratio of each tensor
-  against its own quantize-dequantize in the base model (ONNX Runtime's ``qdq_loss_debug``),
-  streamed over a subset of the calibration data; lowest first. The SQNR is the median over
-  the tensor's channels: a whole-tensor SQNR is dominated by an outlier channel, which
-  quantizes well, while the channels it crushes are what the model loses.
-- :func:`metric_ranking`, precise: the search's own metric with one entry promoted at a time,
-  for the ``candidates`` lowest-SQNR entries; best first (on Ray, scored in parallel).
-
-A ranking is computed once per (model, data, base setting, method), kept on disk by
-:class:`SensitivityStore`, and written to ``sensitivity.parquet``. Each entry names the node
-that promoting acts on (the tensor's quantized producer, else its first quantized consumer)
-and ``group``, its block between normalisations (Neural Compressor's block-wise fallback).
+For a base setting, each quantized activation tensor is ranked by :func:`sqnr_ranking` (one
+pass: the median over channels of the SQNR against its own quantize-dequantize, ONNX Runtime's
+``qdq_loss_debug``; lowest first) or :func:`metric_ranking` (the search's metric with one
+entry promoted at a time, for the ``candidates`` lowest-SQNR entries; best first). A ranking
+is kept by :class:`SensitivityStore` and written to ``sensitivity.parquet``; each entry names
+the node promoting acts on and ``group``, its block between normalisations.
 
 Example:
     >>> entry = SensitivityEntry("t", "mm", "MatMul", "block0", sqnr_db=12.5)
@@ -68,10 +59,9 @@ _MEANS = frozenset({"ReduceMean", "ReduceSum"})
 
 @dataclass(frozen=True)
 class SensitivityEntry:
-    """One quantized activation tensor: the ``node`` promoting acts on, its ``op_type`` and
-    ``group``; ``sqnr_db`` against its own quantize-dequantize (lower: more sensitive),
-    ``float_sqnr_db`` against the float model's tensor, ``weight_sqnr_db`` of the node's weight
-    and ``metric`` with this entry alone promoted (None: not measured)."""
+    """One quantized activation: the node promoting acts on, its SQNRs (lower: more sensitive)
+    and ``metric`` with it alone promoted (None: not measured).
+    """
 
     tensor: str
     node: str
@@ -88,8 +78,7 @@ class SensitivityEntry:
 
 @dataclass
 class Ranking:
-    """Entries most sensitive first, for the base setting whose identity is ``base_key``,
-    ranked ``by`` ``"sqnr"`` or ``"metric"``."""
+    """Entries most sensitive first, for base ``base_key``, ranked ``by`` sqnr or metric."""
 
     base_key: str
     by: str
@@ -126,8 +115,7 @@ class Ranking:
 
 
 class SensitivityStore:
-    """Rankings by key, in memory and (with ``cache_dir``) on disk as JSON files, computed
-    once under a file lock by the processes sharing the folder."""
+    """Rankings by key, in memory and on disk under ``cache_dir``, computed once under a lock."""
 
     def __init__(self, cache_dir: str | os.PathLike | None) -> None:
         self.cache_dir = Path(cache_dir) / "sensitivity" if cache_dir else None
@@ -163,8 +151,7 @@ def _read(path: Path | None) -> Ranking | None:
 
 
 def node_groups(model: onnx.ModelProto) -> dict[str, str]:
-    """Node name -> ``block<i>``: ``i`` counts the normalisations before the node in graph
-    order (a ``LayerNormalization`` or a decomposed one, seen as ``Sub(x, mean(x))``)."""
+    """Node name -> ``block<i>``, ``i`` the normalisations before it in graph order."""
     producers = {o: n for n in model.graph.node for o in n.output}
 
     def mean_of(tensor: str, source: str) -> bool:
@@ -192,8 +179,7 @@ def node_groups(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _quantized_nodes(qdq_model: onnx.ModelProto) -> set[str]:
-    """Names of the nodes of the QDQ model that read a DequantizeLinear output (the nodes the
-    quantizer quantized; their names are the float model's)."""
+    """Names of the QDQ model's nodes that read a DequantizeLinear output."""
     dq_outputs = {
         o for n in qdq_model.graph.node if n.op_type == "DequantizeLinear" for o in n.output
     }
@@ -229,8 +215,7 @@ def sqnr_ranking(
     samples: int = 32,
     providers: Sequence[Any] | None = None,
 ) -> Ranking:
-    """Rank the quantized activation tensors of ``quantized_path`` by their SQNR, lowest
-    first, on the first ``samples`` samples of ``data``."""
+    """Rank the quantized activation tensors by SQNR, lowest first, on ``samples`` samples."""
     import onnx
 
     float_model = onnx.load(os.fspath(float_path), load_external_data=False)
@@ -281,9 +266,7 @@ def metric_ranking(
     higher_is_better: bool,
     candidates: int = 16,
 ) -> Ranking:
-    """``ranking`` with its first ``candidates`` entries measured by ``score_all`` (the
-    metric with each alone promoted, maybe in parallel) and reordered best first; a failed
-    entry goes after those measured, the rest keep their order behind them."""
+    """``ranking`` with its first ``candidates`` entries measured by ``score_all``, best first."""
     head = ranking.entries[: max(0, candidates)]
     scores = list(score_all(list(head))) if head else []
     if len(scores) != len(head):
@@ -298,8 +281,7 @@ def metric_ranking(
 
 
 def write_sensitivity_table(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Write ranking rows (:meth:`Ranking.rows`: rank, base, rank_by and the entry's fields)
-    to a Parquet file at ``path``, atomically."""
+    """Write ranking rows to a Parquet file at ``path``, atomically."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -105,8 +105,7 @@ class Graph:
         return numpy_helper.to_array(tensor)
 
     def scale(self, node: onnx.NodeProto, index: int, factor: np.ndarray) -> None:
-        """Multiply constant input ``index`` of ``node`` by ``factor`` (a private copy when
-        the constant is shared)."""
+        """Multiply constant input ``index`` of ``node`` by ``factor`` (copied when shared)."""
         name = node.input[index]
         value = self.const(name)
         assert value is not None, name
@@ -145,16 +144,14 @@ class Graph:
         return len(self.uses.get(name, [])) == 1 and name not in self.hidden
 
     def fold(self, name: str, axis: int, inv: np.ndarray) -> list[Edit] | None:
-        """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold); the
-        caller checks that every consumer of ``name`` is a smoothed one."""
+        """Edits that turn ``name`` into ``name * inv`` along ``axis`` (None: no fold)."""
         node = self.producer.get(name)
         if node is None or name in self.hidden:
             return None
         return self._fold_node(node, name, axis, inv)
 
     def _chain(self, name: str, axis: int, inv: np.ndarray) -> list[Edit] | None:
-        """A fold through ``name``, an inner tensor of the chain (needs a single consumer and
-        the full channel dimension, not a broadcast one)."""
+        """A fold through ``name``, an inner tensor with one consumer and full channels."""
         if not self.exclusive(name) or self.const(name) is not None:
             return None
         size = self.dim(name, axis)
@@ -302,8 +299,7 @@ class Graph:
     def insert_mul(
         self, name: str, consumers: list[onnx.NodeProto], factor: np.ndarray, dtype: np.dtype
     ) -> str:
-        """Insert ``Mul(name, factor)`` before the first of ``consumers`` and feed them its
-        output instead of ``name``; returns the new tensor's name."""
+        """Feed ``consumers`` a new ``Mul(name, factor)``; the new tensor's name."""
         self._count += 1
         out = f"{name}_smooth_quant{self._count}"
         const = f"{name}_smooth_quant_scale{self._count}"

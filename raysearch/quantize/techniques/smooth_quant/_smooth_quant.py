@@ -1,24 +1,13 @@
-"""SmoothQuant (Xiao et al. 2023): move activation outliers into the weights before
-calibration.
+"""SmoothQuant (Xiao et al. 2023): move activation outliers into the weights before calibration.
 
-For each MatMul / Gemm (and, when asked, Conv with ``group=1``) whose weight ``W`` is a
-constant, with activation input ``X``: ``m_x[j]`` is the largest ``|X|`` of input channel
-``j`` over the calibration data (running maxima, one pass), ``m_w[j]`` the largest ``|W|``
-of that input channel, and ``s_j = m_x[j]^a / m_w[j]^(1-a)`` (1 where either is 0, clipped
-to [1e-5, 1e5]). Then ``W' = diag(s) W`` and ``X' = X / s``, so the float function is the
-same while ``X'`` has flatter channels for per-tensor activation quantization. Consumers
-sharing ``X`` (Q, K, V after one LayerNorm) share one ``s``, with ``m_w`` the maximum over
-all their weights.
+For each MatMul / Gemm (optionally Conv, ``group=1``) with constant weight ``W`` and input
+``X``: ``s_j = m_x[j]^a / m_w[j]^(1-a)`` (``m_x``, ``m_w``: the largest ``|X|``, ``|W|`` of
+input channel ``j``; 1 where either is 0, clipped to [1e-5, 1e5]); ``W' = diag(s) W``,
+``X' = X / s``. Consumers sharing ``X`` share one ``s``. ``1 / s`` is folded into the producer
+of ``X`` where that changes nothing else, else a ``Mul`` is inserted.
 
-``1 / s`` is folded into the producer of ``X`` where that changes nothing else (a
-LayerNormalization, a Mul / Div / Add / Sub by a per-channel constant as a decomposed
-LayerNorm ends, Relu / LeakyRelu / Identity, a MatMul / Gemm / Conv with constant weight),
-else a ``Mul(X, 1 / s)`` is inserted before the consumers.
-
-Settings (``include_sq``; in ``extra_options``): ``SmoothAlpha`` (``a``, default 0.5),
-``SmoothQuantAlphas`` (per op type; a group sharing ``X`` takes its first consumer's),
-``SmoothQuantOpTypes`` (default MatMul, Gemm) and ``SmoothQuantFolding`` (default True;
-False always inserts a Mul).
+Settings (``include_sq``; in ``extra_options``): ``SmoothAlpha`` (0.5), ``SmoothQuantAlphas``
+(per op type), ``SmoothQuantOpTypes`` (MatMul, Gemm), ``SmoothQuantFolding`` (True).
 
 Example:
     >>> smoothing_scales(np.array([4.0, 1.0]), np.array([1.0, 1.0]), 0.5).tolist()
@@ -77,10 +66,8 @@ class SmoothOptions:
 
 
 def smooth_options(settings: Mapping[str, Any]) -> SmoothOptions | None:
-    """The SmoothQuant options of ``settings``, None when off (or no op type is smoothed).
-
-    Raises:
-        ConfigError: an alpha outside [0, 1] or an op type SmoothQuant does not know.
+    """The SmoothQuant options of ``settings``, None when off (ConfigError: a bad alpha
+    or op type).
     """
     if not settings.get(SWITCH):
         return None
@@ -115,8 +102,7 @@ def _alpha(value: Any, path: str) -> float:
 
 
 def smoothing_scales(m_x: np.ndarray, m_w: np.ndarray, alpha: float) -> np.ndarray:
-    """``s = m_x^alpha / m_w^(1 - alpha)`` per channel; 1 where either maximum is 0 (or not
-    finite), clipped to :data:`S_RANGE`."""
+    """``s = m_x^alpha / m_w^(1 - alpha)``; 1 where either is 0, clipped to :data:`S_RANGE`."""
     m_x = np.asarray(m_x, np.float64)
     m_w = np.asarray(m_w, np.float64)
     ok = (m_x > 0) & (m_w > 0) & np.isfinite(m_x) & np.isfinite(m_w)
@@ -247,8 +233,7 @@ def smooth_model(
     providers: Sequence[Any] | None = None,
     threads: int = 1,
 ) -> dict[str, int]:
-    """Smooth ``model`` in place; returns counts: ``smoothed`` groups, ``folded`` (1/s in a
-    producer), ``inserted`` (a Mul) and ``consumers`` (weights scaled)."""
+    """Smooth ``model`` in place; counts ``smoothed``, ``folded``, ``inserted``, ``consumers``."""
     graph = Graph(model)
     runner = _Runner(model, providers or ["CPUExecutionProvider"], threads)
     groups = _groups(graph, options)
@@ -297,8 +282,7 @@ def _fold_plans(
     runner: _Runner,
     calibration: DataSource,
 ) -> dict[int, list]:
-    """A fold plan per group that has one; tensors of unknown shape a plan goes through are
-    probed on one batch and the plans made again."""
+    """A fold plan per group; tensors of unknown shape are probed on one batch first."""
     probed: set[str] = set()
     plans: dict[int, list] = {}
     for round_ in range(_PROBE_ROUNDS + 1):
