@@ -11,10 +11,10 @@ import pytest
 
 from raysearch.outputs import results_table
 from raysearch.outputs._table import RESULT_COLUMNS
-from raysearch.search import SettingSearcher
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.recorder import TrialRecorder
 from raysearch.search.record.reported import pack_record, reported_record
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace
 from raysearch.trialrecord import TrialRecord
 

@@ -67,11 +67,13 @@ from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, restored_signal_handlers
 from raysearch.search.tune._usage_tag import own_callbacks_tagged
 from raysearch.search.tune.progress import ProgressCallback
-from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.search.tune.session import SearchSession, register, release
 from raysearch.search.tune.stopper import CandidateStopper, trial_limit
 from raysearch.search.tune.trainable import make_trainable
 from raysearch.strategies import ModelFacts, StrategyContext
+from raysearch.strategies.grid import GridPhase
+from raysearch.strategies.samplers import quiet_optuna
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig

@@ -9,10 +9,16 @@ import pytest
 from ray.tune.search import Searcher
 
 from raysearch.errors import ConfigError
-from raysearch.search import SettingSearcher, check_algo_available, make_sampler
 from raysearch.search.record.reported import pack_record
-from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace, settings_key
+from raysearch.strategies.samplers import (
+    ALGO_REQUIREMENTS,
+    SAMPLER_ALGOS,
+    check_algo_available,
+    make_sampler,
+    quiet_optuna,
+)
 from raysearch.trialrecord import TrialRecord
 from tests.search.conftest import CONDITIONAL_SPACE
 

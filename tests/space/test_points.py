@@ -9,10 +9,10 @@ from ray.tune.search import Searcher
 from raysearch.config import SearchConfig
 from raysearch.config._spaces import parse_spaces
 from raysearch.errors import ConfigError
-from raysearch.search import SettingSearcher
-from raysearch.search.tune.searchers import quiet_optuna
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point
+from raysearch.strategies.samplers import quiet_optuna
 
 TWO_BACKENDS = {
     "quantizer": ["ort", "nncf"],

@@ -103,12 +103,9 @@ class TrialLoggers(tune.Callback):
                     exc,
                 )
 
-    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        self._each(lambda c: c.on_step_begin(iteration=iteration, trials=trials, **info))
-
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        self._each(lambda c: c.on_step_end(iteration=iteration, trials=trials, **info))
-
+    on_step_begin = forwarded("on_step_begin")
+    on_step_end = forwarded("on_step_end")
+    on_experiment_end = forwarded("on_experiment_end")
     on_trial_start = forwarded("on_trial_start")
     on_trial_restore = forwarded("on_trial_restore")
     on_trial_save = forwarded("on_trial_save")
@@ -127,9 +124,6 @@ class TrialLoggers(tune.Callback):
                 iteration=iteration, trials=trials, trial=trial, result=logged, **info
             ),
         )
-
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._each(lambda c: c.on_experiment_end(trials=trials, **info))
 
 
 class LiveStudyCallback(tune.Callback):

@@ -41,24 +41,8 @@ from raysearch.strategies import (
     StrategyContext,
     get_strategy,
 )
-from raysearch.strategies.grid import GridPhase
-from raysearch.strategies.samplers import (
-    ALGO_REQUIREMENTS,
-    SAMPLER_ALGOS,
-    check_algo_available,
-    make_sampler,
-    quiet_optuna,
-)
 
-__all__ = [
-    "SettingSearcher",
-    "GridPhase",
-    "SAMPLER_ALGOS",
-    "ALGO_REQUIREMENTS",
-    "check_algo_available",
-    "make_sampler",
-    "quiet_optuna",
-]
+__all__ = ["SettingSearcher"]
 
 _logger = logging.getLogger(__name__)
 

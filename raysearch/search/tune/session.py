@@ -77,13 +77,11 @@ def release(key: str) -> None:
 
 
 def forwarded(name: str) -> Callable[..., None]:
-    """A Tune callback's method handing the trial event ``name`` to each callback its class
-    reaches (its ``_each``)."""
+    """A Tune callback's method handing the event ``name`` (Tune passes its arguments by
+    keyword) to each callback its class reaches (its ``_each``)."""
 
-    def forward(self: Any, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            lambda c: getattr(c, name)(iteration=iteration, trials=trials, trial=trial, **info)
-        )
+    def forward(self: Any, **info: Any) -> None:
+        self._each(lambda c: getattr(c, name)(**info))
 
     return forward
 
@@ -120,15 +118,7 @@ class SessionCallback(tune.Callback):
     on_trial_recover = forwarded("on_trial_recover")
     on_trial_error = forwarded("on_trial_error")
     on_trial_complete = forwarded("on_trial_complete")
-
-    def on_trial_result(
-        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
-    ) -> None:
-        self._each(
-            lambda c: c.on_trial_result(
-                iteration=iteration, trials=trials, trial=trial, result=result, **info
-            )
-        )
+    on_trial_result = forwarded("on_trial_result")
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         session = lookup(self.key)
