@@ -105,9 +105,8 @@ class EngineSpec:
 def build_engine(
     config: SearchConfig, cache_dir: str, prepared: Prepared
 ) -> tuple[EngineSpec, dict[str, Any]]:
-    """The trial engine's factory from what :func:`preflight` computed once on the driver
-    (its float reference saved in the search's cache now), with the rungs of its evaluation
-    (``info["early_stopping"]``)."""
+    """The trial engine's factory from what :func:`preflight` computed (its float reference
+    saved in the search's cache), with the rungs of its evaluation (``info["early_stopping"]``)."""
     if prepared.reference is not None:
         _save_reference(prepared.reference, cache_dir)
     reference, float_score = prepared.reference, prepared.float_score
@@ -179,13 +178,8 @@ def _save_reference(reference: Any, cache_dir: str) -> None:
 
 def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
     """The trials' source of a float reference still being computed: the search's cache, which
-    the driver fills when the run ends; None when a trial may run on another node (the driver
-    then waits for the reference)."""
-    from raysearch.search.runtime._reference_handoff import (
-        HANDOFF,
-        WaitedReference,
-        hand_over,
-    )
+    the driver fills when it is ready; None when a trial may run on another node."""
+    from raysearch.search.runtime._reference_handoff import HANDOFF, WaitedReference, hand_over
     from raysearch.search.runtime.cluster import only_driver_node
 
     if not only_driver_node():
