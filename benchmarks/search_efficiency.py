@@ -202,8 +202,8 @@ def _searcher(
     row: Row, space: SearchSpace, seed: int, budget: int | None
 ) -> tuple[SettingSearcher, _CountingPhase | None]:
     if row.algo == "Grid":
-        grid = SettingSearcher.grid(
-            [space], mode="min", reject=reject, max_trials=budget, max_outstanding=1
+        grid = SettingSearcher.strategy(
+            "Grid", [space], mode="min", reject=reject, max_trials=budget, max_outstanding=1
         )
         return grid, None
     sampler = row.sampler(seed, budget) if row.sampler is not None else None

@@ -95,7 +95,7 @@ def test_iteration_limit_has_one_meaning():
     assert trial_limit(StopConfig()) is None
     stop = StopConfig(iteration_limit=2)
     space = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile", "Entropy"]})
-    searcher = SettingSearcher.grid([space], mode="min", max_trials=trial_limit(stop))
+    searcher = SettingSearcher.strategy("Grid", [space], mode="min", max_trials=trial_limit(stop))
     started = [searcher.suggest(f"t{i}") for i in range(4)]
     assert sum(isinstance(s, dict) for s in started) == searcher.max_trials == 2
     assert searcher.finish_reason == "iteration_limit"

@@ -1,12 +1,7 @@
-"""A search's trials reported to Ray Tune callbacks: the user's own (``run(callbacks=...)``)
-and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``,
-:mod:`~raysearch.search.tune._ray_loggers`).
-
-Tune holds one proxy, :class:`TrialLoggers`, holding only the search's key, which hands every
-event to the live session's callbacks: Tune pickles a Tuner's callbacks, and a user's
-callback need not pickle. A user's callback sees ``trial.config`` as the searcher suggested
-it, and each result with the trial's record read out of its JSON text into numbers and words
-(:func:`logged_result`).
+"""A search's trials reported to the user's Tune callbacks (``run(callbacks=...)``) and the
+config's ``loggers``, through one proxy holding only the search's key (:class:`TrialLoggers`:
+Tune pickles its callbacks, a user's need not pickle), each result with the trial's record
+read out of its JSON text (:func:`logged_result`).
 
 Example:
     >>> logged_result({"metric": 0.5, "trial": '{"status": "ok", "is_candidate": true,'
@@ -49,8 +44,8 @@ def logged_result(
     *,
     objectives: Sequence[str] = ("metric",),
 ) -> dict[str, Any]:
-    """Tune's ``result`` of a trial (suggested as ``config``) as a logger gets it: the
-    record's JSON text replaced by its fields (see the module docstring)."""
+    """Tune's ``result`` of a trial (suggested as ``config``), its record's JSON text replaced
+    by its fields."""
     record = reported_record(result) or TrialRecord()
     out = {k: v for k, v in result.items() if k != RECORD_KEY}
     for key in _FIELDS:
@@ -67,8 +62,7 @@ def logged_result(
 
 
 class TrialLoggers(tune.Callback):
-    """Tune's callback that hands each event to the live session's callbacks (see the module
-    docstring)."""
+    """Tune's callback that hands each event to the live session's callbacks."""
 
     def __init__(self, key: str) -> None:
         self.key = key

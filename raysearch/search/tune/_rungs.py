@@ -1,12 +1,8 @@
-"""Evaluation on growing subsets, on Ray Tune: the plan of rungs, what a trial reports per
-rung, and Tune's ``ASHAScheduler`` deciding which trials go on.
-
-:class:`RungScheduler` is Tune's ASHA with one bracket whose milestones are the rungs (rung
-``k`` reports ``rung_clock = r**k``), stopping at each a trial below the best ``1/r`` of those
-that reached it. It adds what Tune's class lacks: on resume its rungs are filled from the
-journal; a trial within :data:`~raysearch.evaluate.subsets.TIE_Z` standard errors of the
-cutoff goes on. ASHA ranks the metric as "higher is better" (``rung_score``), except that a
-trial that could still become a candidate reports :data:`PROTECTED`, above any cutoff.
+"""Evaluation on growing subsets, on Ray Tune: :class:`RungScheduler` is Tune's ASHA with one
+bracket whose milestones are the rungs (rung ``k`` reports ``rung_clock = r**k``), its rungs
+filled from the journal on resume, a trial within :data:`~raysearch.evaluate.subsets.TIE_Z`
+standard errors of the cutoff kept. It ranks ``rung_score`` ("higher is better"); a trial that
+could still become a candidate reports :data:`PROTECTED`, above any cutoff.
 
 Example:
     >>> rung_clock(2, 3.0), stopped_at_rung(TrialRecord(status="ok", rung=1, rungs=3))
@@ -155,8 +151,8 @@ class RungScheduler(AsyncHyperBandScheduler):
         return action
 
     def _cutoff(self, trial_id: str, clock: float) -> float | None:
-        """ASHA's cutoff at the rung of ``clock`` before ``trial_id``'s score joins it (what
-        its decision compares with); None when the rung is empty or is the last."""
+        """ASHA's cutoff at the rung of ``clock`` before ``trial_id``'s score joins it; None
+        when the rung is empty or the last."""
         for milestone, recorded in self._brackets[0]._rungs:
             if clock >= milestone:
                 if trial_id in recorded or clock >= self.max_clock:
@@ -227,7 +223,7 @@ def early_stopping_summary(
     plan: Mapping[str, Any], records: Iterable[TrialRecord]
 ) -> dict[str, Any]:
     """``summary.json``'s ``early_stopping``: the plan, the trials stopped at a rung, and the
-    evaluation rows the trials processed against what evaluating each on every row takes.
+    rows evaluated against every trial on every row.
 
     Example:
         >>> early_stopping_summary({"enabled": True, "rung_rows": [10, 100]}, [

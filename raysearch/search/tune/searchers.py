@@ -1,19 +1,13 @@
-"""Where the settings of a search come from: the phases of a strategy (Grid, or an Optuna
-sampler inside Tune's ``OptunaSearch``, or any strategy registered in :mod:`raysearch.strategies`),
-wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
-
-:class:`SettingSearcher` runs the strategy's *phases* in order, each phase's ``start`` seeing
-the records finished before it. Across all phases a setting runs at most once: a sampler
-proposing a finished setting is told its result and asked again; one proposing a running
-setting is told the proposal failed. A ``reusable`` proposal whose result the probe cache
-kept (:mod:`raysearch.search.record.probe_cache`) runs no trial: the searcher journals that
-result as a trial of its own number and asks again. The searcher caps the trials *started*
-at ``stop.iteration_limit`` and keeps at most ``max_outstanding`` suggested but unfinished
-(so that Tune always has a queued trial for a finished actor).
+"""One Ray Tune ``Searcher`` over the phases of a strategy (:mod:`raysearch.strategies`), run
+in order, each phase's ``start`` seeing the records finished before it; a setting runs at most
+once across them. A ``reusable`` proposal the probe cache kept
+(:mod:`raysearch.search.record.probe_cache`) is journaled as a trial of its own, run by no
+actor. The searcher caps the trials *started* at ``stop.iteration_limit`` and keeps at most
+``max_outstanding`` suggested but unfinished (Tune always has a queued trial for an actor).
 
 Example:
     >>> space = SearchSpace.parse({"per_channel": [True, False]})
-    >>> searcher = SettingSearcher.grid([space], mode="min")
+    >>> searcher = SettingSearcher.strategy("Grid", [space], mode="min")
     >>> [searcher.suggest(str(i))["params"] for i in range(2)]
     [{'per_channel': True}, {'per_channel': False}]
     >>> searcher.suggest("2")   # every setting was proposed: the grid is done
@@ -33,7 +27,6 @@ from raysearch.search.record.reported import reported_record
 from raysearch.search.tune._searcher_known import KnownSettings
 from raysearch.search.tune._searcher_session import SessionLink
 from raysearch.space import SearchSpace
-from raysearch.space.space import Reject
 from raysearch.strategies import (
     EXHAUSTED,
     Phase,
@@ -122,37 +115,13 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         )
 
     @classmethod
-    def grid(
-        cls,
-        spaces: Sequence[SearchSpace],
-        *,
-        mode: str,
-        reject: Reject | None = None,
-        max_trials: int | None = None,
-        max_outstanding: int = 0,
+    def strategy(
+        cls, name: str, spaces: Sequence[SearchSpace], *, max_outstanding: int = 0, **context: Any
     ) -> SettingSearcher:
-        """Grid search over every valid setting of ``spaces``, in order, each once."""
-        context = StrategyContext(spaces, mode=mode, reject=reject, max_trials=max_trials)
-        return cls.from_strategy("Grid", context, max_outstanding=max_outstanding)
-
-    @classmethod
-    def sampler(
-        cls,
-        algo: str,
-        spaces: Sequence[SearchSpace],
-        *,
-        mode: str,
-        seed: int | None = None,
-        reject: Reject | None = None,
-        max_trials: int | None = None,
-        max_outstanding: int = 0,
-    ) -> SettingSearcher:
-        """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is
-        seeded with ``seed + i``."""
-        context = StrategyContext(
-            spaces, mode=mode, seed=seed, reject=reject, max_trials=max_trials
-        )
-        return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
+        """The searcher of the strategy ``name`` (``Grid``, a sampler's) over ``spaces``;
+        ``context``: the other fields of :class:`StrategyContext` (``mode``, ``seed``, ...)."""
+        context = StrategyContext(spaces, **context)
+        return cls.from_strategy(name, context, max_outstanding=max_outstanding)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         state = self.state

@@ -1,13 +1,7 @@
-"""The Ray Tune trainable: one actor keeps one trial engine across many trials.
-
-:class:`QuantTrainable`'s ``reset_config`` returns True, so with ``reuse_actors=True`` the
-engine an actor built in ``setup`` (calibration cache, float reference, ONNX Runtime state)
-serves every trial it runs. A trial quantizes once and reports once per rung of its
-evaluation (:mod:`raysearch.search.tune._rungs`), one ``step`` each, the quantized model's
-session kept between them; ASHA may stop it after any rung but the last, and
-``reset_config`` drops what it kept. ``trial_timeout_s`` bounds a trial's steps together.
-Read-only data (the engine factory, the start barrier) reaches the actors through
-``tune.with_parameters``, never through trial configs.
+"""The Ray Tune trainable: one actor keeps one trial engine (built in ``setup``) across the
+trials it runs (``reuse_actors``). A trial quantizes once and reports once per rung of its
+evaluation, one ``step`` each; ``reset_config`` drops a trial ASHA stopped.
+``trial_timeout_s`` bounds a trial's steps together.
 """
 
 from __future__ import annotations
