@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from raysearch.errors import ConfigError
 
-__all__ = ["check_targets", "check_optuna_storage", "check_folder"]
+__all__ = ["check_targets", "check_optuna_storage"]
 
 #: The tables of an Optuna RDB storage (any one of them: Optuna's schema is there).
 _OPTUNA_TABLES = {"studies", "version_info", "trials"}
@@ -43,12 +43,7 @@ def check_optuna_storage(url: str, key: str = "optuna_storage") -> None:
         ConfigError: it cannot, with the reason.
     """
     try:
-        path = _sqlite_file(url)
-        if path is not None:
-            if (_sqlite_tables(path) or set()) & _OPTUNA_TABLES:
-                _open_with_optuna(f"sqlite:///{path.as_uri()}?mode=ro&uri=true")
-        else:
-            _check_database(url)
+        _check_database(url)
     except _Refused as exc:
         raise ConfigError(key, f"Optuna cannot open {url} ({exc})") from None
 
@@ -97,9 +92,15 @@ def _sqlite_tables(path: Path) -> set[str] | None:
 
 
 def _check_database(url: str) -> None:
-    """Connect to the database ``url`` and open it with Optuna when it holds Optuna's tables."""
+    """Connect to the database ``url`` (an SQLite file read, or its folder checked) and open it
+    with Optuna when it holds Optuna's tables."""
     import sqlalchemy
 
+    path = _sqlite_file(url)
+    if path is not None:
+        if (_sqlite_tables(path) or set()) & _OPTUNA_TABLES:
+            _open_with_optuna(f"sqlite:///{path.as_uri()}?mode=ro&uri=true")
+        return
     try:
         engine = sqlalchemy.create_engine(url)
         with engine.connect() as connection:
@@ -168,11 +169,7 @@ def _check_mlflow(settings: Mapping[str, Any]) -> None:
         if scheme.startswith(("http", "databricks")) or "://" not in uri:
             continue  # a tracking server: not contacted
         try:
-            path = _sqlite_file(uri)
-            if path is not None:
-                _sqlite_tables(path)
-            else:
-                _check_database(uri)
+            _check_database(uri)
         except _Refused as exc:
             raise ConfigError(key, f"MLflow cannot open {uri} ({exc})") from None
 

@@ -13,13 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-__all__ = [
-    "START_BARRIER_TIMEOUT_S",
-    "StartBarrier",
-    "end_barrier",
-    "start_barrier",
-    "wait_for_wave",
-]
+__all__ = ["StartBarrier", "end_barrier", "start_barrier", "wait_for_wave"]
 
 #: The key-value namespace of every search's barrier keys.
 KV_NAMESPACE = "raysearch"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
     from raysearch.evaluate import FloatReference
 
-__all__ = ["KeptWarm", "STORE_NAME", "STORE_NAMESPACE", "max_bytes"]
+__all__ = ["KeptWarm", "STORE_NAME", "max_bytes"]
 
 _logger = logging.getLogger("raysearch.search")
 

@@ -31,7 +31,6 @@ from raysearch.search.runtime._node_loss import ModelLostError, lost_model_line,
 
 __all__ = [
     "ModelBlob",
-    "ShippedFile",
     "model_blob",
     "materialize_model",
     "node_folder",
@@ -40,7 +39,6 @@ __all__ = [
     "fetch_model",
     "drop_model",
     "current_node_id",
-    "CHUNK_BYTES",
 ]
 
 _logger = logging.getLogger(__name__)

@@ -25,12 +25,8 @@ __all__ = ["FinishedTrialCompactor"]
 class FinishedTrialCompactor(tune.Callback):
     """Empties a trial's last-n windows once it completed or failed for good."""
 
-    def _compact(self, trial: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         # Assigned, so that Tune's __setattr__ drops the metadata's cached JSON too.
         trial.run_metadata.metric_n_steps = {}
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._compact(trial)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._compact(trial)
+    on_trial_error = on_trial_complete

@@ -25,12 +25,7 @@ from raysearch.search.tune._ray_loggers import LOGGED_NUMBERS, log_best_model
 from raysearch.search.tune.session import forwarded, lookup
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "TrialLoggers",
-    "LiveStudyCallback",
-    "logged_result",
-    "after_search",
-]
+__all__ = ["TrialLoggers", "logged_result", "after_search", "make_live_study"]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -128,18 +123,14 @@ class LiveStudyCallback(tune.Callback):
         self.study = study
         self.recorder = recorder
 
-    def _write(self, trial: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         trial_id = getattr(trial, "trial_id", None)
         for record in reversed(self.recorder.records):
             if record.trial_id == trial_id:
                 self.study.add(record)
                 return
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write(trial)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write(trial)
+    on_trial_error = on_trial_complete
 
 
 def make_live_study(

@@ -84,26 +84,25 @@ class RungScheduler(AsyncHyperBandScheduler):
 
     def __init__(self, rungs: EvalRungs, records: Iterable[TrialRecord] = ()) -> None:
         factor = rungs.reduction_factor
+        #: The last rung's clock (a trial there is done: no near-tie to keep going).
+        self.max_clock = rung_clock(len(rungs) - 1, factor)
         super().__init__(
             time_attr=RUNG_CLOCK,
             metric=RUNG_SCORE,
             mode="max",
             grace_period=1,
-            max_t=rung_clock(len(rungs) - 1, factor),
+            max_t=self.max_clock,
             reduction_factor=factor,
             brackets=1,
         )
         self.n_rungs = len(rungs)
         self.factor = factor
-        #: The last rung's clock (a trial there is done: no near-tie to keep going).
-        self.max_clock = rung_clock(len(rungs) - 1, factor)
         seeded = self.seed(records)
         if seeded:
             _logger.info("early stopping: %d rung results of earlier sessions", seeded)
 
     def seed(self, records: Iterable[TrialRecord]) -> int:
-        """Put the rung scores of finished trials into the rungs, in the order they were
-        reported (``rung_ended_at``); how many were put."""
+        """Put the rung scores of finished trials into the rungs in the order reported; how many."""
         events = []
         for record in records:
             scores = record.rung_scores or []
@@ -180,8 +179,7 @@ def _ranked(result: Mapping[str, Any]) -> bool:
 def plan_search_rungs(
     config: SearchConfig, prepared: Prepared
 ) -> tuple[EvalRungs | None, dict[str, Any]]:
-    """The rungs of ``config``'s search (None: every trial evaluated whole) and what
-    ``summary.json`` says of them (``early_stopping``)."""
+    """The rungs of ``config``'s search (None: none) and ``summary.json``'s ``early_stopping``."""
     settings = config.early_stopping
     if not settings.enabled:
         return None, {"enabled": False, "why": "early_stopping: false"}
@@ -210,7 +208,7 @@ def plan_search_rungs(
 
 
 def _probe_rows(prepared: Prepared) -> int | None:
-    """The rows the float reference's first batch (``prepared.probe``) was computed on."""
+    """The rows of the float reference's first batch (``prepared.probe``)."""
     from raysearch.search._pending_reference import first_batch_range
 
     if prepared.probe is None:

@@ -66,12 +66,9 @@ class _State:
 
 
 class SettingSearcher(SessionLink, KnownSettings, Searcher):
-    """Ray Tune ``Searcher`` over the phases of a search (see the module docstring).
-
-    Each suggestion is a trial config ``{"number", "phase", "stage", "point", "params",
-    "settings", "key"}``: ``params`` what is recorded, ``settings`` what the trial runs,
-    ``key`` their identity. :meth:`add_finished` tells it the journal's records on resume.
-    """
+    """Ray Tune ``Searcher`` over the phases of a search. A suggestion is a trial config:
+    ``number``, ``phase``, ``stage``, ``point``, ``params`` (recorded), ``settings`` (run) and
+    ``key`` (their identity)."""
 
     def __init__(
         self,
@@ -209,12 +206,9 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         finished; an import that failed before any trial is :meth:`_missing` instead."""
         if isinstance(exc, ImportError) and not self.state.started_here:
             return self._missing(exc)
-        stage = self._stage(self.state.phase)
-        named = f" (stage {stage})" if stage else ""
         _logger.error(
-            "search phase %d%s failed: %s: %s; the search ends with the trials that finished",
-            self.state.phase,
-            named,
+            "search phase %s failed: %s: %s; the search ends with the trials that finished",
+            self._named(),
             type(exc).__name__,
             exc,
             exc_info=exc,
@@ -232,10 +226,13 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         """The stage of the phase at ``position`` (None: not a staged strategy's)."""
         return None if position is None else getattr(self.phases[position], "stage", None)
 
-    def _next_phase(self, why: str) -> None:
+    def _named(self) -> str:
+        """The current phase in the log: its number, and its stage if it has one."""
         stage = self._stage(self.state.phase)
-        named = f" (stage {stage})" if stage else ""
-        _logger.info("search phase %d%s ends: %s", self.state.phase, named, why)
+        return f"{self.state.phase}" + (f" (stage {stage})" if stage else "")
+
+    def _next_phase(self, why: str) -> None:
+        _logger.info("search phase %s ends: %s", self._named(), why)
         self.state.phase += 1
 
     def _finish(self, reason: str) -> str:

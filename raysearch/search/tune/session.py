@@ -1,8 +1,5 @@
-"""The live state of one search on the driver, and the thin Tune objects that reach it.
-
-Ray Tune pickles the stopper and the callbacks into its experiment folder, so Tune gets small
-proxies (:class:`SessionStopper`, :class:`SessionCallback`) holding only the search's key;
-each call looks up the :class:`SearchSession` registered under it in this process.
+"""The live state of one search on the driver (:class:`SearchSession`), and the proxies Tune
+pickles into its experiment folder, holding only the search's key to look it up by.
 """
 
 from __future__ import annotations
@@ -64,7 +61,7 @@ def register(session: SearchSession) -> None:
 
 
 def lookup(key: str) -> SearchSession | None:
-    """The session registered under ``key`` (the search's id: see ``search_id``), or None."""
+    """The session registered under ``key`` (the search's id), or None."""
     with _LOCK:
         return _SESSIONS.get(key)
 
@@ -94,9 +91,7 @@ class SessionStopper(Stopper):
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         session = lookup(self.key)
-        if session is None:
-            return False
-        return session.stopper(trial_id, result)
+        return session is not None and session.stopper(trial_id, result)
 
     def stop_all(self) -> bool:
         session = lookup(self.key)
