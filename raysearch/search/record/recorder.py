@@ -1,11 +1,6 @@
-"""``TrialRecorder``: the Tune callback that records every finished trial the moment it ends
-(its last report, or an error Tune reported).
-
-It keeps the quantized model under ``candidates/`` for a candidate among the
-``keep_candidates`` best (by ``select``) or on the Pareto front of several ``objectives``,
-under ``kept/`` for the best trial so far, else deletes it at once; journals the record
-(completed with the trial's config, retries, ``model_file`` or ``model_lost``, ``elapsed_s``);
-deletes the models no longer kept; and logs the trial to ``auto_search.log``.
+"""``TrialRecorder``: the Tune callback that journals every finished trial the moment it ends,
+its model kept under ``candidates/`` (among the ``keep_candidates`` best, or on the Pareto
+front) or ``kept/`` (the best so far), else deleted at once, as are the models no longer kept.
 """
 
 from __future__ import annotations

@@ -68,9 +68,6 @@ class _Store:
             self.size -= dropped
         return True
 
-    def keys(self) -> list[str]:
-        return list(self.entries)
-
 
 def _copy_arrays(value: Any) -> Any:
     import numpy as np

@@ -1,10 +1,7 @@
-"""Moving models between the nodes of a Ray cluster, so worker nodes need no shared disk.
-
-A model travels as its files (the ``.onnx`` and its external data, never one protobuf, which
-cannot hold 2 GB): the driver puts the float model's into the object store in chunks
-(:func:`model_blob`), an actor on another node writes them into its temp folder
-(:func:`materialize_model`); the driver fetches a quantized model from its trial's node
-(:func:`fetch_model`) or has it deleted (:func:`drop_model`), with tasks pinned to the node.
+"""Moving models between the nodes of a Ray cluster as their files (a protobuf cannot hold
+2 GB), so worker nodes need no shared disk: the float model through the object store
+(:func:`model_blob`, :func:`materialize_model`), a trial's model fetched from its node
+(:func:`fetch_model`) or deleted there (:func:`drop_model`) by tasks pinned to it.
 """
 
 from __future__ import annotations
