@@ -70,9 +70,9 @@ from _common import CPUS, Run, encoder_arrays, encoder_model, print_table, quiet
 from raysearch.data import DataSource  # noqa: E402
 from raysearch.evaluate import Evaluator  # noqa: E402
 from raysearch.quantize.registry import get_backend  # noqa: E402
-from raysearch.search.tune.searchers import SettingSearcher, quiet_optuna  # noqa: E402
+from raysearch.search.tune.searchers import SettingSearcher  # noqa: E402
 from raysearch.space import SearchSpace, settings_key  # noqa: E402
-from raysearch.strategies.samplers import OptunaPhase, startup_trials  # noqa: E402
+from raysearch.strategies.samplers import OptunaPhase, quiet_optuna, startup_trials  # noqa: E402
 from raysearch.trial import TrialDevice, TrialRunner, TrialSpec  # noqa: E402
 
 METRIC = "L2"  # lower is better
@@ -202,8 +202,8 @@ def _searcher(
     row: Row, space: SearchSpace, seed: int, budget: int | None
 ) -> tuple[SettingSearcher, _CountingPhase | None]:
     if row.algo == "Grid":
-        grid = SettingSearcher.grid(
-            [space], mode="min", reject=reject, max_trials=budget, max_outstanding=1
+        grid = SettingSearcher.strategy(
+            "Grid", [space], mode="min", reject=reject, max_trials=budget, max_outstanding=1
         )
         return grid, None
     sampler = row.sampler(seed, budget) if row.sampler is not None else None

@@ -11,10 +11,10 @@ import pytest
 
 from raysearch.outputs import results_table
 from raysearch.outputs._table import RESULT_COLUMNS
-from raysearch.search import SettingSearcher
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.recorder import TrialRecorder
 from raysearch.search.record.reported import pack_record, reported_record
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace
 from raysearch.trialrecord import TrialRecord
 
@@ -92,7 +92,7 @@ def test_a_key_that_is_no_field_is_refused_by_name():
 def test_the_recorder_and_the_strategies_get_the_same_type_fresh_and_on_resume(tmp_path: Path):
     space = SearchSpace.parse({"per_channel": [True, False]})
     # A fresh search: the searcher is told a trial's Tune result, the recorder records it.
-    fresh = SettingSearcher.sampler("TPE", [space], mode="max", seed=0)
+    fresh = SettingSearcher.strategy("TPE", [space], mode="max", seed=0)
     config = fresh.suggest("t0")
     trial = TrialRecord(status="ok", metric=0.5, is_candidate=True, model_size_bytes=10)
     fresh.on_trial_complete("t0", {"metric": 0.5, "objective": 0.5, "trial": pack_record(trial)})
@@ -106,7 +106,7 @@ def test_the_recorder_and_the_strategies_get_the_same_type_fresh_and_on_resume(t
     recorded = recorder.record(_Trial(), trial)
     journal.close()
     # A resumed search: both read the journal.
-    resumed = SettingSearcher.sampler("TPE", [space], mode="max", seed=0)
+    resumed = SettingSearcher.strategy("TPE", [space], mode="max", seed=0)
     prior = Journal(journal.path).load()
     resumed.add_finished(prior)
     again = TrialRecorder(tmp_path, Journal(journal.path), higher_is_better=True, prior=prior)

@@ -1,6 +1,5 @@
 """The trial engine's factory (:class:`EngineSpec`), built once on the driver from what
-:func:`~raysearch.search.preflight.preflight` checked and computed, and shipped to every
-actor."""
+:func:`~raysearch.search.preflight.preflight` computed, and shipped to every actor."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ _logger = logging.getLogger("raysearch.search")
 
 @dataclass
 class EngineSpec:
-    """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor from read-only inputs
-    computed once on the driver and shipped through the object store."""
+    """Builds a :class:`~raysearch.trial.TrialRunner` inside an actor."""
 
     model: ModelBlob
     calibration: Any
@@ -70,8 +68,7 @@ class EngineSpec:
         model_path, cache_dir = self.model.path, self.cache_dir
         anchor = self.decode_anchor.path if self.decode_anchor is not None else None
         if self.driver_node is not None and current_node_id() != self.driver_node:
-            # Another node: the model comes from the object store, the calibration cache
-            # lives on this node (the driver's output folder need not exist here).
+            # Another node: the model from the object store, the calibration cache on this node.
             model_path = materialize_model(self.model)
             cache_dir = os.fspath(node_folder_here("cache", self.cache_dir))
             if self.decode_anchor is not None:
@@ -105,9 +102,8 @@ class EngineSpec:
 def build_engine(
     config: SearchConfig, cache_dir: str, prepared: Prepared
 ) -> tuple[EngineSpec, dict[str, Any]]:
-    """The trial engine's factory from what :func:`preflight` computed once on the driver
-    (its float reference saved in the search's cache now), with the rungs of its evaluation
-    (``info["early_stopping"]``)."""
+    """The trial engine's factory from what :func:`preflight` computed (its float reference
+    saved in the search's cache), with the rungs of its evaluation (``info["early_stopping"]``)."""
     if prepared.reference is not None:
         _save_reference(prepared.reference, cache_dir)
     reference, float_score = prepared.reference, prepared.float_score
@@ -132,8 +128,7 @@ def build_engine(
         gpu_fraction=config.resources.gpu_per_trial,
     )
     spec.rungs, info["early_stopping"] = plan_search_rungs(config, prepared)
-    # The CPU threads a trial has: the float model's (or the builder's int4's) decode step is
-    # timed on them; a trial on a GPU share is not held to a CPU figure.
+    # A decode step is timed on a trial's CPU threads; a trial on a GPU is held to no CPU figure.
     cpu, threads = config.resources.gpu_per_trial == 0, max(1, int(config.resources.cpu_per_trial))
     bound = config.max_decode_latency
     builder = None
@@ -179,13 +174,8 @@ def _save_reference(reference: Any, cache_dir: str) -> None:
 
 def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
     """The trials' source of a float reference still being computed: the search's cache, which
-    the driver fills when the run ends; None when a trial may run on another node (the driver
-    then waits for the reference)."""
-    from raysearch.search.runtime._reference_handoff import (
-        HANDOFF,
-        WaitedReference,
-        hand_over,
-    )
+    the driver fills when it is ready; None when a trial may run on another node."""
+    from raysearch.search.runtime._reference_handoff import HANDOFF, WaitedReference, hand_over
     from raysearch.search.runtime.cluster import only_driver_node
 
     if not only_driver_node():
@@ -211,8 +201,7 @@ def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:
 
 
 def size_budget_bytes(config: SearchConfig, builder: str | os.PathLike | None = None) -> int | None:
-    """The config's ``size_budget`` in bytes: megabytes as given, or the size of the builder's
-    int4 of the model (``builder``); None without a budget."""
+    """The config's ``size_budget`` in bytes (megabytes, or the size of ``builder``'s int4)."""
     value = config.size_budget
     if value is None:
         return None

@@ -1,10 +1,6 @@
-"""One session of a search on Ray Tune, from the journal read back to the outputs written:
-what :meth:`AutoSearch.run <raysearch.search.runner.AutoSearch.run>` and
-:meth:`~raysearch.search.runner.AutoSearch.resume` run once the output folder is theirs.
-
-The steps, sharing one session's state (:class:`_Run`): :meth:`Execution.start` (journal,
-engine, searcher, stop conditions, recorder, live session), :meth:`Execution.fit` (Tune runs
-the trials) and :meth:`Execution.finish` (the outputs, the stop reason, the marker).
+"""One session of a search on Ray Tune, once the output folder is the search's:
+:meth:`Execution.start` (journal, engine, searcher, stop conditions, recorder, live session),
+:meth:`Execution.fit` (Tune runs the trials) and :meth:`Execution.finish` (the outputs).
 """
 
 from __future__ import annotations
@@ -67,11 +63,13 @@ from raysearch.search.tune._rungs import RungScheduler, early_stopping_summary
 from raysearch.search.tune._tuner import make_tuner, restored_signal_handlers
 from raysearch.search.tune._usage_tag import own_callbacks_tagged
 from raysearch.search.tune.progress import ProgressCallback
-from raysearch.search.tune.searchers import GridPhase, SettingSearcher, quiet_optuna
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.search.tune.session import SearchSession, register, release
 from raysearch.search.tune.stopper import CandidateStopper, trial_limit
 from raysearch.search.tune.trainable import make_trainable
 from raysearch.strategies import ModelFacts, StrategyContext
+from raysearch.strategies.grid import GridPhase
+from raysearch.strategies.samplers import quiet_optuna
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -128,8 +126,7 @@ class Execution:
         #: Where latency is timed again after the last trial (None: nowhere, _retime).
         self.timer = LatencyTimer() if needs_retime(config) else None
         #: What draws plots/ beside the other outputs (None: the driver, after them), started
-        #: with the first record (:meth:`_start_plots`) where this process ends with the
-        #: search; elsewhere the driver's matplotlib, imported once, serves every later search.
+        #: at the first record where this process ends with the search.
         self.plots: PlotProcess | None = None
 
     def _searcher(
@@ -139,8 +136,7 @@ class Execution:
         concurrent: int = 1,
         size_budget_bytes: int | None = None,
     ) -> SettingSearcher:
-        """The searcher over the phases of the config's strategy (``search_algo``), given the
-        model's facts that preflight read and the size budget the engine resolved."""
+        """The searcher over the phases of the config's strategy (``search_algo``)."""
         config = self.config
         context = StrategyContext(
             config.search_spaces,
@@ -163,8 +159,7 @@ class Execution:
         return searcher
 
     def _loggers(self, config: SearchConfig, folder: Path) -> list[Any]:
-        """Ray's logger callbacks of the config's ``loggers``, told the search's id and name
-        (the name ``raysearch export`` gives its study)."""
+        """Ray's logger callbacks of the config's ``loggers``, told the search's id and name."""
         if not config.loggers:
             return []
         from raysearch.outputs import default_study_name
@@ -237,8 +232,7 @@ class Execution:
         prepared: Prepared,
         started_at: float | None,
     ) -> _Run:
-        """Everything a session needs before Tune runs. On resume each part is rebuilt from
-        the journal's records alone, told them in the order they were written."""
+        """Everything a session needs before Tune runs (on resume, rebuilt from the journal)."""
         config, folder = self.config, self.output_dir
         journal = Journal(folder / JOURNAL)
         records = journal.load() if resume else []
@@ -338,8 +332,7 @@ class Execution:
         )
 
     def _start_plots(self) -> None:
-        """Start the process that draws plots/ (at the first record, once the outputs'
-        package is imported: not before the first trials start)."""
+        """Start the process that draws plots/ (at the first record)."""
         from raysearch.outputs import PlotProcess
 
         self.plots = PlotProcess()
@@ -411,8 +404,8 @@ class Execution:
             run.progress.close()
 
     def _refuse_missing_module(self, run: _Run) -> None:
-        """Refuse the session (InputError) when a phase could not import a module before any
-        trial, with the marker put back, so that a resume goes on as if it had not been."""
+        """Refuse the session (InputError), the marker put back, when a phase could not import
+        a module before any trial."""
         missing = run.searcher.missing_module
         if missing is None:
             return
@@ -528,26 +521,18 @@ class Execution:
         return build_result(folder, summary, records, config.metric_higher_is_better)
 
 
+@dataclass
 class _OnRecord:
     """What the driver does with each trial it records: the stopper observes it; at the
-    first one (after Tune started the first trials here), the output modules are preloaded,
-    the float reference kept on the cluster, and the latency timer and the plot
-    process started."""
+    first one, the output modules are preloaded, the float reference kept on the cluster,
+    and the latency timer and the plot process started."""
 
-    def __init__(
-        self,
-        stopper: CandidateStopper,
-        kept: KeptWarm | None = None,
-        reference: Any = None,
-        timer: LatencyTimer | None = None,
-        plots: Callable[[], None] | None = None,
-    ) -> None:
-        self.stopper = stopper
-        self.preloading = False
-        self.kept = kept
-        self.reference = reference
-        self.timer = timer
-        self.plots = plots
+    stopper: CandidateStopper
+    kept: KeptWarm | None = None
+    reference: Any = None
+    timer: LatencyTimer | None = None
+    plots: Callable[[], None] | None = None
+    preloading: bool = False
 
     def __call__(self, record: TrialRecord) -> None:
         self.stopper.observe(str(record.trial_id), record)
@@ -582,8 +567,8 @@ FLOAT_SHARE_WARNING = 0.25
 
 
 def _float_share_warning(config: SearchConfig, float_score_s: float | None) -> str | None:
-    """The warning when a custom evaluator's score of the float model took at least
-    :data:`FLOAT_SHARE_WARNING` of ``stop.time_limit`` (None otherwise)."""
+    """The warning when a custom evaluator's float score took :data:`FLOAT_SHARE_WARNING` of
+    ``stop.time_limit`` or more."""
     limit = config.stop.time_limit
     if float_score_s is None or limit is None or limit <= 0:
         return None
@@ -603,8 +588,7 @@ def _stop_note(
     config: SearchConfig,
     float_score_s: float | None,
 ) -> str | None:
-    """``summary.json``'s ``stop_note``: why a search ended without a single finished trial,
-    which its ``stop_reason`` alone does not say (None when a trial finished)."""
+    """``summary.json``'s ``stop_note``: why a search ended without a finished trial."""
     if records or reason != "time_limit":
         return None
     note = f"no trial finished within the time limit ({config.stop.time_limit:g} s"
@@ -616,8 +600,7 @@ def _stop_note(
 
 
 def _say(message: str, stream: TextIO | None) -> None:
-    """Log ``message`` as a WARNING; without logging set up (Python, not the command line)
-    it goes to the progress stream too, which would otherwise never show it."""
+    """Log ``message`` as a WARNING, and without logging set up write it to ``stream`` too."""
     _logger.warning("%s", message)
     if stream is not None and not logging.getLogger().handlers:
         stream.write(f"raysearch: {message}\n")
@@ -629,8 +612,7 @@ def _rounded(value: float | None) -> float | None:
 
 
 def most_frequent_error(records: list[TrialRecord]) -> dict[str, Any] | None:
-    """The error line most failed trials ended with, and how many (the first seen of equally
-    frequent ones); None when no trial failed.
+    """The error line most failed trials ended with, and how many; None when none failed.
 
     Example:
         >>> from raysearch.trialrecord import TrialRecord

@@ -1,12 +1,6 @@
-"""Latency timed again after the last trial in a process of its own on the driver, so that the
-search writes its plots meanwhile (:mod:`raysearch.search._retime`).
-
-Not a thread: one timing ``session.run`` would wait for Python's lock while another draws
-the plots, which would count in the figure. The process is started while the trials run,
-handed one pickled job (:attr:`RetimePlan.job <raysearch.search._retime.RetimePlan.job>`)
-and answers with the rounds, or the error ONNX Runtime raised; it ends after its answer or
-as soon as its standard input closes
-(:class:`raysearch.jobprocess.JobProcess`).
+"""Latency timed again after the last trial (:mod:`raysearch.search._retime`) in a process of
+its own, started while the trials run, so that the plots drawn meanwhile hold no Python lock a
+timing ``session.run`` would wait for (:class:`raysearch.jobprocess.JobProcess`).
 """
 
 from __future__ import annotations
@@ -23,15 +17,13 @@ _logger = logging.getLogger("raysearch.search")
 
 
 class LatencyTimer(JobProcess):
-    """The timing process of one search; nothing runs until :meth:`start` or :meth:`submit`
-    (:meth:`submit`: :func:`~raysearch.search._retime.time_rounds`'s arguments)."""
+    """The timing process of one search (:meth:`submit`: ``time_rounds``'s arguments)."""
 
     def __init__(self) -> None:
         super().__init__(__name__)
 
     def result(self) -> dict[str, dict[str, list[float]]] | None:
-        """The rounds of the job submitted; None (and a warning) when it could not time a
-        model or ended without an answer: the trials' figures stay."""
+        """The rounds of the job submitted; None (and a warning) when it could not time them."""
         answer = self.answer()
         if "error" in answer:
             _logger.warning("latency could not be timed again alone: %s", answer["error"])

@@ -19,8 +19,8 @@ _TUNE_STATE_LOGGER = "ray.tune.execution.experiment_state"
 
 
 class _LogFile(logging.FileHandler):
-    """``auto_search.log``, whose records are dropped silently on a full disk (the journal is
-    the record, and the search reports the full disk in one line of its own)."""
+    """``auto_search.log``, whose records are dropped silently on a full disk (the search
+    reports it in one line of its own)."""
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         if not is_disk_full(sys.exc_info()[1]):
@@ -35,8 +35,8 @@ class _LogFile(logging.FileHandler):
 
 
 class _TuneDiskFull(logging.Filter):
-    """Keeps Ray Tune's traceback for an experiment-state save that failed on a full disk
-    off the console and notes it, so the search stops with its own one-line message."""
+    """Keeps Ray Tune's traceback of a state save that failed on a full disk off the console,
+    and notes it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,8 +65,7 @@ _TUNE_FAILURES = {
 
 
 class _ToLogOnly(logging.Filter):
-    """Hands a record whose message holds ``words`` to ``auto_search.log``'s handler alone:
-    the logger's other handlers, and Ray's on the ``ray`` logger, never see it."""
+    """Hands a record whose message holds ``words`` to ``auto_search.log``'s handler alone."""
 
     def __init__(self, handler: logging.Handler, words: str) -> None:
         super().__init__()
@@ -81,16 +80,14 @@ class _ToLogOnly(logging.Filter):
 
 
 def check_tune_disk() -> None:
-    """Raise :class:`DiskFullError` when Ray Tune's last state save (within
-    :func:`quiet_tune`) failed on a full disk."""
+    """Raise :class:`DiskFullError` when Ray Tune's last state save failed on a full disk."""
     if _TUNE_DISK.error:
         raise DiskFullError(_TUNE_DISK.error)
 
 
 class LogSetup:
-    """``auto_search.log`` gets every ``raysearch`` record from INFO on (DEBUG when the
-    ``raysearch`` logger is set to it) and Ray Tune's, while the console keeps the verbosity
-    its owner chose."""
+    """``auto_search.log`` gets every ``raysearch`` record from INFO on (DEBUG when the logger
+    is set to it) and Ray Tune's; the console keeps its verbosity."""
 
     def __init__(self, folder: Path) -> None:
         self.handler = _LogFile(folder / LOG_FILE, encoding="utf-8")
@@ -130,9 +127,8 @@ class LogSetup:
 
 @contextlib.contextmanager
 def quiet_tune() -> Iterator[None]:
-    """Silence what Tune logs that raysearch makes moot: notes on the per-trial result files
-    it does not write, its end-of-run notes, and its traceback on a full disk
-    (:func:`check_tune_disk` then raises)."""
+    """Silence Tune's notes raysearch makes moot (result files, end of run) and its traceback
+    on a full disk (:func:`check_tune_disk` then raises)."""
     names = ("ray.tune.analysis.experiment_analysis", "ray.tune.tune", "ray.tune.result_grid")
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]

@@ -1,9 +1,5 @@
-"""The float reference computed while the search starts: :class:`PendingReference`.
-
-A trial needs the reference only when it evaluates, after quantizing, so preflight runs the
-float model on the first evaluation batch (proving ONNX Runtime runs it) and leaves the rest
-to a thread, which the first trials need not wait for. Evaluation data holding NaN or inf is
-run whole before the search, so that a float model turning it into NaN is refused at once.
+"""The float reference past its first batch, computed in a thread while the search starts (a
+trial needs it only once quantized): :class:`PendingReference`.
 """
 
 from __future__ import annotations
@@ -28,7 +24,8 @@ _logger = logging.getLogger("raysearch.search")
 
 
 def deferrable(evaluation: DataSource) -> bool:
-    """Whether the rest of the reference can wait: more than one batch, every value finite."""
+    """Whether the rest of the reference can wait: more than one batch, every value finite (a
+    float model turning NaN input into NaN is refused at once)."""
     if evaluation.num_batches < 2:
         return False
     for array in evaluation.arrays.values():
@@ -71,7 +68,7 @@ class PendingReference:
 
     def stop_on_failure(self, stopper: Any) -> None:
         """End the search (``stopper.end``) once the run fails or its reference cannot be handed
-        to the trials: they would each fail with that error, or wait for it."""
+        to the trials."""
         self.future.add_done_callback(
             lambda _: self._failure() is None or stopper.end("float_reference_failed")
         )
@@ -108,8 +105,7 @@ NICENESS = 10
 
 
 def _lower_priority() -> None:
-    """Lower this thread's CPU priority: Ray's start and the first trials come first; the
-    rest of the reference is needed only when the first trial evaluates."""
+    """Lower this thread's CPU priority below Ray's start and the first trials'."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
     except (AttributeError, OSError) as exc:  # not Linux, or not allowed

@@ -1,16 +1,8 @@
-"""Everything a search needs checked before Ray starts and before its output folder exists.
-
-:func:`preflight` reads the model, the data and the evaluator of a validated
-:class:`~raysearch.config.SearchConfig` and computes what every trial shares, writing nothing:
-
-1. the model: an ONNX file that parses, with its external data, holding an op the spaces
-   would quantize (the backends' checks of op types and node names included);
-2. the calibration and evaluation data, checked against the model's inputs;
-3. the evaluator: the float reference (which proves ONNX Runtime runs the model; a fresh
-   search computes past the first batch while it starts) or a custom evaluator's float score.
-
-Any problem is a one-line :class:`~raysearch.errors.InputError`, so bad input fails at once
-and leaves the output folder as it was.
+"""Everything a search needs checked before Ray starts and before its output folder exists:
+:func:`preflight` checks the model (with its external data, and something the spaces would
+quantize), the data against the model's inputs, and the evaluator (the float reference, or a
+custom evaluator's float score), writing nothing; any problem is a one-line
+:class:`~raysearch.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -45,7 +37,6 @@ __all__ = [
     "preflight",
     "start_preflight",
     "check_model",
-    "float_batch_latency",
     "builder_int4",
     "stderr_lines",
     "STDERR_LOGGER",
@@ -255,10 +246,10 @@ def preflight(
     prepared = Prepared(calibration, evaluation, evaluator, model=ModelFacts.of(proto))
     prepared.info["float_model_size_bytes"] = model_size_bytes(model)
     threads = max(1, min(os.cpu_count() or 1, 4))
+    trial_threads = max(1, int(config.resources.cpu_per_trial))
     started = time.perf_counter()
     if not check_only and evaluator.is_lm and config.measure_latency:
         # Before the reference's session opens: one float session at a time.
-        trial_threads = max(1, int(config.resources.cpu_per_trial))
         for name, value in float_decoder_latency(model, evaluation, trial_threads).items():
             prepared.info[f"float_{name}"] = value
     reference = kept(model, evaluation) if kept and evaluator.needs_reference else None
@@ -278,10 +269,11 @@ def preflight(
         prepared.info["float_score_s"] = time.perf_counter() - started
         if not check_only:
             # The evaluator's run is not timed (its own code): one batch, as a trial times one.
-            trial_threads = max(1, int(config.resources.cpu_per_trial))
-            prepared.info["float_latency_ms"] = float_batch_latency(
-                model, evaluation, trial_threads
-            )
+            from raysearch.evaluate import measure_latency
+
+            batch = evaluation.batch(0)
+            latency = _float_latency(model, trial_threads, None, measure_latency, batch)
+            prepared.info["float_latency_ms"] = latency
     prepared.info["float_s"] = time.perf_counter() - started
     return prepared
 
@@ -296,8 +288,7 @@ def _reference(
     rest: bool = True,
 ) -> None:
     """The float reference of ``prepared``'s evaluation data, or, ``later``, its first batch
-    now (the check) and, with ``rest``, the rest in a thread
-    (:attr:`Prepared.pending_reference`)."""
+    and, with ``rest``, the rest in a thread (:attr:`Prepared.pending_reference`)."""
     from raysearch.evaluate import FloatReference
 
     evaluation = prepared.evaluation
@@ -330,36 +321,23 @@ def _cannot_run(exc: Exception) -> ConfigError:
     )
 
 
-def float_batch_latency(
-    model: str | os.PathLike, data: DataSource, threads: int = 1
-) -> float | None:
-    """The float model's median milliseconds for the first batch of ``data`` on the CPU, as
-    a trial times a model a custom evaluator scores; None (and a DEBUG line) when ONNX
-    Runtime cannot time it: latency is secondary."""
-    from raysearch.evaluate import measure_latency
+def _float_latency(model: str, threads: int, default: Any, measure: Callable, data: Any) -> Any:
+    """``measure(session, data)`` of the float model on the CPU, as a trial times its model;
+    ``default`` (and a DEBUG line) when ONNX Runtime cannot: latency is secondary."""
     from raysearch.providers import make_session
 
     try:
-        session = make_session(model, threads)
-        return measure_latency(session, data.batch(0))
+        return measure(make_session(model, threads), data)
     except Exception as exc:  # noqa: BLE001 - never fail a search for the float latency
         _logger.debug("the float model's latency could not be measured: %s", exc)
-        return None
+        return default
 
 
-def float_decoder_latency(
-    model: str | os.PathLike, data: DataSource, threads: int = 1
-) -> dict[str, float]:
-    """The float model's one-token decode and prefill latency on the CPU, as a language-model
-    metric's trial times its model; empty (and a DEBUG line) when ONNX Runtime cannot."""
+def float_decoder_latency(model: str | os.PathLike, data: DataSource, threads: int) -> dict:
+    """The float model's decode step and prefill latency (empty when ONNX Runtime cannot)."""
     from raysearch.evaluate import measure_decoder_latency
-    from raysearch.providers import make_session
 
-    try:
-        return measure_decoder_latency(make_session(model, threads), data)
-    except Exception as exc:  # noqa: BLE001 - never fail a search for the float latency
-        _logger.debug("the float model's decoder latency could not be measured: %s", exc)
-        return {}
+    return _float_latency(os.fspath(model), threads, {}, measure_decoder_latency, data)
 
 
 def builder_int4(model: str | os.PathLike, data: DataSource, folder: str | os.PathLike) -> Path:
@@ -391,9 +369,8 @@ def builder_int4(model: str | os.PathLike, data: DataSource, folder: str | os.Pa
 
 @contextlib.contextmanager
 def stderr_lines() -> Iterator[list[str]]:
-    """Collect what is written to file descriptor 2 (where ONNX Runtime's C++ logger writes)
-    within the block, as the lines of the list it yields; when the block raises, they are
-    written to standard error after all: they may say why.
+    """Collect what is written to file descriptor 2 (ONNX Runtime's C++ logger) within the
+    block as the lines of the list it yields; written to standard error if the block raises.
 
     Example:
         >>> with stderr_lines() as lines:
@@ -431,11 +408,10 @@ def start_preflight(
     config: SearchConfig,
     kept: Callable[[str, DataSource], FloatReference | None] | None = None,
 ) -> Future[Prepared] | None:
-    """:func:`preflight` of ``config`` in a daemon thread, started now, so that the float
-    model runs while the command imports Ray Tune; None (nothing started) for a custom
-    evaluator, whose code may import anything and so runs later in the caller's thread.
-    What :func:`preflight` imports is imported first, here, so that the two threads never
-    import the same module at once."""
+    """:func:`preflight` of ``config`` in a daemon thread, so that the float model runs while
+    the command imports Ray Tune; None for a custom evaluator (its code may import anything:
+    it runs later in the caller's thread). What :func:`preflight` imports is imported here
+    first, so that the two threads never import the same module at once."""
     from raysearch.evaluate import Evaluator
 
     if not Evaluator.from_config(config).needs_reference:
@@ -456,8 +432,7 @@ def start_preflight(
 
 
 def _import_what_preflight_uses(config: SearchConfig) -> None:
-    """Import, in this thread, the modules :func:`preflight` imports on its way. A backend
-    that cannot be imported is left to :func:`preflight`, which reports it in its turn."""
+    """Import the modules :func:`preflight` imports (a backend that fails is its to report)."""
     import raysearch.data  # noqa: F401
     import raysearch.evaluate  # noqa: F401  (the float model's run)
     import raysearch.modelfile  # noqa: F401

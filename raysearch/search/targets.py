@@ -1,12 +1,7 @@
-"""What a search writes outside its output folder, checked before anything is written: the
-Optuna storage (``optuna_storage``) and the loggers' places (MLflow's ``tracking_uri`` and
-``registry_uri``, W&B's ``dir``). ``raysearch validate`` and :meth:`AutoSearch.run
-<raysearch.search.AutoSearch.run>` call :func:`check_targets`, so that a target the search
-could not open is refused in one line before the output folder is claimed. The checks create
-and write nothing: an SQLite database needs a writable folder (or to be one this user may
-write); another database URL is connected to; Optuna opens a database holding its tables
-read-only; a folder must be one this user can create or write in; W&B online needs an API key
-where Ray's callback looks for one. A tracking server is not contacted.
+"""What a search writes outside its output folder, checked (creating and writing nothing)
+before the output folder is claimed: the Optuna storage (``optuna_storage``), MLflow's
+``tracking_uri`` and ``registry_uri``, W&B's ``dir`` and API key. A tracking server is not
+contacted; another database is connected to; Optuna opens one holding its tables read-only.
 """
 
 from __future__ import annotations
@@ -20,15 +15,14 @@ from urllib.parse import unquote, urlparse
 
 from raysearch.errors import ConfigError
 
-__all__ = ["check_targets", "check_optuna_storage", "check_folder"]
+__all__ = ["check_targets", "check_optuna_storage"]
 
 #: The tables of an Optuna RDB storage (any one of them: Optuna's schema is there).
 _OPTUNA_TABLES = {"studies", "version_info", "trials"}
 
 
 def check_targets(config: Any) -> None:
-    """Check every place ``config`` (a :class:`~raysearch.config.SearchConfig`) writes to
-    outside its output folder, as the search will open it.
+    """Check every place ``config`` writes to outside its output folder.
 
     Raises:
         ConfigError: one the search could not open or write, named by its config key.
@@ -43,19 +37,13 @@ def check_targets(config: Any) -> None:
 
 
 def check_optuna_storage(url: str, key: str = "optuna_storage") -> None:
-    """Check that Optuna can open the RDB storage ``url`` and write a study into it, creating
-    nothing.
+    """Check that Optuna can open the RDB storage ``url`` and write a study into it.
 
     Raises:
         ConfigError: it cannot, with the reason.
     """
     try:
-        path = _sqlite_file(url)
-        if path is not None:
-            if (_sqlite_tables(path) or set()) & _OPTUNA_TABLES:
-                _open_with_optuna(f"sqlite:///{path.as_uri()}?mode=ro&uri=true")
-        else:
-            _check_database(url)
+        _check_database(url)
     except _Refused as exc:
         raise ConfigError(key, f"Optuna cannot open {url} ({exc})") from None
 
@@ -77,8 +65,8 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 def _sqlite_tables(path: Path) -> set[str] | None:
-    """The tables of the SQLite database ``path``, None when it is not there yet (and its
-    folder can hold it); :class:`_Refused` when it cannot be written or is no database."""
+    """The tables of the SQLite database ``path`` (None: not there yet, its folder writable);
+    :class:`_Refused` when it cannot be written or is no database."""
     if not path.exists():
         if not path.parent.is_dir():
             raise _Refused(f"no folder {path.parent} for its database file")
@@ -104,10 +92,15 @@ def _sqlite_tables(path: Path) -> set[str] | None:
 
 
 def _check_database(url: str) -> None:
-    """Connect to the database ``url`` (no write) and, when it holds Optuna's tables, open
-    it with Optuna; :class:`_Refused` when either fails."""
+    """Connect to the database ``url`` (an SQLite file read, or its folder checked) and open it
+    with Optuna when it holds Optuna's tables."""
     import sqlalchemy
 
+    path = _sqlite_file(url)
+    if path is not None:
+        if (_sqlite_tables(path) or set()) & _OPTUNA_TABLES:
+            _open_with_optuna(f"sqlite:///{path.as_uri()}?mode=ro&uri=true")
+        return
     try:
         engine = sqlalchemy.create_engine(url)
         with engine.connect() as connection:
@@ -120,8 +113,7 @@ def _check_database(url: str) -> None:
 
 
 def _open_with_optuna(url: str) -> None:
-    """Open the Optuna storage ``url`` without creating tables (its schema's version checked)
-    and list its studies; :class:`_Refused` when Optuna cannot."""
+    """Open the Optuna storage ``url`` without creating tables and list its studies."""
     import optuna
 
     try:
@@ -133,14 +125,12 @@ def _open_with_optuna(url: str) -> None:
 
 
 def _reason(exc: BaseException) -> str:
-    """The first line of ``exc``'s message (its class name when it has none)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 def check_folder(folder: str, key: str) -> None:
-    """Check that ``folder`` is a folder this user can write in, or can create (its nearest
-    existing parent is a writable folder).
+    """Check that ``folder`` is a folder this user can write in or create.
 
     Raises:
         ConfigError: it cannot be, naming ``key``.
@@ -161,8 +151,7 @@ def check_folder(folder: str, key: str) -> None:
 
 
 def _check_mlflow(settings: Mapping[str, Any]) -> None:
-    """MLflow's tracking and registry URIs (the tracking URI MLflow takes when none is given
-    included), each as MLflow would open it; ConfigError for one it could not open or write."""
+    """MLflow's tracking and registry URIs (MLflow's default tracking URI when none is given)."""
     for setting in ("tracking_uri", "registry_uri"):
         uri = settings.get(setting)
         if uri is None and setting == "tracking_uri":
@@ -180,18 +169,13 @@ def _check_mlflow(settings: Mapping[str, Any]) -> None:
         if scheme.startswith(("http", "databricks")) or "://" not in uri:
             continue  # a tracking server: not contacted
         try:
-            path = _sqlite_file(uri)
-            if path is not None:
-                _sqlite_tables(path)
-            else:
-                _check_database(uri)
+            _check_database(uri)
         except _Refused as exc:
             raise ConfigError(key, f"MLflow cannot open {uri} ({exc})") from None
 
 
 def _check_file_store(uri: str, key: str) -> None:
-    """MLflow's file store at ``uri``: allowed by MLflow 3 only with
-    ``MLFLOW_ALLOW_FILE_STORE=true``, in a folder this user can write (else ConfigError)."""
+    """MLflow's file store at ``uri``: only with ``MLFLOW_ALLOW_FILE_STORE=true`` (MLflow 3)."""
     from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
 
     if not MLFLOW_ALLOW_FILE_STORE.get():
@@ -205,8 +189,7 @@ def _check_file_store(uri: str, key: str) -> None:
 
 
 def _check_wandb(settings: Mapping[str, Any]) -> None:
-    """W&B's ``dir``, and for a W&B online (its default mode) an API key where Ray's
-    callback looks for one (ConfigError without); W&B is not contacted."""
+    """W&B's ``dir``, and online an API key where Ray's callback looks for one."""
     if settings.get("dir") is not None:
         check_folder(str(settings["dir"]), "loggers.wandb.dir")
     mode = settings.get("mode") or os.environ.get("WANDB_MODE") or "online"

@@ -99,14 +99,15 @@ def _external_search(work: Path) -> dict:
     object store)."""
     import numpy as np
 
+    from raysearch.quantize.tempdirs import private_dir
     from raysearch.search import AutoSearch
-    from raysearch.search.runtime.transfer import model_blob, node_local_dir
+    from raysearch.search.runtime.transfer import model_blob
     from tests.external_models import external_mlp_data, make_external_mlp
 
     model = make_external_mlp(work / "model" / "ext.onnx", location="weights.bin")
     np.savez(work / "calib.npz", **external_mlp_data(32))
     # The same bytes give the same folder: start without one from an earlier run.
-    copy = node_local_dir("raysearch-models") / model_blob(model).sha256[:24]
+    copy = private_dir("raysearch-models") / model_blob(model).sha256[:24]
     shutil.rmtree(copy, ignore_errors=True)
     result = AutoSearch(
         {

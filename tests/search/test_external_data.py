@@ -28,8 +28,9 @@ from raysearch.cli import main
 from raysearch.config import load_config
 from raysearch.evaluate import compute_metric
 from raysearch.modelfile import file_hash, place_model
+from raysearch.quantize.tempdirs import private_dir
 from raysearch.search import AutoSearch
-from raysearch.search.runtime.transfer import materialize_model, model_blob, node_local_dir
+from raysearch.search.runtime.transfer import materialize_model, model_blob
 from raysearch.trialrecord import TrialRecord
 from tests.external_models import (
     check_whole,
@@ -139,7 +140,7 @@ def test_the_float_model_travels_through_the_object_store_as_its_files(external)
     blob = model_blob(model, chunk_bytes=4096)  # several chunks for the weights
     assert [f.name for f in blob.files] == ["ext.onnx", "weights.bin"]
     assert len(blob.files[1].chunks) > 1
-    shutil.rmtree(node_local_dir("raysearch-models") / blob.sha256[:24], ignore_errors=True)
+    shutil.rmtree(private_dir("raysearch-models") / blob.sha256[:24], ignore_errors=True)
     # Gone from the disk: the worker can only get it from the object store.
     shutil.rmtree(model.parent)
 
@@ -190,7 +191,7 @@ def test_a_model_over_2_gb_travels_through_the_object_store(tmp_path):
         ("big.onnx", (folder / "big.onnx").stat().st_size),
         ("big.onnx.data", 2**31),
     ]
-    target = node_local_dir("raysearch-models") / blob.sha256[:24]
+    target = private_dir("raysearch-models") / blob.sha256[:24]
     shutil.rmtree(target, ignore_errors=True)
     shutil.rmtree(folder)
 

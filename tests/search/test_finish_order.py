@@ -63,7 +63,7 @@ def test_a_resumed_search_gives_a_lost_trial_back_its_number():
 
     def searcher() -> SettingSearcher:
         space = SearchSpace.parse({"per_channel": [True, False], "reduce_range": [False, True]})
-        return SettingSearcher.grid([space], mode="max")
+        return SettingSearcher.strategy("Grid", [space], mode="max")
 
     straight = searcher()
     configs = [straight.suggest(f"a{i}") for i in range(4)]

@@ -114,9 +114,11 @@ def _grid_suggestions(config) -> int:
     from ray.tune.search import Searcher
 
     from raysearch.quantize.registry import backend_reject
-    from raysearch.search import SettingSearcher
+    from raysearch.search.tune.searchers import SettingSearcher
 
-    searcher = SettingSearcher.grid(config.search_spaces, mode="min", reject=backend_reject)
+    searcher = SettingSearcher.strategy(
+        "Grid", config.search_spaces, mode="min", reject=backend_reject
+    )
     n = 0
     while (suggested := searcher.suggest(f"t{n}")) != Searcher.FINISHED:
         assert suggested is not None

@@ -9,10 +9,10 @@ from raysearch.config import SearchConfig, StopConfig
 from raysearch.layout import ATOMIC_FILES, OWNED, RESULT_FILES, USER_OUTPUTS
 from raysearch.outputs import write_outputs
 from raysearch.outputs._writer import _sweep_leftovers
-from raysearch.search import CandidateStopper, SettingSearcher
 from raysearch.search.record.journal import Journal
 from raysearch.search.runner import _clean_output_dir
-from raysearch.search.tune.stopper import trial_limit
+from raysearch.search.tune.searchers import SettingSearcher
+from raysearch.search.tune.stopper import CandidateStopper, trial_limit
 from raysearch.space import SearchSpace
 from raysearch.trialrecord import TrialRecord
 from tests.models import make_mlp_model
@@ -95,7 +95,7 @@ def test_iteration_limit_has_one_meaning():
     assert trial_limit(StopConfig()) is None
     stop = StopConfig(iteration_limit=2)
     space = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile", "Entropy"]})
-    searcher = SettingSearcher.grid([space], mode="min", max_trials=trial_limit(stop))
+    searcher = SettingSearcher.strategy("Grid", [space], mode="min", max_trials=trial_limit(stop))
     started = [searcher.suggest(f"t{i}") for i in range(4)]
     assert sum(isinstance(s, dict) for s in started) == searcher.max_trials == 2
     assert searcher.finish_reason == "iteration_limit"

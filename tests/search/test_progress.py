@@ -6,8 +6,8 @@ import io
 import logging
 from types import SimpleNamespace
 
-from raysearch.search import ProgressCallback
 from raysearch.search.tune import progress as progress_module
+from raysearch.search.tune.progress import ProgressCallback
 
 
 class Terminal(io.StringIO):

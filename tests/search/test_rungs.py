@@ -147,7 +147,7 @@ def test_the_stopper_counts_a_trial_once_at_its_end_and_a_stopped_one_never_as_c
 
 def test_the_searcher_is_told_a_stopped_trials_partial_result_and_never_takes_it_as_best():
     space = SearchSpace.parse({"per_channel": [True, False]})
-    searcher = SettingSearcher.sampler("TPE", [space], mode="max", seed=0)
+    searcher = SettingSearcher.strategy("TPE", [space], mode="max", seed=0)
     for trial_id in ("full", "stopped"):
         assert isinstance(searcher.suggest(trial_id), dict)
     # What Tune hands the searcher: the last result, the record in it as JSON text.

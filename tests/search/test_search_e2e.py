@@ -12,7 +12,7 @@ from raysearch.config import load_config
 from raysearch.errors import ConfigError
 from raysearch.evaluate import compute_metric
 from raysearch.search import AutoSearch
-from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS
+from raysearch.strategies.samplers import ALGO_REQUIREMENTS, SAMPLER_ALGOS
 from tests.search.conftest import CONDITIONAL_SPACE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]

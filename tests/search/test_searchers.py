@@ -9,10 +9,16 @@ import pytest
 from ray.tune.search import Searcher
 
 from raysearch.errors import ConfigError
-from raysearch.search import SettingSearcher, check_algo_available, make_sampler
 from raysearch.search.record.reported import pack_record
-from raysearch.search.tune.searchers import ALGO_REQUIREMENTS, SAMPLER_ALGOS, quiet_optuna
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace, settings_key
+from raysearch.strategies.samplers import (
+    ALGO_REQUIREMENTS,
+    SAMPLER_ALGOS,
+    check_algo_available,
+    make_sampler,
+    quiet_optuna,
+)
 from raysearch.trialrecord import TrialRecord
 from tests.search.conftest import CONDITIONAL_SPACE
 
@@ -52,7 +58,7 @@ def drive(searcher: SettingSearcher, n: int) -> list[dict]:
 def test_grid_runs_every_setting_of_every_space_once_in_order():
     a = SearchSpace.parse(SMALL, path="search_spaces[0]")
     b = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile"], "per_channel": [True]})
-    searcher = SettingSearcher.grid([a, b], mode="min")
+    searcher = SettingSearcher.strategy("Grid", [a, b], mode="min")
     configs = drive(searcher, 100)
     keys = [c["key"] for c in configs]
     assert len(keys) == len(set(keys)) == 5  # 4 + (MinMax, True already ran) + Percentile
@@ -79,8 +85,10 @@ def test_a_grid_as_one_space_per_calibration_method_runs_in_the_one_spaces_order
         {"calibrate_method": ["MinMax"], **common},
         {"calibrate_method": ["Percentile"], "extra_options": percentiles, **common},
     ]
-    one_space = drive(SettingSearcher.grid([SearchSpace.parse(one)], mode="max"), 100)
-    two_spaces = drive(SettingSearcher.grid([SearchSpace.parse(s) for s in two], mode="max"), 100)
+    one_space = drive(SettingSearcher.strategy("Grid", [SearchSpace.parse(one)], mode="max"), 100)
+    two_spaces = drive(
+        SettingSearcher.strategy("Grid", [SearchSpace.parse(s) for s in two], mode="max"), 100
+    )
     assert len(one_space) == 12
     assert [c["key"] for c in two_spaces] == [c["key"] for c in one_space]
     methods = [c["settings"]["calibrate_method"] for c in two_spaces]
@@ -91,7 +99,7 @@ def test_grid_config_holds_canonical_params_and_settings():
     space = SearchSpace.parse(
         {"calibrate_method": ["MinMax"], "extra_options": {"CalibPercentile": [99.9]}}
     )
-    config = SettingSearcher.grid([space], mode="min").suggest("t0")
+    config = SettingSearcher.strategy("Grid", [space], mode="min").suggest("t0")
     assert config["params"] == {"calibrate_method": "MinMax"}  # percentile stripped by a rule
     assert config["settings"] == space.to_settings(config["point"])
     assert config["key"] == settings_key(config["settings"])
@@ -99,7 +107,9 @@ def test_grid_config_holds_canonical_params_and_settings():
 
 def test_iteration_limit_caps_starts_and_outstanding_caps_queue():
     space = SearchSpace.parse(SMALL)
-    searcher = SettingSearcher.grid([space], mode="min", max_trials=3, max_outstanding=2)
+    searcher = SettingSearcher.strategy(
+        "Grid", [space], mode="min", max_trials=3, max_outstanding=2
+    )
     assert searcher.suggest("a") and searcher.suggest("b")
     assert searcher.suggest("c") is None  # two suggested, none finished
     searcher.on_trial_complete("a", told(1.0))
@@ -113,7 +123,7 @@ def test_a_tie_goes_to_the_trial_started_first_whatever_the_trial_ids():
     """Tune's trial ids are random hex: the strategy's best record must break a tie by start
     order, as the outputs' best_record does, or a phase refines around another trial than
     the one best/ holds (the two-phase plugin test failed so under load)."""
-    searcher = SettingSearcher.grid([SearchSpace.parse(SMALL)], mode="min")
+    searcher = SettingSearcher.strategy("Grid", [SearchSpace.parse(SMALL)], mode="min")
     first = searcher.suggest("ffff0001")
     second = searcher.suggest("00000002")
     searcher.on_trial_complete("00000002", told(0.5))
@@ -125,13 +135,13 @@ def test_a_tie_goes_to_the_trial_started_first_whatever_the_trial_ids():
 
 def test_journaled_trials_are_counted_and_never_suggested_again():
     space = SearchSpace.parse(SMALL)
-    first = SettingSearcher.grid([space], mode="min")
+    first = SettingSearcher.strategy("Grid", [space], mode="min")
     done = drive(first, 2)
     records = [
         TrialRecord(trial_id=f"old{i}", key=c["key"], phase=0, status="ok", metric=0.1)
         for i, c in enumerate(done)
     ]
-    searcher = SettingSearcher.grid([space], mode="min", max_trials=3)
+    searcher = SettingSearcher.strategy("Grid", [space], mode="min", max_trials=3)
     assert searcher.add_finished(records) == 2
     assert searcher.add_finished(records) == 0  # the same ids again: nothing new
     rest = drive(searcher, 10)
@@ -145,7 +155,7 @@ def test_samplers_never_sample_an_inactive_group(algo):
         pytest.skip(f"{algo} needs {ALGO_REQUIREMENTS[algo]}")
     space = SearchSpace.parse(CONDITIONAL_SPACE)
     with quiet_optuna():
-        searcher = SettingSearcher.sampler(algo, [space], mode="min", seed=3, max_trials=12)
+        searcher = SettingSearcher.strategy(algo, [space], mode="min", seed=3, max_trials=12)
         configs = drive(searcher, 50)
     assert len(configs) == 12 and searcher.finish_reason == "iteration_limit"
     assert len({c["key"] for c in configs}) == 12
@@ -163,7 +173,7 @@ def test_seed_gives_the_same_sequence_twice():
     runs = []
     for _ in range(2):
         with quiet_optuna():
-            searcher = SettingSearcher.sampler("TPE", [space], mode="min", seed=7, max_trials=8)
+            searcher = SettingSearcher.strategy("TPE", [space], mode="min", seed=7, max_trials=8)
             runs.append([c["key"] for c in drive(searcher, 20)])
     assert runs[0] == runs[1]
 
@@ -171,7 +181,7 @@ def test_seed_gives_the_same_sequence_twice():
 def test_a_sampler_on_a_finite_space_ends_when_every_setting_was_seen():
     space = SearchSpace.parse(SMALL)
     with quiet_optuna():
-        searcher = SettingSearcher.sampler("Random", [space], mode="min", seed=0)
+        searcher = SettingSearcher.strategy("Random", [space], mode="min", seed=0)
         configs = drive(searcher, 50)
     assert len(configs) == 4 and len({c["key"] for c in configs}) == 4
     assert searcher.finish_reason == "space_exhausted"
@@ -181,7 +191,7 @@ def test_several_spaces_split_the_iteration_limit_in_order():
     a = SearchSpace.parse(CONDITIONAL_SPACE, path="a")
     b = SearchSpace.parse({"calibrate_method": ["Entropy"], "per_channel": [True, False]}, path="b")
     with quiet_optuna():
-        searcher = SettingSearcher.sampler("TPE", [a, b], mode="min", seed=0, max_trials=5)
+        searcher = SettingSearcher.strategy("TPE", [a, b], mode="min", seed=0, max_trials=5)
         configs = drive(searcher, 20)
     assert [c["phase"] for c in configs] == [0, 0, 0, 1, 1]
 
@@ -191,7 +201,7 @@ def test_tune_saves_no_copy_of_the_searcher(tmp_path):
     nothing, so no pickled searcher is left to read back."""
     space = SearchSpace.parse(CONDITIONAL_SPACE)
     with quiet_optuna():
-        searcher = SettingSearcher.sampler("TPE", [space], mode="min", seed=1, max_trials=6)
+        searcher = SettingSearcher.strategy("TPE", [space], mode="min", seed=1, max_trials=6)
         drive(searcher, 3)
         searcher.save_to_dir(str(tmp_path), session_str="now")
     assert list(tmp_path.iterdir()) == []
@@ -213,7 +223,7 @@ def test_samplers_optimise_the_objective_and_journaled_trials_tell_it():
     metric, a journaled record's too."""
     space = SearchSpace.parse(SMALL)
     with quiet_optuna():
-        searcher = SettingSearcher.sampler("TPE", [space], mode="max", seed=0, max_trials=4)
+        searcher = SettingSearcher.strategy("TPE", [space], mode="max", seed=0, max_trials=4)
         searcher.add_finished(
             [TrialRecord(trial_id="old", key="k-old", status="ok", metric=0.5, objective=0.25)]
         )
@@ -277,7 +287,7 @@ def test_several_objectives_make_a_multi_objective_study_told_each_value(algo):
 def test_one_objective_tells_the_sampler_no_values():
     space = SearchSpace.parse(SMALL)
     with quiet_optuna():
-        searcher = SettingSearcher.sampler("NSGAII", [space], mode="min", seed=0, max_trials=2)
+        searcher = SettingSearcher.strategy("NSGAII", [space], mode="min", seed=0, max_trials=2)
         searcher.suggest("t0")
         searcher.on_trial_complete(
             "t0", {**told(0.2), "trial": pack_record(TrialRecord(latency_ms=2.0))}
@@ -298,7 +308,7 @@ def test_tpe_stuck_on_known_settings_is_handed_unseen_ones_and_uses_its_budget(s
 
     spaces = parse_spaces({"search_space": "AUTO_INT8_SEARCH"})
     with quiet_optuna():
-        searcher = SettingSearcher.sampler(
+        searcher = SettingSearcher.strategy(
             "TPE", spaces, mode="max", seed=seed, max_trials=30, reject=backend_reject
         )
         keys = []
@@ -401,7 +411,7 @@ def test_a_tpe_search_resumed_from_its_journal_runs_the_same_remaining_settings(
 
     def fresh() -> SettingSearcher:
         spaces = parse_spaces({"search_space": "AUTO_INT8_SEARCH"})
-        return SettingSearcher.sampler(
+        return SettingSearcher.strategy(
             "TPE", spaces, mode="max", seed=1, max_trials=30, reject=backend_reject
         )
 

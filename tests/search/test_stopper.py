@@ -8,8 +8,8 @@ import pytest
 from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
-from raysearch.search import STOP_REASONS, CandidateStopper
 from raysearch.search.record.reported import pack_record
+from raysearch.search.tune.stopper import STOP_REASONS, CandidateStopper
 from raysearch.trialrecord import TrialRecord
 
 

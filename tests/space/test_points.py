@@ -9,10 +9,10 @@ from ray.tune.search import Searcher
 from raysearch.config import SearchConfig
 from raysearch.config._spaces import parse_spaces
 from raysearch.errors import ConfigError
-from raysearch.search import SettingSearcher
-from raysearch.search.tune.searchers import quiet_optuna
+from raysearch.search.tune.searchers import SettingSearcher
 from raysearch.space import SearchSpace
 from raysearch.space.points import resolve_point
+from raysearch.strategies.samplers import quiet_optuna
 
 TWO_BACKENDS = {
     "quantizer": ["ort", "nncf"],
@@ -93,7 +93,7 @@ def test_a_sampler_runs_the_start_points_first_then_samples(algo):
     ]  # fmt: skip
     spaces = parse_spaces({"search_space": TWO_BACKENDS, "points_to_evaluate": starts})
     with quiet_optuna():
-        searcher = SettingSearcher.sampler(algo, spaces, mode="max", seed=3, max_trials=6)
+        searcher = SettingSearcher.strategy(algo, spaces, mode="max", seed=3, max_trials=6)
         params = []
         for i in range(6):
             config = searcher.suggest(f"t{i}")
@@ -118,7 +118,7 @@ def test_a_partial_start_point_leaves_the_rest_to_the_sampler():
         }
     )
     with quiet_optuna():
-        first = SettingSearcher.sampler("TPE", spaces, mode="max", seed=0).suggest("t0")
+        first = SettingSearcher.strategy("TPE", spaces, mode="max", seed=0).suggest("t0")
     assert first["params"]["quantizer"] == "nncf" and first["params"]["nncf.preset"] == "mixed"
     assert first["params"]["nncf.model_type"] in ("transformer", "none")
 
@@ -126,7 +126,7 @@ def test_a_partial_start_point_leaves_the_rest_to_the_sampler():
 def test_the_grid_runs_the_first_setting_agreeing_with_each_start_point_first():
     starts = [{"quantizer": "nncf", "preset": "mixed"}, {"quantizer": "ort", "per_channel": False}]
     spaces = parse_spaces({"search_space": TWO_BACKENDS, "points_to_evaluate": starts})
-    searcher = SettingSearcher.grid(spaces, mode="max")
+    searcher = SettingSearcher.strategy("Grid", spaces, mode="max")
     configs = [searcher.suggest(f"t{i}") for i in range(10)]  # 6 ONNX Runtime, 4 NNCF
     assert configs[0]["params"] == {
         "quantizer": "nncf",

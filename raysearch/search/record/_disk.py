@@ -1,8 +1,6 @@
 """What a search says when its output folder's disk is full: where, how much is free, about
-how much more the search needs there, and how to go on.
-
-The estimate counts what the search still writes there: a model per trial to run, up to
-``keep_candidates`` kept ones, the best model, journal lines and the outputs.
+how much more it needs there (a model per trial to run, the kept ones, the best, journal
+lines, the outputs), and how to go on.
 
 Example:
     >>> _size(3 * 1024 * 1024)
@@ -54,10 +52,7 @@ def disk_full_error(
     limit = config.keep_candidates  # None: every candidate
     kept = (left or 1) if limit is None else max(1, min(limit, left or limit))
     need = model * (1 + kept) + _JOURNAL_LINE * (left or 1) + _OUTPUTS
-    if left == 0:
-        trials = "the outputs"
-    else:
-        trials = f"{left} trials to run" if left else "the trials to run"
+    trials = "the outputs" if left == 0 else f"{left or 'the'} trials to run"
     return DiskFullError(
         f"{folder}: no space left on its disk ({_size(free)} free); the search stopped with "
         f"{finished} trials recorded, and needs about {_size(need)} more there ({trials}, "

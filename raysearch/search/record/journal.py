@@ -1,7 +1,5 @@
-"""The durable record of a search: one JSON line per finished trial, written the moment it ends.
-
-The driver appends each finished trial to ``journal.jsonl``, flushed and ``fsync``-ed before
-the search goes on. The journal (with the saved config) is all a resume reads.
+"""The durable record of a search: one JSON line per finished trial, flushed and ``fsync``-ed
+the moment it ends; with the saved config, all a resume reads.
 
 Example:
     >>> import pathlib, tempfile
@@ -38,15 +36,10 @@ class Journal:
     def load(self) -> list[TrialRecord]:
         """Every complete record, in the order written. A torn last line (the process died
         while writing it) is ignored, and so is a repeated trial id (the first one wins)."""
-        records: list[TrialRecord] = []
-        seen: set[str] = set()
+        records: dict[str, TrialRecord] = {}
         for record in self._lines():
-            trial_id = record.trial_id
-            if trial_id in seen:
-                continue
-            seen.add(trial_id)
-            records.append(record)
-        return records
+            records.setdefault(record.trial_id, record)
+        return list(records.values())
 
     def _lines(self) -> Iterator[TrialRecord]:
         if not self.path.exists():
@@ -105,13 +98,8 @@ class SessionClock:
         self, records: Iterable[TrialRecord] = (), *, started_at: float | None = None
     ) -> None:
         self.elapsed_before_s = max((r.elapsed_s or 0.0 for r in records), default=0.0)
-        self._start = time.monotonic() if started_at is None else started_at
-
-    @property
-    def started_at(self) -> float:
-        """When this session began, on the ``time.monotonic()`` clock."""
-        return self._start
+        self.started_at = time.monotonic() if started_at is None else started_at
 
     @property
     def elapsed_s(self) -> float:
-        return self.elapsed_before_s + time.monotonic() - self._start
+        return self.elapsed_before_s + time.monotonic() - self.started_at

@@ -1,7 +1,6 @@
-"""The output folder's ownership: claiming it for a search, refusing what raysearch did not
-create, removing an earlier search on ``overwrite`` (only what raysearch created there), and
-the marker and config files that make it resumable, and whether a config continues the search
-a folder holds (``resume_if_exists``). Which files are raysearch's is :mod:`raysearch.layout`.
+"""The output folder's ownership: claiming it, refusing what raysearch did not create,
+removing an earlier search's files on ``overwrite``, the marker and config that make it
+resumable, and whether a config continues the search it holds (``resume_if_exists``).
 """
 
 from __future__ import annotations
@@ -43,8 +42,6 @@ __all__ = [
     "check_not_in_use",
     "hold_output_dir",
     "refuse_links",
-    "holds_search",
-    "foreign_names",
     "check_output_dir",
     "clean_output_dir",
     "write_marker",
@@ -67,8 +64,7 @@ def holds_search(folder: Path) -> bool:
 
 
 def foreign_names(folder: Path) -> list[str]:
-    """Names raysearch writes that exist in ``folder`` although no raysearch search is there
-    (no marker): files raysearch did not create and must not overwrite."""
+    """Names raysearch writes that exist in ``folder`` without a marker: not raysearch's."""
     if not folder.is_dir() or (folder / MARKER).is_file():
         return []
     return [name for name in OWNED if (folder / name).exists() or (folder / name).is_symlink()]
@@ -151,6 +147,11 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
         yield
 
 
+def _names(pattern: str, trials: list[str]) -> list[str]:
+    """The file names of a result folder's ``pattern`` (one per trial where it has ``{trial}``)."""
+    return [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
+
+
 def _links(folder: Path) -> list[Path]:
     """Symbolic links where raysearch writes or removes: its names in ``folder`` and in the
     result folders."""
@@ -159,17 +160,15 @@ def _links(folder: Path) -> list[Path]:
     trials = [] if journal.is_symlink() else [str(r.trial_id) for r in Journal(journal).load()]
     for name, patterns in RESULT_FILES.items():
         path = folder / name
-        if not path.is_dir() or path.is_symlink():
-            continue
-        for pattern in patterns:
-            names = [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
-            links += [item for n in names for item in path.glob(n) if item.is_symlink()]
+        if path.is_dir() and not path.is_symlink():
+            for n in (n for pattern in patterns for n in _names(pattern, trials)):
+                links += [item for item in path.glob(n) if item.is_symlink()]
     return links
 
 
 def refuse_links(folder: Path) -> None:
-    """Refuse a search folder where a symbolic link stands at a name raysearch writes or
-    removes: raysearch creates no links, so it is the user's.
+    """Refuse a search folder where a symbolic link (the user's) stands at a name raysearch
+    writes or removes.
 
     Raises:
         ConfigError: naming the first link, where it points, and how many there are.
@@ -193,10 +192,9 @@ def _remove(path: Path) -> None:
 
 
 def _clean_result_folder(path: Path, patterns: tuple[str, ...], trials: list[str]) -> None:
-    """Remove from a result folder the files raysearch writes there, and the folder if that
-    left it empty."""
+    """Remove from a result folder the files raysearch writes there (the folder, left empty)."""
     for pattern in patterns:
-        names = [pattern.format(trial=t) for t in trials] if "{" in pattern else [pattern]
+        names = _names(pattern, trials)
         for item in (i for n in names for i in path.glob(n)):
             _remove(item)
         for n in names:  # a writer's leftovers after a kill: .<name>.<...>.tmp...
@@ -209,8 +207,7 @@ def _clean_result_folder(path: Path, patterns: tuple[str, ...], trials: list[str
 
 
 def clean_output_dir(folder: Path, storage_owned: bool) -> None:
-    """Remove what raysearch created in ``folder``, never anything else (in the result
-    folders only the files it writes there; a folder left empty goes too)."""
+    """Remove what raysearch created in ``folder``, never anything else."""
     trials = [str(r.trial_id) for r in Journal(folder / JOURNAL).load()]
     for name in OWNED:
         path = folder / name
@@ -242,7 +239,6 @@ def read_marker(folder: Path) -> dict[str, Any]:
 
 def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> None:
     """Update ``.raysearch.json``: the search's status and where Tune keeps its experiment."""
-    path = folder / MARKER
     state = read_marker(folder)
     state.update(
         {
@@ -255,18 +251,16 @@ def write_marker(folder: Path, status: str, storage_path: str, **extra: Any) -> 
         }
     )
     state.update(extra)
-    atomic_write_text(path, json.dumps(state, indent=1) + "\n")
+    restore_marker(folder, state)
 
 
 def restore_marker(folder: Path, state: dict[str, Any]) -> None:
-    """Put ``.raysearch.json`` back as :func:`read_marker` read it (a session refused before
-    it ran anything)."""
+    """Write ``.raysearch.json`` as ``state`` (:func:`read_marker`'s, put back)."""
     atomic_write_text(folder / MARKER, json.dumps(state, indent=1) + "\n")
 
 
 def begin_session(folder: Path, storage_path: str) -> int:
-    """Mark the search in ``folder`` running again and count this session in its marker
-    (``sessions``, what ``summary.json`` reports); this session's number, 1 for the first."""
+    """Mark the search in ``folder`` running and count this session (``sessions``); its number."""
     session = int(read_marker(folder).get("sessions") or 0) + 1
     write_marker(folder, "running", storage_path, sessions=session)
     return session
@@ -285,8 +279,8 @@ def _raw_for_resume(config: SearchConfig) -> tuple[dict[str, Any], list[str]]:
 
 
 def search_id(folder: Path) -> str:
-    """The search's own key, from its marker: what its live session is found by and its
-    study and loggers' runs are named by; the folder where the marker holds none."""
+    """The search's own key (its marker's ``search_id``, else the folder): what its live
+    session is found by and its study and loggers' runs are named by."""
     value = read_marker(folder).get("search_id")
     return str(value) if value else str(folder)
 
@@ -313,8 +307,7 @@ def _write_config_file(folder: Path, raw: dict[str, Any]) -> None:
 
 
 def rewrite_config(folder: Path, config: SearchConfig) -> None:
-    """Save ``config`` as the config of the search in ``folder``, which goes on with other
-    stop conditions (its id and status stay)."""
+    """Save ``config`` as the config of the search in ``folder`` (its id and status stay)."""
     raw, unserializable = _raw_for_resume(config)
     state = read_marker(folder)
     write_marker(
@@ -341,8 +334,7 @@ def _saved_config(folder: Path) -> dict[str, Any]:
 
 
 def continued_folder(config: SearchConfig) -> Path | None:
-    """The output folder when ``config`` asks to continue an earlier run of itself there
-    (``resume_if_exists``) and the folder holds one; else None.
+    """The output folder when ``config`` continues the search it holds (``resume_if_exists``).
 
     Raises:
         ConfigError: (``resume_if_exists``) the folder holds another search.
@@ -364,6 +356,5 @@ def continued_folder(config: SearchConfig) -> Path | None:
 
 
 def stop_changed(folder: Path, config: SearchConfig) -> bool:
-    """Whether ``config``'s stop conditions differ from those the search in ``folder`` saved
-    (a raised ``iteration_limit``: a finished search goes on)."""
+    """Whether ``config``'s stop conditions differ from those the search in ``folder`` saved."""
     return _saved_config(folder).get("stop") != _raw_for_resume(config)[0].get("stop")

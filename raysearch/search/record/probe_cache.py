@@ -1,16 +1,8 @@
-"""Sensitivity probes kept across searches, by content: :class:`ProbeCache`.
-
-A sensitivity probe (``WeightOnly``'s stage ``sensitivity``) scores the same whenever the same
-float model is probed with the same settings on the same data by the same metric and versions
-of raysearch, ONNX Runtime and ONNX. A later search with all of these equal takes the result
-from here: the searcher journals it with ``reused_from`` naming the trial that measured it,
-and runs no trial. Candidacy is decided again with this search's evaluator; a reused probe
-has no model, so it is never ``best/``.
-
-Entries live in this user's private folder (``raysearch-probes/``), one JSON file per probe
-named by the hash of its key and of its own bytes; a file that is not what its name says is
-removed. Only a probe evaluated on every row on the search's kind of device is kept.
-``RAYSEARCH_PROBE_CACHE=0`` keeps and reuses nothing.
+"""Sensitivity probes kept across searches, by content (model, settings, data, metric, versions
+of raysearch, ONNX Runtime and ONNX): :class:`ProbeCache`. A later search journals a kept
+result with ``reused_from`` and runs no trial (candidacy decided again). Entries are JSON files
+in this user's private ``raysearch-probes/``, named by the hash of their key and of their own
+bytes; ``RAYSEARCH_PROBE_CACHE=0`` keeps and reuses nothing.
 
 Example:
     >>> import tempfile
@@ -38,7 +30,7 @@ from raysearch.ranking import finite
 from raysearch.space import settings_key
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["ProbeCache", "FOLDER", "ENVIRONMENT", "enabled", "content_key", "search_probe_cache"]
+__all__ = ["ProbeCache", "FOLDER", "enabled", "content_key", "search_probe_cache"]
 
 _logger = logging.getLogger(__name__)
 
@@ -112,17 +104,9 @@ def content_key(
 
 
 class ProbeCache:
-    """Probe results by content (see the module).
-
-    Args:
-        content: returns :func:`content_key`'s mapping, called once on first use (hashing
-            a large model is slow).
-        origin: the search that stores a result, named by the records that reuse it.
-        decide: decides a reused result's candidacy with this search's evaluator (None:
-            candidacy as stored).
-        device: the kind of device this search's trials run on: a result measured on
-            another is not kept.
-    """
+    """Probe results by content. ``content`` returns :func:`content_key`'s mapping (called
+    once, on first use); ``origin`` names the storing search; ``decide`` a reused result's
+    candidacy (None: as stored); a result measured on another ``device`` is not kept."""
 
     def __init__(
         self,
@@ -139,7 +123,6 @@ class ProbeCache:
         self.origin = origin
         self.decide = decide
         self.device = device
-        #: Results reused and kept by this cache (for the log and the summary).
         self.reused = 0
         self.kept = 0
 
@@ -148,7 +131,7 @@ class ProbeCache:
         if self._content is None:
             self._content = json.dumps(dict(self._content_fn()), sort_keys=True)
         text = json.dumps({"content": self._content, "settings": settings_key(settings)})
-        return text, hashlib.sha256(text.encode()).hexdigest()[:32]
+        return text, _content_hash(text.encode())
 
     def _entry(self, key: str, digest: str) -> dict[str, Any] | None:
         """The entry stored under ``key`` (a file that is not what it should be is removed)."""
@@ -171,8 +154,8 @@ class ProbeCache:
         return None
 
     def lookup(self, settings: Mapping[str, Any]) -> TrialRecord | None:
-        """The record of an earlier search's probe of ``settings``, as this search records
-        it (``status`` ok, timings 0, ``reused_from``, candidacy decided again), or None."""
+        """The record of an earlier search's probe of ``settings`` (timings 0, ``reused_from``),
+        or None."""
         try:
             entry = self._entry(*self._key(settings))
         except OSError as exc:
@@ -196,8 +179,7 @@ class ProbeCache:
         return TrialRecord.from_dict(record)
 
     def store(self, settings: Mapping[str, Any], record: TrialRecord, trial_id: str) -> bool:
-        """Keep the result of the probe of ``settings`` (trial ``trial_id``) for later
-        searches; False when it is not kept."""
+        """Keep the result of the probe of ``settings`` (trial ``trial_id``); whether it was."""
         if not record.ok or finite(record.metric) is None:
             return False
         if record.stopped_at_rung is not None or record.reused_from:
@@ -233,8 +215,8 @@ def search_probe_cache(
     gpu: bool,
     origin: str,
 ) -> ProbeCache | None:
-    """A search's probe cache; None when turned off, for a custom evaluator (its code may
-    change under the same name), or when the private folder is refused (logged)."""
+    """A search's probe cache; None when off, for a custom evaluator (its code may change
+    under the same name), or when the private folder is refused."""
     from raysearch.modelfile import cached_file_hash
     from raysearch.modelgraph import weighted_nodes
     from raysearch.quantize.tempdirs import UnsafeFolderError, private_dir

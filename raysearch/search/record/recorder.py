@@ -1,20 +1,6 @@
-"""``TrialRecorder``: the Tune callback that records every finished trial the moment it ends.
-
-For each finished trial (its last report, the last rung or where ASHA stopped it, or an error
-Tune reported) it
-
-1. keeps the quantized model (with its external data, or as a client's folder,
-   :mod:`raysearch.modelfolder`) under ``candidates/`` for a candidate among the
-   ``keep_candidates`` best so far (ranked by ``select``) or on the Pareto front of several
-   ``objectives``, under ``kept/`` for the best trial so far, else deletes it at once: the
-   disk never holds one model per trial;
-2. appends the record to the journal (flush + fsync);
-3. deletes the models no longer kept (never the best's), their records' ``model_file`` then
-   None; a resumed search derives the same from the journal;
-4. logs the trial to ``auto_search.log``.
-
-The record is the trainable's :class:`~raysearch.trialrecord.TrialRecord` completed with the
-trial's config, retries, ``model_file`` (or ``model_lost``) and ``elapsed_s``.
+"""``TrialRecorder``: the Tune callback that journals every finished trial the moment it ends,
+its model kept under ``candidates/`` (among the ``keep_candidates`` best, or on the Pareto
+front) or ``kept/`` (the best so far), else deleted at once, as are the models no longer kept.
 """
 
 from __future__ import annotations
@@ -144,7 +130,6 @@ class TrialRecorder(tune.Callback):
         self.retries.started(trial)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        # Tune runs the trial again (max_failures).
         text = _last_failure(_error_text(trial) or "the trial's actor failed")
         spent = self.retries.failed(trial.trial_id, _error_line(text))
         if spent is None:
@@ -229,8 +214,7 @@ class TrialRecorder(tune.Callback):
         return best_record([self.best, record], self.higher_is_better, self.select) is record
 
     def _place_model(self, trial_id: str, record: TrialRecord) -> TrialRecord:
-        """``record`` with ``model_file``: where its model is kept (None: deleted), or with
-        ``model_lost`` when a model to keep could not be."""
+        """``record`` with ``model_file`` (None: deleted), or ``model_lost``."""
         source = Path(record.model_path) if record.model_path else None
         if source is not None and not source.is_absolute():
             source = self.output_dir / source
@@ -255,19 +239,16 @@ class TrialRecorder(tune.Callback):
             else:
                 remove_model(source)
         record = record.replace(model_file=kept)
-        if best:
-            # The previous best's model in kept/ goes once this record is in the journal.
+        if best:  # the previous best's model goes once this record is journaled
             self.best = record
         return record
 
     def _kept_candidates(self) -> list[TrialRecord]:
-        """The records whose model is under ``candidates/``."""
         prefix = CANDIDATES + "/"
         return [r for r in self.records if (r.model_file or "").startswith(prefix)]
 
     def _among_kept(self, record: TrialRecord) -> bool:
-        """Whether the candidate ``record`` is among the ``keep_candidates`` best candidates
-        whose models are kept (itself included)."""
+        """Whether the candidate ``record``'s model is kept (``keep_candidates``, the front)."""
         if self.keep_candidates is None:
             return True
         if any(r is record for r in self._front([*self.records, record])):
@@ -283,8 +264,7 @@ class TrialRecorder(tune.Callback):
         return pareto_front(records, self.objectives, self.higher_is_better)
 
     def _drop_unkept_models(self) -> None:
-        """Delete the models no longer kept (never the best trial's, which ``best/`` is
-        written from); their records say ``model_file`` None."""
+        """Delete the models no longer kept (never the best's); their ``model_file`` None."""
         top = self._kept_candidates()
         if self.keep_candidates is not None:
             top = best_records(top, self.keep_candidates, self.higher_is_better, self.select)
@@ -296,9 +276,6 @@ class TrialRecorder(tune.Callback):
             if model_file.startswith((KEPT + "/", CANDIDATES + "/")):
                 self._remove_kept(self.output_dir / model_file)
                 self.records[index] = record.replace(model_file=None)
-                _logger.debug(
-                    "trial %s: its model %s is no longer kept", record.trial_id, model_file
-                )
 
     def _driver_node(self) -> str:
         if self._node_id is None:
@@ -306,8 +283,7 @@ class TrialRecorder(tune.Callback):
         return self._node_id
 
     def _kept_path(self, folder: str, trial_id: str) -> Path:
-        """Where a kept model goes: ``<folder>/<trial_id>.onnx``, or for a client's folder
-        ``<folder>/<trial_id>/<model file name>``."""
+        """``<folder>/<trial_id>.onnx``, or ``<folder>/<trial_id>/<model>`` (client folder)."""
         if self.client_folder is None:
             return Path(folder) / f"{trial_id}.onnx"
         return Path(folder) / trial_id / self.client_folder.model_name
@@ -331,47 +307,25 @@ class TrialRecorder(tune.Callback):
             raise ModelLostError(f"the model could not be kept: {exc}") from exc
         return relative.as_posix()
 
-    def _log(self, record: TrialRecord) -> None:
-        if record.reused_from:
-            _logger.info(
-                "trial %s (#%s) reused (no trial run): metric=%s candidate=%s, measured by %s"
-                " params=%s",
-                record.trial_id,
-                record.number,
-                record.metric,
-                is_candidate(record),
-                record.reused_from,
-                record.params,
-            )
-        elif record.status == "ok":
-            _logger.info(
-                "trial %s (#%s) ok: metric=%s candidate=%s %.2fs params=%s",
-                record.trial_id,
-                record.number,
-                record.metric,
-                is_candidate(record),
-                record.duration_s or 0.0,
-                record.params,
-            )
+    def _log(self, r: TrialRecord) -> None:
+        head, said = f"trial {r.trial_id} (#{r.number})", f"params={r.params}"
+        if r.reused_from:
+            found = f"metric={r.metric} candidate={is_candidate(r)}, measured by {r.reused_from}"
+            _logger.info("%s reused (no trial run): %s %s", head, found, said)
+        elif r.status == "ok":
+            found = f"metric={r.metric} candidate={is_candidate(r)} {r.duration_s or 0.0:.2f}s"
+            _logger.info("%s ok: %s %s", head, found, said)
         else:
-            _logger.warning(
-                "trial %s (#%s) failed: %s params=%s",
-                record.trial_id,
-                record.number,
-                record.error,
-                record.params,
-            )
+            _logger.warning("%s failed: %s %s", head, r.error, said)
 
 
 def _last_failure(text: str) -> str:
-    """The last failure of a trial's error file (Tune appends one ``Failure # n`` entry per
-    failure of a trial it ran again)."""
+    """The last of a trial's error file's ``Failure # n`` entries."""
     return re.split(r"^Failure # \d+ \(occurred at [^)]*\)$", text, flags=re.M)[-1]
 
 
 def _error_text(trial: Any) -> str | None:
-    """The error Tune recorded for ``trial``: its local error file (written at once), else
-    what storage has."""
+    """The error Tune recorded for ``trial``: its local error file, else storage's."""
     path = getattr(trial, "error_file", None)
     try:
         if path and os.path.isfile(path):
@@ -383,8 +337,7 @@ def _error_text(trial: Any) -> str | None:
 
 
 def _process_death(text: str) -> str | None:
-    """One line for a trial whose actor process died: the fatal error in its Ray log (a
-    segfault), else that it was killed or crashed without a word."""
+    """One line for a trial whose actor process died: the fatal error of its Ray log, if any."""
     if "actor died unexpectedly" not in text and "worker process has died" not in text:
         return None
     match = re.search(r"\bpid: (\d+)", text)
@@ -402,8 +355,7 @@ def _process_death(text: str) -> str | None:
 
 
 def _fatal_error(pid: int) -> str | None:
-    """``Segmentation fault`` (and the like) when the Ray worker log of ``pid`` on this node
-    holds Python's fatal-error report."""
+    """Python's fatal error (``Segmentation fault``) in the Ray worker log of ``pid``."""
     try:
         import ray
 

@@ -1,8 +1,5 @@
-"""A trial's record as Ray Tune carries it: JSON text, not a nested dict.
-
-Tune keeps an analysis of each number of every trial's results until the experiment ends;
-nothing reads it for a record's many numbers. As one string the record is none of Tune's
-numbers; the driver's readers decode it with :func:`reported_record`.
+"""A trial's record as Ray Tune carries it: JSON text, so that none of its numbers enters the
+analysis Tune keeps of every number of every result until the experiment ends.
 
 Example:
     >>> result = {"metric": 0.9, "trial": pack_record(TrialRecord(status="ok", metric=0.9))}

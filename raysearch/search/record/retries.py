@@ -1,13 +1,7 @@
-"""Where each trial's process runs, and what a trial was run again after: a lost node, or its
-process failing (``max_failures``), as its record and the summary keep it.
-
-Ray Tune counts every failure of a trial's actor alike; raysearch tells them apart. A trial
-lost with its node is no failure of its setting: it runs again up to
-:data:`NODE_LOSS_RETRIES` times, whatever ``max_failures`` says, which counts only its own
-process's failures. Tune's budget is both together, so a trial whose own failures used up
-``max_failures`` is handed back marked (:data:`RETRIES_SPENT`) and its next run ends at once,
-failed with its last error. A broken connection to a trial's process is said as ``NodeLost``
-when the cluster confirms its node (asked of the actor when it starts) is lost.
+"""Where each trial's process runs, and what Tune ran a trial again after: a lost node (up to
+:data:`NODE_LOSS_RETRIES` times) told apart from its own process's failures
+(``max_failures``). Tune's budget is both together, so a trial whose own failures used up
+``max_failures`` is handed back marked (:data:`RETRIES_SPENT`) and its next run ends at once.
 
 Example:
     >>> log = RetryLog(None, max_failures=1)
@@ -41,8 +35,7 @@ RETRIES_SPENT = "retries_spent"
 
 
 def tune_max_failures(max_failures: int) -> int:
-    """Ray Tune's ``FailureConfig.max_failures`` for the config's ``max_failures``: the
-    trial's own failures and its node losses together."""
+    """Ray Tune's ``FailureConfig.max_failures``: own failures and node losses together."""
     return max_failures + NODE_LOSS_RETRIES
 
 
@@ -84,9 +77,8 @@ class RetryLog:
         return self._nodes.get(trial_id)
 
     def failed(self, trial_id: str, line: str) -> str | None:
-        """Tune runs ``trial_id`` again after a failure, ``line``. None when it may; the line
-        its next run must end with when its own failures used up ``max_failures``. One lost
-        node, which Tune may report several times, is kept once."""
+        """Tune runs ``trial_id`` again after the failure ``line``: None when it may, else the
+        line its next run ends with. One lost node reported several times is kept once."""
         node = self.node_of(trial_id)
         entries = self._failures.setdefault(trial_id, [])
         if entries and entries[-1][0] == node and _lost_kind(entries[-1][1]) and _lost_kind(line):
@@ -99,8 +91,7 @@ class RetryLog:
         return line
 
     def line(self, trial_id: str, line: str) -> str:
-        """A failed trial's error ``line``, saying ``NodeLost`` with the node when the
-        connection to its process broke because its node is lost."""
+        """A failed trial's error ``line``, ``NodeLost`` when its node's loss broke it."""
         return self._resolved(self.node_of(trial_id), line)
 
     def _resolved(self, node: str | None, line: str) -> str:

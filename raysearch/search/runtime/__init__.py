@@ -1,6 +1,4 @@
-"""The Ray runtime of a search: starting or joining Ray, shipping the model to other nodes, what a
-lost node took with it, the start barrier, the score pool, and what a running cluster keeps
-warm between searches (:class:`KeptWarm`)."""
+"""The Ray runtime of a search: starting or joining Ray, the nodes, what a cluster keeps warm."""
 
 from raysearch.search.runtime._warm import KeptWarm
 

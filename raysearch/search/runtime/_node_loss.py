@@ -1,9 +1,5 @@
-"""A node of the Ray cluster lost mid-search: one readable line for what it took with it.
-
-Two things can go with a node: a trial running there (Tune records Ray's
-``ActorDiedError`` once the cluster marked the node dead, or ``ActorUnavailableError`` when
-the connection broke first), and a finished trial's model not yet fetched (the record says
-``model_lost`` rather than point at a missing file).
+"""A node of the Ray cluster lost mid-search: one readable line for what it took with it (a
+trial running there, or a finished trial's model not yet fetched: ``model_lost``).
 
 Example:
     >>> text = ("The actor died unexpectedly before finishing this task.\\n\\tip: 10.0.0.2\\n"
@@ -50,8 +46,7 @@ _UNAVAILABLE = re.compile(r"The actor \w+ is unavailable: (.*?)(?:\. The task ma
 
 
 class ModelLostError(RuntimeError):
-    """A finished trial's model could not be brought to the output folder; the message says
-    why in one line."""
+    """A finished trial's model could not be brought to the output folder (why, in one line)."""
 
 
 def node_alive(node_id: str) -> bool | None:
@@ -68,10 +63,9 @@ def lost_trial_line(text: str) -> str | None:
     died = _NODE_DIED.search(text)
     if died:
         ip = re.search(r"^\s*ip: (\S+)", text, re.M)
-        where = died.group(1)[:12] + (f", {ip.group(1)}" if ip else "")
+        line = node_lost_line(died.group(1), ip.group(1) if ip else None)
         # Ray's cause, e.g. "the actor's node was terminated unexpectedly: health check ...".
         cause = (died.group(2) or "").strip().replace("the actor's node", "the node")
-        line = f"NodeLost: the node running this trial ({where}) was lost"
         return (f"{line}: {cause}" if cause else line)[:2000]
     unavailable = _UNAVAILABLE.search(text)
     if unavailable:
@@ -96,8 +90,7 @@ def lost_model_line(node_id: str, error: BaseException | None, alive: bool | Non
 
 
 def node_lost_line(node_id: str, ip: str | None) -> str:
-    """The line for a trial whose node ``node_id`` (at ``ip``) the cluster lost, as
-    :func:`lost_trial_line` words it.
+    """The line for a trial whose node ``node_id`` (at ``ip``) the cluster lost.
 
     Example:
         >>> node_lost_line("728b6da40bdef3d6aa", "10.0.0.2")
@@ -108,8 +101,7 @@ def node_lost_line(node_id: str, ip: str | None) -> str:
 
 
 def broke_connection(line: str) -> bool:
-    """Whether ``line`` (:func:`lost_trial_line`) says the connection to a trial's process
-    broke, which its node's loss or the process's end may cause."""
+    """Whether ``line`` (:func:`lost_trial_line`) says the connection to a trial's process broke."""
     return line.startswith(_UNREACHABLE)
 
 

@@ -1,11 +1,7 @@
 """How a float reference still being computed on the driver reaches the trials on its node:
-:func:`hand_over` (the driver, when its run ends) and :class:`WaitedReference` (a trial).
-
-When the driver's run of the float model ends, it saves the reference into the search's
-cache (``reference/<key>``) and writes ``reference/pending.json`` naming it, or holding the
-run's one-line error. A trial waits for that file when it first evaluates and memory-maps the
-arrays. Files, not an actor (which would take a worker the first trials wait for), so this
-serves trials on the driver's node only; elsewhere the driver waits for the reference first.
+:func:`hand_over` saves it into the search's cache and names it (or the run's error) in
+:data:`HANDOFF`, which a trial's :class:`WaitedReference` waits for. Files, not an actor (one
+more worker the first trials would wait for), so the driver's node only.
 """
 
 from __future__ import annotations
@@ -52,8 +48,7 @@ class WaitedReference:
 
 
 def hand_over(folder: str | os.PathLike, future: Future) -> None:
-    """Tell the trials what ``future`` (the driver's float run) ended with: the reference
-    saved in ``folder`` and named in :data:`HANDOFF`, or its error.
+    """Tell the trials what ``future`` (the driver's float run) ended with.
 
     Raises:
         OSError: the reference or the file could not be written (the caller ends the search).

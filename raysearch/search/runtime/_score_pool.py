@@ -1,26 +1,21 @@
-"""Score many settings of one trial at once: the trial's actor and helper Ray tasks.
-
-A technique that measures many settings before its trial goes on (the precise sensitivity
-ranking) asks its trial for all at once (``TrialRunner.score_settings``). The
-:class:`ScorePool` puts them on a :class:`WorkBoard` (a small actor) and starts helper tasks
-on the trial's node (its transformed float model may be in that node's temp folder) with the
-trial's resources; the trial's actor and the helpers take settings until none is left.
-
-The actor works too: helpers outside the trial's placement group start only on free CPUs, so
-the ranking never waits on one. A helper that dies leaves its setting to the actor. The board
-records who took what (``ray.util.queue`` does not), which a helper's death needs.
+"""Score many settings of one trial at once (``TrialRunner.score_settings``, the precise
+sensitivity ranking): :class:`ScorePool` puts them on a :class:`WorkBoard` (a small actor that,
+unlike ``ray.util.queue``, records who took what) and starts helper tasks on the trial's node
+with its resources; the trial's actor takes settings too (helpers start only on free CPUs),
+and scores those a helper that died took.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-__all__ = ["ScorePool", "WorkBoard"]
+__all__ = ["ScorePool"]
 
 _logger = logging.getLogger(__name__)
 
@@ -84,10 +79,9 @@ def _help(
 
 
 class ScorePool:
-    """``pool(runner, float_path, settings_list)``: the scores of ``settings_list`` in order,
-    measured by ``runner`` (the trial's engine) and up to ``helpers`` helper tasks, each
-    building its engine from ``factory_ref``. ``last_helped``: how many the helpers scored
-    in the latest call."""
+    """``pool(runner, float_path, settings_list)``: the scores of ``settings_list`` in order, by
+    ``runner`` (the trial's engine) and up to ``helpers`` tasks building theirs from
+    ``factory_ref``; ``last_helped``: how many the helpers scored in the latest call."""
 
     def __init__(
         self,
@@ -127,15 +121,15 @@ class ScorePool:
         return [scores[i] for i in range(len(work.settings))]
 
 
+@dataclass
 class _Work:
     """One call of a :class:`ScorePool`, seen from the calling process."""
 
-    def __init__(self, runner: Any, float_path: str, settings: list[dict[str, Any]]) -> None:
-        self.runner = runner
-        self.float_path = float_path
-        self.settings = settings
-        self.board: Any = None
-        self.scored_here = 0
+    runner: Any
+    float_path: str
+    settings: list[dict[str, Any]]
+    board: Any = None
+    scored_here: int = 0
 
     def run(self, helpers: Mapping[ray.ObjectRef, str]) -> dict[int, float | None]:
         while (index := ray.get(self.board.take.remote("trial"))) is not None:

@@ -1,15 +1,10 @@
 """The start barrier of a search's first wave of trial actors: :class:`StartBarrier`.
 
-Tune starts the parallel trials' actors one after another; the first actor's first trial
-can end before the second actor has started, and Tune then hands the finished actor the
-second trial and removes the starting one, over and over. So the first wave's actors wait
-(:func:`wait_for_wave`) until all are there, or the search says no more come at first
-(:meth:`StartBarrier.open`: a strategy waiting for its first result).
-
-The barrier is a few keys in the cluster's key-value store, not an actor (one more worker
-process for a counter): each arriving actor writes a key of its own under the barrier's
-prefix, so no update is lost; the wave goes when the prefix holds ``wave`` of them, or the
-``open`` key. :func:`end_barrier` deletes them however the search ends.
+Without it, the first actor's first trial can end before the second actor started, and Tune
+hands the finished actor the second trial and removes the starting one, over and over. So
+the first wave's actors wait (:func:`wait_for_wave`) until all are there, or the search opens
+it (:meth:`StartBarrier.open`). Each arriving actor writes a key of its own under the
+barrier's prefix in the cluster's key-value store, so no update is lost.
 """
 
 from __future__ import annotations
@@ -18,13 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-__all__ = [
-    "START_BARRIER_TIMEOUT_S",
-    "StartBarrier",
-    "end_barrier",
-    "start_barrier",
-    "wait_for_wave",
-]
+__all__ = ["StartBarrier", "end_barrier", "start_barrier", "wait_for_wave"]
 
 #: The key-value namespace of every search's barrier keys.
 KV_NAMESPACE = "raysearch"

@@ -1,13 +1,7 @@
 """What a running Ray cluster keeps warm between searches: the float reference of a model
-already searched.
-
-A search that joins a cluster keeps, in one detached actor per cluster (:data:`STORE_NAME`,
-no CPU reserved), the float model's outputs on the evaluation data under the reference's
-content key and ONNX Runtime's version, for a later search of the same model and data. A
-changed model or data set is another key, so a stale entry is never served. The store lives
-in the cluster's memory and dies with it; it holds at most ``RAYSEARCH_WARM_MAX_MB``
-megabytes (default 1024, least recently used first out; ``0``: off). A Ray the search
-started itself keeps nothing: it ends with the search.
+already searched, in one detached actor per cluster (:data:`STORE_NAME`), keyed by the
+reference's content and ONNX Runtime's version, at most ``RAYSEARCH_WARM_MAX_MB`` megabytes
+(least recently used first out; ``0``: off). A Ray the search started itself keeps nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
     from raysearch.evaluate import FloatReference
 
-__all__ = ["KeptWarm", "STORE_NAME", "STORE_NAMESPACE", "max_bytes"]
+__all__ = ["KeptWarm", "STORE_NAME", "max_bytes"]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -73,9 +67,6 @@ class _Store:
             _, (_, dropped) = self.entries.popitem(last=False)
             self.size -= dropped
         return True
-
-    def keys(self) -> list[str]:
-        return list(self.entries)
 
 
 def _copy_arrays(value: Any) -> Any:
@@ -183,8 +174,7 @@ class KeptWarm:
         self._keeping.start()
 
     def wait(self, timeout: float = 30.0) -> None:
-        """Wait until the store holds what :meth:`keep_reference` sent (lost if this process
-        ends first)."""
+        """Wait until the store holds what :meth:`keep_reference` sent."""
         if self._keeping is not None:
             self._keeping.join(timeout)
             self._keeping = None

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
 __all__ = [
-    "EXPERIMENT_CHECKPOINT_S",
     "tune_environment",
     "start_ray",
     "cluster_address",
@@ -80,14 +79,9 @@ def start_ray(
     py_modules: Sequence[str | os.PathLike] = (),
     excluded: Sequence[str | os.PathLike] = (),
 ) -> bool:
-    """Join the Ray cluster at ``address`` (else ``RAY_ADDRESS``), or start a local one of
-    the search's own with this machine's CPUs; nothing when Ray is already initialised.
-    Returns whether this call started Ray.
-
-    ``py_modules`` (:func:`raysearch.usercode.code_folders`) are shipped to a joined
-    cluster's nodes as the job's ``runtime_env``, each whole but for the ``excluded`` paths
-    (model, data, output folder); a local Ray's workers import them where they live.
-    """
+    """Join the Ray cluster at ``address`` (else ``RAY_ADDRESS``), shipping ``py_modules`` to
+    its nodes but for the ``excluded`` paths, or start a local Ray of the search's own; nothing
+    when Ray is already initialised. Returns whether this call started Ray."""
     import ray
 
     global _local_ray
@@ -152,8 +146,7 @@ def shipped_code(
 
 
 def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
-    """Warn that a Ray started before the search cannot be given ``py_modules``: its other
-    machines' workers import them only where the folder exists."""
+    """Warn that a Ray of several machines started before the search gets no ``py_modules``."""
     import ray
 
     if py_modules and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
@@ -166,9 +159,9 @@ def _warn_unshipped(py_modules: Sequence[str | os.PathLike]) -> None:
 
 
 def check_reachable(address: str, wait_s: float = CLUSTER_WAIT_S) -> None:
-    """Fail fast when nothing listens at a ``host:port`` cluster address, which ``ray.init``
-    would retry for many minutes: a TCP connection is tried for up to ``wait_s`` seconds (a
-    head that is starting). ``auto`` and ``ray://`` addresses are Ray's to check.
+    """Fail fast when nothing accepts a TCP connection at a ``host:port`` cluster address
+    within ``wait_s`` seconds (``ray.init`` would retry for minutes); ``auto`` and ``ray://``
+    addresses are Ray's to check.
 
     Raises:
         ConfigError: no process accepts connections at ``address``.
@@ -196,7 +189,7 @@ def stop_ray() -> None:
     """Shut down the local Ray that :func:`start_ray` started (a joined cluster, or a Ray
     started elsewhere, stays up)."""
     global _local_ray
-    if _is_local_ray():
+    if started_locally():
         shutdown_ray()
     _local_ray = None
 
@@ -207,25 +200,22 @@ _MONITOR_SCRIPT = os.path.join("autoscaler", "_private", "monitor.py")
 
 def end_with_process() -> None:
     """Say that this process ends with its search (the command line): a Ray the search
-    starts for itself then shuts down as soon as the trials have ended
-    (:func:`trials_ended`), not after the outputs are written."""
+    starts for itself then shuts down when the trials have ended (:func:`trials_ended`)."""
     global _ends_with_process
     _ends_with_process = True
 
 
 def ends_with_process() -> bool:
-    """Whether this process ends with its search (:func:`end_with_process`): what it imports
-    or warms up serves no later search."""
+    """Whether this process ends with its search (:func:`end_with_process`)."""
     return _ends_with_process
 
 
 def trials_ended() -> None:
-    """The search's trials have all ended: when this process ends with the search and Ray is
-    the one it started, shut Ray down in a thread while the driver writes the outputs
-    (:func:`shutdown_ray` waits for it). The garbage collector is switched off first: a cycle
-    holding a Ray object reference, freed after the shutdown, would end the process."""
+    """When this process ends with the search and Ray is its own, shut Ray down in a thread
+    while the driver writes the outputs (:func:`shutdown_ray` waits for it), the garbage
+    collector off: a cycle holding a Ray object reference, freed after it, ends the process."""
     global _ending, _local_ray
-    if not _ends_with_process or _ending is not None or not _is_local_ray():
+    if not _ends_with_process or _ending is not None or not started_locally():
         return
     _logger.info(
         "the trials have ended: the search's own Ray shuts down while the outputs are written"
@@ -237,10 +227,9 @@ def trials_ended() -> None:
 
 
 def shutdown_ray() -> None:
-    """``ray.shutdown()``, with the autoscaler monitor of a Ray this process started (its
-    child) killed first: ``ray.shutdown`` stops the GCS before the monitor, whose SIGTERM
-    handler then reports to the stopped GCS until Ray gives up and kills it. When
-    :func:`trials_ended` started the shutdown already, the wait for its end."""
+    """``ray.shutdown()``, with the autoscaler monitor of a Ray this process started killed
+    first (else it reports to the stopped GCS until Ray kills it); or the wait for the
+    shutdown :func:`trials_ended` started."""
     global _ending
     if _ending is not None:
         _ending.join()
@@ -249,7 +238,6 @@ def shutdown_ray() -> None:
 
 
 def _shutdown_now() -> None:
-    """:func:`shutdown_ray` itself."""
     import ray
 
     global _local_ray
@@ -274,12 +262,6 @@ def _shutdown_now() -> None:
     ray.shutdown()
 
 
-def started_locally() -> bool:
-    """Whether Ray is the one-machine instance :func:`start_ray` started for this search
-    (it ends with the search), not a cluster joined or a Ray initialised before."""
-    return _is_local_ray()
-
-
 def _ray_now() -> tuple[str, str] | None:
     """The Ray this process is connected to: its GCS address and the driver's node id (a Ray
     started again on a freed port has the address, not the node); None when none is."""
@@ -291,17 +273,16 @@ def _ray_now() -> tuple[str, str] | None:
     return context.gcs_address, context.get_node_id()
 
 
-def _is_local_ray() -> bool:
-    """Whether the Ray up now is the one :func:`start_ray` started."""
+def started_locally() -> bool:
+    """Whether the Ray up now is the one-machine Ray :func:`start_ray` started."""
     return _local_ray is not None and _ray_now() == _local_ray
 
 
 def only_driver_node() -> bool:
-    """Whether every trial runs on the driver's node: Ray is the one-machine instance
-    :func:`start_ray` started."""
+    """Whether every trial runs on the driver's node (the Ray :func:`start_ray` started)."""
     import ray
 
-    if not _is_local_ray():
+    if not started_locally():
         return False
     return sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
 
@@ -333,9 +314,8 @@ def _no_node_message(config: SearchConfig, nodes: list[dict[str, Any]]) -> str:
 
 
 def check_resources(config: SearchConfig) -> None:
-    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial (its
-    trials would wait for ever); only a warning on a cluster joined with ``address``, which
-    its autoscaler may grow."""
+    """Raise :class:`InputError` when no node of the Ray cluster can hold one trial; a warning
+    on a cluster joined with ``address``, which its autoscaler may grow."""
     import ray
 
     res = config.resources

@@ -1,13 +1,7 @@
-"""Moving models between the nodes of a Ray cluster, so worker nodes need no shared disk.
-
-A model travels as its files on disk, the ``.onnx`` and its external-data files under the
-same names, never loaded into one protobuf (which cannot hold a model over 2 GB); its hash is
-the same on every node.
-
-The driver puts the float model's files into the object store in chunks (:func:`model_blob`);
-an actor on another node writes them into that node's temp folder (:func:`materialize_model`).
-The driver fetches a quantized model from the node its trial ran on (:func:`fetch_model`), or
-has it deleted (:func:`drop_model`), with tasks pinned to that node.
+"""Moving models between the nodes of a Ray cluster as their files (a protobuf cannot hold
+2 GB), so worker nodes need no shared disk: the float model through the object store
+(:func:`model_blob`, :func:`materialize_model`), a trial's model fetched from its node
+(:func:`fetch_model`) or deleted there (:func:`drop_model`) by tasks pinned to it.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -34,17 +28,14 @@ from raysearch.search.runtime._node_loss import ModelLostError, lost_model_line,
 
 __all__ = [
     "ModelBlob",
-    "ShippedFile",
     "model_blob",
     "materialize_model",
-    "node_local_dir",
     "node_folder",
     "node_folder_here",
     "remove_node_folders",
     "fetch_model",
     "drop_model",
     "current_node_id",
-    "CHUNK_BYTES",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -88,37 +79,26 @@ def _relative(location: str) -> str:
     return "/".join(parts)
 
 
-class _FilesDigest:
-    """The hash of a model's files: each file's bytes, then its name and size."""
-
-    def __init__(self) -> None:
-        self._sha = hashlib.sha256()
-
-    def block(self, data: bytes) -> None:
-        self._sha.update(data)
-
-    def end_file(self, name: str, size: int) -> None:
-        self._sha.update(f"\0{name}\0{size}\0".encode())
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
-
-
-def _files_hash(folder: Path, names: list[str]) -> str | None:
-    """The :class:`_FilesDigest` of the files ``names`` in ``folder``; None when one is
-    missing or unreadable."""
-    digest = _FilesDigest()
-    try:
-        for name in names:
-            size = 0
-            with open(folder / name, "rb") as fh:
-                while block := fh.read(CHUNK_BYTES):
-                    digest.block(block)
-                    size += len(block)
-            digest.end_file(name, size)
-    except OSError:
-        return None
-    return digest.hexdigest()
+def _files_hash(
+    folder: Path,
+    names: list[str],
+    each: Callable[[str, bytes], None] | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> tuple[str, list[int]]:
+    """The hash of the files ``names`` in ``folder`` (each file's bytes, then its name and
+    size) and their sizes; ``each(name, block)`` gets every block read."""
+    sha, sizes = hashlib.sha256(), []
+    for name in names:
+        size = 0
+        with open(folder / name, "rb") as fh:
+            while block := fh.read(chunk_bytes):
+                sha.update(block)
+                size += len(block)
+                if each is not None:
+                    each(name, block)
+        sha.update(f"\0{name}\0{size}\0".encode())
+        sizes.append(size)
+    return sha.hexdigest(), sizes
 
 
 def model_blob(path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES) -> ModelBlob:
@@ -126,28 +106,15 @@ def model_blob(path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES) -> Mo
     (Ray must be initialised), ``chunk_bytes`` per object."""
     path = Path(path)
     names = [path.name] + [_relative(loc) for loc in external_data_locations(path)]
-    digest = _FilesDigest()
-    shipped = []
-    for name in names:
-        chunks = []
-        size = 0
-        with open(path.parent / name, "rb") as fh:
-            while block := fh.read(chunk_bytes):
-                digest.block(block)
-                size += len(block)
-                chunks.append(ray.put(block))
-        digest.end_file(name, size)
-        shipped.append(ShippedFile(name, size, tuple(chunks)))
-    total = sum(f.size for f in shipped)
+    chunks: dict[str, list[Any]] = {name: [] for name in names}
+    put = lambda name, block: chunks[name].append(ray.put(block))  # noqa: E731
+    digest, sizes = _files_hash(path.parent, names, put, chunk_bytes)
+    shipped = [ShippedFile(n, size, tuple(chunks[n])) for n, size in zip(names, sizes)]
+    total = sum(sizes)
     _logger.info(
         "%s shipped to the object store as %d file(s), %.1f MB", path, len(shipped), total / 1e6
     )
-    return ModelBlob(os.fspath(path), digest.hexdigest(), tuple(shipped))
-
-
-def node_local_dir(name: str) -> Path:
-    """This user's private folder ``name`` in this node's temp directory, created."""
-    return private_dir(name)
+    return ModelBlob(os.fspath(path), digest, tuple(shipped))
 
 
 def node_folder(kind: str, driver_path: str | os.PathLike) -> str:
@@ -171,10 +138,9 @@ _NODE_FOLDER_KINDS = ("trials", "cache")
 
 def node_folder_here(kind: str, driver_path: str | os.PathLike) -> Path:
     """This node's folder of ``kind`` for the search's folder ``driver_path``, created, with
-    this node's id beside it, after removing the folders left by nodes the cluster counts
-    dead."""
+    this node's id beside it (the folders of nodes the cluster counts dead removed first)."""
     name = node_folder(kind, driver_path)
-    folder = node_local_dir(name)
+    folder = private_dir(name)
     here = current_node_id()
     _remove_dead_nodes_folders(folder.parent, here)
     owner = folder.parent / f"{name}{_OWNER_SUFFIX}"
@@ -250,7 +216,10 @@ def _intact(folder: Path, blob: ModelBlob) -> bool:
         return False
     if seen in _VERIFIED:
         return True
-    if _files_hash(folder, names) != blob.sha256:
+    try:
+        if _files_hash(folder, names)[0] != blob.sha256:
+            return False
+    except OSError:
         return False
     _VERIFIED.add(seen)
     return True
@@ -258,11 +227,10 @@ def _intact(folder: Path, blob: ModelBlob) -> bool:
 
 def materialize_model(blob: ModelBlob) -> str:
     """The path of the model as files on this node, written once per node from the object
-    store into ``raysearch-models/<hash>/``; files found there are used only when their hash
-    is the blob's."""
+    store into ``raysearch-models/<hash>/`` (files found there used only if their hash is it)."""
     if not blob.shipped:
         return blob.path
-    folder = node_local_dir("raysearch-models") / blob.sha256[:24]
+    folder = private_dir("raysearch-models") / blob.sha256[:24]
     model = folder / blob.files[0].name
     if folder.exists():
         if _intact(folder, blob):

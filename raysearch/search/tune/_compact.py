@@ -1,9 +1,6 @@
-"""What the driver keeps of a finished trial: :class:`FinishedTrialCompactor`.
-
-Ray Tune keeps, for each number every trial reported, windows of its last values
-(``run_metadata.metric_n_steps``) until the experiment ends; they only feed the running means
-of a trial's next result, which a finished trial never gets (ray-project/ray#64231). This
-callback empties them when a trial has ended; ``metric_analysis`` stays.
+""":class:`FinishedTrialCompactor` empties the windows of last values Ray Tune keeps of each
+number a trial reported (``run_metadata.metric_n_steps``) once the trial ended: they feed only
+a next result's running means (ray-project/ray#64231); ``metric_analysis`` stays.
 
 Example:
     >>> from ray.tune.experiment import Trial
@@ -26,15 +23,10 @@ __all__ = ["FinishedTrialCompactor"]
 
 
 class FinishedTrialCompactor(tune.Callback):
-    """Empties the last-n windows Tune keeps for a trial once it has ended: completed,
-    stopped early or failed for good (a retried trial keeps its windows)."""
+    """Empties a trial's last-n windows once it completed or failed for good."""
 
-    def _compact(self, trial: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         # Assigned, so that Tune's __setattr__ drops the metadata's cached JSON too.
         trial.run_metadata.metric_n_steps = {}
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._compact(trial)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._compact(trial)
+    on_trial_error = on_trial_complete

@@ -1,12 +1,7 @@
-"""A search's trials reported to Ray Tune callbacks: the user's own (``run(callbacks=...)``)
-and Ray's experiment loggers that the config names (``loggers: [mlflow, wandb]``,
-:mod:`~raysearch.search.tune._ray_loggers`).
-
-Tune holds one proxy, :class:`TrialLoggers`, holding only the search's key, which hands every
-event to the live session's callbacks: Tune pickles a Tuner's callbacks, and a user's
-callback need not pickle. A user's callback sees ``trial.config`` as the searcher suggested
-it, and each result with the trial's record read out of its JSON text into numbers and words
-(:func:`logged_result`).
+"""A search's trials reported to the user's Tune callbacks (``run(callbacks=...)``) and the
+config's ``loggers``, through one proxy holding only the search's key (:class:`TrialLoggers`:
+Tune pickles its callbacks, a user's need not pickle), each result with the trial's record
+read out of its JSON text (:func:`logged_result`).
 
 Example:
     >>> logged_result({"metric": 0.5, "trial": '{"status": "ok", "is_candidate": true,'
@@ -30,12 +25,7 @@ from raysearch.search.tune._ray_loggers import LOGGED_NUMBERS, log_best_model
 from raysearch.search.tune.session import forwarded, lookup
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "TrialLoggers",
-    "LiveStudyCallback",
-    "logged_result",
-    "after_search",
-]
+__all__ = ["TrialLoggers", "logged_result", "after_search", "make_live_study"]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -49,8 +39,8 @@ def logged_result(
     *,
     objectives: Sequence[str] = ("metric",),
 ) -> dict[str, Any]:
-    """Tune's ``result`` of a trial (suggested as ``config``) as a logger gets it: the
-    record's JSON text replaced by its fields (see the module docstring)."""
+    """Tune's ``result`` of a trial (suggested as ``config``), its record's JSON text replaced
+    by its fields."""
     record = reported_record(result) or TrialRecord()
     out = {k: v for k, v in result.items() if k != RECORD_KEY}
     for key in _FIELDS:
@@ -67,8 +57,7 @@ def logged_result(
 
 
 class TrialLoggers(tune.Callback):
-    """Tune's callback that hands each event to the live session's callbacks (see the module
-    docstring)."""
+    """Tune's callback that hands each event to the live session's callbacks."""
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -103,12 +92,9 @@ class TrialLoggers(tune.Callback):
                     exc,
                 )
 
-    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
-        self._each(lambda c: c.on_step_begin(iteration=iteration, trials=trials, **info))
-
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        self._each(lambda c: c.on_step_end(iteration=iteration, trials=trials, **info))
-
+    on_step_begin = forwarded("on_step_begin")
+    on_step_end = forwarded("on_step_end")
+    on_experiment_end = forwarded("on_experiment_end")
     on_trial_start = forwarded("on_trial_start")
     on_trial_restore = forwarded("on_trial_restore")
     on_trial_save = forwarded("on_trial_save")
@@ -128,9 +114,6 @@ class TrialLoggers(tune.Callback):
             ),
         )
 
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._each(lambda c: c.on_experiment_end(trials=trials, **info))
-
 
 class LiveStudyCallback(tune.Callback):
     """Writes each trial's journaled record into the live Optuna study (config
@@ -140,18 +123,14 @@ class LiveStudyCallback(tune.Callback):
         self.study = study
         self.recorder = recorder
 
-    def _write(self, trial: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         trial_id = getattr(trial, "trial_id", None)
         for record in reversed(self.recorder.records):
             if record.trial_id == trial_id:
                 self.study.add(record)
                 return
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write(trial)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._write(trial)
+    on_trial_error = on_trial_complete
 
 
 def make_live_study(

@@ -1,22 +1,9 @@
-"""Ray's MLflow and W&B logger callbacks (config ``loggers``), told what a search's trial is.
-
-Ray's callbacks log a trial's whole ``config`` (the setting three times over, with the
-searcher's bookkeeping) and every number of each result (ASHA's ``rung_score``, the sampler's
-``objective``, Tune's clocks). The subclasses here log instead:
-
-- each setting once, as the trial ran it (``settings/<key>``);
-- per result, the documented numbers (:data:`LOGGED_NUMBERS`, ``objectives/<name>``), stepped
-  by Tune's ``training_iteration``;
-- the trial's words (``trial_id``, ``trial_number``, ``stage``, ``status``, ``error``), as
-  MLflow tags or in W&B's config;
-- the search's id and name as tags (W&B's group: the name), each run named
-  ``<search> trial <number>``.
-
-W&B's runs are written in Tune's staging folder, which Tune copies to the output folder
-before the runs finish, and Ray's callback kills a run's actor before W&B's service has
-written the run's last records. So each run's actor waits for W&B's service
-(``wandb.teardown``), and :class:`WandbTrialLogger` copies each trial's ``wandb/`` folder
-into the output folder once every run ended.
+"""Ray's MLflow and W&B logger callbacks (config ``loggers``), subclassed to log each setting
+once (``settings/<key>``), per result the documented numbers (:data:`LOGGED_NUMBERS`,
+``objectives/<name>``), the trial's words (id, number, stage, status, error) and the search's
+id and name, each run named ``<search> trial <number>``. A W&B run's actor waits for W&B's
+service (Ray's callback would kill it first), and each trial's ``wandb/`` folder is copied
+into the output folder once every run ended (Tune copied its staging folder before).
 
 Example:
     >>> trial_settings({"settings": {"calibrate_method": "MinMax",
@@ -38,15 +25,7 @@ from typing import Any
 
 from ray.tune.logger import LoggerCallback
 
-__all__ = [
-    "LOGGED_NUMBERS",
-    "make_loggers",
-    "trial_settings",
-    "trial_words",
-    "logged_numbers",
-    "run_name",
-    "log_best_model",
-]
+__all__ = ["LOGGED_NUMBERS", "make_loggers", "trial_settings", "logged_numbers", "log_best_model"]
 
 _logger = logging.getLogger("raysearch.search")
 
@@ -73,8 +52,7 @@ _RESULT_WORDS = ("status", "stage", "error")
 
 
 def trial_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a trial ran (its config's ``settings``), flat: nested keys joined by
-    ``/``, as Ray's loggers flatten a mapping."""
+    """The settings a trial ran, flat: nested keys joined by ``/``, as Ray's loggers do."""
     flat: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -89,8 +67,7 @@ def trial_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trial_words(trial: Any, search_id: str, search_name: str) -> dict[str, str]:
-    """What names a trial, as words: the search's id and name, the trial's id, number and a
-    staged strategy's stage (none without one)."""
+    """What names a trial, as words: the search's id and name, the trial's id, number, stage."""
     config = getattr(trial, "config", None) or {}
     words = {"search_id": search_id, "search": search_name, "trial_id": str(trial.trial_id)}
     if config.get("number") is not None:
@@ -107,8 +84,7 @@ def run_name(trial: Any, search_name: str) -> str:
 
 
 def logged_numbers(result: Mapping[str, Any]) -> dict[str, float]:
-    """The result's numbers a logger gets: :data:`LOGGED_NUMBERS` and ``objectives/<name>``,
-    each a finite number (``is_candidate`` as 0 or 1)."""
+    """The result's finite :data:`LOGGED_NUMBERS` and ``objectives/<name>`` (bools as 0, 1)."""
     out: dict[str, float] = {}
     for key, value in result.items():
         if key not in LOGGED_NUMBERS and not key.startswith("objectives/"):
@@ -121,15 +97,13 @@ def logged_numbers(result: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _result_words(result: Mapping[str, Any]) -> dict[str, str]:
-    """The result's words (status, stage, error), the empty ones left out."""
     return {k: str(result[k]) for k in _RESULT_WORDS if result.get(k) not in (None, "")}
 
 
 def make_loggers(
     specs: Sequence[tuple[str, Mapping[str, Any]]], search_id: str, search_name: str
 ) -> list[LoggerCallback]:
-    """Ray's logger callback for each ``(name, settings)`` of the config's ``loggers``, told
-    the search's id and name (see the module docstring)."""
+    """Ray's logger callback for each ``(name, settings)`` of the config's ``loggers``."""
     callbacks: list[LoggerCallback] = []
     for name, settings in specs:
         if name == "mlflow":
@@ -143,8 +117,7 @@ def _mlflow_logger(settings: dict[str, Any], search_id: str, search_name: str) -
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     class MLflowTrialLogger(MLflowLoggerCallback):
-        """Ray's ``MLflowLoggerCallback``: one run per trial, logged as the module docstring
-        says."""
+        """Ray's ``MLflowLoggerCallback``: one run per trial (see the module docstring)."""
 
         def log_trial_start(self, trial: Any) -> None:
             if trial not in self._trial_runs:
@@ -188,9 +161,8 @@ def _mlflow_logger(settings: dict[str, Any], search_id: str, search_name: str) -
 
 
 def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) -> LoggerCallback:
-    """Ray's ``WandbLoggerCallback``; ``project`` defaults to ``raysearch``. ``mode: offline``
-    (or ``disabled``) is set as ``WANDB_MODE`` for the callback's setup alone, where Ray
-    reads it, so that no API key is asked for."""
+    """Ray's ``WandbLoggerCallback`` (``project`` ``raysearch`` by default); ``mode: offline``
+    is ``WANDB_MODE`` during its setup alone, where Ray reads it to ask for no API key."""
     import os
 
     from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
@@ -198,8 +170,7 @@ def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) ->
     mode = settings.get("mode")
 
     class WandbRunActor(_WandbLoggingActor):
-        """Ray's actor of one trial's W&B run, returning only once W&B's service has written
-        the run whole (``wandb.teardown``): Ray kills the actor as soon as ``run`` returns."""
+        """Ray's actor of one trial's W&B run, returning once W&B's service wrote it whole."""
 
         def run(self) -> None:
             import wandb
@@ -210,8 +181,7 @@ def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) ->
                 wandb.teardown()
 
     class WandbTrialLogger(WandbLoggerCallback):
-        """Ray's ``WandbLoggerCallback``: one run per trial, logged as the module docstring
-        says, its folder copied into the trial's experiment folder once it ended."""
+        """Ray's ``WandbLoggerCallback``: one run per trial (see the module docstring)."""
 
         _logger_actor_cls = WandbRunActor
 
@@ -264,8 +234,7 @@ def _wandb_logger(settings: dict[str, Any], search_id: str, search_name: str) ->
 
 
 def _copy_runs(trial: Any) -> None:
-    """The trial's ``wandb/`` folder (its finished runs) from Tune's staging folder into the
-    trial's experiment folder, on the experiment's storage."""
+    """The trial's ``wandb/`` folder from Tune's staging folder into its experiment folder."""
     import pyarrow.fs
 
     local = Path(trial.local_path) / "wandb"
@@ -288,9 +257,8 @@ def _copy_runs(trial: Any) -> None:
 def log_best_model(
     callbacks: Sequence[Any], trial_id: str | None, folder: Path, search_id: str
 ) -> None:
-    """The best model's files (``folder``) as artifacts of the best trial's run, for each
-    logger that keeps files of a finished run (MLflow's; W&B's runs end in their own
-    processes, which Ray's callback does not reopen)."""
+    """The best model's files (``folder``) as artifacts of the best trial's MLflow run (W&B's
+    runs end in processes Ray's callback does not reopen)."""
     # A callback is an instance of Ray's MLflow class only if something imported it.
     integration = sys.modules.get("ray.air.integrations.mlflow")
     if integration is None or trial_id is None or not folder.is_dir():

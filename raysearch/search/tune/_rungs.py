@@ -1,12 +1,8 @@
-"""Evaluation on growing subsets, on Ray Tune: the plan of rungs, what a trial reports per
-rung, and Tune's ``ASHAScheduler`` deciding which trials go on.
-
-:class:`RungScheduler` is Tune's ASHA with one bracket whose milestones are the rungs (rung
-``k`` reports ``rung_clock = r**k``), stopping at each a trial below the best ``1/r`` of those
-that reached it. It adds what Tune's class lacks: on resume its rungs are filled from the
-journal; a trial within :data:`~raysearch.evaluate.subsets.TIE_Z` standard errors of the
-cutoff goes on. ASHA ranks the metric as "higher is better" (``rung_score``), except that a
-trial that could still become a candidate reports :data:`PROTECTED`, above any cutoff.
+"""Evaluation on growing subsets, on Ray Tune: :class:`RungScheduler` is Tune's ASHA with one
+bracket whose milestones are the rungs (rung ``k`` reports ``rung_clock = r**k``), its rungs
+filled from the journal on resume, a trial within :data:`~raysearch.evaluate.subsets.TIE_Z`
+standard errors of the cutoff kept. It ranks ``rung_score`` ("higher is better"); a trial that
+could still become a candidate reports :data:`PROTECTED`, above any cutoff.
 
 Example:
     >>> rung_clock(2, 3.0), stopped_at_rung(TrialRecord(status="ok", rung=1, rungs=3))
@@ -88,26 +84,25 @@ class RungScheduler(AsyncHyperBandScheduler):
 
     def __init__(self, rungs: EvalRungs, records: Iterable[TrialRecord] = ()) -> None:
         factor = rungs.reduction_factor
+        #: The last rung's clock (a trial there is done: no near-tie to keep going).
+        self.max_clock = rung_clock(len(rungs) - 1, factor)
         super().__init__(
             time_attr=RUNG_CLOCK,
             metric=RUNG_SCORE,
             mode="max",
             grace_period=1,
-            max_t=rung_clock(len(rungs) - 1, factor),
+            max_t=self.max_clock,
             reduction_factor=factor,
             brackets=1,
         )
         self.n_rungs = len(rungs)
         self.factor = factor
-        #: The last rung's clock (a trial there is done: no near-tie to keep going).
-        self.max_clock = rung_clock(len(rungs) - 1, factor)
         seeded = self.seed(records)
         if seeded:
             _logger.info("early stopping: %d rung results of earlier sessions", seeded)
 
     def seed(self, records: Iterable[TrialRecord]) -> int:
-        """Put the rung scores of finished trials into the rungs, in the order they were
-        reported (``rung_ended_at``); how many were put."""
+        """Put the rung scores of finished trials into the rungs in the order reported; how many."""
         events = []
         for record in records:
             scores = record.rung_scores or []
@@ -155,8 +150,8 @@ class RungScheduler(AsyncHyperBandScheduler):
         return action
 
     def _cutoff(self, trial_id: str, clock: float) -> float | None:
-        """ASHA's cutoff at the rung of ``clock`` before ``trial_id``'s score joins it (what
-        its decision compares with); None when the rung is empty or is the last."""
+        """ASHA's cutoff at the rung of ``clock`` before ``trial_id``'s score joins it; None
+        when the rung is empty or the last."""
         for milestone, recorded in self._brackets[0]._rungs:
             if clock >= milestone:
                 if trial_id in recorded or clock >= self.max_clock:
@@ -184,8 +179,7 @@ def _ranked(result: Mapping[str, Any]) -> bool:
 def plan_search_rungs(
     config: SearchConfig, prepared: Prepared
 ) -> tuple[EvalRungs | None, dict[str, Any]]:
-    """The rungs of ``config``'s search (None: every trial evaluated whole) and what
-    ``summary.json`` says of them (``early_stopping``)."""
+    """The rungs of ``config``'s search (None: none) and ``summary.json``'s ``early_stopping``."""
     settings = config.early_stopping
     if not settings.enabled:
         return None, {"enabled": False, "why": "early_stopping: false"}
@@ -214,7 +208,7 @@ def plan_search_rungs(
 
 
 def _probe_rows(prepared: Prepared) -> int | None:
-    """The rows the float reference's first batch (``prepared.probe``) was computed on."""
+    """The rows of the float reference's first batch (``prepared.probe``)."""
     from raysearch.search._pending_reference import first_batch_range
 
     if prepared.probe is None:
@@ -227,7 +221,7 @@ def early_stopping_summary(
     plan: Mapping[str, Any], records: Iterable[TrialRecord]
 ) -> dict[str, Any]:
     """``summary.json``'s ``early_stopping``: the plan, the trials stopped at a rung, and the
-    evaluation rows the trials processed against what evaluating each on every row takes.
+    rows evaluated against every trial on every row.
 
     Example:
         >>> early_stopping_summary({"enabled": True, "rung_rows": [10, 100]}, [

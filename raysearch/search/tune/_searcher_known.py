@@ -1,6 +1,5 @@
-"""What a search knows of its settings: each finished one's metric, objective and values by
-key, the running ones, the records the phases read, and the trial numbers a resumed search
-gives back first: :class:`KnownSettings`, a mixin of ``SettingSearcher``."""
+"""What a search knows of its settings (:class:`KnownSettings`, a mixin of ``SettingSearcher``):
+the finished ones' metric, objective and values by key, the running ones, the records."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ class KnownSettings:
 
     @property
     def _several(self) -> bool:
-        """Whether the samplers are told several objectives' values (``values``)."""
         return len(getattr(self.context, "objectives", ())) > 1
 
     @property
@@ -95,8 +93,7 @@ class KnownSettings:
         result: dict[str, Any] | None,
         error: bool,
     ) -> None:
-        """What the search learns of a finished trial of ``proposal``: its metric and
-        objective by key, its record in ``context.records``, and the phase told."""
+        """Learn a finished trial of ``proposal``: its record, and the phase told."""
         metric = None if (error or not result) else finite(result.get("metric"))
         objective = None if (error or not result) else finite(result.get("objective"))
         self.done[proposal.key] = metric

@@ -1,5 +1,5 @@
-"""What the searcher reaches of the live session by the search's id: the probe cache, the
-progress line and the start barrier; nothing for a searcher built without a session."""
+"""What the searcher reaches of the live session by the search's id (none without one): the
+probe cache, the progress line and the start barrier."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ class SessionLink:
     session_key: str | None
 
     def _session(self) -> SearchSession | None:
-        """The live session of this search in this process, or None."""
         from raysearch.search.tune.session import lookup
 
         return None if self.session_key is None else lookup(self.session_key)
@@ -39,8 +38,7 @@ class SessionLink:
         return None if cache is None else cache.lookup(proposal.settings)
 
     def _record_reused(self, proposal: Proposal, record: TrialRecord) -> None:
-        """Journal ``record`` as a trial of ``proposal`` that no actor runs, and tell the
-        phase, as when a trial of it finishes."""
+        """Journal ``record`` as a trial of ``proposal`` no actor runs, and tell the phase."""
         session = self._session()
         assert session is not None  # a probe cache is a session's
         position = self.state.phase

@@ -1,8 +1,5 @@
-"""What a searcher reads of a finished trial, to tell its phases and samplers beyond its
-metric and objective: each objective's value with several (:func:`sampler_values`), and
-whether the trial is a candidate with its ``extra``. Tune hands the searcher a result whose
-record is JSON text (:mod:`raysearch.search.record.reported`), decoded by the caller; a
-resumed search reads the journal's records.
+"""What a searcher reads of a finished trial beyond its metric and objective: each objective's
+value with several (:func:`sampler_values`), and whether it is a candidate, with its ``extra``.
 """
 
 from __future__ import annotations
@@ -20,12 +17,9 @@ __all__ = ["candidacy", "sampler_values"]
 def sampler_values(
     record: TrialRecord | None, objective: float | None, names: Sequence[str]
 ) -> tuple[float, ...] | None:
-    """Each of the objectives ``names`` (:data:`raysearch.ranking.OBJECTIVES`) of a finished
-    trial, as a multi-objective sampler is told them: ``objective`` (the record's, the metric
-    moved for a quantized candidate: :meth:`Evaluator.sampler_objective`) for the metric,
-    ``latency_ms`` and ``model_size_mb`` (from ``model_size_bytes``) from the trial's
-    ``record`` (decoded from Tune's result by the caller, or a journal record). None when one
-    is missing (a failed trial, a latency not measured).
+    """Each of the objectives ``names`` of a finished trial as a multi-objective sampler is
+    told them: ``objective`` for the metric, the others from ``record``; None when one is
+    missing (a failed trial, a latency not measured).
 
     Example:
         >>> sampler_values(TrialRecord(latency_ms=2.5, model_size_bytes=3_000_000), 0.9,
@@ -41,9 +35,8 @@ def sampler_values(
 
 
 def candidacy(result: dict[str, Any] | None) -> tuple[bool, dict[str, Any]]:
-    """What a trial reported beyond its metric: whether it is a candidate, and its ``extra``
-    (``promoted``, ``ranked`` of mixed precision, which a fallback strategy reads), from the
-    record that Tune's result carries (as JSON text, or nested by a direct call).
+    """Whether the trial of Tune's ``result`` is a candidate, and its ``extra`` (which a
+    fallback strategy reads).
 
     Example:
         >>> trial = {"status": "ok", "is_candidate": False, "extra": {"promoted": 1.0}}

@@ -1,6 +1,5 @@
-"""Ray Tune's ``Tuner`` for one session of a search: always a new Tune experiment. Tune's
-saved experiment is never restored: a resumed search's searcher, scheduler and stop conditions
-are rebuilt from the journal, and Tune runs the trials left."""
+"""Ray Tune's ``Tuner`` for one session of a search: always a new Tune experiment (a resumed
+search's searcher, scheduler and stop conditions are rebuilt from the journal)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ __all__ = ["make_tuner", "restored_signal_handlers"]
 
 @contextlib.contextmanager
 def restored_signal_handlers() -> Iterator[None]:
-    """Put back the process's SIGINT and SIGUSR1 handlers after the block (a Tune run),
-    which Tune replaces and never restores (a later Ctrl-C would end no later search). Only
-    in the main thread, which signal handlers belong to.
+    """Put back the main thread's SIGINT and SIGUSR1 handlers after the block (a Tune run),
+    which Tune replaces and never restores.
 
     Example:
         >>> before = signal.getsignal(signal.SIGINT)
@@ -61,8 +59,7 @@ def make_tuner(
     scheduler: Any = None,
 ) -> Any:
     """A new Tune experiment for the search's ``session`` (1 the first) under ``storage``,
-    named ``search``, then ``search-<session>``. ``searcher`` already knows the journal's
-    trials; ``scheduler`` (ASHA over the rungs) is Tune's FIFO when None."""
+    named ``search``, then ``search-<session>``; ``scheduler`` None is Tune's FIFO."""
     from ray import tune
 
     run_config = tune.RunConfig(

@@ -1,9 +1,5 @@
-"""Ray's usage tag of a run's callbacks, recorded without importing every logger integration.
-
-Ray Tune's ``tag_callbacks`` imports the MLflow, W&B, Comet and Aim integrations (their
-libraries where installed) to name the built-in loggers among a run's callbacks. raysearch
-gives Tune only callbacks of its own, none a built-in, so :func:`own_callbacks_tagged`
-records the very tag Ray would without those imports; any other callback goes to Ray's.
+"""Ray's usage tag of a run's callbacks, recorded without the MLflow, W&B, Comet and Aim
+imports of Ray Tune's ``tag_callbacks`` when every callback is raysearch's own.
 
 Example:
     >>> with own_callbacks_tagged():
@@ -41,8 +37,7 @@ def own_callback_counts(callbacks: Sequence[Any]) -> dict[str, int] | None:
 
 @contextlib.contextmanager
 def own_callbacks_tagged() -> Iterator[None]:
-    """Within the block, a run given only raysearch's callbacks records Ray's callback tag
-    without importing Ray's logger integrations; Ray's own function is back after it."""
+    """Within the block, a run given only raysearch's callbacks records Ray's tag so."""
     from ray.air._internal import usage
 
     ray_tag_callbacks = usage.tag_callbacks

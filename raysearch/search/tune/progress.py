@@ -1,10 +1,6 @@
-"""Live progress of a search as one compact line.
-
-On a terminal the line is redrawn in place a few times a second at most; into a file or pipe a
-line is written every ``every`` finished trials; without a stream, to the logger at INFO.
-
-A line a finished trial makes due waits until Tune fills its slot again (or :data:`SETTLE_S`
-passed): written at once, it would read one trial short of what runs.
+"""Live progress of a search as one compact line: on a terminal redrawn in place, into a file
+or pipe one every ``every`` finished trials (once Tune refilled the freed slots, or after
+:data:`SETTLE_S`), without a stream to the logger at INFO.
 
 Example:
     >>> import io
@@ -38,17 +34,8 @@ SETTLE_S = 0.5
 
 class ProgressCallback(tune.Callback):
     """A Ray Tune ``Callback`` printing trials done/running/failed, candidates, the best
-    metric so far and the elapsed time.
-
-    Args:
-        stream: where to print (the CLI passes ``sys.stderr``); None logs instead.
-        total: the number of trials expected, when known.
-        every: on a non-terminal stream, print a line every this many finished trials.
-        elapsed_before_s, done_before, failed_before, candidates_before, best_before: what
-            earlier sessions (resume) took and counted.
-        started_at: when this session began (``time.monotonic()``; default: now): the clock
-            ``stop.time_limit`` reads.
-    """
+    metric so far and the elapsed time. ``*_before``: what earlier sessions took and counted;
+    ``started_at``: this session's start (``time.monotonic()``), the stopper's clock."""
 
     def __init__(
         self,
@@ -109,19 +96,13 @@ class ProgressCallback(tune.Callback):
             self.best = float(metric)
         self.draw()
 
-    @property
-    def elapsed_s(self) -> float:
-        """The search's elapsed time: earlier sessions plus this one since ``started_at``."""
-        return self.elapsed_before_s + time.monotonic() - self._start
-
     def line(self) -> str:
-        elapsed = self.elapsed_s
+        elapsed = self.elapsed_before_s + time.monotonic() - self._start
         total = f"/{self.total}" if self.total else ""
         best = "-" if self.best is None else f"{self.best:.6g}"
         return (
             f"trials {self.done}{total} done, {len(self.running)} running, {self.failed} failed"
-            f" | candidates {self.candidates} | best {self.metric} {best}"
-            f" | {_clock(elapsed)}"
+            f" | candidates {self.candidates} | best {self.metric} {best} | {_clock(elapsed)}"
         )
 
     def draw(self, force: bool = False) -> None:
@@ -145,9 +126,7 @@ class ProgressCallback(tune.Callback):
         self._last_draw = now
 
     def _line_ready(self, now: float) -> bool:
-        """Whether a line on a file or pipe is due now: the first once trials run, then one
-        every ``every`` finished trials, once the freed slots run again or the running count
-        held for :data:`SETTLE_S`."""
+        """Whether a line on a file or pipe is due now (see the module docstring)."""
         if self._last_count < 0 and self.done == self._done_before:
             return bool(self.running) and now - self._changed_at >= SETTLE_S
         last = max(self._last_count, self._done_before)
@@ -156,7 +135,6 @@ class ProgressCallback(tune.Callback):
         return len(self.running) >= self._refill or now - self._changed_at >= SETTLE_S
 
     def close(self) -> None:
-        """Print the final line (and end the terminal line)."""
         if self._tty or self.done != self._last_count:
             self.draw(force=True)
         if self._tty and self._drawn:
@@ -197,11 +175,11 @@ class ProgressCallback(tune.Callback):
 
     def _stopped(self, trial: Any) -> bool:
         """Take ``trial`` off the running ones; whether it was running."""
-        running = trial.trial_id in self.running
-        if running:
-            self.running.discard(trial.trial_id)
-            self._changed_at = time.monotonic()
-        return running
+        if trial.trial_id not in self.running:
+            return False
+        self.running.discard(trial.trial_id)
+        self._changed_at = time.monotonic()
+        return True
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self.close()

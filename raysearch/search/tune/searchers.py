@@ -1,19 +1,13 @@
-"""Where the settings of a search come from: the phases of a strategy (Grid, or an Optuna
-sampler inside Tune's ``OptunaSearch``, or any strategy registered in :mod:`raysearch.strategies`),
-wrapped in one Ray Tune ``Searcher`` that never runs a setting twice.
-
-:class:`SettingSearcher` runs the strategy's *phases* in order, each phase's ``start`` seeing
-the records finished before it. Across all phases a setting runs at most once: a sampler
-proposing a finished setting is told its result and asked again; one proposing a running
-setting is told the proposal failed. A ``reusable`` proposal whose result the probe cache
-kept (:mod:`raysearch.search.record.probe_cache`) runs no trial: the searcher journals that
-result as a trial of its own number and asks again. The searcher caps the trials *started*
-at ``stop.iteration_limit`` and keeps at most ``max_outstanding`` suggested but unfinished
-(so that Tune always has a queued trial for a finished actor).
+"""One Ray Tune ``Searcher`` over the phases of a strategy (:mod:`raysearch.strategies`), run
+in order, each phase's ``start`` seeing the records finished before it; a setting runs at most
+once across them. A ``reusable`` proposal the probe cache kept
+(:mod:`raysearch.search.record.probe_cache`) is journaled as a trial of its own, run by no
+actor. The searcher caps the trials *started* at ``stop.iteration_limit`` and keeps at most
+``max_outstanding`` suggested but unfinished (Tune always has a queued trial for an actor).
 
 Example:
     >>> space = SearchSpace.parse({"per_channel": [True, False]})
-    >>> searcher = SettingSearcher.grid([space], mode="min")
+    >>> searcher = SettingSearcher.strategy("Grid", [space], mode="min")
     >>> [searcher.suggest(str(i))["params"] for i in range(2)]
     [{'per_channel': True}, {'per_channel': False}]
     >>> searcher.suggest("2")   # every setting was proposed: the grid is done
@@ -33,7 +27,6 @@ from raysearch.search.record.reported import reported_record
 from raysearch.search.tune._searcher_known import KnownSettings
 from raysearch.search.tune._searcher_session import SessionLink
 from raysearch.space import SearchSpace
-from raysearch.space.space import Reject
 from raysearch.strategies import (
     EXHAUSTED,
     Phase,
@@ -41,24 +34,8 @@ from raysearch.strategies import (
     StrategyContext,
     get_strategy,
 )
-from raysearch.strategies.grid import GridPhase
-from raysearch.strategies.samplers import (
-    ALGO_REQUIREMENTS,
-    SAMPLER_ALGOS,
-    check_algo_available,
-    make_sampler,
-    quiet_optuna,
-)
 
-__all__ = [
-    "SettingSearcher",
-    "GridPhase",
-    "SAMPLER_ALGOS",
-    "ALGO_REQUIREMENTS",
-    "check_algo_available",
-    "make_sampler",
-    "quiet_optuna",
-]
+__all__ = ["SettingSearcher"]
 
 _logger = logging.getLogger(__name__)
 
@@ -89,12 +66,9 @@ class _State:
 
 
 class SettingSearcher(SessionLink, KnownSettings, Searcher):
-    """Ray Tune ``Searcher`` over the phases of a search (see the module docstring).
-
-    Each suggestion is a trial config ``{"number", "phase", "stage", "point", "params",
-    "settings", "key"}``: ``params`` what is recorded, ``settings`` what the trial runs,
-    ``key`` their identity. :meth:`add_finished` tells it the journal's records on resume.
-    """
+    """Ray Tune ``Searcher`` over the phases of a search. A suggestion is a trial config:
+    ``number``, ``phase``, ``stage``, ``point``, ``params`` (recorded), ``settings`` (run) and
+    ``key`` (their identity)."""
 
     def __init__(
         self,
@@ -138,37 +112,13 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         )
 
     @classmethod
-    def grid(
-        cls,
-        spaces: Sequence[SearchSpace],
-        *,
-        mode: str,
-        reject: Reject | None = None,
-        max_trials: int | None = None,
-        max_outstanding: int = 0,
+    def strategy(
+        cls, name: str, spaces: Sequence[SearchSpace], *, max_outstanding: int = 0, **context: Any
     ) -> SettingSearcher:
-        """Grid search over every valid setting of ``spaces``, in order, each once."""
-        context = StrategyContext(spaces, mode=mode, reject=reject, max_trials=max_trials)
-        return cls.from_strategy("Grid", context, max_outstanding=max_outstanding)
-
-    @classmethod
-    def sampler(
-        cls,
-        algo: str,
-        spaces: Sequence[SearchSpace],
-        *,
-        mode: str,
-        seed: int | None = None,
-        reject: Reject | None = None,
-        max_trials: int | None = None,
-        max_outstanding: int = 0,
-    ) -> SettingSearcher:
-        """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is
-        seeded with ``seed + i``."""
-        context = StrategyContext(
-            spaces, mode=mode, seed=seed, reject=reject, max_trials=max_trials
-        )
-        return cls.from_strategy(algo, context, max_outstanding=max_outstanding)
+        """The searcher of the strategy ``name`` (``Grid``, a sampler's) over ``spaces``;
+        ``context``: the other fields of :class:`StrategyContext` (``mode``, ``seed``, ...)."""
+        context = StrategyContext(spaces, **context)
+        return cls.from_strategy(name, context, max_outstanding=max_outstanding)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         state = self.state
@@ -256,12 +206,9 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         finished; an import that failed before any trial is :meth:`_missing` instead."""
         if isinstance(exc, ImportError) and not self.state.started_here:
             return self._missing(exc)
-        stage = self._stage(self.state.phase)
-        named = f" (stage {stage})" if stage else ""
         _logger.error(
-            "search phase %d%s failed: %s: %s; the search ends with the trials that finished",
-            self.state.phase,
-            named,
+            "search phase %s failed: %s: %s; the search ends with the trials that finished",
+            self._named(),
             type(exc).__name__,
             exc,
             exc_info=exc,
@@ -279,10 +226,13 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         """The stage of the phase at ``position`` (None: not a staged strategy's)."""
         return None if position is None else getattr(self.phases[position], "stage", None)
 
-    def _next_phase(self, why: str) -> None:
+    def _named(self) -> str:
+        """The current phase in the log: its number, and its stage if it has one."""
         stage = self._stage(self.state.phase)
-        named = f" (stage {stage})" if stage else ""
-        _logger.info("search phase %d%s ends: %s", self.state.phase, named, why)
+        return f"{self.state.phase}" + (f" (stage {stage})" if stage else "")
+
+    def _next_phase(self, why: str) -> None:
+        _logger.info("search phase %s ends: %s", self._named(), why)
         self.state.phase += 1
 
     def _finish(self, reason: str) -> str:

@@ -1,8 +1,5 @@
-"""The live state of one search on the driver, and the thin Tune objects that reach it.
-
-Ray Tune pickles the stopper and the callbacks into its experiment folder, so Tune gets small
-proxies (:class:`SessionStopper`, :class:`SessionCallback`) holding only the search's key;
-each call looks up the :class:`SearchSession` registered under it in this process.
+"""The live state of one search on the driver (:class:`SearchSession`), and the proxies Tune
+pickles into its experiment folder, holding only the search's key to look it up by.
 """
 
 from __future__ import annotations
@@ -64,7 +61,7 @@ def register(session: SearchSession) -> None:
 
 
 def lookup(key: str) -> SearchSession | None:
-    """The session registered under ``key`` (the search's id: see ``search_id``), or None."""
+    """The session registered under ``key`` (the search's id), or None."""
     with _LOCK:
         return _SESSIONS.get(key)
 
@@ -77,13 +74,11 @@ def release(key: str) -> None:
 
 
 def forwarded(name: str) -> Callable[..., None]:
-    """A Tune callback's method handing the trial event ``name`` to each callback its class
-    reaches (its ``_each``)."""
+    """A Tune callback's method handing the event ``name`` (Tune passes its arguments by
+    keyword) to each callback its class reaches (its ``_each``)."""
 
-    def forward(self: Any, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._each(
-            lambda c: getattr(c, name)(iteration=iteration, trials=trials, trial=trial, **info)
-        )
+    def forward(self: Any, **info: Any) -> None:
+        self._each(lambda c: getattr(c, name)(**info))
 
     return forward
 
@@ -96,9 +91,7 @@ class SessionStopper(Stopper):
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         session = lookup(self.key)
-        if session is None:
-            return False
-        return session.stopper(trial_id, result)
+        return session is not None and session.stopper(trial_id, result)
 
     def stop_all(self) -> bool:
         session = lookup(self.key)
@@ -120,15 +113,7 @@ class SessionCallback(tune.Callback):
     on_trial_recover = forwarded("on_trial_recover")
     on_trial_error = forwarded("on_trial_error")
     on_trial_complete = forwarded("on_trial_complete")
-
-    def on_trial_result(
-        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
-    ) -> None:
-        self._each(
-            lambda c: c.on_trial_result(
-                iteration=iteration, trials=trials, trial=trial, result=result, **info
-            )
-        )
+    on_trial_result = forwarded("on_trial_result")
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         session = lookup(self.key)

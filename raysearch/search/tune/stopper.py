@@ -1,11 +1,6 @@
-"""``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper``.
-
-After every trial's last result it counts candidates per trial id and decides whether the
-whole search ends (``stop_all``): ``find_n_candidates``, ``find_best_candidate``,
-``iteration_limit`` (the searcher starts no more; the stopper notices the last finished) or
-``time_limit``; ``-1``/``None`` disables one. The first that fires is
-:attr:`CandidateStopper.reason`. Not Tune's ``TimeoutStopper``/``CombinedStopper``:
-``time_limit`` counts earlier sessions too, and the search must know which condition fired.
+"""``CandidateStopper``: the stop conditions of ``stop:`` as one Ray Tune ``Stopper`` (not
+Tune's ``TimeoutStopper``/``CombinedStopper``: ``time_limit`` counts earlier sessions too, and
+the search must know which condition fired, :attr:`CandidateStopper.reason`).
 
 Example:
     >>> stopper = CandidateStopper(StopConfig(find_n_candidates=2), higher_is_better=False)
@@ -65,17 +60,9 @@ def trial_limit(stop: StopConfig) -> int | None:
 
 
 class CandidateStopper(Stopper):
-    """Ends the whole search on the first stop condition of ``stop`` that holds.
-
-    Args:
-        stop: the validated stop conditions.
-        higher_is_better: the metric's direction (for ``find_best_candidate``).
-        elapsed_before_s: wall time already spent by earlier sessions of this search (resume),
-            counted against ``time_limit``.
-        prior: the records of trials finished in earlier sessions, counted as if they had
-            been reported now.
-        started_at: when this session began (``time.monotonic()``); default: now.
-    """
+    """Ends the whole search on the first stop condition of ``stop`` that holds, counting
+    the ``prior`` records and ``elapsed_before_s`` of earlier sessions; ``started_at``: this
+    session's start (``time.monotonic()``)."""
 
     def __init__(
         self,

@@ -1,13 +1,7 @@
-"""The Ray Tune trainable: one actor keeps one trial engine across many trials.
-
-:class:`QuantTrainable`'s ``reset_config`` returns True, so with ``reuse_actors=True`` the
-engine an actor built in ``setup`` (calibration cache, float reference, ONNX Runtime state)
-serves every trial it runs. A trial quantizes once and reports once per rung of its
-evaluation (:mod:`raysearch.search.tune._rungs`), one ``step`` each, the quantized model's
-session kept between them; ASHA may stop it after any rung but the last, and
-``reset_config`` drops what it kept. ``trial_timeout_s`` bounds a trial's steps together.
-Read-only data (the engine factory, the start barrier) reaches the actors through
-``tune.with_parameters``, never through trial configs.
+"""The Ray Tune trainable: one actor keeps one trial engine (built in ``setup``) across the
+trials it runs (``reuse_actors``). A trial quantizes once and reports once per rung of its
+evaluation, one ``step`` each; ``reset_config`` drops a trial ASHA stopped.
+``trial_timeout_s`` bounds a trial's steps together.
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +39,7 @@ from raysearch.search.tune._rungs import (
 from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
-    from raysearch.trial import TrialEngine
+    from raysearch.trial import StagedTrial, TrialEngine
 
 __all__ = ["QuantTrainable", "EngineFactory", "make_trainable", "TRIALS_TMP"]
 
@@ -77,11 +72,9 @@ class QuantTrainable(tune.Trainable):
         self._node = ray.util.get_node_ip_address()
         self._node_id = current_node_id()
         # On another node, models go to its temp folder, where the driver fetches them.
-        self._local = driver_node is None or driver_node == self._node_id
-        if not self._local:
-            self._trials_dir = node_folder_here("trials", self._output_dir)
-        else:
-            self._trials_dir = self._output_dir / TRIALS_TMP
+        local = driver_node is None or driver_node == self._node_id
+        here = self._output_dir / TRIALS_TMP
+        self._trials_dir = here if local else node_folder_here("trials", self._output_dir)
         gpu_ids = ray.get_gpu_ids()
         self._gpu_id = gpu_ids[0] if gpu_ids else None
         started = time.perf_counter()
@@ -95,8 +88,7 @@ class QuantTrainable(tune.Trainable):
         self._higher = self._engine.evaluator.higher_is_better
         #: The trial being evaluated rung by rung.
         self._live: _Live | None = None
-        # What is alive now lives as long as the actor: out of the collector's full passes,
-        # which the engine runs after every trial.
+        # What is alive now lives as long as the actor: out of the collector's full passes.
         gc.freeze()
         started = time.perf_counter()
         #: Whether this actor waited out the barrier's timeout.
@@ -259,19 +251,18 @@ def _failed(trial: TrialRecord) -> dict[str, Any]:
     }
 
 
+@dataclass
 class _Live:
-    """The trial an actor is evaluating rung by rung."""
+    """The trial an actor is evaluating rung by rung (``trial``: the engine's, once quantized)."""
 
-    def __init__(self, trial_id: str, out_path: Path) -> None:
-        self.trial_id = trial_id
-        self.out_path = out_path
-        #: The engine's trial (:class:`~raysearch.trial.StagedTrial`), once quantized.
-        self.trial: Any = None
-        self.started = time.perf_counter()
-        self.started_at = time.time()
-        self.scores: list[float] = []
-        self.ended_at: list[float] = []
-        self.metrics: list[float | None] = []
+    trial_id: str
+    out_path: Path
+    trial: StagedTrial | None = None
+    started: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)
+    scores: list[float] = field(default_factory=list)
+    ended_at: list[float] = field(default_factory=list)
+    metrics: list[float | None] = field(default_factory=list)
 
 
 class TrialTimeoutError(TimeoutError):
