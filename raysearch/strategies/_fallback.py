@@ -1,39 +1,18 @@
-"""The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
-tuning, run in parallel on Ray (one concept: the bisection and the revert pass read the same
-ranking and base, and splitting them would pass that state around; the ``_best``/``_blocks``
-hooks are the two places ``Auto``'s mixed precision stages differ).
+"""The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven tuning, in parallel.
 
-``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
+A. **Search**: the spaces sampled by TPE, with half of ``stop.iteration_limit`` (or
+   :data:`SEARCH_TRIALS`) split between the spaces.
+B. **Fallback** (:class:`FallbackPhase`): from the best record of A without its
+   ``mixed_precision`` (the *base*), the smallest ``top_k`` whose setting
+   ``base + {"mixed_precision": {"top_k": k, ...}}`` is a candidate (promoted to ``float``,
+   ranked by ``sqnr``, unless the best's own ``mixed_precision`` says otherwise): first every
+   ranked tensor (:data:`ALL`; no candidate ends the strategy), then :class:`Bisection`.
+C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 16) each
+   promoted rank returned to int8 on its own, then one trial combining every demotion that
+   held the tolerance.
 
-A. **Search**: the spaces sampled by TPE (the ``TPE`` strategy's phases, one per space), with
-   half of ``stop.iteration_limit`` (at least 1) or 8 trials when there is no limit, split
-   between the spaces. A small finite space simply ends its phase once every setting was seen,
-   so no Grid special case is needed.
-B. **Fallback** (:class:`FallbackPhase`): from the best record of A (its ``mixed_precision``
-   removed: the *base*), the smallest ``top_k`` whose setting
-   ``base + {"mixed_precision": {"top_k": k, "promote_to": P, "rank_by": R}}`` is a candidate.
-   ``P`` and ``R`` are those of the best's own ``mixed_precision`` when it has one, else
-   ``float`` and ``sqnr`` (falling back to float is what reaches a tolerance surest, and the
-   SQNR ranking costs one pass). The first trial promotes every ranked tensor
-   (``top_k`` = :data:`ALL`); its ``extra.ranked`` gives n. If it is no candidate the fallback
-   cannot reach the tolerance and the strategy ends. Then :class:`Bisection` finds the
-   smallest k in ``(0, n]`` in rounds of up to 2 ks at once (1 when one trial runs at a
-   time), each k halving the widest open gap between the bounds and the round's ks before
-   it; a round starts once every k of the one before finished, so the ks tried do not
-   depend on the order in which concurrent trials finish.
-C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 16, the ranks
-   that take a per-entry choice) each promoted rank is returned to int8 on its own
-   (``rank_i: int8``), all in parallel; then one trial combines every demotion that held the
-   tolerance. When the combination fails, the best single demotion stands (it already ran).
-   k = 1 has nothing to combine, k > 16 has no ``rank_i`` keys: skipped.
-
-``Conservative`` lives in :mod:`raysearch.strategies._conservative`. The three phases stay in
-one module: B and C share the base setting and its matching.
-
-Every phase derives its state from the finished records (``context.records``), matching them by
-setting, so a resumed search (fresh phases, records replayed) goes on where it stopped and never
-runs a setting twice. Records of phase B carry ``phase`` = number of spaces, phase C that + 1
-(the position of the phase in the strategy, as for A, whose positions are the space indices).
+Every phase derives its state from the finished records, matched by setting, so a resumed
+search goes on where it stopped and never runs a setting twice.
 
 Example:
     >>> b = Bisection()
@@ -101,27 +80,16 @@ DONE = "done"
 SEARCH_TRIALS = 8
 
 
-# -- phase B: bisection over k --------------------------------------------------------------------
 class Bisection:
-    """The smallest k whose trial is a candidate, in rounds, from results told in any order
-    (pure Python, deterministic).
+    """The smallest k whose trial is a candidate, in rounds, from results told in any order.
 
     ``next(pending)`` is the k to try next given the ks still running: :data:`ALL` first
-    (alone: its result tells n), then round after round the ks that split the bounds, each
-    one the middle of the widest open gap between the bounds and the ks before it in the
-    round (``parallel`` of them, fewer when the gaps close); None to wait for a running trial;
-    :data:`DONE` when ``found`` is known (None: not even :data:`ALL` was a candidate).
-    ``record(k, candidate, ranked)`` tells a result (``ranked`` with :data:`ALL`: n, the
-    number of ranked tensors; ``given`` for a result known before the first round, an
-    earlier phase's trial).
-
-    A round starts once every k of the one before has its result, and its ks are replayed
-    from the results (the given ones, then each round's in turn), so the ks tried depend on
-    the results alone: not on the order in which concurrent trials finish, and not on
-    whether the bisection was rebuilt from the records half-way through a round (a resumed
-    search). Waiting for a round's last trial leaves a slot idle while it runs; proposing
-    the next k as soon as one result is in would make the next k depend on which trial
-    finished first."""
+    (its result tells n), then rounds of up to ``parallel`` ks, each the middle of the widest
+    open gap; None to wait; :data:`DONE` when ``found`` is known (None: not even :data:`ALL`
+    was a candidate). ``record(k, candidate, ranked)`` tells a result (``given``: one known
+    before the first round). A round starts once every k of the one before has its result,
+    and rounds are replayed from the results, so the ks tried depend on the results alone,
+    not on the order trials finish in nor on a resume half-way through a round."""
 
     def __init__(self, parallel: int = 2) -> None:
         self.parallel = max(1, parallel)
