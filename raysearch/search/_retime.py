@@ -28,19 +28,15 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
 
 __all__ = [
-    "Retimed",
     "RetimePlan",
     "retime",
     "plan_retime",
     "needs_retime",
     "time_rounds",
     "latency_timing",
-    "retimed_field",
     "deciding",
-    "FIGURES",
     "ROUNDS",
     "RUNS",
-    "MAX_MODELS",
 ]
 
 _logger = logging.getLogger("raysearch.search")
@@ -95,8 +91,7 @@ def _complete(record: TrialRecord, figure: str = "latency_ms") -> bool:
 
 
 def _model(folder: Path, record: TrialRecord) -> Path | None:
-    name = record.model_file
-    path = folder / name if name else None
+    path = folder / record.model_file if record.model_file else None
     return path if path is not None and path.is_file() else None
 
 

@@ -63,7 +63,6 @@ __all__ = [
     "run_search",
     "resume_search",
     "search_running_in",
-    "progress_stream",
     "start_ray",
     "check_resources",
     "MARKER",
@@ -355,9 +354,9 @@ def _code_to_ship(config: SearchConfig) -> tuple[list[Path], list[Path]]:
     """
     import ray
 
-    if cluster_address(config.address) is None or ray.is_initialized():
-        return code_folders(config.code_modules(), config.code_dirs), []
     folders = code_folders(config.code_modules(), config.code_dirs)
+    if cluster_address(config.address) is None or ray.is_initialized():
+        return folders, []
     excluded = [Path(config.output_dir).absolute()]
     for value in (config.model, config.calibration_data, config.eval_data):
         if isinstance(value, (str, os.PathLike)):
@@ -370,8 +369,7 @@ def _code_to_ship(config: SearchConfig) -> tuple[list[Path], list[Path]]:
 
 def _module_folder(name: str) -> Path | None:
     """The folder an imported module's file (or package folder) lies in."""
-    module = sys.modules.get(name.partition(".")[0])
-    file = getattr(module, "__file__", None) if module is not None else None
+    file = getattr(sys.modules.get(name.partition(".")[0]), "__file__", None)
     if file is None:
         return None
     path = Path(file).absolute()
