@@ -60,15 +60,7 @@ from raysearch.strategies._setting_phase import (
 from raysearch.strategies.samplers import sampler_strategy
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "ALL",
-    "Base",
-    "DONE",
-    "Bisection",
-    "FallbackPhase",
-    "RevertPhase",
-    "fallback_strategy",
-]
+__all__ = ["ALL", "Base", "DONE", "Bisection", "FallbackPhase"]
 
 _logger = logging.getLogger(__name__)
 
@@ -123,8 +115,7 @@ class Bisection:
 
     def bounds(self, results: Mapping[int, bool] | None = None) -> tuple[int, int] | None:
         """``(lo, hi)``: the largest k known to fail below the smallest known candidate, and
-        that candidate (None before the all-promoted result); from ``results`` (default: every
-        result told)."""
+        that candidate (None before the all-promoted result)."""
         outcomes = self._outcomes(self.results if results is None else results)
         good = [k for k, ok in outcomes.items() if ok]
         if not good:
@@ -158,9 +149,8 @@ class Bisection:
         return out
 
     def round(self) -> list[int]:
-        """The ks of the current round (after :data:`ALL`'s candidate result): the rounds
-        replayed from the given results, each one's results added when every k of it has
-        one; empty when the replayed bounds are closed."""
+        """The ks of the current round (after :data:`ALL`'s candidate result), the rounds
+        replayed from the results; empty when the replayed bounds are closed."""
         known = {k: ok for k, ok in self.results.items() if k in self.given}
         while True:
             bounds = self.bounds(known)
@@ -229,8 +219,8 @@ class Base:
 
 
 class FallbackPhase(RecordReader, Phase):
-    """Phase B: bisection over ``top_k`` from the best record of the phases before it (see the
-    module). ``index`` is its position in the strategy (``phase`` of its records)."""
+    """Phase B: bisection over ``top_k`` from the best record of the phases before it;
+    ``index``: its position in the strategy."""
 
     def __init__(
         self,
@@ -248,7 +238,7 @@ class FallbackPhase(RecordReader, Phase):
         #: The weights of 16-bit promoted nodes at 16 bits too (with ``force``).
         self.promote_weights = promote_weights
         #: ``force``: promote to ``promote_to`` ranked by ``rank_by`` whatever the best
-        #: record's own mixed precision says (a staged strategy's int16 stage, then float).
+        #: record's own mixed precision says.
         self.force = force
         #: Skip the phase when any earlier trial is a candidate (a last resort).
         self.only_without_candidate = only_without_candidate
@@ -261,8 +251,7 @@ class FallbackPhase(RecordReader, Phase):
 
     def start(self, context: StrategyContext) -> None:
         self.context = context
-        # A round of 2 on one trial slot would run its second k after the first's result
-        # could have made it pointless.
+        # A round of 2 on one slot would run its second k after the first could decide it.
         self.bisection.parallel = max(1, min(self.bisection.parallel, context.concurrent))
 
     def _init(self) -> bool:
@@ -283,8 +272,7 @@ class FallbackPhase(RecordReader, Phase):
         base = self._base_of(best)
         refusal = setting_refusal(base.with_k(ALL), self.context)
         if refusal is not None:
-            # A base that cannot promote (a dynamic-quantization setting: no QDQ graph to
-            # promote tensors in) gives way to the best one that can.
+            # A base that cannot promote (no QDQ graph) gives way to the best one that can.
             usable = [r for r in earlier if self._promotable(r)]
             chosen = self._best(usable)
             if chosen is None:
@@ -359,9 +347,8 @@ class FallbackPhase(RecordReader, Phase):
             if matched is None or matched[1]:
                 continue
             k = matched[0]
-            # Promoting every tensor to float quantizes nothing (never a candidate): whether
-            # its metric met the tolerance is what the bisection needs to know. A record of
-            # an earlier phase (a reachability check, phase A's own promotions) was known
+            # Promoting every tensor to float quantizes nothing: whether its metric met the
+            # tolerance is what the bisection needs. An earlier phase's record was known
             # before the first round.
             given = int(record.phase or 0) != self.index
             self.bisection.record(
@@ -409,7 +396,6 @@ class FallbackPhase(RecordReader, Phase):
         return EXHAUSTED
 
 
-# -- phase C: revert pass ------------------------------------------------------------------------
 class RevertPhase(RecordReader, Phase):
     """Phase C: the ranks promoted by phase B's k returned to int8, one at a time in parallel,
     then those that held together (see the module)."""
@@ -499,7 +485,6 @@ class RevertPhase(RecordReader, Phase):
         return EXHAUSTED
 
 
-# -- the strategies ------------------------------------------------------------------------------
 def search_budget(max_trials: int | None) -> int:
     """Phase A's trials: half the iteration limit (at least 1), :data:`SEARCH_TRIALS` without.
 

@@ -34,10 +34,8 @@ __all__ = [
     "SearchView",
     "ModelFacts",
     "StrategyContext",
-    "StrategyInfo",
     "Builder",
     "BUILTIN_STRATEGIES",
-    "REFUSED_STRATEGIES",
     "register_strategy",
     "get_strategy",
     "strategy_names",
@@ -285,7 +283,11 @@ class StrategyContext:
     size_budget_bytes: int | None = None
 
     def best(self) -> TrialRecord | None:
-        """The best finished record so far (:func:`raysearch.ranking.better`), or None."""
+        """The best finished record so far by :func:`raysearch.ranking.better`.
+
+        Returns:
+            The record, or None when no record has a metric.
+        """
         from raysearch.ranking import best_record
 
         return best_record(self.records, self.mode == "max")

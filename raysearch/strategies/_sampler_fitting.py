@@ -22,8 +22,6 @@ __all__ = [
     "population_size",
     "quiet_optuna",
     "startup_trials",
-    "SAMPLER_CLASSES",
-    "sampler_class",
     "sampler_algo",
     "check_sampler_options",
 ]

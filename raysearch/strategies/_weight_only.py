@@ -44,26 +44,12 @@ from raysearch.strategies._allocation import (
     builder_bytes,
     node_bytes,
 )
-from raysearch.strategies._registry import (
-    Phase,
-    Proposal,
-    StrategyContext,
-    register_strategy,
-)
+from raysearch.strategies._registry import Phase, Proposal, StrategyContext, register_strategy
 from raysearch.strategies._roles import complete_point
 from raysearch.strategies._stages import BuiltPhase, ListPhase, distinct_accepted, sub_phase
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "weight_only_strategy",
-    "PROMOTIONS",
-    "base_record",
-    "ranking",
-    "probe",
-    "promoted",
-    "reused_probes",
-    "by_gain_per_byte",
-]
+__all__ = ["PROMOTIONS", "base_record", "ranking", "probe", "promoted"]
 
 _logger = logging.getLogger(__name__)
 
@@ -194,7 +180,6 @@ def reused_probes(records: Sequence[TrialRecord], base: TrialRecord) -> set[str]
         for r in records
         if r.stage == PROBE_STAGE and r.reused_from and _base(r.settings or {}) == wanted
     }
-
 
 
 def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
