@@ -140,7 +140,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         if args.debug:
             raise
-        # Every mistake of a config, one line each (ConfigErrors), else the one line.
         for error in exc.errors if isinstance(exc, ConfigErrors) else (exc,):
             print(f"raysearch: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -153,8 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("raysearch: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader of our output went away (``raysearch show DIR | head``): not an error.
-        # Point stdout at /dev/null so Python's exit-time flush does not raise again.
+        # The reader went away (``| head``): point stdout at /dev/null for the exit's flush.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # an internal error: say what, point at --debug
@@ -179,8 +177,7 @@ def _load(args: argparse.Namespace):
 
 
 def _space_report(config) -> list[str]:
-    """What the search will run: the same validity rules and backend refusals it applies,
-    those on the config's model included (``reject_on_model``)."""
+    """What the search will run, under the rules and refusals it applies."""
     import functools
 
     from raysearch.quantize.registry import backend_reject
@@ -214,10 +211,8 @@ def _space_report(config) -> list[str]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    """Every check ``run`` makes before Ray starts (the config, the strategy's packages, the
-    model, the data against the model, the evaluator on the float model, the Optuna storage
-    and the loggers' places: :mod:`raysearch.search.targets`), then the space's
-    size; what it cannot check without Ray or ``run``'s flags, one line each."""
+    """Every check ``run`` makes before Ray starts, then the space's size; what it cannot
+    check without Ray or ``run``'s flags, one line each."""
     from raysearch.search.preflight import preflight, warn_if_u8s8_saturates
     from raysearch.search.targets import check_targets
     from raysearch.strategies import check_strategy_available
@@ -269,9 +264,7 @@ def _validate_notes(config, prepared) -> list[str]:
 
 
 def _output_dir_note(config) -> str | None:
-    """Why ``run`` would refuse the output folder as it is now (it holds an earlier search,
-    another's files, or a running search), which ``validate`` reports without refusing: a
-    flag of ``run`` (``--overwrite``) or ``raysearch resume`` decides."""
+    """Why ``run`` would refuse the output folder as it is now, which ``validate`` reports."""
     from raysearch.search.record.output_dir import check_output_dir, continued_folder
 
     if continued_folder(config) is not None:
@@ -285,9 +278,8 @@ def _output_dir_note(config) -> str | None:
 
 @contextlib.contextmanager
 def _narrowing_quiet(command: str, debug: bool) -> Iterator[None]:
-    """A predefined space narrowed to this install (fine-tuning without PyTorch) changes what
-    a search runs: a warning for the commands that search, quiet for the others (validate
-    says it in its own words)."""
+    """A predefined space narrowed to this install: a warning for the commands that search,
+    quiet for the others."""
     logger = logging.getLogger(NARROWED_LOGGER)
     level = logger.level
     if command not in _SEARCHING and not debug:
@@ -300,8 +292,8 @@ def _narrowing_quiet(command: str, debug: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _narrowing_notes() -> Iterator[list[str]]:
-    """The notes of the predefined spaces narrowed to this install while the block runs
-    (``NARROWED_LOGGER``'s records), kept instead of logged."""
+    """The notes of the predefined spaces narrowed to this install while the block runs,
+    kept instead of logged."""
     notes: list[str] = []
 
     class _Keep(logging.Handler):
@@ -322,8 +314,7 @@ def _narrowing_notes() -> Iterator[list[str]]:
 
 
 def _cmd_spaces(args: argparse.Namespace) -> int:
-    """Each predefined space and its settings; a preset this install runs narrowed (an
-    optional package missing) says how many of them a search here runs, and why."""
+    """Each predefined space and its settings (how many a search here runs, if narrowed)."""
     import yaml
 
     from raysearch.config import predefined_spaces, runnable_predefined_space
@@ -348,15 +339,11 @@ def _cmd_spaces(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: The commands that run a search: a predefined space narrowed to what this install can run
-#: is a warning for them, and quiet for the others.
+#: The commands that run a search: a predefined space narrowed to this install is a warning
+#: for them, quiet for the others.
 _SEARCHING = frozenset({"run", "resume", "demo", "batch"})
-#: The logger of that narrowing (``raysearch.config.NARROWED_LOGGER``; not imported here, to
-#: keep the start fast).
+#: ``raysearch.config.NARROWED_LOGGER`` and ``_dialects.LOGGER`` (not imported: a fast start).
 NARROWED_LOGGER = "raysearch.config.narrowed"
-
-#: The logger of how a config's Quark and Neural Compressor names were read
-#: (``raysearch.config._dialects.LOGGER``; not imported here, to keep the start fast).
 DIALECTS_LOGGER = "raysearch.config.dialects"
 
 
@@ -364,8 +351,7 @@ def _run_search(config, overwrite: bool) -> int:
     from raysearch.search.preflight import start_preflight
     from raysearch.search.record.output_dir import check_output_dir, continued_folder
 
-    # ``resume_if_exists`` (Quark's ``load_study_if_exists``): an earlier run of the same
-    # search in the folder goes on, with this config's stop conditions; another is refused.
+    # ``resume_if_exists``: an earlier run of the same search in the folder goes on.
     folder = None if overwrite else continued_folder(config)
     if folder is not None:
         from raysearch.search import AutoSearch
@@ -374,16 +360,11 @@ def _run_search(config, overwrite: bool) -> int:
         result = AutoSearch.resume(folder, config=config, progress=sys.stderr)
         _print_summary(result.summary, result.output_dir, ended=True)
         return _exit_status(result)
-    # The input is checked and the float reference computed while Ray Tune is imported; not
-    # for a folder that the search would refuse anyway (``run`` checks it again).
+    # The input checked and the float reference computed while Ray Tune is imported.
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
-    # The Optuna storage and the loggers' places: refused here, before the preflight's thread
-    # starts importing (``run`` checks them again).
     from raysearch.search.targets import check_targets
 
     check_targets(config)
-    # On a cluster joined, the float reference may be one an earlier search kept there: the
-    # preflight looks it up once Ray is joined.
     from raysearch.search.runtime import KeptWarm
     from raysearch.search.runtime.cluster import cluster_address
 
@@ -411,12 +392,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _exit_status(result: Any) -> int:
-    """0 for a search that ended with a result; 1 for one that ended without (no trial
-    succeeded, or none finished within the time limit), with one line on standard error
-    saying why (the most frequent error); 1 also for one a stage of its strategy ended with
-    an error (``strategy_failed``: an internal error, its outputs written from the trials that
-    finished); 130 (as for Ctrl-C) for one interrupted, whose outputs hold what finished and
-    which ``raysearch resume`` continues."""
+    """The exit status of a search's ``result``, with its line on standard error: 0 with a
+    result, 1 without one or when a stage of its strategy failed, 130 interrupted."""
     if result.summary.get("stop_reason") == "strategy_failed":
         print(
             "raysearch: internal error: a stage of the search strategy failed (its traceback "
@@ -498,8 +475,8 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
     return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
 
 
-#: The latencies set against the float model's: (the summary's ``best_``/``float_`` key, the
-#: words, the unit, the summary's field saying how it was timed alone after the search).
+#: The latencies set against the float model's: (key, words, unit, the summary's field of
+#: their timing alone).
 _LATENCIES = (
     ("latency_ms", "latency", "ms per batch", "latency_retimed"),
     ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
@@ -532,8 +509,7 @@ def _against_float(summary: dict[str, Any]) -> list[str]:
 
 
 def _tolerance_words(summary: dict[str, Any], metric: str) -> str | None:
-    """When nothing met the tolerance: which bound, and by how much the best missed it
-    (``best_missed_by``, in the metric's units)."""
+    """When nothing met the tolerance: which bound, and by how much the best missed it."""
     tolerance = summary.get("tolerance")
     if summary.get("n_candidates") or tolerance is None or summary.get("tolerance_note"):
         return None  # a tolerance_note is printed as a note, with its own figures
@@ -550,8 +526,7 @@ def _tolerance_words(summary: dict[str, Any], metric: str) -> str | None:
 
 def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = False) -> None:
     """A summary a new user understands: what was searched, what won, where it is. ``ended``:
-    the search ended in this command, whose exit status line says why it has no result (if
-    so), on standard error, instead of this summary."""
+    the search ended in this command, whose exit status line says why it has no result."""
     print()
     print(
         f"Search finished ({summary.get('stop_reason')}): {summary.get('n_trials')} trials, "
@@ -563,7 +538,6 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
         rows = stopping.get("rows_if_whole")
         rows = f" ({stopping['rows_evaluated']} of {rows} evaluation rows run)" if rows else ""
         print(f"Early stopping: {stopping['n_stopped']} trials stopped at a rung{rows}.")
-    # A custom evaluator is named by its function, not its whole import path.
     metric = str(summary.get("metric", "metric")).rsplit(":", 1)[-1]
     print(_float_line(summary, metric))
     if summary.get("best_metric") is None:
@@ -594,18 +568,14 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
 
 
 def _best_model_in(summary: dict[str, Any], output_dir: Path) -> Path:
-    """Where the best model of the search in ``output_dir`` is now: ``best/`` of that folder
-    (``summary.json`` names it where the search wrote it, which a copied or moved folder no
-    longer is)."""
+    """The best model of the search in ``output_dir``: its ``best/`` (a moved folder's too)."""
     from raysearch.layout import BEST
 
     return output_dir.resolve() / BEST / Path(summary["best_model_path"]).name
 
 
 def _no_result(summary: dict[str, Any]) -> str:
-    """Why a search has no best setting, in one line: no trial finished (``stop_note``: the
-    time limit spent first), every trial failed (the most frequent error), or none finished
-    on every evaluation row."""
+    """Why a search has no best setting, in one line."""
     n_trials, n_failed = summary.get("n_trials") or 0, summary.get("n_failed") or 0
     note = summary.get("stop_note")
     if note:
@@ -627,8 +597,7 @@ def _no_result(summary: dict[str, Any]) -> str:
 
 
 def _outputs_in(folder: Path) -> str:
-    """The outputs a search wrote in ``folder`` (``best/`` only where it exists: not after a
-    search with no result)."""
+    """The outputs a search wrote in ``folder``."""
     from raysearch.layout import BEST, PLOTS, REPORT, RESULTS, SUMMARY, TENSORBOARD
 
     names = [name for name in (SUMMARY, RESULTS, REPORT) if (folder / name).is_file()]
@@ -637,8 +606,7 @@ def _outputs_in(folder: Path) -> str:
 
 
 def _param_value(value: Any) -> Any:
-    """A ``params/`` cell of ``results.parquet``: a list or mapping is stored there as JSON
-    text (a column whose values are not all of one scalar type); read back as itself."""
+    """A ``params/`` cell of ``results.parquet`` (a list or mapping stored as JSON text)."""
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
@@ -654,7 +622,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     summary_path = folder / "summary.json"
     results_path = folder / "results.parquet"
     if not summary_path.exists() and not results_path.exists():
-        raise _NotASearch(folder)
+        raise InputError(f"{folder}: no raysearch outputs here (summary.json, results.parquet)")
     if args.csv:
         if not results_path.exists():
             raise InputError(f"{folder}: no results.parquet here (the search has no outputs yet)")
@@ -662,19 +630,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
         write_results_csv(pq.read_table(results_path), sys.stdout)
         return EXIT_OK
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    if summary is not None:
         _print_summary(summary, folder)
     if results_path.exists():
         rows = pq.read_table(results_path).to_pylist()
         ok = [r for r in rows if r.get("status") == "ok" and r.get("metric") is not None]
-        # A trial stopped at a rung has a metric over some of the rows only.
-        ok = [r for r in ok if r.get("stopped_at_rung") is None]
-        higher = (
-            bool(json.loads(summary_path.read_text()).get("higher_is_better", False))
-            if (summary_path.exists())
-            else False
-        )
+        ok = [r for r in ok if r.get("stopped_at_rung") is None]  # else over some rows only
+        higher = bool((summary or {}).get("higher_is_better", False))
         ok.sort(key=lambda r: r["metric"], reverse=higher)
         print(f"\nTop {min(args.top, len(ok))} of {len(rows)} trials:")
         for r in ok[: args.top]:
@@ -689,9 +652,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _read_search(folder: Path) -> tuple[list[TrialRecord], dict[str, Any], Any]:
-    """A search folder's records (its journal), its summary (``summary.json`` when the search
-    ended, else, running or killed before its outputs, what its records say) and its config
-    (None when it cannot be read any more and the search ended)."""
+    """A search folder's records, its summary (``summary.json`` once the search ended, else
+    what its records say) and its config (None when it cannot be read and the search ended)."""
     from raysearch.config import load_config
     from raysearch.layout import CONFIG_FILE, JOURNAL, MARKER, SUMMARY
     from raysearch.outputs import running_summary
@@ -717,8 +679,8 @@ def _read_search(folder: Path) -> tuple[list[TrialRecord], dict[str, Any], Any]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    """``report.html`` again from the folder's journal: with its ``summary.json`` when the
-    search ended, else (running, or killed before its outputs) with what its records say."""
+    """``report.html`` again from the folder's journal (what its records say while the
+    search runs)."""
     from raysearch.outputs import write_report
 
     folder = args.output_dir
@@ -762,13 +724,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         f"Outputs: {manifest.output_dir} (batch_summary.parquet, batch_summary.md, "
         "batch_report.html, one folder per model)"
     )
-    # Scripts notice a model that failed: its outputs and the summary are written all the same.
     return EXIT_OK if ok == len(rows) else EXIT_INTERNAL
-
-
-class _NotASearch(InputError):
-    def __init__(self, folder: Path) -> None:
-        super().__init__(f"{folder}: no raysearch outputs here (summary.json, results.parquet)")
 
 
 _COMMANDS = {
@@ -785,28 +741,16 @@ _COMMANDS = {
 
 
 def console_main() -> NoReturn:
-    """The ``raysearch`` console script (and ``python -m raysearch``): :func:`main`, then an
-    exit that skips the interpreter's teardown once everything is written out.
-
-    Why: after a search the process holds Ray, ONNX Runtime, plotly and more, and
-    clearing their modules at exit takes longer than writing the outputs;
-    Ray's own exit hook also sleeps 0.5 s before shutting down "so that log messages finish
-    printing". So Ray is shut down here (it waits for its processes to end: nothing of it is
-    left behind; a Ray the search started for itself began its shutdown when the trials
-    ended, while the outputs were written, and is waited for), the logs and both streams
-    are flushed, and the process ends with
-    ``os._exit``. Every file raysearch writes is closed by then (the outputs are written and
-    renamed before :func:`main` returns). :func:`main` itself returns normally, for callers in
-    Python.
-
-    This process ends with its search, so the output writers' libraries are imported without
-    the optional packages they would pull in for nothing (:mod:`raysearch._optional_imports`).
+    """The ``raysearch`` console script (and ``python -m raysearch``): :func:`main`, then Ray
+    shut down, the logs and streams flushed, and an ``os._exit`` that skips the interpreter's
+    teardown (clearing Ray's, ONNX Runtime's and plotly's modules takes longer than writing
+    the outputs). The output writers' libraries are imported without the optional packages
+    they would pull in for nothing (:mod:`raysearch._optional_imports`).
     """
     from raysearch._optional_imports import skip_unused_optional_imports
     from raysearch.search.runtime.cluster import end_with_process
 
     skip_unused_optional_imports()
-    # A Ray the search starts for itself goes once the trials end, beside the outputs' writing.
     end_with_process()
     status = main()
     _shut_down_ray()
@@ -820,16 +764,11 @@ def console_main() -> NoReturn:
 
 
 def _shut_down_ray() -> None:
-    """Shut down (or, for a joined cluster, disconnect from) the Ray this process uses, or
-    wait for the end of the shutdown of the search's own Ray that began when its trials ended
-    (:func:`raysearch.search.runtime.cluster.trials_ended`).
-
-    The garbage collector is switched off first: a search that ended on an error leaves
-    reference cycles (tracebacks, Tune's objects) holding Ray object references, and one
-    freed after the shutdown makes Ray's core worker end the process ("The core worker has
-    already been shutdown"), the exit status and the last line of stderr then Ray's instead
-    of ours. With the collector off those cycles are never freed: this process ends right
-    after with ``os._exit``."""
+    """Shut down (or disconnect from) the Ray this process uses, or wait for the shutdown of
+    the search's own Ray that began when its trials ended. The garbage collector is switched
+    off first: a reference cycle holding Ray object references freed after the shutdown makes
+    Ray's core worker end the process with its own status (this process ends with
+    ``os._exit`` right after)."""
     if "ray" in sys.modules:  # also when the search's own Ray is shutting down already
         from raysearch.search.runtime.cluster import shutdown_ray
 

@@ -37,14 +37,11 @@ __all__ = [
 ]
 
 
-#: The objectives a search's Pareto front can be over (config ``objectives``): the metric in
-#: its own direction, the latency and the model size minimised; with a language-model metric
-#: also the one-token decode and the prefill latency (:data:`DECODER_LATENCIES`).
+#: What a search's Pareto front can be over (config ``objectives``).
 OBJECTIVES = ("metric", "latency_ms", "model_size_mb", "decode_latency_ms", "prefill_latency_ms")
 #: The latencies only a language-model metric's trials measure.
 DECODER_LATENCIES = ("decode_latency_ms", "prefill_latency_ms")
-#: What picks ``best/`` among the candidates (config ``select``), and the record's key each
-#: of the others minimises.
+#: What picks ``best/`` among the candidates (config ``select``); the key each one minimises.
 SELECTS = ("metric", "latency", "size", "decode_latency", "prefill_latency")
 _SELECT_KEY = {
     "latency": "latency_ms",
@@ -80,9 +77,8 @@ def promoted(record: TrialRecord) -> float:
 
 
 def unquantized(record: TrialRecord) -> bool:
-    """Whether the record's setting keeps float every MatMul/Gemm/Conv node of a float model
-    that has some (the trial's rule, :func:`raysearch.modelgraph.quantizes_nothing`): its
-    ``extra.quantizes_nothing`` says so.
+    """Whether the record's setting keeps every MatMul/Gemm/Conv node float
+    (``extra.quantizes_nothing``, :func:`raysearch.modelgraph.quantizes_nothing`).
 
     Example:
         >>> unquantized(TrialRecord(extra={"quantizes_nothing": 1.0})), unquantized(TrialRecord())
@@ -91,14 +87,13 @@ def unquantized(record: TrialRecord) -> bool:
     return bool(_extra(record, "quantizes_nothing"))
 
 
-#: The stage of a sensitivity probe (``WeightOnly``'s stage 3: one weight MatMul at the low
-#: precision, every other one float): a measurement of one node for the stages after it.
+#: The stage of a sensitivity probe: one weight MatMul at the low precision, the rest float.
 PROBE_STAGE = "sensitivity"
 
 
 def is_probe(record: TrialRecord) -> bool:
-    """Whether the record is a sensitivity probe (its ``stage`` is :data:`PROBE_STAGE`): never
-    a candidate, never the best, whatever its metric; it measures one node, it is no answer.
+    """Whether the record is a sensitivity probe (stage :data:`PROBE_STAGE`): never a
+    candidate nor the best.
 
     Example:
         >>> is_probe(TrialRecord(stage="sensitivity")), is_probe(TrialRecord(stage="blocks"))
@@ -109,9 +104,7 @@ def is_probe(record: TrialRecord) -> bool:
 
 def is_candidate(record: TrialRecord) -> bool:
     """Whether the record is a candidate: a complete trial within the tolerance that
-    quantizes something and is not a sensitivity probe (:func:`is_probe`). The trial decides
-    it (``decide_complete``: a setting that quantizes nothing is none), and the recorder
-    writes a probe's as False, since a reused probe's stage comes with its config.
+    quantizes something and is no probe (the trial and the recorder decide it).
 
     Example:
         >>> is_candidate(TrialRecord(status="ok", is_candidate=True))
@@ -130,26 +123,12 @@ def better(
 ) -> bool:
     """Whether ``record`` (a complete trial) beats ``than``.
 
-    A candidate (within the tolerance) beats a trial that is not one. Among candidates the
-    tolerance says what is good enough, so the faster model wins: the larger share of
-    MatMul/Gemm/Conv nodes left quantized (``extra.quantized_share``), then fewer tensors
-    promoted to a higher precision (``extra.promoted``), then the better metric. Among
-    trials that are not candidates the better metric wins, fewer tensors promoted on a tie.
-    (Intel Neural Compressor's fallback returns the first, most quantized, model that meets
-    its accuracy goal for the same reason.) Without promotions and with every node quantized
-    alike this is the better metric, candidates first. A trial whose model was lost
-    (``model_lost``: its node went before the driver fetched it) beats none: ``best/`` holds
-    the best model that exists; nor does a result reused from an earlier search
-    (``reused_from``: a sensitivity probe of the probe cache, no model); nor does one
-    stopped at a rung of evaluation on growing subsets (``stopped_at_rung``: its metric is
-    over some of the rows only); nor does a sensitivity probe (:func:`is_probe`: one node at
-    the low precision, every other float, whatever its metric). A trial that
-    quantizes nothing (:func:`unquantized`: the float model with extra nodes, never a
-    candidate) beats only another such trial: it is the best only when no trial that
-    quantizes something completed. With ``select`` ``latency`` or ``size`` (config
-    ``select``) a candidate beats another by the lower ``latency_ms`` or
-    ``model_size_bytes`` (``decode_latency`` and ``prefill_latency``: ``decode_latency_ms``,
-    ``prefill_latency_ms``; one with the figure beats one without), ties by the rule above.
+    A setting that quantizes something beats one that quantizes nothing, then a candidate
+    beats a non-candidate. Among candidates the faster model wins (the tolerance says what is
+    good enough): with ``select`` other than ``metric`` the lower figure it names, then the
+    larger ``extra.quantized_share``, then fewer ``extra.promoted`` tensors, then the better
+    metric. Otherwise the better metric, fewer promoted on a tie. A trial whose model was
+    lost, a reused result, a probe or one stopped at a rung beats none.
 
     Example:
         >>> a = TrialRecord(status="ok", metric=0.99, is_candidate=True,
@@ -179,10 +158,8 @@ def better(
     """
     metric = finite(record.metric)
     if not record.ok or metric is None or record.model_lost:
-        return False  # a trial whose model was lost never makes best/ point at nothing
-    if record.reused_from or is_probe(record):
-        return False  # a measurement of one node, not an answer (and a reused one: no model)
-    if record.stopped_at_rung is not None:
+        return False
+    if record.reused_from or is_probe(record) or record.stopped_at_rung is not None:
         return False
     if than is None or finite(than.metric) is None:
         return True
@@ -194,8 +171,8 @@ def better(
 def _rules(
     record: TrialRecord, than: TrialRecord, higher: bool, select: str
 ) -> Iterator[tuple[bool | None, str]]:
-    """The rules of :func:`better` in turn, each as whether it ranks ``record`` above ``than``
-    (None: they tie on it) and its words (:func:`deciding_rule`)."""
+    """The rules of :func:`better` in turn: whether each ranks ``record`` above ``than`` (None:
+    a tie) and its words."""
 
     def lower(mine: float | None, theirs: float | None) -> bool | None:
         return None if mine == theirs else theirs is None or (mine is not None and mine < theirs)
@@ -240,9 +217,7 @@ def deciding_rule(
     higher_is_better: bool,
     select: str = "metric",
 ) -> str:
-    """In words, the rule of :func:`better` that ranks ``record`` above ``than`` (two complete
-    trials, ``record`` the one :func:`best_record` keeps), for a report to say why one of two
-    trials with the same metric won.
+    """In words, the rule of :func:`better` that ranks ``record`` above ``than``.
 
     Example:
         >>> a = TrialRecord(status="ok", metric=0.9, is_candidate=True)
@@ -275,8 +250,7 @@ def best_record(
 def best_records(
     records: Sequence[TrialRecord], n: int, higher_is_better: bool, select: str = "metric"
 ) -> list[TrialRecord]:
-    """The ``n`` best complete trials, best first: :func:`best_record`, then the best of the
-    others, and so on (fewer when fewer are complete).
+    """The ``n`` best complete trials, best first (fewer when fewer are complete).
 
     Example:
         >>> rows = [TrialRecord(trial_id=t, number=i, status="ok", metric=m)
@@ -297,9 +271,7 @@ def best_records(
 def objective_values(
     record: TrialRecord, objectives: Sequence[str], higher_is_better: bool
 ) -> tuple[float, ...]:
-    """The record's value of each of ``objectives`` (:data:`OBJECTIVES`), each to minimise:
-    the metric negated when higher is better, ``model_size_mb`` from ``model_size_bytes``;
-    a missing value is ``inf`` (worse than any).
+    """The record's value of each of ``objectives``, to minimise; a missing one is ``inf``.
 
     Example:
         >>> objective_values(TrialRecord(metric=0.9, model_size_bytes=2_000_000),
@@ -316,8 +288,7 @@ def objective_values(
 
 
 def objective_value(record: TrialRecord, name: str) -> float | None:
-    """The record's value of objective ``name`` as measured (the metric in its own direction,
-    ``model_size_mb`` from ``model_size_bytes``); None when it has none.
+    """The record's value of objective ``name`` as measured; None when it has none.
 
     Example:
         >>> objective_value(TrialRecord(model_size_bytes=2_000_000), "model_size_mb")
@@ -330,8 +301,7 @@ def objective_value(record: TrialRecord, name: str) -> float | None:
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
-    """Whether values ``a`` dominate ``b`` (each to minimise): no worse on every one and
-    better on one. The one rule of the Pareto front (:func:`pareto_front`).
+    """Whether values ``a`` dominate ``b`` (to minimise): no worse on any, better on one.
 
     Example:
         >>> dominates((1, 2), (1, 3)), dominates((1, 3), (1, 2)), dominates((1, 2), (1, 2))
@@ -345,9 +315,7 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 def pareto_front(
     records: Sequence[TrialRecord], objectives: Sequence[str], higher_is_better: bool
 ) -> list[TrialRecord]:
-    """The candidates (:func:`is_candidate`) no other candidate dominates on ``objectives``
-    (:func:`dominates` of :func:`objective_values`), in start order; a failed trial or one
-    that quantizes nothing is never on it, and two with equal values both are.
+    """The candidates no other candidate dominates on ``objectives``, in start order.
 
     Example:
         >>> rows = [TrialRecord(trial_id=t, number=i, status="ok", is_candidate=True,
@@ -366,8 +334,7 @@ def pareto_front(
 
 
 def stopped_at_rung(record: TrialRecord) -> int | None:
-    """The rung a trial's final record ended at when that is not the last one (ASHA stopped
-    it there); None for a trial evaluated on every row, or one that failed.
+    """The rung ASHA stopped an ok trial at; None when it ran every rung.
 
     Example:
         >>> stopped_at_rung(TrialRecord(status="ok", rung=0, rungs=3))

@@ -1,14 +1,8 @@
-"""One finished (or, between rungs, partly evaluated) trial: :class:`TrialRecord`.
+"""One finished (or, between rungs, partly evaluated) trial: :class:`TrialRecord`, frozen.
 
-The trial engine makes a trial's record (``StagedTrial``: its outcome, timings, sizes and
-``extra``, rung by rung); the trainable adds what the actor knows (node, times, rung
-history) and the recorder the trial's config, its retries, where its model went and the
-search's elapsed time, each with :meth:`TrialRecord.replace` (the record is frozen). It is
-serialized only at the edges: JSON text in a Tune result (``search/record/reported.py``), a
-JSON line of the journal, a row of ``results.parquet``;
-:meth:`TrialRecord.from_dict` reads each of them back into the same type, so a resumed
-search's recorder and strategies see what a fresh one's do. Every reader reads its fields
-as attributes.
+The trial engine makes it, the trainable and the recorder complete it with
+:meth:`TrialRecord.replace`; it is serialized only at the edges (a Tune result's JSON text,
+the journal, ``results.parquet``) and :meth:`TrialRecord.from_dict` reads each back.
 
 Example:
     >>> record = TrialRecord(trial_id="a1", status="ok", metric=0.5, extra={"promoted": 1.0})
@@ -57,8 +51,7 @@ class TrialRecord:
     is_candidate: bool = False
     could_be_candidate: bool = False
     error: str | None = None
-    # -- timings (seconds; ``started_at``/``ended_at`` wall clock); None where the trial's
-    # engine never reported (its process died) ------------------------------------------
+    # -- timings (seconds; ``started_at``/``ended_at`` wall clock) -------------------------
     duration_s: float | None = None
     calibration_s: float | None = None
     quantization_s: float | None = None
@@ -81,8 +74,7 @@ class TrialRecord:
     rung_error: float | None = None
     #: The rung ASHA stopped the trial at (None: evaluated on every row).
     stopped_at_rung: int | None = None
-    #: ASHA's score, the time and the metric at each rung (a resumed search refills ASHA's
-    #: rungs from the first two; the Optuna study's intermediate values are the third).
+    #: ASHA's score, the time and the metric at each rung.
     rung_scores: list[float] | None = None
     rung_ended_at: list[float] | None = None
     rung_metrics: list[float | None] | None = None
@@ -99,8 +91,8 @@ class TrialRecord:
     actor_wait_s: float | None = None
     actor_wait_timed_out: bool | None = None
     # -- the model and what went wrong ------------------------------------------------------
-    #: Where the trial wrote its model (the trainable's report); the recorder replaces it by
-    #: ``model_file``, relative to the output folder, or None when it is not kept.
+    #: Where the trial wrote its model; the recorder replaces it by ``model_file`` (relative
+    #: to the output folder; None: not kept).
     model_path: str | None = None
     model_file: str | None = None
     model_lost: str | None = None

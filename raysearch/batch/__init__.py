@@ -1,19 +1,7 @@
-"""Many models' searches on one cluster (``raysearch batch``).
-
-The names below are defined in ``raysearch.batch._batch``."""
+"""Many models' searches on one cluster (``raysearch batch``)."""
 
 from __future__ import annotations
 
-from raysearch.batch._batch import (
-    BATCH_COLUMNS,
-    BatchManifest,
-    ModelEntry,
-    run_batch,
-)
+from raysearch.batch._batch import BatchManifest, run_batch
 
-__all__ = [
-    "BatchManifest",
-    "ModelEntry",
-    "run_batch",
-    "BATCH_COLUMNS",
-]
+__all__ = ["BatchManifest", "run_batch"]

@@ -1,17 +1,11 @@
 """Batch mode: many models searched concurrently on one Ray cluster.
 
-A manifest lists models, each with its data, space (or a preset name) and evaluator, plus
-defaults shared by all. Every model's search runs as its own ``raysearch run`` process joined to
-the same Ray cluster, so one model's crash cannot take the others down, and Ray's scheduler
-shares the cluster: each search may run at most ``max_concurrent_trials_per_model`` trials at
-once (default: the cluster's CPUs divided by the number of models). Each model gets its own
-output folder; the batch writes ``batch_summary.parquet``, ``batch_summary.md`` and
-``batch_report.html`` (one row per model, linking to its ``report.html``, and the batch's
-timeline), with ``plotly.min.js`` once beside it: the models' reports load it from there
-instead of each inlining it.
-
-Running the same manifest again resumes the batch: finished searches are kept, interrupted ones
-are resumed, models that failed before are tried again.
+A manifest lists models (data, space, evaluator) and defaults shared by all. Each model's
+search runs as its own ``raysearch run`` process joined to the same cluster, so one crash
+cannot take the others down, each at most ``max_concurrent_trials_per_model`` trials at once;
+the batch writes ``batch_summary.parquet``, ``batch_summary.md`` and ``batch_report.html``.
+Running the same manifest again resumes the batch: finished searches are kept, interrupted
+ones resumed, failed ones tried again.
 
 Example manifest::
 
@@ -53,7 +47,7 @@ from raysearch.outputs import (
 )
 from raysearch.search.record.journal import Journal
 
-__all__ = ["BatchManifest", "ModelEntry", "run_batch", "BATCH_COLUMNS"]
+__all__ = ["BatchManifest", "run_batch"]
 
 _logger = logging.getLogger(__name__)
 
@@ -93,8 +87,7 @@ class ModelEntry:
     raw: dict[str, Any]
     config: SearchConfig | None = None
     error: str | None = None
-    #: This model's own ``model_timeout_s`` (the entry's), over the manifest's; None: the
-    #: manifest's applies.
+    #: This model's own ``model_timeout_s``, over the manifest's.
     timeout_s: float | None = None
 
 
@@ -109,11 +102,9 @@ class BatchManifest:
     per_model_concurrency: int | None = None
     address: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
-    #: Model searches running at once (default: :func:`default_models_at_once`); the rest wait
-    #: their turn.
+    #: Model searches running at once (default: :func:`default_models_at_once`).
     max_concurrent_models: int | None = None
-    #: A model's search still running after this long is stopped and reported as timed out
-    #: (its folder resumes on the next run); None: no limit.
+    #: A model's search still running after this long is stopped (None: no limit).
     model_timeout_s: float | None = None
 
     @classmethod
@@ -163,8 +154,7 @@ class BatchManifest:
 
 
 def _address(value: Any) -> str | None:
-    """The manifest's ``address``: the cluster every search of the batch runs on (None: a
-    Ray of the batch's own)."""
+    """The manifest's ``address`` (None: a Ray of the batch's own)."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
@@ -175,8 +165,7 @@ def _address(value: Any) -> str | None:
 
 
 def _no_own_cluster(config: dict[str, Any], where: str) -> None:
-    """Refuse a model's own ``address`` (or the defaults'): a batch runs every search on its
-    one cluster, which the manifest's ``address`` or ``--address`` names."""
+    """Refuse a model's own ``address`` (or the defaults'): a batch runs on one cluster."""
     if "address" in config:
         raise ConfigError(
             f"{where}address",
@@ -186,8 +175,7 @@ def _no_own_cluster(config: dict[str, Any], where: str) -> None:
 
 
 def _positive(data: dict[str, Any], key: str, kind: type, where: str = "") -> Any:
-    """``data[key]``: None when absent, else a number > 0 (an integer when ``kind`` is int);
-    an error names the key after ``where`` (``models[3].``)."""
+    """``data[key]``: None when absent, else a number > 0 (an integer when ``kind`` is int)."""
     value = data.get(key)
     if value is None:
         return None
@@ -201,9 +189,8 @@ def _positive(data: dict[str, Any], key: str, kind: type, where: str = "") -> An
 def _model_entry(
     i: int, item: Any, defaults: dict[str, Any], base: Path, out: Path, seen: set[str]
 ) -> ModelEntry:
-    """Entry ``i`` of the manifest's models: its name checked (and added to ``seen``), the
-    defaults merged under it, its paths made absolute, its config validated (an invalid one
-    keeps its error)."""
+    """Entry ``i`` of the manifest's models: its name checked, the defaults merged under it,
+    its paths made absolute, its config validated (an invalid one keeps its error)."""
     where = f"models[{i}]"
     if not isinstance(item, dict):
         raise ConfigError(where, f"expected a mapping, got {item!r}")
@@ -214,8 +201,7 @@ def _model_entry(
         raise ConfigError(f"{where}.name", f"'{name}' is used by two models")
     seen.add(name)
     _no_own_cluster(item, f"{where}.")
-    # A model may set its own time limit (a large model among small ones): a batch key, so
-    # it is taken out of the search's config.
+    # A model's own time limit is a batch key, taken out of the search's config.
     timeout_s = _positive(item, "model_timeout_s", float, f"{where}.")
     raw = copy.deepcopy(defaults)
     raw.update({k: v for k, v in item.items() if k not in ("name", "model_timeout_s")})
@@ -229,8 +215,7 @@ def _model_entry(
     try:
         entry.config = SearchConfig.from_dict(raw, base_dir=base)
     except InputError as exc:
-        # A config with several mistakes reports each on its own line: the batch summary
-        # keeps one line per model.
+        # One line per model in the batch summary.
         entry.error = f"{where}: " + "; ".join(str(exc).splitlines())
     return entry
 
@@ -255,16 +240,8 @@ def _row(entry: ModelEntry, folder: Path, error: str | None) -> dict[str, Any]:
     summary_path = folder / "summary.json"
     if error is None and summary_path.exists():
         summary = json.loads(summary_path.read_text())
-        for key in (
-            "float_metric",
-            "best_metric",
-            "n_candidates",
-            "n_trials",
-            "n_failed",
-            "wall_time_s",
-            "stop_reason",
-        ):
-            row[key] = summary.get(key)
+        keys = ("best_metric", "n_candidates", "n_trials", "n_failed", "wall_time_s", "stop_reason")
+        row.update({k: summary.get(k) for k in keys})
         row["float_metric"] = float_model_metric(summary)
         row["best_params"] = json.dumps(summary.get("best_params"), default=str)
         if summary.get("n_trials") and summary.get("n_failed") == summary.get("n_trials"):
@@ -277,12 +254,9 @@ def _row(entry: ModelEntry, folder: Path, error: str | None) -> dict[str, Any]:
 
 
 def default_models_at_once(cpus: int) -> int:
-    """Model searches a batch runs at once by default: twice the cluster's CPUs. A search
-    holds no CPU of the cluster while it starts (Python, joining Ray, its float reference,
-    Tune's first actor) and while it writes its outputs; with only as many searches as CPUs,
-    those stretches left CPUs without a trial. Trials still run at most one per CPU (Ray's
-    resources decide), each model's at most ``max_concurrent_trials_per_model``.
-
+    """Model searches a batch runs at once by default: twice the cluster's CPUs, since a
+    search holds no CPU while it starts and while it writes its outputs (Ray's resources
+    still run at most one trial per CPU).
     Example:
         >>> default_models_at_once(2)
         4
@@ -294,19 +268,11 @@ def run_batch(
     manifest: BatchManifest, *, progress: TextIO | None = None, overwrite: bool = False
 ) -> pa.Table:
     """Run (or resume) every model of the manifest on one Ray cluster; return the summary
-    table.
-
-    The searches join that cluster through their environment (``RAY_ADDRESS``), not their
-    config: each model's ``best/config.yaml`` then holds no address, and runs again as
-    written once the batch (and a Ray it started) is gone."""
+    table. The searches join it by ``RAY_ADDRESS``, so each ``best/config.yaml`` holds no
+    address."""
     import ray
 
-    from raysearch.search.runtime.cluster import (
-        shutdown_ray,
-        start_ray,
-        started_locally,
-        stop_ray,
-    )
+    from raysearch.search.runtime.cluster import shutdown_ray, start_ray, started_locally, stop_ray
 
     out = manifest.output_dir
     # A cluster that does not answer is refused before anything is written.
@@ -345,8 +311,8 @@ def run_batch(
     finally:
         searches.stop_all()
         if started_here:
-            # stop_ray also forgets the local Ray it was: a later search in this process
-            # (Python, a notebook) must not take the Ray it joins for one it started.
+            # stop_ray also forgets the local Ray, which a later search must not take for one
+            # it started.
             stop_ray() if started_locally() else shutdown_ray()
     rows = [_row(m, out / m.name, errors.get(m.name)) for m in manifest.models]
     table = pa.Table.from_pylist(rows, schema=_schema())
@@ -357,8 +323,7 @@ def run_batch(
 
 
 def _shared_plotly(out: Path) -> bool:
-    """Write plotly.js once in the batch's folder; False (a warning) when that fails: each
-    model's report then inlines its own."""
+    """Write plotly.js once in the batch's folder; False (a warning) when that fails."""
     try:
         write_plotly_js(out)
     except Exception as exc:  # the reports are secondary: never fail the batch for them
@@ -368,8 +333,8 @@ def _shared_plotly(out: Path) -> bool:
 
 
 def _span(folder: Path, seen: tuple[float, float] | None) -> tuple[float, float] | None:
-    """A model's search start and end: as this batch saw them, else (kept from an earlier
-    run) its trials' first start and last end in its journal; None when neither is known."""
+    """A model's search start and end: as this batch saw them, else its journal's first start
+    and last end; None when neither is known."""
     if seen is not None:
         return seen
     try:
@@ -390,9 +355,7 @@ def _command(
     progress: TextIO | None,
 ) -> list[str] | None:
     """The ``raysearch`` command line that runs or resumes ``entry``'s search; None when it
-    finished before and is kept. A run joins the batch's cluster by ``RAY_ADDRESS`` (see
-    :func:`run_batch`); a resume names it too, over the address an older folder's config
-    may hold."""
+    finished before and is kept."""
     folder = out / entry.name
     state = _search_state(folder)
     if state == "finished" and not overwrite:

@@ -1,11 +1,7 @@
 """The progress of a batch as one line over its models, as ``raysearch run`` has over its
-trials: the models done, running, failed and waiting, the trials their searches finished so
-far (read from each model's journal) with the failed ones and the candidates, the trials of
-each running model, and the batch's elapsed time.
-
-On a terminal the line is redrawn in place (at most once a second); into a file or pipe a
-line is written when what it says changed, at most every ``every_s`` seconds, and once at the
-end. The started/done lines of the models go between them (:meth:`BatchProgress.say`).
+trials: the models done, running, failed and waiting, the trials their searches finished
+(from each journal), and the elapsed time. Redrawn in place on a terminal; into a file or
+pipe, written when it changed, at most every ``every_s`` seconds.
 
 Example:
     >>> import io
@@ -33,21 +29,17 @@ _TTY_EVERY_S = 1.0
 
 
 class BatchProgress:
-    """One progress line over the models ``names`` of the batch in ``out`` (each model's
-    folder ``out/<name>``), printed on ``stream`` (None: nothing).
+    """One progress line over the models ``names`` of the batch in ``out``, on ``stream``.
 
     Args:
         out: the batch's folder.
-        names: every model of the batch, as its summary lists them (those refused when the
-            manifest was read and those kept from an earlier run too).
-        stream: where the line goes (the command line passes ``sys.stderr``).
+        names: every model of the batch, as its summary lists them.
+        stream: where the line goes.
         every_s: on a file or pipe, the least seconds between two lines.
         clock: the clock of the elapsed time (``time.monotonic``).
-        searched: the models whose journals the trials are counted from (default:
-            ``names``): the batch's summary counts the trials of the models it searched now
-            or kept, not those of a model refused now.
-        fresh: models whose search starts over (``--overwrite``): the journal an earlier
-            search left in their folder is not counted, only the one their search writes.
+        searched: the models whose journals the trials are counted from (default: ``names``).
+        fresh: models whose search starts over (``--overwrite``): an earlier journal in their
+            folder is not counted.
     """
 
     def __init__(
@@ -74,14 +66,11 @@ class BatchProgress:
         self._drawn = False
         self._last_at = float("-inf")
         self._last_said = ""
-        #: Each model's journal as last read: its stamp (:func:`_journal_stamp`) and (done,
-        #: failed, candidates).
+        #: Each model's journal as last read: its stamp and (done, failed, candidates).
         self._journals: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
 
-    # -- what the searches did ---------------------------------------------------------------
     def _trials(self, name: str) -> tuple[int, int, int]:
-        """The trials the search of ``name`` finished so far: done, failed, candidates (its
-        journal read again only when it changed)."""
+        """The trials the search of ``name`` finished so far: done, failed, candidates."""
         from raysearch.search.record.journal import Journal
 
         path = self.out / name / JOURNAL
@@ -107,13 +96,10 @@ class BatchProgress:
     def line(
         self, running: Iterable[str], done: Iterable[str], failed: Iterable[str], waiting: int
     ) -> str:
-        """The line for these models: ``running``, ``done`` (ended well), ``failed`` (ended
-        badly), and how many are ``waiting`` to start."""
+        """The line for these models, and how many are ``waiting`` to start."""
         running, done, failed = list(running), list(done), list(failed)
         counts = {name: self._trials(name) for name in self.searched}
-        trials = sum(c[0] for c in counts.values())
-        trials_failed = sum(c[1] for c in counts.values())
-        candidates = sum(c[2] for c in counts.values())
+        trials, trials_failed, candidates = map(sum, zip((0, 0, 0), *counts.values()))
         models = (
             f"models {len(done)}/{len(self.names)} done, {len(running)} running, "
             f"{len(failed)} failed" + (f", {waiting} waiting" if waiting else "")
@@ -127,7 +113,6 @@ class BatchProgress:
         parts = [models, ", ".join(said)] + ([each] if each else [])
         return " | ".join(parts)
 
-    # -- printing ------------------------------------------------------------------------------
     def update(
         self,
         running: Iterable[str],
@@ -157,8 +142,7 @@ class BatchProgress:
         self.stream.flush()
 
     def say(self, text: str) -> None:
-        """Print an event line (a model started, ended); on a terminal, on a line of its own
-        above the progress line, which the next update redraws."""
+        """Print an event line (a model started, ended) above the progress line."""
         if self.stream is None:
             return
         if self._drawn:
@@ -177,8 +161,7 @@ class BatchProgress:
 
 
 def _journal_stamp(path: Path) -> tuple[int, int, int] | None:
-    """Which file ``path`` is and how far written: its inode, change time and size (None:
-    no such file)."""
+    """Which file ``path`` is and how far written (None: no such file)."""
     try:
         stat = path.stat()
     except OSError:

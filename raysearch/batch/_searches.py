@@ -1,10 +1,6 @@
 """The model searches of a batch as child processes: at most so many at once, each stopped
-after its time limit, each failure's one-line reason, and a model whose folder a search of an
-earlier (killed) batch still holds started once that search ends.
-
-Example:
-    >>> searches = BatchSearches(Path("out"), 2, {"magika": 600.0}, {}, None)  # doctest: +SKIP
-    >>> searches.run([("magika", ["run", "out/configs/magika.yaml"])])  # doctest: +SKIP
+after its time limit, and a model whose folder a search of an earlier (killed) batch still
+holds started once that search ends.
 """
 
 from __future__ import annotations
@@ -29,9 +25,8 @@ _logger = logging.getLogger("raysearch.batch._batch")
 
 class BatchSearches:
     """The model searches of a batch as processes: at most ``at_once`` running, each stopped
-    after its time limit in ``timeouts`` (model name -> seconds; a model not there, or with
-    None, has none); a failed one's last error line goes to ``errors``; ``env`` is their
-    environment (None: this process's)."""
+    after its time limit in ``timeouts`` (seconds by model name); a failed one's last error
+    line goes to ``errors``; ``env``: their environment (None: this process's)."""
 
     def __init__(
         self,
@@ -65,10 +60,8 @@ class BatchSearches:
         fresh: Iterable[str] = (),
     ) -> None:
         """Run the searches of ``queue`` (model name, ``raysearch`` arguments). The progress
-        line counts every model of the batch, as its summary does: ``models`` (default: the
-        queue's), of which those already in ``errors`` (refused) count as failed and those
-        ``kept`` from an earlier run as done or failed (their value: whether they ended
-        well); ``fresh`` models start over, their earlier journal not counted."""
+        line counts every one of ``models``: those in ``errors`` as failed, those ``kept``
+        from an earlier run as they ended; ``fresh`` models start over."""
         waiting = list(queue)
         kept = dict(kept or {})
         names = list(models) or [name for name, _ in queue]
@@ -110,11 +103,9 @@ class BatchSearches:
             say(self.progress, text)
 
     def _start_waiting(self, waiting: list[tuple[str, list[str]]]) -> None:
-        """Start waiting searches while slots are free. A model whose folder a running search
-        still holds (one that a killed batch left running: each search is a session of its
-        own, so it outlives the batch; without the batch's Ray it ends when Ray's driver gives
-        up on the lost cluster, after 60 s) starts once that search ends; waited for longer
-        than :data:`_HELD_WAIT_S`, it is recorded as failed."""
+        """Start waiting searches while slots are free. A model whose folder a search left by
+        a killed batch still holds starts once that search ends; waited for longer than
+        :data:`_HELD_WAIT_S`, it is recorded as failed."""
         from raysearch.search.runner import search_running_in
 
         for name, cmd in list(waiting):
@@ -161,23 +152,17 @@ class BatchSearches:
             self._ended(name)
 
 
-#: How long a model waits for a leftover search that holds its folder (Ray's driver gives up
-#: on a lost cluster after ``gcs_rpc_server_reconnect_timeout_s``: 60 s by default, and
-#: :data:`LOCAL_RAY_LOST_S` for the searches of a batch that started its own Ray).
+#: How long a model waits for a leftover search that holds its folder.
 _HELD_WAIT_S = 180.0
 
-#: Seconds a search of a batch waits for the Ray the batch started once it stopped answering.
-#: That Ray ends only with the batch (killed, say), after which no search of it can go on:
-#: they end this soon instead of Ray's default 60 s, and a batch run again resumes their
-#: models that much sooner. (A joined cluster's searches keep Ray's default: a head that
-#: restarts may come back.)
+#: Seconds a search of a batch waits for the Ray the batch started once it stopped answering
+#: (it ends only with the batch; a joined cluster's searches keep Ray's default 60 s).
 LOCAL_RAY_LOST_S = 10
 
 
 def local_ray_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of the searches of a batch that started its own Ray: ``environ``
-    (default: this process's) with Ray's ``gcs_rpc_server_reconnect_timeout_s`` at
-    :data:`LOCAL_RAY_LOST_S`, unless it already sets it.
+    """``environ`` (default: this process's) with Ray's
+    ``gcs_rpc_server_reconnect_timeout_s`` at :data:`LOCAL_RAY_LOST_S`, unless it sets it.
 
     Example:
         >>> local_ray_env({})["RAY_gcs_rpc_server_reconnect_timeout_s"]

@@ -1,10 +1,5 @@
 """The data stage: calibration and evaluation data read and checked against the model
-(``DataSource``).
-
-The names below are defined in ``raysearch.data._data``, but :func:`latency_feeds`,
-:func:`past_outputs`, :func:`next_step_feed` and ``PREFILL_TOKENS``
-(``raysearch.data._lm_inputs``: the feeds a decoder's speed is timed on, a decode step
-after another against its key/value cache)."""
+(``DataSource``), and the feeds a decoder's speed is timed on (``_lm_inputs``)."""
 
 from __future__ import annotations
 

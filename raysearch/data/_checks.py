@@ -114,10 +114,7 @@ def _check_names(arrays: Mapping[str, Any], names: list[str], label: str) -> Non
 
 def _check_one(spec: ModelInput, array: Any, label: str) -> np.ndarray:
     """One input's array: a plain array of the model's dtype, shaped per batch or per sample."""
-    if not isinstance(array, np.ndarray):
-        array = as_array(array, spec.name, label)
-    if array.dtype.hasobject:
-        raise DataError(f"{label}: array '{spec.name}' {PICKLE_MESSAGE}")
+    array = as_array(array, spec.name, label)
     if array.dtype != spec.dtype:
         raise DataError(
             f"{label}: input '{spec.name}' has dtype {array.dtype}, model expects {spec.dtype}"

@@ -1,36 +1,10 @@
 """Calibration and evaluation data, checked against the model's inputs before any trial.
 
-A :class:`DataSource` holds one array per model input, the first axis being the samples. It is
-loaded from
-
-- an ``.npz`` file (one array per input name),
-- a single ``.npy`` file (a model with one input),
-- a directory of ``.npy`` files (file stem = input name) or of ``.npz`` files (concatenated
-  along the first axis in sorted file order),
-- a ``.parquet`` file (one column per input; list columns are reshaped to the input's shape;
-  float columns are cast to the input's float type, integer columns to its integer type when
-  no value changes),
-- a mapping ``{input name: array}``, or
-- an ONNX Runtime ``CalibrationDataReader`` (drained once into arrays, so it can be reused and
-  hashed).
-
-Names, dtypes and shapes are checked against the model's inputs (graph inputs that are not
-initializers); anything that does not match raises :class:`DataError` with a one-line message.
-Pickles are never loaded.
-
-This module holds :class:`DataSource` (batching, hashing, readers), which the package's
-``__init__`` exports; the model's inputs (``_inputs``, ``_lm_inputs``), the checks
-(``_checks``) and the file formats (``_files``, ``_parquet``, ``_reader``) are private modules
-beside it in ``raysearch/data/``.
-
-Example:
-    >>> from raysearch.data._data import DataSource, model_inputs
-    >>> inputs = model_inputs("model.onnx")                                  # doctest: +SKIP
-    >>> data = DataSource.load("calib.npz", inputs, batch_size=32)         # doctest: +SKIP
-    >>> len(data), data.num_batches, data.content_hash[:12]                 # doctest: +SKIP
-    (200, 7, '4be1c0a2f3d9')
-    >>> for feed in data.batches():                                         # doctest: +SKIP
-    ...     session.run(None, feed)
+A :class:`DataSource` holds one array per model input, the first axis being the samples,
+loaded from an ``.npz``, ``.npy`` or ``.parquet`` file, a directory of ``.npy`` or ``.npz``
+files, a mapping ``{input name: array}`` or an ONNX Runtime ``CalibrationDataReader``
+(drained once). Names, dtypes and shapes are checked against the model's inputs; a mismatch
+raises :class:`DataError` with a one-line message. Pickles are never loaded.
 """
 
 from __future__ import annotations
@@ -105,7 +79,6 @@ class DataSource:
                 )
         self._hash: str | None = None
 
-    # -- construction ----------------------------------------------------------------------
     @classmethod
     def load(
         cls,
@@ -147,7 +120,6 @@ class DataSource:
         arrays = complete_decoder_inputs(arrays, inputs)
         return cls(arrays, inputs, batch_size, label=where)
 
-    # -- sizes -----------------------------------------------------------------------------
     def __len__(self) -> int:
         return int(next(iter(self.arrays.values())).shape[0])
 
@@ -168,11 +140,6 @@ class DataSource:
         return (len(self) + per - 1) // per
 
     @property
-    def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self.arrays.values()))
-
-    # -- identity --------------------------------------------------------------------------
-    @property
     def content_hash(self) -> str:
         """sha256 over every array's name, dtype, shape and bytes (sorted by name); the same
         data gives the same hash in every process. Batch size is not part of it."""
@@ -187,7 +154,6 @@ class DataSource:
             self._hash = digest.hexdigest()
         return self._hash
 
-    # -- iteration -------------------------------------------------------------------------
     def batch_ranges(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int]]:
         """``(first, last)`` sample indices of each feed, over batches ``start..end``."""
         per = self.samples_per_batch
@@ -226,7 +192,7 @@ class ArrayDataReader(CalibrationDataReader):
     """An ONNX Runtime ``CalibrationDataReader`` over a :class:`DataSource`.
 
     ``len(reader)`` and :meth:`set_range` count feeds (batches), as ``quantize_static``'s
-    ``CalibStridedMinMax`` expects; :meth:`chunks` yields readers over consecutive ranges.
+    ``CalibStridedMinMax`` expects.
     """
 
     def __init__(self, source: DataSource, start: int = 0, end: int | None = None) -> None:
@@ -247,12 +213,3 @@ class ArrayDataReader(CalibrationDataReader):
         self.start = start_index
         self.end = min(end_index, self.source.num_batches)
         self._iter = None
-
-    def rewind(self) -> None:
-        """Start again from the first batch of the range."""
-        self._iter = None
-
-    def chunks(self, batches_per_chunk: int) -> Iterator[ArrayDataReader]:
-        """Fresh readers over consecutive ranges of ``batches_per_chunk`` batches."""
-        for first in range(self.start, self.end, max(1, batches_per_chunk)):
-            yield ArrayDataReader(self.source, first, min(self.end, first + batches_per_chunk))

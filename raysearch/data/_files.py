@@ -1,10 +1,5 @@
 """Reading data files: ``.npz``, ``.npy``, folders of either, and (through ``_parquet``)
-``.parquet``. Pickles are never loaded.
-
-Example:
-    >>> read_path(Path("calib.npz"), inputs, "calibration data")   # doctest: +SKIP
-    {'x': array(...)}
-"""
+``.parquet``. Pickles are never loaded."""
 
 from __future__ import annotations
 

@@ -40,11 +40,6 @@ class ModelInput:
     dtype: np.dtype
     shape: tuple[int | str | None, ...] | None
 
-    @property
-    def has_dynamic_batch(self) -> bool:
-        """True when the first dimension is dynamic (a batch axis of any size)."""
-        return bool(self.shape) and not isinstance(self.shape[0], int)
-
     def shape_text(self) -> str:
         """The shape as users read it: ``[N, 4]`` (a dynamic dimension shows its name; ``any``
         when it has none, or only a name ONNX shape inference made up, ``unk__214``)."""

@@ -1,10 +1,7 @@
-"""The inputs a decoder exported the way Optimum and onnxruntime-genai export it takes beside
-its tokens, filled in when the data gives ``input_ids`` alone: ``attention_mask`` (every
-position attended), ``position_ids`` (``0..seq-1``) and each ``past_key_values.*`` /
-``past_key*`` / ``past_value*`` input as an empty past (its dynamic past axis 0). A language
-model is then evaluated on whole windows of text, as a first forward pass sees them.
-:func:`latency_feeds` builds the same way the two feeds a decoder's speed is timed on: one
-token (a decode step's shape) and a prefill of up to 128 tokens.
+"""The inputs a decoder exported by Optimum or onnxruntime-genai takes beside its tokens,
+filled in when the data gives ``input_ids`` alone: ``attention_mask`` (all attended),
+``position_ids`` and each past key/value input as an empty past; and :func:`latency_feeds`,
+the one-token decode step and the prefill a decoder's speed is timed on.
 
 Example:
     >>> import numpy as np
@@ -46,8 +43,7 @@ PREFILL_TOKENS = 128
 def complete_decoder_inputs(
     arrays: Mapping[str, np.ndarray], inputs: Sequence[ModelInput]
 ) -> dict[str, np.ndarray]:
-    """``arrays`` with the decoder inputs the model takes and the data lacks filled in (see
-    the module); unchanged when ``input_ids`` is missing or nothing else is."""
+    """``arrays`` with the decoder inputs the model takes and the data lacks filled in."""
     out = dict(arrays)
     ids = out.get("input_ids")
     if ids is None or ids.ndim != 2:
@@ -72,11 +68,9 @@ def latency_feeds(
     arrays: Mapping[str, np.ndarray], inputs: Sequence[ModelInput], prefill: int = PREFILL_TOKENS
 ) -> dict[str, dict[str, np.ndarray]] | None:
     """The feeds a decoder is timed on: ``decode``, the first token of the data's first
-    sequence (``input_ids [1, 1]``), and ``prefill``, its first ``min(prefill, seq)`` tokens
-    (the data's sequence length bounds it: a longer one may pass the model's positions), each
-    with the decoder inputs filled in as :func:`complete_decoder_inputs` fills them (an empty
-    past). None when the data has no ``[rows, seq]`` ``input_ids`` or the model takes an input
-    that is none of those, or fixes its batch above one or its sequence length."""
+    sequence, and ``prefill``, its first ``min(prefill, seq)`` tokens, each with an empty past.
+    None when the data has no ``[rows, seq]`` ``input_ids``, the model takes another input,
+    or fixes its batch above one or its sequence length."""
     ids = arrays.get("input_ids")
     if ids is None or ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
         return None
@@ -102,9 +96,8 @@ def _cache_slot(name: str) -> tuple[str, str] | None:
 
 
 def past_outputs(inputs: Sequence[ModelInput], outputs: Sequence[str]) -> dict[str, str] | None:
-    """Which output of a decoder becomes each cache input at the next step: Optimum's and
-    onnxruntime-genai's ``present.N.key`` for ``past_key_values.N.key`` (matched by layer and
-    key/value). None when the model has no cache inputs or an output is missing for one."""
+    """Which output of a decoder becomes each cache input at the next step (matched by layer
+    and key/value); None when the model has no cache inputs or an output is missing."""
     past = [s.name for s in inputs if is_past_input(s.name)]
     if not past:
         return None

@@ -1,11 +1,5 @@
-"""Reading a ``.parquet`` file: one column per model input; list columns are reshaped to the
-input's shape, float columns cast to its float type, integer columns to its integer type when
-no value changes.
-
-Example:
-    >>> read_parquet(Path("calib.parquet"), inputs, "calibration data")   # doctest: +SKIP
-    {'x': array(...)}
-"""
+"""Reading a ``.parquet`` file: one column per model input; list columns reshaped to the
+input's shape, numbers cast to its type."""
 
 from __future__ import annotations
 
@@ -107,8 +101,8 @@ def _parquet_column(column: Any, spec: ModelInput, where: str) -> np.ndarray:
 
 
 def _parquet_cast(flat: np.ndarray, target: np.dtype) -> np.ndarray:
-    """Parquet written from Python holds float64 and int64: cast floats to the model's float
-    type, and integers to its integer type when every value survives the cast."""
+    """Cast floats to the model's float type, integers to its integer type when every value
+    survives the cast (Parquet written from Python holds float64 and int64)."""
     if flat.dtype == target:
         return flat
     if np.issubdtype(flat.dtype, np.floating) and np.issubdtype(target, np.floating):

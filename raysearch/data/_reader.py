@@ -1,10 +1,5 @@
 """Draining an ONNX Runtime ``CalibrationDataReader`` once into arrays, so the data can be
-reused by every trial and hashed.
-
-Example:
-    >>> drain_reader(my_reader, inputs, "calibration data")   # doctest: +SKIP
-    {'x': array(...)}
-"""
+reused by every trial and hashed."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""The embedded demo: Google's magika content-type model and data built from local files.
-
-raysearch ships magika's real, pre-trained ONNX model (Apache-2.0, see ``magika/NOTICE.md``).
-Its calibration and evaluation data are built on first use from the files of the Python
-installation itself (every machine that runs raysearch has them), turned into magika's input
-features exactly as magika does, and cached; nothing is downloaded.
-
-Config files name these with ``builtin:`` paths (``builtin:magika``, the model;
-``builtin:magika-calib`` and ``builtin:magika-eval``, the data), whose table is the config
-stage's (:mod:`raysearch.config.builtin_paths`); it asks this module for what is behind them,
-and this module imports nothing of the config stage.
+"""The embedded demo: Google's magika content-type model (shipped, Apache-2.0, see
+``magika/NOTICE.md``) and data built on first use from the Python installation's own files,
+turned into magika's input features as magika does, and cached; nothing is downloaded.
+Configs name them by ``builtin:`` paths (:mod:`raysearch.config.builtin_paths`).
 
 Example:
     >>> (MAGIKA_DIR / "model.onnx").is_file()
@@ -18,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -82,13 +76,8 @@ def _python_files() -> list[Path]:
     # A fixed shuffle per extension (hash of the name), then round-robin across extensions.
     for files in by_ext.values():
         files.sort(key=lambda p: hashlib.sha256(str(p.name).encode()).hexdigest())
-    order: list[Path] = []
-    queues = [by_ext[k] for k in sorted(by_ext)]
-    while any(queues):
-        for q in queues:
-            if q:
-                order.append(q.pop(0))
-    return order
+    rounds = itertools.zip_longest(*(by_ext[k] for k in sorted(by_ext)))
+    return [path for paths in rounds for path in paths if path is not None]
 
 
 def demo_data_dir() -> Path:
@@ -108,8 +97,7 @@ def build_demo_data(folder: Path | None = None, n_calib: int = N_CALIB, n_eval: 
     seen: set[bytes] = set()
     for path in _python_files():
         try:
-            with path.open("rb") as fh:
-                data = fh.read()
+            data = path.read_bytes()
         except OSError:
             continue
         row = magika_features(data)

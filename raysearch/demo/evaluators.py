@@ -5,9 +5,8 @@ of numbers with the main metric under ``metric``, or named by ``metric_key``). r
 the float model once with the same function, and the tolerance bounds the drop against that
 float score. Name it in a config as ``metric: "raysearch.demo.evaluators:top1_cos"``.
 
-With a ``fraction`` argument it also scores the first ``fraction`` of its rows (in a fixed
-shuffled order of its own), and a search evaluates each setting on growing subsets, stopping
-the hopeless ones early (README, "Evaluation on growing subsets").
+With a ``fraction`` argument it also scores the first ``fraction`` of its rows, and a search
+evaluates each setting on growing subsets, stopping the hopeless ones early.
 
 Example:
     >>> round(_score(np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([[0.8, 0.2], [0.6, 0.4]]))[
@@ -75,13 +74,10 @@ def top1_cos(model_path: str, providers: list, fraction: float | None = None) ->
     predicts, less how far the predicted probabilities moved from the float model's (the mean
     cosine distance, ``1 - cos``, per file).
 
-    Top-1 agreement alone ties: every setting that quantizes only MatMul and Conv agrees with
-    the float model on (almost) every file, so the search could not tell them apart. The
-    cosine term, below one file's worth of agreement (1/400) for any setting that keeps the
-    probabilities close, breaks those ties by how much each setting changes the model's
-    outputs. ``top1_agreement`` and ``cos`` are recorded too (``results.parquet``'s
-    ``extra/`` columns). ``fraction``: only the first ``fraction`` of the rows, in a fixed
-    shuffled order (the partial rungs of evaluation on growing subsets).
+    Top-1 agreement alone ties (every setting that quantizes only MatMul and Conv agrees on
+    almost every file); the cosine term, below one file's worth of agreement, breaks those
+    ties. ``top1_agreement`` and ``cos`` are recorded too. ``fraction``: only the first
+    ``fraction`` of the rows, in a fixed shuffled order.
     """
     rows, reference = _float_outputs()
     n = _first(fraction, len(rows))
@@ -91,8 +87,8 @@ def top1_cos(model_path: str, providers: list, fraction: float | None = None) ->
 def _outputs(
     model_path: str, rows: np.ndarray, providers: list, reference: np.ndarray
 ) -> np.ndarray:
-    """The model's probabilities on ``rows``; the float model's are the ``reference`` already
-    computed (raysearch scores the float model with the evaluator too): not run again."""
+    """The model's probabilities on ``rows`` (the float model's: the ``reference``, not run
+    again)."""
     if os.path.realpath(model_path) == os.path.realpath(MAGIKA_DIR / "model.onnx"):
         return reference
     return _probabilities(model_path, rows, providers)

@@ -1,24 +1,10 @@
-"""``batch_report.html``: the models of a batch (``raysearch batch``) on one page, in the
-batch's folder.
-
-One row per model (its status, float and best metric, the drop between them, the best setting,
-the best model's latency and size against the float model's, its trials, failures and wall
-time), sortable and filterable with the trials table's own script
-(:mod:`raysearch.outputs._report_page`), each model's name a relative link to its own
-``report.html``; and the batch's timeline, a plotly bar per model from its search's start to its
-end. plotly.js is loaded from :data:`~raysearch.outputs._report.PLOTLY_JS` beside the page (the
-batch writes it once, and its models' reports load it from there too): the folder opens
-offline, wherever it is copied.
-
-Example:
-    >>> path = write_batch_report(out, rows, {"mlp": (t0, t1)})          # doctest: +SKIP
-    >>> path.name                                                         # doctest: +SKIP
-    'batch_report.html'
+"""``batch_report.html``: the models of a batch on one page in the batch's folder: a
+sortable, filterable row per model linking to its ``report.html``, and the batch's timeline
+(plotly.js loaded from :data:`~raysearch.outputs._report.PLOTLY_JS` beside the page).
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,12 +12,13 @@ from typing import Any
 
 from raysearch.layout import REPORT, SUMMARY
 from raysearch.metrics import METRICS
-from raysearch.outputs._report import PLOTLY_JS, write_page
+from raysearch.outputs._report import PLOTLY_JS, _cell, _esc, _figure_html, write_page
 from raysearch.outputs._report_page import page_head
-from raysearch.outputs._values import human_bytes, setting_text
+from raysearch.outputs._study import Figure
+from raysearch.outputs._values import human_bytes, setting_text, show
 from raysearch.ranking import finite
 
-__all__ = ["write_batch_report", "build_batch_report", "float_model_metric", "BATCH_REPORT"]
+__all__ = ["write_batch_report", "build_batch_report", "float_model_metric"]
 
 
 BATCH_REPORT = "batch_report.html"
@@ -55,18 +42,6 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
 def _ratio(mine: Any, theirs: Any) -> float | None:
     mine, theirs = finite(mine), finite(theirs)
     if mine is None or theirs is None or theirs <= 0:
@@ -76,9 +51,7 @@ def _ratio(mine: Any, theirs: Any) -> float | None:
 
 def float_model_metric(summary: Mapping[str, Any]) -> float | None:
     """The float model's metric of a search (its ``summary.json``): its custom evaluator's
-    score, or a built-in metric's value for the float model against itself (the metric's
-    best: cos 1, L2 0), which its search never computes; None for perplexity, which reads
-    the next tokens from the data rather than the float model's outputs.
+    score, or a built-in metric's best (its value against itself); None for perplexity.
 
     Example:
         >>> float_model_metric({"metric": "cos", "float_metric": None})
@@ -109,7 +82,7 @@ def _model(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]
         drop = float_metric - best if summary.get("higher_is_better") else best - float_metric
     model["drop"] = drop
     mine, theirs = summary.get("best_latency_ms"), summary.get("float_latency_ms")
-    model["latency"] = f"{_show(mine)} / {_show(theirs)}" if mine is not None else ""
+    model["latency"] = f"{show(mine)} / {show(theirs)}" if mine is not None else ""
     model["latency_ratio"] = _ratio(mine, theirs)
     mine, theirs = summary.get("best_model_size_bytes"), summary.get("float_model_size_bytes")
     model["size"] = f"{human_bytes(mine)} / {human_bytes(theirs)}" if mine is not None else ""
@@ -120,14 +93,6 @@ def _model(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]
         params = summary.get("best_params")
         model["detail"] = "" if params is None else setting_text(params)
     return model
-
-
-def _cell(value: Any, numeric: bool) -> str:
-    if numeric:
-        number = finite(value) if isinstance(value, (int, float)) else None
-        raw = "" if number is None else repr(float(number))
-        return f'<td class="num" data-v="{raw}">{_esc(_show(value))}</td>'
-    return f"<td>{_esc(_show(value))}</td>"
 
 
 def _name_cell(name: str, out: Path) -> str:
@@ -158,8 +123,7 @@ def _models_table(models: Sequence[Mapping[str, Any]], out: Path) -> str:
 
 
 def _timeline(spans: Mapping[str, tuple[float, float]]) -> str:
-    """A plotly bar per model from its search's start to its end, in seconds from the batch's
-    first start; empty when no model ran."""
+    """A plotly bar per model from its search's start to its end, from the batch's first."""
     import plotly.graph_objects as go
 
     if not spans:
@@ -180,17 +144,8 @@ def _timeline(spans: Mapping[str, tuple[float, float]]) -> str:
         yaxis={"autorange": "reversed"},
         height=max(250, 60 + 28 * len(names)),
     )
-    div = fig.to_html(
-        full_html=False,
-        include_plotlyjs=False,
-        div_id="fig-timeline",
-        config={"displaylogo": False, "responsive": True},
-    )
-    return (
-        '<div class="chart" data-chart="timeline"><h3>Timeline</h3>\n'
-        '<p class="caption">When each model\'s search ran (from its start to its end, as '
-        f"this batch saw it).</p>\n{div}</div>\n"
-    )
+    caption = "When each model's search ran (from its start to its end, as this batch saw it)."
+    return _figure_html(Figure("timeline", "Timeline", caption, fig))
 
 
 def _summary(out: Path, name: str) -> dict[str, Any]:
@@ -203,9 +158,8 @@ def _summary(out: Path, name: str) -> dict[str, Any]:
 def build_batch_report(
     out: Path, rows: Sequence[Mapping[str, Any]], spans: Mapping[str, tuple[float, float]]
 ) -> str:
-    """The page's HTML for the batch in ``out``: ``rows`` (``batch_summary.parquet``'s, one
-    per model), ``spans`` (each model's search start and end, seconds since the epoch, for
-    the models that have them)."""
+    """The page's HTML for the batch in ``out``: ``rows`` (one per model), ``spans`` (each
+    model's search start and end, seconds since the epoch)."""
     models = [_model(r, _summary(out, str(r.get("name")))) for r in rows]
     ok = sum(m.get("status") == "ok" for m in models)
     title = f"raysearch batch report: {out.resolve().name}"
@@ -229,9 +183,7 @@ def write_batch_report(
     rows: Sequence[Mapping[str, Any]],
     spans: Mapping[str, tuple[float, float]],
 ) -> Path | None:
-    """Write :data:`BATCH_REPORT` in the batch's folder ``out`` (moved into place whole) and
-    return its path; one that cannot be built is logged as a warning and None is returned:
-    it never fails the batch. The timeline loads :data:`PLOTLY_JS` beside it (the batch
-    writes that file)."""
+    """Write :data:`BATCH_REPORT` in the batch's folder ``out`` and return its path (None,
+    logged, when it cannot be built); its timeline loads :data:`PLOTLY_JS` beside it."""
     out = Path(out)
     return write_page(out / BATCH_REPORT, lambda: build_batch_report(out, rows, spans))

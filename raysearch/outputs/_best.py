@@ -1,7 +1,6 @@
 """``best/``: the best trial's model (with its external data) and its config reduced to that
 one setting; for a model of an onnxruntime-genai or Optimum folder, with the files its client
-reads (:mod:`raysearch.modelfolder`), so that ``og.Model`` or ``ORTModelForCausalLM`` loads
-``best/`` as it loaded the float model's folder.
+reads (:mod:`raysearch.modelfolder`).
 
 Example:
     >>> fixed_space({"per_channel": True})

@@ -1,6 +1,5 @@
 """The setting the report sets the best against: ONNX Runtime's default setting when a trial
-ran it (``quantize_static`` given no option: what a user gets without a search), else the
-space's default setting (Auto's ``defaults`` stage, or the first space's first setting).
+ran it, else the space's default setting (Auto's ``defaults`` stage, or the first setting).
 
 Example:
     >>> is_backend_default({"activation_type": "QInt8", "per_channel": False,
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from raysearch.config import SearchConfig
     from raysearch.space import SearchSpace
 
-__all__ = ["DefaultSetting", "default_setting", "is_backend_default", "BACKEND_DEFAULT"]
+__all__ = ["DefaultSetting", "default_setting"]
 
 #: What the report calls each kind of default setting.
 BACKEND_DEFAULT = "ONNX Runtime's default setting"
@@ -55,10 +54,8 @@ def _is_default_value(key: str, value: Any) -> bool:
 
 
 def is_backend_default(settings: Mapping[str, Any]) -> bool:
-    """Whether ``settings`` (a trial's, nested or as dotted key paths) is ONNX Runtime's
-    default setting: each one at the value ``quantize_static`` takes when it is not given
-    (``DEFAULTS``: QDQ, MinMax, QInt8 activations and weights; no per-channel, no reduced
-    range, every op type, no technique switched on) and no ``extra_options``."""
+    """Whether ``settings`` (nested or as dotted key paths) is ONNX Runtime's default setting:
+    each one at ``quantize_static``'s default (``DEFAULTS``) and no ``extra_options``."""
     for key, value in settings.items():
         leaf = str(key).rsplit(".", 1)[-1]
         if str(key).startswith("extra_options") and value not in (None, {}):
@@ -69,9 +66,8 @@ def is_backend_default(settings: Mapping[str, Any]) -> bool:
 
 
 def _first_setting(space: SearchSpace) -> dict[str, Any]:
-    """The space's default setting: its first start point (``points_to_evaluate``) completed
-    with the first choice (a range: its low end) of each active parameter it leaves out, less
-    what its validity rules call meaningless (a percentile with MinMax)."""
+    """The space's default setting: its first start point completed with each active
+    parameter's first choice, less what its validity rules call meaningless."""
     point = dict(space.points_to_evaluate[0]) if space.points_to_evaluate else {}
     for param in space.params:
         if param.name in point or not space.is_active(param, point):
@@ -84,10 +80,8 @@ def _first_setting(space: SearchSpace) -> dict[str, Any]:
 def default_setting(
     rows: Sequence[TrialRecord], config: SearchConfig | None
 ) -> DefaultSetting | None:
-    """The first trial (of ``rows``, in start order) that ran ONNX Runtime's default setting
-    (:func:`is_backend_default`), else Auto's ``defaults`` stage's, else the first trial whose
-    setting is the first space's default (:func:`_first_setting`); None when no trial ran
-    one of them."""
+    """The first trial (in start order) that ran ONNX Runtime's default setting, else Auto's
+    ``defaults`` stage's, else the first space's default; None when none ran."""
     for r in rows:
         settings = r.settings or r.params
         if isinstance(settings, Mapping) and settings and is_backend_default(settings):

@@ -19,7 +19,7 @@ from typing import Any
 
 from raysearch.outputs._values import distinct_labels
 
-__all__ = ["fit_figure", "relabel_parallel", "tick_labels"]
+__all__ = ["fit_figure", "relabel_parallel"]
 
 #: The ticks Optuna's parallel coordinates put on a numeric axis (``numpy.linspace``'s num).
 AXIS_TICKS = 5

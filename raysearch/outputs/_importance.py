@@ -1,12 +1,6 @@
-"""Parameter importance (``summary.json``'s ``param_importance``, ``plots/param_importance.png``
-and the report's figure): Optuna's PED-ANOVA over the trials that scored, each with what it
-showed.
-
-A sensitivity probe never counts (it is no setting to choose among). A trial stopped at a rung
-of the evaluation on growing subsets counts with its score over the rows it reached: early
-stopping stops the hopeless settings, so counting only the complete trials would leave out the
-very settings that show what hurts, and the importance would go to whatever varies among the
-good ones.
+"""Parameter importance (``summary.json``'s ``param_importance``, the plot and the report's
+figure): Optuna's PED-ANOVA over the trials that scored. A trial stopped at a rung counts with
+its score over the rows it reached: early stopping stops the settings that show what hurts.
 
 Example:
     >>> rows = [TrialRecord(status="ok", metric=0.9, params={"a": 1}),
@@ -28,38 +22,22 @@ from raysearch.ranking import finite, is_probe
 from raysearch.space.space import json_default
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "MIN_IMPORTANCE_TRIALS",
-    "scored",
-    "stopped_count",
-    "param_importances",
-    "importance_study",
-    "target_quantile",
-    "trials_text",
-]
+__all__ = ["MIN_IMPORTANCE_TRIALS", "scored", "stopped_count", "param_importances", "trials_text"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
-#: Parameter importances are shown from this many scored trials on, not below: PED-ANOVA
-#: compares the best tenth of the trials with all of them, and below ten trials that tenth is
-#: less than one trial.
+#: Importances are shown from this many scored trials on (PED-ANOVA's top tenth is a trial).
 MIN_IMPORTANCE_TRIALS = 10
-#: A number that took at most this many values is a choice (a categorical), not a range: the
-#: Parzen estimator of a range puts a narrow peak on a value every top trial shares, and its
-#: divergence then dwarfs every categorical's (``CalibPercentile: [99.99, 99.999]`` scored
-#: 0.99 where the op types decided).
+#: A number that took at most this many values is a choice, not a range (the Parzen estimator
+#: of a range peaks on a value every top trial shares and dwarfs every categorical).
 _FEW_VALUES = 10
-#: The fewest trials PED-ANOVA's top quantile should hold: Optuna's evaluator advises at least
-#: 5; with its default tenth, 24 trials give a top of 3, and any parameter those 3 share (a
-#: percentile among equally good settings) ranks with the one that decides.
+#: The fewest trials PED-ANOVA's top quantile should hold (Optuna's evaluator advises 5).
 TOP_TRIALS = 5
 
 
 def scored(rows: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """The trials with a metric: complete ones, and those stopped at a rung (their score over
-    the rows they reached); not the sensitivity probes (:func:`raysearch.ranking.is_probe`):
-    one node quantized and every other float, they score best by what they leave float, and
-    their node lists would rank first for it.
+    """The trials with a metric, complete or stopped at a rung; not the sensitivity probes
+    (they score best by what they leave float).
 
     Example:
         >>> len(scored([TrialRecord(status="ok", metric=0.1, stage="sensitivity")]))
@@ -94,15 +72,11 @@ def trials_text(rows: Sequence[TrialRecord]) -> str:
 
 def _encodings(ok: Sequence[TrialRecord]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each parameter that takes more than one value: its Optuna distribution and how a value
-    is written into it (a number that takes more than :data:`_FEW_VALUES` values as a float
-    in a range, anything else as its JSON text among the choices seen)."""
+    is written into it (a number of over :data:`_FEW_VALUES` values as a float range, anything
+    else as its JSON text among the choices seen)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    names: list[str] = []
-    for r in ok:
-        for name in r.params or {}:
-            if name not in names:
-                names.append(name)
+    names = dict.fromkeys(name for r in ok for name in r.params or {})
     distributions: dict[str, Any] = {}
     encode: dict[str, Any] = {}
     for name in names:
@@ -145,7 +119,7 @@ def importance_study(rows: Sequence[TrialRecord], higher: bool) -> Any:
 
 def target_quantile(n_trials: int) -> float:
     """PED-ANOVA's top quantile for ``n_trials``: its default tenth, widened to hold
-    :data:`TOP_TRIALS` trials (Optuna's advice, for a stable figure; at most half).
+    :data:`TOP_TRIALS` trials (at most half).
 
     Example:
         >>> target_quantile(100), target_quantile(24), target_quantile(10)
@@ -155,9 +129,8 @@ def target_quantile(n_trials: int) -> float:
 
 
 def param_importances(rows: Sequence[TrialRecord], higher: bool) -> dict[str, float]:
-    """Optuna's PED-ANOVA importance of each parameter over the :func:`scored` trials (top
-    quantile: :func:`target_quantile`), normalised to sum to 1, highest first (empty: no
-    parameter varies)."""
+    """Optuna's PED-ANOVA importance of each parameter over the :func:`scored` trials,
+    normalised to sum to 1, highest first (empty: no parameter varies)."""
     import optuna
 
     study = importance_study(rows, higher)

@@ -1,26 +1,11 @@
-"""A search's Optuna study written as it runs (config ``optuna_storage``): each trial goes into
-the study the moment it is recorded, so ``optuna-dashboard <storage>`` shows the search live.
+"""A search's Optuna study written as it runs (config ``optuna_storage``), for
+``optuna-dashboard`` to show the search live.
 
-It is the study ``raysearch export`` writes (:func:`~raysearch.outputs._study.export_study`):
-the same name by default, the same trials (one per record: complete, PRUNED when stopped at a
-rung, FAIL when failed), parameters, values, intermediate values and user attributes, and the
-same study attributes (the summary's, ``stop_reason`` set when the search ends). Two things
-differ by nature: the trials are numbered in the order they ended (export numbers them in start
-order), and a parameter's distribution is the search space's (:func:`space_distributions`:
-its choices, or its range), which an Optuna study must keep for every trial of a parameter,
-where export, writing every trial at once, takes the values the trials took. A parameter no
-space declares (a staged strategy's derived setting) takes its first trial's distribution
-(a number's range grows with each trial); a later value that distribution cannot hold is the
-trial's user attribute ``params/<name>``. A resumed
-search opens the same study and adds the journal's trials it lacks (a kill between the journal
-and the study loses none) and then its own, never one twice (trials are told apart by their
-``trial_id`` attribute).
-
-Example:
-    >>> study = LiveStudy("sqlite:///study.db", "magika", summary)        # doctest: +SKIP
-    >>> study.open(records_journaled_before)                               # doctest: +SKIP
-    >>> study.add(record)                                                  # doctest: +SKIP
-    >>> study.finish(summary)                                              # doctest: +SKIP
+It is the study ``raysearch export`` writes, but for two things: trials are numbered in the
+order they ended, and a parameter's distribution is the search space's (a parameter no space
+declares takes its first trial's; a value it cannot hold goes to the user attribute
+``params/<name>``). A resumed search adds the journal's trials the study lacks, never one
+twice (told apart by their ``trial_id`` attribute).
 """
 
 from __future__ import annotations
@@ -33,21 +18,15 @@ from raysearch.outputs._study import _value, describe_study, open_storage, study
 from raysearch.outputs._study_values import study_directions
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["LiveStudy", "space_distributions"]
+__all__ = ["LiveStudy"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
 
 def space_distributions(spaces: Iterable[Any]) -> dict[str, Any]:
-    """Each searched parameter's Optuna distribution, by its name in the records' ``params``:
-    a choice's values (as the study holds them: :func:`~raysearch.outputs._study._value`, in
-    the space's order; several spaces' choices of one name together), a range's bounds. A
-    name two spaces give different kinds of domain is left out."""
-    from optuna.distributions import (
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
-    )
+    """Each searched parameter's Optuna distribution by name: a choice's values (several
+    spaces' together), a range's bounds; a name two spaces give different kinds is left out."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     from raysearch.space.tree import Categorical, FloatRange, IntRange
 
@@ -73,10 +52,8 @@ def space_distributions(spaces: Iterable[Any]) -> dict[str, Any]:
 
 class LiveStudy:
     """The Optuna study ``study_name`` in ``storage_url`` that a search writes each trial
-    into (see the module docstring); ``summary`` holds what is known of the search when it
-    starts (``metric``, ``higher_is_better``, ``tolerance``, ``tolerance_mode``, ``objectives``:
-    one direction and value each, a non-candidate infeasible with several), ``spaces``
-    are its search spaces (the parameters' distributions)."""
+    into; ``summary``: what is known of the search when it starts; ``spaces``: its search
+    spaces (the parameters' distributions)."""
 
     def __init__(
         self,
@@ -89,7 +66,6 @@ class LiveStudy:
         self.study_name = study_name
         self.summary = dict(summary)
         self.higher = bool(summary.get("higher_is_better"))
-        #: The config's ``objectives``: one direction and value each.
         self.objectives = tuple(summary.get("objectives") or ("metric",))
         self.study: Any = None
         #: Each parameter's distribution in the study (the space's; else its first trial's).
@@ -146,11 +122,7 @@ class LiveStudy:
     def _distribution(self, name: str, value: Any) -> Any:
         """The distribution ``value`` of parameter ``name`` goes into the study with, None when
         the study's distribution of it cannot hold it."""
-        from optuna.distributions import (
-            CategoricalDistribution,
-            FloatDistribution,
-            IntDistribution,
-        )
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         dist = self._dists.get(name)

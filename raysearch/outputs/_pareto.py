@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,8 +37,7 @@ def write_pareto(out: Path, rows: Sequence[TrialRecord], config: SearchConfig) -
         "pareto_trial_ids": None,
     }
     if len(config.objectives) < 2:
-        with contextlib.suppress(FileNotFoundError):
-            (out / PARETO).unlink()
+        (out / PARETO).unlink(missing_ok=True)
         return fields
     front = pareto_front(rows, config.objectives, config.metric_higher_is_better)
     ids = [str(r.trial_id) for r in front]

@@ -1,8 +1,6 @@
 """``plots/``: the metric per trial (with the best-so-far and the candidate bound) and, from
-:data:`MIN_IMPORTANCE_TRIALS` scored trials on (as ``report.html``), each parameter's
-importance over them (:mod:`raysearch.outputs._importance`: Optuna's PED-ANOVA, which needs no
-extra package; a trial stopped at a rung counts with its score over the rows it reached), the
-trials behind it in its title.
+:data:`MIN_IMPORTANCE_TRIALS` scored trials on, each parameter's importance over them
+(:mod:`raysearch.outputs._importance`), the trials behind it in its title.
 
 Example:
     >>> write_plots(rows, out, config, float_metric=None, summary=summary)   # doctest: +SKIP
@@ -25,6 +23,7 @@ from raysearch.outputs._importance import (
     stopped_count,
     trials_text,
 )
+from raysearch.outputs._study import tolerance_bound
 from raysearch.ranking import finite, is_candidate
 from raysearch.trialrecord import TrialRecord
 
@@ -55,8 +54,8 @@ def _metric_spec(
     tolerance_mode: str = "absolute",
 ) -> dict[str, Any]:
     """The metric per trial as :func:`~raysearch.outputs._plot_render.figure` draws it: each
-    kind of trial in its own colour (so that the legend shows each colour it uses), the best
-    so far, the candidate bound and the float model's metric."""
+    kind of trial in its own colour, the best so far, the candidate bound and the float
+    model's metric."""
     kinds: dict[str, tuple[str, list[int], list[float]]] = {
         "candidate": ("tab:green", [], []),
         "not a candidate": ("tab:blue", [], []),
@@ -90,7 +89,14 @@ def _metric_spec(
         "points": [(label, color, xs, ys) for label, (color, xs, ys) in kinds.items()],
         "best_x": best_x,
         "best_y": best_y,
-        "bound": _threshold(tolerance, tolerance_mode, float_metric, higher),
+        "bound": tolerance_bound(
+            {
+                "tolerance": tolerance,
+                "tolerance_mode": tolerance_mode,
+                "float_metric": float_metric,
+                "higher_is_better": higher,
+            }
+        ),
         "float_metric": float_metric,
         "ylabel": f"{metric_name} ({'higher' if higher else 'lower'} is better)",
         "title": f"{metric_name} per trial ({len(rows)} trials, {failed} failed)",
@@ -120,19 +126,6 @@ def _write_figure(spec: Mapping[str, Any], path: Path) -> None:
         plt.close(fig)
 
 
-def _threshold(
-    tolerance: float | None, mode: str, float_metric: float | None, higher: bool
-) -> float | None:
-    """The metric value where candidates begin: the tolerance itself for built-in metrics, the
-    float score less the allowed drop for custom ones."""
-    if tolerance is None:
-        return None
-    if float_metric is None:
-        return tolerance
-    drop = tolerance if mode == "absolute" else tolerance * abs(float_metric)
-    return float_metric - drop if higher else float_metric + drop
-
-
 def _importance_spec(
     importances: Mapping[str, float], metric_name: str, trials: str
 ) -> dict[str, Any]:
@@ -152,13 +145,9 @@ def plot_job(
     summary: dict[str, Any],
 ) -> dict[str, dict[str, Any]]:
     """What ``plots/`` draws for ``rows`` (in start order): each file's figure as plain data
-    (:func:`~raysearch.outputs._plot_render.figure`'s spec), by its name, which a search hands
-    to its plot process (:mod:`raysearch.outputs._plots_process`). ``summary`` gets
-    ``param_importance``, ``param_importance_trials`` (the trials behind it: complete, and
-    stopped at a rung with their score over the rows they reached) and
-    ``param_importance_stopped`` (how many of those were stopped), from
-    :data:`MIN_IMPORTANCE_TRIALS` such trials on (below, ``param_importance`` is None: a
-    ranking of a few trials is mostly noise)."""
+    (:func:`~raysearch.outputs._plot_render.figure`'s spec), by its name. ``summary`` gets
+    ``param_importance`` (from :data:`MIN_IMPORTANCE_TRIALS` scored trials on, else None),
+    ``param_importance_trials`` and ``param_importance_stopped``."""
     higher = config.metric_higher_is_better
     specs = {
         METRIC_PLOT: _metric_spec(

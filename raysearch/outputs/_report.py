@@ -1,18 +1,7 @@
-"""``report.html``: one self-contained page on a search (it opens offline, from wherever the
-folder is copied: plotly.js is inlined once, nothing is fetched).
-
-It holds the summary in words (what was searched, what won, by how much it beats the space's
-default setting, against the float model's latency and size, why the search stopped and, when
-nothing met the tolerance, by how much the best missed), the best setting against the default
-one, Optuna's figures of a study made from the records (:mod:`raysearch.outputs._study`), the
-per-tensor sensitivity when the search computed it, a sortable, filterable table of every trial
-and the failures grouped by error. Every number in it is one the search wrote (the summary,
-the records, ``sensitivity.parquet``).
-
-Example:
-    >>> path = write_report(out, records, summary, config=cfg)             # doctest: +SKIP
-    >>> path.name                                                          # doctest: +SKIP
-    'report.html'
+"""``report.html``: one self-contained page on a search (plotly.js inlined, nothing fetched):
+the summary in words, the best setting against the default one, Optuna's figures
+(:mod:`raysearch.outputs._study`), the per-tensor sensitivity, a sortable, filterable table
+of every trial and the failures grouped by error.
 """
 
 from __future__ import annotations
@@ -51,7 +40,6 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("metric", "metric", True),
     ("candidate", "is_candidate", False),
     ("latency (ms)", "latency_ms", True),
-    # A language-model metric's trial: one-token decode step and prefill.
     ("decode latency (ms)", "decode_latency_ms", True),
     ("prefill latency (ms)", "prefill_latency_ms", True),
     ("size", "model_size_bytes", True),
@@ -60,14 +48,13 @@ _COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("duration (s)", "duration_s", True),
     ("rows evaluated (share)", "eval_rows", True),
     ("stopped at rung", "stopped_at_rung", True),
-    # A sensitivity probe taken from an earlier search (the probe cache): which trial ran it.
     ("reused from", "reused_from", False),
     ("error", "error", False),
 )
 #: plotly.js as one file, which the reports of a batch load (written once in the batch's folder).
 PLOTLY_JS = "plotly.min.js"
-#: Set in a search's environment (by ``raysearch batch``), plotly.js's path relative to the
-#: search's folder: its report loads it from there (:func:`write_report`'s ``plotly_src``).
+#: plotly.js's path relative to a search's folder, set in its environment by ``raysearch
+#: batch``: its report loads it from there.
 PLOTLY_SRC_ENV = "RAYSEARCH_REPORT_PLOTLY_SRC"
 #: Sensitivity rows shown per ranking (most sensitive first).
 _SENSITIVITY_ROWS = 30
@@ -78,12 +65,7 @@ def _esc(value: Any) -> str:
 
 
 def _param_names(rows: Sequence[TrialRecord]) -> list[str]:
-    names: list[str] = []
-    for r in rows:
-        for name in r.params or {}:
-            if name not in names:
-                names.append(name)
-    return names
+    return list(dict.fromkeys(name for r in rows for name in r.params or {}))
 
 
 def _cell(value: Any, numeric: bool, text: str | None = None) -> str:
@@ -97,9 +79,8 @@ def _cell(value: Any, numeric: bool, text: str | None = None) -> str:
 
 
 def _evaluated(record: TrialRecord, by_rows: bool) -> str:
-    """The rows a trial's metric is over: their number and share, or the share alone (a
-    custom evaluator that takes a ``fraction`` counts its own rows); sorted by the rows when
-    the search counted them (``by_rows``), else by the share."""
+    """The rows a trial's metric is over: their number and share, or the share alone; sorted
+    by the rows when the search counted them (``by_rows``), else by the share."""
     rows, share = record.eval_rows, finite(record.eval_fraction)
     said = f"{share:.0%}" if share is not None else ""
     if isinstance(rows, int) and not isinstance(rows, bool):
@@ -114,8 +95,7 @@ _INTERVAL = "interval:"
 
 
 def _interval_columns(rows: Sequence[TrialRecord]) -> list[tuple[str, str, bool]]:
-    """A column per language-model metric some record holds (``extra``), with its 95 %
-    interval: every one of them, whichever the search's metric is."""
+    """A column per language-model metric some record holds, with its 95 % interval."""
     from raysearch.metrics import LM_METRICS
 
     return [
@@ -148,8 +128,7 @@ def _record_cell(record: TrialRecord, key: str, numeric: bool, by_rows: bool) ->
 
 
 def _param_cell(record: TrialRecord, name: str) -> str:
-    """A setting's value in its meaning (null ``op_types_to_quantize``: every op); empty for
-    a parameter the trial's setting does not have."""
+    """A setting's value in its meaning; empty for a parameter the trial does not have."""
     params = record.params or {}
     return _cell(None, False, setting_value(name, params[name]) if name in params else "")
 
@@ -163,14 +142,12 @@ def _row_class(record: TrialRecord) -> str:
 
 
 def _header(title: str) -> str:
-    """A column's title, with the places it may wrap at marked (after ``_`` and ``.``: a
-    setting's dotted key path), so that a narrow column wraps there, not mid-word."""
+    """A column's title that wraps after ``_`` and ``.``, not mid-word."""
     return re.sub(r"([_.])", r"\1<wbr>", _esc(title))
 
 
 def _columns_shown(rows: Sequence[TrialRecord]) -> list[tuple[str, str, bool]]:
-    """The fixed columns some record has a value in (a Grid search has no stage, a search
-    without failures no error): an empty column only takes the page's width."""
+    """The fixed columns some record has a value in (an empty column only takes width)."""
 
     def has(key: str) -> bool:
         keys = (key, "eval_fraction") if key == "eval_rows" else (key,)
@@ -206,8 +183,7 @@ def _trials_table(rows: Sequence[TrialRecord]) -> str:
 
 
 def _failures(rows: Sequence[TrialRecord]) -> str:
-    """The failed trials grouped by their error (numbers such as process ids and sizes set
-    aside), the largest group first."""
+    """The failed trials grouped by their error (numbers aside), the largest group first."""
     groups: dict[str, list[TrialRecord]] = {}
     for r in rows:
         if r.status != "ok":
@@ -297,8 +273,7 @@ def _sensitivity(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _columns(rows: Sequence[TrialRecord], summary: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The parallel coordinates' axes' values: the metric and each parameter over the
-    complete trials (None where a trial lacks the parameter)."""
+    """The parallel coordinates' axes: the metric and each parameter over the complete trials."""
     complete = [
         r
         for r in rows
@@ -313,17 +288,12 @@ def _columns(rows: Sequence[TrialRecord], summary: Mapping[str, Any]) -> dict[st
 
 def _in_words(rows: Sequence[TrialRecord]) -> list[TrialRecord]:
     """The records with each null setting that means something in its words (a null
-    ``op_types_to_quantize``: ``every op``) for the charts, where Optuna would write
-    ``None``, its label for a parameter a trial lacks."""
+    ``op_types_to_quantize``: ``every op``) for the charts, where Optuna would write None."""
     out: list[TrialRecord] = []
     for r in rows:
         params = r.params or {}
         named = {
-            k: (
-                NULL_WORDS[k.rsplit(".", 1)[-1]]
-                if v is None and k.rsplit(".", 1)[-1] in NULL_WORDS
-                else v
-            )
+            k: NULL_WORDS.get(k.rsplit(".", 1)[-1], v) if v is None else v
             for k, v in params.items()
         }
         out.append(r if named == params else r.replace(params=named))
@@ -331,9 +301,7 @@ def _in_words(rows: Sequence[TrialRecord]) -> list[TrialRecord]:
 
 
 def _metric_doc(config: SearchConfig | None) -> str | None:
-    """The first paragraph of a custom evaluator's docstring (what its numbers mean), on one
-    line; None for a built-in metric, or an evaluator without one or that cannot be
-    imported here."""
+    """The first paragraph of a custom evaluator's docstring on one line, or None."""
     import inspect
 
     if config is None or not config.is_custom_metric:
@@ -356,11 +324,9 @@ def build_report(
     title: str = "raysearch report",
     plotly_src: str | None = None,
 ) -> str:
-    """The report's HTML for ``records`` (the journal's, in any order) and ``summary``
-    (``summary.json``'s content); ``config`` finds the space's default setting where no trial
-    of Auto's ``defaults`` stage ran; ``sensitivity``: the rows of ``sensitivity.parquet``;
-    ``plotly_src``: a relative path the page loads plotly.js from instead of inlining it (the
-    reports of a batch share one :data:`PLOTLY_JS`)."""
+    """The report's HTML for ``records`` (in any order) and ``summary``; ``config`` finds the
+    space's default setting; ``sensitivity``: the rows of ``sensitivity.parquet``;
+    ``plotly_src``: a relative path plotly.js is loaded from instead of inlined."""
     import plotly.offline
 
     rows = order(records)
@@ -373,8 +339,7 @@ def build_report(
         "metric",
     )
     if not weighed:
-        # The search chose by the metric alone: a front of other figures would show
-        # trade-offs it never weighed.
+        # Chosen by the metric alone: a front of other figures shows trade-offs never weighed.
         figures = [f for f in figures if f.key != "pareto"]
     for figure in figures:
         if figure.key == "parallel":
@@ -412,14 +377,9 @@ def write_report(
     config: SearchConfig | None = None,
     plotly_src: str | None = None,
 ) -> Path | None:
-    """Write ``report.html`` in ``output_dir`` (moved into place whole) and return its path;
-    a report that cannot be built is logged as a warning and None is returned: it never fails
-    the search that writes it.
-
-    ``plotly_src``: plotly.js's path relative to ``output_dir`` (``../plotly.min.js`` for a
-    model of a batch, which writes that file once with :func:`write_plotly_js`), loaded from
-    there instead of inlined; where no file is there, plotly.js is inlined all the same (the
-    page never lacks it). None (a single search): the page is self-contained."""
+    """Write ``report.html`` in ``output_dir`` and return its path (None, logged, when it
+    cannot be built). ``plotly_src``: plotly.js's path relative to ``output_dir`` (a batch's
+    shared file), loaded from there instead of inlined where the file exists."""
     out = Path(output_dir)
     if plotly_src and not (out / plotly_src).is_file():
         _logger.debug("%s: no %s, plotly.js inlined", out, plotly_src)
@@ -438,9 +398,8 @@ def write_report(
 
 
 def write_page(path: Path, build: Callable[[], str]) -> Path | None:
-    """Write the page ``build`` makes at ``path`` (moved into place whole) and return
-    ``path``; a page that cannot be built or written is a warning and None: a report is a
-    secondary output, never a reason to fail the search or the batch that writes it."""
+    """Write the page ``build`` makes at ``path`` and return ``path``; a page that cannot be
+    built or written is a warning and None, never a reason to fail the search or batch."""
     try:
         atomic_write_text(path, build())
     except Exception as exc:  # a secondary output: never lose the search for it
@@ -451,8 +410,7 @@ def write_page(path: Path, build: Callable[[], str]) -> Path | None:
 
 
 def write_plotly_js(folder: str | Path) -> Path:
-    """Write plotly.js (minified, the version that draws the reports) as :data:`PLOTLY_JS` in
-    ``folder`` (moved into place whole) and return its path."""
+    """Write plotly.js as :data:`PLOTLY_JS` in ``folder`` and return its path."""
     import plotly.offline
 
     path = Path(folder) / PLOTLY_JS

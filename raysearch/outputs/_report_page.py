@@ -1,11 +1,7 @@
-"""The fixed parts of ``report.html`` (and ``batch_report.html``): their style and the table's
-sorting and filtering (the table ``#trials``; its ``data-noun`` names its rows, "trials" unless
-set).
-
-The script is small and written by hand (no library: the report opens offline): a click on a
-column's header sorts the table by it (again: the other way), numbers as numbers (a cell's
-``data-v``) and empty cells last; typing in the filter box keeps the rows whose text holds
-every word typed.
+"""The fixed parts of ``report.html`` and ``batch_report.html``: their style and the table's
+script, written by hand (the report opens offline): a click on a header sorts by it (numbers
+by a cell's ``data-v``, empty cells last), and the filter box keeps the rows that hold every
+word typed.
 
 Example:
     >>> "<style>" in page_head("title", "") and "sortTable" in TABLE_SCRIPT
@@ -16,7 +12,7 @@ from __future__ import annotations
 
 import html
 
-__all__ = ["page_head", "TABLE_SCRIPT"]
+__all__ = ["page_head"]
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px;
@@ -44,7 +40,7 @@ tr.stopped td { color: #777; }
 p { overflow-wrap: anywhere; }
 """
 
-#: The trials table's sorting and filtering (written by hand: see the module docstring).
+#: The trials table's sorting and filtering.
 TABLE_SCRIPT = """
 function cellKey(row, col, numeric) {
   const cell = row.cells[col];
@@ -96,9 +92,8 @@ document.addEventListener("DOMContentLoaded", function () {
 
 
 def page_head(title: str, plotly_js: str, plotly_src: str | None = None) -> str:
-    """The document's start up to ``<body>``: its title, the style, plotly.js inlined once
-    (``plotly_js``: its text, empty for a report without charts) or, with ``plotly_src``,
-    loaded from that relative path (a file beside the page: still offline), and the table's
+    """The document's start up to ``<body>``: its title, the style, plotly.js inlined
+    (``plotly_js``; empty without charts) or loaded from ``plotly_src``, and the table's
     script."""
     script = f'<script type="text/javascript">{plotly_js}</script>\n' if plotly_js else ""
     if plotly_src:

@@ -1,18 +1,9 @@
-"""The report's charts: an Optuna study made in memory from a search's records, and Optuna's own
-plotly figures of it (``optuna.visualization``), nothing drawn by hand.
+"""The report's charts: an Optuna study made in memory from a search's records, and Optuna's
+own plotly figures of it (``optuna.visualization``).
 
-Each record is one Optuna trial, in start order: a complete trial (its metric the value, the
-trial's settings the params, ``is_candidate`` and the rest as user attributes), a pruned one for
-a trial stopped at a rung of the evaluation on growing subsets, a failed one for a trial that
-failed. A setting's value that Optuna's distributions cannot hold (a list of node names) is its
-JSON text. Intermediate values are the metric at each rung the journal kept (``rung_metrics``;
-a journal written before it kept only ASHA's ``rung_scores``, where a trial that could still
-become a candidate has a mark instead of a score, so such a trial has only its last rung).
-
-Example:
-    >>> figures = study_figures(records, summary)                          # doctest: +SKIP
-    >>> [f.key for f in figures]                                           # doctest: +SKIP
-    ['history', 'parallel', 'slice', 'timeline']
+Each record is one Optuna trial in start order: complete, pruned (stopped at a rung) or
+failed; a value Optuna's distributions cannot hold is its JSON text; the intermediate
+values are the metric at each rung (``rung_metrics``).
 """
 
 from __future__ import annotations
@@ -32,22 +23,14 @@ from raysearch.ranking import finite, is_candidate
 from raysearch.space.space import json_default
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "Figure",
-    "study_figures",
-    "warm_up",
-    "build_study",
-    "export_study",
-    "MIN_IMPORTANCE_TRIALS",
-]
+__all__ = ["Figure", "study_figures", "warm_up", "export_study", "MIN_IMPORTANCE_TRIALS"]
 
 _logger = logging.getLogger("raysearch.outputs")
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One chart of the report: ``key`` (its element id), ``title``, ``caption`` (in words)
-    and the plotly figure."""
+    """One chart of the report: its element id, title, caption and plotly figure."""
 
     key: str
     title: str
@@ -56,8 +39,7 @@ class Figure:
 
 
 def _value(value: Any) -> Any:
-    """A setting's value as Optuna's distributions hold it: None, bool, int, float or str;
-    anything else (a list, a mapping) as its JSON text."""
+    """A setting's value as Optuna's distributions hold it (a list or mapping as JSON text)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return json.dumps(value, sort_keys=True, default=json_default)
@@ -73,14 +55,9 @@ def _distributions(rows: Sequence[TrialRecord]) -> dict[str, Any]:
 
 
 def distribution(values: Sequence[Any]) -> Any:
-    """The distribution of a parameter that took ``values`` (as :func:`_value` writes them):
-    a float range for numbers (an int range for integers) that take more than one value, else
-    the categorical choices seen, first seen first (the search's own order)."""
-    from optuna.distributions import (
-        CategoricalDistribution,
-        FloatDistribution,
-        IntDistribution,
-    )
+    """The distribution of a parameter that took ``values``: a range for numbers that take
+    more than one value, else the categorical choices seen, in first-seen order."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(numbers) == len(values) and len(set(numbers)) > 1:
@@ -108,10 +85,8 @@ def study_trial(
     higher: bool,
     objectives: Sequence[str] = ("metric",),
 ) -> Any:
-    """The Optuna trial of ``record`` (its parameters in ``distributions``): with several
-    ``objectives``, its value of each, and a trial that is not a candidate infeasible (the
-    constraint ``candidate`` above 0), so that the study's ``best_trials`` are the Pareto
-    front of the candidates (``pareto.parquet``)."""
+    """The Optuna trial of ``record``: with several ``objectives`` its value of each, and a
+    non-candidate infeasible, so the study's ``best_trials`` are the candidates' Pareto front."""
     import optuna
     from optuna.trial import TrialState
 
@@ -157,9 +132,8 @@ def build_study(
     study_name: str | None = None,
     objectives: Sequence[str] = ("metric",),
 ) -> Any:
-    """An Optuna study holding one trial per record (in the order given): in memory, or a new
-    study ``study_name`` in ``storage`` (:func:`export_study`); one direction per objective
-    (:func:`study_trial`)."""
+    """An Optuna study holding one trial per record (in the order given), in memory or as
+    ``study_name`` in ``storage``; one direction per objective."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -181,11 +155,8 @@ def export_study(
     *,
     overwrite: bool = False,
 ) -> Any:
-    """Write the search (``records``, in any order, and its ``summary``) as the Optuna study
-    ``study_name`` in the storage at ``storage_url`` (any URL Optuna opens: ``sqlite:///x.db``,
-    ``postgresql://...``), the study the report charts (:func:`build_study`), for
-    ``optuna-dashboard``; return it. The search's name, metric and direction are the study's
-    user attributes.
+    """Write the search as the Optuna study ``study_name`` in the storage at ``storage_url``
+    (any URL Optuna opens), the study the report charts, for ``optuna-dashboard``; return it.
 
     Raises:
         InputError: Optuna cannot open ``storage_url``; a study of that name is there already
@@ -236,9 +207,8 @@ def open_storage(storage_url: str) -> tuple[Any, set[str]]:
 
 
 def describe_study(study: Any, summary: Mapping[str, Any]) -> None:
-    """The name of each of the study's objectives (the search's metric's, then the others'),
-    and the summary's ``metric``, ``higher_is_better``, ``tolerance``, ``tolerance_mode``,
-    ``float_metric`` and ``stop_reason`` on ``study``."""
+    """The study's objective names and the summary's metric, direction, tolerance, float
+    metric and stop reason as its user attributes."""
     metric = str(summary.get("metric") or "metric").rsplit(":", 1)[-1]
     objectives = list(summary.get("objectives") or ["metric"])
     if len(objectives) != len(study.directions):  # a study written before its objectives
@@ -253,7 +223,7 @@ def describe_study(study: Any, summary: Mapping[str, Any]) -> None:
 
 def default_study_name(folder: Any, key: str) -> str:
     """The study a search is written as unless named: its folder's name and the first 8
-    characters of its id (``key``: ``search_id``; none when the id is the folder's path).
+    characters of its ``search_id`` (none when the id is the folder's path).
 
     Example:
         >>> default_study_name("/runs/magika", "3f2a9c01d4e5"), default_study_name("/x/a", "/x/a")
@@ -266,9 +236,8 @@ def default_study_name(folder: Any, key: str) -> str:
 
 
 def _pareto_axes(objectives: Sequence[str] = ()) -> list[str]:
-    """The record keys set against the metric on the Pareto figure: the config's
-    ``objectives`` first (a language-model metric's decode or prefill latency among them),
-    then the model's size and latency.
+    """The record keys set against the metric on the Pareto figure: the ``objectives``
+    first, then the model's size and latency.
 
     Example:
         >>> _pareto_axes(["metric", "model_size_mb", "decode_latency_ms"])
@@ -285,9 +254,8 @@ def _pareto_axes(objectives: Sequence[str] = ()) -> list[str]:
 def _pareto_study(
     rows: Sequence[TrialRecord], higher: bool, objectives: Sequence[str] = ()
 ) -> tuple[Any, list[str]]:
-    """The complete trials as a study of several objectives, the metric against the figures
-    of :func:`_pareto_axes` (where the trials' values differ; two at most, Optuna's figure
-    draws three axes); None when only the metric varies."""
+    """The complete trials as a study of the metric against up to two figures of
+    :func:`_pareto_axes` whose values differ; None when only the metric varies."""
     import optuna
 
     complete = [
@@ -319,8 +287,7 @@ def _pareto_study(
 
 
 def _mark_history(fig: Any, study: Any, summary: Mapping[str, Any], bound: float | None) -> None:
-    """The candidates as a trace of their own and the tolerance's bound as a line, on Optuna's
-    history figure."""
+    """The candidates (stars) and the tolerance's bound (a line) on Optuna's history figure."""
     import plotly.graph_objects as go
 
     candidates = [t for t in study.trials if t.user_attrs.get("is_candidate")]
@@ -344,8 +311,8 @@ def _mark_history(fig: Any, study: Any, summary: Mapping[str, Any], bound: float
 
 
 def tolerance_bound(summary: Mapping[str, Any]) -> float | None:
-    """Where the candidates begin, from the summary: the tolerance itself for a built-in
-    metric, the float model's score less the allowed drop for a custom one."""
+    """Where the candidates begin: the tolerance of a built-in metric, the float model's score
+    less the allowed drop for a custom one."""
     tolerance = finite(summary.get("tolerance"))
     if tolerance is None:
         return None
@@ -372,9 +339,7 @@ def _importances(
     metric: str,
     known: Mapping[str, float] | None = None,
 ) -> Figure | None:
-    """The importances ``summary.json`` holds (``known``; computed here when it holds none:
-    :func:`raysearch.outputs._importance.param_importances`, where a trial stopped at a rung
-    counts with its score over the rows it reached), as a bar chart, from
+    """The importances ``summary.json`` holds (else computed here) as a bar chart, from
     :data:`MIN_IMPORTANCE_TRIALS` scored trials on."""
     import plotly.graph_objects as go
 
@@ -410,8 +375,8 @@ def _importances(
 
 
 def study_figures(rows: Sequence[TrialRecord], summary: Mapping[str, Any]) -> list[Figure]:
-    """The report's Optuna figures for ``rows`` (records in start order): each one that the
-    records can fill. A figure that fails is logged and left out."""
+    """The report's Optuna figures for ``rows`` (in start order) that the records can fill; a
+    figure that fails is logged and left out."""
     from optuna import visualization as vis
     from optuna.trial import TrialState
 
@@ -530,9 +495,8 @@ def _pareto(
 def _mark_anchors(
     fig: Any, study: Any, rows: Sequence[TrialRecord], names: Sequence[str]
 ) -> list[str]:
-    """The trials whose setting is a one-shot tool's (:func:`raysearch.strategies.
-    anchor_name`: the builder's int4, ONNX Runtime's and Olive's defaults) as a trace of
-    their own, named, on the Pareto figure; returns the names marked."""
+    """The trials whose setting is a one-shot tool's (:func:`raysearch.strategies.anchor_name`)
+    as a named trace on the Pareto figure; returns the names marked."""
     import plotly.graph_objects as go
 
     from raysearch.strategies import anchor_name

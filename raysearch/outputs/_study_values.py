@@ -1,7 +1,5 @@
-"""What a search's Optuna study holds of each trial with several ``objectives``: one direction
-per objective (:func:`study_directions`), each trial's value of each (:func:`objective_values`),
-and, for ``raysearch export``, the latencies the search timed again alone after its last trial
-(:func:`timed_alone`), which ``pareto.parquet`` ranks too.
+"""What a search's Optuna study holds with several ``objectives``: a direction and a value
+of each, and the latencies timed again alone (:func:`timed_alone`).
 
 Example:
     >>> objective_values(TrialRecord(metric=0.5, model_size_bytes=2_000_000),
@@ -22,8 +20,7 @@ __all__ = ["study_directions", "objective_values", "timed_alone"]
 
 
 def study_directions(higher: bool, objectives: Sequence[str] = ("metric",)) -> list[str]:
-    """The study's direction of each of the config's ``objectives``: the metric's own, the
-    others (latency, size) minimized.
+    """The study's direction of each of ``objectives``: the metric's own, the others minimized.
 
     Example:
         >>> study_directions(False, ("metric", "model_size_mb"))
@@ -38,18 +35,14 @@ def study_directions(higher: bool, objectives: Sequence[str] = ("metric",)) -> l
 
 
 def objective_values(record: TrialRecord, objectives: Sequence[str]) -> list[float]:
-    """The record's value of each objective as the study holds it (the metric itself,
-    ``model_size_mb`` from the bytes; a missing one ``inf``, worse than any: as
-    :func:`raysearch.ranking.objective_values` ranks it)."""
+    """The record's value of each objective as the study holds it (a missing one ``inf``)."""
     values = [objective_value(record, name) for name in objectives]
     return [math.inf if value is None else value for value in values]
 
 
 def timed_alone(records: Sequence[TrialRecord], summary: Mapping[str, Any]) -> list[TrialRecord]:
-    """``records`` (the journal's: each trial's figures as timed in the search) with the
-    latencies the search timed again alone after its last trial (``summary.json``'s
-    ``latency_retimed``, ``decode_latency_retimed``, ``prefill_latency_retimed``), as
-    ``results.parquet`` and ``pareto.parquet`` hold them.
+    """``records`` with the latencies the search timed again alone after its last trial
+    (``summary.json``'s ``*_retimed``), as ``results.parquet`` and ``pareto.parquet`` hold them.
 
     Example:
         >>> [r.latency_ms for r in timed_alone([TrialRecord(trial_id="a", latency_ms=9.0)],

@@ -1,8 +1,7 @@
 """``results.parquet``: one row per trial, in start order, with one column per parameter.
 
-A parameter's column is bool, int64, float64 or string when its values agree; lists and
-mappings (``nodes_to_exclude``, ``op_types_to_quantize``) are Arrow lists and structs where
-Arrow holds every value as it is (``list<string>`` for node names), else JSON text.
+A parameter's column is bool, int64, float64 or string when its values agree, an Arrow list or
+struct where Arrow holds every value as it is, else JSON text.
 
 Example:
     >>> table = results_table([TrialRecord(trial_id="a", number=1, status="ok", metric=0.1,
@@ -40,17 +39,14 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "trial_id": pa.string(),
     "number": pa.int64(),
     "phase": pa.int64(),
-    # The stage of a staged strategy (Auto: defaults, calibration, techniques, ...); else None.
     "stage": pa.string(),
     "status": pa.string(),
-    # The backend that quantized the trial (its settings' ``quantizer``, default ``ort``).
     "quantizer": pa.string(),
     "metric": pa.float64(),
     "is_candidate": pa.bool_(),
     "objective": pa.float64(),
-    # Evaluation on growing subsets: the rows the metric is over (None: a custom evaluator's
-    # own), their share of all rows, and the rung (0-based) ASHA stopped the trial at (None:
-    # it was evaluated on every row).
+    # Evaluation on growing subsets: the rows the metric is over, their share, and the rung
+    # ASHA stopped the trial at.
     "eval_rows": pa.int64(),
     "eval_fraction": pa.float64(),
     "stopped_at_rung": pa.int64(),
@@ -72,12 +68,10 @@ RESULT_COLUMNS: dict[str, pa.DataType] = {
     "model_file": pa.string(),
     # Why a model to keep is missing (its node was lost before it was fetched); else None.
     "model_lost": pa.string(),
-    # How many times Ray Tune ran the trial again after its node was lost or its process
-    # failed (max_failures), and after what (``NodeLost: ...``; several joined by " | ").
+    # How many times Ray Tune ran the trial again, and after what.
     "retries": pa.int64(),
     "retried_after": pa.string(),
-    # A result no trial of this search ran: the earlier search and trial that measured it
-    # (a sensitivity probe of the probe cache); else None.
+    # A result of an earlier search (a probe of the probe cache): its search and trial.
     "reused_from": pa.string(),
 }
 
@@ -106,8 +100,8 @@ def _column(values: list[Any]) -> pa.Array:
 
 
 def _as_arrow(values: list[Any], present: list[Any]) -> pa.Array | None:
-    """``values`` (lists, or mappings) as the Arrow list or struct column that holds each one
-    as it is (read back equal: no key added, no number retyped); None when none does."""
+    """``values`` as the Arrow list or struct column that holds each one as it is; None when
+    none does."""
     if not (
         all(isinstance(v, list) for v in present) or all(isinstance(v, Mapping) for v in present)
     ):
@@ -140,26 +134,16 @@ def results_table(records: Sequence[TrialRecord]) -> pa.Table:
         else:
             values = [None if v is None else str(v) for v in values]
         columns[name] = pa.array(values, dtype)
-    param_names: list[str] = []
-    extra_names: list[str] = []
-    for r in rows:
-        for name in r.params or {}:
-            if name not in param_names:
-                param_names.append(name)
-        for name in r.extra:
-            if name not in extra_names:
-                extra_names.append(name)
-    for name in param_names:
+    for name in dict.fromkeys(name for r in rows for name in r.params or {}):
         columns[f"params/{name}"] = _column([(r.params or {}).get(name) for r in rows])
-    for name in extra_names:
+    for name in dict.fromkeys(name for r in rows for name in r.extra):
         columns[f"extra/{name}"] = pa.array([finite(r.extra.get(name)) for r in rows], pa.float64())
     return pa.table(columns)
 
 
 def write_results_csv(table: pa.Table, stream: TextIO) -> None:
-    """``table`` (``results.parquet``) as CSV on ``stream``: a header of its column names,
-    one line per trial; an empty cell for a missing value, a list or mapping as its JSON text
-    (as older searches stored it in the table), booleans as ``true``/``false``.
+    """``table`` (``results.parquet``) as CSV on ``stream``: an empty cell for a missing
+    value, a list or mapping as its JSON text, booleans as ``true``/``false``.
 
     Example:
         >>> import io

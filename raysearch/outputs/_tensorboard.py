@@ -1,22 +1,10 @@
 """``tensorboard/``: the metric, the best-so-far, the candidates found and the duration per
-trial, as TensorBoard scalars, rewritten whole from the records.
-
-Why not Ray Tune's ``TBXLoggerCallback``: it writes while Tune runs, one event file per trial
-in that trial's own folder under Tune's storage, with the scalars of that trial's results
-only. The outputs need one search-wide series (best-so-far and candidates count across
-trials, in start order) in ``output_dir/tensorboard/``, rewritten from the journal after a
-resume (the trials of earlier sessions are in no Tune experiment of the resumed session)
-and by :func:`~raysearch.outputs.write_outputs` without Tune at all; and Tune's per-result
-loggers stay off for speed (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``). The same
-``tensorboardX.SummaryWriter`` that the callback uses writes them here.
-
-Example:
-    >>> write_tensorboard(rows, out / "tensorboard", higher=False)      # doctest: +SKIP
+trial, as TensorBoard scalars, rewritten whole from the records: one search-wide series in
+start order, which Ray Tune's per-trial ``TBXLoggerCallback`` does not write.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -28,17 +16,15 @@ __all__ = ["write_tensorboard"]
 
 
 def _swap_dir(built: Path, final: Path) -> None:
-    """Move every file of ``built`` into ``final`` (each with ``os.replace``), then remove the
-    files of ``final`` that ``built`` did not hold: ``final`` always exists and holds complete
-    files, and files a user put there stay unless ``built`` had one of the same name."""
+    """Move every file of ``built`` into ``final``, then remove the files of ``final`` that
+    ``built`` did not hold (``final`` always holds complete files)."""
     final.mkdir(parents=True, exist_ok=True)
     new = {item.name for item in built.iterdir()}
     old = [item for item in final.glob("events.out.tfevents.*") if item.name not in new]
     for item in built.iterdir():
         os.replace(item, final / item.name)
     for item in old:
-        with contextlib.suppress(FileNotFoundError):
-            item.unlink()
+        item.unlink(missing_ok=True)
     shutil.rmtree(built, ignore_errors=True)
 
 

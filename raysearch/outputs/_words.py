@@ -25,7 +25,7 @@ from raysearch.trialrecord import TrialRecord
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
 
-__all__ = ["summary_words", "STOP_WORDS"]
+__all__ = ["summary_words"]
 
 #: ``stop_reason`` in words (``running``: the report of a search not finished).
 STOP_WORDS = {
@@ -119,7 +119,6 @@ def _won(best: TrialRecord | None, metric: str) -> str:
     params = setting_text(best.params or {})
     kind = "a candidate" if is_candidate(best) else "not a candidate"
     extra = best.extra
-    extra = extra if isinstance(extra, Mapping) else {}
     low, high = finite(extra.get(f"{metric}_ci_low")), finite(extra.get(f"{metric}_ci_high"))
     interval = f" (95 % interval {_num(low)}-{_num(high)})" if None not in (low, high) else ""
     return (

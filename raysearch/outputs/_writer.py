@@ -8,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import logging
@@ -40,10 +39,7 @@ __all__ = ["write_outputs", "write_trial_plots", "preload_output_modules", "runn
 
 _logger = logging.getLogger("raysearch.outputs")
 
-#: What writing the outputs imports: seconds of imports on a small machine (tensorboardX
-#: imports PyTorch and ``optuna.importance`` scikit-learn when they are installed, unless the
-#: ``raysearch`` command skips them: :mod:`raysearch._optional_imports`), paid after the last
-#: trial unless a search imports them while its trials run.
+#: What writing the outputs imports (seconds of imports a search does while trials run).
 _OUTPUT_MODULES = (
     "tensorboardX",
     "matplotlib.pyplot",
@@ -57,16 +53,11 @@ _PLOT_MODULES = ("matplotlib.pyplot",)
 
 
 def preload_output_modules(plots: bool = True, figures: bool = False) -> threading.Thread:
-    """Import, in a daemon thread, the modules :func:`write_outputs` needs, and with
-    ``figures`` build the report's figures once (:func:`raysearch.outputs._study.warm_up`): a
-    search calls this once its first trial is recorded, so that it does not pay for them after
-    its last trial (the driver mostly waits while trials run); without ``plots``, not
-    matplotlib (a search whose plot process draws ``plots/``). ``figures`` is for a process
-    that ends with its search: the warm-up sets warnings filters (not thread-safe), which a
-    program running searches and checking warnings of its own could see change under it, and
-    a program running several searches has its figures' modules warm from the first. Returns
-    the thread; nothing needs to join it (an import still in progress when the outputs are
-    written is waited for by Python's import lock)."""
+    """Import, in a daemon thread, the modules :func:`write_outputs` needs (without ``plots``,
+    not matplotlib), so that a search does not import them after its last trial; with
+    ``figures``, build the report's figures once too (:func:`raysearch.outputs._study.warm_up`).
+    ``figures`` is for a process that ends with its search: the warm-up sets warnings filters,
+    which are not thread-safe, and a program running several searches is warm from its first."""
     names = [name for name in _OUTPUT_MODULES if plots or name not in _PLOT_MODULES]
 
     def _import_all() -> None:
@@ -94,8 +85,7 @@ def preload_output_modules(plots: bool = True, figures: bool = False) -> threadi
 
 
 def _sweep_leftovers(out: Path) -> None:
-    """Remove the temporary files of a writer that was killed mid-write (one writer per
-    output folder: none of them is in use)."""
+    """Remove the temporary files of a writer that was killed mid-write."""
     for sub, stems in ATOMIC_FILES.items():
         folder = out / sub if sub else out
         if not folder.is_dir():
@@ -107,8 +97,7 @@ def _sweep_leftovers(out: Path) -> None:
                 if item.is_dir() and not item.is_symlink():
                     shutil.rmtree(item, ignore_errors=True)
                 else:
-                    with contextlib.suppress(FileNotFoundError):
-                        item.unlink()
+                    item.unlink(missing_ok=True)
 
 
 def _summary(
@@ -118,8 +107,7 @@ def _summary(
     config: SearchConfig,
     **values: Any,
 ) -> dict[str, Any]:
-    """``summary.json``'s content, in its order; ``values`` are the caller's figures
-    (``stop_reason``, ``wall_time_s``, the float model's metric, size and latency)."""
+    """``summary.json``'s content, in its order; ``values``: the caller's figures."""
     higher = config.metric_higher_is_better
 
     def of_best(key: str) -> Any:
@@ -149,21 +137,17 @@ def _summary(
         "float_latency_ms": values["float_latency_ms"],
     }
     if any(r.decode_latency_ms is not None for r in rows):
-        # A language-model metric's search: its best's one-token decode step and prefill.
         summary["best_decode_latency_ms"] = of_best("decode_latency_ms")
         summary["best_prefill_latency_ms"] = of_best("prefill_latency_ms")
     extra = of_best("extra") or {}
     if f"{config.metric}_ci_low" in extra:
-        # A language-model metric's 95 % interval of the best's metric (paired bootstrap).
         interval = [extra[f"{config.metric}_ci_low"], extra.get(f"{config.metric}_ci_high")]
         summary["best_metric_interval"] = interval
     devices = sorted({str(r.device) for r in rows if r.device})
     summary["device"] = ", ".join(devices) if devices else None
-    # The driver's CPU: int8 results depend on its instruction set (raysearch.cpu).
     summary["cpu"] = cpu_info()
     fallback = [r for r in rows if r.gpu_id is not None and r.device == "cpu"]
     if fallback:
-        # Said once, here, rather than per trial: GPUs were assigned but could not be used.
         summary["gpu_note"] = (
             f"{len(fallback)} trials were assigned a GPU but ONNX Runtime's CUDA provider did "
             "not load on their node; they ran on the CPU"
@@ -180,12 +164,9 @@ def _unquantized_note(
     evaluator: Evaluator | None,
 ) -> dict[str, Any]:
     """The summary's words when no setting that quantizes something is a candidate but some
-    that quantize nothing met the tolerance (never candidates: the float model with extra
-    nodes): how many (``unquantized_met_tolerance``), how far the best quantized setting,
-    which ``best/`` holds, missed the tolerance (``best_quantized_missed_by``, in the
-    metric's units, :meth:`Evaluator.missed_by`) and a sentence (``tolerance_note``); empty
-    otherwise. Without it a reader of the summary sees a best setting outside the tolerance
-    and no hint that the tolerance was met, by models no faster than float."""
+    that quantize nothing met the tolerance: how many (``unquantized_met_tolerance``), how far
+    the best quantized setting missed (``best_quantized_missed_by``) and a sentence
+    (``tolerance_note``); empty otherwise."""
     if config.tolerance is None or any(is_candidate(r) for r in rows):
         return {}
     complete = [
@@ -196,9 +177,9 @@ def _unquantized_note(
     unquantized_rows = [r for r in complete if unquantized(r)]
     if not unquantized_rows:
         return {}
-    evaluator = _evaluator(config, evaluator)
-    if evaluator.is_custom and float_metric is None:
-        return {}  # no float score to measure a custom metric's drop against
+    evaluator = _evaluator(config, evaluator, float_metric)
+    if evaluator is None:
+        return {}
     met = [r for r in unquantized_rows if evaluator.is_candidate(r.metric, float_metric)]
     if not met:
         return {}
@@ -225,13 +206,16 @@ def _unquantized_note(
     return fields
 
 
-def _evaluator(config: SearchConfig, evaluator: Evaluator | None) -> Evaluator:
-    """``evaluator``, else the config's (made here only when a note needs it)."""
-    if evaluator is not None:
-        return evaluator
-    from raysearch.evaluate import Evaluator
+def _evaluator(
+    config: SearchConfig, evaluator: Evaluator | None, float_metric: float | None
+) -> Evaluator | None:
+    """``evaluator``, else the config's; None for a custom metric without the float score its
+    drop is measured against."""
+    if evaluator is None:
+        from raysearch.evaluate import Evaluator
 
-    return Evaluator.from_config(config)
+        evaluator = Evaluator.from_config(config)
+    return None if evaluator.is_custom and float_metric is None else evaluator
 
 
 #: The bounds beyond the tolerance that keep a trial from being a candidate: the record's
@@ -246,13 +230,12 @@ def _bounds_note(
     float_metric: float | None,
     evaluator: Evaluator | None,
 ) -> dict[str, Any]:
-    """The summary's words when no trial is a candidate but some met the tolerance and were
-    kept out by ``max_decode_latency`` or ``size_budget`` (``tolerance_note``), instead of
-    how far the best missed a tolerance it met; empty otherwise."""
+    """The summary's ``tolerance_note`` when no trial is a candidate but some that met the
+    tolerance were kept out by ``max_decode_latency`` or ``size_budget``."""
     if config.tolerance is None or any(is_candidate(r) for r in rows):
         return {}
-    evaluator = _evaluator(config, evaluator)
-    if evaluator.is_custom and float_metric is None:
+    evaluator = _evaluator(config, evaluator, float_metric)
+    if evaluator is None:
         return {}
     met = [
         r
@@ -276,15 +259,11 @@ def _missed_by(
     float_metric: float | None,
     evaluator: Evaluator | None,
 ) -> float | None:
-    """How far the best trial missed the tolerance when no trial met it (the summary's
-    ``best_missed_by``, in the metric's units: :meth:`Evaluator.missed_by`); None without a
-    best trial, a tolerance, or the float model's score a custom metric needs."""
+    """How far the best trial missed the tolerance when no trial met it (``best_missed_by``)."""
     if best is None or config.tolerance is None:
         return None
-    evaluator = _evaluator(config, evaluator)
-    if evaluator.is_custom and float_metric is None:
-        return None
-    return evaluator.missed_by(best.metric, float_metric)
+    evaluator = _evaluator(config, evaluator, float_metric)
+    return None if evaluator is None else evaluator.missed_by(best.metric, float_metric)
 
 
 def write_trial_plots(
@@ -294,12 +273,9 @@ def write_trial_plots(
     float_metric: float | None = None,
     plots: PlotProcess | None = None,
 ) -> dict[str, Any]:
-    """Write ``tensorboard/`` and ``plots/``, the outputs that read neither latency nor which
-    trial is ``best/``: a search writes them while the models whose latency counts are timed
-    again (:mod:`raysearch.search._retime`), then hands the fields they give
-    ``summary.json`` (``param_importance``, ...) to :func:`write_outputs` as ``plotted``.
-    With ``plots`` (the search's plot process) the plots are handed to it to draw while the
-    caller writes the rest, and written by its ``wait``."""
+    """Write ``tensorboard/`` and ``plots/`` (which read neither latency nor ``best/``, so a
+    search writes them while latency is timed again) and return the fields they give
+    ``summary.json``; with ``plots`` the plot process draws them."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(out)
@@ -334,10 +310,8 @@ def write_outputs(
     plotted: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write every output of a search from its ``records``; return the summary dict.
-    ``evaluator`` is the search's (what decides whether a metric meets the tolerance, for the
-    summary's note on settings that quantize nothing); built from ``config`` when that note
-    needs one and none is given. ``plotted``: what :func:`write_trial_plots` returned when the
-    caller wrote ``tensorboard/`` and ``plots/`` before (None: written here)."""
+    ``evaluator``: the search's (built from ``config`` when a note needs one); ``plotted``:
+    what :func:`write_trial_plots` returned when the caller wrote those before (None: here)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(out)
@@ -364,9 +338,8 @@ def write_outputs(
     summary.update(write_pareto(out, rows, config))
     summary.update(extra or {})
     if best is not None and best.device not in (None, "cpu"):
-        # The float model is timed on the driver's CPU (its batch, and a decoder's decode
-        # step and prefill): a best timed on a GPU is not set against it (every reader
-        # compares best_<figure> with float_<figure>).
+        # The float model is timed on the driver's CPU: a best timed on a GPU is not set
+        # against it.
         for key in ("float_latency_ms", "float_decode_latency_ms", "float_prefill_latency_ms"):
             if summary.get(key) is not None:
                 summary[key.replace("_ms", "_cpu_ms")], summary[key] = summary[key], None
@@ -375,15 +348,13 @@ def write_outputs(
         plotted = write_trial_plots(out, rows, config, float_metric)
     summary.update(plotted)
     atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2, default=json_default) + "\n")
-    # After the summary: a report that fails is logged and never costs the search its outputs.
     write_report(out, rows, summary, config=config, plotly_src=os.environ.get(PLOTLY_SRC_ENV))
     return summary
 
 
 def running_summary(records: Sequence[Mapping[str, Any]], config: SearchConfig) -> dict[str, Any]:
-    """``summary.json``'s fields for a search that has not finished (running, or killed before
-    its outputs): what its ``records`` say so far, ``stop_reason`` ``running``; the float
-    model's figures are not known here (the search writes them at its end)."""
+    """``summary.json``'s fields for a search that has not finished: what its ``records`` say
+    so far, ``stop_reason`` ``running``, no float model figures."""
     rows = order(records)
     best = best_record(rows, config.metric_higher_is_better, config.select)
     elapsed = [float(r.elapsed_s) for r in rows if finite(r.elapsed_s) is not None]

@@ -1,10 +1,4 @@
-"""What a search returns (:class:`SearchResult`), read back from its outputs.
-
-Example:
-    >>> result = build_result(folder, summary, records, higher=False)   # doctest: +SKIP
-    >>> result.stop_reason                                               # doctest: +SKIP
-    'space_exhausted'
-"""
+"""What a search returns (:class:`SearchResult`), read back from its outputs."""
 
 from __future__ import annotations
 
@@ -50,10 +44,8 @@ class SearchResult:
         return self.summary.get("stop_reason", "")
 
     def dataframe(self) -> Any:
-        """``results.parquet`` as a pandas ``DataFrame``: one row per trial, in start order
-        (the columns: README, "Outputs"). A list or mapping setting is a Python list or dict
-        in its cell (Arrow's own lists and structs, and the JSON text older searches wrote
-        for them, read back), not a numpy array or a string.
+        """``results.parquet`` as a pandas ``DataFrame``: one row per trial, in start order, a
+        list or mapping setting a Python list or dict in its cell.
 
         Returns:
             A ``pandas.DataFrame``.
@@ -70,7 +62,7 @@ class SearchResult:
 
 def results_dataframe(table: Any) -> Any:
     """``table`` (``results.parquet``) as pandas, each list or mapping cell a Python list or
-    dict (see :meth:`SearchResult.dataframe`).
+    dict.
 
     Example:
         >>> import pyarrow as pa
@@ -94,7 +86,6 @@ def results_dataframe(table: Any) -> Any:
             values = [_decoded(v) for v in values]
         columns[name] = values
     frame = pd.DataFrame({name: pd.Series(v, dtype=object) for name, v in columns.items()})
-    # Scalar columns in their own dtypes (numbers as numbers); lists and dicts stay objects.
     scalar = [
         name
         for name in table.column_names
@@ -126,9 +117,7 @@ def build_result(
 
     candidates = [r for r in records if is_candidate(r)]
     candidates.sort(key=lambda r: r.metric, reverse=higher)
-    # The one file read as it is: pq.read_table goes through Arrow's dataset API, whose
-    # import (pyarrow.dataset, Acero, Substrait) takes longer than the read, after the last
-    # trial.
+    # Read as one file: pq.read_table imports Arrow's dataset API, slower than the read.
     with pq.ParquetFile(folder / RESULTS) as results:
         table = results.read()
     return SearchResult(
@@ -151,7 +140,6 @@ def build_result(
 
 
 def _model_path(folder: Path, model_file: str | None) -> str | None:
-    """Where a trial's model is, None when it was not kept (a finished search's journal still
-    names the model of a candidate that ``keep_candidates`` removed later)."""
+    """Where a trial's model is; None when it was not kept."""
     path = folder / model_file if model_file else None
     return str(path) if path is not None and path.is_file() else None

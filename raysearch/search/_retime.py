@@ -1,41 +1,12 @@
-"""Latency timed again, alone, before it decides or is set against the float model's.
+"""Latency timed again, alone, after the last trial, where it decides or the config asks.
 
-A trial times its model while other trials share the CPUs, so where latency decides (``select:
-latency``, or ``latency_ms`` among the ``objectives`` of the Pareto front), or where the config
-asks (``retime_latency: true``), the models whose latency counts are timed again after the last
-trial, one after another with no trial running: every candidate whose model is still on disk
-(the ``keep_candidates`` kept and the front's) where latency decides, and the best setting and
-the float model. Elsewhere nothing is timed again (the seconds after the last trial are what a
-user waits for): the outputs report the figures the trials measured, and say so
-(:func:`latency_timing`: "timed during the search, beside other trials"). A search times them
-in a process of its own on the driver (:mod:`raysearch.search._latency_timer`, started while
-its trials run), while it writes ``tensorboard/`` and ``plots/``, which read neither latency
-nor ``best/``. Each is timed as a trial times it (:func:`raysearch.evaluate.measure_latency`:
-the first evaluation batch, one warm-up run, the median of :data:`RUNS`, on
-``resources.cpu_per_trial`` threads), in :data:`ROUNDS` rounds that take the models in turn, so
-that a slower moment of the machine falls on all of them (no round starts after
-:data:`BUDGET_S` seconds, :data:`REPORT_BUDGET_S` where latency decides nothing, once
-:data:`MIN_ROUNDS` are done); the figure is the median of the rounds and the spread their
-lowest and highest.
-
-A language-model metric's trials also time a one-token decode step and a prefill
-(``decode_latency_ms``, ``prefill_latency_ms``): the same rule times those again, each on its
-own feed (:func:`raysearch.data.latency_feeds`, as a trial feeds it), in the same rounds: the
-best setting and the float model, and where the figure decides (``select: decode_latency`` or
-``prefill_latency``, or the figure among the ``objectives``) every candidate kept; a figure
-that decides nothing is timed on the models of one that decides too (the best is one of them
-once that one is timed alone). Each figure
-timed again is recorded as ``latency_ms``'s is: the record's figure replaced, the trial's kept
-in ``summary.json``'s ``latency_retimed``, ``decode_latency_retimed``,
-``prefill_latency_retimed`` (``in_search_ms`` of each model).
-
-Not done when latency is not measured (``measure_latency: false``), with ``retime_latency:
-false``, or when the trials ran on GPUs (the driver's CPU would time another device).
-
-Example:
-    >>> retimed = retime(config, folder, records, evaluation, "model.onnx")  # doctest: +SKIP
-    >>> retimed.summary["best_latency_vs_float"]                             # doctest: +SKIP
-    4.94
+A trial times its model while other trials share the CPUs, so where a latency decides
+(``select``, or among the ``objectives``) or ``retime_latency: true`` asks, the candidates
+kept and the best setting and the float model are timed again one after another in
+:data:`ROUNDS` rounds (the median, lowest and highest kept), in a process of the driver's own
+(:mod:`raysearch.search._latency_timer`). A language-model metric's decode and prefill
+latencies are timed the same way. The trials' own figures stay in ``summary.json``'s
+``*_retimed`` fields. Not done without latency, with ``retime_latency: false`` or on GPUs.
 """
 
 from __future__ import annotations
@@ -57,38 +28,30 @@ if TYPE_CHECKING:
     from raysearch.data import DataSource
 
 __all__ = [
-    "Retimed",
     "RetimePlan",
     "retime",
     "plan_retime",
     "needs_retime",
     "time_rounds",
     "latency_timing",
-    "retimed_field",
     "deciding",
-    "FIGURES",
     "ROUNDS",
     "RUNS",
-    "MAX_MODELS",
 ]
 
 _logger = logging.getLogger("raysearch.search")
 
 #: Rounds over the models, and timed runs of each model per round (after one warm-up run).
 ROUNDS, RUNS = 5, 5
-#: Seconds of timing after which no further round starts once :data:`MIN_ROUNDS` are done
-#: (on a loaded machine a large model's rounds would otherwise keep the user waiting).
+#: Seconds after which no further round starts once :data:`MIN_ROUNDS` are done.
 BUDGET_S, MIN_ROUNDS = 30.0, 2
-#: The budget when latency decides nothing (the best against the float model only): time
-#: after the last trial is what a user waits for.
+#: The budget when latency decides nothing (time after the last trial is the user's wait).
 REPORT_BUDGET_S = 3.0
 #: The most candidate models timed again (the fastest by their trial's figure first).
 MAX_MODELS = 12
 
 
-#: The latencies a search times, each with the ``select`` that picks ``best/`` by it:
-#: ``latency_ms`` (one evaluation batch) for every metric, and a language-model metric's
-#: one-token decode step and prefill.
+#: The latencies a search times, each with the ``select`` that picks ``best/`` by it.
 FIGURES = {
     "latency_ms": "latency",
     "decode_latency_ms": "decode_latency",
@@ -96,15 +59,13 @@ FIGURES = {
 }
 
 
-#: How the latencies a search reports were timed (``summary.json``'s ``latency_timing``, said
-#: in the report and the terminal): timed again alone, or the trials' own figures.
+#: How the latencies a search reports were timed (``summary.json``'s ``latency_timing``).
 TIMED_ALONE = "timed alone after the search"
 TIMED_IN_SEARCH = "timed during the search, beside other trials"
 
 
 def latency_timing(config: SearchConfig, retimed: bool) -> str | None:
-    """How the latencies of a search of ``config`` were timed: :data:`TIMED_ALONE` when
-    ``retimed``, else :data:`TIMED_IN_SEARCH`; None when latency is not measured."""
+    """How a search's latencies were timed; None when latency is not measured."""
     if not config.measure_latency:
         return None
     return TIMED_ALONE if retimed else TIMED_IN_SEARCH
@@ -112,10 +73,8 @@ def latency_timing(config: SearchConfig, retimed: bool) -> str | None:
 
 @dataclass
 class Retimed:
-    """What timing again changed: the records (each figure timed alone where it was), the
-    float model's figures timed alone (``float_ms``, by figure; ``float_latency_ms`` its
-    ``latency_ms``), and the fields it adds to ``summary.json`` (with the trials' own
-    figures)."""
+    """What timing again changed: the records, the float model's figures by figure, and the
+    fields it adds to ``summary.json``."""
 
     records: list[TrialRecord]
     float_latency_ms: float | None
@@ -132,14 +91,12 @@ def _complete(record: TrialRecord, figure: str = "latency_ms") -> bool:
 
 
 def _model(folder: Path, record: TrialRecord) -> Path | None:
-    name = record.model_file
-    path = folder / name if name else None
+    path = folder / record.model_file if record.model_file else None
     return path if path is not None and path.is_file() else None
 
 
 def deciding(config: SearchConfig, figure: str) -> bool:
-    """Whether ``figure`` (a key of :data:`FIGURES`) decides: it picks ``best/`` (``select``)
-    or is one of the Pareto front's ``objectives``."""
+    """Whether ``figure`` picks ``best/`` (``select``) or is one of the ``objectives``."""
     return config.select == FIGURES[figure] or figure in (config.objectives or ())
 
 
@@ -161,8 +118,7 @@ def _chosen(
 
 
 def _feeds(evaluation: DataSource, records: Sequence[TrialRecord]) -> dict[str, Mapping[str, Any]]:
-    """The feed of each figure the trials measured: ``latency_ms`` the first evaluation
-    batch, a decoder's decode step and prefill the feeds its trials were timed on."""
+    """The feed of each figure the trials measured."""
     feeds: dict[str, Mapping[str, Any]] = {"latency_ms": evaluation.batch(0)}
     if any(_complete(r, f) for r in records for f in ("decode_latency_ms", "prefill_latency_ms")):
         from raysearch.data import latency_feeds
@@ -173,9 +129,7 @@ def _feeds(evaluation: DataSource, records: Sequence[TrialRecord]) -> dict[str, 
 
 
 def needs_retime(config: SearchConfig) -> bool:
-    """Whether a search of ``config`` times latency again alone after its last trial: where
-    a figure decides (:func:`deciding`) or the config asks (``retime_latency: true``), never
-    with ``retime_latency: false``, latency not measured or trials on GPUs."""
+    """Whether a search of ``config`` times latency again alone after its last trial."""
     if not config.measure_latency or config.resources.gpu_per_trial > 0:
         return False
     if config.retime_latency is not None:
@@ -185,10 +139,8 @@ def needs_retime(config: SearchConfig) -> bool:
 
 @dataclass
 class RetimePlan:
-    """The models a finished search times again, and on what: :attr:`job` is what
-    :func:`time_rounds` takes (the driver runs it in a process of its own,
-    :class:`raysearch.search._latency_timer.LatencyTimer`), :meth:`apply` what its rounds
-    change."""
+    """The models a finished search times again: :attr:`job` is :func:`time_rounds`'s
+    arguments (run in :class:`raysearch.search._latency_timer.LatencyTimer`)."""
 
     config: SearchConfig
     folder: Path
@@ -198,9 +150,7 @@ class RetimePlan:
     job: dict[str, Any]
 
     def apply(self, rounds: Mapping[str, Mapping[str, list[float]]] | None) -> Retimed | None:
-        """The records, the float model's figures and the summary's fields, from ``rounds``
-        (:func:`time_rounds`'s); None when the models could not be timed (the trials'
-        figures stay)."""
+        """The records, float figures and summary fields from ``rounds``; None without them."""
         if rounds is None:
             return None
         return _retimed(self.config, self.folder, self.records, self.plans, rounds)
@@ -213,9 +163,7 @@ def plan_retime(
     evaluation: DataSource,
     float_model: str | os.PathLike,
 ) -> RetimePlan | None:
-    """What :func:`retime` times (see the module); None when nothing is: latency decides
-    nothing and the config does not ask (:func:`needs_retime`), or no model of a finished
-    trial is left on disk."""
+    """What :func:`retime` times; None when nothing is (:func:`needs_retime`, no model left)."""
     if not needs_retime(config):
         return None
     folder = Path(folder)
@@ -248,18 +196,7 @@ def retime(
     float_model: str | os.PathLike,
 ) -> Retimed | None:
     """Time the float model and the models whose latency counts again, alone, in this
-    process (see the module; a search times them in a process of its own while it writes
-    its plots); None when nothing is timed (:func:`plan_retime`, or ONNX Runtime could not
-    time a model).
-
-    Returns:
-        :class:`Retimed`; its ``summary`` holds ``latency_retimed`` (how: rounds, runs,
-        threads; per model the median, lowest and highest of the rounds in milliseconds, and
-        the trial's own figure), the same of ``decode_latency_retimed`` and
-        ``prefill_latency_retimed`` where the trials measured them, and
-        ``best_latency_vs_float`` (the best setting's latency over the float model's, both
-        timed alone).
-    """
+    process; None when nothing is timed or ONNX Runtime could not time a model."""
     plan = plan_retime(config, folder, records, evaluation, float_model)
     if plan is None:
         return None
@@ -325,10 +262,8 @@ def _with_deciding(
     records: Sequence[TrialRecord],
     plans: Mapping[str, tuple[list[TrialRecord], bool]],
 ) -> dict[str, tuple[list[TrialRecord], bool]]:
-    """``plans`` (figure -> the records timed again, whether it decides) where a figure that
-    decides nothing also times the models of the figures that decide: which of them is
-    ``best/`` is known only once those are timed alone. Figures with nothing to time left
-    out."""
+    """``plans`` with a figure that decides nothing also timing the models of the figures
+    that decide (which is ``best/`` is known only then); figures with nothing to time left out."""
     deciding_ones = {str(r.trial_id): r for chosen, d in plans.values() if d for r in chosen}
     out = {}
     for figure, (chosen, decides) in plans.items():
@@ -359,10 +294,8 @@ def time_rounds(
     threads: int,
     budget_s: float,
 ) -> dict[str, dict[str, list[float]]]:
-    """Per figure, each model's figure per round (model ``name`` at ``paths[name]`` timed on
-    the feed of each figure of ``which[name]``; see the module; no round starts after
-    ``budget_s`` once :data:`MIN_ROUNDS` are done). Raises what ONNX Runtime raises when it
-    cannot time one (the caller keeps the trials' figures)."""
+    """Per figure, each model's figure per round: model ``name`` timed on the feed of each
+    figure of ``which[name]``. Raises what ONNX Runtime raises when it cannot time one."""
     from raysearch.evaluate import measure_latency
     from raysearch.providers import make_session
 
@@ -382,11 +315,9 @@ def time_rounds(
 
 
 def _drop_unkept(config: SearchConfig, folder: Path, records: list[TrialRecord]) -> None:
-    """Once latency timed alone has decided, keep under ``candidates/`` and ``kept/`` what the
-    recorder keeps by the same rule (the ``keep_candidates`` best, the Pareto front, the best
-    trial's), by the figures timed alone: a model kept for its figure in the search that is
-    none of those now is deleted, its record's ``model_file`` None (the journal keeps its
-    line; a finished search's model that is gone reads as not kept)."""
+    """Delete the models kept for their in-search figure that the recorder's rule (the
+    ``keep_candidates`` best, the Pareto front, the best) no longer keeps by the figures timed
+    alone; their records' ``model_file`` becomes None."""
     from raysearch.layout import CANDIDATES, KEPT
     from raysearch.modelfile import remove_model
     from raysearch.ranking import best_records, pareto_front
@@ -427,16 +358,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def slower_than_float_note(ratio: float | None, deciding: bool = False) -> str | None:
     """The summary's ``latency_note`` when the best setting is slower than the float model
-    (``ratio``: ``best_latency_vs_float``; ``deciding``: latency chose the best).
-
-    Example:
-        >>> slower_than_float_note(4.94)
-        'the best setting is slower than the float model: 494% of its latency, each timed alone after the search (select: latency, or objectives with latency_ms, weighs speed)'
-        >>> slower_than_float_note(1.5, deciding=True)
-        'the best setting is slower than the float model: 150% of its latency, each timed alone after the search (no candidate timed was faster)'
-        >>> slower_than_float_note(0.8) is None
-        True
-    """  # noqa: E501
+    (``ratio``: ``best_latency_vs_float``; ``deciding``: latency chose the best)."""
     if ratio is None or ratio <= 1.0:
         return None
     advice = (

@@ -1,47 +1,13 @@
 """``AutoSearch``: one search from a config to its outputs, on Ray Tune; and its resume.
 
-How a search runs:
-
-1. The config is validated; :func:`~raysearch.search.preflight.preflight` checks the model,
-   loads the data against it and computes the float reference (built-in metrics) or the float
-   model's score (custom evaluators) once, on the driver; the Optuna storage and the loggers'
-   places are checked (:mod:`raysearch.search.targets`); Ray starts (or is joined) and must
-   have a node that can hold one trial. Nothing is written before all of that passed.
-2. The output folder is claimed: a folder holding an earlier search is refused unless
-   ``overwrite`` (then only what raysearch created there is removed) or the config says
-   ``resume_if_exists`` (Quark's ``load_study_if_exists``) and the folder holds an earlier
-   run of the same search (then ``run`` continues it, as :meth:`AutoSearch.resume` with the
-   config given), and files of the names raysearch writes that it did not create are never
-   overwritten. A marker goes to
-   ``.raysearch.json``, the config (paths made absolute) to ``raysearch_config.yaml``, the log
-   to ``auto_search.log``.
-3. Tune runs :class:`~raysearch.search.tune.trainable.QuantTrainable` actors, reused between
-   trials, fed by :class:`~raysearch.search.tune.searchers.SettingSearcher` and stopped by
-   :class:`~raysearch.search.tune.stopper.CandidateStopper`.
-4. Every finished trial is journaled at once (:mod:`raysearch.search.record.recorder`); at
-   the end the outputs are written from the journal (:mod:`raysearch.outputs`).
-
-Speed: Tune's own cost per trial is what decides whether a search of small trials is fast.
-raysearch reuses actors (``reuse_actors=True``), switches off Tune's per-result loggers
-(``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``; raysearch writes its own outputs), saves Tune's
-experiment state only every ``TUNE_GLOBAL_CHECKPOINT_S`` (60 s) because the journal, not
-Tune's state, is what a resume reads, keeps one queued trial per running one so a finished actor
-always has a next trial, and starts the first wave of actors together (a start barrier).
-
-Resume (:meth:`AutoSearch.resume`): the journal (with the saved config) is the one source of
-truth. The searcher, the strategy's phases, the rungs' scores, the stop conditions' counts
-and the elapsed time (up to each earlier session's last finished trial) are rebuilt from its
-records, and a new Tune experiment runs the trials left: no finished trial runs again, and
-the trials are those of the same search run straight through. Tune's saved experiments are
-never restored. Resumed with a config whose stop conditions differ (a raised
-``iteration_limit``), a search goes on with them, a finished one too: the config is saved as
-the search's.
-
-Where each part lives: the files a search owns, :mod:`raysearch.layout`; claiming and cleaning
-the output folder, :mod:`raysearch.search.record.output_dir`; log routing, ``_logs``; Ray's
-start and capacity, :mod:`raysearch.search.runtime.cluster`; the trial engine's factory,
-``_engine``; Tune's ``Tuner``, ``_tuner``; one session's run, ``_execute``; the
-returned :class:`SearchResult`, ``_result``. """
+The config, the model, the data and the float reference are checked
+(:mod:`~raysearch.search.preflight`), the targets (:mod:`raysearch.search.targets`) and Ray's
+capacity too, before anything is written; then the output folder is claimed
+(:mod:`raysearch.search.record.output_dir`) and one session runs (``_execute``). Every
+finished trial is journaled at once, and the outputs are written from the journal. A resume
+rebuilds the searcher, the phases, the rungs, the stop counts and the elapsed time from the
+journal and runs the trials left in a new Tune experiment; no finished trial runs again.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +26,6 @@ import yaml
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import InputError
 from raysearch.layout import CACHE_DIR, CONFIG_FILE, JOURNAL, MARKER, SUMMARY
-from raysearch.search._engine import EngineSpec
 from raysearch.search._execute import Execution
 from raysearch.search._result import SearchResult, build_result
 from raysearch.search.record.journal import Journal
@@ -98,8 +63,6 @@ __all__ = [
     "run_search",
     "resume_search",
     "search_running_in",
-    "progress_stream",
-    "EngineSpec",
     "start_ray",
     "check_resources",
     "MARKER",
@@ -117,10 +80,8 @@ class AutoSearch:
     """A quantization search from a config (a :class:`SearchConfig`, a dict or a YAML path).
 
     Args:
-        config: the search's config: a :class:`SearchConfig`, a mapping of its keys (checked
-            as :meth:`SearchConfig.from_dict` checks them; Python objects allowed where the
-            README says so: an evaluator function, an Optuna sampler, arrays, a data reader)
-            or the path of a YAML file (:func:`load_config`).
+        config: a :class:`SearchConfig`, a mapping of its keys (Python objects allowed where
+            the README says so) or the path of a YAML file.
 
     Raises:
         ConfigError: the config has mistakes (all of them, one line each).
@@ -142,7 +103,6 @@ class AutoSearch:
         check_strategy_available(self.config.search_algo)
         self.output_dir = Path(self.config.output_dir).resolve()
 
-    # -- public ----------------------------------------------------------------------------
     def run(
         self,
         *,
@@ -155,34 +115,21 @@ class AutoSearch:
         """Run the search to its end and write its outputs.
 
         Args:
-            overwrite: replace a previous search in ``output_dir`` (only files raysearch
-                created there are removed).
-            progress: where the live progress line goes: True (the default) standard
-                error, or a stream; False or None only ``auto_search.log`` (the
-                ``raysearch.progress`` logger, at INFO).
+            overwrite: replace a previous search in ``output_dir`` (only raysearch's files).
+            progress: where the live progress line goes: True standard error, or a stream;
+                False or None only ``auto_search.log``.
             preflight: the :func:`~raysearch.search.preflight.start_preflight` of this
-                search's config, already under way (the CLI starts it before it imports Ray
-                Tune); None runs the preflight here, beside Ray's start.
-            kept: what the running cluster keeps between searches
-                (:class:`~raysearch.search.runtime.KeptWarm`), which ``preflight`` looks the
-                float reference up in; None: one is made when the search joins a cluster
-                (``address``, or a Ray initialised before).
-            callbacks: Ray Tune callbacks (any ``ray.tune.Callback``: your own, Ray's
-                ``MLflowLoggerCallback``, ...) that see every trial of this session, beside
-                the config's ``loggers``; each result carries the trial's record as numbers
-                (:func:`~raysearch.search.tune._loggers.logged_result`).
+                config, already under way; None runs it here, beside Ray's start.
+            kept: what the running cluster keeps between searches; None: one is made
+                when the search joins a cluster.
+            callbacks: Ray Tune callbacks of this session, beside the config's ``loggers``.
 
         Returns:
             The :class:`SearchResult`: the best setting and metric, the candidates, the
             summary and the ``results.parquet`` table.
 
-        Nothing is written before the model, the data and the evaluator passed
-        :func:`~raysearch.search.preflight.preflight`, the Optuna storage and the loggers'
-        places passed :func:`~raysearch.search.targets.check_targets` and the Ray cluster
-        proved able to hold a trial: a search with bad input leaves ``output_dir`` as it was
-        (or absent). With ``resume_if_exists`` (and not ``overwrite``), an earlier run of the
-        same search in ``output_dir`` is continued (:meth:`resume` with this config) instead
-        of refused.
+        Nothing is written before the input, the targets and the cluster are checked. With
+        ``resume_if_exists`` an earlier run of the same search is continued instead.
 
         Raises:
             ConfigError: ``output_dir`` holds a previous search and ``overwrite`` is False
@@ -231,17 +178,12 @@ class AutoSearch:
         callbacks: Sequence[Any] | None = None,
     ) -> SearchResult:
         """Continue the interrupted search in ``output_dir``; finished trials are neither lost
-        nor run again. ``config`` is needed only when the search was started from Python
-        objects that a YAML file cannot hold (arrays, a data reader, a callable metric), or
-        to go on with other stop conditions (a raised ``iteration_limit``: a finished search
-        goes on too);
-        ``address`` joins another Ray cluster than the one the search was started on;
-        ``progress`` and ``callbacks`` are :meth:`run`'s (a trial finished in an earlier
-        session reaches no callback again).
+        nor run again. ``config`` is needed for a search started from Python objects a YAML
+        file cannot hold, or to go on with other stop conditions (a finished search too).
 
         Args:
             output_dir: the interrupted (or finished) search's output folder.
-            config: the search's config, when the saved one cannot serve (see above).
+            config: the search's config, when the saved one cannot serve.
             progress: where the live progress line goes, as :meth:`run`'s.
             address: the Ray cluster to join instead of the one the search started on.
             callbacks: Ray Tune callbacks of this session, as :meth:`run`'s.
@@ -271,7 +213,7 @@ class AutoSearch:
             return build_result(folder, summary, records, search.config.metric_higher_is_better)
         check_targets(search.config)
         with hold_output_dir(folder):
-            # Checked again (the files may have changed), the float reference from the cache.
+            # Checked again, the float reference read from the cache.
             prepared = _preflight_beside_ray(search.config, cache_dir=str(folder / CACHE_DIR))
             if changed:
                 _logger.info("%s: the search goes on with the stop conditions given", folder)
@@ -282,7 +224,6 @@ class AutoSearch:
                 resume=True, progress=progress_stream(progress), prepared=prepared
             )
 
-    # -- internals -------------------------------------------------------------------------
     @classmethod
     def _resumed(
         cls,
@@ -309,15 +250,13 @@ class AutoSearch:
             )
         raw = yaml.safe_load((folder / CONFIG_FILE).read_text())
         raw["output_dir"] = str(folder)
-        # The evaluator beside the original config is found there again (not in this folder).
         code_dirs = state.get("code_dirs")
         return cls(SearchConfig.from_dict(raw, base_dir=folder, code_dirs=code_dirs))
 
 
 def progress_stream(progress: TextIO | bool | None) -> TextIO | None:
     """Where :meth:`AutoSearch.run`'s ``progress`` sends the live line: standard error for
-    True (as it is when the search starts, so a redirected ``sys.stderr`` gets it), the
-    stream itself, or None (the log only) for False and None.
+    True, the stream itself, or None (the log only).
 
     Example:
         >>> import io, sys
@@ -335,8 +274,7 @@ def progress_stream(progress: TextIO | bool | None) -> TextIO | None:
 
 
 def search_running_in(folder: str | os.PathLike) -> bool:
-    """Whether a running search holds ``folder`` (its lock), say one that a killed batch
-    left running."""
+    """Whether a running search holds ``folder`` (its lock)."""
     try:
         check_not_in_use(Path(folder))
     except FolderInUse:
@@ -345,11 +283,7 @@ def search_running_in(folder: str | os.PathLike) -> bool:
 
 
 def _checked_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
-    """``callbacks`` as a list, each a ``ray.tune.Callback``.
-
-    Raises:
-        InputError: one is not.
-    """
+    """``callbacks`` as a list; InputError when one is no ``ray.tune.Callback``."""
     from ray.tune import Callback
 
     checked = list(callbacks or ())
@@ -362,8 +296,8 @@ def _checked_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
 
 
 def _joins_cluster(config: SearchConfig) -> bool:
-    """Whether the search runs on a Ray that outlives it (a cluster joined: ``address`` or
-    ``RAY_ADDRESS``; or a Ray initialised before it from Python)."""
+    """Whether the search runs on a Ray that outlives it (a joined cluster, or one
+    initialised before from Python)."""
     import ray
 
     return cluster_address(config.address) is not None or ray.is_initialized()
@@ -375,33 +309,24 @@ def _preflight_beside_ray(
     pending: Future[Prepared] | None = None,
     kept: KeptWarm | None = None,
 ) -> Prepared:
-    """:func:`~raysearch.search.preflight.preflight` in a thread (``pending``, when one was
-    started already) while this thread starts (or joins) Ray: each takes seconds, and neither
-    needs the other. Ray starts in the main thread,
-    where ``ray.init`` installs its signal handlers. A bad input is the error reported (before
-    a Ray failure); a Ray this call started for a bad input is shut down again. ``kept`` is
-    opened once Ray is joined (the preflight thread may wait on it for a kept reference), or
-    closed when this call started Ray (which ends with the search: nothing to keep)."""
+    """:func:`~raysearch.search.preflight.preflight` in a thread (or ``pending``) while this
+    thread starts or joins Ray (whose signal handlers need the main thread). A bad input is
+    the error reported, and a Ray started for it is shut down; ``kept`` is opened once a
+    cluster is joined, closed when this call started Ray."""
     from concurrent.futures import ThreadPoolExecutor
 
     from raysearch.search.preflight import preflight, warn_if_u8s8_saturates
 
     with ThreadPoolExecutor(1, thread_name_prefix="raysearch-preflight") as pool:
         lookup = kept.lookup_reference if kept is not None else None
-        # A fresh search on a Ray of its own takes the rest of the float reference later
-        # (preflight computes it whole when there is a cache to read it from).
         checked = pending or pool.submit(
             preflight, config, cache_dir=cache_dir, kept=lookup, defer_reference=kept is None
         )
-        if checked.done() and checked.exception() is not None:
-            # The input was refused already (most checks take milliseconds, and a command's
-            # preflight starts before Ray Tune is imported): no Ray started only to stop it.
+        if checked.done() and checked.exception() is not None:  # refused: start no Ray
             if kept is not None:
                 kept.close()
             checked.result()
         try:
-            # The folders of the evaluator's or a plugin's module found beside the config: a
-            # cluster's other nodes get a copy (a local Ray's workers import it in place).
             started = start_ray(config.address, *_code_to_ship(config))
         except BaseException:
             if kept is not None:
@@ -416,24 +341,22 @@ def _preflight_beside_ray(
             if started:
                 stop_ray()
             raise
-    # Advice on this CPU once the search will run (a refused input or cluster is one line).
     warn_if_u8s8_saturates(config.search_spaces)
     return prepared
 
 
 def _code_to_ship(config: SearchConfig) -> tuple[list[Path], list[Path]]:
-    """The code folders a search ships to a Ray cluster it joins (none for a Ray of its own,
-    or one already initialised), and what in them it leaves out (the model, the data and
-    the output folder: the search handles those itself).
+    """The code folders a search ships to a Ray cluster it joins, and what in them it leaves
+    out (the model, the data, the output folder).
 
     Raises:
-        ConfigError: a folder is too large to ship (:func:`raysearch.usercode.check_shippable`).
+        ConfigError: a folder is too large to ship.
     """
     import ray
 
-    if cluster_address(config.address) is None or ray.is_initialized():
-        return code_folders(config.code_modules(), config.code_dirs), []
     folders = code_folders(config.code_modules(), config.code_dirs)
+    if cluster_address(config.address) is None or ray.is_initialized():
+        return folders, []
     excluded = [Path(config.output_dir).absolute()]
     for value in (config.model, config.calibration_data, config.eval_data):
         if isinstance(value, (str, os.PathLike)):
@@ -446,8 +369,7 @@ def _code_to_ship(config: SearchConfig) -> tuple[list[Path], list[Path]]:
 
 def _module_folder(name: str) -> Path | None:
     """The folder an imported module's file (or package folder) lies in."""
-    module = sys.modules.get(name.partition(".")[0])
-    file = getattr(module, "__file__", None) if module is not None else None
+    file = getattr(sys.modules.get(name.partition(".")[0]), "__file__", None)
     if file is None:
         return None
     path = Path(file).absolute()
@@ -473,7 +395,3 @@ def resume_search(
 ) -> SearchResult:
     """``AutoSearch.resume(output_dir, ...)``."""
     return AutoSearch.resume(output_dir, config=config, progress=progress, address=address)
-
-
-if __name__ == "__main__":  # pragma: no cover - a debugging aid: python -m raysearch.search.runner
-    print(run_search(sys.argv[1], overwrite=True, progress=sys.stderr).summary)

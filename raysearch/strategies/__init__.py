@@ -5,17 +5,15 @@ The names below are defined in ``raysearch.strategies._registry``."""
 
 from __future__ import annotations
 
-from raysearch.strategies._allocation import BUILDER_SETTINGS, anchor_name, builder_bytes
+from raysearch.strategies._allocation import BUILDER_SETTINGS, anchor_name
 from raysearch.strategies._registry import (
     BUILTIN_STRATEGIES,
     EXHAUSTED,
-    Builder,
     ModelFacts,
     Phase,
     Proposal,
     SearchView,
     StrategyContext,
-    StrategyInfo,
     canonical_strategy,
     check_strategy_available,
     check_strategy_spaces,
@@ -31,8 +29,6 @@ __all__ = [
     "SearchView",
     "ModelFacts",
     "StrategyContext",
-    "StrategyInfo",
-    "Builder",
     "BUILTIN_STRATEGIES",
     "register_strategy",
     "get_strategy",
@@ -40,7 +36,6 @@ __all__ = [
     "canonical_strategy",
     "check_strategy_available",
     "check_strategy_spaces",
-    "builder_bytes",
     "anchor_name",
     "BUILDER_SETTINGS",
 ]

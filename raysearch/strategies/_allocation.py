@@ -1,20 +1,10 @@
 """Size-aware per-node allocation for weight-only quantization: each weight MatMul gets the
 choice (algorithm, bits, block size, symmetry) that buys the most accuracy for its bytes.
 
-The probes of :mod:`raysearch.strategies._weight_only` measure each node alone under each
-choice of the *menu* (the uniform settings of the first stages on their size/metric front that
-decode about as fast as the base, and 8 bits), every other node float. Small single-node
-losses add up (``benchmarks/README.md`` has the check on bytellama), so the loss of a mixed
-model is close to the sum of its nodes' probes. :func:`allocate` then solves the
-multiple-choice knapsack (one choice per node, the sum of their bytes under a budget, the sum
-of their probe losses least) exactly, by dynamic programming over the bytes (the greedy order
-of gain per byte is its approximation). Every allocation is then run as an ordinary trial:
-the additive model proposes, the measured metric decides.
-
-Bytes are those ``MatMulNBits`` stores (:func:`node_bytes`): the packed weights, a float
-scale per block, and for an asymmetric block its packed zero point; a float node keeps its
-float weight. A model's size is the base trial's measured size plus, node by node, the bytes
-its choice adds or saves against the base's.
+Single-node probe losses add up, so :func:`allocate` solves the multiple-choice knapsack (one
+choice per node, bytes under a budget, least sum of losses) by dynamic programming over the
+bytes; each allocation then runs as a trial, whose measured metric decides. Bytes are those
+``MatMulNBits`` stores (:func:`node_bytes`).
 
 Example:
     >>> node_bytes((512, 256), NodeChoice("rtn", 4, 128, False))
@@ -36,13 +26,11 @@ import numpy as np
 from raysearch.quantize.backends.weight_only.options import NodeChoice, names_nodes, top_choice
 
 __all__ = [
-    "FLOAT_BYTES",
     "allocate",
     "allocate_within_time",
     "anchor_name",
     "builder_bytes",
     "node_bytes",
-    "BUILDER_CHOICE",
     "BUILDER_SETTINGS",
 ]
 
@@ -88,12 +76,9 @@ def allocate_within_time(
     budgets: Sequence[float],
     limit: float,
 ) -> list[dict[str, Any] | None]:
-    """:func:`allocate` with a second bound: each plan's time (the sum of its choices'
-    ``times``) at most ``limit``. The time is priced in (a loss of ``price`` per unit of time,
-    for ever higher prices: Lagrangian relaxation of the knapsack) and each budget takes the
-    plan of the lowest price within ``limit``; None where even the fastest plan the prices
-    reach exceeds it. The prices find the plans on the lower convex hull of loss against
-    time; with many nodes, each a small part of the time, that is close to every plan.
+    """:func:`allocate` with each plan's time (the sum of its choices' ``times``) at most
+    ``limit``: the time priced in at ever higher prices (Lagrangian relaxation), each budget
+    taking the plan of the lowest price within ``limit``; None where none is.
 
     Example:
         >>> losses = {"a": {"4": 5.0, "8": 0.1}, "b": {"4": 3.0, "8": 0.1}}
@@ -124,11 +109,9 @@ def allocate(
     sizes: Mapping[str, Mapping[Any, int]],
     budgets: Sequence[float],
 ) -> list[dict[str, Any] | None]:
-    """For each of ``budgets``, the choice per node (the keys of ``losses[node]``, each with
-    its bytes in ``sizes[node]``) whose bytes add up to at most that budget with the least
-    sum of losses; None where even the smallest choices exceed it. One table serves every
-    budget: exact up to :data:`STEPS` byte steps of the largest (each node's bytes are
-    rounded up, so an answer never exceeds its budget)."""
+    """For each of ``budgets``, the choice per node whose bytes add up to at most that budget
+    with the least sum of losses; None where even the smallest choices exceed it. One table
+    serves every budget, exact up to :data:`STEPS` byte steps (bytes rounded up)."""
     nodes = [n for n in losses if losses[n]]
     smallest = {n: min(sizes[n][c] for c in losses[n]) for n in nodes}
     floor = sum(smallest.values())

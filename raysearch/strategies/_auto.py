@@ -1,48 +1,21 @@
-"""The ``Auto`` strategy (aliases ``auto``, ``basic``; the default for the predefined spaces):
-the space searched stage by stage, cheapest first, each stage's trials concurrent, the stop
-conditions of ``stop:`` in force over the whole search (they are the search's ``Stopper``).
+"""The ``Auto`` strategy (aliases ``auto``, ``basic``): the space searched stage by stage,
+cheapest first, as AIMET's AutoQuant orders its techniques and Neural Compressor's ``basic``
+falls back op by op:
 
-Stages (``stage`` in ``results.parquet``), as AIMET's AutoQuant orders its techniques and
-Neural Compressor's ``basic`` strategy falls back op by op:
+1. ``defaults``: each space's ``points_to_evaluate``, or its first setting.
+2. ``calibration``: the calibration settings with every technique off: the sub-grid, or TPE.
+3. ``techniques``: each cheap technique on its own on the :data:`TOP_K` best settings so far,
+   then ``combined``, those that each beat their base, together; beside them (``reachability``)
+   the 16-bit reachability checks. Skipped once a candidate quantizes every MatMul/Gemm/Conv.
+4. ``mixed_precision``: the smallest ``top_k`` promoted to int16 that meets the tolerance (by
+   bisection, :mod:`raysearch.strategies._fallback`), then ``mixed_precision_weights`` with
+   the promoted nodes' weights at 16 bits too.
+5. ``fine_tuning``: AdaQuant/AdaRound on the :data:`TOP_K` best, while no candidate quantizes
+   every MatMul/Gemm/Conv; then ``fine_tuned_mixed_precision``.
+6. ``float_fallback``: only while there is no candidate: the smallest ``top_k`` kept float.
 
-1. ``defaults``: each space's ``points_to_evaluate`` (each backend's one shot), or its first
-   setting when it has none.
-2. ``calibration``: the calibration settings with every technique and fine-tuning off (only
-   where the space offers them off): the whole sub-grid when it fits the stage's budget, else
-   TPE over it. Shared calibration and early stopping on growing subsets make these cheap.
-3. ``techniques``: on the :data:`TOP_K` best settings so far, each cheap technique of the space
-   on its own (CLE, SmoothQuant with each alpha, bias correction); then ``combined``: the
-   techniques that each beat their base, together. Run first in the same stage, concurrent
-   with the techniques (recorded as stage ``reachability``, so that the cheap techniques and
-   sensitivity-ranked mixed precision are tried side by side): the 16-bit reachability checks
-   on the best setting, every ranked activation tensor at int16, and the same with their
-   nodes' weights at 16 bits; skipped when a candidate quantizes every MatMul/Gemm/Conv.
-4. ``mixed_precision``: Neural Compressor's fallback, to 16-bit first: the smallest ``top_k``
-   of activation tensors promoted to int16 (by bisection, see
-   :mod:`raysearch.strategies._fallback`) that meets the tolerance, from the best setting that
-   promotes nothing; only when no fully quantized candidate is the best. Its first trial
-   promotes every ranked tensor (the reachability check, already run when the base is the
-   same): when even that misses the tolerance, the 8-bit weights lose the rest, and the log
-   says so. Then ``mixed_precision_weights``, only while no candidate keeps its weights at 8
-   bits: the same bisection with each promoted node's weight at 16 bits too (A16W16 on those
-   nodes, still quantized; ``mixed_precision.promote_weights``, unless the space holds it at
-   ``false``). Its first trial, everything ranked at 16 bits, is the reachability check of the
-   16-bit path.
-5. ``fine_tuning``: the space's fine-tuning settings (AdaQuant/AdaRound, the costly ones) on
-   the :data:`TOP_K` best settings so far, only while no candidate quantizes every
-   MatMul/Gemm/Conv; then ``fine_tuned_mixed_precision``: when the best is a fine-tuned
-   candidate with tensors promoted, the fewest int16 promotions that hold with fine-tuning.
-6. ``float_fallback``: the last resort, only while there is no candidate at all: the smallest
-   ``top_k`` of tensors kept float.
-
-The stages share one module because they read each other's state: ``combined`` the
-bases ``techniques`` chose, the mixed precision stages the reachability checks' results,
-``fine_tuning`` the mixed precision stages' bases for its reachability verdicts.
-
-A stage the space does not offer (no mixed precision, no fine-tuning) is skipped. Every stage
-builds its settings from the finished records, and a setting never runs twice, so
-``raysearch resume`` goes on in the stage it was in with nothing rerun. The log says why each
-stage starts, what it runs, and why it ends.
+Every stage builds its settings from the finished records, so a resume goes on with nothing
+rerun; the log says why each stage starts, what it runs, and why it ends.
 
 Example:
     >>> calibration_budget(30), calibration_budget(None), calibration_budget(4)
@@ -62,12 +35,7 @@ from raysearch.quantize.techniques.mixed_precision import KEY
 from raysearch.ranking import best_record, best_records, better, is_candidate, order
 from raysearch.space import Categorical, SearchSpace
 from raysearch.strategies._fallback import ALL, Base, FallbackPhase
-from raysearch.strategies._registry import (
-    Phase,
-    Proposal,
-    StrategyContext,
-    register_strategy,
-)
+from raysearch.strategies._registry import Phase, Proposal, StrategyContext, register_strategy
 from raysearch.strategies._roles import (
     FINETUNE,
     TECHNIQUE,
@@ -75,11 +43,7 @@ from raysearch.strategies._roles import (
     merge_settings,
     role_deltas,
 )
-from raysearch.strategies._setting_phase import (
-    extra_count,
-    records_before,
-    setting_refusal,
-)
+from raysearch.strategies._setting_phase import extra_count, records_before, setting_refusal
 from raysearch.strategies._stages import (
     BuiltPhase,
     DeferredPhase,
@@ -89,14 +53,7 @@ from raysearch.strategies._stages import (
 )
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "REACHABILITY",
-    "auto_strategy",
-    "best_unpromoted",
-    "calibration_budget",
-    "TOP_K",
-    "fully_quantized_candidate",
-]
+__all__ = ["fully_quantized_candidate"]
 
 _logger = logging.getLogger(__name__)
 
@@ -112,17 +69,14 @@ _FULL_SHARE = 0.999
 
 def calibration_budget(max_trials: int | None, later_stages: bool = True) -> int:
     """The calibration stage's trials: two fifths of the iteration limit (at least 2), or
-    :data:`CALIBRATION_TRIALS` without one. With no later stage (a space that offers no
-    technique, mixed precision or fine-tuning), the whole iteration limit: the other three
-    fifths would go unused and the search would end early."""
+    :data:`CALIBRATION_TRIALS` without one; the whole limit when no stage follows."""
     if max_trials and max_trials > 0:
         return max_trials if not later_stages else max(2, (2 * max_trials) // 5)
     return CALIBRATION_TRIALS
 
 
 def fully_quantized_candidate(records: Sequence[TrialRecord]) -> TrialRecord | None:
-    """The first candidate (the one started first) that quantizes every MatMul/Gemm/Conv
-    (None: none does)."""
+    """The first candidate that quantizes every MatMul/Gemm/Conv, or None."""
     for record in order(records):
         if not is_candidate(record):
             continue
@@ -134,7 +88,7 @@ def fully_quantized_candidate(records: Sequence[TrialRecord]) -> TrialRecord | N
 
 def _fully_quantized_found(records: Sequence[TrialRecord], what: str) -> bool:
     """Whether a candidate of ``records`` quantizes every MatMul/Gemm/Conv (then ``what`` is
-    skipped, and the log says so)."""
+    skipped, logged)."""
     found = fully_quantized_candidate(records)
     if found is not None:
         _logger.info(
@@ -156,8 +110,7 @@ def _ok(records: Sequence[TrialRecord]) -> list[TrialRecord]:
 
 
 class DefaultsPhase(DeferredPhase):
-    """Stage 1: each space's start points (completed with the first value of what they leave
-    open), or its first setting."""
+    """Stage 1: each space's start points (completed), or its first setting."""
 
     stage = "defaults"
 
@@ -166,7 +119,6 @@ class DefaultsPhase(DeferredPhase):
         self.spaces = list(spaces)
 
     def make(self, context: StrategyContext) -> Phase | None:
-        # The spaces' own points, recorded as such (their parameters, their space's index).
         proposals = [
             Proposal.of(space, i, complete_point(space, point))
             for i, space in enumerate(self.spaces)
@@ -183,8 +135,7 @@ class DefaultsPhase(DeferredPhase):
 
 class TechniquesPhase(BuiltPhase):
     """Stage 3: each cheap technique of the spaces on its own, on the best settings so far;
-    beside them (stage ``reachability``, first), the 16-bit reachability checks on the best:
-    every ranked activation tensor at int16, and with their nodes' weights too."""
+    beside them (stage ``reachability``), the 16-bit reachability checks on the best."""
 
     stage = "techniques"
 
@@ -227,10 +178,8 @@ class TechniquesPhase(BuiltPhase):
         return ListPhase(proposals, self.stage)
 
     def _checks(self, earlier: Sequence[TrialRecord]) -> list[dict[str, Any]]:
-        """The reachability checks' settings. They run here, beside the techniques, and not
-        after them: where only 16-bit promotions reach the tolerance (magika), the first
-        candidate comes a stage earlier. The mixed precision stages bisect from their results
-        (their first trials) instead of running them again."""
+        """The reachability checks' settings, run beside the techniques so that where only
+        16-bit promotions reach the tolerance the first candidate comes a stage earlier."""
         if not self.checks:
             return []
         if _fully_quantized_found(earlier, "reachability checks"):
@@ -272,10 +221,8 @@ def best_unpromoted(records: Sequence[TrialRecord], higher: bool) -> TrialRecord
 
 class MixedPrecisionPhase(FallbackPhase):
     """Stage 4 (``mixed_precision``, ``mixed_precision_weights``): the bisection from the best
-    setting that promotes nothing (the reachability checks, promoted and maybe candidates, are
-    the bisection's first trials, not its base). The weights stage (``promote_weights``) is
-    skipped only by a candidate whose weights all stay 8-bit: the weights check of the
-    techniques stage being a candidate is what it bisects from."""
+    setting that promotes nothing; the weights stage is skipped only by a candidate whose
+    weights all stay 8-bit."""
 
     def _best(self, earlier: Sequence[TrialRecord]) -> TrialRecord | None:
         assert self.context is not None
@@ -326,8 +273,7 @@ def _key(settings: Mapping[str, Any]) -> str:
 
 
 def _beats(record: TrialRecord, base: TrialRecord, higher: bool) -> bool:
-    """Whether a technique's trial improved on its base: a better metric (a candidate where
-    the base is none counts, as :func:`better` ranks it)."""
+    """Whether a technique's trial improved on its base (as :func:`better` ranks it)."""
     metric, base_metric = record.metric, base.metric
     if not isinstance(metric, (int, float)) or not isinstance(base_metric, (int, float)):
         return False
@@ -347,8 +293,7 @@ class FinetunePhase(BuiltPhase):
     ):
         super().__init__(index)
         self.deltas = deltas
-        #: The 16-bit stages (activations, then activations and weights), whose first trials
-        #: are the reachability checks.
+        #: The 16-bit stages, whose first trials are the reachability checks.
         self.mixed = list(mixed)
 
     def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
@@ -380,8 +325,7 @@ class FinetunePhase(BuiltPhase):
         return [merge_settings(dict(b.settings), d) for b in bases for d in self.deltas]
 
     def _refusal(self, settings: Mapping[str, Any], context: StrategyContext) -> str | None:
-        """Why no fine-tuning setting can run on ``settings`` (the first delta's reason),
-        None when one can."""
+        """Why no fine-tuning setting can run on ``settings``, None when one can."""
         reasons = [setting_refusal(merge_settings(dict(settings), d), context) for d in self.deltas]
         return None if None in reasons else reasons[0]
 
@@ -389,8 +333,7 @@ class FinetunePhase(BuiltPhase):
         return self._refusal(settings, context) is None
 
     def _say_reachability(self, context: StrategyContext) -> None:
-        """The reachability checks' verdicts, in words: each 16-bit stage's first trial
-        promoted every ranked tensor (with its node's weight, in the second stage)."""
+        """The reachability checks' verdicts, in words."""
         for mixed in self.mixed:
             base = mixed.base
             if base is None:
@@ -417,8 +360,7 @@ class FinetunePhase(BuiltPhase):
 
 class TunedMixedPhase(FallbackPhase):
     """Stage 5b: when the best so far is a fine-tuned candidate with tensors promoted, the
-    fewest int16 promotions that still hold with fine-tuning (the bisection again, each trial
-    fine-tuned): the promotions stage 4 found were chosen without it."""
+    fewest int16 promotions that still hold with fine-tuning."""
 
     def _init(self) -> bool:
         assert self.context is not None
@@ -438,8 +380,7 @@ class TunedMixedPhase(FallbackPhase):
 
 def _promotions(spaces: Sequence[SearchSpace]) -> tuple[list[str], str]:
     """The promotions the spaces' mixed precision offers (``int16`` before ``float``, and
-    ``int16_weights`` unless every space that promotes holds ``promote_weights`` at false;
-    none when no space searches ``mixed_precision.top_k`` above 0) and its ranking."""
+    ``int16_weights`` unless every space holds ``promote_weights`` at false) and its ranking."""
     offered: set[str] = set()
     rank_by = "sqnr"
     weights = False

@@ -23,7 +23,7 @@ from raysearch.strategies._registry import (
 )
 from raysearch.strategies._setting_phase import RecordReader, setting_proposal
 
-__all__ = ["ConservativePhase", "op_order", "conservative_strategy", "FIRST_OPS"]
+__all__ = ["op_order"]
 
 _logger = logging.getLogger(__name__)
 

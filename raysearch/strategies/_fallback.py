@@ -1,39 +1,18 @@
-"""The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven
-tuning, run in parallel on Ray (one concept: the bisection and the revert pass read the same
-ranking and base, and splitting them would pass that state around; the ``_best``/``_blocks``
-hooks are the two places ``Auto``'s mixed precision stages differ).
+"""The ``Fallback`` strategy: Intel Neural Compressor's accuracy-driven tuning, in parallel.
 
-``Fallback`` (aliases ``fallback``, ``mse_v2``) runs three kinds of phase:
+A. **Search**: the spaces sampled by TPE, with half of ``stop.iteration_limit`` (or
+   :data:`SEARCH_TRIALS`) split between the spaces.
+B. **Fallback** (:class:`FallbackPhase`): from the best record of A without its
+   ``mixed_precision`` (the *base*), the smallest ``top_k`` whose setting
+   ``base + {"mixed_precision": {"top_k": k, ...}}`` is a candidate (promoted to ``float``,
+   ranked by ``sqnr``, unless the best's own ``mixed_precision`` says otherwise): first every
+   ranked tensor (:data:`ALL`; no candidate ends the strategy), then :class:`Bisection`.
+C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 16) each
+   promoted rank returned to int8 on its own, then one trial combining every demotion that
+   held the tolerance.
 
-A. **Search**: the spaces sampled by TPE (the ``TPE`` strategy's phases, one per space), with
-   half of ``stop.iteration_limit`` (at least 1) or 8 trials when there is no limit, split
-   between the spaces. A small finite space simply ends its phase once every setting was seen,
-   so no Grid special case is needed.
-B. **Fallback** (:class:`FallbackPhase`): from the best record of A (its ``mixed_precision``
-   removed: the *base*), the smallest ``top_k`` whose setting
-   ``base + {"mixed_precision": {"top_k": k, "promote_to": P, "rank_by": R}}`` is a candidate.
-   ``P`` and ``R`` are those of the best's own ``mixed_precision`` when it has one, else
-   ``float`` and ``sqnr`` (falling back to float is what reaches a tolerance surest, and the
-   SQNR ranking costs one pass). The first trial promotes every ranked tensor
-   (``top_k`` = :data:`ALL`); its ``extra.ranked`` gives n. If it is no candidate the fallback
-   cannot reach the tolerance and the strategy ends. Then :class:`Bisection` finds the
-   smallest k in ``(0, n]`` in rounds of up to 2 ks at once (1 when one trial runs at a
-   time), each k halving the widest open gap between the bounds and the round's ks before
-   it; a round starts once every k of the one before finished, so the ks tried do not
-   depend on the order in which concurrent trials finish.
-C. **Revert** (:class:`RevertPhase`, INC's MSE_V2): for the found k (2 <= k <= 16, the ranks
-   that take a per-entry choice) each promoted rank is returned to int8 on its own
-   (``rank_i: int8``), all in parallel; then one trial combines every demotion that held the
-   tolerance. When the combination fails, the best single demotion stands (it already ran).
-   k = 1 has nothing to combine, k > 16 has no ``rank_i`` keys: skipped.
-
-``Conservative`` lives in :mod:`raysearch.strategies._conservative`. The three phases stay in
-one module: B and C share the base setting and its matching.
-
-Every phase derives its state from the finished records (``context.records``), matching them by
-setting, so a resumed search (fresh phases, records replayed) goes on where it stopped and never
-runs a setting twice. Records of phase B carry ``phase`` = number of spaces, phase C that + 1
-(the position of the phase in the strategy, as for A, whose positions are the space indices).
+Every phase derives its state from the finished records, matched by setting, so a resumed
+search goes on where it stopped and never runs a setting twice.
 
 Example:
     >>> b = Bisection()
@@ -81,15 +60,7 @@ from raysearch.strategies._setting_phase import (
 from raysearch.strategies.samplers import sampler_strategy
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "ALL",
-    "Base",
-    "DONE",
-    "Bisection",
-    "FallbackPhase",
-    "RevertPhase",
-    "fallback_strategy",
-]
+__all__ = ["ALL", "Base", "DONE", "Bisection", "FallbackPhase"]
 
 _logger = logging.getLogger(__name__)
 
@@ -101,27 +72,16 @@ DONE = "done"
 SEARCH_TRIALS = 8
 
 
-# -- phase B: bisection over k --------------------------------------------------------------------
 class Bisection:
-    """The smallest k whose trial is a candidate, in rounds, from results told in any order
-    (pure Python, deterministic).
+    """The smallest k whose trial is a candidate, in rounds, from results told in any order.
 
     ``next(pending)`` is the k to try next given the ks still running: :data:`ALL` first
-    (alone: its result tells n), then round after round the ks that split the bounds, each
-    one the middle of the widest open gap between the bounds and the ks before it in the
-    round (``parallel`` of them, fewer when the gaps close); None to wait for a running trial;
-    :data:`DONE` when ``found`` is known (None: not even :data:`ALL` was a candidate).
-    ``record(k, candidate, ranked)`` tells a result (``ranked`` with :data:`ALL`: n, the
-    number of ranked tensors; ``given`` for a result known before the first round, an
-    earlier phase's trial).
-
-    A round starts once every k of the one before has its result, and its ks are replayed
-    from the results (the given ones, then each round's in turn), so the ks tried depend on
-    the results alone: not on the order in which concurrent trials finish, and not on
-    whether the bisection was rebuilt from the records half-way through a round (a resumed
-    search). Waiting for a round's last trial leaves a slot idle while it runs; proposing
-    the next k as soon as one result is in would make the next k depend on which trial
-    finished first."""
+    (its result tells n), then rounds of up to ``parallel`` ks, each the middle of the widest
+    open gap; None to wait; :data:`DONE` when ``found`` is known (None: not even :data:`ALL`
+    was a candidate). ``record(k, candidate, ranked)`` tells a result (``given``: one known
+    before the first round). A round starts once every k of the one before has its result,
+    and rounds are replayed from the results, so the ks tried depend on the results alone,
+    not on the order trials finish in nor on a resume half-way through a round."""
 
     def __init__(self, parallel: int = 2) -> None:
         self.parallel = max(1, parallel)
@@ -155,8 +115,7 @@ class Bisection:
 
     def bounds(self, results: Mapping[int, bool] | None = None) -> tuple[int, int] | None:
         """``(lo, hi)``: the largest k known to fail below the smallest known candidate, and
-        that candidate (None before the all-promoted result); from ``results`` (default: every
-        result told)."""
+        that candidate (None before the all-promoted result)."""
         outcomes = self._outcomes(self.results if results is None else results)
         good = [k for k, ok in outcomes.items() if ok]
         if not good:
@@ -190,9 +149,8 @@ class Bisection:
         return out
 
     def round(self) -> list[int]:
-        """The ks of the current round (after :data:`ALL`'s candidate result): the rounds
-        replayed from the given results, each one's results added when every k of it has
-        one; empty when the replayed bounds are closed."""
+        """The ks of the current round (after :data:`ALL`'s candidate result), the rounds
+        replayed from the results; empty when the replayed bounds are closed."""
         known = {k: ok for k, ok in self.results.items() if k in self.given}
         while True:
             bounds = self.bounds(known)
@@ -261,8 +219,8 @@ class Base:
 
 
 class FallbackPhase(RecordReader, Phase):
-    """Phase B: bisection over ``top_k`` from the best record of the phases before it (see the
-    module). ``index`` is its position in the strategy (``phase`` of its records)."""
+    """Phase B: bisection over ``top_k`` from the best record of the phases before it;
+    ``index``: its position in the strategy."""
 
     def __init__(
         self,
@@ -280,7 +238,7 @@ class FallbackPhase(RecordReader, Phase):
         #: The weights of 16-bit promoted nodes at 16 bits too (with ``force``).
         self.promote_weights = promote_weights
         #: ``force``: promote to ``promote_to`` ranked by ``rank_by`` whatever the best
-        #: record's own mixed precision says (a staged strategy's int16 stage, then float).
+        #: record's own mixed precision says.
         self.force = force
         #: Skip the phase when any earlier trial is a candidate (a last resort).
         self.only_without_candidate = only_without_candidate
@@ -293,8 +251,7 @@ class FallbackPhase(RecordReader, Phase):
 
     def start(self, context: StrategyContext) -> None:
         self.context = context
-        # A round of 2 on one trial slot would run its second k after the first's result
-        # could have made it pointless.
+        # A round of 2 on one slot would run its second k after the first could decide it.
         self.bisection.parallel = max(1, min(self.bisection.parallel, context.concurrent))
 
     def _init(self) -> bool:
@@ -315,8 +272,7 @@ class FallbackPhase(RecordReader, Phase):
         base = self._base_of(best)
         refusal = setting_refusal(base.with_k(ALL), self.context)
         if refusal is not None:
-            # A base that cannot promote (a dynamic-quantization setting: no QDQ graph to
-            # promote tensors in) gives way to the best one that can.
+            # A base that cannot promote (no QDQ graph) gives way to the best one that can.
             usable = [r for r in earlier if self._promotable(r)]
             chosen = self._best(usable)
             if chosen is None:
@@ -391,9 +347,8 @@ class FallbackPhase(RecordReader, Phase):
             if matched is None or matched[1]:
                 continue
             k = matched[0]
-            # Promoting every tensor to float quantizes nothing (never a candidate): whether
-            # its metric met the tolerance is what the bisection needs to know. A record of
-            # an earlier phase (a reachability check, phase A's own promotions) was known
+            # Promoting every tensor to float quantizes nothing: whether its metric met the
+            # tolerance is what the bisection needs. An earlier phase's record was known
             # before the first round.
             given = int(record.phase or 0) != self.index
             self.bisection.record(
@@ -441,7 +396,6 @@ class FallbackPhase(RecordReader, Phase):
         return EXHAUSTED
 
 
-# -- phase C: revert pass ------------------------------------------------------------------------
 class RevertPhase(RecordReader, Phase):
     """Phase C: the ranks promoted by phase B's k returned to int8, one at a time in parallel,
     then those that held together (see the module)."""
@@ -531,7 +485,6 @@ class RevertPhase(RecordReader, Phase):
         return EXHAUSTED
 
 
-# -- the strategies ------------------------------------------------------------------------------
 def search_budget(max_trials: int | None) -> int:
     """Phase A's trials: half the iteration limit (at least 1), :data:`SEARCH_TRIALS` without.
 

@@ -1,15 +1,7 @@
-"""The ``FinetuneSearch`` strategy (aliases ``finetune_search``, Quark's
-``advanced_fastft_search``): fine-tuning's ``NumIterations``, ``LearningRate``, ``BatchSize``
-and ``DataSize`` searched as ranges by one TPE sampler.
-
-As in Quark, a fine-tuning parameter given as two values is read as the range between them
-(``NumIterations: [100, 200]`` is every whole number from 100 to 200; ``LearningRate:
-[1e-3, 1e-7]`` every rate between, on a log scale, as are whole numbers whose ends differ by
-10x or more); a range written as ``{type: float, low, high, log}`` is taken as it is, and
-fine-tuning is switched on where the space offers it. Unlike Quark, which runs one Optuna
-study per process (``n_jobs``) so that each process starts from its own random trials, the
-sampler lives in the search's driver: every concurrent trial, on every GPU and node, is
-proposed by the same study and learns from every result.
+"""The ``FinetuneSearch`` strategy (Quark's ``advanced_fastft_search``): fine-tuning's
+``NumIterations``, ``LearningRate``, ``BatchSize`` and ``DataSize`` searched as ranges by one
+TPE sampler in the driver, which every concurrent trial learns from. As in Quark, a parameter
+given as two values is the range between them (log scale where the ends differ by 10x).
 
 Example:
     >>> from raysearch.space import SearchSpace
@@ -32,7 +24,7 @@ from raysearch.strategies._registry import Phase, StrategyContext, register_stra
 from raysearch.strategies._roles import finetuning_on, redomain
 from raysearch.strategies.samplers import sampler_strategy
 
-__all__ = ["finetune_search_strategy", "ranged", "check_spaces", "RANGED"]
+__all__ = ["ranged", "check_spaces"]
 
 _logger = logging.getLogger(__name__)
 

@@ -1,26 +1,13 @@
 """Search strategies: phases that propose settings, in a registry by ``search_algo`` name.
 
-A search runs the *phases* of its strategy in order. A :class:`Phase` proposes one setting at a
-time (:meth:`Phase.propose`), learns each finished record (:meth:`Phase.completed`) and says when
-it is exhausted (``propose`` returns :data:`EXHAUSTED`). When a phase becomes current its
-:meth:`Phase.start` sees the :class:`StrategyContext`: the spaces, the finished records of the
-phases before it (a two-stage or sensitivity-fallback strategy builds its proposals from
-them), and the model's facts (node names, tensor names, op types).
-
-A strategy is a *builder*, ``(context) -> list[Phase]``, registered under its ``search_algo``
-name with :func:`register_strategy`. The built-in ones live in modules of this package
-(``Grid`` in :mod:`raysearch.strategies.grid`, the Optuna samplers in
-:mod:`raysearch.strategies.samplers`, the staged ones beside them) and are imported on first
-use, so checking a config's ``search_algo`` imports neither Ray nor Optuna. A new strategy is
-one module with a registered builder, plus one line in :data:`BUILTIN_STRATEGIES` when it
-ships with raysearch.
+A search runs its strategy's *phases* in order: a :class:`Phase` proposes settings, learns
+each finished record and says when it is exhausted; its :meth:`Phase.start` sees the
+:class:`StrategyContext`. A strategy is a *builder*, ``(context) -> list[Phase]``, registered
+with :func:`register_strategy`; the built-in ones are imported on first use.
 
 Example:
     >>> canonical_strategy("grid_search"), canonical_strategy("tpe")
     ('Grid', 'TPE')
-    >>> @register_strategy("EveryOther")                         # doctest: +SKIP
-    ... def every_other(context):
-    ...     return [MyPhase(context.spaces)]
 """
 
 from __future__ import annotations
@@ -47,10 +34,8 @@ __all__ = [
     "SearchView",
     "ModelFacts",
     "StrategyContext",
-    "StrategyInfo",
     "Builder",
     "BUILTIN_STRATEGIES",
-    "REFUSED_STRATEGIES",
     "register_strategy",
     "get_strategy",
     "strategy_names",
@@ -139,11 +124,7 @@ class SearchView(Protocol):
     """
 
     done: dict[str, float | None]
-    #: key -> what a sampler optimises for each finished setting (see Phase.completed).
     objectives: dict[str, float | None]
-    #: key -> the values of every one of ``StrategyContext.objectives`` for each finished
-    #: setting (None: one is missing), kept only when there are several (see
-    #: Phase.completed).
     values: dict[str, tuple[float, ...] | None]
 
     @property
@@ -153,8 +134,7 @@ class SearchView(Protocol):
     def known_keys(self) -> set[str]: ...
 
     def knows(self, key: str) -> bool:
-        """Whether ``key`` finished or runs (``key in known_keys`` without building the set:
-        a grid asks once per setting)."""
+        """Whether ``key`` finished or runs (without building :attr:`known_keys`)."""
         ...
 
 
@@ -164,8 +144,7 @@ class Phase:
     until it is exhausted); the search then goes on to the next phase. A ``stage`` attribute
     (a string) is recorded with each of its trials.
 
-    A phase that raises ends the search once the running trials finish (``strategy_failed``),
-    with its outputs written from every trial that finished.
+    A phase that raises ends the search once the running trials finish.
     """
 
     budget: int | None = None
@@ -283,9 +262,11 @@ class StrategyContext:
         records: every finished trial's :class:`~raysearch.trialrecord.TrialRecord` so far,
             in the order they finished, kept up to date by the search.
         concurrent: how many trials run at once.
-        objectives: the config's ``objectives``.
+        objectives: the config's ``objectives``; with several, a strategy whose
+            ``StrategyInfo.multi_objective`` is set samples on each.
         sampler: an Optuna sampler given from Python as ``search_algo``, else None.
         sampler_options: the config's ``sampler_options``.
+        size_budget_bytes: the largest model a candidate may be (``size_budget``), or None.
     """
 
     spaces: Sequence[SearchSpace]
@@ -295,22 +276,14 @@ class StrategyContext:
     max_trials: int | None = None
     model: ModelFacts = field(default_factory=ModelFacts)
     records: list[TrialRecord] = field(default_factory=list)
-    #: How many trials run at once (the search's slots): samplers fit their proposals to it.
     concurrent: int = 1
-    #: The config's ``objectives`` (``metric``, ``latency_ms``, ``model_size_mb``): with
-    #: several, a strategy whose ``StrategyInfo.multi_objective`` is set samples on each.
     objectives: tuple[str, ...] = ("metric",)
-    #: An Optuna sampler given from Python (``search_algo`` as an instance): the sampler
-    #: strategies run it as it is; and the config's ``sampler_options``, the keyword
-    #: arguments of the sampler a strategy's name builds.
     sampler: Any = None
     sampler_options: Mapping[str, Any] = field(default_factory=dict)
-    #: The largest model a candidate may be, in bytes (``size_budget``; None: no bound).
     size_budget_bytes: int | None = None
 
     def best(self) -> TrialRecord | None:
-        """The best finished record so far by :func:`raysearch.ranking.better` (the most
-        quantized candidate, else the best metric; the earliest started on a tie).
+        """The best finished record so far by :func:`raysearch.ranking.better`.
 
         Returns:
             The record, or None when no record has a metric.
@@ -326,25 +299,19 @@ Builder = Callable[[StrategyContext], Sequence[Phase]]
 
 @dataclass(frozen=True)
 class StrategyInfo:
-    """A built-in strategy: the module that registers it, other spellings of its name, and the
-    packages it needs (import names) beyond raysearch's own."""
+    """A built-in strategy: its module, aliases and the packages it needs (import names)."""
 
     module: str
     aliases: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
-    #: The module's ``check_spaces(spaces)`` refuses spaces the strategy cannot search
-    #: (ConfigError), read when the config is (:func:`check_strategy_spaces`).
+    #: The module's ``check_spaces(spaces)`` refuses spaces it cannot search.
     checks_spaces: bool = False
-    #: Its samplers optimise every one of the config's ``objectives`` (Optuna's
-    #: multi-objective study); the others optimise the metric alone.
+    #: Its samplers optimise every one of the config's ``objectives``.
     multi_objective: bool = False
 
 
-#: Strategies shipped with raysearch: ``search_algo`` name -> where it is registered.
-#: Intel Neural Compressor's strategy names are aliases: ``exhaustive`` (Grid), ``random``,
-#: ``tpe``, ``bayesian`` (GPS), ``basic`` and ``auto`` (Auto), ``mse`` and ``mse_v2``
-#: (Fallback, ranked by SQNR), ``conservative``; Quark's ``two_stage_search`` and
-#: ``advanced_fastft_search`` name TwoStage and FinetuneSearch.
+#: Strategies shipped with raysearch: ``search_algo`` name -> where it is registered; the
+#: aliases include Neural Compressor's and Quark's names.
 BUILTIN_STRATEGIES: dict[str, StrategyInfo] = {
     "Auto": StrategyInfo("raysearch.strategies._auto", ("auto", "basic")),
     "Grid": StrategyInfo(
@@ -400,9 +367,8 @@ _ALIASES: dict[str, str] = {
 def register_strategy(
     name: str, *, aliases: Sequence[str] = (), listed: bool = True
 ) -> Callable[[Builder], Builder]:
-    """Decorator registering a strategy builder, ``(StrategyContext) -> list[Phase]``, under
-    the ``search_algo`` name ``name``, and recording its module for the trial actors to
-    import (README, "Plugins", has a complete strategy).
+    """Decorator registering a strategy builder under the ``search_algo`` name ``name``,
+    its module recorded for the trial actors to import.
 
     Args:
         name: the ``search_algo`` name.
@@ -443,9 +409,8 @@ def strategy_names() -> list[str]:
 
 
 def canonical_strategy(value: Any, key: str = "search_algo") -> str:
-    """The registered name ``value`` spells (itself or an alias such as ``grid_search``, in
-    any case: :func:`raysearch.errors.canonical_name`), or ConfigError naming ``key`` with the
-    closest name."""
+    """The registered name ``value`` spells (itself or an alias, in any case), or
+    ConfigError naming ``key`` with the closest name."""
     names = strategy_names()
     if isinstance(value, str) and value.strip().lower() in REFUSED_STRATEGIES:
         raise ConfigError(key, REFUSED_STRATEGIES[value.strip().lower()])
@@ -463,8 +428,7 @@ def canonical_strategy(value: Any, key: str = "search_algo") -> str:
 
 
 def check_strategy_available(name: str) -> None:
-    """ConfigError (``search_algo``) when a built-in strategy needs a package that is not
-    installed."""
+    """ConfigError when a built-in strategy needs a package that is not installed."""
     info = BUILTIN_STRATEGIES.get(name)
     missing = [m for m in (info.requires if info else ()) if importlib.util.find_spec(m) is None]
     if missing:
@@ -476,8 +440,7 @@ def check_strategy_available(name: str) -> None:
 
 
 def get_strategy(name: str) -> Builder:
-    """The builder registered as ``name`` (importing a built-in strategy's module on first
-    use)."""
+    """The builder registered as ``name`` (importing a built-in one's module on first use)."""
     if name in _UNLISTED:
         return _REGISTRY[name]
     name = canonical_strategy(name)
@@ -490,13 +453,7 @@ def get_strategy(name: str) -> Builder:
 
 
 def check_strategy_spaces(name: str, spaces: Sequence[SearchSpace]) -> None:
-    """ConfigError when the built-in strategy ``name`` cannot search ``spaces`` (its module's
-    ``check_spaces``, imported only for the strategies that have one)."""
+    """ConfigError when the built-in strategy ``name`` cannot search ``spaces``."""
     info = BUILTIN_STRATEGIES.get(name)
     if info is not None and info.checks_spaces:
         importlib.import_module(info.module).check_spaces(spaces)
-
-
-def requirements() -> Mapping[str, tuple[str, ...]]:
-    """Packages each built-in strategy needs beyond raysearch's own."""
-    return {name: info.requires for name, info in BUILTIN_STRATEGIES.items() if info.requires}

@@ -1,14 +1,7 @@
-"""The roles of a space's parameters for the staged strategies (``Auto``, ``TwoStage``,
-``FinetuneSearch``): which are calibration settings, cheap techniques or fine-tuning; spaces
-narrowed to some of their values; settings deltas. Their phases are in
-:mod:`raysearch.strategies._stages`.
-
-A parameter's *role* comes from its name (the last parts of its dotted path, so a
-backend-group's ``ort.include_cle`` is a technique as ``include_cle`` is): the switches of the
-cheap techniques (``include_cle``, ``include_sq``, ``include_bias_correction``,
-``mixed_precision.top_k``) and of fine-tuning (``include_fast_ft``), and every parameter that
-only acts with one of those switches on (``space.switches`` and ``only_if`` conditions). The
-rest are calibration settings.
+"""The roles of a space's parameters for the staged strategies: calibration settings, cheap
+techniques (``include_cle``, ``include_sq``, ``include_bias_correction``,
+``mixed_precision.top_k`` and what acts only with them on) or fine-tuning (``include_fast_ft``
+and its own); spaces narrowed to some values; settings deltas.
 
 Example:
     >>> from raysearch.space import SearchSpace
@@ -32,15 +25,12 @@ from raysearch.space.tree import FloatRange, IntRange
 __all__ = [
     "TECHNIQUE",
     "FINETUNE",
-    "CALIBRATION",
-    "SWITCHES",
     "roles",
     "off_values",
     "finetuning_on",
     "narrow",
     "redomain",
     "complete_point",
-    "settings_delta",
     "merge_settings",
     "role_deltas",
 ]
@@ -139,9 +129,7 @@ def _redomain_group(group: Group, domains: Mapping[str, Any]) -> Group:
 
 
 def redomain(space: SearchSpace, domains: Mapping[str, Any]) -> SearchSpace:
-    """``space`` with the parameters named in ``domains`` given those domains (a
-    ``Categorical``, ``IntRange`` or ``FloatRange``); the same parameter names, so its points
-    are points of ``space``."""
+    """``space`` with the parameters named in ``domains`` given those domains."""
     known = {p.name for p in space.params}
     return SearchSpace(
         _redomain_group(space.root, {n: d for n, d in domains.items() if n in known}),
@@ -158,8 +146,7 @@ def narrow(space: SearchSpace, fixed: Mapping[str, Any]) -> SearchSpace:
 
 
 def complete_point(space: SearchSpace, point: Mapping[str, Any]) -> dict[str, Any]:
-    """``point`` (maybe partial: a ``points_to_evaluate`` entry) with every active parameter it
-    lacks at its first choice (a range at its low end, the geometric middle of a log range)."""
+    """``point`` (maybe partial) with every active parameter it lacks at its first choice."""
     out = dict(point)
     for param in space.params:
         if param.name in out or not space.is_active(param, out):
@@ -220,11 +207,8 @@ def merge_settings(base: Mapping[str, Any], *deltas: Mapping[str, Any]) -> dict[
 
 def role_deltas(space: SearchSpace, role: str, reject: Any = None) -> list[dict[str, Any]]:
     """The settings one setting of ``role`` adds to a setting with every technique and
-    fine-tuning off, one delta per distinct way the space offers (``include_sq`` with each
-    ``SmoothAlpha``, fine-tuning with each algorithm and its parameters), each switching on
-    exactly one switch of the role. Calibration parameters are held at their first value (a
-    technique's settings do not depend on them); a range is read at its first value
-    (:func:`complete_point`)."""
+    fine-tuning off, one delta per distinct way the space offers, each switching on exactly
+    one switch of the role (calibration parameters at their first value)."""
     names = roles(space)
     first = complete_point(space, {})
     fixed = {n: first[n] for n, r in names.items() if r == CALIBRATION and n in first}

@@ -1,7 +1,5 @@
-"""Optuna's samplers fitted to a phase of a search (:func:`make_sampler`): start-up trials and
-NSGA-II's population scaled to the phase's budget, TPE's constant liar when trials run at
-once; and :func:`quiet_optuna`. The phases that use them are in
-:mod:`raysearch.strategies.samplers`.
+"""Optuna's samplers fitted to a phase of a search (:func:`make_sampler`), and
+:func:`quiet_optuna`.
 
 Example:
     >>> type(make_sampler("TPE", seed=0)).__name__
@@ -24,8 +22,6 @@ __all__ = [
     "population_size",
     "quiet_optuna",
     "startup_trials",
-    "SAMPLER_CLASSES",
-    "sampler_class",
     "sampler_algo",
     "check_sampler_options",
 ]
@@ -47,8 +43,7 @@ _PRELOAD: dict[str, tuple[str, ...]] = {
     "GPS": ("torch", "scipy.stats.qmc", "scipy.optimize"),
     "QMC": ("scipy.stats.qmc",),
 }
-#: Start-up trials with a budget: a tenth of it, at least 3 (:func:`startup_trials`); the
-#: measurement that chose it is in ``benchmarks/README.md``, section 4 (search efficiency).
+#: Start-up trials with a budget: a tenth of it, at least 3 (:func:`startup_trials`).
 _STARTUP_SHARE = 10
 _MIN_STARTUP = 3
 #: NSGA-II: the generations a budget should hold (:func:`population_size`).
@@ -69,9 +64,8 @@ def quiet_optuna() -> Iterator[None]:
 
 
 def startup_trials(budget: int | None, default: int = 10) -> int:
-    """How many random start-up trials a sampler runs before its model, for a phase of
-    ``budget`` trials: Optuna's ``default`` without a budget; else a tenth of the budget, at
-    least 3 and never more than ``default`` (see :data:`_STARTUP_SHARE`).
+    """Random start-up trials before a sampler's model, for a phase of ``budget`` trials: a
+    tenth of it, at least 3 and at most ``default`` (``default`` without a budget).
 
     Example:
         >>> [startup_trials(b) for b in (None, 8, 30, 45, 100, 500)]
@@ -83,9 +77,8 @@ def startup_trials(budget: int | None, default: int = 10) -> int:
 
 
 def population_size(budget: int | None, default: int = 50) -> int:
-    """NSGA-II's population for ``budget`` trials: Optuna's ``default`` (50) leaves a 30-trial
-    phase inside its random first generation; a quarter of the budget gives it four
-    generations (at least 2, the crossover's parents; never more than ``default``).
+    """NSGA-II's population for ``budget`` trials: a quarter of it, four generations (at least
+    2, the crossover's parents; at most ``default``).
 
     Example:
         >>> [population_size(b) for b in (None, 4, 30, 400)]
@@ -109,8 +102,8 @@ def sampler_class(algo: str) -> Any:
 
 
 def sampler_algo(sampler: Any) -> str:
-    """The sampler strategy an Optuna sampler instance is run as: the built-in one whose
-    class it is (a subclass too), else :data:`GIVEN_SAMPLER`.
+    """The sampler strategy an Optuna sampler runs as: the built-in one whose class it is (a
+    subclass too), else :data:`GIVEN_SAMPLER`.
 
     Example:
         >>> import optuna
@@ -128,14 +121,11 @@ def sampler_algo(sampler: Any) -> str:
 
 def check_sampler_options(algo: str, options: Any, key: str = "sampler_options") -> dict[str, Any]:
     """``options`` (the config's ``sampler_options``) as keyword arguments of ``algo``'s
-    sampler: each named in the class's signature, of the type its annotation says (so
-    ``n_startup_trials: five`` is refused here, not by Optuna's comparison at the first
-    trial), and the sampler built with them once (so a value Optuna refuses is refused now,
-    not when the search starts).
+    sampler: each named in its signature, of its annotated type, and the sampler built with
+    them once, so a bad value is refused when the config is read.
 
     Raises:
-        ConfigError: not a mapping, a name the sampler does not take (the closest suggested),
-            a value not of the argument's annotated type, or a value it refuses.
+        ConfigError: not a mapping, an unknown name, a wrong type, or a value it refuses.
 
     Example:
         >>> check_sampler_options("TPE", {"multivariate": True, "n_startup_trials": 5})
@@ -190,36 +180,14 @@ def make_sampler(
     concurrent: int = 1,
     options: dict[str, Any] | None = None,
 ) -> Any:
-    """The Optuna sampler for ``algo`` (one of :data:`SAMPLER_ALGOS`), seeded with ``seed``,
-    fitted to a phase of ``budget`` trials (None: no limit) of which up to ``concurrent``
-    run at once; ``options`` (the config's ``sampler_options``) replace what the fitting
-    chose, argument by argument.
+    """The Optuna sampler for ``algo``, seeded with ``seed``, fitted to a phase of ``budget``
+    trials (None: no limit) of which up to ``concurrent`` run at once; ``options`` (the
+    config's ``sampler_options``) replace what the fitting chose, argument by argument.
 
-    - ``TPE``: :func:`startup_trials` random trials before the Parzen estimators (Optuna's
-      10 whatever the budget spent a third of a 30-trial search at random), the multivariate
-      TPE (one joint model of the parameters that every trial has; the installed Optuna's
-      default for one objective, set explicitly) and ``constant_liar`` when ``concurrent > 1``:
-      a running trial (RUNNING in the study: Tune's ``OptunaSearch`` asks a trial per
-      suggestion and tells it when the trial ends) counts as a bad result, so concurrent
-      proposals do not repeat a running setting (Optuna's advice for parallel
-      optimisation). ``group=True`` (a joint model per group of parameters that occur
-      together) is not set: on the conditional space of
-      ``benchmarks/search_efficiency.py`` it measured no better.
-    - ``GPS``: :func:`startup_trials` random trials before the Gaussian process. Optuna's
-      GPSampler has no constant liar: a concurrent proposal that repeats a running setting
-      is answered as failed by the phase and asked again.
-    - ``CmaEs``: Optuna's single start-up trial (its start-up trials do not seed the search
-      distribution, so more of them would only be random ones); ``restart_strategy`` is
-      deprecated in Optuna and not set.
-    - ``NSGAII``: a population of :func:`population_size` so that the budget holds several
-      generations.
-    - ``Random``, ``QMC``: nothing to fit.
-
-    Parameters a sampler cannot model jointly (a categorical for CMA-ES, GP and QMC, or a
-    parameter outside the space every finished trial shares) are drawn by its independent
-    sampler, a ``RandomSampler`` with the same seed. Optuna's ExperimentalWarning about these
-    arguments is silenced.
-
+    TPE and GPS run :func:`startup_trials` random trials first (Optuna's fixed 10 spends a
+    third of a 30-trial search at random); TPE is multivariate, with ``constant_liar`` when
+    trials run at once so that concurrent proposals do not repeat a running setting; NSGA-II's
+    population is :func:`population_size`, so the budget holds several generations.
     Example:
         >>> type(make_sampler("TPE", seed=0)).__name__
         'TPESampler'
@@ -232,8 +200,7 @@ def make_sampler(
     import optuna
 
     check_strategy_available(algo)
-    # Import what the sampler needs now, not inside its first suggestion (Tune warns when a
-    # define-by-run call takes seconds).
+    # Imported now, not inside the first suggestion (Tune warns when one takes seconds).
     for module in _PRELOAD.get(algo, ()):
         importlib.import_module(module)
     if algo not in SAMPLER_CLASSES:

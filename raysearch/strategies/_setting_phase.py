@@ -1,11 +1,5 @@
 """Phases that propose settings outside the user's space (a strategy's own): one-point spaces
-validated against the catalogues, and reading each finished record once.
-
-Example:
-    >>> space = setting_space({"per_channel": False, "mixed_precision": {"top_k": 2}})
-    >>> space.to_settings(space.expand().points[0])
-    {'per_channel': False, 'mixed_precision': {'top_k': 2}}
-"""
+validated against the catalogues, and reading each finished record once."""
 
 from __future__ import annotations
 
@@ -57,8 +51,7 @@ def setting_space(settings: Mapping[str, Any]) -> SearchSpace:
     like any user space).
 
     Raises:
-        InputError: a ConfigError for a key the catalogues refuse, else the space would not
-            give back ``settings`` (both ValueErrors).
+        InputError: the catalogues refuse a key, or the space would not give back ``settings``.
 
     Example:
         >>> space = setting_space({"per_channel": False, "mixed_precision": {"top_k": 2}})
@@ -87,10 +80,8 @@ def _dropped(settings: Mapping[str, Any]) -> str:
 
 
 def setting_refusal(settings: Mapping[str, Any], context: StrategyContext | None) -> str | None:
-    """Why ``settings`` cannot run as one point of a search space (the catalogues or the
-    validity rules refuse them, or the backend does: ``context.reject``); None when they can.
-    A stage that builds settings from the best so far checks its base with this, so that it
-    proposes only settings that run.
+    """Why ``settings`` cannot run as one point of a search space (the catalogues, the
+    validity rules or ``context.reject`` refuse them); None when they can.
 
     Example:
         >>> setting_refusal({"per_channel": True, "mixed_precision": {"top_k": 2}}, None)
@@ -114,17 +105,14 @@ def setting_proposal(settings: Mapping[str, Any], index: int) -> Proposal:
 
 
 def records_before(records: Sequence[TrialRecord], index: int) -> list[TrialRecord]:
-    """The records of the phases before the one at ``index`` (``phase`` below it). A phase
-    that builds its settings from these only builds the same ones when a resumed search
-    replays every record, its own included, into fresh phases."""
+    """The records of the phases before the one at ``index`` (what a resumed search rebuilds
+    the same settings from)."""
     return [r for r in records if int(r.phase or 0) < index]
 
 
 def meets_tolerance(record: TrialRecord) -> bool:
     """Whether a finished record's metric is within the tolerance: a candidate, or a trial
-    that quantizes nothing (never a candidate, see ``raysearch.trial``) whose metric met it
-    (``extra.within_tolerance``). A bisection over promotions reads this: promoting
-    everything to float quantizes nothing, and still says whether the tolerance can be met."""
+    that quantizes nothing whose metric met it (``extra.within_tolerance``)."""
     if is_candidate(record):
         return True
     return record.ok and bool(record.extra.get("within_tolerance"))

@@ -1,9 +1,5 @@
-"""The phases the staged strategies (``Auto``, ``TwoStage``) share: a stage made from the
-records before it once no earlier trial runs (:class:`DeferredPhase`), one that runs a list
-of settings built from them (:class:`BuiltPhase`), and the calibration stage (a grid of the
-space with techniques off when it fits the budget, else TPE). Parameter roles and narrowed
-spaces are in :mod:`raysearch.strategies._roles`.
-"""
+"""The phases the staged strategies share: a stage made from the records before it
+(:class:`DeferredPhase`, :class:`BuiltPhase`) and the calibration stage."""
 
 from __future__ import annotations
 
@@ -13,13 +9,7 @@ from typing import Any
 
 from raysearch.errors import InputError
 from raysearch.space import SearchSpace
-from raysearch.strategies._registry import (
-    EXHAUSTED,
-    Phase,
-    Proposal,
-    SearchView,
-    StrategyContext,
-)
+from raysearch.strategies._registry import EXHAUSTED, Phase, Proposal, SearchView, StrategyContext
 from raysearch.strategies._roles import FINETUNE, TECHNIQUE, narrow, off_values
 from raysearch.strategies._setting_phase import setting_proposal
 from raysearch.strategies.grid import GridPhase
@@ -38,10 +28,8 @@ _logger = logging.getLogger(__name__)
 
 
 class DeferredPhase(Phase):
-    """A stage whose phase is made from the results before it (:meth:`make`), once no earlier
-    trial runs: two-stage's fine-tuning search around stage 1's best, and every
-    :class:`BuiltPhase`. None skips it. ``index`` is the phase's position in the strategy
-    (``phase`` of the records of the settings it builds itself)."""
+    """A stage whose phase is made from the results before it (:meth:`make`) once no earlier
+    trial runs; None skips it. ``index``: the phase's position in the strategy."""
 
     stage = "stage"
 
@@ -105,12 +93,9 @@ class ListPhase(Phase):
 
 
 class BuiltPhase(DeferredPhase):
-    """A stage that runs a list of settings built from the records before it, all at once.
-
-    The list is built (:meth:`build`) once no earlier trial runs any more, so that it sees
-    every result before it; None skips the stage (the reason logged by :meth:`build`). A
-    setting that already ran or runs is never proposed again, so a resumed search (records
-    replayed into fresh phases, which build the same lists) goes on where it stopped."""
+    """A stage that runs a list of settings built (:meth:`build`) from the records before it
+    once no earlier trial runs, all at once; None skips it. A setting that ran or runs is never
+    proposed again, so a resumed search goes on where it stopped."""
 
     def build(self, context: StrategyContext) -> list[dict[str, Any]] | None:
         """The settings this stage runs (None: the stage is skipped)."""

@@ -1,16 +1,10 @@
-"""The ``TwoStage`` strategy (aliases ``two_stage``, Quark's ``two_stage_search``): AMD Quark's
-semantics, the calibration space first and then the fine-tuning space on stage 1's best, but
-each stage's trials concurrent and the stop conditions of ``stop:`` in force (Quark runs one
-trial at a time and switches every stop condition off).
+"""The ``TwoStage`` strategy (Quark's ``two_stage_search``), with each stage's trials
+concurrent and the ``stop:`` conditions in force:
 
-1. ``calibration``: each space with fine-tuning off (where the space offers it off; the cheap
-   techniques stay as the space has them): the grid when it fits the stage's budget (half of
-   ``stop.iteration_limit``; without one the whole grid, as Quark's exhaustive stage 1),
-   else TPE.
-2. ``fine_tuning``: the space of stage 1's best setting with every setting but fine-tuning's
-   held at the best's values and fine-tuning switched on: its grid, or TPE over it when it has
-   ranges or is larger than the trials left. A space without fine-tuning settings ends the
-   search after stage 1 (logged), as Quark's does.
+1. ``calibration``: each space with fine-tuning off: the grid when it fits half of
+   ``stop.iteration_limit`` (the whole grid without one), else TPE.
+2. ``fine_tuning``: the space around stage 1's best, every setting but fine-tuning's held at
+   the best's values and fine-tuning on: its grid, or TPE.
 
 Example:
     >>> from raysearch.space import SearchSpace
@@ -41,7 +35,7 @@ from raysearch.strategies._roles import (
 from raysearch.strategies._stages import DeferredPhase, calibration_phases, sub_phase
 from raysearch.trialrecord import TrialRecord
 
-__all__ = ["two_stage_strategy", "FinetuneStage", "stage_two_space"]
+__all__ = ["stage_two_space"]
 
 _logger = logging.getLogger(__name__)
 
@@ -73,8 +67,7 @@ class FinetuneStage(DeferredPhase):
         space = context.spaces[min(index, len(context.spaces) - 1)]
         why = _untunable(space, best, context)
         if finetuning_on(space) and why is not None:
-            # A setting fine-tuning does not apply to (dynamic quantization: no QDQ graph)
-            # gives way to the best one it applies to.
+            # Fine-tuning needs a QDQ graph: the best setting it applies to.
             tunable = [r for r in earlier if _untunable(_space_of(r, context), r, context) is None]
             chosen = best_record(tunable, context.mode == "max")
             if chosen is None:

@@ -1,52 +1,18 @@
-"""The ``WeightOnly`` strategy (alias ``weight_only``): weight-only quantization of a language
-model (``quantizer: weight_only``), in four ordered stages, each one's trials concurrent and
-the search's stop conditions in force:
+"""The ``WeightOnly`` strategy: weight-only quantization of a language model
+(``quantizer: weight_only``) in ordered stages, each built from the records before it only:
 
-1. ``defaults``: the space's ``points_to_evaluate`` (the presets: ONNX Runtime's default,
-   RTN block 128 symmetric), else the space's first setting.
-2. ``blocks``: the space's grid (block size x symmetry x algorithm), or TPE over it when it
-   is larger than half of ``stop.iteration_limit``.
-3. ``sensitivity``: the *base* (among the settings of stages 1-2 within 5 % of the smallest
-   model, the one with the best metric) probed per layer: one trial per weight MatMul with
-   that node alone at the base's precision and every other one float. The probes are trials
-   like any other: spread over the cluster's slots, recorded (``stage: sensitivity``, the
-   node in ``params/nodes_4bit`` or ``nodes_8bit``: the ranking is the probes' metrics in
-   ``results.parquet``), and never run twice for the same settings (a resumed search reads
-   them from its journal; a later search of the same model, data, metric and versions takes
-   them from the probe cache, :mod:`raysearch.search.record.probe_cache`, and records them
-   with ``reused_from``). A probe measures one node: it is never a candidate, ``best/`` nor
-   an input to the parameter importances (:func:`raysearch.ranking.is_probe`), so a budget
-   that ends among the probes leaves the best setting of stages 1-2 in ``best/``.
-   Beside them, each node alone under each other choice of the *menu* (the uniform settings
-   of stages 1-2 on their size/metric front that decode at most twice as slowly as the base,
-   more accurate than the base, and the base at 8 bits): :mod:`._allocation`. A library's
-   weights (``algorithm: source`` with ``weight_source`` fixed in the space) are one more
-   uniform setting of stage 2, so where they are more accurate for their size, their
-   per-node choice is on the menu and the allocation mixes them with other nodes' 8 bits. With
-   ``max_decode_latency: builder`` (each trial's decode step timed in turn with the
-   builder's int4's), also the whole model at the menu's 8 bits, for its decode step.
-4. ``allocation``: for each size of a ladder (the menu's uniform settings, the builder's
-   int4, ``size_budget``, and sizes between the smallest and the largest of them, none
-   above ``size_budget``), the per-node choices whose probes' losses add up least within
-   that size (:func:`raysearch.strategies._allocation.allocate`), as ``node_settings``.
-   With ``max_decode_latency: builder``, also within the builder's decode step: a node's
-   share of a decode step is its share of the weights times its choice's step over the
-   builder's, as the uniform models of that choice measured it (:func:`decode_ratios`).
-5. ``promotions``: the base with its ``k`` most sensitive nodes (the probes' worst metrics)
-   one step up (4 -> 8 bits; 8 bits -> float), for each ``k`` of :data:`PROMOTIONS` below the
-   node count; then the same prefixes of the nodes ordered by what a promotion gains per byte
-   it adds (:func:`by_gain_per_byte`: the greedy answer to "the most accuracy for a size",
-   which promotes a small sensitive ``lm_head`` before a large, slightly more sensitive MLP),
-   each not already proposed.
-6. ``refinement``: allocations at the finer ladders of :data:`REFINEMENTS` (the sizes
-   between the allocation stage's), each one not run before: a search with a time limit
-   spends what is left of it on more points of the size/metric front.
-
-With ``metric: kl``, a ``tolerance`` and ``select: size``, ``best/`` is then the smallest
-model within the tolerance.
-
-Each stage is built from the records of the stages before it only, so a resumed search
-builds the same settings and runs only those that did not finish.
+1. ``defaults``: the space's ``points_to_evaluate``, else its first setting.
+2. ``blocks``: the space's grid, or TPE over it when larger than half the trial budget.
+3. ``sensitivity``: the *base* (the best metric among the settings within
+   :data:`SIZE_SLACK` of the smallest model) probed per weight MatMul, that node alone at
+   the base's precision and every other float, and under each other choice of the
+   :func:`menu`. Probes are never candidates and are reused from the probe cache.
+4. ``allocation``: per size of a ladder, the per-node choices whose probes' losses add up
+   least (:mod:`raysearch.strategies._allocation`), within the builder's decode step with
+   ``max_decode_latency: builder``.
+5. ``promotions``: the base with its ``k`` most sensitive nodes one step up, by sensitivity
+   and by gain per byte (:func:`by_gain_per_byte`).
+6. ``refinement``: allocations at the finer ladders of :data:`REFINEMENTS`.
 
 Example:
     >>> promoted({"bits": 4, "block_size": 128}, ["c", "a", "b"], 2)
@@ -71,33 +37,19 @@ from raysearch.quantize.backends.weight_only.options import (
     node_choices,
     top_choice,
 )
-from raysearch.ranking import PROBE_STAGE, order
+from raysearch.ranking import PROBE_STAGE, finite, order
 from raysearch.strategies._allocation import (
     allocate,
     allocate_within_time,
     builder_bytes,
     node_bytes,
 )
-from raysearch.strategies._registry import (
-    Phase,
-    Proposal,
-    StrategyContext,
-    register_strategy,
-)
+from raysearch.strategies._registry import Phase, Proposal, StrategyContext, register_strategy
 from raysearch.strategies._roles import complete_point
 from raysearch.strategies._stages import BuiltPhase, ListPhase, distinct_accepted, sub_phase
 from raysearch.trialrecord import TrialRecord
 
-__all__ = [
-    "weight_only_strategy",
-    "PROMOTIONS",
-    "base_record",
-    "ranking",
-    "probe",
-    "promoted",
-    "reused_probes",
-    "by_gain_per_byte",
-]
+__all__ = ["PROMOTIONS", "base_record", "ranking", "probe", "promoted"]
 
 _logger = logging.getLogger(__name__)
 
@@ -113,17 +65,14 @@ _LISTS = ("nodes_4bit", "nodes_8bit", "nodes_float")
 _NODE_SETTINGS = "node_settings"
 #: The most 4-bit choices of the menu beside the base's.
 MENU_MORE = 2
-#: A uniform setting that decodes more than this many times slower than the base is no
-#: menu choice.
+#: A uniform setting that decodes over this many times slower than the base is no choice.
 MENU_DECODE_SLACK = 2.0
-#: Algorithms no menu offers whatever the timings say: HQQ writes float zero points, which
-#: ONNX Runtime's ``MatMulNBits`` runs without its int8-compute kernel (a decode step far
-#: slower than float on CPU; timings taken beside other trials can hide it).
+#: Algorithms no menu offers: HQQ's float zero points run without ONNX Runtime's int8-compute
+#: kernel, far slower than float on CPU.
 SLOW_ALGORITHMS = ("hqq",)
 #: The allocation ladder's sizes between its smallest and largest, beside its named ones.
 LADDER_STEPS = 6
-#: The ladders of the refinement stages after the promotions: the sizes between the
-#: allocation stage's, for a search with the time to run them.
+#: The refinement stages' ladders, for a search with the time to run them.
 REFINEMENTS = (20, 60)
 
 
@@ -148,9 +97,9 @@ def promoted(base: Mapping[str, Any], ranked: Sequence[str], k: int) -> dict[str
 
 
 def base_record(records: Sequence[TrialRecord], higher_is_better: bool) -> TrialRecord | None:
-    """Among the finished records of :data:`BASE_STAGES` (those of :data:`SLOW_ALGORITHMS`
-    only when there is no other) within :data:`SIZE_SLACK` of the smallest model, the one
-    with the best metric (the earliest on a tie); None without one.
+    """Among the finished records of :data:`BASE_STAGES` within :data:`SIZE_SLACK` of the
+    smallest model (:data:`SLOW_ALGORITHMS` only when there is no other), the one with the
+    best metric (the earliest on a tie); None without one.
 
     Example:
         >>> rows = [TrialRecord(stage="blocks", status="ok", metric=m, model_size_bytes=s,
@@ -164,20 +113,18 @@ def base_record(records: Sequence[TrialRecord], higher_is_better: bool) -> Trial
         for r in records
         if r.stage in BASE_STAGES
         and r.ok
-        and _finite(r.metric)
+        and finite(r.metric) is not None
         and r.model_size_bytes
         and not r.stopped_at_rung
     ]
     if not done:
         return None
-    # a base every later stage builds on decodes as fast as it can (SLOW_ALGORITHMS)
     fast = [r for r in done if (r.settings or {}).get("algorithm") not in SLOW_ALGORITHMS]
     done = fast or done
     smallest = min(float(r.model_size_bytes) for r in done)
     small = [r for r in done if float(r.model_size_bytes) <= SIZE_SLACK * smallest]
     sign = -1.0 if higher_is_better else 1.0
-    # min keeps the first of equal metrics: the trial started first, not the one that
-    # finished first (the records' order).
+    # the first of equal metrics by start order
     return min(order(small), key=lambda r: sign * float(r.metric))
 
 
@@ -193,7 +140,7 @@ def ranking(
         settings = r.settings or {}
         if r.stage != PROBE_STAGE or _base(settings) != wanted:
             continue
-        if not r.ok or not _finite(r.metric):
+        if not r.ok or finite(r.metric) is None:
             continue
         scored.append((settings[key][0], float(r.metric)))
     # the worst metric first: lower is worse when higher is better
@@ -206,10 +153,9 @@ def by_gain_per_byte(
     bits: int,
     higher_is_better: bool,
 ) -> list[str] | None:
-    """The nodes of ``ranked`` (``(node, probe metric)``) ordered by what promoting each one
-    step up gains per byte it adds: the gain is how much worse its probe is than the least
-    sensitive node's, the bytes its weight's elements times the bits added (4 -> 8, or 8 ->
-    32), over 8. Ties keep ``ranked``'s order. None when a node's weight shape is unknown."""
+    """The nodes of ``ranked`` (``(node, probe metric)``) by what promoting each one step up
+    gains per byte it adds (the gain over the least sensitive node's probe); ties keep
+    ``ranked``'s order. None when a node's weight shape is unknown."""
     if not ranked or any(node not in weights for node, _ in ranked):
         return None
     metrics = [metric for _, metric in ranked]
@@ -236,10 +182,6 @@ def reused_probes(records: Sequence[TrialRecord], base: TrialRecord) -> set[str]
     }
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
 def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bool:
     """Whether ``settings`` equals ``base`` but for the choice of every node."""
     keys = ("algorithm", "bits", "block_size", "symmetric", *_LISTS, _NODE_SETTINGS)
@@ -250,11 +192,10 @@ def _same_but_choice(settings: Mapping[str, Any], base: Mapping[str, Any]) -> bo
 def menu(
     records: Sequence[TrialRecord], base: TrialRecord, higher_is_better: bool
 ) -> list[NodeChoice]:
-    """The choices the probes measure each node under, the base's first (see the module):
-    the base's; up to :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric
-    front that are more accurate than the base, not over :data:`MENU_DECODE_SLACK` times its
-    decode step, not of :data:`SLOW_ALGORITHMS`: the most accurate, then those nearest
-    halfway between it and the base in size; the base's at 8 bits."""
+    """The choices the probes measure each node under, the base's first: up to
+    :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric front, more accurate
+    than the base and not over :data:`MENU_DECODE_SLACK` times its decode step (the most
+    accurate, then those nearest halfway to it in size); the base's at 8 bits."""
     settings = base.settings or {}
     own = top_choice(settings)
     sign = -1.0 if higher_is_better else 1.0
@@ -264,7 +205,7 @@ def menu(
         other = r.settings or {}
         if r.stage not in BASE_STAGES or not r.ok:
             continue
-        if not _finite(r.metric) or not r.model_size_bytes or names_nodes(other):
+        if finite(r.metric) is None or not r.model_size_bytes or names_nodes(other):
             continue
         if r.stopped_at_rung or not _same_but_choice(other, settings):
             continue
@@ -309,8 +250,7 @@ def menu_probe(
 def probe_losses(
     records: Sequence[TrialRecord], base: TrialRecord, higher_is_better: bool
 ) -> dict[str, dict[NodeChoice, float]]:
-    """What each node's probes measured, by choice: the metric (negated when higher is
-    better, so less is better), from the base's probes and the menu probes."""
+    """What each node's probes measured, by choice (negated when higher is better)."""
     wanted = _base(base)
     own = top_choice(base)
     sign = -1.0 if higher_is_better else 1.0
@@ -319,7 +259,7 @@ def probe_losses(
         settings = r.settings or {}
         if r.stage != PROBE_STAGE or not r.ok:
             continue
-        if not _finite(r.metric):
+        if finite(r.metric) is None:
             continue
         per_node = settings.get(_NODE_SETTINGS) or {}
         plain = {k: v for k, v in settings.items() if k != _NODE_SETTINGS}
@@ -341,11 +281,10 @@ def probe_losses(
 
 
 def decode_ratio(record: TrialRecord) -> float | None:
-    """A trial's decode step over the builder's int4's, the two timed in turn by the trial
-    (``max_decode_latency: builder``); None when not timed so."""
+    """A trial's decode step over the builder's int4's (``max_decode_latency: builder``)."""
     anchor = record.extra.get("builder_decode_latency_ms")
     own = record.decode_latency_ms
-    if not (_finite(anchor) and _finite(own)) or anchor <= 0:
+    if finite(anchor) is None or finite(own) is None or anchor <= 0:
         return None
     return float(own) / float(anchor)
 
@@ -420,7 +359,7 @@ def allocations(
         plans = allocate(table, sizes, [b - rest for b in budgets])
     else:
         # within the builder's decode step: each node's share of the weights at its choice's
-        # step over the builder's, a choice no uniform model timed left out
+        # step over the builder's
         total = sum(math.prod(weights[n]) for n in nodes)
         table = {n: {c: v for c, v in table[n].items() if c in ratios} for n in nodes}
         times = {n: {c: math.prod(weights[n]) / total * ratios[c] for c in table[n]}
@@ -440,8 +379,7 @@ def allocations(
 
 
 class _Sensitivity(BuiltPhase):
-    """Stage 3: the per-layer probes of the base (see the module): never candidates, never
-    ``best/`` (:func:`raysearch.ranking.is_probe`)."""
+    """Stage 3: the per-layer probes of the base: never candidates nor ``best/``."""
 
     stage = PROBE_STAGE
 
@@ -468,15 +406,13 @@ class _Sensitivity(BuiltPhase):
         out = [probe(settings, nodes, node) for node in nodes]
         out += [menu_probe(settings, nodes, node, c) for c in choices[1:] for node in nodes]
         if decode_ratio(base) is not None:
-            # the choices no uniform model of stages 1-2 timed (8 bits), whole, for their
-            # decode step over the builder's
+            # the choices no uniform model timed, whole, for their decode step
             timed = decode_ratios(context.records, base, nodes)
             out += [whole_model(settings, nodes, c) for c in choices if c not in timed]
         return out
 
     def proposals(self, settings: Sequence[Mapping[str, Any]]) -> list[Proposal]:
-        """The probes, each ``reusable``: a result an earlier search measured for the same
-        settings on the same model and data is taken instead of running it again."""
+        """The probes, each ``reusable`` from the probe cache."""
         out = super().proposals(settings)
         for proposal in out:
             proposal.reusable = True
@@ -521,8 +457,7 @@ class _Promotions(BuiltPhase):
 
 class _Allocation(BuiltPhase):
     """Stage 4, and the refinements after the promotions: the per-node choices of
-    :func:`allocations` at ``steps`` sizes, each verified as a trial (one an earlier stage
-    ran is not run again)."""
+    :func:`allocations` at ``steps`` sizes (one an earlier stage ran is not run again)."""
 
     stage = "allocation"
 
@@ -568,8 +503,7 @@ def _defaults(context: StrategyContext) -> Phase:
 
 @register_strategy("WeightOnly", aliases=("weight_only",))
 def weight_only_strategy(context: StrategyContext) -> list[Phase]:
-    """WeightOnly: defaults, blocks, per-layer sensitivity, allocation, promotions (see the
-    module)."""
+    """WeightOnly: defaults, blocks, sensitivity, allocation, promotions, refinements."""
     budget = max(1, context.max_trials // 2) if context.max_trials else None
     blocks = [
         sub_phase(context, space, index, budget, "blocks")

@@ -26,7 +26,7 @@ from raysearch.strategies._registry import (
     register_strategy,
 )
 
-__all__ = ["GridPhase", "grid_strategy"]
+__all__ = ["GridPhase"]
 
 _logger = logging.getLogger("raysearch.search.tune.searchers")
 
@@ -34,11 +34,8 @@ _logger = logging.getLogger("raysearch.search.tune.searchers")
 class GridPhase(Phase):
     """Every valid setting of the spaces, in order, each once.
 
-    Not Optuna's ``BruteForceSampler``: it enumerates the raw define-by-run space, so it would
-    propose settings that the validity rules make copies of one already run (and settings the
-    backend refuses) and then need telling each was a duplicate, in its own order rather than
-    the declaration order a grid documents; :func:`expand_spaces` yields exactly the distinct
-    valid settings, counted per rule, which is also what ``raysearch validate`` prints.
+    Not Optuna's ``BruteForceSampler``, which enumerates the raw define-by-run space:
+    :func:`expand_spaces` yields exactly the distinct valid settings, in declaration order.
     """
 
     def __init__(self, spaces: Sequence[SearchSpace], reject: Reject | None) -> None:
@@ -89,12 +86,9 @@ def _calibration_key(space: SearchSpace, point: dict[str, Any]) -> str:
 def _interleaved_by_calibration(
     items: list[tuple[int, dict[str, Any]]], spaces: Sequence[SearchSpace]
 ) -> list[tuple[int, dict[str, Any]]]:
-    """The grid round-robin over calibration keys across every space, each key's settings in
-    order (space by space): the first concurrent trials calibrate different keys at once
-    instead of waiting on one trial's calibration, and the cache serves each key's later
-    settings. Keyed across spaces, not per space: Quark's form of a grid (one space per
-    calibration method) then runs the same settings in the same order as the one space that
-    lists the methods, with the same calibrations and the same rung decisions.
+    """The grid round-robin over calibration keys across every space, so that the first
+    concurrent trials calibrate different keys at once and the cache serves each key's later
+    settings (across spaces: Quark's one space per calibration method runs as one space).
 
     Example:
         >>> space = SearchSpace.parse({"calibrate_method": ["MinMax", "Percentile"],

@@ -1,16 +1,7 @@
 """The Optuna strategies (``TPE``, ``Random``, ``CmaEs``, ``GPS``, ``NSGAII``, ``QMC``): one
 ``OptunaSearch`` phase per search space with the matching sampler, define-by-run over
-:meth:`SearchSpace.sample`.
-
-Each sampler is fitted to its phase (:func:`make_sampler`): its random start-up trials scale
-with the phase's share of ``stop.iteration_limit`` (Optuna's fixed 10 would spend a third of a
-30-trial search at random), NSGA-II's population with it too, and TPE runs with
-``constant_liar`` when several trials run at once. The space's ``points_to_evaluate`` go
-first (Optuna's ``enqueue_trial``) and count among the start-up trials. With several
-``objectives`` (``metric``, ``latency_ms``, ``model_size_mb``), every sampler but CMA-ES runs
-Optuna's multi-objective study on all of them (NSGA-II, TPE, GP, random and QMC take one).
-``benchmarks/search_efficiency.py`` measures the choices (README, "Search efficiency"); the
-fitting itself is :mod:`raysearch.strategies._sampler_fitting`.
+:meth:`SearchSpace.sample`, fitted to its phase (:mod:`raysearch.strategies._sampler_fitting`).
+With several ``objectives`` every sampler but CMA-ES runs Optuna's multi-objective study.
 
 Example:
     >>> type(make_sampler("TPE", seed=0)).__name__
@@ -38,7 +29,6 @@ from raysearch.strategies._registry import (
     StrategyContext,
     check_strategy_available,
     register_strategy,
-    requirements,
 )
 from raysearch.strategies._sampler_fitting import (
     GIVEN_SAMPLER,
@@ -70,13 +60,12 @@ _logger = logging.getLogger("raysearch.search.tune.searchers")
 #: Search algorithms run as Optuna samplers (every built-in strategy but Grid).
 SAMPLER_ALGOS = tuple(name for name, info in BUILTIN_STRATEGIES.items() if info.module == __name__)
 #: Python packages each sampler needs beyond optuna itself (import names).
-ALGO_REQUIREMENTS: dict[str, tuple[str, ...]] = dict(requirements())
+ALGO_REQUIREMENTS = {n: i.requires for n, i in BUILTIN_STRATEGIES.items() if i.requires}
 #: Proposals in a row that may repeat known settings before a phase counts as exhausted.
 _MAX_ASKS = 64
 #: Known settings proposed in a row before the phase queues the sampler an unseen one.
 _STUCK_ASKS = 8
-#: Spaces up to this many settings are listed to find an unseen one (larger ones rarely
-#: leave a sampler stuck, and listing them costs seconds).
+#: Spaces up to this many settings are listed to find an unseen one.
 _LISTED_LIMIT = 50_000
 
 
@@ -85,11 +74,8 @@ check_algo_available = check_strategy_available
 
 
 class OptunaPhase(Phase):
-    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``: the sampler of
-    ``algo`` fitted to the phase's ``budget`` and to ``concurrent`` trials at once
-    (:func:`make_sampler`, with the config's ``sampler_options`` as ``options``), or the
-    Optuna ``sampler`` given (``search_algo`` as an instance; benchmarks compare samplers),
-    used as it is."""
+    """One space sampled by an Optuna sampler inside Tune's ``OptunaSearch``: ``algo``'s
+    sampler fitted to the phase (:func:`make_sampler`), or the ``sampler`` given, as it is."""
 
     def __init__(
         self,
@@ -109,15 +95,10 @@ class OptunaPhase(Phase):
         from ray.tune.search.optuna import OptunaSearch
 
         self.space = space
-        #: What the sampler optimises: the metric's objective alone, or with several, each
-        #: of them in a multi-objective study (the metric in its direction, the others
-        #: minimised), Ray Tune's ``OptunaSearch`` with a list of metrics and modes.
         self.objective_names = tuple(objectives)
         self.index = index
         self.reject = reject
         self.budget = budget
-        # Start points go to Ray Tune's own ``points_to_evaluate`` (Optuna's enqueue_trial):
-        # the sampler learns from their results like from its own proposals.
         starts = [self._labels(p) for p in getattr(space, "points_to_evaluate", ())]
         several = len(self.objective_names) > 1
         self.optuna = OptunaSearch(
@@ -134,23 +115,18 @@ class OptunaPhase(Phase):
             study_name=f"raysearch-{index}",
             points_to_evaluate=starts or None,
         )
-        #: How many distinct valid settings the space has: counted when the sampler first
-        #: repeats itself (counting a large preset takes seconds, and only a sampler that
-        #: repeats itself can be near the end of its space); None with ranges.
+        #: The space's distinct valid settings, counted when the sampler first repeats
+        #: itself (None with ranges).
         self.size: int | None = None
         self._counted = space.has_ranges
         self.seen: set[str] = set()
         self.asks = 0
-        #: Known settings the sampler proposed in a row, and the space's valid settings as
-        #: (key, point), listed the first time it gets stuck.
         self.repeats = 0
         self._listed: list[tuple[str, dict[str, Any]]] | None = None
         self._rng = random.Random(seed)
 
     def propose(self, trial_id: str, search: SearchView) -> Proposal | str | None:
         stale = 0
-        # Bounded: at most _MAX_ASKS stale asks before each catch-up, and each catch-up is
-        # one finished setting the phase had not seen.
         for _ in range((_MAX_ASKS + 1) * (len(search.done) + 1)):
             if stale >= _MAX_ASKS:
                 break
@@ -165,12 +141,8 @@ class OptunaPhase(Phase):
             known = proposal.key in self.seen
             if self._answered(proposal, search):
                 if not known and proposal.key in search.done:
-                    # Catching up: a resumed sampler (made afresh, the journal's settings
-                    # known) proposes again what it proposed before the interruption; each one is
-                    # told its result, and none counts as being stuck. It was a new proposal
-                    # before the kill, which ended that call and its run of repeats: so does
-                    # it now (else a long catch-up counts every repeat of the first run in
-                    # one call, queues unseen settings at other moments, or ends the phase).
+                    # Catching up: a resumed sampler proposes again what it proposed before
+                    # the interruption; told its result, it does not count as stuck.
                     self.repeats = 0
                     stale = 0
                     continue
@@ -193,13 +165,9 @@ class OptunaPhase(Phase):
         return EXHAUSTED
 
     def _queue_unseen(self) -> None:
-        """The sampler keeps proposing settings that already ran (TPE settles on a few
-        settings of a small categorical space, and a refused proposal teaches it little):
-        queue it a valid setting not yet seen, at random, with Optuna's
-        ``study.enqueue_trial``, so that the trial budget goes to the space rather than to
-        repeats; the sampler learns from that trial's result as from its own. "Not yet seen"
-        is the phase's own view: a resumed phase, still catching up, queues what the first
-        run queued at the same moment (it is then told that setting's result)."""
+        """Queue the sampler (``study.enqueue_trial``) a valid setting not yet seen, at
+        random, when it keeps proposing settings that already ran (TPE settles on a few of a
+        small categorical space), so the budget goes to the space rather than to repeats."""
         self.repeats = 0
         if self.space.has_ranges or self.space.grid_size() > _LISTED_LIMIT:
             return
@@ -208,12 +176,10 @@ class OptunaPhase(Phase):
             self._listed = [(Proposal.of(self.space, self.index, p, "").key, p) for p in points]
         unseen = [point for key, point in self._listed if key not in self.seen]
         if unseen:
-            # Ray Tune's OptunaSearch has no enqueue of its own: its study is Optuna's.
             self.optuna._ot_study.enqueue_trial(self._labels(self._rng.choice(unseen)))
 
     def _labels(self, point: dict[str, Any]) -> dict[str, Any]:
-        """``point`` as Optuna's parameters: a searched choice by its label, a range's value as
-        it is (fixed settings are no parameters of Optuna's)."""
+        """``point`` as Optuna's parameters: a choice by its label, a range's value as it is."""
         params = {}
         for param in self.space.params:
             domain = param.domain
@@ -226,8 +192,8 @@ class OptunaPhase(Phase):
         return params
 
     def _answered(self, proposal: Proposal, search: SearchView) -> bool:
-        """Whether ``proposal`` needs no trial (told to the sampler instead): a setting that
-        finished (its known result), is running (a failed proposal) or the backend refuses."""
+        """Whether ``proposal`` needs no trial: it finished (the sampler is told its result),
+        is running, or the backend refuses it (told as failed)."""
         key, inner_id = proposal.key, proposal.inner_id
         if key in search.done:
             self.seen.add(key)
@@ -240,8 +206,7 @@ class OptunaPhase(Phase):
             return True
         reason = self.reject(proposal.settings) if self.reject else None
         if reason:
-            # Not in ``seen``: ``size`` counts the valid settings only, and a refused one seen
-            # would end the phase before the last valid one ran.
+            # Not in ``seen``: ``size`` counts the valid settings only.
             _logger.debug("%s: sampler proposed a rejected setting (%s)", self.space.name, reason)
             self.optuna.on_trial_complete(inner_id, None, error=True)
             return True
@@ -270,9 +235,8 @@ class OptunaPhase(Phase):
         values: tuple[float, ...] | None,
         error: bool,
     ) -> None:
-        """Tell the sampler a finished proposal: its objective, or with several objectives
-        each one's value (a trial missing one, say a failed latency measurement, is told as
-        failed: Optuna's multi-objective study takes no partial values)."""
+        """Tell the sampler a finished proposal (with several objectives, one missing a value
+        is told as failed: Optuna's multi-objective study takes no partial values)."""
         if error:
             self.optuna.on_trial_complete(inner_id, None, error=True)
         elif not self._several:
@@ -297,11 +261,8 @@ def _split(total: int, parts: int) -> list[int]:
 
 def sampler_strategy(algo: str, context: StrategyContext) -> list[Phase]:
     """One ``OptunaSearch`` phase per space with the sampler of ``algo``; space ``i`` is seeded
-    with ``seed + i``, and ``max_trials`` is split evenly between the spaces. Each sampler is
-    fitted to its phase's share of the budget and to the trials that run at once
-    (``context.concurrent``), and optimises every one of ``context.objectives``; the
-    config's ``sampler_options`` override the fitting. An Optuna sampler given
-    (``context.sampler``) serves every phase as it is."""
+    with ``seed + i``, ``max_trials`` is split evenly between the spaces, and an Optuna
+    sampler given (``context.sampler``) serves every phase as it is."""
     sampler = getattr(context, "sampler", None)
     if algo == GIVEN_SAMPLER and sampler is None:
         raise ConfigError("search_algo", f"{GIVEN_SAMPLER} needs an Optuna sampler instance")
