@@ -60,8 +60,6 @@ if TYPE_CHECKING:
 __all__ = [
     "AutoSearch",
     "SearchResult",
-    "run_search",
-    "resume_search",
     "search_running_in",
     "start_ray",
     "check_resources",
@@ -374,24 +372,3 @@ def _module_folder(name: str) -> Path | None:
         return None
     path = Path(file).absolute()
     return path.parent.parent if path.name == "__init__.py" else path.parent
-
-
-def run_search(
-    config: SearchConfig | Mapping[str, Any] | str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    progress: TextIO | bool | None = True,
-) -> SearchResult:
-    """``AutoSearch(config).run(...)``."""
-    return AutoSearch(config).run(overwrite=overwrite, progress=progress)
-
-
-def resume_search(
-    output_dir: str | os.PathLike,
-    *,
-    config: SearchConfig | Mapping[str, Any] | None = None,
-    progress: TextIO | bool | None = True,
-    address: str | None = None,
-) -> SearchResult:
-    """``AutoSearch.resume(output_dir, ...)``."""
-    return AutoSearch.resume(output_dir, config=config, progress=progress, address=address)
