@@ -1,7 +1,10 @@
 """A full disk under the output folder: the search stops with one line naming the folder and
 the space it needs, exit status 1, the journal intact; once space is freed, ``raysearch
 resume`` completes it with no trial lost or run again. The folder is a small tmpfs mounted
-by the test (the tests run as root; where mounting is impossible the test is skipped)."""
+by the test (the tests run as root; where mounting is impossible the test is skipped). The
+search that meets the full disk is a real ``raysearch run`` process (its exit status and last
+line are the behaviour); the resume is the same command called in the test's process, on the
+suite's Ray (a second command process costs its imports and a Ray start of its own)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from raysearch.cli import main
 from tests.reliability.helpers import (
     calls,
     journal,
@@ -69,6 +73,7 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
+@pytest.mark.usefixtures("ray_cluster")
 def test_a_full_disk_stops_the_search_in_one_line_and_resume_completes_it(
     small_disk: Path, tmp_path: Path
 ):
@@ -101,11 +106,7 @@ def test_a_full_disk_stops_the_search_in_one_line_and_resume_completes_it(
     assert all(r["status"] == "ok" for r in before)  # no trial blamed for the disk
 
     filler.unlink()
-    resumed = start_raysearch(["resume", str(out)], tmp_path)
-    try:
-        assert resumed.wait(timeout=300) == 0, (tmp_path / "stderr.txt").read_text()
-    finally:
-        stop_leftovers(resumed)
+    assert main(["resume", str(out)]) == 0
     after = journal(out)
     assert len(after) == len({r["key"] for r in after}) == SETTINGS
     assert [r["trial_id"] for r in after[: len(before)]] == [r["trial_id"] for r in before]

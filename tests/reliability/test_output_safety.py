@@ -180,6 +180,11 @@ def test_the_journal_appends_after_a_torn_last_line(tmp_path: Path):
     assert [r.trial_id for r in Journal(path).load()] == ["whole", "after-the-crash"]
 
 
+#: One trial actor a search (a Ray worker's start, several CPU-seconds): what these tests check
+#: is the folder, not trials side by side.
+ONE_AT_A_TIME = {"max_concurrent_trials": 1}
+
+
 def _user_files(out: Path) -> dict[str, str]:
     return {
         "notes.txt": "top level",
@@ -193,7 +198,9 @@ def _user_files(out: Path) -> dict[str, str]:
 def test_run_and_overwrite_never_remove_files_raysearch_did_not_create(
     ray_cluster, tmp_path: Path, capsys
 ):
-    config = probe_config(tmp_path, search_space={"per_channel": [True, False]})
+    config = probe_config(
+        tmp_path, search_space={"per_channel": [True, False]}, resources=ONE_AT_A_TIME
+    )
     out = Path(config["output_dir"])
     out.mkdir()
     (out / "notes.txt").write_text("top level")  # a folder that exists already: fine
@@ -242,7 +249,9 @@ LINKS = {
 def test_a_link_at_a_name_raysearch_writes_is_refused_and_never_followed(
     ray_cluster, tmp_path: Path, capsys
 ):
-    config = probe_config(tmp_path, search_space={"per_channel": [True, False]})
+    config = probe_config(
+        tmp_path, search_space={"per_channel": [True, False]}, resources=ONE_AT_A_TIME
+    )
     config["keep_candidates"] = True
     out = Path(config["output_dir"])
     first = AutoSearch(config).run(progress=False)  # stderr below holds the commands' only

@@ -42,6 +42,8 @@ def test_a_tpe_search_over_both_backends_survives_nncfs_failure(tmp_path):
         # More than the 5 distinct settings (2 ort + 3 nncf, one more refused): the refused
         # one does not count as run, so TPE ends when all 5 ran.
         "stop": {"iteration_limit": 8},
+        # One trial actor: one start of a Ray worker and one import of NNCF, not two.
+        "resources": {"max_concurrent_trials": 1},
         "output_dir": str(tmp_path / "out"),
     }
     result = AutoSearch(config).run()

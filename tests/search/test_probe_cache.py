@@ -159,6 +159,9 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
         "measure_latency": False,
         "early_stopping": False,
         "seed": 0,
+        # One trial actor per search (a Ray worker's start, several CPU-seconds, three times):
+        # the probes, their ranking and the promotions do not depend on trials side by side.
+        "resources": {"max_concurrent_trials": 1},
     }
     first = AutoSearch({**config, "output_dir": str(tmp_path / "first")}).run()
     rows = _probes(first.output_dir)
@@ -189,9 +192,13 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     assert not second.summary["best_trial_id"].startswith("reused_")
     assert (second.output_dir / "best" / "model.onnx").is_file()
 
-    # a changed data file: another content, so every probe runs again
+    # a changed data file: another content, so every probe runs again; the search stops when
+    # its probes are done (the stages after them are the first search's, checked above)
     np.savez(tmp_path / "text.npz", input_ids=rng.zipf(1.5, (8, 12)).clip(1, VOCAB - 1))
-    third = AutoSearch({**config, "output_dir": str(tmp_path / "third")}).run()
+    through_probes = 1 + max(i for i, r in enumerate(rows) if r["stage"] == "sensitivity")
+    assert through_probes < len(rows)
+    stop = {"iteration_limit": through_probes}
+    third = AutoSearch({**config, "stop": stop, "output_dir": str(tmp_path / "third")}).run()
     probes = [r for r in _probes(third.output_dir) if r["stage"] == "sensitivity"]
     assert len(probes) == 16 and not any(r["reused_from"] for r in probes)
     assert third.summary["probes_reused"] == 0
