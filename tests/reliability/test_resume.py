@@ -49,18 +49,27 @@ def _config(folder: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(ray_cluster, tmp_path_factory) -> tuple[dict[str, Any], set[str]]:
-    """The summary of the same search run straight through, and the settings it ran."""
+def uninterrupted(ray_cluster, tmp_path_factory) -> tuple[dict[str, Any], dict[str, float]]:
+    """The summary of the same search run straight through, and the settings it ran (their
+    keys) with each one's metric."""
     folder = tmp_path_factory.mktemp("straight")
     summary = AutoSearch(_config(folder)).run().summary
-    return summary, {r["key"] for r in journal(folder / "out")}
+    return summary, {r["key"]: r["metric"] for r in journal(folder / "out")}
+
+
+def _tune_started(out: Path) -> bool:
+    """Tune's experiment of the first session has saved its state (its trials start now)."""
+    return any((out / "ray_results").glob("search/experiment_state-*.json"))
 
 
 def _run_killed(folder: Path, at: int, sig: int, **env: str):
+    """Run the search as a command and send ``sig`` once ``at`` trials are journaled; with
+    ``at`` 0, once Tune's experiment has saved its state, before a trial is journaled."""
     config = write_config(folder / "config.yaml", _config(folder))
+    out = folder / "out"
     proc = start_raysearch(["run", str(config)], folder, **env)
     try:
-        wait_until(proc, lambda: len(journal(folder / "out")) >= at)
+        wait_until(proc, lambda: len(journal(out)) >= at if at else _tune_started(out))
         kill_group(proc, sig)
         status = proc.wait(timeout=120)
     finally:
@@ -71,9 +80,9 @@ def _run_killed(folder: Path, at: int, sig: int, **env: str):
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory) -> Callable[[int], Path]:
     """``killed(at)``: the folder of a search killed (SIGKILL) once ``at`` trials were
-    journaled, Tune saving its experiment at every step, put back as the kill left it, in
-    the place where it ran. Each search runs and is killed once for the module; every call
-    puts a fresh copy of what the kill left in place."""
+    journaled (0: before the first, :func:`_run_killed`), Tune saving its experiment at every
+    step, put back as the kill left it, in the place where it ran. Each search runs and is
+    killed once for the module; every call puts a fresh copy of what the kill left in place."""
     saved: dict[int, tuple[Path, Path]] = {}
 
     def restore(at: int) -> Path:
@@ -96,7 +105,7 @@ def _check_resumed(
     folder: Path,
     before: list[dict[str, Any]],
     summary: dict[str, Any],
-    uninterrupted: tuple[dict[str, Any], set[str]],
+    uninterrupted: tuple[dict[str, Any], dict[str, float]],
 ) -> None:
     out = folder / "out"
     straight, settings = uninterrupted
@@ -106,8 +115,8 @@ def _check_resumed(
     assert len(ids) == len(set(ids)) == LIMIT
     after = journal(out)
     assert len({r["key"] for r in after}) == len(after) == LIMIT  # no setting twice
-    # The settings of the search run straight through with the same seed.
-    assert {r["key"] for r in after} == settings
+    # The settings of the search run straight through with the same seed, each scored alike.
+    assert {r["key"]: r["metric"] for r in after} == settings
     # The journal of the first session is kept as it was, the second one's follows it.
     assert [r["trial_id"] for r in after[: len(before)]] == [r["trial_id"] for r in before]
     assert {r["trial_id"] for r in before} <= set(ids)
@@ -128,28 +137,33 @@ def _check_resumed(
     log = (out / "auto_search.log").read_text()
     assert re.search(rf"stop condition met: iteration_limit \({LIMIT} trials finished", log)
     assert summary["sessions"] == 2
-    assert summary["wall_time_s"] >= max(r["elapsed_s"] for r in before)
+    assert summary["wall_time_s"] >= max((r["elapsed_s"] for r in before), default=0)
     # The second session ran in a Tune experiment of its own.
     assert (out / "ray_results" / "search-2").is_dir()
 
 
-@pytest.mark.parametrize("case", ["early", "twice", "moved"])
+@pytest.mark.parametrize("case", ["before_first", "early", "twice", "moved"])
 def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     tmp_path: Path,
     killed: Callable[[int], Path],
-    uninterrupted: tuple[dict[str, Any], set[str]],
+    uninterrupted: tuple[dict[str, Any], dict[str, float]],
     case: str,
 ):
-    # "early": killed once 2 trials were journaled, resumed where it ran;
+    # "before_first": killed once Tune's experiment had saved its state, with no trial
+    # journaled (the first trials running), resumed where it ran;
+    # "early": killed once 2 trials were journaled (the next ones running), resumed where it ran;
     # "twice": killed once 6 were, resumed, then the folder put back as the kill left it and
     # resumed again in the same process (the same Ray session), which must not find the
     # first resume's Tune experiment and end at once;
     # "moved": killed once 6 were, the folder moved before the resume (the live session is
     # found by the search's id, which moves with the folder).
-    folder = killed(2 if case == "early" else 6)
+    at = {"before_first": 0, "early": 2}.get(case, 6)
+    folder = killed(at)
     out = folder / "out"
     before = journal(out)
-    assert (2 if case == "early" else 6) <= len(before) < LIMIT
+    assert at <= len(before) < LIMIT
+    if case == "before_first":
+        assert before == [] and _tune_started(out)
     assert not (out / "summary.json").exists()
     if case == "moved":
         shutil.move(out, folder / "elsewhere")
@@ -165,7 +179,7 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
 
 
 def test_ctrl_c_stops_gracefully_writes_outputs_and_resumes(
-    tmp_path: Path, uninterrupted: tuple[dict[str, Any], set[str]], capsys
+    tmp_path: Path, uninterrupted: tuple[dict[str, Any], dict[str, float]], capsys
 ):
     status = _run_killed(tmp_path, 4, signal.SIGINT)
     out = tmp_path / "out"
