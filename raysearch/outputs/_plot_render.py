@@ -47,7 +47,7 @@ def figure(spec: Mapping[str, Any]) -> Any:
         fig, ax = plt.subplots(figsize=(8, 0.4 * len(names) + 1.5), layout="constrained")
         ax.barh(names, list(spec["values"]), color="tab:blue")
         ax.set_xlabel("importance (PED-ANOVA, normalized)")
-        ax.set_title(spec["title"], fontsize=10)
+        ax.set_title(_wrapped(spec["title"]), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         return fig
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
@@ -64,10 +64,18 @@ def figure(spec: Mapping[str, Any]) -> Any:
         ax.axhline(spec["float_metric"], color="black", linestyle=":", label="float model")
     ax.set_xlabel("trial (in start order)")
     ax.set_ylabel(spec["ylabel"])
-    ax.set_title(spec["title"])
+    ax.set_title(_wrapped(spec["title"]))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     return fig
+
+
+def _wrapped(title: str) -> str:
+    """``title`` with each line wrapped to the figure's width: the constrained layout fits
+    the axes to a title, never the figure, so a longer line would be cut at its edges."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, 90) for line in title.splitlines())
 
 
 def png(fig: Any) -> bytes:
