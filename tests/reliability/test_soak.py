@@ -67,7 +67,11 @@ def test_memory_descriptors_and_temp_entries_do_not_grow_with_the_trials(soak):
         # A leak of one ONNX Runtime session or model per trial is megabytes per trial.
         assert process["rss_mib_per_100"] < 10, process
         assert abs(process["fds_per_100"]) < 1, process
-        assert abs(process["temp_entries_per_100"]) < 1, process
+        # The temp folder is shared by the two concurrent trials, each holding at most its
+        # private folder and ONNX Runtime's two quantization folders while it runs, so the
+        # count swings between 0 and 6 whatever the trend (a slope over a dozen calls reads
+        # that swing as growth); a leak of one entry per trial passes 6 by the seventh.
+        assert process["temp_entries_max"] <= 6, process
 
 
 def test_the_journal_grows_linearly(soak):
