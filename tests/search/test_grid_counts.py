@@ -1,6 +1,7 @@
 """``raysearch validate`` and ``raysearch spaces`` print the number of settings a Grid search
-really runs: the same validity rules and the same backend refusals, checked against real
-searches of every preset and of the quickstart's space on a real local Ray."""
+really runs: the same validity rules and the same backend refusals, checked for every preset
+and the quickstart's space against the suggestions of the Grid searcher a search builds, and
+on a real local Ray: the whole grid of the small spaces, a sample of the others' settings."""
 
 from __future__ import annotations
 
@@ -79,47 +80,77 @@ def test_printed_count_equals_the_trials_a_grid_search_runs(name, mlp_files, tmp
         assert _spaces_rows()[name] == count + sum(map(int, on_model))
     if name == "refused_and_repeated":
         assert count == 4
+    # The Grid searcher the search builds (the model's refusals among its rules) suggests
+    # exactly ``count`` settings, each once.
+    assert _grid_suggestions(load_config(config)) == count
 
-    if count > FULL_GRID_ON_RAY:
-        # Too many trials to run in the suite: Tune's Grid searcher holds exactly ``count``
-        # settings (built here without Ray), and a TPE sample of them, every backend of the
-        # space among them, runs on Ray without a failure.
-        assert _grid_settings(load_config(config)) == count
+    if name in WHOLE_GRID_ON_RAY:
+        result = AutoSearch(load_config(config)).run()
+        assert result.summary["stop_reason"] == "space_exhausted"
+        assert result.summary["n_trials"] == result.results.num_rows == count
+    else:
+        # A sample of the settings the count includes runs on Ray, every backend of the space
+        # among them, without a failure (a TPE sample: its first trials are spread over the
+        # space). That a Grid search runs each of its searcher's suggestions as a trial,
+        # exactly once, is the whole grids' above and test_search_e2e.py's
+        # test_grid_of_six_runs_exactly_six_trials_and_writes_every_output.
         data = yaml.safe_load(config.read_text())
-        data.update(search_algo="TPE", seed=0, tolerance=0.05, stop={"iteration_limit": 12})
+        sample = SAMPLE_ON_RAY.get(name, SAMPLE_TRIALS)
+        data.update(search_algo="TPE", seed=0, tolerance=0.05, stop={"iteration_limit": sample})
         config.write_text(yaml.safe_dump(data))
         result = AutoSearch(load_config(config)).run()
-        assert result.summary["n_trials"] == result.results.num_rows == 12
+        assert result.summary["n_trials"] == result.results.num_rows == sample
         (space,) = load_config(config).search_spaces
         backends = [p.domain.choices for p in space.params if p.name == "quantizer"]
         if backends:
             ran = set(result.results.column("params/quantizer").to_pylist())
             assert ran == set(backends[0]), "a backend of the space ran no trial"
-    else:
-        result = AutoSearch(load_config(config)).run()
-        assert result.summary["stop_reason"] == "space_exhausted"
-        assert result.summary["n_trials"] == result.results.num_rows == count
     statuses = set(result.results.column("status").to_pylist())
     assert statuses == {"ok"}, "a setting the count included failed to run"
 
 
-#: Spaces up to this many settings run their whole grid on Ray in the test; a larger one
-#: (AUTO_INT8_SEARCH's 108 settings: a minute of trials on a quiet 2-core machine) runs a
-#: sample, its count checked on the Grid searcher's phase.
-FULL_GRID_ON_RAY = 60
+#: The spaces whose whole grid runs on Ray in the test, the printed count against the trials
+#: run: two spaces with a refused and a repeated setting, a backend's refusals on this model
+#: only (WEIGHT_ONLY_INT4_SEARCH's k-quant), and two small presets. The others' counts are
+#: checked on the Grid searcher's suggestions, a sample of their settings run.
+WHOLE_GRID_ON_RAY = {
+    "refused_and_repeated",
+    "WEIGHT_ONLY_INT4_SEARCH",
+    "WEIGHT_ONLY_INT8_SEARCH",
+    "MATMUL_CONV_INT8_SEARCH",
+}
+#: The trials of a space's sample on Ray: enough to reach each backend of AUTO_INT8_SEARCH's
+#: (ONNX Runtime and NNCF), fewer where each trial fine-tunes (FINETUNE_SEARCH: each of its
+#: settings fine-tunes the weights for 500 or 1,000 steps).
+SAMPLE_TRIALS = 6
+SAMPLE_ON_RAY = {"FINETUNE_SEARCH": 3}
+#: Above this many settings the count is read from the Grid searcher's phase instead of its
+#: suggestions (A8W8_SEARCH's 26,920).
+SUGGESTED_UP_TO = 1000
 
 
-def _grid_settings(config) -> int:
-    """How many settings the Grid searcher of ``config`` holds to suggest: its one phase, built
-    as a search builds it (the validity rules, the backend's refusals, the repeats dropped).
-    Counted on the phase, not by driving Tune's ``suggest`` through every setting
-    (A8W8_SEARCH has 26,920): the full grids run on Ray above check that the
-    searcher suggests exactly its phase's settings, each of them run."""
+def _grid_suggestions(config) -> int:
+    """How many settings the Grid searcher of ``config`` suggests: built as a search builds
+    it (the validity rules, the backend's refusals on the config's model, the repeats
+    dropped) and driven through Tune's ``suggest`` until it says it is finished, without a
+    trial run. Above :data:`SUGGESTED_UP_TO` settings, its phase's length."""
+    import functools
+
+    from ray.tune.search import Searcher
+
     from raysearch.quantize.registry import backend_reject
     from raysearch.search.tune.searchers import SettingSearcher
+    from raysearch.strategies import ModelFacts
 
-    searcher = SettingSearcher.strategy(
-        "Grid", config.search_spaces, mode="min", reject=backend_reject
-    )
+    reject = functools.partial(backend_reject, weights=ModelFacts.of(config.model).weights)
+    searcher = SettingSearcher.strategy("Grid", config.search_spaces, mode="min", reject=reject)
     (phase,) = searcher.phases
-    return len(phase)
+    if len(phase) > SUGGESTED_UP_TO:
+        return len(phase)
+    keys = []
+    while (suggestion := searcher.suggest(f"t{len(keys)}")) != Searcher.FINISHED:
+        assert suggestion is not None, "the Grid searcher waited for a trial to finish"
+        keys.append(suggestion["key"])
+    assert len(keys) == len(set(keys)), "the Grid searcher suggested a setting twice"
+    assert searcher.finish_reason == "space_exhausted"
+    return len(keys)
