@@ -36,8 +36,11 @@ another), whose builder also needs ``torch`` and ``transformers`` 5 for the anch
 each applied uniformly (every weight MatMul at group 32, ``lm_head`` too, embeddings float,
 symmetric and asymmetric) on bytellama's genai folder and on bytegpt, KL against ONNX Runtime's
 RTN at the same group: NNCF 3.4's ``compress_weights`` data-free, with AWQ, with scale
-estimation and with both, on bytegpt's calibration windows (``nncf_weight_only``). ONNX
-Runtime's GPTQ is not among them: it writes RTN's weights (``GPTQ_REFUSAL``).
+estimation and with both, on bytegpt's calibration windows (``nncf_weight_only``), and
+raysearch's own GPTQ (``weight_only``'s ``algorithm: gptq``, the Hessians from the same
+windows; ONNX Runtime's GPTQ writes RTN's weights). ``--blocks`` gives other groups than 32,
+``--settings`` a subset of the rows (:data:`LIBRARY_SETTINGS`); the time of a row is its
+backend's, built for it (GPTQ's Hessians included).
 
 Usage:
     .venv/bin/python benchmarks/weight_only.py            # bytegpt, tolerance 0.00025
@@ -49,6 +52,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -435,6 +439,20 @@ def source_space(weight_source: Path) -> dict[str, Any]:
     return {"search_space": space, "points_to_evaluate": preset.get("points_to_evaluate")}
 
 
+def gptq_space() -> dict[str, Any]:
+    """``WEIGHT_ONLY_INT4_SEARCH`` with ``algorithm: gptq`` beside its others, symmetric or
+    not as RTN (its start points as the preset's), as config keys."""
+    import yaml
+
+    from raysearch.config._spaces import predefined_spaces
+
+    preset = yaml.safe_load(predefined_spaces()["WEIGHT_ONLY_INT4_SEARCH"].read_text())
+    space = dict(preset["search_space"])
+    space["algorithm"] = [*space["algorithm"], "gptq"]
+    space["gptq"] = {"only_if": {"algorithm": "gptq"}, "symmetric": [True, False]}
+    return {"search_space": space, "points_to_evaluate": preset.get("points_to_evaluate")}
+
+
 def _source_search(
     weight_source: Path,
     folder: Path,
@@ -508,9 +526,12 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # The most accurate model within the builder's size among those more accurate than
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
+        offered = gptq_space() if args.gptq else {}
         wall = search(source, calib, data, folder, tolerance, stop={"time_limit": args.time_limit},
-                      size_budget="builder", select="metric")  # fmt: skip
-        name = "raysearch WeightOnly (best/)"
+                      size_budget="builder", select="metric", **offered)  # fmt: skip
+        name = (
+            "raysearch WeightOnly + gptq (best/)" if args.gptq else "raysearch WeightOnly (best/)"
+        )
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
         best["time_s"] = wall
@@ -564,6 +585,7 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
 #: NNCF 3.4's ``compress_weights`` data-free and with its data-aware algorithms.
 LIBRARY_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "ort rtn": ("weight_only", {}),
+    "raysearch gptq": ("weight_only", {"algorithm": "gptq"}),
     "nncf data-free": ("nncf_weight_only", {}),
     "nncf awq": ("nncf_weight_only", {"awq": True}),
     "nncf scale_estimation": ("nncf_weight_only", {"scale_estimation": True}),
@@ -571,13 +593,15 @@ LIBRARY_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def library_setting(quantizer: str, extra: dict[str, Any], symmetric: bool) -> dict[str, Any]:
-    """The backend settings of one ``--libraries`` row: group 32, every weight MatMul at 4
-    bits, the embeddings float."""
+def library_setting(
+    quantizer: str, extra: dict[str, Any], symmetric: bool, block: int = 32
+) -> dict[str, Any]:
+    """The backend settings of one ``--libraries`` row: group ``block``, every weight MatMul
+    at 4 bits, the embeddings float."""
     if quantizer == "weight_only":
-        return {"block_size": 32, "symmetric": symmetric}
+        return {"block_size": block, "symmetric": symmetric, **extra}
     mode = "int4_sym" if symmetric else "int4_asym"
-    base = {"mode": mode, "group_size": 32, "ratio": 1.0, "all_layers": True}
+    base = {"mode": mode, "group_size": block, "ratio": 1.0, "all_layers": True}
     return {**base, "quantize_embeddings": False, **extra}
 
 
@@ -603,10 +627,11 @@ def libraries_main(args: argparse.Namespace, run: Run) -> None:
             genai = model_name.endswith("genai")
             reference = _folder_logits(model, ids)
             data = DataSource.load({"input_ids": calib}, model, batch_size=1)
-            for symmetric in (True, False):
-                for name, (quantizer, extra) in LIBRARY_SETTINGS.items():
+            for block, symmetric in itertools.product(args.blocks, (True, False)):
+                for name in args.settings:
+                    quantizer, extra = LIBRARY_SETTINGS[name]
                     out = Path(tmp) / f"{len(rows)}" / "model.onnx"
-                    settings = library_setting(quantizer, extra, symmetric)
+                    settings = library_setting(quantizer, extra, symmetric, block)
                     start = time.perf_counter()
                     with backends[quantizer](model, data) as backend:
                         backend.quantize(settings, out)
@@ -614,26 +639,30 @@ def libraries_main(args: argparse.Namespace, run: Run) -> None:
                     if genai:
                         model_folder(model).copy_into(out.parent)
                     row = _genai_row(name, out, reference, ids)
-                    row.update(model=model_name, symmetric=symmetric, time_s=round(seconds, 1))
+                    row.update(
+                        model=model_name, block=block, symmetric=symmetric,
+                        time_s=round(seconds, 1),
+                    )  # fmt: skip
                     rows.append(row)
                     print(
-                        f"{model_name}, {'sym' if symmetric else 'asym'}, {name}: KL "
-                        f"{row['kl'] * 1e3:.4f}e-3, {row['size_kb']} kB, {seconds:.0f} s",
+                        f"{model_name}, block {block}, {'sym' if symmetric else 'asym'}, "
+                        f"{name}: KL {row['kl'] * 1e3:.4f}e-3, {row['size_kb']} kB, "
+                        f"{seconds:.0f} s",
                         flush=True,
                     )
     for row in rows:
         row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
-        rtn = next(
+        rtn = next((
             r for r in rows
             if r["model"] == row["model"] and r["symmetric"] == row["symmetric"]
-            and r["setting"] == "ort rtn"
-        )  # fmt: skip
-        row["kl_vs_rtn"] = round(row["kl"] / rtn["kl"], 3)
+            and r["block"] == row["block"] and r["setting"] == "ort rtn"
+        ), None)  # fmt: skip
+        row["kl_vs_rtn"] = round(row["kl"] / rtn["kl"], 3) if rtn else None
     print_table(
         rows,
-        ["model", "symmetric", "setting", "kl_1e-3", "kl_vs_rtn", "top1_agreement", "size_kb",
-         "time_s"],
-        "4-bit roundings at group 32, whole model (KL against ONNX Runtime's RTN)",
+        ["model", "block", "symmetric", "setting", "kl_1e-3", "kl_vs_rtn", "top1_agreement",
+         "size_kb", "time_s"],
+        "4-bit roundings, whole model (KL against ONNX Runtime's RTN at the same group)",
     )  # fmt: skip
     run.write({"rows": rows}, args.out)
 
@@ -747,9 +776,26 @@ def _arguments() -> argparse.Namespace:
         "the builder): the search again with its weights a choice (algorithm: source)",
     )
     parser.add_argument(
+        "--gptq",
+        action="store_true",
+        help="with --genai: algorithm gptq offered beside the preset's (symmetric or not)",
+    )
+    parser.add_argument(
         "--libraries",
         action="store_true",
         help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=lambda text: [int(b) for b in text.split(",")],
+        default=[32],
+        help="with --libraries: the groups, comma-separated (default 32)",
+    )
+    parser.add_argument(
+        "--settings",
+        type=lambda text: text.split(","),
+        default=list(LIBRARY_SETTINGS),
+        help="with --libraries: the rows, comma-separated names of LIBRARY_SETTINGS (default all)",
     )
     parser.add_argument(
         "--autoround-py",
