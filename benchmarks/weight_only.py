@@ -47,6 +47,7 @@ Usage:
     .venv/bin/python benchmarks/weight_only.py --smoke    # the tiny decoder of the tests
     .venv/bin/python benchmarks/weight_only.py --genai    # bytellama's genai folder
     .venv/bin/python benchmarks/weight_only.py --libraries  # the libraries' 4-bit roundings
+    .venv/bin/python benchmarks/weight_only.py --gptq-anchor  # GPTQ against the builder's int4
 """
 
 from __future__ import annotations
@@ -403,6 +404,70 @@ def ort_folder(source: Path, out: Path, block_size: int, is_symmetric: bool) -> 
     return out
 
 
+def gptq_folder(source: Path, out: Path, settings: dict[str, Any]) -> float:
+    """The genai folder's model through raysearch's ``weight_only`` backend at ``settings``
+    (``algorithm: gptq`` among them: its Hessians from bytegpt's 64 calibration windows),
+    written into a copy of the folder; the backend's seconds, Hessians included."""
+    from raysearch.data import DataSource
+    from raysearch.modelfolder import model_folder
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+
+    model = source / "model.onnx"
+    calib = np.load(BYTEGPT / "calib.npz")["input_ids"]
+    start = time.perf_counter()
+    data = DataSource.load({"input_ids": calib}, model, batch_size=1)
+    with WeightOnlyBackend(model, data) as backend:
+        backend.quantize(settings, out / "model.onnx")
+    seconds = time.perf_counter() - start
+    model_folder(model).copy_into(out)
+    return seconds
+
+
+#: ``--gptq-anchor``'s rows: GPTQ uniform at the builder's int4's blocks and compute
+#: (block 32, ``accuracy_level`` 4), symmetric (the builder's bytes) and asymmetric.
+GPTQ_ANCHORS = {
+    "raysearch gptq 32 sym, accuracy_level 4": {"block_size": 32, "symmetric": True},
+    "raysearch gptq 32 asym, accuracy_level 4": {"block_size": 32, "symmetric": False},
+}
+
+
+def gptq_anchor_main(args: argparse.Namespace, run: Run) -> None:
+    """``--gptq-anchor``: raysearch's GPTQ, every weight MatMul at one setting of
+    :data:`GPTQ_ANCHORS`, against the builder's int4 on bytellama's genai folder: KL and
+    agreement on every held-out row, size, and onnxruntime-genai decode ms/token with the
+    folders interleaved."""
+    source = args.genai_folder
+    ids = np.load(BYTEGPT / "eval.npz")["input_ids"]
+    reference = _folder_logits(source / "model.onnx", ids)
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = {
+            "float (genai fp32)": source,
+            "builder int4 (-p int4, accuracy_level 4)": args.builder_int4
+            or builder_int4(args.checkpoint, Path(tmp) / "genai-int4"),
+        }
+        times: dict[str, float] = {}
+        for index, (name, settings) in enumerate(GPTQ_ANCHORS.items()):
+            folders[name] = Path(tmp) / f"gptq{index}"
+            times[name] = gptq_folder(
+                source, folders[name], {"algorithm": "gptq", "accuracy_level": 4, **settings}
+            )
+        rows = [_genai_row(n, f / "model.onnx", reference, ids) for n, f in folders.items()]
+        decode = genai_decode_ms(list(folders.values()))
+    for row, path in zip(rows, folders.values()):
+        row["genai_decode_ms"] = decode[str(path)]
+        row["time_s"] = round(times[row["setting"]], 1) if row["setting"] in times else None
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
+        row["builder_kl_over"] = round(rows[1]["kl"] / row["kl"], 3) if row["kl"] else None
+        row["builder_size_over"] = round(row["size_kb"] / rows[1]["size_kb"], 4)
+    print_table(
+        rows,
+        ["setting", "kl_1e-3", "builder_kl_over", "top1_agreement", "size_kb",
+         "builder_size_over", "genai_decode_ms", "time_s"],
+        "raysearch's GPTQ, uniform, against the builder's int4 on bytellama's genai folder",
+    )  # fmt: skip
+    run.write({"rows": rows}, args.out)
+
+
 def probe_additivity(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """The sum of the KL of the base's probes (each node alone at the base's setting, the
     rest float) against the KL the base measured on the whole model: how far the additive
@@ -441,7 +506,8 @@ def source_space(weight_source: Path) -> dict[str, Any]:
 
 def gptq_space() -> dict[str, Any]:
     """``WEIGHT_ONLY_INT4_SEARCH`` with ``algorithm: gptq`` beside its others, symmetric or
-    not as RTN (its start points as the preset's), as config keys."""
+    not as RTN, as config keys; GPTQ at the builder's block and symmetry (32, symmetric: the
+    builder's bytes) the first start point, then the preset's."""
     import yaml
 
     from raysearch.config._spaces import predefined_spaces
@@ -450,7 +516,9 @@ def gptq_space() -> dict[str, Any]:
     space = dict(preset["search_space"])
     space["algorithm"] = [*space["algorithm"], "gptq"]
     space["gptq"] = {"only_if": {"algorithm": "gptq"}, "symmetric": [True, False]}
-    return {"search_space": space, "points_to_evaluate": preset.get("points_to_evaluate")}
+    first = {"algorithm": "gptq", "block_size": 32, "symmetric": True}
+    return {"search_space": space,
+            "points_to_evaluate": [first, *(preset.get("points_to_evaluate") or [])]}  # fmt: skip
 
 
 def _source_search(
@@ -781,6 +849,11 @@ def _arguments() -> argparse.Namespace:
         help="with --genai: algorithm gptq offered beside the preset's (symmetric or not)",
     )
     parser.add_argument(
+        "--gptq-anchor",
+        action="store_true",
+        help="raysearch's GPTQ uniform at block 32, accuracy_level 4, against the builder's int4",
+    )
+    parser.add_argument(
         "--libraries",
         action="store_true",
         help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
@@ -814,6 +887,9 @@ def main() -> None:
         return
     if args.libraries:
         libraries_main(args, Run("weight_only_libraries", args))
+        return
+    if args.gptq_anchor:
+        gptq_anchor_main(args, Run("weight_only_gptq_anchor", args))
         return
     run = Run("weight_only_genai" if args.genai else "weight_only", args)
     if args.genai:
