@@ -167,6 +167,22 @@ def test_written_as_rtn_writes_with_accuracy_level_as_set(backend, tmp_path):
     assert np.isfinite(logits).all()
 
 
+def test_hessians_are_measured_once_per_backend(lm, calibration, tmp_path):
+    """The first GPTQ setting of a backend measures its nodes' Hessians (the trial's
+    calibration time); the next, at another block, reuses them: no calibration time, and the
+    same weights as a fresh backend writes at that block."""
+    with WeightOnlyBackend(lm, calibration) as fresh:
+        first = fresh.quantize({"algorithm": "gptq", "block_size": 32}, tmp_path / "a.onnx")
+        again = fresh.quantize({"algorithm": "gptq", "block_size": 64}, tmp_path / "b.onnx")
+    with WeightOnlyBackend(lm, calibration) as other:
+        alone = other.quantize({"algorithm": "gptq", "block_size": 64}, tmp_path / "c.onnx")
+    assert first.calibration_s > 0 and alone.calibration_s > 0 and again.calibration_s == 0
+    reused, measured = (onnx.load(tmp_path / f"{n}.onnx") for n in "bc")
+    for name, node in _nbits(reused).items():
+        for a, b in zip(_tensors(reused, node), _tensors(measured, _nbits(measured)[name])):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_refusals_and_no_calibration_data_in_one_line(lm, tmp_path):
     """What cannot work is refused in one line before anything runs (only RTN writes QDQ or
     embeddings); without calibration data the trial fails with a line that says why and

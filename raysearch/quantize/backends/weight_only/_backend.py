@@ -247,8 +247,7 @@ class WeightOnlyBackend(QuantizerBackend):
         write_from_source(model, sourced, settings.get("weight_source") or "")
         gptq = {n: c for n, c in choices.items() if isinstance(c, NodeChoice)
                 and c.algorithm == "gptq"}  # fmt: skip
-        if gptq:
-            self._gptq(model, gptq)
+        measured_s = self._gptq(model, gptq) if gptq else 0.0
         level = int(options["accuracy_level"])
         if level:
             _set_accuracy_level(model, level)
@@ -263,7 +262,8 @@ class WeightOnlyBackend(QuantizerBackend):
             onnx.save_model(model, os.fspath(out_path))
         quantized = sum(c != FLOAT for c in choices.values())
         share = quantized / self._weighted if self._weighted else None
-        return QuantizeInfo(0.0, time.perf_counter() - start, False, quantized_share=share)
+        seconds = time.perf_counter() - start
+        return QuantizeInfo(measured_s, seconds - measured_s, False, quantized_share=share)
 
     def _pass(
         self,
@@ -322,8 +322,9 @@ class WeightOnlyBackend(QuantizerBackend):
             quantizer.process()
         return quantizer.model.model
 
-    def _gptq(self, model: onnx.ModelProto, chosen: Mapping[str, NodeChoice]) -> None:
-        """Replace each MatMul of ``chosen`` by the ``MatMulNBits`` GPTQ rounds (``_gptq``)."""
+    def _gptq(self, model: onnx.ModelProto, chosen: Mapping[str, NodeChoice]) -> float:
+        """Replace each MatMul of ``chosen`` by the ``MatMulNBits`` GPTQ rounds (``_gptq``);
+        the seconds spent measuring Hessians not measured before (the trial's calibration)."""
         from onnx import numpy_helper
 
         from raysearch.providers import session_providers
@@ -333,6 +334,7 @@ class WeightOnlyBackend(QuantizerBackend):
         graph = model.graph
         inputs = {n.name: n.input[0] for n in graph.node if n.name in chosen}
         missing = sorted({i for i in inputs.values() if i not in self._factors})
+        measured_s = 0.0
         if missing:
             start = time.perf_counter()
             measured = hessians(
@@ -345,9 +347,10 @@ class WeightOnlyBackend(QuantizerBackend):
             )
             for name in missing:
                 self._factors[name] = inverse_factor(measured.pop(name))
+            measured_s = time.perf_counter() - start
             _logger.info(
                 "weight_only: Hessians of %d MatMul inputs over %d calibration samples in %.1f s",
-                len(missing), len(self.calibration), time.perf_counter() - start,
+                len(missing), len(self.calibration), measured_s,
             )  # fmt: skip
 
         def tensors_of(
@@ -371,6 +374,7 @@ class WeightOnlyBackend(QuantizerBackend):
             return tensors
 
         replace_matmuls(graph, chosen, tensors_of, lambda c: (c.bits, c.block_size))
+        return measured_s
 
     def _k_quant(
         self,
