@@ -36,19 +36,24 @@ another), whose builder also needs ``torch`` and ``transformers`` 5 for the anch
 each applied uniformly (every weight MatMul at group 32, ``lm_head`` too, embeddings float,
 symmetric and asymmetric) on bytellama's genai folder and on bytegpt, KL against ONNX Runtime's
 RTN at the same group: NNCF 3.4's ``compress_weights`` data-free, with AWQ, with scale
-estimation and with both, on bytegpt's calibration windows (``nncf_weight_only``). ONNX
-Runtime's GPTQ is not among them: it writes RTN's weights (``GPTQ_REFUSAL``).
+estimation and with both, on bytegpt's calibration windows (``nncf_weight_only``), and
+raysearch's own GPTQ (``weight_only``'s ``algorithm: gptq``, the Hessians from the same
+windows; ONNX Runtime's GPTQ writes RTN's weights). ``--blocks`` gives other groups than 32,
+``--settings`` a subset of the rows (:data:`LIBRARY_SETTINGS`); the time of a row is its
+backend's, built for it (GPTQ's Hessians included).
 
 Usage:
     .venv/bin/python benchmarks/weight_only.py            # bytegpt, tolerance 0.00025
     .venv/bin/python benchmarks/weight_only.py --smoke    # the tiny decoder of the tests
     .venv/bin/python benchmarks/weight_only.py --genai    # bytellama's genai folder
     .venv/bin/python benchmarks/weight_only.py --libraries  # the libraries' 4-bit roundings
+    .venv/bin/python benchmarks/weight_only.py --gptq-anchor  # GPTQ against the builder's int4
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -399,6 +404,70 @@ def ort_folder(source: Path, out: Path, block_size: int, is_symmetric: bool) -> 
     return out
 
 
+def gptq_folder(source: Path, out: Path, settings: dict[str, Any]) -> float:
+    """The genai folder's model through raysearch's ``weight_only`` backend at ``settings``
+    (``algorithm: gptq`` among them: its Hessians from bytegpt's 64 calibration windows),
+    written into a copy of the folder; the backend's seconds, Hessians included."""
+    from raysearch.data import DataSource
+    from raysearch.modelfolder import model_folder
+    from raysearch.quantize.backends.weight_only import WeightOnlyBackend
+
+    model = source / "model.onnx"
+    calib = np.load(BYTEGPT / "calib.npz")["input_ids"]
+    start = time.perf_counter()
+    data = DataSource.load({"input_ids": calib}, model, batch_size=1)
+    with WeightOnlyBackend(model, data) as backend:
+        backend.quantize(settings, out / "model.onnx")
+    seconds = time.perf_counter() - start
+    model_folder(model).copy_into(out)
+    return seconds
+
+
+#: ``--gptq-anchor``'s rows: GPTQ uniform at the builder's int4's blocks and compute
+#: (block 32, ``accuracy_level`` 4), symmetric (the builder's bytes) and asymmetric.
+GPTQ_ANCHORS = {
+    "raysearch gptq 32 sym, accuracy_level 4": {"block_size": 32, "symmetric": True},
+    "raysearch gptq 32 asym, accuracy_level 4": {"block_size": 32, "symmetric": False},
+}
+
+
+def gptq_anchor_main(args: argparse.Namespace, run: Run) -> None:
+    """``--gptq-anchor``: raysearch's GPTQ, every weight MatMul at one setting of
+    :data:`GPTQ_ANCHORS`, against the builder's int4 on bytellama's genai folder: KL and
+    agreement on every held-out row, size, and onnxruntime-genai decode ms/token with the
+    folders interleaved."""
+    source = args.genai_folder
+    ids = np.load(BYTEGPT / "eval.npz")["input_ids"]
+    reference = _folder_logits(source / "model.onnx", ids)
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = {
+            "float (genai fp32)": source,
+            "builder int4 (-p int4, accuracy_level 4)": args.builder_int4
+            or builder_int4(args.checkpoint, Path(tmp) / "genai-int4"),
+        }
+        times: dict[str, float] = {}
+        for index, (name, settings) in enumerate(GPTQ_ANCHORS.items()):
+            folders[name] = Path(tmp) / f"gptq{index}"
+            times[name] = gptq_folder(
+                source, folders[name], {"algorithm": "gptq", "accuracy_level": 4, **settings}
+            )
+        rows = [_genai_row(n, f / "model.onnx", reference, ids) for n, f in folders.items()]
+        decode = genai_decode_ms(list(folders.values()))
+    for row, path in zip(rows, folders.values()):
+        row["genai_decode_ms"] = decode[str(path)]
+        row["time_s"] = round(times[row["setting"]], 1) if row["setting"] in times else None
+        row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
+        row["builder_kl_over"] = round(rows[1]["kl"] / row["kl"], 3) if row["kl"] else None
+        row["builder_size_over"] = round(row["size_kb"] / rows[1]["size_kb"], 4)
+    print_table(
+        rows,
+        ["setting", "kl_1e-3", "builder_kl_over", "top1_agreement", "size_kb",
+         "builder_size_over", "genai_decode_ms", "time_s"],
+        "raysearch's GPTQ, uniform, against the builder's int4 on bytellama's genai folder",
+    )  # fmt: skip
+    run.write({"rows": rows}, args.out)
+
+
 def probe_additivity(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """The sum of the KL of the base's probes (each node alone at the base's setting, the
     rest float) against the KL the base measured on the whole model: how far the additive
@@ -433,6 +502,23 @@ def source_space(weight_source: Path) -> dict[str, Any]:
     space["algorithm"] = [*space["algorithm"], "source"]
     space["weight_source"] = [str(weight_source.resolve())]
     return {"search_space": space, "points_to_evaluate": preset.get("points_to_evaluate")}
+
+
+def gptq_space() -> dict[str, Any]:
+    """``WEIGHT_ONLY_INT4_SEARCH`` with ``algorithm: gptq`` beside its others, symmetric or
+    not as RTN, as config keys; GPTQ at the builder's block and symmetry (32, symmetric: the
+    builder's bytes) the first start point, then the preset's."""
+    import yaml
+
+    from raysearch.config._spaces import predefined_spaces
+
+    preset = yaml.safe_load(predefined_spaces()["WEIGHT_ONLY_INT4_SEARCH"].read_text())
+    space = dict(preset["search_space"])
+    space["algorithm"] = [*space["algorithm"], "gptq"]
+    space["gptq"] = {"only_if": {"algorithm": "gptq"}, "symmetric": [True, False]}
+    first = {"algorithm": "gptq", "block_size": 32, "symmetric": True}
+    return {"search_space": space,
+            "points_to_evaluate": [first, *(preset.get("points_to_evaluate") or [])]}  # fmt: skip
 
 
 def _source_search(
@@ -508,9 +594,12 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # The most accurate model within the builder's size among those more accurate than
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
+        offered = gptq_space() if args.gptq else {}
         wall = search(source, calib, data, folder, tolerance, stop={"time_limit": args.time_limit},
-                      size_budget="builder", select="metric")  # fmt: skip
-        name = "raysearch WeightOnly (best/)"
+                      size_budget="builder", select="metric", **offered)  # fmt: skip
+        name = (
+            "raysearch WeightOnly + gptq (best/)" if args.gptq else "raysearch WeightOnly (best/)"
+        )
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
         best["time_s"] = wall
@@ -564,6 +653,7 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
 #: NNCF 3.4's ``compress_weights`` data-free and with its data-aware algorithms.
 LIBRARY_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "ort rtn": ("weight_only", {}),
+    "raysearch gptq": ("weight_only", {"algorithm": "gptq"}),
     "nncf data-free": ("nncf_weight_only", {}),
     "nncf awq": ("nncf_weight_only", {"awq": True}),
     "nncf scale_estimation": ("nncf_weight_only", {"scale_estimation": True}),
@@ -571,13 +661,15 @@ LIBRARY_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def library_setting(quantizer: str, extra: dict[str, Any], symmetric: bool) -> dict[str, Any]:
-    """The backend settings of one ``--libraries`` row: group 32, every weight MatMul at 4
-    bits, the embeddings float."""
+def library_setting(
+    quantizer: str, extra: dict[str, Any], symmetric: bool, block: int = 32
+) -> dict[str, Any]:
+    """The backend settings of one ``--libraries`` row: group ``block``, every weight MatMul
+    at 4 bits, the embeddings float."""
     if quantizer == "weight_only":
-        return {"block_size": 32, "symmetric": symmetric}
+        return {"block_size": block, "symmetric": symmetric, **extra}
     mode = "int4_sym" if symmetric else "int4_asym"
-    base = {"mode": mode, "group_size": 32, "ratio": 1.0, "all_layers": True}
+    base = {"mode": mode, "group_size": block, "ratio": 1.0, "all_layers": True}
     return {**base, "quantize_embeddings": False, **extra}
 
 
@@ -603,10 +695,11 @@ def libraries_main(args: argparse.Namespace, run: Run) -> None:
             genai = model_name.endswith("genai")
             reference = _folder_logits(model, ids)
             data = DataSource.load({"input_ids": calib}, model, batch_size=1)
-            for symmetric in (True, False):
-                for name, (quantizer, extra) in LIBRARY_SETTINGS.items():
+            for block, symmetric in itertools.product(args.blocks, (True, False)):
+                for name in args.settings:
+                    quantizer, extra = LIBRARY_SETTINGS[name]
                     out = Path(tmp) / f"{len(rows)}" / "model.onnx"
-                    settings = library_setting(quantizer, extra, symmetric)
+                    settings = library_setting(quantizer, extra, symmetric, block)
                     start = time.perf_counter()
                     with backends[quantizer](model, data) as backend:
                         backend.quantize(settings, out)
@@ -614,26 +707,30 @@ def libraries_main(args: argparse.Namespace, run: Run) -> None:
                     if genai:
                         model_folder(model).copy_into(out.parent)
                     row = _genai_row(name, out, reference, ids)
-                    row.update(model=model_name, symmetric=symmetric, time_s=round(seconds, 1))
+                    row.update(
+                        model=model_name, block=block, symmetric=symmetric,
+                        time_s=round(seconds, 1),
+                    )  # fmt: skip
                     rows.append(row)
                     print(
-                        f"{model_name}, {'sym' if symmetric else 'asym'}, {name}: KL "
-                        f"{row['kl'] * 1e3:.4f}e-3, {row['size_kb']} kB, {seconds:.0f} s",
+                        f"{model_name}, block {block}, {'sym' if symmetric else 'asym'}, "
+                        f"{name}: KL {row['kl'] * 1e3:.4f}e-3, {row['size_kb']} kB, "
+                        f"{seconds:.0f} s",
                         flush=True,
                     )
     for row in rows:
         row["kl_1e-3"] = round(row["kl"] * 1e3, 4)
-        rtn = next(
+        rtn = next((
             r for r in rows
             if r["model"] == row["model"] and r["symmetric"] == row["symmetric"]
-            and r["setting"] == "ort rtn"
-        )  # fmt: skip
-        row["kl_vs_rtn"] = round(row["kl"] / rtn["kl"], 3)
+            and r["block"] == row["block"] and r["setting"] == "ort rtn"
+        ), None)  # fmt: skip
+        row["kl_vs_rtn"] = round(row["kl"] / rtn["kl"], 3) if rtn else None
     print_table(
         rows,
-        ["model", "symmetric", "setting", "kl_1e-3", "kl_vs_rtn", "top1_agreement", "size_kb",
-         "time_s"],
-        "4-bit roundings at group 32, whole model (KL against ONNX Runtime's RTN)",
+        ["model", "block", "symmetric", "setting", "kl_1e-3", "kl_vs_rtn", "top1_agreement",
+         "size_kb", "time_s"],
+        "4-bit roundings, whole model (KL against ONNX Runtime's RTN at the same group)",
     )  # fmt: skip
     run.write({"rows": rows}, args.out)
 
@@ -747,9 +844,31 @@ def _arguments() -> argparse.Namespace:
         "the builder): the search again with its weights a choice (algorithm: source)",
     )
     parser.add_argument(
+        "--gptq",
+        action="store_true",
+        help="with --genai: algorithm gptq offered beside the preset's (symmetric or not)",
+    )
+    parser.add_argument(
+        "--gptq-anchor",
+        action="store_true",
+        help="raysearch's GPTQ uniform at block 32, accuracy_level 4, against the builder's int4",
+    )
+    parser.add_argument(
         "--libraries",
         action="store_true",
         help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=lambda text: [int(b) for b in text.split(",")],
+        default=[32],
+        help="with --libraries: the groups, comma-separated (default 32)",
+    )
+    parser.add_argument(
+        "--settings",
+        type=lambda text: text.split(","),
+        default=list(LIBRARY_SETTINGS),
+        help="with --libraries: the rows, comma-separated names of LIBRARY_SETTINGS (default all)",
     )
     parser.add_argument(
         "--autoround-py",
@@ -768,6 +887,9 @@ def main() -> None:
         return
     if args.libraries:
         libraries_main(args, Run("weight_only_libraries", args))
+        return
+    if args.gptq_anchor:
+        gptq_anchor_main(args, Run("weight_only_gptq_anchor", args))
         return
     run = Run("weight_only_genai" if args.genai else "weight_only", args)
     if args.genai:

@@ -70,6 +70,9 @@ MENU_DECODE_SLACK = 2.0
 #: Algorithms no menu offers: HQQ's float zero points run without ONNX Runtime's int8-compute
 #: kernel, far slower than float on CPU.
 SLOW_ALGORITHMS = ("hqq",)
+#: The roundings whose 8-bit form is the menu's step up from a base at 4 bits by them (GPTQ's
+#: carries its error at 8 bits too); any other base steps up to RTN's.
+EIGHT_BIT_ALGORITHMS = ("rtn", "gptq")
 #: The allocation ladder's sizes between its smallest and largest, beside its named ones.
 LADDER_STEPS = 6
 #: The refinement stages' ladders, for a search with the time to run them.
@@ -195,7 +198,8 @@ def menu(
     """The choices the probes measure each node under, the base's first: up to
     :data:`MENU_MORE` uniform settings of stages 1-2 on the size/metric front, more accurate
     than the base and not over :data:`MENU_DECODE_SLACK` times its decode step (the most
-    accurate, then those nearest halfway to it in size); the base's at 8 bits."""
+    accurate, then those nearest halfway to it in size); the base's block at 8 bits, by the
+    base's rounding where :data:`EIGHT_BIT_ALGORITHMS` has it, else by RTN."""
     settings = base.settings or {}
     own = top_choice(settings)
     sign = -1.0 if higher_is_better else 1.0
@@ -232,7 +236,8 @@ def menu(
         rest = sorted(better[1:], key=lambda row: abs(row[0] - middle))
         out += [row[2] for row in rest[: MENU_MORE - 1] if row[2] not in out]
     if own.bits == 4:
-        out.append(NodeChoice("rtn", 8, own.block_size, True))
+        eight = own.algorithm if own.algorithm in EIGHT_BIT_ALGORITHMS else "rtn"
+        out.append(NodeChoice(eight, 8, own.block_size, True))
     return out
 
 

@@ -1,7 +1,8 @@
 """The ``weight_only`` backend (ONNX Runtime's MatMulNBits): each setting changes the written
 model as it says (block size, symmetry, bits per node, float nodes, embeddings, format,
-accuracy level, algorithm), the refusals' one line, GPTQ's refusal still true (ONNX Runtime's
-GPTQ writes RTN's weights), and the quantized decoder runs with an empty past."""
+accuracy level, algorithm), the refusals' one line, ONNX Runtime's own GPTQ writing RTN's
+weights (raysearch's GPTQ: ``test_weight_only_gptq.py``), and the quantized decoder runs with an
+empty past."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from onnx import numpy_helper
 
 from raysearch.errors import ConfigError
 from raysearch.quantize.backends.weight_only import WeightOnlyBackend, import_quantizer
-from raysearch.quantize.backends.weight_only.options import GPTQ_REFUSAL
 from raysearch.quantize.registry import backend_reject, get_backend
 from raysearch.space import SearchSpace
 from tests.lm_models import decoder_lm_data, make_decoder_lm
@@ -153,8 +153,8 @@ def test_algorithms_write_other_weights_than_rtn(backend, tmp_path, algorithm):
 
 
 def test_ort_gptq_still_writes_rtn_weights(lm):
-    """The refusal's reason: if this fails, ONNX Runtime's GPTQ now differs from its RTN and
-    ``algorithm: gptq`` can be offered."""
+    """Why ``algorithm: gptq`` is raysearch's own (``_gptq``): ONNX Runtime's GPTQ, called
+    through its quantizer with calibration data, writes its RTN's weights."""
     mnq = import_quantizer()
     feeds = decoder_lm_data(4, 12)
     rows = [{k: v[i : i + 1] for k, v in feeds.items()} for i in range(4)]
@@ -183,32 +183,9 @@ def test_ort_gptq_still_writes_rtn_weights(lm):
     assert all(np.array_equal(gptq[k], rtn[k]) for k in rtn)
 
 
-@pytest.mark.parametrize("scheme", ["sym", "asym"])
-def test_ort_gptq_ignores_the_hessian_as_the_refusal_says(scheme):
-    """Why ONNX Runtime's GPTQ writes RTN's weights (:data:`GPTQ_REFUSAL`), on its own
-    ``gptq`` function, away from any decoder or data reader: with a full-rank Hessian of
-    strongly correlated inputs it returns exactly what it returns with the identity Hessian
-    (no correlation: GPTQ is then round-to-nearest), because it never carries a rounding error
-    to the rows it has not rounded."""
-    import_quantizer()
-    from onnxruntime.quantization.neural_compressor.weight_only import gptq
-
-    rng = np.random.default_rng(0)
-    inputs = rng.standard_normal((512, 64)) @ rng.standard_normal((64, 64))
-    hessian = inputs.T @ inputs
-    assert np.linalg.matrix_rank(hessian) == 64
-    weight = rng.standard_normal((64, 48)).astype(np.float32)
-    arguments = {"num_bits": 4, "group_size": 32, "scheme": scheme}
-    with_data = gptq(weight.copy(), hessian.copy(), **arguments)
-    without = gptq(weight.copy(), np.eye(64), **arguments)
-    assert not np.array_equal(with_data, weight)
-    np.testing.assert_array_equal(with_data, without)
-
-
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({"algorithm": "gptq"}, GPTQ_REFUSAL),
         ({"block_size": 48}, "block_size 48: MatMulNBits needs a power of two from 16 to 256"),
         ({"algorithm": "hqq", "symmetric": True}, "algorithm hqq has no symmetric form"),
         ({"algorithm": "k_quant", "symmetric": True}, "algorithm k_quant always writes zero"),

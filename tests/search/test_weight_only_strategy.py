@@ -41,7 +41,8 @@ def _factor(settings: dict[str, Any]) -> float:
     factor = {32: 0.6, 64: 0.8, 128: 1.0, 256: 1.2}[block]
     factor *= 0.9 if settings.get("symmetric") is False else 1.0
     algorithm = settings.get("algorithm") or "rtn"
-    return factor * {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95, "source": 0.4}[algorithm]
+    rounding = {"rtn": 1.0, "hqq": 0.7, "k_quant": 0.95, "source": 0.4, "gptq": 0.3}
+    return factor * rounding[algorithm]
 
 
 def _lm(settings: dict[str, Any]) -> dict[str, Any]:
@@ -354,6 +355,34 @@ def test_a_weight_source_is_a_menu_choice_the_allocation_mixes_with_8_bits(tmp_p
              if {e["algorithm"] for e in s["node_settings"].values()} >= {"source"}
              and any(e["bits"] == 8 for e in s["node_settings"].values())]  # fmt: skip
     assert mixed
+
+
+def test_gptq_is_the_base_and_its_own_8_bit_step_the_allocation_mixes():
+    """``algorithm: gptq`` in the space (symmetric or not, as RTN): the most accurate uniform
+    setting at the smallest size, it is the base the probes measure; its menu steps up to
+    GPTQ at 8 bits (not RTN's), and the allocation gives some nodes 4 bits and others 8, all
+    by GPTQ, each setting one the backend takes."""
+    from raysearch.quantize.backends.weight_only.options import NodeChoice
+
+    space = {
+        "quantizer": ["weight_only"], "bits": [4], "accuracy_level": [4],
+        "algorithm": ["rtn", "gptq"], "block_size": [32, 128],
+        "rounding": {"only_if": {"algorithm": ["rtn", "gptq"]}, "symmetric": [True, False]},
+    }  # fmt: skip
+    context = StrategyContext(
+        parse_spaces({"search_space": space}), mode="min", seed=0, reject=backend_reject,
+        model=ModelFacts(weight_matmuls=NODES, weight_shapes=SHAPES),
+    )  # fmt: skip
+    trials = _drive(SettingSearcher.from_strategy("WeightOnly", context), _lm, slots=2)
+    records = [t.replace(status="ok") for t in trials]
+    base = base_record(records, higher_is_better=False)
+    assert top_choice(base.settings).algorithm == "gptq"
+    choices = menu(records, base, higher_is_better=False)
+    assert choices[-1] == NodeChoice("gptq", 8, top_choice(base.settings).block_size, True)
+    planned = [t.settings for t in trials if t.stage in ("allocation", "refinement")]
+    assert planned and all(backend_reject(s) is None for s in planned)
+    assert all(e["algorithm"] == "gptq" for s in planned for e in s["node_settings"].values())
+    assert any(e["bits"] == 8 for s in planned for e in s["node_settings"].values())
 
 
 def _decoder_search(tmp_path) -> dict[str, Any]:

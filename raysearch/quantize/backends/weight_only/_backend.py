@@ -4,16 +4,19 @@ weights, float activations), with every setting of ``weight_only.options``.
 RTN and HQQ quantize every selected node at one choice, so nodes that differ are one pass per
 distinct choice, each excluding the nodes of other choices and those kept float. k-quant reads
 ``bits`` and the block from a per-node configuration only: its nodes are one pass. The nodes
-at ``algorithm: source`` are copied from ``weight_source`` after the passes (``_source``).
-No calibration: the weights alone are read.
+at ``algorithm: source`` are copied from ``weight_source`` after the passes (``_source``); the
+nodes at ``algorithm: gptq`` are rounded by raysearch's GPTQ (``_gptq``) against the Hessians
+of their inputs over the calibration data, computed once per backend (one float-model run for
+the nodes not yet measured) and kept for the next settings of the trial process. The other
+algorithms read the weights alone.
 
-A float model with external data is never held whole: RTN and HQQ read each weight as they
-rewrite its node (``_external``); k-quant reads the weights in for its pass.
+A float model with external data is never held whole: RTN, HQQ and GPTQ read each weight as
+they rewrite its node (``_external``); k-quant reads the weights in for its pass.
 
 Example:
     >>> from raysearch.quantize.backends.weight_only._backend import WeightOnlyBackend
-    >>> WeightOnlyBackend.reject({"algorithm": "gptq"})[:40]
-    'algorithm gptq is refused: ONNX Runtime '
+    >>> WeightOnlyBackend.reject({"algorithm": "gptq", "symmetric": False}) is None
+    True
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from raysearch.errors import ConfigError, suggest
 from raysearch.modelfile import has_external_data, load_header
 from raysearch.modelgraph import embedding_gathers, weight_matmuls  # re-exported
 from raysearch.quantize.backends.weight_only._external import load_remaining, weights_on_demand
+from raysearch.quantize.backends.weight_only._gptq import (
+    gptq_codes,
+    hessians,
+    inverse_factor,
+    pack,
+)
+from raysearch.quantize.backends.weight_only._nbits import loaded_tensor, replace_matmuls
 from raysearch.quantize.backends.weight_only._source import (
     source_model_file,
     source_nodes,
@@ -112,6 +122,10 @@ class WeightOnlyBackend(QuantizerBackend):
         self._weighted = sum(
             n.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose") for n in self._model.graph.node
         )
+        #: GPTQ's inverse-Hessian factor of each weight MatMul's input over the calibration
+        #: data, by input name (made when a setting first rounds a node reading it by GPTQ;
+        #: K x K float64 each, shared by the nodes of one input).
+        self._factors: dict[str, Any] = {}
 
     # -- checks ----------------------------------------------------------------------------
     @classmethod
@@ -216,7 +230,11 @@ class WeightOnlyBackend(QuantizerBackend):
             model = self._k_quant(model, options, k_quant)
         groups: dict[NodeChoice, list[str]] = {}
         for name, choice in choices.items():
-            if isinstance(choice, NodeChoice) and choice.algorithm not in ("k_quant", "source"):
+            if isinstance(choice, NodeChoice) and choice.algorithm not in (
+                "k_quant",
+                "source",
+                "gptq",
+            ):
                 groups.setdefault(choice, []).append(name)
         embeddings = bool(options["quantize_embeddings"])
         if embeddings:  # with the top level's choice (rtn, 4 bits: options), nodes or none
@@ -227,6 +245,9 @@ class WeightOnlyBackend(QuantizerBackend):
         sourced = {n: c for n, c in choices.items() if isinstance(c, NodeChoice)
                    and c.algorithm == "source"}  # fmt: skip
         write_from_source(model, sourced, settings.get("weight_source") or "")
+        gptq = {n: c for n, c in choices.items() if isinstance(c, NodeChoice)
+                and c.algorithm == "gptq"}  # fmt: skip
+        measured_s = self._gptq(model, gptq) if gptq else 0.0
         level = int(options["accuracy_level"])
         if level:
             _set_accuracy_level(model, level)
@@ -241,7 +262,8 @@ class WeightOnlyBackend(QuantizerBackend):
             onnx.save_model(model, os.fspath(out_path))
         quantized = sum(c != FLOAT for c in choices.values())
         share = quantized / self._weighted if self._weighted else None
-        return QuantizeInfo(0.0, time.perf_counter() - start, False, quantized_share=share)
+        seconds = time.perf_counter() - start
+        return QuantizeInfo(measured_s, seconds - measured_s, False, quantized_share=share)
 
     def _pass(
         self,
@@ -299,6 +321,60 @@ class WeightOnlyBackend(QuantizerBackend):
                 stack.enter_context(weights_on_demand(quantizer, self._folder))
             quantizer.process()
         return quantizer.model.model
+
+    def _gptq(self, model: onnx.ModelProto, chosen: Mapping[str, NodeChoice]) -> float:
+        """Replace each MatMul of ``chosen`` by the ``MatMulNBits`` GPTQ rounds (``_gptq``);
+        the seconds spent measuring Hessians not measured before (the trial's calibration)."""
+        from onnx import numpy_helper
+
+        from raysearch.providers import session_providers
+
+        if self.calibration is None:
+            raise ValueError("algorithm gptq reads the calibration data: the backend has none")
+        graph = model.graph
+        inputs = {n.name: n.input[0] for n in graph.node if n.name in chosen}
+        missing = sorted({i for i in inputs.values() if i not in self._factors})
+        measured_s = 0.0
+        if missing:
+            start = time.perf_counter()
+            measured = hessians(
+                self._model,
+                self._folder if self._external else None,
+                missing,
+                self.calibration,
+                threads=self.threads,
+                providers=self.providers or session_providers(self.gpu_id),
+            )
+            for name in missing:
+                self._factors[name] = inverse_factor(measured.pop(name))
+            measured_s = time.perf_counter() - start
+            _logger.info(
+                "weight_only: Hessians of %d MatMul inputs over %d calibration samples in %.1f s",
+                len(missing), len(self.calibration), measured_s,
+            )  # fmt: skip
+
+        def tensors_of(
+            node: onnx.NodeProto, choice: NodeChoice, weight: onnx.TensorProto
+        ) -> list[onnx.TensorProto]:
+            array = numpy_helper.to_array(loaded_tensor(weight, self._folder))
+            codes = gptq_codes(
+                array,
+                self._factors[node.input[0]],
+                bits=choice.bits,
+                block_size=choice.block_size,
+                symmetric=choice.symmetric,
+            )
+            packed, zero_points = pack(codes)
+            tensors = [
+                numpy_helper.from_array(packed, f"{weight.name}_Q{choice.bits}"),
+                numpy_helper.from_array(codes.scales.astype(array.dtype), f"{weight.name}_scales"),
+            ]
+            if zero_points is not None:
+                tensors.append(numpy_helper.from_array(zero_points, f"{weight.name}_zero_points"))
+            return tensors
+
+        replace_matmuls(graph, chosen, tensors_of, lambda c: (c.bits, c.block_size))
+        return measured_s
 
     def _k_quant(
         self,

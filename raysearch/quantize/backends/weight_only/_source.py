@@ -27,11 +27,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
 from raysearch.errors import suggest
 from raysearch.modelfile import header_problem, load_header
 from raysearch.modelfolder import find_model_file
+from raysearch.quantize.backends.weight_only._nbits import (
+    loaded_tensor,
+    midpoint_zero_points,
+    replace_matmuls,
+)
 from raysearch.quantize.backends.weight_only.options import NodeChoice
 
 __all__ = [
@@ -98,23 +102,12 @@ def _attribute(node: onnx.NodeProto, name: str) -> int | None:
     return None
 
 
-def _tensor(tensor: onnx.TensorProto, folder: Path) -> onnx.TensorProto:
-    """A copy of ``tensor`` with its data read in (from ``folder`` when external)."""
-    copy = onnx.TensorProto()
-    copy.CopyFrom(tensor)
-    if uses_external_data(copy):
-        load_external_data_for_tensor(copy, os.fspath(folder))
-        copy.data_location = onnx.TensorProto.DEFAULT
-        del copy.external_data[:]
-    return copy
-
-
 def _zero_points(tensor: onnx.TensorProto | None, bits: int, folder: Path) -> str:
     if tensor is None:
         return NO_ZERO_POINTS
     if tensor.data_type != onnx.TensorProto.UINT8:
         return FLOAT_ZERO_POINTS
-    values = numpy_helper.to_array(_tensor(tensor, folder))
+    values = numpy_helper.to_array(loaded_tensor(tensor, folder))
     midpoint = 1 << (bits - 1)
     packed = (midpoint << 4) | midpoint if bits == 4 else midpoint
     return MIDPOINT if bool(np.all(values == packed)) else PACKED
@@ -181,17 +174,6 @@ def source_refusal(
     return None
 
 
-def _midpoint_zero_points(
-    name: str, columns: int, rows: int, choice: NodeChoice
-) -> onnx.TensorProto:
-    """Midpoint zero points packed as ``MatMulNBits`` reads them (``8 // bits`` to a byte)."""
-    blocks = -(-rows // choice.block_size)
-    midpoint = 1 << (choice.bits - 1)
-    byte = (midpoint << 4) | midpoint if choice.bits == 4 else midpoint
-    per_column = -(-blocks * choice.bits // 8)
-    return numpy_helper.from_array(np.full((columns, per_column), byte, np.uint8), name)
-
-
 def write_from_source(
     model: onnx.ModelProto, chosen: Mapping[str, NodeChoice], source: str | os.PathLike
 ) -> None:
@@ -206,19 +188,16 @@ def write_from_source(
     folder = path.parent
     source_inits = {t.name: t for t in header.graph.initializer}
     by_name = {n.name: n for n in header.graph.node}
-    graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    replaced_weights: set[str] = set()
-    for index, node in enumerate(list(graph.node)):
-        if node.name not in chosen:
-            continue
-        choice, weight = chosen[node.name], inits[node.input[1]]
+
+    def tensors_of(
+        node: onnx.NodeProto, choice: NodeChoice, weight: onnx.TensorProto
+    ) -> list[onnx.TensorProto]:
         reason = source_refusal(choice, node.name, weight.dims, facts)
         if reason:
             raise ValueError(reason)
         original = by_name[facts[node.name].name]
-        packed = _tensor(source_inits[original.input[1]], folder)
-        scales = _tensor(source_inits[original.input[2]], folder)
+        packed = loaded_tensor(source_inits[original.input[1]], folder)
+        scales = loaded_tensor(source_inits[original.input[2]], folder)
         if scales.data_type != weight.data_type:
             raise ValueError(
                 f"weight_source's node {original.name} has scales of ONNX type "
@@ -230,28 +209,14 @@ def write_from_source(
         if not choice.symmetric:
             zp_name = original.input[3] if len(original.input) > 3 else ""
             if zp_name:
-                zero_points = _tensor(source_inits[zp_name], folder)
+                zero_points = loaded_tensor(source_inits[zp_name], folder)
                 zero_points.name = f"{weight.name}_zero_points"
             else:
                 rows, columns = int(weight.dims[0]), int(weight.dims[1])
-                zero_points = _midpoint_zero_points(
-                    f"{weight.name}_zero_points", columns, rows, choice
+                zero_points = midpoint_zero_points(
+                    f"{weight.name}_zero_points", columns, rows, choice.bits, choice.block_size
                 )
             tensors.append(zero_points)
-        replaced = helper.make_node(
-            "MatMulNBits",
-            [node.input[0], *(t.name for t in tensors)],
-            list(node.output),
-            name=f"{node.name}_Q{choice.bits}",
-            domain="com.microsoft",
-            K=int(weight.dims[0]),
-            N=int(weight.dims[1]),
-            bits=choice.bits,
-            block_size=choice.block_size,
-        )
-        graph.node[index].CopyFrom(replaced)
-        graph.initializer.extend(tensors)
-        replaced_weights.add(weight.name)
-    read = {name for n in graph.node for name in n.input}
-    for tensor in [t for t in graph.initializer if t.name in replaced_weights - read]:
-        graph.initializer.remove(tensor)
+        return tensors
+
+    replace_matmuls(model.graph, chosen, tensors_of, lambda c: (c.bits, c.block_size))

@@ -6,10 +6,10 @@ weights, float activations). A key the quantizer cannot honour with the others i
 Runtime nor PyTorch.
 
 - ``algorithm``: ``rtn`` (default), ``hqq`` (its 8-bit nodes are rounded by RTN; ``bits: 8``
-  is refused), ``k_quant``, ``source`` (the node's ``MatMulNBits`` from ``weight_source``);
-  ``gptq`` is refused (:data:`GPTQ_REFUSAL`).
+  is refused), ``k_quant``, ``gptq`` (raysearch's GPTQ on the calibration data's Hessians,
+  ``_gptq``), ``source`` (the node's ``MatMulNBits`` from ``weight_source``).
 - ``bits`` 4 or 8 (4); ``block_size`` 16-256, a power of two (128); ``symmetric`` (true;
-  ``rtn`` and ``source`` only); ``accuracy_level`` 0-4 (unset).
+  ``rtn``, ``gptq`` and ``source`` only); ``accuracy_level`` 0-4 (unset).
 - ``weight_source``: an ONNX model or client folder, a fixed top-level setting.
 - ``quantize_embeddings``: the embedding ``Gather`` as ``GatherBlockQuantized`` (``rtn``, 4
   bits, QOperator); ``quant_format``: ``QOperator`` or ``QDQ`` (``rtn`` at 4 bits only).
@@ -48,7 +48,6 @@ __all__ = [
     "ALGORITHMS",
     "SYMMETRIC_ALGORITHMS",
     "DEFAULTS",
-    "GPTQ_REFUSAL",
     "FLOAT",
     "node_precisions",
     "NODE_LISTS",
@@ -63,7 +62,7 @@ __all__ = [
 
 ALGORITHMS = ("rtn", "hqq", "k_quant", "gptq", "source")
 #: The algorithms whose ``symmetric`` is a choice (HQQ and k-quant always write zero points).
-SYMMETRIC_ALGORITHMS = ("rtn", "source")
+SYMMETRIC_ALGORITHMS = ("rtn", "gptq", "source")
 #: The precision of a node kept float (``nodes_float``).
 FLOAT = "float"
 #: What a setting the space did not set means (ONNX Runtime's defaults: block 128, symmetric).
@@ -76,24 +75,12 @@ DEFAULTS: dict[str, Any] = {
     "quantize_embeddings": False,
     "quant_format": "QOperator",
 }
-#: Why ``algorithm: gptq`` is refused. ONNX Runtime 1.31's GPTQ (Neural Compressor's, vendored:
-#: ``neural_compressor/weight_only.py`` ``gptq``) carries a row's rounding error to the rows not
-#: yet rounded through the column of the upper-triangular Cholesky factor of the inverse Hessian
-#: below its diagonal, which is all zeros (GPTQ reads the factor's row): no error is ever carried,
-#: whatever the calibration data, and every row is rounded to nearest in its group, RTN's
-#: weights. ``tests/quantize/test_weight_only_backend.py`` checks that this still holds.
-GPTQ_REFUSAL = (
-    "algorithm gptq is refused: ONNX Runtime 1.31's GPTQ carries no rounding error to the "
-    "rows it has not rounded (it reads its inverse-Hessian factor below the diagonal, all "
-    "zeros), so it writes RTN's weights whatever the calibration data"
-)
-
 SETTINGS: dict[str, OptionSpec] = {
     "quantizer": QUANTIZER,
     "algorithm": OptionSpec("enum", "how weights are rounded to their blocks", ALGORITHMS),
     "bits": OptionSpec("enum", "bits per weight of the nodes no node list names", (4, 8)),
     "block_size": OptionSpec("int", "weights per scale (a power of two)", low=16, high=256),
-    "symmetric": OptionSpec("bool", "symmetric blocks, no zero point (rtn, source)"),
+    "symmetric": OptionSpec("bool", "symmetric blocks, no zero point (rtn, gptq, source)"),
     "weight_source": OptionSpec(
         "str", "a model or client folder whose MatMulNBits algorithm source takes"
     ),
@@ -207,10 +194,6 @@ def _get(settings: Mapping[str, Any], key: str) -> Any:
     return DEFAULTS[key] if value is None else value
 
 
-def _reject_gptq(settings: Mapping[str, Any]) -> str | None:
-    return GPTQ_REFUSAL if settings.get("algorithm") == "gptq" else None
-
-
 def _reject_block(settings: Mapping[str, Any]) -> str | None:
     block = int(_get(settings, "block_size"))
     if block < 16 or block > 256 or block & (block - 1):
@@ -281,7 +264,6 @@ def _reject_qdq(settings: Mapping[str, Any]) -> str | None:
 
 #: The refusals that apply to one node's settings as to the top level's.
 _NODE_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
-    _reject_gptq,
     _reject_block,
     _reject_symmetric,
 )
@@ -319,7 +301,6 @@ def _reject_node_settings(settings: Mapping[str, Any]) -> str | None:
 
 #: Every refusal, in the order :func:`reject_reason` applies them.
 REJECT_RULES: tuple[Callable[[Mapping[str, Any]], str | None], ...] = (
-    _reject_gptq,
     _reject_block,
     _reject_symmetric,
     _reject_source,
