@@ -504,23 +504,6 @@ def source_space(weight_source: Path) -> dict[str, Any]:
     return {"search_space": space, "points_to_evaluate": preset.get("points_to_evaluate")}
 
 
-def gptq_space() -> dict[str, Any]:
-    """``WEIGHT_ONLY_INT4_SEARCH`` with ``algorithm: gptq`` beside its others, symmetric or
-    not as RTN, as config keys; GPTQ at the builder's block and symmetry (32, symmetric: the
-    builder's bytes) the first start point, then the preset's."""
-    import yaml
-
-    from raysearch.config._spaces import predefined_spaces
-
-    preset = yaml.safe_load(predefined_spaces()["WEIGHT_ONLY_INT4_SEARCH"].read_text())
-    space = dict(preset["search_space"])
-    space["algorithm"] = [*space["algorithm"], "gptq"]
-    space["gptq"] = {"only_if": {"algorithm": "gptq"}, "symmetric": [True, False]}
-    first = {"algorithm": "gptq", "block_size": 32, "symmetric": True}
-    return {"search_space": space,
-            "points_to_evaluate": [first, *(preset.get("points_to_evaluate") or [])]}  # fmt: skip
-
-
 def _source_search(
     weight_source: Path,
     folder: Path,
@@ -594,12 +577,9 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # The most accurate model within the builder's size among those more accurate than
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
-        offered = gptq_space() if args.gptq else {}
         wall = search(source, calib, data, folder, tolerance, stop={"time_limit": args.time_limit},
-                      size_budget="builder", select="metric", **offered)  # fmt: skip
-        name = (
-            "raysearch WeightOnly + gptq (best/)" if args.gptq else "raysearch WeightOnly (best/)"
-        )
+                      size_budget="builder", select="metric")  # fmt: skip
+        name = "raysearch WeightOnly (best/)"
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
         best["time_s"] = wall
@@ -842,11 +822,6 @@ def _arguments() -> argparse.Namespace:
         default=None,
         help="with --genai: a genai folder a library's rounding wrote (e.g. AutoRound's through "
         "the builder): the search again with its weights a choice (algorithm: source)",
-    )
-    parser.add_argument(
-        "--gptq",
-        action="store_true",
-        help="with --genai: algorithm gptq offered beside the preset's (symmetric or not)",
     )
     parser.add_argument(
         "--gptq-anchor",
