@@ -56,10 +56,17 @@ LEAN_NODE = ["--include-log-monitor=false"]
 #: And of its head: the autoscaler's monitor (a cluster of fixed nodes), and an idle worker
 #: per CPU started for each driver that joins, which neither a search nor its trials use
 #: (Tune's actors start their own; the search's own Ray starts none either:
-#: ``OWN_RAY_SYSTEM_CONFIG``). A benchmark's cluster keeps Ray's defaults, as a user's has.
+#: ``OWN_RAY_SYSTEM_CONFIG``). And a worker process idle on a node is kept for a minute (Ray
+#: kills one past the node's CPU count after 1 s): the driver fetches a model from another
+#: node with tasks there, whose one process then serves the search's next fetches instead of
+#: a new one started (Python imported) for each. A benchmark's cluster keeps Ray's defaults,
+#: as a user's has.
 LEAN_HEAD = [
     "--no-monitor",
-    "--system-config=" + json.dumps({"prestart_worker_first_driver": False}),
+    "--system-config="
+    + json.dumps(
+        {"prestart_worker_first_driver": False, "idle_worker_killing_time_threshold_ms": 60_000}
+    ),
 ]
 
 #: How many times a node is started on new ports when one was taken before it bound it.
