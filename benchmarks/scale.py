@@ -34,7 +34,7 @@ Usage::
 
     python benchmarks/scale.py             # 1,000 trials, a worker node killed at 500
     python benchmarks/scale.py --quick     # 200 trials, killed at 100
-    python benchmarks/scale.py --smoke     # 40 trials, killed at 20 (the smoke test)
+    python benchmarks/scale.py --smoke     # 40 trials on three nodes, killed at 20 (the smoke test)
 
 Writes ``benchmarks/results/scale.json`` (``scale.quick.json``, ``scale.smoke.json``).
 """
@@ -63,6 +63,9 @@ from tests.scale.many_trials import run_many_trials  # noqa: E402
 
 #: Trials and the trial count at which a worker node is killed, per size.
 SIZES = {"full": (1000, 500), "quick": (200, 100), "smoke": (40, 20)}
+#: Worker nodes beside the head, per size: the smoke (``tests/scale/test_many_trials.py``'s
+#: search) runs one fewer, which it needs not.
+WORKERS = {"full": 3, "quick": 3, "smoke": 2}
 OVERHEAD_TARGET = 1.5
 MEMORY_TARGET_MIB = 50.0
 MIB = 2**20
@@ -263,10 +266,14 @@ def _print(report: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 trials, a node killed at 100")
-    parser.add_argument("--smoke", action="store_true", help="40 trials, a node killed at 20")
+    parser.add_argument(
+        "--smoke", action="store_true", help="40 trials on three nodes, a node killed at 20"
+    )
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--kill-at", type=int, default=None, help="0: no node killed")
-    parser.add_argument("--workers", type=int, default=3, help="worker nodes beside the head")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="worker nodes beside the head (default 3)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         trials, kill_at = args.trials, args.trials // 2
     kill_at = (args.kill_at if args.kill_at is not None else kill_at) or None
     run = Run("scale", args)
-    report = measure(trials, kill_at, args.workers)
+    report = measure(trials, kill_at, args.workers or WORKERS[size])
     _print(report)
     run.write(report, args.out)
     return 0

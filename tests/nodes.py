@@ -9,6 +9,8 @@ another Ray instance on the machine is touched: not the test session's ``ray_clu
 another test run's. The cluster keeps Ray's token authentication on, with a token of its own
 that :attr:`NodeCluster.env` passes to the drivers that join it; or, with ``auth=False``, leaves
 authentication to the shell script a node is started with (the README's steps: ``script``).
+A lean cluster (``lean=True``, the tests') starts no process on its nodes that a search does
+not use (:data:`LEAN_NODE`, :data:`LEAN_HEAD`).
 
 Example:
     >>> with NodeCluster() as cluster:                                      # doctest: +SKIP
@@ -20,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -45,6 +48,26 @@ ROOT = Path(__file__).resolve().parents[1]
 #: has started the node's processes.
 _REGISTERED = "started. Raylet consists of node_manager and object_manager"
 
+
+#: What a lean cluster (``NodeCluster(lean=True)``, the tests') leaves out of every node for
+#: the CPU it takes, none of which a search of raysearch uses: the log monitor, which sends
+#: the workers' output to drivers (raysearch's drivers take none: ``log_to_driver`` off).
+LEAN_NODE = ["--include-log-monitor=false"]
+#: And of its head: the autoscaler's monitor (a cluster of fixed nodes), and an idle worker
+#: per CPU started for each driver that joins, which neither a search nor its trials use
+#: (Tune's actors start their own; the search's own Ray starts none either:
+#: ``OWN_RAY_SYSTEM_CONFIG``). And a worker process idle on a node is kept for a minute (Ray
+#: kills one past the node's CPU count after 1 s): the driver fetches a model from another
+#: node with tasks there, whose one process then serves the search's next fetches instead of
+#: a new one started (Python imported) for each. A benchmark's cluster keeps Ray's defaults,
+#: as a user's has.
+LEAN_HEAD = [
+    "--no-monitor",
+    "--system-config="
+    + json.dumps(
+        {"prestart_worker_first_driver": False, "idle_worker_killing_time_threshold_ms": 60_000}
+    ),
+]
 
 #: How many times a node is started on new ports when one was taken before it bound it.
 PORT_TRIES = 3
@@ -101,7 +124,7 @@ def _alive(pid: int) -> bool:
 class NodeCluster:
     """Ray nodes started with ``ray start --block``; the first one started is the head."""
 
-    def __init__(self, *, auth: bool = True) -> None:
+    def __init__(self, *, auth: bool = True, lean: bool = False) -> None:
         # A short folder of its own: Ray's socket paths under it must stay below 108 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="rs-nodes-"))
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -113,6 +136,7 @@ class NodeCluster:
         if auth:
             self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
         self.env.pop("RAY_ADDRESS", None)  # the test session's Ray is not this cluster
+        self.lean = lean
         self.address: str | None = None
         self.nodes: dict[str, subprocess.Popen] = {}
 
@@ -177,6 +201,8 @@ class NodeCluster:
             "--disable-usage-stats",
         ]
         head = self.address is None
+        if self.lean:
+            args += LEAN_NODE + (LEAN_HEAD if head else [])
         if script is not None:
             # The script's own `ray start` line, with this machine's options after it.
             if head:

@@ -71,9 +71,24 @@ def multinode(work: Path) -> dict:
 
     from raysearch.search import AutoSearch
 
+    # No dashboard, no autoscaler monitor, no idle worker per CPU for the driver: nothing of
+    # the searches uses them (as tests.nodes.LEAN_HEAD). The log monitor stays: it brings the
+    # trials' console output to this driver's stderr. A worker process idle on a node is kept
+    # for a minute (Ray kills one past the node's CPU count after 1 s): the driver fetches
+    # each model from the other node with tasks there, whose one process then serves every
+    # fetch of the search instead of a new one started (and Python imported) for each.
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"node_a": 1},
+            "include_dashboard": False,
+            "no_monitor": True,
+            "_system_config": {
+                "prestart_worker_first_driver": False,
+                "idle_worker_killing_time_threshold_ms": 60_000,
+            },
+        },
     )
     cluster.add_node(num_cpus=1, resources={"node_b": 1})
     cluster.wait_for_nodes()
@@ -132,25 +147,33 @@ def _external_search(work: Path) -> dict:
 
 def fakegpu(work: Path, gpus: int, share: float) -> dict:
     import ray
+    from ray.cluster_utils import Cluster
 
     from raysearch.search import AutoSearch
 
     # GPUs declared on a machine that has none: Ray assigns them, CUDA cannot load. The CPUs
     # allow 8 trials at once, so only the GPU share can hold them to gpus / share. No worker
     # is started ahead for the CPUs (Ray's default starts one per CPU, 8 here, for tasks this
-    # search never runs; its trials' actors start their own, as on a search's own Ray).
-    ray.init(
-        num_cpus=8,
-        num_gpus=gpus,
-        include_dashboard=False,
-        _system_config={"prestart_worker_first_driver": False},
+    # search never runs; its trials' actors start their own, as on a search's own Ray), and
+    # no autoscaler monitor (as the two-node cluster above).
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 8,
+            "num_gpus": gpus,
+            "include_dashboard": False,
+            "no_monitor": True,
+            "_system_config": {"prestart_worker_first_driver": False},
+        },
     )
+    ray.init(address=cluster.address)
     try:
         config = _config(work, resources={"gpu_per_trial": share, "cpu_per_trial": 1})
         result = AutoSearch(config).run()
         return {"summary": result.summary}
     finally:
         ray.shutdown()
+        cluster.shutdown()
 
 
 def _run_phase(work: Path, run: Callable[[Path], dict]) -> dict:

@@ -122,10 +122,11 @@ def run_many_trials(
     sample_s: float = 0.1,
     timeout_s: float = 3600,
     reduction_factor: float | None = None,
+    lean: bool = False,
 ) -> dict[str, Any]:
-    """Start the cluster, run the search (early stopping's ``reduction_factor`` when given),
-    kill the last worker node at ``kill_at`` journaled trials (None: never), stop the
-    cluster. What was seen:
+    """Start the cluster (``lean``: a lean :class:`~tests.nodes.NodeCluster`), run the search
+    (early stopping's ``reduction_factor`` when given), kill the last worker node at
+    ``kill_at`` journaled trials (None: never), stop the cluster. What was seen:
 
     ``status`` (the search's exit status), ``wall_s``, ``out`` (its output folder),
     ``nodes`` (the nodes started), ``samples`` (``[seconds, trials journaled, driver RSS
@@ -134,7 +135,9 @@ def run_many_trials(
     ``stderr_tail``."""
     work.mkdir(parents=True, exist_ok=True)
     names = ["head"] + [f"worker{i + 1}" for i in range(workers)]
-    with NodeCluster() as cluster:
+    with NodeCluster(lean=lean) as cluster:
+        # One after the other: a raylet that the GCS has not registered within Ray's 30 s
+        # (nodes started together on a loaded machine) ends its node.
         for name in names:
             cluster.start(name, num_cpus=1)
         config = scale_config(work, trials, cluster.address, reduction_factor)

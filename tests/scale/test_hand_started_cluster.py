@@ -5,9 +5,9 @@ options :class:`tests.nodes.NodeCluster` adds so that the test stops exactly its
 in a home folder of their own (Ray keeps its token in ``~/.ray``): the head, one worker and a
 search that joins them.
 
-On the same cluster, a node lost as a spot node is: a search with default settings whose
-worker node is killed while a trial runs there completes with no failed trial, records the
-loss and the retry, and says so in one line on the terminal; the node then rejoins (the
+The README's search is also a node lost as a spot node is: a search with default settings
+whose worker node is killed while a trial runs there completes with no failed trial, records
+the loss and the retry, and says so in one line on the terminal; the node then rejoins (the
 README's worker step again, on the same machine's temp folder) and the next search that runs
 there removes what the lost one left in it.
 
@@ -19,22 +19,21 @@ driver waits for it. The search must complete: the trial that was running is ret
 surviving node (``max_failures: 3``, see :func:`_fetch_search`), the model that lived only on
 the lost node is recorded as lost, ``best/`` holds the best model that exists, a trial the lost
 node took with it says so in one line, and every trial is in the outputs once. One cluster
-serves the three searches: each node of it takes a loaded machine tens of seconds to start."""
+serves the two searches: each node of it takes a loaded machine tens of seconds to start, and
+each search is a ``raysearch`` process of its own."""
 
 from __future__ import annotations
 
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
-from tests.models import conv_data, make_conv_model
 from tests.nodes import NodeCluster, _free_port
 from tests.reliability.evaluators import NODE_ENV
 from tests.reliability.helpers import (
@@ -42,6 +41,8 @@ from tests.reliability.helpers import (
     journal,
     probe_config,
     run_with_fault,
+    stop_leftovers,
+    wait_until,
     write_config,
 )
 
@@ -68,79 +69,105 @@ def readme_steps(port: int) -> dict[str, str]:
     }
 
 
-def write_search_config(work: Path, name: str, **extra: Any) -> Path:
-    """A four-setting Grid search of the tests' small conv model, one trial per node's CPU."""
-    model = work / "conv.onnx"
-    data = work / "data.npz"
-    if not model.exists():
-        make_conv_model(model, channels=8, size=16)
-        np.savez(data, **conv_data(64))
-    config = {
-        "model": str(model),
-        "calibration_data": str(data),
-        "search_algo": "Grid",
-        "metric": "cos",
-        "early_stopping": False,
-        "measure_latency": False,
-        "search_space": {
-            "calibrate_method": ["MinMax", "Percentile"],
-            "per_channel": [True, False],
-        },
-        "resources": {"cpu_per_trial": 1},
-        "output_dir": str(work / name),
-        **extra,
-    }
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+#: Six settings that all quantize fine; every one is a candidate (absolute tolerance 1000).
+LOSS_SPACE = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
 
 
-def run_search(cluster: NodeCluster, work: Path, script: str, env: dict[str, str]) -> Any:
-    return subprocess.run(
-        ["bash", "-c", script],
-        cwd=work,
-        env={**cluster.env, **env},
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+def run_script_with_fault(
+    script: str,
+    cwd: Path,
+    env: dict[str, str],
+    ready: Callable[[], bool],
+    fault: Callable[[], object],
+    timeout: float = 420,
+) -> int:
+    """The bash ``script`` as a terminal would run it (stdout and stderr to files in ``cwd``):
+    once ``ready()``, call ``fault()``; the exit status. Nothing of its session outlives the
+    call."""
+    with open(cwd / "stdout.txt", "w") as out, open(cwd / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        wait_until(proc, ready, timeout=timeout)
+        fault()
+        return proc.wait(timeout=timeout)
+    finally:
+        stop_leftovers(proc)
 
 
 @pytest.fixture(scope="module")
 def hand_started(tmp_path_factory) -> dict[str, Any]:
+    """The README's head, worker and search; the search (default settings, max_failures too)
+    loses its worker node, killed while its first trial there hangs; then the worker rejoins,
+    for :func:`fetch_lost`'s search, the next one on that machine."""
     work = tmp_path_factory.mktemp("hand_started")
     home = work / "home"
     home.mkdir()
     env = {"HOME": str(home)}
     steps = readme_steps(_free_port())
-    with NodeCluster(auth=False) as cluster:
+    with NodeCluster(auth=False, lean=True) as cluster:
         cluster.start("head", num_cpus=1, script=steps["head"], cwd=work, env=env)
-        # The worker's first quantized call hangs (the probe evaluator's node faults, used by
-        # the node-loss search only): the node is killed while that trial runs.
+        # The worker's first quantized call hangs (the probe evaluator's node faults): the
+        # node is killed while that trial runs.
         worker_env = {**env, NODE_ENV: "lost"}
         cluster.start("worker", num_cpus=1, script=steps["worker"], cwd=work, env=worker_env)
-        write_search_config(work, "my_config")
-        done = run_search(cluster, work, steps["search"], env)
-        yield {"work": work, "done": done, "cluster": cluster, "env": env, "steps": steps}
+        config = probe_config(
+            work,
+            search_space=LOSS_SPACE,
+            tolerance=1000.0,
+            tolerance_mode="absolute",
+            plan={"sleep_s": 0.5, "hang_s": 600, "node_faults": {"lost": ["hang"]}},
+            output_dir=str(work / "my_config"),
+        )
+        write_config(work / "my_config.yaml", config)
+
+        def hanging() -> bool:
+            return any(c.get("fault") == "hang" for c in calls(work / "calls.jsonl"))
+
+        status = run_script_with_fault(
+            steps["search"],
+            work,
+            {**cluster.env, **env},
+            hanging,
+            lambda: cluster.kill("worker"),
+        )
+        left = _tmp_folders(cluster)
+        # The node comes back on the same machine (its temp folder), as the README's worker
+        # step; with two CPUs and the node faults of the search that loses it next
+        # (:func:`fetch_lost`).
+        rejoin = {**env, "TMPDIR": str(cluster.root / "worker-tmp"), NODE_ENV: "lost"}
+        cluster.start("worker2", num_cpus=2, script=steps["worker"], cwd=work, env=rejoin)
+        yield {
+            "work": work,
+            "status": status,
+            "cluster": cluster,
+            "env": env,
+            "steps": steps,
+            "left": left,
+        }
 
 
 def test_the_readme_steps_make_a_cluster_a_search_joins(hand_started):
-    done, work = hand_started["done"], hand_started["work"]
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    work = hand_started["work"]
+    assert hand_started["status"] == 0, (work / "stderr.txt").read_text()[-3000:]
     token = (work / "ray_token").read_text().strip()
     assert len(token) >= 32
     assert (work / "home" / ".ray" / "auth_token").read_text().strip() == token
     out = work / "my_config"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_trials"] == 4 and summary["n_failed"] == 0
+    assert summary["n_trials"] == 6 and summary["n_failed"] == 0
     # The search ran on the cluster the two nodes make (one CPU each), not a Ray of its own.
     assert summary["kept_warm"] is not None  # (None: a Ray of the search's own)
     log = (out / "auto_search.log").read_text()
     assert "running up to 2 trials at once" in log
 
 
-#: Six settings that all quantize fine; every one is a candidate (absolute tolerance 1000).
-LOSS_SPACE = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
 #: What a trial lost with its node is recorded with (the README's words).
 NODE_LOST = re.compile(
     r"^NodeLost: the node running this trial \(([0-9a-f]{12}), ([\d.]+)\) was lost"
@@ -158,50 +185,22 @@ def _tmp_folders(cluster: NodeCluster) -> list[str]:
 
 @pytest.fixture(scope="module")
 def node_lost(hand_started) -> dict[str, Any]:
-    """A search with default settings (max_failures too) on the cluster, its worker node killed
-    while its first trial there hangs; then the worker rejoins, for :func:`fetch_lost`'s
-    search, the next one on that machine."""
-    cluster, work = hand_started["cluster"], hand_started["work"]
-    folder = work / "lost"
-    folder.mkdir()
-    config = probe_config(
-        folder,
-        search_space=LOSS_SPACE,
-        tolerance=1000.0,
-        tolerance_mode="absolute",
-        address=cluster.address,
-        plan={"sleep_s": 0.5, "hang_s": 600, "node_faults": {"lost": ["hang"]}},
-    )
-    path = write_config(folder / "config.yaml", config)
-    token = {
-        **hand_started["env"],
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": str(work / "ray_token"),
-    }
-
-    def hanging() -> bool:
-        return any(c.get("fault") == "hang" for c in calls(folder / "calls.jsonl"))
-
-    status = run_with_fault(
-        ["run", str(path)], folder, hanging, lambda: cluster.kill("worker"), **token
-    )
-    left = _tmp_folders(cluster)
-    # The node comes back on the same machine (its temp folder), as the README's worker step;
-    # with two CPUs and the node faults of the search that loses it next (:func:`fetch_lost`).
-    rejoin = {**hand_started["env"], "TMPDIR": str(cluster.root / "worker-tmp"), NODE_ENV: "lost"}
-    cluster.start(
-        "worker2", num_cpus=2, script=hand_started["steps"]["worker"], cwd=work, env=rejoin
-    )
-    out = folder / "out"
+    """What the README's search, which lost its worker node, wrote and printed."""
+    work = hand_started["work"]
+    out = work / "my_config"
     return {
-        "token": token,
-        "status": status,
-        "stderr": (folder / "stderr.txt").read_text(),
-        "calls": calls(folder / "calls.jsonl"),
+        "token": {
+            **hand_started["env"],
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(work / "ray_token"),
+        },
+        "status": hand_started["status"],
+        "stderr": (work / "stderr.txt").read_text(),
+        "calls": calls(work / "calls.jsonl"),
         "rows": pq.read_table(out / "results.parquet").to_pylist(),
         "summary": json.loads((out / "summary.json").read_text()),
         "log": (out / "auto_search.log").read_text(),
-        "left": left,
+        "left": hand_started["left"],
     }
 
 

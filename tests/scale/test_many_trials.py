@@ -1,6 +1,7 @@
-"""A many-trial search on four real nodes loses one worker node part-way (issue 37, item 6, at
-small size): 40 trials of a Grid with evaluation on growing subsets, four ``ray start`` nodes
-of one CPU, the last worker killed once 20 trials are journaled
+"""A many-trial search on real nodes loses one worker node part-way (issue 37, item 6, at small
+size): 40 trials of a Grid with evaluation on growing subsets, three ``ray start`` nodes of one
+CPU (``benchmarks/scale.py`` runs four: the behaviour is the same with one node fewer, at a
+node's start and a trial process less), the last worker killed once 20 trials are journaled
 (:mod:`tests.scale.many_trials`, which ``benchmarks/scale.py`` runs at 1,000).
 
 ``tests/scale/test_hand_started_cluster.py`` covers what happens to the trials a lost node was
@@ -30,6 +31,8 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "scale.py"
 
 TRIALS = 40
 KILL_AT = 20
+#: Worker nodes beside the head: ``benchmarks/scale.py``'s smoke size.
+WORKERS = 2
 #: ASHA keeps the best fifth at a rung. With the default third, at most one of these 40
 #: settings is far enough below a rung's cutoff to clear the near-tie rule (TIE_Z standard
 #: errors), and only when the results reach ASHA in a favourable order: whether any trial
@@ -41,7 +44,15 @@ REDUCTION_FACTOR = 5
 def search(tmp_path_factory) -> dict[str, Any]:
     work = Path(tmp_path_factory.mktemp("many"))
     started = time.time()
-    run = run_many_trials(work, TRIALS, KILL_AT, timeout_s=600, reduction_factor=REDUCTION_FACTOR)
+    run = run_many_trials(
+        work,
+        TRIALS,
+        KILL_AT,
+        workers=WORKERS,
+        timeout_s=600,
+        reduction_factor=REDUCTION_FACTOR,
+        lean=True,
+    )
     assert run["status"] == 0, run["stderr_tail"]
     out = run["out"]
     return {
@@ -83,11 +94,11 @@ def test_the_search_goes_on_on_the_surviving_nodes(search):
     lines = search["journal"]
     kill_line = search["killed"]["at_trials"]
     nodes_before = {r["node_id"] for r in lines[:kill_line] if r.get("node_id")}
-    assert len(nodes_before) == 4  # every node ran trials before the loss
-    # Trials journaled well after the loss (the last quarter) ran on three nodes only.
+    assert len(nodes_before) == WORKERS + 1  # every node ran trials before the loss
+    # Trials journaled well after the loss (the last quarter) ran on the others only.
     late = lines[TRIALS - TRIALS // 4 :]
     nodes_after = {r["node_id"] for r in late if r["status"] == "ok"}
-    assert len(nodes_after) == 3 and nodes_after < nodes_before
+    assert len(nodes_after) == WORKERS and nodes_after < nodes_before
     # A trial the lost node took with it is recorded as failed, naming why.
     for row in search["rows"]:
         if row["status"] != "ok":
@@ -109,12 +120,12 @@ def _scale_benchmark():
 
 def test_the_scale_benchmarks_figures_of_the_run(search):
     """``benchmarks/scale.py``'s figures of this run, which is its ``--smoke`` size (40 trials
-    on four nodes, one killed at 20): its search and cluster are the ones checked above, so
+    on three nodes, one killed at 20): its search and cluster are the ones checked above, so
     its smoke test reads them here instead of starting a cluster and a search of its own."""
     report = _scale_benchmark().report_of(search, TRIALS, KILL_AT)
     assert report["trials"] == TRIALS and report["kill_at"] == KILL_AT
-    assert report["nodes"] == ["head", "worker1", "worker2", "worker3"]
-    assert report["status"] == 0 and report["killed"]["node"] == "worker3"
+    assert report["nodes"] == ["head", "worker1", "worker2"]
+    assert report["status"] == 0 and report["killed"]["node"] == "worker2"
     assert report["killed"]["at_trials"] >= KILL_AT and report["killed"]["pids"]
     records = report["records"]
     # The claims, not only their keys: every trial once in the journal and results.parquet,
@@ -128,9 +139,9 @@ def test_the_scale_benchmarks_figures_of_the_run(search):
         assert overhead[window]["n"] > 0 and overhead[window]["median_s"] >= 0
         assert overhead[window]["driver_cpu_s_per_trial"] > 0
     assert overhead["ratio"] is not None and isinstance(overhead["met"], bool)
-    # A gap before every trial but the first on each of the four nodes (and the one or two
+    # A gap before every trial but the first on each of the three nodes (and the one or two
     # trials the lost node took with it).
-    assert len(overhead["gaps"]) >= TRIALS - 7
+    assert len(overhead["gaps"]) >= TRIALS - 6
     assert memory["range_mib"] is not None and memory["samples"] >= 2
     assert 0 < memory["rss_mib_min"] <= memory["rss_mib_max"] <= memory["peak_mib_whole_run"]
     assert json.dumps(report)  # what the benchmark writes as its JSON
