@@ -78,9 +78,7 @@ def test_stopped_trials_are_recorded_with_their_rows_and_candidates_are_evaluate
     files, straight, tmp_path, capsys
 ):
     whole = tmp_path / "whole"
-    # The reference of whole evaluations, one trial at a time as the straight search: a
-    # setting's metric does not depend on the trials beside it, and one trial actor starts.
-    AutoSearch(_config(files, whole, early_stopping=False)).run()
+    AutoSearch(_config(files, whole, early_stopping=False, resources={})).run()
     partial, full = _by_setting(straight), _by_setting(whole)
     assert set(partial) == set(full) and len(partial) == SETTINGS
     stopped = [k for k, r in partial.items() if r["stopped_at_rung"] is not None]
