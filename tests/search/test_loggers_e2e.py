@@ -19,9 +19,6 @@ from tests.search.wandb_runs import read_run
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 FOUR = {"calibrate_method": ["MinMax", "Percentile"], "per_channel": [True, False]}
-#: One trial at a time where trials side by side are not what a test checks: one trial actor
-#: (a Ray worker process, several CPU-seconds to start) per search instead of two.
-ONE_AT_A_TIME = {"max_concurrent_trials": 1}
 
 
 class Seen(tune.Callback):
@@ -51,45 +48,6 @@ def test_a_callback_that_is_not_a_tune_callback_is_refused_before_anything_runs(
     with pytest.raises(InputError, match=r"callbacks\[0\]: expected a ray.tune.Callback"):
         AutoSearch(make_config(search_space=FOUR)).run(callbacks=[print])
     assert not (tmp_path / "out").exists()
-
-
-def test_mlflow_holds_one_run_per_trial_and_a_resumed_search_adds_only_new_ones(
-    make_config, tmp_path, monkeypatch
-):
-    from mlflow.tracking import MlflowClient
-
-    # MLflow 3 keeps its local file store behind this switch (a database is its default).
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = (tmp_path / "mlruns").as_uri()
-    loggers = {"mlflow": {"tracking_uri": uri, "experiment_name": "quant"}}
-    config = make_config(
-        search_space=FOUR, loggers=loggers, stop={"iteration_limit": 2}, resources=ONE_AT_A_TIME
-    )
-    first = AutoSearch(config).run()
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("quant").experiment_id
-
-    assert len(client.search_runs([experiment])) == first.summary["n_trials"] == 2
-    resumed = AutoSearch.resume(first.output_dir, config={**config, "stop": {"iteration_limit": 4}})
-    table = resumed.results.to_pylist()
-    assert len(table) == 4
-    found = client.search_runs([experiment])
-    # One run per trial: the two of the first session were not logged again.
-    assert len(found) == 4
-    by_trial = {r.data.tags["trial_id"]: r for r in found}
-    assert set(by_trial) == {row["trial_id"] for row in table}
-    for row in table:
-        run = by_trial[row["trial_id"]]
-        assert run.info.status == "FINISHED"
-        assert run.data.params["settings/calibrate_method"] == row["params/calibrate_method"]
-        assert run.data.params["settings/per_channel"] == str(row["params/per_channel"])
-        assert run.data.metrics["metric"] == pytest.approx(row["metric"])
-        assert run.data.metrics["is_candidate"] == float(row["is_candidate"])
-        assert "model_size_bytes" in run.data.metrics and "latency_ms" in run.data.metrics
-    # The best model's files are the best trial's artifacts.
-    best = by_trial[resumed.summary["best_trial_id"]]
-    listed = {a.path for a in client.list_artifacts(best.info.run_id, "best_model")}
-    assert "best_model/model.onnx" in listed
 
 
 def test_a_logger_setting_typo_is_refused_with_a_hint(make_config):
@@ -122,59 +80,85 @@ NUMBERS = {
 }
 
 
+def _logged_search(
+    mlp_files: dict[str, Path], folder: Path, tracking: str, seed: int, **overrides: Any
+) -> dict[str, Any]:
+    """A TPE search of :data:`PERCENTILES` logged to MLflow (``tracking``, experiment
+    ``quant``) and W&B offline, one trial at a time, output in ``folder``."""
+    return {
+        "model": str(mlp_files["model"]),
+        "calibration_data": str(mlp_files["data"]),
+        "search_space": PERCENTILES,
+        "search_algo": "TPE",
+        "metric": "L2",
+        "tolerance": 0.05,
+        "seed": seed,
+        "stop": {"iteration_limit": 2},
+        "resources": {"max_concurrent_trials": 1},
+        "loggers": {
+            "mlflow": {"tracking_uri": tracking, "experiment_name": "quant"},
+            "wandb": {"project": "quant", "mode": "offline"},
+        },
+        "output_dir": str(folder),
+        **overrides,
+    }
+
+
+def _described(result: Any) -> dict[str, Any]:
+    folder = result.output_dir
+    return {
+        "folder": folder,
+        "rows": result.results.to_pylist(),
+        "search_id": search_id(folder),
+        "name": default_study_name(folder, search_id(folder)),
+        "best": result.summary["best_trial_id"],
+    }
+
+
 @pytest.fixture(scope="module")
-def three_searches(mlp_files, tmp_path_factory) -> dict[str, Any]:
-    """Three searches in a row (TPE, two trials each, one at a time) into one MLflow
-    experiment (SQLite) and W&B offline, the first with a user's Tune callbacks too (one that
-    fails to set up, one that sees every event): each search's folder and results, and the
-    callbacks (each search on Ray costs seconds; one serves the callbacks' test too)."""
+def three_sessions(mlp_files, tmp_path_factory) -> dict[str, Any]:
+    """Three search sessions in a row into one MLflow experiment (SQLite), one trial at a
+    time: search A (two trials, W&B offline too, with a user's Tune callbacks: one that fails
+    to set up, one that sees every event), search B (one trial, MLflow only: the experiment
+    holds two searches to tell apart), then A resumed to three trials (W&B too: the first
+    session's runs must not be logged again). Each search's folder and results as they ended,
+    A's first session's rows, and the callbacks (each session on Ray costs seconds, and each
+    W&B run a logging actor: one set of sessions serves every test here)."""
     from mlflow.tracking import MlflowClient
 
     folder = tmp_path_factory.mktemp("loggers")
     tracking = f"sqlite:///{folder / 'mlflow.db'}"
     # Its artifacts in the test's folder (MLflow's default is ./mlruns of the working folder).
     MlflowClient(tracking).create_experiment("quant", (folder / "artifacts").as_uri())
-    searches = []
     seen, unreachable = Seen(), Unreachable()
-    for n in range(3):
-        config = {
-            "model": str(mlp_files["model"]),
-            "calibration_data": str(mlp_files["data"]),
-            "search_space": PERCENTILES,
-            "search_algo": "TPE",
-            "metric": "L2",
-            "tolerance": 0.05,
-            "seed": n,
-            "stop": {"iteration_limit": 2},
-            "resources": {"max_concurrent_trials": 1},
-            "loggers": {
-                "mlflow": {"tracking_uri": tracking, "experiment_name": "quant"},
-                "wandb": {"project": "quant", "mode": "offline"},
-            },
-            "output_dir": str(folder / f"out{n}"),
-        }
-        result = AutoSearch(config).run(callbacks=[unreachable, seen] if n == 0 else None)
-        searches.append(
-            {
-                "folder": result.output_dir,
-                "rows": result.results.to_pylist(),
-                "search_id": search_id(result.output_dir),
-                "name": default_study_name(result.output_dir, search_id(result.output_dir)),
-                "best": result.summary["best_trial_id"],
-            }
-        )
-    return {"tracking_uri": tracking, "searches": searches, "callbacks": (seen, unreachable)}
+    config_a = _logged_search(mlp_files, folder / "a", tracking, seed=0)
+    first = AutoSearch(config_a).run(callbacks=[unreachable, seen])
+    first_rows = first.results.to_pylist()
+    mlflow_only = {"mlflow": {"tracking_uri": tracking, "experiment_name": "quant"}}
+    config_b = _logged_search(
+        mlp_files, folder / "b", tracking, seed=1, loggers=mlflow_only, stop={"iteration_limit": 1}
+    )
+    b = AutoSearch(config_b).run()
+    resumed = AutoSearch.resume(
+        first.output_dir, config={**config_a, "stop": {"iteration_limit": 3}}
+    )
+    return {
+        "tracking_uri": tracking,
+        "first_rows": first_rows,
+        "searches": [_described(resumed), _described(b)],
+        "callbacks": (seen, unreachable),
+    }
 
 
-def test_a_users_tune_callback_sees_every_trials_result(three_searches):
-    # The first of the three searches, run with a user's callbacks beside Ray's loggers.
-    seen, unreachable = three_searches["callbacks"]
-    first = three_searches["searches"][0]
+def test_a_users_tune_callback_sees_every_trials_result(three_sessions):
+    # Search A's first session, run with a user's callbacks beside Ray's loggers.
+    seen, unreachable = three_sessions["callbacks"]
+    first = three_sessions["searches"][0]
     # A callback that fails to set up is dropped with a warning; the search goes on.
     assert not unreachable.results and not unreachable.completed
     log = (first["folder"] / "auto_search.log").read_text()
     assert "Unreachable failed to set up (ConnectionError" in log
-    table = first["rows"]
+    table = three_sessions["first_rows"]
     assert sorted(seen.completed) == sorted(r["trial_id"] for r in table)
     final = {r["trial_id"]: r for r in seen.results if r.get("done")}
     assert set(final) == {r["trial_id"] for r in table}
@@ -191,8 +175,13 @@ def test_a_users_tune_callback_sees_every_trials_result(three_searches):
 
 def offline_runs(output_dir: Path) -> dict[str, Path]:
     """Each trial's offline W&B run file where the README says runs go:
-    ``<output_dir>/ray_results/search/<trial>/wandb/offline-run-*/run-<trial id>.wandb``."""
-    found = (output_dir / "ray_results" / "search").glob("*/wandb/offline-run-*/run-*.wandb")
+    ``<output_dir>/ray_results/search/<trial>/wandb/offline-run-*/run-<trial id>.wandb``, a
+    resumed session's trials under its own experiment folder (``search-2/``, ...)."""
+    results = output_dir / "ray_results"
+    found = [
+        *results.glob("search/*/wandb/offline-run-*/run-*.wandb"),
+        *results.glob("search-*/*/wandb/offline-run-*/run-*.wandb"),
+    ]
     return {p.stem.removeprefix("run-"): p for p in sorted(found)}
 
 
@@ -205,22 +194,24 @@ def used_settings(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_three_wandb_searches_in_a_row_leave_every_trials_offline_run_complete(three_searches):
-    for search in three_searches["searches"]:
-        runs = offline_runs(search["folder"])
-        assert set(runs) == {r["trial_id"] for r in search["rows"]}, search["folder"]
-        for row in search["rows"]:
-            run = read_run(runs[row["trial_id"]])
-            # Ended (W&B's exit record), with the trial's final result logged.
-            assert run["exit"] == 0, (search["folder"], row["trial_id"])
-            logged = [json.loads(step["metric"]) for step in run["history"] if "metric" in step]
-            assert logged and logged[-1] == pytest.approx(row["metric"])
+def test_wandb_sessions_in_a_row_leave_every_trials_offline_run_complete(three_sessions):
+    # A's two sessions (the second a resume, after B's) each logged their own trials.
+    a, b = three_sessions["searches"]
+    assert not offline_runs(b["folder"])  # B logged to MLflow only
+    runs = offline_runs(a["folder"])
+    assert len(a["rows"]) == 3 and set(runs) == {r["trial_id"] for r in a["rows"]}
+    for row in a["rows"]:
+        run = read_run(runs[row["trial_id"]])
+        # Ended (W&B's exit record), with the trial's final result logged.
+        assert run["exit"] == 0, row["trial_id"]
+        logged = [json.loads(step["metric"]) for step in run["history"] if "metric" in step]
+        assert logged and logged[-1] == pytest.approx(row["metric"])
 
 
 def test_wandb_runs_hold_each_setting_once_the_documented_numbers_and_the_trials_words(
-    three_searches,
+    three_sessions,
 ):
-    for search in three_searches["searches"]:
+    for search in three_sessions["searches"][:1]:  # B logged to MLflow only
         runs = offline_runs(search["folder"])
         for row in search["rows"]:
             run = read_run(runs[row["trial_id"]])
@@ -245,19 +236,39 @@ def test_wandb_runs_hold_each_setting_once_the_documented_numbers_and_the_trials
                 assert all(abs(json.loads(step[k])) < 1e299 for k in numbers)
 
 
-def test_mlflow_runs_hold_each_setting_once_the_documented_numbers_and_the_searchs_id(
-    three_searches,
+def test_mlflow_holds_one_run_per_trial_and_a_resumed_search_adds_only_new_ones(
+    three_sessions,
 ):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(three_searches["tracking_uri"])
+    client = MlflowClient(three_sessions["tracking_uri"])
     experiment = client.get_experiment_by_name("quant").experiment_id
-    for search in three_searches["searches"]:
-        # Three searches in one experiment, told apart by the search's id.
+    a, b = three_sessions["searches"]
+    first = {r["trial_id"] for r in three_sessions["first_rows"]}
+    assert len(first) == 2 and first < {r["trial_id"] for r in a["rows"]}
+    # A's three trials (two, then one more resumed) and B's one: the two of A's first session
+    # were not logged again by its resumed session.
+    runs = client.search_runs([experiment])
+    assert len(runs) == len(a["rows"]) + len(b["rows"]) == 3 + 1
+    assert sorted(r.data.tags["trial_id"] for r in runs) == sorted(
+        r["trial_id"] for r in a["rows"] + b["rows"]
+    )
+
+
+def test_mlflow_runs_hold_each_setting_once_the_documented_numbers_and_the_searchs_id(
+    three_sessions,
+):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(three_sessions["tracking_uri"])
+    experiment = client.get_experiment_by_name("quant").experiment_id
+    for search in three_sessions["searches"]:
+        # Two searches in one experiment, told apart by the search's id.
         runs = client.search_runs(
             [experiment], filter_string=f"tags.search_id = '{search['search_id']}'"
         )
         by_trial = {r.data.tags["trial_id"]: r for r in runs}
+        assert len(runs) == len(by_trial) == len(search["rows"])
         assert set(by_trial) == {r["trial_id"] for r in search["rows"]}
         for row in search["rows"]:
             run = by_trial[row["trial_id"]]
@@ -270,6 +281,8 @@ def test_mlflow_runs_hold_each_setting_once_the_documented_numbers_and_the_searc
             assert "stage" not in tags  # TPE has no stages
             assert set(run.data.metrics) <= NUMBERS and "metric" in run.data.metrics
             assert run.data.metrics["metric"] == pytest.approx(row["metric"])
+            assert run.data.metrics["is_candidate"] == float(row["is_candidate"])
+            assert {"model_size_bytes", "latency_ms"} <= set(run.data.metrics)
             history = client.get_metric_history(run.info.run_id, "metric")
             assert [m.value for m in history] == pytest.approx([row["metric"]])
         # The best model's files are the artifacts of the search's best trial's run.

@@ -192,16 +192,18 @@ def test_a_second_search_reuses_the_probes_and_a_changed_data_file_runs_them(tmp
     assert not second.summary["best_trial_id"].startswith("reused_")
     assert (second.output_dir / "best" / "model.onnx").is_file()
 
-    # a changed data file: another content, so every probe runs again; the search stops when
-    # its probes are done (the stages after them are the first search's, checked above)
+    # a changed data file: another content, so no probe is reused. The search stops at its
+    # first probe: a reused probe is journaled in a trial's place and counts towards the
+    # iteration limit, so a reuse would be that probe (the later probes run as the first
+    # search's did, and the stages after them are checked above)
     np.savez(tmp_path / "text.npz", input_ids=rng.zipf(1.5, (8, 12)).clip(1, VOCAB - 1))
-    through_probes = 1 + max(i for i, r in enumerate(rows) if r["stage"] == "sensitivity")
-    assert through_probes < len(rows)
-    stop = {"iteration_limit": through_probes}
+    first_probe = 1 + next(i for i, r in enumerate(rows) if r["stage"] == "sensitivity")
+    stop = {"iteration_limit": first_probe}
     third = AutoSearch({**config, "stop": stop, "output_dir": str(tmp_path / "third")}).run()
     probes = [r for r in _probes(third.output_dir) if r["stage"] == "sensitivity"]
-    assert len(probes) == 16 and not any(r["reused_from"] for r in probes)
+    assert len(probes) == 1 and not any(r["reused_from"] for r in probes)
     assert third.summary["probes_reused"] == 0
+    assert "reused (no trial run)" not in (third.output_dir / "auto_search.log").read_text()
 
 
 def _session(folder: Path, key: str, cache: ProbeCache | None) -> Any:
