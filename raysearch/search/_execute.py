@@ -130,11 +130,7 @@ class Execution:
         self.plots: PlotProcess | None = None
 
     def _searcher(
-        self,
-        max_outstanding: int,
-        model: ModelFacts,
-        concurrent: int = 1,
-        size_budget_bytes: int | None = None,
+        self, model: ModelFacts, concurrent: int = 1, size_budget_bytes: int | None = None
     ) -> SettingSearcher:
         """The searcher over the phases of the config's strategy (``search_algo``)."""
         config = self.config
@@ -152,9 +148,7 @@ class Execution:
             sampler_options=config.sampler_options,
             size_budget_bytes=size_budget_bytes,
         )
-        searcher = SettingSearcher.from_strategy(
-            config.search_algo, context, max_outstanding=max_outstanding
-        )
+        searcher = SettingSearcher.from_strategy(config.search_algo, context)
         searcher.session_key = self.session_key
         return searcher
 
@@ -258,10 +252,7 @@ class Execution:
         tune_environment(outstanding)
         with quiet_optuna():
             searcher = self._searcher(
-                outstanding,
-                prepared.model,
-                max(n_slots, outstanding),
-                spec.max_model_size_bytes,
+                prepared.model, max(n_slots, outstanding), spec.max_model_size_bytes
             )
             searcher.add_finished(records)
         stopper = CandidateStopper(
@@ -387,6 +378,7 @@ class Execution:
                 config,
                 storage_path(self.config, self.output_dir),
                 key=self.session_key,
+                max_outstanding=run.outstanding,
                 session=run.session_number,
                 scheduler=scheduler,
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from ray.tune.search import Searcher
+from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from raysearch.errors import ConfigError
 from raysearch.search.record.reported import pack_record
@@ -105,17 +105,18 @@ def test_grid_config_holds_canonical_params_and_settings():
     assert config["key"] == settings_key(config["settings"])
 
 
-def test_iteration_limit_caps_starts_and_outstanding_caps_queue():
+def test_iteration_limit_caps_starts_and_tunes_limiter_caps_the_queue():
+    """The cap on trials suggested but unfinished is Tune's ``ConcurrencyLimiter``, as
+    ``make_tuner`` puts it around the searcher; the searcher caps the trials started."""
     space = SearchSpace.parse(SMALL)
-    searcher = SettingSearcher.strategy(
-        "Grid", [space], mode="min", max_trials=3, max_outstanding=2
-    )
-    assert searcher.suggest("a") and searcher.suggest("b")
-    assert searcher.suggest("c") is None  # two suggested, none finished
-    searcher.on_trial_complete("a", told(1.0))
-    assert searcher.suggest("c")["number"] == 3
-    searcher.on_trial_complete("b", told(1.0))
-    assert searcher.suggest("d") == Searcher.FINISHED
+    searcher = SettingSearcher.strategy("Grid", [space], mode="min", max_trials=3)
+    limited = ConcurrencyLimiter(searcher, max_concurrent=2)
+    assert limited.suggest("a") and limited.suggest("b")
+    assert limited.suggest("c") is None  # two suggested, none finished
+    limited.on_trial_complete("a", told(1.0))
+    assert limited.suggest("c")["number"] == 3
+    limited.on_trial_complete("b", told(1.0))
+    assert limited.suggest("d") == Searcher.FINISHED
     assert searcher.finish_reason == "iteration_limit" and searcher.n_started == 3
 
 
@@ -194,6 +195,42 @@ def test_several_spaces_split_the_iteration_limit_in_order():
         searcher = SettingSearcher.strategy("TPE", [a, b], mode="min", seed=0, max_trials=5)
         configs = drive(searcher, 20)
     assert [c["phase"] for c in configs] == [0, 0, 0, 1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+def test_make_tuner_keeps_at_most_max_outstanding_trials_suggested(tmp_path):
+    """The Tuner ``make_tuner`` builds caps the trials suggested but unfinished at
+    ``max_outstanding`` (Tune's ``ConcurrencyLimiter``): with 1 on a 2-CPU cluster the searcher
+    is never asked for a trial while another runs."""
+    from raysearch.config import SearchConfig
+    from raysearch.search.tune._tuner import make_tuner
+
+    def one_report(config: dict) -> None:  # local: pickled by value for the trial actor
+        """Long enough that Tune would suggest the next trial meanwhile, were nothing to stop it."""
+        import time
+
+        from ray import tune
+
+        time.sleep(0.5)
+        tune.report({"metric": 1.0})
+
+    class Watched(SettingSearcher):
+        most_live = 0
+
+        def suggest(self, trial_id: str):
+            config = super().suggest(trial_id)
+            self.most_live = max(self.most_live, len(self.live_keys))
+            return config
+
+    raw = {"model": "m.onnx", "calibration_data": "c.npz", "search_space": SMALL, "metric": "L2"}
+    config = SearchConfig.from_dict({**raw, "output_dir": str(tmp_path)}, check_paths=False)
+    searcher = Watched.strategy("Grid", [SearchSpace.parse({"per_channel": [True, False]})])
+    tuner = make_tuner(
+        one_report, searcher, config, str(tmp_path), key="no-session", max_outstanding=1
+    )
+    assert not tuner.fit().errors
+    assert searcher.finish_reason == "space_exhausted" and searcher.most_live == 1
 
 
 def test_tune_saves_no_copy_of_the_searcher(tmp_path):

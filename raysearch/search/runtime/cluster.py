@@ -334,7 +334,7 @@ def check_resources(config: SearchConfig) -> None:
 
 
 def slots(config: SearchConfig) -> tuple[int, int]:
-    """(trials that run at once, trials kept suggested but unfinished: the searcher's
+    """(trials that run at once, trials kept suggested but unfinished: ``make_tuner``'s
     ``max_outstanding``, which Tune's pending-trial bound follows)."""
     import ray
 

@@ -55,11 +55,15 @@ def make_tuner(
     storage: str,
     *,
     key: str,
+    max_outstanding: int,
     session: int = 1,
     scheduler: Any = None,
 ) -> Any:
     """A new Tune experiment for the search's ``session`` (1 the first) under ``storage``,
-    named ``search``, then ``search-<session>``; ``scheduler`` None is Tune's FIFO."""
+    named ``search``, then ``search-<session>``; ``scheduler`` None is Tune's FIFO.
+    ``max_outstanding``: the trials suggested but unfinished at most (Tune's
+    ``max_concurrent_trials``, a ``ConcurrencyLimiter`` around the searcher; running trials
+    are bounded by the cluster's resources)."""
     from ray import tune
 
     run_config = tune.RunConfig(
@@ -78,6 +82,7 @@ def make_tuner(
     tune_config = tune.TuneConfig(
         search_alg=searcher,
         num_samples=searcher.max_trials or -1,
+        max_concurrent_trials=max_outstanding,
         reuse_actors=True,
         trial_dirname_creator=operator.attrgetter("trial_id"),
         scheduler=scheduler,

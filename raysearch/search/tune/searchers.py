@@ -2,8 +2,8 @@
 in order, each phase's ``start`` seeing the records finished before it; a setting runs at most
 once across them. A ``reusable`` proposal the probe cache kept
 (:mod:`raysearch.search.record.probe_cache`) is journaled as a trial of its own, run by no
-actor. The searcher caps the trials *started* at ``stop.iteration_limit`` and keeps at most
-``max_outstanding`` suggested but unfinished (Tune always has a queued trial for an actor).
+actor. The searcher caps the trials *started* at ``stop.iteration_limit``; the trials suggested
+but unfinished are capped by Ray Tune's ``ConcurrencyLimiter`` around it (``make_tuner``).
 
 Example:
     >>> space = SearchSpace.parse({"per_channel": [True, False]})
@@ -76,7 +76,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         *,
         mode: str,
         max_trials: int | None = None,
-        max_outstanding: int = 0,
         session_key: str | None = None,
         context: StrategyContext | None = None,
     ) -> None:
@@ -86,7 +85,6 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         #: The search's id, to find its live session (:mod:`raysearch.search.tune.session`).
         self.session_key = session_key
         self.max_trials = max_trials if max_trials and max_trials > 0 else None
-        self.max_outstanding = max_outstanding
         self.state = _State(phase_started=[0] * len(phases))
         #: The import a phase failed before any trial started: refused as a bad input.
         self.missing_module: ImportError | None = None
@@ -98,34 +96,21 @@ class SettingSearcher(SessionLink, KnownSettings, Searcher):
         self.values: dict[str, tuple[float, ...] | None] = {}
 
     @classmethod
-    def from_strategy(
-        cls, name: str, context: StrategyContext, *, max_outstanding: int = 0
-    ) -> SettingSearcher:
+    def from_strategy(cls, name: str, context: StrategyContext) -> SettingSearcher:
         """The phases of the strategy registered as ``name``, built from ``context``."""
         phases = list(get_strategy(name)(context))
-        return cls(
-            phases,
-            mode=context.mode,
-            max_trials=context.max_trials,
-            max_outstanding=max_outstanding,
-            context=context,
-        )
+        return cls(phases, mode=context.mode, max_trials=context.max_trials, context=context)
 
     @classmethod
-    def strategy(
-        cls, name: str, spaces: Sequence[SearchSpace], *, max_outstanding: int = 0, **context: Any
-    ) -> SettingSearcher:
+    def strategy(cls, name: str, spaces: Sequence[SearchSpace], **context: Any) -> SettingSearcher:
         """The searcher of the strategy ``name`` (``Grid``, a sampler's) over ``spaces``;
         ``context``: the other fields of :class:`StrategyContext` (``mode``, ``seed``, ...)."""
-        context = StrategyContext(spaces, **context)
-        return cls.from_strategy(name, context, max_outstanding=max_outstanding)
+        return cls.from_strategy(name, StrategyContext(spaces, **context))
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         state = self.state
         if state.finish_reason is not None:
             return Searcher.FINISHED
-        if self.max_outstanding and len(state.live) >= self.max_outstanding:
-            return None
         if state.waiting:
             return None
         if self.max_trials is not None and state.started >= self.max_trials:
