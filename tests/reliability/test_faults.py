@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -122,3 +123,26 @@ def test_a_trial_that_raises_leaves_its_process_serving_later_trials(faulty_sear
     # Each faulty setting ran once (no retries by default).
     for sig in FAULTS:
         assert sum(c["sig"] == sig for c in log) == 1, sig
+
+
+def test_max_failures_retries_a_crashed_trial(ray_cluster, tmp_path: Path):
+    space = {"nodes_to_exclude": [["fc1"], ["fc2"]]}
+    config = probe_config(
+        tmp_path,
+        search_space=space,
+        faults={"fc1/int8": "segv_once", "fc2/int8": "segv"},
+        max_failures=1,
+    )
+    result = AutoSearch(config).run()
+    rows = {_signature(r): r for r in result.results.to_pylist()}
+    log = calls(tmp_path / "calls.jsonl")
+    once = [c for c in log if c["sig"] == "fc1/int8"]
+    always = [c for c in log if c["sig"] == "fc2/int8"]
+    # Crashed once, retried in a new process, then succeeded: one trial, two runs.
+    assert len(once) == 2 and once[0]["trial"] == once[1]["trial"]
+    assert once[0]["pid"] != once[1]["pid"]
+    assert rows["fc1/int8"]["status"] == "ok" and rows["fc1/int8"]["metric"] is not None
+    # Crashing every time: retried once, then recorded as failed.
+    assert len(always) == 2 and rows["fc2/int8"]["status"] == "failed"
+    assert "Segmentation fault" in rows["fc2/int8"]["error"]
+    assert result.summary["n_trials"] == 2 and result.summary["n_failed"] == 1
