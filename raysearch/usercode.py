@@ -35,6 +35,7 @@ __all__ = [
     "note_plugin",
     "plugin_modules",
     "import_plugins",
+    "loaded_modules",
     "local_modules",
     "code_folders",
     "check_shippable",
@@ -207,6 +208,19 @@ def note_plugin(module: str) -> None:
 def plugin_modules() -> tuple[str, ...]:
     """The recorded plugin modules, in the order they registered something."""
     return tuple(_MODULES)
+
+
+def loaded_modules(named: Iterable[str]) -> list[str]:
+    """The modules imported in this process that are one of ``named`` or below one (a
+    package's submodules, however late imported), sorted: a package before its modules.
+
+    Example:
+        >>> loaded_modules(["json"])[:2]
+        ['json', 'json.decoder']
+    """
+    prefixes = tuple(named)
+    below = tuple(f"{name}." for name in prefixes)
+    return sorted(m for m in list(sys.modules) if m in prefixes or m.startswith(below))
 
 
 def import_plugins(

@@ -70,6 +70,7 @@ from raysearch.search.tune.trainable import make_trainable
 from raysearch.strategies import ModelFacts, StrategyContext
 from raysearch.strategies.grid import GridPhase
 from raysearch.strategies.samplers import quiet_optuna
+from raysearch.usercode import loaded_modules
 
 if TYPE_CHECKING:
     from raysearch.config import SearchConfig
@@ -402,11 +403,7 @@ class Execution:
         if missing is None:
             return
         restore_marker(self.output_dir, self.marker_before)
-        raise InputError(
-            f"{self.output_dir}: the search strategy {self.config.search_algo} needs the module "
-            f"{missing.name or str(missing)!r}, which cannot be imported here ({missing}); make "
-            "it importable (install it, or put it beside the config) and resume again"
-        )
+        raise missing_module_error(self.output_dir, self.config.search_algo, missing)
 
     def _trials_over(self, run: _Run) -> None:
         """Every trial has ended: the start barrier goes, and the other nodes' folders unless
@@ -499,7 +496,11 @@ class Execution:
             if summary.get(said):
                 _say(summary[said], run.progress.stream)
         status = "interrupted" if reason == "interrupted" else "finished"
-        write_marker(folder, status, storage_path(self.config, self.output_dir))
+        # The modules of the config's plugins this session imported, a phase's late imports
+        # included: a resume imports them before Ray starts (runner.AutoSearch.resume).
+        plugins = [m for m in config.raw.get("plugins") or () if isinstance(m, str)]
+        imported = loaded_modules(plugins)
+        write_marker(folder, status, storage_path(config, folder), plugin_imports=imported)
         _logger.info(
             "search ended (%s): %d trials, %d failed, %d candidates, best %s = %s, %.1f s",
             reason,
@@ -511,6 +512,16 @@ class Execution:
             summary["wall_time_s"],
         )
         return build_result(folder, summary, records, config.metric_higher_is_better)
+
+
+def missing_module_error(folder: Path, search_algo: str, missing: ImportError) -> InputError:
+    """The one-line refusal of a session whose strategy needs a module not importable here:
+    before Ray starts (a module a session of the search imported) or when a phase starts."""
+    return InputError(
+        f"{folder}: the search strategy {search_algo} needs the module "
+        f"{missing.name or str(missing)!r}, which cannot be imported here ({missing}); make "
+        "it importable (install it, or put it beside the config) and resume again"
+    )
 
 
 @dataclass

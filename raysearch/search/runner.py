@@ -26,7 +26,7 @@ import yaml
 from raysearch.config import SearchConfig, load_config
 from raysearch.errors import InputError
 from raysearch.layout import CACHE_DIR, CONFIG_FILE, JOURNAL, MARKER, SUMMARY
-from raysearch.search._execute import Execution
+from raysearch.search._execute import Execution, missing_module_error
 from raysearch.search._result import SearchResult, build_result
 from raysearch.search.record.journal import Journal
 from raysearch.search.record.output_dir import (
@@ -52,7 +52,7 @@ from raysearch.search.runtime.cluster import (
 )
 from raysearch.search.targets import check_targets
 from raysearch.strategies import check_strategy_available
-from raysearch.usercode import check_shippable, code_folders
+from raysearch.usercode import check_shippable, code_folders, import_plugins
 
 if TYPE_CHECKING:
     from raysearch.search.preflight import Prepared
@@ -209,6 +209,7 @@ class AutoSearch:
             summary = json.loads((folder / SUMMARY).read_text())
             records = Journal(folder / JOURNAL).load()
             return build_result(folder, summary, records, search.config.metric_higher_is_better)
+        _import_session_modules(folder, search.config, state.get("plugin_imports"))
         check_targets(search.config)
         with hold_output_dir(folder):
             # Checked again, the float reference read from the cache.
@@ -250,6 +251,18 @@ class AutoSearch:
         raw["output_dir"] = str(folder)
         code_dirs = state.get("code_dirs")
         return cls(SearchConfig.from_dict(raw, base_dir=folder, code_dirs=code_dirs))
+
+
+def _import_session_modules(folder: Path, config: SearchConfig, modules: Any) -> None:
+    """Import the plugin modules the search's last session imported (the marker's
+    ``plugin_imports``; a phase may import one only when it starts): one that cannot be imported
+    here refuses the resume now, before Ray starts, as the phase's import would later."""
+    try:
+        import_plugins(
+            [m for m in modules or () if isinstance(m, str)], search_dirs=config.code_dirs
+        )
+    except ImportError as exc:
+        raise missing_module_error(folder, config.search_algo, exc) from None
 
 
 def progress_stream(progress: TextIO | bool | None) -> TextIO | None:

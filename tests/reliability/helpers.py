@@ -116,12 +116,15 @@ def start_raysearch(args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
         )
 
 
-def run_raysearch(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``raysearch ARGS`` as a real process, run to its end; its output captured as text."""
+def run_raysearch(
+    args: list[str], cwd: Path, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess:
+    """``raysearch ARGS`` as a real process (``env`` added to its environment), run to its end;
+    its output captured as text."""
     return subprocess.run(
         [sys.executable, "-m", "raysearch.cli", *args],
         cwd=cwd,
-        env=subprocess_env(),
+        env=subprocess_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -142,7 +142,18 @@ def _check_resumed(
     assert (out / "ray_results" / "search-2").is_dir()
 
 
-@pytest.mark.parametrize("case", ["before_first", "early", "twice", "moved"])
+def _resume_moved(folder: Path) -> dict[str, Any]:
+    """Resume the search of ``folder`` from ``folder/elsewhere``, its output folder moved there
+    (the model, data and evaluator log stay), then put back; the resume's summary."""
+    out, moved = folder / "out", folder / "elsewhere"
+    shutil.move(out, moved)
+    try:
+        return AutoSearch.resume(moved).summary
+    finally:
+        shutil.move(moved, out)
+
+
+@pytest.mark.parametrize("case", ["before_first", "early", "twice_moved"])
 def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     tmp_path: Path,
     killed: Callable[[int], Path],
@@ -152,11 +163,11 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     # "before_first": killed once Tune's experiment had saved its state, with no trial
     # journaled (the first trials running), resumed where it ran;
     # "early": killed once 2 trials were journaled (the next ones running), resumed where it ran;
-    # "twice": killed once 6 were, resumed, then the folder put back as the kill left it and
-    # resumed again in the same process (the same Ray session), which must not find the
-    # first resume's Tune experiment and end at once;
-    # "moved": killed once 6 were, the folder moved before the resume (the live session is
-    # found by the search's id, which moves with the folder).
+    # "twice_moved": killed once 6 were, the folder moved before the resume (the live session
+    # is found by the search's id, which moves with the folder); then the folder put back as
+    # the kill left it, moved to the same place and resumed again in the same process (the
+    # same Ray session, the same path), which must not find the first resume's Tune
+    # experiment and end at once.
     at = {"before_first": 0, "early": 2}.get(case, 6)
     folder = killed(at)
     out = folder / "out"
@@ -165,17 +176,12 @@ def test_a_killed_driver_resumes_to_the_uninterrupted_result(
     if case == "before_first":
         assert before == [] and _tune_started(out)
     assert not (out / "summary.json").exists()
-    if case == "moved":
-        shutil.move(out, folder / "elsewhere")
-        result = AutoSearch.resume(folder / "elsewhere")
-        shutil.move(folder / "elsewhere", out)
-    else:
-        result = AutoSearch.resume(out)
-    _check_resumed(folder, before, result.summary, uninterrupted)
-    if case == "twice":
+    if case == "twice_moved":
+        _check_resumed(folder, before, _resume_moved(folder), uninterrupted)
         folder = killed(6)
-        again = AutoSearch.resume(folder / "out")
-        _check_resumed(folder, before, again.summary, uninterrupted)
+        _check_resumed(folder, before, _resume_moved(folder), uninterrupted)
+    else:
+        _check_resumed(folder, before, AutoSearch.resume(out).summary, uninterrupted)
 
 
 def test_ctrl_c_stops_gracefully_writes_outputs_and_resumes(

@@ -1,13 +1,15 @@
 """A resume whose strategy plugin needs a module that cannot be imported (a plugin's submodule
-not installed, or not there yet) is refused before any trial runs, with one line naming the
-module (exit 2), and leaves the output folder as it was; once the module is back the same
-resume goes on with nothing run again. The last resume also shows the command ending the Ray
+not installed, or not there yet) is refused before Ray starts, with one line naming the module
+(exit 2), and leaves the output folder as it was; once the module is back the same resume goes
+on with nothing run again. The last resume also shows the command ending the Ray
 it started for itself: shut down from the end of the trials on, nothing of it left running."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import tempfile
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -28,8 +30,9 @@ from tests.reliability.helpers import (
 pytestmark = pytest.mark.slow
 
 #: A strategy plugin whose phase imports its ordering from a submodule when it starts (as a
-#: plugin defers a heavy import): the config's ``plugins`` import ``resumeplug`` alone, so a
-#: resume meets the missing ``resumeplug.order`` only when the phase starts.
+#: plugin defers a heavy import): the config's ``plugins`` import ``resumeplug`` alone; the
+#: interrupted session records ``resumeplug.order`` among the modules it imported (the marker's
+#: ``plugin_imports``), which the resume imports before Ray starts.
 PLUGIN = {
     "__init__.py": '''
         from raysearch.plugins import EXHAUSTED, Phase, Proposal, expand_spaces, register_strategy
@@ -115,7 +118,13 @@ def resumed(tmp_path_factory) -> dict[str, Any]:
     evaluated = _trials_evaluated(folder)
 
     (package / "order.py").rename(folder / "order.py")
-    refused = run_raysearch(["resume", str(out)], folder, timeout=300)
+    # Ray's temp folder of its own (short: Ray's socket paths are limited to 107 characters).
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rs-mm-"))
+    try:
+        refused = run_raysearch(["resume", str(out)], folder, timeout=300, RAY_TMPDIR=str(ray_tmp))
+        ray_files = sorted(str(p.relative_to(ray_tmp)) for p in ray_tmp.rglob("*"))
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     after_refusal = {"journal": journal(out), "files": _files(out), "marker": _marker(out)}
     evaluated_refused = _trials_evaluated(folder) - evaluated
 
@@ -127,6 +136,7 @@ def resumed(tmp_path_factory) -> dict[str, Any]:
         "interrupted": interrupted,
         "before": before,
         "refused": refused,
+        "ray_files": ray_files,
         "after_refusal": after_refusal,
         "evaluated_refused": evaluated_refused,
         "status": status,
@@ -147,7 +157,9 @@ def test_a_resume_missing_a_plugin_module_is_refused_in_one_line(resumed):
         "'resumeplug.order'); make it importable (install it, or put it beside the config) "
         "and resume again"
     )
-    # Refused before any trial ran, and the folder is as the interrupted search left it.
+    # Refused before Ray started (nothing in its temp folder), before any trial ran, and the
+    # folder is as the interrupted search left it.
+    assert resumed["ray_files"] == []
     assert resumed["evaluated_refused"] == 0
     assert resumed["after_refusal"] == before
 
