@@ -479,14 +479,22 @@ def probe_additivity(trials: list[dict[str, Any]]) -> dict[str, Any]:
     ]  # fmt: skip
     if not probes:
         return {"base": None, "probes_sum": float("nan"), "base_kl": float("nan")}
-    keys = ("params/algorithm", "params/block_size", "params/symmetric", "params/rtn.symmetric")
-    setting = {k: probes[0].get(k) for k in keys}
+    def setting(trial: dict[str, Any]) -> tuple[Any, ...]:
+        # symmetric is a top-level key in a start point and a probe, its algorithm's
+        # conditional group's (``rtn.symmetric``, ``gptq.symmetric``) in the grid
+        symmetric = next((trial[k] for k in ("params/symmetric", "params/rtn.symmetric",
+                          "params/gptq.symmetric") if trial.get(k) is not None), None)  # fmt: skip
+        return trial.get("params/algorithm"), trial.get("params/block_size"), symmetric
+
     base = next(
-        t for t in trials
-        if t["stage"] in ("defaults", "blocks") and {k: t.get(k) for k in keys} == setting
+        (t for t in trials
+         if t["stage"] in ("defaults", "blocks") and setting(t) == setting(probes[0])), None
     )  # fmt: skip
-    label = ", ".join(f"{k.split('/')[-1]} {v}" for k, v in setting.items() if v is not None)
-    total = sum(t["metric"] for t in probes if {k: t.get(k) for k in keys} == setting)
+    if base is None:
+        return {"base": None, "probes_sum": float("nan"), "base_kl": float("nan")}
+    algorithm, block, symmetric = setting(probes[0])
+    label = f"{algorithm}, block_size {block}, symmetric {symmetric}"
+    total = sum(t["metric"] for t in probes if setting(t) == setting(probes[0]))
     return {"base": label, "probes_sum": total, "base_kl": base["metric"]}
 
 
