@@ -203,7 +203,7 @@ def _searcher(
 ) -> tuple[SettingSearcher, _CountingPhase | None]:
     if row.algo == "Grid":
         grid = SettingSearcher.strategy(
-            "Grid", [space], mode="min", reject=reject, max_trials=budget, max_outstanding=1
+            "Grid", [space], mode="min", reject=reject, max_trials=budget
         )
         return grid, None
     sampler = row.sampler(seed, budget) if row.sampler is not None else None
@@ -218,9 +218,9 @@ def _searcher(
         concurrent=row.concurrent,
         sampler=sampler,
     )
-    searcher = SettingSearcher(
-        [phase], mode="min", max_trials=budget, max_outstanding=row.outstanding
-    )
+    # ``replay`` keeps at most ``row.outstanding`` suggested and unfinished, as Tune's
+    # ConcurrencyLimiter does around the searcher in a search.
+    searcher = SettingSearcher([phase], mode="min", max_trials=budget)
     return searcher, phase
 
 

@@ -206,18 +206,26 @@ def nncf_int4_anchor(model: Path, out: Path) -> float | None:
 
 
 def probe_subset_correlation(
-    model: Path, base: dict[str, Any], reference: np.ndarray, ids: np.ndarray, rows: int
+    model: Path,
+    calib: Path,
+    base: dict[str, Any],
+    reference: np.ndarray,
+    ids: np.ndarray,
+    rows: int,
 ) -> dict[str, Any]:
     """The sensitivity ranking from probes scored on the first ``rows`` sequences against the
     one from every sequence: Spearman's rank correlation of the per-node KL (each probe: one
-    weight MatMul alone at the base's 4 bits, the rest float, as the strategy's)."""
+    weight MatMul alone at the base's 4 bits, the rest float, as the strategy's; a GPTQ base's
+    Hessians from ``calib``, as the search's)."""
     from scipy.stats import spearmanr
 
+    from raysearch.data import DataSource
     from raysearch.quantize.backends.weight_only import WeightOnlyBackend, weight_matmuls
 
     nodes = weight_matmuls(onnx.load(str(model)))
+    data = DataSource.load({"input_ids": np.load(calib)["input_ids"]}, model, batch_size=1)
     subset, full = [], []
-    with tempfile.TemporaryDirectory() as tmp, WeightOnlyBackend(model, None) as backend:
+    with tempfile.TemporaryDirectory() as tmp, WeightOnlyBackend(model, data) as backend:
         for node in nodes:
             settings = {
                 **base,
@@ -915,7 +923,9 @@ def main() -> None:
             for k, v in (summary.get("best_params") or {}).items()
             if k.split(".")[-1] in ("algorithm", "bits", "block_size", "symmetric")
         }
-        correlation = probe_subset_correlation(model, base, reference, ids, max(1, len(ids) // 4))
+        correlation = probe_subset_correlation(
+            model, calib, base, reference, ids, max(1, len(ids) // 4)
+        )
         table = pq.read_table(folder / "search" / "results.parquet").to_pylist()
     stages: dict[str, int] = {}
     for record in table:
