@@ -250,7 +250,14 @@ def run_with_fault(
 ) -> int:
     """``raysearch ARGS`` as a real process (:func:`start_raysearch`): once ``ready()``, call
     ``fault()``; the exit status. Nothing of its process group outlives the call."""
-    proc = start_raysearch(args, cwd, **env)
+    return fault_then_wait(start_raysearch(args, cwd, **env), ready, fault, timeout)
+
+
+def fault_then_wait(
+    proc: subprocess.Popen, ready: Callable[[], bool], fault: Callable[[], object], timeout: float
+) -> int:
+    """Once ``ready()``, call ``fault()``; ``proc``'s exit status. Nothing of its session
+    outlives the call."""
     try:
         wait_until(proc, ready, timeout=timeout)
         fault()

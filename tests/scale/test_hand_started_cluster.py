@@ -38,11 +38,10 @@ from tests.nodes import NodeCluster, _free_port
 from tests.reliability.evaluators import NODE_ENV
 from tests.reliability.helpers import (
     calls,
+    fault_then_wait,
     journal,
     probe_config,
     run_with_fault,
-    stop_leftovers,
-    wait_until,
     write_config,
 )
 
@@ -93,12 +92,7 @@ def run_script_with_fault(
             stdout=out,
             stderr=err,
         )
-    try:
-        wait_until(proc, ready, timeout=timeout)
-        fault()
-        return proc.wait(timeout=timeout)
-    finally:
-        stop_leftovers(proc)
+    return fault_then_wait(proc, ready, fault, timeout)
 
 
 @pytest.fixture(scope="module")
