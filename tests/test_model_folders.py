@@ -76,6 +76,37 @@ def _symbolic_head_size(path: Path) -> Path:
     return path
 
 
+class _CacheLengths:
+    """A real session that records the cache length of every run it makes."""
+
+    def __init__(self, session: ort.InferenceSession):
+        self.session, self.lengths = session, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def run(self, names, feed):
+        self.lengths.append(feed["past_key_values.0.key"].shape[2])
+        return self.session.run(names, feed)
+
+
+def test_a_decode_step_timed_against_an_anchor_runs_every_cache_length_once_untimed(tmp_path):
+    """Against an anchor (reused from trial to trial) the trial's fresh session meets each
+    cache length first untimed, as the anchor has: both decode the sequence twice, alike."""
+    model = make_decoder_lm(tmp_path / "lm.onnx")
+    data = DataSource.load({"input_ids": np.arange(24, dtype=np.int64).reshape(1, 24)}, model)
+    trial, anchor = _CacheLengths(_session(model)), _CacheLengths(_session(model))
+    both = measure_decoder_latency(trial, data, runs=3, anchor=anchor)
+    assert both["decode_latency_ms"] > 0 and both["anchor_decode_latency_ms"] > 0
+    decoded = trial.lengths[4:]  # after the prefill's timing: a warm-up and 3 runs
+    half = len(decoded) // 2
+    assert decoded[:half] == decoded[half:] and len(set(decoded[:half])) > 2
+    assert anchor.lengths == decoded
+    alone = _CacheLengths(_session(model))
+    measure_decoder_latency(alone, data, runs=3)  # no anchor: one pass
+    assert alone.lengths.count(0) < trial.lengths.count(0)
+
+
 def test_optimum_feeds_come_from_config_json(tmp_path):
     folder = tmp_path / "optimum"
     folder.mkdir()
