@@ -101,7 +101,8 @@ def promoted(base: Mapping[str, Any], ranked: Sequence[str], k: int) -> dict[str
 
 def base_record(records: Sequence[TrialRecord], higher_is_better: bool) -> TrialRecord | None:
     """Among the finished records of :data:`BASE_STAGES` within :data:`SIZE_SLACK` of the
-    smallest model (:data:`SLOW_ALGORITHMS` only when there is no other), the one with the
+    smallest model (:data:`SLOW_ALGORITHMS` only when there is no other, and those that
+    decode slower than ``max_decode_latency`` only when no other does), the one with the
     best metric (the earliest on a tie); None without one.
 
     Example:
@@ -124,6 +125,9 @@ def base_record(records: Sequence[TrialRecord], higher_is_better: bool) -> Trial
         return None
     fast = [r for r in done if (r.settings or {}).get("algorithm") not in SLOW_ALGORITHMS]
     done = fast or done
+    # what decodes within max_decode_latency: the allocation can only trade its speed away
+    within = [r for r in done if not r.extra.get("decode_over_bound")]
+    done = within or done
     smallest = min(float(r.model_size_bytes) for r in done)
     small = [r for r in done if float(r.model_size_bytes) <= SIZE_SLACK * smallest]
     sign = -1.0 if higher_is_better else 1.0

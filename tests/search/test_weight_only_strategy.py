@@ -390,6 +390,28 @@ def test_gptq_is_the_base_and_its_own_8_bit_step_the_allocation_mixes():
     assert any(e["bits"] == 8 for s in planned for e in s["node_settings"].values())
 
 
+def test_the_base_is_one_that_decodes_within_the_bound_when_one_does():
+    """A uniform setting that decoded slower than ``max_decode_latency`` (``decode_over_bound``)
+    is the base only when none of the smallest decodes within it: the allocation can trade a
+    base's speed away, never win it back."""
+    from raysearch.trialrecord import TrialRecord
+
+    def uniform(trial_id: str, symmetric: bool, metric: float, slow: bool) -> TrialRecord:
+        settings = {"quantizer": "weight_only", "bits": 4, "algorithm": "gptq",
+                    "block_size": 128, "gptq.symmetric": symmetric}  # fmt: skip
+        return TrialRecord(
+            trial_id=trial_id, stage="blocks", status="ok", metric=metric, settings=settings,
+            model_size_bytes=4_450_000 if symmetric else 4_480_000,
+            extra={"decode_over_bound": 1.0} if slow else {},
+        )  # fmt: skip
+
+    asym, sym = uniform("asym", False, 0.30, slow=True), uniform("sym", True, 0.35, slow=False)
+    assert base_record([asym, sym], higher_is_better=False).trial_id == "sym"
+    assert base_record([asym], higher_is_better=False).trial_id == "asym"
+    both_slow = [asym, uniform("sym", True, 0.35, slow=True)]
+    assert base_record(both_slow, higher_is_better=False).trial_id == "asym"
+
+
 def _decoder_search(tmp_path) -> dict[str, Any]:
     """A WeightOnly search of the tiny GQA/SwiGLU decoder (one layer: 8 weight MatMuls) on 8
     sequences of 12 tokens: block 32 or 64, symmetric or not, KL within 0.02, the smallest."""
