@@ -24,7 +24,8 @@ folder (``GroupQueryAttention``, the builder's fp32 export), against the builder
 (``-p int4 -e cpu``: RTN block 32 symmetric, its ``is_symmetric`` default, ``accuracy_level``
 4), the same with ``accuracy_level`` 0, and ONNX Runtime's and Olive's defaults written into
 copies of the genai folder; the search keeps the most accurate model within the builder's
-size (``size_budget: builder``) among those more accurate than the builder's int4. Each
+size (``size_budget: builder``) among those more accurate than the builder's int4 and
+decoding no slower than it (``max_decode_latency: builder``, ``--max-decode-latency``). Each
 folder is also decoded by onnxruntime-genai itself (``og.Generator``, greedy, 200 tokens after a
 16-byte prompt, one thread): ms per token, best of 3 rounds, the folders interleaved in one
 process. It needs the genai client's environment (``.venv-genai``, ``GENAI_PY`` names
@@ -573,6 +574,16 @@ def _source_summary(sourced: dict[str, Any], row: dict[str, Any]) -> dict[str, A
     }
 
 
+def decode_bound(text: str) -> float | str | None:
+    """``--max-decode-latency`` as the config takes it: a name, milliseconds or null."""
+    if text == "null":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def genai_main(args: argparse.Namespace, run: Run) -> None:
     """The ``--genai`` comparison (see the module)."""
     source = args.genai_folder
@@ -594,7 +605,8 @@ def genai_main(args: argparse.Namespace, run: Run) -> None:
         # the builder's int4 (the candidates); the goal is a sixth of its KL.
         tolerance = rows[1]["kl"]
         wall = search(source, calib, data, folder, tolerance, stop={"time_limit": args.time_limit},
-                      size_budget="builder", select="metric")  # fmt: skip
+                      size_budget="builder", select="metric",
+                      max_decode_latency=decode_bound(args.max_decode_latency))  # fmt: skip
         name = "raysearch WeightOnly (best/)"
         folders[name] = folder / "search" / "best"
         best = _genai_row(name, folders[name] / "model.onnx", reference, ids)
@@ -831,6 +843,12 @@ def _arguments() -> argparse.Namespace:
         default=280,
         help="with --genai: each search's stop.time_limit in seconds (the acceptance's 5 "
         "minutes from the command's start: 280)",
+    )
+    parser.add_argument(
+        "--max-decode-latency",
+        default="builder",
+        help="with --genai: the searches' max_decode_latency (default builder: no candidate "
+        "decodes slower than the builder's int4, timed in turn with it; 'float', ms or 'null')",
     )
     parser.add_argument(
         "--weight-source",
