@@ -124,11 +124,6 @@ class DataSource:
         return int(next(iter(self.arrays.values())).shape[0])
 
     @property
-    def num_samples(self) -> int:
-        """Number of samples (the arrays' first axis)."""
-        return len(self)
-
-    @property
     def samples_per_batch(self) -> int:
         """Samples in one full feed: ``batch_size``, or 1 when each sample is a feed."""
         return 1 if self.sample_is_feed else self.batch_size

@@ -42,15 +42,6 @@ class FloatReference:
     latency_ms: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.outputs)
-
-    @property
-    def num_samples(self) -> int:
-        first = next(iter(self.outputs.values()))
-        return int(first.shape[0]) if first.ndim else 1
-
     @staticmethod
     def cache_key(model_hash: str, data: DataSource, device: str = "cpu") -> str:
         """The key of a reference: model, data, batching and device kind."""
