@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -266,42 +266,14 @@ def _checked(
     return None
 
 
-_TOP_LEVEL_KEYS = {
-    "model",
-    "calibration_data",
-    "eval_data",
-    "search_space",
-    "search_spaces",
-    "search_algo",
-    "points_to_evaluate",
-    "seed",
-    "metric",
-    "metric_key",
-    "tolerance",
-    "tolerance_mode",
-    "higher_is_better",
-    "stop",
-    "resources",
-    "early_stopping",
-    "address",
-    "output_dir",
-    "storage_path",
-    "batch_size",
-    "trial_timeout_s",
-    "max_failures",
-    "keep_candidates",
-    "measure_latency",
-    "retime_latency",
-    "plugins",
-    "resume_if_exists",
-    "objectives",
-    "select",
-    "max_decode_latency",
-    "size_budget",
-    "loggers",
-    "sampler_options",
-    "optuna_storage",
-}
+#: The keys a config may give: the fields of :class:`SearchConfig` the user sets, and
+#: ``search_space`` (one space), ``points_to_evaluate`` and ``plugins``.
+_TOP_LEVEL_KEYS = {f.name for f in fields(SearchConfig)} - {
+    "sampler",  # given as search_algo
+    "raw",
+    "code_dirs",
+    "metric_function",  # given as metric
+} | {"search_space", "points_to_evaluate", "plugins"}
 
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:
