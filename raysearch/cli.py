@@ -357,9 +357,7 @@ def _run_search(config, overwrite: bool) -> int:
         from raysearch.search import AutoSearch
 
         print(f"raysearch: continuing the search in {folder} (resume_if_exists)", file=sys.stderr)
-        result = AutoSearch.resume(folder, config=config, progress=sys.stderr)
-        _print_summary(result.summary, result.output_dir, ended=True)
-        return _exit_status(result)
+        return _ended(AutoSearch.resume(folder, config=config, progress=sys.stderr))
     # The input checked and the float reference computed while Ray Tune is imported.
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
     from raysearch.search.targets import check_targets
@@ -375,8 +373,7 @@ def _run_search(config, overwrite: bool) -> int:
     result = AutoSearch(config).run(
         overwrite=overwrite, progress=sys.stderr, preflight=pending, kept=kept
     )
-    _print_summary(result.summary, result.output_dir, ended=True)
-    return _exit_status(result)
+    return _ended(result)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -386,14 +383,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from raysearch.search import AutoSearch
 
-    result = AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address)
+    return _ended(AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address))
+
+
+def _ended(result: Any) -> int:
+    """Print the summary of a search that ended in this command; its exit status, with its
+    line on standard error: 0 with a result, 1 without one or when a stage of its strategy
+    failed, 130 interrupted."""
     _print_summary(result.summary, result.output_dir, ended=True)
-    return _exit_status(result)
-
-
-def _exit_status(result: Any) -> int:
-    """The exit status of a search's ``result``, with its line on standard error: 0 with a
-    result, 1 without one or when a stage of its strategy failed, 130 interrupted."""
     if result.summary.get("stop_reason") == "strategy_failed":
         print(
             "raysearch: internal error: a stage of the search strategy failed (its traceback "
@@ -414,17 +411,12 @@ def _exit_status(result: Any) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from raysearch.config import load_config
-
-    config_path = Path(str(resources.files("raysearch.configs") / "quickstart.yaml"))
-    overrides = []
-    if args.output_dir is not None:
-        overrides.append(f"output_dir={args.output_dir.resolve()}")
+    args.config = Path(str(resources.files("raysearch.configs") / "quickstart.yaml"))
     print("raysearch demo: int8 search for Google's magika content-type model (ships with")
     print("raysearch); data built from this Python installation's files, cached after first use.")
     print("Settings are ranked by top-1 agreement with the float model less the cosine distance")
     print("of its output probabilities; hopeless ones stop after 10 % of the files.")
-    return _run_search(load_config(config_path, overrides), args.overwrite)
+    return _run_search(_load(args), args.overwrite)
 
 
 def _fmt(value: Any) -> str:
