@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnxruntime.quantization import CalibrationDataReader
 
-from raysearch.data._checks import DEFAULT_BATCH_SIZE, as_array, check_arrays, declared, feed_batch
+from raysearch.data._checks import as_array, check_arrays, declared, feed_batch
 from raysearch.data._files import read_path
 from raysearch.data._inputs import ModelInput, model_inputs
 from raysearch.data._lm_inputs import complete_decoder_inputs
@@ -32,7 +32,6 @@ __all__ = [
     "DataSource",
     "ArrayDataReader",
     "model_inputs",
-    "DEFAULT_BATCH_SIZE",
 ]
 
 

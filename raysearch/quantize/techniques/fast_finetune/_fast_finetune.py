@@ -42,7 +42,7 @@ from raysearch.space.catalogue import OptionSpec
 if TYPE_CHECKING:
     from raysearch.data import DataSource
 
-__all__ = ["FastFinetune", "FinetuneOptions", "finetune_options", "finetune_model", "SWITCH"]
+__all__ = ["FastFinetune", "FinetuneOptions", "finetune_options", "finetune_model"]
 
 _logger = logging.getLogger(__name__)
 
