@@ -10,7 +10,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,6 @@ class FloatReference:
     key: str = ""
     device: str = "cpu"
     latency_ms: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
     def cache_key(model_hash: str, data: DataSource, device: str = "cpu") -> str:
