@@ -231,11 +231,7 @@ class SearchConfig:
             search_spaces=spaces,
             search_algo=algo,
             seed=seed,
-            metric=metric.metric,
-            metric_key=metric.metric_key,
-            tolerance=metric.tolerance,
-            tolerance_mode=metric.tolerance_mode,
-            higher_is_better=metric.higher_is_better,
+            **vars(metric),  # MetricSettings: SearchConfig fields of the same names
             stop=stop,
             resources=resources_cfg,
             early_stopping=early_stopping,
@@ -244,7 +240,6 @@ class SearchConfig:
             sampler_options=options or {},
             raw=data,
             code_dirs=dirs,
-            metric_function=metric.function,
         )
 
 
