@@ -1,7 +1,2 @@
-"""Cross-layer equalization (``include_cle``)."""
-
-from __future__ import annotations
-
-from raysearch.quantize.techniques.cle._cle import CrossLayerEqualization
-
-__all__ = ["CrossLayerEqualization"]
+"""Cross-layer equalization (``include_cle``): the technique in ``_cle``, the layer pairs in
+``_graph``; the registry imports ``_cle`` by name (``technique.BUILTIN_TECHNIQUES``)."""
