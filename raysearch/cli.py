@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from raysearch.errors import ConfigErrors, DiskFullError, InputError
 from raysearch.layout import LOG_FILE
+from raysearch.ranking import LATENCIES
 
 if TYPE_CHECKING:
     from raysearch.trialrecord import TrialRecord
@@ -456,7 +457,7 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
         timed = f"{_fmt(on_cpu)} ms per batch"
     else:
         timed = "latency not measured"
-    for key, label, unit, _ in _LATENCIES[1:]:  # a language-model metric's decode, prefill
+    for key, label, unit, _ in LATENCIES[1:]:  # a language-model metric's decode, prefill
         value = summary.get(f"float_{key}")
         if value is None:
             value = summary.get(f"float_{key.replace('_ms', '_cpu_ms')}")
@@ -467,18 +468,9 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
     return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
 
 
-#: The latencies set against the float model's: (key, words, unit, the summary's field of
-#: their timing alone).
-_LATENCIES = (
-    ("latency_ms", "latency", "ms per batch", "latency_retimed"),
-    ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
-    ("prefill_latency_ms", "prefill", "ms per prompt", "prefill_latency_retimed"),
-)
-
-
 def _against_float(summary: dict[str, Any]) -> list[str]:
     lines = []
-    for key, label, unit, field in (("model_size_bytes", "size", None, None), *_LATENCIES):
+    for key, label, unit, field in (("model_size_bytes", "size", None, None), *LATENCIES):
         mine, ref = summary.get(f"best_{key}"), summary.get(f"float_{key}")
         if mine is None:
             continue
