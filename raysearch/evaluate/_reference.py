@@ -102,10 +102,7 @@ class FloatReference:
             except (OSError, ValueError, KeyError) as exc:
                 _logger.warning("recomputing the float reference (%s unreadable: %s)", folder, exc)
         reference = cls.compute(model_path, data, model_hash=model_hash, **options)
-        try:
-            reference.save(folder)
-        except OSError as exc:
-            _logger.warning("could not save the float reference: %s", exc)
+        reference.keep(cache_dir)
         return reference
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -128,6 +125,17 @@ class FloatReference:
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         return folder
+
+    def keep(self, cache_dir: str | os.PathLike) -> None:
+        """Save the reference as ``cache_dir/reference/<key>`` (what a resumed search reads)
+        unless it is there; a failed write is logged (the search goes on without it)."""
+        folder = Path(cache_dir) / "reference" / self.key
+        if (folder / "meta.json").is_file():
+            return
+        try:
+            self.save(folder)
+        except OSError as exc:
+            _logger.warning("could not save the float reference: %s", exc)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, mmap: bool = True) -> FloatReference:
