@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from raysearch.errors import ConfigErrors, DiskFullError, InputError
-from raysearch.layout import LOG_FILE
+from raysearch.layout import BEST, LOG_FILE, REPORT
 from raysearch.ranking import LATENCIES
 
 if TYPE_CHECKING:
@@ -535,27 +535,19 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
             print(f"  {key}: {_fmt(value)}")
         for line in _against_float(summary):
             print(line)
-        if summary.get("best_model_path"):
-            print(f"Best model: {_best_model_in(summary, Path(output_dir))}")
+        if summary.get("best_model_path"):  # in best/ of the folder, wherever it moved
+            best = Path(output_dir).resolve() / BEST / Path(summary["best_model_path"]).name
+            print(f"Best model: {best}")
     missed = _tolerance_words(summary, metric)
     if missed:
         print(missed)
     for note in ("tolerance_note", "latency_note", "gpu_note"):
         if summary.get(note):
             print(f"Note: {summary[note]}.")
-    from raysearch.layout import REPORT
-
     print(f"Outputs: {output_dir} ({_outputs_in(Path(output_dir))})")
     report = Path(output_dir) / REPORT
     if report.is_file():
         print(f"Report: {report.resolve()} (open it in a browser)")
-
-
-def _best_model_in(summary: dict[str, Any], output_dir: Path) -> Path:
-    """The best model of the search in ``output_dir``: its ``best/`` (a moved folder's too)."""
-    from raysearch.layout import BEST
-
-    return output_dir.resolve() / BEST / Path(summary["best_model_path"]).name
 
 
 def _no_result(summary: dict[str, Any]) -> str:
@@ -582,7 +574,7 @@ def _no_result(summary: dict[str, Any]) -> str:
 
 def _outputs_in(folder: Path) -> str:
     """The outputs a search wrote in ``folder``."""
-    from raysearch.layout import BEST, PLOTS, REPORT, RESULTS, SUMMARY, TENSORBOARD
+    from raysearch.layout import PLOTS, RESULTS, SUMMARY, TENSORBOARD
 
     names = [name for name in (SUMMARY, RESULTS, REPORT) if (folder / name).is_file()]
     names += [f"{name}/" for name in (BEST, PLOTS, TENSORBOARD) if (folder / name).is_dir()]
