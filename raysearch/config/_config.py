@@ -261,8 +261,9 @@ def _checked(
     return None
 
 
-#: The keys a config may give: the fields of :class:`SearchConfig` the user sets, and
-#: ``search_space`` (one space), ``points_to_evaluate`` and ``plugins``.
+#: The keys a config may give: every field of :class:`SearchConfig` but those set from another
+#: key or from Python (a new field is a key unless listed here), ``search_space`` (one
+#: space), ``points_to_evaluate`` and ``plugins``.
 _TOP_LEVEL_KEYS = {f.name for f in fields(SearchConfig)} - {
     "sampler",  # given as search_algo
     "raw",
