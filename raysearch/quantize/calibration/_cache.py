@@ -131,14 +131,18 @@ class CalibrationCache:
         names: frozenset[str],
         providers: list[Any],
     ) -> tuple[TensorsData, bool]:
-        def collect() -> TensorsData:
-            start = time.perf_counter()
-            ranges = collect_minmax(self._calibrators, model_path, data, request, providers)
-            self._count_calibration(start, "MinMax", len(ranges.keys()))
-            return ranges
-
         key = (*base, *request.collection_key())
-        entry, hit = self._store.lookup_or_collect(key, "minmax", names, collect)
+        entry, hit = self._store.lookup(key, "minmax", names)
+        if entry is None:
+            with self._store.lock(key):
+                # Found after waiting: another trial calibrated meanwhile, no cache hit.
+                entry, hit = self._store.lookup(key, "minmax", names, waited=True)
+                if entry is None:
+                    start = time.perf_counter()
+                    ranges = collect_minmax(self._calibrators, model_path, data, request, providers)
+                    self._count_calibration(start, "MinMax", len(ranges.keys()))
+                    entry = Entry("minmax", frozenset(ranges.keys()), ranges)
+                    self._store.store(key, entry)
         return minmax_ranges(entry.payload, names, request), hit
 
     def _histogram(
@@ -157,12 +161,16 @@ class CalibrationCache:
             self._computed.move_to_end(compute_key)
             self._stats.memory_hits += 1
             return cached, True
-        entry, hit = self._store.lookup_or_collect(
-            key,
-            "hist",
-            names,
-            lambda: self._collect_histograms(model_path, data, request, base, names, providers),
-        )
+        entry, hit = self._store.lookup(key, "hist", names)
+        if entry is None:
+            with self._store.lock(key):
+                entry, hit = self._store.lookup(key, "hist", names, waited=True)
+                if entry is None:
+                    histograms = self._collect_histograms(
+                        model_path, data, request, base, names, providers
+                    )
+                    entry = Entry("hist", frozenset(histograms), histograms)
+                    self._store.store(key, entry)
         histograms = {n: entry.payload[n] for n in entry.payload if n in names}
         result = compute_ranges(histograms, request)
         self._computed[compute_key] = result

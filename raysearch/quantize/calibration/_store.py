@@ -18,7 +18,6 @@ import json
 import logging
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,22 +82,6 @@ class EntryStore:
             self._remember(key, entry)
             return entry, self._count_hit("disk_hits", waited)
         return None, False
-
-    def lookup_or_collect(
-        self, key: tuple[Any, ...], kind: str, names: frozenset[str], collect: Callable[[], Any]
-    ) -> tuple[Entry, bool]:
-        """:meth:`lookup`, else under the key's lock an entry of what ``collect()`` returns
-        (stored), and whether it was a cache hit: one found after waiting for the lock was
-        collected by another trial meanwhile, no hit."""
-        entry, hit = self.lookup(key, kind, names)
-        if entry is None:
-            with self.lock(key):
-                entry, hit = self.lookup(key, kind, names, waited=True)
-                if entry is None:
-                    payload = collect()
-                    entry = Entry(kind, frozenset(payload.keys()), payload)
-                    self.store(key, entry)
-        return entry, hit
 
     def _count_hit(self, counter: str, waited: bool) -> bool:
         name = "lock_waits" if waited else counter
