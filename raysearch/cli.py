@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from raysearch.errors import ConfigErrors, DiskFullError, InputError
-from raysearch.layout import LOG_FILE
+from raysearch.layout import BEST, LOG_FILE, REPORT
+from raysearch.ranking import LATENCIES
 
 if TYPE_CHECKING:
     from raysearch.trialrecord import TrialRecord
@@ -357,9 +358,7 @@ def _run_search(config, overwrite: bool) -> int:
         from raysearch.search import AutoSearch
 
         print(f"raysearch: continuing the search in {folder} (resume_if_exists)", file=sys.stderr)
-        result = AutoSearch.resume(folder, config=config, progress=sys.stderr)
-        _print_summary(result.summary, result.output_dir, ended=True)
-        return _exit_status(result)
+        return _ended(AutoSearch.resume(folder, config=config, progress=sys.stderr))
     # The input checked and the float reference computed while Ray Tune is imported.
     check_output_dir(Path(config.output_dir).resolve(), overwrite=overwrite)
     from raysearch.search.targets import check_targets
@@ -375,8 +374,7 @@ def _run_search(config, overwrite: bool) -> int:
     result = AutoSearch(config).run(
         overwrite=overwrite, progress=sys.stderr, preflight=pending, kept=kept
     )
-    _print_summary(result.summary, result.output_dir, ended=True)
-    return _exit_status(result)
+    return _ended(result)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -386,14 +384,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from raysearch.search import AutoSearch
 
-    result = AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address)
+    return _ended(AutoSearch.resume(args.output_dir, progress=sys.stderr, address=args.address))
+
+
+def _ended(result: Any) -> int:
+    """Print the summary of a search that ended in this command; its exit status, with its
+    line on standard error: 0 with a result, 1 without one or when a stage of its strategy
+    failed, 130 interrupted."""
     _print_summary(result.summary, result.output_dir, ended=True)
-    return _exit_status(result)
-
-
-def _exit_status(result: Any) -> int:
-    """The exit status of a search's ``result``, with its line on standard error: 0 with a
-    result, 1 without one or when a stage of its strategy failed, 130 interrupted."""
     if result.summary.get("stop_reason") == "strategy_failed":
         print(
             "raysearch: internal error: a stage of the search strategy failed (its traceback "
@@ -414,17 +412,12 @@ def _exit_status(result: Any) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from raysearch.config import load_config
-
-    config_path = Path(str(resources.files("raysearch.configs") / "quickstart.yaml"))
-    overrides = []
-    if args.output_dir is not None:
-        overrides.append(f"output_dir={args.output_dir.resolve()}")
+    args.config = Path(str(resources.files("raysearch.configs") / "quickstart.yaml"))
     print("raysearch demo: int8 search for Google's magika content-type model (ships with")
     print("raysearch); data built from this Python installation's files, cached after first use.")
     print("Settings are ranked by top-1 agreement with the float model less the cosine distance")
     print("of its output probabilities; hopeless ones stop after 10 % of the files.")
-    return _run_search(load_config(config_path, overrides), args.overwrite)
+    return _run_search(_load(args), args.overwrite)
 
 
 def _fmt(value: Any) -> str:
@@ -464,7 +457,7 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
         timed = f"{_fmt(on_cpu)} ms per batch"
     else:
         timed = "latency not measured"
-    for key, label, unit, _ in _LATENCIES[1:]:  # a language-model metric's decode, prefill
+    for key, label, unit, _ in LATENCIES[1:]:  # a language-model metric's decode, prefill
         value = summary.get(f"float_{key}")
         if value is None:
             value = summary.get(f"float_{key.replace('_ms', '_cpu_ms')}")
@@ -475,18 +468,9 @@ def _float_line(summary: dict[str, Any], metric: str) -> str:
     return f"Float model: {score}, {_size(summary.get('float_model_size_bytes'))}, {timed}"
 
 
-#: The latencies set against the float model's: (key, words, unit, the summary's field of
-#: their timing alone).
-_LATENCIES = (
-    ("latency_ms", "latency", "ms per batch", "latency_retimed"),
-    ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
-    ("prefill_latency_ms", "prefill", "ms per prompt", "prefill_latency_retimed"),
-)
-
-
 def _against_float(summary: dict[str, Any]) -> list[str]:
     lines = []
-    for key, label, unit, field in (("model_size_bytes", "size", None, None), *_LATENCIES):
+    for key, label, unit, field in (("model_size_bytes", "size", None, None), *LATENCIES):
         mine, ref = summary.get(f"best_{key}"), summary.get(f"float_{key}")
         if mine is None:
             continue
@@ -551,27 +535,19 @@ def _print_summary(summary: dict[str, Any], output_dir: Path, *, ended: bool = F
             print(f"  {key}: {_fmt(value)}")
         for line in _against_float(summary):
             print(line)
-        if summary.get("best_model_path"):
-            print(f"Best model: {_best_model_in(summary, Path(output_dir))}")
+        if summary.get("best_model_path"):  # in best/ of the folder, wherever it moved
+            best = Path(output_dir).resolve() / BEST / Path(summary["best_model_path"]).name
+            print(f"Best model: {best}")
     missed = _tolerance_words(summary, metric)
     if missed:
         print(missed)
     for note in ("tolerance_note", "latency_note", "gpu_note"):
         if summary.get(note):
             print(f"Note: {summary[note]}.")
-    from raysearch.layout import REPORT
-
     print(f"Outputs: {output_dir} ({_outputs_in(Path(output_dir))})")
     report = Path(output_dir) / REPORT
     if report.is_file():
         print(f"Report: {report.resolve()} (open it in a browser)")
-
-
-def _best_model_in(summary: dict[str, Any], output_dir: Path) -> Path:
-    """The best model of the search in ``output_dir``: its ``best/`` (a moved folder's too)."""
-    from raysearch.layout import BEST
-
-    return output_dir.resolve() / BEST / Path(summary["best_model_path"]).name
 
 
 def _no_result(summary: dict[str, Any]) -> str:
@@ -598,7 +574,7 @@ def _no_result(summary: dict[str, Any]) -> str:
 
 def _outputs_in(folder: Path) -> str:
     """The outputs a search wrote in ``folder``."""
-    from raysearch.layout import BEST, PLOTS, REPORT, RESULTS, SUMMARY, TENSORBOARD
+    from raysearch.layout import PLOTS, RESULTS, SUMMARY, TENSORBOARD
 
     names = [name for name in (SUMMARY, RESULTS, REPORT) if (folder / name).is_file()]
     names += [f"{name}/" for name in (BEST, PLOTS, TENSORBOARD) if (folder / name).is_dir()]

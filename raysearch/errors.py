@@ -136,13 +136,9 @@ def suggest(word: str, candidates: Iterable[str]) -> str:
         folded = {c.casefold(): c for c in pool}
         close = difflib.get_close_matches(word.casefold(), list(folded), n=1, cutoff=0.6)
         match = [folded[close[0]]] if close else []
-    if not match:
-        lowered = {c.lower(): c for c in pool}
-        if word.lower() in lowered:
-            match = [lowered[word.lower()]]
-        else:
-            prefixed = [c for c in pool if c.lower().startswith(word.lower())]
-            match = prefixed[:1] if len(prefixed) == 1 else []
+    if not match:  # the one name that starts with the word
+        prefixed = [c for c in pool if c.lower().startswith(word.lower())]
+        match = prefixed[:1] if len(prefixed) == 1 else []
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 

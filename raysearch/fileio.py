@@ -110,17 +110,14 @@ def file_lock(path: str | os.PathLike | None) -> Iterator[None]:
         yield
         return
     path = Path(path)
+    handle = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a")  # noqa: SIM115 - closed below, after the unlock
-    except OSError as exc:
-        _unlocked(path, exc)
-        yield
-        return
-    try:
         fcntl.flock(handle, fcntl.LOCK_EX)
     except OSError as exc:  # ENOLCK: a network file system without locks
-        handle.close()
+        if handle is not None:
+            handle.close()
         _unlocked(path, exc)
         yield
         return

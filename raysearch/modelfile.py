@@ -23,6 +23,7 @@ __all__ = [
     "header_problem",
     "graph_nodes",
     "graph_tensors",
+    "node_attribute",
     "has_external_data",
     "external_data_locations",
     "data_file_names",
@@ -122,6 +123,14 @@ def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
         yield node
         for sub in _subgraphs(node):
             yield from graph_nodes(sub)
+
+
+def node_attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    """The value of ``node``'s attribute ``name``, or ``default`` where it has none."""
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
 
 
 def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

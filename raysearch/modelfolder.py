@@ -16,6 +16,7 @@ import onnx
 
 from raysearch.fileio import readable_mode
 from raysearch.layout import CLIENT_FILES, GENAI_CONFIG, HF_CONFIG
+from raysearch.modelfile import node_attribute
 
 __all__ = [
     "CacheDims",
@@ -145,13 +146,6 @@ def _from_hf(folder: Path) -> CacheDims | None:
     return None
 
 
-def _attribute(node: onnx.NodeProto, name: str) -> Any:
-    for attr in node.attribute:
-        if attr.name == name:
-            return onnx.helper.get_attribute_value(attr)
-    return None
-
-
 def _output_width(graph: onnx.GraphProto, name: str) -> int | None:
     """The last axis of tensor ``name`` when a weight MatMul writes it (through a bias Add)."""
     producers = {out: node for node in graph.node for out in node.output}
@@ -162,7 +156,7 @@ def _output_width(graph: onnx.GraphProto, name: str) -> int | None:
     if node is None:
         return None
     if node.op_type == "MatMulNBits":
-        width = _attribute(node, "N")
+        width = node_attribute(node, "N")
         return int(width) if width else None
     if node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in shapes:
         dims = shapes[node.input[1]]
@@ -175,7 +169,7 @@ def _from_graph(proto: onnx.ModelProto) -> CacheDims | None:
     for node in graph.node:
         if node.op_type != "GroupQueryAttention":
             continue
-        heads, kv_heads = _attribute(node, "num_heads"), _attribute(node, "kv_num_heads")
+        heads, kv_heads = node_attribute(node, "num_heads"), node_attribute(node, "kv_num_heads")
         if not heads or not kv_heads:
             continue
         if len(node.input) > 1 and node.input[1]:  # separate key projection

@@ -172,13 +172,12 @@ def make_session(
     model: str | os.PathLike | bytes,
     threads: int | None = 1,
     gpu_id: int | str | None = None,
-    gpu_mem_limit: int | None = None,
     *,
     providers: Sequence[Any] | None = None,
 ) -> ort.InferenceSession:
     """An ``InferenceSession`` for ``model`` on ``providers``, else those of ``gpu_id``."""
     if providers is None:
-        providers = session_providers(gpu_id, gpu_mem_limit)
+        providers = session_providers(gpu_id)
     source = model if isinstance(model, bytes) else os.fspath(model)
     return ort.InferenceSession(source, session_options(threads), providers=list(providers))
 

@@ -19,6 +19,7 @@ __all__ = [
     "OBJECTIVES",
     "DECODER_LATENCIES",
     "SELECTS",
+    "LATENCIES",
     "objective_values",
     "dominates",
     "objective_value",
@@ -43,6 +44,13 @@ OBJECTIVES = ("metric", "latency_ms", "model_size_mb", "decode_latency_ms", "pre
 DECODER_LATENCIES = ("decode_latency_ms", "prefill_latency_ms")
 #: What picks ``best/`` among the candidates (config ``select``); the key each one minimises.
 SELECTS = ("metric", "latency", "size", "decode_latency", "prefill_latency")
+#: The latencies a summary sets against the float model's: (its ``best_``/``float_`` key, the
+#: words, the unit, its field of how they were timed alone after the search).
+LATENCIES = (
+    ("latency_ms", "latency", "ms per batch", "latency_retimed"),
+    ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
+    ("prefill_latency_ms", "prefill", "ms per prompt", "prefill_latency_retimed"),
+)
 _SELECT_KEY = {
     "latency": "latency_ms",
     "size": "model_size_bytes",

@@ -58,7 +58,7 @@ def test_npz_batches_hash_and_reader(mlp, tmp_path):
     arrays = mlp_data(10)
     np.savez(tmp_path / "calib.npz", **arrays)
     src = DataSource.load(tmp_path / "calib.npz", mlp, batch_size=4)
-    assert len(src) == 10 and src.num_samples == 10 and src.num_batches == 3
+    assert len(src) == 10 and src.num_batches == 3
     assert [f["x"].shape[0] for f in src.batches()] == [4, 4, 2]
     np.testing.assert_array_equal(np.concatenate([f["x"] for f in src.batches()]), arrays["x"])
     reader = src.reader()

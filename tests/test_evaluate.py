@@ -222,7 +222,7 @@ def test_custom_evaluator_loading_errors():
 def test_float_reference_compute_save_load_and_cache(mlp, tmp_path):
     data = DataSource.load(mlp_data(20), mlp, batch_size=8)
     ref = FloatReference.compute(mlp, data, threads=1)
-    assert ref.output_names == ["y"] and ref.num_samples == 20
+    assert list(ref.outputs) == ["y"]
     assert ref.outputs["y"].shape == (20, 8)
     folder = ref.save(tmp_path / "ref")
     assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "output_0.npy"]

@@ -34,7 +34,7 @@ def figures(monkeypatch) -> list:
 
 def test_each_legend_entry_has_the_colour_of_its_points(figures, tmp_path):
     rows = [_row(1, 0.01), _row(2, 0.2), _row(3, 0.4, stopped_at_rung=0)]
-    _plots._plot_metric(rows, tmp_path / "m.png", "L2", 0.05, False, None)
+    _plots._write_figure(_plots._metric_spec(rows, "L2", 0.05, False, None), tmp_path / "m.png")
     (ax,) = figures[0].axes
     legend = {
         t.get_text(): h

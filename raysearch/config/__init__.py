@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from raysearch.config._algo import SEARCH_ALGOS
 from raysearch.config._config import SearchConfig, load_config
-from raysearch.config._early_stopping import EarlyStoppingConfig
 from raysearch.config._files import apply_overrides, read_yaml
 from raysearch.config._objects import written_config
-from raysearch.config._sections import ResourcesConfig, StopConfig
+from raysearch.config._sections import StopConfig
 from raysearch.config._spaces import NARROWED_LOGGER, predefined_spaces, runnable_predefined_space
 from raysearch.errors import ConfigError
 from raysearch.metrics import BUILTIN_METRICS
@@ -16,9 +14,6 @@ __all__ = [
     "ConfigError",
     "SearchConfig",
     "StopConfig",
-    "ResourcesConfig",
-    "EarlyStoppingConfig",
-    "SEARCH_ALGOS",
     "BUILTIN_METRICS",
     "load_config",
     "predefined_spaces",

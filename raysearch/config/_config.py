@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -231,11 +231,7 @@ class SearchConfig:
             search_spaces=spaces,
             search_algo=algo,
             seed=seed,
-            metric=metric.metric,
-            metric_key=metric.metric_key,
-            tolerance=metric.tolerance,
-            tolerance_mode=metric.tolerance_mode,
-            higher_is_better=metric.higher_is_better,
+            **vars(metric),  # MetricSettings: SearchConfig fields of the same names
             stop=stop,
             resources=resources_cfg,
             early_stopping=early_stopping,
@@ -244,7 +240,6 @@ class SearchConfig:
             sampler_options=options or {},
             raw=data,
             code_dirs=dirs,
-            metric_function=metric.function,
         )
 
 
@@ -266,42 +261,15 @@ def _checked(
     return None
 
 
-_TOP_LEVEL_KEYS = {
-    "model",
-    "calibration_data",
-    "eval_data",
-    "search_space",
-    "search_spaces",
-    "search_algo",
-    "points_to_evaluate",
-    "seed",
-    "metric",
-    "metric_key",
-    "tolerance",
-    "tolerance_mode",
-    "higher_is_better",
-    "stop",
-    "resources",
-    "early_stopping",
-    "address",
-    "output_dir",
-    "storage_path",
-    "batch_size",
-    "trial_timeout_s",
-    "max_failures",
-    "keep_candidates",
-    "measure_latency",
-    "retime_latency",
-    "plugins",
-    "resume_if_exists",
-    "objectives",
-    "select",
-    "max_decode_latency",
-    "size_budget",
-    "loggers",
-    "sampler_options",
-    "optuna_storage",
-}
+#: The keys a config may give: every field of :class:`SearchConfig` but those set from another
+#: key or from Python (a new field is a key unless listed here), ``search_space`` (one
+#: space), ``points_to_evaluate`` and ``plugins``.
+_TOP_LEVEL_KEYS = {f.name for f in fields(SearchConfig)} - {
+    "sampler",  # given as search_algo
+    "raw",
+    "code_dirs",
+    "metric_function",  # given as metric
+} | {"search_space", "points_to_evaluate", "plugins"}
 
 
 def _load_plugins(value: Any, search_dirs: Sequence[Path] = ()) -> tuple[str, ...]:

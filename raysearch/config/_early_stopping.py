@@ -10,13 +10,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from raysearch.config._values import check_keys, integer
 from raysearch.errors import ConfigError
+from raysearch.ranking import finite
 
 __all__ = ["EarlyStoppingConfig", "parse_early_stopping"]
 
@@ -36,9 +36,7 @@ class EarlyStoppingConfig:
 def _rungs(value: Any) -> tuple[float, ...]:
     where = f"{_KEY}.rungs"
     ok = isinstance(value, list) and len(value) >= 2
-    ok = ok and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value
-    )
+    ok = ok and all(finite(v) is not None for v in value)
     ok = ok and all(0 < v <= 1 for v in value) and value[-1] == 1
     ok = ok and all(a < b for a, b in zip(value, value[1:]))
     if not ok:
@@ -63,12 +61,7 @@ def parse_early_stopping(raw: Any) -> EarlyStoppingConfig:
     check_keys(raw, ("rungs", "reduction_factor", "min_rows"), _KEY)
     rungs = _rungs(raw["rungs"]) if "rungs" in raw else default.rungs
     factor = raw.get("reduction_factor", default.reduction_factor)
-    if (
-        isinstance(factor, bool)
-        or not isinstance(factor, (int, float))
-        or not math.isfinite(factor)
-        or factor <= 1
-    ):
+    if finite(factor) is None or factor <= 1:
         raise ConfigError(f"{_KEY}.reduction_factor", f"expected a number > 1, got {factor!r}")
     min_rows = integer(raw, "min_rows", default.min_rows, low=1, prefix=f"{_KEY}.")
     if min_rows == -1:

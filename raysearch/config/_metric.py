@@ -48,14 +48,16 @@ _DROP_LIKE_BELOW = {"cos": 0.5, "SSIM": 0.5, "PSNR": 10.0}
 
 @dataclass(frozen=True)
 class MetricSettings:
-    """The checked metric keys of a config (``metric``: a built-in name or ``module:qualname``)."""
+    """The checked metric keys of a config (``metric``: a built-in name or ``module:qualname``),
+    named as :class:`~raysearch.config.SearchConfig`'s fields."""
 
     metric: str
     metric_key: str | None
     tolerance: float | None
     tolerance_mode: str
     higher_is_better: bool | None
-    function: Callable[..., Any] | None = field(default=None, repr=False)
+    #: The evaluator given as ``metric`` from Python (None: named, or a built-in metric).
+    metric_function: Callable[..., Any] | None = field(default=None, repr=False)
 
 
 def parse_metric(value: Any) -> str:

@@ -20,6 +20,7 @@ from raysearch.errors import ConfigError, canonical_name, suggest
 from raysearch.metrics import LM_METRICS, METRICS, canonical_metric
 from raysearch.ranking import DECODER_LATENCIES, OBJECTIVES, SELECTS
 from raysearch.strategies import BUILTIN_STRATEGIES
+from raysearch.strategies.samplers import SAMPLER_ALGOS
 
 __all__ = [
     "parse_objectives",
@@ -28,13 +29,6 @@ __all__ = [
     "parse_max_decode_latency",
     "parse_size_budget",
 ]
-
-#: The Optuna samplers: those that are not ``multi_objective`` take one objective only.
-SAMPLER_NAMES = tuple(
-    name
-    for name, info in BUILTIN_STRATEGIES.items()
-    if info.module == "raysearch.strategies.samplers"
-)
 
 _logger = logging.getLogger(LOGGER)
 
@@ -118,8 +112,8 @@ def check_objectives_algo(objectives: Sequence[str], algo: str) -> None:
             listed,
         )
         return
-    if algo in SAMPLER_NAMES:
-        several = ", ".join(n for n in SAMPLER_NAMES if BUILTIN_STRATEGIES[n].multi_objective)
+    if algo in SAMPLER_ALGOS:
+        several = ", ".join(n for n in SAMPLER_ALGOS if BUILTIN_STRATEGIES[n].multi_objective)
         raise ConfigError(
             "search_algo",
             f"{algo} optimises one objective, and objectives lists {len(objectives)}; "

@@ -13,7 +13,6 @@ import logging
 import sys
 from typing import Any
 
-from raysearch.config._algo import choose_algo
 from raysearch.errors import ConfigError
 
 __all__ = ["given_sampler", "algo_of", "parse_sampler_options"]
@@ -32,6 +31,7 @@ def given_sampler(value: Any) -> Any:
 
 def algo_of(value: Any) -> str:
     """The strategy ``search_algo`` names (a sampler instance: its sampler strategy)."""
+    from raysearch.strategies import canonical_strategy
     from raysearch.strategies.samplers import GIVEN_SAMPLER, sampler_algo
 
     sampler = given_sampler(value)
@@ -53,7 +53,7 @@ def algo_of(value: Any) -> str:
             f"{GIVEN_SAMPLER} is an Optuna sampler given from Python "
             "(search_algo=optuna.samplers.TPESampler(...)); a config names TPE, GPS, ...",
         )
-    return choose_algo(value)
+    return canonical_strategy(value)
 
 
 #: What ``search_algo`` may be besides a name (said where a Python object is given).

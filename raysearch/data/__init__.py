@@ -3,15 +3,8 @@
 
 from __future__ import annotations
 
-from raysearch.data._data import (
-    DEFAULT_BATCH_SIZE,
-    ArrayDataReader,
-    DataError,
-    DataSource,
-    ModelInput,
-    model_inputs,
-)
-from raysearch.data._lm_inputs import PREFILL_TOKENS, latency_feeds, next_step_feed, past_outputs
+from raysearch.data._data import ArrayDataReader, DataError, DataSource, ModelInput, model_inputs
+from raysearch.data._lm_inputs import latency_feeds, next_step_feed, past_outputs
 
 __all__ = [
     "DataError",
@@ -19,9 +12,7 @@ __all__ = [
     "DataSource",
     "ArrayDataReader",
     "model_inputs",
-    "DEFAULT_BATCH_SIZE",
     "latency_feeds",
     "next_step_feed",
     "past_outputs",
-    "PREFILL_TOKENS",
 ]

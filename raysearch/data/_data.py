@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnxruntime.quantization import CalibrationDataReader
 
-from raysearch.data._checks import DEFAULT_BATCH_SIZE, as_array, check_arrays, declared, feed_batch
+from raysearch.data._checks import as_array, check_arrays, declared, feed_batch
 from raysearch.data._files import read_path
 from raysearch.data._inputs import ModelInput, model_inputs
 from raysearch.data._lm_inputs import complete_decoder_inputs
@@ -32,7 +32,6 @@ __all__ = [
     "DataSource",
     "ArrayDataReader",
     "model_inputs",
-    "DEFAULT_BATCH_SIZE",
 ]
 
 
@@ -122,11 +121,6 @@ class DataSource:
 
     def __len__(self) -> int:
         return int(next(iter(self.arrays.values())).shape[0])
-
-    @property
-    def num_samples(self) -> int:
-        """Number of samples (the arrays' first axis)."""
-        return len(self)
 
     @property
     def samples_per_batch(self) -> int:

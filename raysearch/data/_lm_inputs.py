@@ -29,7 +29,6 @@ from raysearch.data._inputs import ModelInput, is_past_input
 
 __all__ = [
     "complete_decoder_inputs",
-    "is_past_input",
     "latency_feeds",
     "past_outputs",
     "next_step_feed",

@@ -18,17 +18,7 @@ from raysearch.evaluate._custom import load_custom_evaluator, takes_providers
 from raysearch.evaluate._evaluator import Evaluator, Score
 from raysearch.evaluate._reference import FloatReference
 from raysearch.evaluate._run import measure_decoder_latency, measure_latency, run_model
-from raysearch.metrics import (
-    BUILTIN_METRICS,
-    PSNR_CAP_DB,
-    MetricError,
-    compute_metric,
-    metric_cos,
-    metric_l1,
-    metric_l2,
-    metric_psnr,
-    metric_ssim,
-)
+from raysearch.metrics import BUILTIN_METRICS, PSNR_CAP_DB, MetricError, compute_metric
 
 __all__ = [
     "BUILTIN_METRICS",
@@ -38,11 +28,6 @@ __all__ = [
     "Score",
     "Evaluator",
     "FloatReference",
-    "metric_l1",
-    "metric_l2",
-    "metric_cos",
-    "metric_psnr",
-    "metric_ssim",
     "compute_metric",
     "load_custom_evaluator",
     "takes_providers",

@@ -71,36 +71,29 @@ def load_custom_evaluator(
 
 
 def takes_providers(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` takes ``(model_path, providers)`` rather than Quark's form.
+    """Whether ``func`` takes ``(model_path, providers)``, not only Quark's ``(onnx_path,
+    **args)`` form.
 
     Example:
         >>> takes_providers(lambda path, providers: 1.0), takes_providers(lambda path, **a: 1.0)
         (True, False)
-    """
-    return not is_quark_evaluator(func)
-
-
-def is_quark_evaluator(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` has Quark's ``(onnx_path, **args)`` form only.
-
-    Example:
-        >>> is_quark_evaluator(lambda onnx_path, **args: 1.0), is_quark_evaluator(len)
-        (True, False)
+        >>> takes_providers(lambda onnx_path, **args: 1.0), takes_providers(len)
+        (False, True)
     """
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
-        return False  # a builtin without a signature: the call decides
+        return True  # a builtin without a signature: the call decides
     try:
         signature.bind("model.onnx", ["CPUExecutionProvider"])
-        return False
+        return True
     except TypeError:
         pass
     try:
         signature.bind("model.onnx")
     except TypeError:
-        return False
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+        return True
+    return not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
 
 
 def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
@@ -108,7 +101,7 @@ def _check_signature(func: Callable[..., Any], label: str, key: str) -> None:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return  # a builtin without a signature: the call decides
-    if is_quark_evaluator(func):
+    if not takes_providers(func):
         return
     try:
         signature.bind("model.onnx", ["CPUExecutionProvider"])

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,16 +40,6 @@ class FloatReference:
     key: str = ""
     device: str = "cpu"
     latency_ms: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.outputs)
-
-    @property
-    def num_samples(self) -> int:
-        first = next(iter(self.outputs.values()))
-        return int(first.shape[0]) if first.ndim else 1
 
     @staticmethod
     def cache_key(model_hash: str, data: DataSource, device: str = "cpu") -> str:
@@ -112,10 +102,7 @@ class FloatReference:
             except (OSError, ValueError, KeyError) as exc:
                 _logger.warning("recomputing the float reference (%s unreadable: %s)", folder, exc)
         reference = cls.compute(model_path, data, model_hash=model_hash, **options)
-        try:
-            reference.save(folder)
-        except OSError as exc:
-            _logger.warning("could not save the float reference: %s", exc)
+        reference.keep(cache_dir)
         return reference
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -138,6 +125,17 @@ class FloatReference:
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         return folder
+
+    def keep(self, cache_dir: str | os.PathLike) -> None:
+        """Save the reference as ``cache_dir/reference/<key>`` (what a resumed search reads)
+        unless it is there; a failed write is logged (the search goes on without it)."""
+        folder = Path(cache_dir) / "reference" / self.key
+        if (folder / "meta.json").is_file():
+            return
+        try:
+            self.save(folder)
+        except OSError as exc:
+            _logger.warning("could not save the float reference: %s", exc)
 
     @classmethod
     def load(cls, folder: str | os.PathLike, mmap: bool = True) -> FloatReference:

@@ -103,19 +103,6 @@ def _metric_spec(
     }
 
 
-def _plot_metric(
-    rows: list[TrialRecord],
-    path: Path,
-    metric_name: str,
-    tolerance: float | None,
-    higher: bool,
-    float_metric: float | None,
-    tolerance_mode: str = "absolute",
-) -> None:
-    spec = _metric_spec(rows, metric_name, tolerance, higher, float_metric, tolerance_mode)
-    _write_figure(spec, path)
-
-
 def _write_figure(spec: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,9 +73,8 @@ def _intermediate(record: TrialRecord) -> dict[int, float]:
 
 
 def _when(seconds: Any) -> datetime.datetime | None:
-    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        return None
-    return datetime.datetime.fromtimestamp(float(seconds))
+    seconds = finite(seconds)
+    return None if seconds is None else datetime.datetime.fromtimestamp(seconds)
 
 
 def study_trial(

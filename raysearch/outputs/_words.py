@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raysearch.metrics import METRICS
 from raysearch.outputs._default import DefaultSetting
 from raysearch.outputs._values import human_bytes, setting_text
-from raysearch.ranking import deciding_rule, finite, is_candidate
+from raysearch.ranking import LATENCIES, deciding_rule, finite, is_candidate
 from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
@@ -184,15 +184,6 @@ def _against_default(
     )
 
 
-#: The latencies set against the float model's: (the summary's ``best_``/``float_`` key,
-#: the words, the unit, how it was timed alone after the search).
-_LATENCIES = (
-    ("latency_ms", "latency", "ms per batch", "latency_retimed"),
-    ("decode_latency_ms", "decode step", "ms per token", "decode_latency_retimed"),
-    ("prefill_latency_ms", "prefill", "ms per prompt", "prefill_latency_retimed"),
-)
-
-
 def _latency_spread(summary: Mapping[str, Any], name: str, field: str = "latency_retimed") -> str:
     """How ``name``'s latency (``float``, or a trial id) was timed alone after the search, and
     the spread of the rounds (``field``: ``latency_retimed``, or a decoder's
@@ -219,7 +210,7 @@ def _against_float(summary: Mapping[str, Any], metric: str) -> str | None:
     said = []
     if summary.get("float_metric") is not None:
         said.append(f"{metric} {_num(summary['float_metric'])}")
-    for key, words, unit, field in _LATENCIES:
+    for key, words, unit, field in LATENCIES:
         mine, theirs = finite(summary.get(f"best_{key}")), finite(summary.get(f"float_{key}"))
         if mine is None or theirs is None or theirs <= 0:
             continue

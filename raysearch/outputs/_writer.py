@@ -156,31 +156,54 @@ def _summary(
     return summary
 
 
-def _unquantized_note(
+def _tolerance_notes(
     rows: list[Mapping[str, Any]],
     best: Mapping[str, Any] | None,
     config: SearchConfig,
     float_metric: float | None,
     evaluator: Evaluator | None,
 ) -> dict[str, Any]:
-    """The summary's words when no setting that quantizes something is a candidate but some
-    that quantize nothing met the tolerance: how many (``unquantized_met_tolerance``), how far
-    the best quantized setting missed (``best_quantized_missed_by``) and a sentence
-    (``tolerance_note``); empty otherwise."""
-    if config.tolerance is None or any(is_candidate(r) for r in rows):
+    """The summary's fields when no trial is a candidate: why (:func:`_unquantized_note`,
+    else :func:`_bounds_note`) and how far the best missed the tolerance (``best_missed_by``:
+    None without a tolerance, or for a custom metric without the float score its drop is
+    measured against); empty while a trial is a candidate. ``evaluator``: else the config's."""
+    if any(is_candidate(r) for r in rows):
         return {}
-    complete = [
+    if config.tolerance is None:
+        return {"best_missed_by": None}
+    if evaluator is None:
+        from raysearch.evaluate import Evaluator
+
+        evaluator = Evaluator.from_config(config)
+    if evaluator.is_custom and float_metric is None:
+        return {"best_missed_by": None}
+    fields = _unquantized_note(rows, best, config, float_metric, evaluator)
+    fields = fields or _bounds_note(rows, float_metric, evaluator)
+    if "best_quantized_missed_by" not in fields:
+        missed = None if best is None else evaluator.missed_by(best.metric, float_metric)
+        fields["best_missed_by"] = missed
+    return fields
+
+
+def _unquantized_note(
+    rows: list[Mapping[str, Any]],
+    best: Mapping[str, Any] | None,
+    config: SearchConfig,
+    float_metric: float | None,
+    evaluator: Evaluator,
+) -> dict[str, Any]:
+    """The summary's words when some settings that quantize nothing met the tolerance: how
+    many (``unquantized_met_tolerance``), how far the best quantized setting missed
+    (``best_quantized_missed_by``) and a sentence (``tolerance_note``); empty otherwise."""
+    met = [
         r
         for r in rows
-        if r.status == "ok" and finite(r.metric) is not None and r.stopped_at_rung is None
+        if r.status == "ok"
+        and finite(r.metric) is not None
+        and r.stopped_at_rung is None
+        and unquantized(r)
+        and evaluator.is_candidate(r.metric, float_metric)
     ]
-    unquantized_rows = [r for r in complete if unquantized(r)]
-    if not unquantized_rows:
-        return {}
-    evaluator = _evaluator(config, evaluator, float_metric)
-    if evaluator is None:
-        return {}
-    met = [r for r in unquantized_rows if evaluator.is_candidate(r.metric, float_metric)]
     if not met:
         return {}
     name = str(config.metric).rsplit(":", 1)[-1]  # a custom evaluator by its function
@@ -206,18 +229,6 @@ def _unquantized_note(
     return fields
 
 
-def _evaluator(
-    config: SearchConfig, evaluator: Evaluator | None, float_metric: float | None
-) -> Evaluator | None:
-    """``evaluator``, else the config's; None for a custom metric without the float score its
-    drop is measured against."""
-    if evaluator is None:
-        from raysearch.evaluate import Evaluator
-
-        evaluator = Evaluator.from_config(config)
-    return None if evaluator.is_custom and float_metric is None else evaluator
-
-
 #: The bounds beyond the tolerance that keep a trial from being a candidate: the record's
 #: ``extra`` flag, and how the note names the bound.
 _BOUNDS = {"decode_over_bound": "decoded slower than max_decode_latency",
@@ -225,18 +236,10 @@ _BOUNDS = {"decode_over_bound": "decoded slower than max_decode_latency",
 
 
 def _bounds_note(
-    rows: list[Mapping[str, Any]],
-    config: SearchConfig,
-    float_metric: float | None,
-    evaluator: Evaluator | None,
+    rows: list[Mapping[str, Any]], float_metric: float | None, evaluator: Evaluator
 ) -> dict[str, Any]:
-    """The summary's ``tolerance_note`` when no trial is a candidate but some that met the
-    tolerance were kept out by ``max_decode_latency`` or ``size_budget``."""
-    if config.tolerance is None or any(is_candidate(r) for r in rows):
-        return {}
-    evaluator = _evaluator(config, evaluator, float_metric)
-    if evaluator is None:
-        return {}
+    """The summary's ``tolerance_note`` when some trials that met the tolerance were kept out
+    by ``max_decode_latency`` or ``size_budget``."""
     met = [
         r
         for r in rows
@@ -251,19 +254,6 @@ def _bounds_note(
     note = f"no candidate: of the {len(met)} settings that met the tolerance, " + " and ".join(said)
     _logger.warning(note)
     return {"tolerance_note": note}
-
-
-def _missed_by(
-    best: Mapping[str, Any] | None,
-    config: SearchConfig,
-    float_metric: float | None,
-    evaluator: Evaluator | None,
-) -> float | None:
-    """How far the best trial missed the tolerance when no trial met it (``best_missed_by``)."""
-    if best is None or config.tolerance is None:
-        return None
-    evaluator = _evaluator(config, evaluator, float_metric)
-    return None if evaluator is None else evaluator.missed_by(best.metric, float_metric)
 
 
 def write_trial_plots(
@@ -330,11 +320,7 @@ def write_outputs(
         float_model_size_bytes=float_model_size_bytes,
         float_latency_ms=float_latency_ms,
     )
-    summary.update(_unquantized_note(rows, best, config, float_metric, evaluator))
-    if "tolerance_note" not in summary:
-        summary.update(_bounds_note(rows, config, float_metric, evaluator))
-    if summary["n_candidates"] == 0 and "best_quantized_missed_by" not in summary:
-        summary["best_missed_by"] = _missed_by(best, config, float_metric, evaluator)
+    summary.update(_tolerance_notes(rows, best, config, float_metric, evaluator))
     summary.update(write_pareto(out, rows, config))
     summary.update(extra or {})
     if best is not None and best.device not in (None, "cpu"):

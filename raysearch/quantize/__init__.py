@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 from raysearch.quantize.registry import (
-    DEFAULT_BACKEND,
     QuantizeInfo,
     QuantizerBackend,
     available_backends,
@@ -22,7 +21,6 @@ from raysearch.quantize.registry import (
 )
 
 __all__ = [
-    "DEFAULT_BACKEND",
     "QuantizeInfo",
     "QuantizerBackend",
     "available_backends",

@@ -105,7 +105,7 @@ def build_engine(
     """The trial engine's factory from what :func:`preflight` computed (its float reference
     saved in the search's cache), with the rungs of its evaluation (``info["early_stopping"]``)."""
     if prepared.reference is not None:
-        _save_reference(prepared.reference, cache_dir)
+        prepared.reference.keep(cache_dir)
     reference, float_score = prepared.reference, prepared.float_score
     info = dict(prepared.info)
     float_s = info.pop("float_s", 0.0)
@@ -157,19 +157,9 @@ def build_engine(
         if spec.reference_source is None:
             spec.reference = pending.future.result()
             info["float_latency_ms"] = spec.reference.latency_ms
-            _save_reference(spec.reference, cache_dir)
+            spec.reference.keep(cache_dir)
             prepared.pending_reference = None
     return spec, info
-
-
-def _save_reference(reference: Any, cache_dir: str) -> None:
-    """The float reference into the search's cache (``raysearch resume`` reads it back)."""
-    folder = Path(cache_dir) / "reference" / reference.key
-    if not (folder / "meta.json").is_file():
-        try:
-            reference.save(folder)
-        except OSError as exc:
-            _logger.warning("could not save the float reference: %s", exc)
 
 
 def _hold_pending(pending: PendingReference, cache_dir: str) -> Any:

@@ -102,10 +102,9 @@ def _decoded(value: Any) -> Any:
 
     if isinstance(value, str) and value[:1] in "[{":
         try:
-            decoded = json.loads(value)
+            return json.loads(value)  # text from "[" or "{" is a list or a mapping, or no JSON
         except ValueError:
             return value
-        return decoded if isinstance(decoded, (list, dict)) else value
     return value
 
 

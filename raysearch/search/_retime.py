@@ -77,7 +77,6 @@ class Retimed:
     fields it adds to ``summary.json``."""
 
     records: list[TrialRecord]
-    float_latency_ms: float | None
     summary: dict[str, Any] = field(default_factory=dict)
     float_ms: dict[str, float] = field(default_factory=dict)
 
@@ -255,7 +254,7 @@ def _retimed(
             threads,
             ", ".join(f"{name} {f['median_ms']:.4g} ms" for name, f in by_model.items()),
         )
-    return Retimed(out, float_ms.get("latency_ms"), summary, float_ms)
+    return Retimed(out, summary, float_ms)
 
 
 def _with_deciding(

@@ -61,8 +61,6 @@ __all__ = [
     "AutoSearch",
     "SearchResult",
     "search_running_in",
-    "start_ray",
-    "check_resources",
     "MARKER",
     "JOURNAL",
     "_clean_output_dir",

@@ -175,9 +175,8 @@ def _check_number(spec: OptionSpec, value: Any) -> str | None:
 
 
 _CATALOGUES: dict[str, Catalogue] = {}
-#: Settings that are not a backend's own (a technique's), by owner: (backends or None for
-#: every backend, the settings).
-_SHARED: dict[str, tuple[frozenset[str] | None, Catalogue]] = {}
+#: Settings every backend takes that are not its own (a technique's), by owner.
+_SHARED: dict[str, Catalogue] = {}
 
 
 def register_catalogue(catalogue: Catalogue) -> Catalogue:
@@ -191,11 +190,9 @@ def register_shared_settings(
     settings: Mapping[str, OptionSpec],
     *,
     containers: Mapping[str, Mapping[str, OptionSpec]] | None = None,
-    backends: frozenset[str] | set[str] | None = None,
 ) -> None:
-    """Add ``owner``'s (a technique's) settings to every backend's (or ``backends``') catalogue."""
-    fragment = Catalogue(owner, dict(settings), dict(containers or {}))
-    _SHARED[owner] = (None if backends is None else frozenset(backends), fragment)
+    """Add ``owner``'s (a technique's) settings to every backend's catalogue."""
+    _SHARED[owner] = Catalogue(owner, dict(settings), dict(containers or {}))
 
 
 def get_catalogue(backend: str | None, *, shared: bool = True) -> Catalogue | None:
@@ -204,9 +201,8 @@ def get_catalogue(backend: str | None, *, shared: bool = True) -> Catalogue | No
     catalogue = _CATALOGUES.get(name)
     if catalogue is None or not shared:
         return catalogue
-    for backends, fragment in _SHARED.values():
-        if backends is None or name in backends:
-            catalogue = catalogue.extended(fragment)
+    for fragment in _SHARED.values():
+        catalogue = catalogue.extended(fragment)
     return catalogue
 
 

@@ -31,12 +31,6 @@ _logger = logging.getLogger(__name__)
 FIRST_OPS = ("MatMul", "Gemm", "Conv")
 
 
-def _quantizable_ops() -> frozenset[str]:
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
-
-    return frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
-
-
 def op_order(op_types: Sequence[str], quantizable: frozenset[str] | None = None) -> list[str]:
     """The op types of a model Conservative tries, in order: MatMul, Gemm, Conv, then the
     others ONNX Runtime quantizes, in model order.
@@ -45,7 +39,9 @@ def op_order(op_types: Sequence[str], quantizable: frozenset[str] | None = None)
         >>> op_order(["Relu", "Add", "Conv", "MatMul"], frozenset({"Add", "Conv", "MatMul"}))
         ['MatMul', 'Conv', 'Add']
     """
-    quantizable = _quantizable_ops() if quantizable is None else quantizable
+    from raysearch.quantize.calibration import DEFAULT_OP_TYPES
+
+    quantizable = frozenset(DEFAULT_OP_TYPES) if quantizable is None else quantizable
     present = [op for op in dict.fromkeys(op_types) if op in quantizable]
     return [op for op in FIRST_OPS if op in present] + [op for op in present if op not in FIRST_OPS]
 

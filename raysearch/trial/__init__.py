@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raysearch.trial._runner import FloatBaseline, TrialDevice, TrialRunner, TrialSpec
-from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete, one_line
+from raysearch.trial._staged import StagedTrial, TrialEngine, decide_complete
 
 __all__ = [
     "TrialSpec",
@@ -13,5 +13,4 @@ __all__ = [
     "TrialEngine",
     "StagedTrial",
     "decide_complete",
-    "one_line",
 ]

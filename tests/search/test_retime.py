@@ -101,7 +101,7 @@ def test_the_models_that_count_are_timed_again_alone_with_their_spread(searched,
         assert 0 < figures["min_ms"] <= figures["median_ms"] <= figures["max_ms"]
         if name != "float":
             assert figures["in_search_ms"] == 900.0 + int(name[-1]) - 1
-    assert retimed.float_latency_ms == how["models"]["float"]["median_ms"]
+    assert retimed.float_ms["latency_ms"] == how["models"]["float"]["median_ms"]
     by_id = {r.trial_id: r for r in retimed.records}
     for trial in timed - {"float"}:
         assert by_id[trial].latency_ms == how["models"][trial]["median_ms"]

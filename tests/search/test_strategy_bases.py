@@ -359,10 +359,10 @@ def test_a_strategy_that_raises_mid_search_writes_its_outputs_and_keeps_the_best
     assert result.summary["n_trials"] == 2
     assert (out / "summary.json").is_file() and (out / "results.parquet").is_file()
     assert result.best_params is not None and (out / "best").is_dir()
-    from raysearch.cli import EXIT_INTERNAL, _exit_status
+    from raysearch.cli import EXIT_INTERNAL, _ended
 
     capsys.readouterr()  # the search's progress line
-    assert _exit_status(result) == EXIT_INTERNAL
+    assert _ended(result) == EXIT_INTERNAL
     assert capsys.readouterr().err == (
         "raysearch: internal error: a stage of the search strategy failed (its traceback is in "
         f"{out / 'auto_search.log'}); the outputs hold the trials that finished\n"

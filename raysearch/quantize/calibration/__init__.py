@@ -6,19 +6,15 @@ from __future__ import annotations
 from raysearch.quantize.calibration._cache import CalibrationCache
 from raysearch.quantize.calibration._request import (
     DEFAULT_OP_TYPES,
-    HISTOGRAM_METHODS,
     CalibrationRequest,
     calibration_values,
     tensors_to_calibrate,
 )
-from raysearch.quantize.calibration._store import CacheStats
 
 __all__ = [
     "CalibrationCache",
     "CalibrationRequest",
-    "CacheStats",
     "DEFAULT_OP_TYPES",
-    "HISTOGRAM_METHODS",
     "calibration_values",
     "tensors_to_calibrate",
 ]

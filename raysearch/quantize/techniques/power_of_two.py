@@ -103,7 +103,6 @@ class _Activation:
     """The Q/DQ nodes sharing one activation scale initializer."""
 
     def __init__(self, graph: QdqGraph, q: onnx.NodeProto) -> None:
-        self.scale_name = q.input[1]
         self.scale, zero_point, self.axis, self.elem = graph.qparams(q)
         qmin, qmax, self.zp = QTYPES[self.elem]
         zero_point = zero_point.astype(np.float64)

@@ -140,12 +140,7 @@ class KeptWarm:
         if found is None:
             return None
         self.reused["float_reference"] = True
-        return FloatReference(
-            dict(found["outputs"]),
-            key=found["key"],
-            device=found["device"],
-            latency_ms=found["latency_ms"],
-        )
+        return FloatReference(**found)
 
     def log_reused(self) -> None:
         """Say in the search's log (opened after the lookup) what it took from the cluster."""
@@ -159,15 +154,9 @@ class KeptWarm:
         """Hand ``reference`` to the cluster's store, in a thread (joined by :meth:`wait`)."""
         if not self.enabled or reference is None or self.reused["float_reference"]:
             return
-        value = {
-            "outputs": dict(reference.outputs),
-            "key": reference.key,
-            "device": reference.device,
-            "latency_ms": reference.latency_ms,
-        }
         self._keeping = threading.Thread(
             target=self._put,
-            args=(_reference_key(reference.key), value),
+            args=(_reference_key(reference.key), dict(vars(reference))),
             name="raysearch-keep-warm",
             daemon=True,
         )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.schedulers import AsyncHyperBandScheduler, TrialScheduler
 
 from raysearch.evaluate.subsets import TIE_Z, EvalRungs, plan_rungs
-from raysearch.ranking import stopped_at_rung
+from raysearch.ranking import finite, stopped_at_rung
 from raysearch.trialrecord import TrialRecord
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class RungScheduler(AsyncHyperBandScheduler):
             trial_id = str(record.trial_id)
             # The last rung decides nothing (a trial there is done): only those before.
             for k, score in enumerate(scores[: self.n_rungs - 1]):
-                if isinstance(score, (int, float)) and math.isfinite(score):
+                if finite(score) is not None:
                     when = times[k] if k < len(times) else math.inf
                     events.append((when, k, trial_id, float(score)))
         events.sort(key=lambda e: (e[0], e[1]))
@@ -133,8 +133,7 @@ class RungScheduler(AsyncHyperBandScheduler):
         if (
             action == TrialScheduler.STOP
             and cutoff is not None
-            and isinstance(error, (int, float))
-            and math.isfinite(error)
+            and finite(error) is not None
             and float(result[RUNG_SCORE]) + TIE_Z * float(error) >= cutoff
         ):
             # A near-tie is noise on the rows seen: the next rung, on more rows, decides.

@@ -14,13 +14,12 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any, TextIO
 
 from ray import tune
 
-from raysearch.ranking import is_candidate, is_probe, stopped_at_rung
+from raysearch.ranking import finite, is_candidate, is_probe, stopped_at_rung
 from raysearch.search.record.reported import reported_record
 from raysearch.trialrecord import TrialRecord
 
@@ -84,16 +83,11 @@ class ProgressCallback(tune.Callback):
             self.failed += 1
         if is_candidate:
             self.candidates += 1
-        if (
-            status == "ok"
-            and isinstance(metric, (int, float))
-            and math.isfinite(metric)
-            and (
-                self.best is None
-                or (metric > self.best if self.higher_is_better else metric < self.best)
-            )
+        value = finite(metric) if status == "ok" else None
+        if value is not None and (
+            self.best is None or (value > self.best if self.higher_is_better else value < self.best)
         ):
-            self.best = float(metric)
+            self.best = value
         self.draw()
 
     def line(self) -> str:

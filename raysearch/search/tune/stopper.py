@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from ray.tune.stopper import Stopper
 
 from raysearch.config import StopConfig
-from raysearch.ranking import is_candidate
+from raysearch.ranking import finite, is_candidate
 from raysearch.search.record.reported import reported_record
 from raysearch.trialrecord import TrialRecord
 
@@ -104,12 +103,11 @@ class CandidateStopper(Stopper):
             return
         self._candidates.add(trial_id)
         target = self.stop.find_best_candidate
-        metric = result.metric
+        metric = finite(result.metric)
         if (
             _enabled(target)
             and self._best_hit is None
-            and isinstance(metric, (int, float))
-            and math.isfinite(metric)
+            and metric is not None
             and (metric >= target if self.higher_is_better else metric <= target)
         ):
             self._best_hit = trial_id

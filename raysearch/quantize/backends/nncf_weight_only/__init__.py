@@ -6,10 +6,6 @@ backend is built."""
 
 from __future__ import annotations
 
-from raysearch.quantize.backends.nncf_weight_only._backend import (
-    NncfWeightOnlyBackend,
-    compress_arguments,
-)
-from raysearch.quantize.backends.nncf_weight_only._repair import repair_matmul_nbits
+from raysearch.quantize.backends.nncf_weight_only._backend import NncfWeightOnlyBackend
 
-__all__ = ["NncfWeightOnlyBackend", "compress_arguments", "repair_matmul_nbits"]
+__all__ = ["NncfWeightOnlyBackend"]

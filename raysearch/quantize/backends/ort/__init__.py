@@ -3,11 +3,7 @@ raysearch's shared calibration, its settings catalogue and its refusals."""
 
 from __future__ import annotations
 
-from raysearch.quantize.backends.ort._backend import (
-    CALIBRATION_OPTIONS,
-    OrtBackend,
-    split_extra_options,
-)
+from raysearch.quantize.backends.ort._backend import OrtBackend, split_extra_options
 from raysearch.quantize.backends.ort._rules import (
     REJECT_RULES,
     reject_distribution_few_bins,
@@ -23,7 +19,6 @@ from raysearch.quantize.backends.ort._rules import (
 
 __all__ = [
     "OrtBackend",
-    "CALIBRATION_OPTIONS",
     "split_extra_options",
     "REJECT_RULES",
     "reject_reason",

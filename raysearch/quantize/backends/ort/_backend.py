@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -55,7 +55,6 @@ from raysearch.quantize.registry import QuantizeInfo, QuantizerBackend, register
 from raysearch.quantize.tempdirs import make_workdir
 
 if TYPE_CHECKING:
-    from raysearch.data import DataSource
     from raysearch.space.catalogue import Catalogue
 
 __all__ = ["OrtBackend", "CALIBRATION_OPTIONS", "split_extra_options"]
@@ -137,22 +136,11 @@ class OrtBackend(QuantizerBackend):
         "nodes_to_quantize",
     )
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike,
-        calibration: DataSource,
-        cache: CalibrationCache | None = None,
-        *,
-        threads: int = 1,
-        gpu_id: int | None = None,
-        providers: Sequence[Any] | None = None,
-    ) -> None:
-        super().__init__(
-            model_path, calibration, cache, threads=threads, gpu_id=gpu_id, providers=providers
-        )
-        self.providers = list(providers) if providers else session_providers(gpu_id)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.providers = self.providers or session_providers(self.gpu_id)
         if self.cache is None:
-            self.cache = CalibrationCache(threads=threads, providers=self.providers)
+            self.cache = CalibrationCache(threads=self.threads, providers=self.providers)
         self._workdir = str(make_workdir("raysearch-ort"))
         # Removed by close(), when the backend is garbage-collected, or at interpreter exit.
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)

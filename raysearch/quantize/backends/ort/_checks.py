@@ -16,18 +16,16 @@ from typing import Any
 
 import onnx
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
-from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from raysearch.errors import ConfigError, suggest
 from raysearch.modelfile import graph_nodes, load_header
 from raysearch.quantize.backends.ort._rules import DEFAULTS
+from raysearch.quantize.calibration import DEFAULT_OP_TYPES
 
 __all__ = ["ENUMS", "enum_value", "check_settings"]
 
 # The backend module's logger: users configure "raysearch.quantize.backends.ort._backend".
 _logger = logging.getLogger("raysearch.quantize.backends.ort._backend")
-
-_QUANTIZABLE_OPS = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
 
 
 def check_settings(settings: Mapping[str, Any], model: str | os.PathLike | onnx.ModelProto) -> None:
@@ -92,8 +90,6 @@ def _model_names(
 def _check_something_to_quantize(
     model: str | os.PathLike | onnx.ModelProto, in_model: frozenset[str]
 ) -> None:
-    from raysearch.quantize.calibration._request import DEFAULT_OP_TYPES
-
     if not in_model & set(DEFAULT_OP_TYPES):
         name = "the model" if isinstance(model, onnx.ModelProto) else os.path.basename(model)
         raise ConfigError(
@@ -110,7 +106,7 @@ def _is_onnx_op(op_type: str) -> bool:
 def _check_op_types(requested: list[str], in_model: frozenset[str]) -> None:
     unknown = [op for op in requested if op not in in_model and not _is_onnx_op(op)]
     if unknown:
-        pool = sorted(in_model) + sorted(_QUANTIZABLE_OPS - in_model)
+        pool = sorted(in_model) + sorted(set(DEFAULT_OP_TYPES) - in_model)
         described = ", ".join(f"'{op}'{suggest(op, pool)}" for op in unknown)
         noun = "op type" if len(unknown) == 1 else "op types"
         raise ConfigError("op_types_to_quantize", f"unknown {noun} {described}")

@@ -13,6 +13,5 @@ Example:
 
 from raysearch.quantize.techniques.bias_correction._layers import Layer, find_layers
 from raysearch.quantize.techniques.bias_correction._technique import BiasCorrection
-from raysearch.quantize.techniques.bias_correction._write import corrected_bias_values
 
-__all__ = ["BiasCorrection", "Layer", "find_layers", "corrected_bias_values"]
+__all__ = ["BiasCorrection", "Layer", "find_layers"]

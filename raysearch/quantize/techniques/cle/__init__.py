@@ -1,17 +1,2 @@
-"""Cross-layer equalization (``include_cle``)."""
-
-from __future__ import annotations
-
-from raysearch.quantize.techniques.cle._cle import (
-    CLEOptions,
-    CrossLayerEqualization,
-    equalization_scales,
-    equalize_model,
-)
-
-__all__ = [
-    "CrossLayerEqualization",
-    "CLEOptions",
-    "equalization_scales",
-    "equalize_model",
-]
+"""Cross-layer equalization (``include_cle``): the technique in ``_cle``, the layer pairs in
+``_graph``; the registry imports ``_cle`` by name (``technique.BUILTIN_TECHNIQUES``)."""

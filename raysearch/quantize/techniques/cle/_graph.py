@@ -19,6 +19,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from raysearch.modelfile import node_attribute
+
 __all__ = ["Layer", "find_pairs"]
 
 #: Ops between head and tail that commute with a positive per-channel scale.
@@ -90,13 +92,6 @@ def channel_last(bias: np.ndarray, channels: int) -> np.ndarray | None:
     return None
 
 
-def _attr(node: onnx.NodeProto, name: str, default):
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return onnx.helper.get_attribute_value(attribute)
-    return default
-
-
 class _Graph:
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.inits = {t.name: t for t in graph.initializer}
@@ -143,14 +138,14 @@ class _Graph:
         if bias is not None and not self.float_weight(bias):
             return None
         if node.op_type == "Conv":
-            groups = int(_attr(node, "group", 1))
+            groups = int(node_attribute(node, "group", 1))
             if not self.float_weight(weight) or self.const(weight).ndim < 3:
                 return None
             return Layer(node, "conv", weight, bias, groups=groups, output=node.output[0])
         if node.op_type == "Gemm":
-            if _attr(node, "transA", 0) or not self.float_weight(weight, 2):
+            if node_attribute(node, "transA", 0) or not self.float_weight(weight, 2):
                 return None
-            trans_b = bool(_attr(node, "transB", 0))
+            trans_b = bool(node_attribute(node, "transB", 0))
             return Layer(node, "gemm", weight, bias, trans_b=trans_b, output=node.output[0])
         if node.op_type == "MatMul" and self.float_weight(weight, 2):
             return Layer(node, "matmul", weight, output=node.output[0])
@@ -177,7 +172,7 @@ class _Graph:
             return False
         # Clip commutes with a scale only as Relu (min 0) or identity, with no max.
         if any(a.name in ("min", "max") for a in node.attribute):  # opset < 11
-            low, high = _attr(node, "min", None), _attr(node, "max", None)
+            low, high = node_attribute(node, "min"), node_attribute(node, "max")
         else:
             bounds = [node.input[i] if len(node.input) > i else "" for i in (1, 2)]
             if any(b and b not in self.inits for b in bounds):

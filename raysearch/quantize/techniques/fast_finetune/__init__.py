@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 from raysearch.quantize.techniques.fast_finetune._fast_finetune import (
-    SWITCH,
     FastFinetune,
     FinetuneOptions,
     finetune_model,
     finetune_options,
 )
 
-__all__ = [
-    "FastFinetune",
-    "FinetuneOptions",
-    "finetune_options",
-    "finetune_model",
-    "SWITCH",
-]
+__all__ = ["FastFinetune", "FinetuneOptions", "finetune_options", "finetune_model"]

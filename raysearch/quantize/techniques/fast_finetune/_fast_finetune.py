@@ -42,7 +42,7 @@ from raysearch.space.catalogue import OptionSpec
 if TYPE_CHECKING:
     from raysearch.data import DataSource
 
-__all__ = ["FastFinetune", "FinetuneOptions", "finetune_options", "finetune_model", "SWITCH"]
+__all__ = ["FastFinetune", "FinetuneOptions", "finetune_options", "finetune_model"]
 
 _logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class FastFinetune(QuantizedModelTransform):
 
     def options(self, settings: Mapping[str, Any]) -> FinetuneOptions:
         """The resolved parameters for ``settings`` on this trial's device."""
-        samples = self.context.calibration.num_samples if self.context else None
+        samples = len(self.context.calibration) if self.context else None
         return finetune_options(settings, self._default_device(), samples)
 
     def _default_device(self) -> str:
@@ -120,7 +120,7 @@ class FastFinetune(QuantizedModelTransform):
         calibration: DataSource,
     ) -> None:
         _require_torch()
-        options = finetune_options(settings, self._default_device(), calibration.num_samples)
+        options = finetune_options(settings, self._default_device(), len(calibration))
         finetune_model(
             quantized_path,
             float_path,

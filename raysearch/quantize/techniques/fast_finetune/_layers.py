@@ -302,7 +302,7 @@ def _with_outputs(model: onnx.ModelProto, names: list[str]) -> bytes:
 
 def _feeds(calibration: DataSource, limit: int | None) -> Iterator[dict[str, np.ndarray]]:
     """The calibration feeds holding its first ``limit`` samples (None: all)."""
-    left = calibration.num_samples if limit is None else limit
+    left = len(calibration) if limit is None else limit
     first = calibration.inputs[0].shape
     # A feed of a static batch is kept whole (DataSize then rounds up to whole feeds).
     whole = calibration.sample_is_feed or bool(first and isinstance(first[0], int))

@@ -2,16 +2,6 @@
 
 from __future__ import annotations
 
-from raysearch.quantize.techniques.mixed_precision._mixed_precision import (
-    KEY,
-    PER_RANK,
-    MixedPrecision,
-    precisions,
-)
+from raysearch.quantize.techniques.mixed_precision._mixed_precision import KEY, PER_RANK, precisions
 
-__all__ = [
-    "MixedPrecision",
-    "precisions",
-    "PER_RANK",
-    "KEY",
-]
+__all__ = ["precisions", "PER_RANK", "KEY"]

@@ -49,8 +49,6 @@ _logger = logging.getLogger(__name__)
 
 #: The file in a search's output folder that holds every ranking the search used.
 SENSITIVITY_FILE = "sensitivity.parquet"
-#: Bumped when what a ranking holds changes (keys of older rankings then miss).
-_VERSION = 1
 _NORMALIZATIONS = frozenset(
     {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"}
 )

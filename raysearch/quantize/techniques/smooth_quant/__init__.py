@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 from raysearch.quantize.techniques.smooth_quant._smooth_quant import (
-    SmoothOptions,
     SmoothQuant,
     smooth_model,
     smooth_options,
     smoothing_scales,
 )
 
-__all__ = [
-    "SmoothQuant",
-    "SmoothOptions",
-    "smooth_options",
-    "smoothing_scales",
-    "smooth_model",
-]
+__all__ = ["SmoothQuant", "smooth_options", "smoothing_scales", "smooth_model"]

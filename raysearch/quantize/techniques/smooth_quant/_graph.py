@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from raysearch.modelfile import graph_nodes, node_attribute
 
 _logger = logging.getLogger(__name__)
 
@@ -36,21 +37,12 @@ def shaped(vector: np.ndarray, axis: int) -> np.ndarray:
     return vector.reshape([vector.size] + [1] * (-axis - 1))
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return onnx.helper.get_attribute_value(attribute)
-    return default
-
-
 def _subgraph_names(node: onnx.NodeProto) -> Iterable[str]:
     """Every tensor name a node's subgraphs (If, Loop, Scan) read."""
     for attribute in node.attribute:
-        graphs = list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else [])
-        for graph in graphs:
-            for inner in graph.node:
+        for graph in [attribute.g, *attribute.graphs]:
+            for inner in graph_nodes(graph):
                 yield from inner.input
-                yield from _subgraph_names(inner)
 
 
 class Graph:
@@ -197,7 +189,7 @@ class Graph:
     def _fold_layernorm(
         self, node: onnx.NodeProto, out: str, axis: int, inv: np.ndarray
     ) -> list[Edit] | None:
-        norm_axis = int(_attr(node, "axis", -1))
+        norm_axis = int(node_attribute(node, "axis", -1))
         if norm_axis >= 0:
             rank = self.rank(out)
             if rank is None:
@@ -224,7 +216,7 @@ class Graph:
             return None
         if node.op_type == "MatMul":
             return [(node, 1, inv)]
-        edits = [(node, 1, inv[:, None] if int(_attr(node, "transB", 0)) else inv)]
+        edits = [(node, 1, inv[:, None] if int(node_attribute(node, "transB", 0)) else inv)]
         if len(node.input) > 2 and node.input[2]:
             bias = self.const(node.input[2])
             if bias is None or not self._fits(bias, axis, inv.size, out):

@@ -32,7 +32,7 @@ import onnx
 from onnx import helper
 
 from raysearch.errors import ConfigError
-from raysearch.modelfile import write_model
+from raysearch.modelfile import node_attribute, write_model
 from raysearch.modelgraph import constants_to_initializers
 from raysearch.providers import make_session
 from raysearch.quantize.technique import FloatModelTransform, register_technique
@@ -134,11 +134,11 @@ def _consumer(graph: Graph, node: onnx.NodeProto) -> tuple[int, int, np.ndarray]
     magnitude = np.abs(weight.astype(np.float64))
     if node.op_type == "MatMul" and weight.ndim == 2:
         return -1, weight.shape[0], magnitude.max(axis=1)
-    if node.op_type == "Gemm" and weight.ndim == 2 and not _attr(node, "transA", 0):
-        if _attr(node, "transB", 0):
+    if node.op_type == "Gemm" and weight.ndim == 2 and not node_attribute(node, "transA", 0):
+        if node_attribute(node, "transB", 0):
             return -1, weight.shape[1], magnitude.max(axis=0)
         return -1, weight.shape[0], magnitude.max(axis=1)
-    if node.op_type == "Conv" and weight.ndim >= 3 and _attr(node, "group", 1) == 1:
+    if node.op_type == "Conv" and weight.ndim >= 3 and node_attribute(node, "group", 1) == 1:
         others = tuple(i for i in range(weight.ndim) if i != 1)
         return -(weight.ndim - 1), weight.shape[1], magnitude.max(axis=others)
     return None
@@ -148,16 +148,9 @@ def _weight_factor(node: onnx.NodeProto, weight_ndim: int, s: np.ndarray) -> np.
     """``s`` shaped to scale the input channels of ``node``'s weight."""
     if node.op_type == "Conv":
         return s.reshape([1, s.size] + [1] * (weight_ndim - 2))
-    if node.op_type == "Gemm" and _attr(node, "transB", 0):
+    if node.op_type == "Gemm" and node_attribute(node, "transB", 0):
         return s[None, :]
     return s[:, None]
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return helper.get_attribute_value(attribute)
-    return default
 
 
 def _groups(graph: Graph, options: SmoothOptions) -> list[_Group]:
