@@ -49,6 +49,7 @@ Usage:
     .venv/bin/python benchmarks/weight_only.py --genai    # bytellama's genai folder
     .venv/bin/python benchmarks/weight_only.py --libraries  # the libraries' 4-bit roundings
     .venv/bin/python benchmarks/weight_only.py --gptq-anchor  # GPTQ against the builder's int4
+    .venv/bin/python benchmarks/weight_only.py --anchor-timing  # decode steps timed in turn
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -814,6 +816,54 @@ def autoround_main(args: argparse.Namespace, run: Run) -> None:
     run.write({"rows": rows}, args.out)
 
 
+#: ``--anchor-timing``'s models: uniform GPTQ settings (``accuracy_level`` 4) each timed in
+#: turn with the builder's int4, beside a byte-for-byte copy of the builder's int4 itself.
+ANCHOR_TIMING = {
+    "gptq 32 sym": {"block_size": 32, "symmetric": True},
+    "gptq 32 asym": {"block_size": 32, "symmetric": False},
+    "gptq 128 sym": {"block_size": 128, "symmetric": True},
+    "gptq 128 asym": {"block_size": 128, "symmetric": False},
+}
+
+
+def anchor_timing_main(args: argparse.Namespace, run: Run) -> None:
+    """``--anchor-timing``: each model's decode step over the builder's int4's as a
+    ``max_decode_latency: builder`` trial times it (:func:`raysearch.evaluate.
+    measure_decoder_latency` against the builder's session, opened once and reused; a fresh
+    session of the model each time), ``--repeats`` times: the median ratio, how many were over
+    1 and the range. A copy of the builder's model shows the timing's own bias."""
+    from raysearch.data import DataSource
+    from raysearch.evaluate import measure_decoder_latency
+    from raysearch.providers import make_session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        int4 = args.builder_int4 or builder_int4(args.checkpoint, folder / "genai-int4")
+        models = {"copy of the builder's int4": folder / "copy"}
+        shutil.copytree(int4, folder / "copy")
+        for name, settings in ANCHOR_TIMING.items():
+            models[name] = folder / name.replace(" ", "_")
+            gptq_folder(args.genai_folder, models[name],
+                        {"algorithm": "gptq", "accuracy_level": 4, **settings})  # fmt: skip
+        data = DataSource.load(BYTEGPT / "eval.npz", int4 / "model.onnx")
+        anchor_session = make_session(int4 / "model.onnx", 1)
+        rows = []
+        for name, path in models.items():
+            ratios = []
+            for _ in range(args.repeats):
+                times = measure_decoder_latency(
+                    make_session(path / "model.onnx", 1), data, anchor=anchor_session
+                )
+                ratios.append(times["decode_latency_ms"] / times["anchor_decode_latency_ms"])
+            rows.append({
+                "model": name, "median_ratio": round(float(np.median(ratios)), 3),
+                "over_1": sum(r > 1 for r in ratios), "repeats": len(ratios),
+                "min": round(min(ratios), 3), "max": round(max(ratios), 3),
+            })  # fmt: skip
+    print_table(rows, list(rows[0]), "decode step over the builder's int4's, timed in turn")
+    run.write({"rows": rows}, args.out)
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tolerance", type=float, default=0.00025)
@@ -863,6 +913,13 @@ def _arguments() -> argparse.Namespace:
         help="raysearch's GPTQ uniform at block 32, accuracy_level 4, against the builder's int4",
     )
     parser.add_argument(
+        "--anchor-timing",
+        action="store_true",
+        help="uniform GPTQ models and a copy of the builder's int4, each decode step timed in "
+        "turn with the builder's int4 as max_decode_latency: builder times a trial",
+    )
+    parser.add_argument("--repeats", type=int, default=12, help="with --anchor-timing")
+    parser.add_argument(
         "--libraries",
         action="store_true",
         help="the libraries' 4-bit roundings at group 32 on bytellama genai and bytegpt",
@@ -896,6 +953,9 @@ def main() -> None:
         return
     if args.libraries:
         libraries_main(args, Run("weight_only_libraries", args))
+        return
+    if args.anchor_timing:
+        anchor_timing_main(args, Run("weight_only_anchor_timing", args))
         return
     if args.gptq_anchor:
         gptq_anchor_main(args, Run("weight_only_gptq_anchor", args))
