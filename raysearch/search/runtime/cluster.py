@@ -120,6 +120,7 @@ def start_ray(
             **kwargs,
         )
         _local_ray = _ray_now()
+        _stop_unused_processes()
     _logger.info("Ray resources: %s", ray.cluster_resources())
     return True
 
@@ -194,9 +195,6 @@ def stop_ray() -> None:
     _local_ray = None
 
 
-#: The script of Ray's autoscaler monitor, as it appears on the monitor's command line.
-_MONITOR_SCRIPT = os.path.join("autoscaler", "_private", "monitor.py")
-
 
 def end_with_process() -> None:
     """Say that this process ends with its search (the command line): a Ray the search
@@ -226,10 +224,21 @@ def trials_ended() -> None:
     _ending.start()
 
 
+def _stop_unused_processes() -> None:
+    """Stop two processes of the search's own Ray that no search uses, each of which takes
+    CPU for as long as it runs: the log monitor (it sends the workers' output to drivers, and
+    a search's driver takes none: ``log_to_driver`` off) and the autoscaler's monitor (a Ray
+    of one machine has nothing to scale; left running, ``ray.shutdown`` also waits a second
+    on its SIGTERM handler, which reports to the GCS already stopped)."""
+    import ray
+
+    node = ray._private.worker._global_node
+    node.kill_log_monitor(check_alive=False)
+    node.kill_monitor(check_alive=False)
+
+
 def shutdown_ray() -> None:
-    """``ray.shutdown()``, with the autoscaler monitor of a Ray this process started killed
-    first (else it reports to the stopped GCS until Ray kills it); or the wait for the
-    shutdown :func:`trials_ended` started."""
+    """``ray.shutdown()``, or the wait for the shutdown :func:`trials_ended` started."""
     global _ending
     if _ending is not None:
         _ending.join()
@@ -242,24 +251,8 @@ def _shutdown_now() -> None:
 
     global _local_ray
     _local_ray = None  # whichever Ray this is, none is up after it
-    if not ray.is_initialized():
-        return
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - Ray without its bundled psutil
-        psutil = None
-    if psutil is not None:
-        killed = []
-        for child in psutil.Process().children():
-            try:
-                if any(part.endswith(_MONITOR_SCRIPT) for part in child.cmdline()):
-                    child.kill()
-                    killed.append(child)
-            except psutil.Error:  # it ended meanwhile, or is not ours to read
-                continue
-        # SIGKILL is asynchronous: reap the monitor so that it is gone when the GCS stops.
-        psutil.wait_procs(killed, timeout=1.0)
-    ray.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _ray_now() -> tuple[str, str] | None:
@@ -304,7 +297,7 @@ def _no_node_message(config: SearchConfig, nodes: list[dict[str, Any]]) -> str:
     if most_cpus < res.cpu_per_trial:
         return (
             f"resources.cpu_per_trial is {res.cpu_per_trial:g} but no node of the Ray cluster "
-            f"has more than {most_cpus:g} CPUs"
+            f"has more than {most_cpus:g} CPU{'s' * (most_cpus != 1)}"
         )
     return (
         f"no node of the Ray cluster has {res.cpu_per_trial:g} CPUs and "
