@@ -60,25 +60,38 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return result
 
 
+#: Resources for a search on :func:`ray_cluster` (one CPU) that runs two trials side by side.
+TWO_AT_A_TIME = {"max_concurrent_trials": 2, "cpu_per_trial": 0.5}
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A real local Ray instance (2 CPUs) shared by every end-to-end test of the session; its
-    workers can import ``tests`` (custom evaluators named "tests.module:function"). A Ray of
-    the session's own (``address="local"``): without it ``ray.init`` joins a Ray that ``ray
-    start`` left running on this machine (another user's, or a test's) and refuses
-    ``num_cpus``."""
+    """A real local Ray instance shared by every end-to-end test of the session, started as a
+    search starts its own; its workers can import ``tests`` (custom evaluators named
+    "tests.module:function"). A Ray of the session's own (``address="local"``): without it
+    ``ray.init`` joins a Ray that ``ray start`` left running on this machine (another user's,
+    or a test's) and refuses ``num_cpus``.
+
+    One CPU: a search on it runs one trial actor (a Ray worker process, some 3 CPU-seconds to
+    start) unless it asks for two (``cpu_per_trial: 0.5``), and each pytest-xdist worker has a
+    Ray of its own: two trials side by side would only share the machine's two cores with the
+    other worker's."""
     import ray
+
+    from raysearch.search.runtime.cluster import OWN_RAY_SYSTEM_CONFIG, _stop_unused_processes
 
     if not ray.is_initialized():
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=1,
             include_dashboard=False,
             log_to_driver=False,
             logging_level="WARNING",
             runtime_env={"env_vars": {"PYTHONPATH": path}},
+            _system_config=OWN_RAY_SYSTEM_CONFIG,
         )
+        _stop_unused_processes()
     yield ray
     ray.shutdown()
 

@@ -121,6 +121,9 @@ def test_a_batch_finds_what_each_search_finds_alone(tmp_path):
         "tolerance": 0.99,
         "early_stopping": False,
         "measure_latency": False,
+        # Half a CPU a trial: both searches fit at once on the suite's one-CPU Ray, and the
+        # searches alone run two trials at a time.
+        "resources": {"cpu_per_trial": 0.5},
     }
     models = [
         {"name": "mlp", "model": "mlp.onnx", "calibration_data": "mlp.npz"},

@@ -12,6 +12,7 @@ from onnx import numpy_helper
 from raysearch.errors import ConfigError
 from raysearch.search import AutoSearch
 from raysearch.space import SearchSpace
+from tests.conftest import TWO_AT_A_TIME
 
 BOTH = {
     "quantizer": ["ort", "toy"],
@@ -102,7 +103,7 @@ def test_a_two_phase_strategy_refines_around_what_its_first_phase_found(make_con
         search_space=space,
         search_algo="ProbeThenRefine",
         plugins=["tests.plugins.toy_strategy"],
-        resources={"max_concurrent_trials": 2},
+        resources=TWO_AT_A_TIME,
     )
     result = AutoSearch(config).run()
     rows = sorted(result.results.to_pylist(), key=lambda r: r["number"])

@@ -18,6 +18,7 @@ from raysearch.strategies._conservative import op_order
 from raysearch.strategies._fallback import ALL, DONE, Bisection, search_budget
 from raysearch.strategies._setting_phase import setting_proposal, setting_space
 from raysearch.trialrecord import TrialRecord
+from tests.conftest import TWO_AT_A_TIME
 from tests.models import make_outlier_model, outlier_data
 
 OUTLIER_SPACE = {"op_types_to_quantize": [["MatMul"]], "per_channel": [False]}
@@ -351,7 +352,7 @@ def _outlier_config(make_config, outlier_files, **overrides: Any) -> dict[str, A
         metric="cos",
         tolerance=0.995,
         measure_latency=False,
-        resources={"max_concurrent_trials": 2},
+        resources=TWO_AT_A_TIME,
         **overrides,
     )
 

@@ -22,6 +22,7 @@ from ray.util import placement_group_table
 from raysearch.search import AutoSearch
 from raysearch.search.runtime._start_barrier import KV_NAMESPACE
 from raysearch.search.runtime._warm import STORE_NAME
+from tests.conftest import TWO_AT_A_TIME
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -63,7 +64,7 @@ def _config(make_config, out: Path) -> dict[str, Any]:
     # Two trials at once: the first wave has a start barrier.
     return make_config(
         search_space={"calibrate_method": ["MinMax", "Percentile"], "per_channel": [True, False]},
-        resources={"max_concurrent_trials": 2},
+        resources=TWO_AT_A_TIME,
         measure_latency=False,
         output_dir=str(out),
     )

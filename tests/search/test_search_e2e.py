@@ -13,18 +13,18 @@ from raysearch.errors import ConfigError
 from raysearch.evaluate import compute_metric
 from raysearch.search import AutoSearch
 from raysearch.strategies.samplers import ALGO_REQUIREMENTS, SAMPLER_ALGOS
+from tests.conftest import TWO_AT_A_TIME
 from tests.search.conftest import CONDITIONAL_SPACE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 SIX = {"calibrate_method": ["MinMax", "Percentile", "Entropy"], "per_channel": [True, False]}
 #: One trial at a time, for the searches that test something other than trials running side
-#: by side: one trial actor (a Ray worker process, some 2 CPU-seconds to start) per search
-#: instead of two. The searches that run two at a time are the grid of six, the custom
+#: by side: one trial actor (a Ray worker process, some 3 CPU-seconds to start) per search.
+#: The searches that run two at a time (``TWO_AT_A_TIME``) are the grid of six, the custom
 #: evaluator's (counted once, not once per actor), TPE's (the iteration limit caps the trials
 #: started while two run), the time limit's (the trials running then are stopped) and the
-#: timed-out trials' (an actor whose trial timed out is never reused: one at a time would
-#: start as many actors, one after the other).
+#: timed-out trials' (an actor whose trial timed out is never reused).
 ONE_AT_A_TIME = {"max_concurrent_trials": 1}
 
 
@@ -33,7 +33,7 @@ def rows(result) -> list[dict]:
 
 
 def test_grid_of_six_runs_exactly_six_trials_and_writes_every_output(make_config, mlp_files):
-    result = AutoSearch(make_config(search_space=SIX)).run()
+    result = AutoSearch(make_config(search_space=SIX, resources=TWO_AT_A_TIME)).run()
     summary = result.summary
     assert summary["stop_reason"] == "space_exhausted"
     assert summary["n_trials"] == 6 and result.results.num_rows == 6
@@ -175,8 +175,7 @@ def sampler_search(mlp_files, tmp_path_factory):
                 "output_dir": str(tmp_path_factory.mktemp(f"sampler-{algo}") / "out"),
                 "stop": {"iteration_limit": SAMPLER_TRIALS},
             }
-            if algo != "TPE":
-                config["resources"] = ONE_AT_A_TIME
+            config["resources"] = TWO_AT_A_TIME if algo == "TPE" else ONE_AT_A_TIME
             done[algo] = AutoSearch(config).run()
         return done[algo]
 
@@ -193,7 +192,10 @@ def test_iteration_limit_caps_the_trials_started(sampler_search):
 
 def test_time_limit_ends_the_search(make_config):
     config = make_config(
-        search_space=CONDITIONAL_SPACE, search_algo="Random", stop={"time_limit": 3}
+        search_space=CONDITIONAL_SPACE,
+        search_algo="Random",
+        stop={"time_limit": 3},
+        resources=TWO_AT_A_TIME,
     )
     result = AutoSearch(config).run()
     # The space is continuous (CalibPercentile), so only the limit ends it: not before 3 s,
@@ -235,6 +237,7 @@ def test_a_trial_that_raises_is_recorded_and_the_search_goes_on(make_config):
         search_space={"per_channel": [True, False]},
         trial_timeout_s=1e-4,
         tolerance=None,
+        resources=TWO_AT_A_TIME,
     )
     result = AutoSearch(config).run()
     table = rows(result)
@@ -289,7 +292,7 @@ def test_a_custom_evaluator_is_scored_against_the_float_model_once(make_config, 
         tolerance=0.5,
         tolerance_mode="absolute",
         higher_is_better=True,
-        resources={"max_concurrent_trials": 2},
+        resources=TWO_AT_A_TIME,
     )
     result = AutoSearch(config).run()
     summary = result.summary

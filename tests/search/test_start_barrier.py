@@ -72,17 +72,18 @@ def test_an_ended_barrier_leaves_no_key_in_the_cluster():
     end_barrier(None)  # no barrier (one actor): nothing to end
 
 
-@ray.remote(num_cpus=1)
+@ray.remote(num_cpus=0.5)
 class _OtherJob:
-    """Holds one CPU, as another job on a shared cluster does."""
+    """Holds half the session's one CPU, as another job on a shared cluster does."""
 
     def ping(self) -> bool:
         return True
 
 
 def test_the_first_wave_is_what_the_cluster_can_place_now(make_config):
-    """With one of the two CPUs held elsewhere, the search's first actor does not wait at the
-    barrier for a second one that has no room (it waited the whole timeout before)."""
+    """With half the cluster's CPU held elsewhere and two trials of half a CPU each asked for,
+    the search's first actor does not wait at the barrier for a second one that has no room
+    (it waited the whole timeout before)."""
     from raysearch.search import AutoSearch
 
     other = _OtherJob.remote()
@@ -90,7 +91,7 @@ def test_the_first_wave_is_what_the_cluster_can_place_now(make_config):
         ray.get(other.ping.remote())
         config = make_config(
             search_space={"calibrate_method": ["MinMax"], "per_channel": [True, False]},
-            resources={"max_concurrent_trials": 2},
+            resources={"max_concurrent_trials": 2, "cpu_per_trial": 0.5},
             measure_latency=False,
         )
         result = AutoSearch(config).run()
