@@ -1,4 +1,4 @@
-"""Fixtures of the reliability tests: one real local Ray (2 CPUs) for the session, shared with
+"""Fixtures of the reliability tests: one real local Ray (one CPU) for the session, shared with
 the other end-to-end tests."""
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ def test_a_search_that_runs_to_its_end(tmp_path):
 def test_a_long_search(tmp_path):
     from raysearch.search import AutoSearch
 
-    # 24 settings of 1 s each on 2 CPUs: 12 s or more; Ctrl-C comes after the first.
+    # 24 settings of 1 s each on the session's one CPU: 24 s or more; Ctrl-C comes after the
+    # first.
     config = probe_config(tmp_path, plan={"sleep_s": 1})
     MARK.write_text(str(tmp_path / "out"))
     AutoSearch(config).run()

@@ -1,4 +1,4 @@
-"""Fixtures for the search tests: one real local Ray (2 CPUs) for the session, small real
+"""Fixtures for the search tests: one real local Ray (one CPU) for the session, small real
 models and data, and a config builder."""
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ def test_helpers_score_part_of_the_settings_and_every_score_matches_one_process(
     runner.score_pool = pool
     scores = runner.score_settings(runner.model_path, SETTINGS)
     assert scores == pytest.approx(alone, rel=1e-9)
-    # Two CPUs, nothing else running: the helpers took part, the caller too.
+    # The session's CPU free (the caller runs here, holding none): the helpers took part,
+    # the caller too.
     assert 1 <= pool.last_helped < len(SETTINGS)
     # A single setting is scored here, without the pool.
     assert runner.score_settings(runner.model_path, SETTINGS[:1]) == pytest.approx(alone[:1])

@@ -201,8 +201,9 @@ def test_several_spaces_split_the_iteration_limit_in_order():
 @pytest.mark.usefixtures("ray_cluster")
 def test_make_tuner_keeps_at_most_max_outstanding_trials_suggested(tmp_path):
     """The Tuner ``make_tuner`` builds caps the trials suggested but unfinished at
-    ``max_outstanding`` (Tune's ``ConcurrencyLimiter``): with 1 on a 2-CPU cluster the searcher
-    is never asked for a trial while another runs."""
+    ``max_outstanding`` (Tune's ``ConcurrencyLimiter``): with 1, and room for two trials of
+    half a CPU on the session's one CPU, the searcher is never asked for a trial while another
+    runs."""
     from raysearch.config import SearchConfig
     from raysearch.search.tune._tuner import make_tuner
 
@@ -226,8 +227,11 @@ def test_make_tuner_keeps_at_most_max_outstanding_trials_suggested(tmp_path):
     raw = {"model": "m.onnx", "calibration_data": "c.npz", "search_space": SMALL, "metric": "L2"}
     config = SearchConfig.from_dict({**raw, "output_dir": str(tmp_path)}, check_paths=False)
     searcher = Watched.strategy("Grid", [SearchSpace.parse({"per_channel": [True, False]})])
+    from ray import tune
+
+    half_cpu = tune.with_resources(one_report, {"cpu": 0.5})
     tuner = make_tuner(
-        one_report, searcher, config, str(tmp_path), key="no-session", max_outstanding=1
+        half_cpu, searcher, config, str(tmp_path), key="no-session", max_outstanding=1
     )
     assert not tuner.fit().errors
     assert searcher.finish_reason == "space_exhausted" and searcher.most_live == 1
