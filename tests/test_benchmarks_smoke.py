@@ -336,3 +336,25 @@ def test_large_decoder(tmp_path: Path) -> None:
     assert set(report["best_files"]) == {"model.onnx", "model.onnx.data", "config.yaml"}
     assert report["best_metric_after_move"] == pytest.approx(report["best_metric"], rel=1e-6)
     assert report["trial_process_peak_bytes"] and report["driver_peak_bytes"] > 0
+
+
+def test_suite_cpu_counts_a_childs_cpu_and_passes_its_exit_status_on(tmp_path: Path) -> None:
+    """``suite_cpu.py`` runs a command that spins 1.5 CPU-seconds in a child process of its
+    own (then sleeps past two samples) and exits 3: the child's CPU is in the table under its
+    kind, and the status is 3."""
+    spin = (
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+        "'import time\\nwhile time.process_time() < 1.5: pass\\ntime.sleep(1.2)']); "
+        "sys.exit(3)"
+    )
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "suite_cpu.py"), "--", sys.executable, "-c", spin],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    table = done.stdout.split("the processes that took most:")[0].splitlines()[2:]
+    rows = [line.split(None, 2) for line in table]
+    python = [float(cpu) for cpu, _, name in rows if name == "other: python"]
+    assert python and python[0] >= 1.4, done.stdout
