@@ -82,7 +82,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
-    command = [c for c in args.command if c != "--"] or parser.error("no command given")
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
     seen: dict[int, list] = {}  # pid -> [command line, CPU at first sight, CPU at last sight]
     before = {int(p): _cpu_s(int(p)) for p in os.listdir("/proc") if p.isdigit()}
     busy, started = _machine_busy_s(), time.monotonic()
@@ -104,8 +106,9 @@ def main() -> int:
     busy, wall = _machine_busy_s() - busy, time.monotonic() - started
     per_kind, count = Counter(), Counter()
     for line, first, last in seen.values():
-        per_kind[kind(line)] += last - first
-        count[kind(line)] += 1
+        name = kind(line)
+        per_kind[name] += last - first
+        count[name] += 1
     print(f"exit status {proc.returncode}, wall {wall:.1f} s, machine busy {busy:.1f} CPU-s,")
     print(f"sampled {sum(per_kind.values()):.1f} CPU-s in {len(seen)} processes")
     for name, cpu in per_kind.most_common():

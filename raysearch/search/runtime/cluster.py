@@ -195,7 +195,6 @@ def stop_ray() -> None:
     _local_ray = None
 
 
-
 def end_with_process() -> None:
     """Say that this process ends with its search (the command line): a Ray the search
     starts for itself then shuts down when the trials have ended (:func:`trials_ended`)."""
